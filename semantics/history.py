@@ -1,0 +1,199 @@
+"""Arrival order of a Delta table's rows, read from its commit log with ``deltalake``.
+
+A row *arrives* with the commit that added its file (``add`` actions with ``dataChange=true``,
+as Spark's Delta streaming source reads them; files re-added by OPTIMIZE are not new data). The
+commit timestamp comes from ``DeltaTable.history()``. Within a commit, rows keep the order of the
+add actions in the log and their order inside each file.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake import DeltaTable
+
+from semantics import predicate
+from semantics.errors import DataError, SpecError
+from semantics.schedule import ARRIVAL_MS, META_COLUMNS, ROW_ID, VERSION, Schedule, cut
+from semantics.spec import BacktestSpec, SourceSpec
+
+
+def _normalise(table: pa.Table) -> pa.Table:
+    """string_view / large_string -> string, so pandas and Spark see plain strings."""
+    fields = []
+    for f in table.schema:
+        t = f.type
+        if pa.types.is_string_view(t) or pa.types.is_large_string(t):
+            t = pa.string()
+        elif pa.types.is_binary_view(t) or pa.types.is_large_binary(t):
+            t = pa.binary()
+        fields.append(pa.field(f.name, t, f.nullable))
+    return table.cast(pa.schema(fields))
+
+
+def read_arrivals(spec: BacktestSpec, source: str) -> pd.DataFrame:
+    """All rows of ``source`` in arrival order with ``arrival_ms`` and ``commit_version``.
+
+    Rows are *not* filtered yet and carry no ``row_id``; see :func:`plan`.
+    """
+    src: SourceSpec = spec.sources[source]
+    path = spec.table_path(source)
+    field = f"sources.{source}.table"
+    if not DeltaTable.is_deltatable(str(path)):
+        raise SpecError(spec.path, field, f"a Delta table at {path} (no _delta_log found)")
+    dt = DeltaTable(str(path))
+    latest = dt.version()
+    lo, hi = src.versions if src.versions is not None else (0, latest)
+    if hi > latest:
+        raise SpecError(spec.path, f"sources.{source}.versions",
+                        f"versions up to the table's latest version {latest} (got {hi})")
+    schema = _normalise(pa.schema(dt.schema().to_arrow()).empty_table()).schema
+    partition_cols = list(dt.metadata().partition_columns)
+    history = {h["version"]: h for h in dt.history()}
+    log = path / "_delta_log"
+    tables: list[pa.Table] = []
+    for v in range(lo, hi + 1):
+        commit_file = log / f"{v:020d}.json"
+        if not commit_file.exists():
+            raise DataError(str(path), f"sources.{source}.versions",
+                            f"the commit log of version {v} (removed by log retention?); "
+                            "choose a later first version")
+        ts = int(history.get(v, {}).get("timestamp") or 0)
+        adds = []
+        for line in commit_file.read_text().splitlines():
+            action = json.loads(line) if line.strip() else {}
+            if "commitInfo" in action and not ts:
+                ts = int(action["commitInfo"].get("timestamp") or 0)
+            if "add" in action and action["add"].get("dataChange", True):
+                adds.append(action["add"])
+        if not ts:
+            ts = int(commit_file.stat().st_mtime * 1000)
+        for add in adds:
+            if add.get("deletionVector"):
+                raise DataError(str(path), f"version {v}",
+                                "append-only data files (deletion vectors are not supported)")
+            t = pq.read_table(path / _unquote(add["path"]))
+            for pcol in partition_cols:
+                raw = (add.get("partitionValues") or {}).get(pcol)
+                typ = schema.field(pcol).type
+                arr = pa.array([raw] * t.num_rows, pa.string()).cast(typ)
+                t = t.append_column(pcol, arr)
+            t = _normalise(t).select([c for c in schema.names if c in t.column_names])
+            t = t.cast(pa.schema([schema.field(c) for c in t.column_names]))
+            n = t.num_rows
+            t = t.append_column(ARRIVAL_MS, pa.array(np.full(n, ts, dtype=np.int64)))
+            t = t.append_column(VERSION, pa.array(np.full(n, v, dtype=np.int64)))
+            tables.append(t)
+    full_schema = pa.schema([*schema, pa.field(ARRIVAL_MS, pa.int64()),
+                             pa.field(VERSION, pa.int64())])
+    table = pa.concat_tables(tables) if tables else full_schema.empty_table()
+    _check_columns(spec, source, path, table)
+    if src.filter:
+        try:
+            mask = predicate.evaluate(src.filter, table)
+        except predicate.PredicateError as exc:
+            raise SpecError(spec.path, f"sources.{source}.filter", str(exc)) from None
+        table = table.filter(mask.fill_null(False))
+    df = table.to_pandas(timestamp_as_object=False, types_mapper=None)
+    et = src.event_time
+    df[et] = df[et].astype("datetime64[us, UTC]")
+    if src.arrival_column:
+        col = src.arrival_column
+        if df[col].isna().any():
+            raise DataError(str(path), f"sources.{source}.arrival",
+                            f"no null values in arrival column {col!r}")
+        df[ARRIVAL_MS] = df[col].astype("datetime64[ms, UTC]").astype("int64")
+    return df
+
+
+def _unquote(p: str) -> str:
+    from urllib.parse import unquote
+
+    return unquote(p)
+
+
+def _check_columns(spec: BacktestSpec, source: str, path: Path, table: pa.Table) -> None:
+    src = spec.sources[source]
+    where = str(path)
+    for col in META_COLUMNS:
+        if col in table.schema.names[:-2]:
+            raise DataError(where, f"sources.{source}", f"no column named {col!r} (reserved)")
+    if src.event_time not in table.column_names:
+        raise DataError(where, f"sources.{source}.event_time",
+                        f"column {src.event_time!r} in the table (columns: "
+                        f"{', '.join(table.column_names[:-2])})")
+    typ = table.schema.field(src.event_time).type
+    if not pa.types.is_timestamp(typ):
+        raise DataError(where, f"sources.{source}.event_time",
+                        f"a timestamp column, but {src.event_time!r} is {typ}")
+    if typ.tz is None:
+        raise DataError(where, f"sources.{source}.event_time",
+                        f"a timezone-aware (UTC) timestamp, but {src.event_time!r} is naive "
+                        "(TIMESTAMP_NTZ); Spark's withWatermark rejects it")
+    nulls = table.column(src.event_time).null_count
+    if nulls:
+        raise DataError(where, f"sources.{source}.event_time",
+                        f"no null event times ({nulls} rows have none)")
+    if src.arrival_column:
+        if src.arrival_column not in table.column_names:
+            raise DataError(where, f"sources.{source}.arrival",
+                            f"column {src.arrival_column!r} in the table")
+        if not pa.types.is_timestamp(table.schema.field(src.arrival_column).type):
+            raise DataError(where, f"sources.{source}.arrival",
+                            f"{src.arrival_column!r} to be a timestamp column")
+    q = spec.query
+    needed = set(getattr(q, "keys", ()))
+    if q.kind in ("aggregation", "session"):
+        from semantics.spec import parse_aggregate
+
+        needed |= {c for _, c in map(parse_aggregate, q.aggregates.values()) if c}
+    if q.kind == "aggregation" and q.window is not None:
+        needed.discard(src.event_time)
+    for col in sorted(needed):
+        if col not in table.column_names:
+            raise DataError(where, "query", f"column {col!r} in source {source!r} (columns: "
+                            f"{', '.join(table.column_names[:-2])})")
+
+
+def plan(spec: BacktestSpec, candidate: str | None = None) -> Schedule:
+    """Turn the spec's sources and replay settings into the schedule for ``candidate``.
+
+    Row ids are assigned in the merged arrival order (after each source's filter), so they are
+    the same for every candidate whatever its ``batch_by``. Every query source must have rows.
+    """
+    cand = candidate or next(iter(spec.candidates))
+    frames: dict[str, pd.DataFrame] = {}
+    for s in spec.query_sources:
+        frames[s] = read_arrivals(spec, s)
+    order = [(s, df[ARRIVAL_MS].to_numpy(), df[VERSION].to_numpy(), np.arange(len(df)))
+             for s, df in frames.items()]
+    # merged arrival order: arrival time, then source order in the spec, then version, position
+    keys = []
+    for i, (_s, arr, ver, pos) in enumerate(order):
+        keys.append(pd.DataFrame({"a": arr, "src": i, "v": ver, "p": pos}))
+    for s, df in frames.items():
+        if len(df) == 0:
+            raise DataError(str(spec.table_path(s)), f"sources.{s}",
+                            "at least one row in the selected versions (after the filter)")
+    allk = pd.concat(keys, ignore_index=True)
+    allk["rid"] = 0
+    ordered = allk.sort_values(["a", "src", "v", "p"], kind="stable")
+    ordered["rid"] = np.arange(len(ordered), dtype=np.int64)
+    arrivals: dict[str, pd.DataFrame] = {}
+    for i, (s, df) in enumerate(frames.items()):
+        rid = ordered.loc[ordered["src"] == i].sort_values("p")["rid"].to_numpy()
+        df = df.copy()
+        df.insert(0, ROW_ID, rid)
+        arrivals[s] = df.sort_values(ROW_ID, kind="stable").reset_index(drop=True)
+    return cut(
+        spec.name,
+        arrivals,
+        {s: spec.sources[s].event_time for s in frames},
+        spec.batch_by(cand),
+        spec.replay.pace,
+    )

@@ -1,0 +1,437 @@
+"""The backtest spec (SPEC.md §1) as immutable, validated models, and its loader.
+
+>>> spec = load_spec("backtests/clicks_per_ad.yaml")        # doctest: +SKIP
+>>> spec.candidates["tight"].watermark["clicks"].ms          # doctest: +SKIP
+120000
+
+Every error is a :class:`SpecError` naming the file, the field path and what was expected.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationError,
+    model_validator,
+)
+
+from semantics.durations import Duration
+from semantics.errors import SpecError
+
+DurationField = Annotated[
+    Duration,
+    BeforeValidator(Duration.parse),
+    PlainSerializer(lambda d: str(d), return_type=str),
+]
+Name = Annotated[str, Field(pattern=r"^[a-z0-9_-]+$")]
+Identifier = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+
+AGGREGATE_RE = re.compile(
+    r"^\s*(count|sum|min|max|avg)\s*\(\s*(\*|[A-Za-z_][A-Za-z0-9_]*)\s*\)\s*$", re.IGNORECASE
+)
+RESERVED_COLUMNS = ("row_id", "tick", "arrival_ms", "commit_version", "batch_id")
+
+# Spark settings the predictor models (value checked where it matters); any other key that starts
+# with one of SEMANTIC_PREFIXES changes semantics we do not model and is rejected.
+MODELED_CONF = {
+    "spark.sql.streaming.statefulOperator.allowMultiple",
+    "spark.sql.streaming.noDataMicroBatches.enabled",
+    "spark.sql.streaming.multipleWatermarkPolicy",
+    "spark.sql.shuffle.partitions",
+    "spark.sql.streaming.stateStore.providerClass",
+    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled",
+    "spark.sql.streaming.statefulOperator.checkCorrectness.enabled",
+    "spark.sql.session.timeZone",
+}
+SEMANTIC_PREFIXES = ("spark.sql.streaming.", "spark.sql.session.")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+class SourceSpec(_Model):
+    table: str
+    event_time: Identifier
+    versions: tuple[int, int] | None = None
+    arrival: str = "commit"
+    filter: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> SourceSpec:
+        if self.versions is not None:
+            lo, hi = self.versions
+            if lo < 0 or hi < lo:
+                raise ValueError("versions must be [first, last] with 0 <= first <= last")
+        if self.arrival != "commit" and not re.fullmatch(
+            r"column:[A-Za-z_][A-Za-z0-9_]*", self.arrival
+        ):
+            raise ValueError("arrival must be 'commit' or 'column:<ingest timestamp column>'")
+        return self
+
+    @property
+    def arrival_column(self) -> str | None:
+        return self.arrival.split(":", 1)[1] if self.arrival.startswith("column:") else None
+
+
+class WindowSpec(_Model):
+    duration: DurationField
+    slide: DurationField | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> WindowSpec:
+        if self.duration.us <= 0:
+            raise ValueError("window.duration must be positive")
+        if self.duration.has_months or (self.slide is not None and self.slide.has_months):
+            raise ValueError("window durations cannot use months or years (Spark rejects them)")
+        if self.slide is not None and not 0 < self.slide.us <= self.duration.us:
+            raise ValueError("window.slide must be positive and at most the duration")
+        return self
+
+    @property
+    def slide_us(self) -> int:
+        return (self.slide or self.duration).us
+
+
+def _check_aggregates(aggs: dict[str, str]) -> None:
+    for name, expr in aggs.items():
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise ValueError(f"aggregate name {name!r} must be an identifier")
+        m = AGGREGATE_RE.match(expr)
+        if not m:
+            raise ValueError(
+                f"aggregate {name!r}: expected count(*), count(col), sum(col), min(col), "
+                f"max(col) or avg(col), got {expr!r}"
+            )
+        if m.group(2) == "*" and m.group(1).lower() != "count":
+            raise ValueError(f"aggregate {name!r}: only count accepts *")
+
+
+def parse_aggregate(expr: str) -> tuple[str, str | None]:
+    """``"sum(price)"`` -> ``("sum", "price")``; ``"count(*)"`` -> ``("count", None)``."""
+    m = AGGREGATE_RE.match(expr)
+    assert m, expr
+    col = m.group(2)
+    return m.group(1).lower(), None if col == "*" else col
+
+
+class AggregationQuery(_Model):
+    kind: Literal["aggregation"]
+    source: str
+    keys: tuple[Identifier, ...] = ()
+    window: WindowSpec | None = None
+    aggregates: dict[Identifier, str] = Field(default_factory=lambda: {"count": "count(*)"})
+    output_mode: Literal["append", "update", "complete"] = "append"
+
+    @model_validator(mode="after")
+    def _check(self) -> AggregationQuery:
+        _check_aggregates(self.aggregates)
+        return self
+
+
+class DeduplicationQuery(_Model):
+    kind: Literal["deduplication"]
+    source: str
+    keys: tuple[Identifier, ...]
+    within_watermark: bool = False
+
+
+class SessionQuery(_Model):
+    kind: Literal["session"]
+    source: str
+    keys: tuple[Identifier, ...]
+    gap: DurationField
+    aggregates: dict[Identifier, str] = Field(default_factory=lambda: {"count": "count(*)"})
+    output_mode: Literal["append", "update", "complete"] = "append"
+
+    @model_validator(mode="after")
+    def _check(self) -> SessionQuery:
+        _check_aggregates(self.aggregates)
+        if self.gap.us <= 0 or self.gap.has_months:
+            raise ValueError("gap must be a positive duration without months")
+        if not self.keys:
+            raise ValueError("a session window needs at least one key (Spark rejects it)")
+        if self.output_mode == "update":
+            raise ValueError("output_mode update is not supported for session windows (Spark "
+                             "rejects it); use append or complete")
+        return self
+
+
+class TimeRange(_Model):
+    lower: DurationField | None = None
+    upper: DurationField | None = None
+    lower_inclusive: bool = True
+    upper_inclusive: bool = True
+
+    @model_validator(mode="after")
+    def _check(self) -> TimeRange:
+        for b in (self.lower, self.upper):
+            if b is not None and b.has_months:
+                raise ValueError("join bounds cannot use months or years (no state watermark)")
+        if self.lower is None and self.upper is None:
+            raise ValueError("time_range needs lower, upper or both")
+        if self.lower is not None and self.upper is not None and self.lower.us > self.upper.us:
+            raise ValueError("time_range.lower must not exceed time_range.upper")
+        return self
+
+
+class JoinQuery(_Model):
+    kind: Literal["join"]
+    type: Literal["inner", "left_outer", "right_outer", "full_outer", "left_semi"] = "inner"
+    left: str
+    right: str
+    keys: tuple[Identifier, ...]
+    time_range: TimeRange | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> JoinQuery:
+        if self.left == self.right:
+            raise ValueError("left and right must be different sources")
+        if not self.keys:
+            raise ValueError("a join needs at least one equi-join key")
+        return self
+
+
+Query = Annotated[
+    AggregationQuery | DeduplicationQuery | SessionQuery | JoinQuery,
+    Field(discriminator="kind"),
+]
+
+
+class BatchBy(_Model):
+    commits: int | None = Field(default=None, gt=0)
+    rows: int | None = Field(default=None, gt=0)
+    arrival_interval: DurationField | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> BatchBy:
+        given = [k for k in ("commits", "rows", "arrival_interval") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("exactly one of commits, rows, arrival_interval is required")
+        if self.arrival_interval is not None and self.arrival_interval.us <= 0:
+            raise ValueError("arrival_interval must be positive")
+        return self
+
+
+class ReplaySpec(_Model):
+    batch_by: BatchBy = BatchBy(commits=1)
+    pace: Literal["backlog", "live"] = "backlog"
+
+
+class Candidate(_Model):
+    watermark: dict[str, DurationField] = Field(default_factory=dict)
+    policy: Literal["min", "max"] = "min"
+    spark_conf: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    batch_by: BatchBy | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> Candidate:
+        for src, d in self.watermark.items():
+            if d.us < 0:
+                raise ValueError(f"watermark delay for {src!r} must not be negative ({d})")
+        return self
+
+
+class Expect(_Model):
+    max_late_fraction: float | None = Field(default=None, ge=0, le=1)
+    max_state_rows: int | None = Field(default=None, ge=0)
+
+
+class BacktestSpec(_Model):
+    name: Name
+    sources: dict[Identifier, SourceSpec]
+    query: Query
+    replay: ReplaySpec = ReplaySpec()
+    candidates: dict[Name, Candidate]
+    expect: Expect = Expect()
+    spark_conf: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    path: str = Field(default="<memory>", exclude=True)
+
+    # -- derived ------------------------------------------------------------------------------
+    @property
+    def base_dir(self) -> Path:
+        return Path(self.path).parent if self.path != "<memory>" else Path.cwd()
+
+    def table_path(self, source: str) -> Path:
+        p = Path(self.sources[source].table)
+        return p if p.is_absolute() else (self.base_dir / p)
+
+    @property
+    def query_sources(self) -> tuple[str, ...]:
+        q = self.query
+        return (q.left, q.right) if isinstance(q, JoinQuery) else (q.source,)
+
+    def batch_by(self, candidate: str) -> BatchBy:
+        return self.candidates[candidate].batch_by or self.replay.batch_by
+
+    def conf(self, candidate: str) -> dict[str, str]:
+        """Spark settings for a candidate: spec-level, then the candidate's overrides, then the
+        candidate's ``policy`` as ``spark.sql.streaming.multipleWatermarkPolicy``."""
+        out = {k: _conf_str(v) for k, v in self.spark_conf.items()}
+        cand = self.candidates[candidate]
+        out.update({k: _conf_str(v) for k, v in cand.spark_conf.items()})
+        out.setdefault("spark.sql.streaming.multipleWatermarkPolicy", cand.policy)
+        return out
+
+
+def _conf_str(v: object) -> str:
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+# ---------------------------------------------------------------------------------------------
+# YAML loading without YAML 1.1 booleans (`on`, `yes`, `no` stay strings)
+
+
+class _Loader(yaml.SafeLoader):
+    pass
+
+
+_Loader.yaml_implicit_resolvers = {
+    k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:bool"]
+    for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool",
+    re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+    list("tTfF"),
+)
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    parts: list[str] = []
+    for p in loc:
+        if isinstance(p, int):
+            parts.append(f"[{p}]")
+        elif p in ("aggregation", "deduplication", "session", "join") and parts == ["query"]:
+            continue  # discriminator tag inserted by pydantic
+        elif p.startswith("function-") or p in ("Duration",):
+            continue
+        else:
+            parts.append(("." if parts else "") + str(p))
+    return "".join(parts) or "<root>"
+
+
+def parse_spec(data: Any, path: str = "<memory>") -> BacktestSpec:
+    """Validate a spec given as a mapping; see :func:`load_spec`."""
+    if not isinstance(data, dict):
+        raise SpecError(path, "<root>", "a YAML mapping with name, sources, query, candidates")
+    try:
+        spec = BacktestSpec.model_validate({**data, "path": path})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field (check the spelling; see SPEC.md §1)"
+        elif err["type"] == "missing":
+            msg = "required field is missing"
+        elif err["type"] == "union_tag_invalid":
+            msg = "kind must be one of aggregation, deduplication, session, join"
+        elif err["type"] == "string_pattern_mismatch":
+            msg = f"{msg} (got {err.get('input')!r})"
+        more = f" (and {len(exc.errors()) - 1} more error(s))" if len(exc.errors()) > 1 else ""
+        raise SpecError(path, _loc(tuple(err["loc"])), msg + more) from None
+    check_spec(spec)
+    return spec
+
+
+def load_spec(path: str | Path) -> BacktestSpec:
+    """Read and validate a backtest spec file (SPEC.md §1). Runs nothing."""
+    p = Path(path)
+    if not p.is_file():
+        raise SpecError(str(p), "<file>", "an existing YAML file")
+    try:
+        data = yaml.load(p.read_text(), Loader=_Loader)
+    except yaml.YAMLError as exc:
+        raise SpecError(str(p), "<yaml>", f"valid YAML ({exc})") from None
+    return parse_spec(data, str(p.resolve()))
+
+
+def check_spec(spec: BacktestSpec) -> None:
+    """Cross-field rules, including Spark's own analysis-time rejections (SPEC.md §1)."""
+    f = spec.path
+    q = spec.query
+    if not spec.candidates:
+        raise SpecError(f, "candidates", "at least one candidate")
+    for src in spec.query_sources:
+        if src not in spec.sources:
+            raise SpecError(f, "query", f"source {src!r} is not defined under sources "
+                            f"(defined: {', '.join(spec.sources)})")
+    used = set(spec.query_sources)
+    if isinstance(q, JoinQuery) or any(s.arrival_column for s in spec.sources.values()):
+        pass
+    for name, cand in spec.candidates.items():
+        bb = cand.batch_by or spec.replay.batch_by
+        if bb.commits is not None:
+            for sname in used:
+                if spec.sources[sname].arrival_column:
+                    raise SpecError(f, f"candidates.{name}.batch_by" if cand.batch_by else
+                                    "replay.batch_by.commits",
+                                    f"commits needs arrival: commit on every source; source "
+                                    f"{sname!r} uses {spec.sources[sname].arrival}; use rows or "
+                                    "arrival_interval")
+        for src in cand.watermark:
+            if src not in used:
+                raise SpecError(f, f"candidates.{name}.watermark.{src}",
+                                f"a source of the query ({', '.join(sorted(used))})")
+        for key in (*spec.spark_conf, *cand.spark_conf):
+            if key.startswith(SEMANTIC_PREFIXES) and key not in MODELED_CONF:
+                where = (f"candidates.{name}.spark_conf.{key}" if key in cand.spark_conf
+                         else f"spark_conf.{key}")
+                raise SpecError(f, where, "a Spark setting the predictor models: "
+                                + ", ".join(sorted(MODELED_CONF)))
+        conf = spec.conf(name)
+        if conf.get("spark.sql.streaming.multipleWatermarkPolicy") not in ("min", "max"):
+            raise SpecError(f, f"candidates.{name}.spark_conf",
+                            "spark.sql.streaming.multipleWatermarkPolicy must be min or max")
+        _check_query_for_candidate(spec, name)
+
+
+def _check_query_for_candidate(spec: BacktestSpec, cname: str) -> None:
+    """Spark's UnsupportedOperationChecker rules, applied before anything runs."""
+    f, q, wm = spec.path, spec.query, spec.candidates[cname].watermark
+    where = f"candidates.{cname}.watermark"
+    if isinstance(q, AggregationQuery):
+        et = spec.sources[q.source].event_time
+        if q.output_mode == "append":
+            if q.source not in wm:
+                raise SpecError(f, where, f"a watermark on {q.source!r}: Spark rejects append "
+                                "output mode for an aggregation without a watermark")
+            if q.window is None and et not in q.keys:
+                raise SpecError(f, "query.keys", f"the event-time column {et!r} (or a window): "
+                                "append mode needs the watermarked time among the group keys")
+    elif isinstance(q, DeduplicationQuery):
+        if q.within_watermark and q.source not in wm:
+            raise SpecError(f, where, f"a watermark on {q.source!r}: "
+                            "dropDuplicatesWithinWatermark requires one")
+    elif isinstance(q, SessionQuery):
+        if q.output_mode == "append" and q.source not in wm:
+            raise SpecError(f, where, f"a watermark on {q.source!r}: append mode for a session "
+                            "window needs one")
+    elif isinstance(q, JoinQuery):
+        tr = q.time_range
+        left_bounded = tr is not None and tr.lower is not None and q.right in wm
+        right_bounded = tr is not None and tr.upper is not None and q.left in wm
+        keyed = any(
+            k == spec.sources[q.left].event_time and q.left in wm
+            or k == spec.sources[q.right].event_time and q.right in wm
+            for k in q.keys
+        )
+        need = {"left_outer": left_bounded, "left_semi": left_bounded,
+                "right_outer": right_bounded, "full_outer": left_bounded or right_bounded}
+        if q.type in need and not (need[q.type] or keyed):
+            side = {"left_outer": "right", "left_semi": "right", "right_outer": "left",
+                    "full_outer": "left or right"}[q.type]
+            bound = {"left_outer": "lower", "left_semi": "lower", "right_outer": "upper",
+                     "full_outer": "lower or upper"}[q.type]
+            raise SpecError(f, where, f"Spark rejects a {q.type} stream-stream join without a "
+                            f"watermark in the join keys, or a watermark on the {side} input "
+                            f"plus a time_range.{bound} bound")
