@@ -1,0 +1,224 @@
+"""The micro-batch loop: which batches Spark runs and with which watermarks (Spark 4.0 rules).
+
+Rules (spark-watermark-semantics.md §1–§3), each locked by a Spark test:
+
+* per input: ``max(event_time_ms) − delay`` over the batch's rows; replaced only when greater
+  (per-input watermarks never go backwards); an input that never had data is ``None`` = 0;
+* global: ``min`` (default) or ``max`` of the per-input values; starts at 0 and is replaced only
+  when the candidate is greater — **the global watermark never goes backwards and never goes
+  below 0**;
+* batch N runs with ``W_N`` computed from batches 0..N−1 (its own data counts from N+1 on);
+* each stateful operator filters late rows with the previous batch's watermark
+  (``late = W_{N−1}``, 0 for batch 0) and evicts with the current one (``evict = W_N``);
+  with ``spark.sql.streaming.statefulOperator.allowMultiple=false`` both are ``W_N``;
+* a data tick always runs a data batch; an idle tick runs a no-data batch iff
+  ``noDataMicroBatches.enabled`` and the operator says ``wants_another_batch``.
+
+Event times are microseconds; watermarks are milliseconds. An event's time in ms for the
+statistics is ``micros / 1000`` truncated toward zero (Java integer division).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import pandas as pd
+
+from semantics.schedule import ROW_ID, Schedule
+from semantics.spec import BacktestSpec
+
+
+def micros_to_ms(us: np.ndarray) -> np.ndarray:
+    """Java ``micros / 1000`` (truncates toward zero)."""
+    us = np.asarray(us, dtype=np.int64)
+    return np.where(us < 0, -((-us) // 1000), us // 1000)
+
+
+@dataclass(frozen=True)
+class BatchInput:
+    """One micro-batch as an operator sees it."""
+
+    batch_id: int
+    tick: int
+    has_data: bool
+    rows: dict[str, pd.DataFrame]  # per source; empty frames in a no-data batch
+    event_us: dict[str, np.ndarray]  # per source, event time (µs) of ``rows``
+    late_wm_ms: int | None  # None when the query has no watermark
+    evict_wm_ms: int | None
+
+
+@dataclass(frozen=True)
+class OperatorStep:
+    """What one stateful operator did in one batch (Spark's progress + emitted rows)."""
+
+    dropped_by_watermark: int
+    state_rows: int
+    state_rows_updated: int
+    state_rows_removed: int
+    output: pd.DataFrame  # output_columns(spec), without batch_id
+    state_bytes: int | None = None
+    # Explain: one row per input row that was not simply accepted, and per emitted/evicted
+    # state entry. Columns: row_id (or -1), fate, detail.
+    fates: pd.DataFrame | None = None
+
+
+class Operator(Protocol):
+    """A stateful operator as a pure step function: ``(state, batch) -> (state, step)``."""
+
+    name: str
+
+    def initial_state(self) -> Any: ...
+
+    def step(self, state: Any, batch: BatchInput) -> tuple[Any, OperatorStep]: ...
+
+    def wants_another_batch(self, state: Any, new_wm_ms: int, last_evict_wm_ms: int | None
+                            ) -> bool:
+        """Spark's ``shouldRunAnotherBatch`` for this operator."""
+        ...
+
+
+@dataclass(frozen=True)
+class WatermarkState:
+    """Per-input watermarks (None = never had data) and the global watermark (ms)."""
+
+    per_input: tuple[int | None, ...]
+    global_ms: int = 0
+
+    def advance(self, maxima: list[int | None], delays_ms: list[int], policy: str
+                ) -> WatermarkState:
+        """State after a batch whose per-input max event times (ms) are ``maxima``."""
+        per = list(self.per_input)
+        for i, (mx, d) in enumerate(zip(maxima, delays_ms, strict=True)):
+            if mx is None:
+                continue
+            cand = mx - d
+            if per[i] is None or cand > per[i]:
+                per[i] = cand
+        vals = [0 if v is None else v for v in per]
+        chosen = (min(vals) if policy == "min" else max(vals)) if vals else 0
+        return WatermarkState(tuple(per), max(self.global_ms, chosen))
+
+
+@dataclass
+class EngineConfig:
+    delays_ms: dict[str, int]  # watermarked sources only, in spec order
+    policy: str = "min"
+    allow_multiple: bool = True
+    no_data_batches: bool = True
+
+    @classmethod
+    def from_spec(cls, spec: BacktestSpec, candidate: str) -> EngineConfig:
+        cand = spec.candidates[candidate]
+        conf = spec.conf(candidate)
+
+        def flag(key: str, default: bool) -> bool:
+            return str(conf.get(key, str(default))).strip().lower() == "true"
+
+        return cls(
+            delays_ms={s: cand.watermark[s].ms for s in spec.query_sources if s in cand.watermark},
+            policy=str(conf.get("spark.sql.streaming.multipleWatermarkPolicy", cand.policy)),
+            allow_multiple=flag("spark.sql.streaming.statefulOperator.allowMultiple", True),
+            no_data_batches=flag("spark.sql.streaming.noDataMicroBatches.enabled", True),
+        )
+
+
+@dataclass
+class EngineResult:
+    batches: pd.DataFrame
+    outputs: pd.DataFrame
+    fates: pd.DataFrame
+    watermarks: list[int] = field(default_factory=list)
+
+
+def run(schedule: Schedule, spec: BacktestSpec, candidate: str, operator: Operator,
+        output_columns: list[str]) -> EngineResult:
+    """Drive ``operator`` through ``schedule`` exactly as Spark's MicroBatchExecution would."""
+    cfg = EngineConfig.from_spec(spec, candidate)
+    sources = list(spec.query_sources)
+    wm_sources = list(cfg.delays_ms)
+    has_wm = bool(wm_sources)
+    wms = WatermarkState(tuple(None for _ in wm_sources))
+    delays = [cfg.delays_ms[s] for s in wm_sources]
+    state = operator.initial_state()
+    records: list[dict[str, Any]] = []
+    outputs: list[pd.DataFrame] = []
+    fates: list[pd.DataFrame] = []
+    batch_id = 0
+    prev_batch_wm = 0  # batchWatermarkMs of the previous batch (0 before the first)
+    last_evict: int | None = None
+    tick_bounds = {s: _tick_bounds(schedule, s) for s in sources}
+    et_us = {s: schedule.event_time_us(s) for s in sources}
+    empty = {s: schedule.rows[s].iloc[0:0] for s in sources}
+    empty_us = np.array([], dtype=np.int64)
+
+    for tick in schedule.ticks:
+        if tick.idle:
+            if not (has_wm and cfg.no_data_batches):
+                continue
+            if not operator.wants_another_batch(state, wms.global_ms, last_evict):
+                continue
+            rows, ev = empty, {s: empty_us for s in sources}
+        else:
+            rows, ev = {}, {}
+            for s in sources:
+                lo, hi = tick_bounds[s][tick.index]
+                rows[s] = schedule.rows[s].iloc[lo:hi]
+                ev[s] = et_us[s][lo:hi]
+        w_now = wms.global_ms
+        if has_wm:
+            late = w_now if not cfg.allow_multiple else prev_batch_wm
+            late, evict = max(late, 0), max(w_now, 0)
+        else:
+            late = evict = None
+        batch = BatchInput(batch_id, tick.index, not tick.idle, rows, ev, late, evict)
+        state, step = operator.step(state, batch)
+        out = step.output
+        outputs.append(out.assign(batch_id=batch_id) if len(out) else out.iloc[0:0])
+        if step.fates is not None and len(step.fates):
+            fates.append(step.fates.assign(batch_id=batch_id))
+        rec: dict[str, Any] = {
+            "batch_id": batch_id,
+            "tick": tick.index,
+            "has_data": not tick.idle,
+            "input_rows": sum(len(r) for r in rows.values()),
+            **{f"input_rows_{s}": len(rows[s]) for s in sources},
+            "watermark_ms": w_now if has_wm else None,
+            "operator": operator.name,
+            "late_watermark_ms": late,
+            "eviction_watermark_ms": evict,
+            "dropped_by_watermark": step.dropped_by_watermark,
+            "state_rows": step.state_rows,
+            "state_rows_updated": step.state_rows_updated,
+            "state_rows_removed": step.state_rows_removed,
+            "output_rows": len(out),
+            "state_bytes": step.state_bytes,
+            "checkpoint_bytes": None,
+        }
+        records.append(rec)
+        # after the batch: update watermarks from this batch's data (markMicroBatchEnd)
+        if has_wm and not tick.idle:
+            maxima = [
+                int(micros_to_ms(ev[s]).max()) if len(ev[s]) else None for s in wm_sources
+            ]
+            wms = wms.advance(maxima, delays, cfg.policy)
+        prev_batch_wm = w_now
+        last_evict = evict
+        batch_id += 1
+
+    cols = ["batch_id", *output_columns]
+    out_df = (pd.concat([o for o in outputs if len(o)], ignore_index=True)
+              if any(len(o) for o in outputs) else pd.DataFrame(columns=cols))
+    out_df = out_df.reindex(columns=cols)
+    fate_df = (pd.concat(fates, ignore_index=True) if fates
+               else pd.DataFrame(columns=[ROW_ID, "fate", "detail", "batch_id"]))
+    return EngineResult(pd.DataFrame.from_records(records), out_df, fate_df)
+
+
+def _tick_bounds(schedule: Schedule, source: str) -> dict[int, tuple[int, int]]:
+    ticks = schedule.rows[source]["tick"].to_numpy()
+    idx = np.arange(len(schedule.ticks))
+    lo = np.searchsorted(ticks, idx, side="left")
+    hi = np.searchsorted(ticks, idx, side="right")
+    return {int(i): (int(a), int(b)) for i, a, b in zip(idx, lo, hi, strict=True)}
