@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -102,7 +103,7 @@ class WindowSpec(_Model):
         return (self.slide or self.duration).us
 
 
-def _check_aggregates(aggs: dict[str, str]) -> None:
+def _check_aggregates(aggs: dict[str, str]) -> dict[str, str]:
     for name, expr in aggs.items():
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
             raise ValueError(f"aggregate name {name!r} must be an identifier")
@@ -114,6 +115,17 @@ def _check_aggregates(aggs: dict[str, str]) -> None:
             )
         if m.group(2) == "*" and m.group(1).lower() != "count":
             raise ValueError(f"aggregate {name!r}: only count accepts *")
+    return aggs
+
+
+Aggregates = Annotated[dict[Identifier, str], AfterValidator(_check_aggregates)]
+
+
+def _non_negative(wm: dict[str, Duration]) -> dict[str, Duration]:
+    for src, d in wm.items():
+        if d.us < 0:
+            raise ValueError(f"watermark delay for {src!r} must not be negative ({d})")
+    return wm
 
 
 def parse_aggregate(expr: str) -> tuple[str, str | None]:
@@ -129,13 +141,8 @@ class AggregationQuery(_Model):
     source: str
     keys: tuple[Identifier, ...] = ()
     window: WindowSpec | None = None
-    aggregates: dict[Identifier, str] = Field(default_factory=lambda: {"count": "count(*)"})
+    aggregates: Aggregates = Field(default_factory=lambda: {"count": "count(*)"})
     output_mode: Literal["append", "update", "complete"] = "append"
-
-    @model_validator(mode="after")
-    def _check(self) -> AggregationQuery:
-        _check_aggregates(self.aggregates)
-        return self
 
 
 class DeduplicationQuery(_Model):
@@ -150,12 +157,11 @@ class SessionQuery(_Model):
     source: str
     keys: tuple[Identifier, ...]
     gap: DurationField
-    aggregates: dict[Identifier, str] = Field(default_factory=lambda: {"count": "count(*)"})
+    aggregates: Aggregates = Field(default_factory=lambda: {"count": "count(*)"})
     output_mode: Literal["append", "update", "complete"] = "append"
 
     @model_validator(mode="after")
     def _check(self) -> SessionQuery:
-        _check_aggregates(self.aggregates)
         if self.gap.us <= 0 or self.gap.has_months:
             raise ValueError("gap must be a positive duration without months")
         if not self.keys:
@@ -228,17 +234,11 @@ class ReplaySpec(_Model):
 
 
 class Candidate(_Model):
-    watermark: dict[str, DurationField] = Field(default_factory=dict)
+    watermark: Annotated[dict[str, DurationField], AfterValidator(_non_negative)] = Field(
+        default_factory=dict)
     policy: Literal["min", "max"] = "min"
     spark_conf: dict[str, str | int | float | bool] = Field(default_factory=dict)
     batch_by: BatchBy | None = None
-
-    @model_validator(mode="after")
-    def _check(self) -> Candidate:
-        for src, d in self.watermark.items():
-            if d.us < 0:
-                raise ValueError(f"watermark delay for {src!r} must not be negative ({d})")
-        return self
 
 
 class Expect(_Model):

@@ -1,0 +1,142 @@
+"""The results store: Delta tables ``runs``, ``batch_reports`` and ``outputs`` under one folder.
+
+Keys: backtest, candidate, run_id and side (``predicted`` | ``actual``). A run id is a hash of
+the spec, the candidate and the schedule, so a rerun on the same data replaces its own rows
+(idempotent) and a run on new data gets a new id. Every write is one Delta commit that replaces
+exactly the rows of its key (``predicate`` overwrite), and ``runs`` is written last: readers
+trust a run only once its ``runs`` row exists.
+
+>>> store = ResultsStore("results")                     # doctest: +SKIP
+>>> store.write(spec, "tight", rid, "predicted", result) # doctest: +SKIP
+>>> store.batches("clicks_per_ad", "tight")              # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
+
+from semantics.report import REPORT_COLUMNS, RunResult, frame_to_records
+from semantics.schedule import Schedule
+from semantics.spec import BacktestSpec
+
+KEY = ("backtest", "candidate", "run_id", "side")
+_INT = pa.int64()
+BATCH_SCHEMA = pa.schema(
+    [pa.field(k, pa.string()) for k in KEY]
+    + [pa.field(c, {"has_data": pa.bool_(), "operator": pa.string()}.get(c, _INT))
+       for c in REPORT_COLUMNS]
+    + [pa.field("input_rows_by_source", pa.string())]
+)
+OUTPUT_SCHEMA = pa.schema([pa.field(k, pa.string()) for k in KEY]
+                          + [pa.field("batch_id", _INT), pa.field("row", pa.string())])
+RUN_SCHEMA = pa.schema([pa.field(k, pa.string()) for k in KEY] + [
+    pa.field("written_at_ms", _INT), pa.field("elapsed_s", pa.float64()),
+    pa.field("batches", _INT), pa.field("output_rows", _INT),
+    pa.field("success", pa.bool_()), pa.field("details", pa.string()),
+])
+
+
+def run_id(spec: BacktestSpec, candidate: str, schedule: Schedule) -> str:
+    """Deterministic id of (spec, candidate, schedule): same inputs, same id."""
+    h = hashlib.sha256()
+    h.update(spec.model_dump_json(exclude={"path"}).encode())
+    h.update(candidate.encode())
+    h.update(json.dumps(schedule.summary(), sort_keys=True).encode())
+    for s, df in schedule.rows.items():
+        h.update(s.encode())
+        h.update(pd.util.hash_pandas_object(df[["row_id", "tick"]], index=False).values.tobytes())
+    return h.hexdigest()[:16]
+
+
+def _sql(v: str) -> str:
+    return "'" + v.replace("'", "''") + "'"
+
+
+class ResultsStore:
+    """Typed thin wrapper over the three Delta tables under ``root``."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    def _write(self, table: str, data: pa.Table, key: dict[str, str]) -> None:
+        path = self.root / table
+        pred = " AND ".join(f"{k} = {_sql(v)}" for k, v in key.items())
+        if DeltaTable.is_deltatable(str(path)):
+            write_deltalake(str(path), data, mode="overwrite", predicate=pred)
+        else:
+            path.mkdir(parents=True, exist_ok=True)
+            write_deltalake(str(path), data, mode="overwrite")
+
+    def write(self, spec: BacktestSpec, candidate: str, rid: str, side: str,
+              result: RunResult, success: bool = True, details: object = None) -> None:
+        """Store one candidate's result; replaces a previous write of the same key."""
+        key = {"backtest": spec.name, "candidate": candidate, "run_id": rid, "side": side}
+        b = result.batches.copy()
+        src_cols = [c for c in b.columns if c.startswith("input_rows_")]
+        b["input_rows_by_source"] = [json.dumps({c.removeprefix("input_rows_"): int(r[c])
+                                                 for c in src_cols}) for _, r in b.iterrows()]
+        for k, v in key.items():
+            b[k] = v
+        b = b.reindex(columns=BATCH_SCHEMA.names)
+        for c in b.columns:
+            if BATCH_SCHEMA.field(c).type == _INT:
+                b[c] = pd.to_numeric(b[c], errors="coerce").astype("Int64")
+        self._write("batch_reports", pa.Table.from_pandas(b, BATCH_SCHEMA, preserve_index=False),
+                    key)
+        recs = frame_to_records(result.outputs)
+        o = pd.DataFrame({
+            **{k: [v] * len(recs) for k, v in key.items()},
+            "batch_id": [int(r.get("batch_id", -1)) for r in recs],
+            "row": [json.dumps({k: v for k, v in r.items() if k != "batch_id"}, default=str)
+                    for r in recs],
+        })
+        self._write("outputs", pa.Table.from_pandas(o, OUTPUT_SCHEMA, preserve_index=False), key)
+        run = pd.DataFrame([{
+            **key,
+            "written_at_ms": int(time.time() * 1000),
+            "elapsed_s": float(result.info.get("elapsed_s", 0.0) or 0.0),
+            "batches": int(result.batches["batch_id"].nunique()) if len(result.batches) else 0,
+            "output_rows": len(result.outputs),
+            "success": bool(success),
+            "details": json.dumps(details, default=str) if details is not None else None,
+        }])
+        self._write("runs", pa.Table.from_pandas(run, RUN_SCHEMA, preserve_index=False), key)
+
+    def _read(self, table: str, **where: str | None) -> pd.DataFrame:
+        path = self.root / table
+        if not DeltaTable.is_deltatable(str(path)):
+            return pd.DataFrame()
+        df = DeltaTable(str(path)).to_pandas()
+        for k, v in where.items():
+            if v is not None:
+                df = df[df[k] == v]
+        return df.reset_index(drop=True)
+
+    def runs(self, backtest: str | None = None, candidate: str | None = None) -> pd.DataFrame:
+        return self._read("runs", backtest=backtest, candidate=candidate)
+
+    def batches(self, backtest: str | None = None, candidate: str | None = None,
+                run_id: str | None = None, side: str | None = None) -> pd.DataFrame:
+        """Batch reports of complete runs only (those with a ``runs`` row)."""
+        df = self._read("batch_reports", backtest=backtest, candidate=candidate, run_id=run_id,
+                        side=side)
+        runs = self.runs(backtest, candidate)
+        if df.empty or runs.empty:
+            return df.iloc[0:0]
+        done = runs[list(KEY)].drop_duplicates()
+        return df.merge(done, on=list(KEY)).sort_values(["candidate", "side", "batch_id"])
+
+    def outputs(self, backtest: str, candidate: str, run_id: str, side: str) -> pd.DataFrame:
+        df = self._read("outputs", backtest=backtest, candidate=candidate, run_id=run_id,
+                        side=side)
+        if df.empty:
+            return df
+        rows = pd.DataFrame([json.loads(r) for r in df["row"]])
+        return pd.concat([df[["batch_id"]].reset_index(drop=True), rows], axis=1)
