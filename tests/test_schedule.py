@@ -1,0 +1,156 @@
+"""Replay planning: Delta history -> arrival order -> ticks (SPEC.md §2), and bad-data errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from deltalake import write_deltalake
+
+from semantics.errors import DataError, SpecError
+from semantics.history import plan
+from semantics.spec import parse_spec
+from tests.deltas import ts, write_commits
+
+
+def spec_for(tmp_path: Path, batch_by: dict, pace: str = "backlog", **source: object):
+    return parse_spec({
+        "name": "t",
+        "sources": {"clicks": {"table": str(tmp_path / "clicks"), "event_time": "ts", **source}},
+        "query": {"kind": "deduplication", "source": "clicks", "keys": ["id"]},
+        "replay": {"batch_by": batch_by, "pace": pace},
+        "candidates": {"c": {"watermark": {"clicks": "10 seconds"}}},
+    }, str(tmp_path / "spec.yaml"))
+
+
+@pytest.fixture
+def three_commits(tmp_path: Path) -> Path:
+    return write_commits(tmp_path / "clicks", [
+        [{"id": 1, "ts": 15, "country": "NL"}],
+        [{"id": 2, "ts": 3, "country": "DE"}, {"id": 3, "ts": 4, "country": "NL"}],
+        [{"id": 4, "ts": 30, "country": "NL"}],
+    ])
+
+
+def ticks_of(schedule, source="clicks") -> list[list[int]]:
+    df = schedule.rows[source]
+    return [df.loc[df.tick == t.index, "id"].tolist() for t in schedule.ticks]
+
+
+def test_backlog_one_commit_per_tick_then_one_idle_tick(tmp_path, three_commits) -> None:
+    s = plan(spec_for(tmp_path, {"commits": 1}))
+    assert [t.idle for t in s.ticks] == [False, False, False, True]
+    assert ticks_of(s) == [[1], [2, 3], [4], []]
+    assert s.rows["clicks"]["row_id"].tolist() == [0, 1, 2, 3]
+    assert s.rows["clicks"]["commit_version"].tolist() == [0, 1, 1, 2]
+    assert str(s.rows["clicks"]["ts"].dtype) == "datetime64[us, UTC]"
+
+
+def test_live_pace_puts_an_idle_tick_after_every_data_tick(tmp_path, three_commits) -> None:
+    s = plan(spec_for(tmp_path, {"commits": 1}, "live"))
+    assert [t.idle for t in s.ticks] == [False, True, False, True, False, True]
+    assert ticks_of(s) == [[1], [], [2, 3], [], [4], []]
+
+
+def test_commits_n_and_rows_n(tmp_path, three_commits) -> None:
+    assert ticks_of(plan(spec_for(tmp_path, {"commits": 2}))) == [[1, 2, 3], [4], []]
+    # rows: n cuts across commit boundaries
+    assert ticks_of(plan(spec_for(tmp_path, {"rows": 2}))) == [[1, 2], [3, 4], []]
+    assert ticks_of(plan(spec_for(tmp_path, {"rows": 3}))) == [[1, 2, 3], [4], []]
+
+
+def test_versions_range_and_filter(tmp_path, three_commits) -> None:
+    s = plan(spec_for(tmp_path, {"commits": 1}, versions=[1, 2]))
+    assert ticks_of(s) == [[2, 3], [4], []]
+    s = plan(spec_for(tmp_path, {"commits": 1}, filter="country = 'NL' AND id <> 4"))
+    # version 2 has no row left: it is no data tick at all
+    assert ticks_of(s) == [[1], [3], []]
+
+
+def test_arrival_column_and_interval(tmp_path: Path) -> None:
+    base = pd.Timestamp("2024-01-01", tz="UTC")
+    rows = [{"id": i, "ts": 100 + i, "ingest": base + pd.Timedelta(seconds=sec)}
+            for i, sec in enumerate([0, 30, 70, 65, 400])]
+    write_commits(tmp_path / "clicks", [rows])
+    s = plan(spec_for(tmp_path, {"arrival_interval": "1 minute"}, "live",
+                      arrival="column:ingest"))
+    # arrival order is by the column (65 s before 70 s); the empty minutes 2..5 add no tick
+    assert ticks_of(s) == [[0, 1], [], [3, 2], [], [4], []]
+    with pytest.raises(SpecError, match="commits needs arrival: commit"):
+        spec_for(tmp_path, {"commits": 1}, arrival="column:ingest")
+
+
+def test_two_sources_merge_by_commit_time(tmp_path: Path) -> None:
+    write_commits(tmp_path / "imp", [[{"ad": 1, "ts": 1}]])
+    write_commits(tmp_path / "clk", [[{"ad": 1, "ts": 2}]])
+    write_commits(tmp_path / "imp", [[{"ad": 2, "ts": 3}]])
+    spec = parse_spec({
+        "name": "j",
+        "sources": {"imp": {"table": str(tmp_path / "imp"), "event_time": "ts"},
+                    "clk": {"table": str(tmp_path / "clk"), "event_time": "ts"}},
+        "query": {"kind": "join", "left": "imp", "right": "clk", "keys": ["ad"]},
+        "replay": {"batch_by": {"commits": 1}},
+        "candidates": {"c": {}},
+    })
+    s = plan(spec)
+    assert s.rows["imp"]["tick"].tolist() == [0, 2]
+    assert s.rows["clk"]["tick"].tolist() == [1]
+    assert s.rows["imp"]["row_id"].tolist() == [0, 2]
+    assert [t.idle for t in s.ticks] == [False, False, False, True]
+
+
+def test_row_ids_do_not_depend_on_batch_by(tmp_path, three_commits) -> None:
+    a = plan(spec_for(tmp_path, {"commits": 1})).rows["clicks"]
+    b = plan(spec_for(tmp_path, {"rows": 3})).rows["clicks"]
+    assert a[["row_id", "id"]].equals(b[["row_id", "id"]])
+
+
+# -- bad data: a clear error naming table, field and expectation -----------------------------
+
+def test_missing_table(tmp_path: Path) -> None:
+    with pytest.raises(SpecError) as e:
+        plan(spec_for(tmp_path, {"commits": 1}))
+    assert e.value.field == "sources.clicks.table" and "Delta table" in e.value.expected
+
+
+def test_missing_event_time_column(tmp_path: Path) -> None:
+    write_commits(tmp_path / "clicks", [[{"id": 1, "when": 3}]], event_time="when")
+    with pytest.raises(DataError) as e:
+        plan(spec_for(tmp_path, {"commits": 1}))
+    assert e.value.field == "sources.clicks.event_time" and "'ts'" in e.value.expected
+
+
+def test_naive_timestamps_are_rejected(tmp_path: Path) -> None:
+    df = pd.DataFrame({"id": [1], "ts": [pd.Timestamp("2024-01-01")]})  # no time zone
+    write_deltalake(str(tmp_path / "clicks"), df)
+    with pytest.raises(DataError, match="naive"):
+        plan(spec_for(tmp_path, {"commits": 1}))
+
+
+def test_null_event_times_are_rejected(tmp_path: Path) -> None:
+    df = pd.DataFrame({"id": [1, 2], "ts": [ts(1), pd.NaT]})
+    df["ts"] = df["ts"].astype("datetime64[us, UTC]")
+    write_deltalake(str(tmp_path / "clicks"), df)
+    with pytest.raises(DataError, match="1 rows have none"):
+        plan(spec_for(tmp_path, {"commits": 1}))
+
+
+def test_empty_table_is_rejected(tmp_path: Path) -> None:
+    df = pd.DataFrame({"id": pd.Series([], dtype="int64"),
+                       "ts": pd.Series([], dtype="datetime64[us, UTC]")})
+    write_deltalake(str(tmp_path / "clicks"), df)
+    with pytest.raises(DataError, match="at least one row"):
+        plan(spec_for(tmp_path, {"commits": 1}))
+
+
+def test_missing_key_column(tmp_path: Path) -> None:
+    write_commits(tmp_path / "clicks", [[{"key": 1, "ts": 3}]])
+    with pytest.raises(DataError, match="column 'id'"):
+        plan(spec_for(tmp_path, {"commits": 1}))
+
+
+def test_bad_filter_names_the_field(tmp_path, three_commits) -> None:
+    with pytest.raises(SpecError) as e:
+        plan(spec_for(tmp_path, {"commits": 1}, filter="nation = 'NL'"))
+    assert e.value.field == "sources.clicks.filter" and "unknown column" in e.value.expected
