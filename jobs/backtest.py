@@ -1,0 +1,138 @@
+"""One backtest run: plan, predict, replay in Spark, validate, store. Shared by CLI and Dagster.
+
+>>> result = run_backtest(load_spec("backtests/clicks.yaml"), actual=True)   # doctest: +SKIP
+>>> result.success                                                         # doctest: +SKIP
+True
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jobs.results import ResultsStore, run_id
+from semantics.compare import Difference, compare_outputs, compare_reports
+from semantics.history import plan
+from semantics.report import RunResult
+from semantics.schedule import Schedule
+from semantics.spec import BacktestSpec
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class CandidateResult:
+    name: str
+    run_id: str
+    schedule: Schedule
+    predicted: RunResult | None = None
+    actual: RunResult | None = None
+    differences: list[Difference] = field(default_factory=list)
+    validation: dict[str, Any] | None = None
+
+    @property
+    def success(self) -> bool:
+        return self.validation is None or bool(self.validation.get("success"))
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "run_id": self.run_id}
+        if self.predicted is not None:
+            out["predicted"] = self.predicted.to_json()
+        if self.actual is not None:
+            out["actual"] = self.actual.to_json()
+        if self.validation is not None:
+            out["validation"] = self.validation
+        return out
+
+
+@dataclass
+class BacktestResult:
+    spec: BacktestSpec
+    candidates: list[CandidateResult]
+    report: str | None = None
+
+    @property
+    def success(self) -> bool:
+        return all(c.success for c in self.candidates)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"backtest": self.spec.name,
+                "candidates": [c.to_json() for c in self.candidates],
+                "report": self.report}
+
+
+def candidates_of(spec: BacktestSpec, candidate: str | None) -> list[str]:
+    if candidate is None:
+        return list(spec.candidates)
+    if candidate not in spec.candidates:
+        from semantics.errors import SpecError
+
+        raise SpecError(spec.path, "candidates", f"a candidate named {candidate!r} (have: "
+                        f"{', '.join(spec.candidates)})")
+    return [candidate]
+
+
+def default_results_dir() -> Path:
+    import os
+
+    return Path(os.environ.get("WMBT_RESULTS", "results"))
+
+
+def run_backtest(spec: BacktestSpec, candidate: str | None = None, *, predict: bool = True,
+                 actual: bool = True, results: Path | None = None, master: str | None = None,
+                 progress: Progress = lambda _m: None, spark: Any = None) -> BacktestResult:
+    """Predict and/or replay every candidate (or one), compare, and store the results."""
+    store = ResultsStore(results or default_results_dir())
+    out: list[CandidateResult] = []
+    schedules: dict[str, Schedule] = {}
+    for name in candidates_of(spec, candidate):
+        bb = spec.batch_by(name).model_dump_json()
+        if bb not in schedules:
+            t0 = time.perf_counter()
+            schedules[bb] = plan(spec, name)
+            s = schedules[bb]
+            progress(f"planned {len(s.ticks)} ticks, {s.total_rows} rows "
+                     f"({time.perf_counter() - t0:.1f}s)")
+        sched = schedules[bb]
+        cr = CandidateResult(name, run_id(spec, name, sched), sched)
+        if predict:
+            from semantics.predict import predict as run_predict
+
+            t0 = time.perf_counter()
+            cr.predicted = run_predict(sched, spec, name)
+            cr.predicted.info["elapsed_s"] = time.perf_counter() - t0
+            progress(f"[{name}] predicted {len(cr.predicted.batches)} batches in "
+                     f"{cr.predicted.info['elapsed_s']:.2f}s")
+            store.write(spec, name, cr.run_id, "predicted", cr.predicted)
+        if actual:
+            from jobs.replay import replay
+            from jobs.spark import get_spark
+
+            session = spark or get_spark(master)
+            progress(f"[{name}] replaying {len(sched.data_ticks)} batches in Spark ...")
+            workdir = store.root / "_work" / spec.name / name
+            cr.actual = replay(spec, name, sched, workdir, session)
+            progress(f"[{name}] Spark ran {cr.actual.batches['batch_id'].nunique()} batches in "
+                     f"{float(cr.actual.info.get('elapsed_s', 0)):.1f}s")
+        if predict and actual:
+            assert cr.predicted is not None and cr.actual is not None
+            cr.validation = validate(spec, cr)
+            progress(f"[{name}] validation {'passed' if cr.success else 'FAILED'}")
+        if actual:
+            assert cr.actual is not None
+            store.write(spec, name, cr.run_id, "actual", cr.actual, cr.success,
+                        cr.validation)
+        out.append(cr)
+    return BacktestResult(spec, out)
+
+
+def validate(spec: BacktestSpec, cr: CandidateResult) -> dict[str, Any]:
+    """Prediction vs actual, batch by batch, and emitted rows row for row."""
+    assert cr.predicted is not None and cr.actual is not None
+    diffs = compare_reports(cr.predicted.batches, cr.actual.batches)
+    diffs += compare_outputs(cr.predicted.outputs, cr.actual.outputs)
+    cr.differences = diffs
+    return {"success": not diffs, "failed": [d.message for d in diffs[:50]]}

@@ -1,0 +1,157 @@
+"""``wmbt``: the command line (SPEC.md §4). JSON on stdout with --json; progress on stderr.
+
+Exit codes: 0 success, 1 a validation failed, 2 bad spec or bad data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from semantics.errors import WmbtError
+
+
+def _progress(quiet: bool):
+    def emit(msg: str) -> None:
+        if not quiet:
+            print(f"wmbt: {msg}", file=sys.stderr, flush=True)
+
+    return emit
+
+
+def summary_rows(result: Any) -> list[dict[str, Any]]:
+    """One line per candidate and side: batches, late rows, peak state, output rows."""
+    rows = []
+    for c in result.candidates:
+        for side in ("predicted", "actual"):
+            r = getattr(c, side)
+            if r is None:
+                continue
+            b = r.batches
+            first = b.drop_duplicates("batch_id")
+            inputs = int(first["input_rows"].sum())
+            late = int(b["dropped_by_watermark"].fillna(0).sum())
+            rows.append({
+                "candidate": c.name, "side": side, "batches": len(first),
+                "input_rows": inputs, "late": late,
+                "late_%": f"{100 * late / inputs:.2f}" if inputs else "-",
+                "peak_state": int(b["state_rows"].max()) if len(b) else 0,
+                "output_rows": int(first["output_rows"].sum()),
+                "valid": "" if c.validation is None else ("yes" if c.success else "NO"),
+            })
+    return rows
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return ""
+    cols = list(rows[0])
+    width = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in cols}
+    line = "  ".join(c.ljust(width[c]) for c in cols)
+    body = ["  ".join(str(r[c]).ljust(width[c]) for c in cols) for r in rows]
+    return "\n".join([line, "  ".join("-" * width[c] for c in cols), *body])
+
+
+def _print_result(result: Any, as_json: bool) -> int:
+    if as_json:
+        json.dump(result.to_json(), sys.stdout, default=str)
+        sys.stdout.write("\n")
+    else:
+        print(format_table(summary_rows(result)))
+        for c in result.candidates:
+            if c.validation and not c.success:
+                print(f"\n{c.name}: validation failed")
+                for f in c.validation["failed"][:20]:
+                    print(f"  - {f}")
+        if result.report:
+            print(f"\nreport: {result.report}")
+    return 0 if result.success else 1
+
+
+def cmd_run(args: argparse.Namespace, predict: bool, actual: bool) -> int:
+    from jobs.backtest import run_backtest
+    from semantics.spec import load_spec
+
+    spec = load_spec(args.spec)
+    result = run_backtest(spec, args.candidate, predict=predict, actual=actual,
+                          results=Path(args.results) if args.results else None,
+                          master=getattr(args, "master", None),
+                          progress=_progress(args.json and not sys.stderr.isatty()))
+    if predict and actual:
+        from jobs.report_html import write_report
+
+        result.report = write_report(result)
+    if predict and getattr(args, "explain", None) is not None:
+        return explain(result, args.explain)
+    return _print_result(result, args.json)
+
+
+def explain(result: Any, row_id: int) -> int:
+    from semantics.explain import explain_row
+
+    for c in result.candidates:
+        print(f"[{c.name}] " + explain_row(c.schedule, c.predicted, row_id))
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from jobs.demo import run_demo
+
+    return run_demo(Path(args.dir), small=args.small, as_json=args.json)
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from jobs.sweep import run_sweep
+
+    return run_sweep(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="wmbt", description="Backtest Spark watermark configurations "
+                                "on historical Delta tables (Spark 4.0 semantics).")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def common(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("spec", help="backtest spec YAML (SPEC.md §1)")
+        sp.add_argument("--candidate", help="only this candidate")
+        sp.add_argument("--json", action="store_true", help="one JSON document on stdout")
+        sp.add_argument("--results", help="results folder (default $WMBT_RESULTS or ./results)")
+
+    sp = sub.add_parser("predict", help="prediction only, no Spark")
+    common(sp)
+    sp.add_argument("--explain", type=int, metavar="ROW_ID", help="the fate of one input row")
+    sp.set_defaults(func=lambda a: cmd_run(a, True, False))
+    for name, helptext, pred in (("replay", "Spark replay only (actual)", False),
+                                 ("backtest", "predict + replay + validate + report", True)):
+        sp = sub.add_parser(name, help=helptext)
+        common(sp)
+        sp.add_argument("--master", help="Spark master: local[2] (default), spark://host:port, "
+                        "or sc://host:port (Spark Connect)")
+        sp.set_defaults(func=lambda a, pred=pred: cmd_run(a, pred, True))
+    sp = sub.add_parser("sweep", help="prediction-only tradeoff over watermark delays")
+    common(sp)
+    sp.add_argument("--source", required=True, help="the source whose delay is swept")
+    sp.add_argument("--delays", required=True, help='e.g. "1 minute..2 hours/60"')
+    sp.set_defaults(func=cmd_sweep)
+    sp = sub.add_parser("demo", help="build sample Delta tables and a demo spec, run a backtest")
+    sp.add_argument("--dir", default="demo", help="folder for the demo (default ./demo)")
+    sp.add_argument("--small", action="store_true", help="a smaller, faster demo")
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(func=cmd_demo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except WmbtError as exc:
+        print(f"wmbt: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
