@@ -1,0 +1,169 @@
+"""The comparison page across candidates: one self-contained HTML file (no CDN, works offline).
+
+Plots are PNGs embedded as data URIs; styles are inline.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from semantics.metrics import candidate_metrics, check_expectations
+
+CSS = """
+body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px;color:#1f2328}
+h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 8px}
+.sub{color:#59636e;margin-bottom:16px}
+table{border-collapse:collapse;font-size:13px} th,td{padding:5px 10px;border-bottom:1px solid #d1d9e0}
+th{background:#f6f8fa;text-align:left} td.num{text-align:right;font-variant-numeric:tabular-nums}
+.ok{color:#1a7f37;font-weight:600}.bad{color:#cf222e;font-weight:600}
+.plots img{max-width:100%;border:1px solid #d1d9e0;margin:6px 0}
+ul.fail{color:#cf222e;font-size:13px}
+"""
+
+COLUMNS = [
+    ("candidate", "candidate"), ("side", "side"), ("late", "late (Spark count)"),
+    ("late_fraction", "late fraction"), ("peak_state_rows", "peak state rows"),
+    ("final_state_rows", "final state rows"), ("peak_state_bytes", "peak state bytes"),
+    ("output_rows", "output rows"), ("latency_p50_s", "latency p50 s"),
+    ("latency_p95_s", "latency p95 s"), ("latency_p99_s", "latency p99 s"),
+    ("batches", "batches"), ("elapsed_s", "run time s"), ("validation", "validation"),
+]
+
+
+def comparison_rows(result: Any) -> list[dict[str, Any]]:
+    rows = []
+    for c in result.candidates:
+        for side in ("predicted", "actual"):
+            r = getattr(c, side)
+            if r is None:
+                continue
+            m = candidate_metrics(result.spec, c.schedule, r)
+            m["candidate"], m["side"] = c.name, side
+            fails = check_expectations(result.spec, m)
+            m["validation"] = ("-" if c.validation is None else
+                               ("passed" if c.success else "failed"))
+            m["expectations"] = fails
+            rows.append(m)
+    return rows
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:.4f}" if abs(v) < 1 else f"{v:,.1f}"
+    if isinstance(v, int | np.integer):
+        return f"{int(v):,}"
+    return html.escape(str(v))
+
+
+def _png(fig: Any) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def plots(result: Any) -> list[tuple[str, str]]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = []
+    specs = [("state_rows", "State rows per batch", False),
+             ("dropped_by_watermark", "Cumulative late (dropped by watermark)", True)]
+    for col, title, cumulative in specs:
+        fig, ax = plt.subplots(figsize=(8, 3.2))
+        for c in result.candidates:
+            for side, style in (("predicted", "-"), ("actual", "--")):
+                r = getattr(c, side)
+                if r is None:
+                    continue
+                s = pd.to_numeric(r.batches.groupby("batch_id")[col].sum())
+                ax.plot(s.index, s.cumsum() if cumulative else s, style,
+                        label=f"{c.name} ({side})")
+        ax.set_xlabel("batch id")
+        ax.set_title(title)
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+        out.append((title, _png(fig)))
+    fig, ax = plt.subplots(figsize=(8, 3.2))
+    first = result.candidates[0]
+    sched = first.schedule
+    maxes = []
+    for s in sched.rows:
+        et = sched.event_time_us(s) // 1000
+        ticks = sched.rows[s]["tick"].to_numpy()
+        m = np.full(len(sched.ticks), np.nan)
+        if len(et):
+            mx = pd.Series(et).groupby(ticks).max()
+            m[mx.index.to_numpy()] = mx.to_numpy()
+        maxes.append(m)
+    maxev = np.fmax.accumulate(np.nanmax(np.vstack(maxes), axis=0))
+    t0 = np.nanmin(maxev)
+    ax.plot(np.arange(len(maxev)), (maxev - t0) / 60000, "k:", label="max event time seen")
+    for c in result.candidates:
+        r = c.predicted if c.predicted is not None else c.actual
+        b = r.batches.drop_duplicates("batch_id")
+        wm = pd.to_numeric(b["watermark_ms"])
+        ax.step(b["tick"], (wm - t0) / 60000, where="post", label=f"{c.name} watermark")
+    ax.set_xlabel("tick")
+    ax.set_ylabel("minutes since first max event time")
+    ax.set_title("Watermark vs max event time")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    out.append(("Watermark vs max event time", _png(fig)))
+    return out
+
+
+def write_report(result: Any, folder: str | Path | None = None) -> str:
+    """Write ``<folder>/<backtest>.html``; returns its path."""
+    from jobs.backtest import default_results_dir
+
+    folder = Path(folder) if folder else default_results_dir() / "reports"
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = comparison_rows(result)
+    head = "".join(f"<th>{html.escape(label)}</th>" for _, label in COLUMNS)
+    body = []
+    for r in rows:
+        cells = []
+        for key, _ in COLUMNS:
+            v = r.get(key)
+            cls = ' class="num"' if isinstance(v, int | float) and key != "validation" else ""
+            if key == "validation":
+                cls = {' class="ok"': v == "passed", ' class="bad"': v == "failed"}
+                cls = next((k for k, on in cls.items() if on), "")
+            cells.append(f"<td{cls}>{_fmt(v)}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    fails = []
+    for c in result.candidates:
+        if c.validation and not c.success:
+            items = "".join(f"<li>{html.escape(f)}</li>" for f in c.validation["failed"][:30])
+            fails.append(f"<h3>{html.escape(c.name)}: validation failed</h3><ul class=fail>"
+                         f"{items}</ul>")
+    imgs = "".join(f'<img alt="{html.escape(t)}" src="{u}">' for t, u in plots(result))
+    spec = result.spec
+    doc = f"""<!doctype html><html><head><meta charset="utf-8">
+<title>{html.escape(spec.name)} – watermark backtest</title><style>{CSS}</style></head><body>
+<h1>Watermark backtest: {html.escape(spec.name)}</h1>
+<div class="sub">query: {html.escape(spec.query.kind)} · candidates:
+{html.escape(', '.join(spec.candidates))} · predictions follow Spark 4.0 semantics</div>
+<h2>Candidates</h2><table><tr>{head}</tr>{''.join(body)}</table>
+{''.join(fails)}
+<h2>Plots</h2><div class="plots">{imgs}</div>
+</body></html>"""
+    path = folder / f"{spec.name}.html"
+    tmp = path.with_suffix(".html.tmp")
+    tmp.write_text(doc)
+    tmp.replace(path)
+    return str(path)

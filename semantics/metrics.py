@@ -1,0 +1,102 @@
+"""Figures that compare candidates: lateness, state, output and emission latency.
+
+Emission latency of an emitted row = arrival time of the tick whose batch emitted it (the last
+arrival in a data tick; for a no-data batch, that of the data tick before it) minus the row's
+reference event time: ``window_end`` / ``session_end`` for aggregations and sessions, the event
+time for deduplication, the later of the two sides' event times for a join (the left one for a
+null-padded row).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from semantics.report import RunResult
+from semantics.schedule import Schedule
+from semantics.spec import BacktestSpec, JoinQuery
+
+
+def _tick_clock_ms(schedule: Schedule) -> np.ndarray:
+    clock, last = [], 0
+    for t in schedule.ticks:
+        if not t.idle and t.arrival_end_ms is not None:
+            last = t.arrival_end_ms
+        clock.append(last)
+    return np.asarray(clock, dtype=np.int64)
+
+
+def _ms(s: pd.Series) -> np.ndarray:
+    s = pd.to_datetime(s, utc=True)
+    return (s.astype("datetime64[us, UTC]").astype("int64") // 1000).to_numpy(dtype=float)
+
+
+def reference_event_ms(spec: BacktestSpec, outputs: pd.DataFrame) -> np.ndarray:
+    q = spec.query
+    if outputs.empty:
+        return np.array([], dtype=float)
+    if q.kind == "aggregation" and "window_end" in outputs:
+        return _ms(outputs["window_end"])
+    if q.kind == "aggregation":
+        return _ms(outputs[spec.sources[q.source].event_time])
+    if q.kind == "session":
+        return _ms(outputs["session_end"])
+    if q.kind == "deduplication":
+        return _ms(outputs[spec.sources[q.source].event_time])
+    assert isinstance(q, JoinQuery)
+    left = _ms(outputs[f"{q.left}_{spec.sources[q.left].event_time}"])
+    if q.type == "left_semi":
+        return left
+    right = _ms(outputs[f"{q.right}_{spec.sources[q.right].event_time}"])
+    return np.fmax(left, right)
+
+
+def candidate_metrics(spec: BacktestSpec, schedule: Schedule, result: RunResult
+                      ) -> dict[str, Any]:
+    """One row of the comparison table for ``result`` (predicted or actual)."""
+    b = result.batches
+    per_batch = b.drop_duplicates("batch_id")
+    inputs = int(per_batch["input_rows"].sum())
+    late = int(pd.to_numeric(b["dropped_by_watermark"]).fillna(0).sum())
+    state = pd.to_numeric(b.groupby("batch_id")["state_rows"].sum())
+    sbytes = pd.to_numeric(b.groupby("batch_id")["state_bytes"].sum(min_count=1))
+    out = result.outputs
+    lat = np.array([], dtype=float)
+    if len(out):
+        tick_of_batch = dict(zip(per_batch["batch_id"], per_batch["tick"], strict=True))
+        clock = _tick_clock_ms(schedule)
+        emit = clock[[int(tick_of_batch[int(x)]) for x in out["batch_id"]]]
+        lat = (emit - reference_event_ms(spec, out)) / 1000.0
+        lat = lat[~np.isnan(lat)]
+    pct = (lambda p: float(np.percentile(lat, p)) if len(lat) else None)
+    return {
+        "batches": len(per_batch),
+        "no_data_batches": int((~per_batch["has_data"].astype(bool)).sum()),
+        "input_rows": inputs,
+        "late": late,
+        "late_fraction": late / inputs if inputs else 0.0,
+        "peak_state_rows": int(state.max()) if len(state) else 0,
+        "final_state_rows": int(state.iloc[-1]) if len(state) else 0,
+        "peak_state_bytes": None if sbytes.isna().all() else int(sbytes.max()),
+        "final_state_bytes": None if sbytes.isna().all() else int(sbytes.iloc[-1]),
+        "output_rows": int(per_batch["output_rows"].sum()),
+        "latency_p50_s": pct(50),
+        "latency_p95_s": pct(95),
+        "latency_p99_s": pct(99),
+        "elapsed_s": result.info.get("elapsed_s"),
+    }
+
+
+def check_expectations(spec: BacktestSpec, metrics: dict[str, Any]) -> list[str]:
+    """The spec's ``expect`` thresholds; one message per failed threshold."""
+    fails = []
+    e = spec.expect
+    if e.max_late_fraction is not None and metrics["late_fraction"] > e.max_late_fraction:
+        fails.append(f"late fraction {metrics['late_fraction']:.4f} > expect.max_late_fraction "
+                     f"{e.max_late_fraction}")
+    if e.max_state_rows is not None and metrics["peak_state_rows"] > e.max_state_rows:
+        fails.append(f"peak state rows {metrics['peak_state_rows']} > expect.max_state_rows "
+                     f"{e.max_state_rows}")
+    return fails
