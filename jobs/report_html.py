@@ -20,7 +20,8 @@ CSS = """
 body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px;color:#1f2328}
 h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 8px}
 .sub{color:#59636e;margin-bottom:16px}
-table{border-collapse:collapse;font-size:13px} th,td{padding:5px 10px;border-bottom:1px solid #d1d9e0}
+table{border-collapse:collapse;font-size:13px}
+th,td{padding:5px 10px;border-bottom:1px solid #d1d9e0}
 th{background:#f6f8fa;text-align:left} td.num{text-align:right;font-variant-numeric:tabular-nums}
 .ok{color:#1a7f37;font-weight:600}.bad{color:#cf222e;font-weight:600}
 .plots img{max-width:100%;border:1px solid #d1d9e0;margin:6px 0}

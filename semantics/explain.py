@@ -15,7 +15,8 @@ def fates_of(result: RunResult) -> pd.DataFrame:
 
 def explain_row(schedule: Schedule, result: RunResult | None, row_id: int) -> str:
     """A one-paragraph account of ``row_id`` (accepted, late by how much, duplicate, ...)."""
-    for source, df in schedule.rows.items():
+    source = ""
+    for source, df in schedule.rows.items():  # noqa: B007 - used after the loop
         hit = df.loc[df[ROW_ID] == row_id]
         if len(hit):
             row = hit.iloc[0]

@@ -70,7 +70,10 @@ def candidate_metrics(spec: BacktestSpec, schedule: Schedule, result: RunResult
         emit = clock[[int(tick_of_batch[int(x)]) for x in out["batch_id"]]]
         lat = (emit - reference_event_ms(spec, out)) / 1000.0
         lat = lat[~np.isnan(lat)]
-    pct = (lambda p: float(np.percentile(lat, p)) if len(lat) else None)
+
+    def pct(p: float) -> float | None:
+        return float(np.percentile(lat, p)) if len(lat) else None
+
     return {
         "batches": len(per_batch),
         "no_data_batches": int((~per_batch["has_data"].astype(bool)).sum()),

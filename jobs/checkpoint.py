@@ -1,0 +1,119 @@
+"""Read what Spark actually executed from a streaming checkpoint (classic layout, Spark 4.0).
+
+* ``commits/<b>``: batch ``b`` completed (only committed batches are reported);
+* ``offsets/<b>``: line 1 ``v1``, line 2 the batch metadata (``batchWatermarkMs``, ...), then one
+  JSON offset per source of the plan; the replay's file source offset is ``{"logOffset": L}``
+  (a self-joined source may appear on several lines; they must agree);
+* ``sources/0/<L>`` (and compacted ``<L>.compact``): JSON lines ``{"path", "timestamp",
+  "batchId": L}`` — the files the file source added at log offset ``L``.
+
+A batch is a *data* batch iff its log offset advanced over the previous batch's; its input files
+are the log entries with ``batchId`` in ``(previous, current]``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+_VERSIONED = re.compile(r"^(\d+)\.(delta|snapshot|changelog|zip)$")
+
+
+@dataclass(frozen=True)
+class ExecutedBatch:
+    batch_id: int
+    watermark_ms: int
+    has_data: bool
+    files: tuple[str, ...]  # input files read by this batch, in log order
+
+
+def _numbered(d: Path) -> list[int]:
+    if not d.is_dir():
+        return []
+    return sorted(int(p.name) for p in d.iterdir() if p.name.isdigit())
+
+
+def committed_batches(checkpoint: Path) -> list[int]:
+    return _numbered(checkpoint / "commits")
+
+
+def _offset_lines(checkpoint: Path, batch_id: int) -> tuple[dict, list[dict | None]]:
+    lines = (checkpoint / "offsets" / str(batch_id)).read_text().splitlines()
+    meta = json.loads(lines[1]) if len(lines) > 1 else {}
+    offs = [None if ln.strip() in ("", "-") else json.loads(ln) for ln in lines[2:]]
+    return meta, offs
+
+
+def _log_offset(offs: list[dict | None], batch_id: int) -> int | None:
+    vals = {o.get("logOffset") for o in offs if o is not None}
+    if len(vals) > 1:
+        raise ValueError(f"offsets/{batch_id}: the file source appears with different offsets "
+                         f"{sorted(vals)}")
+    return vals.pop() if vals else None
+
+
+def source_log(checkpoint: Path, source: int = 0) -> dict[int, list[str]]:
+    """Files per log offset of file source ``source`` (compacted logs included)."""
+    d = checkpoint / "sources" / str(source)
+    out: dict[int, list[str]] = {}
+    if not d.is_dir():
+        return out
+    for p in sorted(d.iterdir()):
+        if p.name.startswith(".") or not re.fullmatch(r"\d+(\.compact)?", p.name):
+            continue
+        for line in p.read_text().splitlines()[1:]:
+            if not line.strip():
+                continue
+            e = json.loads(line)
+            files = out.setdefault(int(e["batchId"]), [])
+            if e["path"] not in files:
+                files.append(e["path"])
+    return out
+
+
+def executed_batches(checkpoint: Path) -> list[ExecutedBatch]:
+    """Every committed batch with its watermark, data flag and input files."""
+    log = source_log(checkpoint)
+    out: list[ExecutedBatch] = []
+    prev: int | None = None
+    for b in committed_batches(checkpoint):
+        meta, offs = _offset_lines(checkpoint, b)
+        cur = _log_offset(offs, b)
+        has_data = cur is not None and (prev is None or cur > prev)
+        files: list[str] = []
+        if has_data:
+            lo = -1 if prev is None else prev
+            for off in range(lo + 1, cur + 1):
+                files.extend(log.get(off, []))
+        out.append(ExecutedBatch(b, int(meta.get("batchWatermarkMs", 0)), has_data,
+                                 tuple(files)))
+        prev = cur if cur is not None else prev
+    return out
+
+
+def state_bytes_by_batch(checkpoint: Path, batch_ids: list[int]) -> dict[int, int]:
+    """Approximate on-disk state size after each batch.
+
+    Counts the files under ``state/`` (``.crc`` files excluded) whose state-store version is
+    ``<= batch_id + 1`` (batch ``b`` commits version ``b + 1``), plus every unversioned file
+    (metadata, schemas, RocksDB SST files). Approximation: measured after the run, so snapshot
+    files that background maintenance wrote later for an old version are counted for that
+    version, and files of old versions are only present because the replay keeps every version
+    (``spark.sql.streaming.minBatchesToRetain`` is raised during the replay).
+    """
+    root = checkpoint / "state"
+    versioned: list[tuple[int, int]] = []
+    fixed = 0
+    if root.is_dir():
+        for p in root.rglob("*"):
+            if not p.is_file() or p.name.endswith(".crc"):
+                continue
+            m = _VERSIONED.match(p.name)
+            size = p.stat().st_size
+            if m:
+                versioned.append((int(m.group(1)), size))
+            else:
+                fixed += size
+    return {b: fixed + sum(s for v, s in versioned if v <= b + 1) for b in batch_ids}

@@ -1,0 +1,125 @@
+"""Turn schedule ticks into parquet files for Spark's file stream source.
+
+One file per DATA tick holds the rows of every source of that tick: column ``_src`` (the source's
+index in ``spec.query_sources``), then ``s<i>__row_id`` and ``s<i>__<col>`` for every source ``i``
+(null for rows of other sources). Rows keep the schedule order (source order, then row id).
+
+Invariants the replay relies on:
+* file ``tick-<k>.parquet`` holds exactly the rows of tick ``k``;
+* files get strictly increasing synthetic mtimes (``BASE_MTIME + position``) because Spark's file
+  source orders new files by modification time, not by name;
+* a file appears in the watched directory atomically (written to a staging dir, then renamed);
+* event times are ``timestamp[us, UTC]`` (tz-aware → Spark TimestampType, never TIMESTAMP_NTZ),
+  strings are plain ``string`` (no string_view / large_string).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import StructType
+
+from jobs.query import TAG, input_column
+from semantics.schedule import ROW_ID, Schedule
+from semantics.spec import BacktestSpec
+
+BASE_MTIME = 1_600_000_000  # seconds; file k of the replay gets BASE_MTIME + k
+FILE_RE = re.compile(r"tick-(\d+)\.parquet$")
+
+
+def file_name(tick: int) -> str:
+    return f"tick-{tick:06d}.parquet"
+
+
+def tick_of_file(path: str) -> int:
+    """Inverse of :func:`file_name` (accepts a path or ``file:`` URI)."""
+    m = FILE_RE.search(path)
+    if not m:
+        raise ValueError(f"not a replay input file: {path}")
+    return int(m.group(1))
+
+
+def _plain(t: pa.DataType) -> pa.DataType:
+    if pa.types.is_string_view(t) or pa.types.is_large_string(t):
+        return pa.string()
+    if pa.types.is_binary_view(t) or pa.types.is_large_binary(t):
+        return pa.binary()
+    if pa.types.is_timestamp(t):
+        return pa.timestamp("us", tz="UTC")
+    if pa.types.is_dictionary(t):
+        return _plain(t.value_type)
+    return t
+
+
+def source_schema(schedule: Schedule, source: str) -> pa.Schema:
+    """Arrow schema of ``row_id`` + the source's data columns, normalised for Spark."""
+    cols = [ROW_ID, *schedule.data_columns[source]]
+    df = schedule.rows[source][cols]
+    schema = pa.Schema.from_pandas(df.iloc[0:0], preserve_index=False)
+    fields = [pa.field(f.name, _plain(f.type), True) for f in schema]
+    et = schedule.event_time[source]
+    fields = [pa.field(f.name, pa.timestamp("us", tz="UTC"), True) if f.name == et else f
+              for f in fields]
+    return pa.schema(fields)
+
+
+def input_arrow_schema(spec: BacktestSpec, schedule: Schedule) -> pa.Schema:
+    fields = [pa.field(TAG, pa.int32(), False)]
+    for i, s in enumerate(spec.query_sources):
+        for f in source_schema(schedule, s):
+            fields.append(pa.field(input_column(i, f.name), f.type, True))
+    return pa.schema(fields)
+
+
+def input_spark_schema(spec: BacktestSpec, schedule: Schedule) -> StructType:
+    """The explicit schema of the file stream (Spark never infers it)."""
+    return from_arrow_schema(input_arrow_schema(spec, schedule))
+
+
+def tick_table(spec: BacktestSpec, schedule: Schedule, tick: int,
+               schema: pa.Schema | None = None) -> pa.Table:
+    """All rows of ``tick`` (every source), tagged, in the input file layout."""
+    schema = schema or input_arrow_schema(spec, schedule)
+    parts: list[pa.Table] = []
+    for i, s in enumerate(spec.query_sources):
+        rows = schedule.tick_rows(s, tick)
+        if not len(rows):
+            continue
+        n = len(rows)
+        src_schema = source_schema(schedule, s)
+        own = pa.Table.from_pandas(rows[list(src_schema.names)], preserve_index=False)
+        arrays = []
+        for f in schema:
+            if f.name == TAG:
+                arrays.append(pa.array(np.full(n, i, dtype=np.int32)))
+            elif f.name.startswith(f"s{i}__"):
+                col = f.name[len(f"s{i}__"):]
+                arrays.append(own.column(col).cast(f.type))
+            else:
+                arrays.append(pa.nulls(n, f.type))
+        parts.append(pa.Table.from_arrays(arrays, schema=schema))
+    if not parts:
+        return schema.empty_table()
+    return pa.concat_tables(parts)
+
+
+def write_tick(spec: BacktestSpec, schedule: Schedule, tick: int, position: int,
+               input_dir: Path, staging_dir: Path, schema: pa.Schema | None = None) -> Path:
+    """Write tick ``tick`` as the ``position``-th input file (mtime ``BASE_MTIME + position``)
+    atomically into ``input_dir``; returns the final path."""
+    table = tick_table(spec, schedule, tick, schema)
+    staging_dir.mkdir(parents=True, exist_ok=True)
+    input_dir.mkdir(parents=True, exist_ok=True)
+    tmp = staging_dir / file_name(tick)
+    pq.write_table(table, tmp)
+    mtime = BASE_MTIME + position
+    os.utime(tmp, (mtime, mtime))
+    final = input_dir / file_name(tick)
+    os.replace(tmp, final)
+    return final
