@@ -119,7 +119,7 @@ def run_backtest(spec: BacktestSpec, candidate: str | None = None, *, predict: b
                      f"{float(cr.actual.info.get('elapsed_s', 0)):.1f}s")
         if predict and actual:
             assert cr.predicted is not None and cr.actual is not None
-            cr.validation = validate(spec, cr)
+            cr.validation = validate(spec, cr, store.root / "gx")
             progress(f"[{name}] validation {'passed' if cr.success else 'FAILED'}")
         if actual:
             assert cr.actual is not None
@@ -129,10 +129,12 @@ def run_backtest(spec: BacktestSpec, candidate: str | None = None, *, predict: b
     return BacktestResult(spec, out)
 
 
-def validate(spec: BacktestSpec, cr: CandidateResult) -> dict[str, Any]:
-    """Prediction vs actual, batch by batch, and emitted rows row for row."""
+def validate(spec: BacktestSpec, cr: CandidateResult, gx_root: Path) -> dict[str, Any]:
+    """Prediction vs actual with Great Expectations (batch by batch, emitted rows row for row,
+    the spec's thresholds); the plain comparison is kept on ``cr.differences``."""
+    from jobs.validation import validate as gx_validate
+
     assert cr.predicted is not None and cr.actual is not None
-    diffs = compare_reports(cr.predicted.batches, cr.actual.batches)
-    diffs += compare_outputs(cr.predicted.outputs, cr.actual.outputs)
-    cr.differences = diffs
-    return {"success": not diffs, "failed": [d.message for d in diffs[:50]]}
+    cr.differences = compare_reports(cr.predicted.batches, cr.actual.batches)
+    cr.differences += compare_outputs(cr.predicted.outputs, cr.actual.outputs)
+    return gx_validate(spec, cr, gx_root)

@@ -1,0 +1,186 @@
+"""Prediction vs actual as Great Expectations 1.x suites (called directly; no dagster-ge).
+
+Per candidate, one validation definition over three small frames:
+
+* ``<backtest>.<candidate>.batches`` — predicted and actual batch reports joined on
+  (batch_id, operator); ``ExpectColumnPairValuesToBeEqual`` for every exact column (watermark,
+  late/eviction watermark, dropped_by_watermark, state rows, output rows, ...), and the state-bytes
+  estimate within ``STATE_BYTES_TOLERANCE`` of Spark's memoryUsedBytes (when both exist);
+* ``<backtest>.<candidate>.outputs`` — emitted rows counted per (batch, row) on both sides;
+  the counts must be equal (row for row, as a multiset);
+* ``<backtest>.<candidate>.expect`` — the spec's ``expect`` thresholds on the actual run.
+
+Failures come back as readable messages naming batch and column, e.g.
+``batch 3 (stateStoreSave): dropped_by_watermark predicted 2, actual 1``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from semantics.compare import _canonical
+from semantics.metrics import candidate_metrics
+from semantics.report import EXACT_COLUMNS
+
+STATE_BYTES_TOLERANCE = 0.5  # |predicted / actual − 1| ≤ 50 % (see docs/state-bytes.md)
+_KEY = ["batch_id", "operator"]
+
+
+def _context(root: Path) -> Any:
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    import great_expectations as gx
+
+    logging.getLogger("great_expectations").setLevel(logging.ERROR)
+    root.mkdir(parents=True, exist_ok=True)
+    ctx = gx.get_context(mode="file", project_root_dir=str(root))
+    try:
+        from great_expectations.data_context.types.base import ProgressBarsConfig
+
+        ctx.variables.progress_bars = ProgressBarsConfig(globally=False)
+        ctx.variables.save()
+    except Exception:  # pragma: no cover - cosmetic only
+        pass
+    return ctx
+
+
+def batches_frame(predicted: pd.DataFrame, actual: pd.DataFrame) -> pd.DataFrame:
+    cols = [c for c in EXACT_COLUMNS if c not in _KEY]
+    extra = [c for c in predicted.columns if c.startswith("input_rows_")]
+    p = predicted[_KEY + cols + extra + ["state_bytes"]].add_prefix("predicted_")
+    a = actual[_KEY + cols + extra + ["state_bytes"]].add_prefix("actual_")
+    m = p.merge(a, left_on=["predicted_" + k for k in _KEY],
+                right_on=["actual_" + k for k in _KEY], how="outer")
+    m["batch_id"] = m["predicted_batch_id"].fillna(m["actual_batch_id"]).astype("int64")
+    m["operator"] = m["predicted_operator"].fillna(m["actual_operator"])
+    for c in cols + extra:
+        for side in ("predicted_", "actual_"):
+            s = m[side + c]
+            m[side + c] = s.astype(object).where(s.notna(), "<none>").astype(str)
+    pb = pd.to_numeric(m["predicted_state_bytes"], errors="coerce")
+    ab = pd.to_numeric(m["actual_state_bytes"], errors="coerce")
+    m["state_bytes_ratio"] = np.where((ab > 0) & pb.notna(), pb / ab.where(ab > 0), np.nan)
+    return m.sort_values("batch_id").reset_index(drop=True)
+
+
+def outputs_frame(predicted: pd.DataFrame, actual: pd.DataFrame) -> pd.DataFrame:
+    cols = list(predicted.columns)
+    p = _canonical(predicted[cols]).astype(str).agg("|".join, axis=1).value_counts()
+    a = _canonical(actual.reindex(columns=cols)).astype(str).agg("|".join, axis=1).value_counts()
+    rows = sorted(set(p.index) | set(a.index))
+    df = pd.DataFrame({"row": rows,
+                       "predicted_count": [int(p.get(r, 0)) for r in rows],
+                       "actual_count": [int(a.get(r, 0)) for r in rows]})
+    df["batch_id"] = [int(r.split("|", 1)[0]) if r.split("|", 1)[0].isdigit() else -1
+                      for r in rows]
+    return df
+
+
+def _messages(res: Any) -> list[str]:
+    out = []
+    for r in res.results:
+        if r.success:
+            continue
+        cfg = r.expectation_config
+        kw = cfg.kwargs
+        idx = r.result.get("unexpected_index_list") or []
+        if cfg.type == "expect_column_pair_values_to_be_equal":
+            a, b = kw["column_A"], kw["column_B"]
+            col = a.removeprefix("predicted_")
+            for u in idx[:20]:
+                if "row" in u:
+                    out.append(f"batch {u['batch_id']}: output row {u['row']} emitted "
+                               f"{u.get(a)}× predicted, {u.get(b)}× actual")
+                else:
+                    out.append(f"batch {u['batch_id']} ({u.get('operator')}): {col} "
+                               f"predicted {u.get(a)}, actual {u.get(b)}")
+        elif cfg.type == "expect_column_values_to_be_between" and kw["column"] == \
+                "state_bytes_ratio":
+            for u in idx[:20]:
+                out.append(f"batch {u['batch_id']} ({u.get('operator')}): state_bytes "
+                           f"predicted/actual = {u['state_bytes_ratio']:.2f}, outside "
+                           f"1 ± {STATE_BYTES_TOLERANCE}")
+        else:
+            obs = r.result.get("observed_value")
+            if obs is None and r.result.get("partial_unexpected_list"):
+                obs = r.result["partial_unexpected_list"][0]
+            out.append(f"expect: {kw['column']} = {obs} is above the threshold "
+                       f"{kw.get('max_value')}")
+    return out
+
+
+def validate(spec: Any, cr: Any, root: Path) -> dict[str, Any]:
+    """Run the GX suites for one candidate; returns {success, failed, statistics, data_docs}."""
+    import great_expectations as gx
+    import great_expectations.expectations as gxe
+
+    ctx = _context(root)
+    ds = ctx.data_sources.add_or_update_pandas("wmbt")
+    b = batches_frame(cr.predicted.batches, cr.actual.batches)
+    o = outputs_frame(cr.predicted.outputs, cr.actual.outputs)
+    metrics = candidate_metrics(spec, cr.schedule, cr.actual)
+    m = pd.DataFrame([{"candidate": cr.name, "batch_id": -1, **metrics}])
+    exact = [c for c in EXACT_COLUMNS if c not in _KEY]
+    exact += [c for c in cr.predicted.batches.columns if c.startswith("input_rows_")]
+    plans: list[tuple[str, pd.DataFrame, list[Any], list[str]]] = [
+        ("batches", b,
+         [gxe.ExpectColumnPairValuesToBeEqual(column_A=f"predicted_{c}", column_B=f"actual_{c}")
+          for c in exact]
+         + ([gxe.ExpectColumnValuesToBeBetween(column="state_bytes_ratio",
+                                               min_value=1 - STATE_BYTES_TOLERANCE,
+                                               max_value=1 + STATE_BYTES_TOLERANCE)]
+            if b["state_bytes_ratio"].notna().any() else []),
+         ["batch_id", "operator"]),
+        ("outputs", o,
+         [gxe.ExpectColumnPairValuesToBeEqual(column_A="predicted_count",
+                                              column_B="actual_count")],
+         ["batch_id", "row"]),
+    ]
+    exp = []
+    if spec.expect.max_late_fraction is not None:
+        exp.append(gxe.ExpectColumnValuesToBeBetween(column="late_fraction", min_value=0,
+                                                     max_value=spec.expect.max_late_fraction))
+    if spec.expect.max_state_rows is not None:
+        exp.append(gxe.ExpectColumnValuesToBeBetween(column="peak_state_rows", min_value=0,
+                                                     max_value=spec.expect.max_state_rows))
+    if exp:
+        plans.append(("expect", m, exp, ["batch_id"]))
+    failed: list[str] = []
+    stats = {"evaluated": 0, "successful": 0}
+    validations = []
+    for part, frame, expectations, index_cols in plans:
+        name = f"{spec.name}.{cr.name}.{part}"
+        asset_name = name.replace(".", "__")
+        try:
+            asset = ds.get_asset(asset_name)
+        except LookupError:
+            asset = ds.add_dataframe_asset(name=asset_name)
+        try:
+            bd = asset.get_batch_definition("whole")
+        except (KeyError, LookupError):
+            bd = asset.add_batch_definition_whole_dataframe("whole")
+        suite = gx.ExpectationSuite(name=name)
+        for e in expectations:
+            suite.add_expectation(e)
+        suite = ctx.suites.add_or_update(suite)
+        vd = ctx.validation_definitions.add_or_update(
+            gx.ValidationDefinition(data=bd, suite=suite, name=name))
+        fmt = {"result_format": "COMPLETE", "unexpected_index_column_names": index_cols}
+        res = vd.run(batch_parameters={"dataframe": frame}, result_format=fmt)
+        validations.append(vd)
+        stats["evaluated"] += len(res.results)
+        stats["successful"] += sum(1 for r in res.results if r.success)
+        failed += _messages(res)
+    docs = None
+    try:
+        ctx.build_data_docs()
+        urls = ctx.get_docs_sites_urls()
+        docs = urls[0]["site_url"] if urls else None
+    except Exception as exc:  # pragma: no cover - docs are a by-product
+        logging.getLogger(__name__).warning("data docs not built: %s", exc)
+    return {"success": not failed, "failed": failed, "statistics": stats, "data_docs": docs}
