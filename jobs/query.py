@@ -1,0 +1,154 @@
+"""Build the streaming query under test (SPEC.md §1) from one tagged input stream.
+
+The replay feeds every source of the query through ONE file stream (see ``jobs.feed``): each row
+carries a source tag ``_src`` (the source's index in ``spec.query_sources``) and per-source
+columns ``s<i>__<col>``. :func:`source_frames` splits that stream into one logical streaming
+DataFrame per source (``filter(tag) → select/rename → withWatermark``), so all sources advance in
+lockstep, one schedule tick per micro-batch. :func:`build_query` then applies the query kind.
+
+Invariants:
+* the result's columns are exactly ``semantics.report.output_columns(spec, data_columns)``;
+* ``row_id`` flows through as a plain column (dedup and join outputs carry it);
+* a source gets ``withWatermark(event_time, delay)`` iff the candidate has a delay for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from semantics.durations import Duration
+from semantics.report import output_columns
+from semantics.schedule import ROW_ID
+from semantics.spec import (
+    AggregationQuery,
+    BacktestSpec,
+    DeduplicationQuery,
+    JoinQuery,
+    SessionQuery,
+)
+
+TAG = "_src"
+
+
+def input_column(source_index: int, column: str) -> str:
+    """Name of ``column`` of source number ``source_index`` in the tagged input files."""
+    return f"s{source_index}__{column}"
+
+
+def interval(d: Duration) -> str:
+    """A Spark interval string with exactly ``d``'s value (months already count as 31 days)."""
+    return f"{d.us} microseconds"
+
+
+def interval_literal(d: Duration) -> str:
+    """A SQL interval literal (day-time interval) with exactly ``d``'s value."""
+    return f"INTERVAL '{d.us / 1_000_000:.6f}' SECOND"
+
+
+@dataclass(frozen=True)
+class BuiltQuery:
+    """The query's result DataFrame and the output mode to start it with."""
+
+    df: DataFrame
+    output_mode: str
+
+
+def source_frames(
+    spec: BacktestSpec,
+    candidate: str,
+    stream: DataFrame,
+    data_columns: Mapping[str, tuple[str, ...]],
+    prefix: Mapping[str, str] | None = None,
+) -> dict[str, DataFrame]:
+    """One streaming DataFrame per query source, watermarked as the candidate says.
+
+    Columns are ``row_id`` plus the source's data columns, each renamed to
+    ``prefix[source] + name`` (no prefix by default).
+    """
+    wm = spec.candidates[candidate].watermark
+    out: dict[str, DataFrame] = {}
+    for i, s in enumerate(spec.query_sources):
+        p = (prefix or {}).get(s, "")
+        cols = (ROW_ID, *data_columns[s])
+        df = stream.filter(F.col(TAG) == F.lit(i)).select(
+            *[F.col(input_column(i, c)).alias(p + c) for c in cols]
+        )
+        if s in wm:
+            df = df.withWatermark(p + spec.sources[s].event_time, interval(wm[s]))
+        out[s] = df
+    return out
+
+
+def _aggregates(aggs: Mapping[str, str]) -> list[Column]:
+    return [F.expr(expr).alias(name) for name, expr in aggs.items()]
+
+
+def build_query(
+    spec: BacktestSpec,
+    candidate: str,
+    stream: DataFrame,
+    data_columns: Mapping[str, tuple[str, ...]],
+) -> BuiltQuery:
+    """The query of ``spec`` over the tagged input ``stream``; columns = ``output_columns``."""
+    q = spec.query
+    cols = output_columns(spec, dict(data_columns))
+    if isinstance(q, JoinQuery):
+        df = _join(spec, candidate, stream, data_columns, q)
+        return BuiltQuery(df.select(*cols), "append")
+    src = source_frames(spec, candidate, stream, data_columns)[q.source]
+    et = spec.sources[q.source].event_time
+    if isinstance(q, AggregationQuery):
+        if q.window is not None:
+            slide = interval(q.window.slide) if q.window.slide is not None else None
+            w = (F.window(et, interval(q.window.duration), slide) if slide
+                 else F.window(et, interval(q.window.duration)))
+            agg = src.groupBy(w.alias("window"), *q.keys).agg(*_aggregates(q.aggregates))
+            agg = agg.select(*q.keys, F.col("window.start").alias("window_start"),
+                             F.col("window.end").alias("window_end"), *q.aggregates)
+        else:
+            agg = src.groupBy(*q.keys).agg(*_aggregates(q.aggregates))
+        return BuiltQuery(agg.select(*cols), q.output_mode)
+    if isinstance(q, DeduplicationQuery):
+        keys = list(q.keys)
+        df = src.dropDuplicatesWithinWatermark(keys) if q.within_watermark \
+            else src.dropDuplicates(keys)
+        return BuiltQuery(df.select(*cols), "append")
+    assert isinstance(q, SessionQuery)
+    sw = F.session_window(et, interval(q.gap)).alias("session_window")
+    agg = src.groupBy(sw, *q.keys).agg(*_aggregates(q.aggregates))
+    agg = agg.select(*q.keys, F.col("session_window.start").alias("session_start"),
+                     F.col("session_window.end").alias("session_end"), *q.aggregates)
+    return BuiltQuery(agg.select(*cols), q.output_mode)
+
+
+def join_condition(spec: BacktestSpec, q: JoinQuery) -> Column:
+    """Equi keys plus ``left.t BETWEEN right.t + lower AND right.t + upper`` (strict bounds
+    become ``>``/``<``; a missing bound is left out)."""
+    lp, rp = f"{q.left}_", f"{q.right}_"
+    cond: Column | None = None
+    for k in q.keys:
+        c = F.col(lp + k) == F.col(rp + k)
+        cond = c if cond is None else cond & c
+    tr = q.time_range
+    if tr is not None:
+        lt = f"`{lp}{spec.sources[q.left].event_time}`"
+        rt = f"`{rp}{spec.sources[q.right].event_time}`"
+        if tr.lower is not None:
+            op = ">=" if tr.lower_inclusive else ">"
+            cond = cond & F.expr(f"{lt} {op} {rt} + {interval_literal(tr.lower)}")
+        if tr.upper is not None:
+            op = "<=" if tr.upper_inclusive else "<"
+            cond = cond & F.expr(f"{lt} {op} {rt} + {interval_literal(tr.upper)}")
+    assert cond is not None
+    return cond
+
+
+def _join(spec: BacktestSpec, candidate: str, stream: DataFrame,
+          data_columns: Mapping[str, tuple[str, ...]], q: JoinQuery) -> DataFrame:
+    frames = source_frames(spec, candidate, stream, data_columns,
+                           prefix={q.left: f"{q.left}_", q.right: f"{q.right}_"})
+    return frames[q.left].join(frames[q.right], join_condition(spec, q), q.type)

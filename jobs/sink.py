@@ -1,0 +1,129 @@
+"""The replay's foreachBatch sink and reading its output back.
+
+Every micro-batch writes its rows as parquet to ``<outputs>/batch_id=<N>`` (overwrite, so a
+re-executed batch is idempotent) with ONE action on the batch DataFrame (a second action would
+recompute the stateful plan). In classic (py4j) mode it also records, for each stateful operator
+of the batch's executed plan (plan pre-order = progress ``stateOperators`` order), the two
+watermarks Spark handed it (``eventTimeWatermarkForLateEvents`` / ``...ForEviction``) in
+``<outputs>/_watermarks/batch_id=<N>.json``. Spark Connect has no py4j; there the file is absent
+and the replay derives the values instead.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql import DataFrame, SparkSession
+
+WATERMARKS_DIR = "_watermarks"
+_STATE_STORE_WRITER = "org.apache.spark.sql.execution.streaming.StateStoreWriter"
+
+
+def batch_dir(outputs: Path, batch_id: int) -> Path:
+    return outputs / f"batch_id={batch_id}"
+
+
+def _option(o: Any) -> int | None:
+    return int(o.get()) if o is not None and o.isDefined() else None
+
+
+def operator_watermarks(spark: SparkSession, query_name: str) -> dict[str, Any] | None:
+    """Late/eviction watermarks of each stateful operator of the running batch of the active
+    query ``query_name`` (classic mode only; called from inside foreachBatch, when the query's
+    ``lastExecution`` is the batch being written)."""
+    jspark = spark._jsparkSession  # noqa: SLF001 - py4j access is the point here
+    jvm = spark._jvm  # noqa: SLF001
+    writer = jvm.java.lang.Class.forName(_STATE_STORE_WRITER)
+    for jq in jspark.streams().active():
+        if jq.name() != query_name:
+            continue
+        ex = jq.streamingQuery().lastExecution()
+        if ex is None:
+            return None
+        ops: list[dict[str, Any]] = []
+        stack = [ex.executedPlan()]
+        while stack:  # pre-order, children left to right
+            node = stack.pop()
+            if writer.isInstance(node):
+                ops.append({
+                    "node": node.getClass().getSimpleName(),
+                    "late": _option(node.eventTimeWatermarkForLateEvents()),
+                    "eviction": _option(node.eventTimeWatermarkForEviction()),
+                })
+            children = node.children()
+            stack.extend(children.apply(i) for i in reversed(range(children.size())))
+        return {"batch_watermark_ms": int(ex.offsetSeqMetadata().batchWatermarkMs()),
+                "operators": ops}
+    return None
+
+
+def make_sink(outputs: Path, spark: SparkSession | None, query_name: str
+              ) -> Callable[[DataFrame, int], None]:
+    """The foreachBatch function. ``spark`` is the classic session to read operator watermarks
+    from, or None (Spark Connect: the function runs in a server-side Python worker)."""
+    out = str(outputs)
+
+    def sink(df: DataFrame, batch_id: int) -> None:
+        from pathlib import Path as _Path
+
+        df.write.mode("overwrite").parquet(str(_Path(out) / f"batch_id={batch_id}"))
+        if spark is not None:
+            wms = operator_watermarks(spark, query_name)
+            if wms is not None:
+                d = _Path(out) / WATERMARKS_DIR
+                d.mkdir(parents=True, exist_ok=True)
+                (d / f"batch_id={batch_id}.json").write_text(json.dumps(wms))
+
+    return sink
+
+
+def read_watermarks(outputs: Path, batch_id: int) -> dict[str, Any] | None:
+    p = outputs / WATERMARKS_DIR / f"batch_id={batch_id}.json"
+    return json.loads(p.read_text()) if p.exists() else None
+
+
+def read_outputs(outputs: Path, batch_ids: list[int], columns: list[str]) -> pd.DataFrame:
+    """``batch_id`` + ``columns`` for the given batches, in batch order then file order.
+
+    Timestamps come back as ``datetime64[us, UTC]``; integer columns holding nulls (outer
+    joins) as nullable ``Int64``.
+    """
+    frames: list[pd.DataFrame] = []
+    for b in batch_ids:
+        d = batch_dir(outputs, b)
+        files = sorted(p for p in d.glob("*.parquet") if not p.name.startswith(("_", ".")))
+        tables = [pq.read_table(p) for p in files]
+        tables = [t for t in tables if t.num_rows]
+        if not tables:
+            continue
+        t = pa.concat_tables(tables, promote_options="default")
+        df = _to_pandas(t)
+        df.insert(0, "batch_id", b)
+        frames.append(df)
+    if not frames:
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in ["batch_id", *columns]})
+    out = pd.concat(frames, ignore_index=True)
+    for c in out.columns:
+        if pd.api.types.is_integer_dtype(out[c]) and out[c].isna().any():
+            out[c] = out[c].astype("Int64")
+    return out[["batch_id", *columns]]
+
+
+def _to_pandas(t: pa.Table) -> pd.DataFrame:
+    df = t.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype(),
+                                   pa.int32(): pd.Int64Dtype()}.get)
+    for f in t.schema:
+        if pa.types.is_timestamp(f.type):
+            col = df[f.name]
+            if getattr(col.dt, "tz", None) is None:
+                col = col.dt.tz_localize("UTC")
+            df[f.name] = col.astype("datetime64[us, UTC]")
+        elif pa.types.is_integer(f.type) and not df[f.name].isna().any():
+            df[f.name] = df[f.name].astype("int64")
+    return df
