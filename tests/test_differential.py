@@ -1,0 +1,109 @@
+"""Prediction == real Spark, on randomized out-of-order streams and candidate configs.
+
+CI runs a bounded, derandomized set of examples per query kind, pace and policy; ``--soak`` runs
+many more with random seeds. Every batch-report column except bytes must be equal and the emitted
+rows equal row for row.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from tests.differential import (
+    commits,
+    delays,
+    explain_failure,
+    join_spec,
+    replays,
+    run_both,
+    single_spec,
+    valid_or_none,
+)
+
+pytestmark = pytest.mark.spark
+SOAK = bool(os.environ.get("WMBT_SOAK"))
+
+
+def examples(n: int):
+    return settings(max_examples=n * 25 if SOAK else n, deadline=None, derandomize=not SOAK,
+                    suppress_health_check=list(HealthCheck), database=None)
+
+
+def check(spec, tmp, spark) -> None:
+    diffs = run_both(spec, "c", tmp, spark)
+    if diffs:
+        pytest.fail(explain_failure(spec, "c", diffs, tmp, spark))
+
+
+keys = {"k": st.integers(1, 2), "v": st.integers(0, 9)}
+windows = st.sampled_from([{"duration": "5 seconds"}, {"duration": "10 seconds"},
+                           {"duration": "10 seconds", "slide": "5 seconds"},
+                           {"duration": "10 seconds", "slide": "4 seconds"}])
+
+
+@pytest.mark.parametrize("pace", ["backlog", "live"])
+@examples(4)
+@given(data=commits(keys), window=windows, replay=replays, delay=delays,
+       mode=st.sampled_from(["append", "append", "update", "complete"]))
+def test_aggregation(spark, tmp_path_factory, pace, data, window, replay, delay, mode) -> None:
+    tmp = tmp_path_factory.mktemp("agg")
+    spec = single_spec(tmp, "diffagg", {
+        "kind": "aggregation", "keys": ["k"], "window": window, "output_mode": mode,
+        "aggregates": {"n": "count(*)", "s": "sum(v)", "lo": "min(v)", "avg_v": "avg(v)"}},
+        {**replay, "pace": pace}, delay, data)
+    check(spec, tmp, spark)
+
+
+@pytest.mark.parametrize("pace", ["backlog", "live"])
+@examples(4)
+@given(data=commits({"id": st.integers(1, 4)}), replay=replays, delay=delays,
+       variant=st.sampled_from(["id", "id_ts", "within"]))
+def test_deduplication(spark, tmp_path_factory, pace, data, replay, delay, variant) -> None:
+    tmp = tmp_path_factory.mktemp("dedup")
+    query = {"kind": "deduplication", "keys": ["id", "ts"] if variant == "id_ts" else ["id"],
+             "within_watermark": variant == "within"}
+    spec = single_spec(tmp, "diffdedup", query, {**replay, "pace": pace}, delay, data)
+    check(spec, tmp, spark)
+
+
+@pytest.mark.parametrize("pace", ["backlog", "live"])
+@examples(4)
+@given(data=commits(keys), replay=replays, delay=delays,
+       gap=st.sampled_from(["3 seconds", "5 seconds"]),
+       mode=st.sampled_from(["append", "append", "complete"]))
+def test_session(spark, tmp_path_factory, pace, data, replay, delay, gap, mode) -> None:
+    tmp = tmp_path_factory.mktemp("session")
+    spec = single_spec(tmp, "diffsession", {
+        "kind": "session", "keys": ["k"], "gap": gap, "output_mode": mode,
+        "aggregates": {"n": "count(*)", "s": "sum(v)"}}, {**replay, "pace": pace}, delay, data)
+    check(spec, tmp, spark)
+
+
+@pytest.mark.parametrize("pace,policy", [("backlog", "min"), ("live", "min"),
+                                         ("backlog", "max"), ("live", "max")])
+@examples(3)
+@given(left=commits({"k": st.integers(1, 2)}, max_commits=3),
+       right=commits({"k": st.integers(1, 2)}, max_commits=3),
+       order=st.lists(st.booleans(), min_size=6, max_size=6),
+       jtype=st.sampled_from(["inner", "left_outer", "right_outer", "full_outer", "left_semi"]),
+       lower=st.sampled_from([None, "-5 seconds", "-10 seconds", "0 seconds"]),
+       upper=st.sampled_from([None, "0 seconds", "5 seconds"]),
+       incl=st.tuples(st.booleans(), st.booleans()),
+       ldelay=st.sampled_from([None, "0 seconds", "3 seconds", "10 seconds"]),
+       rdelay=st.sampled_from([None, "0 seconds", "3 seconds", "10 seconds"]),
+       replay=replays)
+def test_join(spark, tmp_path_factory, pace, policy, left, right, order, jtype, lower, upper,
+              incl, ldelay, rdelay, replay) -> None:
+    assume(lower is not None or upper is not None)
+    tmp = tmp_path_factory.mktemp("join")
+    tr = {k: v for k, v in (("lower", lower), ("upper", upper)) if v is not None}
+    tr.update(lower_inclusive=incl[0], upper_inclusive=incl[1])
+    spec = valid_or_none(lambda: join_spec(
+        tmp, {"type": jtype, "time_range": tr}, {**replay, "pace": pace}, ldelay, rdelay,
+        policy, left, right, order))
+    assume(spec is not None)
+    check(spec, tmp, spark)
