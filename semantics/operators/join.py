@@ -1,0 +1,311 @@
+"""Predictor of Spark 4.0's ``StreamingSymmetricHashJoinExec`` (progress name
+``symmetricHashJoin``) for the join query of SPEC.md §1.
+
+One batch (``StreamingSymmetricHashJoinExec.processPartitions``; spark-watermark-semantics.md
+§5.5), with ``late``/``evict`` the operator's two watermarks from the engine:
+
+1. **Late rows**: a row of a side *with a watermark* is dropped iff
+   ``event_time_µs <= late·1000``; counted in ``numRowsDroppedByWatermark`` for both sides. A
+   side without a watermark has no event-time column in Spark's sense and is never late.
+   Rows with a null join key on a side where Spark's optimizer infers ``isnotnull(key)`` (inner
+   and left semi: both sides; left outer: right; right outer: left) never reach the join.
+2. **Left input** joins the right state (rows buffered by *earlier* batches): every pair with
+   equal keys and the time-range condition true is emitted (cross product) and both rows are
+   flagged ``matched``. Left rows are **always** stored, except left-semi rows that matched
+   (a left-semi left row is emitted once, on its first match).
+3. **Right input** then joins the left state *including this batch's left rows*. Left semi:
+   only not-yet-matched left rows are considered and each is emitted once. A right row is
+   **not stored** if the right state predicate (with ``evict``) is already true for it, unless it
+   is an unmatched row of a right-outer/full-outer join (SPARK-49829: stored so that eviction
+   emits its null row in this very batch).
+4. **Eviction** (state watermarks from :mod:`join_watermarks`, with ``evict``): rows of a side
+   whose predicate is true are removed. Outer sides emit a null-padded row for each removed row
+   whose ``matched`` flag is false (a row matched in any batch never does). ``numRowsRemoved``
+   counts only the final cleanup pass: inner/semi both sides, left outer the right side, right
+   outer the left side, full outer nothing.
+5. Metrics: ``numRowsTotal`` = buffered rows of both sides after eviction, ``numRowsUpdated`` =
+   rows appended to state this batch.
+
+No-data batch: ``wants_another_batch`` iff some side has a state predicate and the new watermark
+exceeds the eviction watermark of the last batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from semantics.engine import BatchInput, OperatorStep
+from semantics.operators.join_frames import (
+    ET,
+    EV,
+    MATCHED,
+    SideLayout,
+    match_pairs,
+    public,
+)
+from semantics.operators.join_watermarks import JoinEvictionPlan, derive_plan
+from semantics.report import OPERATOR_NAMES, output_columns
+from semantics.schedule import ROW_ID, Schedule
+from semantics.spec import BacktestSpec, Candidate, JoinQuery
+
+FATE_COLUMNS = [ROW_ID, "fate", "detail"]
+# Sides on which Spark's InferFiltersFromConstraints adds isnotnull(key) below the join.
+_NOT_NULL_SIDES = {
+    "inner": ("left", "right"), "left_semi": ("left", "right"), "left_outer": ("right",),
+    "right_outer": ("left",), "full_outer": (),
+}
+
+
+@dataclass(frozen=True)
+class JoinState:
+    """Buffered rows per side (``SideLayout`` frames, positional index, insertion order).
+
+    Invariant: every row is one ``keyWithIndexToValue`` entry of Spark's state; ``_matched`` is
+    Spark's state-format-v2 flag.
+    """
+
+    left: pd.DataFrame
+    right: pd.DataFrame
+
+    @property
+    def rows(self) -> int:
+        return len(self.left) + len(self.right)
+
+
+@dataclass(frozen=True)
+class TimeCondition:
+    """``left.t (>=|>) right.t + lower AND left.t (<=|<) right.t + upper`` on µs arrays."""
+
+    lower_us: int | None
+    upper_us: int | None
+    lower_inclusive: bool = True
+    upper_inclusive: bool = True
+
+    def __call__(self, lt: np.ndarray, rt: np.ndarray) -> np.ndarray:
+        ok = np.ones(len(lt), dtype=bool)
+        if self.lower_us is not None:
+            lo = rt + self.lower_us
+            ok &= (lt >= lo) if self.lower_inclusive else (lt > lo)
+        if self.upper_us is not None:
+            hi = rt + self.upper_us
+            ok &= (lt <= hi) if self.upper_inclusive else (lt < hi)
+        return ok
+
+    @classmethod
+    def of(cls, query: JoinQuery) -> TimeCondition:
+        tr = query.time_range
+        if tr is None:
+            return cls(None, None)
+        return cls(None if tr.lower is None else tr.lower.us,
+                   None if tr.upper is None else tr.upper.us,
+                   tr.lower_inclusive, tr.upper_inclusive)
+
+
+class JoinOperator:
+    """The join as a pure step function (see the module docstring for the rules)."""
+
+    name = OPERATOR_NAMES["join"]
+
+    def __init__(self, spec: BacktestSpec, candidate: str | Candidate, schedule: Schedule):
+        q = spec.query
+        if not isinstance(q, JoinQuery):
+            raise TypeError(f"JoinOperator needs a join query, got kind {q.kind!r}")
+        cand = spec.candidates[candidate] if isinstance(candidate, str) else candidate
+        self.query = q
+        self.watermarked = frozenset(s for s in (q.left, q.right) if s in cand.watermark)
+        self.plan: JoinEvictionPlan = derive_plan(q, schedule.event_time, self.watermarked)
+        self.condition = TimeCondition.of(q)
+        self.left = SideLayout.build(q.left, schedule.rows[q.left], schedule.data_columns[q.left],
+                                     q.keys, self.plan.left.column)
+        self.right = SideLayout.build(q.right, schedule.rows[q.right],
+                                      schedule.data_columns[q.right], q.keys,
+                                      self.plan.right.column)
+        clash = set(self.left.columns) & set(self.right.columns)
+        if clash:
+            raise ValueError(f"output columns {sorted(clash)} collide between the join sides")
+        self.columns = output_columns(spec, schedule.data_columns)
+        self.not_null = _NOT_NULL_SIDES[q.type]
+
+    # -- Operator protocol ----------------------------------------------------------------------
+    def initial_state(self) -> JoinState:
+        return JoinState(self.left.empty(), self.right.empty())
+
+    def wants_another_batch(self, state: JoinState, new_wm_ms: int,
+                            last_evict_wm_ms: int | None) -> bool:
+        """``shouldRunAnotherBatch``: a state predicate exists and the watermark moved."""
+        return (self.plan.has_predicate and last_evict_wm_ms is not None
+                and new_wm_ms > last_evict_wm_ms)
+
+    def step(self, state: JoinState, batch: BatchInput) -> tuple[JoinState, OperatorStep]:
+        fates: list[pd.DataFrame] = []
+        lin, ldropped = self._admit(self.left, batch, "left", fates)
+        rin, rdropped = self._admit(self.right, batch, "right", fates)
+        lthr, rthr = self.plan.thresholds(batch.evict_wm_ms)
+        semi = self.query.type == "left_semi"
+        outputs: list[pd.DataFrame] = []
+
+        # 2. new left rows x right state (buffered by earlier batches)
+        right_old = state.right.copy()
+        li, rj = match_pairs(lin, self.left, right_old, self.right, self.condition)
+        lin[MATCHED] = _hit(len(lin), li)
+        if semi:
+            outputs.append(public(lin, self.left, np.flatnonzero(lin[MATCHED].to_numpy())))
+            stored_left = lin.loc[~lin[MATCHED]]
+        else:
+            right_old[MATCHED] = right_old[MATCHED].to_numpy() | _hit(len(right_old), rj)
+            outputs.append(self._pairs(lin, li, right_old, rj))
+            stored_left = lin
+        left_all = pd.concat([state.left, stored_left], ignore_index=True)
+
+        # 3. new right rows x left state (incl. this batch's left rows)
+        if semi:
+            open_pos = np.flatnonzero(~left_all[MATCHED].to_numpy())
+            pi, qj = match_pairs(left_all.iloc[open_pos], self.left, rin, self.right,
+                                 self.condition)
+            first = _first_occurrence(open_pos[pi], qj)
+            outputs.append(public(left_all, self.left, first))
+            left_all[MATCHED] = left_all[MATCHED].to_numpy() | _hit(len(left_all), first)
+        else:
+            pi, qj = match_pairs(left_all, self.left, rin, self.right, self.condition)
+            outputs.append(self._pairs(left_all, pi, rin, qj))
+            left_all[MATCHED] = left_all[MATCHED].to_numpy() | _hit(len(left_all), pi)
+        rin[MATCHED] = _hit(len(rin), qj)
+        doomed = _evictable(rin, rthr)
+        right_outer = self.query.type in ("right_outer", "full_outer")
+        store = ~doomed | (right_outer & ~rin[MATCHED].to_numpy())
+        if (~store).any():
+            fates.append(_fates(rin.loc[~store], self.right, "not_stored",
+                                f"joined but not buffered: at or behind the {self.right.source} "
+                                f"state watermark {rthr} ms (eviction watermark "
+                                f"{batch.evict_wm_ms} ms)"))
+        right_all = pd.concat([right_old, rin.loc[store]], ignore_index=True)
+        updated = len(stored_left) + int(store.sum())
+
+        # 4. eviction with the state watermarks
+        lgone, rgone = _evictable(left_all, lthr), _evictable(right_all, rthr)
+        t = self.query.type
+        if t in ("left_outer", "full_outer"):
+            outputs.append(self._null_padded(left_all.loc[lgone & ~left_all[MATCHED]], "left"))
+        if t in ("right_outer", "full_outer"):
+            outputs.append(self._null_padded(right_all.loc[rgone & ~right_all[MATCHED]],
+                                             "right"))
+        removed = {"inner": lgone.sum() + rgone.sum(), "left_semi": lgone.sum() + rgone.sum(),
+                   "left_outer": rgone.sum(), "right_outer": lgone.sum(), "full_outer": 0}[t]
+        fates += self._eviction_fates(left_all.loc[lgone], self.left, lthr, t in (
+            "left_outer", "full_outer"), batch)
+        fates += self._eviction_fates(right_all.loc[rgone], self.right, rthr, right_outer, batch)
+        new_state = JoinState(left_all.loc[~lgone].reset_index(drop=True),
+                              right_all.loc[~rgone].reset_index(drop=True))
+        out = _concat(outputs, self.columns)
+        fate_df = (pd.concat(fates, ignore_index=True) if fates
+                   else pd.DataFrame(columns=FATE_COLUMNS))
+        return new_state, OperatorStep(
+            dropped_by_watermark=ldropped + rdropped,
+            state_rows=new_state.rows,
+            state_rows_updated=updated,
+            state_rows_removed=int(removed),
+            output=out,
+            state_bytes=None,
+            fates=fate_df,
+        )
+
+    # -- helpers -------------------------------------------------------------------------------
+    def _admit(self, layout: SideLayout, batch: BatchInput, role: str,
+               fates: list[pd.DataFrame]) -> tuple[pd.DataFrame, int]:
+        """This batch's rows of one side minus null-key and late rows; (rows, late count)."""
+        df = layout.prepare(batch.rows[layout.source], batch.event_us[layout.source])
+        if role in self.not_null:
+            null_key = layout.has_null_key(df)
+            if null_key.any():
+                fates.append(_fates(df.loc[null_key], layout, "null_key",
+                                    "a join key is null: filtered before the join (isnotnull "
+                                    "inferred by Spark's optimizer); not counted as late"))
+                df = df.loc[~null_key].reset_index(drop=True)
+        late_wm = batch.late_wm_ms
+        if layout.source not in self.watermarked or late_wm is None or not len(df):
+            return df, 0
+        et = df[ET].to_numpy()
+        late = et <= late_wm * 1000
+        if late.any():
+            behind = (late_wm * 1000 - et[late]) / 1000
+            rid = df.loc[late, layout.columns[0]].to_numpy()
+            fates.append(pd.DataFrame({
+                ROW_ID: rid.astype(np.int64),
+                "fate": "late",
+                "detail": [f"{layout.source} event time {_iso(e)} <= late watermark {late_wm} ms"
+                           f" ({_iso(late_wm * 1000)}): missed by {b:g} ms"
+                           for e, b in zip(et[late], behind, strict=True)],
+            }))
+        return df.loc[~late].reset_index(drop=True), int(late.sum())
+
+    def _pairs(self, left: pd.DataFrame, li: np.ndarray, right: pd.DataFrame,
+               rj: np.ndarray) -> pd.DataFrame:
+        return pd.concat([public(left, self.left, li), public(right, self.right, rj)], axis=1)
+
+    def _null_padded(self, rows: pd.DataFrame, side: str) -> pd.DataFrame:
+        if side == "left":
+            return pd.concat([public(rows, self.left), self.right.null_rows(len(rows))], axis=1)
+        return pd.concat([self.left.null_rows(len(rows)), public(rows, self.right)], axis=1)
+
+    def _eviction_fates(self, gone: pd.DataFrame, layout: SideLayout, thr: int | None,
+                        outer: bool, batch: BatchInput) -> list[pd.DataFrame]:
+        if not len(gone):
+            return []
+        where = (f"{layout.evict_column} <= {layout.source} state watermark {thr} ms "
+                 f"(eviction watermark {batch.evict_wm_ms} ms)")
+        matched = gone[MATCHED].to_numpy()
+        out = []
+        if matched.any():
+            out.append(_fates(gone.loc[matched], layout, "evicted", f"{where}; had matched"))
+        if (~matched).any():
+            if outer:
+                out.append(_fates(gone.loc[~matched], layout, "evicted_unmatched_null_row",
+                                  f"{where}; never matched: null-padded row emitted"))
+            else:
+                out.append(_fates(gone.loc[~matched], layout, "evicted_unmatched",
+                                  f"{where}; never matched: no output"))
+        return out
+
+
+def _hit(n: int, positions: np.ndarray) -> np.ndarray:
+    mask = np.zeros(n, dtype=bool)
+    mask[positions] = True
+    return mask
+
+
+def _first_occurrence(left_pos: np.ndarray, right_pos: np.ndarray) -> np.ndarray:
+    """Distinct left positions in the order of their first matching right row (left semi)."""
+    if not len(left_pos):
+        return left_pos
+    order = np.lexsort((left_pos, right_pos))
+    lp = left_pos[order]
+    _, first = np.unique(lp, return_index=True)
+    return lp[np.sort(first)]
+
+
+def _evictable(df: pd.DataFrame, threshold_ms: int | None) -> np.ndarray:
+    """Spark's state predicate ``column <= threshold`` (µs); no predicate: nothing."""
+    if threshold_ms is None:
+        return np.zeros(len(df), dtype=bool)
+    return df[EV].to_numpy() <= threshold_ms * 1000
+
+
+def _fates(rows: pd.DataFrame, layout: SideLayout, fate: str, detail: str) -> pd.DataFrame:
+    return pd.DataFrame({ROW_ID: rows[layout.columns[0]].to_numpy().astype(np.int64),
+                         "fate": fate, "detail": detail})
+
+
+def _concat(frames: list[pd.DataFrame], columns: list[str]) -> pd.DataFrame:
+    parts = [f for f in frames if len(f)]
+    if not parts:
+        template = frames[0] if frames else pd.DataFrame(columns=columns)
+        return template.iloc[0:0].reindex(columns=columns)
+    return pd.concat(parts, ignore_index=True).reindex(columns=columns)
+
+
+def _iso(us: Any) -> str:
+    return pd.Timestamp(int(us), unit="us", tz="UTC").isoformat()

@@ -1,0 +1,140 @@
+"""Row plumbing for the join predictor: prefixed side frames, key matching, null padding.
+
+Each side's rows live in one frame whose public columns are exactly the join's output columns of
+that side (``<source>_row_id``, ``<source>_<col>``...; see ``semantics.report.output_columns``)
+with nullable dtypes (``Int64``, ``Float64``, ``boolean``; timestamps keep ``datetime64[us, UTC]``
+and use ``NaT``), so a null-padded row is distinguishable from real data. Internal columns start
+with ``_``: ``_et`` (event time, µs), ``_ev`` (the column the state predicate compares, µs) and
+``_matched`` (Spark's state format v2 flag).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from semantics.schedule import ROW_ID
+
+ET, EV, MATCHED = "_et", "_ev", "_matched"
+NEVER_EVICTED_US = np.iinfo(np.int64).max  # a null predicate column: Spark never removes it
+
+
+def nullable_dtype(dtype: Any) -> Any:
+    """The pandas nullable counterpart of a numpy numeric/bool dtype (others unchanged)."""
+    if isinstance(dtype, np.dtype):
+        bits = dtype.itemsize * 8
+        if dtype.kind == "b":
+            return "boolean"
+        if dtype.kind == "i":
+            return f"Int{bits}"
+        if dtype.kind == "u":
+            return f"UInt{bits}"
+        if dtype.kind == "f":
+            return "Float64" if bits > 32 else "Float32"
+    return dtype
+
+
+def to_micros(col: pd.Series) -> np.ndarray:
+    """Timestamps as int64 µs; null → ``NEVER_EVICTED_US``. Raises for non-timestamps."""
+    if not pd.api.types.is_datetime64_any_dtype(col):
+        raise ValueError(f"column {col.name!r} must be a timestamp to act as a watermarked "
+                         f"join key (got {col.dtype})")
+    us = col.to_numpy(dtype="datetime64[us]").astype(np.int64)
+    return np.where(col.isna().to_numpy(), NEVER_EVICTED_US, us)
+
+
+@dataclass(frozen=True)
+class SideLayout:
+    """How one source's schedule rows become join-side rows.
+
+    Invariant: ``columns`` = ``<source>_row_id`` then ``<source>_<col>`` per data column, in the
+    schedule's data-column order; ``keys`` are the prefixed equi-join key columns.
+    """
+
+    source: str
+    source_columns: tuple[str, ...]  # row_id + data columns, unprefixed
+    columns: tuple[str, ...]
+    keys: tuple[str, ...]
+    dtypes: dict[str, Any]
+    evict_column: str | None  # unprefixed column compared by the state predicate
+
+    @classmethod
+    def build(cls, source: str, rows: pd.DataFrame, data_columns: Sequence[str],
+              keys: Sequence[str], evict_column: str | None) -> SideLayout:
+        src_cols = (ROW_ID, *data_columns)
+        missing = [k for k in keys if k not in data_columns]
+        if missing:
+            raise ValueError(f"join key(s) {missing} missing from source {source!r} "
+                             f"(columns: {', '.join(data_columns)})")
+        cols = tuple(f"{source}_{c}" for c in src_cols)
+        dtypes = {p: nullable_dtype(rows[c].dtype) for p, c in zip(cols, src_cols, strict=True)}
+        return cls(source, src_cols, cols, tuple(f"{source}_{k}" for k in keys), dtypes,
+                   evict_column)
+
+    def prepare(self, rows: pd.DataFrame, event_us: np.ndarray) -> pd.DataFrame:
+        """This batch's input rows as side rows (``_matched`` False), positional index."""
+        df = rows.loc[:, list(self.source_columns)].reset_index(drop=True)
+        df.columns = list(self.columns)
+        df = df.astype(self.dtypes)
+        et = np.asarray(event_us, dtype=np.int64)
+        df[ET] = et
+        if self.evict_column is None:
+            df[EV] = NEVER_EVICTED_US
+        else:
+            df[EV] = to_micros(rows[self.evict_column].reset_index(drop=True))
+        df[MATCHED] = np.zeros(len(df), dtype=bool)
+        return df
+
+    def empty(self) -> pd.DataFrame:
+        """An empty side frame (the initial state of this side)."""
+        df = pd.DataFrame({p: pd.Series([], dtype=self.dtypes[p]) for p in self.columns})
+        df[ET] = np.array([], dtype=np.int64)
+        df[EV] = np.array([], dtype=np.int64)
+        df[MATCHED] = np.array([], dtype=bool)
+        return df
+
+    def null_rows(self, n: int) -> pd.DataFrame:
+        """``n`` all-null rows of this side's output columns (the padded side of an outer row)."""
+        return pd.DataFrame({c: pd.Series([None] * n, dtype=self.dtypes[c])
+                             for c in self.columns})
+
+    def has_null_key(self, df: pd.DataFrame) -> np.ndarray:
+        if not self.keys:
+            return np.zeros(len(df), dtype=bool)
+        return df[list(self.keys)].isna().any(axis=1).to_numpy()
+
+
+def match_pairs(left: pd.DataFrame, left_layout: SideLayout, right: pd.DataFrame,
+                right_layout: SideLayout, time_ok: Any) -> tuple[np.ndarray, np.ndarray]:
+    """All (left position, right position) pairs with equal keys and ``time_ok(lt, rt)`` true.
+
+    Null keys never match (SQL equality). Pairs are ordered by left position, then right
+    position (Spark: per input row, the other side's buffered rows of that key).
+    """
+    if not len(left) or not len(right):
+        return np.array([], dtype=np.int64), np.array([], dtype=np.int64)
+    lk, rk = list(left_layout.keys), list(right_layout.keys)
+    lf = left[lk].assign(_lt=left[ET].to_numpy(), _li=np.arange(len(left)))
+    rf = right[rk].assign(_rt=right[ET].to_numpy(), _ri=np.arange(len(right)))
+    lf = lf.loc[~left_layout.has_null_key(left)]
+    rf = rf.loc[~right_layout.has_null_key(right)]
+    m = lf.merge(rf, left_on=lk, right_on=rk, how="inner", sort=False)
+    if not len(m):
+        return np.array([], dtype=np.int64), np.array([], dtype=np.int64)
+    keep = np.asarray(time_ok(m["_lt"].to_numpy(np.int64), m["_rt"].to_numpy(np.int64)),
+                      dtype=bool)
+    m = m.loc[keep].sort_values(["_li", "_ri"], kind="stable")
+    return m["_li"].to_numpy(np.int64), m["_ri"].to_numpy(np.int64)
+
+
+def public(df: pd.DataFrame, layout: SideLayout, positions: np.ndarray | None = None
+           ) -> pd.DataFrame:
+    """The output columns of ``df`` (optionally at ``positions``), positional index."""
+    out = df.loc[:, list(layout.columns)]
+    if positions is not None:
+        out = out.iloc[positions]
+    return out.reset_index(drop=True)
