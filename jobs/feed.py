@@ -54,6 +54,8 @@ def _plain(t: pa.DataType) -> pa.DataType:
         return pa.timestamp("us", tz="UTC")
     if pa.types.is_dictionary(t):
         return _plain(t.value_type)
+    if pa.types.is_null(t):  # an all-null object column: Spark cannot read NullType files
+        return pa.string()
     return t
 
 
@@ -61,7 +63,7 @@ def source_schema(schedule: Schedule, source: str) -> pa.Schema:
     """Arrow schema of ``row_id`` + the source's data columns, normalised for Spark."""
     cols = [ROW_ID, *schedule.data_columns[source]]
     df = schedule.rows[source][cols]
-    schema = pa.Schema.from_pandas(df.iloc[0:0], preserve_index=False)
+    schema = pa.Schema.from_pandas(df, preserve_index=False)
     fields = [pa.field(f.name, _plain(f.type), True) for f in schema]
     et = schedule.event_time[source]
     fields = [pa.field(f.name, pa.timestamp("us", tz="UTC"), True) if f.name == et else f
@@ -92,8 +94,8 @@ def tick_table(spec: BacktestSpec, schedule: Schedule, tick: int,
         if not len(rows):
             continue
         n = len(rows)
-        src_schema = source_schema(schedule, s)
-        own = pa.Table.from_pandas(rows[list(src_schema.names)], preserve_index=False)
+        names = [ROW_ID, *schedule.data_columns[s]]
+        own = pa.Table.from_pandas(rows[names], preserve_index=False)
         arrays = []
         for f in schema:
             if f.name == TAG:

@@ -1,0 +1,119 @@
+"""Spark replay of windowed aggregations: hand-computed per-batch reports and emitted rows.
+
+Notation: times in seconds, watermarks in ms. W_N = watermark batch N runs with (from batches
+< N), late = W_{N-1} (0 for N=0), evict = W_N; a window is late / evicted when end <= wm.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.replay_support import make_spec, rows, run, table
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.mark.parametrize("pace", ["backlog", "live"])
+def test_backlog_vs_live_changes_what_is_dropped(spark, tmp_path, pace):
+    # Reference §3 "surprising consequence": window 5 s, delay 10 s, commits [15] then [3].
+    # b0 (tick 0): W=0; window [15,20) stored. After: W = 15 - 10 = 5 s.
+    # backlog: b1 (tick 1) runs with late = W0 = 0, evict = W1 = 5000: row 3 -> [0,5) is not
+    #   late (5 <= 0 false), stored and evicted at once (5 <= 5) -> emitted (0,5,1).
+    #   Trailing idle tick 2: W stays 5000 (max 15 - 10), not > last eviction 5000: no batch.
+    # live: idle tick 1 runs a no-data batch b1 (W 5000 > eviction 0) with late 0, evict 5000;
+    #   b2 (tick 2) then has late = 5000: row 3 is late and dropped. Idle tick 3: no batch.
+    spec = make_spec(tmp_path / "src", [("a", [{"ts": 15}]), ("a", [{"ts": 3}])],
+                     {"kind": "aggregation", "source": "a", "window": {"duration": "5 seconds"},
+                      "aggregates": {"n": "count(*)"}},
+                     {"a": "10 seconds"}, pace=pace)
+    r = run(spark, spec, tmp_path / "work")
+    assert r.info["operator_watermarks"] == "plan"
+    assert set(r.batches["operator"]) == {"stateStoreSave"}
+    if pace == "backlog":
+        # batch, tick, data, in, wm, late, evict, dropped, state, out
+        assert table(r) == [
+            (0, 0, True, 1, 0, 0, 0, 0, 1, 0),
+            (1, 1, True, 1, 5000, 0, 5000, 0, 1, 1),
+        ]
+        assert rows(r, ["window_start", "window_end", "n"]) == [(1, 0.0, 5.0, 1)]
+    else:
+        assert table(r) == [
+            (0, 0, True, 1, 0, 0, 0, 0, 1, 0),
+            (1, 1, False, 0, 5000, 0, 5000, 0, 1, 0),
+            (2, 2, True, 1, 5000, 5000, 5000, 1, 1, 0),
+        ]
+        assert len(r.outputs) == 0
+
+
+def test_tumbling_append_with_key_and_all_aggregates(spark, tmp_path):
+    # window 10 s, key k, delay 5 s, backlog. Commits (k, ts, v):
+    #   c0: (a,1,1) (a,4,3) (b,12,5)   c1: (a,21,2) (a,8,4)   c2: (b,9,7) (a,33,1)
+    # b0: W=0. groups (a,[0,10)) (b,[10,20)) -> state 2, out 0. After: 12-5 = 7000.
+    # b1: late 0, evict 7000. (a,[20,30)) new, (a,[0,10)) updated -> state 3; nothing has
+    #     end <= 7. After: 21-5 = 16000.
+    # b2: late 7000, evict 16000. (b,9)->[0,10): end 10 > 7 -> accepted (new group);
+    #     (a,[30,40)) new; evict end <= 16: (a,[0,10)), (b,[0,10)) -> out 2, state 3.
+    #     After: 33-5 = 28000.
+    # trailing idle tick 3: 28000 > 16000 -> no-data b3: late 16000, evict 28000: evicts
+    #     (b,[10,20)) -> out 1, state 2 ((a,[20,30)), (a,[30,40))).
+    spec = make_spec(
+        tmp_path / "src",
+        [("e", [{"k": "a", "ts": 1, "v": 1}, {"k": "a", "ts": 4, "v": 3},
+                {"k": "b", "ts": 12, "v": 5}]),
+         ("e", [{"k": "a", "ts": 21, "v": 2}, {"k": "a", "ts": 8, "v": 4}]),
+         ("e", [{"k": "b", "ts": 9, "v": 7}, {"k": "a", "ts": 33, "v": 1}])],
+        {"kind": "aggregation", "source": "e", "keys": ["k"],
+         "window": {"duration": "10 seconds"},
+         "aggregates": {"n": "count(*)", "c": "count(v)", "s": "sum(v)", "lo": "min(v)",
+                        "hi": "max(v)", "mean": "avg(v)"}},
+        {"e": "5 seconds"})
+    r = run(spark, spec, tmp_path / "work")
+    assert table(r) == [
+        (0, 0, True, 3, 0, 0, 0, 0, 2, 0),
+        (1, 1, True, 2, 7000, 0, 7000, 0, 3, 0),
+        (2, 2, True, 2, 16000, 7000, 16000, 0, 3, 2),
+        (3, 3, False, 0, 28000, 16000, 28000, 0, 2, 1),
+    ]
+    assert list(r.outputs.columns) == ["batch_id", "k", "window_start", "window_end", "n", "c",
+                                       "s", "lo", "hi", "mean"]
+    assert rows(r, ["k", "window_start", "window_end", "n", "c", "s", "lo", "hi", "mean"]) == [
+        (2, "a", 0.0, 10.0, 3, 3, 8, 1, 4, 8 / 3),
+        (2, "b", 0.0, 10.0, 1, 1, 7, 7, 7, 7.0),
+        (3, "b", 10.0, 20.0, 1, 1, 5, 5, 5, 5.0),
+    ]
+    assert list(r.batches["state_rows_removed"]) == [0, 0, 2, 1]
+    assert (r.batches["checkpoint_bytes"].diff().dropna() >= 0).all()
+
+
+@pytest.mark.parametrize("mode", ["update", "complete"])
+def test_sliding_window_update_and_complete(spark, tmp_path, mode):
+    # window 10 s sliding 5 s, no key, count(*), delay 2 s, live. c0: ts 7 -> [0,10) [5,15);
+    # c1: ts 3 -> [-5,5) [0,10).
+    # update: b0 (tick 0) W=0: two groups, both emitted (out 2), state 2. After: 7-2 = 5000.
+    #   idle tick 1: 5000 > 0 and update mode -> no-data b1 (late 0, evict 5000): nothing
+    #   updated, nothing with end <= 5 -> out 0, state 2.
+    #   b2 (tick 2) late 5000: [-5,5) has end 5 <= 5 -> 1 late group dropped; [0,10) -> 2,
+    #   emitted. Idle tick 3: W stays 5000 (3-2 < 5): no batch.
+    # complete: no late filtering, never a no-data batch: b0 (tick 0) emits 2, b1 (tick 2)
+    #   emits the whole state: [-5,5)=1, [0,10)=2, [5,15)=1.
+    spec = make_spec(tmp_path / "src", [("e", [{"ts": 7}]), ("e", [{"ts": 3}])],
+                     {"kind": "aggregation", "source": "e",
+                      "window": {"duration": "10 seconds", "slide": "5 seconds"},
+                      "aggregates": {"n": "count(*)"}, "output_mode": mode},
+                     {"e": "2 seconds"}, pace="live")
+    r = run(spark, spec, tmp_path / "work")
+    out = rows(r, ["window_start", "window_end", "n"])
+    if mode == "update":
+        assert table(r) == [
+            (0, 0, True, 1, 0, 0, 0, 0, 2, 2),
+            (1, 1, False, 0, 5000, 0, 5000, 0, 2, 0),
+            (2, 2, True, 1, 5000, 5000, 5000, 1, 2, 1),
+        ]
+        assert out == [(0, 0.0, 10.0, 1), (0, 5.0, 15.0, 1), (2, 0.0, 10.0, 2)]
+    else:
+        assert table(r) == [
+            (0, 0, True, 1, 0, 0, 0, 0, 2, 2),
+            (1, 2, True, 1, 5000, 0, 5000, 0, 3, 3),
+        ]
+        assert out == [(0, 0.0, 10.0, 1), (0, 5.0, 15.0, 1),
+                       (1, -5.0, 5.0, 1), (1, 0.0, 10.0, 2), (1, 5.0, 15.0, 1)]
