@@ -1,0 +1,35 @@
+"""Pure-Python models of Spark's single-stream stateful operators (no Spark import here).
+
+Every operator follows :class:`semantics.engine.Operator`: ``initial_state()``, a pure
+``step(state, batch) -> (state, OperatorStep)`` and ``wants_another_batch``; constructors take
+``(spec, candidate, schedule)``. :func:`make_operator` picks one by query kind.
+"""
+
+from __future__ import annotations
+
+from semantics.engine import Operator
+from semantics.schedule import Schedule
+from semantics.spec import BacktestSpec
+
+
+def make_operator(spec: BacktestSpec, candidate: str, schedule: Schedule, *,
+                  explain: bool = True) -> Operator:
+    """The operator for ``spec.query`` (joins are imported lazily from ``operators.join``)."""
+    kind = spec.query.kind
+    if kind == "aggregation":
+        from semantics.operators.aggregation import AggregationOperator
+
+        return AggregationOperator(spec, candidate, schedule, explain=explain)
+    if kind == "deduplication":
+        from semantics.operators.dedup import DedupOperator
+
+        return DedupOperator(spec, candidate, schedule, explain=explain)
+    if kind == "session":
+        from semantics.operators.session import SessionOperator
+
+        return SessionOperator(spec, candidate, schedule, explain=explain)
+    if kind == "join":
+        from semantics.operators.join import JoinOperator  # written separately
+
+        return JoinOperator(spec, candidate, schedule)
+    raise ValueError(f"unknown query kind {kind!r}")

@@ -1,0 +1,192 @@
+"""SQL aggregate functions as mergeable, vectorised buffers (Spark's partial/merge/final).
+
+Each :class:`AggFunc` keeps a tuple of numpy arrays per group (its *buffer*):
+
+* ``count(*)`` / ``count(col)``: ``(n,)`` – rows / non-NULL values (int64);
+* ``sum(col)``: ``(s, n)`` – sum (int64 for integral input, float64 for floating input) and the
+  number of non-NULL values (the sum is NULL when ``n == 0``);
+* ``avg(col)``: ``(s, n)`` – float64 sum and count (Spark's Average buffer), result ``s / n``;
+* ``min(col)`` / ``max(col)``: ``(v, n)`` – the extreme value in the column's own type.
+
+``init`` makes one buffer per input row, ``reduce`` merges buffers by group code (the same
+function serves partial aggregation, merging with state, and merging sessions), ``finish``
+produces the result column with Spark's result type: count → int64, sum of integral → Int64,
+sum of floating → float64, avg → float64, min/max keep the input type (nullable).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from semantics.operators.columns import Values, kind_of, to_series, values_of
+from semantics.spec import parse_aggregate
+
+Buffer = tuple[np.ndarray, ...]
+
+_SENTINEL = {
+    ("min", "int"): np.iinfo(np.int64).max,
+    ("max", "int"): np.iinfo(np.int64).min,
+    ("min", "float"): np.inf,
+    ("max", "float"): -np.inf,
+}
+
+
+class AggregateTypeError(ValueError):
+    """An aggregate cannot be applied to its column's type (Spark would reject the query)."""
+
+
+@dataclass(frozen=True)
+class AggFunc:
+    name: str  # output column
+    func: str  # count | sum | avg | min | max
+    column: str | None  # None for count(*)
+    kind: str | None = None  # Values kind of the input column
+    tz: str | None = None
+
+    @classmethod
+    def parse(cls, name: str, expr: str, dtypes: Mapping[str, object]) -> AggFunc:
+        func, col = parse_aggregate(expr)
+        if col is None:
+            return cls(name, func, None)
+        if col not in dtypes:
+            raise AggregateTypeError(f"aggregate {name!r}: no column {col!r} in the source")
+        kind = kind_of(dtypes[col])
+        tz = getattr(dtypes[col], "tz", None)
+        if func in ("sum", "avg") and kind not in ("int", "float"):
+            raise AggregateTypeError(f"aggregate {name!r}: {func} needs a numeric column, "
+                                     f"{col!r} is {dtypes[col]}")
+        return cls(name, func, col, kind, None if tz is None else str(tz))
+
+    # -- buffers --------------------------------------------------------------------------------
+    @property
+    def _num_kind(self) -> str:
+        """Storage family of min/max values: int (int/bool/datetime), float or object."""
+        return "int" if self.kind in ("int", "bool", "datetime") else str(self.kind)
+
+    def init(self, rows: pd.DataFrame, idx: np.ndarray | None = None) -> Buffer:
+        """One buffer per input row (rows ``idx`` of ``rows`` if given, in that order)."""
+        if self.column is None:
+            n = len(rows) if idx is None else len(idx)
+            return (np.ones(n, dtype=np.int64),)
+        v = values_of(rows[self.column])
+        if idx is not None:
+            v = v.take(idx)
+        return self._init_values(v)
+
+    def _init_values(self, v: Values) -> Buffer:
+        valid = v.valid
+        n = valid.astype(np.int64)
+        if self.func == "count":
+            return (n,)
+        if self.func == "sum":
+            s = v.data.astype(np.int64 if self.kind == "int" else np.float64, copy=True)
+            s[~valid] = 0
+            return (s, n)
+        if self.func == "avg":
+            s = v.data.astype(np.float64, copy=True)
+            s[~valid] = 0.0
+            return (s, n)
+        fam = self._num_kind
+        if fam == "object":
+            return (v.data, n)
+        data = v.data.astype(np.int64 if fam == "int" else np.float64, copy=True)
+        data[~valid] = _SENTINEL[(self.func, fam)]
+        return (data, n)
+
+    def empty(self, g: int) -> Buffer:
+        """Identity buffers for ``g`` groups (no rows)."""
+        n = np.zeros(g, dtype=np.int64)
+        if self.func == "count":
+            return (n,)
+        if self.func == "sum":
+            return (np.zeros(g, dtype=np.int64 if self.kind == "int" else np.float64), n)
+        if self.func == "avg":
+            return (np.zeros(g, dtype=np.float64), n)
+        fam = self._num_kind
+        if fam == "object":
+            return (np.full(g, None, dtype=object), n)
+        return (np.full(g, _SENTINEL[(self.func, fam)],
+                        dtype=np.int64 if fam == "int" else np.float64), n)
+
+    def reduce(self, buf: Buffer, codes: np.ndarray, g: int) -> Buffer:
+        """Merge buffers by group code (``0 <= codes < g``); groups without input get identity."""
+        n = _sum_int(buf[-1], codes, g)
+        if self.func == "count":
+            return (n,)
+        v = buf[0]
+        if self.func in ("sum", "avg"):
+            if v.dtype == np.float64:
+                return (np.bincount(codes, weights=v, minlength=g), n)
+            return (_sum_int(v, codes, g), n)
+        fam = self._num_kind
+        if fam == "object":
+            ok = buf[-1] > 0
+            s = pd.Series(v[ok], dtype=object)
+            grouped = s.groupby(codes[ok], sort=True)
+            red = grouped.min() if self.func == "min" else grouped.max()
+            out = np.full(g, None, dtype=object)
+            out[red.index.to_numpy(dtype=np.int64)] = red.to_numpy(dtype=object)
+            return (out, n)
+        out = np.full(g, _SENTINEL[(self.func, fam)], dtype=v.dtype)
+        (np.minimum if self.func == "min" else np.maximum).at(out, codes, v)
+        return (out, n)
+
+    def finish(self, buf: Buffer) -> pd.Series:
+        n = buf[-1]
+        if self.func == "count":
+            return pd.Series(n.astype(np.int64), name=self.name)
+        null = n == 0
+        if self.func == "avg":
+            with np.errstate(divide="ignore", invalid="ignore"):
+                return pd.Series(np.where(null, np.nan, buf[0] / np.maximum(n, 1)),
+                                 name=self.name)
+        if self.func == "sum":
+            return to_series("int" if self.kind == "int" else "float", buf[0], null,
+                             name=self.name)
+        return to_series(str(self.kind), buf[0], null, self.tz, name=self.name)
+
+
+def _sum_int(v: np.ndarray, codes: np.ndarray, g: int) -> np.ndarray:
+    out = np.zeros(g, dtype=np.int64)
+    np.add.at(out, codes, v)
+    return out
+
+
+def parse_aggregates(aggregates: Mapping[str, str], dtypes: Mapping[str, object]
+                     ) -> tuple[AggFunc, ...]:
+    return tuple(AggFunc.parse(name, expr, dtypes) for name, expr in aggregates.items())
+
+
+# -- helpers over several aggregates -------------------------------------------------------------
+
+Buffers = tuple[Buffer, ...]
+
+
+def init_all(aggs: tuple[AggFunc, ...], rows: pd.DataFrame, idx: np.ndarray | None = None
+             ) -> Buffers:
+    return tuple(a.init(rows, idx) for a in aggs)
+
+
+def reduce_all(aggs: tuple[AggFunc, ...], bufs: Buffers, codes: np.ndarray, g: int) -> Buffers:
+    return tuple(a.reduce(b, codes, g) for a, b in zip(aggs, bufs, strict=True))
+
+
+def empty_all(aggs: tuple[AggFunc, ...], g: int) -> Buffers:
+    return tuple(a.empty(g) for a in aggs)
+
+
+def take_all(bufs: Buffers, idx: np.ndarray) -> Buffers:
+    return tuple(tuple(arr[idx] for arr in b) for b in bufs)
+
+
+def concat_all(*parts: Buffers) -> Buffers:
+    return tuple(tuple(np.concatenate(arrs) for arrs in zip(*bs, strict=True))
+                 for bs in zip(*parts, strict=True))
+
+
+def finish_all(aggs: tuple[AggFunc, ...], bufs: Buffers) -> dict[str, pd.Series]:
+    return {a.name: a.finish(b) for a, b in zip(aggs, bufs, strict=True)}

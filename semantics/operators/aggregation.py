@@ -1,0 +1,265 @@
+"""Streaming aggregation: Spark's ``StateStoreRestoreExec`` → merge → ``StateStoreSaveExec``.
+
+Rules (spark-watermark-semantics.md §4, §5.1, §6), per batch:
+
+1. window assignment exactly as ``TimeWindowing`` (a row of a sliding window joins several
+   groups), then partial aggregation: one row per group (keys + window) per batch;
+2. late filtering on those *groups* (after partial aggregation): a group is late iff its
+   event-time bound (window end, or the raw event time when it is a key) ``<= late wm`` (µs vs
+   ms·1000, inclusive); ``numRowsDroppedByWatermark`` counts late groups;
+3. append: put the rest (``numRowsUpdated`` += 1 each), then remove **and emit** every state key
+   with bound ``<= eviction wm`` (``numRowsRemoved``);
+   update: put and emit every updated group (``numRowsUpdated`` = output rows), then remove keys
+   with bound ``<= eviction wm`` silently;
+   complete: no late filter, no eviction, emit the whole state;
+4. without the event-time column among the group keys (no window, raw time not a key) there is
+   neither late filtering nor eviction, even with a watermark;
+5. a global aggregation (no keys, no window) has exactly one group that is updated in every batch
+   (Spark's partial aggregate emits a row for empty input);
+6. another (no-data) batch is wanted in append/update when the new watermark exceeds the last
+   eviction watermark — never in complete.
+
+State invariant: ``gid`` sorted and unique; all arrays, ``keys`` and buffers aligned with it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from semantics.engine import BatchInput, OperatorStep
+from semantics.errors import SpecError
+from semantics.operators import fates as F
+from semantics.operators.aggfuncs import (
+    AggFunc,
+    Buffers,
+    concat_all,
+    empty_all,
+    finish_all,
+    init_all,
+    parse_aggregates,
+    reduce_all,
+    take_all,
+)
+from semantics.operators.columns import kind_of, timestamps, values_of
+from semantics.operators.grouping import concat_frames, group, lookup, take_frame
+from semantics.operators.keys import IdInterner, KeyInterner
+from semantics.operators.windows import assign_windows
+from semantics.report import operator_name, output_columns
+from semantics.schedule import ROW_ID, Schedule
+from semantics.spec import AggregationQuery, BacktestSpec
+
+NEVER = np.iinfo(np.int64).max
+
+
+@dataclass(frozen=True)
+class AggState:
+    """Groups in the state store, sorted by group id."""
+
+    gid: np.ndarray  # int64, sorted, unique
+    bound_us: np.ndarray  # window end / event time (µs); NEVER when not time-keyed
+    wstart_us: np.ndarray  # window start (µs); zeros without a window
+    keys: pd.DataFrame  # group key values (source dtypes)
+    bufs: Buffers
+
+    def __len__(self) -> int:
+        return len(self.gid)
+
+    def take(self, idx: np.ndarray) -> AggState:
+        return AggState(self.gid[idx], self.bound_us[idx], self.wstart_us[idx],
+                        take_frame(self.keys, idx), take_all(self.bufs, idx))
+
+
+class AggregationOperator:
+    """Streaming (windowed) aggregation; see the module docstring for the rules."""
+
+    def __init__(self, spec: BacktestSpec, candidate: str, schedule: Schedule, *,
+                 explain: bool = True) -> None:
+        q = spec.query
+        assert isinstance(q, AggregationQuery)
+        self.name = operator_name(spec)
+        self.source = q.source
+        self.keys = tuple(q.keys)
+        self.mode = q.output_mode
+        self.explain = explain
+        frame = schedule.rows[q.source]
+        dtypes = {c: frame[c].dtype for c in frame.columns}
+        for k in self.keys:
+            if k not in dtypes:
+                raise SpecError(spec.path, "query.keys", f"a column of {q.source!r} (no {k!r})")
+        self.aggs: tuple[AggFunc, ...] = parse_aggregates(q.aggregates, dtypes)
+        et = spec.sources[q.source].event_time
+        conf = spec.conf(candidate)
+        allow_multiple = str(conf.get("spark.sql.streaming.statefulOperator.allowMultiple",
+                                      "true")).lower() == "true"
+        self.window = q.window
+        self.duration_us = q.window.duration.us if q.window else 0
+        self.slide_us = q.window.slide_us if q.window else 0
+        if q.window is not None and et in self.keys and allow_multiple:
+            raise SpecError(spec.path, "query.keys",
+                            f"no raw event-time column {et!r} next to a window: Spark fails with "
+                            "'More than one event time columns are available'")
+        # Is the watermarked time among the grouping keys (window struct or raw column)?
+        self.time_keyed = q.window is not None or et in self.keys
+        self.et_key = et if q.window is None and et in self.keys else None
+        self.watermarked = q.source in spec.candidates[candidate].watermark
+        self.global_agg = not self.keys and q.window is None
+        self.columns = output_columns(spec, dict(schedule.data_columns))
+        self._key_frame = frame[list(self.keys)].iloc[0:0]
+        self._interner = KeyInterner(tuple(kind_of(dtypes[k]) for k in self.keys))
+        self._windows = IdInterner() if q.window is not None else None
+
+    # -- protocol ------------------------------------------------------------------------------
+    def initial_state(self) -> AggState:
+        e = np.array([], dtype=np.int64)
+        return AggState(e, e, e, self._key_frame.reset_index(drop=True), empty_all(self.aggs, 0))
+
+    def wants_another_batch(self, state: Any, new_wm_ms: int, last_evict_wm_ms: int | None
+                            ) -> bool:
+        if self.mode == "complete":
+            return False
+        return new_wm_ms > (last_evict_wm_ms or 0)
+
+    def step(self, state: AggState, batch: BatchInput) -> tuple[AggState, OperatorStep]:
+        rows = batch.rows[self.source]
+        part, pair_rows, pair_code, pair_bound = self._partial(rows, batch.event_us[self.source])
+        fates: list[pd.DataFrame] = []
+
+        # late filter on groups (after partial aggregation); never in complete mode
+        dropped = 0
+        if self.mode != "complete" and self.time_keyed and batch.late_wm_ms is not None:
+            late = part.bound_us <= np.int64(batch.late_wm_ms) * 1000
+            dropped = int(late.sum())
+            if dropped:
+                if self.explain:
+                    fates.append(self._late_fates(rows, pair_rows, pair_code, pair_bound, late,
+                                                  batch.late_wm_ms))
+                part = part.take(np.flatnonzero(~late))
+
+        new, upserted = self._upsert(state, part)
+        updated = len(part)
+        evict_us = (np.int64(batch.evict_wm_ms) * 1000
+                    if self.time_keyed and batch.evict_wm_ms is not None else None)
+        removed = 0
+        if self.mode == "complete":
+            out = self._output(new)
+        else:
+            gone = (new.bound_us <= evict_us) if evict_us is not None else \
+                np.zeros(len(new), dtype=bool)
+            removed = int(gone.sum())
+            if self.mode == "append":
+                out = self._output(new.take(np.flatnonzero(gone)))
+            else:
+                out = self._output(new.take(upserted))
+            if removed:
+                if self.explain:
+                    fates.append(self._leave_fates(new.take(np.flatnonzero(gone)),
+                                                   "emitted" if self.mode == "append"
+                                                   else "evicted", batch.evict_wm_ms))
+                new = new.take(np.flatnonzero(~gone))
+        return new, OperatorStep(
+            dropped_by_watermark=dropped,
+            state_rows=len(new),
+            state_rows_updated=updated,
+            state_rows_removed=removed,
+            output=out,
+            fates=F.concat(fates),
+        )
+
+    # -- pieces --------------------------------------------------------------------------------
+    def _partial(self, rows: pd.DataFrame, t_us: np.ndarray
+                 ) -> tuple[AggState, np.ndarray, np.ndarray, np.ndarray]:
+        """Partial aggregate of one batch: one entry per group, sorted by group id.
+
+        Also returns, per (row, window) pair, the row index, the group code and the pair's
+        event-time bound (for explain)."""
+        n = len(rows)
+        kid = self._interner.ids([values_of(rows[k]) for k in self.keys], n)
+        if self._windows is not None:
+            pair_rows, wstart = assign_windows(t_us, self.duration_us, self.slide_us)
+            gid = self._windows.ids(kid[pair_rows], wstart)
+            bound = wstart + self.duration_us
+        else:
+            pair_rows = np.arange(n, dtype=np.int64)
+            wstart = np.zeros(n, dtype=np.int64)
+            gid = kid
+            bound = np.asarray(t_us, dtype=np.int64) if self.et_key else \
+                np.full(n, NEVER, dtype=np.int64)
+        uniq, codes, first = group(gid)
+        g = len(uniq)
+        bufs = reduce_all(self.aggs, init_all(self.aggs, rows, pair_rows), codes, g)
+        part = AggState(uniq, bound[first], wstart[first],
+                        take_frame(rows[list(self.keys)], pair_rows[first]), bufs)
+        if self.global_agg and g == 0:
+            part = AggState(np.zeros(1, dtype=np.int64), np.full(1, NEVER, dtype=np.int64),
+                            np.zeros(1, dtype=np.int64), pd.DataFrame(index=pd.RangeIndex(1)),
+                            empty_all(self.aggs, 1))
+        return part, pair_rows, codes, bound
+
+    def _upsert(self, state: AggState, part: AggState) -> tuple[AggState, np.ndarray]:
+        """Merge the batch's groups into the state; also return the positions (in the new state)
+        of the groups that were put."""
+        pos, found = lookup(state.gid, part.gid)
+        bufs = state.bufs
+        f_idx = np.flatnonzero(found)
+        if len(f_idx):
+            m = len(f_idx)
+            both = concat_all(take_all(state.bufs, pos[f_idx]), take_all(part.bufs, f_idx))
+            merged = reduce_all(self.aggs, both, np.r_[np.arange(m), np.arange(m)], m)
+            bufs = tuple(tuple(_set(a, pos[f_idx], v) for a, v in zip(b, mb, strict=True))
+                         for b, mb in zip(state.bufs, merged, strict=True))
+        n_idx = np.flatnonzero(~found)
+        put_pos = np.empty(len(part), dtype=np.int64)
+        put_pos[f_idx] = pos[f_idx]
+        if not len(n_idx):
+            return AggState(state.gid, state.bound_us, state.wstart_us, state.keys, bufs), put_pos
+        add = part.take(n_idx)
+        gid = np.concatenate([state.gid, add.gid])
+        new = AggState(gid, np.concatenate([state.bound_us, add.bound_us]),
+                       np.concatenate([state.wstart_us, add.wstart_us]),
+                       concat_frames(state.keys, add.keys), concat_all(bufs, add.bufs))
+        put_pos[n_idx] = len(state) + np.arange(len(n_idx))
+        if len(state) and add.gid[0] < state.gid[-1]:  # an id older than the newest one
+            order = np.argsort(gid, kind="stable")
+            inv = np.empty_like(order)
+            inv[order] = np.arange(len(order))
+            new = new.take(order)
+            put_pos = inv[put_pos]
+        return new, put_pos
+
+    def _output(self, st: AggState) -> pd.DataFrame:
+        cols: dict[str, Any] = {k: st.keys[k].reset_index(drop=True) for k in self.keys}
+        if self.window is not None:
+            cols["window_start"] = timestamps(st.wstart_us)
+            cols["window_end"] = timestamps(st.wstart_us + self.duration_us)
+        cols.update(finish_all(self.aggs, st.bufs))
+        return pd.DataFrame(cols, index=pd.RangeIndex(len(st)))[self.columns]
+
+    def _late_fates(self, rows: pd.DataFrame, pair_rows: np.ndarray, pair_code: np.ndarray,
+                    pair_bound: np.ndarray, late_group: np.ndarray, wm_ms: int) -> pd.DataFrame:
+        m = late_group[pair_code]
+        rid = rows[ROW_ID].to_numpy()[pair_rows[m]]
+        bound = pair_bound[m]
+        if self.window is not None:
+            what = "window " + F.window_text(bound - self.duration_us, bound) + ": end"
+        else:
+            what = "event time"
+        return F.frame(rid, "late", F.late_detail(what, bound, wm_ms))
+
+    def _leave_fates(self, st: AggState, fate: str, wm_ms: int | None) -> pd.DataFrame:
+        prefix = F.keys_text(st.keys)
+        sep = np.where(prefix == "", "", ", ").astype(object)
+        if self.window is not None:
+            what = prefix + sep + "window " + F.window_text(st.wstart_us, st.bound_us) + ": end "
+        else:
+            what = prefix + sep + f"{self.et_key} "
+        return F.frame(np.full(len(st), -1), fate, F.evict_detail(what, st.bound_us, wm_ms or 0))
+
+
+def _set(a: np.ndarray, idx: np.ndarray, v: np.ndarray) -> np.ndarray:
+    out = a.copy()
+    out[idx] = v
+    return out

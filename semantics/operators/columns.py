@@ -1,0 +1,117 @@
+"""Source columns as flat numpy arrays with an explicit null mask, and back.
+
+Every operator works on :class:`Values`: ``kind`` says how ``data`` is stored
+
+* ``int``      – int64 (pandas int*/uint*/Int* columns),
+* ``bool``     – int64 0/1,
+* ``float``    – float64; NaN is treated as SQL NULL (pandas cannot tell them apart after a
+  Delta/Arrow round trip, so a real NaN in the data is predicted as NULL),
+* ``datetime`` – int64 microseconds since the epoch (``tz`` keeps the zone of the column),
+* ``object``   – object array (strings, decimals, ...); ``None``/NaN are NULL.
+
+Invariant: ``data[null]`` holds a neutral filler (0, 0.0 or None) and must never be read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+INT_KINDS = ("int", "bool", "datetime")
+
+
+@dataclass(frozen=True)
+class Values:
+    kind: str
+    data: np.ndarray
+    null: np.ndarray | None = None  # bool mask, None when the column has no NULLs
+    tz: str | None = None  # datetime columns only
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def take(self, idx: np.ndarray) -> Values:
+        return Values(self.kind, self.data[idx], None if self.null is None else self.null[idx],
+                      self.tz)
+
+    @property
+    def valid(self) -> np.ndarray:
+        """True where the value is not NULL."""
+        if self.null is None:
+            return np.ones(len(self.data), dtype=bool)
+        return ~self.null
+
+
+def kind_of(dtype: object) -> str:
+    """The :class:`Values` kind pandas ``dtype`` maps to."""
+    if pd.api.types.is_bool_dtype(dtype):
+        return "bool"
+    if pd.api.types.is_integer_dtype(dtype):
+        return "int"
+    if pd.api.types.is_float_dtype(dtype):
+        return "float"
+    if pd.api.types.is_datetime64_any_dtype(dtype):
+        return "datetime"
+    return "object"
+
+
+def values_of(s: pd.Series) -> Values:
+    """Flatten a pandas column (any dtype) into :class:`Values`."""
+    kind = kind_of(s.dtype)
+    if kind in ("int", "bool"):
+        null = s.isna().to_numpy() if s.hasnans else None
+        data = s.to_numpy(dtype=np.int64, na_value=0) if null is not None else \
+            s.to_numpy().astype(np.int64, copy=False)
+        return Values(kind, data, null)
+    if kind == "float":
+        data = s.to_numpy(dtype=np.float64, na_value=np.nan)
+        nan = np.isnan(data)
+        if nan.any():
+            return Values(kind, np.where(nan, 0.0, data), nan)
+        return Values(kind, data, None)
+    if kind == "datetime":
+        tz = str(s.dt.tz) if getattr(s.dt, "tz", None) is not None else None
+        raw = s.to_numpy(dtype="datetime64[us]")
+        null = np.isnat(raw)
+        data = raw.astype(np.int64)
+        if null.any():
+            return Values(kind, np.where(null, 0, data), null, tz)
+        return Values(kind, data, None, tz)
+    data = s.to_numpy(dtype=object)
+    null = pd.isna(data)
+    if null.any():
+        data = data.copy()
+        data[null] = None
+        return Values(kind, data, null)
+    return Values(kind, data, None)
+
+
+def to_series(kind: str, data: np.ndarray, null: np.ndarray | None, tz: str | None = None,
+              name: str | None = None) -> pd.Series:
+    """Inverse of :func:`values_of` with SQL result types: integers become nullable ``Int64``,
+    booleans ``boolean``, datetimes ``datetime64[us, tz]``, floats ``float64`` (NULL = NaN)."""
+    null = np.zeros(len(data), dtype=bool) if null is None else null
+    if kind == "int":
+        arr = pd.arrays.IntegerArray(np.asarray(data, dtype=np.int64), null.copy())
+        return pd.Series(arr, name=name)
+    if kind == "bool":
+        arr = pd.arrays.BooleanArray(np.asarray(data).astype(bool), null.copy())
+        return pd.Series(arr, name=name)
+    if kind == "float":
+        return pd.Series(np.where(null, np.nan, np.asarray(data, dtype=np.float64)), name=name)
+    if kind == "datetime":
+        raw = np.asarray(data, dtype=np.int64).astype("datetime64[us]")
+        raw = np.where(null, np.datetime64("NaT", "us"), raw)
+        s = pd.Series(raw, name=name, dtype="datetime64[us]")
+        return s.dt.tz_localize(tz) if tz else s
+    out = np.asarray(data, dtype=object).copy()
+    out[null] = None
+    return pd.Series(out, name=name, dtype=object)
+
+
+def timestamps(us: np.ndarray, name: str | None = None) -> pd.Series:
+    """µs since the epoch -> ``datetime64[us, UTC]`` (window and session bounds)."""
+    return pd.Series(np.asarray(us, dtype=np.int64).astype("datetime64[us]"), name=name,
+                     dtype="datetime64[us]").dt.tz_localize("UTC")

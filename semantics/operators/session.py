@@ -1,0 +1,234 @@
+"""Session windows: ``SessionWindowStateStoreRestoreExec`` → ``MergingSessionsExec`` →
+``SessionWindowStateStoreSaveExec`` (spark-watermark-semantics.md §4, §5.4, §6).
+
+Each row starts as the session ``[t, t + gap)``. Per batch:
+
+1. local units: Spark's partial aggregate groups rows by (keys, session window), so rows of a key
+   with the **same event time** form one unit. With
+   ``spark.sql.streaming.sessionWindow.merge.sessions.in.local.partition=true`` (default
+   **false** in Spark 4.0) rows of a key are additionally merged locally when they overlap or
+   touch (``next.start <= current.end``). The model assumes one input partition per batch (the
+   replay writes one file per batch);
+2. late filter in the *restore* step, on units: ``unit.end <= late wm`` (µs vs ms·1000) →
+   dropped, ``numRowsDroppedByWatermark`` = late units (reported by the save operator). The
+   restore step filters in every output mode, so complete mode drops late rows too;
+3. for every key with surviving units, *all* its stored sessions are merged with the units
+   (overlap or touch) and the key's session list is rewritten (``updateSessions``):
+   ``numRowsUpdated`` += number of merged sessions of the key (unchanged stored sessions
+   included), ``numRowsRemoved`` += stored sessions whose start is no longer a session start;
+4. append: remove and emit sessions with ``end <= eviction wm`` (``numRowsRemoved`` += 1 each);
+   complete: emit every session, no eviction;
+5. another (no-data) batch is wanted in append mode when the new watermark exceeds the last
+   eviction watermark.
+
+State invariant: entries sorted by (key id, session start); (key id, start) unique.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from semantics.engine import BatchInput, OperatorStep
+from semantics.errors import SpecError
+from semantics.operators import fates as F
+from semantics.operators.aggfuncs import (
+    AggFunc,
+    Buffers,
+    concat_all,
+    empty_all,
+    finish_all,
+    init_all,
+    parse_aggregates,
+    reduce_all,
+    take_all,
+)
+from semantics.operators.columns import kind_of, timestamps, values_of
+from semantics.operators.grouping import concat_frames, take_frame
+from semantics.operators.keys import KeyInterner
+from semantics.report import operator_name, output_columns
+from semantics.schedule import ROW_ID, Schedule
+from semantics.spec import BacktestSpec, SessionQuery
+
+MERGE_LOCAL_CONF = "spark.sql.streaming.sessionWindow.merge.sessions.in.local.partition"
+
+
+@dataclass(frozen=True)
+class SessionState:
+    """Sessions in the state store, sorted by (key id, start)."""
+
+    gid: np.ndarray  # key id (without the session)
+    start_us: np.ndarray
+    end_us: np.ndarray
+    keys: pd.DataFrame
+    bufs: Buffers
+
+    def __len__(self) -> int:
+        return len(self.gid)
+
+    def take(self, idx: np.ndarray) -> SessionState:
+        return SessionState(self.gid[idx], self.start_us[idx], self.end_us[idx],
+                            take_frame(self.keys, idx), take_all(self.bufs, idx))
+
+
+def concat_states(a: SessionState, b: SessionState) -> SessionState:
+    return SessionState(np.concatenate([a.gid, b.gid]), np.concatenate([a.start_us, b.start_us]),
+                        np.concatenate([a.end_us, b.end_us]), concat_frames(a.keys, b.keys),
+                        concat_all(a.bufs, b.bufs))
+
+
+class SessionOperator:
+    """Session-window aggregation; rules in the module docstring."""
+
+    def __init__(self, spec: BacktestSpec, candidate: str, schedule: Schedule, *,
+                 explain: bool = True) -> None:
+        q = spec.query
+        assert isinstance(q, SessionQuery)
+        self.name = operator_name(spec)
+        self.source = q.source
+        self.keys = tuple(q.keys)
+        self.mode = q.output_mode
+        self.gap_us = q.gap.us
+        self.explain = explain
+        frame = schedule.rows[q.source]
+        dtypes = {c: frame[c].dtype for c in frame.columns}
+        for k in self.keys:
+            if k not in dtypes:
+                raise SpecError(spec.path, "query.keys", f"a column of {q.source!r} (no {k!r})")
+        self.aggs: tuple[AggFunc, ...] = parse_aggregates(q.aggregates, dtypes)
+        conf = spec.conf(candidate)
+        self.merge_local = str(conf.get(MERGE_LOCAL_CONF, "false")).lower() == "true"
+        self.columns = output_columns(spec, dict(schedule.data_columns))
+        self._key_frame = frame[list(self.keys)].iloc[0:0]
+        self._interner = KeyInterner(tuple(kind_of(dtypes[k]) for k in self.keys))
+
+    def initial_state(self) -> SessionState:
+        e = np.array([], dtype=np.int64)
+        return SessionState(e, e, e, self._key_frame.reset_index(drop=True),
+                            empty_all(self.aggs, 0))
+
+    def wants_another_batch(self, state: Any, new_wm_ms: int, last_evict_wm_ms: int | None
+                            ) -> bool:
+        return self.mode != "complete" and new_wm_ms > (last_evict_wm_ms or 0)
+
+    def step(self, state: SessionState, batch: BatchInput) -> tuple[SessionState, OperatorStep]:
+        rows = batch.rows[self.source]
+        t = np.asarray(batch.event_us[self.source], dtype=np.int64)
+        fates: list[pd.DataFrame] = []
+        units, row_order, row_unit = self._units(rows, t)
+
+        dropped = 0
+        if batch.late_wm_ms is not None and len(units):
+            late = units.end_us <= np.int64(batch.late_wm_ms) * 1000
+            dropped = int(late.sum())
+            if dropped:
+                if self.explain:
+                    m = late[row_unit]
+                    u = row_unit[m]
+                    what = ("session " + F.window_text(units.start_us[u], units.end_us[u])
+                            + ": end")
+                    rid = rows[ROW_ID].to_numpy(dtype=np.int64)[row_order[m]]
+                    fates.append(F.frame(rid, "late",
+                                         F.late_detail(what, units.end_us[u], batch.late_wm_ms)))
+                units = units.take(np.flatnonzero(~late))
+
+        new, upserted, replaced = self._merge(state, units)
+        removed = replaced
+        if self.mode == "complete":
+            out = self._output(new)
+        else:
+            gone = (new.end_us <= np.int64(batch.evict_wm_ms) * 1000
+                    if batch.evict_wm_ms is not None else np.zeros(len(new), dtype=bool))
+            ev = new.take(np.flatnonzero(gone))
+            out = self._output(ev)
+            removed += len(ev)
+            if len(ev):
+                if self.explain:
+                    prefix = F.keys_text(ev.keys)
+                    what = prefix + ", session " + F.window_text(ev.start_us, ev.end_us) + ": end "
+                    fates.append(F.frame(np.full(len(ev), -1), "emitted",
+                                         F.evict_detail(what, ev.end_us, batch.evict_wm_ms or 0)))
+                new = new.take(np.flatnonzero(~gone))
+        return new, OperatorStep(
+            dropped_by_watermark=dropped,
+            state_rows=len(new),
+            state_rows_updated=upserted,
+            state_rows_removed=removed,
+            output=out,
+            fates=F.concat(fates),
+        )
+
+    # -- pieces --------------------------------------------------------------------------------
+    def _units(self, rows: pd.DataFrame, t: np.ndarray
+               ) -> tuple[SessionState, np.ndarray, np.ndarray]:
+        """Local units of the batch sorted by (key id, start), plus ``row_order`` (row indices
+        sorted like the units) and ``row_unit`` (unit of each of those rows)."""
+        n = len(rows)
+        kid = self._interner.ids([values_of(rows[k]) for k in self.keys], n)
+        order = np.lexsort((t, kid))
+        k, ts = kid[order], t[order]
+        new = np.ones(n, dtype=bool)
+        if n:
+            same_key = k[1:] == k[:-1]
+            if self.merge_local:
+                # same gap for every row: the running end is previous start + gap
+                new[1:] = ~same_key | (ts[1:] > ts[:-1] + self.gap_us)
+            else:
+                new[1:] = ~same_key | (ts[1:] != ts[:-1])
+        code = np.cumsum(new) - 1
+        heads = np.flatnonzero(new)
+        u = len(heads)
+        last = np.r_[heads[1:], n] - 1 if u else heads
+        bufs = reduce_all(self.aggs, init_all(self.aggs, rows, order), code, u)
+        units = SessionState(k[heads], ts[heads], ts[last] + self.gap_us,
+                             take_frame(rows[list(self.keys)], order[heads]), bufs)
+        return units, order, code
+
+    def _merge(self, state: SessionState, units: SessionState
+               ) -> tuple[SessionState, int, int]:
+        """Rewrite the sessions of every key in ``units``; returns (state, upserted, replaced)."""
+        if not len(units):
+            return state, 0, 0
+        keys = np.unique(units.gid)
+        lo = np.searchsorted(state.gid, keys, side="left")
+        hi = np.searchsorted(state.gid, keys, side="right")
+        cnt = hi - lo
+        tot = int(cnt.sum())
+        stored_idx = (np.repeat(lo, cnt) + np.arange(tot)
+                      - np.repeat(np.cumsum(cnt) - cnt, cnt)) if tot else np.array([], np.int64)
+        stored = state.take(stored_idx)
+        items = concat_states(stored, units)
+        is_stored = np.r_[np.ones(tot, dtype=bool), np.zeros(len(units), dtype=bool)]
+        order = np.lexsort((~is_stored, items.start_us, items.gid))
+        items = items.take(order)
+        is_stored = is_stored[order]
+        g, s, e = items.gid, items.start_us, items.end_us
+        m = len(g)
+        # segmented running max of the end, per key
+        run_end = pd.Series(e).groupby(g, sort=False).cummax().to_numpy(dtype=np.int64)
+        new = np.ones(m, dtype=bool)
+        new[1:] = (g[1:] != g[:-1]) | (s[1:] > run_end[:-1])
+        code = np.cumsum(new) - 1
+        heads = np.flatnonzero(new)
+        n_sess = len(heads)
+        end = np.maximum.reduceat(e, heads)
+        merged = SessionState(g[heads], s[heads], end, take_frame(items.keys, heads),
+                              reduce_all(self.aggs, items.bufs, code, n_sess))
+        # a stored session survives (is replaced in place) iff its start is still a start
+        replaced = int((is_stored & (s != s[heads][code])).sum())
+        keep = np.ones(len(state), dtype=bool)
+        keep[stored_idx] = False
+        rest = state.take(np.flatnonzero(keep))
+        out = concat_states(rest, merged)
+        out = out.take(np.lexsort((out.start_us, out.gid)))
+        return out, n_sess, replaced
+
+    def _output(self, st: SessionState) -> pd.DataFrame:
+        cols: dict[str, Any] = {k: st.keys[k].reset_index(drop=True) for k in self.keys}
+        cols["session_start"] = timestamps(st.start_us)
+        cols["session_end"] = timestamps(st.end_us)
+        cols.update(finish_all(self.aggs, st.bufs))
+        return pd.DataFrame(cols, index=pd.RangeIndex(len(st)))[self.columns]

@@ -1,0 +1,31 @@
+"""Time-window assignment exactly as Spark's ``TimeWindowing`` (spark-watermark-semantics §4).
+
+For an event time ``t`` (µs), duration ``d`` and slide ``s`` (start offset 0):
+``lastStart = t − ((t − 0) mod s)`` with a non-negative modulo, windows
+``start_i = lastStart − i·s``, ``end_i = start_i + d`` for ``i = 0 .. ceil(d/s) − 1``; when
+``d % s != 0`` only windows with ``start ≤ t < end`` are kept. Tumbling windows (``d == s``) give
+exactly one window per row.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def assign_windows(t_us: np.ndarray, duration_us: int, slide_us: int
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """``(row, start)``: for every window a row falls into, the row's index and the window start
+    (µs). Rows appear in input order; a row's windows in Spark's order (i = 0, 1, ...)."""
+    t = np.asarray(t_us, dtype=np.int64)
+    n = len(t)
+    last = t - np.mod(t, slide_us)
+    if duration_us == slide_us:
+        return np.arange(n, dtype=np.int64), last
+    k = -(-duration_us // slide_us)  # ceil
+    rows = np.repeat(np.arange(n, dtype=np.int64), k)
+    starts = (last[:, None] - np.arange(k, dtype=np.int64)[None, :] * slide_us).ravel()
+    if duration_us % slide_us != 0:
+        tt = t[rows]
+        keep = (starts <= tt) & (tt < starts + duration_us)
+        rows, starts = rows[keep], starts[keep]
+    return rows, starts

@@ -1,0 +1,74 @@
+"""Small helpers for predictor tests: specs and schedules from in-memory batches (no Delta)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from semantics.predict import Prediction, predict
+from semantics.schedule import Schedule, cut
+from semantics.spec import BacktestSpec, BatchBy, parse_spec
+
+
+def spec_of(query: dict, watermark: str | None = "10 seconds", pace: str = "backlog",
+            spark_conf: dict | None = None, source: str = "events") -> BacktestSpec:
+    cand: dict = {"watermark": {source: watermark}} if watermark is not None else {}
+    if spark_conf:
+        cand["spark_conf"] = spark_conf
+    return parse_spec({
+        "name": "t",
+        "sources": {source: {"table": "unused", "event_time": "ts"}},
+        "query": {"source": source, **query},
+        "replay": {"batch_by": {"commits": 1}, "pace": pace},
+        "candidates": {"c": cand},
+    })
+
+
+def schedule_of(batches: Sequence[Sequence[dict]], pace: str = "backlog",
+                source: str = "events") -> Schedule:
+    """One commit (= one tick with ``commits: 1``) per element of ``batches``; ``ts`` values are
+    seconds since the epoch (floats allowed)."""
+    recs = []
+    for v, rows in enumerate(batches):
+        for r in rows:
+            recs.append({"commit_version": v, "arrival_ms": 1000 * v, **r})
+    df = pd.DataFrame(recs)
+    df.insert(0, "row_id", np.arange(len(df), dtype=np.int64))
+    df["ts"] = (pd.Timestamp(0, tz="UTC") + pd.to_timedelta(df["ts"], unit="s")).astype(
+        "datetime64[us, UTC]")
+    return cut("t", {source: df}, {source: "ts"}, BatchBy(commits=1), pace)
+
+
+def run(query: dict, batches: Sequence[Sequence[dict]], watermark: str | None = "10 seconds",
+        pace: str = "backlog", spark_conf: dict | None = None) -> Prediction:
+    spec = spec_of(query, watermark, pace, spark_conf)
+    return predict(schedule_of(batches, pace), spec, "c")
+
+
+def col(result: Prediction, name: str) -> list:
+    return result.batches[name].tolist()
+
+
+def out_rows(result: Prediction, batch_id: int | None = None, cols: Sequence[str] | None = None
+             ) -> list[tuple]:
+    """Emitted rows as tuples; timestamps as seconds (float -> int when whole)."""
+    df = result.outputs
+    if batch_id is not None:
+        df = df[df["batch_id"] == batch_id]
+    cols = list(cols) if cols is not None else [c for c in df.columns if c != "batch_id"]
+    out = []
+    for rec in df[cols].itertuples(index=False):
+        vals = []
+        for v in rec:
+            if isinstance(v, pd.Timestamp):
+                s = (v - pd.Timestamp(0, tz="UTC")) / pd.Timedelta(seconds=1)
+                v = int(s) if s == int(s) else s
+            elif v is pd.NA or (isinstance(v, float) and np.isnan(v)):
+                v = None
+            elif isinstance(v, np.generic):
+                v = v.item()
+            vals.append(v)
+        out.append(tuple(vals))
+    return sorted(out, key=repr)
