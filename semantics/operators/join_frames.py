@@ -112,16 +112,17 @@ def match_pairs(left: pd.DataFrame, left_layout: SideLayout, right: pd.DataFrame
                 right_layout: SideLayout, time_ok: Any) -> tuple[np.ndarray, np.ndarray]:
     """All (left position, right position) pairs with equal keys and ``time_ok(lt, rt)`` true.
 
-    Null keys never match (SQL equality). Pairs are ordered by left position, then right
-    position (Spark: per input row, the other side's buffered rows of that key).
+    Keys compare like Spark's ``UnsafeRow`` state keys: a null key equals a null key (the
+    streaming join does not skip null keys; on inner/semi/outer-inner sides the optimizer's
+    inferred ``isnotnull`` removes them earlier, so only full outer can pair two nulls). Pairs are
+    ordered by left position, then right position (Spark: per input row, the other side's
+    buffered rows of that key).
     """
     if not len(left) or not len(right):
         return np.array([], dtype=np.int64), np.array([], dtype=np.int64)
     lk, rk = list(left_layout.keys), list(right_layout.keys)
     lf = left[lk].assign(_lt=left[ET].to_numpy(), _li=np.arange(len(left)))
     rf = right[rk].assign(_rt=right[ET].to_numpy(), _ri=np.arange(len(right)))
-    lf = lf.loc[~left_layout.has_null_key(left)]
-    rf = rf.loc[~right_layout.has_null_key(right)]
     m = lf.merge(rf, left_on=lk, right_on=rk, how="inner", sort=False)
     if not len(m):
         return np.array([], dtype=np.int64), np.array([], dtype=np.int64)
