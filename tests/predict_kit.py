@@ -28,13 +28,15 @@ def spec_of(query: dict, watermark: str | None = "10 seconds", pace: str = "back
 
 def schedule_of(batches: Sequence[Sequence[dict]], pace: str = "backlog",
                 source: str = "events") -> Schedule:
-    """One commit (= one tick with ``commits: 1``) per element of ``batches``; ``ts`` values are
-    seconds since the epoch (floats allowed)."""
-    recs = []
+    """One commit (= one tick with ``commits: 1``) per element of ``batches`` (a list of dicts or
+    a DataFrame, whose dtypes are kept); ``ts`` values are seconds since the epoch."""
+    parts = []
     for v, rows in enumerate(batches):
-        for r in rows:
-            recs.append({"commit_version": v, "arrival_ms": 1000 * v, **r})
-    df = pd.DataFrame(recs)
+        part = rows.copy() if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
+        part.insert(0, "arrival_ms", 1000 * v)
+        part.insert(0, "commit_version", v)
+        parts.append(part)
+    df = pd.concat(parts, ignore_index=True)
     df.insert(0, "row_id", np.arange(len(df), dtype=np.int64))
     df["ts"] = (pd.Timestamp(0, tz="UTC") + pd.to_timedelta(df["ts"], unit="s")).astype(
         "datetime64[us, UTC]")

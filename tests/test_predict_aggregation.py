@@ -1,0 +1,232 @@
+"""Predictor regression tests for streaming aggregation: one test per Spark rule (no Spark here).
+
+Timestamps are seconds since the epoch; watermark columns are milliseconds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from semantics.errors import SpecError
+from semantics.operators.windows import assign_windows
+from tests.predict_kit import col, out_rows, run
+
+W5 = {"kind": "aggregation", "keys": [], "window": {"duration": "5 seconds"},
+      "aggregates": {"n": "count(*)"}, "output_mode": "append"}
+
+
+def agg(**kw) -> dict:
+    return {**W5, **kw}
+
+
+def test_late_is_inclusive_and_compares_the_window_end() -> None:
+    # rule: late is <=, window end compared. Live pace: after [15] the no-data batch moves the
+    # watermark to 5 s, so batch 2 filters with 5 s. Row 3 -> [0,5): end 5 <= 5 -> late;
+    # row 5 -> [5,10): end 10 > 5 -> accepted although the row's time equals the watermark.
+    r = run(agg(), [[{"ts": 15}], [{"ts": 3}, {"ts": 5}]], pace="live")
+    assert col(r, "has_data") == [True, False, True]
+    assert col(r, "late_watermark_ms")[2] == 5000
+    assert col(r, "dropped_by_watermark") == [0, 0, 1]
+    late = r.fates[r.fates.fate == "late"]
+    assert late.row_id.tolist() == [1]
+    assert late.detail.iloc[0] == ("window [1970-01-01 00:00:00, 1970-01-01 00:00:05): end "
+                                   "1970-01-01 00:00:05 <= watermark 1970-01-01 00:00:05 "
+                                   "(late by 0 ms)")
+
+
+def test_two_batch_lag_in_backlog_admits_and_emits_immediately() -> None:
+    # rule: two-batch lag in backlog (reference §3 worked example). Batch 1 runs with late wm
+    # W0 = 0 and eviction wm W1 = 5 s: row 3 ([0,5)) is not late, is put, evicted and emitted
+    # in the same batch.
+    r = run(agg(), [[{"ts": 15}], [{"ts": 3}]], pace="backlog")
+    assert col(r, "has_data") == [True, True]  # wm stays 5 s: no trailing no-data batch
+    assert col(r, "late_watermark_ms") == [0, 0]
+    assert col(r, "eviction_watermark_ms") == [0, 5000]
+    assert col(r, "dropped_by_watermark") == [0, 0]
+    assert col(r, "state_rows_updated") == [1, 1]
+    assert col(r, "state_rows_removed") == [0, 1]
+    assert out_rows(r, 1) == [(0, 5, 1)]
+
+
+def test_live_pace_no_data_batch_makes_the_same_row_late() -> None:
+    # rule: a no-data batch between the data batches advances the late watermark (reference §3)
+    r = run(agg(), [[{"ts": 15}], [{"ts": 3}]], pace="live")
+    assert col(r, "has_data") == [True, False, True]
+    assert col(r, "dropped_by_watermark") == [0, 0, 1]
+    assert r.outputs.empty
+
+
+def test_allow_multiple_false_uses_the_current_watermark_for_late_rows() -> None:
+    # rule: allowMultiple=false -> late wm = eviction wm = W_N (pre-3.4 behaviour)
+    r = run(agg(), [[{"ts": 15}], [{"ts": 3}]],
+            spark_conf={"spark.sql.streaming.statefulOperator.allowMultiple": False})
+    assert col(r, "late_watermark_ms") == [0, 5000]
+    assert col(r, "dropped_by_watermark") == [0, 1]
+    assert r.outputs.empty
+
+
+def test_late_groups_not_rows() -> None:
+    # rule: numRowsDroppedByWatermark counts late groups after partial aggregation:
+    # 10 late rows in windows [10,15) and [15,20) count as 2
+    late_rows = [{"ts": 10 + (i % 2) * 5 + 0.5} for i in range(10)]
+    r = run(agg(), [[{"ts": 40}], late_rows], pace="live")
+    assert col(r, "dropped_by_watermark") == [0, 0, 2]
+    assert len(r.fates[r.fates.fate == "late"]) == 10  # but every row is explained
+
+
+def test_sliding_window_row_late_for_one_window_and_accepted_for_another() -> None:
+    # rule: a sliding-window row joins several groups; each is late-checked on its own.
+    # window 10 s slide 5 s, late wm 20 s (live): row 17 -> [10,20) late, [15,25) accepted
+    q = agg(window={"duration": "10 seconds", "slide": "5 seconds"})
+    r = run(q, [[{"ts": 30}], [{"ts": 17}]], pace="live")
+    assert col(r, "late_watermark_ms")[2] == 20000
+    assert col(r, "dropped_by_watermark")[2] == 1
+    assert col(r, "state_rows_updated")[2] == 1
+    late = r.fates[r.fates.fate == "late"]
+    assert late.row_id.tolist() == [1] and "[1970-01-01 00:00:10, 1970-01-01 00:00:20)" in \
+        late.detail.iloc[0]
+
+
+def test_append_spark_suite_example() -> None:
+    # rule: append emits each group once, when the eviction watermark passes its end
+    # (EventTimeWatermarkSuite "append mode"; testStream runs no-data batches = live pace)
+    r = run(agg(), [[{"ts": t} for t in range(10, 16)], [{"ts": 25}], [{"ts": 10}]],
+            pace="live")
+    assert col(r, "has_data") == [True, False, True, False, True]
+    assert out_rows(r) == [(10, 15, 5)]
+    assert r.outputs.batch_id.tolist() == [3]
+    assert col(r, "state_rows") == [2, 2, 3, 2, 2]
+    assert col(r, "dropped_by_watermark") == [0, 0, 0, 0, 1]
+    assert col(r, "state_rows_removed") == [0, 0, 0, 1, 0]
+    assert r.fates[r.fates.fate == "emitted"].batch_id.tolist() == [3]
+
+
+def test_update_emits_updated_groups_and_removes_silently() -> None:
+    # rule: update emits every updated group (numRowsUpdated = output rows), then removes keys
+    # with end <= eviction wm without emitting (EventTimeWatermarkSuite "update mode")
+    q = agg(output_mode="update")
+    r = run(q, [[{"ts": t} for t in range(10, 16)], [{"ts": 25}], [{"ts": 10}, {"ts": 25}]],
+            pace="live")
+    assert col(r, "has_data") == [True, False, True, False, True]
+    assert out_rows(r, 0) == [(10, 15, 5), (15, 20, 1)]
+    assert out_rows(r, 2) == [(25, 30, 1)]
+    assert out_rows(r, 4) == [(25, 30, 2)]
+    assert col(r, "output_rows") == col(r, "state_rows_updated") == [2, 0, 1, 0, 1]
+    assert col(r, "state_rows_removed") == [0, 0, 0, 1, 0]
+    assert col(r, "state_rows") == [2, 2, 3, 2, 2]
+    assert col(r, "dropped_by_watermark") == [0, 0, 0, 0, 1]
+    assert r.fates[r.fates.fate == "evicted"].batch_id.tolist() == [3]
+
+
+def test_complete_emits_whole_state_without_late_filter_or_no_data_batch() -> None:
+    # rule: complete emits the whole state every batch, never filters or evicts, and never asks
+    # for a no-data batch
+    q = agg(output_mode="complete")
+    r = run(q, [[{"ts": 15}], [{"ts": 3}], [{"ts": 40}]], pace="live")
+    assert col(r, "has_data") == [True, True, True]
+    assert col(r, "dropped_by_watermark") == [0, 0, 0]
+    assert col(r, "output_rows") == [1, 2, 3]
+    assert col(r, "state_rows") == [1, 2, 3]
+    assert col(r, "state_rows_removed") == [0, 0, 0]
+    assert out_rows(r, 2) == [(0, 5, 1), (15, 20, 1), (40, 45, 1)]
+
+
+def test_raw_event_time_key_late_and_eviction_on_the_timestamp() -> None:
+    # rule: without a window the event-time key itself is compared (ts <= wm, inclusive)
+    q = {"kind": "aggregation", "keys": ["ts"], "aggregates": {"n": "count(*)"},
+         "output_mode": "append"}
+    r = run(q, [[{"ts": 20}, {"ts": 20}], [{"ts": 10}, {"ts": 11}]], pace="live")
+    # b0: state {20}; wm 10; b1 no-data evicts ts <= 10: nothing; b2 late wm 10: 10 late, 11 ok
+    assert col(r, "dropped_by_watermark") == [0, 0, 1]
+    assert out_rows(r) == []  # wm stays 10 s: 11 and 20 remain open
+    assert col(r, "state_rows") == [1, 1, 2]
+
+
+def test_without_event_time_key_no_late_filter_and_no_eviction() -> None:
+    # rule: late filtering/eviction need the event-time column among the group keys; with a
+    # watermark an update-mode aggregation by another key still runs no-data batches
+    q = {"kind": "aggregation", "keys": ["k"], "aggregates": {"n": "count(*)"},
+         "output_mode": "update"}
+    r = run(q, [[{"ts": 100, "k": "a"}], [{"ts": 1, "k": "a"}, {"ts": 1, "k": "b"}]],
+            pace="live")
+    assert col(r, "has_data") == [True, False, True]
+    assert col(r, "dropped_by_watermark") == [0, 0, 0]
+    assert col(r, "state_rows_removed") == [0, 0, 0]
+    assert out_rows(r, 2) == [("a", 2), ("b", 1)]
+
+
+def test_global_aggregation_updates_its_single_group_every_batch() -> None:
+    # rule: a global aggregation's partial aggregate emits a row even without input, so update
+    # mode emits the one group in every batch, no-data batches included
+    q = {"kind": "aggregation", "keys": [], "aggregates": {"n": "count(*)"},
+         "output_mode": "update"}
+    r = run(q, [[{"ts": 100}], [{"ts": 1}]], pace="live")
+    assert col(r, "has_data") == [True, False, True]
+    assert col(r, "output_rows") == [1, 1, 1]
+    assert col(r, "state_rows_updated") == [1, 1, 1]
+    assert out_rows(r) == [(1,), (1,), (2,)]
+
+
+def test_aggregate_types_and_null_handling() -> None:
+    # rule: Spark result types and SQL NULL handling: count(*) counts rows, count(col) non-null
+    # values; sum of integers is a (nullable) long, NULL when all inputs are NULL; avg is double;
+    # min/max keep the input type (strings, timestamps)
+    q = agg(keys=["k"], window={"duration": "10 seconds"}, output_mode="update", aggregates={
+        "rows": "count(*)", "vals": "count(v)", "total": "sum(v)", "mean": "avg(v)",
+        "fsum": "sum(f)", "lo": "min(s)", "hi": "max(s)", "first": "min(ts)"})
+    rows = [
+        {"ts": 1, "k": 1, "v": 2, "f": 0.5, "s": "b"},
+        {"ts": 2, "k": 1, "v": None, "f": 1.5, "s": "a"},
+        {"ts": 3, "k": 2, "v": None, "f": None, "s": None},
+    ]
+    df = pd.DataFrame(rows)
+    df["v"] = df["v"].astype("Int64")
+    r = run(q, [df], watermark=None)
+    out = r.outputs.sort_values("k").reset_index(drop=True)
+    assert out["rows"].tolist() == [2, 1]
+    assert out["vals"].tolist() == [1, 0]
+    assert str(out["total"].dtype) == "Int64"
+    assert out["total"].tolist()[0] == 2 and out["total"].isna().tolist() == [False, True]
+    assert out["mean"].tolist()[0] == 2.0 and np.isnan(out["mean"].iloc[1])
+    assert out["fsum"].tolist()[0] == 2.0 and np.isnan(out["fsum"].iloc[1])
+    assert out["lo"].tolist() == ["a", None] and out["hi"].tolist() == ["b", None]
+    assert str(out["first"].dtype) == "datetime64[us, UTC]"
+    assert out["first"].iloc[0] == pd.Timestamp(1, unit="s", tz="UTC")
+
+
+def test_state_merges_across_batches() -> None:
+    # rule: a group's aggregate continues from the stored buffer (restore + merge)
+    q = agg(keys=["k"], output_mode="update", aggregates={
+        "n": "count(*)", "total": "sum(v)", "lo": "min(v)", "hi": "max(v)", "mean": "avg(v)"})
+    r = run(q, [[{"ts": 1, "k": "a", "v": 5}], [{"ts": 2, "k": "a", "v": 1},
+                                                 {"ts": 3, "k": "a", "v": 9}]], watermark=None)
+    assert out_rows(r, 1) == [("a", 0, 5, 3, 15, 1, 9, 5.0)]
+
+
+def test_window_assignment_matches_time_windowing() -> None:
+    # rule: lastStart = t - (t mod s) (non-negative mod); ceil(d/s) windows, filtered to
+    # start <= t < end when d % s != 0; works before the epoch
+    rows, starts = assign_windows(np.array([7_000_000, -1]), 10_000_000, 4_000_000)
+    got = sorted(zip(rows.tolist(), starts.tolist(), strict=True))
+    # t=7s: lastStart 4s -> [4,14), [0,10), [-4,6) dropped (7 >= 6)
+    # t=-1us: lastStart -4s -> [-4,6), [-8,2), [-12,-2) dropped
+    assert got == [(0, 0), (0, 4_000_000), (1, -8_000_000), (1, -4_000_000)]
+    rows, starts = assign_windows(np.array([5_000_000]), 10_000_000, 5_000_000)
+    assert sorted(starts.tolist()) == [0, 5_000_000]  # d % s == 0: no filter needed
+
+
+def test_window_and_raw_event_time_key_is_rejected() -> None:
+    # rule: window struct and raw timestamp are two event-time columns -> Spark AnalysisException
+    with pytest.raises(SpecError, match="More than one event time"):
+        run(agg(keys=["ts"]), [[{"ts": 1}]])
+
+
+def test_trailing_no_data_batch_in_backlog_emits_the_rest() -> None:
+    # rule: backlog has no idle batch between data batches, only at the end
+    r = run(agg(), [[{"ts": 1}], [{"ts": 7}], [{"ts": 30}]], pace="backlog")
+    assert col(r, "has_data") == [True, True, True, False]
+    assert col(r, "eviction_watermark_ms") == [0, 0, 0, 20000]
+    assert r.outputs.batch_id.tolist() == [3, 3]
+    assert out_rows(r) == [(0, 5, 1), (5, 10, 1)]

@@ -1,0 +1,123 @@
+"""Predictor regression tests for dropDuplicates / dropDuplicatesWithinWatermark (no Spark).
+
+Timestamps are seconds since the epoch; watermark columns are milliseconds.
+"""
+
+from __future__ import annotations
+
+from tests.predict_kit import col, out_rows, run
+
+DEDUP = {"kind": "deduplication", "keys": ["id"]}
+WITHIN = {"kind": "deduplication", "keys": ["id"], "within_watermark": True}
+
+
+def test_late_filter_on_event_time_even_when_it_is_not_a_key() -> None:
+    # rule: dedup filters rows with event time <= late wm (inclusive) and counts them, whatever
+    # the keys; a late row is not a duplicate
+    r = run(DEDUP, [[{"id": 1, "ts": 20}], [{"id": 2, "ts": 10}, {"id": 3, "ts": 10.001}]],
+            pace="live")
+    assert col(r, "late_watermark_ms") == [0, 0, 10000]
+    assert col(r, "dropped_by_watermark") == [0, 0, 1]
+    assert out_rows(r, 2, cols=["id"]) == [(3,)]
+    late = r.fates[r.fates.fate == "late"]
+    assert late.row_id.tolist() == [1]
+    assert late.detail.iloc[0].endswith("(late by 0 ms)")
+    assert (r.fates.fate != "duplicate").all()
+
+
+def test_first_occurrence_in_row_order_is_kept_and_later_ones_dropped() -> None:
+    # rule: the first row of a key (row_id order in the batch) is stored and emitted; later rows
+    # of that key, in the same or later batches, are dropped (not counted as late)
+    r = run(DEDUP, [[{"id": 1, "ts": 5, "v": "first"}, {"id": 1, "ts": 4, "v": "second"}],
+                    [{"id": 1, "ts": 6, "v": "third"}, {"id": 2, "ts": 6, "v": "x"}]])
+    assert out_rows(r, cols=["row_id", "v"]) == [(0, "first"), (3, "x")]
+    assert col(r, "state_rows_updated")[:2] == [1, 1]
+    assert col(r, "dropped_by_watermark")[:2] == [0, 0]
+    dup = r.fates[r.fates.fate == "duplicate"]
+    assert dup.row_id.tolist() == [1, 2]
+    assert dup.detail.tolist() == ["duplicate of row 0 (same batch)",
+                                   "duplicate of row 0 (kept in state)"]
+
+
+def test_output_is_row_id_and_source_columns() -> None:
+    # rule: dedup emits the accepted input rows unchanged (row_id + source columns)
+    r = run(DEDUP, [[{"id": 1, "ts": 5, "v": "a"}]])
+    assert list(r.outputs.columns) == ["batch_id", "row_id", "id", "ts", "v"]
+    assert str(r.outputs["ts"].dtype) == "datetime64[us, UTC]"
+
+
+def test_dedup_eviction_only_with_event_time_key() -> None:
+    # rule: without the event-time column among the keys the state is never evicted
+    # (SPARK-21546); with it, keys with event time <= eviction wm are removed
+    batches = [[{"id": 1, "ts": 10}], [{"id": 2, "ts": 40}], [{"id": 3, "ts": 41}]]
+    plain = run(DEDUP, batches, pace="live")
+    assert col(plain, "state_rows_removed") == [0] * len(plain.batches)
+    assert col(plain, "state_rows")[-1] == 3
+    keyed = run({**DEDUP, "keys": ["id", "ts"]}, batches, pace="live")
+    # b0 {1}; wm 0 -> no no-data batch; b1 {1,2}, wm -> 30; b2 (no data) evicts ts <= 30: id 1
+    assert col(keyed, "has_data") == [True, True, False, True, False]
+    assert col(keyed, "state_rows_removed") == [0, 0, 1, 0, 0]
+    assert col(keyed, "state_rows") == [1, 2, 1, 2, 2]
+    ev = keyed.fates[keyed.fates.fate == "evicted"]
+    assert ev.row_id.tolist() == [0] and ev.batch_id.tolist() == [2]
+
+
+def test_deduplicate_with_watermark_spark_suite_example() -> None:
+    # rule: dropDuplicates() over (value, eventTime) with a 10 s watermark
+    # (DeduplicateSuite "deduplicate with watermark"; testStream = live pace)
+    first = [{"id": v, "ts": v} for _ in range(5) for v in range(10, 16)]
+    r = run({**DEDUP, "keys": ["id", "ts"]},
+            [first, [{"id": 25, "ts": 25}], [{"id": 10, "ts": 10}], [{"id": 45, "ts": 45}]],
+            pace="live")
+    assert col(r, "has_data") == [True, False, True, False, True, True, False]
+    assert col(r, "output_rows") == [6, 0, 1, 0, 0, 1, 0]
+    assert col(r, "state_rows") == [6, 6, 7, 1, 1, 2, 1]
+    assert col(r, "state_rows_updated") == [6, 0, 1, 0, 0, 1, 0]
+    assert col(r, "dropped_by_watermark") == [0, 0, 0, 0, 1, 0, 0]
+
+
+def test_within_watermark_expiry_inclusive_then_key_accepted_again() -> None:
+    # rule: expiresAt = first event time + delay; evicted when eviction wm >= expiresAt
+    # (inclusive); afterwards the same key is accepted again. Duplicates don't extend expiry.
+    r = run(WITHIN, [
+        [{"id": 1, "ts": 10}],                # expiresAt 20 s
+        [{"id": 1, "ts": 19}],                # duplicate; wm 0 -> 9 s after this batch
+        [{"id": 9, "ts": 30}],                # wm 9 s -> 20 s after this batch
+        [{"id": 1, "ts": 31}],                # eviction wm 20 s >= expiresAt 20 s
+    ], watermark="10 seconds", pace="backlog")
+    # batch 3 runs with eviction wm 20 s: row 31 is still a duplicate (eviction happens after
+    # the batch's input), then the entry (expiresAt exactly 20 s) is evicted
+    assert col(r, "eviction_watermark_ms") == [0, 0, 9000, 20000, 21000]
+    assert col(r, "state_rows_removed") == [0, 0, 0, 1, 0]
+    assert out_rows(r, cols=["row_id"]) == [(0,), (2,)]
+    r2 = run(WITHIN, [[{"id": 1, "ts": 10}], [{"id": 9, "ts": 30}], [{"id": 1, "ts": 31}]],
+             pace="live")
+    # live: the no-data batch after ts 30 evicts (wm 20 >= 20); then id 1 is new again
+    assert col(r2, "has_data") == [True, True, False, True, False]
+    assert col(r2, "state_rows_removed") == [0, 0, 1, 0, 0]
+    assert out_rows(r2, cols=["row_id"]) == [(0,), (1,), (2,)]
+
+
+def test_within_watermark_not_yet_expired_one_ms_before() -> None:
+    # rule: eviction wm 19.999 s < expiresAt 20 s keeps the key
+    r = run(WITHIN, [[{"id": 1, "ts": 10}], [{"id": 9, "ts": 29.999}], [{"id": 1, "ts": 31}]],
+            pace="live")
+    assert col(r, "state_rows_removed")[:3] == [0, 0, 0]
+    assert out_rows(r, cols=["row_id"]) == [(0,), (1,)]
+
+
+def test_without_watermark_no_late_filter_no_eviction_no_idle_batches() -> None:
+    # rule: without a watermark nothing is late, nothing is evicted, no no-data batches run
+    r = run({**DEDUP, "keys": ["id", "ts"]},
+            [[{"id": 1, "ts": 100}], [{"id": 2, "ts": 0}]], watermark=None, pace="live")
+    assert col(r, "has_data") == [True, True]
+    assert col(r, "dropped_by_watermark") == [0, 0]
+    assert col(r, "state_rows") == [1, 2]
+    assert col(r, "watermark_ms") == [None, None]
+
+
+def test_null_keys_are_equal() -> None:
+    # rule: grouping equality: NULL equals NULL
+    r = run({**DEDUP, "keys": ["k"]}, [[{"k": None, "ts": 1}, {"k": None, "ts": 2},
+                                        {"k": "a", "ts": 3}]], watermark=None)
+    assert col(r, "output_rows") == [2]
