@@ -53,6 +53,7 @@ from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import BacktestSpec, Candidate, JoinQuery
 
 FATE_COLUMNS = [ROW_ID, "fate", "detail"]
+_NOTHING = pd.DataFrame()  # an empty output part (skipped when parts are concatenated)
 # Sides on which Spark's InferFiltersFromConstraints adds isnotnull(key) below the join.
 _NOT_NULL_SIDES = {
     "inner": ("left", "right"), "left_semi": ("left", "right"), "left_outer": ("right",),
@@ -110,7 +111,8 @@ class JoinOperator:
 
     name = OPERATOR_NAMES["join"]
 
-    def __init__(self, spec: BacktestSpec, candidate: str | Candidate, schedule: Schedule):
+    def __init__(self, spec: BacktestSpec, candidate: str | Candidate, schedule: Schedule, *,
+                 explain: bool = True):
         q = spec.query
         if not isinstance(q, JoinQuery):
             raise TypeError(f"JoinOperator needs a join query, got kind {q.kind!r}")
@@ -129,6 +131,12 @@ class JoinOperator:
             raise ValueError(f"output columns {sorted(clash)} collide between the join sides")
         self.columns = output_columns(spec, schedule.data_columns)
         self.not_null = _NOT_NULL_SIDES[q.type]
+        self.explain = explain  # False: no fate rows (faster on large inputs)
+        sides = [public(self.left.empty(), self.left)]
+        if q.type != "left_semi":
+            sides.append(public(self.right.empty(), self.right))
+        self._empty_output = pd.concat(sides, axis=1)
+        assert list(self._empty_output.columns) == self.columns, (self.columns, sides)
 
     # -- Operator protocol ----------------------------------------------------------------------
     def initial_state(self) -> JoinState:
@@ -177,7 +185,7 @@ class JoinOperator:
         doomed = _evictable(rin, rthr)
         right_outer = self.query.type in ("right_outer", "full_outer")
         store = ~doomed | (right_outer & ~rin[MATCHED].to_numpy())
-        if (~store).any():
+        if self.explain and (~store).any():
             fates.append(_fates(rin.loc[~store], self.right, "not_stored",
                                 f"joined but not buffered: at or behind the {self.right.source} "
                                 f"state watermark {rthr} ms (eviction watermark "
@@ -195,13 +203,15 @@ class JoinOperator:
                                              "right"))
         removed = {"inner": lgone.sum() + rgone.sum(), "left_semi": lgone.sum() + rgone.sum(),
                    "left_outer": rgone.sum(), "right_outer": lgone.sum(), "full_outer": 0}[t]
-        fates += self._eviction_fates(left_all.loc[lgone], self.left, lthr, t in (
-            "left_outer", "full_outer"), batch)
-        fates += self._eviction_fates(right_all.loc[rgone], self.right, rthr, right_outer, batch)
+        if self.explain:
+            fates += self._eviction_fates(left_all.loc[lgone], self.left, lthr,
+                                          t in ("left_outer", "full_outer"), batch)
+            fates += self._eviction_fates(right_all.loc[rgone], self.right, rthr, right_outer,
+                                          batch)
         new_state = JoinState(left_all.loc[~lgone].reset_index(drop=True),
                               right_all.loc[~rgone].reset_index(drop=True))
-        out = _concat(outputs, self.columns)
-        fate_df = (pd.concat(fates, ignore_index=True) if fates
+        out = _concat(outputs, self._empty_output)
+        fate_df = (pd.concat(fates, ignore_index=True) if fates and self.explain
                    else pd.DataFrame(columns=FATE_COLUMNS))
         return new_state, OperatorStep(
             dropped_by_watermark=ldropped + rdropped,
@@ -220,7 +230,7 @@ class JoinOperator:
         df = layout.prepare(batch.rows[layout.source], batch.event_us[layout.source])
         if role in self.not_null:
             null_key = layout.has_null_key(df)
-            if null_key.any():
+            if self.explain and null_key.any():
                 fates.append(_fates(df.loc[null_key], layout, "null_key",
                                     "a join key is null: filtered before the join (isnotnull "
                                     "inferred by Spark's optimizer); not counted as late"))
@@ -230,7 +240,7 @@ class JoinOperator:
             return df, 0
         et = df[ET].to_numpy()
         late = et <= late_wm * 1000
-        if late.any():
+        if self.explain and late.any():
             behind = (late_wm * 1000 - et[late]) / 1000
             rid = df.loc[late, layout.columns[0]].to_numpy()
             fates.append(pd.DataFrame({
@@ -244,9 +254,13 @@ class JoinOperator:
 
     def _pairs(self, left: pd.DataFrame, li: np.ndarray, right: pd.DataFrame,
                rj: np.ndarray) -> pd.DataFrame:
+        if not len(li):
+            return _NOTHING
         return pd.concat([public(left, self.left, li), public(right, self.right, rj)], axis=1)
 
     def _null_padded(self, rows: pd.DataFrame, side: str) -> pd.DataFrame:
+        if not len(rows):
+            return _NOTHING
         if side == "left":
             return pd.concat([public(rows, self.left), self.right.null_rows(len(rows))], axis=1)
         return pd.concat([self.left.null_rows(len(rows)), public(rows, self.right)], axis=1)
@@ -299,12 +313,12 @@ def _fates(rows: pd.DataFrame, layout: SideLayout, fate: str, detail: str) -> pd
                          "fate": fate, "detail": detail})
 
 
-def _concat(frames: list[pd.DataFrame], columns: list[str]) -> pd.DataFrame:
+def _concat(frames: list[pd.DataFrame], empty: pd.DataFrame) -> pd.DataFrame:
+    """Output parts in order; ``empty`` (typed, no rows) when there are none."""
     parts = [f for f in frames if len(f)]
     if not parts:
-        template = frames[0] if frames else pd.DataFrame(columns=columns)
-        return template.iloc[0:0].reindex(columns=columns)
-    return pd.concat(parts, ignore_index=True).reindex(columns=columns)
+        return empty
+    return pd.concat(parts, ignore_index=True).reindex(columns=empty.columns)
 
 
 def _iso(us: Any) -> str:

@@ -77,6 +77,8 @@ class SideLayout:
 
     def prepare(self, rows: pd.DataFrame, event_us: np.ndarray) -> pd.DataFrame:
         """This batch's input rows as side rows (``_matched`` False), positional index."""
+        if not len(rows):
+            return self.empty()
         df = rows.loc[:, list(self.source_columns)].reset_index(drop=True)
         df.columns = list(self.columns)
         df = df.astype(self.dtypes)
