@@ -153,75 +153,89 @@ class JoinOperator:
         lin, ldropped = self._admit(self.left, batch, "left", fates)
         rin, rdropped = self._admit(self.right, batch, "right", fates)
         lthr, rthr = self.plan.thresholds(batch.evict_wm_ms)
-        semi = self.query.type == "left_semi"
         outputs: list[pd.DataFrame] = []
-
-        # 2. new left rows x right state (buffered by earlier batches)
-        right_old = state.right.copy()
-        li, rj = match_pairs(lin, self.left, right_old, self.right, self.condition)
-        lin[MATCHED] = _hit(len(lin), li)
-        if semi:
-            outputs.append(public(lin, self.left, np.flatnonzero(lin[MATCHED].to_numpy())))
-            stored_left = lin.loc[~lin[MATCHED]]
-        else:
-            right_old[MATCHED] = right_old[MATCHED].to_numpy() | _hit(len(right_old), rj)
-            outputs.append(self._pairs(lin, li, right_old, rj))
-            stored_left = lin
-        left_all = pd.concat([state.left, stored_left], ignore_index=True)
-
-        # 3. new right rows x left state (incl. this batch's left rows)
-        if semi:
-            open_pos = np.flatnonzero(~left_all[MATCHED].to_numpy())
-            pi, qj = match_pairs(left_all.iloc[open_pos], self.left, rin, self.right,
-                                 self.condition)
-            first = _first_occurrence(open_pos[pi], qj)
-            outputs.append(public(left_all, self.left, first))
-            left_all[MATCHED] = left_all[MATCHED].to_numpy() | _hit(len(left_all), first)
-        else:
-            pi, qj = match_pairs(left_all, self.left, rin, self.right, self.condition)
-            outputs.append(self._pairs(left_all, pi, rin, qj))
-            left_all[MATCHED] = left_all[MATCHED].to_numpy() | _hit(len(left_all), pi)
-        rin[MATCHED] = _hit(len(rin), qj)
-        doomed = _evictable(rin, rthr)
-        right_outer = self.query.type in ("right_outer", "full_outer")
-        store = ~doomed | (right_outer & ~rin[MATCHED].to_numpy())
-        if self.explain and (~store).any():
-            fates.append(_fates(rin.loc[~store], self.right, "not_stored",
-                                f"joined but not buffered: at or behind the {self.right.source} "
-                                f"state watermark {rthr} ms (eviction watermark "
-                                f"{batch.evict_wm_ms} ms)"))
-        right_all = pd.concat([right_old, rin.loc[store]], ignore_index=True)
-        updated = len(stored_left) + int(store.sum())
-
-        # 4. eviction with the state watermarks
-        lgone, rgone = _evictable(left_all, lthr), _evictable(right_all, rthr)
-        t = self.query.type
-        if t in ("left_outer", "full_outer"):
-            outputs.append(self._null_padded(left_all.loc[lgone & ~left_all[MATCHED]], "left"))
-        if t in ("right_outer", "full_outer"):
-            outputs.append(self._null_padded(right_all.loc[rgone & ~right_all[MATCHED]],
-                                             "right"))
-        removed = {"inner": lgone.sum() + rgone.sum(), "left_semi": lgone.sum() + rgone.sum(),
-                   "left_outer": rgone.sum(), "right_outer": lgone.sum(), "full_outer": 0}[t]
-        if self.explain:
-            fates += self._eviction_fates(left_all.loc[lgone], self.left, lthr,
-                                          t in ("left_outer", "full_outer"), batch)
-            fates += self._eviction_fates(right_all.loc[rgone], self.right, rthr, right_outer,
-                                          batch)
-        new_state = JoinState(left_all.loc[~lgone].reset_index(drop=True),
-                              right_all.loc[~rgone].reset_index(drop=True))
-        out = _concat(outputs, self._empty_output)
+        left_all, right_old, stored_left = self._left_input(state, lin, outputs)
+        right_all, stored_right = self._right_input(left_all, right_old, rin, rthr, outputs,
+                                                    fates, batch)
+        new_state, removed = self._evict(left_all, right_all, lthr, rthr, outputs, fates, batch)
         fate_df = (pd.concat(fates, ignore_index=True) if fates and self.explain
                    else pd.DataFrame(columns=FATE_COLUMNS))
         return new_state, OperatorStep(
             dropped_by_watermark=ldropped + rdropped,
             state_rows=new_state.rows,
-            state_rows_updated=updated,
-            state_rows_removed=int(removed),
-            output=out,
+            state_rows_updated=stored_left + stored_right,
+            state_rows_removed=removed,
+            output=_concat(outputs, self._empty_output),
             state_bytes=None,
             fates=fate_df,
         )
+
+    # -- the three phases of one batch -----------------------------------------------------------
+    def _left_input(self, state: JoinState, lin: pd.DataFrame, outputs: list[pd.DataFrame]
+                    ) -> tuple[pd.DataFrame, pd.DataFrame, int]:
+        """New left rows x right state of earlier batches; returns (left state incl. the stored
+        new rows, right state with updated matched flags, rows stored)."""
+        right_old = state.right.copy()
+        li, rj = match_pairs(lin, self.left, right_old, self.right, self.condition)
+        lin[MATCHED] = _hit(len(lin), li)
+        if self.query.type == "left_semi":  # emitted once, matched rows not stored
+            outputs.append(public(lin, self.left, np.flatnonzero(lin[MATCHED].to_numpy())))
+            stored = lin.loc[~lin[MATCHED].to_numpy()]
+        else:
+            right_old[MATCHED] = right_old[MATCHED].to_numpy() | _hit(len(right_old), rj)
+            outputs.append(self._pairs(lin, li, right_old, rj))
+            stored = lin
+        return pd.concat([state.left, stored], ignore_index=True), right_old, len(stored)
+
+    def _right_input(self, left_all: pd.DataFrame, right_old: pd.DataFrame, rin: pd.DataFrame,
+                     rthr: int | None, outputs: list[pd.DataFrame], fates: list[pd.DataFrame],
+                     batch: BatchInput) -> tuple[pd.DataFrame, int]:
+        """New right rows x all left state; marks matches in ``left_all`` (in place, it is this
+        step's own frame); returns (right state incl. the stored new rows, rows stored)."""
+        if self.query.type == "left_semi":  # only not-yet-matched left rows, each emitted once
+            open_pos = np.flatnonzero(~left_all[MATCHED].to_numpy())
+            pi, qj = match_pairs(left_all.iloc[open_pos], self.left, rin, self.right,
+                                 self.condition)
+            pi = _first_occurrence(open_pos[pi], qj)
+            outputs.append(public(left_all, self.left, pi))
+        else:
+            pi, qj = match_pairs(left_all, self.left, rin, self.right, self.condition)
+            outputs.append(self._pairs(left_all, pi, rin, qj))
+        left_all[MATCHED] = left_all[MATCHED].to_numpy() | _hit(len(left_all), pi)
+        matched = _hit(len(rin), qj)
+        rin[MATCHED] = matched
+        outer = self.query.type in ("right_outer", "full_outer")
+        store = ~_evictable(rin, rthr) | (outer & ~matched)  # SPARK-49829
+        if self.explain and (~store).any():
+            where = (f"at or behind the {self.right.source} state watermark {rthr} ms "
+                     f"(eviction watermark {batch.evict_wm_ms} ms)")
+            for flag, what in ((True, "joined"), (False, "never matched")):
+                sel = ~store & (matched == flag)
+                if sel.any():
+                    fates.append(_fates(rin.loc[sel], self.right, "not_stored",
+                                        f"{what}; not buffered: {where}"))
+        return pd.concat([right_old, rin.loc[store]], ignore_index=True), int(store.sum())
+
+    def _evict(self, left_all: pd.DataFrame, right_all: pd.DataFrame, lthr: int | None,
+               rthr: int | None, outputs: list[pd.DataFrame], fates: list[pd.DataFrame],
+               batch: BatchInput) -> tuple[JoinState, int]:
+        """Remove rows at or behind the state watermarks; null rows for unmatched outer rows;
+        returns (new state, numRowsRemoved)."""
+        t = self.query.type
+        lgone, rgone = _evictable(left_all, lthr), _evictable(right_all, rthr)
+        louter, router = t in ("left_outer", "full_outer"), t in ("right_outer", "full_outer")
+        if louter:
+            outputs.append(self._null_padded(left_all.loc[lgone & ~left_all[MATCHED]], "left"))
+        if router:
+            outputs.append(self._null_padded(right_all.loc[rgone & ~right_all[MATCHED]],
+                                             "right"))
+        # only the final cleanup pass counts: outer sides were removed while emitting null rows
+        removed = (0 if louter else int(lgone.sum())) + (0 if router else int(rgone.sum()))
+        if self.explain:
+            fates += self._eviction_fates(left_all.loc[lgone], self.left, lthr, louter, batch)
+            fates += self._eviction_fates(right_all.loc[rgone], self.right, rthr, router, batch)
+        return JoinState(left_all.loc[~lgone].reset_index(drop=True),
+                         right_all.loc[~rgone].reset_index(drop=True)), removed
 
     # -- helpers -------------------------------------------------------------------------------
     def _admit(self, layout: SideLayout, batch: BatchInput, role: str,
