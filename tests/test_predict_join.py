@@ -310,6 +310,13 @@ def test_outer_null_row_only_when_evicted_unmatched_in_the_no_data_batch(
     padded = out.loc[out["l_row_id"].isna() | out["r_row_id"].isna()]
     assert len(padded) == len(outer_rows)
     assert str(out["l_row_id"].dtype) == "Int64" and str(out["r_v"].dtype) == "Int64"
+    assert str(out["l_ts"].dtype) == str(out["r_ts"].dtype) == "datetime64[us, UTC]"
+    for _, row in padded.iterrows():  # one side entirely null (<NA> / NaT), the other real
+        nulls = {s: row[[f"{s}_row_id", f"{s}_k", f"{s}_ts", f"{s}_v"]].isna() for s in "lr"}
+        assert sorted([nulls["l"].all(), nulls["r"].all()]) == [False, True]
+        assert not (nulls["l"].any() and nulls["r"].any())
+    fates = r.result.fates
+    assert int((fates["fate"] == "evicted_unmatched_null_row").sum()) == len(outer_rows)
 
 
 def test_left_semi_emits_a_left_row_once() -> None:
@@ -406,11 +413,12 @@ def test_num_rows_removed_per_join_type_reference_example(
 def test_late_rows_of_both_sides_are_counted() -> None:
     # rule: a row is late iff its side has a watermark and event_time <= late watermark (µs,
     # inclusive); numRowsDroppedByWatermark counts both sides; late rows never join
-    steps = [(ints(21), ints(22)), ([(1, 1), (2, 11)], [(2, 11), (3, 11.001)])]
+    steps = [(ints(21), ints(22)), ([(1, 1), (2, 11)], [(2, 11), (3, 11.0001)])]
     r = join_run(steps, "inner")
     b = r.step_batches(1)
     assert list(b["late_watermark_ms"]) == [11_000]
-    assert list(b["dropped_by_watermark"]) == [3]  # 1, and 11 (== watermark) on both sides
+    # 1 s, and 11 s (== watermark) on both sides; 11.0001 s is 100 µs ahead: not late
+    assert list(b["dropped_by_watermark"]) == [3]
     fates = r.result.fates
     late = fates.loc[fates["fate"] == "late"].sort_values("row_id")
     assert list(late["row_id"]) == [2, 3, 4]
