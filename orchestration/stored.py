@@ -1,0 +1,98 @@
+"""Read a backtest's candidate results back from the results store (written by CLI or Dagster).
+
+Only the run that matches the current spec and data is used: its run id is recomputed from the
+spec and a fresh schedule (``jobs.results.run_id``), so a stale result never shows up as current.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+from jobs.backtest import BacktestResult, CandidateResult
+from jobs.results import ResultsStore, run_id
+from semantics.report import RunResult, report_columns
+from semantics.schedule import Schedule
+from semantics.spec import BacktestSpec, DeduplicationQuery, JoinQuery
+
+TIME_COLUMNS = ("window_start", "window_end", "session_start", "session_end")
+
+
+def time_columns(spec: BacktestSpec) -> set[str]:
+    """Emitted-row columns that hold timestamps (stored as epoch milliseconds)."""
+    cols = set(TIME_COLUMNS)
+    q = spec.query
+    if isinstance(q, DeduplicationQuery):
+        cols.add(spec.sources[q.source].event_time)
+    if isinstance(q, JoinQuery):
+        cols |= {f"{s}_{spec.sources[s].event_time}" for s in (q.left, q.right)}
+    return cols
+
+
+def stored_batches(store: ResultsStore, spec: BacktestSpec, candidate: str, rid: str,
+                   side: str) -> pd.DataFrame | None:
+    df = store.batches(spec.name, candidate, rid, side)
+    if df.empty:
+        return None
+    per_source = [json.loads(s) if isinstance(s, str) else {} for s in df["input_rows_by_source"]]
+    for src in spec.query_sources:
+        df[f"input_rows_{src}"] = [d.get(src) for d in per_source]
+    return df.reindex(columns=report_columns(spec)).reset_index(drop=True)
+
+
+def stored_outputs(store: ResultsStore, spec: BacktestSpec, candidate: str, rid: str,
+                   side: str) -> pd.DataFrame:
+    out = store.outputs(spec.name, candidate, rid, side)
+    for c in time_columns(spec) & set(out.columns):
+        out[c] = pd.to_datetime(pd.to_numeric(out[c]), unit="ms", utc=True)
+    return out
+
+
+def stored_result(store: ResultsStore, spec: BacktestSpec, candidate: str, rid: str,
+                  side: str, runs: pd.DataFrame) -> RunResult | None:
+    batches = stored_batches(store, spec, candidate, rid, side)
+    if batches is None:
+        return None
+    row = runs[(runs["run_id"] == rid) & (runs["side"] == side)]
+    elapsed = float(row["elapsed_s"].iloc[-1]) if len(row) else None
+    return RunResult(candidate, batches, stored_outputs(store, spec, candidate, rid, side),
+                     {"elapsed_s": elapsed})
+
+
+def stored_validation(runs: pd.DataFrame, rid: str) -> dict | None:
+    row = runs[(runs["run_id"] == rid) & (runs["side"] == "actual")]
+    if row.empty or not isinstance(row["details"].iloc[-1], str):
+        return None
+    details = json.loads(row["details"].iloc[-1])
+    return details if isinstance(details, dict) and "success" in details else None
+
+
+def load_backtest(store: ResultsStore, spec: BacktestSpec
+                  ) -> tuple[BacktestResult, list[str]]:
+    """The stored results of every candidate of ``spec`` for the current data, and the names
+    of the candidates without any (not run yet on this spec and data)."""
+    from semantics.history import plan
+
+    schedules: dict[str, Schedule] = {}
+    found: list[CandidateResult] = []
+    missing: list[str] = []
+    for name in spec.candidates:
+        bb = spec.batch_by(name).model_dump_json()
+        if bb not in schedules:
+            schedules[bb] = plan(spec, name)
+        sched = schedules[bb]
+        rid = run_id(spec, name, sched)
+        runs = store.runs(spec.name, name)
+        if not runs.empty:
+            runs = runs[runs["run_id"] == rid].sort_values("written_at_ms")
+        cr = CandidateResult(name, rid, sched)
+        if not runs.empty:
+            cr.predicted = stored_result(store, spec, name, rid, "predicted", runs)
+            cr.actual = stored_result(store, spec, name, rid, "actual", runs)
+            cr.validation = stored_validation(runs, rid) if cr.actual is not None else None
+        if cr.predicted is None and cr.actual is None:
+            missing.append(name)
+        else:
+            found.append(cr)
+    return BacktestResult(spec, found), missing
