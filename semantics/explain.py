@@ -9,7 +9,8 @@ from semantics.schedule import ROW_ID, Schedule
 
 
 def fates_of(result: RunResult) -> pd.DataFrame:
-    f = result.info.get("fates")
+    """The predictor's explain table (``semantics.predict.Prediction.fates``), if any."""
+    f = getattr(result, "fates", None)
     return f if isinstance(f, pd.DataFrame) else pd.DataFrame(columns=[ROW_ID, "fate", "detail"])
 
 
