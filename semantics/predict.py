@@ -4,18 +4,22 @@
 >>> result.batches[["batch_id", "dropped_by_watermark"]]  # doctest: +SKIP
 >>> result.fates.query("fate == 'late'")                  # doctest: +SKIP
 
-``batches`` has ``report_columns(spec)`` in that order, ``outputs`` is ``batch_id`` +
-``output_columns(spec)``; ``fates`` (also in ``info["fates"]`` is only a JSON-safe summary) explains
-why input rows were dropped and when state entries left the state.
+``batches`` has ``report_columns(spec)`` in that order; ``outputs`` is ``batch_id`` +
+``output_columns(spec)``; ``fates`` (``batch_id, row_id, fate, detail`` plus the structured
+columns of ``semantics.operators.fates``) explains why input rows were dropped and when state
+entries left the state. Its ``detail`` text is rendered on first access (vectorised), so a
+prediction that nobody explains pays nothing for it; ``info["fates"]`` holds JSON-safe counts.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import pandas as pd
 
 from semantics import engine
+from semantics.operators import fates as F
 from semantics.operators import make_operator
 from semantics.report import RunResult, output_columns, report_columns
 from semantics.schedule import Schedule
@@ -26,26 +30,40 @@ FATE_COLUMNS = ["batch_id", "row_id", "fate", "detail"]
 
 @dataclass(frozen=True)
 class Prediction(RunResult):
-    """A :class:`RunResult` plus the explain table (``batch_id, row_id, fate, detail``)."""
+    """A :class:`RunResult` plus the explain table (see the module docstring)."""
 
-    fates: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=FATE_COLUMNS))
+    raw_fates: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=FATE_COLUMNS),
+                                    repr=False)
+
+    @cached_property
+    def fates(self) -> pd.DataFrame:
+        """``batch_id, row_id, fate, detail`` first, then the structured columns."""
+        df = self.raw_fates.copy()
+        if "detail" not in df.columns:
+            df["detail"] = None
+        todo = df["detail"].isna().to_numpy()
+        if todo.any() and "bound_us" in df.columns:
+            df.loc[todo, "detail"] = F.render(df.loc[todo])
+        rest = [c for c in df.columns if c not in FATE_COLUMNS]
+        df = df[FATE_COLUMNS + rest]
+        if len(df):
+            df = df.astype({"batch_id": "int64", "row_id": "int64"})
+        return df.reset_index(drop=True)
 
 
 def predict(schedule: Schedule, spec: BacktestSpec, candidate: str, *,
             explain: bool = True) -> Prediction:
     """Predict Spark's batches, emitted rows and row fates for ``candidate`` on ``schedule``.
 
-    ``explain=False`` skips building fate rows (faster on large inputs)."""
+    ``explain=False`` skips collecting fate rows altogether."""
     if candidate not in spec.candidates:
         raise KeyError(f"no candidate {candidate!r} (candidates: {', '.join(spec.candidates)})")
     op = make_operator(spec, candidate, schedule, explain=explain)
     cols = output_columns(spec, dict(schedule.data_columns))
     res = engine.run(schedule, spec, candidate, op, cols)
     batches = res.batches.reindex(columns=report_columns(spec))
-    fates = res.fates.reindex(columns=FATE_COLUMNS)
-    if len(fates):
-        fates = fates.astype({"batch_id": "int64", "row_id": "int64"})
-    summary = {str(k): int(v) for k, v in fates["fate"].value_counts().items()} if len(fates) \
-        else {}
+    raw = res.fates
+    summary = ({str(k): int(v) for k, v in raw["fate"].value_counts().items()}
+               if len(raw) else {})
     return Prediction(candidate, batches, res.outputs.reset_index(drop=True),
-                      {"operator": op.name, "fates": summary}, fates)
+                      {"operator": op.name, "fates": summary}, raw)

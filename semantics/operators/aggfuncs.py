@@ -135,6 +135,23 @@ class AggFunc:
         (np.minimum if self.func == "min" else np.maximum).at(out, codes, v)
         return (out, n)
 
+    def combine(self, a: Buffer, b: Buffer) -> Buffer:
+        """Element-wise merge of two aligned buffers (stored group + this batch's partial)."""
+        n = a[-1] + b[-1]
+        if self.func == "count":
+            return (n,)
+        if self.func in ("sum", "avg"):
+            return (a[0] + b[0], n)
+        if self._num_kind != "object":  # identity sentinels make NULL-free min/max exact
+            return ((np.minimum if self.func == "min" else np.maximum)(a[0], b[0]), n)
+        out = np.where(a[-1] > 0, a[0], b[0]).astype(object)
+        both = np.flatnonzero((a[-1] > 0) & (b[-1] > 0))
+        if len(both):
+            x, y = a[0][both], b[0][both]
+            better = (y < x) if self.func == "min" else (y > x)
+            out[both] = np.where(np.asarray(better, dtype=bool), y, x)
+        return (out, n)
+
     def finish(self, buf: Buffer) -> pd.Series:
         n = buf[-1]
         if self.func == "count":
@@ -188,5 +205,17 @@ def concat_all(*parts: Buffers) -> Buffers:
                  for bs in zip(*parts, strict=True))
 
 
+def combine_all(aggs: tuple[AggFunc, ...], a: Buffers, b: Buffers) -> Buffers:
+    return tuple(f.combine(x, y) for f, x, y in zip(aggs, a, b, strict=True))
+
+
 def finish_all(aggs: tuple[AggFunc, ...], bufs: Buffers) -> dict[str, pd.Series]:
     return {a.name: a.finish(b) for a, b in zip(aggs, bufs, strict=True)}
+
+
+def interleave_all(pa: np.ndarray, a: Buffers, pb: np.ndarray, b: Buffers) -> Buffers:
+    """Buffers merged at positions from ``grouping.merge_positions``."""
+    from semantics.operators.grouping import interleave
+
+    return tuple(tuple(interleave(pa, x, pb, y) for x, y in zip(ba, bb, strict=True))
+                 for ba, bb in zip(a, b, strict=True))

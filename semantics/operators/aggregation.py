@@ -19,7 +19,8 @@ Rules (spark-watermark-semantics.md §4, §5.1, §6), per batch:
 6. another (no-data) batch is wanted in append/update when the new watermark exceeds the last
    eviction watermark — never in complete.
 
-State invariant: ``gid`` sorted and unique; all arrays, ``keys`` and buffers aligned with it.
+State invariant: ``gid`` (64-bit key hash, see ``keys``) sorted and unique; all arrays, ``keys``
+and buffers aligned with it.
 """
 
 from __future__ import annotations
@@ -36,17 +37,23 @@ from semantics.operators import fates as F
 from semantics.operators.aggfuncs import (
     AggFunc,
     Buffers,
-    concat_all,
+    combine_all,
     empty_all,
     finish_all,
     init_all,
+    interleave_all,
     parse_aggregates,
     reduce_all,
     take_all,
 )
-from semantics.operators.columns import kind_of, timestamps, values_of
-from semantics.operators.grouping import concat_frames, group, lookup, take_frame
-from semantics.operators.keys import IdInterner, KeyInterner
+from semantics.operators.columns import (
+    Values,
+    timestamps,
+    to_series,
+    values_of,
+)
+from semantics.operators.grouping import group, interleave, lookup, merge_positions
+from semantics.operators.keys import check_same, interleave_keys, key_ids, take_keys
 from semantics.operators.windows import assign_windows
 from semantics.report import operator_name, output_columns
 from semantics.schedule import ROW_ID, Schedule
@@ -59,10 +66,10 @@ NEVER = np.iinfo(np.int64).max
 class AggState:
     """Groups in the state store, sorted by group id."""
 
-    gid: np.ndarray  # int64, sorted, unique
+    gid: np.ndarray  # int64 key id, sorted, unique
     bound_us: np.ndarray  # window end / event time (µs); NEVER when not time-keyed
     wstart_us: np.ndarray  # window start (µs); zeros without a window
-    keys: pd.DataFrame  # group key values (source dtypes)
+    keys: tuple[Values, ...]  # group key values
     bufs: Buffers
 
     def __len__(self) -> int:
@@ -70,7 +77,7 @@ class AggState:
 
     def take(self, idx: np.ndarray) -> AggState:
         return AggState(self.gid[idx], self.bound_us[idx], self.wstart_us[idx],
-                        take_frame(self.keys, idx), take_all(self.bufs, idx))
+                        take_keys(self.keys, idx), take_all(self.bufs, idx))
 
 
 class AggregationOperator:
@@ -108,14 +115,13 @@ class AggregationOperator:
         self.watermarked = q.source in spec.candidates[candidate].watermark
         self.global_agg = not self.keys and q.window is None
         self.columns = output_columns(spec, dict(schedule.data_columns))
-        self._key_frame = frame[list(self.keys)].iloc[0:0]
-        self._interner = KeyInterner(tuple(kind_of(dtypes[k]) for k in self.keys))
-        self._windows = IdInterner() if q.window is not None else None
+        self._empty_keys = tuple(values_of(frame[k].iloc[0:0]) for k in self.keys)
+        self._empty_out = self._output(self.initial_state())
 
     # -- protocol ------------------------------------------------------------------------------
     def initial_state(self) -> AggState:
         e = np.array([], dtype=np.int64)
-        return AggState(e, e, e, self._key_frame.reset_index(drop=True), empty_all(self.aggs, 0))
+        return AggState(e, e, e, self._empty_keys, empty_all(self.aggs, 0))
 
     def wants_another_batch(self, state: Any, new_wm_ms: int, last_evict_wm_ms: int | None
                             ) -> bool:
@@ -135,8 +141,12 @@ class AggregationOperator:
             dropped = int(late.sum())
             if dropped:
                 if self.explain:
-                    fates.append(self._late_fates(rows, pair_rows, pair_code, pair_bound, late,
-                                                  batch.late_wm_ms))
+                    m = late[pair_code]
+                    rid = rows[ROW_ID].to_numpy()[pair_rows[m]]
+                    bound = pair_bound[m]
+                    fates.append(F.late(rid, "window" if self.window else "event time", bound,
+                                        batch.late_wm_ms,
+                                        bound - self.duration_us if self.window else F.NO_START))
                 part = part.take(np.flatnonzero(~late))
 
         new, upserted = self._upsert(state, part)
@@ -156,9 +166,14 @@ class AggregationOperator:
                 out = self._output(new.take(upserted))
             if removed:
                 if self.explain:
-                    fates.append(self._leave_fates(new.take(np.flatnonzero(gone)),
-                                                   "emitted" if self.mode == "append"
-                                                   else "evicted", batch.evict_wm_ms))
+                    ev = new.take(np.flatnonzero(gone))
+                    fates.append(F.leave(
+                        "emitted" if self.mode == "append" else "evicted",
+                        "window" if self.window else str(self.et_key), ev.bound_us,
+                        int(batch.evict_wm_ms or 0),
+                        ev.wstart_us if self.window else F.NO_START,
+                        keys={k: self._key_series(v) for k, v in zip(self.keys, ev.keys,
+                                                                     strict=True)}))
                 new = new.take(np.flatnonzero(~gone))
         return new, OperatorStep(
             dropped_by_watermark=dropped,
@@ -177,26 +192,28 @@ class AggregationOperator:
         Also returns, per (row, window) pair, the row index, the group code and the pair's
         event-time bound (for explain)."""
         n = len(rows)
-        kid = self._interner.ids([values_of(rows[k]) for k in self.keys], n)
-        if self._windows is not None:
+        kv = tuple(values_of(rows[k]) for k in self.keys)
+        if self.window is not None:
             pair_rows, wstart = assign_windows(t_us, self.duration_us, self.slide_us)
-            gid = self._windows.ids(kid[pair_rows], wstart)
+            if len(pair_rows) != n:
+                kv = take_keys(kv, pair_rows)
             bound = wstart + self.duration_us
+            gid = key_ids(kv, (wstart,), len(pair_rows))
         else:
             pair_rows = np.arange(n, dtype=np.int64)
             wstart = np.zeros(n, dtype=np.int64)
-            gid = kid
             bound = np.asarray(t_us, dtype=np.int64) if self.et_key else \
                 np.full(n, NEVER, dtype=np.int64)
+            gid = key_ids(kv, (), n)
         uniq, codes, first = group(gid)
         g = len(uniq)
+        if g < len(gid):  # rows merged by id: verify they really share the key
+            check_same(kv, first[codes], kv, np.arange(len(gid)), (wstart,), (wstart,))
         bufs = reduce_all(self.aggs, init_all(self.aggs, rows, pair_rows), codes, g)
-        part = AggState(uniq, bound[first], wstart[first],
-                        take_frame(rows[list(self.keys)], pair_rows[first]), bufs)
+        part = AggState(uniq, bound[first], wstart[first], take_keys(kv, first), bufs)
         if self.global_agg and g == 0:
             part = AggState(np.zeros(1, dtype=np.int64), np.full(1, NEVER, dtype=np.int64),
-                            np.zeros(1, dtype=np.int64), pd.DataFrame(index=pd.RangeIndex(1)),
-                            empty_all(self.aggs, 1))
+                            np.zeros(1, dtype=np.int64), (), empty_all(self.aggs, 1))
         return part, pair_rows, codes, bound
 
     def _upsert(self, state: AggState, part: AggState) -> tuple[AggState, np.ndarray]:
@@ -206,9 +223,10 @@ class AggregationOperator:
         bufs = state.bufs
         f_idx = np.flatnonzero(found)
         if len(f_idx):
-            m = len(f_idx)
-            both = concat_all(take_all(state.bufs, pos[f_idx]), take_all(part.bufs, f_idx))
-            merged = reduce_all(self.aggs, both, np.r_[np.arange(m), np.arange(m)], m)
+            check_same(state.keys, pos[f_idx], part.keys, f_idx, (state.wstart_us,),
+                       (part.wstart_us,))
+            merged = combine_all(self.aggs, take_all(state.bufs, pos[f_idx]),
+                                 take_all(part.bufs, f_idx))
             bufs = tuple(tuple(_set(a, pos[f_idx], v) for a, v in zip(b, mb, strict=True))
                          for b, mb in zip(state.bufs, merged, strict=True))
         n_idx = np.flatnonzero(~found)
@@ -217,46 +235,30 @@ class AggregationOperator:
         if not len(n_idx):
             return AggState(state.gid, state.bound_us, state.wstart_us, state.keys, bufs), put_pos
         add = part.take(n_idx)
-        gid = np.concatenate([state.gid, add.gid])
-        new = AggState(gid, np.concatenate([state.bound_us, add.bound_us]),
-                       np.concatenate([state.wstart_us, add.wstart_us]),
-                       concat_frames(state.keys, add.keys), concat_all(bufs, add.bufs))
-        put_pos[n_idx] = len(state) + np.arange(len(n_idx))
-        if len(state) and add.gid[0] < state.gid[-1]:  # an id older than the newest one
-            order = np.argsort(gid, kind="stable")
-            inv = np.empty_like(order)
-            inv[order] = np.arange(len(order))
-            new = new.take(order)
-            put_pos = inv[put_pos]
+        pa, pb = merge_positions(state.gid, add.gid)
+        new = AggState(interleave(pa, state.gid, pb, add.gid),
+                       interleave(pa, state.bound_us, pb, add.bound_us),
+                       interleave(pa, state.wstart_us, pb, add.wstart_us),
+                       interleave_keys(pa, state.keys, pb, add.keys),
+                       interleave_all(pa, bufs, pb, add.bufs))
+        put_pos[f_idx] = pa[pos[f_idx]]
+        put_pos[n_idx] = pb
         return new, put_pos
 
+    @staticmethod
+    def _key_series(v: Values) -> pd.Series:
+        return to_series(v.kind, v.data, v.null, v.tz)
+
     def _output(self, st: AggState) -> pd.DataFrame:
-        cols: dict[str, Any] = {k: st.keys[k].reset_index(drop=True) for k in self.keys}
+        if not len(st) and hasattr(self, "_empty_out"):
+            return self._empty_out
+        cols: dict[str, Any] = {k: self._key_series(v) for k, v in zip(self.keys, st.keys,
+                                                                      strict=True)}
         if self.window is not None:
             cols["window_start"] = timestamps(st.wstart_us)
             cols["window_end"] = timestamps(st.wstart_us + self.duration_us)
         cols.update(finish_all(self.aggs, st.bufs))
         return pd.DataFrame(cols, index=pd.RangeIndex(len(st)))[self.columns]
-
-    def _late_fates(self, rows: pd.DataFrame, pair_rows: np.ndarray, pair_code: np.ndarray,
-                    pair_bound: np.ndarray, late_group: np.ndarray, wm_ms: int) -> pd.DataFrame:
-        m = late_group[pair_code]
-        rid = rows[ROW_ID].to_numpy()[pair_rows[m]]
-        bound = pair_bound[m]
-        if self.window is not None:
-            what = "window " + F.window_text(bound - self.duration_us, bound) + ": end"
-        else:
-            what = "event time"
-        return F.frame(rid, "late", F.late_detail(what, bound, wm_ms))
-
-    def _leave_fates(self, st: AggState, fate: str, wm_ms: int | None) -> pd.DataFrame:
-        prefix = F.keys_text(st.keys)
-        sep = np.where(prefix == "", "", ", ").astype(object)
-        if self.window is not None:
-            what = prefix + sep + "window " + F.window_text(st.wstart_us, st.bound_us) + ": end "
-        else:
-            what = prefix + sep + f"{self.et_key} "
-        return F.frame(np.full(len(st), -1), fate, F.evict_detail(what, st.bound_us, wm_ms or 0))
 
 
 def _set(a: np.ndarray, idx: np.ndarray, v: np.ndarray) -> np.ndarray:

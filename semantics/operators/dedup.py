@@ -18,7 +18,8 @@ Rules (spark-watermark-semantics.md §5.2, §5.3, §6), per batch:
 4. another (no-data) batch is wanted when the new watermark exceeds the last eviction watermark.
 
 Output rows are the accepted input rows: ``row_id`` and the source's columns.
-State invariant: ``gid`` sorted and unique; ``expires_us``/``row_id``/``batch_id`` aligned.
+State invariant: ``gid`` (64-bit key hash, see ``keys``) sorted and unique; the other arrays and
+``keys`` aligned with it.
 """
 
 from __future__ import annotations
@@ -32,9 +33,9 @@ import pandas as pd
 from semantics.engine import BatchInput, OperatorStep
 from semantics.errors import SpecError
 from semantics.operators import fates as F
-from semantics.operators.columns import kind_of, values_of
-from semantics.operators.grouping import group, lookup
-from semantics.operators.keys import KeyInterner
+from semantics.operators.columns import Values, values_of
+from semantics.operators.grouping import group, interleave, lookup, merge_positions, take_columns
+from semantics.operators.keys import check_same, interleave_keys, key_ids, take_keys
 from semantics.report import operator_name, output_columns
 from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import BacktestSpec, DeduplicationQuery
@@ -46,17 +47,17 @@ NEVER = np.iinfo(np.int64).max
 class DedupState:
     """Keys seen and not yet evicted, sorted by key id."""
 
-    gid: np.ndarray  # int64, sorted, unique
+    gid: np.ndarray  # int64 key id, sorted, unique
     expires_us: np.ndarray  # eviction bound (µs): event time, expiresAt, or NEVER
     row_id: np.ndarray  # the input row that created the entry
-    batch_id: np.ndarray  # the batch that created it
+    keys: tuple[Values, ...]  # key values (to verify id matches)
 
     def __len__(self) -> int:
         return len(self.gid)
 
     def take(self, idx: np.ndarray) -> DedupState:
         return DedupState(self.gid[idx], self.expires_us[idx], self.row_id[idx],
-                          self.batch_id[idx])
+                          take_keys(self.keys, idx))
 
 
 class DedupOperator:
@@ -84,11 +85,11 @@ class DedupOperator:
         # event-time column among the keys
         self.evicts = self.delay_us is not None and (self.within or self.et in self.keys)
         self.out_cols = output_columns(spec, dict(schedule.data_columns))
-        self._interner = KeyInterner(tuple(kind_of(frame[k].dtype) for k in self.keys))
+        self._empty_keys = tuple(values_of(frame[k].iloc[0:0]) for k in self.keys)
 
     def initial_state(self) -> DedupState:
         e = np.array([], dtype=np.int64)
-        return DedupState(e, e, e, e)
+        return DedupState(e, e, e, self._empty_keys)
 
     def wants_another_batch(self, state: Any, new_wm_ms: int, last_evict_wm_ms: int | None
                             ) -> bool:
@@ -107,13 +108,19 @@ class DedupOperator:
             dropped = int(late.sum())
             if dropped:
                 if self.explain:
-                    fates.append(F.frame(rid[late], "late",
-                                         F.late_detail("event time", t[late], batch.late_wm_ms)))
+                    fates.append(F.late(rid[late], "event time", t[late], batch.late_wm_ms))
                 idx = np.flatnonzero(~late)
 
-        kid = self._interner.ids([values_of(rows[k]).take(idx) for k in self.keys], len(idx))
+        kv = tuple(values_of(rows[k]) for k in self.keys)
+        if len(idx) != len(rows):
+            kv = take_keys(kv, idx)
+        kid = key_ids(kv, (), len(idx))
         uniq, codes, first = group(kid)
+        if len(uniq) < len(kid):
+            check_same(kv, first[codes], kv, np.arange(len(kid)))
         pos, found = lookup(state.gid, uniq)
+        f_idx = np.flatnonzero(found)
+        check_same(state.keys, pos[f_idx], kv, first[f_idx])
         accept_g = np.flatnonzero(~found)  # first occurrences of keys not in state
         acc_rows = np.sort(idx[first[accept_g]])
         if self.explain and len(idx) > len(accept_g):
@@ -129,7 +136,7 @@ class DedupOperator:
         else:
             exp = np.full(len(accept_g), NEVER, dtype=np.int64)
         new = _merge(state, DedupState(g_new, exp, rid[idx[first[accept_g]]],
-                                       np.full(len(accept_g), batch.batch_id, dtype=np.int64)))
+                                       take_keys(kv, first[accept_g])))
 
         removed = 0
         if self.evicts and batch.evict_wm_ms is not None:
@@ -138,12 +145,11 @@ class DedupOperator:
             if removed:
                 if self.explain:
                     ev = new.take(np.flatnonzero(gone))
-                    what = "expiresAt " if self.within else "event time "
-                    fates.append(F.frame(ev.row_id, "evicted",
-                                         F.evict_detail(what, ev.expires_us, batch.evict_wm_ms)))
+                    fates.append(F.leave("evicted", "expiresAt" if self.within else "event time",
+                                         ev.expires_us, batch.evict_wm_ms, row_id=ev.row_id))
                 new = new.take(np.flatnonzero(~gone))
 
-        out = rows.iloc[acc_rows][self.out_cols].reset_index(drop=True)
+        out = take_columns(rows, self.out_cols, acc_rows)
         return new, OperatorStep(
             dropped_by_watermark=dropped,
             state_rows=len(new),
@@ -164,18 +170,15 @@ class DedupOperator:
         in_state = found[g]
         orig = np.where(in_state, state.row_id[np.minimum(pos[g], max(len(state) - 1, 0))]
                         if len(state) else -1, rid[idx[first[g]]])
-        since = np.where(in_state, " (kept in state)", " (same batch)").astype(object)
-        detail = "duplicate of row " + orig.astype(str).astype(object) + since
-        return F.frame(rid[idx[dup]], "duplicate", detail)
+        return F.duplicate(rid[idx[dup]], orig, in_state)
 
 
 def _merge(a: DedupState, b: DedupState) -> DedupState:
+    """Sorted union of two states with disjoint ids."""
     if not len(b):
         return a
-    gid = np.concatenate([a.gid, b.gid])
-    out = DedupState(gid, np.concatenate([a.expires_us, b.expires_us]),
-                     np.concatenate([a.row_id, b.row_id]),
-                     np.concatenate([a.batch_id, b.batch_id]))
-    if len(a) and b.gid[0] < a.gid[-1]:
-        out = out.take(np.argsort(gid, kind="stable"))
-    return out
+    pa, pb = merge_positions(a.gid, b.gid)
+    return DedupState(interleave(pa, a.gid, pb, b.gid),
+                      interleave(pa, a.expires_us, pb, b.expires_us),
+                      interleave(pa, a.row_id, pb, b.row_id),
+                      interleave_keys(pa, a.keys, pb, b.keys))

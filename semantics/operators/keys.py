@@ -1,102 +1,127 @@
-"""Exact, incremental interning of group keys to dense integer ids.
+"""Group keys as 64-bit ids: a vectorised hash of the key tuple, verified to be exact.
 
 A stateful operator sees its keys batch by batch and needs the *same* id for the same key in
 every batch, so its state can be sorted integer arrays (searchsorted lookups, vectorised
-merges) instead of hash maps of Python tuples.
-
-:class:`KeyInterner` is an append-only dictionary built on pandas' incremental factorizers
-(hash tables in C): one per key column, plus one per pair of (ids so far, next column codes).
+merges) instead of hash maps of Python tuples. The id is a 64-bit hash of the tuple (splitmix64
+of integer/timestamp/float bits, pandas' hash for objects, combined per column), so no global
+dictionary is needed and step functions stay pure.
 
 Invariants
-* ids are small non-negative int64 values handed out in first-seen order (a single key column
-  reserves 0 for NULL); an id, once handed out, always denotes the same key tuple (so states
-  holding ids stay valid values even though the interner grows);
-* equality is SQL grouping equality as Spark's ``UnsafeRow`` keys see it: NULL equals NULL,
-  ``-0.0`` equals ``0.0``, and values of different columns never mix.
-
-The interner is the only mutable object an operator owns; it never changes what an existing id
-means, so step functions that take and return immutable states remain pure.
+* equal tuples get equal ids, under SQL grouping equality as Spark's ``UnsafeRow`` keys see it:
+  NULL equals NULL, ``-0.0`` equals ``0.0``;
+* different tuples get different ids: every place where two rows are treated as the same key
+  because their ids are equal checks the actual values with :func:`check_same`, which raises
+  :class:`KeyCollision` instead of silently merging two keys (probability ~ n² / 2⁶⁵).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
-from pandas._libs import hashtable as _ht
+import pandas as pd
 
 from semantics.operators.columns import Values
 
-_PAIR_SHIFT = 32
-_MAX_LEFT = 1 << (63 - _PAIR_SHIFT)
+_NULL = np.uint64(0x9E3779B97F4A7C15)
+_C1, _C2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
 
 
-class _Coder:
-    """Codes of one column: 0 for NULL, 1.. for values in first-seen order."""
-
-    def __init__(self, kind: str) -> None:
-        self.kind = kind
-        if kind == "float":
-            self._f = _ht.Float64Factorizer(1024)
-        elif kind == "object":
-            self._f = _ht.ObjectFactorizer(1024)
-        else:
-            self._f = _ht.Int64Factorizer(1024)
-
-    def codes(self, v: Values) -> np.ndarray:
-        if v.kind != self.kind:
-            raise TypeError(f"key column changed kind from {self.kind} to {v.kind}")
-        data = v.data
-        if self.kind == "object":
-            codes = self._f.factorize(np.asarray(data, dtype=object), na_sentinel=-1)
-        elif self.kind == "float":
-            data = np.where(v.valid, data, np.nan) if v.null is not None else data
-            codes = self._f.factorize(np.ascontiguousarray(data, dtype=np.float64),
-                                      na_sentinel=-1)
-        else:
-            codes = self._f.factorize(np.ascontiguousarray(data, dtype=np.int64), na_sentinel=-1,
-                                      mask=v.null)
-        return np.asarray(codes, dtype=np.int64) + 1
+class KeyCollision(RuntimeError):
+    """Two different key tuples hashed to the same 64-bit id (never expected in practice)."""
 
 
-class KeyInterner:
-    """Dense ids for tuples of key columns (see the module docstring)."""
+def mix(a: np.ndarray) -> np.ndarray:
+    """splitmix64 finaliser of int64/uint64 bits (a bijection on 64-bit values)."""
+    v = np.array(a, dtype=np.int64, copy=True).view(np.uint64)
+    v ^= v >> _S30
+    v *= _C1
+    v ^= v >> _S27
+    v *= _C2
+    v ^= v >> _S31
+    return v
 
-    def __init__(self, kinds: tuple[str, ...]) -> None:
-        self.kinds = kinds
-        self._coders = [_Coder(k) for k in kinds]
-        self._pairs = [_ht.Int64Factorizer(1024) for _ in kinds[1:]]
 
-    def ids(self, columns: list[Values] | tuple[Values, ...], n: int | None = None
+def hash_values(v: Values) -> np.ndarray:
+    """uint64 hash of every value of one column (NULL -> a fixed constant)."""
+    if v.kind == "object":
+        h = np.asarray(pd.util.hash_array(np.asarray(v.data, dtype=object), categorize=True),
+                       dtype=np.uint64)
+    elif v.kind == "float":
+        h = mix((np.asarray(v.data, dtype=np.float64) + 0.0).view(np.int64))  # -0.0 -> 0.0
+    else:
+        h = mix(v.data)
+    if v.null is not None:
+        h = np.where(v.null, _NULL, h)
+    return h
+
+
+def key_ids(columns: Sequence[Values], extra: Sequence[np.ndarray] = (), n: int | None = None
             ) -> np.ndarray:
-        """Id of every row of ``columns`` (int64). With no key columns every row is id 0."""
-        if not self.kinds:
-            assert n is not None
-            return np.zeros(n, dtype=np.int64)
-        assert len(columns) == len(self.kinds)
-        acc = self._coders[0].codes(columns[0])
-        for coder, pair, col in zip(self._coders[1:], self._pairs, columns[1:], strict=True):
-            right = coder.codes(col)
-            acc = self._pair(pair, acc, right)
-        return acc
-
-    @staticmethod
-    def _pair(table: _ht.Int64Factorizer, left: np.ndarray, right: np.ndarray) -> np.ndarray:
-        if len(left) and int(left.max()) >= _MAX_LEFT:
-            raise OverflowError("more than 2**31 distinct key prefixes")
-        composite = (left << _PAIR_SHIFT) | right
-        return np.asarray(table.factorize(composite, na_sentinel=-1), dtype=np.int64)
+    """int64 id of every row of the key tuple ``columns`` (+ ``extra`` int64 columns such as a
+    window start). With no columns at all every row gets id 0."""
+    hashes = [hash_values(c) for c in columns] + [mix(e) for e in extra]
+    if not hashes:
+        assert n is not None
+        return np.zeros(n, dtype=np.int64)
+    if len(hashes) == 1:
+        return hashes[0].view(np.int64)
+    out = hashes[0].copy()
+    for i, h in enumerate(hashes[1:]):
+        out *= np.uint64(1000003 + 2 * i)
+        out ^= h
+        out = mix(out.view(np.int64))
+    return out.view(np.int64)
 
 
-class IdInterner:
-    """Dense ids for pairs of already-dense int64 ids (e.g. key id + window start code)."""
+def same(a: Sequence[Values], ia: np.ndarray, b: Sequence[Values], ib: np.ndarray,
+         extra_a: Sequence[np.ndarray] = (), extra_b: Sequence[np.ndarray] = ()) -> bool:
+    """Do rows ``ia`` of key columns ``a`` equal rows ``ib`` of ``b`` (NULL == NULL)?"""
+    for va, vb in zip(a, b, strict=True):
+        da, db = va.data[ia], vb.data[ib]
+        na = va.null[ia] if va.null is not None else np.zeros(len(ia), dtype=bool)
+        nb = vb.null[ib] if vb.null is not None else np.zeros(len(ib), dtype=bool)
+        eq = np.asarray(da == db, dtype=bool) if len(da) else np.ones(0, dtype=bool)
+        if not np.all((na & nb) | (~na & ~nb & eq)):
+            return False
+    for ea, eb in zip(extra_a, extra_b, strict=True):
+        if not np.array_equal(ea[ia], eb[ib]):
+            return False
+    return True
 
-    def __init__(self) -> None:
-        self._left = _ht.Int64Factorizer(1024)
-        self._right = _ht.Int64Factorizer(1024)
-        self._pair = _ht.Int64Factorizer(1024)
 
-    def ids(self, left: np.ndarray, right: np.ndarray) -> np.ndarray:
-        lcode = np.asarray(self._left.factorize(np.ascontiguousarray(left, dtype=np.int64),
-                                                na_sentinel=-1), dtype=np.int64)
-        rcode = np.asarray(self._right.factorize(np.ascontiguousarray(right, dtype=np.int64),
-                                                 na_sentinel=-1), dtype=np.int64)
-        return KeyInterner._pair(self._pair, lcode, rcode)
+def check_same(a: Sequence[Values], ia: np.ndarray, b: Sequence[Values], ib: np.ndarray,
+               extra_a: Sequence[np.ndarray] = (), extra_b: Sequence[np.ndarray] = ()) -> None:
+    """Raise :class:`KeyCollision` unless the compared rows hold equal keys."""
+    if len(ia) and not same(a, ia, b, ib, extra_a, extra_b):
+        raise KeyCollision("two different group keys share a 64-bit key hash; please report "
+                           "this input (the prediction would be wrong)")
+
+
+def take_keys(cols: Sequence[Values], idx: np.ndarray) -> tuple[Values, ...]:
+    return tuple(c.take(idx) for c in cols)
+
+
+def concat_keys(a: Sequence[Values], b: Sequence[Values]) -> tuple[Values, ...]:
+    out = []
+    for va, vb in zip(a, b, strict=True):
+        if va.null is None and vb.null is None:
+            null = None
+        else:
+            null = ~np.concatenate([va.valid, vb.valid])
+        out.append(Values(va.kind, np.concatenate([va.data, vb.data]), null, va.tz or vb.tz))
+    return tuple(out)
+
+
+def interleave_keys(pa: np.ndarray, a: Sequence[Values], pb: np.ndarray, b: Sequence[Values]
+                    ) -> tuple[Values, ...]:
+    """Key columns merged at positions from ``grouping.merge_positions``."""
+    from semantics.operators.grouping import interleave
+
+    out = []
+    for va, vb in zip(a, b, strict=True):
+        null = None if va.null is None and vb.null is None else \
+            ~interleave(pa, va.valid, pb, vb.valid)
+        out.append(Values(va.kind, interleave(pa, va.data, pb, vb.data), null, va.tz or vb.tz))
+    return tuple(out)

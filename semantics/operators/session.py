@@ -21,7 +21,8 @@ Each row starts as the session ``[t, t + gap)``. Per batch:
 5. another (no-data) batch is wanted in append mode when the new watermark exceeds the last
    eviction watermark.
 
-State invariant: entries sorted by (key id, session start); (key id, start) unique.
+State invariant: entries sorted by (key id, session start), key id = 64-bit key hash (see
+``keys``); (key id, start) unique; sessions of one key never overlap or touch.
 """
 
 from __future__ import annotations
@@ -42,13 +43,20 @@ from semantics.operators.aggfuncs import (
     empty_all,
     finish_all,
     init_all,
+    interleave_all,
     parse_aggregates,
     reduce_all,
     take_all,
 )
-from semantics.operators.columns import kind_of, timestamps, values_of
-from semantics.operators.grouping import concat_frames, take_frame
-from semantics.operators.keys import KeyInterner
+from semantics.operators.columns import Values, timestamps, to_series, values_of
+from semantics.operators.grouping import interleave, merge_positions
+from semantics.operators.keys import (
+    check_same,
+    concat_keys,
+    interleave_keys,
+    key_ids,
+    take_keys,
+)
 from semantics.report import operator_name, output_columns
 from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import BacktestSpec, SessionQuery
@@ -63,7 +71,7 @@ class SessionState:
     gid: np.ndarray  # key id (without the session)
     start_us: np.ndarray
     end_us: np.ndarray
-    keys: pd.DataFrame
+    keys: tuple[Values, ...]
     bufs: Buffers
 
     def __len__(self) -> int:
@@ -71,13 +79,23 @@ class SessionState:
 
     def take(self, idx: np.ndarray) -> SessionState:
         return SessionState(self.gid[idx], self.start_us[idx], self.end_us[idx],
-                            take_frame(self.keys, idx), take_all(self.bufs, idx))
+                            take_keys(self.keys, idx), take_all(self.bufs, idx))
 
 
 def concat_states(a: SessionState, b: SessionState) -> SessionState:
     return SessionState(np.concatenate([a.gid, b.gid]), np.concatenate([a.start_us, b.start_us]),
-                        np.concatenate([a.end_us, b.end_us]), concat_frames(a.keys, b.keys),
+                        np.concatenate([a.end_us, b.end_us]), concat_keys(a.keys, b.keys),
                         concat_all(a.bufs, b.bufs))
+
+
+def merge_disjoint(a: SessionState, b: SessionState) -> SessionState:
+    """Sorted union of two sorted states whose key ids are disjoint."""
+    pa, pb = merge_positions(a.gid, b.gid)
+    return SessionState(interleave(pa, a.gid, pb, b.gid),
+                        interleave(pa, a.start_us, pb, b.start_us),
+                        interleave(pa, a.end_us, pb, b.end_us),
+                        interleave_keys(pa, a.keys, pb, b.keys),
+                        interleave_all(pa, a.bufs, pb, b.bufs))
 
 
 class SessionOperator:
@@ -102,13 +120,12 @@ class SessionOperator:
         conf = spec.conf(candidate)
         self.merge_local = str(conf.get(MERGE_LOCAL_CONF, "false")).lower() == "true"
         self.columns = output_columns(spec, dict(schedule.data_columns))
-        self._key_frame = frame[list(self.keys)].iloc[0:0]
-        self._interner = KeyInterner(tuple(kind_of(dtypes[k]) for k in self.keys))
+        self._empty_keys = tuple(values_of(frame[k].iloc[0:0]) for k in self.keys)
+        self._empty_out = self._output(self.initial_state())
 
     def initial_state(self) -> SessionState:
         e = np.array([], dtype=np.int64)
-        return SessionState(e, e, e, self._key_frame.reset_index(drop=True),
-                            empty_all(self.aggs, 0))
+        return SessionState(e, e, e, self._empty_keys, empty_all(self.aggs, 0))
 
     def wants_another_batch(self, state: Any, new_wm_ms: int, last_evict_wm_ms: int | None
                             ) -> bool:
@@ -128,11 +145,9 @@ class SessionOperator:
                 if self.explain:
                     m = late[row_unit]
                     u = row_unit[m]
-                    what = ("session " + F.window_text(units.start_us[u], units.end_us[u])
-                            + ": end")
                     rid = rows[ROW_ID].to_numpy(dtype=np.int64)[row_order[m]]
-                    fates.append(F.frame(rid, "late",
-                                         F.late_detail(what, units.end_us[u], batch.late_wm_ms)))
+                    fates.append(F.late(rid, "session", units.end_us[u], batch.late_wm_ms,
+                                        units.start_us[u]))
                 units = units.take(np.flatnonzero(~late))
 
         new, upserted, replaced = self._merge(state, units)
@@ -147,10 +162,9 @@ class SessionOperator:
             removed += len(ev)
             if len(ev):
                 if self.explain:
-                    prefix = F.keys_text(ev.keys)
-                    what = prefix + ", session " + F.window_text(ev.start_us, ev.end_us) + ": end "
-                    fates.append(F.frame(np.full(len(ev), -1), "emitted",
-                                         F.evict_detail(what, ev.end_us, batch.evict_wm_ms or 0)))
+                    fates.append(F.leave("emitted", "session", ev.end_us,
+                                         int(batch.evict_wm_ms or 0), ev.start_us,
+                                         keys=self._key_dict(ev)))
                 new = new.take(np.flatnonzero(~gone))
         return new, OperatorStep(
             dropped_by_watermark=dropped,
@@ -167,7 +181,8 @@ class SessionOperator:
         """Local units of the batch sorted by (key id, start), plus ``row_order`` (row indices
         sorted like the units) and ``row_unit`` (unit of each of those rows)."""
         n = len(rows)
-        kid = self._interner.ids([values_of(rows[k]) for k in self.keys], n)
+        kv = tuple(values_of(rows[k]) for k in self.keys)
+        kid = key_ids(kv, (), n)
         order = np.lexsort((t, kid))
         k, ts = kid[order], t[order]
         new = np.ones(n, dtype=bool)
@@ -182,9 +197,12 @@ class SessionOperator:
         heads = np.flatnonzero(new)
         u = len(heads)
         last = np.r_[heads[1:], n] - 1 if u else heads
+        if n:  # rows of one key id really share the key
+            key_head = np.maximum.accumulate(np.where(np.r_[True, ~same_key], np.arange(n), 0))
+            check_same(kv, order[key_head], kv, order)
         bufs = reduce_all(self.aggs, init_all(self.aggs, rows, order), code, u)
         units = SessionState(k[heads], ts[heads], ts[last] + self.gap_us,
-                             take_frame(rows[list(self.keys)], order[heads]), bufs)
+                             take_keys(kv, order[heads]), bufs)
         return units, order, code
 
     def _merge(self, state: SessionState, units: SessionState
@@ -200,6 +218,10 @@ class SessionOperator:
         stored_idx = (np.repeat(lo, cnt) + np.arange(tot)
                       - np.repeat(np.cumsum(cnt) - cnt, cnt)) if tot else np.array([], np.int64)
         stored = state.take(stored_idx)
+        has = np.flatnonzero(cnt)
+        if len(has):  # stored sessions of an id hold the same key as the new units
+            check_same(state.keys, lo[has], units.keys,
+                       np.searchsorted(units.gid, keys[has], side="left"))
         items = concat_states(stored, units)
         is_stored = np.r_[np.ones(tot, dtype=bool), np.zeros(len(units), dtype=bool)]
         order = np.lexsort((~is_stored, items.start_us, items.gid))
@@ -215,19 +237,23 @@ class SessionOperator:
         heads = np.flatnonzero(new)
         n_sess = len(heads)
         end = np.maximum.reduceat(e, heads)
-        merged = SessionState(g[heads], s[heads], end, take_frame(items.keys, heads),
+        merged = SessionState(g[heads], s[heads], end, take_keys(items.keys, heads),
                               reduce_all(self.aggs, items.bufs, code, n_sess))
         # a stored session survives (is replaced in place) iff its start is still a start
         replaced = int((is_stored & (s != s[heads][code])).sum())
         keep = np.ones(len(state), dtype=bool)
         keep[stored_idx] = False
         rest = state.take(np.flatnonzero(keep))
-        out = concat_states(rest, merged)
-        out = out.take(np.lexsort((out.start_us, out.gid)))
-        return out, n_sess, replaced
+        return merge_disjoint(rest, merged), n_sess, replaced
+
+    def _key_dict(self, st: SessionState) -> dict[str, pd.Series]:
+        return {k: to_series(v.kind, v.data, v.null, v.tz)
+                for k, v in zip(self.keys, st.keys, strict=True)}
 
     def _output(self, st: SessionState) -> pd.DataFrame:
-        cols: dict[str, Any] = {k: st.keys[k].reset_index(drop=True) for k in self.keys}
+        if not len(st) and hasattr(self, "_empty_out"):
+            return self._empty_out
+        cols: dict[str, Any] = self._key_dict(st)
         cols["session_start"] = timestamps(st.start_us)
         cols["session_end"] = timestamps(st.end_us)
         cols.update(finish_all(self.aggs, st.bufs))
