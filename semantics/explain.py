@@ -14,6 +14,12 @@ def fates_of(result: RunResult) -> pd.DataFrame:
     return f if isinstance(f, pd.DataFrame) else pd.DataFrame(columns=[ROW_ID, "fate", "detail"])
 
 
+def _iso(ms: object) -> str:
+    if ms is None or pd.isna(ms):
+        return "none"
+    return pd.Timestamp(int(ms), unit="ms", tz="UTC").isoformat().replace("+00:00", "Z")
+
+
 def explain_row(schedule: Schedule, result: RunResult | None, row_id: int) -> str:
     """A one-paragraph account of ``row_id`` (accepted, late by how much, duplicate, ...)."""
     source = ""
@@ -34,8 +40,8 @@ def explain_row(schedule: Schedule, result: RunResult | None, row_id: int) -> st
     batch = b.loc[(b["tick"] == tick) & b["has_data"]]
     if len(batch):
         r = batch.iloc[0]
-        text += (f", read by batch {int(r['batch_id'])} (watermark {r['watermark_ms']} ms, "
-                 f"late below {r['late_watermark_ms']} ms)")
+        text += (f", read by batch {int(r['batch_id'])} (watermark {_iso(r['watermark_ms'])}; "
+                 f"rows at or before {_iso(r['late_watermark_ms'])} count as late)")
     f = fates_of(result)
     mine = f.loc[f[ROW_ID] == row_id]
     if mine.empty:
