@@ -143,6 +143,7 @@ def _compare_request(context: dg.RunStatusSensorContext) -> dg.RunRequest | dg.S
 
 
 @dg.run_status_sensor(run_status=dg.DagsterRunStatus.SUCCESS, name="compare_after_success",
+                      minimum_interval_seconds=10,
                       monitored_jobs=[backtest_candidates_job],
                       request_job=compare_candidates_job,
                       default_status=dg.DefaultSensorStatus.RUNNING)
@@ -153,6 +154,7 @@ def compare_after_success(context: dg.RunStatusSensorContext
 
 
 @dg.run_status_sensor(run_status=dg.DagsterRunStatus.FAILURE, name="compare_after_failure",
+                      minimum_interval_seconds=10,
                       monitored_jobs=[backtest_candidates_job],
                       request_job=compare_candidates_job,
                       default_status=dg.DefaultSensorStatus.RUNNING)

@@ -24,10 +24,12 @@ _TYPES = {"candidate": "string", "side": "string", "validation": "string"}
 
 
 def _cell(v: Any) -> str | int | float | bool | None:
-    if v is None or isinstance(v, str | bool | int | float):
-        return v
     if hasattr(v, "item"):
-        return v.item()
+        v = v.item()
+    if isinstance(v, float):
+        return None if v != v else round(v, 4)
+    if v is None or isinstance(v, str | bool | int):
+        return v
     return str(v)
 
 
