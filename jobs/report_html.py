@@ -152,6 +152,10 @@ def write_report(result: Any, folder: str | Path | None = None) -> str:
             items = "".join(f"<li>{html.escape(f)}</li>" for f in c.validation["failed"][:30])
             fails.append(f"<h3>{html.escape(c.name)}: validation failed</h3><ul class=fail>"
                          f"{items}</ul>")
+    docs = next((c.validation.get("data_docs") for c in result.candidates
+                 if c.validation and c.validation.get("data_docs")), None)
+    docs_link = (f'<p>Great Expectations Data Docs (validation details): '
+                 f'<a href="{html.escape(docs)}">{html.escape(docs)}</a></p>' if docs else "")
     imgs = "".join(f'<img alt="{html.escape(t)}" src="{u}">' for t, u in plots(result))
     spec = result.spec
     doc = f"""<!doctype html><html><head><meta charset="utf-8">
@@ -161,6 +165,7 @@ def write_report(result: Any, folder: str | Path | None = None) -> str:
 {html.escape(', '.join(spec.candidates))} · predictions follow Spark 4.0 semantics</div>
 <h2>Candidates</h2><table><tr>{head}</tr>{''.join(body)}</table>
 {''.join(fails)}
+{docs_link}
 <h2>Plots</h2><div class="plots">{imgs}</div>
 </body></html>"""
     path = folder / f"{spec.name}.html"

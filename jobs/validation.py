@@ -178,9 +178,13 @@ def validate(spec: Any, cr: Any, root: Path) -> dict[str, Any]:
         failed += _messages(res)
     docs = None
     try:
+        from jobs.datadocs import make_offline
+
         ctx.build_data_docs()
         urls = ctx.get_docs_sites_urls()
         docs = urls[0]["site_url"] if urls else None
+        if docs and docs.startswith("file://"):
+            make_offline(Path(docs.removeprefix("file://")).parent)
     except Exception as exc:  # pragma: no cover - docs are a by-product
         logging.getLogger(__name__).warning("data docs not built: %s", exc)
     return {"success": not failed, "failed": failed, "statistics": stats, "data_docs": docs}
