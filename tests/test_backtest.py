@@ -1,0 +1,137 @@
+"""Backtest end to end: GX validation, readable failures, results store, CLI, demo."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from jobs.backtest import CandidateResult
+from jobs.cli import main
+from jobs.results import ResultsStore, run_id
+from jobs.validation import validate
+from semantics.history import plan
+from semantics.predict import predict
+from semantics.report import RunResult
+from semantics.spec import parse_spec
+from tests.deltas import write_commits
+
+
+def agg_spec(tmp: Path, expect: dict | None = None):
+    write_commits(tmp / "clicks", [
+        [{"ad": 1, "ts": 15}], [{"ad": 1, "ts": 3}, {"ad": 2, "ts": 4}],
+        [{"ad": 2, "ts": 31}], [{"ad": 1, "ts": 12}],
+    ])
+    return parse_spec({
+        "name": "tamper",
+        "sources": {"clicks": {"table": str(tmp / "clicks"), "event_time": "ts"}},
+        "query": {"kind": "aggregation", "source": "clicks", "keys": ["ad"],
+                  "window": {"duration": "5 seconds"}},
+        "replay": {"batch_by": {"commits": 1}, "pace": "live"},
+        "candidates": {"c": {"watermark": {"clicks": "2 seconds"}}},
+        **({"expect": expect} if expect else {}),
+    }, str(tmp / "spec.yaml"))
+
+
+def candidate(spec, tmp: Path) -> CandidateResult:
+    sched = plan(spec, "c")
+    p = predict(sched, spec, "c")
+    return CandidateResult("c", run_id(spec, "c", sched), sched, predicted=p)
+
+
+def test_identical_prediction_and_actual_validate(tmp_path: Path) -> None:
+    spec = agg_spec(tmp_path)
+    cr = candidate(spec, tmp_path)
+    cr.actual = RunResult("c", cr.predicted.batches.copy(), cr.predicted.outputs.copy())
+    res = validate(spec, cr, tmp_path / "gx")
+    assert res["success"], res["failed"]
+    assert res["statistics"]["evaluated"] >= 12
+    docs = Path(res["data_docs"].removeprefix("file://"))
+    assert docs.exists()
+    from jobs.datadocs import remote_references
+
+    assert remote_references(docs.parent) == []  # Data Docs render offline
+
+
+def test_tampered_actual_fails_naming_batch_and_column(tmp_path: Path) -> None:
+    spec = agg_spec(tmp_path)
+    cr = candidate(spec, tmp_path)
+    b = cr.predicted.batches.copy()
+    assert (b["batch_id"] == 2).any()
+    b.loc[b["batch_id"] == 2, "dropped_by_watermark"] += 1  # the tampering
+    out = cr.predicted.outputs.copy()
+    assert len(out) > 0
+    cr.actual = RunResult("c", b, out.iloc[1:])  # and one emitted row lost
+    res = validate(spec, cr, tmp_path / "gx")
+    assert not res["success"]
+    msgs = "\n".join(res["failed"])
+    assert "batch 2 (stateStoreSave): dropped_by_watermark predicted" in msgs
+    first = out.iloc[0]
+    assert f"batch {int(first['batch_id'])}: output row" in msgs
+    assert "1× predicted, 0× actual" in msgs
+
+
+def test_spec_thresholds_are_expectations(tmp_path: Path) -> None:
+    spec = agg_spec(tmp_path, expect={"max_late_fraction": 0.0, "max_state_rows": 0})
+    cr = candidate(spec, tmp_path)
+    assert cr.predicted.batches["dropped_by_watermark"].sum() > 0  # the data has late rows
+    cr.actual = RunResult("c", cr.predicted.batches.copy(), cr.predicted.outputs.copy())
+    res = validate(spec, cr, tmp_path / "gx")
+    assert not res["success"]
+    assert any("late_fraction" in m for m in res["failed"])
+    assert any("peak_state_rows" in m for m in res["failed"])
+
+
+def test_results_store_rerun_is_idempotent(tmp_path: Path) -> None:
+    spec = agg_spec(tmp_path)
+    cr = candidate(spec, tmp_path)
+    store = ResultsStore(tmp_path / "results")
+    for _ in range(2):
+        store.write(spec, "c", cr.run_id, "predicted", cr.predicted)
+    b = store.batches("tamper", "c", side="predicted")
+    assert len(b) == len(cr.predicted.batches)
+    assert len(store.runs("tamper")) == 1
+    outs = store.outputs("tamper", "c", cr.run_id, "predicted")
+    assert len(outs) == len(cr.predicted.outputs)
+
+
+def test_cli_predict_json_and_exit_codes(tmp_path: Path, capsys) -> None:
+    spec = agg_spec(tmp_path)
+    path = Path(spec.path)
+    path.write_text(json.dumps({  # JSON is YAML
+        "name": "tamper",
+        "sources": {"clicks": {"table": "clicks", "event_time": "ts"}},
+        "query": {"kind": "aggregation", "source": "clicks", "keys": ["ad"],
+                  "window": {"duration": "5 seconds"}},
+        "replay": {"batch_by": {"commits": 1}, "pace": "live"},
+        "candidates": {"c": {"watermark": {"clicks": "2 seconds"}}},
+    }))
+    assert main(["predict", str(path), "--json", "--results", str(tmp_path / "r")]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["backtest"] == "tamper" and doc["report"] is None
+    c = doc["candidates"][0]
+    assert c["name"] == "c" and "actual" not in c and "validation" not in c
+    batches = pd.DataFrame(c["predicted"]["batches"])
+    assert batches["watermark_ms"].iloc[-1] == 29_000  # 31 s − 2 s
+    assert isinstance(c["predicted"]["outputs"][0]["window_start"], int)  # epoch ms
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(path.read_text().replace('"keys"', '"kees"'))
+    assert main(["predict", str(bad)]) == 2
+    assert "query.kees: unknown field" in capsys.readouterr().err
+
+
+@pytest.mark.spark
+def test_small_demo_end_to_end(tmp_path: Path, spark, capsys) -> None:
+    code = main(["demo", "--dir", str(tmp_path / "demo"), "--small", "--json"])
+    docs = json.loads(capsys.readouterr().out)
+    failed = {c["name"]: c["validation"]["failed"][:5] for d in docs for c in d["candidates"]
+              if not c["validation"]["success"]}
+    assert code == 0, failed
+    assert {d["backtest"] for d in docs} == {"clicks_per_ad", "impressions_to_clicks"}
+    for d in docs:
+        assert Path(d["report"]).exists()
+        assert len(d["candidates"]) == 3
+    store = ResultsStore(tmp_path / "demo" / "results")
+    assert set(store.runs()["side"]) == {"predicted", "actual"}
