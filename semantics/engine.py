@@ -199,9 +199,7 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str, operator: Operat
         records.append(rec)
         # after the batch: update watermarks from this batch's data (markMicroBatchEnd)
         if has_wm and not tick.idle:
-            maxima = [
-                int(micros_to_ms(ev[s]).max()) if len(ev[s]) else None for s in wm_sources
-            ]
+            maxima = [_max_ms(operator, s, rows[s], ev[s]) for s in wm_sources]
             wms = wms.advance(maxima, delays, cfg.policy)
         prev_batch_wm = w_now
         last_evict = evict
@@ -214,6 +212,22 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str, operator: Operat
     fate_df = (pd.concat(fates, ignore_index=True) if fates
                else pd.DataFrame(columns=[ROW_ID, "fate", "detail", "batch_id"]))
     return EngineResult(pd.DataFrame.from_records(records), out_df, fate_df)
+
+
+def _max_ms(operator: Operator, source: str, rows: pd.DataFrame, event_us: np.ndarray
+            ) -> int | None:
+    """Max event time (ms) of the rows that reach ``source``'s ``EventTimeWatermarkExec``.
+
+    An operator may define ``watermark_input_mask(source, rows) -> bool array | None`` for rows
+    removed by filters Spark's optimizer pushes *below* the watermark node (e.g. the join's
+    inferred ``isnotnull(key)``): those rows never count for the watermark. Without the hook (or
+    when it returns None) every row counts, as before.
+    """
+    hook = getattr(operator, "watermark_input_mask", None)
+    mask = hook(source, rows) if hook is not None else None
+    if mask is not None:
+        event_us = event_us[np.asarray(mask, dtype=bool)]
+    return int(micros_to_ms(event_us).max()) if len(event_us) else None
 
 
 def _tick_bounds(schedule: Schedule, source: str) -> dict[int, tuple[int, int]]:

@@ -148,6 +148,15 @@ class JoinOperator:
         return (self.plan.has_predicate and last_evict_wm_ms is not None
                 and new_wm_ms > last_evict_wm_ms)
 
+    def watermark_input_mask(self, source: str, rows: pd.DataFrame) -> np.ndarray | None:
+        """Rows of ``source`` that reach its watermark node: the inferred ``isnotnull(key)`` is
+        pushed below ``withWatermark``, so null-key rows of a filtered side never count for the
+        watermark (engine hook; None = all rows count)."""
+        role = "left" if source == self.query.left else "right"
+        if role not in self.not_null or not len(rows):
+            return None
+        return ~rows[list(self.query.keys)].isna().any(axis=1).to_numpy()
+
     def step(self, state: JoinState, batch: BatchInput) -> tuple[JoinState, OperatorStep]:
         fates: list[pd.DataFrame] = []
         lin, ldropped = self._admit(self.left, batch, "left", fates)
