@@ -8,7 +8,10 @@ One batch (``StreamingSymmetricHashJoinExec.processPartitions``; spark-watermark
    ``event_time_µs <= late·1000``; counted in ``numRowsDroppedByWatermark`` for both sides. A
    side without a watermark has no event-time column in Spark's sense and is never late.
    Rows with a null join key on a side where Spark's optimizer infers ``isnotnull(key)`` (inner
-   and left semi: both sides; left outer: right; right outer: left) never reach the join.
+   and left semi: both sides; left outer: right; right outer: left) never reach the join, and
+   since that filter is pushed below ``withWatermark`` they do not count for the watermark
+   either (:meth:`JoinOperator.watermark_input_mask`, an engine hook). Other null keys are
+   stored and, like Spark's ``UnsafeRow`` state keys, a null key equals a null key.
 2. **Left input** joins the right state (rows buffered by *earlier* batches): every pair with
    equal keys and the time-range condition true is emitted (cross product) and both rows are
    flagged ``matched``. Left rows are **always** stored, except left-semi rows that matched
@@ -28,6 +31,12 @@ One batch (``StreamingSymmetricHashJoinExec.processPartitions``; spark-watermark
 
 No-data batch: ``wants_another_batch`` iff some side has a state predicate and the new watermark
 exceeds the eviction watermark of the last batch.
+
+Fates (``row_id``, ``fate``, ``detail``): ``late`` (by how many ms the row missed the late
+watermark), ``null_key`` (filtered before the join), ``not_stored`` (a right row at or behind the
+right state watermark: joined or not, never buffered), ``evicted`` (left the state after
+matching), ``evicted_unmatched`` (left the state without ever matching: no output),
+``evicted_unmatched_null_row`` (outer side: its null-padded row was emitted).
 """
 
 from __future__ import annotations
