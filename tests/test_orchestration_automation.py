@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import dagster as dg
+import pytest
 
 from orchestration.automation import (
     BACKTEST_TAG,
@@ -149,3 +150,22 @@ def test_comparison_refresh_waits_for_the_last_candidate():
         assert isinstance(req, dg.RunRequest)
         assert req.partition_key == "tiny_clicks"
         assert instance.get_dynamic_partitions(BACKTESTS.name) == ["tiny_clicks"]
+
+
+def test_resources_by_deployment(monkeypatch, tmp_path):
+    from orchestration.definitions import build_definitions
+    from orchestration.resources import resources_for
+
+    monkeypatch.delenv("WMBT_SPARK_MASTER", raising=False)
+    monkeypatch.setenv("WMBT_RESULTS", str(tmp_path / "res"))
+    monkeypatch.setenv("WMBT_BACKTESTS", str(tmp_path / "specs"))
+    local = resources_for("local")
+    assert local["spark"].master == "" and local["results"].root == str(tmp_path / "res")
+    assert local["specs"].folder == str(tmp_path / "specs")
+
+    monkeypatch.setenv("WMBT_SPARK_MASTER", "sc://127.0.0.1:15002")
+    cluster = build_definitions("cluster")
+    with dg.build_resources({"spark": cluster.resources["spark"]}) as built:
+        assert built.spark.master == "sc://127.0.0.1:15002"
+    with pytest.raises(ValueError, match="expected 'local' or 'cluster'"):
+        resources_for("laptop")
