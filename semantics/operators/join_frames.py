@@ -70,6 +70,11 @@ class SideLayout:
         if missing:
             raise ValueError(f"join key(s) {missing} missing from source {source!r} "
                              f"(columns: {', '.join(data_columns)})")
+        if evict_column is not None and not pd.api.types.is_datetime64_any_dtype(
+                rows[evict_column]):
+            raise ValueError(f"join key {evict_column!r} of source {source!r} must be a "
+                             f"timestamp like the watermarked key it equals (got "
+                             f"{rows[evict_column].dtype})")
         cols = tuple(f"{source}_{c}" for c in src_cols)
         dtypes = {p: nullable_dtype(rows[c].dtype) for p, c in zip(cols, src_cols, strict=True)}
         return cls(source, src_cols, cols, tuple(f"{source}_{k}" for k in keys), dtypes,
