@@ -579,3 +579,23 @@ def test_null_key_rows_do_not_move_the_watermark() -> None:
     assert list(inner.batches["watermark_ms"]) == [0, 34_000]  # right max 44 s, not 50 s
     full = join_run(steps, "full_outer", pace="backlog")  # no filter: min(45, 50) − 10 s
     assert list(full.batches["watermark_ms"]) == [0, 35_000]
+
+
+def test_watermarked_key_evicts_both_sides_even_without_a_right_watermark() -> None:
+    # rules: key predicate `ts <= W` on both sides (the left's watermarked event time is a key);
+    # the right side has no watermark: never late, but a right row behind the key watermark is
+    # doomed — full outer stores it unmatched (SPARK-49829) and emits its null row at once.
+    # (checked against Spark 4.0.5 by hand)
+    steps = [([(1, 1), (2, 2)], []), ([], [(1, 1), (3, 3)]), ([(21, 21)], []),
+             ([], [(2, 2), (22, 22)]), ([(3, 3)], [])]
+    r = join_run(steps, "full_outer", keys=("k", "ts"), lower=None, upper=None,
+                 watermark={"l": "10 seconds"})
+    b = r.batches
+    assert list(b["has_data"]) == [True, True, True, False, True, True]
+    assert list(b["eviction_watermark_ms"]) == [0, 0, 0, 11_000, 11_000, 11_000]
+    assert list(b["state_rows"]) == [2, 4, 5, 1, 2, 2]
+    assert list(b["state_rows_updated"]) == [2, 2, 1, 0, 2, 0]
+    assert list(b["dropped_by_watermark"]) == [0, 0, 0, 0, 0, 1]  # left 3 s <= 11 s
+    assert r.answer(1) == [(1, 1, 1, 1)]
+    assert r.answer(2) == srt([(2, None, 2, None), (None, 3, None, 3)])  # no-data batch
+    assert r.answer(3) == [(None, 2, None, 2)]
