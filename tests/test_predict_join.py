@@ -183,6 +183,10 @@ def test_state_watermark_is_not_clamped_and_truncates_toward_zero() -> None:
     b = ValueBound(offset_us=-1_500, strict=False, conjunct="")
     assert b.state_watermark_ms(0) == -2  # trunc(-1.5) = -1, then -1
     assert ValueBound(offset_us=1_500, strict=True, conjunct="").state_watermark_ms(0) == 1
+    # realistic epochs stay exact in Spark's double arithmetic (< 2^53 µs)
+    w = 1_700_000_025_000
+    assert b.state_watermark_ms(w) == w - 3  # w − 1.5 ms → trunc → w − 2, then − 1
+    assert ValueBound(-2_500, True, "").state_watermark_ms(w) == w - 3  # w − 2.5 → w − 3
 
 
 def test_one_sided_condition_bounds_one_side_only() -> None:
