@@ -1,9 +1,11 @@
 """The candidate comparison asset: one partition per backtest, read from the results store.
 
 It shows the candidates side by side in the UI: a comparison table (``MetadataValue.table``,
-one row per candidate and side), a markdown summary, the plots (PNG embedded in markdown, and
-the PNG files by path) and the offline HTML report (``jobs.report_html.write_report``). It reads
-the results store, so results written by the CLI (``wmbt backtest``) show up too.
+one row per candidate and side), a markdown summary, two small inline SVG charts (cumulative
+late rows and state rows by batch, one line per candidate), the full plots (PNG embedded in
+markdown, and the PNG files by path) and the offline HTML report
+(``jobs.report_html.write_report``). It reads the results store, so results written by the CLI
+(``wmbt backtest``) show up too.
 """
 
 
@@ -13,11 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
+import pandas as pd
 
 from jobs.report_html import COLUMNS, comparison_rows, plots, write_report
 from orchestration.assets import GROUP, actual_report, predicted_report
 from orchestration.partitions import BACKTESTS
 from orchestration.resources import ResultsStoreResource, SpecsResource
+from orchestration.sparkline import sparkline_markdown
 from orchestration.stored import load_backtest
 
 _TYPES = {"candidate": "string", "side": "string", "validation": "string"}
@@ -74,6 +78,16 @@ def summary_markdown(spec: Any, rows: list[dict[str, Any]], missing: list[str]) 
     return "\n".join(lines)
 
 
+def per_batch_series(result: Any, column: str, cumulative: bool) -> dict[str, list[float]]:
+    """Per candidate, ``column`` summed per batch (Spark's run where it ran, else predicted)."""
+    out = {}
+    for c in result.candidates:
+        r = c.actual if c.actual is not None else c.predicted
+        s = pd.to_numeric(r.batches.groupby("batch_id")[column].sum()).fillna(0)
+        out[c.name] = (s.cumsum() if cumulative else s).tolist()
+    return out
+
+
 def save_plots(images: list[tuple[str, str]], folder: Path) -> list[Path]:
     """Write the data-URI PNGs of ``jobs.report_html.plots`` as files; returns their paths."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -112,6 +126,11 @@ def candidate_comparison(context: dg.AssetExecutionContext, specs: SpecsResource
     return dg.MaterializeResult(metadata={
         "comparison": comparison_table(rows),
         "summary": dg.MetadataValue.md(summary_markdown(spec, rows, missing)),
+        "late_rows_chart": dg.MetadataValue.md(sparkline_markdown(
+            "Cumulative late rows by batch", per_batch_series(result, "dropped_by_watermark",
+                                                              cumulative=True))),
+        "state_rows_chart": dg.MetadataValue.md(sparkline_markdown(
+            "State rows by batch", per_batch_series(result, "state_rows", cumulative=False))),
         "plots": dg.MetadataValue.md(gallery),
         "plot_state_rows": dg.MetadataValue.path(str(pngs[0].resolve())),
         "report": dg.MetadataValue.path(str(Path(report).resolve())),

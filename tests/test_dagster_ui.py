@@ -242,6 +242,9 @@ def test_backtest_from_graphql_to_rendered_comparison(dagster_dev: DagsterDev, t
     assert text.count("passed") >= 4, text  # validation column: every row
     # the markdown summary, rendered
     assert f"{NAME}: 2 candidate(s)" in text and "thresholds: tight" in text, text
+    # the inline SVG charts, rendered as images with a legend naming the candidates
+    assert re.search(r'<img[^>]+src="data:image/svg\+xml', dom), "inline chart not rendered"
+    assert "Cumulative late rows by batch (red: tight · blue: loose)" in text, text
 
 
 def page_text(dom: str) -> str:

@@ -121,6 +121,9 @@ def test_two_candidates_checks_pass_and_comparison(spark, tmp_path):
     summary = meta["summary"].value
     assert "**tight**" in summary and "**loose**" in summary
     assert "data:image/png;base64," in meta["plots"].value
+    chart = meta["late_rows_chart"].value
+    assert "red: tight · blue: loose" in chart and "data:image/svg+xml," in chart
+    assert len(chart) < 1000  # the UI renders shorter markdown inline
     assert Path(meta["plot_state_rows"].value).read_bytes()[:4] == b"\x89PNG"
     assert Path(meta["report"].value).is_file()
 
