@@ -110,16 +110,18 @@ def plots(result: Any) -> list[tuple[str, str]]:
             mx = pd.Series(et).groupby(ticks).max()
             m[mx.index.to_numpy()] = mx.to_numpy()
         maxes.append(m)
-    maxev = np.fmax.accumulate(np.nanmax(np.vstack(maxes), axis=0))
-    t0 = np.nanmin(maxev)
-    ax.plot(np.arange(len(maxev)), (maxev - t0) / 60000, "k:", label="max event time seen")
+    maxev = np.fmax.accumulate(np.fmax.reduce(np.vstack(maxes), axis=0))
+    ax.plot(np.arange(len(maxev)), pd.to_datetime(maxev, unit="ms"), "k:",
+            label="max event time seen")
     for c in result.candidates:
         r = c.predicted if c.predicted is not None else c.actual
         b = r.batches.drop_duplicates("batch_id")
-        wm = pd.to_numeric(b["watermark_ms"])
-        ax.step(b["tick"], (wm - t0) / 60000, where="post", label=f"{c.name} watermark")
+        wm = pd.to_numeric(b["watermark_ms"]).astype(float)
+        wm[wm <= 0] = np.nan  # 0 = no watermark yet (Spark's initial value)
+        ax.step(b["tick"], pd.to_datetime(wm, unit="ms"), where="post",
+                label=f"{c.name} watermark")
     ax.set_xlabel("tick")
-    ax.set_ylabel("minutes since first max event time")
+    ax.set_ylabel("event time (UTC)")
     ax.set_title("Watermark vs max event time")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
