@@ -59,12 +59,19 @@ def test_sensor_new_unchanged_changed_removed(tmp_path):
         again = evaluate(instance, folder, first.cursor)
         assert isinstance(again, dg.SkipReason)
 
-        # one candidate changed, one added: exactly those two partitions
+        # one candidate changed: exactly that partition
+        (folder / "tiny_clicks.yaml").write_text(spec_text(candidates={
+            **CANDIDATES_YAML, "tight": "{watermark: {clicks: 3 seconds}}"}))
+        edited = evaluate(instance, folder, first.cursor)
+        assert keys(edited) == ["tiny_clicks|tight"]
+        assert not edited.dynamic_partitions_requests
+
+        # one candidate added: its partition is created and run
         (folder / "tiny_clicks.yaml").write_text(spec_text(candidates={
             **CANDIDATES_YAML, "tight": "{watermark: {clicks: 3 seconds}}",
             "medium": "{watermark: {clicks: 12 seconds}}"}))
-        changed = evaluate(instance, folder, first.cursor)
-        assert keys(changed) == ["tiny_clicks|medium", "tiny_clicks|tight"]
+        changed = evaluate(instance, folder, edited.cursor)
+        assert keys(changed) == ["tiny_clicks|medium"]
         assert "tiny_clicks|medium" in instance.get_dynamic_partitions(CANDIDATES.name)
 
         # a new spec file: its partitions only
