@@ -68,3 +68,58 @@ def interleave(pa: np.ndarray, xa: np.ndarray, pb: np.ndarray, xb: np.ndarray) -
     out[pa] = xa
     out[pb] = xb
     return out
+
+
+_PACK_LIMIT = 1 << 62
+
+
+def _rank(ids: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """Position of every id in the sorted unique ``keys`` (all ids must be there)."""
+    return np.searchsorted(keys, ids)
+
+
+def order_by_id_then_time(ids: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Row order sorting by (id, t), stable: one int64 argsort of ``rank(id)·span + t`` when
+    that fits in 62 bits (it does for any realistic batch), else ``np.lexsort``."""
+    n = len(ids)
+    if n == 0:
+        return np.array([], dtype=np.int64)
+    codes, uniq = pd.factorize(ids, sort=True)
+    span = int(t.max()) - int(t.min()) + 1
+    if len(uniq) * span >= _PACK_LIMIT:
+        return np.lexsort((t, ids))
+    comp = np.asarray(codes, dtype=np.int64) * span + (t - t.min())
+    return np.argsort(comp, kind="stable")
+
+
+def merge_by_id_then_time(ids_a: np.ndarray, t_a: np.ndarray, ids_b: np.ndarray,
+                          t_b: np.ndarray, keys: np.ndarray
+                          ) -> tuple[np.ndarray, np.ndarray] | None:
+    """:func:`merge_positions` for two sequences sorted by (id, t) whose ids are all in the sorted
+    ``keys`` (``a`` first on ties); None when the packed key would overflow."""
+    if not len(ids_a) or not len(ids_b):
+        return merge_positions(ids_a, ids_b)
+    lo = min(int(t_a.min()), int(t_b.min()))
+    span = max(int(t_a.max()), int(t_b.max())) - lo + 1
+    if len(keys) * span >= _PACK_LIMIT:
+        return None
+    ca = _rank(ids_a, keys) * span + (t_a - lo)
+    cb = _rank(ids_b, keys) * span + (t_b - lo)
+    return merge_positions(ca, cb)
+
+
+def segmented_cummax(seg_sorted_ids: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Running max of ``v`` restarting at every change of the (sorted) ``seg_sorted_ids``."""
+    n = len(v)
+    if n == 0:
+        return v.copy()
+    new = np.empty(n, dtype=bool)
+    new[0] = True
+    np.not_equal(seg_sorted_ids[1:], seg_sorted_ids[:-1], out=new[1:])
+    seg = np.cumsum(new) - 1
+    lo = int(v.min())
+    span = int(v.max()) - lo + 1
+    if int(seg[-1] + 1) * span >= _PACK_LIMIT:
+        return pd.Series(v).groupby(seg, sort=False).cummax().to_numpy(dtype=np.int64)
+    comp = seg * span + (v - lo)
+    return np.maximum.accumulate(comp) - seg * span + lo

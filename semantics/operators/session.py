@@ -49,7 +49,13 @@ from semantics.operators.aggfuncs import (
     take_all,
 )
 from semantics.operators.columns import Values, timestamps, to_series, values_of
-from semantics.operators.grouping import interleave, merge_positions
+from semantics.operators.grouping import (
+    interleave,
+    merge_by_id_then_time,
+    merge_positions,
+    order_by_id_then_time,
+    segmented_cummax,
+)
 from semantics.operators.keys import (
     check_same,
     concat_keys,
@@ -183,7 +189,7 @@ class SessionOperator:
         n = len(rows)
         kv = tuple(values_of(rows[k]) for k in self.keys)
         kid = key_ids(kv, (), n)
-        order = np.lexsort((t, kid))
+        order = order_by_id_then_time(kid, t)
         k, ts = kid[order], t[order]
         new = np.ones(n, dtype=bool)
         if n:
@@ -222,15 +228,26 @@ class SessionOperator:
         if len(has):  # stored sessions of an id hold the same key as the new units
             check_same(state.keys, lo[has], units.keys,
                        np.searchsorted(units.gid, keys[has], side="left"))
-        items = concat_states(stored, units)
-        is_stored = np.r_[np.ones(tot, dtype=bool), np.zeros(len(units), dtype=bool)]
-        order = np.lexsort((~is_stored, items.start_us, items.gid))
-        items = items.take(order)
-        is_stored = is_stored[order]
+        # both sides are sorted by (key id, start): merge them (stored first on equal starts)
+        pos = merge_by_id_then_time(stored.gid, stored.start_us, units.gid, units.start_us, keys)
+        if pos is None:
+            items = concat_states(stored, units)
+            is_stored = np.r_[np.ones(tot, dtype=bool), np.zeros(len(units), dtype=bool)]
+            order = np.lexsort((~is_stored, items.start_us, items.gid))
+            items = items.take(order)
+            is_stored = is_stored[order]
+        else:
+            pa, pb = pos
+            items = SessionState(interleave(pa, stored.gid, pb, units.gid),
+                                 interleave(pa, stored.start_us, pb, units.start_us),
+                                 interleave(pa, stored.end_us, pb, units.end_us),
+                                 interleave_keys(pa, stored.keys, pb, units.keys),
+                                 interleave_all(pa, stored.bufs, pb, units.bufs))
+            is_stored = np.zeros(len(pa) + len(pb), dtype=bool)
+            is_stored[pa] = True
         g, s, e = items.gid, items.start_us, items.end_us
         m = len(g)
-        # segmented running max of the end, per key
-        run_end = pd.Series(e).groupby(g, sort=False).cummax().to_numpy(dtype=np.int64)
+        run_end = segmented_cummax(g, e)  # running max of the end, per key
         new = np.ones(m, dtype=bool)
         new[1:] = (g[1:] != g[:-1]) | (s[1:] > run_end[:-1])
         code = np.cumsum(new) - 1
