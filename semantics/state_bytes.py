@@ -1,0 +1,119 @@
+"""Estimate Spark's ``memoryUsedBytes`` (HDFS-backed state store) from row counts and layout.
+
+Spark reports ``SizeEstimator.estimate(map)`` of each partition's in-memory state map, a
+``ConcurrentHashMap[UnsafeRow, UnsafeRow]``, summed over partitions and stores. The model:
+
+    bytes = stores · P · MAP_BYTES + entries · (ENTRY_BYTES + size(key) + size(value))
+
+with ``entries = state_rows + state_rows_removed``: measured on real runs, the memory a batch
+reports still includes the entries it removed (a batch that evicts 24 of 28 groups reports about
+the bytes of 28), so the removed rows count once more in that batch.
+
+* ``size(row)`` is the UnsafeRow size: an 8-byte null bitset per 64 fields, 8 bytes per field,
+  plus variable-length data (strings: mean UTF-8 length of the column, rounded up to 8 bytes;
+  nested structs such as the window: their own UnsafeRow size);
+* ``ENTRY_BYTES`` = hash node, two UnsafeRow objects and their byte-array headers, and the
+  table slot (JVM with compressed oops); ``MAP_BYTES`` = an empty map per store and partition;
+* stores and entries per operator: aggregation — key = group keys + window, value = aggregation
+  buffers; dedup — key = dedup keys, value = none (within watermark: the expiry, a long);
+  session — key = group keys + session start, value = the whole session row; join — per side two
+  stores, one entry per buffered row (key + index → row + matched flag) plus one per row for the
+  key → count store (an upper bound: Spark keeps one per distinct key).
+
+``P`` = ``spark.sql.shuffle.partitions`` of the candidate (the replay's default: 2). Calibrated
+against real runs (``bench/state_bytes.py``); the measured error is in ``docs/state-bytes.md``.
+RocksDB reports other memory: with the RocksDB provider configured the estimate is ``None``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from semantics.schedule import Schedule
+from semantics.spec import (
+    AggregationQuery,
+    BacktestSpec,
+    DeduplicationQuery,
+    JoinQuery,
+    SessionQuery,
+    parse_aggregate,
+)
+
+ENTRY_BYTES = 200  # CHM node 32 + 2 × (UnsafeRow 40 + byte[] header 16) + table, fitted
+MAP_BYTES = 470  # per store and partition, fitted (bench/state_bytes.py)
+DEFAULT_PARTITIONS = 2
+
+
+def _field_bytes(series: pd.Series | None) -> int:
+    """Fixed 8 bytes, plus the variable-length part for strings/binary (mean, 8-aligned)."""
+    if series is None:
+        return 8
+    if pd.api.types.is_object_dtype(series) or pd.api.types.is_string_dtype(series):
+        sample = series.dropna().astype(str).head(10_000)
+        mean = float(sample.str.len().mean()) if len(sample) else 0.0
+        return 8 + int(np.ceil(mean / 8.0) * 8)
+    return 8
+
+
+def _row_bytes(fields: list[int]) -> int:
+    if not fields:
+        return 0
+    return 8 * ((len(fields) + 63) // 64) + sum(fields)
+
+
+def _cols(schedule: Schedule, source: str, names: list[str]) -> list[int]:
+    df = schedule.rows[source]
+    return [_field_bytes(df[c] if c in df.columns else None) for c in names]
+
+
+WINDOW_STRUCT = 8 + _row_bytes([8, 8])  # struct<start, end>: offset/size word + nested row
+
+
+def layout(spec: BacktestSpec, schedule: Schedule) -> tuple[int, int, int]:
+    """(stores per partition, key bytes, value bytes) of one state entry."""
+    q = spec.query
+    if isinstance(q, AggregationQuery):
+        key = _cols(schedule, q.source, list(q.keys))
+        if q.window is not None:
+            key.append(WINDOW_STRUCT)
+        value = []
+        for expr in q.aggregates.values():
+            fn, col = parse_aggregate(expr)
+            value += [8, 8] if fn == "avg" else (_cols(schedule, q.source, [col]) if col and
+                                                  fn in ("min", "max") else [8])
+        return 1, _row_bytes(key), _row_bytes(value)
+    if isinstance(q, DeduplicationQuery):
+        key = _cols(schedule, q.source, list(q.keys))
+        return 1, _row_bytes(key), _row_bytes([8] if q.within_watermark else [])
+    if isinstance(q, SessionQuery):
+        key = _cols(schedule, q.source, list(q.keys)) + [8]
+        value = _cols(schedule, q.source, list(q.keys)) + [WINDOW_STRUCT]
+        value += [8 * (2 if parse_aggregate(e)[0] == "avg" else 1) for e in q.aggregates.values()]
+        return 1, _row_bytes(key), _row_bytes(value)
+    assert isinstance(q, JoinQuery)
+    key = _cols(schedule, q.left, list(q.keys))
+    left = _cols(schedule, q.left, ["row_id", *schedule.data_columns[q.left]]) + [8]
+    right = _cols(schedule, q.right, ["row_id", *schedule.data_columns[q.right]]) + [8]
+    # keyWithIndexToValue (key + index -> row + matched) and keyToNumValues (key -> count):
+    # two map entries per buffered row (the second is an upper bound), hence ENTRY_BYTES twice
+    value = (_row_bytes(left) + _row_bytes(right)) // 2
+    return 4, ENTRY_BYTES + _row_bytes([*key, 8]) + _row_bytes(key), value + _row_bytes([8])
+
+
+def partitions(spec: BacktestSpec, candidate: str) -> int:
+    return int(spec.conf(candidate).get("spark.sql.shuffle.partitions", DEFAULT_PARTITIONS))
+
+
+def estimate(spec: BacktestSpec, candidate: str, schedule: Schedule,
+             batches: pd.DataFrame) -> pd.Series:
+    """Estimated memoryUsedBytes for each batch-report row (None with RocksDB)."""
+    provider = spec.conf(candidate).get("spark.sql.streaming.stateStore.providerClass", "")
+    if "RocksDB" in provider:
+        return pd.Series([None] * len(batches), index=batches.index, dtype="Int64")
+    stores, key, value = layout(spec, schedule)
+    rows = (pd.to_numeric(batches["state_rows"]).fillna(0)
+            + pd.to_numeric(batches["state_rows_removed"]).fillna(0)).astype("int64")
+    per_entry = ENTRY_BYTES + key + value
+    base = stores * partitions(spec, candidate) * MAP_BYTES
+    return (base + rows * per_entry).astype("Int64")
