@@ -5,7 +5,7 @@ index in ``spec.query_sources``), then ``s<i>__row_id`` and ``s<i>__<col>`` for 
 (null for rows of other sources). Rows keep the schedule order (source order, then row id).
 
 Invariants the replay relies on:
-* file ``tick-<k>.parquet`` holds exactly the rows of tick ``k``;
+* file ``tick-<k>.parquet`` holds exactly the rows of tick ``k``, one row group per source;
 * files get strictly increasing synthetic mtimes (``BASE_MTIME + position``) because Spark's file
   source orders new files by modification time, not by name;
 * a file appears in the watched directory atomically (written to a staging dir, then renamed);
@@ -119,7 +119,16 @@ def write_tick(spec: BacktestSpec, schedule: Schedule, tick: int, position: int,
     staging_dir.mkdir(parents=True, exist_ok=True)
     input_dir.mkdir(parents=True, exist_ok=True)
     tmp = staging_dir / file_name(tick)
-    pq.write_table(table, tmp)
+    # One row group per source: Spark pushes each source's ``_src = i`` filter into the parquet
+    # reader, which skips the other sources' row groups by their statistics, so every logical
+    # source reads only its own rows and ``numInputRows`` is the tick's row count (with one
+    # shared row group, a self-joined source counts every row once per side).
+    with pq.ParquetWriter(tmp, table.schema) as writer:
+        tags = table.column(TAG).to_numpy()
+        for tag in dict.fromkeys(tags.tolist()):
+            writer.write_table(table.filter(pa.array(tags == tag)))
+        if table.num_rows == 0:
+            writer.write_table(table)
     mtime = BASE_MTIME + position
     os.utime(tmp, (mtime, mtime))
     final = input_dir / file_name(tick)

@@ -50,6 +50,7 @@ REPLAY_CONF = {
     "spark.sql.streaming.fileSource.log.compactInterval": "1000000",
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     "spark.sql.session.timeZone": "UTC",
+    "spark.sql.parquet.filterPushdown": "true",  # per-source row groups are skipped (jobs.feed)
 }
 
 

@@ -1,12 +1,16 @@
 """The replay's foreachBatch sink and reading its output back.
 
-Every micro-batch writes its rows as parquet to ``<outputs>/batch_id=<N>`` (overwrite, so a
-re-executed batch is idempotent) with ONE action on the batch DataFrame (a second action would
-recompute the stateful plan). In classic (py4j) mode it also records, for each stateful operator
-of the batch's executed plan (plan pre-order = progress ``stateOperators`` order), the two
-watermarks Spark handed it (``eventTimeWatermarkForLateEvents`` / ``...ForEviction``) in
-``<outputs>/_watermarks/batch_id=<N>.json``. Spark Connect has no py4j; there the file is absent
-and the replay derives the values instead.
+Every micro-batch writes its rows as parquet to ``<outputs>/batch_id=<N>/part-0.parquet``
+(overwrite, so a re-executed batch is idempotent) with ONE action on the batch DataFrame
+(``toArrow``; a second action would recompute the stateful plan). The file is written by the
+Python process running the function (the driver in classic mode, the server's Python worker with
+Spark Connect), so ``outputs`` must be a path on that machine.
+
+In classic (py4j) mode it also records, for each stateful operator of the batch's executed
+plan (plan pre-order = progress ``stateOperators`` order), the two watermarks Spark handed it
+(``eventTimeWatermarkForLateEvents`` / ``...ForEviction``) in
+``<outputs>/_watermarks/batch_id=<N>.json``. Spark Connect has no py4j; there the file is
+absent and the replay derives the values instead.
 """
 
 from __future__ import annotations
@@ -72,7 +76,14 @@ def make_sink(outputs: Path, spark: SparkSession | None, query_name: str
     def sink(df: DataFrame, batch_id: int) -> None:
         from pathlib import Path as _Path
 
-        df.write.mode("overwrite").parquet(str(_Path(out) / f"batch_id={batch_id}"))
+        import pyarrow.parquet as _pq
+
+        target = _Path(out) / f"batch_id={batch_id}"
+        target.mkdir(parents=True, exist_ok=True)
+        for old in target.glob("*.parquet"):  # a re-executed batch overwrites
+            old.unlink()
+        # one action (toArrow collects once); written locally, no Hadoop commit protocol
+        _pq.write_table(df.toArrow(), target / "part-0.parquet")
         if spark is not None:
             wms = operator_watermarks(spark, query_name)
             if wms is not None:
