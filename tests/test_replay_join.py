@@ -109,3 +109,28 @@ def test_strict_one_sided_range_backlog(spark, tmp_path):
     ]
     cols = ["imp_row_id", "clk_row_id"]
     assert rows(r, cols) == [(1, 0, 2)]
+
+
+def test_both_sources_in_one_tick(spark, tmp_path):
+    # batch_by commits: 2 puts both sources into one tick (one file, one row group per source;
+    # numInputRows must still be the tick's row count, not once per join side).
+    # t0 = imp r0 r1 + clk r2; t1 = clk r3 + imp r4; t2 idle (backlog end).
+    # b0: W=0: r2 joins r0 -> 1 row; state 3. After: min(9000, 10000) = 9000.
+    # b1: late 0, evict 9000: r3, r4 stored, nothing evicted (left wm 3999, right 8999):
+    #     state 5. After: min(38000, 28000) = 28000.
+    # b2 (no data): evict 28000: r0 r1 (left wm 22999) and r2 (right wm 27999) go: state 2.
+    spec = make_spec(tmp_path / "src", COMMITS,
+                     {"kind": "join", "type": "inner", "left": "imp", "right": "clk",
+                      "keys": ["ad"], "time_range": {"lower": "-5 seconds",
+                                                     "upper": "0 seconds"}},
+                     {"imp": "2 seconds", "clk": "2 seconds"}, batch_by={"commits": 2})
+    r = run(spark, spec, tmp_path / "work")
+    assert table(r) == [
+        (0, 0, True, 3, 0, 0, 0, 0, 3, 1),
+        (1, 1, True, 2, 9000, 0, 9000, 0, 5, 0),
+        (2, 2, False, 0, 28000, 9000, 28000, 0, 2, 0),
+    ]
+    assert list(r.batches["input_rows_imp"]) == [2, 1, 0]
+    assert list(r.batches["input_rows_clk"]) == [1, 1, 0]
+    assert list(r.batches["state_rows_removed"]) == [0, 0, 3]
+    assert rows(r, ["imp_row_id", "clk_row_id"]) == [(0, 0, 2)]
