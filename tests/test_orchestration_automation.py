@@ -6,6 +6,7 @@ No Spark: only spec files are read (the Delta table exists but is not touched by
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import dagster as dg
@@ -176,3 +177,31 @@ def test_resources_by_deployment(monkeypatch, tmp_path):
         assert built.spark.master == "sc://127.0.0.1:15002"
     with pytest.raises(ValueError, match="expected 'local' or 'cluster'"):
         resources_for("laptop")
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_instance_config_and_workspace_load(tmp_path, monkeypatch):
+    import shutil
+    import subprocess
+    import sys
+
+    home = tmp_path / "home"
+    home.mkdir()
+    shutil.copy(REPO / "infra" / "dagster.yaml", home / "dagster.yaml")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        assert type(instance.run_storage).__name__ == "SqliteRunStorage"
+        queue = instance.get_concurrency_config().run_queue_config
+        assert queue is not None
+        assert {"key": "wmbt/spark", "limit": 1} in queue.tag_concurrency_limits
+        assert instance.get_settings("telemetry") == {"enabled": False}
+
+    env = {**os.environ, "DAGSTER_HOME": str(home),
+           "DAGSTER_DISABLE_TELEMETRY": "1", "WMBT_BACKTESTS": str(tmp_path / "specs")}
+    dagster = str(Path(sys.executable).with_name("dagster"))
+    out = subprocess.run([dagster, "definitions", "validate", "-w", "workspace.yaml"], cwd=REPO,
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "Validation successful for code location watermark_backtest" in out.stderr + out.stdout
