@@ -20,7 +20,10 @@ sink got; ``state_bytes`` = ``memoryUsedBytes``; ``checkpoint_bytes`` see
 :func:`jobs.checkpoint.state_bytes_by_batch`. ``late_watermark_ms`` / ``eviction_watermark_ms``
 are read from the executed plan (classic mode); with Spark Connect they are derived (late = the
 previous batch's watermark, 0 for the first; eviction = this batch's; both this batch's with
-``statefulOperator.allowMultiple=false``) and ``info["operator_watermarks"]`` says which.
+``statefulOperator.allowMultiple=false``) and ``info["operator_watermarks"]`` says which
+(``plan`` / ``derived`` / ``mixed``, ``none`` without a watermark).
+Without any watermark in the query, ``watermark_ms`` and both operator watermarks are None
+(Spark's plan carries Some(0) there, but no late/eviction predicate exists).
 """
 
 from __future__ import annotations
@@ -161,7 +164,10 @@ def _result(spec: BacktestSpec, candidate: str, schedule: Schedule, cp: Path, ou
         ops = p.get("stateOperators") or [{}]
         for i, op in enumerate(ops):
             late, evict = _derived(wm, prev_wm, allow_multiple)
-            if plan_wms is not None and i < len(plan_wms["operators"]):
+            # Without any watermark in the query Spark still hands every stateful operator
+            # Some(0) for both values (unused: no late/eviction predicate exists); the report
+            # says None, like watermark_ms (progress has no eventTime) and the predictor.
+            if wm is not None and plan_wms is not None and i < len(plan_wms["operators"]):
                 late = plan_wms["operators"][i]["late"]
                 evict = plan_wms["operators"][i]["eviction"]
                 measured += 1
@@ -169,8 +175,8 @@ def _result(spec: BacktestSpec, candidate: str, schedule: Schedule, cp: Path, ou
                                    int(out_counts.get(bt.batch_id, 0)), disk[bt.batch_id]))
         prev_wm = wm
     batches = pd.DataFrame.from_records(records, columns=report_columns(spec))
-    n_rows = len(records)
-    how = ("plan" if measured == n_rows and n_rows else
+    n_wm = sum(r["watermark_ms"] is not None for r in records)
+    how = ("none" if n_wm == 0 else "plan" if measured == n_wm else
            "derived" if measured == 0 else "mixed")
     info: dict[str, Any] = {
         "elapsed_s": round(elapsed, 3),

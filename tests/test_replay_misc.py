@@ -1,0 +1,53 @@
+"""Replay details: aggregation without a window, derived watermarks (Spark Connect fallback)."""
+
+from __future__ import annotations
+
+import pytest
+
+import jobs.replay
+from tests.replay_support import make_spec, rows, run, table
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.mark.parametrize("measure", ["plan", "derived"])
+def test_group_by_event_time_without_window(spark, tmp_path, monkeypatch, measure):
+    # keys [ts] (the watermarked column itself), count(*), delay 5 s, append, backlog.
+    #   c0: ts 10, 10, 12     c1: ts 3, 20
+    # b0: W=0: groups 10 (n2), 12 (n1) -> state 2. After: 12-5 = 7000.
+    # b1: late 0, evict 7000: ts 3 not late (3 <= 0 false) -> stored, evicted, emitted at once;
+    #     20 stored -> state 3 (10, 12, 20), out 1. After: 20-5 = 15000.
+    # b2 (trailing idle tick, 15000 > 7000): evict 10 and 12 -> out 2, state 1.
+    # "derived": what a Spark Connect replay reports (no py4j plan access): late = previous
+    # batch's watermark, eviction = this batch's; equal to the measured values here.
+    if measure == "derived":
+        monkeypatch.setattr(jobs.replay, "is_connect", lambda _spark: True)
+    spec = make_spec(tmp_path / "src",
+                     [("e", [{"ts": 10}, {"ts": 10}, {"ts": 12}]), ("e", [{"ts": 3}, {"ts": 20}])],
+                     {"kind": "aggregation", "source": "e", "keys": ["ts"],
+                      "aggregates": {"n": "count(*)"}},
+                     {"e": "5 seconds"})
+    r = run(spark, spec, tmp_path / "work")
+    assert r.info["operator_watermarks"] == measure
+    assert table(r) == [
+        (0, 0, True, 3, 0, 0, 0, 0, 2, 0),
+        (1, 1, True, 2, 7000, 0, 7000, 0, 3, 1),
+        (2, 2, False, 0, 15000, 7000, 15000, 0, 1, 2),
+    ]
+    assert list(r.outputs.columns) == ["batch_id", "ts", "n"]
+    assert rows(r, ["ts", "n"]) == [(1, 3.0, 1), (2, 10.0, 2), (2, 12.0, 1)]
+
+
+def test_no_watermark_reports_none(spark, tmp_path):
+    # complete mode without a watermark: no eventTime in progress -> watermark columns None
+    # (Spark's plan hands the operator Some(0) for both; the replay reports None).
+    spec = make_spec(tmp_path / "src", [("e", [{"k": 1, "ts": 1}]), ("e", [{"k": 1, "ts": 2}])],
+                     {"kind": "aggregation", "source": "e", "keys": ["k"],
+                      "aggregates": {"n": "count(*)"}, "output_mode": "complete"}, {})
+    r = run(spark, spec, tmp_path / "work")
+    assert r.info["operator_watermarks"] == "none"
+    assert table(r) == [
+        (0, 0, True, 1, None, None, None, 0, 1, 1),
+        (1, 1, True, 1, None, None, None, 0, 1, 1),
+    ]
+    assert rows(r, ["k", "n"]) == [(0, 1, 1), (1, 1, 2)]
