@@ -13,8 +13,33 @@ from tests.replay_support import make_spec, rows, run, table
 pytestmark = pytest.mark.spark
 
 
-@pytest.mark.parametrize("pace", ["backlog", "live"])
-def test_backlog_vs_live_changes_what_is_dropped(spark, tmp_path, pace):
+SURPRISE = {
+    # (pace, spark_conf) -> report rows: batch, tick, data, in, wm, late, evict, dropped,
+    # state, out; and the emitted rows
+    "backlog": ("backlog", {}, [
+        (0, 0, True, 1, 0, 0, 0, 0, 1, 0),
+        (1, 1, True, 1, 5000, 0, 5000, 0, 1, 1),
+    ], [(1, 0.0, 5.0, 1)]),
+    "live": ("live", {}, [
+        (0, 0, True, 1, 0, 0, 0, 0, 1, 0),
+        (1, 1, False, 0, 5000, 0, 5000, 0, 1, 0),
+        (2, 2, True, 1, 5000, 5000, 5000, 1, 1, 0),
+    ], []),
+    "backlog_allowMultiple_false": (
+        "backlog", {"spark.sql.streaming.statefulOperator.allowMultiple": False}, [
+            (0, 0, True, 1, 0, 0, 0, 0, 1, 0),
+            (1, 1, True, 1, 5000, 5000, 5000, 1, 1, 0),
+        ], []),
+    "live_noDataMicroBatches_false": (
+        "live", {"spark.sql.streaming.noDataMicroBatches.enabled": False}, [
+            (0, 0, True, 1, 0, 0, 0, 0, 1, 0),
+            (1, 2, True, 1, 5000, 0, 5000, 0, 1, 1),
+        ], [(1, 0.0, 5.0, 1)]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SURPRISE))
+def test_backlog_vs_live_changes_what_is_dropped(spark, tmp_path, case):
     # Reference §3 "surprising consequence": window 5 s, delay 10 s, commits [15] then [3].
     # b0 (tick 0): W=0; window [15,20) stored. After: W = 15 - 10 = 5 s.
     # backlog: b1 (tick 1) runs with late = W0 = 0, evict = W1 = 5000: row 3 -> [0,5) is not
@@ -22,27 +47,18 @@ def test_backlog_vs_live_changes_what_is_dropped(spark, tmp_path, pace):
     #   Trailing idle tick 2: W stays 5000 (max 15 - 10), not > last eviction 5000: no batch.
     # live: idle tick 1 runs a no-data batch b1 (W 5000 > eviction 0) with late 0, evict 5000;
     #   b2 (tick 2) then has late = 5000: row 3 is late and dropped. Idle tick 3: no batch.
+    # allowMultiple=false: late = evict = W_N, so backlog's b1 drops row 3 too.
+    # noDataMicroBatches.enabled=false: live runs no idle batch -> same as backlog, on tick 2.
+    pace, conf, want, want_rows = SURPRISE[case]
     spec = make_spec(tmp_path / "src", [("a", [{"ts": 15}]), ("a", [{"ts": 3}])],
                      {"kind": "aggregation", "source": "a", "window": {"duration": "5 seconds"},
                       "aggregates": {"n": "count(*)"}},
-                     {"a": "10 seconds"}, pace=pace)
+                     {"a": "10 seconds"}, pace=pace, spark_conf=conf)
     r = run(spark, spec, tmp_path / "work")
     assert r.info["operator_watermarks"] == "plan"
     assert set(r.batches["operator"]) == {"stateStoreSave"}
-    if pace == "backlog":
-        # batch, tick, data, in, wm, late, evict, dropped, state, out
-        assert table(r) == [
-            (0, 0, True, 1, 0, 0, 0, 0, 1, 0),
-            (1, 1, True, 1, 5000, 0, 5000, 0, 1, 1),
-        ]
-        assert rows(r, ["window_start", "window_end", "n"]) == [(1, 0.0, 5.0, 1)]
-    else:
-        assert table(r) == [
-            (0, 0, True, 1, 0, 0, 0, 0, 1, 0),
-            (1, 1, False, 0, 5000, 0, 5000, 0, 1, 0),
-            (2, 2, True, 1, 5000, 5000, 5000, 1, 1, 0),
-        ]
-        assert len(r.outputs) == 0
+    assert table(r) == want
+    assert rows(r, ["window_start", "window_end", "n"]) == want_rows
 
 
 def test_tumbling_append_with_key_and_all_aggregates(spark, tmp_path):
