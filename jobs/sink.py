@@ -70,10 +70,11 @@ def operator_watermarks(spark: SparkSession, query_name: str) -> dict[str, Any] 
 def make_sink(outputs: Path, spark: SparkSession | None, query_name: str
               ) -> Callable[[DataFrame, int], None]:
     """The foreachBatch function. ``spark`` is the classic session to read operator watermarks
-    from, or None (Spark Connect: the function runs in a server-side Python worker)."""
+    from, or None (Spark Connect: the function is pickled and runs in a server-side Python
+    worker, so that variant references nothing but the standard library and pyarrow)."""
     out = str(outputs)
 
-    def sink(df: DataFrame, batch_id: int) -> None:
+    def write_rows(df: DataFrame, batch_id: int) -> None:
         from pathlib import Path as _Path
 
         import pyarrow.parquet as _pq
@@ -84,17 +85,23 @@ def make_sink(outputs: Path, spark: SparkSession | None, query_name: str
             old.unlink()
         # one action (toArrow collects once); written locally, no Hadoop commit protocol
         _pq.write_table(df.toArrow(), target / "part-0.parquet")
-        if spark is not None:
-            try:
-                wms = operator_watermarks(spark, query_name)
-            except Exception:  # noqa: BLE001 - never fail the batch; the replay derives them
-                wms = None
-            if wms is not None:
-                d = _Path(out) / WATERMARKS_DIR
-                d.mkdir(parents=True, exist_ok=True)
-                (d / f"batch_id={batch_id}.json").write_text(json.dumps(wms))
 
-    return sink
+    if spark is None:
+        return write_rows
+
+    wm_dir = outputs / WATERMARKS_DIR
+
+    def write_rows_and_watermarks(df: DataFrame, batch_id: int) -> None:
+        write_rows(df, batch_id)
+        try:
+            wms = operator_watermarks(spark, query_name)
+        except Exception:  # noqa: BLE001 - never fail the batch; the replay derives them
+            wms = None
+        if wms is not None:
+            wm_dir.mkdir(parents=True, exist_ok=True)
+            (wm_dir / f"batch_id={batch_id}.json").write_text(json.dumps(wms))
+
+    return write_rows_and_watermarks
 
 
 def read_watermarks(outputs: Path, batch_id: int) -> dict[str, Any] | None:
