@@ -147,7 +147,8 @@ class DagsterDev:
 
     def runs(self, job: str) -> list[dict[str, Any]]:
         data = self.gql("""query($job: String!) { runsOrError(filter: {pipelineName: $job}) {
-            __typename ... on Runs { results { runId status tags { key value } } } } }""",
+            __typename ... on Runs { results { runId status startTime endTime
+            tags { key value } } } } }""",
                         job=job)
         return data["runsOrError"]["results"]
 
@@ -215,11 +216,20 @@ def test_backtest_from_graphql_to_rendered_comparison(dagster_dev: DagsterDev, t
         dev.add_partition("candidates", key)
     for key in KEYS:
         dev.launch("backtest_candidates", key)
-    runs = dev.wait_runs("backtest_candidates", len(KEYS), timeout=600)
+    runs = dev.wait_runs("backtest_candidates", len(KEYS), timeout=900)
     assert sorted(next(t["value"] for t in r["tags"] if t["key"] == "dagster/partition")
                   for r in runs) == sorted(KEYS)
+    # infra/dagster.yaml: one wmbt/spark run at a time
+    spans = sorted((r["startTime"], r["endTime"]) for r in runs)
+    assert spans[0][1] <= spans[1][0], f"candidate runs overlapped: {spans}"
+    # the blocking GX check passed, one result per candidate partition
+    for key in KEYS:
+        data = dev.gql("""query($p: String) { assetCheckExecutions(
+            assetKey: {path: ["actual_report"]}, checkName: "gx_prediction_matches_actual",
+            partition: $p, limit: 5) { status partition } }""", p=key)
+        assert [e["status"] for e in data["assetCheckExecutions"]] == ["SUCCEEDED"], data
     # the run-status sensor (daemon) refreshes the comparison after the last candidate
-    dev.wait_runs("compare_candidates", 1, timeout=240)
+    dev.wait_runs("compare_candidates", 1, timeout=420)
 
     page = f"{dev.url}/assets/candidate_comparison?view=events&partition={NAME}"
     shot = tmp_path / "comparison.png"
