@@ -6,7 +6,6 @@ keyed like the CLI's (same run id), so ``wmbt`` and Dagster share results. The b
 on ``actual_report`` lives in ``orchestration.checks``.
 """
 
-
 import time
 from dataclasses import dataclass
 from typing import Any

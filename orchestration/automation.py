@@ -6,10 +6,9 @@
 * ``nightly_backtests`` — every candidate of every spec, every night (02:00 UTC).
 * ``spec_sensor`` — a new or changed spec file or candidate requests exactly the affected
   partitions (cursor: fingerprint per ``backtest|candidate``), adding dynamic partitions.
-* ``compare_after_candidates`` — when the last running candidate of a backtest finishes
-  (success or failure), refresh that backtest's comparison.
+* ``compare_after_success`` / ``compare_after_failure`` (on by default) — when the last
+  running candidate of a backtest finishes, refresh that backtest's comparison.
 """
-
 
 import json
 

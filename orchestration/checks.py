@@ -8,7 +8,6 @@ readable messages naming batch and column. The verdict is written to the results
 ``actual`` run row: ``success`` and ``details``), where the CLI would have put it.
 """
 
-
 import warnings
 
 import dagster as dg

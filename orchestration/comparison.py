@@ -8,7 +8,6 @@ markdown, and the PNG files by path) and the offline HTML report
 (``wmbt backtest``) show up too.
 """
 
-
 import base64
 import re
 from pathlib import Path
