@@ -195,3 +195,23 @@ def test_stale_partition_names_the_spec(tmp_path):
     assert "no candidate 'gone'" in message and f"{NAME}.yaml" in message
 
 
+
+
+def test_comparison_shows_results_written_by_the_cli(tmp_path):
+    """The CLI's runner (``wmbt predict``: no Spark) and Dagster share the results store."""
+    from jobs.backtest import run_backtest
+    from semantics.spec import load_spec
+
+    folder = write_tiny_backtest(tmp_path)
+    spec = load_spec(folder / f"{NAME}.yaml")
+    run_backtest(spec, actual=False, results=tmp_path / "results")
+    with dg.instance_for_test() as instance:
+        add_partitions(instance, [f"{NAME}|tight"])
+        run = dg.materialize([candidate_comparison], partition_key=NAME, instance=instance,
+                             resources=resources(tmp_path, NoSpark()))
+    meta = run.asset_materializations_for_node("candidate_comparison")[0].metadata
+    rows = {(r.data["candidate"], r.data["side"]): r.data for r in meta["comparison"].value.records}
+    assert set(rows) == {("tight", "predicted"), ("loose", "predicted")}
+    assert rows[("tight", "predicted")]["late"] == 1
+    assert rows[("tight", "predicted")]["validation"] == "-"
+    assert meta["missing_candidates"].value == "none"
