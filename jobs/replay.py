@@ -42,7 +42,7 @@ from jobs import feed, progress, sink
 from jobs.query import build_query
 from jobs.spark import is_connect
 from jobs.verify import BatchTick, assign_ticks
-from semantics.errors import ReplayMismatch
+from semantics.errors import ReplayMismatch, SpecError
 from semantics.report import RunResult, output_columns, report_columns
 from semantics.schedule import Schedule
 from semantics.spec import BacktestSpec
@@ -75,7 +75,7 @@ def replay(spec: BacktestSpec, candidate: str, schedule: Schedule, workdir: Path
     connect = is_connect(spark)
     arrow_schema = feed.input_arrow_schema(spec, schedule)
     conf = {**REPLAY_CONF, **spec.conf(candidate)}
-    saved = _apply_conf(spark, conf)
+    saved = _apply_conf(spark, conf, spec.path)
     query_name = f"wmbt_{spec.name}_{candidate}_{uuid.uuid4().hex[:8]}".replace("-", "_")
     started = time.monotonic()
     try:
@@ -120,11 +120,26 @@ def _stop(query: Any) -> None:
         query.stop()
 
 
-def _apply_conf(spark: SparkSession, conf: dict[str, str]) -> dict[str, str | None]:
+def _apply_conf(spark: SparkSession, conf: dict[str, str], spec_path: str = "<memory>"
+                ) -> dict[str, str | None]:
+    """Set ``conf`` on the session; returns the previous values of the keys that were set.
+
+    A key Spark refuses to change at runtime (a static setting such as ``spark.executor.*``;
+    every semantic ``spark.sql.streaming.*`` setting is a runtime one) raises a SpecError
+    naming it, after restoring what was already set."""
     saved: dict[str, str | None] = {}
     for k, v in conf.items():
-        saved[k] = spark.conf.get(k, None)
-        spark.conf.set(k, v)
+        prev = spark.conf.get(k, None)
+        try:
+            spark.conf.set(k, v)
+        except Exception as exc:  # noqa: BLE001 - pyspark raises different classes per mode
+            _restore_conf(spark, saved)
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise SpecError(spec_path, f"spark_conf.{k}",
+                            "a Spark setting that can change on a running session (static "
+                            f"settings go to jobs.spark.get_spark); Spark said: {first}"
+                            ) from None
+        saved[k] = prev
     return saved
 
 

@@ -73,3 +73,14 @@ def test_replay_is_idempotent_and_restores_spark_conf(spark, tmp_path):
         (1, 1, True, 1, 6000, 0, 6000, 0, 2, 1),
     ]
     pd.testing.assert_frame_equal(first.outputs, second.outputs)
+
+
+def test_static_spark_conf_is_a_spec_error_and_nothing_stays_set(spark):
+    from jobs.replay import _apply_conf
+    from semantics.errors import SpecError
+
+    key = "spark.sql.streaming.noDataMicroBatches.enabled"
+    before = spark.conf.get(key, None)
+    with pytest.raises(SpecError, match="spark_conf.spark.executor.memory"):
+        _apply_conf(spark, {key: "false", "spark.executor.memory": "2g"}, "spec.yaml")
+    assert spark.conf.get(key, None) == before
