@@ -163,6 +163,7 @@ def test_tampered_actual_fails_check_and_run(tmp_path, monkeypatch):
     assert not ev.passed and ev.severity == dg.AssetCheckSeverity.ERROR
     assert ev.metadata["failed_count"].value >= 1
     failed = ev.metadata["failed"].value
+    assert failed == "; ".join(ev.metadata["failed_list"].value)
     assert re.search(r"batch \d+ \(stateStoreSave\): dropped_by_watermark predicted \d+, "
                      r"actual \d+", failed), failed
 
