@@ -55,6 +55,15 @@ CASES = {
     "dedup_within_expiry_inclusive": (
         {"kind": "deduplication", "keys": ["k"], "within_watermark": True}, LIVE, "10 seconds",
         [[{"k": 1, "ts": 10, "v": 1}], [{"k": 9, "ts": 30, "v": 1}], [{"k": 1, "ts": 31, "v": 2}]]),
+    # SQL NULL handling and result types: count(col), sum/avg over NULLs, min/max of strings
+    "aggregate_nulls_and_strings": (
+        {"kind": "aggregation", "keys": ["k"], "window": {"duration": "10 seconds"},
+         "output_mode": "update",
+         "aggregates": {"n": "count(*)", "ns": "count(s)", "lo": "min(s)", "hi": "max(s)",
+                        "total": "sum(v)", "mean": "avg(v)"}}, BACKLOG, "5 seconds",
+        [[{"k": 1, "ts": 1, "v": 2.0, "s": "b"}, {"k": 1, "ts": 2, "v": None, "s": None},
+          {"k": 2, "ts": 3, "v": 1.5, "s": None}],
+         [{"k": 1, "ts": 4, "v": None, "s": "a"}, {"k": 2, "ts": 5, "v": 4.0, "s": "z"}]]),
 }
 
 
