@@ -18,7 +18,7 @@ from functools import cached_property
 
 import pandas as pd
 
-from semantics import engine
+from semantics import engine, state_bytes
 from semantics.operators import fates as F
 from semantics.operators import make_operator
 from semantics.report import RunResult, output_columns, report_columns
@@ -73,6 +73,8 @@ def predict(schedule: Schedule, spec: BacktestSpec, candidate: str, *,
     cols = output_columns(spec, dict(schedule.data_columns))
     res = engine.run(schedule, spec, candidate, op, cols)
     batches = res.batches.reindex(columns=report_columns(spec))
+    if batches["state_bytes"].isna().all() and len(batches):
+        batches["state_bytes"] = state_bytes.estimate(spec, candidate, schedule, batches)
     raw = res.fates
     summary = ({str(k): int(v) for k, v in raw["fate"].value_counts().items() if v}
                if len(raw) else {})
