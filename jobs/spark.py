@@ -10,10 +10,12 @@ An active session is reused (its confs are updated with the runtime-settable one
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
 DEFAULT_MASTER = "local[2]"
+LOG4J_FILE = Path(__file__).with_name("log4j2.properties")  # errors only (embedded driver)
 
 BASE_CONF: dict[str, str] = {
     "spark.sql.shuffle.partitions": "2",
@@ -56,6 +58,9 @@ def get_spark(master: str | None = None, conf: dict | None = None) -> SparkSessi
         _set_runtime(spark, settings)
         return spark
     builder = builder.master(master)
+    if LOG4J_FILE.exists() and "spark.driver.extraJavaOptions" not in settings:
+        opt = f"-Dlog4j2.configurationFile={LOG4J_FILE.as_uri()}"
+        settings["spark.driver.extraJavaOptions"] = opt
     for k, v in settings.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
