@@ -90,8 +90,8 @@ def join_run(steps: Sequence[tuple[Rows, Rows]], jtype: str = "inner", *,
              lower: str | None = "-5 seconds", upper: str | None = "5 seconds",
              lower_inclusive: bool = True, upper_inclusive: bool = True,
              watermark: dict[str, str] | None = None, keys: Sequence[str] = ("k",),
-             policy: str = "min", pace: str = "live", spark_conf: dict[str, Any] | None = None
-             ) -> Run:
+             policy: str = "min", pace: str = "live", spark_conf: dict[str, Any] | None = None,
+             explain: bool = True) -> Run:
     """Sources ``l`` and ``r`` (columns k, ts, v); step i's rows arrive together at i seconds.
 
     The query is ``l.k = r.k AND l.ts BETWEEN r.ts + lower AND r.ts + upper``.
@@ -134,7 +134,7 @@ def join_run(steps: Sequence[tuple[Rows, Rows]], jtype: str = "inner", *,
                              "spark_conf": spark_conf or {}}},
     })
     schedule = cut("join-test", arrivals, {"l": "ts", "r": "ts"}, spec.batch_by("c"), pace)
-    op = JoinOperator(spec, "c", schedule)
+    op = JoinOperator(spec, "c", schedule, explain=explain)
     res = run(schedule, spec, "c", op, output_columns(spec, schedule.data_columns))
     return Run(res, spec, pace)
 
@@ -603,3 +603,35 @@ def test_watermarked_key_evicts_both_sides_even_without_a_right_watermark() -> N
     assert r.answer(1) == [(1, 1, 1, 1)]
     assert r.answer(2) == srt([(2, None, 2, None), (None, 3, None, 3)])  # no-data batch
     assert r.answer(3) == [(None, 2, None, 2)]
+
+
+@pytest.mark.parametrize("jtype,stored,answer", [
+    ("inner", 0, []),
+    ("left_outer", 1, [(2, None, 16, None)]),
+    ("full_outer", 2, srt([(None, 2, None, 16), (2, None, 16, None)])),
+])
+def test_inferred_filter_from_an_equi_joined_event_time_key(
+        jtype: str, stored: int, answer: list[Any]) -> None:
+    # rule: with `l.ts = r.ts` (ts is a key) Spark's constraint propagation turns the time range
+    # into a one-side filter (`r.ts < r.ts + 0` here: always false) on the sides that get
+    # inferred filters (as for isnotnull: inner both, left outer right, full outer none); those
+    # rows never reach the join: not stored, not late, but they still move the watermark.
+    # (checked against Spark 4.0.5 by hand)
+    steps = [([(2, 16)], [(2, 16)]), (ints(40), ints(41))]
+    r = join_run(steps, jtype, keys=("k", "ts"), lower=None, upper="0 seconds",
+                 upper_inclusive=False, pace="backlog")
+    b = r.batches.set_index("batch_id")
+    assert b.loc[0, "state_rows"] == stored
+    assert b.loc[0, "dropped_by_watermark"] == 0
+    assert list(r.batches["watermark_ms"]) == [0, 6_000, 30_000]
+    assert r.answer([0, 1, 2]) == answer
+
+
+def test_explain_off_gives_the_same_prediction() -> None:
+    # explain=False only skips fate rows (regression: null-key filtering must not depend on it)
+    steps = [([(None, 5), (1, 3)], [(None, 50), (1, 4)]), (ints(40), ints(40))]
+    with_fates = join_run(steps, "inner")
+    plain = join_run(steps, "inner", explain=False)
+    assert plain.result.fates.empty and not with_fates.result.fates.empty
+    pd.testing.assert_frame_equal(plain.batches, with_fates.batches)
+    pd.testing.assert_frame_equal(plain.result.outputs, with_fates.result.outputs)

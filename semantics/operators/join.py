@@ -55,6 +55,7 @@ from semantics.operators.join_frames import (
     SideLayout,
     match_pairs,
     public,
+    to_micros_nullable,
 )
 from semantics.operators.join_watermarks import JoinEvictionPlan, derive_plan
 from semantics.report import OPERATOR_NAMES, output_columns
@@ -140,6 +141,8 @@ class JoinOperator:
             raise ValueError(f"output columns {sorted(clash)} collide between the join sides")
         self.columns = output_columns(spec, schedule.data_columns)
         self.not_null = _NOT_NULL_SIDES[q.type]
+        self.inferred = {"left": _inferred_filter(q, schedule, "left", self.condition),
+                         "right": _inferred_filter(q, schedule, "right", self.condition)}
         self.explain = explain  # False: no fate rows (faster on large inputs)
         sides = [public(self.left.empty(), self.left)]
         if q.type != "left_semi":
@@ -260,13 +263,25 @@ class JoinOperator:
                fates: list[pd.DataFrame]) -> tuple[pd.DataFrame, int]:
         """This batch's rows of one side minus null-key and late rows; (rows, late count)."""
         df = layout.prepare(batch.rows[layout.source], batch.event_us[layout.source])
-        if role in self.not_null:
+        if role in self.not_null and len(df):
             null_key = layout.has_null_key(df)
-            if self.explain and null_key.any():
-                fates.append(_fates(df.loc[null_key], layout, "null_key",
-                                    "a join key is null: filtered before the join (isnotnull "
-                                    "inferred by Spark's optimizer); not counted as late"))
+            if null_key.any():
+                if self.explain:
+                    fates.append(_fates(df.loc[null_key], layout, "null_key",
+                                        "a join key is null: filtered before the join (isnotnull"
+                                        " inferred by Spark's optimizer); not counted as late"))
                 df = df.loc[~null_key].reset_index(drop=True)
+            inferred = self.inferred[role]
+            if inferred is not None and len(df):
+                ok = inferred(df)
+                if not ok.all():
+                    if self.explain:
+                        fates.append(_fates(df.loc[~ok], layout, "never_joins",
+                                            "the time range, with the equi-joined event-time "
+                                            "key substituted, is false for this row: filtered "
+                                            "before the join (constraint inferred by Spark's "
+                                            "optimizer); not counted as late"))
+                    df = df.loc[ok].reset_index(drop=True)
         late_wm = batch.late_wm_ms
         if layout.source not in self.watermarked or late_wm is None or not len(df):
             return df, 0
@@ -315,6 +330,30 @@ class JoinOperator:
                 out.append(_fates(gone.loc[~matched], layout, "evicted_unmatched",
                                   f"{where}; never matched: no output"))
         return out
+
+
+def _inferred_filter(query: JoinQuery, schedule: Schedule, role: str,
+                     condition: TimeCondition) -> Any:
+    """Spark's constraint propagation: with ``left.c = right.c`` for a key ``c`` that is the
+    *other* side's event-time column, the time range becomes a filter on this side alone
+    (``this.c`` replaces ``other.t``), inferred below the join on the sides that get
+    ``isnotnull(key)``. It references this side's event time, so it stays *above* the watermark
+    node (the rows still count for the watermark). None when no key is such a column."""
+    if query.time_range is None:
+        return None
+    this, other = (query.left, query.right) if role == "left" else (query.right, query.left)
+    this_t, other_t = schedule.event_time[this], schedule.event_time[other]
+    if other_t not in query.keys:
+        return None
+    def ok(df: pd.DataFrame) -> np.ndarray:
+        mine = df[f"{this}_{this_t}"]
+        subst = df[f"{this}_{other_t}"]  # equals other.t on every pair that could match
+        a, a_null = to_micros_nullable(mine)
+        b, b_null = to_micros_nullable(subst)
+        lt, rt = (a, b) if role == "left" else (b, a)
+        return np.asarray(condition(lt, rt), dtype=bool) & ~a_null & ~b_null
+
+    return ok
 
 
 def _hit(n: int, positions: np.ndarray) -> np.ndarray:

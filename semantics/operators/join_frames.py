@@ -47,6 +47,13 @@ def to_micros(col: pd.Series) -> np.ndarray:
     return np.where(col.isna().to_numpy(), NEVER_EVICTED_US, us)
 
 
+def to_micros_nullable(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """(µs values with nulls as 0, null mask) of a timestamp column."""
+    null = col.isna().to_numpy()
+    us = col.to_numpy(dtype="datetime64[us]").astype(np.int64)
+    return np.where(null, 0, us), null
+
+
 @dataclass(frozen=True)
 class SideLayout:
     """How one source's schedule rows become join-side rows.
