@@ -41,3 +41,12 @@ def parse_time_ms(value: str | None) -> int | None:
 def watermark_ms(p: dict[str, Any]) -> int | None:
     """The watermark the batch ran with (``eventTime.watermark``), None without a watermark."""
     return parse_time_ms((p.get("eventTime") or {}).get("watermark"))
+
+
+def input_rows(p: dict[str, Any]) -> int:
+    """``numInputRows`` of the batch; summed over ``sources`` when the top-level field is absent
+    (Spark Connect's progress JSON has only the per-source counts)."""
+    n = p.get("numInputRows")
+    if n is None:
+        n = sum(int(s.get("numInputRows") or 0) for s in p.get("sources") or [])
+    return int(n)

@@ -16,6 +16,7 @@ from typing import Any
 
 from jobs.checkpoint import ExecutedBatch
 from jobs.feed import tick_of_file
+from jobs.progress import input_rows
 from semantics.errors import ReplayMismatch
 from semantics.schedule import Schedule
 
@@ -42,7 +43,7 @@ def assign_ticks(schedule: Schedule, sources: tuple[str, ...], executed: list[Ex
         if p is None:
             raise ReplayMismatch(f"batch {b.batch_id} is committed in the checkpoint but Spark "
                                  "reported no progress for it")
-        n_input = int(p.get("numInputRows", 0))
+        n_input = input_rows(p)
         if b.has_data:
             if len(b.files) != 1:
                 raise ReplayMismatch(f"batch {b.batch_id} read {len(b.files)} files "

@@ -95,3 +95,6 @@ def test_progress_filtering_and_time_parsing():
     got = progress.by_batch(raw, {0})
     assert list(got) == [0] and progress.watermark_ms(got[0]) == 12500
     assert progress.parse_time_ms("2024-06-01T12:00:00.001Z") == 1717243200001
+    # Spark Connect's progress JSON has no top-level numInputRows
+    assert progress.input_rows({"sources": [{"numInputRows": 2}, {"numInputRows": 3}]}) == 5
+    assert progress.input_rows({"numInputRows": 4, "sources": []}) == 4
