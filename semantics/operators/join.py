@@ -11,7 +11,11 @@ One batch (``StreamingSymmetricHashJoinExec.processPartitions``; spark-watermark
    and left semi: both sides; left outer: right; right outer: left) never reach the join, and
    since that filter is pushed below ``withWatermark`` they do not count for the watermark
    either (:meth:`JoinOperator.watermark_input_mask`, an engine hook). Other null keys are
-   stored and, like Spark's ``UnsafeRow`` state keys, a null key equals a null key.
+   stored and, like Spark's ``UnsafeRow`` state keys, a null key equals a null key. On the same
+   sides, when a key is the *other* side's event-time column, constraint propagation turns the
+   time range into a one-side filter (e.g. ``l.ts = r.ts AND l.ts < r.ts`` → ``r.ts < r.ts``):
+   failing rows never reach the join (not stored, not late) but, since that filter references
+   the event time, they still count for the watermark.
 2. **Left input** joins the right state (rows buffered by *earlier* batches): every pair with
    equal keys and the time-range condition true is emitted (cross product) and both rows are
    flagged ``matched``. Left rows are **always** stored, except left-semi rows that matched
@@ -33,10 +37,10 @@ No-data batch: ``wants_another_batch`` iff some side has a state predicate and t
 exceeds the eviction watermark of the last batch.
 
 Fates (``row_id``, ``fate``, ``detail``): ``late`` (by how many ms the row missed the late
-watermark), ``null_key`` (filtered before the join), ``not_stored`` (a right row at or behind the
-right state watermark: joined or not, never buffered), ``evicted`` (left the state after
-matching), ``evicted_unmatched`` (left the state without ever matching: no output),
-``evicted_unmatched_null_row`` (outer side: its null-padded row was emitted).
+watermark), ``null_key`` / ``never_joins`` (filtered before the join), ``not_stored`` (a right
+row at or behind the right state watermark: joined or not, never buffered), ``evicted`` (left
+the state after matching), ``evicted_unmatched`` (left the state without ever matching: no
+output), ``evicted_unmatched_null_row`` (outer side: its null-padded row was emitted).
 """
 
 from __future__ import annotations
