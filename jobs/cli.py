@@ -81,9 +81,11 @@ def cmd_run(args: argparse.Namespace, predict: bool, actual: bool) -> int:
                           master=getattr(args, "master", None),
                           progress=_progress(args.json and not sys.stderr.isatty()))
     if predict and actual:
+        from jobs.backtest import default_results_dir
         from jobs.report_html import write_report
 
-        result.report = write_report(result)
+        root = Path(args.results) if args.results else default_results_dir()
+        result.report = write_report(result, root / "reports")
     if predict and getattr(args, "explain", None) is not None:
         return explain(result, args.explain)
     return _print_result(result, args.json)
