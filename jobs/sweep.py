@@ -31,14 +31,18 @@ def parse_delays(text: str) -> list[Duration]:
     if n < 2 or lo.us < 0 or hi.us <= lo.us:
         raise ValueError("expected 0 <= FROM < TO and N >= 2")
     ms = np.linspace(lo.ms, hi.ms, n).round().astype(np.int64)
-    return [Duration(int(v) * 1000, _label(int(v))) for v in ms]
+    return [Duration(int(v) * 1000, f"{int(v)} milliseconds") for v in ms]
 
 
 def _label(ms: int) -> str:
-    for unit, size in (("hours", 3_600_000), ("minutes", 60_000), ("seconds", 1000)):
-        if ms % size == 0 and ms >= size:
-            return f"{ms // size} {unit}"
-    return f"{ms} milliseconds"
+    """Compact human label: ``1h 5m``, ``6m 21.818s``, ``500ms``."""
+    h, rest = divmod(ms, 3_600_000)
+    m, rest = divmod(rest, 60_000)
+    s, milli = divmod(rest, 1000)
+    parts = [f"{h}h" if h else "", f"{m}m" if m else ""]
+    if s or milli:
+        parts.append(f"{s}.{milli:03d}s".replace(".000s", "s") if s else f"{milli}ms")
+    return " ".join(p for p in parts if p) or "0s"
 
 
 def knee_index(late: np.ndarray, state: np.ndarray) -> int:
@@ -74,7 +78,7 @@ def sweep(spec: Any, source: str, delays: list[Duration], base: str | None = Non
             **{k: str(v) for k, v in cand.watermark.items()}, source: str(d)}})
         s = spec.model_copy(update={"candidates": {name: c}})
         m = candidate_metrics(s, schedule, predict(schedule, s, name))
-        rows.append({"delay": str(d), "delay_ms": d.ms, **m})
+        rows.append({"delay": _label(d.ms), "delay_ms": d.ms, **m})
     k = knee_index(np.array([r["late_fraction"] for r in rows]),
                    np.array([r["peak_state_rows"] for r in rows], dtype=float))
     for i, r in enumerate(rows):
@@ -89,17 +93,23 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> str:
     import matplotlib.pyplot as plt
 
     x = [r["delay_ms"] / 60000 for r in rows]
-    fig, ax = plt.subplots(figsize=(8, 3.6))
+    fig, (ax, ax3) = plt.subplots(2, 1, figsize=(8, 5.6), sharex=True,
+                                  gridspec_kw={"height_ratios": [3, 2]})
     ax.plot(x, [100 * r["late_fraction"] for r in rows], "C3-", label="late %")
-    ax.set_xlabel("watermark delay (minutes)")
     ax.set_ylabel("late %", color="C3")
     ax2 = ax.twinx()
     ax2.plot(x, [r["peak_state_rows"] for r in rows], "C0-", label="peak state rows")
     ax2.set_ylabel("peak state rows", color="C0")
     k = next(i for i, r in enumerate(rows) if r["knee"])
-    ax.axvline(x[k], color="k", ls=":", label=f"knee: {rows[k]['delay']}")
+    for a in (ax, ax3):
+        a.axvline(x[k], color="k", ls=":", label=f"knee: {rows[k]['delay']}")
+        a.grid(alpha=0.3)
     ax.set_title(title)
     ax.legend(loc="upper center", fontsize=8)
+    lat = [np.nan if r["latency_p95_s"] is None else r["latency_p95_s"] / 60 for r in rows]
+    ax3.plot(x, lat, "C2-", label="p95 emission latency")
+    ax3.set_ylabel("p95 latency (min)", color="C2")
+    ax3.set_xlabel("watermark delay (minutes)")
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
