@@ -23,26 +23,17 @@ def _progress(quiet: bool):
 
 
 def summary_rows(result: Any) -> list[dict[str, Any]]:
-    """One line per candidate and side: batches, late rows, peak state, output rows."""
-    rows = []
-    for c in result.candidates:
-        for side in ("predicted", "actual"):
-            r = getattr(c, side)
-            if r is None:
-                continue
-            b = r.batches
-            first = b.drop_duplicates("batch_id")
-            inputs = int(first["input_rows"].sum())
-            late = int(b["dropped_by_watermark"].fillna(0).sum())
-            rows.append({
-                "candidate": c.name, "side": side, "batches": len(first),
-                "input_rows": inputs, "late": late,
-                "late_%": f"{100 * late / inputs:.2f}" if inputs else "-",
-                "peak_state": int(b["state_rows"].max()) if len(b) else 0,
-                "output_rows": int(first["output_rows"].sum()),
-                "valid": "" if c.validation is None else ("yes" if c.success else "NO"),
-            })
-    return rows
+    """One line per candidate and side (the comparison report's figures, abridged)."""
+    from jobs.report_html import comparison_rows
+
+    return [{
+        "candidate": m["candidate"], "side": m["side"], "batches": m["batches"],
+        "input_rows": m["input_rows"], "late": m["late"],
+        "late_%": f"{100 * m['late_fraction']:.2f}" if m["input_rows"] else "-",
+        "peak_state": m["peak_state_rows"], "output_rows": m["output_rows"],
+        "p95_latency_s": "-" if m["latency_p95_s"] is None else f"{m['latency_p95_s']:.0f}",
+        "valid": {"-": "", "passed": "yes", "failed": "NO"}[m["validation"]],
+    } for m in comparison_rows(result)]
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
