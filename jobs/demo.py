@@ -147,5 +147,5 @@ def run_demo(root: Path, small: bool = False, as_json: bool = False) -> int:
         print(textwrap.dedent(f"""
             Specs: {', '.join(str(p) for p in specs)}
             Results (Delta): {root / 'results'}
-            Try: wmbt predict {specs[0]} --candidate tight --explain 3"""))
+            Try: wmbt predict {specs[0]} --candidate tight --explain 3   (or ./dev wmbt ...)"""))
     return 0 if ok else 1
