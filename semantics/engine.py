@@ -143,7 +143,8 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str, operator: Operat
     delays = [cfg.delays_ms[s] for s in wm_sources]
     state = operator.initial_state()
     records: list[dict[str, Any]] = []
-    outputs: list[pd.DataFrame] = []
+    outputs: list[pd.DataFrame] = []  # non-empty step outputs, batch ids in ``out_ids``
+    out_ids: list[int] = []
     fates: list[pd.DataFrame] = []
     batch_id = 0
     prev_batch_wm = 0  # batchWatermarkMs of the previous batch (0 before the first)
@@ -175,7 +176,9 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str, operator: Operat
         batch = BatchInput(batch_id, tick.index, not tick.idle, rows, ev, late, evict)
         state, step = operator.step(state, batch)
         out = step.output
-        outputs.append(out.assign(batch_id=batch_id) if len(out) else out.iloc[0:0])
+        if len(out):
+            outputs.append(out)
+            out_ids.append(batch_id)
         if step.fates is not None and len(step.fates):
             fates.append(step.fates.assign(batch_id=batch_id))
         rec: dict[str, Any] = {
@@ -206,8 +209,12 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str, operator: Operat
         batch_id += 1
 
     cols = ["batch_id", *output_columns]
-    out_df = (pd.concat([o for o in outputs if len(o)], ignore_index=True)
-              if any(len(o) for o in outputs) else pd.DataFrame(columns=cols))
+    if outputs:
+        out_df = pd.concat(outputs, ignore_index=True)
+        out_df["batch_id"] = np.repeat(np.asarray(out_ids, dtype=np.int64),
+                                       [len(o) for o in outputs])
+    else:
+        out_df = pd.DataFrame(columns=cols)
     out_df = out_df.reindex(columns=cols)
     fate_df = (pd.concat(fates, ignore_index=True) if fates
                else pd.DataFrame(columns=[ROW_ID, "fate", "detail", "batch_id"]))

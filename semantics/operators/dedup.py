@@ -122,7 +122,9 @@ class DedupOperator:
         f_idx = np.flatnonzero(found)
         check_same(state.keys, pos[f_idx], kv, first[f_idx])
         accept_g = np.flatnonzero(~found)  # first occurrences of keys not in state
-        acc_rows = np.sort(idx[first[accept_g]])
+        acc_mask = np.zeros(len(rows), dtype=bool)
+        acc_mask[idx[first[accept_g]]] = True
+        acc_rows = np.flatnonzero(acc_mask)  # == np.sort(idx[first[accept_g]]) (unique rows)
         if self.explain and len(idx) > len(accept_g):
             fates.append(self._dup_fates(state, rid, idx, codes, first, pos, found))
 

@@ -56,9 +56,15 @@ def lookup(sorted_ids: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndar
 def merge_positions(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Where the elements of sorted ``a`` and sorted ``b`` land in their sorted merge (``a``
     first on ties): ``O(len(a) + len(b) log)``, no full re-sort of a large state."""
-    pa = np.arange(len(a), dtype=np.int64) + np.searchsorted(b, a, side="left")
     pb = np.arange(len(b), dtype=np.int64) + np.searchsorted(a, b, side="right")
-    return pa, pb
+    if len(a) <= 4 * len(b):
+        pa = np.arange(len(a), dtype=np.int64) + np.searchsorted(b, a, side="left")
+        return pa, pb
+    # a large, b small: the positions of ``a`` are the complement of ``pb`` (linear, no
+    # binary search per element of ``a``)
+    taken = np.zeros(len(a) + len(b), dtype=bool)
+    taken[pb] = True
+    return np.flatnonzero(~taken), pb
 
 
 def interleave(pa: np.ndarray, xa: np.ndarray, pb: np.ndarray, xb: np.ndarray) -> np.ndarray:
