@@ -47,6 +47,10 @@ class BatchInput:
     event_us: dict[str, np.ndarray]  # per source, event time (µs) of ``rows``
     late_wm_ms: int | None  # None when the query has no watermark
     evict_wm_ms: int | None
+    # per source, position of ``rows`` in ``schedule.rows[source]`` (rows are the contiguous
+    # range ``offsets[s] : offsets[s] + len(rows[s])``), so an operator may slice per-row arrays
+    # it computed once for the whole schedule; None when unknown
+    offsets: dict[str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -161,19 +165,22 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str, operator: Operat
             if not operator.wants_another_batch(state, wms.global_ms, last_evict):
                 continue
             rows, ev = empty, {s: empty_us for s in sources}
+            offsets = {s: 0 for s in sources}
         else:
-            rows, ev = {}, {}
+            rows, ev, offsets = {}, {}, {}
             for s in sources:
                 lo, hi = tick_bounds[s][tick.index]
                 rows[s] = schedule.rows[s].iloc[lo:hi]
                 ev[s] = et_us[s][lo:hi]
+                offsets[s] = lo
         w_now = wms.global_ms
         if has_wm:
             late = w_now if not cfg.allow_multiple else prev_batch_wm
             late, evict = max(late, 0), max(w_now, 0)
         else:
             late = evict = None
-        batch = BatchInput(batch_id, tick.index, not tick.idle, rows, ev, late, evict)
+        batch = BatchInput(batch_id, tick.index, not tick.idle, rows, ev, late, evict,
+                           offsets)
         state, step = operator.step(state, batch)
         out = step.output
         if len(out):

@@ -86,6 +86,23 @@ class DedupOperator:
         self.evicts = self.delay_us is not None and (self.within or self.et in self.keys)
         self.out_cols = output_columns(spec, dict(schedule.data_columns))
         self._empty_keys = tuple(values_of(frame[k].iloc[0:0]) for k in self.keys)
+        self._frame = frame
+        self._all: tuple[tuple[Values, ...], np.ndarray, np.ndarray, dict[str, Any]] | None = None
+
+    def _whole(self) -> tuple[tuple[Values, ...], np.ndarray, np.ndarray, dict[str, Any]]:
+        """Per-row key values, key ids, row ids and output column arrays of the whole source,
+        computed once (batches slice them by ``BatchInput.offsets``)."""
+        if self._all is None:
+            f = self._frame
+            kv = tuple(values_of(f[k]) for k in self.keys)
+            arrays = {}
+            for c in self.out_cols:
+                arr = f[c].array
+                arrays[c] = arr.to_numpy() if isinstance(arr, pd.arrays.NumpyExtensionArray) \
+                    else arr
+            self._all = (kv, key_ids(kv, (), len(f)), f[ROW_ID].to_numpy(dtype=np.int64),
+                         arrays)
+        return self._all
 
     def initial_state(self) -> DedupState:
         e = np.array([], dtype=np.int64)
@@ -98,7 +115,13 @@ class DedupOperator:
     def step(self, state: DedupState, batch: BatchInput) -> tuple[DedupState, OperatorStep]:
         rows = batch.rows[self.source]
         t = np.asarray(batch.event_us[self.source], dtype=np.int64)
-        rid = rows[ROW_ID].to_numpy(dtype=np.int64)
+        off = batch.offsets.get(self.source) if batch.offsets is not None else None
+        if off is not None:
+            kv_all, kid_all, rid_all, arrays = self._whole()
+            sl = slice(off, off + len(rows))
+            rid = rid_all[sl]
+        else:
+            rid = rows[ROW_ID].to_numpy(dtype=np.int64)
         fates: list[pd.DataFrame] = []
 
         idx = np.arange(len(rows), dtype=np.int64)
@@ -111,10 +134,17 @@ class DedupOperator:
                     fates.append(F.late(rid[late], "event time", t[late], batch.late_wm_ms))
                 idx = np.flatnonzero(~late)
 
-        kv = tuple(values_of(rows[k]) for k in self.keys)
-        if len(idx) != len(rows):
-            kv = take_keys(kv, idx)
-        kid = key_ids(kv, (), len(idx))
+        if off is not None:
+            kv = tuple(Values(v.kind, v.data[sl], None if v.null is None else v.null[sl], v.tz)
+                       for v in kv_all)
+            kid = kid_all[sl]
+            if len(idx) != len(rows):
+                kv, kid = take_keys(kv, idx), kid[idx]
+        else:
+            kv = tuple(values_of(rows[k]) for k in self.keys)
+            if len(idx) != len(rows):
+                kv = take_keys(kv, idx)
+            kid = key_ids(kv, (), len(idx))
         uniq, codes, first = group(kid)
         if len(uniq) < len(kid):
             check_same(kv, first[codes], kv, np.arange(len(kid)))
@@ -151,7 +181,13 @@ class DedupOperator:
                                          ev.expires_us, batch.evict_wm_ms, row_id=ev.row_id))
                 new = new.take(np.flatnonzero(~gone))
 
-        out = take_columns(rows, self.out_cols, acc_rows)
+        if off is not None:
+            take = acc_rows + off
+            out = pd.DataFrame({c: a.take(take) if not isinstance(a, np.ndarray) else a[take]
+                                for c, a in arrays.items()},
+                               index=pd.RangeIndex(len(take)), copy=False)
+        else:
+            out = take_columns(rows, self.out_cols, acc_rows)
         return new, OperatorStep(
             dropped_by_watermark=dropped,
             state_rows=len(new),
