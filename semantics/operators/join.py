@@ -297,9 +297,9 @@ class JoinOperator:
             fates.append(pd.DataFrame({
                 ROW_ID: rid.astype(np.int64),
                 "fate": "late",
-                "detail": [f"{layout.source} event time {_iso(e)} <= late watermark {late_wm} ms"
+                "detail": [f"{layout.source} event time {e} <= late watermark {late_wm} ms"
                            f" ({_iso(late_wm * 1000)}): missed by {b:g} ms"
-                           for e, b in zip(et[late], behind, strict=True)],
+                           for e, b in zip(_iso_many(et[late]), behind.tolist(), strict=True)],
             }))
         return df.loc[~late].reset_index(drop=True), int(late.sum())
 
@@ -398,3 +398,14 @@ def _concat(frames: list[pd.DataFrame], empty: pd.DataFrame) -> pd.DataFrame:
 
 def _iso(us: Any) -> str:
     return pd.Timestamp(int(us), unit="us", tz="UTC").isoformat()
+
+
+def _iso_many(us: np.ndarray) -> list[str]:
+    """``[_iso(u) for u in us]``, vectorised (``Timestamp.isoformat``: no fraction when the
+    microseconds are 0, else 6 digits; ``+00:00``)."""
+    us = np.asarray(us, dtype=np.int64)
+    text = np.datetime_as_string(us.astype("datetime64[us]"), unit="us")
+    whole = us % 1_000_000 == 0
+    if whole.any():
+        text = np.where(whole, np.char.replace(text, ".000000", ""), text)  # type: ignore[arg-type]
+    return [t + "+00:00" for t in text.tolist()]

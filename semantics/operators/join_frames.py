@@ -132,18 +132,43 @@ def match_pairs(left: pd.DataFrame, left_layout: SideLayout, right: pd.DataFrame
     ordered by left position, then right position (Spark: per input row, the other side's
     buffered rows of that key).
     """
+    empty = np.array([], dtype=np.int64)
     if not len(left) or not len(right):
-        return np.array([], dtype=np.int64), np.array([], dtype=np.int64)
-    lk, rk = list(left_layout.keys), list(right_layout.keys)
-    lf = left[lk].assign(_lt=left[ET].to_numpy(), _li=np.arange(len(left)))
-    rf = right[rk].assign(_rt=right[ET].to_numpy(), _ri=np.arange(len(right)))
-    m = lf.merge(rf, left_on=lk, right_on=rk, how="inner", sort=False)
-    if not len(m):
-        return np.array([], dtype=np.int64), np.array([], dtype=np.int64)
-    keep = np.asarray(time_ok(m["_lt"].to_numpy(np.int64), m["_rt"].to_numpy(np.int64)),
-                      dtype=bool)
-    m = m.loc[keep].sort_values(["_li", "_ri"], kind="stable")
-    return m["_li"].to_numpy(np.int64), m["_ri"].to_numpy(np.int64)
+        return empty, empty
+    lcode, rcode = _key_codes(left, left_layout.keys, right, right_layout.keys)
+    # right positions grouped by key (stable: ascending position within a key)
+    order = np.argsort(rcode, kind="stable")
+    sorted_codes = rcode[order]
+    start = np.searchsorted(sorted_codes, lcode, side="left")
+    stop = np.searchsorted(sorted_codes, lcode, side="right")
+    counts = stop - start
+    total = int(counts.sum())
+    if not total:
+        return empty, empty
+    li = np.repeat(np.arange(len(left), dtype=np.int64), counts)
+    # position within each left row's run of candidates, then the sorted right slot
+    offsets = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+    rj = order[np.repeat(start, counts) + offsets].astype(np.int64, copy=False)
+    lt = left[ET].to_numpy(np.int64)
+    rt = right[ET].to_numpy(np.int64)
+    keep = np.asarray(time_ok(lt[li], rt[rj]), dtype=bool)
+    return li[keep], rj[keep]
+
+
+def _key_codes(left: pd.DataFrame, lkeys: Sequence[str], right: pd.DataFrame,
+               rkeys: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Integer codes of the key tuples of both frames: equal tuples, equal codes (a null equals
+    a null, like ``merge`` and Spark's state keys)."""
+    n = len(left)
+    code = np.zeros(n + len(right), dtype=np.int64)
+    for lk, rk in zip(lkeys, rkeys, strict=True):
+        both = pd.concat([left[lk], right[rk]], ignore_index=True)
+        c, uniques = pd.factorize(both, use_na_sentinel=False)
+        code = code * max(len(uniques), 1) + c
+        if len(lkeys) > 1:
+            code, _ = pd.factorize(code)  # keep the combined codes small
+            code = code.astype(np.int64, copy=False)
+    return code[:n], code[n:]
 
 
 def public(df: pd.DataFrame, layout: SideLayout, positions: np.ndarray | None = None
