@@ -117,6 +117,16 @@ class AggregationOperator:
         self.columns = output_columns(spec, dict(schedule.data_columns))
         self._empty_keys = tuple(values_of(frame[k].iloc[0:0]) for k in self.keys)
         self._empty_out = self._output(self.initial_state())
+        self._frame = frame
+        self._all: tuple[tuple[Values, ...], Buffers] | None = None
+
+    def _whole(self) -> tuple[tuple[Values, ...], Buffers]:
+        """Per-row key values and initial aggregation buffers of the whole source, computed once
+        (batches slice them by ``BatchInput.offsets``)."""
+        if self._all is None:
+            f = self._frame
+            self._all = (tuple(values_of(f[k]) for k in self.keys), init_all(self.aggs, f))
+        return self._all
 
     # -- protocol ------------------------------------------------------------------------------
     def initial_state(self) -> AggState:
@@ -131,7 +141,9 @@ class AggregationOperator:
 
     def step(self, state: AggState, batch: BatchInput) -> tuple[AggState, OperatorStep]:
         rows = batch.rows[self.source]
-        part, pair_rows, pair_code, pair_bound = self._partial(rows, batch.event_us[self.source])
+        off = batch.offsets.get(self.source) if batch.offsets is not None else None
+        part, pair_rows, pair_code, pair_bound = self._partial(rows, batch.event_us[self.source],
+                                                               off)
         fates: list[pd.DataFrame] = []
 
         # late filter on groups (after partial aggregation); never in complete mode
@@ -185,14 +197,21 @@ class AggregationOperator:
         )
 
     # -- pieces --------------------------------------------------------------------------------
-    def _partial(self, rows: pd.DataFrame, t_us: np.ndarray
+    def _partial(self, rows: pd.DataFrame, t_us: np.ndarray, off: int | None = None
                  ) -> tuple[AggState, np.ndarray, np.ndarray, np.ndarray]:
         """Partial aggregate of one batch: one entry per group, sorted by group id.
 
         Also returns, per (row, window) pair, the row index, the group code and the pair's
-        event-time bound (for explain)."""
+        event-time bound (for explain). ``off``: position of ``rows`` in the whole source, when
+        known (per-row values then come from :meth:`_whole`)."""
         n = len(rows)
-        kv = tuple(values_of(rows[k]) for k in self.keys)
+        if off is not None:
+            kv_all, bufs_all = self._whole()
+            sl = slice(off, off + n)
+            kv = tuple(Values(v.kind, v.data[sl], None if v.null is None else v.null[sl], v.tz)
+                       for v in kv_all)
+        else:
+            kv = tuple(values_of(rows[k]) for k in self.keys)
         if self.window is not None:
             pair_rows, wstart = assign_windows(t_us, self.duration_us, self.slide_us)
             if len(pair_rows) != n:
@@ -209,7 +228,11 @@ class AggregationOperator:
         g = len(uniq)
         if g < len(gid):  # rows merged by id: verify they really share the key
             check_same(kv, first[codes], kv, np.arange(len(gid)), (wstart,), (wstart,))
-        bufs = reduce_all(self.aggs, init_all(self.aggs, rows, pair_rows), codes, g)
+        if off is not None:  # fancy indexing copies: reduce never sees the shared arrays
+            init = tuple(tuple(arr[off + pair_rows] for arr in b) for b in bufs_all)
+        else:
+            init = init_all(self.aggs, rows, pair_rows)
+        bufs = reduce_all(self.aggs, init, codes, g)
         part = AggState(uniq, bound[first], wstart[first], take_keys(kv, first), bufs)
         if self.global_agg and g == 0:
             part = AggState(np.zeros(1, dtype=np.int64), np.full(1, NEVER, dtype=np.int64),
