@@ -59,6 +59,7 @@ from semantics.operators.join_frames import (
     SideLayout,
     match_pairs,
     public,
+    take_rows,
     to_micros_nullable,
 )
 from semantics.operators.join_watermarks import JoinEvictionPlan, derive_plan
@@ -200,7 +201,7 @@ class JoinOperator:
                     ) -> tuple[pd.DataFrame, pd.DataFrame, int]:
         """New left rows x right state of earlier batches; returns (left state incl. the stored
         new rows, right state with updated matched flags, rows stored)."""
-        right_old = state.right.copy()
+        right_old = state.right.copy(deep=False)  # only _matched is replaced
         li, rj = match_pairs(lin, self.left, right_old, self.right, self.condition)
         lin[MATCHED] = _hit(len(lin), li)
         if self.query.type == "left_semi":  # emitted once, matched rows not stored
@@ -259,8 +260,7 @@ class JoinOperator:
         if self.explain:
             fates += self._eviction_fates(left_all.loc[lgone], self.left, lthr, louter, batch)
             fates += self._eviction_fates(right_all.loc[rgone], self.right, rthr, router, batch)
-        return JoinState(left_all.loc[~lgone].reset_index(drop=True),
-                         right_all.loc[~rgone].reset_index(drop=True)), removed
+        return JoinState(take_rows(left_all, ~lgone), take_rows(right_all, ~rgone)), removed
 
     # -- helpers -------------------------------------------------------------------------------
     def _admit(self, layout: SideLayout, batch: BatchInput, role: str,
@@ -274,7 +274,7 @@ class JoinOperator:
                     fates.append(_fates(df.loc[null_key], layout, "null_key",
                                         "a join key is null: filtered before the join (isnotnull"
                                         " inferred by Spark's optimizer); not counted as late"))
-                df = df.loc[~null_key].reset_index(drop=True)
+                df = take_rows(df, ~null_key)
             inferred = self.inferred[role]
             if inferred is not None and len(df):
                 ok = inferred(df)
@@ -285,7 +285,7 @@ class JoinOperator:
                                             "key substituted, is false for this row: filtered "
                                             "before the join (constraint inferred by Spark's "
                                             "optimizer); not counted as late"))
-                    df = df.loc[ok].reset_index(drop=True)
+                    df = take_rows(df, ok)
         late_wm = batch.late_wm_ms
         if layout.source not in self.watermarked or late_wm is None or not len(df):
             return df, 0
@@ -301,7 +301,7 @@ class JoinOperator:
                            f" ({_iso(late_wm * 1000)}): missed by {b:g} ms"
                            for e, b in zip(_iso_many(et[late]), behind.tolist(), strict=True)],
             }))
-        return df.loc[~late].reset_index(drop=True), int(late.sum())
+        return take_rows(df, ~late), int(late.sum())
 
     def _pairs(self, left: pd.DataFrame, li: np.ndarray, right: pd.DataFrame,
                rj: np.ndarray) -> pd.DataFrame:

@@ -174,7 +174,18 @@ def _key_codes(left: pd.DataFrame, lkeys: Sequence[str], right: pd.DataFrame,
 def public(df: pd.DataFrame, layout: SideLayout, positions: np.ndarray | None = None
            ) -> pd.DataFrame:
     """The output columns of ``df`` (optionally at ``positions``), positional index."""
-    out = df.loc[:, list(layout.columns)]
-    if positions is not None:
-        out = out.iloc[positions]
-    return out.reset_index(drop=True)
+    data = {}
+    for c in layout.columns:
+        values = df[c]._values  # ndarray or extension array (dtype kept)
+        data[c] = values if positions is None else values.take(positions)
+    n = len(df) if positions is None else len(positions)
+    return pd.DataFrame(data, index=pd.RangeIndex(n), copy=False)
+
+
+def take_rows(df: pd.DataFrame, selection: np.ndarray) -> pd.DataFrame:
+    """``df.loc[selection].reset_index(drop=True)`` (boolean mask or positions), one copy."""
+    sel = np.asarray(selection)
+    positions = np.flatnonzero(sel) if sel.dtype == bool else sel
+    out = df.take(positions)
+    out.index = pd.RangeIndex(len(out))
+    return out
