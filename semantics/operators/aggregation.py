@@ -281,7 +281,7 @@ class AggregationOperator:
             cols["window_start"] = timestamps(st.wstart_us)
             cols["window_end"] = timestamps(st.wstart_us + self.duration_us)
         cols.update(finish_all(self.aggs, st.bufs))
-        return pd.DataFrame(cols, index=pd.RangeIndex(len(st)))[self.columns]
+        return pd.DataFrame({c: cols[c] for c in self.columns}, index=pd.RangeIndex(len(st)))
 
 
 def _set(a: np.ndarray, idx: np.ndarray, v: np.ndarray) -> np.ndarray:
