@@ -52,7 +52,7 @@ from semantics.operators.columns import (
     to_series,
     values_of,
 )
-from semantics.operators.grouping import group, interleave, lookup, merge_positions
+from semantics.operators.grouping import group, interleave, lookup, merge_positions_at
 from semantics.operators.keys import check_same, interleave_keys, key_ids, take_keys
 from semantics.operators.windows import assign_windows
 from semantics.report import operator_name, output_columns
@@ -258,7 +258,7 @@ class AggregationOperator:
         if not len(n_idx):
             return AggState(state.gid, state.bound_us, state.wstart_us, state.keys, bufs), put_pos
         add = part.take(n_idx)
-        pa, pb = merge_positions(state.gid, add.gid)
+        pa, pb = merge_positions_at(len(state), pos[n_idx])  # new ids are not in the state
         new = AggState(interleave(pa, state.gid, pb, add.gid),
                        interleave(pa, state.bound_us, pb, add.bound_us),
                        interleave(pa, state.wstart_us, pb, add.wstart_us),

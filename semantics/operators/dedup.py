@@ -34,7 +34,14 @@ from semantics.engine import BatchInput, OperatorStep
 from semantics.errors import SpecError
 from semantics.operators import fates as F
 from semantics.operators.columns import Values, values_of
-from semantics.operators.grouping import group, interleave, lookup, merge_positions, take_columns
+from semantics.operators.grouping import (
+    group,
+    interleave,
+    lookup,
+    merge_positions,
+    merge_positions_at,
+    take_columns,
+)
 from semantics.operators.keys import check_same, interleave_keys, key_ids, take_keys
 from semantics.report import operator_name, output_columns
 from semantics.schedule import ROW_ID, Schedule
@@ -168,7 +175,7 @@ class DedupOperator:
         else:
             exp = np.full(len(accept_g), NEVER, dtype=np.int64)
         new = _merge(state, DedupState(g_new, exp, rid[idx[first[accept_g]]],
-                                       take_keys(kv, first[accept_g])))
+                                       take_keys(kv, first[accept_g])), pos[accept_g])
 
         removed = 0
         if self.evicts and batch.evict_wm_ms is not None:
@@ -211,11 +218,15 @@ class DedupOperator:
         return F.duplicate(rid[idx[dup]], orig, in_state)
 
 
-def _merge(a: DedupState, b: DedupState) -> DedupState:
-    """Sorted union of two states with disjoint ids."""
+def _merge(a: DedupState, b: DedupState, b_in_a: np.ndarray | None = None) -> DedupState:
+    """Sorted union of two states with disjoint ids (``b_in_a``: ``searchsorted(a.gid, b.gid)``
+    when already known)."""
     if not len(b):
         return a
-    pa, pb = merge_positions(a.gid, b.gid)
+    if b_in_a is None:
+        pa, pb = merge_positions(a.gid, b.gid)
+    else:  # ids are disjoint, so left and right insertion points agree
+        pa, pb = merge_positions_at(len(a), b_in_a)
     return DedupState(interleave(pa, a.gid, pb, b.gid),
                       interleave(pa, a.expires_us, pb, b.expires_us),
                       interleave(pa, a.row_id, pb, b.row_id),

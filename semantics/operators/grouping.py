@@ -67,6 +67,15 @@ def merge_positions(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return np.flatnonzero(~taken), pb
 
 
+def merge_positions_at(n_a: int, b_in_a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`merge_positions` when the sorted ``b`` has no id in common with ``a`` and its
+    insertion points ``searchsorted(a, b)`` are already known (linear, no binary search)."""
+    pb = np.arange(len(b_in_a), dtype=np.int64) + b_in_a
+    taken = np.zeros(n_a + len(b_in_a), dtype=bool)
+    taken[pb] = True
+    return np.flatnonzero(~taken), pb
+
+
 def interleave(pa: np.ndarray, xa: np.ndarray, pb: np.ndarray, xb: np.ndarray) -> np.ndarray:
     """``out[pa] = xa; out[pb] = xb`` for positions from :func:`merge_positions`."""
     out = np.empty(len(pa) + len(pb), dtype=np.result_type(xa, xb) if xa.dtype != object
