@@ -136,6 +136,12 @@ def match_pairs(left: pd.DataFrame, left_layout: SideLayout, right: pd.DataFrame
     if not len(left) or not len(right):
         return empty, empty
     lcode, rcode = _key_codes(left, left_layout.keys, right, right_layout.keys)
+    lt = left[ET].to_numpy(np.int64)
+    rt = right[ET].to_numpy(np.int64)
+    if hasattr(time_ok, "lower_us") and hasattr(time_ok, "upper_us"):
+        window = _window_pairs(lcode, lt, rcode, rt, time_ok)
+        if window is not None:
+            return window
     # right positions grouped by key (stable: ascending position within a key)
     order = np.argsort(rcode, kind="stable")
     sorted_codes = rcode[order]
@@ -145,14 +151,61 @@ def match_pairs(left: pd.DataFrame, left_layout: SideLayout, right: pd.DataFrame
     total = int(counts.sum())
     if not total:
         return empty, empty
-    li = np.repeat(np.arange(len(left), dtype=np.int64), counts)
-    # position within each left row's run of candidates, then the sorted right slot
-    offsets = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
-    rj = order[np.repeat(start, counts) + offsets].astype(np.int64, copy=False)
-    lt = left[ET].to_numpy(np.int64)
-    rt = right[ET].to_numpy(np.int64)
+    li, rj = _expand(start, counts, total, order)
     keep = np.asarray(time_ok(lt[li], rt[rj]), dtype=bool)
     return li[keep], rj[keep]
+
+
+def _expand(start: np.ndarray, counts: np.ndarray, total: int, order: np.ndarray
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """Left position ``i`` paired with ``order[start[i] : start[i] + counts[i]]``, for all i."""
+    li = np.repeat(np.arange(len(start), dtype=np.int64), counts)
+    slot = np.arange(total, dtype=np.int64)
+    slot += np.repeat(start - (np.cumsum(counts) - counts), counts)
+    return li, order[slot].astype(np.int64, copy=False)
+
+
+def _window_pairs(lcode: np.ndarray, lt: np.ndarray, rcode: np.ndarray, rt: np.ndarray,
+                  cond: Any) -> tuple[np.ndarray, np.ndarray] | None:
+    """``match_pairs`` for a ``TimeCondition``: right rows sorted by (key code, time), each left
+    row's matches are one slice found with ``searchsorted`` (``rt`` within ``[lt - upper,
+    lt - lower]``); None when the composite sort key would overflow int64."""
+    rmin, rmax = int(rt.min()), int(rt.max())
+    span = rmax - rmin + 3  # relative times: real rows 1..span-2, 0 / span-1 are sentinels
+    ncodes = int(max(lcode.max(), rcode.max())) + 1
+    if ncodes * span >= 2**62 or abs(rmin) >= 2**61 or abs(rmax) >= 2**61:
+        return None
+    lower, upper = cond.lower_us, cond.upper_us
+    if (lower is not None and abs(lower) >= 2**61) or (upper is not None and abs(upper) >= 2**61):
+        return None
+    if np.abs(lt).max() >= 2**61:
+        return None
+    comp = rcode * span + (rt - rmin + 1)
+    order = np.argsort(comp, kind="stable")
+    sorted_comp = comp[order]
+    base = lcode * span
+    if upper is None:  # no lower bound on rt
+        start = np.searchsorted(sorted_comp, base, side="left")
+    else:  # rt >= lt - upper (strict: >)
+        rel = np.clip(lt - upper - rmin + 1, 0, span - 1)
+        start = np.searchsorted(sorted_comp, base + rel,
+                                side="left" if cond.upper_inclusive else "right")
+    if lower is None:
+        stop = np.searchsorted(sorted_comp, base + (span - 1), side="right")
+    else:  # rt <= lt - lower (strict: <)
+        rel = np.clip(lt - lower - rmin + 1, 0, span - 1)
+        stop = np.searchsorted(sorted_comp, base + rel,
+                               side="right" if cond.lower_inclusive else "left")
+    counts = np.maximum(stop - start, 0)
+    total = int(counts.sum())
+    if not total:
+        empty = np.array([], dtype=np.int64)
+        return empty, empty
+    li, rj = _expand(start, counts, total, order)
+    # pairs by left position, then right position
+    nr = len(rt)
+    pair = np.sort(li * nr + rj)
+    return pair // nr, pair % nr
 
 
 def _key_codes(left: pd.DataFrame, lkeys: Sequence[str], right: pd.DataFrame,
