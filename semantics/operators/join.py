@@ -393,7 +393,10 @@ def _concat(frames: list[pd.DataFrame], empty: pd.DataFrame) -> pd.DataFrame:
     parts = [f for f in frames if len(f)]
     if not parts:
         return empty
-    return pd.concat(parts, ignore_index=True).reindex(columns=empty.columns)
+    out = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
+    if not out.columns.equals(empty.columns):
+        out = out.reindex(columns=empty.columns)
+    return out
 
 
 def _iso(us: Any) -> str:
