@@ -216,16 +216,46 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str, operator: Operat
         batch_id += 1
 
     cols = ["batch_id", *output_columns]
-    if outputs:
-        out_df = pd.concat(outputs, ignore_index=True)
-        out_df["batch_id"] = np.repeat(np.asarray(out_ids, dtype=np.int64),
-                                       [len(o) for o in outputs])
-    else:
-        out_df = pd.DataFrame(columns=cols)
-    out_df = out_df.reindex(columns=cols)
+    out_df = _concat_outputs(outputs, out_ids, cols)
     fate_df = (pd.concat(fates, ignore_index=True) if fates
                else pd.DataFrame(columns=[ROW_ID, "fate", "detail", "batch_id"]))
     return EngineResult(pd.DataFrame.from_records(records), out_df, fate_df)
+
+
+def _concat_outputs(outputs: list[pd.DataFrame], out_ids: list[int], cols: list[str]
+                    ) -> pd.DataFrame:
+    """The non-empty step outputs stacked, ``batch_id`` (of each output) first, then ``cols``."""
+    if not outputs:
+        return pd.DataFrame(columns=cols)
+    ids = np.repeat(np.asarray(out_ids, dtype=np.int64), [len(o) for o in outputs])
+    data = _stack_columns(outputs, cols[1:])
+    if data is None:  # columns or dtypes differ between batches: let pandas reconcile them
+        out_df = pd.concat(outputs, ignore_index=True)
+        out_df["batch_id"] = ids
+        return out_df.reindex(columns=cols)
+    return pd.DataFrame({"batch_id": ids, **data}, index=pd.RangeIndex(len(ids)), copy=False)
+
+
+def _stack_columns(frames: list[pd.DataFrame], cols: list[str]) -> dict[str, Any] | None:
+    """Column arrays of ``frames`` concatenated (what ``pd.concat`` gives) when every frame has
+    every column with one and the same dtype; else None."""
+    out: dict[str, Any] = {}
+    for c in cols:
+        arrs = []
+        for f in frames:
+            if c not in f.columns:
+                return None
+            arrs.append(f[c].array)
+        dtype = arrs[0].dtype
+        if any(a.dtype != dtype for a in arrs):
+            return None
+        if isinstance(arrs[0], pd.arrays.NumpyExtensionArray):
+            if dtype.kind == "O":
+                return None
+            out[c] = np.concatenate([a.to_numpy() for a in arrs])
+        else:
+            out[c] = type(arrs[0])._concat_same_type(arrs)
+    return out
 
 
 def _max_ms(operator: Operator, source: str, rows: pd.DataFrame, event_us: np.ndarray
@@ -241,7 +271,8 @@ def _max_ms(operator: Operator, source: str, rows: pd.DataFrame, event_us: np.nd
     mask = hook(source, rows) if hook is not None else None
     if mask is not None:
         event_us = event_us[np.asarray(mask, dtype=bool)]
-    return int(micros_to_ms(event_us).max()) if len(event_us) else None
+    # micros -> ms truncation is monotonic, so the max of the converted values is the converted max
+    return int(micros_to_ms(np.max(event_us, keepdims=True))[0]) if len(event_us) else None
 
 
 def _tick_bounds(schedule: Schedule, source: str) -> dict[int, tuple[int, int]]:

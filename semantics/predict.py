@@ -78,5 +78,9 @@ def predict(schedule: Schedule, spec: BacktestSpec, candidate: str, *,
     raw = res.fates
     summary = ({str(k): int(v) for k, v in raw["fate"].value_counts().items() if v}
                if len(raw) else {})
-    return Prediction(candidate, batches, res.outputs.reset_index(drop=True),
+    outputs = res.outputs
+    if not (isinstance(outputs.index, pd.RangeIndex) and outputs.index.start == 0
+            and outputs.index.step == 1):
+        outputs = outputs.reset_index(drop=True)
+    return Prediction(candidate, batches, outputs,
                       {"operator": op.name, "fates": summary}, raw)
