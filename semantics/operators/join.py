@@ -149,6 +149,11 @@ class JoinOperator:
         self.inferred = {"left": _inferred_filter(q, schedule, "left", self.condition),
                          "right": _inferred_filter(q, schedule, "right", self.condition)}
         self.explain = explain  # False: no fate rows (faster on large inputs)
+        # every schedule row as side rows, once (batches slice it via ``BatchInput.offsets``)
+        self._prepared = {
+            role: layout.prepare(rows, np.zeros(len(rows), dtype=np.int64))
+            for role, layout, rows in (("left", self.left, schedule.rows[q.left]),
+                                       ("right", self.right, schedule.rows[q.right]))}
         sides = [public(self.left.empty(), self.left)]
         if q.type != "left_semi":
             sides.append(public(self.right.empty(), self.right))
@@ -266,7 +271,13 @@ class JoinOperator:
     def _admit(self, layout: SideLayout, batch: BatchInput, role: str,
                fates: list[pd.DataFrame]) -> tuple[pd.DataFrame, int]:
         """This batch's rows of one side minus null-key and late rows; (rows, late count)."""
-        df = layout.prepare(batch.rows[layout.source], batch.event_us[layout.source])
+        rows = batch.rows[layout.source]
+        start = None if batch.offsets is None else batch.offsets.get(layout.source)
+        if start is None:
+            df = layout.prepare(rows, batch.event_us[layout.source])
+        else:
+            df = layout.prepare_slice(self._prepared[role], start, len(rows),
+                                      batch.event_us[layout.source])
         if role in self.not_null and len(df):
             null_key = layout.has_null_key(df)
             if null_key.any():
