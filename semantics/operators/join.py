@@ -184,11 +184,18 @@ class JoinOperator:
         lin, ldropped = self._admit(self.left, batch, "left", fates)
         rin, rdropped = self._admit(self.right, batch, "right", fates)
         lthr, rthr = self.plan.thresholds(batch.evict_wm_ms)
-        outputs: list[pd.DataFrame] = []
+        # left semi: output frames; other types: output parts (left pool, left positions,
+        # right pool, right positions), pools "L" = left_all, "R" = right_all, "Rin" = rin, None
+        # = null padding (positions: a row count), assembled with one take per column
+        outputs: list[Any] = []
         left_all, right_old, stored_left = self._left_input(state, lin, outputs)
         right_all, stored_right = self._right_input(left_all, right_old, rin, rthr, outputs,
                                                     fates, batch)
         new_state, removed = self._evict(left_all, right_all, lthr, rthr, outputs, fates, batch)
+        if self.query.type == "left_semi":
+            output = _concat(outputs, self._empty_output)
+        else:
+            output = self._assemble(outputs, {"L": left_all, "R": right_all, "Rin": rin})
         fate_df = (pd.concat(fates, ignore_index=True) if fates and self.explain
                    else pd.DataFrame(columns=FATE_COLUMNS))
         return new_state, OperatorStep(
@@ -196,7 +203,7 @@ class JoinOperator:
             state_rows=new_state.rows,
             state_rows_updated=stored_left + stored_right,
             state_rows_removed=removed,
-            output=_concat(outputs, self._empty_output),
+            output=output,
             state_bytes=None,
             fates=fate_df,
         )
@@ -214,7 +221,8 @@ class JoinOperator:
             stored = lin.loc[~lin[MATCHED].to_numpy()]
         else:
             right_old[MATCHED] = right_old[MATCHED].to_numpy() | _hit(len(right_old), rj)
-            outputs.append(self._pairs(lin, li, right_old, rj))
+            # lin is the tail of left_all; right_old the head of right_all
+            outputs.append(("L", li + len(state.left), "R", rj))
             stored = lin
         return pd.concat([state.left, stored], ignore_index=True), right_old, len(stored)
 
@@ -231,12 +239,14 @@ class JoinOperator:
             outputs.append(public(left_all, self.left, pi))
         else:
             pi, qj = match_pairs(left_all, self.left, rin, self.right, self.condition)
-            outputs.append(self._pairs(left_all, pi, rin, qj))
         left_all[MATCHED] = left_all[MATCHED].to_numpy() | _hit(len(left_all), pi)
         matched = _hit(len(rin), qj)
         rin[MATCHED] = matched
         outer = self.query.type in ("right_outer", "full_outer")
         store = ~_evictable(rin, rthr) | (outer & ~matched)  # SPARK-49829
+        if self.query.type != "left_semi":
+            outputs.append(("L", pi, "R", qj + len(right_old)) if store.all()
+                           else ("L", pi, "Rin", qj))
         if self.explain and (~store).any():
             where = (f"at or behind the {self.right.source} state watermark {rthr} ms "
                      f"(eviction watermark {batch.evict_wm_ms} ms)")
@@ -256,10 +266,11 @@ class JoinOperator:
         lgone, rgone = _evictable(left_all, lthr), _evictable(right_all, rthr)
         louter, router = t in ("left_outer", "full_outer"), t in ("right_outer", "full_outer")
         if louter:
-            outputs.append(self._null_padded(left_all.loc[lgone & ~left_all[MATCHED]], "left"))
+            pos = np.flatnonzero(lgone & ~left_all[MATCHED].to_numpy())
+            outputs.append(("L", pos, None, len(pos)))
         if router:
-            outputs.append(self._null_padded(right_all.loc[rgone & ~right_all[MATCHED]],
-                                             "right"))
+            pos = np.flatnonzero(rgone & ~right_all[MATCHED].to_numpy())
+            outputs.append((None, len(pos), "R", pos))
         # only the final cleanup pass counts: outer sides were removed while emitting null rows
         removed = (0 if louter else int(lgone.sum())) + (0 if router else int(rgone.sum()))
         if self.explain:
@@ -314,18 +325,34 @@ class JoinOperator:
             }))
         return take_rows(df, ~late), int(late.sum())
 
-    def _pairs(self, left: pd.DataFrame, li: np.ndarray, right: pd.DataFrame,
-               rj: np.ndarray) -> pd.DataFrame:
-        if not len(li):
-            return _NOTHING
-        return pd.concat([public(left, self.left, li), public(right, self.right, rj)], axis=1)
-
-    def _null_padded(self, rows: pd.DataFrame, side: str) -> pd.DataFrame:
-        if not len(rows):
-            return _NOTHING
-        if side == "left":
-            return pd.concat([public(rows, self.left), self.right.null_rows(len(rows))], axis=1)
-        return pd.concat([self.left.null_rows(len(rows)), public(rows, self.right)], axis=1)
+    def _assemble(self, parts: list[Any], pools: dict[str, pd.DataFrame]) -> pd.DataFrame:
+        """The batch output from (left pool, positions, right pool, positions) parts, in order:
+        per side, consecutive parts from one pool (or null padding) become one ``take``."""
+        parts = [p for p in parts if (p[3] if p[2] is None else len(p[3]))]
+        if not parts:
+            return self._empty_output
+        n = sum(p[3] if p[2] is None else len(p[3]) for p in parts)
+        data: dict[str, Any] = {}
+        for layout, k in ((self.left, 0), (self.right, 2)):
+            segments: list[list[Any]] = []  # [pool name or None, [positions...]]
+            for p in parts:
+                pool, pos = p[k], p[k + 1]
+                if pool is None:
+                    pos = np.full(pos, -1, dtype=np.int64)
+                if segments and (segments[-1][0] in (None, pool) or pool is None):
+                    if pool is not None:
+                        segments[-1][0] = pool
+                    segments[-1][1].append(pos)
+                else:
+                    segments.append([pool, [pos]])
+            for c in layout.columns:
+                pieces = [_take(layout.empty()[c] if pool is None else pools[pool][c],
+                                np.concatenate(pos) if len(pos) > 1 else pos[0])
+                          for pool, pos in segments]
+                data[c] = (pieces[0] if len(pieces) == 1 else
+                           np.concatenate(pieces) if isinstance(pieces[0], np.ndarray)
+                           else type(pieces[0])._concat_same_type(pieces))
+        return pd.DataFrame(data, index=pd.RangeIndex(n), columns=self.columns, copy=False)
 
     def _eviction_fates(self, gone: pd.DataFrame, layout: SideLayout, thr: int | None,
                         outer: bool, batch: BatchInput) -> list[pd.DataFrame]:
@@ -423,3 +450,20 @@ def _iso_many(us: np.ndarray) -> list[str]:
     if whole.any():
         text = np.where(whole, np.char.replace(text, ".000000", ""), text)  # type: ignore[arg-type]
     return [t + "+00:00" for t in text.tolist()]
+
+
+def _take(col: pd.Series, positions: np.ndarray) -> Any:
+    """``col``'s values at ``positions``; -1 gives a null (``None`` for object columns, like
+    ``SideLayout.null_rows``; ``NA``/``NaT`` otherwise)."""
+    values = col._values
+    positions = np.asarray(positions, dtype=np.int64)
+    if isinstance(values, np.ndarray):
+        if values.dtype != object:
+            return pd.api.extensions.take(values, positions, allow_fill=True)
+        null = positions < 0
+        if not len(values):
+            return np.full(len(positions), None, dtype=object)
+        out = values.take(np.where(null, 0, positions))
+        out[null] = None
+        return out
+    return values.take(positions, allow_fill=True)
