@@ -31,5 +31,5 @@ def make_operator(spec: BacktestSpec, candidate: str, schedule: Schedule, *,
     if kind == "join":
         from semantics.operators.join import JoinOperator  # written separately
 
-        return JoinOperator(spec, candidate, schedule)
+        return JoinOperator(spec, candidate, schedule, explain=explain)
     raise ValueError(f"unknown query kind {kind!r}")
