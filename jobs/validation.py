@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from semantics.compare import _canonical
+from semantics.compare import row_counts
 from semantics.metrics import candidate_metrics
 from semantics.report import EXACT_COLUMNS
 
@@ -75,16 +75,8 @@ def batches_frame(predicted: pd.DataFrame, actual: pd.DataFrame) -> pd.DataFrame
 
 
 def outputs_frame(predicted: pd.DataFrame, actual: pd.DataFrame) -> pd.DataFrame:
-    cols = list(predicted.columns)
-    p = _canonical(predicted[cols]).astype(str).agg("|".join, axis=1).value_counts()
-    a = _canonical(actual.reindex(columns=cols)).astype(str).agg("|".join, axis=1).value_counts()
-    rows = sorted(set(p.index) | set(a.index))
-    df = pd.DataFrame({"row": rows,
-                       "predicted_count": [int(p.get(r, 0)) for r in rows],
-                       "actual_count": [int(a.get(r, 0)) for r in rows]})
-    df["batch_id"] = [int(r.split("|", 1)[0]) if r.split("|", 1)[0].isdigit() else -1
-                      for r in rows]
-    return df
+    """Emitted rows counted on both sides (``semantics.compare.row_counts``)."""
+    return row_counts(predicted, actual)
 
 
 def _messages(res: Any) -> list[str]:

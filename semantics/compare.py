@@ -14,7 +14,7 @@ import pandas as pd
 
 from semantics.report import EXACT_COLUMNS
 
-FLOAT_RTOL = 1e-9
+FLOAT_DIGITS = 12
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,8 @@ def compare_reports(predicted: pd.DataFrame, actual: pd.DataFrame,
     return diffs
 
 
-def _canonical(df: pd.DataFrame) -> pd.DataFrame:
+def canonical(df: pd.DataFrame) -> pd.DataFrame:
+    """Comparable values: timestamps as epoch µs, integers/booleans nullable, NA as None."""
     out = df.copy()
     for c in out.columns:
         s = out[c]
@@ -81,33 +82,42 @@ def _canonical(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def row_keys(df: pd.DataFrame, columns: list[str]) -> pd.Series:
+    """One text key per row over ``columns``; floats rounded to ``FLOAT_DIGITS`` significant
+    digits, so sums and averages added up in another order still compare equal."""
+    c = canonical(df.reindex(columns=columns))
+    for col in columns:
+        if pd.api.types.is_float_dtype(c[col]):
+            c[col] = [None if pd.isna(v) else f"{v:.{FLOAT_DIGITS}g}" for v in c[col]]
+    if not len(c):
+        return pd.Series(dtype=str)
+    return c.astype(str).agg("|".join, axis=1)
+
+
+def row_counts(predicted: pd.DataFrame, actual: pd.DataFrame) -> pd.DataFrame:
+    """Emitted rows as a multiset: ``row``, ``batch_id``, ``predicted_count``, ``actual_count``
+    (columns of ``predicted``; ``batch_id`` first, so it leads every key)."""
+    cols = list(predicted.columns)
+    pc = row_keys(predicted, cols).value_counts()
+    ac = row_keys(actual, cols).value_counts()
+    rows = sorted(set(pc.index) | set(ac.index))
+    head = [r.split("|", 1)[0] for r in rows]
+    return pd.DataFrame({
+        "row": rows,
+        "batch_id": [int(h) if h.lstrip("-").isdigit() else -1 for h in head],
+        "predicted_count": [int(pc.get(r, 0)) for r in rows],
+        "actual_count": [int(ac.get(r, 0)) for r in rows],
+    })
+
+
 def compare_outputs(predicted: pd.DataFrame, actual: pd.DataFrame,
                     limit: int = 20) -> list[Difference]:
-    """Emitted rows compared as multisets per batch (floats within a relative 1e-9)."""
+    """Emitted rows compared as multisets (floats to ``FLOAT_DIGITS`` significant digits)."""
     cols = list(predicted.columns)
     if sorted(cols) != sorted(actual.columns):
         return [Difference(None, "outputs.columns", cols, list(actual.columns))]
-    p, a = _canonical(predicted[cols]), _canonical(actual[cols])
-    floats = [c for c in cols if pd.api.types.is_float_dtype(p[c])]
-    exact = [c for c in cols if c not in floats]
-    p = p.sort_values(cols, kind="stable", na_position="first").reset_index(drop=True)
-    a = a.sort_values(cols, kind="stable", na_position="first").reset_index(drop=True)
-    diffs: list[Difference] = []
-    pk = p[exact].astype(str).agg("|".join, axis=1) if len(p) else pd.Series(dtype=str)
-    ak = a[exact].astype(str).agg("|".join, axis=1) if len(a) else pd.Series(dtype=str)
-    pc, ac = pk.value_counts(), ak.value_counts()
-    for k in sorted(set(pc.index) | set(ac.index)):
-        n_p, n_a = int(pc.get(k, 0)), int(ac.get(k, 0))
-        if n_p != n_a:
-            row = (p if n_p else a).loc[(pk if n_p else ak) == k].iloc[0]
-            diffs.append(Difference(int(row["batch_id"]) if "batch_id" in row else None,
-                                    "output row " + k, f"{n_p}×", f"{n_a}×"))
-            if len(diffs) >= limit:
-                return diffs
-    if not diffs and floats and len(p) == len(a):
-        for c in floats:
-            pv, av = p[c].to_numpy(dtype=float), a[c].to_numpy(dtype=float)
-            bad = ~(np.isclose(pv, av, rtol=FLOAT_RTOL, atol=0, equal_nan=True))
-            for i in np.flatnonzero(bad)[:limit]:
-                diffs.append(Difference(int(p.at[i, "batch_id"]), f"output {c}", pv[i], av[i]))
-    return diffs
+    counts = row_counts(predicted, actual)
+    bad = counts.loc[counts["predicted_count"] != counts["actual_count"]].head(limit)
+    return [Difference(int(r.batch_id) if r.batch_id >= 0 else None, "output row " + r.row,
+                       f"{r.predicted_count}×", f"{r.actual_count}×")
+            for r in bad.itertuples()]

@@ -358,7 +358,6 @@ def load_spec(path: str | Path) -> BacktestSpec:
 def check_spec(spec: BacktestSpec) -> None:
     """Cross-field rules, including Spark's own analysis-time rejections (SPEC.md §1)."""
     f = spec.path
-    q = spec.query
     if not spec.candidates:
         raise SpecError(f, "candidates", "at least one candidate")
     for src in spec.query_sources:
@@ -366,8 +365,6 @@ def check_spec(spec: BacktestSpec) -> None:
             raise SpecError(f, "query", f"source {src!r} is not defined under sources "
                             f"(defined: {', '.join(spec.sources)})")
     used = set(spec.query_sources)
-    if isinstance(q, JoinQuery) or any(s.arrival_column for s in spec.sources.values()):
-        pass
     for name, cand in spec.candidates.items():
         bb = cand.batch_by or spec.replay.batch_by
         if bb.commits is not None:
