@@ -49,8 +49,22 @@ class BatchInput:
     evict_wm_ms: int | None
     # per source, position of ``rows`` in ``schedule.rows[source]`` (rows are the contiguous
     # range ``offsets[s] : offsets[s] + len(rows[s])``), so an operator may slice per-row arrays
-    # it computed once for the whole schedule; None when unknown
-    offsets: dict[str, int] | None = None
+    # it computed once for the whole schedule
+    offsets: dict[str, int]
+
+
+@dataclass(frozen=True)
+class RowRefs:
+    """Emitted rows by reference: row ``i`` is made of row ``positions[p][i]`` of the operator's
+    column pool ``p`` (-1: that part is null-padded). The engine concatenates the refs of all
+    batches and calls ``operator.materialize`` once, so no batch builds an output frame.
+
+    Invariant: all ``positions`` arrays have the same length (the number of emitted rows)."""
+
+    positions: tuple[np.ndarray, ...]
+
+    def __len__(self) -> int:
+        return len(self.positions[0])
 
 
 @dataclass(frozen=True)
@@ -61,7 +75,9 @@ class OperatorStep:
     state_rows: int
     state_rows_updated: int
     state_rows_removed: int
-    output: pd.DataFrame  # output_columns(spec), without batch_id
+    # output_columns(spec) without batch_id, as a frame or as references into the operator's
+    # column pools (an operator that returns RowRefs defines ``materialize``)
+    output: pd.DataFrame | RowRefs
     state_bytes: int | None = None
     # Explain: one row per input row that was not simply accepted, and per emitted/evicted
     # state entry. Columns: row_id (or -1), fate, detail.
@@ -81,6 +97,9 @@ class Operator(Protocol):
                             ) -> bool:
         """Spark's ``shouldRunAnotherBatch`` for this operator."""
         ...
+
+    # Operators whose steps return ``RowRefs`` also define
+    # ``materialize(positions: tuple[np.ndarray, ...]) -> pd.DataFrame`` (the output columns).
 
 
 @dataclass(frozen=True)
@@ -147,7 +166,7 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str, operator: Operat
     delays = [cfg.delays_ms[s] for s in wm_sources]
     state = operator.initial_state()
     records: list[dict[str, Any]] = []
-    outputs: list[pd.DataFrame] = []  # non-empty step outputs, batch ids in ``out_ids``
+    outputs: list[pd.DataFrame | RowRefs] = []  # non-empty step outputs, ids in ``out_ids``
     out_ids: list[int] = []
     fates: list[pd.DataFrame] = []
     batch_id = 0
@@ -216,10 +235,26 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str, operator: Operat
         batch_id += 1
 
     cols = ["batch_id", *output_columns]
-    out_df = _concat_outputs(outputs, out_ids, cols)
+    out_df = _output_frame(operator, outputs, out_ids, cols)
     fate_df = (pd.concat(fates, ignore_index=True) if fates
                else pd.DataFrame(columns=[ROW_ID, "fate", "detail", "batch_id"]))
     return EngineResult(pd.DataFrame.from_records(records), out_df, fate_df)
+
+
+def _output_frame(operator: Operator, outputs: list[pd.DataFrame | RowRefs], out_ids: list[int],
+                  cols: list[str]) -> pd.DataFrame:
+    """All batches' output, ``batch_id`` first. References of the whole run are gathered with one
+    ``materialize`` call (one take per column); frames are stacked column by column."""
+    if outputs and all(isinstance(o, RowRefs) for o in outputs):
+        refs: list[RowRefs] = outputs  # type: ignore[assignment]
+        frame = operator.materialize(  # type: ignore[attr-defined]
+            tuple(np.concatenate(p) for p in zip(*(r.positions for r in refs), strict=True)))
+        frame.insert(0, "batch_id", np.repeat(np.asarray(out_ids, dtype=np.int64),
+                                              [len(r) for r in refs]))
+        return frame if list(frame.columns) == cols else frame.reindex(columns=cols)
+    frames = [operator.materialize(o.positions)  # type: ignore[attr-defined]
+              if isinstance(o, RowRefs) else o for o in outputs]
+    return _concat_outputs(frames, out_ids, cols)
 
 
 def _concat_outputs(outputs: list[pd.DataFrame], out_ids: list[int], cols: list[str]

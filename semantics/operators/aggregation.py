@@ -141,7 +141,7 @@ class AggregationOperator:
 
     def step(self, state: AggState, batch: BatchInput) -> tuple[AggState, OperatorStep]:
         rows = batch.rows[self.source]
-        off = batch.offsets.get(self.source) if batch.offsets is not None else None
+        off = batch.offsets.get(self.source)
         part, pair_rows, pair_code, pair_bound = self._partial(rows, batch.event_us[self.source],
                                                                off)
         fates: list[pd.DataFrame] = []

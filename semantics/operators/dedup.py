@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from semantics.engine import BatchInput, OperatorStep
+from semantics.engine import BatchInput, OperatorStep, RowRefs
 from semantics.errors import SpecError
 from semantics.operators import fates as F
 from semantics.operators.columns import Values, values_of
@@ -42,7 +42,7 @@ from semantics.operators.grouping import (
     merge_positions_at,
     take_columns,
 )
-from semantics.operators.keys import check_same, interleave_keys, key_ids, take_keys
+from semantics.operators.keys import check_same, key_ids
 from semantics.report import operator_name, output_columns
 from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import BacktestSpec, DeduplicationQuery
@@ -52,19 +52,18 @@ NEVER = np.iinfo(np.int64).max
 
 @dataclass(frozen=True)
 class DedupState:
-    """Keys seen and not yet evicted, sorted by key id."""
+    """Keys seen and not yet evicted, sorted by key id. An entry refers to the source row that
+    created it (its key values and ``row_id`` are read from there, never copied)."""
 
     gid: np.ndarray  # int64 key id, sorted, unique
     expires_us: np.ndarray  # eviction bound (µs): event time, expiresAt, or NEVER
-    row_id: np.ndarray  # the input row that created the entry
-    keys: tuple[Values, ...]  # key values (to verify id matches)
+    row: np.ndarray  # position of the creating row in the source's schedule rows
 
     def __len__(self) -> int:
         return len(self.gid)
 
     def take(self, idx: np.ndarray) -> DedupState:
-        return DedupState(self.gid[idx], self.expires_us[idx], self.row_id[idx],
-                          take_keys(self.keys, idx))
+        return DedupState(self.gid[idx], self.expires_us[idx], self.row[idx])
 
 
 class DedupOperator:
@@ -92,90 +91,69 @@ class DedupOperator:
         # event-time column among the keys
         self.evicts = self.delay_us is not None and (self.within or self.et in self.keys)
         self.out_cols = output_columns(spec, dict(schedule.data_columns))
-        self._empty_keys = tuple(values_of(frame[k].iloc[0:0]) for k in self.keys)
         self._frame = frame
-        self._all: tuple[tuple[Values, ...], np.ndarray, np.ndarray, dict[str, Any]] | None = None
+        self._all: tuple[tuple[Values, ...], np.ndarray, np.ndarray] | None = None
 
-    def _whole(self) -> tuple[tuple[Values, ...], np.ndarray, np.ndarray, dict[str, Any]]:
-        """Per-row key values, key ids, row ids and output column arrays of the whole source,
-        computed once (batches slice them by ``BatchInput.offsets``)."""
+    def _whole(self) -> tuple[tuple[Values, ...], np.ndarray, np.ndarray]:
+        """Per-row key values, key ids and row ids of the whole source, computed once (batches
+        slice them by ``BatchInput.offsets``)."""
         if self._all is None:
             f = self._frame
             kv = tuple(values_of(f[k]) for k in self.keys)
-            arrays = {}
-            for c in self.out_cols:
-                arr = f[c].array
-                arrays[c] = arr.to_numpy() if isinstance(arr, pd.arrays.NumpyExtensionArray) \
-                    else arr
-            self._all = (kv, key_ids(kv, (), len(f)), f[ROW_ID].to_numpy(dtype=np.int64),
-                         arrays)
+            self._all = (kv, key_ids(kv, (), len(f)), f[ROW_ID].to_numpy(dtype=np.int64))
         return self._all
+
+    def materialize(self, positions: tuple[np.ndarray, ...]) -> pd.DataFrame:
+        """Output columns of the source rows at ``positions[0]`` (engine: ``RowRefs``)."""
+        return take_columns(self._frame, self.out_cols, positions[0])
 
     def initial_state(self) -> DedupState:
         e = np.array([], dtype=np.int64)
-        return DedupState(e, e, e, self._empty_keys)
+        return DedupState(e, e, e)
 
     def wants_another_batch(self, state: Any, new_wm_ms: int, last_evict_wm_ms: int | None
                             ) -> bool:
         return new_wm_ms > (last_evict_wm_ms or 0)
 
     def step(self, state: DedupState, batch: BatchInput) -> tuple[DedupState, OperatorStep]:
-        rows = batch.rows[self.source]
+        kv_all, kid_all, rid_all = self._whole()
+        off = batch.offsets[self.source]
+        n = len(batch.rows[self.source])
         t = np.asarray(batch.event_us[self.source], dtype=np.int64)
-        off = batch.offsets.get(self.source) if batch.offsets is not None else None
-        if off is not None:
-            kv_all, kid_all, rid_all, arrays = self._whole()
-            sl = slice(off, off + len(rows))
-            rid = rid_all[sl]
-        else:
-            rid = rows[ROW_ID].to_numpy(dtype=np.int64)
         fates: list[pd.DataFrame] = []
 
-        idx = np.arange(len(rows), dtype=np.int64)
+        grow = np.arange(off, off + n, dtype=np.int64)  # positions in the source's rows
         dropped = 0
-        if batch.late_wm_ms is not None and len(rows):
+        if batch.late_wm_ms is not None and n:
             late = t <= np.int64(batch.late_wm_ms) * 1000
             dropped = int(late.sum())
             if dropped:
                 if self.explain:
-                    fates.append(F.late(rid[late], "event time", t[late], batch.late_wm_ms))
-                idx = np.flatnonzero(~late)
+                    fates.append(F.late(rid_all[grow[late]], "event time", t[late],
+                                        batch.late_wm_ms))
+                grow, t = grow[~late], t[~late]
 
-        if off is not None:
-            kv = tuple(Values(v.kind, v.data[sl], None if v.null is None else v.null[sl], v.tz)
-                       for v in kv_all)
-            kid = kid_all[sl]
-            if len(idx) != len(rows):
-                kv, kid = take_keys(kv, idx), kid[idx]
-        else:
-            kv = tuple(values_of(rows[k]) for k in self.keys)
-            if len(idx) != len(rows):
-                kv = take_keys(kv, idx)
-            kid = key_ids(kv, (), len(idx))
+        kid = kid_all[grow]
         uniq, codes, first = group(kid)
-        if len(uniq) < len(kid):
-            check_same(kv, first[codes], kv, np.arange(len(kid)))
+        if len(uniq) < len(kid):  # same id within the batch: verify the key values
+            check_same(kv_all, grow[first[codes]], kv_all, grow)
         pos, found = lookup(state.gid, uniq)
         f_idx = np.flatnonzero(found)
-        check_same(state.keys, pos[f_idx], kv, first[f_idx])
+        check_same(kv_all, state.row[pos[f_idx]], kv_all, grow[first[f_idx]])
         accept_g = np.flatnonzero(~found)  # first occurrences of keys not in state
-        acc_mask = np.zeros(len(rows), dtype=bool)
-        acc_mask[idx[first[accept_g]]] = True
-        acc_rows = np.flatnonzero(acc_mask)  # == np.sort(idx[first[accept_g]]) (unique rows)
-        if self.explain and len(idx) > len(accept_g):
-            fates.append(self._dup_fates(state, rid, idx, codes, first, pos, found))
+        acc = first[accept_g]  # batch-local positions (after the late filter)
+        if self.explain and len(grow) > len(accept_g):
+            fates.append(self._dup_fates(state, rid_all, grow, codes, first, pos, found))
 
         # put new keys (sorted merge by id)
-        g_new = uniq[accept_g]
-        t_first = t[idx[first[accept_g]]]
+        t_first = t[acc]
         if self.within:
             exp = t_first + self.delay_us
         elif self.evicts:
             exp = t_first
         else:
             exp = np.full(len(accept_g), NEVER, dtype=np.int64)
-        new = _merge(state, DedupState(g_new, exp, rid[idx[first[accept_g]]],
-                                       take_keys(kv, first[accept_g])), pos[accept_g])
+        new = _merge(state, DedupState(uniq[accept_g], exp, grow[acc]), pos[accept_g])
 
         removed = 0
         if self.evicts and batch.evict_wm_ms is not None:
@@ -185,37 +163,31 @@ class DedupOperator:
                 if self.explain:
                     ev = new.take(np.flatnonzero(gone))
                     fates.append(F.leave("evicted", "expiresAt" if self.within else "event time",
-                                         ev.expires_us, batch.evict_wm_ms, row_id=ev.row_id))
+                                         ev.expires_us, batch.evict_wm_ms,
+                                         row_id=rid_all[ev.row]))
                 new = new.take(np.flatnonzero(~gone))
 
-        if off is not None:
-            take = acc_rows + off
-            out = pd.DataFrame({c: a.take(take) if not isinstance(a, np.ndarray) else a[take]
-                                for c, a in arrays.items()},
-                               index=pd.RangeIndex(len(take)), copy=False)
-        else:
-            out = take_columns(rows, self.out_cols, acc_rows)
         return new, OperatorStep(
             dropped_by_watermark=dropped,
             state_rows=len(new),
             state_rows_updated=len(accept_g),
             state_rows_removed=removed,
-            output=out,
+            output=RowRefs((np.sort(grow[acc]),)),  # accepted rows in input order
             fates=F.concat(fates),
         )
 
     @staticmethod
-    def _dup_fates(state: DedupState, rid: np.ndarray, idx: np.ndarray, codes: np.ndarray,
+    def _dup_fates(state: DedupState, rid_all: np.ndarray, grow: np.ndarray, codes: np.ndarray,
                    first: np.ndarray, pos: np.ndarray, found: np.ndarray) -> pd.DataFrame:
         """Duplicates: every surviving row that is not the accepted first occurrence."""
-        is_first = np.zeros(len(idx), dtype=bool)
+        is_first = np.zeros(len(grow), dtype=bool)
         is_first[first] = True
         dup = (~is_first) | found[codes]
         g = codes[dup]
         in_state = found[g]
-        orig = np.where(in_state, state.row_id[np.minimum(pos[g], max(len(state) - 1, 0))]
-                        if len(state) else -1, rid[idx[first[g]]])
-        return F.duplicate(rid[idx[dup]], orig, in_state)
+        orig = np.where(in_state, rid_all[state.row[np.minimum(pos[g], max(len(state) - 1, 0))]]
+                        if len(state) else -1, rid_all[grow[first[g]]])
+        return F.duplicate(rid_all[grow[dup]], orig, in_state)
 
 
 def _merge(a: DedupState, b: DedupState, b_in_a: np.ndarray | None = None) -> DedupState:
@@ -229,5 +201,4 @@ def _merge(a: DedupState, b: DedupState, b_in_a: np.ndarray | None = None) -> De
         pa, pb = merge_positions_at(len(a), b_in_a)
     return DedupState(interleave(pa, a.gid, pb, b.gid),
                       interleave(pa, a.expires_us, pb, b.expires_us),
-                      interleave(pa, a.row_id, pb, b.row_id),
-                      interleave_keys(pa, a.keys, pb, b.keys))
+                      interleave(pa, a.row, pb, b.row))
