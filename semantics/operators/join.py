@@ -51,15 +51,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from semantics.engine import BatchInput, OperatorStep
+from semantics.engine import BatchInput, OperatorStep, RowRefs
 from semantics.operators.join_frames import (
-    ET,
     EV,
-    MATCHED,
     SideLayout,
+    key_codes,
     match_pairs,
-    public,
-    take_rows,
     to_micros_nullable,
 )
 from semantics.operators.join_watermarks import JoinEvictionPlan, derive_plan
@@ -68,24 +65,57 @@ from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import BacktestSpec, Candidate, JoinQuery
 
 FATE_COLUMNS = [ROW_ID, "fate", "detail"]
-_NOTHING = pd.DataFrame()  # an empty output part (skipped when parts are concatenated)
 # Sides on which Spark's InferFiltersFromConstraints adds isnotnull(key) below the join.
 _NOT_NULL_SIDES = {
     "inner": ("left", "right"), "left_semi": ("left", "right"), "left_outer": ("right",),
     "right_outer": ("left",), "full_outer": (),
 }
+_EMPTY = np.array([], dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class SideRows:
+    """Rows of one join side as aligned arrays, in Spark's insertion order.
+
+    A row refers to its source row (``pos``: position in ``schedule.rows[source]``); column
+    values are gathered from there only when the run's output is materialised.
+    """
+
+    pos: np.ndarray  # int64 position of the source row
+    code: np.ndarray  # int64 join-key code (equal key tuples, equal codes; null == null)
+    et: np.ndarray  # int64 event time (µs)
+    ev: np.ndarray  # int64 value the state predicate compares (µs; never evicted: int64 max)
+    matched: np.ndarray  # bool, Spark's state-format-v2 flag
+
+    def __len__(self) -> int:
+        return len(self.pos)
+
+    def take(self, sel: np.ndarray) -> SideRows:
+        """Rows at ``sel`` (positions or a boolean mask), new arrays."""
+        return SideRows(self.pos[sel], self.code[sel], self.et[sel], self.ev[sel],
+                        self.matched[sel])
+
+    def then(self, other: SideRows) -> SideRows:
+        """``self`` followed by ``other`` (always new arrays: a step never mutates its input)."""
+        return SideRows(*(np.concatenate([a, b]) for a, b in (
+            (self.pos, other.pos), (self.code, other.code), (self.et, other.et),
+            (self.ev, other.ev), (self.matched, other.matched))))
+
+    @classmethod
+    def empty(cls) -> SideRows:
+        return cls(_EMPTY, _EMPTY, _EMPTY, _EMPTY, np.array([], dtype=bool))
 
 
 @dataclass(frozen=True)
 class JoinState:
-    """Buffered rows per side (``SideLayout`` frames, positional index, insertion order).
+    """Buffered rows per side.
 
-    Invariant: every row is one ``keyWithIndexToValue`` entry of Spark's state; ``_matched`` is
+    Invariant: every row is one ``keyWithIndexToValue`` entry of Spark's state; ``matched`` is
     Spark's state-format-v2 flag.
     """
 
-    left: pd.DataFrame
-    right: pd.DataFrame
+    left: SideRows
+    right: SideRows
 
     @property
     def rows(self) -> int:
@@ -121,6 +151,19 @@ class TimeCondition:
                    tr.lower_inclusive, tr.upper_inclusive)
 
 
+@dataclass(frozen=True)
+class _Source:
+    """Per-row arrays of one side's whole source, computed once per prediction."""
+
+    layout: SideLayout
+    frame: pd.DataFrame  # side frame of every source row (output dtypes), for materialising
+    row_id: np.ndarray
+    code: np.ndarray
+    ev: np.ndarray
+    dropped: np.ndarray | None  # filtered before the join (null key), or None
+    never_joins: np.ndarray | None  # filtered by the inferred time-range filter, or None
+
+
 class JoinOperator:
     """The join as a pure step function (see the module docstring for the rules)."""
 
@@ -146,23 +189,28 @@ class JoinOperator:
             raise ValueError(f"output columns {sorted(clash)} collide between the join sides")
         self.columns = output_columns(spec, schedule.data_columns)
         self.not_null = _NOT_NULL_SIDES[q.type]
-        self.inferred = {"left": _inferred_filter(q, schedule, "left", self.condition),
-                         "right": _inferred_filter(q, schedule, "right", self.condition)}
         self.explain = explain  # False: no fate rows (faster on large inputs)
-        # every schedule row as side rows, once (batches slice it via ``BatchInput.offsets``)
-        self._prepared = {
-            role: layout.prepare(rows, np.zeros(len(rows), dtype=np.int64))
-            for role, layout, rows in (("left", self.left, schedule.rows[q.left]),
-                                       ("right", self.right, schedule.rows[q.right]))}
-        sides = [public(self.left.empty(), self.left)]
-        if q.type != "left_semi":
-            sides.append(public(self.right.empty(), self.right))
-        self._empty_output = pd.concat(sides, axis=1)
-        assert list(self._empty_output.columns) == self.columns, (self.columns, sides)
+        frames = {role: layout.prepare(schedule.rows[src])
+                  for role, layout, src in (("left", self.left, q.left),
+                                            ("right", self.right, q.right))}
+        lcode, rcode = key_codes(frames["left"], self.left.keys, frames["right"],
+                                 self.right.keys)
+        self.sources: dict[str, _Source] = {}
+        for role, layout, code in (("left", self.left, lcode), ("right", self.right, rcode)):
+            f = frames[role]
+            dropped = never = None
+            if role in self.not_null:
+                dropped = layout.has_null_key(f)
+                inferred = _inferred_filter(q, schedule, role, self.condition)
+                never = None if inferred is None else ~inferred(f) & ~dropped
+            self.sources[role] = _Source(layout, f, f[layout.columns[0]].to_numpy(np.int64),
+                                         code, f[EV].to_numpy(np.int64), dropped, never)
+        n_out = len(self.left.columns) + (0 if q.type == "left_semi" else len(self.right.columns))
+        assert n_out == len(self.columns), self.columns
 
     # -- Operator protocol ----------------------------------------------------------------------
     def initial_state(self) -> JoinState:
-        return JoinState(self.left.empty(), self.right.empty())
+        return JoinState(SideRows.empty(), SideRows.empty())
 
     def wants_another_batch(self, state: JoinState, new_wm_ms: int,
                             last_evict_wm_ms: int | None) -> bool:
@@ -179,23 +227,32 @@ class JoinOperator:
             return None
         return ~rows[list(self.query.keys)].isna().any(axis=1).to_numpy()
 
+    def materialize(self, positions: tuple[np.ndarray, ...]) -> pd.DataFrame:
+        """Output columns of emitted rows given as (left, right) source positions (-1: the
+        null-padded side of an outer row; left semi: left positions only)."""
+        data: dict[str, Any] = {}
+        for role, pos in zip(("left", "right"), positions, strict=False):
+            src = self.sources[role]
+            for c in src.layout.columns:
+                data[c] = _take(src.frame[c], pos)
+        return pd.DataFrame(data, index=pd.RangeIndex(len(positions[0])), columns=self.columns,
+                            copy=False)
+
     def step(self, state: JoinState, batch: BatchInput) -> tuple[JoinState, OperatorStep]:
         fates: list[pd.DataFrame] = []
-        lin, ldropped = self._admit(self.left, batch, "left", fates)
-        rin, rdropped = self._admit(self.right, batch, "right", fates)
+        lin, ldropped = self._admit("left", batch, fates)
+        rin, rdropped = self._admit("right", batch, fates)
         lthr, rthr = self.plan.thresholds(batch.evict_wm_ms)
-        # left semi: output frames; other types: output parts (left pool, left positions,
-        # right pool, right positions), pools "L" = left_all, "R" = right_all, "Rin" = rin, None
-        # = null padding (positions: a row count), assembled with one take per column
-        outputs: list[Any] = []
+        # output parts: (left source positions, right source positions), -1 = null padding;
+        # left semi: (left source positions,)
+        outputs: list[tuple[np.ndarray, ...]] = []
         left_all, right_old, stored_left = self._left_input(state, lin, outputs)
         right_all, stored_right = self._right_input(left_all, right_old, rin, rthr, outputs,
                                                     fates, batch)
         new_state, removed = self._evict(left_all, right_all, lthr, rthr, outputs, fates, batch)
-        if self.query.type == "left_semi":
-            output = _concat(outputs, self._empty_output)
-        else:
-            output = self._assemble(outputs, {"L": left_all, "R": right_all, "Rin": rin})
+        width = 1 if self.query.type == "left_semi" else 2
+        refs = RowRefs(tuple(np.concatenate([p[i] for p in outputs]) if outputs else _EMPTY
+                             for i in range(width)))
         fate_df = (pd.concat(fates, ignore_index=True) if fates and self.explain
                    else pd.DataFrame(columns=FATE_COLUMNS))
         return new_state, OperatorStep(
@@ -203,174 +260,152 @@ class JoinOperator:
             state_rows=new_state.rows,
             state_rows_updated=stored_left + stored_right,
             state_rows_removed=removed,
-            output=output,
+            output=refs,
             state_bytes=None,
             fates=fate_df,
         )
 
     # -- the three phases of one batch -----------------------------------------------------------
-    def _left_input(self, state: JoinState, lin: pd.DataFrame, outputs: list[pd.DataFrame]
-                    ) -> tuple[pd.DataFrame, pd.DataFrame, int]:
+    def _left_input(self, state: JoinState, lin: SideRows, outputs: list[tuple[np.ndarray, ...]]
+                    ) -> tuple[SideRows, SideRows, int]:
         """New left rows x right state of earlier batches; returns (left state incl. the stored
         new rows, right state with updated matched flags, rows stored)."""
-        right_old = state.right.copy(deep=False)  # only _matched is replaced
-        li, rj = match_pairs(lin, self.left, right_old, self.right, self.condition)
-        lin[MATCHED] = _hit(len(lin), li)
+        li, rj = self._pairs(lin, state.right)
+        lin.matched[li] = True  # lin is this step's own arrays
         if self.query.type == "left_semi":  # emitted once, matched rows not stored
-            outputs.append(public(lin, self.left, np.flatnonzero(lin[MATCHED].to_numpy())))
-            stored = lin.loc[~lin[MATCHED].to_numpy()]
+            outputs.append((lin.pos[np.flatnonzero(lin.matched)],))
+            stored = lin.take(~lin.matched)
+            right_old = state.right
         else:
-            right_old[MATCHED] = right_old[MATCHED].to_numpy() | _hit(len(right_old), rj)
-            # lin is the tail of left_all; right_old the head of right_all
-            outputs.append(("L", li + len(state.left), "R", rj))
+            matched = state.right.matched.copy()
+            matched[rj] = True
+            r = state.right
+            right_old = SideRows(r.pos, r.code, r.et, r.ev, matched)
+            outputs.append((lin.pos[li], right_old.pos[rj]))
             stored = lin
-        return pd.concat([state.left, stored], ignore_index=True), right_old, len(stored)
+        return state.left.then(stored), right_old, len(stored)
 
-    def _right_input(self, left_all: pd.DataFrame, right_old: pd.DataFrame, rin: pd.DataFrame,
-                     rthr: int | None, outputs: list[pd.DataFrame], fates: list[pd.DataFrame],
-                     batch: BatchInput) -> tuple[pd.DataFrame, int]:
+    def _right_input(self, left_all: SideRows, right_old: SideRows, rin: SideRows,
+                     rthr: int | None, outputs: list[tuple[np.ndarray, ...]],
+                     fates: list[pd.DataFrame], batch: BatchInput) -> tuple[SideRows, int]:
         """New right rows x all left state; marks matches in ``left_all`` (in place, it is this
-        step's own frame); returns (right state incl. the stored new rows, rows stored)."""
+        step's own arrays); returns (right state incl. the stored new rows, rows stored)."""
         if self.query.type == "left_semi":  # only not-yet-matched left rows, each emitted once
-            open_pos = np.flatnonzero(~left_all[MATCHED].to_numpy())
-            pi, qj = match_pairs(left_all.iloc[open_pos], self.left, rin, self.right,
-                                 self.condition)
+            open_pos = np.flatnonzero(~left_all.matched)
+            pi, qj = self._pairs(left_all.take(open_pos), rin)
             pi = _first_occurrence(open_pos[pi], qj)
-            outputs.append(public(left_all, self.left, pi))
+            outputs.append((left_all.pos[pi],))
         else:
-            pi, qj = match_pairs(left_all, self.left, rin, self.right, self.condition)
-        left_all[MATCHED] = left_all[MATCHED].to_numpy() | _hit(len(left_all), pi)
-        matched = _hit(len(rin), qj)
-        rin[MATCHED] = matched
+            pi, qj = self._pairs(left_all, rin)
+        left_all.matched[pi] = True
+        rin.matched[qj] = True
+        matched = rin.matched
         outer = self.query.type in ("right_outer", "full_outer")
         store = ~_evictable(rin, rthr) | (outer & ~matched)  # SPARK-49829
         if self.query.type != "left_semi":
-            outputs.append(("L", pi, "R", qj + len(right_old)) if store.all()
-                           else ("L", pi, "Rin", qj))
+            outputs.append((left_all.pos[pi], rin.pos[qj]))
         if self.explain and (~store).any():
             where = (f"at or behind the {self.right.source} state watermark {rthr} ms "
                      f"(eviction watermark {batch.evict_wm_ms} ms)")
             for flag, what in ((True, "joined"), (False, "never matched")):
                 sel = ~store & (matched == flag)
                 if sel.any():
-                    fates.append(_fates(rin.loc[sel], self.right, "not_stored",
-                                        f"{what}; not buffered: {where}"))
-        return pd.concat([right_old, rin.loc[store]], ignore_index=True), int(store.sum())
+                    fates.append(self._fates("right", rin.pos[sel], "not_stored",
+                                             f"{what}; not buffered: {where}"))
+        return right_old.then(rin.take(store)), int(store.sum())
 
-    def _evict(self, left_all: pd.DataFrame, right_all: pd.DataFrame, lthr: int | None,
-               rthr: int | None, outputs: list[pd.DataFrame], fates: list[pd.DataFrame],
-               batch: BatchInput) -> tuple[JoinState, int]:
+    def _evict(self, left_all: SideRows, right_all: SideRows, lthr: int | None,
+               rthr: int | None, outputs: list[tuple[np.ndarray, ...]],
+               fates: list[pd.DataFrame], batch: BatchInput) -> tuple[JoinState, int]:
         """Remove rows at or behind the state watermarks; null rows for unmatched outer rows;
         returns (new state, numRowsRemoved)."""
         t = self.query.type
         lgone, rgone = _evictable(left_all, lthr), _evictable(right_all, rthr)
         louter, router = t in ("left_outer", "full_outer"), t in ("right_outer", "full_outer")
         if louter:
-            pos = np.flatnonzero(lgone & ~left_all[MATCHED].to_numpy())
-            outputs.append(("L", pos, None, len(pos)))
+            pos = left_all.pos[lgone & ~left_all.matched]
+            outputs.append((pos, np.full(len(pos), -1, dtype=np.int64)))
         if router:
-            pos = np.flatnonzero(rgone & ~right_all[MATCHED].to_numpy())
-            outputs.append((None, len(pos), "R", pos))
+            pos = right_all.pos[rgone & ~right_all.matched]
+            outputs.append((np.full(len(pos), -1, dtype=np.int64), pos))
         # only the final cleanup pass counts: outer sides were removed while emitting null rows
         removed = (0 if louter else int(lgone.sum())) + (0 if router else int(rgone.sum()))
         if self.explain:
-            fates += self._eviction_fates(left_all.loc[lgone], self.left, lthr, louter, batch)
-            fates += self._eviction_fates(right_all.loc[rgone], self.right, rthr, router, batch)
-        return JoinState(take_rows(left_all, ~lgone), take_rows(right_all, ~rgone)), removed
+            fates += self._eviction_fates("left", left_all.take(lgone), lthr, louter, batch)
+            fates += self._eviction_fates("right", right_all.take(rgone), rthr, router, batch)
+        left = left_all.take(~lgone) if lgone.any() else left_all
+        right = right_all.take(~rgone) if rgone.any() else right_all
+        return JoinState(left, right), removed
 
     # -- helpers -------------------------------------------------------------------------------
-    def _admit(self, layout: SideLayout, batch: BatchInput, role: str,
-               fates: list[pd.DataFrame]) -> tuple[pd.DataFrame, int]:
+    def _pairs(self, left: SideRows, right: SideRows) -> tuple[np.ndarray, np.ndarray]:
+        """Matching (left, right) positions, ordered by left then right position."""
+        return match_pairs(left.code, left.et, right.code, right.et, self.condition)
+
+    def _admit(self, role: str, batch: BatchInput, fates: list[pd.DataFrame]
+               ) -> tuple[SideRows, int]:
         """This batch's rows of one side minus null-key and late rows; (rows, late count)."""
-        rows = batch.rows[layout.source]
-        start = None if batch.offsets is None else batch.offsets.get(layout.source)
-        if start is None:
-            df = layout.prepare(rows, batch.event_us[layout.source])
-        else:
-            df = layout.prepare_slice(self._prepared[role], start, len(rows),
-                                      batch.event_us[layout.source])
-        if role in self.not_null and len(df):
-            null_key = layout.has_null_key(df)
-            if null_key.any():
+        src = self.sources[role]
+        layout = src.layout
+        n = len(batch.rows[layout.source])
+        off = batch.offsets[layout.source]
+        pos = np.arange(off, off + n, dtype=np.int64)
+        et = np.asarray(batch.event_us[layout.source], dtype=np.int64)
+        for mask, fate, detail in (
+                (src.dropped, "null_key", "a join key is null: filtered before the join "
+                 "(isnotnull inferred by Spark's optimizer); not counted as late"),
+                (src.never_joins, "never_joins", "the time range, with the equi-joined "
+                 "event-time key substituted, is false for this row: filtered before the join "
+                 "(constraint inferred by Spark's optimizer); not counted as late")):
+            if mask is None or not len(pos):
+                continue
+            out = mask[pos]
+            if out.any():
                 if self.explain:
-                    fates.append(_fates(df.loc[null_key], layout, "null_key",
-                                        "a join key is null: filtered before the join (isnotnull"
-                                        " inferred by Spark's optimizer); not counted as late"))
-                df = take_rows(df, ~null_key)
-            inferred = self.inferred[role]
-            if inferred is not None and len(df):
-                ok = inferred(df)
-                if not ok.all():
-                    if self.explain:
-                        fates.append(_fates(df.loc[~ok], layout, "never_joins",
-                                            "the time range, with the equi-joined event-time "
-                                            "key substituted, is false for this row: filtered "
-                                            "before the join (constraint inferred by Spark's "
-                                            "optimizer); not counted as late"))
-                    df = take_rows(df, ok)
+                    fates.append(self._fates(role, pos[out], fate, detail))
+                pos, et = pos[~out], et[~out]
+        dropped = 0
         late_wm = batch.late_wm_ms
-        if layout.source not in self.watermarked or late_wm is None or not len(df):
-            return df, 0
-        et = df[ET].to_numpy()
-        late = et <= late_wm * 1000
-        if self.explain and late.any():
-            behind = (late_wm * 1000 - et[late]) / 1000
-            rid = df.loc[late, layout.columns[0]].to_numpy()
-            fates.append(pd.DataFrame({
-                ROW_ID: rid.astype(np.int64),
-                "fate": "late",
-                "detail": [f"{layout.source} event time {e} <= late watermark {late_wm} ms"
-                           f" ({_iso(late_wm * 1000)}): missed by {b:g} ms"
-                           for e, b in zip(_iso_many(et[late]), behind.tolist(), strict=True)],
-            }))
-        return take_rows(df, ~late), int(late.sum())
+        if layout.source in self.watermarked and late_wm is not None and len(pos):
+            late = et <= late_wm * 1000
+            dropped = int(late.sum())
+            if dropped:
+                if self.explain:
+                    behind = (late_wm * 1000 - et[late]) / 1000
+                    fates.append(pd.DataFrame({
+                        ROW_ID: src.row_id[pos[late]],
+                        "fate": "late",
+                        "detail": [f"{layout.source} event time {e} <= late watermark "
+                                   f"{late_wm} ms ({_iso(late_wm * 1000)}): missed by {b:g} ms"
+                                   for e, b in zip(_iso_many(et[late]), behind.tolist(),
+                                                   strict=True)],
+                    }))
+                pos, et = pos[~late], et[~late]
+        return SideRows(pos, src.code[pos], et, src.ev[pos], np.zeros(len(pos), dtype=bool)), \
+            dropped
 
-    def _assemble(self, parts: list[Any], pools: dict[str, pd.DataFrame]) -> pd.DataFrame:
-        """The batch output from (left pool, positions, right pool, positions) parts, in order:
-        per side, consecutive parts from one pool (or null padding) become one ``take``."""
-        parts = [p for p in parts if (p[3] if p[2] is None else len(p[3]))]
-        if not parts:
-            return self._empty_output
-        n = sum(p[3] if p[2] is None else len(p[3]) for p in parts)
-        data: dict[str, Any] = {}
-        for layout, k in ((self.left, 0), (self.right, 2)):
-            segments: list[list[Any]] = []  # [pool name or None, [positions...]]
-            for p in parts:
-                pool, pos = p[k], p[k + 1]
-                if pool is None:
-                    pos = np.full(pos, -1, dtype=np.int64)
-                if segments and (segments[-1][0] in (None, pool) or pool is None):
-                    if pool is not None:
-                        segments[-1][0] = pool
-                    segments[-1][1].append(pos)
-                else:
-                    segments.append([pool, [pos]])
-            for c in layout.columns:
-                pieces = [_take(layout.empty()[c] if pool is None else pools[pool][c],
-                                np.concatenate(pos) if len(pos) > 1 else pos[0])
-                          for pool, pos in segments]
-                data[c] = (pieces[0] if len(pieces) == 1 else
-                           np.concatenate(pieces) if isinstance(pieces[0], np.ndarray)
-                           else type(pieces[0])._concat_same_type(pieces))
-        return pd.DataFrame(data, index=pd.RangeIndex(n), columns=self.columns, copy=False)
+    def _fates(self, role: str, pos: np.ndarray, fate: str, detail: str) -> pd.DataFrame:
+        return pd.DataFrame({ROW_ID: self.sources[role].row_id[pos], "fate": fate,
+                             "detail": detail})
 
-    def _eviction_fates(self, gone: pd.DataFrame, layout: SideLayout, thr: int | None,
-                        outer: bool, batch: BatchInput) -> list[pd.DataFrame]:
+    def _eviction_fates(self, role: str, gone: SideRows, thr: int | None, outer: bool,
+                        batch: BatchInput) -> list[pd.DataFrame]:
         if not len(gone):
             return []
+        layout = self.sources[role].layout
         where = (f"{layout.evict_column} <= {layout.source} state watermark {thr} ms "
                  f"(eviction watermark {batch.evict_wm_ms} ms)")
-        matched = gone[MATCHED].to_numpy()
+        matched = gone.matched
         out = []
         if matched.any():
-            out.append(_fates(gone.loc[matched], layout, "evicted", f"{where}; had matched"))
+            out.append(self._fates(role, gone.pos[matched], "evicted", f"{where}; had matched"))
         if (~matched).any():
             if outer:
-                out.append(_fates(gone.loc[~matched], layout, "evicted_unmatched_null_row",
-                                  f"{where}; never matched: null-padded row emitted"))
+                out.append(self._fates(role, gone.pos[~matched], "evicted_unmatched_null_row",
+                                       f"{where}; never matched: null-padded row emitted"))
             else:
-                out.append(_fates(gone.loc[~matched], layout, "evicted_unmatched",
-                                  f"{where}; never matched: no output"))
+                out.append(self._fates(role, gone.pos[~matched], "evicted_unmatched",
+                                       f"{where}; never matched: no output"))
         return out
 
 
@@ -398,12 +433,6 @@ def _inferred_filter(query: JoinQuery, schedule: Schedule, role: str,
     return ok
 
 
-def _hit(n: int, positions: np.ndarray) -> np.ndarray:
-    mask = np.zeros(n, dtype=bool)
-    mask[positions] = True
-    return mask
-
-
 def _first_occurrence(left_pos: np.ndarray, right_pos: np.ndarray) -> np.ndarray:
     """Distinct left positions in the order of their first matching right row (left semi)."""
     if not len(left_pos):
@@ -414,27 +443,11 @@ def _first_occurrence(left_pos: np.ndarray, right_pos: np.ndarray) -> np.ndarray
     return lp[np.sort(first)]
 
 
-def _evictable(df: pd.DataFrame, threshold_ms: int | None) -> np.ndarray:
+def _evictable(rows: SideRows, threshold_ms: int | None) -> np.ndarray:
     """Spark's state predicate ``column <= threshold`` (µs); no predicate: nothing."""
     if threshold_ms is None:
-        return np.zeros(len(df), dtype=bool)
-    return df[EV].to_numpy() <= threshold_ms * 1000
-
-
-def _fates(rows: pd.DataFrame, layout: SideLayout, fate: str, detail: str) -> pd.DataFrame:
-    return pd.DataFrame({ROW_ID: rows[layout.columns[0]].to_numpy().astype(np.int64),
-                         "fate": fate, "detail": detail})
-
-
-def _concat(frames: list[pd.DataFrame], empty: pd.DataFrame) -> pd.DataFrame:
-    """Output parts in order; ``empty`` (typed, no rows) when there are none."""
-    parts = [f for f in frames if len(f)]
-    if not parts:
-        return empty
-    out = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
-    if not out.columns.equals(empty.columns):
-        out = out.reindex(columns=empty.columns)
-    return out
+        return np.zeros(len(rows), dtype=bool)
+    return rows.ev <= threshold_ms * 1000
 
 
 def _iso(us: Any) -> str:

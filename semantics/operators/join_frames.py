@@ -1,11 +1,11 @@
-"""Row plumbing for the join predictor: prefixed side frames, key matching, null padding.
+"""Row plumbing for the join predictor: prefixed side frames, key codes, pair matching.
 
-Each side's rows live in one frame whose public columns are exactly the join's output columns of
-that side (``<source>_row_id``, ``<source>_<col>``...; see ``semantics.report.output_columns``)
-with nullable dtypes (``Int64``, ``Float64``, ``boolean``; timestamps keep ``datetime64[us, UTC]``
-and use ``NaT``), so a null-padded row is distinguishable from real data. Internal columns start
-with ``_``: ``_et`` (event time, µs), ``_ev`` (the column the state predicate compares, µs) and
-``_matched`` (Spark's state format v2 flag).
+Each side's source rows become one frame (once per prediction) whose public columns are exactly
+the join's output columns of that side (``<source>_row_id``, ``<source>_<col>``...; see
+``semantics.report.output_columns``) with nullable dtypes (``Int64``, ``Float64``, ``boolean``;
+timestamps keep ``datetime64[us, UTC]`` and use ``NaT``), so a null-padded row is
+distinguishable from real data; ``_ev`` holds the value the state predicate compares (µs).
+The batch loop itself works on integer arrays only (key codes, times, source positions).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pandas as pd
 
 from semantics.schedule import ROW_ID
 
-ET, EV, MATCHED = "_et", "_ev", "_matched"
+EV = "_ev"
 NEVER_EVICTED_US = np.iinfo(np.int64).max  # a null predicate column: Spark never removes it
 
 
@@ -87,45 +87,16 @@ class SideLayout:
         return cls(source, src_cols, cols, tuple(f"{source}_{k}" for k in keys), dtypes,
                    evict_column)
 
-    def prepare(self, rows: pd.DataFrame, event_us: np.ndarray) -> pd.DataFrame:
-        """This batch's input rows as side rows (``_matched`` False), positional index."""
-        if not len(rows):
-            return self.empty()
+    def prepare(self, rows: pd.DataFrame) -> pd.DataFrame:
+        """``rows`` (a source's schedule rows) as side rows: output columns + ``_ev``."""
         df = rows.loc[:, list(self.source_columns)].reset_index(drop=True)
         df.columns = list(self.columns)
         df = df.astype(self.dtypes)
-        et = np.asarray(event_us, dtype=np.int64)
-        df[ET] = et
         if self.evict_column is None:
             df[EV] = NEVER_EVICTED_US
         else:
             df[EV] = to_micros(rows[self.evict_column].reset_index(drop=True))
-        df[MATCHED] = np.zeros(len(df), dtype=bool)
         return df
-
-    def prepare_slice(self, prepared: pd.DataFrame, start: int, n: int, event_us: np.ndarray
-                      ) -> pd.DataFrame:
-        """``prepare(rows[start:start + n], event_us)`` from ``prepared`` = ``prepare`` of all
-        of this source's schedule rows (one copy of the slice instead of the dtype conversion)."""
-        if not n:
-            return self.empty()
-        df = prepared.iloc[start:start + n].copy()
-        df.index = pd.RangeIndex(n)
-        df[ET] = np.asarray(event_us, dtype=np.int64)
-        return df
-
-    def empty(self) -> pd.DataFrame:
-        """An empty side frame (the initial state of this side)."""
-        df = pd.DataFrame({p: pd.Series([], dtype=self.dtypes[p]) for p in self.columns})
-        df[ET] = np.array([], dtype=np.int64)
-        df[EV] = np.array([], dtype=np.int64)
-        df[MATCHED] = np.array([], dtype=bool)
-        return df
-
-    def null_rows(self, n: int) -> pd.DataFrame:
-        """``n`` all-null rows of this side's output columns (the padded side of an outer row)."""
-        return pd.DataFrame({c: pd.Series([None] * n, dtype=self.dtypes[c])
-                             for c in self.columns})
 
     def has_null_key(self, df: pd.DataFrame) -> np.ndarray:
         if not self.keys:
@@ -133,22 +104,19 @@ class SideLayout:
         return df[list(self.keys)].isna().any(axis=1).to_numpy()
 
 
-def match_pairs(left: pd.DataFrame, left_layout: SideLayout, right: pd.DataFrame,
-                right_layout: SideLayout, time_ok: Any) -> tuple[np.ndarray, np.ndarray]:
-    """All (left position, right position) pairs with equal keys and ``time_ok(lt, rt)`` true.
+def match_pairs(lcode: np.ndarray, lt: np.ndarray, rcode: np.ndarray, rt: np.ndarray,
+                time_ok: Any) -> tuple[np.ndarray, np.ndarray]:
+    """All (left position, right position) pairs with equal key codes and ``time_ok(lt, rt)``.
 
-    Keys compare like Spark's ``UnsafeRow`` state keys: a null key equals a null key (the
-    streaming join does not skip null keys; on inner/semi/outer-inner sides the optimizer's
-    inferred ``isnotnull`` removes them earlier, so only full outer can pair two nulls). Pairs are
-    ordered by left position, then right position (Spark: per input row, the other side's
-    buffered rows of that key).
+    Codes come from :func:`key_codes` (a null key equals a null key, like Spark's ``UnsafeRow``
+    state keys; on inner/semi/outer-inner sides the optimizer's inferred ``isnotnull`` removes
+    null keys earlier, so only full outer can pair two nulls). Pairs are ordered by left
+    position, then right position (Spark: per input row, the other side's buffered rows of that
+    key).
     """
     empty = np.array([], dtype=np.int64)
-    if not len(left) or not len(right):
+    if not len(lcode) or not len(rcode):
         return empty, empty
-    lcode, rcode = _key_codes(left, left_layout.keys, right, right_layout.keys)
-    lt = left[ET].to_numpy(np.int64)
-    rt = right[ET].to_numpy(np.int64)
     if hasattr(time_ok, "lower_us") and hasattr(time_ok, "upper_us"):
         window = _window_pairs(lcode, lt, rcode, rt, time_ok)
         if window is not None:
@@ -169,58 +137,85 @@ def match_pairs(left: pd.DataFrame, left_layout: SideLayout, right: pd.DataFrame
 
 def _expand(start: np.ndarray, counts: np.ndarray, total: int, order: np.ndarray
             ) -> tuple[np.ndarray, np.ndarray]:
-    """Left position ``i`` paired with ``order[start[i] : start[i] + counts[i]]``, for all i."""
+    """Position ``i`` paired with ``order[start[i] : start[i] + counts[i]]``, for all i."""
     li = np.repeat(np.arange(len(start), dtype=np.int64), counts)
     slot = np.arange(total, dtype=np.int64)
     slot += np.repeat(start - (np.cumsum(counts) - counts), counts)
     return li, order[slot].astype(np.int64, copy=False)
 
 
+_LIMIT = 2**61
+
+
 def _window_pairs(lcode: np.ndarray, lt: np.ndarray, rcode: np.ndarray, rt: np.ndarray,
                   cond: Any) -> tuple[np.ndarray, np.ndarray] | None:
-    """``match_pairs`` for a ``TimeCondition``: right rows sorted by (key code, time), each left
-    row's matches are one slice found with ``searchsorted`` (``rt`` within ``[lt - upper,
-    lt - lower]``); None when the composite sort key would overflow int64."""
-    rmin, rmax = int(rt.min()), int(rt.max())
-    span = rmax - rmin + 3  # relative times: real rows 1..span-2, 0 / span-1 are sentinels
-    ncodes = int(max(lcode.max(), rcode.max())) + 1
-    if ncodes * span >= 2**62 or abs(rmin) >= 2**61 or abs(rmax) >= 2**61:
-        return None
+    """``match_pairs`` for a ``TimeCondition``: the smaller side is sorted by (key code, time)
+    and each row of the other side finds its matches as one slice with ``searchsorted``
+    (``lt - upper <= rt <= lt - lower``, strict bounds exclude). None when the composite sort
+    key would overflow int64."""
     lower, upper = cond.lower_us, cond.upper_us
-    if (lower is not None and abs(lower) >= 2**61) or (upper is not None and abs(upper) >= 2**61):
+    if any(b is not None and abs(b) >= _LIMIT for b in (lower, upper)):
         return None
-    if np.abs(lt).max() >= 2**61:
-        return None
-    comp = rcode * span + (rt - rmin + 1)
-    order = np.argsort(comp, kind="stable")
-    sorted_comp = comp[order]
-    base = lcode * span
-    if upper is None:  # no lower bound on rt
-        start = np.searchsorted(sorted_comp, base, side="left")
-    else:  # rt >= lt - upper (strict: >)
-        rel = np.clip(lt - upper - rmin + 1, 0, span - 1)
-        start = np.searchsorted(sorted_comp, base + rel,
-                                side="left" if cond.upper_inclusive else "right")
-    if lower is None:
-        stop = np.searchsorted(sorted_comp, base + (span - 1), side="right")
-    else:  # rt <= lt - lower (strict: <)
-        rel = np.clip(lt - lower - rmin + 1, 0, span - 1)
-        stop = np.searchsorted(sorted_comp, base + rel,
-                               side="right" if cond.lower_inclusive else "left")
-    counts = np.maximum(stop - start, 0)
-    total = int(counts.sum())
-    if not total:
-        empty = np.array([], dtype=np.int64)
-        return empty, empty
-    li, rj = _expand(start, counts, total, order)
+    if len(rt) <= len(lt):  # sort the right rows, search per left row: rt in [lt-upper, lt-lower]
+        found = _slices(rcode, rt, lcode, lt, None if upper is None else -upper,
+                        cond.upper_inclusive, None if lower is None else -lower,
+                        cond.lower_inclusive)
+        if found is None:
+            return None
+        li, rj = found
+    else:  # sort the left rows, search per right row: lt in [rt+lower, rt+upper]
+        found = _slices(lcode, lt, rcode, rt, lower, cond.lower_inclusive, upper,
+                        cond.upper_inclusive)
+        if found is None:
+            return None
+        rj, li = found
+    if not len(li):
+        return li, rj
     # pairs by left position, then right position
     nr = len(rt)
     pair = np.sort(li * nr + rj)
     return pair // nr, pair % nr
 
 
-def _key_codes(left: pd.DataFrame, lkeys: Sequence[str], right: pd.DataFrame,
-               rkeys: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+def _slices(scode: np.ndarray, st: np.ndarray, qcode: np.ndarray, qt: np.ndarray,
+            lo: int | None, lo_incl: bool, hi: int | None, hi_incl: bool
+            ) -> tuple[np.ndarray, np.ndarray] | None:
+    """(query position, sorted-side position) pairs with equal codes and ``qt + lo <= st <=
+    qt + hi`` (``<`` for a strict bound; a None bound is open)."""
+    smin, smax = int(st.min()), int(st.max())
+    span = smax - smin + 3  # relative times: real rows 1..span-2, 0 / span-1 are sentinels
+    if abs(smin) >= _LIMIT or abs(smax) >= _LIMIT or np.abs(qt).max() >= _LIMIT:
+        return None
+    ncodes = int(max(scode.max(), qcode.max())) + 1
+    if ncodes * span >= 2**62:  # many distinct codes: renumber the ones present, then retry
+        uniq, inv = np.unique(np.concatenate([scode, qcode]), return_inverse=True)
+        if len(uniq) * span >= 2**62:
+            return None
+        scode, qcode = inv[:len(scode)], inv[len(scode):]
+    comp = scode * span + (st - smin + 1)
+    order = np.argsort(comp, kind="stable")
+    sorted_comp = comp[order]
+    base = qcode * span
+    if lo is None:
+        start = np.searchsorted(sorted_comp, base, side="left")
+    else:
+        rel = np.clip(qt + lo - smin + 1, 0, span - 1)
+        start = np.searchsorted(sorted_comp, base + rel, side="left" if lo_incl else "right")
+    if hi is None:
+        stop = np.searchsorted(sorted_comp, base + (span - 1), side="right")
+    else:
+        rel = np.clip(qt + hi - smin + 1, 0, span - 1)
+        stop = np.searchsorted(sorted_comp, base + rel, side="right" if hi_incl else "left")
+    counts = np.maximum(stop - start, 0)
+    total = int(counts.sum())
+    if not total:
+        empty = np.array([], dtype=np.int64)
+        return empty, empty
+    return _expand(start, counts, total, order)
+
+
+def key_codes(left: pd.DataFrame, lkeys: Sequence[str], right: pd.DataFrame,
+              rkeys: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     """Integer codes of the key tuples of both frames: equal tuples, equal codes (a null equals
     a null, like ``merge`` and Spark's state keys)."""
     n = len(left)
@@ -233,23 +228,3 @@ def _key_codes(left: pd.DataFrame, lkeys: Sequence[str], right: pd.DataFrame,
             code, _ = pd.factorize(code)  # keep the combined codes small
             code = code.astype(np.int64, copy=False)
     return code[:n], code[n:]
-
-
-def public(df: pd.DataFrame, layout: SideLayout, positions: np.ndarray | None = None
-           ) -> pd.DataFrame:
-    """The output columns of ``df`` (optionally at ``positions``), positional index."""
-    data = {}
-    for c in layout.columns:
-        values = df[c]._values  # ndarray or extension array (dtype kept)
-        data[c] = values if positions is None else values.take(positions)
-    n = len(df) if positions is None else len(positions)
-    return pd.DataFrame(data, index=pd.RangeIndex(n), copy=False)
-
-
-def take_rows(df: pd.DataFrame, selection: np.ndarray) -> pd.DataFrame:
-    """``df.loc[selection].reset_index(drop=True)`` (boolean mask or positions), one copy."""
-    sel = np.asarray(selection)
-    positions = np.flatnonzero(sel) if sel.dtype == bool else sel
-    out = df.take(positions)
-    out.index = pd.RangeIndex(len(out))
-    return out
