@@ -47,6 +47,7 @@ MODELED_CONF = {
     "spark.sql.streaming.statefulOperator.allowMultiple",
     "spark.sql.streaming.noDataMicroBatches.enabled",
     "spark.sql.streaming.multipleWatermarkPolicy",
+    "spark.sql.streaming.sessionWindow.merge.sessions.in.local.partition",
     "spark.sql.shuffle.partitions",
     "spark.sql.streaming.stateStore.providerClass",
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled",

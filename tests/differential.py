@@ -83,14 +83,15 @@ delays = st.sampled_from(["0 seconds", "2 seconds", "5 seconds", "10 seconds", "
 
 
 def single_spec(tmp: Path, name: str, query: dict, replay: dict, delay: str | None,
-                data: list[list[dict]]) -> BacktestSpec:
+                data: list[list[dict]], spark_conf: dict | None = None) -> BacktestSpec:
     write_commits(tmp / "events", data)
     return parse_spec({
         "name": name,
         "sources": {"events": {"table": str(tmp / "events"), "event_time": "ts"}},
         "query": {**query, "source": "events"},
         "replay": replay,
-        "candidates": {"c": {"watermark": {"events": delay} if delay else {}}},
+        "candidates": {"c": {"watermark": {"events": delay} if delay else {},
+                             "spark_conf": spark_conf or {}}},
     }, str(tmp / "spec.yaml"))
 
 

@@ -26,6 +26,15 @@ CASES = {
         {**SESSION, "output_mode": "append"}, LIVE, "30 seconds",
         [[{"k": 9, "ts": 50, "v": 1}],
          [{"k": 1, "ts": 0, "v": 1}, {"k": 1, "ts": 0, "v": 2}, {"k": 1, "ts": 1, "v": 3}]]),
+    # merge.sessions.in.local.partition=true: overlapping or touching rows of a key are merged
+    # before the late filter (one late unit for ts 0 and 1), and before the state merge
+    "session_merge_in_local_partition": (
+        {**SESSION, "output_mode": "append"}, LIVE, "30 seconds",
+        [[{"k": 9, "ts": 50, "v": 1}],
+         [{"k": 1, "ts": 0, "v": 1}, {"k": 1, "ts": 0, "v": 2}, {"k": 1, "ts": 1, "v": 3},
+          {"k": 2, "ts": 40, "v": 1}, {"k": 2, "ts": 50, "v": 1}, {"k": 2, "ts": 70, "v": 1}],
+         [{"k": 2, "ts": 45, "v": 1}, {"k": 2, "ts": 100, "v": 1}]],
+        {"spark.sql.streaming.sessionWindow.merge.sessions.in.local.partition": "true"}),
     # numRowsUpdated counts every session of a touched key; merges count as removed
     "session_update_counts_all_sessions_of_key": (
         {**SESSION, "output_mode": "append"}, BACKLOG, "1 hour",
@@ -69,8 +78,8 @@ CASES = {
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_predictor_rule_matches_spark(spark, tmp_path, case) -> None:
-    query, replay, delay, data = CASES[case]
-    spec = single_spec(tmp_path, case.replace("_", "-"), query, replay, delay, data)
+    query, replay, delay, data, *conf = CASES[case]
+    spec = single_spec(tmp_path, case.replace("_", "-"), query, replay, delay, data, *conf)
     diffs = run_both(spec, "c", tmp_path, spark)
     if diffs:
         pytest.fail(explain_failure(spec, "c", diffs, tmp_path, spark))
