@@ -228,7 +228,7 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str, operator: Operat
         records.append(rec)
         # after the batch: update watermarks from this batch's data (markMicroBatchEnd)
         if has_wm and not tick.idle:
-            maxima = [_max_ms(operator, s, rows[s], ev[s]) for s in wm_sources]
+            maxima = [_max_ms(operator, s, offsets[s], ev[s]) for s in wm_sources]
             wms = wms.advance(maxima, delays, cfg.policy)
         prev_batch_wm = w_now
         last_evict = evict
@@ -293,17 +293,17 @@ def _stack_columns(frames: list[pd.DataFrame], cols: list[str]) -> dict[str, Any
     return out
 
 
-def _max_ms(operator: Operator, source: str, rows: pd.DataFrame, event_us: np.ndarray
-            ) -> int | None:
+def _max_ms(operator: Operator, source: str, start: int, event_us: np.ndarray) -> int | None:
     """Max event time (ms) of the rows that reach ``source``'s ``EventTimeWatermarkExec``.
 
-    An operator may define ``watermark_input_mask(source, rows) -> bool array | None`` for rows
-    removed by filters Spark's optimizer pushes *below* the watermark node (e.g. the join's
-    inferred ``isnotnull(key)``): those rows never count for the watermark. Without the hook (or
-    when it returns None) every row counts, as before.
+    ``event_us`` are the batch's rows of ``source``, from position ``start`` of its schedule
+    rows. An operator may define ``watermark_input_mask(source, start, stop) -> bool array |
+    None`` (over those positions) for rows removed by filters Spark's optimizer pushes *below*
+    the watermark node (e.g. the join's inferred ``isnotnull(key)``): those rows never count for
+    the watermark. Without the hook (or when it returns None) every row counts.
     """
     hook = getattr(operator, "watermark_input_mask", None)
-    mask = hook(source, rows) if hook is not None else None
+    mask = hook(source, start, start + len(event_us)) if hook is not None else None
     if mask is not None:
         event_us = event_us[np.asarray(mask, dtype=bool)]
     # micros -> ms truncation is monotonic, so the max of the converted values is the converted max

@@ -218,14 +218,15 @@ class JoinOperator:
         return (self.plan.has_predicate and last_evict_wm_ms is not None
                 and new_wm_ms > last_evict_wm_ms)
 
-    def watermark_input_mask(self, source: str, rows: pd.DataFrame) -> np.ndarray | None:
-        """Rows of ``source`` that reach its watermark node: the inferred ``isnotnull(key)`` is
-        pushed below ``withWatermark``, so null-key rows of a filtered side never count for the
-        watermark (engine hook; None = all rows count)."""
+    def watermark_input_mask(self, source: str, start: int, stop: int) -> np.ndarray | None:
+        """Which of ``source``'s rows ``start:stop`` reach its watermark node: the inferred
+        ``isnotnull(key)`` is pushed below ``withWatermark``, so null-key rows of a filtered side
+        never count for the watermark (engine hook; None = all rows count)."""
         role = "left" if source == self.query.left else "right"
-        if role not in self.not_null or not len(rows):
+        dropped = self.sources[role].dropped
+        if dropped is None or start == stop:
             return None
-        return ~rows[list(self.query.keys)].isna().any(axis=1).to_numpy()
+        return ~dropped[start:stop]
 
     def materialize(self, positions: tuple[np.ndarray, ...]) -> pd.DataFrame:
         """Output columns of emitted rows given as (left, right) source positions (-1: the
