@@ -172,7 +172,7 @@ class DedupOperator:
             state_rows=len(new),
             state_rows_updated=len(accept_g),
             state_rows_removed=removed,
-            output=RowRefs((np.sort(grow[acc]),)),  # accepted rows in input order
+            output=RowRefs((grow[_ascending(acc, len(grow))],)),  # accepted rows, input order
             fates=F.concat(fates),
         )
 
@@ -188,6 +188,13 @@ class DedupOperator:
         orig = np.where(in_state, rid_all[state.row[np.minimum(pos[g], max(len(state) - 1, 0))]]
                         if len(state) else -1, rid_all[grow[first[g]]])
         return F.duplicate(rid_all[grow[dup]], orig, in_state)
+
+
+def _ascending(positions: np.ndarray, n: int) -> np.ndarray:
+    """``np.sort(positions)`` for distinct positions below ``n`` (linear: a mask, no sort)."""
+    mask = np.zeros(n, dtype=bool)
+    mask[positions] = True
+    return np.flatnonzero(mask)
 
 
 def _merge(a: DedupState, b: DedupState, b_in_a: np.ndarray | None = None) -> DedupState:
