@@ -8,8 +8,9 @@ predictor/Spark measured in this same run (machines here are noisy: compare rati
 The predictor's time is the best of ``--repeat`` runs (the timeit convention: the minimum is
 the least disturbed by other processes); Spark runs once. Batches hold ``--batch-rows`` events
 (default 20 000), event times are out of order by up to two minutes, 1 % of events are an hour
-late, watermark delays are two minutes. ``join`` pairs events over 100 000 keys (about one output row per input event, like clicks
-joined to impressions); ``join_dense`` over 1 000 keys (about 5.5 output rows per event).
+late, watermark delays are two minutes. ``join`` (left outer, 30 s) pairs events over 100 000
+keys (most rows never match: like clicks joined to impressions); ``join_dense`` over 1 000 keys
+(about 5.5 output rows per event).
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ QUERIES = {
              "time_range": {"lower": "-30 seconds", "upper": "0 seconds"}},
 }
 QUERIES["join_dense"] = QUERIES["join"]
-KEYS = {"join": 100_000}
-DELAY = "2 minutes"  # covers the regular disorder: only the hour-late 1 % are late  # distinct values of ``k`` (default 1 000)
+KEYS = {"join": 100_000}  # distinct values of ``k`` (default 1 000)
+DELAY = "2 minutes"  # covers the regular disorder: only the hour-late 1 % are late
 
 
 def events(n: int, seed: int, keys: int = 1000, t0: int = 1_700_000_000_000_000

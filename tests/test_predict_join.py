@@ -15,10 +15,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from semantics.engine import EngineResult, run
+from semantics.operators import join_frames
 from semantics.operators.join import JoinOperator
 from semantics.operators.join_watermarks import ValueBound, derive_plan
 from semantics.report import output_columns
@@ -635,3 +637,29 @@ def test_explain_off_gives_the_same_prediction() -> None:
     assert plain.result.fates.empty and not with_fates.result.fates.empty
     pd.testing.assert_frame_equal(plain.batches, with_fates.batches)
     pd.testing.assert_frame_equal(plain.result.outputs, with_fates.result.outputs)
+
+
+@pytest.mark.parametrize("jtype", ["inner", "left_outer", "right_outer", "full_outer",
+                                   "left_semi"])
+def test_unpacked_state_gives_the_same_prediction(jtype: str, monkeypatch) -> None:
+    # state sorted by packed (key, time) keys vs insertion order (the fallback when packed keys
+    # could overflow int64): same batches, same emitted rows (as multisets), same fates
+    rng = np.random.default_rng(7)
+
+    def rows(n: int, t0: float) -> list[tuple[int | None, float]]:
+        return [(None if rng.random() < 0.1 else int(rng.integers(0, 4)),
+                 t0 + float(rng.integers(0, 3000)) / 100) for _ in range(n)]
+
+    steps = [(rows(12, 5 * i), rows(12, 5 * i)) for i in range(10)]
+    kw = {"lower": "-3 seconds", "upper": "2 seconds", "upper_inclusive": False,
+          "pace": "backlog"}
+    packed = join_run(steps, jtype, **kw)
+    monkeypatch.setattr(join_frames.Packing, "of", classmethod(lambda cls, *a: None))
+    unpacked = join_run(steps, jtype, **kw)
+    pd.testing.assert_frame_equal(packed.batches, unpacked.batches)
+    assert packed.answer(list(range(11))) == unpacked.answer(list(range(11)))
+    assert len(packed.result.outputs) > 0
+    key = ["batch_id", "row_id", "fate", "detail"]
+    pd.testing.assert_frame_equal(
+        packed.result.fates.sort_values(key).reset_index(drop=True),
+        unpacked.result.fates.sort_values(key).reset_index(drop=True))

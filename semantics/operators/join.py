@@ -52,8 +52,10 @@ import numpy as np
 import pandas as pd
 
 from semantics.engine import BatchInput, OperatorStep, RowRefs
+from semantics.operators.grouping import interleave, merge_positions
 from semantics.operators.join_frames import (
     EV,
+    Packing,
     SideLayout,
     key_codes,
     match_pairs,
@@ -75,10 +77,12 @@ _EMPTY = np.array([], dtype=np.int64)
 
 @dataclass(frozen=True)
 class SideRows:
-    """Rows of one join side as aligned arrays, in Spark's insertion order.
+    """Rows of one join side as aligned arrays.
 
     A row refers to its source row (``pos``: position in ``schedule.rows[source]``); column
-    values are gathered from there only when the run's output is materialised.
+    values are gathered from there only when the run's output is materialised. Invariant: when
+    the operator packs keys (``comp`` from :class:`Packing`), rows are sorted by ``comp`` (key
+    code, then event time); otherwise they are in insertion order and ``comp`` is unused.
     """
 
     pos: np.ndarray  # int64 position of the source row
@@ -86,24 +90,37 @@ class SideRows:
     et: np.ndarray  # int64 event time (µs)
     ev: np.ndarray  # int64 value the state predicate compares (µs; never evicted: int64 max)
     matched: np.ndarray  # bool, Spark's state-format-v2 flag
+    comp: np.ndarray  # int64 sort key (code, event time)
 
     def __len__(self) -> int:
         return len(self.pos)
 
+    def _arrays(self) -> tuple[np.ndarray, ...]:
+        return self.pos, self.code, self.et, self.ev, self.matched, self.comp
+
     def take(self, sel: np.ndarray) -> SideRows:
         """Rows at ``sel`` (positions or a boolean mask), new arrays."""
-        return SideRows(self.pos[sel], self.code[sel], self.et[sel], self.ev[sel],
-                        self.matched[sel])
+        return SideRows(*(a[sel] for a in self._arrays()))
+
+    def with_matched(self, matched: np.ndarray) -> SideRows:
+        return SideRows(self.pos, self.code, self.et, self.ev, matched, self.comp)
 
     def then(self, other: SideRows) -> SideRows:
         """``self`` followed by ``other`` (always new arrays: a step never mutates its input)."""
-        return SideRows(*(np.concatenate([a, b]) for a, b in (
-            (self.pos, other.pos), (self.code, other.code), (self.et, other.et),
-            (self.ev, other.ev), (self.matched, other.matched))))
+        return SideRows(*(np.concatenate([a, b]) for a, b in
+                          zip(self._arrays(), other._arrays(), strict=True)))
+
+    def merged(self, other: SideRows) -> SideRows:
+        """Both sorted by ``comp``: their sorted union (``self`` first on ties), new arrays."""
+        if not len(other):
+            return self.then(other)
+        pa, pb = merge_positions(self.comp, other.comp)
+        return SideRows(*(interleave(pa, a, pb, b) for a, b in
+                          zip(self._arrays(), other._arrays(), strict=True)))
 
     @classmethod
     def empty(cls) -> SideRows:
-        return cls(_EMPTY, _EMPTY, _EMPTY, _EMPTY, np.array([], dtype=bool))
+        return cls(_EMPTY, _EMPTY, _EMPTY, _EMPTY, np.array([], dtype=bool), _EMPTY)
 
 
 @dataclass(frozen=True)
@@ -160,6 +177,7 @@ class _Source:
     row_id: np.ndarray
     code: np.ndarray
     ev: np.ndarray
+    comp: np.ndarray | None  # sort key (Packing), None when keys are not packed
     dropped: np.ndarray | None  # filtered before the join (null key), or None
     never_joins: np.ndarray | None  # filtered by the inferred time-range filter, or None
 
@@ -195,6 +213,10 @@ class JoinOperator:
                                             ("right", self.right, q.right))}
         lcode, rcode = key_codes(frames["left"], self.left.keys, frames["right"],
                                  self.right.keys)
+        et = {"left": schedule.event_time_us(q.left), "right": schedule.event_time_us(q.right)}
+        # sorted state (one slice per row's matches) unless packed keys could overflow
+        self.packing = Packing.of([lcode, rcode], [et["left"], et["right"]],
+                                  [self.condition.lower_us, self.condition.upper_us])
         self.sources: dict[str, _Source] = {}
         for role, layout, code in (("left", self.left, lcode), ("right", self.right, rcode)):
             f = frames[role]
@@ -203,8 +225,10 @@ class JoinOperator:
                 dropped = layout.has_null_key(f)
                 inferred = _inferred_filter(q, schedule, role, self.condition)
                 never = None if inferred is None else ~inferred(f) & ~dropped
+            comp = None if self.packing is None else self.packing.key(code, et[role])
             self.sources[role] = _Source(layout, f, f[layout.columns[0]].to_numpy(np.int64),
-                                         code, f[EV].to_numpy(np.int64), dropped, never)
+                                         code, f[EV].to_numpy(np.int64), comp,
+                                         dropped, never)
         n_out = len(self.left.columns) + (0 if q.type == "left_semi" else len(self.right.columns))
         assert n_out == len(self.columns), self.columns
 
@@ -280,11 +304,10 @@ class JoinOperator:
         else:
             matched = state.right.matched.copy()
             matched[rj] = True
-            r = state.right
-            right_old = SideRows(r.pos, r.code, r.et, r.ev, matched)
+            right_old = state.right.with_matched(matched)
             outputs.append((lin.pos[li], right_old.pos[rj]))
             stored = lin
-        return state.left.then(stored), right_old, len(stored)
+        return self._union(state.left, stored), right_old, len(stored)
 
     def _right_input(self, left_all: SideRows, right_old: SideRows, rin: SideRows,
                      rthr: int | None, outputs: list[tuple[np.ndarray, ...]],
@@ -313,7 +336,7 @@ class JoinOperator:
                 if sel.any():
                     fates.append(self._fates("right", rin.pos[sel], "not_stored",
                                              f"{what}; not buffered: {where}"))
-        return right_old.then(rin.take(store)), int(store.sum())
+        return self._union(right_old, rin.take(store)), int(store.sum())
 
     def _evict(self, left_all: SideRows, right_all: SideRows, lthr: int | None,
                rthr: int | None, outputs: list[tuple[np.ndarray, ...]],
@@ -340,8 +363,25 @@ class JoinOperator:
 
     # -- helpers -------------------------------------------------------------------------------
     def _pairs(self, left: SideRows, right: SideRows) -> tuple[np.ndarray, np.ndarray]:
-        """Matching (left, right) positions, ordered by left then right position."""
-        return match_pairs(left.code, left.et, right.code, right.et, self.condition)
+        """Matching (left, right) positions (equal codes, time condition true). Packed: both
+        sides are sorted, the rows of the smaller side each find their matches as one slice of
+        the larger; else ordered by left then right position (:func:`match_pairs`)."""
+        p, c = self.packing, self.condition
+        if p is None:
+            return match_pairs(left.code, left.et, right.code, right.et, c)
+        if not len(left) or not len(right):
+            return _EMPTY, _EMPTY
+        if len(left) <= len(right):  # rt in [lt - upper, lt - lower]
+            return p.pairs(right.comp, left.code, left.et,
+                           None if c.upper_us is None else -c.upper_us, c.upper_inclusive,
+                           None if c.lower_us is None else -c.lower_us, c.lower_inclusive)
+        rj, li = p.pairs(left.comp, right.code, right.et, c.lower_us, c.lower_inclusive,
+                         c.upper_us, c.upper_inclusive)  # lt in [rt + lower, rt + upper]
+        return li, rj
+
+    def _union(self, a: SideRows, b: SideRows) -> SideRows:
+        """State ``a`` plus new rows ``b`` (sorted merge when packed, else appended)."""
+        return a.then(b) if self.packing is None else a.merged(b)
 
     def _admit(self, role: str, batch: BatchInput, fates: list[pd.DataFrame]
                ) -> tuple[SideRows, int]:
@@ -382,8 +422,15 @@ class JoinOperator:
                                                    strict=True)],
                     }))
                 pos, et = pos[~late], et[~late]
-        return SideRows(pos, src.code[pos], et, src.ev[pos], np.zeros(len(pos), dtype=bool)), \
-            dropped
+        if src.comp is None:
+            comp = _EMPTY if not len(pos) else np.zeros(len(pos), dtype=np.int64)
+            return SideRows(pos, src.code[pos], et, src.ev[pos], np.zeros(len(pos), dtype=bool),
+                            comp), dropped
+        comp = src.comp[pos]
+        order = np.argsort(comp, kind="stable")
+        pos = pos[order]
+        return SideRows(pos, src.code[pos], et[order], src.ev[pos],
+                        np.zeros(len(pos), dtype=bool), comp[order]), dropped
 
     def _fates(self, role: str, pos: np.ndarray, fate: str, detail: str) -> pd.DataFrame:
         return pd.DataFrame({ROW_ID: self.sources[role].row_id[pos], "fate": fate,

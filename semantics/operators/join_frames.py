@@ -21,6 +21,7 @@ from semantics.schedule import ROW_ID
 
 EV = "_ev"
 NEVER_EVICTED_US = np.iinfo(np.int64).max  # a null predicate column: Spark never removes it
+_LIMIT = 2**61
 
 
 def nullable_dtype(dtype: Any) -> Any:
@@ -135,16 +136,67 @@ def match_pairs(lcode: np.ndarray, lt: np.ndarray, rcode: np.ndarray, rt: np.nda
     return li[keep], rj[keep]
 
 
-def _expand(start: np.ndarray, counts: np.ndarray, total: int, order: np.ndarray
+def _expand(start: np.ndarray, counts: np.ndarray, total: int, order: np.ndarray | None
             ) -> tuple[np.ndarray, np.ndarray]:
-    """Position ``i`` paired with ``order[start[i] : start[i] + counts[i]]``, for all i."""
+    """Position ``i`` paired with ``order[start[i] : start[i] + counts[i]]`` (``order`` None:
+    the identity), for all i."""
     li = np.repeat(np.arange(len(start), dtype=np.int64), counts)
     slot = np.arange(total, dtype=np.int64)
     slot += np.repeat(start - (np.cumsum(counts) - counts), counts)
-    return li, order[slot].astype(np.int64, copy=False)
+    return li, slot if order is None else order[slot].astype(np.int64, copy=False)
 
 
-_LIMIT = 2**61
+@dataclass(frozen=True)
+class Packing:
+    """One int64 sort key per row, ``code · span + (t − t_min + 1)``: rows sorted by it are
+    sorted by (key code, event time), and the rows of one code within a time range are one
+    slice. Valid for the codes and times it was built from (relative times 1 .. span − 2;
+    0 and span − 1 are sentinels for clipped bounds)."""
+
+    span: int
+    t_min: int
+
+    @classmethod
+    def of(cls, codes: Sequence[np.ndarray], times: Sequence[np.ndarray],
+           bounds: Sequence[int | None]) -> Packing | None:
+        """The packing for these rows, or None when a key could overflow int64."""
+        ts = [t for t in times if len(t)]
+        if not ts:
+            return cls(3, 0)
+        t_min, t_max = min(int(t.min()) for t in ts), max(int(t.max()) for t in ts)
+        ncodes = max((int(c.max()) + 1 for c in codes if len(c)), default=1)
+        span = t_max - t_min + 3
+        if (ncodes * span >= 2**62 or max(abs(t_min), abs(t_max)) >= _LIMIT
+                or any(b is not None and abs(b) >= _LIMIT for b in bounds)):
+            return None
+        return cls(span, t_min)
+
+    def key(self, code: np.ndarray, t: np.ndarray) -> np.ndarray:
+        return code * self.span + (t - (self.t_min - 1))
+
+    def pairs(self, scomp: np.ndarray, qcode: np.ndarray, qt: np.ndarray, lo: int | None,
+              lo_incl: bool, hi: int | None, hi_incl: bool
+              ) -> tuple[np.ndarray, np.ndarray]:
+        """(query position, position in ``scomp``) for every sorted-side row with the query's
+        code and a time ``st`` with ``qt + lo <= st <= qt + hi`` (``<`` when strict; a None
+        bound is open). ``scomp``: the sorted side's keys, ascending."""
+        base = qcode * self.span
+        if lo is None:
+            start = np.searchsorted(scomp, base, side="left")
+        else:
+            rel = np.clip(qt + (lo - self.t_min + 1), 0, self.span - 1)
+            start = np.searchsorted(scomp, base + rel, side="left" if lo_incl else "right")
+        if hi is None:
+            stop = np.searchsorted(scomp, base + (self.span - 1), side="right")
+        else:
+            rel = np.clip(qt + (hi - self.t_min + 1), 0, self.span - 1)
+            stop = np.searchsorted(scomp, base + rel, side="right" if hi_incl else "left")
+        counts = np.maximum(stop - start, 0)
+        total = int(counts.sum())
+        if not total:
+            empty = np.array([], dtype=np.int64)
+            return empty, empty
+        return _expand(start, counts, total, None)
 
 
 def _window_pairs(lcode: np.ndarray, lt: np.ndarray, rcode: np.ndarray, rt: np.ndarray,
