@@ -153,28 +153,19 @@ class DedupOperator:
             exp = t_first
         else:
             exp = np.full(len(accept_g), NEVER, dtype=np.int64)
-        added = DedupState(uniq[accept_g], exp, grow[acc])
-        ins = pos[accept_g]  # insertion points of the new ids in state.gid
+        new = _merge(state, DedupState(uniq[accept_g], exp, grow[acc]), pos[accept_g])
 
-        # eviction after the input (keys put this batch included): a filter, so the surviving
-        # old and new entries are filtered first and merged once
         removed = 0
         if self.evicts and batch.evict_wm_ms is not None:
-            thr = np.int64(batch.evict_wm_ms) * 1000
-            keep_old, keep_new = state.expires_us > thr, added.expires_us > thr
-            removed = len(state) - int(keep_old.sum()) + len(added) - int(keep_new.sum())
+            gone = new.expires_us <= np.int64(batch.evict_wm_ms) * 1000
+            removed = int(gone.sum())
             if removed:
                 if self.explain:
-                    ev = _merge(state.take(~keep_old), added.take(~keep_new))
+                    ev = new.take(np.flatnonzero(gone))
                     fates.append(F.leave("evicted", "expiresAt" if self.within else "event time",
                                          ev.expires_us, batch.evict_wm_ms,
                                          row_id=rid_all[ev.row]))
-                if not keep_old.all():
-                    kept_before = np.concatenate([[0], np.cumsum(keep_old)])
-                    state, ins = state.take(keep_old), kept_before[ins]
-                if not keep_new.all():
-                    added, ins = added.take(keep_new), ins[keep_new]
-        new = _merge(state, added, ins)
+                new = new.take(np.flatnonzero(~gone))
 
         return new, OperatorStep(
             dropped_by_watermark=dropped,
