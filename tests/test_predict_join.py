@@ -19,11 +19,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from semantics.engine import EngineResult, run
 from semantics.operators import join_frames
-from semantics.operators.join import JoinOperator
 from semantics.operators.join_watermarks import ValueBound, derive_plan
-from semantics.report import output_columns
+from semantics.predict import Prediction, predict
 from semantics.schedule import cut
 from semantics.spec import BacktestSpec, parse_spec
 
@@ -32,7 +30,7 @@ Rows = Sequence[tuple[int | None, float]]  # (key, event time in seconds)
 
 @dataclass
 class Run:
-    result: EngineResult
+    result: Prediction  # batches, outputs, fates (rendered)
     spec: BacktestSpec
     pace: str
     checked: int = 0  # batches already covered by a previous `since` call
@@ -136,9 +134,7 @@ def join_run(steps: Sequence[tuple[Rows, Rows]], jtype: str = "inner", *,
                              "spark_conf": spark_conf or {}}},
     })
     schedule = cut("join-test", arrivals, {"l": "ts", "r": "ts"}, spec.batch_by("c"), pace)
-    op = JoinOperator(spec, "c", schedule, explain=explain)
-    res = run(schedule, spec, "c", op, output_columns(spec, schedule.data_columns))
-    return Run(res, spec, pace)
+    return Run(predict(schedule, spec, "c", explain=explain), spec, pace)
 
 
 def ints(*xs: int) -> list[tuple[int, int]]:
@@ -428,8 +424,11 @@ def test_late_rows_of_both_sides_are_counted() -> None:
     fates = r.result.fates
     late = fates.loc[fates["fate"] == "late"].sort_values("row_id")
     assert list(late["row_id"]) == [2, 3, 4]
-    assert "missed by 10000 ms" in late["detail"].iloc[0]
-    assert "missed by 0 ms" in late["detail"].iloc[1]
+    assert late["detail"].iloc[0] == ("l event time 1970-01-01 00:00:01 <= watermark "
+                                      "1970-01-01 00:00:11 (late by 10000 ms)")
+    assert late["detail"].iloc[1].endswith("(late by 0 ms)")
+    assert list(late["bound_us"]) == [1_000_000, 11_000_000, 11_000_000]  # structured too
+    assert set(late["wm_ms"]) == {11_000}
     assert r.answer(1) == []
 
 
@@ -659,7 +658,7 @@ def test_unpacked_state_gives_the_same_prediction(jtype: str, monkeypatch) -> No
     pd.testing.assert_frame_equal(packed.batches, unpacked.batches)
     assert packed.answer(list(range(11))) == unpacked.answer(list(range(11)))
     assert len(packed.result.outputs) > 0
-    key = ["batch_id", "row_id", "fate", "detail"]
+    key = ["batch_id", "row_id", "fate", "what", "detail"]
     pd.testing.assert_frame_equal(
         packed.result.fates.sort_values(key).reset_index(drop=True),
         unpacked.result.fates.sort_values(key).reset_index(drop=True))

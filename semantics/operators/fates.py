@@ -1,14 +1,17 @@
 """Explain rows ("fates"): structured per batch, rendered to text once, vectorised.
 
 A fate row says what happened to an input row that was not simply accepted (``late``,
-``duplicate``) or to a state entry when it left the state (``emitted``, ``evicted``).
+``duplicate``; joins: ``null_key``, ``never_joins``, ``not_stored``) or to a state entry when it
+left the state (``emitted``, ``evicted``; joins: ``evicted_unmatched``,
+``evicted_unmatched_null_row``).
 
 Operators return *structured* rows (cheap: no string work inside the batch loop):
 
 ==========  ==================================================================================
 row_id      input row (int64); -1 for a state entry not tied to one input row
-fate        late | duplicate | emitted | evicted
-what        window | session | event time | expiresAt (| same batch / kept in state for dups)
+fate        one of ``FATES``
+what        window | session | event time | expiresAt (| same batch / kept in state for dups;
+            joins: ``<source> <column>``)
 start_us    window/session start (µs) or ``NO_START``
 bound_us    the value compared with the watermark (window/session end, event time, expiresAt)
 wm_ms       the watermark it was compared with (late: late wm, emitted/evicted: eviction wm)
@@ -18,7 +21,9 @@ key.<col>   emitted/evicted group entries: the group's key values
 
 :func:`render` turns them into ``detail`` text such as
 ``window [1970-01-01 00:00:00, 1970-01-01 00:00:05): end 1970-01-01 00:00:05 <= watermark
-1970-01-01 00:00:05 (late by 0 ms)``. The engine adds ``batch_id``.
+1970-01-01 00:00:05 (late by 0 ms)``. Rows made by :func:`noted` carry their ``detail`` text
+already (join filters and state watermarks, which :func:`render` does not phrase). The engine
+adds ``batch_id``.
 """
 
 from __future__ import annotations
@@ -30,7 +35,9 @@ import pandas as pd
 
 NO_START = np.iinfo(np.int64).min
 STRUCT_COLUMNS = ("row_id", "fate", "what", "start_us", "bound_us", "wm_ms", "ref_row")
-FATES = pd.CategoricalDtype(["late", "duplicate", "emitted", "evicted"])
+FATES = pd.CategoricalDtype(["late", "duplicate", "emitted", "evicted", "null_key",
+                             "never_joins", "not_stored", "evicted_unmatched",
+                             "evicted_unmatched_null_row"])
 WHATS = pd.CategoricalDtype(["window", "session", "event time", "expiresAt", "same batch",
                              "kept in state"])
 
@@ -82,6 +89,14 @@ def leave(fate: str, what: str, bound_us: np.ndarray, wm_ms: int,
           keys: Mapping[str, pd.Series] | None = None) -> pd.DataFrame:
     """State entries emitted or evicted because ``bound <= eviction wm``."""
     return _frame(len(bound_us), row_id, fate, what, bound_us, wm_ms, start_us, keys=keys)
+
+
+def noted(fate: str, row_id: np.ndarray, what: str, bound_us: np.ndarray, wm_ms: int | None,
+          detail: str) -> pd.DataFrame:
+    """Structured rows with a fixed ``detail`` text (``wm_ms`` None: no watermark, -1)."""
+    df = _frame(len(row_id), row_id, fate, what, bound_us, -1 if wm_ms is None else wm_ms)
+    df["detail"] = np.full(len(df), detail, dtype=object)
+    return df
 
 
 def concat(parts: list[pd.DataFrame]) -> pd.DataFrame | None:

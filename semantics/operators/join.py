@@ -36,11 +36,13 @@ One batch (``StreamingSymmetricHashJoinExec.processPartitions``; spark-watermark
 No-data batch: ``wants_another_batch`` iff some side has a state predicate and the new watermark
 exceeds the eviction watermark of the last batch.
 
-Fates (``row_id``, ``fate``, ``detail``): ``late`` (by how many ms the row missed the late
-watermark), ``null_key`` / ``never_joins`` (filtered before the join), ``not_stored`` (a right
-row at or behind the right state watermark: joined or not, never buffered), ``evicted`` (left
-the state after matching), ``evicted_unmatched`` (left the state without ever matching: no
-output), ``evicted_unmatched_null_row`` (outer side: its null-padded row was emitted).
+Fates (structured rows of :mod:`semantics.operators.fates`: ``row_id``, ``fate``, ``what``,
+``bound_us`` = the compared value, ``wm_ms`` = the watermark or state watermark, ``detail``):
+``late`` (by how many ms the row missed the late watermark), ``null_key`` / ``never_joins``
+(filtered before the join), ``not_stored`` (a right row at or behind the right state watermark:
+joined or not, never buffered), ``evicted`` (left the state after matching),
+``evicted_unmatched`` (left the state without ever matching: no output),
+``evicted_unmatched_null_row`` (outer side: its null-padded row was emitted).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ import numpy as np
 import pandas as pd
 
 from semantics.engine import BatchInput, OperatorStep, RowRefs
+from semantics.operators import fates as F
 from semantics.operators.grouping import interleave, merge_positions
 from semantics.operators.join_frames import (
     EV,
@@ -63,10 +66,9 @@ from semantics.operators.join_frames import (
 )
 from semantics.operators.join_watermarks import JoinEvictionPlan, derive_plan
 from semantics.report import OPERATOR_NAMES, output_columns
-from semantics.schedule import ROW_ID, Schedule
+from semantics.schedule import Schedule
 from semantics.spec import BacktestSpec, Candidate, JoinQuery
 
-FATE_COLUMNS = [ROW_ID, "fate", "detail"]
 # Sides on which Spark's InferFiltersFromConstraints adds isnotnull(key) below the join.
 _NOT_NULL_SIDES = {
     "inner": ("left", "right"), "left_semi": ("left", "right"), "left_outer": ("right",),
@@ -278,8 +280,7 @@ class JoinOperator:
         width = 1 if self.query.type == "left_semi" else 2
         refs = RowRefs(tuple(np.concatenate([p[i] for p in outputs]) if outputs else _EMPTY
                              for i in range(width)))
-        fate_df = (pd.concat(fates, ignore_index=True) if fates and self.explain
-                   else pd.DataFrame(columns=FATE_COLUMNS))
+        fate_df = F.concat(fates) if self.explain else None
         return new_state, OperatorStep(
             dropped_by_watermark=ldropped + rdropped,
             state_rows=new_state.rows,
@@ -334,7 +335,7 @@ class JoinOperator:
             for flag, what in ((True, "joined"), (False, "never matched")):
                 sel = ~store & (matched == flag)
                 if sel.any():
-                    fates.append(self._fates("right", rin.pos[sel], "not_stored",
+                    fates.append(self._noted("right", "not_stored", rin.take(sel), rthr,
                                              f"{what}; not buffered: {where}"))
         return self._union(right_old, rin.take(store)), int(store.sum())
 
@@ -403,7 +404,8 @@ class JoinOperator:
             out = mask[pos]
             if out.any():
                 if self.explain:
-                    fates.append(self._fates(role, pos[out], fate, detail))
+                    fates.append(F.noted(fate, src.row_id[pos[out]],
+                                         f"{layout.source} event time", et[out], None, detail))
                 pos, et = pos[~out], et[~out]
         dropped = 0
         late_wm = batch.late_wm_ms
@@ -412,15 +414,8 @@ class JoinOperator:
             dropped = int(late.sum())
             if dropped:
                 if self.explain:
-                    behind = (late_wm * 1000 - et[late]) / 1000
-                    fates.append(pd.DataFrame({
-                        ROW_ID: src.row_id[pos[late]],
-                        "fate": "late",
-                        "detail": [f"{layout.source} event time {e} <= late watermark "
-                                   f"{late_wm} ms ({_iso(late_wm * 1000)}): missed by {b:g} ms"
-                                   for e, b in zip(_iso_many(et[late]), behind.tolist(),
-                                                   strict=True)],
-                    }))
+                    fates.append(F.late(src.row_id[pos[late]], f"{layout.source} event time",
+                                        et[late], late_wm))
                 pos, et = pos[~late], et[~late]
         if src.comp is None:
             comp = _EMPTY if not len(pos) else np.zeros(len(pos), dtype=np.int64)
@@ -432,9 +427,12 @@ class JoinOperator:
         return SideRows(pos, src.code[pos], et[order], src.ev[pos],
                         np.zeros(len(pos), dtype=bool), comp[order]), dropped
 
-    def _fates(self, role: str, pos: np.ndarray, fate: str, detail: str) -> pd.DataFrame:
-        return pd.DataFrame({ROW_ID: self.sources[role].row_id[pos], "fate": fate,
-                             "detail": detail})
+    def _noted(self, role: str, fate: str, rows: SideRows, thr: int | None, detail: str
+               ) -> pd.DataFrame:
+        """Fate rows for ``rows`` of one side, compared by the state predicate with ``thr``."""
+        layout = self.sources[role].layout
+        return F.noted(fate, self.sources[role].row_id[rows.pos],
+                       f"{layout.source} {layout.evict_column}", rows.ev, thr, detail)
 
     def _eviction_fates(self, role: str, gone: SideRows, thr: int | None, outer: bool,
                         batch: BatchInput) -> list[pd.DataFrame]:
@@ -446,13 +444,14 @@ class JoinOperator:
         matched = gone.matched
         out = []
         if matched.any():
-            out.append(self._fates(role, gone.pos[matched], "evicted", f"{where}; had matched"))
+            out.append(self._noted(role, "evicted", gone.take(matched), thr,
+                                   f"{where}; had matched"))
         if (~matched).any():
             if outer:
-                out.append(self._fates(role, gone.pos[~matched], "evicted_unmatched_null_row",
-                                       f"{where}; never matched: null-padded row emitted"))
+                out.append(self._noted(role, "evicted_unmatched_null_row", gone.take(~matched),
+                                       thr, f"{where}; never matched: null-padded row emitted"))
             else:
-                out.append(self._fates(role, gone.pos[~matched], "evicted_unmatched",
+                out.append(self._noted(role, "evicted_unmatched", gone.take(~matched), thr,
                                        f"{where}; never matched: no output"))
         return out
 
@@ -496,21 +495,6 @@ def _evictable(rows: SideRows, threshold_ms: int | None) -> np.ndarray:
     if threshold_ms is None:
         return np.zeros(len(rows), dtype=bool)
     return rows.ev <= threshold_ms * 1000
-
-
-def _iso(us: Any) -> str:
-    return pd.Timestamp(int(us), unit="us", tz="UTC").isoformat()
-
-
-def _iso_many(us: np.ndarray) -> list[str]:
-    """``[_iso(u) for u in us]``, vectorised (``Timestamp.isoformat``: no fraction when the
-    microseconds are 0, else 6 digits; ``+00:00``)."""
-    us = np.asarray(us, dtype=np.int64)
-    text = np.datetime_as_string(us.astype("datetime64[us]"), unit="us")
-    whole = us % 1_000_000 == 0
-    if whole.any():
-        text = np.where(whole, np.char.replace(text, ".000000", ""), text)  # type: ignore[arg-type]
-    return [t + "+00:00" for t in text.tolist()]
 
 
 def _take(col: pd.Series, positions: np.ndarray) -> Any:
