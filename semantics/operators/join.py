@@ -330,8 +330,8 @@ class JoinOperator:
         if self.query.type != "left_semi":
             outputs.append((left_all.pos[pi], rin.pos[qj]))
         if self.explain and (~store).any():
-            where = (f"at or behind the {self.right.source} state watermark {rthr} ms "
-                     f"(eviction watermark {batch.evict_wm_ms} ms)")
+            where = (f"at or behind the {self.right.source} state watermark "
+                     f"{_ms_text(rthr)} (eviction watermark {_ms_text(batch.evict_wm_ms)})")
             for flag, what in ((True, "joined"), (False, "never matched")):
                 sel = ~store & (matched == flag)
                 if sel.any():
@@ -439,8 +439,8 @@ class JoinOperator:
         if not len(gone):
             return []
         layout = self.sources[role].layout
-        where = (f"{layout.evict_column} <= {layout.source} state watermark {thr} ms "
-                 f"(eviction watermark {batch.evict_wm_ms} ms)")
+        where = (f"{layout.evict_column} <= {layout.source} state watermark {_ms_text(thr)} "
+                 f"(eviction watermark {_ms_text(batch.evict_wm_ms)})")
         matched = gone.matched
         out = []
         if matched.any():
@@ -495,6 +495,11 @@ def _evictable(rows: SideRows, threshold_ms: int | None) -> np.ndarray:
     if threshold_ms is None:
         return np.zeros(len(rows), dtype=bool)
     return rows.ev <= threshold_ms * 1000
+
+
+def _ms_text(ms: int | None) -> str:
+    """``25000 ms = 1970-01-01 00:00:25`` (a watermark in both forms)."""
+    return "none" if ms is None else f"{ms} ms = {F.fmt_us(ms * 1000)[0]}"
 
 
 def _take(col: pd.Series, positions: np.ndarray) -> Any:
