@@ -54,17 +54,17 @@ class BatchInput:
 
 
 @dataclass(frozen=True)
-class RowRefs:
-    """Emitted rows by reference: row ``i`` is made of row ``positions[p][i]`` of the operator's
-    column pool ``p`` (-1: that part is null-padded). The engine concatenates the refs of all
-    batches and calls ``operator.materialize`` once, so no batch builds an output frame.
+class Deferred:
+    """Emitted rows an operator describes now and builds later: ``payload`` is the operator's own
+    (source row positions, emitted state entries...), ``n`` the number of rows. The engine hands
+    the payloads of all batches, in batch order, to ``operator.materialize`` once, so no batch
+    builds an output frame."""
 
-    Invariant: all ``positions`` arrays have the same length (the number of emitted rows)."""
-
-    positions: tuple[np.ndarray, ...]
+    payload: Any
+    n: int
 
     def __len__(self) -> int:
-        return len(self.positions[0])
+        return self.n
 
 
 @dataclass(frozen=True)
@@ -75,9 +75,9 @@ class OperatorStep:
     state_rows: int
     state_rows_updated: int
     state_rows_removed: int
-    # output_columns(spec) without batch_id, as a frame or as references into the operator's
-    # column pools (an operator that returns RowRefs defines ``materialize``)
-    output: pd.DataFrame | RowRefs
+    # output_columns(spec) without batch_id, as a frame or deferred (an operator that returns
+    # Deferred defines ``materialize``)
+    output: pd.DataFrame | Deferred
     state_bytes: int | None = None
     # Explain: one row per input row that was not simply accepted, and per emitted/evicted
     # state entry. Columns: row_id (or -1), fate, detail.
@@ -98,8 +98,8 @@ class Operator(Protocol):
         """Spark's ``shouldRunAnotherBatch`` for this operator."""
         ...
 
-    # Operators whose steps return ``RowRefs`` also define
-    # ``materialize(positions: tuple[np.ndarray, ...]) -> pd.DataFrame`` (the output columns).
+    # Operators whose steps return ``Deferred`` also define
+    # ``materialize(payloads: list) -> pd.DataFrame``: the output columns of those rows, in order.
 
 
 @dataclass(frozen=True)
@@ -166,7 +166,7 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str, operator: Operat
     delays = [cfg.delays_ms[s] for s in wm_sources]
     state = operator.initial_state()
     records: list[dict[str, Any]] = []
-    outputs: list[pd.DataFrame | RowRefs] = []  # non-empty step outputs, ids in ``out_ids``
+    outputs: list[pd.DataFrame | Deferred] = []  # non-empty step outputs, ids in ``out_ids``
     out_ids: list[int] = []
     fates: list[pd.DataFrame] = []
     batch_id = 0
@@ -241,19 +241,17 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str, operator: Operat
     return EngineResult(pd.DataFrame.from_records(records), out_df, fate_df)
 
 
-def _output_frame(operator: Operator, outputs: list[pd.DataFrame | RowRefs], out_ids: list[int],
-                  cols: list[str]) -> pd.DataFrame:
-    """All batches' output, ``batch_id`` first. References of the whole run are gathered with one
-    ``materialize`` call (one take per column); frames are stacked column by column."""
-    if outputs and all(isinstance(o, RowRefs) for o in outputs):
-        refs: list[RowRefs] = outputs  # type: ignore[assignment]
-        frame = operator.materialize(  # type: ignore[attr-defined]
-            tuple(np.concatenate(p) for p in zip(*(r.positions for r in refs), strict=True)))
+def _output_frame(operator: Operator, outputs: list[pd.DataFrame | Deferred],
+                  out_ids: list[int], cols: list[str]) -> pd.DataFrame:
+    """All batches' output, ``batch_id`` first. Deferred outputs of the whole run are built with
+    one ``materialize`` call; frames are stacked column by column."""
+    if outputs and all(isinstance(o, Deferred) for o in outputs):
+        frame = operator.materialize([o.payload for o in outputs])  # type: ignore[attr-defined]
         frame.insert(0, "batch_id", np.repeat(np.asarray(out_ids, dtype=np.int64),
-                                              [len(r) for r in refs]))
+                                              [len(o) for o in outputs]))
         return frame if list(frame.columns) == cols else frame.reindex(columns=cols)
-    frames = [operator.materialize(o.positions)  # type: ignore[attr-defined]
-              if isinstance(o, RowRefs) else o for o in outputs]
+    frames = [operator.materialize([o.payload])  # type: ignore[attr-defined]
+              if isinstance(o, Deferred) else o for o in outputs]
     return _concat_outputs(frames, out_ids, cols)
 
 

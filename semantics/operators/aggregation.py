@@ -31,13 +31,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from semantics.engine import BatchInput, OperatorStep
+from semantics.engine import BatchInput, Deferred, OperatorStep
 from semantics.errors import SpecError
 from semantics.operators import fates as F
 from semantics.operators.aggfuncs import (
     AggFunc,
     Buffers,
     combine_all,
+    concat_all,
     empty_all,
     finish_all,
     init_all,
@@ -53,7 +54,13 @@ from semantics.operators.columns import (
     values_of,
 )
 from semantics.operators.grouping import group, interleave, lookup, merge_positions_at
-from semantics.operators.keys import check_same, interleave_keys, key_ids, take_keys
+from semantics.operators.keys import (
+    check_same,
+    concat_keys,
+    interleave_keys,
+    key_ids,
+    take_keys,
+)
 from semantics.operators.windows import assign_windows
 from semantics.report import operator_name, output_columns
 from semantics.schedule import ROW_ID, Schedule
@@ -167,15 +174,13 @@ class AggregationOperator:
                     if self.time_keyed and batch.evict_wm_ms is not None else None)
         removed = 0
         if self.mode == "complete":
-            out = self._output(new)
+            out: Deferred = Deferred(new, len(new))
         else:
             gone = (new.bound_us <= evict_us) if evict_us is not None else \
                 np.zeros(len(new), dtype=bool)
             removed = int(gone.sum())
-            if self.mode == "append":
-                out = self._output(new.take(np.flatnonzero(gone)))
-            else:
-                out = self._output(new.take(upserted))
+            emitted = new.take(np.flatnonzero(gone) if self.mode == "append" else upserted)
+            out = Deferred(emitted, len(emitted))
             if removed:
                 if self.explain:
                     ev = new.take(np.flatnonzero(gone))
@@ -271,6 +276,17 @@ class AggregationOperator:
     @staticmethod
     def _key_series(v: Values) -> pd.Series:
         return to_series(v.kind, v.data, v.null, v.tz)
+
+    def materialize(self, payloads: list[AggState]) -> pd.DataFrame:
+        """Output rows of the emitted group entries of every batch (in order), one frame."""
+        if len(payloads) == 1:
+            return self._output(payloads[0])
+        return self._output(AggState(
+            np.concatenate([p.gid for p in payloads]),
+            np.concatenate([p.bound_us for p in payloads]),
+            np.concatenate([p.wstart_us for p in payloads]),
+            concat_keys(*(p.keys for p in payloads)),
+            concat_all(*(p.bufs for p in payloads))))
 
     def _output(self, st: AggState) -> pd.DataFrame:
         if not len(st) and hasattr(self, "_empty_out"):

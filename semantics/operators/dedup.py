@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from semantics.engine import BatchInput, OperatorStep, RowRefs
+from semantics.engine import BatchInput, Deferred, OperatorStep
 from semantics.errors import SpecError
 from semantics.operators import fates as F
 from semantics.operators.columns import Values, values_of
@@ -103,9 +103,9 @@ class DedupOperator:
             self._all = (kv, key_ids(kv, (), len(f)), f[ROW_ID].to_numpy(dtype=np.int64))
         return self._all
 
-    def materialize(self, positions: tuple[np.ndarray, ...]) -> pd.DataFrame:
-        """Output columns of the source rows at ``positions[0]`` (engine: ``RowRefs``)."""
-        return take_columns(self._frame, self.out_cols, positions[0])
+    def materialize(self, payloads: list[np.ndarray]) -> pd.DataFrame:
+        """Output columns of the accepted source rows (payloads: their positions per batch)."""
+        return take_columns(self._frame, self.out_cols, np.concatenate(payloads))
 
     def initial_state(self) -> DedupState:
         e = np.array([], dtype=np.int64)
@@ -172,7 +172,7 @@ class DedupOperator:
             state_rows=len(new),
             state_rows_updated=len(accept_g),
             state_rows_removed=removed,
-            output=RowRefs((grow[_ascending(acc, len(grow))],)),  # accepted rows, input order
+            output=Deferred(grow[_ascending(acc, len(grow))], len(acc)),  # input order
             fates=F.concat(fates),
         )
 

@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from semantics.engine import BatchInput, OperatorStep, RowRefs
+from semantics.engine import BatchInput, Deferred, OperatorStep
 from semantics.operators import fates as F
 from semantics.operators.grouping import interleave, merge_positions
 from semantics.operators.join_frames import (
@@ -254,9 +254,11 @@ class JoinOperator:
             return None
         return ~dropped[start:stop]
 
-    def materialize(self, positions: tuple[np.ndarray, ...]) -> pd.DataFrame:
-        """Output columns of emitted rows given as (left, right) source positions (-1: the
-        null-padded side of an outer row; left semi: left positions only)."""
+    def materialize(self, payloads: list[tuple[np.ndarray, ...]]) -> pd.DataFrame:
+        """Output columns of emitted rows given per batch as (left, right) source positions (-1:
+        the null-padded side of an outer row; left semi: left positions only)."""
+        width = len(payloads[0])
+        positions = [np.concatenate([p[i] for p in payloads]) for i in range(width)]
         data: dict[str, Any] = {}
         for role, pos in zip(("left", "right"), positions, strict=False):
             src = self.sources[role]
@@ -278,15 +280,15 @@ class JoinOperator:
                                                     fates, batch)
         new_state, removed = self._evict(left_all, right_all, lthr, rthr, outputs, fates, batch)
         width = 1 if self.query.type == "left_semi" else 2
-        refs = RowRefs(tuple(np.concatenate([p[i] for p in outputs]) if outputs else _EMPTY
-                             for i in range(width)))
+        refs = tuple(np.concatenate([p[i] for p in outputs]) if outputs else _EMPTY
+                     for i in range(width))
         fate_df = F.concat(fates) if self.explain else None
         return new_state, OperatorStep(
             dropped_by_watermark=ldropped + rdropped,
             state_rows=new_state.rows,
             state_rows_updated=stored_left + stored_right,
             state_rows_removed=removed,
-            output=refs,
+            output=Deferred(refs, len(refs[0])),
             state_bytes=None,
             fates=fate_df,
         )

@@ -103,14 +103,16 @@ def take_keys(cols: Sequence[Values], idx: np.ndarray) -> tuple[Values, ...]:
     return tuple(c.take(idx) for c in cols)
 
 
-def concat_keys(a: Sequence[Values], b: Sequence[Values]) -> tuple[Values, ...]:
+def concat_keys(*parts: Sequence[Values]) -> tuple[Values, ...]:
+    """Key columns of ``parts`` one after the other."""
     out = []
-    for va, vb in zip(a, b, strict=True):
-        if va.null is None and vb.null is None:
+    for cols in zip(*parts, strict=True):
+        if all(v.null is None for v in cols):
             null = None
         else:
-            null = ~np.concatenate([va.valid, vb.valid])
-        out.append(Values(va.kind, np.concatenate([va.data, vb.data]), null, va.tz or vb.tz))
+            null = ~np.concatenate([v.valid for v in cols])
+        tz = next((v.tz for v in cols if v.tz), None)
+        out.append(Values(cols[0].kind, np.concatenate([v.data for v in cols]), null, tz))
     return tuple(out)
 
 

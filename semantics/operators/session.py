@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from semantics.engine import BatchInput, OperatorStep
+from semantics.engine import BatchInput, Deferred, OperatorStep
 from semantics.errors import SpecError
 from semantics.operators import fates as F
 from semantics.operators.aggfuncs import (
@@ -159,12 +159,12 @@ class SessionOperator:
         new, upserted, replaced = self._merge(state, units)
         removed = replaced
         if self.mode == "complete":
-            out = self._output(new)
+            out = Deferred(new, len(new))
         else:
             gone = (new.end_us <= np.int64(batch.evict_wm_ms) * 1000
                     if batch.evict_wm_ms is not None else np.zeros(len(new), dtype=bool))
             ev = new.take(np.flatnonzero(gone))
-            out = self._output(ev)
+            out = Deferred(ev, len(ev))
             removed += len(ev)
             if len(ev):
                 if self.explain:
@@ -266,6 +266,17 @@ class SessionOperator:
     def _key_dict(self, st: SessionState) -> dict[str, pd.Series]:
         return {k: to_series(v.kind, v.data, v.null, v.tz)
                 for k, v in zip(self.keys, st.keys, strict=True)}
+
+    def materialize(self, payloads: list[SessionState]) -> pd.DataFrame:
+        """Output rows of the emitted sessions of every batch (in order), one frame."""
+        if len(payloads) == 1:
+            return self._output(payloads[0])
+        return self._output(SessionState(
+            np.concatenate([p.gid for p in payloads]),
+            np.concatenate([p.start_us for p in payloads]),
+            np.concatenate([p.end_us for p in payloads]),
+            concat_keys(*(p.keys for p in payloads)),
+            concat_all(*(p.bufs for p in payloads))))
 
     def _output(self, st: SessionState) -> pd.DataFrame:
         if not len(st) and hasattr(self, "_empty_out"):
