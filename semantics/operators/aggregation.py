@@ -86,6 +86,15 @@ class AggState:
         return AggState(self.gid[idx], self.bound_us[idx], self.wstart_us[idx],
                         take_keys(self.keys, idx), take_all(self.bufs, idx))
 
+    @staticmethod
+    def concat(*parts: AggState) -> AggState:
+        """The entries of ``parts`` one after the other."""
+        return AggState(np.concatenate([p.gid for p in parts]),
+                        np.concatenate([p.bound_us for p in parts]),
+                        np.concatenate([p.wstart_us for p in parts]),
+                        concat_keys(*(p.keys for p in parts)),
+                        concat_all(*(p.bufs for p in parts)))
+
 
 class AggregationOperator:
     """Streaming (windowed) aggregation; see the module docstring for the rules."""
@@ -279,14 +288,7 @@ class AggregationOperator:
 
     def materialize(self, payloads: list[AggState]) -> pd.DataFrame:
         """Output rows of the emitted group entries of every batch (in order), one frame."""
-        if len(payloads) == 1:
-            return self._output(payloads[0])
-        return self._output(AggState(
-            np.concatenate([p.gid for p in payloads]),
-            np.concatenate([p.bound_us for p in payloads]),
-            np.concatenate([p.wstart_us for p in payloads]),
-            concat_keys(*(p.keys for p in payloads)),
-            concat_all(*(p.bufs for p in payloads))))
+        return self._output(payloads[0] if len(payloads) == 1 else AggState.concat(*payloads))
 
     def _output(self, st: AggState) -> pd.DataFrame:
         if not len(st) and hasattr(self, "_empty_out"):

@@ -233,37 +233,21 @@ def _slices(scode: np.ndarray, st: np.ndarray, qcode: np.ndarray, qt: np.ndarray
             lo: int | None, lo_incl: bool, hi: int | None, hi_incl: bool
             ) -> tuple[np.ndarray, np.ndarray] | None:
     """(query position, sorted-side position) pairs with equal codes and ``qt + lo <= st <=
-    qt + hi`` (``<`` for a strict bound; a None bound is open)."""
-    smin, smax = int(st.min()), int(st.max())
-    span = smax - smin + 3  # relative times: real rows 1..span-2, 0 / span-1 are sentinels
-    if abs(smin) >= _LIMIT or abs(smax) >= _LIMIT or np.abs(qt).max() >= _LIMIT:
+    qt + hi`` (``<`` for a strict bound; a None bound is open): the sorted side is packed
+    (:class:`Packing`) and sorted here. None when the packed key would overflow int64."""
+    if np.abs(qt).max() >= _LIMIT:
         return None
-    ncodes = int(max(scode.max(), qcode.max())) + 1
-    if ncodes * span >= 2**62:  # many distinct codes: renumber the ones present, then retry
-        uniq, inv = np.unique(np.concatenate([scode, qcode]), return_inverse=True)
-        if len(uniq) * span >= 2**62:
-            return None
+    packing = Packing.of([scode, qcode], [st], [lo, hi])
+    if packing is None:  # many distinct codes: renumber the ones present, then retry
+        _, inv = np.unique(np.concatenate([scode, qcode]), return_inverse=True)
         scode, qcode = inv[:len(scode)], inv[len(scode):]
-    comp = scode * span + (st - smin + 1)
+        packing = Packing.of([scode, qcode], [st], [lo, hi])
+        if packing is None:
+            return None
+    comp = packing.key(scode, st)
     order = np.argsort(comp, kind="stable")
-    sorted_comp = comp[order]
-    base = qcode * span
-    if lo is None:
-        start = np.searchsorted(sorted_comp, base, side="left")
-    else:
-        rel = np.clip(qt + lo - smin + 1, 0, span - 1)
-        start = np.searchsorted(sorted_comp, base + rel, side="left" if lo_incl else "right")
-    if hi is None:
-        stop = np.searchsorted(sorted_comp, base + (span - 1), side="right")
-    else:
-        rel = np.clip(qt + hi - smin + 1, 0, span - 1)
-        stop = np.searchsorted(sorted_comp, base + rel, side="right" if hi_incl else "left")
-    counts = np.maximum(stop - start, 0)
-    total = int(counts.sum())
-    if not total:
-        empty = np.array([], dtype=np.int64)
-        return empty, empty
-    return _expand(start, counts, total, order)
+    qi, si = packing.pairs(comp[order], qcode, qt, lo, lo_incl, hi, hi_incl)
+    return qi, order[si]
 
 
 def key_codes(left: pd.DataFrame, lkeys: Sequence[str], right: pd.DataFrame,

@@ -88,10 +88,13 @@ class SessionState:
                             take_keys(self.keys, idx), take_all(self.bufs, idx))
 
 
-def concat_states(a: SessionState, b: SessionState) -> SessionState:
-    return SessionState(np.concatenate([a.gid, b.gid]), np.concatenate([a.start_us, b.start_us]),
-                        np.concatenate([a.end_us, b.end_us]), concat_keys(a.keys, b.keys),
-                        concat_all(a.bufs, b.bufs))
+def concat_states(*parts: SessionState) -> SessionState:
+    """The entries of ``parts`` one after the other."""
+    return SessionState(np.concatenate([p.gid for p in parts]),
+                        np.concatenate([p.start_us for p in parts]),
+                        np.concatenate([p.end_us for p in parts]),
+                        concat_keys(*(p.keys for p in parts)),
+                        concat_all(*(p.bufs for p in parts)))
 
 
 def merge_disjoint(a: SessionState, b: SessionState) -> SessionState:
@@ -269,14 +272,7 @@ class SessionOperator:
 
     def materialize(self, payloads: list[SessionState]) -> pd.DataFrame:
         """Output rows of the emitted sessions of every batch (in order), one frame."""
-        if len(payloads) == 1:
-            return self._output(payloads[0])
-        return self._output(SessionState(
-            np.concatenate([p.gid for p in payloads]),
-            np.concatenate([p.start_us for p in payloads]),
-            np.concatenate([p.end_us for p in payloads]),
-            concat_keys(*(p.keys for p in payloads)),
-            concat_all(*(p.bufs for p in payloads))))
+        return self._output(payloads[0] if len(payloads) == 1 else concat_states(*payloads))
 
     def _output(self, st: SessionState) -> pd.DataFrame:
         if not len(st) and hasattr(self, "_empty_out"):
