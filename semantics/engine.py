@@ -75,9 +75,7 @@ class OperatorStep:
     state_rows: int
     state_rows_updated: int
     state_rows_removed: int
-    # output_columns(spec) without batch_id, as a frame or deferred (an operator that returns
-    # Deferred defines ``materialize``)
-    output: pd.DataFrame | Deferred
+    output: Deferred  # emitted rows, built by ``Operator.materialize`` at the end of the run
     state_bytes: int | None = None
     # Explain: one row per input row that was not simply accepted, and per emitted/evicted
     # state entry. Columns: row_id (or -1), fate, detail.
@@ -98,8 +96,10 @@ class Operator(Protocol):
         """Spark's ``shouldRunAnotherBatch`` for this operator."""
         ...
 
-    # Operators whose steps return ``Deferred`` also define
-    # ``materialize(payloads: list) -> pd.DataFrame``: the output columns of those rows, in order.
+    def materialize(self, payloads: list[Any]) -> pd.DataFrame:
+        """The output columns (``output_columns(spec)``) of the rows that steps emitted as
+        ``Deferred`` payloads, in order, as one frame."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -166,7 +166,7 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str, operator: Operat
     delays = [cfg.delays_ms[s] for s in wm_sources]
     state = operator.initial_state()
     records: list[dict[str, Any]] = []
-    outputs: list[pd.DataFrame | Deferred] = []  # non-empty step outputs, ids in ``out_ids``
+    outputs: list[Deferred] = []  # non-empty step outputs, batch ids in ``out_ids``
     out_ids: list[int] = []
     fates: list[pd.DataFrame] = []
     batch_id = 0
@@ -241,54 +241,15 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str, operator: Operat
     return EngineResult(pd.DataFrame.from_records(records), out_df, fate_df)
 
 
-def _output_frame(operator: Operator, outputs: list[pd.DataFrame | Deferred],
-                  out_ids: list[int], cols: list[str]) -> pd.DataFrame:
-    """All batches' output, ``batch_id`` first. Deferred outputs of the whole run are built with
-    one ``materialize`` call; frames are stacked column by column."""
-    if outputs and all(isinstance(o, Deferred) for o in outputs):
-        frame = operator.materialize([o.payload for o in outputs])  # type: ignore[attr-defined]
-        frame.insert(0, "batch_id", np.repeat(np.asarray(out_ids, dtype=np.int64),
-                                              [len(o) for o in outputs]))
-        return frame if list(frame.columns) == cols else frame.reindex(columns=cols)
-    frames = [operator.materialize([o.payload])  # type: ignore[attr-defined]
-              if isinstance(o, Deferred) else o for o in outputs]
-    return _concat_outputs(frames, out_ids, cols)
-
-
-def _concat_outputs(outputs: list[pd.DataFrame], out_ids: list[int], cols: list[str]
-                    ) -> pd.DataFrame:
-    """The non-empty step outputs stacked, ``batch_id`` (of each output) first, then ``cols``."""
+def _output_frame(operator: Operator, outputs: list[Deferred], out_ids: list[int],
+                  cols: list[str]) -> pd.DataFrame:
+    """All batches' output, ``batch_id`` first, built with one ``materialize`` call."""
     if not outputs:
         return pd.DataFrame(columns=cols)
-    ids = np.repeat(np.asarray(out_ids, dtype=np.int64), [len(o) for o in outputs])
-    data = _stack_columns(outputs, cols[1:])
-    if data is None:  # columns or dtypes differ between batches: let pandas reconcile them
-        out_df = pd.concat(outputs, ignore_index=True)
-        out_df["batch_id"] = ids
-        return out_df.reindex(columns=cols)
-    return pd.DataFrame({"batch_id": ids, **data}, index=pd.RangeIndex(len(ids)), copy=False)
-
-
-def _stack_columns(frames: list[pd.DataFrame], cols: list[str]) -> dict[str, Any] | None:
-    """Column arrays of ``frames`` concatenated (what ``pd.concat`` gives) when every frame has
-    every column with one and the same dtype; else None."""
-    out: dict[str, Any] = {}
-    for c in cols:
-        arrs = []
-        for f in frames:
-            if c not in f.columns:
-                return None
-            arrs.append(f[c].array)
-        dtype = arrs[0].dtype
-        if any(a.dtype != dtype for a in arrs):
-            return None
-        if isinstance(arrs[0], pd.arrays.NumpyExtensionArray):
-            if dtype.kind == "O":
-                return None
-            out[c] = np.concatenate([a.to_numpy() for a in arrs])
-        else:
-            out[c] = type(arrs[0])._concat_same_type(arrs)
-    return out
+    frame = operator.materialize([o.payload for o in outputs])
+    frame.insert(0, "batch_id", np.repeat(np.asarray(out_ids, dtype=np.int64),
+                                          [len(o) for o in outputs]))
+    return frame if list(frame.columns) == cols else frame.reindex(columns=cols)
 
 
 def _max_ms(operator: Operator, source: str, start: int, event_us: np.ndarray) -> int | None:

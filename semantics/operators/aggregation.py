@@ -132,7 +132,6 @@ class AggregationOperator:
         self.global_agg = not self.keys and q.window is None
         self.columns = output_columns(spec, dict(schedule.data_columns))
         self._empty_keys = tuple(values_of(frame[k].iloc[0:0]) for k in self.keys)
-        self._empty_out = self._output(self.initial_state())
         self._frame = frame
         self._all: tuple[tuple[Values, ...], Buffers] | None = None
 
@@ -291,8 +290,6 @@ class AggregationOperator:
         return self._output(payloads[0] if len(payloads) == 1 else AggState.concat(*payloads))
 
     def _output(self, st: AggState) -> pd.DataFrame:
-        if not len(st) and hasattr(self, "_empty_out"):
-            return self._empty_out
         cols: dict[str, Any] = {k: self._key_series(v) for k, v in zip(self.keys, st.keys,
                                                                       strict=True)}
         if self.window is not None:

@@ -130,7 +130,6 @@ class SessionOperator:
         self.merge_local = str(conf.get(MERGE_LOCAL_CONF, "false")).lower() == "true"
         self.columns = output_columns(spec, dict(schedule.data_columns))
         self._empty_keys = tuple(values_of(frame[k].iloc[0:0]) for k in self.keys)
-        self._empty_out = self._output(self.initial_state())
 
     def initial_state(self) -> SessionState:
         e = np.array([], dtype=np.int64)
@@ -275,8 +274,6 @@ class SessionOperator:
         return self._output(payloads[0] if len(payloads) == 1 else concat_states(*payloads))
 
     def _output(self, st: SessionState) -> pd.DataFrame:
-        if not len(st) and hasattr(self, "_empty_out"):
-            return self._empty_out
         cols: dict[str, Any] = self._key_dict(st)
         cols["session_start"] = timestamps(st.start_us)
         cols["session_end"] = timestamps(st.end_us)
