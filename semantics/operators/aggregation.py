@@ -54,13 +54,7 @@ from semantics.operators.columns import (
     values_of,
 )
 from semantics.operators.grouping import group, interleave, lookup, merge_positions_at
-from semantics.operators.keys import (
-    check_same,
-    concat_keys,
-    interleave_keys,
-    key_ids,
-    take_keys,
-)
+from semantics.operators.keys import KeyCoder, concat_keys, interleave_keys, take_keys
 from semantics.operators.windows import assign_windows
 from semantics.report import operator_name, output_columns
 from semantics.schedule import ROW_ID, Schedule
@@ -134,13 +128,23 @@ class AggregationOperator:
         self._empty_keys = tuple(values_of(frame[k].iloc[0:0]) for k in self.keys)
         self._frame = frame
         self._all: tuple[tuple[Values, ...], Buffers] | None = None
+        self._et_all = schedule.event_time_us(q.source)
+        self._coder = KeyCoder()
 
     def _whole(self) -> tuple[tuple[Values, ...], Buffers]:
         """Per-row key values and initial aggregation buffers of the whole source, computed once
         (batches slice them by ``BatchInput.offsets``)."""
         if self._all is None:
             f = self._frame
-            self._all = (tuple(values_of(f[k]) for k in self.keys), init_all(self.aggs, f))
+            kv = tuple(values_of(f[k]) for k in self.keys)
+            self._all = (kv, init_all(self.aggs, f))
+            grid: list[tuple[int, int, int]] = []
+            t = self._et_all
+            if self.window is not None and len(t):
+                first, last = (int(x) - int(x) % self.slide_us for x in (t.min(), t.max()))
+                k = -(-self.duration_us // self.slide_us)
+                grid.append((first - (k - 1) * self.slide_us, last, self.slide_us))
+            self._coder = KeyCoder.fit(kv, grid)
         return self._all
 
     # -- protocol ------------------------------------------------------------------------------
@@ -156,9 +160,8 @@ class AggregationOperator:
 
     def step(self, state: AggState, batch: BatchInput) -> tuple[AggState, OperatorStep]:
         rows = batch.rows[self.source]
-        off = batch.offsets.get(self.source)
-        part, pair_rows, pair_code, pair_bound = self._partial(rows, batch.event_us[self.source],
-                                                               off)
+        part, pair_rows, pair_code, pair_bound = self._partial(
+            len(rows), batch.event_us[self.source], batch.offsets[self.source])
         fates: list[pd.DataFrame] = []
 
         # late filter on groups (after partial aggregation); never in complete mode
@@ -210,41 +213,36 @@ class AggregationOperator:
         )
 
     # -- pieces --------------------------------------------------------------------------------
-    def _partial(self, rows: pd.DataFrame, t_us: np.ndarray, off: int | None = None
+    def _partial(self, n: int, t_us: np.ndarray, off: int
                  ) -> tuple[AggState, np.ndarray, np.ndarray, np.ndarray]:
-        """Partial aggregate of one batch: one entry per group, sorted by group id.
+        """Partial aggregate of the batch's ``n`` rows from position ``off`` of the source: one
+        entry per group, sorted by group id (per-row values come from :meth:`_whole`).
 
         Also returns, per (row, window) pair, the row index, the group code and the pair's
-        event-time bound (for explain). ``off``: position of ``rows`` in the whole source, when
-        known (per-row values then come from :meth:`_whole`)."""
-        n = len(rows)
-        if off is not None:
-            kv_all, bufs_all = self._whole()
-            sl = slice(off, off + n)
-            kv = tuple(Values(v.kind, v.data[sl], None if v.null is None else v.null[sl], v.tz)
-                       for v in kv_all)
-        else:
-            kv = tuple(values_of(rows[k]) for k in self.keys)
+        event-time bound (for explain)."""
+        kv_all, bufs_all = self._whole()
+        sl = slice(off, off + n)
+        kv = tuple(Values(v.kind, v.data[sl], None if v.null is None else v.null[sl], v.tz)
+                   for v in kv_all)
         if self.window is not None:
             pair_rows, wstart = assign_windows(t_us, self.duration_us, self.slide_us)
             if len(pair_rows) != n:
                 kv = take_keys(kv, pair_rows)
             bound = wstart + self.duration_us
-            gid = key_ids(kv, (wstart,), len(pair_rows))
+            gid = self._coder.ids(kv, (wstart,), len(pair_rows))
         else:
             pair_rows = np.arange(n, dtype=np.int64)
             wstart = np.zeros(n, dtype=np.int64)
             bound = np.asarray(t_us, dtype=np.int64) if self.et_key else \
                 np.full(n, NEVER, dtype=np.int64)
-            gid = key_ids(kv, (), n)
+            gid = self._coder.ids(kv, (), n)
         uniq, codes, first = group(gid)
         g = len(uniq)
         if g < len(gid):  # rows merged by id: verify they really share the key
-            check_same(kv, first[codes], kv, np.arange(len(gid)), (wstart,), (wstart,))
-        if off is not None:  # fancy indexing copies: reduce never sees the shared arrays
-            init = tuple(tuple(arr[off + pair_rows] for arr in b) for b in bufs_all)
-        else:
-            init = init_all(self.aggs, rows, pair_rows)
+            self._coder.check_same(kv, first[codes], kv, np.arange(len(gid)), (wstart,),
+                                   (wstart,))
+        # fancy indexing copies: reduce never sees the shared arrays
+        init = tuple(tuple(arr[off + pair_rows] for arr in b) for b in bufs_all)
         bufs = reduce_all(self.aggs, init, codes, g)
         part = AggState(uniq, bound[first], wstart[first], take_keys(kv, first), bufs)
         if self.global_agg and g == 0:
@@ -259,8 +257,8 @@ class AggregationOperator:
         bufs = state.bufs
         f_idx = np.flatnonzero(found)
         if len(f_idx):
-            check_same(state.keys, pos[f_idx], part.keys, f_idx, (state.wstart_us,),
-                       (part.wstart_us,))
+            self._coder.check_same(state.keys, pos[f_idx], part.keys, f_idx,
+                                   (state.wstart_us,), (part.wstart_us,))
             merged = combine_all(self.aggs, take_all(state.bufs, pos[f_idx]),
                                  take_all(part.bufs, f_idx))
             bufs = tuple(tuple(_set(a, pos[f_idx], v) for a, v in zip(b, mb, strict=True))

@@ -32,7 +32,7 @@ class Values:
     def __len__(self) -> int:
         return len(self.data)
 
-    def take(self, idx: np.ndarray) -> Values:
+    def take(self, idx: np.ndarray | slice) -> Values:
         return Values(self.kind, self.data[idx], None if self.null is None else self.null[idx],
                       self.tz)
 

@@ -18,7 +18,7 @@ Rules (spark-watermark-semantics.md §5.2, §5.3, §6), per batch:
 4. another (no-data) batch is wanted when the new watermark exceeds the last eviction watermark.
 
 Output rows are the accepted input rows: ``row_id`` and the source's columns.
-State invariant: ``gid`` (64-bit key hash, see ``keys``) sorted and unique; the other arrays and
+State invariant: ``gid`` (key id, see ``keys.KeyCoder``) sorted and unique; the other arrays and
 ``keys`` aligned with it.
 """
 
@@ -35,14 +35,14 @@ from semantics.errors import SpecError
 from semantics.operators import fates as F
 from semantics.operators.columns import Values, values_of
 from semantics.operators.grouping import (
-    group,
+    group_sorting,
     interleave,
     lookup,
     merge_positions,
     merge_positions_at,
     take_columns,
 )
-from semantics.operators.keys import check_same, key_ids
+from semantics.operators.keys import KeyCoder
 from semantics.report import operator_name, output_columns
 from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import BacktestSpec, DeduplicationQuery
@@ -93,6 +93,7 @@ class DedupOperator:
         self.out_cols = output_columns(spec, dict(schedule.data_columns))
         self._frame = frame
         self._all: tuple[tuple[Values, ...], np.ndarray, np.ndarray] | None = None
+        self._coder = KeyCoder()
 
     def _whole(self) -> tuple[tuple[Values, ...], np.ndarray, np.ndarray]:
         """Per-row key values, key ids and row ids of the whole source, computed once (batches
@@ -100,7 +101,8 @@ class DedupOperator:
         if self._all is None:
             f = self._frame
             kv = tuple(values_of(f[k]) for k in self.keys)
-            self._all = (kv, key_ids(kv, (), len(f)), f[ROW_ID].to_numpy(dtype=np.int64))
+            self._coder = KeyCoder.fit(kv)
+            self._all = (kv, self._coder.ids(kv, (), len(f)), f[ROW_ID].to_numpy(dtype=np.int64))
         return self._all
 
     def materialize(self, payloads: list[np.ndarray]) -> pd.DataFrame:
@@ -134,12 +136,12 @@ class DedupOperator:
                 grow, t = grow[~late], t[~late]
 
         kid = kid_all[grow]
-        uniq, codes, first = group(kid)
+        uniq, codes, first = group_sorting(kid)
         if len(uniq) < len(kid):  # same id within the batch: verify the key values
-            check_same(kv_all, grow[first[codes]], kv_all, grow)
+            self._coder.check_same(kv_all, grow[first[codes]], kv_all, grow)
         pos, found = lookup(state.gid, uniq)
         f_idx = np.flatnonzero(found)
-        check_same(kv_all, state.row[pos[f_idx]], kv_all, grow[first[f_idx]])
+        self._coder.check_same(kv_all, state.row[pos[f_idx]], kv_all, grow[first[f_idx]])
         accept_g = np.flatnonzero(~found)  # first occurrences of keys not in state
         acc = first[accept_g]  # batch-local positions (after the late filter)
         if self.explain and len(grow) > len(accept_g):

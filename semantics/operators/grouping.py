@@ -33,6 +33,29 @@ def group(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.asarray(uniq_fs, dtype=np.int64)[order], rank[codes_fs], seen_first[order]
 
 
+def group_sorting(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`group` for ids that are mostly distinct (deduplication keys): one argsort of the
+    ids instead of a hash factorize plus a sort of nearly as many uniques. Same result."""
+    ids = np.asarray(ids, dtype=np.int64)
+    n = len(ids)
+    if n == 0:
+        e = np.array([], dtype=np.int64)
+        return e, e, e
+    order = np.argsort(ids)
+    s = ids[order]
+    new = np.empty(n, dtype=bool)
+    new[0] = True
+    np.not_equal(s[1:], s[:-1], out=new[1:])
+    codes = np.empty(n, dtype=np.int64)
+    if new.all():
+        codes[order] = np.arange(n, dtype=np.int64)
+        return s, codes, order
+    starts = np.flatnonzero(new)
+    codes[order] = np.cumsum(new) - 1
+    # the sort is not stable: the first occurrence is the smallest position in each run
+    return s[starts], codes, np.minimum.reduceat(order, starts)
+
+
 def take_columns(df: pd.DataFrame, cols: list[str], idx: np.ndarray) -> pd.DataFrame:
     """``df[cols].iloc[idx]`` without pandas' block-manager overhead (rows re-numbered)."""
     data = {}

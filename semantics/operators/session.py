@@ -56,13 +56,7 @@ from semantics.operators.grouping import (
     order_by_id_then_time,
     segmented_cummax,
 )
-from semantics.operators.keys import (
-    check_same,
-    concat_keys,
-    interleave_keys,
-    key_ids,
-    take_keys,
-)
+from semantics.operators.keys import KeyCoder, concat_keys, interleave_keys, take_keys
 from semantics.report import operator_name, output_columns
 from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import BacktestSpec, SessionQuery
@@ -130,6 +124,17 @@ class SessionOperator:
         self.merge_local = str(conf.get(MERGE_LOCAL_CONF, "false")).lower() == "true"
         self.columns = output_columns(spec, dict(schedule.data_columns))
         self._empty_keys = tuple(values_of(frame[k].iloc[0:0]) for k in self.keys)
+        self._frame = frame
+        self._kv: tuple[Values, ...] | None = None
+        self._coder = KeyCoder()
+
+    def _whole_keys(self) -> tuple[Values, ...]:
+        """Key columns of the whole source, computed once (with the key coder fitted on them);
+        batches slice them by ``BatchInput.offsets``."""
+        if self._kv is None:
+            self._kv = tuple(values_of(self._frame[k]) for k in self.keys)
+            self._coder = KeyCoder.fit(self._kv)
+        return self._kv
 
     def initial_state(self) -> SessionState:
         e = np.array([], dtype=np.int64)
@@ -143,7 +148,7 @@ class SessionOperator:
         rows = batch.rows[self.source]
         t = np.asarray(batch.event_us[self.source], dtype=np.int64)
         fates: list[pd.DataFrame] = []
-        units, row_order, row_unit = self._units(rows, t)
+        units, row_order, row_unit = self._units(rows, t, batch.offsets[self.source])
 
         dropped = 0
         if batch.late_wm_ms is not None and len(units):
@@ -184,13 +189,13 @@ class SessionOperator:
         )
 
     # -- pieces --------------------------------------------------------------------------------
-    def _units(self, rows: pd.DataFrame, t: np.ndarray
+    def _units(self, rows: pd.DataFrame, t: np.ndarray, off: int
                ) -> tuple[SessionState, np.ndarray, np.ndarray]:
         """Local units of the batch sorted by (key id, start), plus ``row_order`` (row indices
         sorted like the units) and ``row_unit`` (unit of each of those rows)."""
         n = len(rows)
-        kv = tuple(values_of(rows[k]) for k in self.keys)
-        kid = key_ids(kv, (), n)
+        kv = tuple(v.take(slice(off, off + n)) for v in self._whole_keys())
+        kid = self._coder.ids(kv, (), n)
         order = order_by_id_then_time(kid, t)
         k, ts = kid[order], t[order]
         new = np.ones(n, dtype=bool)
@@ -207,7 +212,7 @@ class SessionOperator:
         last = np.r_[heads[1:], n] - 1 if u else heads
         if n:  # rows of one key id really share the key
             key_head = np.maximum.accumulate(np.where(np.r_[True, ~same_key], np.arange(n), 0))
-            check_same(kv, order[key_head], kv, order)
+            self._coder.check_same(kv, order[key_head], kv, order)
         bufs = reduce_all(self.aggs, init_all(self.aggs, rows, order), code, u)
         units = SessionState(k[heads], ts[heads], ts[last] + self.gap_us,
                              take_keys(kv, order[heads]), bufs)
@@ -228,7 +233,7 @@ class SessionOperator:
         stored = state.take(stored_idx)
         has = np.flatnonzero(cnt)
         if len(has):  # stored sessions of an id hold the same key as the new units
-            check_same(state.keys, lo[has], units.keys,
+            self._coder.check_same(state.keys, lo[has], units.keys,
                        np.searchsorted(units.gid, keys[has], side="left"))
         # both sides are sorted by (key id, start): merge them (stored first on equal starts)
         pos = merge_by_id_then_time(stored.gid, stored.start_us, units.gid, units.start_us, keys)
