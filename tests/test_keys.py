@@ -1,0 +1,81 @@
+"""Key ids (semantics.operators.keys): exact packed ids and hashed ids must both keep the rule
+"equal ids exactly when equal keys", and the operators must predict the same either way."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from semantics.operators import keys as K
+from semantics.operators.columns import Values, values_of
+from semantics.predict import predict
+from tests.predict_kit import schedule_of, spec_of
+
+
+def _col(rng: np.random.Generator, n: int, lo: int, hi: int, nulls: bool) -> Values:
+    s = pd.Series(pd.array(rng.integers(lo, hi, n), dtype="Int64"))
+    if nulls:
+        s[rng.random(n) < 0.2] = pd.NA
+    return values_of(s)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_exact_ids_are_equal_exactly_for_equal_keys(seed):
+    # rule: equal tuples (NULL == NULL) <=> equal ids, also with a window-start grid column
+    rng = np.random.default_rng(seed)
+    n = 400
+    cols = [_col(rng, n, -3, 4, True), _col(rng, n, 10**12, 10**12 + 5, False)]
+    grid = rng.integers(0, 4, n) * 5_000_000 - 5_000_000
+    coder = K.KeyCoder.fit(cols, [(-5_000_000, 10_000_000, 5_000_000)])
+    assert coder.exact
+    ids = coder.ids(cols, [grid])
+    tuples = list(zip(*(np.where(c.null, -99, c.data) for c in cols), grid, strict=True))
+    same_key = np.array([[a == b for b in tuples] for a in tuples])
+    assert np.array_equal(same_key, ids[:, None] == ids[None, :])
+
+
+def test_coder_falls_back_to_verified_hashes():
+    # strings, floats and ranges whose product needs 62+ bits are hashed (and checked)
+    strings = values_of(pd.Series(["a", "b", None], dtype=object))
+    floats = values_of(pd.Series([0.5, -0.0, 0.0]))
+    wide = values_of(pd.Series([-(2**62), 2**62, 0]))
+    for cols in ([strings], [floats], [wide, wide]):
+        coder = K.KeyCoder.fit(cols)
+        assert not coder.exact
+        assert np.array_equal(coder.ids(cols), K.key_ids(cols, (), 3))
+    ids = K.KeyCoder.fit([floats]).ids([floats])
+    assert ids[1] == ids[2]  # -0.0 groups with 0.0
+
+
+def test_value_outside_the_fitted_range_is_refused():
+    coder = K.KeyCoder.fit([values_of(pd.Series([1, 5]))])
+    with pytest.raises(ValueError, match="outside the range"):
+        coder.ids([values_of(pd.Series([6]))])
+
+
+@pytest.mark.parametrize("query", [
+    {"kind": "aggregation", "keys": ["k"], "window": {"duration": "10 seconds",
+                                                      "slide": "5 seconds"},
+     "aggregates": {"n": "count(*)"}},
+    {"kind": "deduplication", "keys": ["k", "ts"]},
+    {"kind": "session", "keys": ["k"], "gap": "4 seconds", "aggregates": {"n": "count(*)"}},
+])
+def test_exact_and_hashed_ids_predict_the_same(query, monkeypatch):
+    rng = np.random.default_rng(7)
+    frames = []
+    for b in range(6):
+        k = pd.array(rng.integers(0, 5, 30), dtype="Int64")
+        k[k == 4] = pd.NA
+        frames.append(pd.DataFrame({"k": k, "ts": b * 6 + rng.integers(-15, 5, 30)}))
+    spec = spec_of(query, watermark="5 seconds")
+    assert K.KeyCoder.fit([values_of(pd.concat(frames)["k"])]).exact  # the first run packs
+    exact = predict(schedule_of(frames), spec, "c")
+    monkeypatch.setattr(K.KeyCoder, "fit", classmethod(lambda cls, *a, **k: cls()))
+    hashed = predict(schedule_of(frames), spec, "c")
+    pd.testing.assert_frame_equal(exact.batches, hashed.batches)
+    key = list(exact.outputs.columns)
+    pd.testing.assert_frame_equal(
+        exact.outputs.sort_values(key, ignore_index=True).astype(str),
+        hashed.outputs.sort_values(key, ignore_index=True).astype(str))
+    assert len(exact.outputs)
