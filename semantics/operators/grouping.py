@@ -1,4 +1,5 @@
-"""Vectorised group-by primitives over int64 ids (hash factorize, then sort the few uniques)."""
+"""Vectorised group-by primitives over int64 ids (hash factorize, then sort the few uniques; a
+dense table instead when the ids lie in a small range, as exact key ids of one time range do)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ def group(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if n == 0:
         e = np.array([], dtype=np.int64)
         return e, e, e
+    lo, hi = int(ids.min()), int(ids.max())
+    if hi - lo < 4 * n + 1024:  # dense ids (e.g. exact window-major key ids): a table
+        return _group_dense(ids - lo, hi - lo + 1, lo)
     codes_fs, uniq_fs = pd.factorize(ids, sort=False)
     codes_fs = np.asarray(codes_fs, dtype=np.int64)
     g = len(uniq_fs)
@@ -31,6 +35,17 @@ def group(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     rank = np.empty(g, dtype=np.int64)
     rank[order] = np.arange(g, dtype=np.int64)
     return np.asarray(uniq_fs, dtype=np.int64)[order], rank[codes_fs], seen_first[order]
+
+
+def _group_dense(d: np.ndarray, size: int, lo: int
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`group` of ``d + lo`` for ``0 <= d < size`` (linear in ``size``, no hashing)."""
+    n = len(d)
+    first = np.full(size, n, dtype=np.int64)
+    np.minimum.at(first, d, np.arange(n, dtype=np.int64))
+    present = first < n
+    rank = np.cumsum(present) - 1
+    return np.flatnonzero(present) + lo, rank[d], first[present]
 
 
 def group_sorting(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

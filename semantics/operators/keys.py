@@ -96,7 +96,7 @@ class KeyCoder:
 
     >>> c = KeyCoder.fit([Values("int", np.array([5, 7]))], [(0, 20, 10)])
     >>> c.exact, c.ids([Values("int", np.array([7, 5]))], [np.array([10, 20])]).tolist()
-    (True, [10, 5])
+    (True, [7, 9])
     """
 
     exact: bool = False
@@ -136,12 +136,15 @@ class KeyCoder:
         if not columns and not extra:
             assert n is not None
             return np.zeros(n, dtype=np.int64)
-        out: np.ndarray | None = None
-        digits = [(c.data - (lo - 1), c.null) for c, lo in zip(columns, self.lows, strict=False)]
         k = len(columns)
-        digits += [((e - lo) // step, None)
-                   for e, lo, step in zip(extra, self.lows[k:], self.steps, strict=True)]
-        for (d, null), size in zip(digits, self.sizes, strict=True):
+        # extras (window starts) are the most significant digits: ids of one time range are
+        # close together, so a batch's ids span a small range (see ``grouping.group``)
+        digits = [((e - lo) // step, None, size) for e, lo, step, size
+                  in zip(extra, self.lows[k:], self.steps, self.sizes[k:], strict=True)]
+        digits += [(c.data - (lo - 1), c.null, size)
+                   for c, lo, size in zip(columns, self.lows, self.sizes, strict=False)]
+        out: np.ndarray | None = None
+        for d, null, size in digits:
             if null is not None:
                 d = np.where(null, 0, d)
             if len(d) and (int(d.min()) < 0 or int(d.max()) >= size):
