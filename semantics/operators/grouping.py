@@ -132,16 +132,26 @@ def _rank(ids: np.ndarray, keys: np.ndarray) -> np.ndarray:
 
 
 def order_by_id_then_time(ids: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """Row order sorting by (id, t), stable: one int64 argsort of ``rank(id)·span + t`` when
-    that fits in 62 bits (it does for any realistic batch), else ``np.lexsort``."""
+    """Row order sorting by (id, t), stable. Packs ``(id, t, position)`` into one int64 and
+    sorts the values (cheaper than a stable argsort) when that fits in 62 bits; ids of a small
+    range (exact key ids) are packed directly, others by their rank; else ``np.lexsort``."""
     n = len(ids)
     if n == 0:
         return np.array([], dtype=np.int64)
-    codes, uniq = pd.factorize(ids, sort=True)
-    span = int(t.max()) - int(t.min()) + 1
-    if len(uniq) * span >= _PACK_LIMIT:
-        return np.lexsort((t, ids))
-    comp = np.asarray(codes, dtype=np.int64) * span + (t - t.min())
+    t_lo = int(t.min())
+    span = int(t.max()) - t_lo + 1
+    id_lo = int(ids.min())
+    if (int(ids.max()) - id_lo + 1) * span < _PACK_LIMIT:
+        comp = (ids - id_lo) * span + (t - t_lo)
+        n_ids = int(ids.max()) - id_lo + 1
+    else:
+        codes, uniq = pd.factorize(ids, sort=True)
+        n_ids = len(uniq)
+        if n_ids * span >= _PACK_LIMIT:
+            return np.lexsort((t, ids))
+        comp = np.asarray(codes, dtype=np.int64) * span + (t - t_lo)
+    if n_ids * span * n < _PACK_LIMIT:  # position as the last digit: unique values, stable
+        return np.sort(comp * n + np.arange(n, dtype=np.int64)) % n
     return np.argsort(comp, kind="stable")
 
 

@@ -223,7 +223,8 @@ class SessionOperator:
         """Rewrite the sessions of every key in ``units``; returns (state, upserted, replaced)."""
         if not len(units):
             return state, 0, 0
-        keys = np.unique(units.gid)
+        g = units.gid  # sorted (units are sorted by key id, then start)
+        keys = g[np.r_[True, g[1:] != g[:-1]]]
         lo = np.searchsorted(state.gid, keys, side="left")
         hi = np.searchsorted(state.gid, keys, side="right")
         cnt = hi - lo

@@ -1,0 +1,226 @@
+"""Calibration of the state-bytes estimate (``semantics/state_bytes.py``) against real Spark.
+
+    SPARK_LOCAL_IP=127.0.0.1 .venv/bin/python bench/state_bytes.py              # all shapes
+    SPARK_LOCAL_IP=127.0.0.1 .venv/bin/python bench/state_bytes.py --shapes dedup,session
+    SPARK_LOCAL_IP=127.0.0.1 .venv/bin/python bench/state_bytes.py --per-batch  # + every batch
+
+For each query shape: synthetic events (as ``bench/predict.py``: ``parse_spec`` + ``cut``,
+``batch_by: {rows: n}``, backlog pace), the Spark replay of that schedule (HDFS-backed state store,
+``local[2]``, 2 shuffle partitions) and the predictor on the same schedule. Event time advances
+``--rate`` events per second per source, out of order by up to 10 s, 1 % of the events are ten
+minutes late; watermark delays are 30 s, so state both grows and gets evicted within a run.
+
+First table, per shape, over the batches where Spark reports ``memoryUsedBytes`` > 0:
+
+* ``est/act``: min / median / max of the predictor's estimate over Spark's ``memoryUsedBytes``;
+* ``mdl@act``: median of the model applied to Spark's own row counts (separates the layout error
+  from row-count prediction errors; ``rows≠`` counts batches whose predicted
+  ``state_rows``/``state_rows_removed`` differ from Spark's);
+* ``B/entry``: median of (actual − stores·P·MAP_BYTES) / (state_rows + state_rows_removed),
+  Spark's numbers, against the model's per-entry bytes (``ENTRY_BYTES + key + value``).
+
+Second table, per shape: the least-squares fit actual = a + b·(state_rows + state_rows_removed)
+over its batches (Spark's numbers), b against the model's per-entry bytes and a against
+stores·P·MAP_BYTES, with the fit's R² (``--fit`` is accepted; the fit is always printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from semantics import state_bytes as sb  # noqa: E402
+from semantics.predict import predict  # noqa: E402
+from semantics.schedule import Schedule, cut  # noqa: E402
+from semantics.spec import BacktestSpec, BatchBy, parse_spec  # noqa: E402
+
+T0_US = 1_700_000_000_000_000  # a whole minute (windows start on it)
+JITTER_US = 10_000_000  # out of order by up to 10 s of event time
+LATE_US = 600_000_000  # 1 % of the events are ten minutes late (beyond the 30 s delay)
+DELAY = "30 seconds"
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One query shape: the spec's query, the data it gets and the watermark delay."""
+
+    name: str
+    query: dict[str, Any]
+    keys: int = 1000  # distinct values of ``k``
+    strings: bool = False  # add ``s``: a 12-character string column
+    rate: float = 100.0  # events per second of event time, per source
+    sources: tuple[str, ...] = ("a",)
+    delay: str = DELAY
+    note: str = field(default="", compare=False)
+
+
+AGG_QUERY = {"window": {"duration": "1 minute"}, "aggregates": {"n": "count(*)", "s": "sum(v)"}}
+SHAPES: dict[str, Shape] = {s.name: s for s in [
+    Shape("aggregation", {"kind": "aggregation", "source": "a", "keys": ["k"], **AGG_QUERY},
+          note="in-sample"),
+    Shape("dedup", {"kind": "deduplication", "source": "a", "keys": ["id", "ts"]}),
+    Shape("dedup_within", {"kind": "deduplication", "source": "a", "keys": ["id"],
+                           "within_watermark": True}),
+    Shape("dedup_string", {"kind": "deduplication", "source": "a", "keys": ["s", "ts"]},
+          strings=True),
+    # 3 000 keys at 100 events/s: a key every 30 s on average, so with a 30 s gap about a third
+    # of the sessions close after each event (sessions both merge and end)
+    Shape("session", {"kind": "session", "source": "a", "keys": ["k"], "gap": "30 seconds",
+                      "aggregates": {"n": "count(*)", "s": "sum(v)"}}, keys=3000),
+    # 50 events/s per side over 500 keys: each row has a few partners within 30 s
+    Shape("join", {"kind": "join", "type": "left_outer", "left": "a", "right": "b",
+                   "keys": ["k"], "time_range": {"lower": "-30 seconds", "upper": "0 seconds"}},
+          keys=500, rate=50.0, sources=("a", "b"), note="in-sample"),
+]}
+
+
+def events(n: int, seed: int, shape: Shape) -> pd.DataFrame:
+    """``n`` events of one source; 5 % repeat an event of the previous 50 (id, k, s, ts)."""
+    rng = np.random.default_rng(seed)
+    base = T0_US + (np.arange(n, dtype=np.int64) * (1e6 / shape.rate)).astype(np.int64)
+    ts = base - rng.integers(0, JITTER_US, n) - np.where(rng.random(n) < 0.01, LATE_US, 0)
+    ids = rng.integers(0, n // 2 + 1, n)
+    ks = rng.integers(0, shape.keys, n)
+    idx = np.arange(n)
+    dup = (rng.random(n) < 0.05) & (idx >= 50)
+    src = np.where(dup, idx - rng.integers(1, 50, n), idx)
+    ids, ks, ts = ids[src], ks[src], ts[src]
+    df = pd.DataFrame({"id": ids, "k": ks, "v": rng.integers(0, 100, n)})
+    if shape.strings:
+        df["s"] = [f"user-{i:07d}" for i in ids]  # 12 characters
+    df["ts"] = pd.to_datetime(ts, unit="us", utc=True).astype("datetime64[us, UTC]")
+    return df
+
+
+def make(shape: Shape, batches: int, batch_rows: int) -> tuple[BacktestSpec, Schedule]:
+    """Spec + schedule as in ``bench/predict.py`` (``rows`` batches, backlog)."""
+    sources = list(shape.sources)
+    spec = parse_spec({
+        "name": f"bench_state_bytes_{shape.name}",
+        "sources": {s: {"table": f"/nonexistent/{s}", "event_time": "ts"} for s in sources},
+        "query": shape.query,
+        "replay": {"batch_by": {"rows": batch_rows}, "pace": "backlog"},
+        "candidates": {"c": {"watermark": {s: shape.delay for s in sources}}},
+    })
+    per = batches * batch_rows // len(sources)
+    arrivals = {}
+    for i, s in enumerate(sources):
+        df = events(per, seed=i, shape=shape)
+        df.insert(0, "row_id", np.arange(per, dtype=np.int64) * len(sources) + i)
+        df.insert(1, "arrival_ms", df["row_id"].to_numpy() // 1000)
+        df.insert(2, "commit_version", df["row_id"].to_numpy() // batch_rows)
+        arrivals[s] = df
+    sched = cut(spec.name, arrivals, {s: "ts" for s in sources}, BatchBy(rows=batch_rows),
+                "backlog")
+    return spec, sched
+
+
+def run_spark(spec: BacktestSpec, sched: Schedule) -> pd.DataFrame:
+    from jobs.replay import replay
+    from jobs.spark import get_spark
+
+    spark = get_spark()
+    with tempfile.TemporaryDirectory() as tmp:
+        return replay(spec, "c", sched, Path(tmp), spark).batches
+
+
+COLS = ["batch_id", "state_rows", "state_rows_removed", "state_bytes"]
+
+
+def compare(shape: Shape, batches: int, batch_rows: int) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Per-batch table (predicted vs actual) and the shape's summary."""
+    spec, sched = make(shape, batches, batch_rows)
+    t0 = time.perf_counter()
+    actual = run_spark(spec, sched)[COLS]
+    spark_s = time.perf_counter() - t0
+    pred = predict(sched, spec, "c", explain=False).batches[COLS]
+    df = actual.merge(pred, on="batch_id", how="outer", suffixes=("", "_pred"))
+    df = df.apply(pd.to_numeric).astype("float64")
+    stores, key, value = sb.layout(spec, sched)
+    per_entry = sb.ENTRY_BYTES + key + value
+    base = stores * sb.partitions(spec, "c") * sb.MAP_BYTES
+    df["entries"] = df["state_rows"].fillna(0) + df["state_rows_removed"].fillna(0)
+    df["model_at_actual"] = base + df["entries"] * per_entry
+    df["ratio"] = df["state_bytes_pred"] / df["state_bytes"]
+    df["ratio_at_actual"] = df["model_at_actual"] / df["state_bytes"]
+    df["bytes_per_entry"] = (df["state_bytes"] - base) / df["entries"]
+    ok = df[df["state_bytes"] > 0]
+    mism = ((ok["state_rows"] != ok["state_rows_pred"])
+            | (ok["state_rows_removed"] != ok["state_rows_removed_pred"])).sum()
+    fit = ok[ok["entries"] > 0]
+    a = b = r2 = float("nan")
+    if len(fit) >= 2 and fit["entries"].nunique() > 1:
+        x, y = fit["entries"].to_numpy(), fit["state_bytes"].to_numpy()
+        b, a = np.polyfit(x, y, 1)
+        resid = y - (a + b * x)
+        r2 = 1 - float(resid @ resid) / float(((y - y.mean()) ** 2).sum())
+    summary = {
+        "shape": shape.name, "note": shape.note, "batches": len(df), "used": len(ok),
+        "rows_mismatch": int(mism),
+        "ratio_min": ok["ratio"].min(), "ratio_med": ok["ratio"].median(),
+        "ratio_max": ok["ratio"].max(), "ratio_at_actual_med": ok["ratio_at_actual"].median(),
+        "max_entries": fit["entries"].max(), "max_bytes": ok["state_bytes"].max(),
+        "bpe_med": fit["bytes_per_entry"].median(), "model_bpe": per_entry,
+        "key": key, "value": value, "stores": stores, "model_a": base,
+        "fit_a": a, "fit_b": b, "r2": r2, "spark_s": spark_s,
+    }
+    return df, summary
+
+
+def print_tables(rows: list[dict[str, Any]]) -> None:
+    print("\nestimate / actual memoryUsedBytes (batches with actual > 0)")
+    print(f"{'shape':<13} {'batches':>7} {'used':>4} {'rows≠':>5} {'est/act min':>11} "
+          f"{'median':>7} {'max':>6} {'mdl@act':>7} {'max entries':>11} {'max bytes':>10} "
+          f"{'B/entry':>8} {'model':>6}  note")
+    for r in rows:
+        print(f"{r['shape']:<13} {r['batches']:>7} {r['used']:>4} {r['rows_mismatch']:>5} "
+              f"{r['ratio_min']:>11.2f} {r['ratio_med']:>7.2f} {r['ratio_max']:>6.2f} "
+              f"{r['ratio_at_actual_med']:>7.2f} {r['max_entries']:>11,.0f} "
+              f"{r['max_bytes']:>10,.0f} {r['bpe_med']:>8.1f} {r['model_bpe']:>6}  {r['note']}")
+    print("\nleast squares: actual = a + b·(state_rows + state_rows_removed)  (Spark's numbers)")
+    print(f"{'shape':<13} {'key':>4} {'value':>5} {'fit b':>7} {'model b':>7} {'b/model':>7} "
+          f"{'fit a':>9} {'model a':>7} {'R²':>6} {'spark s':>7}")
+    for r in rows:
+        print(f"{r['shape']:<13} {r['key']:>4} {r['value']:>5} {r['fit_b']:>7.1f} "
+              f"{r['model_bpe']:>7} {r['fit_b'] / r['model_bpe']:>7.2f} {r['fit_a']:>9,.0f} "
+              f"{r['model_a']:>7} {r['r2']:>6.3f} {r['spark_s']:>7.1f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated, of: "
+                    + ", ".join(SHAPES))
+    ap.add_argument("--batches", type=int, default=20, help="data batches per shape")
+    ap.add_argument("--batch-rows", type=int, default=2000)
+    ap.add_argument("--fit", action="store_true", help="accepted; the fit is always printed")
+    ap.add_argument("--per-batch", action="store_true", help="also print every batch")
+    args = ap.parse_args()
+    started = time.perf_counter()
+    rows = []
+    for name in args.shapes.split(","):
+        df, summary = compare(SHAPES[name], args.batches, args.batch_rows)
+        rows.append(summary)
+        print(f"{name}: {summary['batches']} batches, Spark {summary['spark_s']:.1f} s",
+              flush=True)
+        if args.per_batch:
+            show = ["batch_id", "state_rows", "state_rows_pred", "state_rows_removed",
+                    "state_rows_removed_pred", "state_bytes", "state_bytes_pred", "ratio",
+                    "ratio_at_actual", "bytes_per_entry"]
+            with pd.option_context("display.width", 200, "display.max_rows", 1000):
+                print(df[show].round(2).to_string(index=False))
+    print_tables(rows)
+    print(f"\ntotal {time.perf_counter() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
