@@ -57,13 +57,16 @@ class DedupState:
 
     gid: np.ndarray  # int64 key id, sorted, unique
     expires_us: np.ndarray  # eviction bound (µs): event time, expiresAt, or NEVER
-    row: np.ndarray  # position of the creating row in the source's schedule rows
+    # position of the creating row in the source's schedule rows; None when nobody reads it
+    # (exact key ids need no collision check, and without explain no fate names the row)
+    row: np.ndarray | None
 
     def __len__(self) -> int:
         return len(self.gid)
 
     def take(self, idx: np.ndarray) -> DedupState:
-        return DedupState(self.gid[idx], self.expires_us[idx], self.row[idx])
+        return DedupState(self.gid[idx], self.expires_us[idx],
+                          None if self.row is None else self.row[idx])
 
 
 class DedupOperator:
@@ -111,7 +114,8 @@ class DedupOperator:
 
     def initial_state(self) -> DedupState:
         e = np.array([], dtype=np.int64)
-        return DedupState(e, e, e)
+        self._whole()  # fits the key coder, which decides whether entries keep their row
+        return DedupState(e, e, e if self.explain or not self._coder.exact else None)
 
     def wants_another_batch(self, state: Any, new_wm_ms: int, last_evict_wm_ms: int | None
                             ) -> bool:
@@ -141,7 +145,9 @@ class DedupOperator:
             self._coder.check_same(kv_all, grow[first[codes]], kv_all, grow)
         pos, found = lookup(state.gid, uniq)
         f_idx = np.flatnonzero(found)
-        self._coder.check_same(kv_all, state.row[pos[f_idx]], kv_all, grow[first[f_idx]])
+        if not self._coder.exact:
+            assert state.row is not None
+            self._coder.check_same(kv_all, state.row[pos[f_idx]], kv_all, grow[first[f_idx]])
         accept_g = np.flatnonzero(~found)  # first occurrences of keys not in state
         acc = first[accept_g]  # batch-local positions (after the late filter)
         if self.explain and len(grow) > len(accept_g):
@@ -155,7 +161,8 @@ class DedupOperator:
             exp = t_first
         else:
             exp = np.full(len(accept_g), NEVER, dtype=np.int64)
-        new = _merge(state, DedupState(uniq[accept_g], exp, grow[acc]), pos[accept_g])
+        new = _merge(state, DedupState(uniq[accept_g], exp,
+                                       None if state.row is None else grow[acc]), pos[accept_g])
 
         removed = 0
         if self.evicts and batch.evict_wm_ms is not None:
@@ -210,4 +217,5 @@ def _merge(a: DedupState, b: DedupState, b_in_a: np.ndarray | None = None) -> De
         pa, pb = merge_positions_at(len(a), b_in_a)
     return DedupState(interleave(pa, a.gid, pb, b.gid),
                       interleave(pa, a.expires_us, pb, b.expires_us),
+                      None if a.row is None or b.row is None else
                       interleave(pa, a.row, pb, b.row))
