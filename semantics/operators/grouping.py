@@ -93,21 +93,15 @@ def lookup(sorted_ids: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 def merge_positions(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Where the elements of sorted ``a`` and sorted ``b`` land in their sorted merge (``a``
-    first on ties): ``O(len(a) + len(b) log)``, no full re-sort of a large state."""
-    pb = np.arange(len(b), dtype=np.int64) + np.searchsorted(a, b, side="right")
-    if len(a) <= 4 * len(b):
-        pa = np.arange(len(a), dtype=np.int64) + np.searchsorted(b, a, side="left")
-        return pa, pb
-    # a large, b small: the positions of ``a`` are the complement of ``pb`` (linear, no
-    # binary search per element of ``a``)
-    taken = np.zeros(len(a) + len(b), dtype=bool)
-    taken[pb] = True
-    return np.flatnonzero(~taken), pb
+    first on ties): one binary search per element of ``b``; the positions of ``a`` are the
+    complement (linear: no binary search per element of a large state ``a``)."""
+    return merge_positions_at(len(a), np.searchsorted(a, b, side="right"))
 
 
 def merge_positions_at(n_a: int, b_in_a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`merge_positions` when the sorted ``b`` has no id in common with ``a`` and its
-    insertion points ``searchsorted(a, b)`` are already known (linear, no binary search)."""
+    """:func:`merge_positions` when the insertion points of the sorted ``b`` in ``a`` (of
+    length ``n_a``) are already known: ``searchsorted(a, b, side="right")``, or either side when
+    ``b`` has no value in common with ``a`` (linear, no binary search)."""
     pb = np.arange(len(b_in_a), dtype=np.int64) + b_in_a
     taken = np.zeros(n_a + len(b_in_a), dtype=bool)
     taken[pb] = True
@@ -164,6 +158,10 @@ def merge_by_id_then_time(ids_a: np.ndarray, t_a: np.ndarray, ids_b: np.ndarray,
         return merge_positions(ids_a, ids_b)
     lo = min(int(t_a.min()), int(t_b.min()))
     span = max(int(t_a.max()), int(t_b.max())) - lo + 1
+    id_lo = int(keys[0])
+    if (int(keys[-1]) - id_lo + 1) * span < _PACK_LIMIT:  # ids of a small range: as they are
+        return merge_positions((ids_a - id_lo) * span + (t_a - lo),
+                               (ids_b - id_lo) * span + (t_b - lo))
     if len(keys) * span >= _PACK_LIMIT:
         return None
     ca = _rank(ids_a, keys) * span + (t_a - lo)
