@@ -4,6 +4,9 @@
     SPARK_LOCAL_IP=127.0.0.1 .venv/bin/python bench/state_bytes.py --shapes dedup,session
     SPARK_LOCAL_IP=127.0.0.1 .venv/bin/python bench/state_bytes.py --per-batch  # + every batch
 
+Shapes marked ``fitted`` are the ones the model's constants were fitted on; the others check the
+model out of sample (other data, keys or gaps).
+
 For each query shape: synthetic events (as ``bench/predict.py``: ``parse_spec`` + ``cut``,
 ``batch_by: {rows: n}``, backlog pace), the Spark replay of that schedule (HDFS-backed state store,
 ``local[2]``, 2 shuffle partitions) and the predictor on the same schedule. Event time advances
@@ -18,11 +21,12 @@ First table, per shape, over the batches where Spark reports ``memoryUsedBytes``
   from row-count prediction errors; ``rows≠`` counts batches whose predicted
   ``state_rows``/``state_rows_removed`` differ from Spark's);
 * ``B/entry``: median of (actual − stores·P·MAP_BYTES) / (state_rows + state_rows_removed),
-  Spark's numbers, against the model's per-entry bytes (``ENTRY_BYTES + key + value``).
+  Spark's numbers, against the model's bytes per entry (``state_bytes.entry_bytes``; joins: per
+  buffered row, the distinct-key entries come on top).
 
 Second table, per shape: the least-squares fit actual = a + b·(state_rows + state_rows_removed)
 over its batches (Spark's numbers), b against the model's per-entry bytes and a against
-stores·P·MAP_BYTES, with the fit's R² (``--fit`` is accepted; the fit is always printed).
+stores·P·MAP_BYTES, with the fit's R².
 Because Spark's ``SizeEstimator`` samples large arrays (the hash table), consecutive batches with
 the same row count differ by ±20 %; the free intercept is then poorly determined, so two fits with
 the intercept held at the model's stores·P·MAP_BYTES follow: ``b@a`` (one slope) and
@@ -74,7 +78,7 @@ AGG_QUERY = {"window": {"duration": "1 minute"}, "aggregates": {"n": "count(*)",
 SHAPES: dict[str, Shape] = {s.name: s for s in [
     # 3 000 keys: a window's groups grow with the event rate (not all keys in every window)
     Shape("aggregation", {"kind": "aggregation", "source": "a", "keys": ["k"], **AGG_QUERY},
-          keys=3000, note="in-sample"),
+          keys=3000),
     Shape("dedup", {"kind": "deduplication", "source": "a", "keys": ["id", "ts"]}),
     Shape("dedup_within", {"kind": "deduplication", "source": "a", "keys": ["id"],
                            "within_watermark": True}),
@@ -83,11 +87,19 @@ SHAPES: dict[str, Shape] = {s.name: s for s in [
     # 3 000 keys at 100 events/s: a key every 30 s on average, so with a 30 s gap about a third
     # of the sessions close after each event (sessions both merge and end)
     Shape("session", {"kind": "session", "source": "a", "keys": ["k"], "gap": "30 seconds",
-                      "aggregates": {"n": "count(*)", "s": "sum(v)"}}, keys=3000),
+                      "aggregates": {"n": "count(*)", "s": "sum(v)"}}, keys=3000, note="fitted"),
+    # other keys and gap: 300 keys, a 10 s gap (several sessions per key in the state)
+    Shape("session_300", {"kind": "session", "source": "a", "keys": ["k"], "gap": "10 seconds",
+                          "aggregates": {"n": "count(*)", "avg": "avg(v)"}}, keys=300),
     # 50 events/s per side over 500 keys: each row has a few partners within 30 s
     Shape("join", {"kind": "join", "type": "left_outer", "left": "a", "right": "b",
                    "keys": ["k"], "time_range": {"lower": "-30 seconds", "upper": "0 seconds"}},
-          keys=500, rate=50.0, sources=("a", "b"), note="in-sample"),
+          keys=500, rate=50.0, sources=("a", "b")),
+    # nearly unique keys (as the demo's impressions and clicks): a key entry per row
+    Shape("join_unique", {"kind": "join", "type": "inner", "left": "a", "right": "b",
+                          "keys": ["k"],
+                          "time_range": {"lower": "-30 seconds", "upper": "0 seconds"}},
+          keys=1_000_000, rate=50.0, sources=("a", "b")),
 ]}
 
 
@@ -155,13 +167,17 @@ def compare(shape: Shape, batches: int, batch_rows: int) -> tuple[pd.DataFrame, 
     actual = run_spark(spec, sched)[COLS]
     spark_s = time.perf_counter() - t0
     pred = predict(sched, spec, "c", explain=False).batches[COLS]
+    pred_all = _engine_batches(spec, sched)
     df = actual.merge(pred, on="batch_id", how="outer", suffixes=("", "_pred"))
     df = df.apply(pd.to_numeric).astype("float64")
     stores, key, value = sb.layout(spec, sched)
-    per_entry = sb.ENTRY_BYTES + key + value
+    per_entry = sb.entry_bytes(spec, sched)[0]
     base = stores * sb.partitions(spec, "c") * sb.MAP_BYTES
     df["entries"] = df["state_rows"].fillna(0) + df["state_rows_removed"].fillna(0)
-    df["model_at_actual"] = base + df["entries"] * per_entry
+    keys = pred_all.set_index("batch_id")["state_keys"] if "state_keys" in pred_all else None
+    at_actual = df[["batch_id", "state_rows", "state_rows_removed"]].assign(
+        state_keys=df["batch_id"].map(keys) if keys is not None else np.nan)
+    df["model_at_actual"] = sb.estimate(spec, "c", sched, at_actual).astype("float64")
     df["ratio"] = df["state_bytes_pred"] / df["state_bytes"]
     df["ratio_at_actual"] = df["model_at_actual"] / df["state_bytes"]
     df["bytes_per_entry"] = (df["state_bytes"] - base) / df["entries"]
@@ -196,6 +212,16 @@ def compare(shape: Shape, batches: int, batch_rows: int) -> tuple[pd.DataFrame, 
     return df, summary
 
 
+def _engine_batches(spec: BacktestSpec, sched: Schedule) -> pd.DataFrame:
+    """The engine's per-batch records, which also hold ``state_keys`` (joins)."""
+    from semantics import engine
+    from semantics.operators import make_operator
+    from semantics.report import output_columns
+
+    op = make_operator(spec, "c", sched, explain=False)
+    return engine.run(sched, spec, "c", op, output_columns(spec, dict(sched.data_columns))).batches
+
+
 def print_tables(rows: list[dict[str, Any]]) -> None:
     print("\nestimate / actual memoryUsedBytes (batches with actual > 0)")
     print(f"{'shape':<13} {'batches':>7} {'used':>4} {'rows≠':>5} {'est/act min':>11} "
@@ -223,7 +249,6 @@ def main() -> None:
                     + ", ".join(SHAPES))
     ap.add_argument("--batches", type=int, default=20, help="data batches per shape")
     ap.add_argument("--batch-rows", type=int, default=2000)
-    ap.add_argument("--fit", action="store_true", help="accepted; the fit is always printed")
     ap.add_argument("--per-batch", action="store_true", help="also print every batch")
     args = ap.parse_args()
     started = time.perf_counter()

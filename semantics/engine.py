@@ -77,6 +77,9 @@ class OperatorStep:
     state_rows_removed: int
     output: Deferred  # emitted rows, built by ``Operator.materialize`` at the end of the run
     state_bytes: int | None = None
+    # distinct state keys, for the state-bytes estimate of operators whose state has per-key
+    # entries besides per-row ones (joins); not a report column
+    state_keys: int | None = None
     # Explain: one row per input row that was not simply accepted, and per emitted/evicted
     # state entry. Columns: row_id (or -1), fate, detail.
     fates: pd.DataFrame | None = None
@@ -224,6 +227,7 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str, operator: Operat
             "output_rows": len(out),
             "state_bytes": step.state_bytes,
             "checkpoint_bytes": None,
+            "state_keys": step.state_keys,
         }
         records.append(rec)
         # after the batch: update watermarks from this batch's data (markMicroBatchEnd)

@@ -74,7 +74,7 @@ def predict(schedule: Schedule, spec: BacktestSpec, candidate: str, *,
     res = engine.run(schedule, spec, candidate, op, cols)
     batches = res.batches.reindex(columns=report_columns(spec))
     if batches["state_bytes"].isna().all() and len(batches):
-        batches["state_bytes"] = state_bytes.estimate(spec, candidate, schedule, batches)
+        batches["state_bytes"] = state_bytes.estimate(spec, candidate, schedule, res.batches)
     raw = res.fates
     summary = ({str(k): int(v) for k, v in raw["fate"].value_counts().items() if v}
                if len(raw) else {})

@@ -4,10 +4,12 @@ Spark reports ``SizeEstimator.estimate(map)`` of each partition's in-memory stat
 ``ConcurrentHashMap[UnsafeRow, UnsafeRow]``, summed over partitions and stores. The model:
 
     bytes = stores · P · MAP_BYTES + entries · (ENTRY_BYTES + size(key) + size(value))
+            [+ join keys · (ENTRY_BYTES + size(key) + 8)]
 
-with ``entries = state_rows + state_rows_removed``: measured on real runs, the memory a batch
-reports still includes the entries it removed (a batch that evicts 24 of 28 groups reports about
-the bytes of 28), so the removed rows count once more in that batch.
+with ``entries = state_rows + state_rows_removed``: the memory Spark reports covers the state
+versions it keeps in memory (``maxBatchesToRetainInMemory``, default 2), so the entries a batch
+removed still count in that batch (measured: a batch that evicts 24 of 28 groups reports about
+the bytes of 28).
 
 * ``size(row)`` is the UnsafeRow size: an 8-byte null bitset per 64 fields, 8 bytes per field,
   plus variable-length data (strings: mean UTF-8 length of the column, rounded up to 8 bytes;
@@ -16,9 +18,13 @@ the bytes of 28), so the removed rows count once more in that batch.
   table slot (JVM with compressed oops); ``MAP_BYTES`` = an empty map per store and partition;
 * stores and entries per operator: aggregation — key = group keys + window, value = aggregation
   buffers; dedup — key = dedup keys, value = none (within watermark: the expiry, a long);
-  session — key = group keys + session start, value = the whole session row; join — per side two
-  stores, one entry per buffered row (key + index → row + matched flag) plus one per row for the
-  key → count store (an upper bound: Spark keeps one per distinct key).
+  session — key = group keys + session start, value = the whole session row, plus
+  ``SESSION_INDEX_BYTES`` per session for the prefix-scan index of Spark's session state map
+  (``PrefixScannableHDFSBackedStateStoreMap``: group key → set of its session keys); join — per
+  side two stores: one entry per buffered row (key + index → row + matched flag) and one per
+  distinct key (key → count). The join operator reports its distinct keys per batch
+  (``state_keys``: both sides, before eviction); without them every row counts as a key (the
+  upper bound, exact for unique keys).
 
 ``P`` = ``spark.sql.shuffle.partitions`` of the candidate (the replay's default: 2). Calibrated
 against real runs (``bench/state_bytes.py``); the measured error is in ``docs/state-bytes.md``.
@@ -42,6 +48,7 @@ from semantics.spec import (
 
 ENTRY_BYTES = 200  # CHM node 32 + 2 × (UnsafeRow 40 + byte[] header 16) + table, fitted
 MAP_BYTES = 470  # per store and partition, fitted (bench/state_bytes.py)
+SESSION_INDEX_BYTES = 310  # per session: the prefix-scan index, fitted (bench/state_bytes.py)
 DEFAULT_PARTITIONS = 2
 
 
@@ -92,13 +99,29 @@ def layout(spec: BacktestSpec, schedule: Schedule) -> tuple[int, int, int]:
         value += [8 * (2 if parse_aggregate(e)[0] == "avg" else 1) for e in q.aggregates.values()]
         return 1, _row_bytes(key), _row_bytes(value)
     assert isinstance(q, JoinQuery)
+    row, key = _join_entries(spec, schedule)
+    return 4, row - ENTRY_BYTES, key  # one row entry plus one key entry (the upper bound)
+
+
+def _join_entries(spec: BacktestSpec, schedule: Schedule) -> tuple[int, int]:
+    """Join: (bytes per buffered row, bytes per distinct key of a side), map entries included."""
+    q = spec.query
+    assert isinstance(q, JoinQuery)
     key = _cols(schedule, q.left, list(q.keys))
     left = _cols(schedule, q.left, ["row_id", *schedule.data_columns[q.left]]) + [8]
     right = _cols(schedule, q.right, ["row_id", *schedule.data_columns[q.right]]) + [8]
-    # keyWithIndexToValue (key + index -> row + matched) and keyToNumValues (key -> count):
-    # two map entries per buffered row (the second is an upper bound), hence ENTRY_BYTES twice
-    value = (_row_bytes(left) + _row_bytes(right)) // 2
-    return 4, ENTRY_BYTES + _row_bytes([*key, 8]) + _row_bytes(key), value + _row_bytes([8])
+    # keyWithIndexToValue: key + index -> row + matched flag (the sides' mean row size)
+    row = ENTRY_BYTES + _row_bytes([*key, 8]) + (_row_bytes(left) + _row_bytes(right)) // 2
+    return row, ENTRY_BYTES + _row_bytes(key) + _row_bytes([8])  # keyToNumValues: key -> count
+
+
+def entry_bytes(spec: BacktestSpec, schedule: Schedule) -> tuple[int, int]:
+    """(bytes per state entry, bytes per distinct join key): the model's two slopes."""
+    if isinstance(spec.query, JoinQuery):
+        return _join_entries(spec, schedule)
+    _, key, value = layout(spec, schedule)
+    extra = SESSION_INDEX_BYTES if isinstance(spec.query, SessionQuery) else 0
+    return ENTRY_BYTES + key + value + extra, 0
 
 
 def partitions(spec: BacktestSpec, candidate: str) -> int:
@@ -107,13 +130,18 @@ def partitions(spec: BacktestSpec, candidate: str) -> int:
 
 def estimate(spec: BacktestSpec, candidate: str, schedule: Schedule,
              batches: pd.DataFrame) -> pd.Series:
-    """Estimated memoryUsedBytes for each batch-report row (None with RocksDB)."""
+    """Estimated memoryUsedBytes for each batch-report row (None with RocksDB). A join's
+    ``batches`` may carry ``state_keys`` (distinct keys per side, summed); else rows count as
+    keys."""
     provider = spec.conf(candidate).get("spark.sql.streaming.stateStore.providerClass", "")
     if "RocksDB" in provider:
         return pd.Series([None] * len(batches), index=batches.index, dtype="Int64")
-    stores, key, value = layout(spec, schedule)
+    stores = layout(spec, schedule)[0]
+    per_entry, per_key = entry_bytes(spec, schedule)
     rows = (pd.to_numeric(batches["state_rows"]).fillna(0)
             + pd.to_numeric(batches["state_rows_removed"]).fillna(0)).astype("int64")
-    per_entry = ENTRY_BYTES + key + value
+    keys = rows
+    if per_key and "state_keys" in batches.columns:
+        keys = pd.to_numeric(batches["state_keys"]).fillna(rows).astype("int64")
     base = stores * partitions(spec, candidate) * MAP_BYTES
-    return (base + rows * per_entry).astype("Int64")
+    return (base + rows * per_entry + keys * per_key).astype("Int64")

@@ -662,3 +662,16 @@ def test_unpacked_state_gives_the_same_prediction(jtype: str, monkeypatch) -> No
     pd.testing.assert_frame_equal(
         packed.result.fates.sort_values(key).reset_index(drop=True),
         unpacked.result.fates.sort_values(key).reset_index(drop=True))
+
+
+def test_state_bytes_count_one_key_entry_per_distinct_key() -> None:
+    # state-bytes model (docs/state-bytes.md): besides an entry per buffered row, a join side
+    # keeps one keyToNumValues entry (key -> count) per distinct key, not one per row
+    from semantics import state_bytes as sb
+
+    one_key = join_run([([(1, 1.0), (1, 1.5), (1, 2.0)], [])], "inner", pace="backlog")
+    three_keys = join_run([([(1, 1.0), (2, 1.5), (3, 2.0)], [])], "inner", pace="backlog")
+    b1, b3 = one_key.batches.iloc[0], three_keys.batches.iloc[0]
+    assert b1["state_rows"] == b3["state_rows"] == 3
+    key_entry = sb.ENTRY_BYTES + 16 + 16  # + key row (null bits, k) + count row (null bits, long)
+    assert b3["state_bytes"] - b1["state_bytes"] == 2 * key_entry
