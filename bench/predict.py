@@ -3,14 +3,18 @@
     .venv/bin/python bench/predict.py                 # 1 M and 10 M events, Spark at 1 M
     .venv/bin/python bench/predict.py --sizes 100000 --spark-rows 100000   # quick look
 
-Prints events/s of the predictor for aggregation, deduplication and two joins, and the ratio
-predictor/Spark measured in this same run (machines here are noisy: compare ratios, not seconds).
+Prints events/s of the predictor for every single-stream operator (tumbling and sliding-window
+aggregation, deduplication, deduplication within watermark, session windows) and two joins, and
+the ratio predictor/Spark measured in this same run (machines here are noisy: compare ratios,
+not seconds).
 The predictor's time is the best of ``--repeat`` runs (the timeit convention: the minimum is
 the least disturbed by other processes); Spark runs once. Batches hold ``--batch-rows`` events
 (default 20 000), event times are out of order by up to two minutes, 1 % of events are an hour
 late, watermark delays are two minutes. ``join`` (left outer, 30 s) pairs events over 100 000
 keys (most rows never match: like clicks joined to impressions); ``join_dense`` over 5 000 keys
 (each row matches a few: about 3 output rows per event; the column ``out/event`` shows it).
+``sliding`` puts every event in six windows (1 minute, sliding by 10 seconds); ``session``
+groups events of 100 000 keys with a 30-second gap (most sessions hold one or two events).
 """
 
 from __future__ import annotations
@@ -35,12 +39,19 @@ QUERIES = {
     "aggregation": {"kind": "aggregation", "source": "a", "keys": ["k"],
                     "window": {"duration": "1 minute"},
                     "aggregates": {"n": "count(*)", "s": "sum(v)"}},
+    "sliding": {"kind": "aggregation", "source": "a", "keys": ["k"],
+                "window": {"duration": "1 minute", "slide": "10 seconds"},
+                "aggregates": {"n": "count(*)", "s": "sum(v)"}},
     "deduplication": {"kind": "deduplication", "source": "a", "keys": ["id", "ts"]},
+    "dedup_within": {"kind": "deduplication", "source": "a", "keys": ["id"],
+                     "within_watermark": True},
+    "session": {"kind": "session", "source": "a", "keys": ["k"], "gap": "30 seconds",
+                "aggregates": {"n": "count(*)", "s": "sum(v)"}},
     "join": {"kind": "join", "type": "left_outer", "left": "a", "right": "b", "keys": ["k"],
              "time_range": {"lower": "-30 seconds", "upper": "0 seconds"}},
 }
 QUERIES["join_dense"] = QUERIES["join"]
-KEYS = {"join": 100_000, "join_dense": 5_000}  # distinct values of ``k`` (default 1 000)
+KEYS = {"join": 100_000, "join_dense": 5_000, "session": 100_000}  # of ``k`` (default 1 000)
 DELAY = "2 minutes"  # covers the regular disorder: only the hour-late 1 % are late
 
 
@@ -105,7 +116,7 @@ def time_spark(spec: BacktestSpec, sched: Schedule) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="1000000,10000000")
-    ap.add_argument("--kinds", default="aggregation,deduplication,join,join_dense")
+    ap.add_argument("--kinds", default=",".join(QUERIES))
     ap.add_argument("--repeat", type=int, default=3, help="predictor runs, best one counts")
     ap.add_argument("--batch-rows", type=int, default=20_000)
     ap.add_argument("--spark-rows", type=int, default=1_000_000,
