@@ -49,9 +49,11 @@ def test_coder_falls_back_to_verified_hashes():
 
 
 def test_value_outside_the_fitted_range_is_refused():
-    coder = K.KeyCoder.fit([values_of(pd.Series([1, 5]))])
+    coder = K.KeyCoder.fit([values_of(pd.Series([1, 5]))], [(0, 20, 10)])
     with pytest.raises(ValueError, match="outside the range"):
-        coder.ids([values_of(pd.Series([6]))])
+        coder.ids([values_of(pd.Series([6]))], [np.array([10])])
+    with pytest.raises(ValueError, match="off the grid"):  # would share a digit with 10
+        coder.ids([values_of(pd.Series([5]))], [np.array([15])])
 
 
 @pytest.mark.parametrize("query", [

@@ -139,8 +139,13 @@ class KeyCoder:
         k = len(columns)
         # extras (window starts) are the most significant digits: ids of one time range are
         # close together, so a batch's ids span a small range (see ``grouping.group``)
-        digits = [((e - lo) // step, None, size) for e, lo, step, size
-                  in zip(extra, self.lows[k:], self.steps, self.sizes[k:], strict=True)]
+        digits = []
+        for e, lo, step, size in zip(extra, self.lows[k:], self.steps, self.sizes[k:],
+                                     strict=True):
+            d, off_grid = np.divmod(e - lo, step)
+            if off_grid.any():
+                raise ValueError("an extra key value off the grid the KeyCoder was fitted on")
+            digits.append((d, None, size))
         digits += [(c.data - (lo - 1), c.null, size)
                    for c, lo, size in zip(columns, self.lows, self.sizes, strict=False)]
         out: np.ndarray | None = None
