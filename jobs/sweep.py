@@ -77,7 +77,7 @@ def sweep(spec: Any, source: str, delays: list[Duration], base: str | None = Non
         c = Candidate.model_validate({**cand.model_dump(), "watermark": {
             **{k: str(v) for k, v in cand.watermark.items()}, source: str(d)}})
         s = spec.model_copy(update={"candidates": {name: c}})
-        m = candidate_metrics(s, schedule, predict(schedule, s, name))
+        m = candidate_metrics(s, schedule, predict(schedule, s, name, explain=False))
         rows.append({"delay": _label(d.ms), "delay_ms": d.ms, **m})
     k = knee_index(np.array([r["late_fraction"] for r in rows]),
                    np.array([r["peak_state_rows"] for r in rows], dtype=float))

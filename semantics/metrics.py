@@ -65,9 +65,10 @@ def candidate_metrics(spec: BacktestSpec, schedule: Schedule, result: RunResult
     out = result.outputs
     lat = np.array([], dtype=float)
     if len(out):
-        tick_of_batch = dict(zip(per_batch["batch_id"], per_batch["tick"], strict=True))
-        clock = _tick_clock_ms(schedule)
-        emit = clock[[int(tick_of_batch[int(x)]) for x in out["batch_id"]]]
+        # batch id -> tick (a report may hold several rows per batch: one per operator)
+        tick_of_batch = np.zeros(int(per_batch["batch_id"].max()) + 1, dtype=np.int64)
+        tick_of_batch[per_batch["batch_id"].to_numpy(dtype=np.int64)] = per_batch["tick"]
+        emit = _tick_clock_ms(schedule)[tick_of_batch[out["batch_id"].to_numpy(np.int64)]]
         lat = (emit - reference_event_ms(spec, out)) / 1000.0
         lat = lat[~np.isnan(lat)]
 
