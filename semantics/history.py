@@ -99,7 +99,7 @@ def read_arrivals(spec: BacktestSpec, source: str) -> pd.DataFrame:
         except predicate.PredicateError as exc:
             raise SpecError(spec.path, f"sources.{source}.filter", str(exc)) from None
         table = table.filter(mask.fill_null(False))
-    df = table.to_pandas(timestamp_as_object=False, types_mapper=None)
+    df = _to_pandas(table)
     et = src.event_time
     df[et] = df[et].astype("datetime64[us, UTC]")
     if src.arrival_column:
@@ -108,6 +108,24 @@ def read_arrivals(spec: BacktestSpec, source: str) -> pd.DataFrame:
             raise DataError(str(path), f"sources.{source}.arrival",
                             f"no null values in arrival column {col!r}")
         df[ARRIVAL_MS] = df[col].astype("datetime64[ms, UTC]").astype("int64")
+    return df
+
+
+_NULLABLE = {
+    pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(), pa.int32(): pd.Int32Dtype(),
+    pa.int64(): pd.Int64Dtype(), pa.uint8(): pd.UInt8Dtype(), pa.uint16(): pd.UInt16Dtype(),
+    pa.uint32(): pd.UInt32Dtype(), pa.uint64(): pd.UInt64Dtype(), pa.bool_(): pd.BooleanDtype(),
+}
+
+
+def _to_pandas(table: pa.Table) -> pd.DataFrame:
+    """``table`` as pandas, keeping SQL types: an integer or boolean column holding NULLs
+    becomes pandas' nullable ``Int*`` / ``boolean`` (Arrow's default would make it float64 —
+    a long beyond 2^53 loses digits and a sum turns into a double — or object)."""
+    df = table.to_pandas(timestamp_as_object=False)
+    for name, col in zip(table.column_names, table.columns, strict=True):
+        if col.null_count and col.type in _NULLABLE:
+            df[name] = col.to_pandas(types_mapper=_NULLABLE.get)
     return df
 
 

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
+from deltalake import write_deltalake
 
 import jobs.replay
+from semantics.history import plan
+from semantics.predict import predict
+from semantics.spec import parse_spec
+from tests.deltas import ts
 from tests.replay_support import make_spec, rows, run, table
 
 pytestmark = pytest.mark.spark
@@ -51,3 +57,38 @@ def test_no_watermark_reports_none(spark, tmp_path):
         (1, 1, True, 1, None, None, None, 0, 1, 1),
     ]
     assert rows(r, ["k", "n"]) == [(0, 1, 1), (1, 1, 2)]
+
+
+def test_nullable_long_keeps_every_digit(spark, tmp_path):
+    # A long column with NULLs stays a long end to end (read_arrivals keeps pandas' nullable
+    # Int64, not float64): the replay feeds Spark a LongType column like the real table's, and
+    # the predicted sum of two values beyond 2^53 is exact (2^61 + 4 has no float64 form).
+    # Window 10 s, delay 0: c0 fills [0, 10) (one NULL key, one NULL value), c1 moves the
+    # watermark to 25 s, the trailing no-data batch emits [0, 10).
+    big = 2**60
+    commits = [
+        pd.DataFrame({"k": pd.array([1, 1, None, 1], dtype="Int64"),
+                      "v": pd.array([big + 1, None, big + 3, big + 3], dtype="Int64"),
+                      "ts": [ts(1), ts(2), ts(3), ts(4)]}),
+        pd.DataFrame({"k": pd.array([2], dtype="Int64"), "v": pd.array([5], dtype="Int64"),
+                      "ts": [ts(25)]}),
+    ]
+    for df in commits:
+        df["ts"] = df["ts"].astype("datetime64[us, UTC]")
+        write_deltalake(str(tmp_path / "e"), df, mode="append")
+    spec = parse_spec({
+        "name": "t", "sources": {"e": {"table": str(tmp_path / "e"), "event_time": "ts"}},
+        "query": {"kind": "aggregation", "source": "e", "keys": ["k"],
+                  "window": {"duration": "10 seconds"},
+                  "aggregates": {"s": "sum(v)", "m": "max(v)", "n": "count(v)"}},
+        "replay": {"pace": "backlog", "batch_by": {"commits": 1}},
+        "candidates": {"c": {"watermark": {"e": "0 seconds"}}},
+    })
+    schedule = plan(spec, "c")
+    assert str(schedule.rows["e"]["v"].dtype) == "Int64"
+    expected = [(2, None, big + 3, big + 3, 1), (2, 1, 2 * big + 4, big + 3, 2)]
+    cols = ["k", "s", "m", "n"]
+    predicted = predict(schedule, spec, "c")
+    assert rows(predicted, cols, sort=["n"]) == expected
+    actual = run(spark, spec, tmp_path / "work")
+    assert rows(actual, cols, sort=["n"]) == expected
