@@ -51,6 +51,7 @@ class BatchInput:
     # range ``offsets[s] : offsets[s] + len(rows[s])``), so an operator may slice per-row arrays
     # it computed once for the whole schedule
     offsets: dict[str, int]
+    watermark_ms: int | None = None  # the global watermark the batch runs with (None: none)
 
 
 @dataclass(frozen=True)
@@ -94,8 +95,7 @@ class Operator(Protocol):
 
     def step(self, state: Any, batch: BatchInput) -> tuple[Any, OperatorStep]: ...
 
-    def wants_another_batch(self, state: Any, new_wm_ms: int, last_evict_wm_ms: int | None
-                            ) -> bool:
+    def wants_another_batch(self, new_wm_ms: int, last_evict_wm_ms: int | None) -> bool:
         """Spark's ``shouldRunAnotherBatch`` for this operator."""
         ...
 
@@ -103,6 +103,10 @@ class Operator(Protocol):
         """The output columns (``output_columns(spec)``) of the rows that steps emitted as
         ``Deferred`` payloads, in order, as one frame."""
         ...
+
+    # Optional: ``run_all(plan: list[BatchInput]) -> list[OperatorStep] | None`` computes every
+    # batch's step at once (None: not for this configuration; the engine steps batch by batch).
+    # It must return exactly what stepping from ``initial_state()`` returns.
 
 
 @dataclass(frozen=True)
@@ -158,21 +162,22 @@ class EngineResult:
     watermarks: list[int] = field(default_factory=list)
 
 
-def run(schedule: Schedule, spec: BacktestSpec, candidate: str, operator: Operator,
-        output_columns: list[str]) -> EngineResult:
-    """Drive ``operator`` through ``schedule`` exactly as Spark's MicroBatchExecution would."""
+def plan_batches(schedule: Schedule, spec: BacktestSpec, candidate: str, operator: Operator
+                 ) -> list[BatchInput]:
+    """The micro-batches Spark runs for ``schedule``, in order, with their watermarks.
+
+    The plan depends only on the schedule, the candidate's watermark configuration and the
+    operator's ``wants_another_batch`` — which reads watermarks, never state (Spark 4.0's
+    ``shouldRunAnotherBatch`` of every operator modelled here) — so it is known before any
+    operator runs, and an operator may process all batches at once (``Operator.run_all``).
+    """
     cfg = EngineConfig.from_spec(spec, candidate)
     sources = list(spec.query_sources)
     wm_sources = list(cfg.delays_ms)
     has_wm = bool(wm_sources)
     wms = WatermarkState(tuple(None for _ in wm_sources))
     delays = [cfg.delays_ms[s] for s in wm_sources]
-    state = operator.initial_state()
-    records: list[dict[str, Any]] = []
-    outputs: list[Deferred] = []  # non-empty step outputs, batch ids in ``out_ids``
-    out_ids: list[int] = []
-    fates: list[pd.DataFrame] = []
-    batch_id = 0
+    plan: list[BatchInput] = []
     prev_batch_wm = 0  # batchWatermarkMs of the previous batch (0 before the first)
     last_evict: int | None = None
     tick_bounds = {s: _tick_bounds(schedule, s) for s in sources}
@@ -184,7 +189,7 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str, operator: Operat
         if tick.idle:
             if not (has_wm and cfg.no_data_batches):
                 continue
-            if not operator.wants_another_batch(state, wms.global_ms, last_evict):
+            if not operator.wants_another_batch(wms.global_ms, last_evict):
                 continue
             rows, ev = empty, {s: empty_us for s in sources}
             offsets = {s: 0 for s in sources}
@@ -201,25 +206,50 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str, operator: Operat
             late, evict = max(late, 0), max(w_now, 0)
         else:
             late = evict = None
-        batch = BatchInput(batch_id, tick.index, not tick.idle, rows, ev, late, evict,
-                           offsets)
-        state, step = operator.step(state, batch)
+        plan.append(BatchInput(len(plan), tick.index, not tick.idle, rows, ev, late, evict,
+                               offsets, w_now if has_wm else None))
+        # after the batch: update watermarks from this batch's data (markMicroBatchEnd)
+        if has_wm and not tick.idle:
+            maxima = [_max_ms(operator, s, offsets[s], ev[s]) for s in wm_sources]
+            wms = wms.advance(maxima, delays, cfg.policy)
+        prev_batch_wm = w_now
+        last_evict = evict
+    return plan
+
+
+def run(schedule: Schedule, spec: BacktestSpec, candidate: str, operator: Operator,
+        output_columns: list[str]) -> EngineResult:
+    """Drive ``operator`` through ``schedule`` exactly as Spark's MicroBatchExecution would."""
+    plan = plan_batches(schedule, spec, candidate, operator)
+    run_all = getattr(operator, "run_all", None)
+    steps = run_all(plan) if run_all is not None else None
+    if steps is None:
+        state = operator.initial_state()
+        steps = []
+        for batch in plan:
+            state, step = operator.step(state, batch)
+            steps.append(step)
+    records: list[dict[str, Any]] = []
+    outputs: list[Deferred] = []  # non-empty step outputs, batch ids in ``out_ids``
+    out_ids: list[int] = []
+    fates: list[pd.DataFrame] = []
+    for batch, step in zip(plan, steps, strict=True):
         out = step.output
         if len(out):
             outputs.append(out)
-            out_ids.append(batch_id)
+            out_ids.append(batch.batch_id)
         if step.fates is not None and len(step.fates):
-            fates.append(step.fates.assign(batch_id=batch_id))
-        rec: dict[str, Any] = {
-            "batch_id": batch_id,
-            "tick": tick.index,
-            "has_data": not tick.idle,
-            "input_rows": sum(len(r) for r in rows.values()),
-            **{f"input_rows_{s}": len(rows[s]) for s in sources},
-            "watermark_ms": w_now if has_wm else None,
+            fates.append(step.fates.assign(batch_id=batch.batch_id))
+        records.append({
+            "batch_id": batch.batch_id,
+            "tick": batch.tick,
+            "has_data": batch.has_data,
+            "input_rows": sum(len(r) for r in batch.rows.values()),
+            **{f"input_rows_{s}": len(r) for s, r in batch.rows.items()},
+            "watermark_ms": batch.watermark_ms,
             "operator": operator.name,
-            "late_watermark_ms": late,
-            "eviction_watermark_ms": evict,
+            "late_watermark_ms": batch.late_wm_ms,
+            "eviction_watermark_ms": batch.evict_wm_ms,
             "dropped_by_watermark": step.dropped_by_watermark,
             "state_rows": step.state_rows,
             "state_rows_updated": step.state_rows_updated,
@@ -228,15 +258,7 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str, operator: Operat
             "state_bytes": step.state_bytes,
             "checkpoint_bytes": None,
             "state_keys": step.state_keys,
-        }
-        records.append(rec)
-        # after the batch: update watermarks from this batch's data (markMicroBatchEnd)
-        if has_wm and not tick.idle:
-            maxima = [_max_ms(operator, s, offsets[s], ev[s]) for s in wm_sources]
-            wms = wms.advance(maxima, delays, cfg.policy)
-        prev_batch_wm = w_now
-        last_evict = evict
-        batch_id += 1
+        })
 
     cols = ["batch_id", *output_columns]
     out_df = _output_frame(operator, outputs, out_ids, cols)

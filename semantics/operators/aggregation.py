@@ -152,8 +152,7 @@ class AggregationOperator:
         e = np.array([], dtype=np.int64)
         return AggState(e, e, e, self._empty_keys, empty_all(self.aggs, 0))
 
-    def wants_another_batch(self, state: Any, new_wm_ms: int, last_evict_wm_ms: int | None
-                            ) -> bool:
+    def wants_another_batch(self, new_wm_ms: int, last_evict_wm_ms: int | None) -> bool:
         if self.mode == "complete":
             return False
         return new_wm_ms > (last_evict_wm_ms or 0)

@@ -25,7 +25,6 @@ State invariant: ``gid`` (key id, see ``keys.KeyCoder``) sorted and unique; the 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -117,8 +116,7 @@ class DedupOperator:
         self._whole()  # fits the key coder, which decides whether entries keep their row
         return DedupState(e, e, e if self.explain or not self._coder.exact else None)
 
-    def wants_another_batch(self, state: Any, new_wm_ms: int, last_evict_wm_ms: int | None
-                            ) -> bool:
+    def wants_another_batch(self, new_wm_ms: int, last_evict_wm_ms: int | None) -> bool:
         return new_wm_ms > (last_evict_wm_ms or 0)
 
     def step(self, state: DedupState, batch: BatchInput) -> tuple[DedupState, OperatorStep]:

@@ -240,8 +240,7 @@ class JoinOperator:
     def initial_state(self) -> JoinState:
         return JoinState(SideRows.empty(), SideRows.empty())
 
-    def wants_another_batch(self, state: JoinState, new_wm_ms: int,
-                            last_evict_wm_ms: int | None) -> bool:
+    def wants_another_batch(self, new_wm_ms: int, last_evict_wm_ms: int | None) -> bool:
         """``shouldRunAnotherBatch``: a state predicate exists and the watermark moved."""
         return (self.plan.has_predicate and last_evict_wm_ms is not None
                 and new_wm_ms > last_evict_wm_ms)

@@ -140,8 +140,7 @@ class SessionOperator:
         e = np.array([], dtype=np.int64)
         return SessionState(e, e, e, self._empty_keys, empty_all(self.aggs, 0))
 
-    def wants_another_batch(self, state: Any, new_wm_ms: int, last_evict_wm_ms: int | None
-                            ) -> bool:
+    def wants_another_batch(self, new_wm_ms: int, last_evict_wm_ms: int | None) -> bool:
         return self.mode != "complete" and new_wm_ms > (last_evict_wm_ms or 0)
 
     def step(self, state: SessionState, batch: BatchInput) -> tuple[SessionState, OperatorStep]:
