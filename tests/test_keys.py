@@ -81,3 +81,16 @@ def test_exact_and_hashed_ids_predict_the_same(query, monkeypatch):
         exact.outputs.sort_values(key, ignore_index=True).astype(str),
         hashed.outputs.sort_values(key, ignore_index=True).astype(str))
     assert len(exact.outputs)
+
+
+@pytest.mark.parametrize("explain", [True, False])  # stepped, and all batches at once
+def test_colliding_hashes_are_caught_not_merged(explain, monkeypatch):
+    # rule: hashed key ids are verified against the key values; two different keys that share
+    # an id raise KeyCollision instead of being deduplicated together
+    frames = [pd.DataFrame({"name": ["a", "b"], "ts": [1, 2]}),
+              pd.DataFrame({"name": ["c"], "ts": [3]})]
+    spec = spec_of({"kind": "deduplication", "keys": ["name"]}, watermark="5 seconds")
+    monkeypatch.setattr(K, "key_ids", lambda cols, extra=(), n=None: np.zeros(
+        len(cols[0]) if cols else n, dtype=np.int64))
+    with pytest.raises(K.KeyCollision):
+        predict(schedule_of(frames), spec, "c", explain=explain)

@@ -121,3 +121,52 @@ def test_null_keys_are_equal() -> None:
     r = run({**DEDUP, "keys": ["k"]}, [[{"k": None, "ts": 1}, {"k": None, "ts": 2},
                                         {"k": "a", "ts": 3}]], watermark=None)
     assert col(r, "output_rows") == [2]
+
+
+def test_all_batches_at_once_equals_stepping() -> None:
+    # rule (dedup.run_all): for dropDuplicates a key is accepted at most once (after eviction
+    # every repeat is late), so computing all batches at once — the path without explain —
+    # gives the stepped answer. Random out-of-order streams, both paces, keys with and without
+    # the event time (exact and hashed key ids), with and without a watermark, allowMultiple on
+    # and off.
+    import numpy as np
+    import pandas as pd
+
+    from semantics import engine
+    from semantics.operators import make_operator
+    from semantics.report import output_columns
+    from tests.predict_kit import schedule_of, spec_of
+
+    rng = np.random.default_rng(7)
+    engaged = 0
+    for case in range(120):
+        n_batches = int(rng.integers(1, 8))
+        batches = [[{"id": int(rng.integers(0, 4)), "v": i,
+                     "ts": float(rng.integers(0, 30)) + (0.5 if rng.random() < 0.2 else 0.0)}
+                    for i in range(int(rng.integers(0, 6)))] for _ in range(n_batches)]
+        if not any(batches):
+            continue
+        keys = [["id", "ts"], ["id"], ["id", "v", "ts"], ["name", "ts"]][case % 4]
+        pace = ["backlog", "live"][case % 2]
+        conf = {"spark.sql.streaming.statefulOperator.allowMultiple": "false"} \
+            if case % 5 == 0 else None
+        wm = None if case % 7 == 0 else ["0 seconds", "2 seconds", "5 seconds"][case % 3]
+        spec = spec_of({"kind": "deduplication", "keys": keys}, wm, pace, conf)
+        frames = [pd.DataFrame(b, columns=["id", "v", "ts"]).astype(
+            {"id": "int64", "v": "int64", "ts": "float64"}) for b in batches]
+        for f in frames:  # a string key: hashed key ids
+            f["name"] = np.array(["a", "b", None, "dd"], dtype=object)[f["id"].to_numpy()]
+        sched = schedule_of(frames, pace)
+        cols = output_columns(spec, dict(sched.data_columns))
+        op = make_operator(spec, "c", sched, explain=False)
+        plan = engine.plan_batches(sched, spec, "c", op)
+        at_once = op.run_all(plan)
+        assert at_once is not None  # plain dropDuplicates without explain: always engaged
+        engaged += 1
+        stepped = make_operator(spec, "c", sched, explain=False)
+        stepped.run_all = lambda _plan: None  # type: ignore[method-assign]
+        want = engine.run(sched, spec, "c", stepped, cols)
+        got = engine.run(sched, spec, "c", make_operator(spec, "c", sched, explain=False), cols)
+        pd.testing.assert_frame_equal(got.batches, want.batches)
+        pd.testing.assert_frame_equal(got.outputs, want.outputs)
+    assert engaged > 100

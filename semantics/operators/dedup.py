@@ -34,6 +34,7 @@ from semantics.errors import SpecError
 from semantics.operators import fates as F
 from semantics.operators.columns import Values, values_of
 from semantics.operators.grouping import (
+    first_occurrences,
     group_sorting,
     interleave,
     lookup,
@@ -118,6 +119,58 @@ class DedupOperator:
 
     def wants_another_batch(self, new_wm_ms: int, last_evict_wm_ms: int | None) -> bool:
         return new_wm_ms > (last_evict_wm_ms or 0)
+
+    def run_all(self, plan: list[BatchInput]) -> list[OperatorStep] | None:
+        """Every batch at once, for ``dropDuplicates`` without explain (else None: the engine
+        steps).
+
+        Same as stepping because a key is never accepted twice: it is accepted at its first
+        occurrence that is not late; its entry leaves in the first batch, at or after its own,
+        whose eviction watermark reaches its event time; every later occurrence has the same
+        event time (the event-time column is a key) and meets a late watermark at least that
+        eviction watermark (watermarks never go backwards), so it is late. Without eviction the
+        entry never leaves. So: accepted = first non-late occurrence of each key.
+        """
+        if self.within or self.explain:
+            return None
+        kv_all, kid_all, _ = self._whole()
+        src, n_b = self.source, len(plan)
+        lengths = np.array([len(b.rows[src]) for b in plan], dtype=np.int64)
+        starts = np.array([b.offsets[src] for b in plan], dtype=np.int64)
+        filled = lengths > 0
+        if (int(lengths.sum()) != len(kid_all)
+                or not np.array_equal(starts[filled], (np.cumsum(lengths) - lengths)[filled])):
+            return None  # batches do not tile the source's rows in order
+        batch_of = np.repeat(np.arange(n_b, dtype=np.int64), lengths)
+        t = np.concatenate([np.asarray(b.event_us[src], dtype=np.int64) for b in plan]
+                           ) if n_b else np.array([], dtype=np.int64)
+        dropped = np.zeros(n_b, dtype=np.int64)
+        ok = np.arange(len(t), dtype=np.int64)
+        if n_b and plan[0].late_wm_ms is not None:
+            late_us = np.array([b.late_wm_ms for b in plan], dtype=np.int64) * 1000
+            late = t <= late_us[batch_of]
+            dropped = np.bincount(batch_of[late], minlength=n_b)
+            ok = np.flatnonzero(~late)
+        first, repeats, of = first_occurrences(kid_all[ok])
+        self._coder.check_same(kv_all, ok[of], kv_all, ok[repeats])  # hashed ids: same keys?
+        acc = ok[first]  # ascending: batch order, then row order
+        acc_batch = batch_of[acc]
+        updated = np.bincount(acc_batch, minlength=n_b)
+        removed = np.zeros(n_b, dtype=np.int64)
+        if self.evicts and n_b:
+            evict_us = np.array([b.evict_wm_ms for b in plan], dtype=np.int64) * 1000
+            if np.any(evict_us[1:] < evict_us[:-1]):
+                return None  # not a watermark sequence
+            leaves = np.maximum(acc_batch, np.searchsorted(evict_us, t[acc], side="left"))
+            removed = np.bincount(leaves[leaves < n_b], minlength=n_b)
+        state_rows = np.cumsum(updated - removed)
+        outputs = np.split(acc, np.cumsum(updated)[:-1])
+        return [OperatorStep(dropped_by_watermark=int(dropped[b]),
+                             state_rows=int(state_rows[b]),
+                             state_rows_updated=int(updated[b]),
+                             state_rows_removed=int(removed[b]),
+                             output=Deferred(outputs[b], int(updated[b])))
+                for b in range(n_b)]
 
     def step(self, state: DedupState, batch: BatchInput) -> tuple[DedupState, OperatorStep]:
         kv_all, kid_all, rid_all = self._whole()

@@ -71,6 +71,34 @@ def group_sorting(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return s[starts], codes, np.minimum.reduceat(order, starts)
 
 
+def first_occurrences(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(first, repeats, of)``: ``first[i]`` is True iff ``ids[i]`` occurs at no position
+    before ``i``; ``repeats`` are the other positions and ``of`` the first position holding the
+    same id (so hashed ids can be checked against the first row's key values).
+
+    For ids that are mostly distinct: one sort finds the repeated ids, and only the rows holding
+    one of those are ordered (a hash table over millions of random ids misses the cache on every
+    row)."""
+    ids = np.asarray(ids, dtype=np.int64)
+    first = np.ones(len(ids), dtype=bool)
+    none = np.array([], dtype=np.int64)
+    s = np.sort(ids)
+    rep = s[1:][s[1:] == s[:-1]]
+    if not len(rep):
+        return first, none, none
+    rep = np.unique(rep)
+    at = np.searchsorted(rep, ids)
+    cand = np.flatnonzero(rep[np.minimum(at, len(rep) - 1)] == ids)
+    order = cand[np.argsort(ids[cand], kind="stable")]  # by id, then position
+    c = ids[order]
+    later = np.empty(len(c), dtype=bool)
+    later[0] = False
+    np.equal(c[1:], c[:-1], out=later[1:])
+    head = np.maximum.accumulate(np.where(later, 0, np.arange(len(c), dtype=np.int64)))
+    first[order[later]] = False
+    return first, order[later], order[head[later]]
+
+
 def take_columns(df: pd.DataFrame, cols: list[str], idx: np.ndarray) -> pd.DataFrame:
     """``df[cols].iloc[idx]`` without pandas' block-manager overhead (rows re-numbered)."""
     data = {}
