@@ -5,7 +5,13 @@ Timestamps are seconds since the epoch; watermark columns are milliseconds.
 
 from __future__ import annotations
 
-from tests.predict_kit import col, out_rows, run
+import numpy as np
+import pandas as pd
+
+from semantics import engine
+from semantics.operators import make_operator
+from semantics.report import output_columns
+from tests.predict_kit import col, out_rows, run, schedule_of, spec_of
 
 DEDUP = {"kind": "deduplication", "keys": ["id"]}
 WITHIN = {"kind": "deduplication", "keys": ["id"], "within_watermark": True}
@@ -129,14 +135,6 @@ def test_all_batches_at_once_equals_stepping() -> None:
     # gives the stepped answer. Random out-of-order streams, both paces, keys with and without
     # the event time (exact and hashed key ids), with and without a watermark, allowMultiple on
     # and off. (within_watermark always steps: a key is accepted again after each expiry.)
-    import numpy as np
-    import pandas as pd
-
-    from semantics import engine
-    from semantics.operators import make_operator
-    from semantics.report import output_columns
-    from tests.predict_kit import schedule_of, spec_of
-
     rng = np.random.default_rng(7)
     engaged = 0
     for _ in range(200):
