@@ -79,11 +79,28 @@ def sweep(spec: Any, source: str, delays: list[Duration], base: str | None = Non
         s = spec.model_copy(update={"candidates": {name: c}})
         m = candidate_metrics(s, schedule, predict(schedule, s, name, explain=False))
         rows.append({"delay": _label(d.ms), "delay_ms": d.ms, **m})
+    # a knee only where the delay changes something (else every point is "the" knee)
     k = knee_index(np.array([r["late_fraction"] for r in rows]),
-                   np.array([r["peak_state_rows"] for r in rows], dtype=float))
+                   np.array([r["peak_state_rows"] for r in rows], dtype=float)) \
+        if len({tuple(r[c] for c in _OUTCOME) for r in rows}) > 1 else -1
     for i, r in enumerate(rows):
         r["knee"] = i == k
     return rows
+
+
+_OUTCOME = ("late", "peak_state_rows", "output_rows", "latency_p95_s")
+
+
+def flat_note(spec: Any, source: str, base: str | None = None) -> str:
+    """Why a sweep can come out flat, for the table's footer."""
+    others = [s for s in spec.query_sources if s != source]
+    why = "no event of this history is near the watermark in this range"
+    if others:
+        policy = spec.conf(base or next(iter(spec.candidates)))[
+            "spark.sql.streaming.multipleWatermarkPolicy"]
+        why = (f"with policy {policy!r} the global watermark may be held by "
+               f"{', '.join(others)} (try --source {others[0]}), or {why}")
+    return f"every delay gives the same prediction: {why}"
 
 
 def plot(rows: list[dict[str, Any]], path: Path, title: str) -> str:
@@ -100,9 +117,10 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> str:
     ax2 = ax.twinx()
     ax2.plot(x, [r["peak_state_rows"] for r in rows], "C0-", label="peak state rows")
     ax2.set_ylabel("peak state rows", color="C0")
-    k = next(i for i, r in enumerate(rows) if r["knee"])
+    k = next((i for i, r in enumerate(rows) if r["knee"]), None)
     for a in (ax, ax3):
-        a.axvline(x[k], color="k", ls=":", label=f"knee: {rows[k]['delay']}")
+        if k is not None:
+            a.axvline(x[k], color="k", ls=":", label=f"knee: {rows[k]['delay']}")
         a.grid(alpha=0.3)
     ax.set_title(title)
     ax.legend(loc="upper center", fontsize=8)
@@ -140,5 +158,7 @@ def run_sweep(args: argparse.Namespace) -> int:
               "p95_latency_s": "-" if r["latency_p95_s"] is None else f"{r['latency_p95_s']:.0f}",
               "": "<- knee" if r["knee"] else ""} for r in rows]
     print(format_table(table))
+    if not any(r["knee"] for r in rows):
+        print(f"\n{flat_note(spec, args.source, args.candidate)}")
     print(f"\nplot: {png}")
     return 0

@@ -11,6 +11,7 @@ import pytest
 from jobs.cli import main
 from jobs.sweep import knee_index, parse_delays
 from tests.deltas import write_commits
+from tests.replay_support import write_sources
 
 
 def test_parse_delays_is_inclusive_and_exact() -> None:
@@ -53,3 +54,35 @@ def test_sweep_cli_json(tmp_path: Path, capsys) -> None:
     assert sum(r["knee"] for r in rows) == 1
     assert Path(doc["plot"]).exists()
     assert main(["sweep", str(spec), "--source", "nope", "--delays", "0 seconds..1 minute/3"]) == 2
+
+
+def test_flat_sweep_marks_no_knee_and_says_why(tmp_path: Path, capsys) -> None:
+    # a left-outer join whose clicks always come after their impressions: with policy min the
+    # impressions' watermark holds the global one, so the clicks' delay changes nothing — the
+    # table says so instead of calling the first point the knee
+    # arrival order: one early click (its watermark runs ahead), then the impressions (the last
+    # one out of order), then the clicks
+    write_sources(tmp_path, [("clicks", [{"id": 9, "ts": 300}]), ("imps", [{"id": 1, "ts": 10}]),
+                             ("imps", [{"id": 2, "ts": 100}]), ("imps", [{"id": 3, "ts": 50}]),
+                             ("clicks", [{"id": 1, "ts": 200}]),
+                             ("clicks", [{"id": 3, "ts": 280}])])
+    spec = tmp_path / "join.yaml"
+    spec.write_text(json.dumps({
+        "name": "flat", "sources": {"imps": {"table": "imps", "event_time": "ts"},
+                                    "clicks": {"table": "clicks", "event_time": "ts"}},
+        "query": {"kind": "join", "type": "left_outer", "left": "imps", "right": "clicks",
+                  "keys": ["id"], "time_range": {"lower": "-10 minutes", "upper": "0 seconds"}},
+        "replay": {"batch_by": {"commits": 1}, "pace": "live"},
+        "candidates": {"c": {"watermark": {"imps": "1 minute", "clicks": "1 minute"}}},
+    }))
+    args = ["sweep", str(spec), "--delays", "0 seconds..1 minute/3", "--results",
+            str(tmp_path / "r")]
+    assert main([*args, "--source", "clicks"]) == 0
+    out = capsys.readouterr().out
+    assert "<- knee" not in out
+    assert "every delay gives the same prediction" in out and "--source imps" in out
+    assert main([*args, "--source", "clicks", "--json"]) == 0
+    assert not any(r["knee"] for r in json.loads(capsys.readouterr().out)["sweep"])
+    assert main([*args, "--source", "imps"]) == 0  # the binding input: the delay matters
+    out = capsys.readouterr().out
+    assert "<- knee" in out and "same prediction" not in out
