@@ -79,7 +79,32 @@ def cmd_run(args: argparse.Namespace, predict: bool, actual: bool) -> int:
         result.report = write_report(result, root / "reports")
     if predict and getattr(args, "explain", None) is not None:
         return explain(result, args.explain)
+    if predict and getattr(args, "late", None) is not None:
+        return print_late(result, args.late, args.json)
     return _print_result(result, args.json)
+
+
+def print_late(result: Any, limit: int, as_json: bool) -> int:
+    """The input rows each candidate's watermark drops (the first ``limit`` per candidate)."""
+    from semantics.explain import late_rows
+
+    doc = {"backtest": result.spec.name, "candidates": []}
+    for c in result.candidates:
+        total, rows = late_rows(c.schedule, c.predicted, limit)
+        if as_json:  # timestamps in JSON are epoch milliseconds (SPEC.md §4)
+            doc["candidates"].append({"name": c.name, "late": total, "rows": rows.drop(
+                columns="event_time").to_dict("records")})
+            continue
+        shown = f" (first {len(rows)})" if len(rows) < total else ""
+        print(f"[{c.name}] {total} input row{'' if total == 1 else 's'} dropped as "
+              f"late{shown}")
+        if len(rows):
+            print(format_table(rows.drop(columns="event_time_ms").to_dict("records")))
+        print()
+    if as_json:
+        json.dump(doc, sys.stdout, default=str)
+        print()
+    return 0
 
 
 def explain(result: Any, row_id: int) -> int:
@@ -116,6 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("predict", help="prediction only, no Spark")
     common(sp)
     sp.add_argument("--explain", type=int, metavar="ROW_ID", help="the fate of one input row")
+    sp.add_argument("--late", type=int, nargs="?", const=20, metavar="N",
+                    help="list the input rows the watermark drops (first N per candidate, "
+                    "default 20), with the watermark each missed and by how much")
     sp.set_defaults(func=lambda a: cmd_run(a, True, False))
     for name, helptext, pred in (("replay", "Spark replay only (actual)", False),
                                  ("backtest", "predict + replay + validate + report", True)):

@@ -135,3 +135,24 @@ def test_small_demo_end_to_end(tmp_path: Path, spark, capsys) -> None:
         assert len(d["candidates"]) == 3
     store = ResultsStore(tmp_path / "demo" / "results")
     assert set(store.runs()["side"]) == {"predicted", "actual"}
+
+
+def test_cli_predict_lists_the_late_rows(tmp_path: Path, capsys) -> None:
+    # 5 s windows, delay 2 s, live pace: after ts 15 the watermark is 13 s, so ts 3 and 4 (window
+    # [0, 5)) are late in batch 2 by 13 s - 5 s; after ts 31 it is 29 s, so ts 12 (window
+    # [10, 15)) is late in batch 5 by 29 s - 15 s
+    spec = agg_spec(tmp_path)
+    path = Path(spec.path)
+    path.write_text(json.dumps({**json.loads(spec.model_dump_json(exclude={"path"})),
+                                "sources": {"clicks": {"table": "clicks", "event_time": "ts"}}}))
+    args = ["predict", str(path), "--results", str(tmp_path / "r")]
+    assert main([*args, "--late", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "[c] 3 input rows dropped as late (first 2)" in out
+    assert out.count("late by 8000 ms") == 2 and "14000" not in out
+    assert main([*args, "--late", "--json"]) == 0
+    c = json.loads(capsys.readouterr().out)["candidates"][0]
+    assert c["late"] == 3
+    got = [(r["row_id"], r["source"], r["event_time_ms"], r["batch_id"]) for r in c["rows"]]
+    assert got == [(1, "clicks", 3000.0, 2), (2, "clicks", 4000.0, 2), (4, "clicks", 12000.0, 5)]
+    assert c["rows"][2]["detail"].endswith("(late by 14000 ms)")
