@@ -11,6 +11,7 @@ import json
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -130,6 +131,7 @@ def run_demo(root: Path, small: bool = False, as_json: bool = False) -> int:
     make_sample(root, minutes=8 if small else 24, per_minute=15 if small else 40)
     specs = write_specs(root)
     docs, ok = [], True
+    late_row: int | None = None  # a row the tight candidate drops, for the hint at the end
     for path in specs:
         spec = load_spec(path)
         say(f"backtest {spec.name}: {len(spec.candidates)} candidates")
@@ -137,6 +139,8 @@ def run_demo(root: Path, small: bool = False, as_json: bool = False) -> int:
         result.report = write_report(result, root / "reports")
         ok = ok and result.success
         docs.append(result.to_json())
+        if late_row is None:
+            late_row = _first_late_row(result, "tight")
         if not as_json:
             print(f"\n== {spec.name} ==")
             print(format_table(summary_rows(result)))
@@ -147,5 +151,19 @@ def run_demo(root: Path, small: bool = False, as_json: bool = False) -> int:
         print(textwrap.dedent(f"""
             Specs: {', '.join(str(p) for p in specs)}
             Results (Delta): {root / 'results'}
-            Try: wmbt predict {specs[0]} --candidate tight --explain 3   (or ./dev wmbt ...)"""))
+            Try (or ./dev wmbt ...):
+              wmbt sweep {specs[0]} --source clicks --delays "0 seconds..15 minutes/16"
+              wmbt predict {specs[0]} --candidate tight --late      # the rows it drops
+              wmbt predict {specs[0]} --candidate tight --explain {late_row or 0}"""))
     return 0 if ok else 1
+
+
+def _first_late_row(result: Any, candidate: str) -> int | None:
+    """The first input row ``candidate``'s prediction drops as late, if any."""
+    from semantics.explain import late_rows
+
+    for c in result.candidates:
+        if c.name == candidate and c.predicted is not None:
+            _, rows = late_rows(c.schedule, c.predicted, 1)
+            return int(rows["row_id"].iloc[0]) if len(rows) else None
+    return None
