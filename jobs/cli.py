@@ -127,6 +127,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return run_sweep(args)
 
 
+def _count(text: str) -> int:
+    """A non-negative integer option value."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"expected a number of rows (0 or more), got {text!r}")
+    return n
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="wmbt", description="Backtest Spark watermark configurations "
                                 "on historical Delta tables (Spark 4.0 semantics).")
@@ -141,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("predict", help="prediction only, no Spark")
     common(sp)
     sp.add_argument("--explain", type=int, metavar="ROW_ID", help="the fate of one input row")
-    sp.add_argument("--late", type=int, nargs="?", const=20, metavar="N",
+    sp.add_argument("--late", type=_count, nargs="?", const=20, metavar="N",
                     help="list the input rows the watermark drops (first N per candidate, "
                     "default 20), with the watermark each missed and by how much")
     sp.set_defaults(func=lambda a: cmd_run(a, True, False))

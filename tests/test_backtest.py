@@ -157,6 +157,9 @@ def test_cli_predict_lists_the_late_rows(tmp_path: Path, capsys) -> None:
     got = [(r["row_id"], r["source"], r["event_time_ms"], r["batch_id"]) for r in c["rows"]]
     assert got == [(1, "clicks", 3000.0, 2), (2, "clicks", 4000.0, 2), (4, "clicks", 12000.0, 5)]
     assert c["rows"][2]["detail"].endswith("(late by 14000 ms)")
+    with pytest.raises(SystemExit) as exc:  # argparse: usage error, exit code 2
+        main([*args, "--late", "-1"])
+    assert exc.value.code == 2 and "0 or more" in capsys.readouterr().err
     # the demo's closing hint explains such a row
     result = run_backtest(spec, predict=True, actual=False, results=tmp_path / "r2")
     assert _first_late_row(result, "c") == 1 and _first_late_row(result, "other") is None
