@@ -2,9 +2,10 @@
 
 Emission latency of an emitted row = arrival time of the tick whose batch emitted it (the last
 arrival in a data tick; for a no-data batch, that of the data tick before it) minus the row's
-reference event time: ``window_end`` / ``session_end`` for aggregations and sessions, the event
-time for deduplication, the later of the two sides' event times for a join (the left one for a
-null-padded row).
+reference event time: ``window_end`` / ``session_end`` for aggregations and sessions (an
+aggregation without a window: its event-time key; without one its rows carry no event time and
+have no latency), the event time for deduplication, the later of the two sides' event times for
+a join (the left one for a null-padded row).
 """
 
 from __future__ import annotations
@@ -33,14 +34,31 @@ def _ms(s: pd.Series) -> np.ndarray:
     return (s.astype("datetime64[us, UTC]").astype("int64") // 1000).to_numpy(dtype=float)
 
 
+def reference_columns(spec: BacktestSpec) -> list[str]:
+    """The output columns :func:`reference_event_ms` reads (a sweep builds only these)."""
+    q = spec.query
+    if q.kind == "aggregation":
+        if q.window is not None:
+            return ["window_end"]
+        et = spec.sources[q.source].event_time
+        return [et] if et in q.keys else []  # no time in the output: no latency
+    if q.kind == "session":
+        return ["session_end"]
+    if q.kind == "deduplication":
+        return [spec.sources[q.source].event_time]
+    assert isinstance(q, JoinQuery)
+    left = f"{q.left}_{spec.sources[q.left].event_time}"
+    return [left] if q.type == "left_semi" else \
+        [left, f"{q.right}_{spec.sources[q.right].event_time}"]
+
+
 def reference_event_ms(spec: BacktestSpec, outputs: pd.DataFrame) -> np.ndarray:
     q = spec.query
     if outputs.empty:
         return np.array([], dtype=float)
-    if q.kind == "aggregation" and "window_end" in outputs:
-        return _ms(outputs["window_end"])
     if q.kind == "aggregation":
-        return _ms(outputs[spec.sources[q.source].event_time])
+        cols = reference_columns(spec)
+        return _ms(outputs[cols[0]]) if cols else np.full(len(outputs), np.nan)
     if q.kind == "session":
         return _ms(outputs["session_end"])
     if q.kind == "deduplication":

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
 
+from jobs.cli import main
 from semantics.metrics import candidate_metrics
 from semantics.predict import predict
 from semantics.schedule import cut
 from semantics.spec import BatchBy
-from tests.predict_kit import spec_of
+from tests.deltas import write_commits
+from tests.predict_kit import schedule_of, spec_of
 
 
 def test_latency_is_emitting_ticks_arrival_minus_window_end() -> None:
@@ -34,3 +38,30 @@ def test_latency_is_emitting_ticks_arrival_minus_window_end() -> None:
     assert m["latency_p50_s"] == pytest.approx(np.percentile(lat, 50))  # 75 s
     assert m["latency_p99_s"] == pytest.approx(np.percentile(lat, 99))
     assert m["output_rows"] == 2 and m["late"] == 0 and m["no_data_batches"] == 2
+
+
+def test_aggregation_without_event_time_in_its_output_has_no_latency(tmp_path, capsys) -> None:
+    # a running count per key (no window, event time not a key): the output rows carry no event
+    # time, so emission latency is undefined — reported as none, not a crash (it raised KeyError)
+    write_commits(tmp_path / "e", [[{"k": 1, "ts": 1}], [{"k": 2, "ts": 3}, {"k": 1, "ts": 4}]])
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(json.dumps({
+        "name": "running", "sources": {"e": {"table": "e", "event_time": "ts"}},
+        "query": {"kind": "aggregation", "source": "e", "keys": ["k"],
+                  "aggregates": {"n": "count(*)"}, "output_mode": "update"},
+        "replay": {"batch_by": {"commits": 1}, "pace": "backlog"},
+        "candidates": {"c": {"watermark": {"e": "5 seconds"}}},
+    }))
+    assert main(["predict", str(spec), "--results", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    header = lines[0].split()
+    row = dict(zip(header, [line for line in lines if line.startswith("c ")][0].split(),
+                   strict=False))
+    assert row["side"] == "predicted" and row["output_rows"] == "3"
+    assert row["p95_latency_s"] == "-"  # none
+    sched = schedule_of([[{"k": 1, "ts": 1}], [{"k": 2, "ts": 3}, {"k": 1, "ts": 4}]])
+    q = spec_of({"kind": "aggregation", "keys": ["k"], "aggregates": {"n": "count(*)"},
+                 "output_mode": "update"})
+    m = candidate_metrics(q, sched, predict(sched, q, "c"))
+    assert m["output_rows"] == 3 and m["latency_p95_s"] is None
