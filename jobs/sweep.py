@@ -61,7 +61,7 @@ def knee_index(late: np.ndarray, state: np.ndarray) -> int:
 def sweep(spec: Any, source: str, delays: list[Duration], base: str | None = None
           ) -> list[dict[str, Any]]:
     from semantics.history import plan
-    from semantics.metrics import candidate_metrics
+    from semantics.metrics import candidate_metrics, reference_columns
     from semantics.predict import predict
     from semantics.spec import Candidate
 
@@ -77,7 +77,9 @@ def sweep(spec: Any, source: str, delays: list[Duration], base: str | None = Non
         c = Candidate.model_validate({**cand.model_dump(), "watermark": {
             **{k: str(v) for k, v in cand.watermark.items()}, source: str(d)}})
         s = spec.model_copy(update={"candidates": {name: c}})
-        m = candidate_metrics(s, schedule, predict(schedule, s, name, explain=False))
+        # only the output columns the metrics read: no explain table, no full output frame
+        m = candidate_metrics(s, schedule, predict(schedule, s, name, explain=False,
+                                                   columns=reference_columns(s)))
         rows.append({"delay": _label(d.ms), "delay_ms": d.ms, **m})
     # a knee only where the delay changes something (else every point is "the" knee)
     k = knee_index(np.array([r["late_fraction"] for r in rows]),

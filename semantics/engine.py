@@ -99,9 +99,10 @@ class Operator(Protocol):
         """Spark's ``shouldRunAnotherBatch`` for this operator."""
         ...
 
-    def materialize(self, payloads: list[Any]) -> pd.DataFrame:
-        """The output columns (``output_columns(spec)``) of the rows that steps emitted as
-        ``Deferred`` payloads, in order, as one frame."""
+    def materialize(self, payloads: list[Any], columns: list[str]) -> pd.DataFrame:
+        """``columns`` (output columns of the query, ``output_columns(spec)``, or some of them,
+        in that order) of the rows that steps emitted as ``Deferred`` payloads, in order, as one
+        frame."""
         ...
 
     # Optional: ``run_all(plan: list[BatchInput]) -> list[OperatorStep] | None`` computes every
@@ -272,10 +273,10 @@ def _output_frame(operator: Operator, outputs: list[Deferred], out_ids: list[int
     """All batches' output, ``batch_id`` first, built with one ``materialize`` call."""
     if not outputs:
         return pd.DataFrame(columns=cols)
-    frame = operator.materialize([o.payload for o in outputs])
+    frame = operator.materialize([o.payload for o in outputs], cols[1:])
     frame.insert(0, "batch_id", np.repeat(np.asarray(out_ids, dtype=np.int64),
                                           [len(o) for o in outputs]))
-    return frame if list(frame.columns) == cols else frame.reindex(columns=cols)
+    return frame
 
 
 def _max_ms(operator: Operator, source: str, start: int, event_us: np.ndarray) -> int | None:

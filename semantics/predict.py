@@ -13,6 +13,7 @@ prediction that nobody explains pays nothing for it; ``info["fates"]`` holds JSO
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -63,14 +64,20 @@ def _rendered(raw: pd.DataFrame) -> pd.DataFrame:
 
 
 def predict(schedule: Schedule, spec: BacktestSpec, candidate: str, *,
-            explain: bool = True) -> Prediction:
+            explain: bool = True, columns: Collection[str] | None = None) -> Prediction:
     """Predict Spark's batches, emitted rows and row fates for ``candidate`` on ``schedule``.
 
-    ``explain=False`` skips collecting fate rows altogether."""
+    ``explain=False`` skips collecting fate rows altogether; ``columns`` builds only these
+    output columns (plus ``batch_id``; e.g. the reference times a sweep reads), not all."""
     if candidate not in spec.candidates:
         raise KeyError(f"no candidate {candidate!r} (candidates: {', '.join(spec.candidates)})")
     op = make_operator(spec, candidate, schedule, explain=explain)
     cols = output_columns(spec, dict(schedule.data_columns))
+    if columns is not None:
+        unknown = sorted(set(columns) - set(cols) - {"batch_id"})
+        if unknown:
+            raise KeyError(f"no output columns {unknown} (columns: {', '.join(cols)})")
+        cols = [c for c in cols if c in columns]
     res = engine.run(schedule, spec, candidate, op, cols)
     batches = res.batches.reindex(columns=report_columns(spec))
     if batches["state_bytes"].isna().all() and len(batches):

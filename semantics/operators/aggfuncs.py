@@ -16,7 +16,7 @@ sum of floating → float64, avg → float64, min/max keep the input type (nulla
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -209,8 +209,11 @@ def combine_all(aggs: tuple[AggFunc, ...], a: Buffers, b: Buffers) -> Buffers:
     return tuple(f.combine(x, y) for f, x, y in zip(aggs, a, b, strict=True))
 
 
-def finish_all(aggs: tuple[AggFunc, ...], bufs: Buffers) -> dict[str, pd.Series]:
-    return {a.name: a.finish(b) for a, b in zip(aggs, bufs, strict=True)}
+def finish_all(aggs: tuple[AggFunc, ...], bufs: Buffers,
+               only: Collection[str] | None = None) -> dict[str, pd.Series]:
+    """Result columns by name (``only``: just these names)."""
+    return {a.name: a.finish(b) for a, b in zip(aggs, bufs, strict=True)
+            if only is None or a.name in only}
 
 
 def interleave_all(pa: np.ndarray, a: Buffers, pb: np.ndarray, b: Buffers) -> Buffers:

@@ -56,7 +56,7 @@ from semantics.operators.columns import (
 from semantics.operators.grouping import group, interleave, lookup, merge_positions_at
 from semantics.operators.keys import KeyCoder, concat_keys, interleave_keys, take_keys
 from semantics.operators.windows import assign_windows
-from semantics.report import operator_name, output_columns
+from semantics.report import operator_name
 from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import AggregationQuery, BacktestSpec
 
@@ -124,7 +124,6 @@ class AggregationOperator:
         self.et_key = et if q.window is None and et in self.keys else None
         self.watermarked = q.source in spec.candidates[candidate].watermark
         self.global_agg = not self.keys and q.window is None
-        self.columns = output_columns(spec, dict(schedule.data_columns))
         self._empty_keys = tuple(values_of(frame[k].iloc[0:0]) for k in self.keys)
         self._frame = frame
         self._all: tuple[tuple[Values, ...], Buffers] | None = None
@@ -282,18 +281,18 @@ class AggregationOperator:
     def _key_series(v: Values) -> pd.Series:
         return to_series(v.kind, v.data, v.null, v.tz)
 
-    def materialize(self, payloads: list[AggState]) -> pd.DataFrame:
+    def materialize(self, payloads: list[AggState], columns: list[str]) -> pd.DataFrame:
         """Output rows of the emitted group entries of every batch (in order), one frame."""
-        return self._output(payloads[0] if len(payloads) == 1 else AggState.concat(*payloads))
-
-    def _output(self, st: AggState) -> pd.DataFrame:
+        st = payloads[0] if len(payloads) == 1 else AggState.concat(*payloads)
         cols: dict[str, Any] = {k: self._key_series(v) for k, v in zip(self.keys, st.keys,
-                                                                      strict=True)}
-        if self.window is not None:
+                                                                      strict=True)
+                                if k in columns}
+        if "window_start" in columns:
             cols["window_start"] = timestamps(st.wstart_us)
+        if "window_end" in columns:
             cols["window_end"] = timestamps(st.wstart_us + self.duration_us)
-        cols.update(finish_all(self.aggs, st.bufs))
-        return pd.DataFrame({c: cols[c] for c in self.columns}, index=pd.RangeIndex(len(st)))
+        cols.update(finish_all(self.aggs, st.bufs, columns))
+        return pd.DataFrame({c: cols[c] for c in columns}, index=pd.RangeIndex(len(st)))
 
 
 def _set(a: np.ndarray, idx: np.ndarray, v: np.ndarray) -> np.ndarray:

@@ -43,7 +43,7 @@ from semantics.operators.grouping import (
     take_columns,
 )
 from semantics.operators.keys import KeyCoder
-from semantics.report import operator_name, output_columns
+from semantics.report import operator_name
 from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import BacktestSpec, DeduplicationQuery
 
@@ -93,7 +93,6 @@ class DedupOperator:
         # eviction: within-watermark always (it requires a watermark); plain dedup only with the
         # event-time column among the keys
         self.evicts = self.delay_us is not None and (self.within or self.et in self.keys)
-        self.out_cols = output_columns(spec, dict(schedule.data_columns))
         self._frame = frame
         self._all: tuple[tuple[Values, ...], np.ndarray, np.ndarray] | None = None
         self._coder = KeyCoder()
@@ -108,9 +107,9 @@ class DedupOperator:
             self._all = (kv, self._coder.ids(kv, (), len(f)), f[ROW_ID].to_numpy(dtype=np.int64))
         return self._all
 
-    def materialize(self, payloads: list[np.ndarray]) -> pd.DataFrame:
+    def materialize(self, payloads: list[np.ndarray], columns: list[str]) -> pd.DataFrame:
         """Output columns of the accepted source rows (payloads: their positions per batch)."""
-        return take_columns(self._frame, self.out_cols, np.concatenate(payloads))
+        return take_columns(self._frame, columns, np.concatenate(payloads))
 
     def initial_state(self) -> DedupState:
         e = np.array([], dtype=np.int64)

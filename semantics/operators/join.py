@@ -255,7 +255,8 @@ class JoinOperator:
             return None
         return ~dropped[start:stop]
 
-    def materialize(self, payloads: list[tuple[np.ndarray, ...]]) -> pd.DataFrame:
+    def materialize(self, payloads: list[tuple[np.ndarray, ...]], columns: list[str]
+                    ) -> pd.DataFrame:
         """Output columns of emitted rows given per batch as (left, right) source positions (-1:
         the null-padded side of an outer row; left semi: left positions only)."""
         width = len(payloads[0])
@@ -264,8 +265,9 @@ class JoinOperator:
         for role, pos in zip(("left", "right"), positions, strict=False):
             src = self.sources[role]
             for c in src.layout.columns:
-                data[c] = _take(src.frame[c], pos)
-        return pd.DataFrame(data, index=pd.RangeIndex(len(positions[0])), columns=self.columns,
+                if c in columns:
+                    data[c] = _take(src.frame[c], pos)
+        return pd.DataFrame(data, index=pd.RangeIndex(len(positions[0])), columns=columns,
                             copy=False)
 
     def step(self, state: JoinState, batch: BatchInput) -> tuple[JoinState, OperatorStep]:

@@ -57,7 +57,7 @@ from semantics.operators.grouping import (
     segmented_cummax,
 )
 from semantics.operators.keys import KeyCoder, concat_keys, interleave_keys, take_keys
-from semantics.report import operator_name, output_columns
+from semantics.report import operator_name
 from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import BacktestSpec, SessionQuery
 
@@ -122,7 +122,6 @@ class SessionOperator:
         self.aggs: tuple[AggFunc, ...] = parse_aggregates(q.aggregates, dtypes)
         conf = spec.conf(candidate)
         self.merge_local = str(conf.get(MERGE_LOCAL_CONF, "false")).lower() == "true"
-        self.columns = output_columns(spec, dict(schedule.data_columns))
         self._empty_keys = tuple(values_of(frame[k].iloc[0:0]) for k in self.keys)
         self._frame = frame
         self._kv: tuple[Values, ...] | None = None
@@ -274,13 +273,13 @@ class SessionOperator:
         return {k: to_series(v.kind, v.data, v.null, v.tz)
                 for k, v in zip(self.keys, st.keys, strict=True)}
 
-    def materialize(self, payloads: list[SessionState]) -> pd.DataFrame:
+    def materialize(self, payloads: list[SessionState], columns: list[str]) -> pd.DataFrame:
         """Output rows of the emitted sessions of every batch (in order), one frame."""
-        return self._output(payloads[0] if len(payloads) == 1 else concat_states(*payloads))
-
-    def _output(self, st: SessionState) -> pd.DataFrame:
-        cols: dict[str, Any] = self._key_dict(st)
-        cols["session_start"] = timestamps(st.start_us)
-        cols["session_end"] = timestamps(st.end_us)
-        cols.update(finish_all(self.aggs, st.bufs))
-        return pd.DataFrame(cols, index=pd.RangeIndex(len(st)))[self.columns]
+        st = payloads[0] if len(payloads) == 1 else concat_states(*payloads)
+        cols: dict[str, Any] = {k: s for k, s in self._key_dict(st).items() if k in columns}
+        if "session_start" in columns:
+            cols["session_start"] = timestamps(st.start_us)
+        if "session_end" in columns:
+            cols["session_end"] = timestamps(st.end_us)
+        cols.update(finish_all(self.aggs, st.bufs, columns))
+        return pd.DataFrame({c: cols[c] for c in columns}, index=pd.RangeIndex(len(st)))
