@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from jobs.cli import main
 from jobs.sweep import knee_index, parse_delays
+from semantics.metrics import reference_columns
+from semantics.predict import predict
+from semantics.schedule import cut
+from semantics.spec import BatchBy, parse_spec
 from tests.deltas import write_commits
 from tests.replay_support import write_sources
 
@@ -86,3 +92,52 @@ def test_flat_sweep_marks_no_knee_and_says_why(tmp_path: Path, capsys) -> None:
     assert main([*args, "--source", "imps"]) == 0  # the binding input: the delay matters
     out = capsys.readouterr().out
     assert "<- knee" in out and "same prediction" not in out
+
+
+def _two_sources() -> Any:
+    """Two sources ``l`` and ``r`` (60 rows each, keys 0-3, up to 8 s out of order)."""
+    rng = np.random.default_rng(3)
+    frames = {}
+    for i, s in enumerate(("l", "r")):
+        n = 60
+        frames[s] = pd.DataFrame({
+            "row_id": np.arange(n, dtype=np.int64) * 2 + i,
+            "arrival_ms": np.arange(n, dtype=np.int64) * 100,
+            "commit_version": np.arange(n, dtype=np.int64) // 6,
+            "k": rng.integers(0, 4, n),
+            "v": rng.integers(0, 9, n),
+            "ts": (pd.Timestamp(0, tz="UTC") + pd.to_timedelta(
+                np.arange(n) - rng.integers(0, 8, n), unit="s")).astype("datetime64[us, UTC]"),
+        })
+    return cut("t", frames, {"l": "ts", "r": "ts"}, BatchBy(commits=1), "backlog")
+
+
+@pytest.mark.parametrize("query", [
+    {"kind": "aggregation", "source": "l", "keys": ["k"], "window": {"duration": "5 seconds"},
+     "aggregates": {"n": "count(*)", "s": "sum(v)"}},
+    {"kind": "aggregation", "source": "l", "keys": ["k", "ts"], "aggregates": {"n": "count(*)"}},
+    {"kind": "session", "source": "l", "keys": ["k"], "gap": "2 seconds",
+     "aggregates": {"n": "count(*)"}},
+    {"kind": "deduplication", "source": "l", "keys": ["k"]},
+    {"kind": "join", "type": "left_outer", "left": "l", "right": "r", "keys": ["k"],
+     "time_range": {"lower": "-3 seconds", "upper": "0 seconds"}},
+    {"kind": "join", "type": "left_semi", "left": "l", "right": "r", "keys": ["k"],
+     "time_range": {"lower": "-3 seconds", "upper": "0 seconds"}},
+])
+def test_predict_builds_only_the_columns_asked_for(query) -> None:
+    # what a sweep point asks for: the reference-time columns, equal to the full frame's
+    sched = _two_sources()
+    sources = ["l", "r"] if query["kind"] == "join" else ["l"]
+    spec = parse_spec({
+        "name": "t", "sources": {s: {"table": "unused", "event_time": "ts"} for s in sources},
+        "query": query, "replay": {"batch_by": {"commits": 1}, "pace": "backlog"},
+        "candidates": {"c": {"watermark": {s: "2 seconds" for s in sources}}},
+    })
+    full = predict(sched, spec, "c")
+    cols = reference_columns(spec)
+    part = predict(sched, spec, "c", explain=False, columns=cols)
+    assert list(part.outputs.columns) == ["batch_id", *cols] and len(part.outputs)
+    pd.testing.assert_frame_equal(part.outputs, full.outputs[["batch_id", *cols]])
+    pd.testing.assert_frame_equal(part.batches, full.batches)
+    with pytest.raises(KeyError, match="no output columns"):
+        predict(sched, spec, "c", columns=["nope"])
