@@ -129,6 +129,28 @@ def plots(result: Any) -> list[tuple[str, str]]:
     return out
 
 
+def late_sections(result: Any, limit: int = 10) -> str:
+    """Per candidate with predicted late rows: how many, and the first ``limit`` of them with
+    the watermark each missed (``wmbt predict --late`` / ``--explain`` tell the rest)."""
+    from semantics.explain import late_rows
+
+    parts = []
+    for c in result.candidates:
+        if c.predicted is None:
+            continue
+        total, rows = late_rows(c.schedule, c.predicted, limit)
+        if not total:
+            continue
+        cols = ["row_id", "source", "event_time", "batch_id", "detail"]
+        head = "".join(f"<th>{html.escape(k)}</th>" for k in cols)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(str(r[k]))}</td>" for k in cols)
+                       + "</tr>" for r in rows.to_dict("records"))
+        more = f" (first {len(rows)})" if len(rows) < total else ""
+        parts.append(f"<h3>{html.escape(c.name)}: {total} input row{'' if total == 1 else 's'} "
+                     f"dropped as late{more}</h3><table><tr>{head}</tr>{body}</table>")
+    return ("<h2>Late rows (predicted)</h2>" + "".join(parts)) if parts else ""
+
+
 def write_report(result: Any, folder: str | Path | None = None) -> str:
     """Write ``<folder>/<backtest>.html``; returns its path."""
     from jobs.backtest import default_results_dir
@@ -159,6 +181,7 @@ def write_report(result: Any, folder: str | Path | None = None) -> str:
     docs_link = (f'<p>Great Expectations Data Docs (validation details): '
                  f'<a href="{html.escape(docs)}">{html.escape(docs)}</a></p>' if docs else "")
     imgs = "".join(f'<img alt="{html.escape(t)}" src="{u}">' for t, u in plots(result))
+    late = late_sections(result)
     spec = result.spec
     doc = f"""<!doctype html><html><head><meta charset="utf-8">
 <title>{html.escape(spec.name)} – watermark backtest</title><style>{CSS}</style></head><body>
@@ -169,6 +192,7 @@ def write_report(result: Any, folder: str | Path | None = None) -> str:
 {''.join(fails)}
 {docs_link}
 <h2>Plots</h2><div class="plots">{imgs}</div>
+{late}
 </body></html>"""
     path = folder / f"{spec.name}.html"
     tmp = path.with_suffix(".html.tmp")

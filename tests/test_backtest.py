@@ -11,6 +11,7 @@ import pytest
 from jobs.backtest import CandidateResult, run_backtest
 from jobs.cli import main
 from jobs.demo import _first_late_row
+from jobs.report_html import write_report
 from jobs.results import ResultsStore, run_id
 from jobs.validation import validate
 from semantics.history import plan
@@ -163,3 +164,6 @@ def test_cli_predict_lists_the_late_rows(tmp_path: Path, capsys) -> None:
     # the demo's closing hint explains such a row
     result = run_backtest(spec, predict=True, actual=False, results=tmp_path / "r2")
     assert _first_late_row(result, "c") == 1 and _first_late_row(result, "other") is None
+    # and the HTML report lists them
+    page = Path(write_report(result, tmp_path / "reports")).read_text()
+    assert "c: 3 input rows dropped as late" in page and "(late by 14000 ms)" in page
