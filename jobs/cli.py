@@ -90,16 +90,15 @@ def print_late(result: Any, limit: int, as_json: bool) -> int:
 
     doc = {"backtest": result.spec.name, "candidates": []}
     for c in result.candidates:
-        total, rows = late_rows(c.schedule, c.predicted, limit)
+        late = late_rows(c.schedule, c.predicted, limit)
         if as_json:  # timestamps in JSON are epoch milliseconds (SPEC.md §4)
-            doc["candidates"].append({"name": c.name, "late": total, "rows": rows.drop(
-                columns="event_time").to_dict("records")})
+            doc["candidates"].append({
+                "name": c.name, "late_rows": late.rows, "late_entries": late.entries,
+                "entries": late.table.drop(columns="event_time").to_dict("records")})
             continue
-        shown = f" (first {len(rows)})" if len(rows) < total else ""
-        print(f"[{c.name}] {total} input row{'' if total == 1 else 's'} dropped as "
-              f"late{shown}")
-        if len(rows):
-            print(format_table(rows.drop(columns="event_time_ms").to_dict("records")))
+        print(f"[{c.name}] {late.headline()}")
+        if len(late.table):
+            print(format_table(late.table.drop(columns="event_time_ms").to_dict("records")))
         print()
     if as_json:
         json.dump(doc, sys.stdout, default=str)

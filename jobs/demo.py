@@ -164,6 +164,6 @@ def _first_late_row(result: Any, candidate: str) -> int | None:
 
     for c in result.candidates:
         if c.name == candidate and c.predicted is not None:
-            _, rows = late_rows(c.schedule, c.predicted, 1)
-            return int(rows["row_id"].iloc[0]) if len(rows) else None
+            table = late_rows(c.schedule, c.predicted, 1).table
+            return int(table["row_id"].iloc[0]) if len(table) else None
     return None

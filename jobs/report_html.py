@@ -138,16 +138,15 @@ def late_sections(result: Any, limit: int = 10) -> str:
     for c in result.candidates:
         if c.predicted is None:
             continue
-        total, rows = late_rows(c.schedule, c.predicted, limit)
-        if not total:
+        late = late_rows(c.schedule, c.predicted, limit)
+        if not late.entries:
             continue
         cols = ["row_id", "source", "event_time", "batch_id", "detail"]
         head = "".join(f"<th>{html.escape(k)}</th>" for k in cols)
         body = "".join("<tr>" + "".join(f"<td>{html.escape(str(r[k]))}</td>" for k in cols)
-                       + "</tr>" for r in rows.to_dict("records"))
-        more = f" (first {len(rows)})" if len(rows) < total else ""
-        parts.append(f"<h3>{html.escape(c.name)}: {total} input row{'' if total == 1 else 's'} "
-                     f"dropped as late{more}</h3><table><tr>{head}</tr>{body}</table>")
+                       + "</tr>" for r in late.table.to_dict("records"))
+        parts.append(f"<h3>{html.escape(f'{c.name}: {late.headline()}')}</h3>"
+                     f"<table><tr>{head}</tr>{body}</table>")
     return ("<h2>Late rows (predicted)</h2>" + "".join(parts)) if parts else ""
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pandas as pd
 
 from semantics.report import RunResult
@@ -52,27 +54,43 @@ def explain_row(schedule: Schedule, result: RunResult | None, row_id: int) -> st
     return text + ": " + "; ".join(parts) + "."
 
 
-def late_rows(schedule: Schedule, result: RunResult, limit: int | None = None
-              ) -> tuple[int, pd.DataFrame]:
-    """``(how many input rows the watermark dropped, the first `limit` of them)``.
+@dataclass(frozen=True)
+class LateRows:
+    """What a prediction dropped as late: ``rows`` distinct input rows in ``entries`` late
+    entries (more entries than rows with sliding windows: a row is late once per window), and
+    ``table``, the first entries (see :func:`late_rows`)."""
 
-    Columns: ``row_id``, ``source``, ``event_time`` (ISO, UTC), ``event_time_ms`` (epoch ms,
-    fractional: µs kept), ``batch_id`` and ``detail`` (the bound compared, the watermark, and by
-    how much it was missed), in batch then row order.
+    rows: int
+    entries: int
+    table: pd.DataFrame
+
+    def headline(self) -> str:
+        """``6 input rows dropped as late (first 3)``."""
+        what = f"{self.rows} input row{'' if self.rows == 1 else 's'}"
+        what += (" dropped as late" if self.entries == self.rows else
+                 f" late in {self.entries} windows (a sliding-window row is late per window)")
+        shown = f" (first {len(self.table)})" if len(self.table) < self.entries else ""
+        return f"{what}{shown}"
+
+
+def late_rows(schedule: Schedule, result: RunResult, limit: int | None = None) -> LateRows:
+    """The input rows a prediction drops as late, and the first ``limit`` late entries.
+
+    Table columns: ``row_id``, ``source``, ``event_time`` (ISO, UTC), ``event_time_ms`` (epoch
+    ms, fractional: µs kept), ``batch_id`` and ``detail`` (the bound compared — event time,
+    window or session end — the watermark, and by how much it was missed), in batch then row
+    order; one line per late entry.
     """
-    f = fates_of(result)
+    raw = getattr(result, "raw_fates", None)
+    f = raw if isinstance(raw, pd.DataFrame) else fates_of(result)
     late = f.loc[f["fate"] == "late"] if len(f) else f
-    total = len(late)
-    if "batch_id" in late.columns and len(late):
+    entries, rows = len(late), int(late[ROW_ID].nunique()) if len(late) else 0
+    if len(late):
         late = late.sort_values(["batch_id", ROW_ID], kind="stable")
     late = late.head(limit) if limit is not None else late
-    fates_for = getattr(result, "fates_for", None)
-    if fates_for is not None and len(late):  # render just these rows
-        rendered = fates_for(late[ROW_ID])
-        rendered = rendered.loc[rendered["fate"] == "late"].set_index(ROW_ID)["detail"]
-        detail = late[ROW_ID].map(rendered)
-    else:
-        detail = late["detail"] if "detail" in late.columns else pd.Series(dtype=object)
+    render = getattr(result, "render", None)
+    if render is not None and len(late):  # render just these entries
+        late = render(late)
     source: dict[int, str] = {}
     when: dict[int, pd.Timestamp] = {}
     for s, df in schedule.rows.items():
@@ -81,13 +99,13 @@ def late_rows(schedule: Schedule, result: RunResult, limit: int | None = None
             source[int(rid)] = s
             when[int(rid)] = t
     times = [when.get(int(r)) for r in late[ROW_ID]]
-    rows = pd.DataFrame({
+    table = pd.DataFrame({
         ROW_ID: late[ROW_ID].astype("int64").to_numpy(),
         "source": [source.get(int(r), "?") for r in late[ROW_ID]],
         "event_time": [t.isoformat().replace("+00:00", "Z") if t is not None else "?"
                        for t in times],
         "event_time_ms": [t.value / 1e6 if t is not None else None for t in times],
         "batch_id": late["batch_id"].astype("int64").to_numpy() if len(late) else [],
-        "detail": detail.to_numpy() if len(late) else [],
+        "detail": late["detail"].to_numpy() if len(late) else [],
     })
-    return total, rows
+    return LateRows(rows, entries, table)

@@ -47,6 +47,11 @@ class Prediction(RunResult):
         raw = self.raw_fates
         return _rendered(raw.loc[raw["row_id"].isin(list(row_ids))])
 
+    @staticmethod
+    def render(raw: pd.DataFrame) -> pd.DataFrame:
+        """Some rows of :attr:`raw_fates` as :attr:`fates` renders them."""
+        return _rendered(raw)
+
 
 def _rendered(raw: pd.DataFrame) -> pd.DataFrame:
     df = raw.copy()

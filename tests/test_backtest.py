@@ -154,10 +154,10 @@ def test_cli_predict_lists_the_late_rows(tmp_path: Path, capsys) -> None:
     assert out.count("late by 8000 ms") == 2 and "14000" not in out
     assert main([*args, "--late", "--json"]) == 0
     c = json.loads(capsys.readouterr().out)["candidates"][0]
-    assert c["late"] == 3
-    got = [(r["row_id"], r["source"], r["event_time_ms"], r["batch_id"]) for r in c["rows"]]
+    assert c["late_rows"] == c["late_entries"] == 3
+    got = [(r["row_id"], r["source"], r["event_time_ms"], r["batch_id"]) for r in c["entries"]]
     assert got == [(1, "clicks", 3000.0, 2), (2, "clicks", 4000.0, 2), (4, "clicks", 12000.0, 5)]
-    assert c["rows"][2]["detail"].endswith("(late by 14000 ms)")
+    assert c["entries"][2]["detail"].endswith("(late by 14000 ms)")
     with pytest.raises(SystemExit) as exc:  # argparse: usage error, exit code 2
         main([*args, "--late", "-1"])
     assert exc.value.code == 2 and "0 or more" in capsys.readouterr().err

@@ -10,8 +10,10 @@ import pandas as pd
 import pytest
 
 from semantics.errors import SpecError
+from semantics.explain import late_rows
 from semantics.operators.windows import assign_windows
-from tests.predict_kit import col, out_rows, run
+from semantics.predict import predict
+from tests.predict_kit import col, out_rows, run, schedule_of, spec_of
 
 W5 = {"kind": "aggregation", "keys": [], "window": {"duration": "5 seconds"},
       "aggregates": {"n": "count(*)"}, "output_mode": "append"}
@@ -230,3 +232,21 @@ def test_trailing_no_data_batch_in_backlog_emits_the_rest() -> None:
     assert col(r, "eviction_watermark_ms") == [0, 0, 0, 20000]
     assert r.outputs.batch_id.tolist() == [3, 3]
     assert out_rows(r) == [(0, 5, 1), (5, 10, 1)]
+
+
+def test_late_rows_of_sliding_windows_count_rows_and_windows() -> None:
+    # rule: with sliding windows lateness is per (row, window): ts 1 is late in both its windows
+    # ([-5, 5) and [0, 10)), ts 27 only in [20, 30) (its [25, 35) is kept). The late list names
+    # each entry and counts rows and windows apart (it raised on the repeated row before).
+    spec = spec_of({"kind": "aggregation", "keys": ["k"], "aggregates": {"n": "count(*)"},
+                    "window": {"duration": "10 seconds", "slide": "5 seconds"}}, "0 seconds")
+    sched = schedule_of([[{"k": 1, "ts": 30}], [{"k": 1, "ts": 40}],
+                         [{"k": 1, "ts": 1}, {"k": 1, "ts": 27}]])
+    r = predict(sched, spec, "c")
+    assert col(r, "dropped_by_watermark") == [0, 0, 3]
+    late = late_rows(sched, r)
+    assert (late.rows, late.entries) == (2, 3)
+    assert late.table["row_id"].tolist() == [2, 2, 3]
+    assert late.table["detail"].iloc[-1].endswith("(late by 0 ms)")
+    assert late.headline() == "2 input rows late in 3 windows (a sliding-window row is late " \
+        "per window)"
