@@ -53,22 +53,17 @@ def reference_columns(spec: BacktestSpec) -> list[str]:
 
 
 def reference_event_ms(spec: BacktestSpec, outputs: pd.DataFrame) -> np.ndarray:
-    q = spec.query
+    """Reference event time (ms, float; NaN where undefined) of every output row: the later of
+    the :func:`reference_columns` (a join's null-padded side is NaN, so the other one counts)."""
     if outputs.empty:
         return np.array([], dtype=float)
-    if q.kind == "aggregation":
-        cols = reference_columns(spec)
-        return _ms(outputs[cols[0]]) if cols else np.full(len(outputs), np.nan)
-    if q.kind == "session":
-        return _ms(outputs["session_end"])
-    if q.kind == "deduplication":
-        return _ms(outputs[spec.sources[q.source].event_time])
-    assert isinstance(q, JoinQuery)
-    left = _ms(outputs[f"{q.left}_{spec.sources[q.left].event_time}"])
-    if q.type == "left_semi":
-        return left
-    right = _ms(outputs[f"{q.right}_{spec.sources[q.right].event_time}"])
-    return np.fmax(left, right)
+    cols = reference_columns(spec)
+    if not cols:
+        return np.full(len(outputs), np.nan)
+    out = _ms(outputs[cols[0]])
+    for c in cols[1:]:
+        out = np.fmax(out, _ms(outputs[c]))
+    return out
 
 
 def candidate_metrics(spec: BacktestSpec, schedule: Schedule, result: RunResult
