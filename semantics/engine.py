@@ -218,6 +218,20 @@ def plan_batches(schedule: Schedule, spec: BacktestSpec, candidate: str, operato
     return plan
 
 
+def source_rows(plan: list[BatchInput], source: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(batch index, event time µs)`` of every row of ``source``, in schedule order — what an
+    operator's ``run_all`` needs. Invariant (asserted): the plan's batches tile the source's
+    rows in order, since every data tick runs a batch and a tick's rows are contiguous."""
+    lengths = np.array([len(b.rows[source]) for b in plan], dtype=np.int64)
+    starts = np.array([b.offsets[source] for b in plan], dtype=np.int64)
+    filled = lengths > 0
+    assert np.array_equal(starts[filled], (np.cumsum(lengths) - lengths)[filled])
+    batch_of = np.repeat(np.arange(len(plan), dtype=np.int64), lengths)
+    event_us = np.concatenate([np.asarray(b.event_us[source], dtype=np.int64) for b in plan]
+                              ) if plan else np.array([], dtype=np.int64)
+    return batch_of, event_us
+
+
 def run(schedule: Schedule, spec: BacktestSpec, candidate: str, operator: Operator,
         output_columns: list[str]) -> EngineResult:
     """Drive ``operator`` through ``schedule`` exactly as Spark's MicroBatchExecution would."""

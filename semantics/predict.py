@@ -45,7 +45,7 @@ class Prediction(RunResult):
     def fates_for(self, row_ids: list[int] | pd.Index) -> pd.DataFrame:
         """:attr:`fates` of the given input rows only (renders just those)."""
         raw = self.raw_fates
-        return _rendered(raw.loc[raw["row_id"].isin(list(row_ids))])
+        return self.render(raw.loc[raw["row_id"].isin(list(row_ids))])
 
     @staticmethod
     def render(raw: pd.DataFrame) -> pd.DataFrame:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from semantics.engine import BatchInput, Deferred, OperatorStep
+from semantics.engine import BatchInput, Deferred, OperatorStep, source_rows
 from semantics.errors import SpecError
 from semantics.operators import fates as F
 from semantics.operators.columns import Values, values_of
@@ -133,16 +133,9 @@ class DedupOperator:
         if self.within or self.explain:
             return None
         kv_all, kid_all, _ = self._whole()
-        src, n_b = self.source, len(plan)
-        lengths = np.array([len(b.rows[src]) for b in plan], dtype=np.int64)
-        starts = np.array([b.offsets[src] for b in plan], dtype=np.int64)
-        filled = lengths > 0
-        if (int(lengths.sum()) != len(kid_all)
-                or not np.array_equal(starts[filled], (np.cumsum(lengths) - lengths)[filled])):
-            return None  # batches do not tile the source's rows in order
-        batch_of = np.repeat(np.arange(n_b, dtype=np.int64), lengths)
-        t = np.concatenate([np.asarray(b.event_us[src], dtype=np.int64) for b in plan]
-                           ) if n_b else np.array([], dtype=np.int64)
+        n_b = len(plan)
+        batch_of, t = source_rows(plan, self.source)
+        assert len(t) == len(kid_all)
         dropped = np.zeros(n_b, dtype=np.int64)
         ok = np.arange(len(t), dtype=np.int64)
         if n_b and plan[0].late_wm_ms is not None:
@@ -157,9 +150,8 @@ class DedupOperator:
         updated = np.bincount(acc_batch, minlength=n_b)
         removed = np.zeros(n_b, dtype=np.int64)
         if self.evicts and n_b:
+            # non-decreasing (the watermark never goes backwards): one binary search per entry
             evict_us = np.array([b.evict_wm_ms for b in plan], dtype=np.int64) * 1000
-            if np.any(evict_us[1:] < evict_us[:-1]):
-                return None  # not a watermark sequence
             leaves = np.maximum(acc_batch, np.searchsorted(evict_us, t[acc], side="left"))
             removed = np.bincount(leaves[leaves < n_b], minlength=n_b)
         state_rows = np.cumsum(updated - removed)
