@@ -58,6 +58,27 @@ def test_aggregation(spark, tmp_path_factory, pace, data, window, replay, delay,
     check(spec, tmp, spark)
 
 
+sliding = st.sampled_from([{"duration": "10 seconds", "slide": "5 seconds"},
+                           {"duration": "10 seconds", "slide": "4 seconds"},
+                           {"duration": "3 seconds", "slide": "1 second"}])
+
+
+@pytest.mark.parametrize("pace", ["backlog", "live"])
+@examples(4)
+@given(data=commits(keys), window=sliding, replay=replays, delay=delays,
+       mode=st.sampled_from(["append", "append", "update", "complete"]))
+def test_sliding_window_sums(spark, tmp_path_factory, pace, data, window, replay, delay,
+                             mode) -> None:
+    # counts and integer sums of sliding windows skip the (row, window) pairs
+    # (operators/sliding.py); test_aggregation's min(v) keeps the pair path
+    tmp = tmp_path_factory.mktemp("sliding")
+    spec = single_spec(tmp, "diffsliding", {
+        "kind": "aggregation", "keys": ["k"], "window": window, "output_mode": mode,
+        "aggregates": {"n": "count(*)", "s": "sum(v)", "avg_v": "avg(v)"}},
+        {**replay, "pace": pace}, delay, data)
+    check(spec, tmp, spark)
+
+
 @pytest.mark.parametrize("pace", ["backlog", "live"])
 @examples(4)
 @given(data=commits({"id": st.integers(1, 4)}), replay=replays, delay=delays,

@@ -3,7 +3,8 @@
 Rules (spark-watermark-semantics.md §4, §5.1, §6), per batch:
 
 1. window assignment exactly as ``TimeWindowing`` (a row of a sliding window joins several
-   groups), then partial aggregation: one row per group (keys + window) per batch;
+   groups), then partial aggregation: one row per group (keys + window) per batch (counts and
+   integer sums of sliding windows are summed without listing the pairs: ``sliding``);
 2. late filtering on those *groups* (after partial aggregation): a group is late iff its
    event-time bound (window end, or the raw event time when it is a key) ``<= late wm`` (µs vs
    ms·1000, inclusive); ``numRowsDroppedByWatermark`` counts late groups;
@@ -55,6 +56,7 @@ from semantics.operators.columns import (
 )
 from semantics.operators.grouping import group, interleave, lookup, merge_positions_at
 from semantics.operators.keys import KeyCoder, concat_keys, interleave_keys, take_keys
+from semantics.operators.sliding import grid_partial, not_late_per_row, windows_per_row
 from semantics.operators.windows import assign_windows
 from semantics.report import operator_name
 from semantics.schedule import ROW_ID, Schedule
@@ -88,6 +90,21 @@ class AggState:
                         np.concatenate([p.wstart_us for p in parts]),
                         concat_keys(*(p.keys for p in parts)),
                         concat_all(*(p.bufs for p in parts)))
+
+
+@dataclass(frozen=True)
+class LatePairs:
+    """The late (row, window) pairs of a batch: how many groups they form, and per pair the
+    row (batch position) and the event-time bound it missed (for explain)."""
+
+    groups: int
+    rows: np.ndarray
+    bound_us: np.ndarray
+
+    @staticmethod
+    def none() -> LatePairs:
+        e = np.array([], dtype=np.int64)
+        return LatePairs(0, e, e)
 
 
 class AggregationOperator:
@@ -129,6 +146,7 @@ class AggregationOperator:
         self._all: tuple[tuple[Values, ...], Buffers] | None = None
         self._et_all = schedule.event_time_us(q.source)
         self._coder = KeyCoder()
+        self._grid: tuple[tuple[str, ...], ...] | None = None
 
     def _whole(self) -> tuple[tuple[Values, ...], Buffers]:
         """Per-row key values and initial aggregation buffers of the whole source, computed once
@@ -144,7 +162,30 @@ class AggregationOperator:
                 k = -(-self.duration_us // self.slide_us)
                 grid.append((first - (k - 1) * self.slide_us, last, self.slide_us))
             self._coder = KeyCoder.fit(kv, grid)
+            self._grid = self._grid_layout(self._all[1])
         return self._all
+
+    def _grid_layout(self, bufs: Buffers) -> tuple[tuple[str, ...], ...] | None:
+        """How :meth:`_partial_grid` fills each buffer array (``pairs``: the pair count,
+        ``int``: an int64 sum, ``float``: a float64 sum of integers), or None when it cannot:
+        it needs sliding windows, exact key ids, and sums that no order of addition changes."""
+        k = -(-self.duration_us // self.slide_us) if self.window is not None else 1
+        if k == 1 or not self._coder.exact:
+            return None
+        layout = []
+        for f, b in zip(self.aggs, bufs, strict=True):
+            if f.func == "count" or (f.func == "sum" and f.kind == "int"):
+                layout.append(tuple("pairs" if len(a) and (a == 1).all() else "int" for a in b))
+            elif f.func == "avg" and f.kind == "int":
+                s, n = b
+                # float sums of integers are exact in any order while every partial sum is
+                # below 2^53: bounded by the whole source's sum of |values|
+                if len(s) and float(np.abs(s).max()) * len(s) >= 2.0 ** 53:
+                    return None
+                layout.append(("float", "pairs" if len(n) and (n == 1).all() else "int"))
+            else:  # float sums, min, max: order or type matters, expand pairs
+                return None
+        return tuple(layout)
 
     # -- protocol ------------------------------------------------------------------------------
     def initial_state(self) -> AggState:
@@ -158,24 +199,18 @@ class AggregationOperator:
 
     def step(self, state: AggState, batch: BatchInput) -> tuple[AggState, OperatorStep]:
         rows = batch.rows[self.source]
-        part, pair_rows, pair_code, pair_bound = self._partial(
-            len(rows), batch.event_us[self.source], batch.offsets[self.source])
+        late_us = (np.int64(batch.late_wm_ms) * 1000
+                   if self.mode != "complete" and self.time_keyed
+                   and batch.late_wm_ms is not None else None)  # never in complete mode
+        part, late = self._partial(len(rows), batch.event_us[self.source],
+                                   batch.offsets[self.source], late_us)
         fates: list[pd.DataFrame] = []
-
-        # late filter on groups (after partial aggregation); never in complete mode
-        dropped = 0
-        if self.mode != "complete" and self.time_keyed and batch.late_wm_ms is not None:
-            late = part.bound_us <= np.int64(batch.late_wm_ms) * 1000
-            dropped = int(late.sum())
-            if dropped:
-                if self.explain:
-                    m = late[pair_code]
-                    rid = rows[ROW_ID].to_numpy()[pair_rows[m]]
-                    bound = pair_bound[m]
-                    fates.append(F.late(rid, "window" if self.window else "event time", bound,
-                                        batch.late_wm_ms,
-                                        bound - self.duration_us if self.window else F.NO_START))
-                part = part.take(np.flatnonzero(~late))
+        dropped = late.groups
+        if dropped and self.explain:
+            rid = rows[ROW_ID].to_numpy()[late.rows]
+            fates.append(F.late(rid, "window" if self.window else "event time", late.bound_us,
+                                batch.late_wm_ms,
+                                late.bound_us - self.duration_us if self.window else F.NO_START))
 
         new, upserted = self._upsert(state, part)
         updated = len(part)
@@ -211,17 +246,24 @@ class AggregationOperator:
         )
 
     # -- pieces --------------------------------------------------------------------------------
-    def _partial(self, n: int, t_us: np.ndarray, off: int
-                 ) -> tuple[AggState, np.ndarray, np.ndarray, np.ndarray]:
+    def _partial(self, n: int, t_us: np.ndarray, off: int, late_us: np.int64 | None
+                 ) -> tuple[AggState, LatePairs]:
         """Partial aggregate of the batch's ``n`` rows from position ``off`` of the source: one
-        entry per group, sorted by group id (per-row values come from :meth:`_whole`).
+        entry per group that is not late, sorted by group id (per-row values come from
+        :meth:`_whole`); and the late groups.
 
-        Also returns, per (row, window) pair, the row index, the group code and the pair's
-        event-time bound (for explain)."""
+        A group is late iff its event-time bound ``<= late_us``; the bound is part of the group
+        key (window end or raw event time), so the late groups are exactly the groups of the
+        late (row, window) pairs: those are split off before grouping (they are few, and their
+        old windows would widen the range of the batch's ids)."""
         kv_all, bufs_all = self._whole()
         sl = slice(off, off + n)
         kv = tuple(Values(v.kind, v.data[sl], None if v.null is None else v.null[sl], v.tz)
                    for v in kv_all)
+        if self._grid is not None:
+            done = self._partial_grid(t_us, off, late_us, kv, bufs_all, self._grid)
+            if done is not None:
+                return done
         if self.window is not None:
             pair_rows, wstart = assign_windows(t_us, self.duration_us, self.slide_us)
             if len(pair_rows) != n:
@@ -234,19 +276,65 @@ class AggregationOperator:
             bound = np.asarray(t_us, dtype=np.int64) if self.et_key else \
                 np.full(n, NEVER, dtype=np.int64)
             gid = self._coder.ids(kv, (), n)
+        wstart_all = wstart
+        late = LatePairs.none()
+        pairs = None  # positions of the pairs that are kept; None: all of them
+        if late_us is not None:
+            is_late = bound <= late_us
+            if is_late.any():
+                lp = np.flatnonzero(is_late)
+                luniq, lcodes, lfirst = group(gid[lp])
+                if len(luniq) < len(lp):  # late rows merged by id: same keys?
+                    self._coder.check_same(kv, lp[lfirst[lcodes]], kv, lp, (wstart,), (wstart,))
+                late = LatePairs(len(luniq), pair_rows[lp], bound[lp])
+                pairs = np.flatnonzero(~is_late)
+                pair_rows, wstart, bound, gid = (pair_rows[pairs], wstart[pairs], bound[pairs],
+                                                 gid[pairs])
         uniq, codes, first = group(gid)
         g = len(uniq)
+        at = first if pairs is None else pairs[first]  # positions in ``kv``
         if g < len(gid):  # rows merged by id: verify they really share the key
-            self._coder.check_same(kv, first[codes], kv, np.arange(len(gid)), (wstart,),
-                                   (wstart,))
+            self._coder.check_same(kv, at[codes], kv,
+                                   np.arange(len(gid)) if pairs is None else pairs,
+                                   (wstart_all,), (wstart_all,))
         # fancy indexing copies: reduce never sees the shared arrays
         init = tuple(tuple(arr[off + pair_rows] for arr in b) for b in bufs_all)
         bufs = reduce_all(self.aggs, init, codes, g)
-        part = AggState(uniq, bound[first], wstart[first], take_keys(kv, first), bufs)
+        part = AggState(uniq, bound[first], wstart[first], take_keys(kv, at), bufs)
         if self.global_agg and g == 0:
             part = AggState(np.zeros(1, dtype=np.int64), np.full(1, NEVER, dtype=np.int64),
                             np.zeros(1, dtype=np.int64), (), empty_all(self.aggs, 1))
-        return part, pair_rows, codes, bound
+        return part, late
+
+    def _partial_grid(self, t_us: np.ndarray, off: int, late_us: np.int64 | None,
+                      kv: tuple[Values, ...], bufs_all: Buffers,
+                      layout: tuple[tuple[str, ...], ...]) -> tuple[AggState, LatePairs] | None:
+        """:meth:`_partial` for sliding windows without expanding pairs (``sliding``); None
+        when the batch's windows and keys span too large a grid."""
+        d, s = self.duration_us, self.slide_us
+        t = np.asarray(t_us, dtype=np.int64)
+        n = len(t)
+        last = t - np.mod(t, s)
+        w = windows_per_row(t, last, d, s)
+        a = not_late_per_row(last, w, d, s, None if late_us is None else int(late_us))
+        id_last = self._coder.ids(kv, (last,), n)
+        minor = self._coder.minor(len(self.keys))
+        sl = slice(off, off + n)
+        values = tuple(arr[sl].astype(np.int64) for b, lay in zip(bufs_all, layout, strict=True)
+                       for arr, how in zip(b, lay, strict=True) if how != "pairs")
+        gp = grid_partial(id_last, w, a, minor, values, 4 * int(a.sum()) + 1024)
+        if gp is None:
+            return None
+        late = LatePairs.none()
+        if len(gp.late_rows):
+            late = LatePairs(len(np.unique(gp.late_ids)), gp.late_rows,
+                             last[gp.late_rows] - gp.late_i * s + d)
+        sums = iter(gp.sums)
+        bufs = tuple(tuple(gp.pairs if how == "pairs" else
+                           next(sums).astype(np.float64 if how == "float" else np.int64)
+                           for how in lay) for lay in layout)
+        wstart = self._coder.extra_values(gp.ids, len(self.keys))
+        return AggState(gp.ids, wstart + d, wstart, take_keys(kv, gp.rep), bufs), late
 
     def _upsert(self, state: AggState, part: AggState) -> tuple[AggState, np.ndarray]:
         """Merge the batch's groups into the state; also return the positions (in the new state)

@@ -158,6 +158,22 @@ class KeyCoder:
         assert out is not None
         return np.asarray(out, dtype=np.int64)
 
+    def minor(self, n_columns: int) -> int:
+        """Exact ids only: how many key tuples of the first ``n_columns`` columns the coder
+        tells apart — the id distance of two neighbouring values of the first extra column
+        (extras are the most significant digits)."""
+        assert self.exact
+        out = 1
+        for size in self.sizes[:n_columns]:
+            out *= size
+        return out
+
+    def extra_values(self, ids: np.ndarray, n_columns: int) -> np.ndarray:
+        """Exact ids with ``n_columns`` key columns and one extra column: that column's value
+        (e.g. the window start) of every id."""
+        assert self.exact and len(self.steps) == 1
+        return self.lows[n_columns] + (ids // self.minor(n_columns)) * self.steps[0]
+
     def check_same(self, a: Sequence[Values], ia: np.ndarray, b: Sequence[Values],
                    ib: np.ndarray, extra_a: Sequence[np.ndarray] = (),
                    extra_b: Sequence[np.ndarray] = ()) -> None:

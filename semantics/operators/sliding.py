@@ -1,0 +1,115 @@
+"""Partial aggregation of sliding windows without expanding rows into (row, window) pairs.
+
+A row of a sliding window (duration ``d``, slide ``s``, ``k = ceil(d / s)``) belongs to the
+windows starting at ``last - i·s`` for ``i = 0 .. w − 1`` (``last`` its latest window start,
+``w <= k`` the windows that contain it, see ``windows.assign_windows``). With exact key ids whose
+window start is the most significant digit (``keys.KeyCoder``), the group id of the pair
+``(row, i)`` is ``id_last − i·K`` (``K``: the number of key tuples the coder can tell apart), and
+the pairs that are not late are ``i < a`` for a per-row ``a`` (window ends decrease with ``i``).
+So a row adds its buffers to the ids ``id_last − (a − 1)·K .. id_last`` in steps of ``K``: one
+column of a ``(windows, K)`` grid. Adding ``+v`` at the first cell and ``−v`` one past the last
+one, then a running sum down each column, gives every group's total — two scatters per row
+instead of ``w`` gathers and scatters per row.
+
+Only for buffers whose sums do not depend on the order of addition (int64, which wraps the same
+way in any order); callers keep the pair path for floats, min and max.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class GridPartial:
+    """Groups of one batch's pairs that are not late, and the late pairs."""
+
+    ids: np.ndarray  # group ids, ascending (present groups only)
+    sums: tuple[np.ndarray, ...]  # per input array: the sum over each group's pairs
+    pairs: np.ndarray  # per group: how many pairs it holds (>= 1)
+    rep: np.ndarray  # per group: a row (batch position) of that group's key
+    late_rows: np.ndarray  # late pairs in (row, i) order: the row ...
+    late_ids: np.ndarray  # ... the pair's group id
+    late_i: np.ndarray  # ... and its window number i (start = last - i·s)
+
+
+def windows_per_row(t_us: np.ndarray, last_us: np.ndarray, duration_us: int,
+                    slide_us: int) -> np.ndarray:
+    """How many windows contain each row: ``i`` with ``t < last − i·s + d``, at most
+    ``ceil(d / s)`` (all of them when ``d`` is a multiple of ``s``)."""
+    k = -(-duration_us // slide_us)
+    return np.minimum(k, -((t_us - last_us - duration_us) // slide_us))
+
+
+def not_late_per_row(last_us: np.ndarray, w: np.ndarray, duration_us: int, slide_us: int,
+                     late_us: int | None) -> np.ndarray:
+    """How many of each row's windows are not late: window ``i`` ends at ``last − i·s + d``
+    and is late iff that end ``<= late_us``, so the first ``ceil((last + d − late) / s)``
+    windows (clipped to ``[0, w]``) are not late."""
+    if late_us is None:
+        return w
+    x = last_us + duration_us - late_us
+    return np.clip(-((-x) // slide_us), 0, w)
+
+
+def grid_partial(id_last: np.ndarray, w: np.ndarray, a: np.ndarray, minor: int,
+                 values: tuple[np.ndarray, ...], budget: int) -> GridPartial | None:
+    """Sum ``values`` (int64, one per row) over the groups of the pairs ``(row, i < a)``.
+
+    ``id_last``: group id of each row's window ``i = 0``; ``minor``: ``K``, the id distance of
+    neighbouring windows. None when the grid would exceed ``budget`` cells (the caller expands
+    pairs instead).
+
+    >>> g = grid_partial(np.array([12, 13, 22]), np.array([2, 2, 2]), np.array([2, 1, 2]),
+    ...                  10, (np.array([1, 1, 1]),), 100)
+    >>> g.ids.tolist(), g.sums[0].tolist(), g.late_ids.tolist()
+    ([2, 12, 13, 22], [1, 2, 1, 1], [3])
+    """
+    n = len(id_last)
+    e = np.array([], dtype=np.int64)
+    late = np.flatnonzero(a < w)
+    if len(late):
+        cnt = w[late] - a[late]
+        late_rows = np.repeat(late, cnt)
+        late_i = (np.arange(len(late_rows), dtype=np.int64)
+                  - np.repeat(np.cumsum(cnt) - cnt, cnt) + np.repeat(a[late], cnt))
+        late_ids = id_last[late_rows] - late_i * minor
+    else:
+        late_rows = late_ids = late_i = e
+    live = np.flatnonzero(a > 0) if len(late) else None
+    if live is not None and len(live) < n:
+        id_last, a = id_last[live], a[live]
+        values = tuple(v[live] for v in values)
+    else:
+        live = None
+    if not len(id_last):
+        return GridPartial(e, tuple(e for _ in values), e, e, late_rows, late_ids, late_i)
+    first = id_last - (a - 1) * minor  # the smallest id each row adds to
+    top = int(id_last.max()) // minor
+    base = int(first.min()) // minor
+    rows_w = top - base + 1
+    if rows_w * minor > budget:
+        return None
+    lo = first - base * minor
+    hi = id_last + minor - base * minor  # one window past the last: the row stops adding
+    size = (rows_w + 1) * minor
+
+    def grid(v: np.ndarray | None) -> np.ndarray:
+        if v is None:  # a count of pairs: bincount is exact for integers
+            d = np.bincount(lo, minlength=size) - np.bincount(hi, minlength=size)
+        else:
+            d = np.zeros(size, dtype=np.int64)
+            np.add.at(d, lo, v)
+            np.subtract.at(d, hi, v)
+        return np.cumsum(d.reshape(rows_w + 1, minor), axis=0)[:rows_w].ravel()
+
+    pairs = grid(None)
+    present = np.flatnonzero(pairs)
+    rep_of_key = np.empty(minor, dtype=np.int64)
+    pos = np.arange(n, dtype=np.int64) if live is None else live
+    rep_of_key[id_last % minor] = pos  # any row of the key: exact ids, equal keys
+    ids = present + base * minor
+    return GridPartial(ids, tuple(grid(v)[present] for v in values), pairs[present],
+                       rep_of_key[ids % minor], late_rows, late_ids, late_i)
