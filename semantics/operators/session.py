@@ -53,7 +53,9 @@ from semantics.operators.grouping import (
     interleave,
     merge_by_id_then_time,
     merge_positions,
+    merge_positions_at,
     order_by_id_then_time,
+    runs_of,
     segmented_cummax,
 )
 from semantics.operators.keys import KeyCoder, concat_keys, interleave_keys, take_keys
@@ -91,9 +93,12 @@ def concat_states(*parts: SessionState) -> SessionState:
                         concat_all(*(p.bufs for p in parts)))
 
 
-def merge_disjoint(a: SessionState, b: SessionState) -> SessionState:
-    """Sorted union of two sorted states whose key ids are disjoint."""
-    pa, pb = merge_positions(a.gid, b.gid)
+def merge_disjoint(a: SessionState, b: SessionState, b_in_a: np.ndarray | None = None
+                   ) -> SessionState:
+    """Sorted union of two sorted states whose key ids are disjoint (``b_in_a``:
+    ``searchsorted(a.gid, b.gid)`` when already known)."""
+    pa, pb = merge_positions(a.gid, b.gid) if b_in_a is None else \
+        merge_positions_at(len(a), b_in_a)
     return SessionState(interleave(pa, a.gid, pb, b.gid),
                         interleave(pa, a.start_us, pb, b.start_us),
                         interleave(pa, a.end_us, pb, b.end_us),
@@ -223,17 +228,15 @@ class SessionOperator:
             return state, 0, 0
         g = units.gid  # sorted (units are sorted by key id, then start)
         keys = g[np.r_[True, g[1:] != g[:-1]]]
-        lo = np.searchsorted(state.gid, keys, side="left")
-        hi = np.searchsorted(state.gid, keys, side="right")
-        cnt = hi - lo
+        lo, cnt = runs_of(state.gid, keys)
         tot = int(cnt.sum())
         stored_idx = (np.repeat(lo, cnt) + np.arange(tot)
                       - np.repeat(np.cumsum(cnt) - cnt, cnt)) if tot else np.array([], np.int64)
         stored = state.take(stored_idx)
         has = np.flatnonzero(cnt)
-        if len(has):  # stored sessions of an id hold the same key as the new units
+        if len(has) and not self._coder.exact:  # stored sessions of an id: the units' key?
             self._coder.check_same(state.keys, lo[has], units.keys,
-                       np.searchsorted(units.gid, keys[has], side="left"))
+                                   np.searchsorted(units.gid, keys[has], side="left"))
         # both sides are sorted by (key id, start): merge them (stored first on equal starts)
         pos = merge_by_id_then_time(stored.gid, stored.start_us, units.gid, units.start_us, keys)
         if pos is None:
@@ -267,7 +270,11 @@ class SessionOperator:
         keep = np.ones(len(state), dtype=bool)
         keep[stored_idx] = False
         rest = state.take(np.flatnonzero(keep))
-        return merge_disjoint(rest, merged), n_sess, replaced
+        # every stored session of these keys left the state, so a key's merged sessions go
+        # where its stored ones were: before the rest's sessions of later keys (no search)
+        key_of = np.cumsum(np.r_[False, merged.gid[1:] != merged.gid[:-1]])
+        return merge_disjoint(rest, merged, (lo - (np.cumsum(cnt) - cnt))[key_of]), n_sess, \
+            replaced
 
     def _key_dict(self, st: SessionState) -> dict[str, pd.Series]:
         return {k: to_series(v.kind, v.data, v.null, v.tz)
