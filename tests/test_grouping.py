@@ -1,0 +1,19 @@
+"""Group-by primitives over int64 ids (semantics/operators/grouping.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from semantics.operators.grouping import runs_of
+
+
+@pytest.mark.parametrize("spread", [1, 3, 1_000_003])  # dense table / binary searches
+@pytest.mark.parametrize("seed", range(20))
+def test_runs_of_is_searchsorted_left_and_right(seed: int, spread: int) -> None:
+    r = np.random.default_rng(seed)
+    ids = np.sort(r.integers(0, 50, int(r.integers(0, 200)))) * spread - 7
+    keys = np.unique(r.integers(-2, 55, int(r.integers(0, 30)))) * spread - 7
+    lo, cnt = runs_of(ids, keys)
+    assert lo.tolist() == np.searchsorted(ids, keys, side="left").tolist()
+    assert cnt.tolist() == (np.searchsorted(ids, keys, side="right") - lo).tolist()
