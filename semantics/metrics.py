@@ -30,8 +30,13 @@ def _tick_clock_ms(schedule: Schedule) -> np.ndarray:
 
 
 def _ms(s: pd.Series) -> np.ndarray:
-    s = pd.to_datetime(s, utc=True)
-    return (s.astype("datetime64[us, UTC]").astype("int64") // 1000).to_numpy(dtype=float)
+    """Epoch milliseconds (float) of a timestamp column; NaN where it is NULL."""
+    if not isinstance(s.dtype, pd.DatetimeTZDtype):  # e.g. strings: parse (slow, rare)
+        s = pd.to_datetime(s, utc=True)
+    us = s.astype("datetime64[us, UTC]").array
+    out = (us.asi8 // 1000).astype(float)
+    out[us.isna()] = np.nan  # NaT is the smallest int64, not a time
+    return out
 
 
 def reference_columns(spec: BacktestSpec) -> list[str]:
@@ -85,8 +90,8 @@ def candidate_metrics(spec: BacktestSpec, schedule: Schedule, result: RunResult
         lat = (emit - reference_event_ms(spec, out)) / 1000.0
         lat = lat[~np.isnan(lat)]
 
-    def pct(p: float) -> float | None:
-        return float(np.percentile(lat, p)) if len(lat) else None
+    p50, p95, p99 = (float(x) for x in np.percentile(lat, [50, 95, 99])) if len(lat) else \
+        (None, None, None)
 
     return {
         "batches": len(per_batch),
@@ -99,9 +104,9 @@ def candidate_metrics(spec: BacktestSpec, schedule: Schedule, result: RunResult
         "peak_state_bytes": None if sbytes.isna().all() else int(sbytes.max()),
         "final_state_bytes": None if sbytes.isna().all() else int(sbytes.iloc[-1]),
         "output_rows": int(per_batch["output_rows"].sum()),
-        "latency_p50_s": pct(50),
-        "latency_p95_s": pct(95),
-        "latency_p99_s": pct(99),
+        "latency_p50_s": p50,
+        "latency_p95_s": p95,
+        "latency_p99_s": p99,
         "elapsed_s": result.info.get("elapsed_s"),
     }
 

@@ -65,3 +65,25 @@ def test_aggregation_without_event_time_in_its_output_has_no_latency(tmp_path, c
                  "output_mode": "update"})
     m = candidate_metrics(q, sched, predict(sched, q, "c"))
     assert m["output_rows"] == 3 and m["latency_p95_s"] is None
+
+
+def test_reference_time_of_a_null_padded_side_is_the_other_side() -> None:
+    # a left outer join's NULL-padded right side has no time: the left one counts; a row with
+    # no time at all has no latency (NaN), not a time 292 000 years before the epoch
+    from semantics.metrics import _ms, reference_event_ms
+
+    t = pd.Series(pd.to_datetime([5_000, None, None], unit="ms", utc=True)
+                  ).astype("datetime64[us, UTC]")
+    assert _ms(t)[0] == 5_000.0 and np.isnan(_ms(t)[1:]).all()
+    assert _ms(pd.Series(["1970-01-01T00:00:05Z"])).tolist() == [5_000.0]
+    from semantics.spec import parse_spec
+
+    spec = parse_spec({
+        "name": "t", "sources": {s: {"table": "unused", "event_time": "ts"} for s in "lr"},
+        "query": {"kind": "join", "type": "left_outer", "left": "l", "right": "r", "keys": ["k"],
+                  "time_range": {"lower": "-1 second", "upper": "0 seconds"}},
+        "candidates": {"c": {"watermark": {"l": "1 second", "r": "1 second"}}}})
+    later = t.copy()
+    later[1] = pd.Timestamp(7_000, unit="ms", tz="UTC")
+    got = reference_event_ms(spec, pd.DataFrame({"l_ts": later, "r_ts": t}))
+    assert got[:2].tolist() == [5_000.0, 7_000.0] and np.isnan(got[2])
