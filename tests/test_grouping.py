@@ -17,3 +17,12 @@ def test_runs_of_is_searchsorted_left_and_right(seed: int, spread: int) -> None:
     lo, cnt = runs_of(ids, keys)
     assert lo.tolist() == np.searchsorted(ids, keys, side="left").tolist()
     assert cnt.tolist() == (np.searchsorted(ids, keys, side="right") - lo).tolist()
+
+
+@pytest.mark.parametrize("distinct", [3, 40, 10_000])  # many ties / some / none
+@pytest.mark.parametrize("seed", range(10))
+def test_stable_argsort_is_numpys_stable_argsort(seed: int, distinct: int) -> None:
+    from semantics.operators.grouping import stable_argsort
+
+    v = np.random.default_rng(seed).integers(0, distinct, 500)
+    assert stable_argsort(v).tolist() == np.argsort(v, kind="stable").tolist()
