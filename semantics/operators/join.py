@@ -55,7 +55,7 @@ import pandas as pd
 
 from semantics.engine import BatchInput, Deferred, OperatorStep
 from semantics.operators import fates as F
-from semantics.operators.grouping import interleave, merge_positions
+from semantics.operators.grouping import interleave, merge_positions, stable_argsort
 from semantics.operators.join_frames import (
     EV,
     Packing,
@@ -430,7 +430,7 @@ class JoinOperator:
             return SideRows(pos, src.code[pos], et, src.ev[pos], np.zeros(len(pos), dtype=bool),
                             comp), dropped
         comp = src.comp[pos]
-        order = np.argsort(comp, kind="stable")
+        order = stable_argsort(comp)
         pos = pos[order]
         return SideRows(pos, src.code[pos], et[order], src.ev[pos],
                         np.zeros(len(pos), dtype=bool), comp[order]), dropped

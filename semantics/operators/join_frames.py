@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from semantics.operators.grouping import stable_argsort
 from semantics.schedule import ROW_ID
 
 EV = "_ev"
@@ -245,7 +246,7 @@ def _slices(scode: np.ndarray, st: np.ndarray, qcode: np.ndarray, qt: np.ndarray
         if packing is None:
             return None
     comp = packing.key(scode, st)
-    order = np.argsort(comp, kind="stable")
+    order = stable_argsort(comp)
     qi, si = packing.pairs(comp[order], qcode, qt, lo, lo_incl, hi, hi_incl)
     return qi, order[si]
 
