@@ -314,11 +314,13 @@ class AggregationOperator:
         d, s = self.duration_us, self.slide_us
         t = np.asarray(t_us, dtype=np.int64)
         n = len(t)
+        minor = self._coder.minor(len(self.keys))
+        if minor > 4 * n * -(-d // s) + 1024:  # one window of all keys is beyond the budget
+            return None
         last = t - np.mod(t, s)
         w = windows_per_row(t, last, d, s)
         a = not_late_per_row(last, w, d, s, None if late_us is None else int(late_us))
         id_last = self._coder.ids(kv, (last,), n)
-        minor = self._coder.minor(len(self.keys))
         sl = slice(off, off + n)
         values = tuple(arr[sl].astype(np.int64) for b, lay in zip(bufs_all, layout, strict=True)
                        for arr, how in zip(b, lay, strict=True) if how != "pairs")
