@@ -16,13 +16,13 @@ sum of floating → float64, avg → float64, min/max keep the input type (nulla
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from semantics.operators.columns import Values, kind_of, to_series, values_of
+from semantics.operators.columns import Values, kind_of, timestamps, to_series, values_of
 from semantics.spec import parse_aggregate
 
 Buffer = tuple[np.ndarray, ...]
@@ -214,6 +214,17 @@ def finish_all(aggs: tuple[AggFunc, ...], bufs: Buffers,
     """Result columns by name (``only``: just these names)."""
     return {a.name: a.finish(b) for a, b in zip(aggs, bufs, strict=True)
             if only is None or a.name in only}
+
+
+def result_frame(columns: Sequence[str], keys: Mapping[str, pd.Series],
+                 bounds_us: Mapping[str, np.ndarray], aggs: tuple[AggFunc, ...], bufs: Buffers,
+                 n: int) -> pd.DataFrame:
+    """The output rows of ``n`` groups, ``columns`` only and in that order: key columns, time
+    bounds (µs -> UTC timestamps: window or session start and end) and aggregate results."""
+    cols: dict[str, pd.Series] = {k: v for k, v in keys.items() if k in columns}
+    cols.update({k: timestamps(us) for k, us in bounds_us.items() if k in columns})
+    cols.update(finish_all(aggs, bufs, columns))
+    return pd.DataFrame({c: cols[c] for c in columns}, index=pd.RangeIndex(n))
 
 
 def interleave_all(pa: np.ndarray, a: Buffers, pb: np.ndarray, b: Buffers) -> Buffers:

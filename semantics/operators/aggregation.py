@@ -27,7 +27,6 @@ and buffers aligned with it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -41,19 +40,14 @@ from semantics.operators.aggfuncs import (
     combine_all,
     concat_all,
     empty_all,
-    finish_all,
     init_all,
     interleave_all,
     parse_aggregates,
     reduce_all,
+    result_frame,
     take_all,
 )
-from semantics.operators.columns import (
-    Values,
-    timestamps,
-    to_series,
-    values_of,
-)
+from semantics.operators.columns import Values, key_series, values_of
 from semantics.operators.grouping import group, interleave, lookup, merge_positions_at
 from semantics.operators.keys import KeyCoder, concat_keys, interleave_keys, take_keys
 from semantics.operators.sliding import grid_partial, not_late_per_row, windows_per_row
@@ -233,8 +227,7 @@ class AggregationOperator:
                         "window" if self.window else str(self.et_key), ev.bound_us,
                         int(batch.evict_wm_ms or 0),
                         ev.wstart_us if self.window else F.NO_START,
-                        keys={k: self._key_series(v) for k, v in zip(self.keys, ev.keys,
-                                                                     strict=True)}))
+                        keys=key_series(self.keys, ev.keys)))
                 new = new.take(np.flatnonzero(~gone))
         return new, OperatorStep(
             dropped_by_watermark=dropped,
@@ -368,22 +361,13 @@ class AggregationOperator:
         put_pos[n_idx] = pb
         return new, put_pos
 
-    @staticmethod
-    def _key_series(v: Values) -> pd.Series:
-        return to_series(v.kind, v.data, v.null, v.tz)
-
     def materialize(self, payloads: list[AggState], columns: list[str]) -> pd.DataFrame:
         """Output rows of the emitted group entries of every batch (in order), one frame."""
         st = payloads[0] if len(payloads) == 1 else AggState.concat(*payloads)
-        cols: dict[str, Any] = {k: self._key_series(v) for k, v in zip(self.keys, st.keys,
-                                                                      strict=True)
-                                if k in columns}
-        if "window_start" in columns:
-            cols["window_start"] = timestamps(st.wstart_us)
-        if "window_end" in columns:
-            cols["window_end"] = timestamps(st.wstart_us + self.duration_us)
-        cols.update(finish_all(self.aggs, st.bufs, columns))
-        return pd.DataFrame({c: cols[c] for c in columns}, index=pd.RangeIndex(len(st)))
+        return result_frame(columns, key_series(self.keys, st.keys),
+                            {"window_start": st.wstart_us,
+                             "window_end": st.wstart_us + self.duration_us},
+                            self.aggs, st.bufs, len(st))
 
 
 def _set(a: np.ndarray, idx: np.ndarray, v: np.ndarray) -> np.ndarray:

@@ -14,6 +14,7 @@ Invariant: ``data[null]`` holds a neutral filler (0, 0.0 or None) and must never
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -110,6 +111,11 @@ def to_series(kind: str, data: np.ndarray, null: np.ndarray | None, tz: str | No
     out = np.asarray(data, dtype=object).copy()
     out[null] = None
     return pd.Series(out, name=name, dtype=object)
+
+
+def key_series(names: Sequence[str], values: Sequence[Values]) -> dict[str, pd.Series]:
+    """Key columns by name, with SQL result types (:func:`to_series`)."""
+    return {k: to_series(v.kind, v.data, v.null, v.tz) for k, v in zip(names, values, strict=True)}
 
 
 _UTC_US = pd.DatetimeTZDtype("us", "UTC")

@@ -28,7 +28,6 @@ State invariant: entries sorted by (key id, session start), key id = 64-bit key 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -41,14 +40,14 @@ from semantics.operators.aggfuncs import (
     Buffers,
     concat_all,
     empty_all,
-    finish_all,
     init_all,
     interleave_all,
     parse_aggregates,
     reduce_all,
+    result_frame,
     take_all,
 )
-from semantics.operators.columns import Values, timestamps, to_series, values_of
+from semantics.operators.columns import Values, key_series, values_of
 from semantics.operators.grouping import (
     interleave,
     merge_by_id_then_time,
@@ -180,7 +179,7 @@ class SessionOperator:
                 if self.explain:
                     fates.append(F.leave("emitted", "session", ev.end_us,
                                          int(batch.evict_wm_ms or 0), ev.start_us,
-                                         keys=self._key_dict(ev)))
+                                         keys=key_series(self.keys, ev.keys)))
                 new = new.take(np.flatnonzero(~gone))
         return new, OperatorStep(
             dropped_by_watermark=dropped,
@@ -276,17 +275,9 @@ class SessionOperator:
         return merge_disjoint(rest, merged, (lo - (np.cumsum(cnt) - cnt))[key_of]), n_sess, \
             replaced
 
-    def _key_dict(self, st: SessionState) -> dict[str, pd.Series]:
-        return {k: to_series(v.kind, v.data, v.null, v.tz)
-                for k, v in zip(self.keys, st.keys, strict=True)}
-
     def materialize(self, payloads: list[SessionState], columns: list[str]) -> pd.DataFrame:
         """Output rows of the emitted sessions of every batch (in order), one frame."""
         st = payloads[0] if len(payloads) == 1 else concat_states(*payloads)
-        cols: dict[str, Any] = {k: s for k, s in self._key_dict(st).items() if k in columns}
-        if "session_start" in columns:
-            cols["session_start"] = timestamps(st.start_us)
-        if "session_end" in columns:
-            cols["session_end"] = timestamps(st.end_us)
-        cols.update(finish_all(self.aggs, st.bufs, columns))
-        return pd.DataFrame({c: cols[c] for c in columns}, index=pd.RangeIndex(len(st)))
+        return result_frame(columns, key_series(self.keys, st.keys),
+                            {"session_start": st.start_us, "session_end": st.end_us},
+                            self.aggs, st.bufs, len(st))
