@@ -45,38 +45,36 @@ windows = st.sampled_from([{"duration": "5 seconds"}, {"duration": "10 seconds"}
                            {"duration": "10 seconds", "slide": "4 seconds"}])
 
 
-@pytest.mark.parametrize("pace", ["backlog", "live"])
-@examples(4)
-@given(data=commits(keys), window=windows, replay=replays, delay=delays,
-       mode=st.sampled_from(["append", "append", "update", "complete"]))
-def test_aggregation(spark, tmp_path_factory, pace, data, window, replay, delay, mode) -> None:
-    tmp = tmp_path_factory.mktemp("agg")
-    spec = single_spec(tmp, "diffagg", {
-        "kind": "aggregation", "keys": ["k"], "window": window, "output_mode": mode,
-        "aggregates": {"n": "count(*)", "s": "sum(v)", "lo": "min(v)", "avg_v": "avg(v)"}},
-        {**replay, "pace": pace}, delay, data)
-    check(spec, tmp, spark)
-
-
 sliding = st.sampled_from([{"duration": "10 seconds", "slide": "5 seconds"},
                            {"duration": "10 seconds", "slide": "4 seconds"},
                            {"duration": "3 seconds", "slide": "1 second"}])
+modes = st.sampled_from(["append", "append", "update", "complete"])
+
+
+def check_aggregation(spark, tmp, pace, data, window, replay, delay, mode, aggregates) -> None:
+    spec = single_spec(tmp, "diffagg", {
+        "kind": "aggregation", "keys": ["k"], "window": window, "output_mode": mode,
+        "aggregates": aggregates}, {**replay, "pace": pace}, delay, data)
+    check(spec, tmp, spark)
 
 
 @pytest.mark.parametrize("pace", ["backlog", "live"])
 @examples(4)
-@given(data=commits(keys), window=sliding, replay=replays, delay=delays,
-       mode=st.sampled_from(["append", "append", "update", "complete"]))
+@given(data=commits(keys), window=windows, replay=replays, delay=delays, mode=modes)
+def test_aggregation(spark, tmp_path_factory, pace, data, window, replay, delay, mode) -> None:
+    check_aggregation(spark, tmp_path_factory.mktemp("agg"), pace, data, window, replay, delay,
+                      mode, {"n": "count(*)", "s": "sum(v)", "lo": "min(v)", "avg_v": "avg(v)"})
+
+
+@pytest.mark.parametrize("pace", ["backlog", "live"])
+@examples(4)
+@given(data=commits(keys), window=sliding, replay=replays, delay=delays, mode=modes)
 def test_sliding_window_sums(spark, tmp_path_factory, pace, data, window, replay, delay,
                              mode) -> None:
     # counts and integer sums of sliding windows skip the (row, window) pairs
     # (operators/sliding.py); test_aggregation's min(v) keeps the pair path
-    tmp = tmp_path_factory.mktemp("sliding")
-    spec = single_spec(tmp, "diffsliding", {
-        "kind": "aggregation", "keys": ["k"], "window": window, "output_mode": mode,
-        "aggregates": {"n": "count(*)", "s": "sum(v)", "avg_v": "avg(v)"}},
-        {**replay, "pace": pace}, delay, data)
-    check(spec, tmp, spark)
+    check_aggregation(spark, tmp_path_factory.mktemp("sliding"), pace, data, window, replay,
+                      delay, mode, {"n": "count(*)", "s": "sum(v)", "avg_v": "avg(v)"})
 
 
 @pytest.mark.parametrize("pace", ["backlog", "live"])
