@@ -308,8 +308,9 @@ class AggregationOperator:
         t = np.asarray(t_us, dtype=np.int64)
         n = len(t)
         minor = self._coder.minor(len(self.keys))
-        # the grid never holds more cells than the pairs it replaces (nor their memory)
-        if minor > n * -(-d // s) + 1024:  # one window of all keys is more than that
+        # the grid never holds more cells than the batch has pairs (nor more memory)
+        budget = n * -(-d // s) + 1024
+        if minor > budget:  # one window of all keys is more than that
             return None
         last = t - np.mod(t, s)
         w = windows_per_row(t, last, d, s)
@@ -318,7 +319,7 @@ class AggregationOperator:
         sl = slice(off, off + n)
         values = tuple(arr[sl].astype(np.int64) for b, lay in zip(bufs_all, layout, strict=True)
                        for arr, how in zip(b, lay, strict=True) if how != "pairs")
-        gp = grid_partial(id_last, w, a, minor, values, int(a.sum()) + 1024)
+        gp = grid_partial(id_last, w, a, minor, values, budget)
         if gp is None:
             return None
         late = LatePairs.none()

@@ -78,12 +78,10 @@ def grid_partial(id_last: np.ndarray, w: np.ndarray, a: np.ndarray, minor: int,
         late_ids = id_last[late_rows] - late_i * minor
     else:
         late_rows = late_ids = late_i = e
-    live = np.flatnonzero(a > 0) if len(late) else None
-    if live is not None and len(live) < n:
+    live = np.flatnonzero(a > 0) if len(late) else None  # rows with a window not late
+    if live is not None:
         id_last, a = id_last[live], a[live]
         values = tuple(v[live] for v in values)
-    else:
-        live = None
     if not len(id_last):
         return GridPartial(e, tuple(e for _ in values), e, e, late_rows, late_ids, late_i)
     first = id_last - (a - 1) * minor  # the smallest id each row adds to
