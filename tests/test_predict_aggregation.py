@@ -295,6 +295,5 @@ def test_sliding_window_sums_without_pairs_equal_the_pair_path(seed: int) -> Non
     pairs = predict(sched, spec_of(pairs_q, delay, pace), "c")
     pd.testing.assert_frame_equal(grid.batches.drop(columns=BYTES),
                                   pairs.batches.drop(columns=BYTES))
-    cols = [c for c in grid.outputs.columns]
-    pd.testing.assert_frame_equal(grid.outputs, pairs.outputs[cols])
+    pd.testing.assert_frame_equal(grid.outputs, pairs.outputs[list(grid.outputs.columns)])
     pd.testing.assert_frame_equal(grid.fates, pairs.fates)
