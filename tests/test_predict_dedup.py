@@ -129,43 +129,76 @@ def test_null_keys_are_equal() -> None:
     assert col(r, "output_rows") == [2]
 
 
+def _random_case(rng: np.random.Generator, query: dict, watermarks: list[str | None]
+                 ) -> tuple[object, ...]:
+    """A random out-of-order stream (ids 0-3, integer and half-second event times) and a
+    spec of ``query`` with one of ``watermarks``, a random pace and allowMultiple on or off."""
+    n_batches = int(rng.integers(1, 10))
+    batches = [[{"id": int(rng.integers(0, 4)), "v": i,
+                 "ts": float(rng.integers(0, 30)) + (0.5 if rng.random() < 0.2 else 0.0)}
+                for i in range(int(rng.integers(0, 6)))] for _ in range(n_batches)]
+    pace = ["backlog", "live"][int(rng.integers(0, 2))]
+    conf = {"spark.sql.streaming.statefulOperator.allowMultiple": "false"} \
+        if rng.random() < 0.2 else None
+    wm = watermarks[int(rng.integers(0, len(watermarks)))]
+    spec = spec_of(query, wm, pace, conf)
+    frames = [pd.DataFrame(b, columns=["id", "v", "ts"]).astype(
+        {"id": "int64", "v": "int64", "ts": "float64"}) for b in batches]
+    for f in frames:  # a string key: hashed key ids
+        f["name"] = np.array(["a", "b", None, "dd"], dtype=object)[f["id"].to_numpy()]
+    return spec, schedule_of(frames, pace), any(batches)
+
+
+def _at_once_vs_stepped(spec: object, sched: object) -> bool:
+    """Whether ``run_all`` engaged; when it did, its batches and outputs equal stepping's."""
+    cols = output_columns(spec, dict(sched.data_columns))
+    op = make_operator(spec, "c", sched, explain=False)
+    if op.run_all(engine.plan_batches(sched, spec, "c", op)) is None:
+        return False
+    stepped = make_operator(spec, "c", sched, explain=False)
+    stepped.run_all = lambda _plan: None  # type: ignore[method-assign]
+    want = engine.run(sched, spec, "c", stepped, cols)
+    got = engine.run(sched, spec, "c", make_operator(spec, "c", sched, explain=False), cols)
+    pd.testing.assert_frame_equal(got.batches, want.batches)
+    pd.testing.assert_frame_equal(got.outputs, want.outputs)
+    return True
+
+
 def test_all_batches_at_once_equals_stepping() -> None:
     # rule (dedup.run_all): for dropDuplicates a key is accepted at most once (after eviction
     # every repeat is late), so computing all batches at once — the path without explain —
     # gives the stepped answer. Random out-of-order streams, both paces, keys with and without
     # the event time (exact and hashed key ids), with and without a watermark, allowMultiple on
-    # and off. (within_watermark always steps: a key is accepted again after each expiry.)
+    # and off.
     rng = np.random.default_rng(7)
     engaged = 0
     for _ in range(200):
-        n_batches = int(rng.integers(1, 10))
-        batches = [[{"id": int(rng.integers(0, 4)), "v": i,
-                     "ts": float(rng.integers(0, 30)) + (0.5 if rng.random() < 0.2 else 0.0)}
-                    for i in range(int(rng.integers(0, 6)))] for _ in range(n_batches)]
-        if not any(batches):
-            continue
         keys = [["id", "ts"], ["id"], ["id", "v", "ts"], ["name", "ts"], ["name"]][
             int(rng.integers(0, 5))]
-        pace = ["backlog", "live"][int(rng.integers(0, 2))]
-        conf = {"spark.sql.streaming.statefulOperator.allowMultiple": "false"} \
-            if rng.random() < 0.2 else None
-        wm = [None, "0 seconds", "2 seconds", "5 seconds"][int(rng.integers(0, 4))]
-        spec = spec_of({"kind": "deduplication", "keys": keys}, wm, pace, conf)
-        frames = [pd.DataFrame(b, columns=["id", "v", "ts"]).astype(
-            {"id": "int64", "v": "int64", "ts": "float64"}) for b in batches]
-        for f in frames:  # a string key: hashed key ids
-            f["name"] = np.array(["a", "b", None, "dd"], dtype=object)[f["id"].to_numpy()]
-        sched = schedule_of(frames, pace)
-        cols = output_columns(spec, dict(sched.data_columns))
-        op = make_operator(spec, "c", sched, explain=False)
-        plan = engine.plan_batches(sched, spec, "c", op)
-        at_once = op.run_all(plan)
-        assert at_once is not None  # plain dropDuplicates without explain: always engaged
-        engaged += 1
-        stepped = make_operator(spec, "c", sched, explain=False)
-        stepped.run_all = lambda _plan: None  # type: ignore[method-assign]
-        want = engine.run(sched, spec, "c", stepped, cols)
-        got = engine.run(sched, spec, "c", make_operator(spec, "c", sched, explain=False), cols)
-        pd.testing.assert_frame_equal(got.batches, want.batches)
-        pd.testing.assert_frame_equal(got.outputs, want.outputs)
+        spec, sched, data = _random_case(rng, {"kind": "deduplication", "keys": keys},
+                                         [None, "0 seconds", "2 seconds", "5 seconds"])
+        if data:  # plain dropDuplicates without explain: always engaged
+            assert _at_once_vs_stepped(spec, sched)
+            engaged += 1
     assert engaged > 150
+
+
+def test_within_watermark_table_equals_stepping() -> None:
+    # rule (dedup._within_all): within the watermark, the key's entry is in the state at the
+    # start of batch b iff its expiresAt > the eviction watermark of batch b-1, so a table of
+    # expiresAt per key id gives the stepped answer — keys accepted again after each expiry,
+    # several rows of a key in one batch, late rows, both paces, allowMultiple on and off.
+    # Exact key ids only: a string key (hashed ids) steps.
+    rng = np.random.default_rng(11)
+    engaged = fallback = 0
+    for _ in range(200):
+        keys = [["id"], ["id", "v"], ["name"]][int(rng.integers(0, 3))]
+        spec, sched, data = _random_case(
+            rng, {"kind": "deduplication", "keys": keys, "within_watermark": True},
+            ["0 seconds", "2 seconds", "5 seconds"])
+        if _at_once_vs_stepped(spec, sched):
+            engaged += 1
+        else:
+            assert keys == ["name"] or not data
+            fallback += 1
+    assert engaged > 100 and fallback > 30

@@ -17,6 +17,10 @@ Rules (spark-watermark-semantics.md §5.2, §5.3, §6), per batch:
    ``numRowsRemoved`` counts removed keys;
 4. another (no-data) batch is wanted when the new watermark exceeds the last eviction watermark.
 
+Without explain, ``run_all`` computes all batches at once (``dropDuplicates``) or through a
+table of ``expiresAt`` by key id (``within_watermark`` with exact key ids); both give what
+stepping gives.
+
 Output rows are the accepted input rows: ``row_id`` and the source's columns.
 State invariant: ``gid`` (key id, see ``keys.KeyCoder``) sorted and unique; the other arrays and
 ``keys`` aligned with it.
@@ -130,8 +134,10 @@ class DedupOperator:
         eviction watermark (watermarks never go backwards), so it is late. Without eviction the
         entry never leaves. So: accepted = first non-late occurrence of each key.
         """
-        if self.within or self.explain:
+        if self.explain:
             return None
+        if self.within:
+            return self._within_all(plan)
         kv_all, kid_all, _ = self._whole()
         n_b = len(plan)
         batch_of, t = source_rows(plan, self.source)
@@ -156,6 +162,69 @@ class DedupOperator:
             removed = np.bincount(leaves[leaves < n_b], minlength=n_b)
         state_rows = np.cumsum(updated - removed)
         outputs = np.split(acc, np.cumsum(updated)[:-1])
+        return [OperatorStep(dropped_by_watermark=int(dropped[b]),
+                             state_rows=int(state_rows[b]),
+                             state_rows_updated=int(updated[b]),
+                             state_rows_removed=int(removed[b]),
+                             output=Deferred(outputs[b], int(updated[b])))
+                for b in range(n_b)]
+
+    def _within_all(self, plan: list[BatchInput]) -> list[OperatorStep] | None:
+        """Every batch of ``dropDuplicatesWithinWatermark`` at once, for exact key ids of a
+        bounded range (else None: the engine steps).
+
+        A key may be accepted again after each expiry, so batches are still taken in order, but
+        the state is a table indexed by key id holding the ``expiresAt`` of the key's latest
+        entry: the entry is in the state at the start of batch ``b`` iff
+        ``expiresAt > eviction wm of batch b-1`` (it leaves in the first batch whose eviction
+        watermark reaches it, and watermarks never go backwards). Per batch that is a few
+        passes over the batch's rows, none over the state. Entries leave in the first batch, at
+        or after their own, whose eviction watermark reaches ``expiresAt`` (one binary search
+        per entry at the end).
+        """
+        _, kid_all, _ = self._whole()
+        n_b = len(plan)
+        if not (self._coder.exact and n_b and self.delay_us is not None) \
+                or any(b.late_wm_ms is None or b.evict_wm_ms is None for b in plan):
+            return None
+        n = len(kid_all)
+        lo = int(kid_all.min()) if n else 0
+        size = int(kid_all.max()) - lo + 1 if n else 1
+        if size > 2 * n + (1 << 20):  # the table would outgrow the state it replaces
+            return None
+        batch_of, t = source_rows(plan, self.source)
+        late_us = np.array([b.late_wm_ms for b in plan], dtype=np.int64) * 1000
+        evict_us = np.array([b.evict_wm_ms for b in plan], dtype=np.int64) * 1000
+        late = t <= late_us[batch_of]
+        dropped = np.bincount(batch_of[late], minlength=n_b)
+        ok = np.flatnonzero(~late)  # ascending: batch order, then row order
+        bounds = np.searchsorted(batch_of[ok], np.arange(n_b + 1))
+        code = kid_all[ok] - lo
+        expires = t[ok] + self.delay_us
+        table = np.full(size, np.iinfo(np.int64).min, dtype=np.int64)  # expiresAt per key
+        first_at = np.empty(size, dtype=np.int64)  # scratch: first position per key
+        alive_after = np.iinfo(np.int64).min  # eviction wm (µs) of the previous batch
+        accepted: list[np.ndarray] = []
+        for b in range(n_b):
+            s, e = int(bounds[b]), int(bounds[b + 1])
+            if e > s:
+                k = code[s:e]
+                fresh = np.flatnonzero(table[k] <= alive_after)  # key not in the state
+                kf = k[fresh]
+                first_at[kf] = e  # first occurrence in the batch: the smallest position
+                np.minimum.at(first_at, kf, fresh)
+                acc = fresh[first_at[kf] == fresh]
+                table[k[acc]] = expires[s:e][acc]
+                accepted.append(acc + s)
+            alive_after = int(evict_us[b])
+        acc_all = ok[np.concatenate(accepted)] if accepted else np.array([], dtype=np.int64)
+        acc_batch = batch_of[acc_all]
+        updated = np.bincount(acc_batch, minlength=n_b)
+        leaves = np.maximum(acc_batch, np.searchsorted(evict_us, t[acc_all] + self.delay_us,
+                                                       side="left"))
+        removed = np.bincount(leaves[leaves < n_b], minlength=n_b)
+        state_rows = np.cumsum(updated - removed)
+        outputs = np.split(acc_all, np.cumsum(updated)[:-1])
         return [OperatorStep(dropped_by_watermark=int(dropped[b]),
                              state_rows=int(state_rows[b]),
                              state_rows_updated=int(updated[b]),
