@@ -7,7 +7,10 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from semantics import engine
+from semantics.operators import make_operator
 from semantics.predict import Prediction, predict
+from semantics.report import output_columns
 from semantics.schedule import Schedule, cut
 from semantics.spec import BacktestSpec, BatchBy, parse_spec
 
@@ -74,3 +77,19 @@ def out_rows(result: Prediction, batch_id: int | None = None, cols: Sequence[str
             vals.append(v)
         out.append(tuple(vals))
     return sorted(out, key=repr)
+
+
+def at_once_vs_stepped(spec: BacktestSpec, sched: Schedule) -> bool:
+    """Whether the operator's ``run_all`` (all batches at once, without explain) engages on
+    ``spec``; when it does, the batch report and the emitted rows must equal stepping's."""
+    cols = output_columns(spec, dict(sched.data_columns))
+    op = make_operator(spec, "c", sched, explain=False)
+    if op.run_all(engine.plan_batches(sched, spec, "c", op)) is None:
+        return False
+    stepped = make_operator(spec, "c", sched, explain=False)
+    stepped.run_all = lambda _plan: None  # type: ignore[method-assign]
+    want = engine.run(sched, spec, "c", stepped, cols)
+    got = engine.run(sched, spec, "c", make_operator(spec, "c", sched, explain=False), cols)
+    pd.testing.assert_frame_equal(got.batches, want.batches)
+    pd.testing.assert_frame_equal(got.outputs, want.outputs)
+    return True

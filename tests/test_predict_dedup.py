@@ -8,10 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from semantics import engine
-from semantics.operators import make_operator
-from semantics.report import output_columns
-from tests.predict_kit import col, out_rows, run, schedule_of, spec_of
+from tests.predict_kit import at_once_vs_stepped, col, out_rows, run, schedule_of, spec_of
 
 DEDUP = {"kind": "deduplication", "keys": ["id"]}
 WITHIN = {"kind": "deduplication", "keys": ["id"], "within_watermark": True}
@@ -149,21 +146,6 @@ def _random_case(rng: np.random.Generator, query: dict, watermarks: list[str | N
     return spec, schedule_of(frames, pace), any(batches)
 
 
-def _at_once_vs_stepped(spec: object, sched: object) -> bool:
-    """Whether ``run_all`` engaged; when it did, its batches and outputs equal stepping's."""
-    cols = output_columns(spec, dict(sched.data_columns))
-    op = make_operator(spec, "c", sched, explain=False)
-    if op.run_all(engine.plan_batches(sched, spec, "c", op)) is None:
-        return False
-    stepped = make_operator(spec, "c", sched, explain=False)
-    stepped.run_all = lambda _plan: None  # type: ignore[method-assign]
-    want = engine.run(sched, spec, "c", stepped, cols)
-    got = engine.run(sched, spec, "c", make_operator(spec, "c", sched, explain=False), cols)
-    pd.testing.assert_frame_equal(got.batches, want.batches)
-    pd.testing.assert_frame_equal(got.outputs, want.outputs)
-    return True
-
-
 def test_all_batches_at_once_equals_stepping() -> None:
     # rule (dedup.run_all): for dropDuplicates a key is accepted at most once (after eviction
     # every repeat is late), so computing all batches at once — the path without explain —
@@ -178,7 +160,7 @@ def test_all_batches_at_once_equals_stepping() -> None:
         spec, sched, data = _random_case(rng, {"kind": "deduplication", "keys": keys},
                                          [None, "0 seconds", "2 seconds", "5 seconds"])
         if data:  # plain dropDuplicates without explain: always engaged
-            assert _at_once_vs_stepped(spec, sched)
+            assert at_once_vs_stepped(spec, sched)
             engaged += 1
     assert engaged > 150
 
@@ -196,7 +178,7 @@ def test_within_watermark_table_equals_stepping() -> None:
         spec, sched, data = _random_case(
             rng, {"kind": "deduplication", "keys": keys, "within_watermark": True},
             ["0 seconds", "2 seconds", "5 seconds"])
-        if _at_once_vs_stepped(spec, sched):
+        if at_once_vs_stepped(spec, sched):
             engaged += 1
         else:
             assert keys == ["name"] or not data

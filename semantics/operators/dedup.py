@@ -220,8 +220,9 @@ class DedupOperator:
         acc_all = ok[np.concatenate(accepted)] if accepted else np.array([], dtype=np.int64)
         acc_batch = batch_of[acc_all]
         updated = np.bincount(acc_batch, minlength=n_b)
-        leaves = np.maximum(acc_batch, np.searchsorted(evict_us, t[acc_all] + self.delay_us,
-                                                       side="left"))
+        # never before its own batch: expiresAt >= the event time > the late watermark, which
+        # is at least the eviction watermark of the batch before
+        leaves = np.searchsorted(evict_us, t[acc_all] + self.delay_us, side="left")
         removed = np.bincount(leaves[leaves < n_b], minlength=n_b)
         state_rows = np.cumsum(updated - removed)
         outputs = np.split(acc_all, np.cumsum(updated)[:-1])
