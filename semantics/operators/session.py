@@ -51,7 +51,6 @@ from semantics.operators.columns import Values, key_series, values_of
 from semantics.operators.grouping import (
     interleave,
     merge_by_id_then_time,
-    merge_positions,
     merge_positions_at,
     order_by_id_then_time,
     runs_of,
@@ -92,17 +91,22 @@ def concat_states(*parts: SessionState) -> SessionState:
                         concat_all(*(p.bufs for p in parts)))
 
 
-def merge_disjoint(a: SessionState, b: SessionState, b_in_a: np.ndarray | None = None
-                   ) -> SessionState:
-    """Sorted union of two sorted states whose key ids are disjoint (``b_in_a``:
-    ``searchsorted(a.gid, b.gid)`` when already known)."""
-    pa, pb = merge_positions(a.gid, b.gid) if b_in_a is None else \
-        merge_positions_at(len(a), b_in_a)
-    return SessionState(interleave(pa, a.gid, pb, b.gid),
-                        interleave(pa, a.start_us, pb, b.start_us),
-                        interleave(pa, a.end_us, pb, b.end_us),
-                        interleave_keys(pa, a.keys, pb, b.keys),
-                        interleave_all(pa, a.bufs, pb, b.bufs))
+def _placed(keep_a: np.ndarray, keep_b: np.ndarray, b_before: np.ndarray) -> np.ndarray:
+    """Positions, in ``a`` followed by ``b``, of the kept entries of two sorted sequences in
+    their sorted merge, where ``b[j]`` sorts just before ``a[b_before[j]]`` (non-decreasing;
+    ``len(a)``: after all of ``a``).
+
+    >>> _placed(np.array([True, False, True]), np.array([True, True]), np.array([0, 2])).tolist()
+    [3, 0, 4, 2]
+    """
+    ia = np.flatnonzero(keep_a)
+    jb = np.flatnonzero(keep_b)
+    kept_before = np.r_[0, np.cumsum(keep_a)]
+    pa, pb = merge_positions_at(len(ia), kept_before[b_before[jb]])
+    perm = np.empty(len(ia) + len(jb), dtype=np.int64)
+    perm[pa] = ia
+    perm[pb] = len(keep_a) + jb
+    return perm
 
 
 class SessionOperator:
@@ -165,22 +169,14 @@ class SessionOperator:
                                         units.start_us[u]))
                 units = units.take(np.flatnonzero(~late))
 
-        new, upserted, replaced = self._merge(state, units)
-        removed = replaced
-        if self.mode == "complete":
-            out = Deferred(new, len(new))
-        else:
-            gone = (new.end_us <= np.int64(batch.evict_wm_ms) * 1000
-                    if batch.evict_wm_ms is not None else np.zeros(len(new), dtype=bool))
-            ev = new.take(np.flatnonzero(gone))
-            out = Deferred(ev, len(ev))
-            removed += len(ev)
-            if len(ev):
-                if self.explain:
-                    fates.append(F.leave("emitted", "session", ev.end_us,
-                                         int(batch.evict_wm_ms or 0), ev.start_us,
-                                         keys=key_series(self.keys, ev.keys)))
-                new = new.take(np.flatnonzero(~gone))
+        evict_us = None if self.mode == "complete" or batch.evict_wm_ms is None else \
+            int(batch.evict_wm_ms) * 1000
+        new, ev, upserted, replaced = self._merge(state, units, evict_us)
+        removed = replaced + len(ev)
+        out = Deferred(new, len(new)) if self.mode == "complete" else Deferred(ev, len(ev))
+        if len(ev) and self.explain:
+            fates.append(F.leave("emitted", "session", ev.end_us, int(batch.evict_wm_ms or 0),
+                                 ev.start_us, keys=key_series(self.keys, ev.keys)))
         return new, OperatorStep(
             dropped_by_watermark=dropped,
             state_rows=len(new),
@@ -220,22 +216,55 @@ class SessionOperator:
                              take_keys(kv, order[heads]), bufs)
         return units, order, code
 
-    def _merge(self, state: SessionState, units: SessionState
-               ) -> tuple[SessionState, int, int]:
-        """Rewrite the sessions of every key in ``units``; returns (state, upserted, replaced)."""
+    def _merge(self, state: SessionState, units: SessionState, evict_us: int | None
+               ) -> tuple[SessionState, SessionState, int, int]:
+        """Rewrite the sessions of every key in ``units``, then evict the sessions with
+        ``end <= evict_us`` (None: none); returns (state, evicted sessions, upserted,
+        replaced). The new state and the evicted sessions are each gathered once from the old
+        state and the merged sessions (no intermediate state is built)."""
+        nothing = np.array([], dtype=np.int64)
         if not len(units):
-            return state, 0, 0
+            if evict_us is None:
+                return state, state.take(nothing), 0, 0
+            gone = state.end_us <= evict_us
+            if not gone.any():
+                return state, state.take(nothing), 0, 0
+            return state.take(np.flatnonzero(~gone)), state.take(np.flatnonzero(gone)), 0, 0
         g = units.gid  # sorted (units are sorted by key id, then start)
         keys = g[np.r_[True, g[1:] != g[:-1]]]
         lo, cnt = runs_of(state.gid, keys)
         tot = int(cnt.sum())
         stored_idx = (np.repeat(lo, cnt) + np.arange(tot)
-                      - np.repeat(np.cumsum(cnt) - cnt, cnt)) if tot else np.array([], np.int64)
+                      - np.repeat(np.cumsum(cnt) - cnt, cnt)) if tot else nothing
         stored = state.take(stored_idx)
         has = np.flatnonzero(cnt)
         if len(has) and not self._coder.exact:  # stored sessions of an id: the units' key?
             self._coder.check_same(state.keys, lo[has], units.keys,
                                    np.searchsorted(units.gid, keys[has], side="left"))
+        merged, n_sess, replaced = self._combine(stored, units, keys)
+        # every stored session of these keys leaves; a key's merged sessions go where its
+        # stored ones were: just before the old state's entry lo[key] (no search)
+        before = lo[np.cumsum(np.r_[False, merged.gid[1:] != merged.gid[:-1]])]
+        untouched = np.ones(len(state), dtype=bool)
+        untouched[stored_idx] = False
+        if evict_us is None:
+            gone_s = np.zeros(len(state), dtype=bool)
+            gone_m = np.zeros(len(merged), dtype=bool)
+        else:
+            gone_s = state.end_us <= evict_us
+            gone_m = merged.end_us <= evict_us
+        both = concat_states(state, merged)
+        new = both.take(_placed(untouched & ~gone_s, ~gone_m, before))
+        ev = both.take(_placed(untouched & gone_s, gone_m, before)) \
+            if gone_m.any() or (untouched & gone_s).any() else state.take(nothing)
+        return new, ev, n_sess, replaced
+
+    def _combine(self, stored: SessionState, units: SessionState, keys: np.ndarray
+                 ) -> tuple[SessionState, int, int]:
+        """Merge the stored sessions of the sorted distinct ``keys`` (sorted by key id, then
+        start) with the batch's ``units`` of those keys; returns (the keys' merged sessions,
+        their number, stored sessions whose start is no longer a session start)."""
+        tot = len(stored)
         # both sides are sorted by (key id, start): merge them (stored first on equal starts)
         pos = merge_by_id_then_time(stored.gid, stored.start_us, units.gid, units.start_us, keys)
         if pos is None:
@@ -266,14 +295,7 @@ class SessionOperator:
                               reduce_all(self.aggs, items.bufs, code, n_sess))
         # a stored session survives (is replaced in place) iff its start is still a start
         replaced = int((is_stored & (s != s[heads][code])).sum())
-        keep = np.ones(len(state), dtype=bool)
-        keep[stored_idx] = False
-        rest = state.take(np.flatnonzero(keep))
-        # every stored session of these keys left the state, so a key's merged sessions go
-        # where its stored ones were: before the rest's sessions of later keys (no search)
-        key_of = np.cumsum(np.r_[False, merged.gid[1:] != merged.gid[:-1]])
-        return merge_disjoint(rest, merged, (lo - (np.cumsum(cnt) - cnt))[key_of]), n_sess, \
-            replaced
+        return merged, n_sess, replaced
 
     def materialize(self, payloads: list[SessionState], columns: list[str]) -> pd.DataFrame:
         """Output rows of the emitted sessions of every batch (in order), one frame."""
