@@ -68,13 +68,15 @@ def test_aggregation(spark, tmp_path_factory, pace, data, window, replay, delay,
 
 @pytest.mark.parametrize("pace", ["backlog", "live"])
 @examples(4)
-@given(data=commits(keys), window=sliding, replay=replays, delay=delays, mode=modes)
+@given(data=commits({**keys, "x": st.floats(-100, 100, allow_nan=False)}), window=sliding,
+       replay=replays, delay=delays, mode=modes)
 def test_sliding_window_sums(spark, tmp_path_factory, pace, data, window, replay, delay,
                              mode) -> None:
-    # counts and integer sums of sliding windows skip the (row, window) pairs
-    # (operators/sliding.py); test_aggregation's min(v) keeps the pair path
+    # sums of sliding windows skip grouping the (row, window) pairs (operators/sliding.py;
+    # float sums pair by pair in row order); test_aggregation's min(v) keeps the pair path
     check_aggregation(spark, tmp_path_factory.mktemp("sliding"), pace, data, window, replay,
-                      delay, mode, {"n": "count(*)", "s": "sum(v)", "avg_v": "avg(v)"})
+                      delay, mode, {"n": "count(*)", "s": "sum(v)", "avg_v": "avg(v)",
+                                    "fs": "sum(x)", "fa": "avg(x)"})
 
 
 @pytest.mark.parametrize("pace", ["backlog", "live"])

@@ -253,8 +253,9 @@ def test_late_rows_of_sliding_windows_count_rows_and_windows() -> None:
 
 
 def _random_sliding(seed: int) -> tuple[dict, pd.DataFrame, str, str, str]:
-    """A random out-of-order stream for sliding windows: keys (int, bool, nullable), a
-    nullable value column, late rows; sometimes a key range too wide for the grid."""
+    """A random out-of-order stream for sliding windows: keys (int, bool, nullable), nullable
+    integer and float value columns (floats of mixed magnitudes: their sums depend on the order
+    of addition), late rows; sometimes a key range too wide for the grid."""
     r = np.random.default_rng(seed)
     n = int(r.integers(1, 300))
     ts = np.sort(r.integers(0, 120_000, n)) - r.integers(0, 20_000, n) * (r.random(n) < 0.4)
@@ -266,7 +267,9 @@ def _random_sliding(seed: int) -> tuple[dict, pd.DataFrame, str, str, str]:
                        "k": pd.array(np.where(r.random(n) < 0.1, None, k), dtype="Int64"),
                        "b": r.random(n) < 0.5,
                        "v": pd.array(np.where(r.random(n) < 0.2, None,
-                                              r.integers(-50, 1000, n)), dtype="Int64")})
+                                              r.integers(-50, 1000, n)), dtype="Int64"),
+                       "x": np.where(r.random(n) < 0.2, np.nan,
+                                     r.normal(size=n) * 10.0 ** r.integers(-3, 9, n))})
     window = [{"duration": "10 seconds", "slide": "2 seconds"},
               {"duration": "10 seconds", "slide": "3 seconds"},
               {"duration": "1 second", "slide": "300 milliseconds"},
@@ -274,7 +277,8 @@ def _random_sliding(seed: int) -> tuple[dict, pd.DataFrame, str, str, str]:
     keys = [["k"], ["k", "b"], []][int(r.integers(0, 3))]
     query = {"kind": "aggregation", "keys": keys, "window": window,
              "output_mode": str(r.choice(["append", "update", "complete"])),
-             "aggregates": {"n": "count(*)", "s": "sum(v)", "c": "count(v)", "a": "avg(v)"}}
+             "aggregates": {"n": "count(*)", "s": "sum(v)", "c": "count(v)", "a": "avg(v)",
+                            "fs": "sum(x)", "fa": "avg(x)"}}
     return (query, df, str(r.choice(["0 seconds", "2 seconds", "5 seconds"])),
             str(r.choice(["backlog", "live"])), str(r.integers(1, 40)))
 
@@ -284,9 +288,10 @@ BYTES = ["state_bytes", "checkpoint_bytes"]  # estimates: min(v) widens the stat
 
 @pytest.mark.parametrize("seed", range(60))
 def test_sliding_window_sums_without_pairs_equal_the_pair_path(seed: int) -> None:
-    # rule: sliding-window partial aggregation (TimeWindowing's pairs, late per group). Counts
-    # and integer sums skip the (row, window) pairs (operators/sliding.py); adding min(v)
-    # forces the pair path. Both must give the same batches, rows, sums and late fates.
+    # rule: sliding-window partial aggregation (TimeWindowing's pairs, late per group). Sums
+    # skip grouping the (row, window) pairs (operators/sliding.py; float sums still add pair by
+    # pair in row order); adding min(v) forces the pair path. Both must give the same batches,
+    # rows, sums (floats to the last bit) and late fates.
     query, df, delay, pace, rows = _random_sliding(seed)
     batches = [df.iloc[i:i + int(rows)] for i in range(0, len(df), int(rows))]
     sched = schedule_of(batches, pace)
@@ -295,5 +300,6 @@ def test_sliding_window_sums_without_pairs_equal_the_pair_path(seed: int) -> Non
     pairs = predict(sched, spec_of(pairs_q, delay, pace), "c")
     pd.testing.assert_frame_equal(grid.batches.drop(columns=BYTES),
                                   pairs.batches.drop(columns=BYTES))
-    pd.testing.assert_frame_equal(grid.outputs, pairs.outputs[list(grid.outputs.columns)])
+    pd.testing.assert_frame_equal(grid.outputs, pairs.outputs[list(grid.outputs.columns)],
+                                  check_exact=True)
     pd.testing.assert_frame_equal(grid.fates, pairs.fates)

@@ -161,8 +161,9 @@ class AggregationOperator:
 
     def _grid_layout(self, bufs: Buffers) -> tuple[tuple[str, ...], ...] | None:
         """How :meth:`_partial_grid` fills each buffer array (``pairs``: the pair count,
-        ``int``: an int64 sum, ``float``: a float64 sum of integers), or None when it cannot:
-        it needs sliding windows, exact key ids, and sums that no order of addition changes."""
+        ``int``: an int64 sum, ``float``: a float64 sum of integers, ``ordered``: a float64 sum
+        added in row order), or None when it cannot: it needs sliding windows, exact key ids,
+        and sums (not min or max)."""
         k = -(-self.duration_us // self.slide_us) if self.window is not None else 1
         if k == 1 or not self._coder.exact:
             return None
@@ -177,7 +178,10 @@ class AggregationOperator:
                 if len(s) and float(np.abs(s).max()) * len(s) >= 2.0 ** 53:
                     return None
                 layout.append(("float", "pairs" if len(n) and (n == 1).all() else "int"))
-            else:  # float sums, min, max: order or type matters, expand pairs
+            elif f.func in ("sum", "avg"):  # of floats: the order of addition matters
+                s, n = b
+                layout.append(("ordered", "pairs" if len(n) and (n == 1).all() else "int"))
+            else:  # min, max: expand pairs
                 return None
         return tuple(layout)
 
@@ -317,7 +321,8 @@ class AggregationOperator:
         a = not_late_per_row(last, w, d, s, None if late_us is None else int(late_us))
         id_last = self._coder.ids(kv, (last,), n)
         sl = slice(off, off + n)
-        values = tuple(arr[sl].astype(np.int64) for b, lay in zip(bufs_all, layout, strict=True)
+        values = tuple(arr[sl].astype(np.float64 if how == "ordered" else np.int64)
+                       for b, lay in zip(bufs_all, layout, strict=True)
                        for arr, how in zip(b, lay, strict=True) if how != "pairs")
         gp = grid_partial(id_last, w, a, minor, values, budget)
         if gp is None:
@@ -328,7 +333,7 @@ class AggregationOperator:
                              last[gp.late_rows] - gp.late_i * s + d)
         sums = iter(gp.sums)
         bufs = tuple(tuple(gp.pairs if how == "pairs" else
-                           next(sums).astype(np.float64 if how == "float" else np.int64)
+                           next(sums).astype(np.int64 if how == "int" else np.float64)
                            for how in lay) for lay in layout)
         wstart = self._coder.extra_values(gp.ids, len(self.keys))
         return AggState(gp.ids, wstart + d, wstart, take_keys(kv, gp.rep), bufs), late

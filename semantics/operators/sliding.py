@@ -11,8 +11,10 @@ column of a ``(windows, K)`` grid. Adding ``+v`` at the first cell and ``−v`` 
 one, then a running sum down each column, gives every group's total — two scatters per row
 instead of ``w`` gathers and scatters per row.
 
-Only for buffers whose sums do not depend on the order of addition (int64, which wraps the same
-way in any order); callers keep the pair path for floats, min and max.
+That holds for sums that do not depend on the order of addition (int64, which wraps the same
+way in any order). Float sums do (rounding): for those the grid is filled pair by pair, in row
+order as Spark adds them, without grouping the pairs (a pair's cell is its group). Callers keep
+the pair path for min and max.
 """
 
 from __future__ import annotations
@@ -56,7 +58,9 @@ def not_late_per_row(last_us: np.ndarray, w: np.ndarray, duration_us: int, slide
 
 def grid_partial(id_last: np.ndarray, w: np.ndarray, a: np.ndarray, minor: int,
                  values: tuple[np.ndarray, ...], budget: int) -> GridPartial | None:
-    """Sum ``values`` (int64, one per row) over the groups of the pairs ``(row, i < a)``.
+    """Sum ``values`` (one per row) over the groups of the pairs ``(row, i < a)``: int64 by a
+    difference array, float64 pair by pair in row order (each group adds its rows' values in
+    row order, like Spark's aggregation buffer).
 
     ``id_last``: group id of each row's window ``i = 0``; ``minor``: ``K``, the id distance of
     neighbouring windows. None when the grid would exceed ``budget`` cells (the caller expands
@@ -66,6 +70,9 @@ def grid_partial(id_last: np.ndarray, w: np.ndarray, a: np.ndarray, minor: int,
     ...                  10, (np.array([1, 1, 1]),), 100)
     >>> g.ids.tolist(), g.sums[0].tolist(), g.late_ids.tolist()
     ([2, 12, 13, 22], [1, 2, 1, 1], [3])
+    >>> grid_partial(np.array([12, 13, 22]), np.array([2, 2, 2]), np.array([2, 1, 2]),
+    ...              10, (np.array([0.1, 0.2, 0.3]),), 100).sums[0].tolist()
+    [0.1, 0.4, 0.2, 0.3]
     """
     n = len(id_last)
     e = np.array([], dtype=np.int64)
@@ -95,6 +102,11 @@ def grid_partial(id_last: np.ndarray, w: np.ndarray, a: np.ndarray, minor: int,
     size = (rows_w + 1) * minor
 
     def grid(v: np.ndarray | None) -> np.ndarray:
+        if v is not None and v.dtype == np.float64:  # order matters: add pair by pair
+            tot = int(a.sum())
+            i = np.arange(tot, dtype=np.int64) - np.repeat(np.cumsum(a) - a, a)
+            cell = np.repeat(id_last - base * minor, a) - i * minor  # rows in order
+            return np.bincount(cell, weights=np.repeat(v, a), minlength=size)[:rows_w * minor]
         if v is None:  # a count of pairs: bincount is exact for integers
             d = np.bincount(lo, minlength=size) - np.bincount(hi, minlength=size)
         else:
