@@ -36,6 +36,18 @@ def summary_rows(result: Any) -> list[dict[str, Any]]:
     } for m in comparison_rows(result)]
 
 
+def late_note(spec: Any) -> str | None:
+    """A footer line saying what ``late`` counts, when it is not input rows."""
+    from semantics.report import late_counts
+
+    what = late_counts(spec)
+    if what == "rows":
+        return None
+    return (f"late: Spark's numRowsDroppedByWatermark, which counts late {what},\n"
+            "not input rows (late_% divides it by input rows); `wmbt predict --late` lists "
+            "the rows")
+
+
 def format_table(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return ""
@@ -51,7 +63,11 @@ def _print_result(result: Any, as_json: bool) -> int:
         json.dump(result.to_json(), sys.stdout, default=str)
         sys.stdout.write("\n")
     else:
-        print(format_table(summary_rows(result)))
+        rows = summary_rows(result)
+        print(format_table(rows))
+        note = late_note(result.spec)
+        if note and any(r["late"] for r in rows):
+            print(f"\n{note}")
         for c in result.candidates:
             if c.validation and not c.success:
                 print(f"\n{c.name}: validation failed")

@@ -138,7 +138,7 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> str:
 
 def run_sweep(args: argparse.Namespace) -> int:
     from jobs.backtest import default_results_dir
-    from jobs.cli import format_table
+    from jobs.cli import format_table, late_note
     from semantics.spec import load_spec
 
     spec = load_spec(args.spec)
@@ -160,6 +160,9 @@ def run_sweep(args: argparse.Namespace) -> int:
               "p95_latency_s": "-" if r["latency_p95_s"] is None else f"{r['latency_p95_s']:.0f}",
               "": "<- knee" if r["knee"] else ""} for r in rows]
     print(format_table(table))
+    note = late_note(spec)
+    if note and any(r["late"] for r in rows):
+        print(f"\n{note}")
     if not any(r["knee"] for r in rows):
         print(f"\n{flat_note(spec, args.source, args.candidate)}")
     print(f"\nplot: {png}")

@@ -52,6 +52,18 @@ def operator_name(spec: BacktestSpec) -> str:
     return OPERATOR_NAMES[q.kind]
 
 
+def late_counts(spec: BacktestSpec) -> str:
+    """What ``dropped_by_watermark`` (Spark's ``numRowsDroppedByWatermark``) counts for the
+    spec's query: ``rows`` (deduplication, joins), or what the operator drops instead of rows
+    (spark-watermark-semantics.md §6)."""
+    kind = spec.query.kind
+    if kind == "aggregation":
+        return "groups (one per key and window in a batch, after partial aggregation)"
+    if kind == "session":
+        return "local sessions (a batch's rows of one key and event time, or merged ones)"
+    return "rows"
+
+
 def report_columns(spec: BacktestSpec) -> list[str]:
     """Report columns for ``spec``, with ``input_rows_<source>`` after ``input_rows``."""
     cols = list(REPORT_COLUMNS)

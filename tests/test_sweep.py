@@ -46,7 +46,8 @@ def test_sweep_cli_json(tmp_path: Path, capsys) -> None:
         "query": {"kind": "aggregation", "source": "clicks", "keys": ["ad"],
                   "window": {"duration": "10 seconds"}},
         "replay": {"batch_by": {"commits": 1}, "pace": "live"},
-        "candidates": {"c": {"watermark": {"clicks": "1 minute"}}},
+        "candidates": {"c": {"watermark": {"clicks": "1 minute"}},
+                       "tight": {"watermark": {"clicks": "0 seconds"}}},
     }))
     code = main(["sweep", str(spec), "--source", "clicks", "--delays",
                  "0 seconds..2 minutes/5", "--json", "--results", str(tmp_path / "r")])
@@ -60,6 +61,16 @@ def test_sweep_cli_json(tmp_path: Path, capsys) -> None:
     assert sum(r["knee"] for r in rows) == 1
     assert Path(doc["plot"]).exists()
     assert main(["sweep", str(spec), "--source", "nope", "--delays", "0 seconds..1 minute/3"]) == 2
+    capsys.readouterr()
+    # the tables say what "late" counts for an aggregation: groups, not input rows
+    assert main(["sweep", str(spec), "--source", "clicks", "--delays",
+                 "0 seconds..2 minutes/5", "--results", str(tmp_path / "r")]) == 0
+    assert "counts late groups (one per key and window" in capsys.readouterr().out
+    assert main(["predict", str(spec), "--results", str(tmp_path / "r")]) == 0
+    assert "counts late groups" in capsys.readouterr().out  # tight drops rows
+    assert main(["predict", str(spec), "--candidate", "c", "--results",
+                 str(tmp_path / "r")]) == 0
+    assert "counts late" not in capsys.readouterr().out  # nothing late: no footnote
 
 
 def test_flat_sweep_marks_no_knee_and_says_why(tmp_path: Path, capsys) -> None:
@@ -87,6 +98,7 @@ def test_flat_sweep_marks_no_knee_and_says_why(tmp_path: Path, capsys) -> None:
     out = capsys.readouterr().out
     assert "<- knee" not in out
     assert "every delay gives the same prediction" in out and "--source imps" in out
+    assert "numRowsDroppedByWatermark" not in out  # a join's late count is rows
     assert main([*args, "--source", "clicks", "--json"]) == 0
     assert not any(r["knee"] for r in json.loads(capsys.readouterr().out)["sweep"])
     assert main([*args, "--source", "imps"]) == 0  # the binding input: the delay matters
