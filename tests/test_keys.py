@@ -48,6 +48,30 @@ def test_coder_falls_back_to_verified_hashes():
     assert ids[1] == ids[2]  # -0.0 groups with 0.0
 
 
+@pytest.mark.parametrize("seed", range(10))
+def test_coded_strings_and_floats_get_exact_ids(seed):
+    # rule: equal tuples <=> equal ids for string and float keys numbered by with_codes (SQL
+    # grouping equality: NULL == NULL, -0.0 == 0.0; a float NaN is NULL), with an int column
+    rng = np.random.default_rng(seed)
+    n = 300
+    strings = values_of(pd.Series(np.array(["a", "b", "", "ab", None], dtype=object)[
+        rng.integers(0, 5, n)]))
+    floats = values_of(pd.Series(np.array([0.0, -0.0, 1.5, np.nan, -2.25])[
+        rng.integers(0, 5, n)]))
+    cols = K.with_codes([strings, floats, _col(rng, n, -3, 4, True)])
+    coder = K.KeyCoder.fit(cols)
+    assert coder.exact
+    ids = coder.ids(cols)
+    tuples = list(zip(*(np.where(c.null, None, c.data + 0.0 if c.kind == "float" else c.data)
+                        if c.null is not None else c.data for c in cols), strict=True))
+    same_key = np.array([[a == b for b in tuples] for a in tuples])
+    assert np.array_equal(same_key, ids[:, None] == ids[None, :])
+    sliced = tuple(c.take(slice(10, 50)) for c in cols)  # batches slice the whole source
+    assert np.array_equal(coder.ids(sliced), ids[10:50])
+    with pytest.raises(ValueError, match="without codes"):
+        coder.ids([strings, floats, cols[2]])
+
+
 def test_value_outside_the_fitted_range_is_refused():
     coder = K.KeyCoder.fit([values_of(pd.Series([1, 5]))], [(0, 20, 10)])
     with pytest.raises(ValueError, match="outside the range"):
@@ -63,15 +87,19 @@ def test_value_outside_the_fitted_range_is_refused():
     {"kind": "deduplication", "keys": ["k", "ts"]},
     {"kind": "session", "keys": ["k"], "gap": "4 seconds", "aggregates": {"n": "count(*)"}},
 ])
-def test_exact_and_hashed_ids_predict_the_same(query, monkeypatch):
+@pytest.mark.parametrize("strings", [False, True])
+def test_exact_and_hashed_ids_predict_the_same(query, strings, monkeypatch):
     rng = np.random.default_rng(7)
     frames = []
     for b in range(6):
         k = pd.array(rng.integers(0, 5, 30), dtype="Int64")
         k[k == 4] = pd.NA
+        if strings:  # numbered by keys.with_codes
+            k = pd.Series(k).astype("string").astype(object).where(pd.notna(k), None)
         frames.append(pd.DataFrame({"k": k, "ts": b * 6 + rng.integers(-15, 5, 30)}))
     spec = spec_of(query, watermark="5 seconds")
-    assert K.KeyCoder.fit([values_of(pd.concat(frames)["k"])]).exact  # the first run packs
+    whole = K.with_codes([values_of(pd.concat(frames)["k"])])
+    assert K.KeyCoder.fit(whole).exact  # the first run packs
     exact = predict(schedule_of(frames), spec, "c")
     monkeypatch.setattr(K.KeyCoder, "fit", classmethod(lambda cls, *a, **k: cls()))
     hashed = predict(schedule_of(frames), spec, "c")
@@ -85,11 +113,12 @@ def test_exact_and_hashed_ids_predict_the_same(query, monkeypatch):
 
 @pytest.mark.parametrize("explain", [True, False])  # stepped, and all batches at once
 def test_colliding_hashes_are_caught_not_merged(explain, monkeypatch):
-    # rule: hashed key ids are verified against the key values; two different keys that share
-    # an id raise KeyCollision instead of being deduplicated together
-    frames = [pd.DataFrame({"name": ["a", "b"], "ts": [1, 2]}),
-              pd.DataFrame({"name": ["c"], "ts": [3]})]
-    spec = spec_of({"kind": "deduplication", "keys": ["name"]}, watermark="5 seconds")
+    # rule: hashed key ids (here: a key range too wide for exact ids) are verified against the
+    # key values; two different keys that share an id raise KeyCollision instead of being
+    # deduplicated together
+    frames = [pd.DataFrame({"big": [0, 1 << 62], "ts": [1, 2]}),
+              pd.DataFrame({"big": [-(1 << 62)], "ts": [3]})]
+    spec = spec_of({"kind": "deduplication", "keys": ["big"]}, watermark="5 seconds")
     monkeypatch.setattr(K, "key_ids", lambda cols, extra=(), n=None: np.zeros(
         len(cols[0]) if cols else n, dtype=np.int64))
     with pytest.raises(K.KeyCollision):

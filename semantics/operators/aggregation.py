@@ -49,7 +49,13 @@ from semantics.operators.aggfuncs import (
 )
 from semantics.operators.columns import Values, key_series, values_of
 from semantics.operators.grouping import group, interleave, lookup, merge_positions_at
-from semantics.operators.keys import KeyCoder, concat_keys, interleave_keys, take_keys
+from semantics.operators.keys import (
+    KeyCoder,
+    concat_keys,
+    interleave_keys,
+    take_keys,
+    with_codes,
+)
 from semantics.operators.sliding import grid_partial, not_late_per_row, windows_per_row
 from semantics.operators.windows import assign_windows
 from semantics.report import operator_name
@@ -147,7 +153,7 @@ class AggregationOperator:
         (batches slice them by ``BatchInput.offsets``)."""
         if self._all is None:
             f = self._frame
-            kv = tuple(values_of(f[k]) for k in self.keys)
+            kv = with_codes([values_of(f[k]) for k in self.keys])
             self._all = (kv, init_all(self.aggs, f))
             grid: list[tuple[int, int, int]] = []
             t = self._et_all
@@ -255,8 +261,7 @@ class AggregationOperator:
         old windows would widen the range of the batch's ids)."""
         kv_all, bufs_all = self._whole()
         sl = slice(off, off + n)
-        kv = tuple(Values(v.kind, v.data[sl], None if v.null is None else v.null[sl], v.tz)
-                   for v in kv_all)
+        kv = tuple(v.take(sl) for v in kv_all)
         if self._grid is not None:
             done = self._partial_grid(t_us, off, late_us, kv, bufs_all, self._grid)
             if done is not None:

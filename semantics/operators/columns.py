@@ -29,13 +29,16 @@ class Values:
     data: np.ndarray
     null: np.ndarray | None = None  # bool mask, None when the column has no NULLs
     tz: str | None = None  # datetime columns only
+    # object and float key columns: dense int64 codes of the values over the whole source
+    # (equal values, equal codes), see ``keys.with_codes``; kept by ``take``
+    codes: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.data)
 
     def take(self, idx: np.ndarray | slice) -> Values:
         return Values(self.kind, self.data[idx], None if self.null is None else self.null[idx],
-                      self.tz)
+                      self.tz, None if self.codes is None else self.codes[idx])
 
     @property
     def valid(self) -> np.ndarray:

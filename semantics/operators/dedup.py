@@ -46,7 +46,7 @@ from semantics.operators.grouping import (
     merge_positions_at,
     take_columns,
 )
-from semantics.operators.keys import KeyCoder
+from semantics.operators.keys import KeyCoder, with_codes
 from semantics.report import operator_name
 from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import BacktestSpec, DeduplicationQuery
@@ -106,7 +106,7 @@ class DedupOperator:
         slice them by ``BatchInput.offsets``)."""
         if self._all is None:
             f = self._frame
-            kv = tuple(values_of(f[k]) for k in self.keys)
+            kv = with_codes([values_of(f[k]) for k in self.keys])
             self._coder = KeyCoder.fit(kv)
             self._all = (kv, self._coder.ids(kv, (), len(f)), f[ROW_ID].to_numpy(dtype=np.int64))
         return self._all

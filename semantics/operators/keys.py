@@ -16,7 +16,9 @@ Invariants
 :class:`KeyCoder` skips both the hash and the check when it can: integer-like key columns
 (integers, booleans, timestamps) whose ranges over the whole source multiply to less than 2⁶²
 get an *exact* id, the tuple as a mixed-radix number (NULL is digit 0 of its column), which is
-cheaper to compute and cannot collide.
+cheaper to compute and cannot collide. Object (strings, decimals) and float key columns get exact
+ids too once :func:`with_codes` has numbered their values over the whole source (a hash table
+pass, cheaper than hashing every value and verifying every match).
 """
 
 from __future__ import annotations
@@ -109,10 +111,14 @@ class KeyCoder:
             ) -> KeyCoder:
         """A coder for every key tuple drawn from ``columns`` (whole-source key columns) and
         extra int64 columns whose values lie on the grid ``lo, lo + step, ..., hi``."""
-        if any(c.kind not in INT_KINDS for c in columns):
+        if any(c.kind not in INT_KINDS and c.codes is None for c in columns):
             return cls()
         lows, sizes = [], []
         for c in columns:
+            if c.codes is not None:  # codes 0 .. m-1: digits 1 .. m (NULL: 0)
+                lows.append(0)
+                sizes.append((int(c.codes.max()) if len(c.codes) else -1) + 2)
+                continue
             data = c.data if c.null is None else c.data[~c.null]
             lo, hi = (int(data.min()), int(data.max())) if len(data) else (0, 0)
             lows.append(lo)
@@ -146,8 +152,10 @@ class KeyCoder:
             if off_grid.any():
                 raise ValueError("an extra key value off the grid the KeyCoder was fitted on")
             digits.append((d, None, size))
-        digits += [(c.data - (lo - 1), c.null, size)
-                   for c, lo, size in zip(columns, self.lows, self.sizes, strict=False)]
+        for c, lo, size in zip(columns, self.lows, self.sizes, strict=False):
+            if c.kind not in INT_KINDS and c.codes is None:
+                raise ValueError("an object or float key column without codes (keys.with_codes)")
+            digits.append(((c.codes if c.codes is not None else c.data) - (lo - 1), c.null, size))
         out: np.ndarray | None = None
         for d, null, size in digits:
             if null is not None:
@@ -180,6 +188,28 @@ class KeyCoder:
         """:func:`check_same`, skipped when ids are exact (equal ids are equal keys)."""
         if not self.exact:
             check_same(a, ia, b, ib, extra_a, extra_b)
+
+
+def with_codes(columns: Sequence[Values]) -> tuple[Values, ...]:
+    """``columns`` (whole-source key columns) with :attr:`Values.codes` set on every object and
+    float column: ``pd.factorize`` numbers the distinct values (SQL grouping equality: NULL
+    equals NULL, ``-0.0`` equals ``0.0``; float NaN is NULL here, see ``columns``).
+
+    >>> c = with_codes([Values("object", np.array(["b", None, "a", "b"], dtype=object),
+    ...                        np.array([False, True, False, False]))])
+    >>> KeyCoder.fit(c).ids(c).tolist()
+    [1, 0, 2, 1]
+    """
+    out = []
+    for c in columns:
+        if c.kind in INT_KINDS or c.codes is not None:
+            out.append(c)
+            continue
+        # factorize puts -0.0 with 0.0; the codes of NULL rows are never read (ids take digit 0
+        # where the null mask is set)
+        codes = np.asarray(pd.factorize(c.data)[0], dtype=np.int64)
+        out.append(Values(c.kind, c.data, c.null, c.tz, codes))
+    return tuple(out)
 
 
 def same(a: Sequence[Values], ia: np.ndarray, b: Sequence[Values], ib: np.ndarray,

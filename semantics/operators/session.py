@@ -56,7 +56,13 @@ from semantics.operators.grouping import (
     runs_of,
     segmented_cummax,
 )
-from semantics.operators.keys import KeyCoder, concat_keys, interleave_keys, take_keys
+from semantics.operators.keys import (
+    KeyCoder,
+    concat_keys,
+    interleave_keys,
+    take_keys,
+    with_codes,
+)
 from semantics.report import operator_name
 from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import BacktestSpec, SessionQuery
@@ -139,7 +145,7 @@ class SessionOperator:
         """Key columns of the whole source, computed once (with the key coder fitted on them);
         batches slice them by ``BatchInput.offsets``."""
         if self._kv is None:
-            self._kv = tuple(values_of(self._frame[k]) for k in self.keys)
+            self._kv = with_codes([values_of(self._frame[k]) for k in self.keys])
             self._coder = KeyCoder.fit(self._kv)
         return self._kv
 
