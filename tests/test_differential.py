@@ -33,6 +33,12 @@ def examples(n: int):
                     suppress_health_check=list(HealthCheck), database=None)
 
 
+def strings(data: list[list[dict]], col: str, on: bool) -> list[list[dict]]:
+    """``data`` with ``col`` as strings when ``on`` (string keys take numbered key ids,
+    keys.with_codes; integer keys packed ones)."""
+    return [[{**r, col: f"key-{r[col]}"} for r in c] for c in data] if on else data
+
+
 def check(spec, tmp, spark) -> None:
     diffs = run_both(spec, "c", tmp, spark)
     if diffs:
@@ -69,11 +75,12 @@ def test_aggregation(spark, tmp_path_factory, pace, data, window, replay, delay,
 @pytest.mark.parametrize("pace", ["backlog", "live"])
 @examples(4)
 @given(data=commits({**keys, "x": st.floats(-100, 100, allow_nan=False)}), window=sliding,
-       replay=replays, delay=delays, mode=modes)
+       replay=replays, delay=delays, mode=modes, text=st.booleans())
 def test_sliding_window_sums(spark, tmp_path_factory, pace, data, window, replay, delay,
-                             mode) -> None:
+                             mode, text) -> None:
     # sums of sliding windows skip grouping the (row, window) pairs (operators/sliding.py;
     # float sums pair by pair in row order); test_aggregation's min(v) keeps the pair path
+    data = strings(data, "k", text)
     check_aggregation(spark, tmp_path_factory.mktemp("sliding"), pace, data, window, replay,
                       delay, mode, {"n": "count(*)", "s": "sum(v)", "avg_v": "avg(v)",
                                     "fs": "sum(x)", "fa": "avg(x)"})
@@ -82,9 +89,11 @@ def test_sliding_window_sums(spark, tmp_path_factory, pace, data, window, replay
 @pytest.mark.parametrize("pace", ["backlog", "live"])
 @examples(4)
 @given(data=commits({"id": st.integers(1, 4)}), replay=replays, delay=delays,
-       variant=st.sampled_from(["id", "id_ts", "within"]))
-def test_deduplication(spark, tmp_path_factory, pace, data, replay, delay, variant) -> None:
+       variant=st.sampled_from(["id", "id_ts", "within"]), text=st.booleans())
+def test_deduplication(spark, tmp_path_factory, pace, data, replay, delay, variant,
+                       text) -> None:
     tmp = tmp_path_factory.mktemp("dedup")
+    data = strings(data, "id", text)
     query = {"kind": "deduplication", "keys": ["id", "ts"] if variant == "id_ts" else ["id"],
              "within_watermark": variant == "within"}
     spec = single_spec(tmp, "diffdedup", query, {**replay, "pace": pace}, delay, data)
@@ -95,9 +104,11 @@ def test_deduplication(spark, tmp_path_factory, pace, data, replay, delay, varia
 @examples(4)
 @given(data=commits(keys), replay=replays, delay=delays,
        gap=st.sampled_from(["3 seconds", "5 seconds"]),
-       mode=st.sampled_from(["append", "append", "complete"]))
-def test_session(spark, tmp_path_factory, pace, data, replay, delay, gap, mode) -> None:
+       mode=st.sampled_from(["append", "append", "complete"]), text=st.booleans())
+def test_session(spark, tmp_path_factory, pace, data, replay, delay, gap, mode,
+                 text) -> None:
     tmp = tmp_path_factory.mktemp("session")
+    data = strings(data, "k", text)
     spec = single_spec(tmp, "diffsession", {
         "kind": "session", "keys": ["k"], "gap": gap, "output_mode": mode,
         "aggregates": {"n": "count(*)", "s": "sum(v)"}}, {**replay, "pace": pace}, delay, data)
