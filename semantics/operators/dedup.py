@@ -139,35 +139,18 @@ class DedupOperator:
         if self.within:
             return self._within_all(plan)
         kv_all, kid_all, _ = self._whole()
-        n_b = len(plan)
         batch_of, t = source_rows(plan, self.source)
         assert len(t) == len(kid_all)
-        dropped = np.zeros(n_b, dtype=np.int64)
-        ok = np.arange(len(t), dtype=np.int64)
-        if n_b and plan[0].late_wm_ms is not None:
-            late_us = np.array([b.late_wm_ms for b in plan], dtype=np.int64) * 1000
-            late = t <= late_us[batch_of]
-            dropped = np.bincount(batch_of[late], minlength=n_b)
-            ok = np.flatnonzero(~late)
+        dropped, ok = _not_late(plan, batch_of, t)
         first, repeats, of = first_occurrences(kid_all[ok])
         self._coder.check_same(kv_all, ok[of], kv_all, ok[repeats])  # hashed ids: same keys?
         acc = ok[first]  # ascending: batch order, then row order
-        acc_batch = batch_of[acc]
-        updated = np.bincount(acc_batch, minlength=n_b)
-        removed = np.zeros(n_b, dtype=np.int64)
-        if self.evicts and n_b:
+        leaves = None
+        if self.evicts and plan:
             # non-decreasing (the watermark never goes backwards): one binary search per entry
             evict_us = np.array([b.evict_wm_ms for b in plan], dtype=np.int64) * 1000
-            leaves = np.maximum(acc_batch, np.searchsorted(evict_us, t[acc], side="left"))
-            removed = np.bincount(leaves[leaves < n_b], minlength=n_b)
-        state_rows = np.cumsum(updated - removed)
-        outputs = np.split(acc, np.cumsum(updated)[:-1])
-        return [OperatorStep(dropped_by_watermark=int(dropped[b]),
-                             state_rows=int(state_rows[b]),
-                             state_rows_updated=int(updated[b]),
-                             state_rows_removed=int(removed[b]),
-                             output=Deferred(outputs[b], int(updated[b])))
-                for b in range(n_b)]
+            leaves = np.maximum(batch_of[acc], np.searchsorted(evict_us, t[acc], side="left"))
+        return _all_steps(dropped, acc, batch_of[acc], leaves)
 
     def _within_all(self, plan: list[BatchInput]) -> list[OperatorStep] | None:
         """Every batch of ``dropDuplicatesWithinWatermark`` at once, for exact key ids of a
@@ -193,11 +176,8 @@ class DedupOperator:
         if size > 2 * n + (1 << 20):  # the table would outgrow the state it replaces
             return None
         batch_of, t = source_rows(plan, self.source)
-        late_us = np.array([b.late_wm_ms for b in plan], dtype=np.int64) * 1000
         evict_us = np.array([b.evict_wm_ms for b in plan], dtype=np.int64) * 1000
-        late = t <= late_us[batch_of]
-        dropped = np.bincount(batch_of[late], minlength=n_b)
-        ok = np.flatnonzero(~late)  # ascending: batch order, then row order
+        dropped, ok = _not_late(plan, batch_of, t)
         bounds = np.searchsorted(batch_of[ok], np.arange(n_b + 1))
         code = kid_all[ok] - lo
         expires = t[ok] + self.delay_us
@@ -217,21 +197,11 @@ class DedupOperator:
                 table[k[acc]] = expires[s:e][acc]
                 accepted.append(acc + s)
             alive_after = int(evict_us[b])
-        acc_all = ok[np.concatenate(accepted)] if accepted else np.array([], dtype=np.int64)
-        acc_batch = batch_of[acc_all]
-        updated = np.bincount(acc_batch, minlength=n_b)
+        acc = ok[np.concatenate(accepted)] if accepted else np.array([], dtype=np.int64)
         # never before its own batch: expiresAt >= the event time > the late watermark, which
         # is at least the eviction watermark of the batch before
-        leaves = np.searchsorted(evict_us, t[acc_all] + self.delay_us, side="left")
-        removed = np.bincount(leaves[leaves < n_b], minlength=n_b)
-        state_rows = np.cumsum(updated - removed)
-        outputs = np.split(acc_all, np.cumsum(updated)[:-1])
-        return [OperatorStep(dropped_by_watermark=int(dropped[b]),
-                             state_rows=int(state_rows[b]),
-                             state_rows_updated=int(updated[b]),
-                             state_rows_removed=int(removed[b]),
-                             output=Deferred(outputs[b], int(updated[b])))
-                for b in range(n_b)]
+        leaves = np.searchsorted(evict_us, t[acc] + self.delay_us, side="left")
+        return _all_steps(dropped, acc, batch_of[acc], leaves)
 
     def step(self, state: DedupState, batch: BatchInput) -> tuple[DedupState, OperatorStep]:
         kv_all, kid_all, rid_all = self._whole()
@@ -309,6 +279,36 @@ class DedupOperator:
         orig = np.where(in_state, rid_all[state.row[np.minimum(pos[g], max(len(state) - 1, 0))]]
                         if len(state) else -1, rid_all[grow[first[g]]])
         return F.duplicate(rid_all[grow[dup]], orig, in_state)
+
+
+def _not_late(plan: list[BatchInput], batch_of: np.ndarray, t: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """``(dropped per batch, positions of the rows that are not late)`` of a whole run (rows
+    with ``event time <= late wm`` are late; without a watermark none)."""
+    if not plan or plan[0].late_wm_ms is None:
+        return np.zeros(len(plan), dtype=np.int64), np.arange(len(t), dtype=np.int64)
+    late_us = np.array([b.late_wm_ms for b in plan], dtype=np.int64) * 1000
+    late = t <= late_us[batch_of]
+    return np.bincount(batch_of[late], minlength=len(plan)), np.flatnonzero(~late)
+
+
+def _all_steps(dropped: np.ndarray, acc: np.ndarray, acc_batch: np.ndarray,
+               leaves: np.ndarray | None) -> list[OperatorStep]:
+    """Every batch's step from the accepted rows: ``acc`` (source positions, ascending),
+    the batch of each and the batch its entry leaves the state in (``>= len(dropped)``: after
+    the run; None: entries never leave)."""
+    n_b = len(dropped)
+    updated = np.bincount(acc_batch, minlength=n_b)
+    removed = np.zeros(n_b, dtype=np.int64) if leaves is None else \
+        np.bincount(leaves[leaves < n_b], minlength=n_b)
+    state_rows = np.cumsum(updated - removed)
+    outputs = np.split(acc, np.cumsum(updated)[:-1])
+    return [OperatorStep(dropped_by_watermark=int(dropped[b]),
+                         state_rows=int(state_rows[b]),
+                         state_rows_updated=int(updated[b]),
+                         state_rows_removed=int(removed[b]),
+                         output=Deferred(outputs[b], int(updated[b])))
+            for b in range(n_b)]
 
 
 def _ascending(positions: np.ndarray, n: int) -> np.ndarray:
