@@ -123,3 +123,38 @@ def test_colliding_hashes_are_caught_not_merged(explain, monkeypatch):
         len(cols[0]) if cols else n, dtype=np.int64))
     with pytest.raises(K.KeyCollision):
         predict(schedule_of(frames), spec, "c", explain=explain)
+
+
+@pytest.mark.parametrize("query", [
+    {"kind": "deduplication", "keys": ["tags"]},
+    {"kind": "aggregation", "keys": ["tags"], "window": {"duration": "10 seconds"},
+     "aggregates": {"n": "count(*)"}},
+    {"kind": "session", "keys": ["tags"], "gap": "4 seconds", "aggregates": {"n": "count(*)"}},
+])
+def test_array_keys_are_refused_with_the_field_named(query):
+    # bad input: an array-valued key column (no hashable value to group by) gets a SpecError
+    # naming query.keys and the column, not a TypeError from deep inside pandas
+    from semantics.errors import SpecError
+
+    frames = [pd.DataFrame({"tags": [None, ["a", "b"]], "ts": [1, 2]})]
+    with pytest.raises(SpecError, match=r"query\.keys.*events\.tags holds list values"):
+        predict(schedule_of(frames), spec_of(query, watermark="5 seconds"), "c")
+
+
+def test_array_join_keys_are_refused_with_the_field_named():
+    from semantics.errors import SpecError
+    from semantics.schedule import cut
+    from semantics.spec import BatchBy, parse_spec
+
+    spec = parse_spec({
+        "name": "j", "sources": {s: {"table": s, "event_time": "ts"} for s in ("l", "r")},
+        "query": {"kind": "join", "type": "inner", "left": "l", "right": "r", "keys": ["tags"],
+                  "time_range": {"lower": "-5 seconds", "upper": "0 seconds"}},
+        "candidates": {"c": {"watermark": {"l": "5 seconds", "r": "5 seconds"}}}})
+    sides = {s: pd.DataFrame({"row_id": [i], "arrival_ms": [0], "commit_version": [0],
+                              "tags": [np.array(["a"], dtype=object)],
+                              "ts": pd.to_datetime([1], unit="s", utc=True)})
+             for i, s in enumerate(("l", "r"))}
+    sched = cut("j", sides, {"l": "ts", "r": "ts"}, BatchBy(commits=1), "backlog")
+    with pytest.raises(SpecError, match=r"query\.keys.*l\.tags holds ndarray values"):
+        predict(sched, spec, "c")

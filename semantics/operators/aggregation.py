@@ -47,7 +47,7 @@ from semantics.operators.aggfuncs import (
     result_frame,
     take_all,
 )
-from semantics.operators.columns import Values, key_series, values_of
+from semantics.operators.columns import Values, check_key_columns, key_series, values_of
 from semantics.operators.grouping import group, interleave, lookup, merge_positions_at
 from semantics.operators.keys import (
     KeyCoder,
@@ -121,9 +121,7 @@ class AggregationOperator:
         self.explain = explain
         frame = schedule.rows[q.source]
         dtypes = {c: frame[c].dtype for c in frame.columns}
-        for k in self.keys:
-            if k not in dtypes:
-                raise SpecError(spec.path, "query.keys", f"a column of {q.source!r} (no {k!r})")
+        check_key_columns(spec.path, "query.keys", q.source, frame, self.keys)
         self.aggs: tuple[AggFunc, ...] = parse_aggregates(q.aggregates, dtypes)
         et = spec.sources[q.source].event_time
         conf = spec.conf(candidate)

@@ -48,6 +48,39 @@ class Values:
         return ~self.null
 
 
+def unhashable(series: pd.Series) -> str | None:
+    """The type name of the column's values when they are arrays, maps or structs (which the
+    predictor cannot group by: they have no hashable value), else None. Looks at the first
+    non-NULL value of an object column.
+
+    >>> unhashable(pd.Series([None, [1, 2]])), unhashable(pd.Series(["a"]))
+    ('list', None)
+    """
+    if series.dtype != object:
+        return None
+    head = series.iloc[:1024].dropna()
+    if not len(head):
+        head = series.dropna()
+    if not len(head):
+        return None
+    v = head.iloc[0]
+    return type(v).__name__ if isinstance(v, (list, tuple, dict, set, np.ndarray)) else None
+
+
+def check_key_columns(path: str, field: str, source: str, frame: pd.DataFrame,
+                      keys: Sequence[str]) -> None:
+    """Raise :class:`SpecError` unless every key is a column of ``frame`` with scalar values."""
+    from semantics.errors import SpecError
+
+    for k in keys:
+        if k not in frame.columns:
+            raise SpecError(path, field, f"a column of {source!r} (no {k!r})")
+        bad = unhashable(frame[k])
+        if bad:
+            raise SpecError(path, field, f"a column of scalar values ({source}.{k} holds {bad} "
+                            "values: array, map and struct keys are not modelled)")
+
+
 def kind_of(dtype: object) -> str:
     """The :class:`Values` kind pandas ``dtype`` maps to."""
     if pd.api.types.is_bool_dtype(dtype):

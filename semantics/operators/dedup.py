@@ -34,9 +34,8 @@ import numpy as np
 import pandas as pd
 
 from semantics.engine import BatchInput, Deferred, OperatorStep, source_rows
-from semantics.errors import SpecError
 from semantics.operators import fates as F
-from semantics.operators.columns import Values, values_of
+from semantics.operators.columns import Values, check_key_columns, values_of
 from semantics.operators.grouping import (
     first_occurrences,
     group_sorting,
@@ -87,9 +86,7 @@ class DedupOperator:
         data_cols = tuple(schedule.data_columns.get(q.source, ()))
         # dropDuplicates() without columns means all columns of the source
         self.keys = tuple(q.keys) or data_cols
-        for k in self.keys:
-            if k not in frame.columns:
-                raise SpecError(spec.path, "query.keys", f"a column of {q.source!r} (no {k!r})")
+        check_key_columns(spec.path, "query.keys", q.source, frame, self.keys)
         self.et = spec.sources[q.source].event_time
         self.within = q.within_watermark
         wm = spec.candidates[candidate].watermark

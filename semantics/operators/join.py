@@ -55,6 +55,7 @@ import pandas as pd
 
 from semantics.engine import BatchInput, Deferred, OperatorStep
 from semantics.operators import fates as F
+from semantics.operators.columns import check_key_columns
 from semantics.operators.grouping import interleave, merge_positions, stable_argsort
 from semantics.operators.join_frames import (
     EV,
@@ -198,6 +199,8 @@ class JoinOperator:
             raise TypeError(f"JoinOperator needs a join query, got kind {q.kind!r}")
         cand = spec.candidates[candidate] if isinstance(candidate, str) else candidate
         self.query = q
+        for side in (q.left, q.right):
+            check_key_columns(spec.path, "query.keys", side, schedule.rows[side], q.keys)
         self.watermarked = frozenset(s for s in (q.left, q.right) if s in cand.watermark)
         self.plan: JoinEvictionPlan = derive_plan(q, schedule.event_time, self.watermarked)
         self.condition = TimeCondition.of(q)

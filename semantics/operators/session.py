@@ -33,7 +33,6 @@ import numpy as np
 import pandas as pd
 
 from semantics.engine import BatchInput, Deferred, OperatorStep
-from semantics.errors import SpecError
 from semantics.operators import fates as F
 from semantics.operators.aggfuncs import (
     AggFunc,
@@ -47,7 +46,7 @@ from semantics.operators.aggfuncs import (
     result_frame,
     take_all,
 )
-from semantics.operators.columns import Values, key_series, values_of
+from semantics.operators.columns import Values, check_key_columns, key_series, values_of
 from semantics.operators.grouping import (
     interleave,
     merge_by_id_then_time,
@@ -132,9 +131,7 @@ class SessionOperator:
         self.explain = explain
         frame = schedule.rows[q.source]
         dtypes = {c: frame[c].dtype for c in frame.columns}
-        for k in self.keys:
-            if k not in dtypes:
-                raise SpecError(spec.path, "query.keys", f"a column of {q.source!r} (no {k!r})")
+        check_key_columns(spec.path, "query.keys", q.source, frame, self.keys)
         self.aggs: tuple[AggFunc, ...] = parse_aggregates(q.aggregates, dtypes)
         conf = spec.conf(candidate)
         self.merge_local = str(conf.get(MERGE_LOCAL_CONF, "false")).lower() == "true"
