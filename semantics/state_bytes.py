@@ -142,6 +142,25 @@ def partitions(spec: BacktestSpec, candidate: str) -> int:
     return int(spec.conf(candidate).get("spark.sql.shuffle.partitions", DEFAULT_PARTITIONS))
 
 
+def held_rows(batches: pd.DataFrame) -> pd.Series:
+    """State rows held in memory after each batch: the new version's rows plus the removed rows
+    that the previous version (still retained) holds — at most the previous version's rows. A
+    row a batch adds and removes again is in neither version, so ``state_rows + removed`` would
+    overcount a batch that evicts most of what it just added.
+
+    >>> held_rows(pd.DataFrame({"state_rows": [5, 45, 2],
+    ...                         "state_rows_removed": [3, 10, 87]})).tolist()
+    [5, 50, 47]
+    """
+    now = pd.to_numeric(batches["state_rows"]).fillna(0).astype("int64")
+    removed = pd.to_numeric(batches["state_rows_removed"]).fillna(0).astype("int64")
+    if "operator" in batches.columns:
+        before = now.groupby(batches["operator"]).shift(1, fill_value=0)
+    else:
+        before = now.shift(1, fill_value=0)
+    return now + np.minimum(removed, before)
+
+
 def estimate(spec: BacktestSpec, candidate: str, schedule: Schedule,
              batches: pd.DataFrame) -> pd.Series:
     """Estimated memoryUsedBytes for each batch-report row (None with RocksDB). A join's
@@ -152,8 +171,7 @@ def estimate(spec: BacktestSpec, candidate: str, schedule: Schedule,
         return pd.Series([None] * len(batches), index=batches.index, dtype="Int64")
     stores = layout(spec, schedule)[0]
     per_entry, per_key = entry_bytes(spec, schedule)
-    rows = (pd.to_numeric(batches["state_rows"]).fillna(0)
-            + pd.to_numeric(batches["state_rows_removed"]).fillna(0)).astype("int64")
+    rows = held_rows(batches)
     keys = rows
     if per_key and "state_keys" in batches.columns:
         keys = pd.to_numeric(batches["state_keys"]).fillna(rows).astype("int64")

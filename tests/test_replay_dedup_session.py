@@ -7,6 +7,11 @@ from __future__ import annotations
 
 import pytest
 
+from jobs.replay import replay
+from semantics.history import plan
+from semantics.predict import predict
+from semantics.state_bytes import MAP_BYTES, entry_bytes
+from tests.differential import single_spec
 from tests.replay_support import make_spec, rows, run, table
 
 pytestmark = pytest.mark.spark
@@ -105,3 +110,27 @@ def test_session_window_append(spark, tmp_path):
     assert list(r.outputs.columns) == ["batch_id", "u", "session_start", "session_end", "n"]
     assert rows(r, ["u", "session_start", "session_end", "n"]) == [
         (2, "a", 1.0, 13.0, 3), (2, "b", 2.0, 8.0, 2), (3, "a", 20.0, 25.0, 1)]
+
+
+def test_rows_added_and_evicted_in_one_batch_hold_no_state_memory(spark, tmp_path):
+    # rule (state bytes, docs/state-bytes.md): memoryUsedBytes is the size of the retained
+    # versions' maps, so a removed row counts only if the previous version held it; a row that
+    # one batch adds and evicts again is in neither. Batch 2 accepts 200 ids whose expiresAt is
+    # already below that batch's eviction watermark (not late: above the late one): Spark's
+    # memory stays small, and counting state_rows + removed would estimate ~200 entries too many.
+    data = [[{"id": 0, "ts": 100}], [{"id": 1, "ts": 200}],
+            [{"id": 10 + i, "ts": 150 + i / 10} for i in range(200)]]
+    spec = single_spec(tmp_path, "bytes", {"kind": "deduplication", "keys": ["id"],
+                                           "within_watermark": True},
+                       {"batch_by": {"commits": 1}, "pace": "backlog"}, "0 seconds", data)
+    schedule = plan(spec, "c")
+    predicted = predict(schedule, spec, "c").batches.set_index("batch_id")
+    actual = replay(spec, "c", schedule, tmp_path / "replay", spark).batches.set_index("batch_id")
+    b = 2
+    assert int(actual.loc[b, "state_rows_removed"]) == 201  # 200 added + 1 old, all evicted
+    assert predicted.loc[b, "state_rows_removed"] == actual.loc[b, "state_rows_removed"]
+    est, act = int(predicted.loc[b, "state_bytes"]), int(actual.loc[b, "state_bytes"])
+    assert abs(est - act) <= 0.5 * act + 2048  # the validation's tolerance
+    per_entry = entry_bytes(spec, schedule)[0]
+    old = 2 * MAP_BYTES + (int(actual.loc[b, "state_rows"]) + 201) * per_entry
+    assert abs(old - act) > 0.5 * act + 2048  # state_rows + removed: far off
