@@ -36,12 +36,13 @@ def summary_rows(result: Any) -> list[dict[str, Any]]:
     } for m in comparison_rows(result)]
 
 
-def late_note(spec: Any) -> str | None:
-    """A footer line saying what ``late`` counts, when it is not input rows."""
+def late_note(spec: Any, rows: list[dict[str, Any]]) -> str | None:
+    """A footer saying what the table's ``late`` column counts, when it is not input rows and
+    some row of the table has late ones."""
     from semantics.report import late_counts
 
     what = late_counts(spec)
-    if what == "rows":
+    if what == "rows" or not any(r["late"] for r in rows):
         return None
     return (f"late: Spark's numRowsDroppedByWatermark, which counts late {what},\n"
             "not input rows (late_% divides it by input rows); `wmbt predict --late` lists "
@@ -65,8 +66,8 @@ def _print_result(result: Any, as_json: bool) -> int:
     else:
         rows = summary_rows(result)
         print(format_table(rows))
-        note = late_note(result.spec)
-        if note and any(r["late"] for r in rows):
+        note = late_note(result.spec, rows)
+        if note:
             print(f"\n{note}")
         for c in result.candidates:
             if c.validation and not c.success:

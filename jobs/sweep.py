@@ -160,8 +160,8 @@ def run_sweep(args: argparse.Namespace) -> int:
               "p95_latency_s": "-" if r["latency_p95_s"] is None else f"{r['latency_p95_s']:.0f}",
               "": "<- knee" if r["knee"] else ""} for r in rows]
     print(format_table(table))
-    note = late_note(spec)
-    if note and any(r["late"] for r in rows):
+    note = late_note(spec, rows)
+    if note:
         print(f"\n{note}")
     if not any(r["knee"] for r in rows):
         print(f"\n{flat_note(spec, args.source, args.candidate)}")

@@ -36,6 +36,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from semantics.operators.columns import first_values
 from semantics.schedule import Schedule
 from semantics.spec import (
     AggregationQuery,
@@ -52,26 +53,12 @@ SESSION_INDEX_BYTES = 310  # per session: the prefix-scan index, fitted (bench/s
 DEFAULT_PARTITIONS = 2
 
 
-def _first_values(series: pd.Series, n: int) -> pd.Series:
-    """``series.dropna().head(n)``, looking at a growing prefix instead of the whole column.
-
-    >>> _first_values(pd.Series(["a", None, "b", "c"]), 2).tolist()
-    ['a', 'b']
-    """
-    k = 4 * n
-    while True:
-        head = series.iloc[:k].dropna()
-        if len(head) >= n or k >= len(series):
-            return head.head(n)
-        k *= 4
-
-
 def _field_bytes(series: pd.Series | None) -> int:
     """Fixed 8 bytes, plus the variable-length part for strings/binary (mean, 8-aligned)."""
     if series is None:
         return 8
     if pd.api.types.is_object_dtype(series) or pd.api.types.is_string_dtype(series):
-        sample = _first_values(series, 10_000).astype(str)
+        sample = first_values(series, 10_000).astype(str)
         mean = float(sample.str.len().mean()) if len(sample) else 0.0
         return 8 + int(np.ceil(mean / 8.0) * 8)
     return 8

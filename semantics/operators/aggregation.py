@@ -53,8 +53,8 @@ from semantics.operators.keys import (
     KeyCoder,
     concat_keys,
     interleave_keys,
+    key_columns,
     take_keys,
-    with_codes,
 )
 from semantics.operators.sliding import grid_partial, not_late_per_row, windows_per_row
 from semantics.operators.windows import assign_windows
@@ -151,7 +151,7 @@ class AggregationOperator:
         (batches slice them by ``BatchInput.offsets``)."""
         if self._all is None:
             f = self._frame
-            kv = with_codes([values_of(f[k]) for k in self.keys])
+            kv = key_columns(f, self.keys)
             self._all = (kv, init_all(self.aggs, f))
             grid: list[tuple[int, int, int]] = []
             t = self._et_all
@@ -171,20 +171,23 @@ class AggregationOperator:
         k = -(-self.duration_us // self.slide_us) if self.window is not None else 1
         if k == 1 or not self._coder.exact:
             return None
+        def count(a: np.ndarray) -> str:  # all ones: the pair count itself
+            return "pairs" if len(a) and (a == 1).all() else "int"
+
         layout = []
         for f, b in zip(self.aggs, bufs, strict=True):
             if f.func == "count" or (f.func == "sum" and f.kind == "int"):
-                layout.append(tuple("pairs" if len(a) and (a == 1).all() else "int" for a in b))
-            elif f.func == "avg" and f.kind == "int":
+                layout.append(tuple(count(a) for a in b))
+            elif f.func in ("sum", "avg"):  # avg of integers; sums and avgs of floats
                 s, n = b
+                if f.kind != "int":  # floats: the order of addition matters
+                    layout.append(("ordered", count(n)))
+                    continue
                 # float sums of integers are exact in any order while every partial sum is
                 # below 2^53: bounded by the whole source's sum of |values|
                 if len(s) and float(np.abs(s).max()) * len(s) >= 2.0 ** 53:
                     return None
-                layout.append(("float", "pairs" if len(n) and (n == 1).all() else "int"))
-            elif f.func in ("sum", "avg"):  # of floats: the order of addition matters
-                s, n = b
-                layout.append(("ordered", "pairs" if len(n) and (n == 1).all() else "int"))
+                layout.append(("float", count(n)))
             else:  # min, max: expand pairs
                 return None
         return tuple(layout)

@@ -58,13 +58,25 @@ def unhashable(series: pd.Series) -> str | None:
     """
     if series.dtype != object:
         return None
-    head = series.iloc[:1024].dropna()
-    if not len(head):
-        head = series.dropna()
+    head = first_values(series, 1)
     if not len(head):
         return None
     v = head.iloc[0]
     return type(v).__name__ if isinstance(v, (list, tuple, dict, set, np.ndarray)) else None
+
+
+def first_values(series: pd.Series, n: int) -> pd.Series:
+    """``series.dropna().head(n)``, looking at a growing prefix instead of the whole column.
+
+    >>> first_values(pd.Series(["a", None, "b", "c"]), 2).tolist()
+    ['a', 'b']
+    """
+    k = 4 * n
+    while True:
+        head = series.iloc[:k].dropna()
+        if len(head) >= n or k >= len(series):
+            return head.head(n)
+        k *= 4
 
 
 def check_key_columns(path: str, field: str, source: str, frame: pd.DataFrame,

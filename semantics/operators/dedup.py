@@ -35,7 +35,7 @@ import pandas as pd
 
 from semantics.engine import BatchInput, Deferred, OperatorStep, source_rows
 from semantics.operators import fates as F
-from semantics.operators.columns import Values, check_key_columns, values_of
+from semantics.operators.columns import Values, check_key_columns
 from semantics.operators.grouping import (
     first_occurrences,
     group_sorting,
@@ -45,7 +45,7 @@ from semantics.operators.grouping import (
     merge_positions_at,
     take_columns,
 )
-from semantics.operators.keys import KeyCoder, with_codes
+from semantics.operators.keys import KeyCoder, key_columns
 from semantics.report import operator_name
 from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import BacktestSpec, DeduplicationQuery
@@ -103,7 +103,7 @@ class DedupOperator:
         slice them by ``BatchInput.offsets``)."""
         if self._all is None:
             f = self._frame
-            kv = with_codes([values_of(f[k]) for k in self.keys])
+            kv = key_columns(f, self.keys)
             self._coder = KeyCoder.fit(kv)
             self._all = (kv, self._coder.ids(kv, (), len(f)), f[ROW_ID].to_numpy(dtype=np.int64))
         return self._all

@@ -141,6 +141,18 @@ def runs_of(sorted_ids: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.nd
     return lo, np.searchsorted(sorted_ids, keys, side="right") - lo
 
 
+def ranges(start: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``concatenate([arange(s, s + c) for s, c in zip(start, counts)])``, without a loop.
+
+    >>> ranges(np.array([5, 0, 2]), np.array([2, 0, 3])).tolist()
+    [5, 6, 2, 3, 4]
+    """
+    counts = np.asarray(counts, dtype=np.int64)
+    out = np.arange(int(counts.sum()), dtype=np.int64)
+    out += np.repeat(np.asarray(start, dtype=np.int64) - (np.cumsum(counts) - counts), counts)
+    return out
+
+
 def merge_positions(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Where the elements of sorted ``a`` and sorted ``b`` land in their sorted merge (``a``
     first on ties): one binary search per element of ``b``; the positions of ``a`` are the

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from semantics.operators.grouping import stable_argsort
+from semantics.operators.grouping import ranges, stable_argsort
 from semantics.schedule import ROW_ID
 
 EV = "_ev"
@@ -132,18 +132,17 @@ def match_pairs(lcode: np.ndarray, lt: np.ndarray, rcode: np.ndarray, rt: np.nda
     total = int(counts.sum())
     if not total:
         return empty, empty
-    li, rj = _expand(start, counts, total, order)
+    li, rj = _expand(start, counts, order)
     keep = np.asarray(time_ok(lt[li], rt[rj]), dtype=bool)
     return li[keep], rj[keep]
 
 
-def _expand(start: np.ndarray, counts: np.ndarray, total: int, order: np.ndarray | None
+def _expand(start: np.ndarray, counts: np.ndarray, order: np.ndarray | None
             ) -> tuple[np.ndarray, np.ndarray]:
     """Position ``i`` paired with ``order[start[i] : start[i] + counts[i]]`` (``order`` None:
     the identity), for all i."""
     li = np.repeat(np.arange(len(start), dtype=np.int64), counts)
-    slot = np.arange(total, dtype=np.int64)
-    slot += np.repeat(start - (np.cumsum(counts) - counts), counts)
+    slot = ranges(start, counts)
     return li, slot if order is None else order[slot].astype(np.int64, copy=False)
 
 
@@ -197,7 +196,7 @@ class Packing:
         if not total:
             empty = np.array([], dtype=np.int64)
             return empty, empty
-        return _expand(start, counts, total, None)
+        return _expand(start, counts, None)
 
 
 def _window_pairs(lcode: np.ndarray, lt: np.ndarray, rcode: np.ndarray, rt: np.ndarray,

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from semantics.operators.columns import INT_KINDS, Values
+from semantics.operators.columns import INT_KINDS, Values, values_of
 
 _NULL = np.uint64(0x9E3779B97F4A7C15)
 _C1, _C2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
@@ -188,6 +188,12 @@ class KeyCoder:
         """:func:`check_same`, skipped when ids are exact (equal ids are equal keys)."""
         if not self.exact:
             check_same(a, ia, b, ib, extra_a, extra_b)
+
+
+def key_columns(frame: pd.DataFrame, names: Sequence[str]) -> tuple[Values, ...]:
+    """The key columns ``names`` of a whole source, ready for :meth:`KeyCoder.fit`: as
+    :class:`Values`, object and float columns numbered by :func:`with_codes`."""
+    return with_codes([values_of(frame[k]) for k in names])
 
 
 def with_codes(columns: Sequence[Values]) -> tuple[Values, ...]:

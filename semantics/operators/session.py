@@ -52,6 +52,7 @@ from semantics.operators.grouping import (
     merge_by_id_then_time,
     merge_positions_at,
     order_by_id_then_time,
+    ranges,
     runs_of,
     segmented_cummax,
 )
@@ -59,8 +60,8 @@ from semantics.operators.keys import (
     KeyCoder,
     concat_keys,
     interleave_keys,
+    key_columns,
     take_keys,
-    with_codes,
 )
 from semantics.report import operator_name
 from semantics.schedule import ROW_ID, Schedule
@@ -144,7 +145,7 @@ class SessionOperator:
         """Key columns of the whole source, computed once (with the key coder fitted on them);
         batches slice them by ``BatchInput.offsets``."""
         if self._kv is None:
-            self._kv = with_codes([values_of(self._frame[k]) for k in self.keys])
+            self._kv = key_columns(self._frame, self.keys)
             self._coder = KeyCoder.fit(self._kv)
         return self._kv
 
@@ -246,9 +247,7 @@ class SessionOperator:
         g = units.gid  # sorted (units are sorted by key id, then start)
         keys = g[np.r_[True, g[1:] != g[:-1]]]
         lo, cnt = runs_of(state.gid, keys)
-        tot = int(cnt.sum())
-        stored_idx = (np.repeat(lo, cnt) + np.arange(tot)
-                      - np.repeat(np.cumsum(cnt) - cnt, cnt)) if tot else nothing
+        stored_idx = ranges(lo, cnt)
         stored = state.take(stored_idx)
         has = np.flatnonzero(cnt)
         if len(has) and not self._coder.exact:  # stored sessions of an id: the units' key?
@@ -268,8 +267,9 @@ class SessionOperator:
             gone_m = merged.end_us <= evict_us
         both = concat_states(state, merged)
         new = both.take(_placed(untouched & ~gone_s, ~gone_m, before))
-        ev = both.take(_placed(untouched & gone_s, gone_m, before)) \
-            if gone_m.any() or (untouched & gone_s).any() else state.take(nothing)
+        gone_s &= untouched
+        ev = both.take(_placed(gone_s, gone_m, before)) if gone_s.any() or gone_m.any() else \
+            state.take(nothing)
         return new, ev, n_sess, replaced
 
     def _combine(self, stored: SessionState, units: SessionState, keys: np.ndarray

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from semantics.operators.grouping import ranges
+
 
 @dataclass(frozen=True)
 class GridPartial:
@@ -80,8 +82,7 @@ def grid_partial(id_last: np.ndarray, w: np.ndarray, a: np.ndarray, minor: int,
     if len(late):
         cnt = w[late] - a[late]
         late_rows = np.repeat(late, cnt)
-        late_i = (np.arange(len(late_rows), dtype=np.int64)
-                  - np.repeat(np.cumsum(cnt) - cnt, cnt) + np.repeat(a[late], cnt))
+        late_i = ranges(a[late], cnt)  # windows a .. w-1 of each late row
         late_ids = id_last[late_rows] - late_i * minor
     else:
         late_rows = late_ids = late_i = e
@@ -103,8 +104,7 @@ def grid_partial(id_last: np.ndarray, w: np.ndarray, a: np.ndarray, minor: int,
 
     def grid(v: np.ndarray | None) -> np.ndarray:
         if v is not None and v.dtype == np.float64:  # order matters: add pair by pair
-            tot = int(a.sum())
-            i = np.arange(tot, dtype=np.int64) - np.repeat(np.cumsum(a) - a, a)
+            i = ranges(np.zeros(len(a), dtype=np.int64), a)  # windows 0 .. a-1 of each row
             cell = np.repeat(id_last - base * minor, a) - i * minor  # rows in order
             return np.bincount(cell, weights=np.repeat(v, a), minlength=size)[:rows_w * minor]
         if v is None:  # a count of pairs: bincount is exact for integers
