@@ -26,3 +26,14 @@ def test_stable_argsort_is_numpys_stable_argsort(seed: int, distinct: int) -> No
 
     v = np.random.default_rng(seed).integers(0, distinct, 500)
     assert stable_argsort(v).tolist() == np.argsort(v, kind="stable").tolist()
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_ranges_is_concatenated_aranges(seed: int) -> None:
+    from semantics.operators.grouping import ranges
+
+    r = np.random.default_rng(seed)
+    n = int(r.integers(0, 30))
+    start, counts = r.integers(-50, 50, n), r.integers(0, 5, n)
+    want = [x for s, c in zip(start, counts, strict=True) for x in range(s, s + c)]
+    assert ranges(start, counts).tolist() == want
