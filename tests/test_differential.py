@@ -78,12 +78,16 @@ def test_aggregation(spark, tmp_path_factory, pace, data, window, replay, delay,
        replay=replays, delay=delays, mode=modes, text=st.booleans())
 def test_sliding_window_sums(spark, tmp_path_factory, pace, data, window, replay, delay,
                              mode, text) -> None:
-    # sums of sliding windows skip grouping the (row, window) pairs (operators/sliding.py;
-    # float sums pair by pair in row order); test_aggregation's min(v) keeps the pair path
+    # sums, minima and maxima of sliding windows skip grouping the (row, window) pairs
+    # (operators/sliding.py; floats pair by pair in row order); with string keys, min(k) (an
+    # object min) keeps the pair path
     data = strings(data, "k", text)
+    aggregates = {"n": "count(*)", "s": "sum(v)", "avg_v": "avg(v)", "fs": "sum(x)",
+                  "fa": "avg(x)", "hi": "max(x)", "lo": "min(v)"}
+    if text:
+        aggregates["first_k"] = "min(k)"
     check_aggregation(spark, tmp_path_factory.mktemp("sliding"), pace, data, window, replay,
-                      delay, mode, {"n": "count(*)", "s": "sum(v)", "avg_v": "avg(v)",
-                                    "fs": "sum(x)", "fa": "avg(x)"})
+                      delay, mode, aggregates)
 
 
 @pytest.mark.parametrize("pace", ["backlog", "live"])

@@ -11,6 +11,7 @@ import pytest
 
 from semantics.errors import SpecError
 from semantics.explain import late_rows
+from semantics.operators.aggregation import AggregationOperator
 from semantics.operators.windows import assign_windows
 from semantics.predict import predict
 from tests.predict_kit import col, out_rows, run, schedule_of, spec_of
@@ -278,28 +279,43 @@ def _random_sliding(seed: int) -> tuple[dict, pd.DataFrame, str, str, str]:
     query = {"kind": "aggregation", "keys": keys, "window": window,
              "output_mode": str(r.choice(["append", "update", "complete"])),
              "aggregates": {"n": "count(*)", "s": "sum(v)", "c": "count(v)", "a": "avg(v)",
-                            "fs": "sum(x)", "fa": "avg(x)"}}
+                            "fs": "sum(x)", "fa": "avg(x)", "lo": "min(v)", "hi": "max(x)",
+                            "t1": "max(ts)"}}
     return (query, df, str(r.choice(["0 seconds", "2 seconds", "5 seconds"])),
             str(r.choice(["backlog", "live"])), str(r.integers(1, 40)))
 
 
-BYTES = ["state_bytes", "checkpoint_bytes"]  # estimates: min(v) widens the state rows
-
-
 @pytest.mark.parametrize("seed", range(60))
-def test_sliding_window_sums_without_pairs_equal_the_pair_path(seed: int) -> None:
-    # rule: sliding-window partial aggregation (TimeWindowing's pairs, late per group). Sums
-    # skip grouping the (row, window) pairs (operators/sliding.py; float sums still add pair by
-    # pair in row order); adding min(v) forces the pair path. Both must give the same batches,
-    # rows, sums (floats to the last bit) and late fates.
+def test_sliding_windows_without_pairs_equal_the_pair_path(seed: int, monkeypatch) -> None:
+    # rule: sliding-window partial aggregation (TimeWindowing's pairs, late per group). Sums,
+    # minima and maxima skip grouping the (row, window) pairs (operators/sliding.py; float sums
+    # still add pair by pair in row order); the control switches that off (the pair path).
+    # Both must give the same batches, rows, sums (floats to the last bit) and late fates.
     query, df, delay, pace, rows = _random_sliding(seed)
     batches = [df.iloc[i:i + int(rows)] for i in range(0, len(df), int(rows))]
     sched = schedule_of(batches, pace)
-    grid = predict(sched, spec_of(query, delay, pace), "c")
-    pairs_q = {**query, "aggregates": {**query["aggregates"], "lo": "min(v)"}}
-    pairs = predict(sched, spec_of(pairs_q, delay, pace), "c")
-    pd.testing.assert_frame_equal(grid.batches.drop(columns=BYTES),
-                                  pairs.batches.drop(columns=BYTES))
-    pd.testing.assert_frame_equal(grid.outputs, pairs.outputs[list(grid.outputs.columns)],
-                                  check_exact=True)
+    spec = spec_of(query, delay, pace)
+    grid = predict(sched, spec, "c")
+    monkeypatch.setattr(AggregationOperator, "_grid_layout", lambda self, bufs: None)
+    pairs = predict(sched, spec, "c")
+    pd.testing.assert_frame_equal(grid.batches, pairs.batches)
+    pd.testing.assert_frame_equal(grid.outputs, pairs.outputs, check_exact=True)
     pd.testing.assert_frame_equal(grid.fates, pairs.fates)
+
+
+def test_sliding_min_max_of_numbers_take_the_grid_of_strings_expand_pairs() -> None:
+    # the test above compares two paths only where the grid is taken: min/max of numbers and
+    # timestamps are (pair by pair on the grid); of strings they expand pairs
+    df = pd.DataFrame({"ts": [1.0, 2.5, 7.0], "k": [1, 2, 1], "v": [3, 4, 5],
+                       "name": ["a", "b", "c"]})
+    sched = schedule_of([df])
+
+    def layout(aggregates: dict) -> tuple | None:
+        query = {"kind": "aggregation", "keys": ["k"], "aggregates": aggregates,
+                 "window": {"duration": "10 seconds", "slide": "2 seconds"}}
+        op = AggregationOperator(spec_of(query), "c", sched)
+        op._whole()
+        return op._grid
+
+    assert layout({"lo": "min(v)", "last": "max(ts)"}) == (("min", "pairs"), ("max", "pairs"))
+    assert layout({"lo": "min(v)", "first": "min(name)"}) is None

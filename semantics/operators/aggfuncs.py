@@ -27,7 +27,8 @@ from semantics.spec import parse_aggregate
 
 Buffer = tuple[np.ndarray, ...]
 
-_SENTINEL = {
+# min/max buffers: the value a NULL (or a group without values) holds, by (function, family)
+IDENTITY = {
     ("min", "int"): np.iinfo(np.int64).max,
     ("max", "int"): np.iinfo(np.int64).min,
     ("min", "float"): np.inf,
@@ -94,7 +95,7 @@ class AggFunc:
         if fam == "object":
             return (v.data, n)
         data = v.data.astype(np.int64 if fam == "int" else np.float64, copy=True)
-        data[~valid] = _SENTINEL[(self.func, fam)]
+        data[~valid] = IDENTITY[(self.func, fam)]
         return (data, n)
 
     def empty(self, g: int) -> Buffer:
@@ -109,7 +110,7 @@ class AggFunc:
         fam = self._num_kind
         if fam == "object":
             return (np.full(g, None, dtype=object), n)
-        return (np.full(g, _SENTINEL[(self.func, fam)],
+        return (np.full(g, IDENTITY[(self.func, fam)],
                         dtype=np.int64 if fam == "int" else np.float64), n)
 
     def reduce(self, buf: Buffer, codes: np.ndarray, g: int) -> Buffer:
@@ -131,7 +132,7 @@ class AggFunc:
             out = np.full(g, None, dtype=object)
             out[red.index.to_numpy(dtype=np.int64)] = red.to_numpy(dtype=object)
             return (out, n)
-        out = np.full(g, _SENTINEL[(self.func, fam)], dtype=v.dtype)
+        out = np.full(g, IDENTITY[(self.func, fam)], dtype=v.dtype)
         (np.minimum if self.func == "min" else np.maximum).at(out, codes, v)
         return (out, n)
 

@@ -3,8 +3,9 @@
 Rules (spark-watermark-semantics.md §4, §5.1, §6), per batch:
 
 1. window assignment exactly as ``TimeWindowing`` (a row of a sliding window joins several
-   groups), then partial aggregation: one row per group (keys + window) per batch (counts and
-   integer sums of sliding windows are summed without listing the pairs: ``sliding``);
+   groups), then partial aggregation: one row per group (keys + window) per batch (counts, sums,
+   averages, minima and maxima of sliding windows are reduced without grouping the pairs:
+   ``sliding``);
 2. late filtering on those *groups* (after partial aggregation): a group is late iff its
    event-time bound (window end, or the raw event time when it is a key) ``<= late wm`` (µs vs
    ms·1000, inclusive); ``numRowsDroppedByWatermark`` counts late groups;
@@ -166,8 +167,9 @@ class AggregationOperator:
     def _grid_layout(self, bufs: Buffers) -> tuple[tuple[str, ...], ...] | None:
         """How :meth:`_partial_grid` fills each buffer array (``pairs``: the pair count,
         ``int``: an int64 sum, ``float``: a float64 sum of integers, ``ordered``: a float64 sum
-        added in row order), or None when it cannot: it needs sliding windows, exact key ids,
-        and sums (not min or max)."""
+        added in row order, ``min``/``max``: the extreme value, pair by pair), or None when it
+        cannot: it needs sliding windows, exact key ids, and no min or max of an object
+        column."""
         k = -(-self.duration_us // self.slide_us) if self.window is not None else 1
         if k == 1 or not self._coder.exact:
             return None
@@ -188,7 +190,9 @@ class AggregationOperator:
                 if len(s) and float(np.abs(s).max()) * len(s) >= 2.0 ** 53:
                     return None
                 layout.append(("float", count(n)))
-            else:  # min, max: expand pairs
+            elif b[0].dtype != object:  # min, max of numbers and timestamps
+                layout.append((f.func, count(b[1])))
+            else:  # of strings, decimals: expand pairs
                 return None
         return tuple(layout)
 
@@ -327,7 +331,8 @@ class AggregationOperator:
         a = not_late_per_row(last, w, d, s, None if late_us is None else int(late_us))
         id_last = self._coder.ids(kv, (last,), n)
         sl = slice(off, off + n)
-        values = tuple(arr[sl].astype(np.float64 if how == "ordered" else np.int64)
+        values = tuple((arr[sl], how) if how in ("ordered", "min", "max") else
+                       (arr[sl].astype(np.int64), "sum")
                        for b, lay in zip(bufs_all, layout, strict=True)
                        for arr, how in zip(b, lay, strict=True) if how != "pairs")
         gp = grid_partial(id_last, w, a, minor, values, budget)
@@ -338,9 +343,10 @@ class AggregationOperator:
             late = LatePairs(len(np.unique(gp.late_ids)), gp.late_rows,
                              last[gp.late_rows] - gp.late_i * s + d)
         sums = iter(gp.sums)
+        cast = {"int": np.int64, "float": np.float64, "ordered": np.float64}  # min, max: as is
         bufs = tuple(tuple(gp.pairs if how == "pairs" else
-                           next(sums).astype(np.int64 if how == "int" else np.float64)
-                           for how in lay) for lay in layout)
+                           next(sums).astype(cast[how], copy=False) if how in cast else
+                           next(sums) for how in lay) for lay in layout)
         wstart = self._coder.extra_values(gp.ids, len(self.keys))
         return AggState(gp.ids, wstart + d, wstart, take_keys(kv, gp.rep), bufs), late
 

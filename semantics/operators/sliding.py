@@ -13,8 +13,10 @@ instead of ``w`` gathers and scatters per row.
 
 That holds for sums that do not depend on the order of addition (int64, which wraps the same
 way in any order). Float sums do (rounding): for those the grid is filled pair by pair, in row
-order as Spark adds them, without grouping the pairs (a pair's cell is its group). Callers keep
-the pair path for min and max.
+order as Spark adds them, without grouping the pairs (a pair's cell is its group). Minima and
+maxima are filled pair by pair the same way (``np.minimum.at``/``np.maximum.at`` from an
+identity filler: each cell sees its values in the pair path's order). Callers keep the pair path
+for min and max of object columns (strings, decimals).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from semantics.operators.aggfuncs import IDENTITY
 from semantics.operators.grouping import ranges
 
 
@@ -31,7 +34,7 @@ class GridPartial:
     """Groups of one batch's pairs that are not late, and the late pairs."""
 
     ids: np.ndarray  # group ids, ascending (present groups only)
-    sums: tuple[np.ndarray, ...]  # per input array: the sum over each group's pairs
+    sums: tuple[np.ndarray, ...]  # per input array: its sum, min or max over each group's pairs
     pairs: np.ndarray  # per group: how many pairs it holds (>= 1)
     rep: np.ndarray  # per group: a row (batch position) of that group's key
     late_rows: np.ndarray  # late pairs in (row, i) order: the row ...
@@ -59,22 +62,25 @@ def not_late_per_row(last_us: np.ndarray, w: np.ndarray, duration_us: int, slide
 
 
 def grid_partial(id_last: np.ndarray, w: np.ndarray, a: np.ndarray, minor: int,
-                 values: tuple[np.ndarray, ...], budget: int) -> GridPartial | None:
-    """Sum ``values`` (one per row) over the groups of the pairs ``(row, i < a)``: int64 by a
-    difference array, float64 pair by pair in row order (each group adds its rows' values in
-    row order, like Spark's aggregation buffer).
+                 values: tuple[tuple[np.ndarray, str], ...], budget: int) -> GridPartial | None:
+    """Reduce ``values`` (``(array with one value per row, how)``) over the groups of the pairs
+    ``(row, i < a)``. ``how``: ``sum`` an int64 sum by a difference array; ``ordered`` a float64
+    sum added pair by pair in row order (each group adds its rows' values in row order, like
+    Spark's aggregation buffer); ``min``/``max`` (int64 or float64, NULLs already the identity
+    filler of ``aggfuncs``) pair by pair in the same order.
 
     ``id_last``: group id of each row's window ``i = 0``; ``minor``: ``K``, the id distance of
     neighbouring windows. None when the grid would exceed ``budget`` cells (the caller expands
     pairs instead).
 
-    >>> g = grid_partial(np.array([12, 13, 22]), np.array([2, 2, 2]), np.array([2, 1, 2]),
-    ...                  10, (np.array([1, 1, 1]),), 100)
+    >>> ids, w, a = np.array([12, 13, 22]), np.array([2, 2, 2]), np.array([2, 1, 2])
+    >>> g = grid_partial(ids, w, a, 10, ((np.array([1, 1, 1]), "sum"),), 100)
     >>> g.ids.tolist(), g.sums[0].tolist(), g.late_ids.tolist()
     ([2, 12, 13, 22], [1, 2, 1, 1], [3])
-    >>> grid_partial(np.array([12, 13, 22]), np.array([2, 2, 2]), np.array([2, 1, 2]),
-    ...              10, (np.array([0.1, 0.2, 0.3]),), 100).sums[0].tolist()
+    >>> grid_partial(ids, w, a, 10, ((np.array([0.1, 0.2, 0.3]), "ordered"),), 100).sums[0].tolist()
     [0.1, 0.4, 0.2, 0.3]
+    >>> grid_partial(ids, w, a, 10, ((np.array([5, 3, 4]), "max"),), 100).sums[0].tolist()
+    [5, 5, 3, 4]
     """
     n = len(id_last)
     e = np.array([], dtype=np.int64)
@@ -89,7 +95,7 @@ def grid_partial(id_last: np.ndarray, w: np.ndarray, a: np.ndarray, minor: int,
     live = np.flatnonzero(a > 0) if len(late) else None  # rows with a window not late
     if live is not None:
         id_last, a = id_last[live], a[live]
-        values = tuple(v[live] for v in values)
+        values = tuple((v[live], how) for v, how in values)
     if not len(id_last):
         return GridPartial(e, tuple(e for _ in values), e, e, late_rows, late_ids, late_i)
     first = id_last - (a - 1) * minor  # the smallest id each row adds to
@@ -101,12 +107,24 @@ def grid_partial(id_last: np.ndarray, w: np.ndarray, a: np.ndarray, minor: int,
     lo = first - base * minor
     hi = id_last + minor - base * minor  # one window past the last: the row stops adding
     size = (rows_w + 1) * minor
+    cells: list[np.ndarray] = []  # the pairs' cells in (row, i) order, made once if needed
 
-    def grid(v: np.ndarray | None) -> np.ndarray:
-        if v is not None and v.dtype == np.float64:  # order matters: add pair by pair
+    def pair_cells() -> np.ndarray:
+        if not cells:
             i = ranges(np.zeros(len(a), dtype=np.int64), a)  # windows 0 .. a-1 of each row
-            cell = np.repeat(id_last - base * minor, a) - i * minor  # rows in order
-            return np.bincount(cell, weights=np.repeat(v, a), minlength=size)[:rows_w * minor]
+            cells.append(np.repeat(id_last - base * minor, a) - i * minor)
+        return cells[0]
+
+    def grid(v: np.ndarray | None, how: str = "sum") -> np.ndarray:
+        if how == "ordered":  # order matters: add pair by pair
+            return np.bincount(pair_cells(), weights=np.repeat(v, a),
+                               minlength=size)[:rows_w * minor]
+        if how in ("min", "max"):
+            assert v is not None
+            filler = IDENTITY[(how, "float" if v.dtype == np.float64 else "int")]
+            out = np.full(rows_w * minor, filler, dtype=v.dtype)
+            (np.minimum if how == "min" else np.maximum).at(out, pair_cells(), np.repeat(v, a))
+            return out
         if v is None:  # a count of pairs: bincount is exact for integers
             d = np.bincount(lo, minlength=size) - np.bincount(hi, minlength=size)
         else:
@@ -121,5 +139,6 @@ def grid_partial(id_last: np.ndarray, w: np.ndarray, a: np.ndarray, minor: int,
     pos = np.arange(n, dtype=np.int64) if live is None else live
     rep_of_key[id_last % minor] = pos  # any row of the key: exact ids, equal keys
     ids = present + base * minor
-    return GridPartial(ids, tuple(grid(v)[present] for v in values), pairs[present],
+    return GridPartial(ids, tuple(grid(v, how)[present] for v, how in values), pairs[present],
                        rep_of_key[ids % minor], late_rows, late_ids, late_i)
+
