@@ -51,7 +51,13 @@ def explain_row(schedule: Schedule, result: RunResult | None, row_id: int) -> st
     parts = [f"{x['fate']}" + (f" in batch {int(x['batch_id'])}" if "batch_id" in x and
                                pd.notna(x["batch_id"]) else "")
              + (f" ({x['detail']})" if x.get("detail") else "") for _, x in mine.iterrows()]
-    return text + ": " + "; ".join(parts) + "."
+    # only fates of a state entry leaving: the row itself was accepted (and stored) first
+    accepted = "accepted, then " if mine["fate"].astype(str).isin(LEAVING).all() else ""
+    return text + ": " + accepted + "; ".join(parts) + "."
+
+
+# fates of a state entry that an accepted row put there (dedup keys, join rows)
+LEAVING = ("emitted", "evicted", "evicted_unmatched", "evicted_unmatched_null_row")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,47 @@
+"""``wmbt predict --explain ROW_ID``: the one-paragraph account of an input row's fate."""
+
+from __future__ import annotations
+
+from semantics.explain import explain_row
+from semantics.predict import predict
+from tests.predict_kit import schedule_of, spec_of
+
+HEAD = "read by batch {b} (watermark {wm}; rows at or before {late} count as late)"
+
+
+def test_within_watermark_dedup_rows_accepted_duplicate_and_evicted() -> None:
+    # key 1 first seen at 10 s (expiresAt 20 s), repeated at 11 s (same batch) and 60 s (still
+    # in state in batch 2: eviction comes after the batch's rows); the 30 s eviction watermark
+    # of batch 2 removes it
+    sched = schedule_of([[{"ts": 10, "id": 1}, {"ts": 11, "id": 1}], [{"ts": 40, "id": 2}],
+                         [{"ts": 5, "id": 3}, {"ts": 60, "id": 1}]])
+    spec = spec_of({"kind": "deduplication", "keys": ["id"], "within_watermark": True})
+    p = predict(sched, spec, "c")
+    first = explain_row(sched, p, 0)
+    assert first.startswith("row 0 of events (commit version 0, ts=1970-01-01T00:00:10+00:00) "
+                            "arrived in tick 0, " + HEAD.format(
+                                b=0, wm="1970-01-01T00:00:00Z", late="1970-01-01T00:00:00Z"))
+    # the row was accepted (emitted) before its key left the state
+    assert first.endswith(": accepted, then evicted in batch 2 (expiresAt 1970-01-01 00:00:20 "
+                          "<= eviction watermark 1970-01-01 00:00:30).")
+    assert explain_row(sched, p, 1).endswith(
+        ": duplicate in batch 0 (duplicate of row 0 (same batch)).")
+    assert explain_row(sched, p, 4).endswith(
+        ": duplicate in batch 2 (duplicate of row 0 (kept in state)).")
+    assert explain_row(sched, p, 9) == "row 9: no such row in the schedule"
+
+
+def test_aggregation_rows_accepted_and_late() -> None:
+    sched = schedule_of([[{"ts": 15}], [{"ts": 3}, {"ts": 12}]], "live")
+    spec = spec_of({"kind": "aggregation", "keys": [], "window": {"duration": "5 seconds"},
+                    "aggregates": {"n": "count(*)"}}, "0 seconds", "live")
+    p = predict(sched, spec, "c")
+    # a window's emission is a fate of the group, not of the rows in it
+    assert explain_row(sched, p, 0).endswith(": accepted.")
+    late = explain_row(sched, p, 1)
+    assert "read by batch 2 (watermark 1970-01-01T00:00:15Z; rows at or before " \
+           "1970-01-01T00:00:15Z count as late)" in late
+    assert late.endswith(": late in batch 2 (window [1970-01-01 00:00:00, 1970-01-01 00:00:05): "
+                         "end 1970-01-01 00:00:05 <= watermark 1970-01-01 00:00:15 (late by "
+                         "10000 ms)).")
+    assert "accepted" not in late
