@@ -13,7 +13,8 @@ the least disturbed by other processes); Spark runs once. Batches hold ``--batch
 late, watermark delays are two minutes. ``join`` (left outer, 30 s) pairs events over 100 000
 keys (most rows never match: like clicks joined to impressions); ``join_dense`` over 5 000 keys
 (each row matches a few: about 3 output rows per event; the column ``out/event`` shows it).
-``sliding`` puts every event in six windows (1 minute, sliding by 10 seconds); ``session``
+``sliding`` puts every event in six windows (1 minute, sliding by 10 seconds), ``sliding_minmax``
+the same with minima and maxima (of an integer and a timestamp column); ``session``
 groups events of 100 000 keys with a 30-second gap (most sessions hold one or two events).
 """
 
@@ -42,6 +43,9 @@ QUERIES = {
     "sliding": {"kind": "aggregation", "source": "a", "keys": ["k"],
                 "window": {"duration": "1 minute", "slide": "10 seconds"},
                 "aggregates": {"n": "count(*)", "s": "sum(v)"}},
+    "sliding_minmax": {"kind": "aggregation", "source": "a", "keys": ["k"],
+                       "window": {"duration": "1 minute", "slide": "10 seconds"},
+                       "aggregates": {"lo": "min(v)", "hi": "max(v)", "last": "max(ts)"}},
     "deduplication": {"kind": "deduplication", "source": "a", "keys": ["id", "ts"]},
     "dedup_within": {"kind": "deduplication", "source": "a", "keys": ["id"],
                      "within_watermark": True},

@@ -20,12 +20,13 @@ First table, per shape, over the batches where Spark reports ``memoryUsedBytes``
 * ``mdl@act``: median of the model applied to Spark's own row counts (separates the layout error
   from row-count prediction errors; ``rows≠`` counts batches whose predicted
   ``state_rows``/``state_rows_removed`` differ from Spark's);
-* ``B/entry``: median of (actual − stores·P·MAP_BYTES) / (state_rows + state_rows_removed),
-  Spark's numbers, against the model's bytes per entry (``state_bytes.entry_bytes``; joins: per
-  buffered row, the distinct-key entries come on top).
+* ``B/entry``: median of (actual − stores·P·MAP_BYTES) / held rows (``state_bytes.held_rows``
+  of Spark's ``state_rows``/``state_rows_removed``: the new version's rows plus the removed rows
+  the previous version held), against the model's bytes per entry (``state_bytes.entry_bytes``;
+  joins: per buffered row, the distinct-key entries come on top).
 
-Second table, per shape: the least-squares fit actual = a + b·(state_rows + state_rows_removed)
-over its batches (Spark's numbers), b against the model's per-entry bytes and a against
+Second table, per shape: the least-squares fit actual = a + b·(held rows) over its batches
+(Spark's numbers), b against the model's per-entry bytes and a against
 stores·P·MAP_BYTES, with the fit's R².
 Because Spark's ``SizeEstimator`` samples large arrays (the hash table), consecutive batches with
 the same row count differ by ±20 %; the free intercept is then poorly determined, so two fits with
@@ -173,7 +174,8 @@ def compare(shape: Shape, batches: int, batch_rows: int) -> tuple[pd.DataFrame, 
     stores, key, value = sb.layout(spec, sched)
     per_entry = sb.entry_bytes(spec, sched)[0]
     base = stores * sb.partitions(spec, "c") * sb.MAP_BYTES
-    df["entries"] = df["state_rows"].fillna(0) + df["state_rows_removed"].fillna(0)
+    df = df.sort_values("batch_id", ignore_index=True)
+    df["entries"] = sb.held_rows(df[["state_rows", "state_rows_removed"]]).astype("float64")
     keys = pred_all.set_index("batch_id")["state_keys"] if "state_keys" in pred_all else None
     at_actual = df[["batch_id", "state_rows", "state_rows_removed"]].assign(
         state_keys=df["batch_id"].map(keys) if keys is not None else np.nan)
@@ -232,7 +234,7 @@ def print_tables(rows: list[dict[str, Any]]) -> None:
               f"{r['ratio_min']:>11.2f} {r['ratio_med']:>7.2f} {r['ratio_max']:>6.2f} "
               f"{r['ratio_at_actual_med']:>7.2f} {r['max_entries']:>11,.0f} "
               f"{r['max_bytes']:>10,.0f} {r['bpe_med']:>8.1f} {r['model_bpe']:>6}  {r['note']}")
-    print("\nleast squares: actual = a + b·(state_rows + state_rows_removed)  (Spark's numbers)")
+    print("\nleast squares: actual = a + b·(held rows)  (Spark's numbers)")
     print(f"{'shape':<13} {'key':>4} {'value':>5} {'fit b':>7} {'model b':>7} {'b/model':>7} "
           f"{'fit a':>9} {'model a':>7} {'R²':>6} {'b@a':>6} {'b rows':>7} {'b removed':>9} "
           f"{'spark s':>7}")

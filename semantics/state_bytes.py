@@ -6,10 +6,11 @@ Spark reports ``SizeEstimator.estimate(map)`` of each partition's in-memory stat
     bytes = stores · P · MAP_BYTES + entries · (ENTRY_BYTES + size(key) + size(value))
             [+ join keys · (ENTRY_BYTES + size(key) + 8)]
 
-with ``entries = state_rows + state_rows_removed``: the memory Spark reports covers the state
-versions it keeps in memory (``maxBatchesToRetainInMemory``, default 2), so the entries a batch
-removed still count in that batch (measured: a batch that evicts 24 of 28 groups reports about
-the bytes of 28).
+with ``entries`` = :func:`held_rows`: the memory Spark reports covers the state versions it
+keeps in memory (``maxBatchesToRetainInMemory``, default 2), so the entries a batch removed
+still count in that batch if the previous version held them (measured: a batch that evicts 24
+of 28 groups reports about the bytes of 28; a row added and removed in the same batch counts
+in neither).
 
 * ``size(row)`` is the UnsafeRow size: an 8-byte null bitset per 64 fields, 8 bytes per field,
   plus variable-length data (strings: mean UTF-8 length of the column, rounded up to 8 bytes;
