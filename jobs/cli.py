@@ -127,7 +127,7 @@ def explain(result: Any, row_id: int) -> int:
     from semantics.explain import explain_row
 
     for c in result.candidates:
-        print(f"[{c.name}] " + explain_row(c.schedule, c.predicted, row_id))
+        print(f"[{c.name}] " + explain_row(c.schedule, c.predicted, row_id, result.spec))
     return 0
 
 

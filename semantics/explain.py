@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
+from semantics.operators.windows import assign_windows
 from semantics.report import RunResult
 from semantics.schedule import ROW_ID, Schedule
+from semantics.spec import AggregationQuery, BacktestSpec
 
 
 def fates_of(result: RunResult) -> pd.DataFrame:
@@ -22,8 +25,11 @@ def _iso(ms: object) -> str:
     return pd.Timestamp(int(ms), unit="ms", tz="UTC").isoformat().replace("+00:00", "Z")
 
 
-def explain_row(schedule: Schedule, result: RunResult | None, row_id: int) -> str:
-    """A one-paragraph account of ``row_id`` (accepted, late by how much, duplicate, ...)."""
+def explain_row(schedule: Schedule, result: RunResult | None, row_id: int,
+                spec: BacktestSpec | None = None) -> str:
+    """A one-paragraph account of ``row_id`` (accepted, late by how much, duplicate, ...).
+    With ``spec``, a row of sliding windows that is late in some of its windows also says how
+    many of its windows counted it."""
     source = ""
     for source, df in schedule.rows.items():  # noqa: B007 - used after the loop
         hit = df.loc[df[ROW_ID] == row_id]
@@ -53,7 +59,23 @@ def explain_row(schedule: Schedule, result: RunResult | None, row_id: int) -> st
              + (f" ({x['detail']})" if x.get("detail") else "") for _, x in mine.iterrows()]
     # only fates of a state entry leaving: the row itself was accepted (and stored) first
     accepted = "accepted, then " if mine["fate"].astype(str).isin(LEAVING).all() else ""
-    return text + ": " + accepted + "; ".join(parts) + "."
+    return text + ": " + accepted + "; ".join(parts) + _other_windows(spec, row[et], mine) + "."
+
+
+def _other_windows(spec: BacktestSpec | None, event_time: pd.Timestamp,
+                   fates: pd.DataFrame) -> str:
+    """``; counted in its 4 other windows (of 5)`` for a row of sliding windows late in only
+    some of them (each late (row, window) pair is a fate of its own), else empty."""
+    q = None if spec is None else spec.query
+    if not isinstance(q, AggregationQuery) or q.window is None or q.window.slide is None:
+        return ""
+    late = int((fates["fate"].astype(str) == "late").sum())
+    t_us = np.array([event_time.value // 1000], dtype=np.int64)  # ns -> µs
+    windows = len(assign_windows(t_us, q.window.duration.us, q.window.slide_us)[0])
+    if not 0 < late < windows:
+        return ""
+    other = windows - late
+    return f"; counted in its {other} other window{'' if other == 1 else 's'} (of {windows})"
 
 
 # fates of a state entry that an accepted row put there (dedup keys, join rows)

@@ -45,3 +45,20 @@ def test_aggregation_rows_accepted_and_late() -> None:
                          "end 1970-01-01 00:00:05 <= watermark 1970-01-01 00:00:15 (late by "
                          "10000 ms)).")
     assert "accepted" not in late
+
+
+def test_sliding_window_row_late_in_some_windows_says_how_many_counted_it() -> None:
+    # rule: a sliding-window row is late per window (late groups after partial aggregation):
+    # at watermark 20 s, row 17 s is late in [10, 20) and counted in [15, 25); row 12 s is late
+    # in both of its windows
+    sched = schedule_of([[{"ts": 20}], [{"ts": 17}, {"ts": 12}]], "live")
+    spec = spec_of({"kind": "aggregation", "keys": [], "aggregates": {"n": "count(*)"},
+                    "window": {"duration": "10 seconds", "slide": "5 seconds"}},
+                   "0 seconds", "live")
+    p = predict(sched, spec, "c")
+    partly = explain_row(sched, p, 1, spec)
+    assert partly.count("late in batch 2 (window") == 1
+    assert partly.endswith("(late by 0 ms)); counted in its 1 other window (of 2).")
+    wholly = explain_row(sched, p, 2, spec)
+    assert wholly.count("late in batch 2 (window") == 2 and "counted" not in wholly
+    assert "counted" not in explain_row(sched, p, 1)  # without the spec: the fates only
