@@ -121,9 +121,15 @@ def grid_partial(id_last: np.ndarray, w: np.ndarray, a: np.ndarray, minor: int,
                                minlength=size)[:rows_w * minor]
         if how in ("min", "max"):
             assert v is not None
+            ufunc = np.minimum if how == "min" else np.maximum
             filler = IDENTITY[(how, "float" if v.dtype == np.float64 else "int")]
             out = np.full(rows_w * minor, filler, dtype=v.dtype)
-            (np.minimum if how == "min" else np.maximum).at(out, pair_cells(), np.repeat(v, a))
+            # integers: the order does not matter (floats: -0.0 vs 0.0, the first one stays).
+            # A shifted ufunc costs about 1/7 of ufunc.at per element (measured: 19 000
+            # cells 0.008 ms, 120 000 pairs 0.35 ms): spread unless the grid is sparse
+            if v.dtype != np.float64 and int(a.max()) * len(out) <= 4 * int(a.sum()):
+                return _spread(ufunc, out, id_last - base * minor, a, v, minor)
+            ufunc.at(out, pair_cells(), np.repeat(v, a))
             return out
         if v is None:  # a count of pairs: bincount is exact for integers
             d = np.bincount(lo, minlength=size) - np.bincount(hi, minlength=size)
@@ -141,4 +147,34 @@ def grid_partial(id_last: np.ndarray, w: np.ndarray, a: np.ndarray, minor: int,
     ids = present + base * minor
     return GridPartial(ids, tuple(grid(v, how)[present] for v, how in values), pairs[present],
                        rep_of_key[ids % minor], late_rows, late_ids, late_i)
+
+
+def _spread(ufunc: np.ufunc, out: np.ndarray, top: np.ndarray, a: np.ndarray, v: np.ndarray,
+            minor: int) -> np.ndarray:
+    """``ufunc`` (``np.minimum``/``np.maximum``) of ``v`` into the grid ``out`` (flattened, rows
+    of ``minor`` cells, holding the identity) at the cells ``top − i·minor``, ``i < a``, of each
+    row, for values whose order does not matter (integers). The rows with the most windows
+    (``m``: usually all rows but the partly late) go into their top cell, and every cell takes
+    the ``m`` cells from itself down the window axis (one ``ufunc`` per shift); the other rows
+    pair by pair.
+
+    >>> out = np.full(8, np.iinfo(np.int64).min)
+    >>> _spread(np.maximum, out, np.array([6, 7, 3]), np.array([3, 3, 1]), np.array([5, 1, 9]),
+    ...         2).reshape(4, 2).tolist()
+    [[-9223372036854775808, -9223372036854775808], [5, 9], [5, 1], [5, 1]]
+    """
+    m = int(a.max())
+    most = a == m
+    tops = np.full_like(out, out[0]) if len(out) else out
+    ufunc.at(tops, top[most], v[most])
+    grid, shifted = out.reshape(-1, minor), tops.reshape(-1, minor)
+    w = len(grid)
+    for i in range(min(m, w)):  # cell row r takes the top cells of rows r .. r + m - 1
+        ufunc(grid[:w - i], shifted[i:], out=grid[:w - i])
+    rest = np.flatnonzero(~most)
+    if len(rest):
+        k = a[rest]
+        cells = np.repeat(top[rest], k) - ranges(np.zeros(len(rest), dtype=np.int64), k) * minor
+        ufunc.at(out, cells, np.repeat(v[rest], k))
+    return out
 
