@@ -14,9 +14,11 @@ instead of ``w`` gathers and scatters per row.
 That holds for sums that do not depend on the order of addition (int64, which wraps the same
 way in any order). Float sums do (rounding): for those the grid is filled pair by pair, in row
 order as Spark adds them, without grouping the pairs (a pair's cell is its group). Minima and
-maxima are filled pair by pair the same way (``np.minimum.at``/``np.maximum.at`` from an
-identity filler: each cell sees its values in the pair path's order). Callers keep the pair path
-for min and max of object columns (strings, decimals).
+maxima of floats are filled pair by pair the same way (``np.minimum.at``/``np.maximum.at`` from
+an identity filler: each cell sees its values in the pair path's order); of integers, whose order
+does not matter, rows go into the cell of their window ``i = 0`` and spread down the window axis
+(:func:`_spread`). Callers keep the pair path for min and max of object columns (strings,
+decimals).
 """
 
 from __future__ import annotations
