@@ -12,6 +12,9 @@ from semantics.report import RunResult
 from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import AggregationQuery, BacktestSpec
 
+# fates of a state entry that an accepted row put there (dedup keys, join rows)
+LEAVING = ("emitted", "evicted", "evicted_unmatched", "evicted_unmatched_null_row")
+
 
 def fates_of(result: RunResult) -> pd.DataFrame:
     """The predictor's explain table (``semantics.predict.Prediction.fates``), if any."""
@@ -76,10 +79,6 @@ def _other_windows(spec: BacktestSpec | None, event_time: pd.Timestamp,
         return ""
     other = windows - late
     return f"; counted in its {other} other window{'' if other == 1 else 's'} (of {windows})"
-
-
-# fates of a state entry that an accepted row put there (dedup keys, join rows)
-LEAVING = ("emitted", "evicted", "evicted_unmatched", "evicted_unmatched_null_row")
 
 
 @dataclass(frozen=True)

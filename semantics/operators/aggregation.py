@@ -167,7 +167,7 @@ class AggregationOperator:
     def _grid_layout(self, bufs: Buffers) -> tuple[tuple[str, ...], ...] | None:
         """How :meth:`_partial_grid` fills each buffer array (``pairs``: the pair count,
         ``int``: an int64 sum, ``float``: a float64 sum of integers, ``ordered``: a float64 sum
-        added in row order, ``min``/``max``: the extreme value, pair by pair), or None when it
+        added in row order, ``min``/``max``: the extreme value), or None when it
         cannot: it needs sliding windows, exact key ids, and no min or max of an object
         column."""
         k = -(-self.duration_us // self.slide_us) if self.window is not None else 1

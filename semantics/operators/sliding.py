@@ -69,7 +69,7 @@ def grid_partial(id_last: np.ndarray, w: np.ndarray, a: np.ndarray, minor: int,
     ``(row, i < a)``. ``how``: ``sum`` an int64 sum by a difference array; ``ordered`` a float64
     sum added pair by pair in row order (each group adds its rows' values in row order, like
     Spark's aggregation buffer); ``min``/``max`` (int64 or float64, NULLs already the identity
-    filler of ``aggfuncs``) pair by pair in the same order.
+    filler of ``aggfuncs``): floats pair by pair in the same order, integers by :func:`_spread`.
 
     ``id_last``: group id of each row's window ``i = 0``; ``minor``: ``K``, the id distance of
     neighbouring windows. None when the grid would exceed ``budget`` cells (the caller expands
@@ -179,4 +179,3 @@ def _spread(ufunc: np.ufunc, out: np.ndarray, top: np.ndarray, a: np.ndarray, v:
         cells = np.repeat(top[rest], k) - ranges(np.zeros(len(rest), dtype=np.int64), k) * minor
         ufunc.at(out, cells, np.repeat(v[rest], k))
     return out
-
