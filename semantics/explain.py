@@ -7,13 +7,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from semantics.operators.fates import LEAVING
 from semantics.operators.windows import assign_windows
 from semantics.report import RunResult
 from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import AggregationQuery, BacktestSpec
-
-# fates of a state entry that an accepted row put there (dedup keys, join rows)
-LEAVING = ("emitted", "evicted", "evicted_unmatched", "evicted_unmatched_null_row")
 
 
 def fates_of(result: RunResult) -> pd.DataFrame:

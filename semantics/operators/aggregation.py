@@ -343,10 +343,10 @@ class AggregationOperator:
             late = LatePairs(len(np.unique(gp.late_ids)), gp.late_rows,
                              last[gp.late_rows] - gp.late_i * s + d)
         sums = iter(gp.sums)
-        cast = {"int": np.int64, "float": np.float64, "ordered": np.float64}  # min, max: as is
+        # results come in their buffer's dtype, but for float sums of integers (summed as int64)
         bufs = tuple(tuple(gp.pairs if how == "pairs" else
-                           next(sums).astype(cast[how], copy=False) if how in cast else
-                           next(sums) for how in lay) for lay in layout)
+                           next(sums).astype(np.float64) if how == "float" else next(sums)
+                           for how in lay) for lay in layout)
         wstart = self._coder.extra_values(gp.ids, len(self.keys))
         return AggState(gp.ids, wstart + d, wstart, take_keys(kv, gp.rep), bufs), late
 

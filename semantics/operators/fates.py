@@ -38,6 +38,8 @@ STRUCT_COLUMNS = ("row_id", "fate", "what", "start_us", "bound_us", "wm_ms", "re
 FATES = pd.CategoricalDtype(["late", "duplicate", "emitted", "evicted", "null_key",
                              "never_joins", "not_stored", "evicted_unmatched",
                              "evicted_unmatched_null_row"])
+# fates of a state entry leaving: an accepted row put it there (a dedup key, a join row)
+LEAVING = ("emitted", "evicted", "evicted_unmatched", "evicted_unmatched_null_row")
 WHATS = pd.CategoricalDtype(["window", "session", "event time", "expiresAt", "same batch",
                              "kept in state"])
 

@@ -113,8 +113,7 @@ def grid_partial(id_last: np.ndarray, w: np.ndarray, a: np.ndarray, minor: int,
 
     def pair_cells() -> np.ndarray:
         if not cells:
-            i = ranges(np.zeros(len(a), dtype=np.int64), a)  # windows 0 .. a-1 of each row
-            cells.append(np.repeat(id_last - base * minor, a) - i * minor)
+            cells.append(window_cells(id_last - base * minor, a, minor))
         return cells[0]
 
     def grid(v: np.ndarray | None, how: str = "sum") -> np.ndarray:
@@ -167,7 +166,7 @@ def _spread(ufunc: np.ufunc, out: np.ndarray, top: np.ndarray, a: np.ndarray, v:
     """
     m = int(a.max())
     most = a == m
-    tops = np.full_like(out, out[0]) if len(out) else out
+    tops = out.copy()
     ufunc.at(tops, top[most], v[most])
     grid, shifted = out.reshape(-1, minor), tops.reshape(-1, minor)
     w = len(grid)
@@ -175,7 +174,15 @@ def _spread(ufunc: np.ufunc, out: np.ndarray, top: np.ndarray, a: np.ndarray, v:
         ufunc(grid[:w - i], shifted[i:], out=grid[:w - i])
     rest = np.flatnonzero(~most)
     if len(rest):
-        k = a[rest]
-        cells = np.repeat(top[rest], k) - ranges(np.zeros(len(rest), dtype=np.int64), k) * minor
-        ufunc.at(out, cells, np.repeat(v[rest], k))
+        ufunc.at(out, window_cells(top[rest], a[rest], minor), np.repeat(v[rest], a[rest]))
     return out
+
+
+def window_cells(top: np.ndarray, a: np.ndarray, minor: int) -> np.ndarray:
+    """The cells ``top − i·minor``, ``i < a``, of every row (its windows ``0 .. a − 1``), in
+    (row, i) order: the order the pair path meets the pairs.
+
+    >>> window_cells(np.array([12, 7]), np.array([2, 1]), 5).tolist()
+    [12, 7, 7]
+    """
+    return np.repeat(top, a) - ranges(np.zeros(len(a), dtype=np.int64), a) * minor
