@@ -73,7 +73,9 @@ class AggState:
     gid: np.ndarray  # int64 key id, sorted, unique
     bound_us: np.ndarray  # window end / event time (µs); NEVER when not time-keyed
     wstart_us: np.ndarray  # window start (µs); zeros without a window
-    keys: tuple[Values, ...]  # group key values
+    # key columns; with exact key ids one int column instead: a source row of the key (values
+    # are read from the source when emitted: no object array is copied per batch)
+    keys: tuple[Values, ...]
     bufs: Buffers
 
     def __len__(self) -> int:
@@ -199,7 +201,13 @@ class AggregationOperator:
     # -- protocol ------------------------------------------------------------------------------
     def initial_state(self) -> AggState:
         e = np.array([], dtype=np.int64)
-        return AggState(e, e, e, self._empty_keys, empty_all(self.aggs, 0))
+        self._whole()  # fits the key coder, which decides what entries keep of the key
+        keys = (Values("int", e),) if self._coder.exact else self._empty_keys
+        return AggState(e, e, e, keys, empty_all(self.aggs, 0))
+
+    def _key_values(self, keys: tuple[Values, ...]) -> tuple[Values, ...]:
+        """Key columns of state entries (``AggState.keys``: values, or source rows)."""
+        return take_keys(self._whole()[0], keys[0].data) if self._coder.exact else keys
 
     def wants_another_batch(self, new_wm_ms: int, last_evict_wm_ms: int | None) -> bool:
         if self.mode == "complete":
@@ -242,7 +250,7 @@ class AggregationOperator:
                         "window" if self.window else str(self.et_key), ev.bound_us,
                         int(batch.evict_wm_ms or 0),
                         ev.wstart_us if self.window else F.NO_START,
-                        keys=key_series(self.keys, ev.keys)))
+                        keys=key_series(self.keys, self._key_values(ev.keys))))
                 new = new.take(np.flatnonzero(~gone))
         return new, OperatorStep(
             dropped_by_watermark=dropped,
@@ -307,10 +315,13 @@ class AggregationOperator:
         # fancy indexing copies: reduce never sees the shared arrays
         init = tuple(tuple(arr[off + pair_rows] for arr in b) for b in bufs_all)
         bufs = reduce_all(self.aggs, init, codes, g)
-        part = AggState(uniq, bound[first], wstart[first], take_keys(kv, at), bufs)
-        if self.global_agg and g == 0:
+        keys = (Values("int", off + pair_rows[first]),) if self._coder.exact else \
+            take_keys(kv, at)
+        part = AggState(uniq, bound[first], wstart[first], keys, bufs)
+        if self.global_agg and g == 0:  # no key columns: any row stands for the key ()
             part = AggState(np.zeros(1, dtype=np.int64), np.full(1, NEVER, dtype=np.int64),
-                            np.zeros(1, dtype=np.int64), (), empty_all(self.aggs, 1))
+                            np.zeros(1, dtype=np.int64),
+                            (Values("int", np.zeros(1, dtype=np.int64)),), empty_all(self.aggs, 1))
         return part, late
 
     def _partial_grid(self, t_us: np.ndarray, off: int, late_us: np.int64 | None,
@@ -348,7 +359,7 @@ class AggregationOperator:
                            next(sums).astype(np.float64) if how == "float" else next(sums)
                            for how in lay) for lay in layout)
         wstart = self._coder.extra_values(gp.ids, len(self.keys))
-        return AggState(gp.ids, wstart + d, wstart, take_keys(kv, gp.rep), bufs), late
+        return AggState(gp.ids, wstart + d, wstart, (Values("int", off + gp.rep),), bufs), late
 
     def _upsert(self, state: AggState, part: AggState) -> tuple[AggState, np.ndarray]:
         """Merge the batch's groups into the state; also return the positions (in the new state)
@@ -382,7 +393,7 @@ class AggregationOperator:
     def materialize(self, payloads: list[AggState], columns: list[str]) -> pd.DataFrame:
         """Output rows of the emitted group entries of every batch (in order), one frame."""
         st = payloads[0] if len(payloads) == 1 else AggState.concat(*payloads)
-        return result_frame(columns, key_series(self.keys, st.keys),
+        return result_frame(columns, key_series(self.keys, self._key_values(st.keys)),
                             {"window_start": st.wstart_us,
                              "window_end": st.wstart_us + self.duration_us},
                             self.aggs, st.bufs, len(st))
