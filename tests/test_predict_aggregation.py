@@ -11,6 +11,7 @@ import pytest
 
 from semantics.errors import SpecError
 from semantics.explain import late_rows
+from semantics.operators import aggregation
 from semantics.operators.aggregation import AggregationOperator
 from semantics.operators.windows import assign_windows
 from semantics.predict import predict
@@ -285,17 +286,60 @@ def _random_sliding(seed: int) -> tuple[dict, pd.DataFrame, str, str, str]:
             str(r.choice(["backlog", "live"])), str(r.integers(1, 40)))
 
 
+@pytest.mark.parametrize("floor", ["default", "none"])
 @pytest.mark.parametrize("seed", range(60))
-def test_sliding_windows_without_pairs_equal_the_pair_path(seed: int, monkeypatch) -> None:
+def test_sliding_windows_without_pairs_equal_the_pair_path(seed: int, floor: str,
+                                                           monkeypatch) -> None:
     # rule: sliding-window partial aggregation (TimeWindowing's pairs, late per group). Sums,
     # minima and maxima skip grouping the (row, window) pairs (operators/sliding.py; float sums
-    # still add pair by pair in row order); the control switches that off (the pair path).
-    # Both must give the same batches, rows, sums (floats to the last bit) and late fates.
+    # still add pair by pair in row order) and the state is a grid of windows × keys while it
+    # fits (operators/window_grid.py); the control switches both off (the pair path, sorted
+    # entries). Both must give the same batches, rows, sums (floats to the last bit) and late
+    # fates. Without the grid's floor of free cells the state goes between grid and entries
+    # often, even in these small streams.
+    if floor == "none":
+        monkeypatch.setattr(aggregation, "GRID_FLOOR", 0)
     query, df, delay, pace, rows = _random_sliding(seed)
     batches = [df.iloc[i:i + int(rows)] for i in range(0, len(df), int(rows))]
     sched = schedule_of(batches, pace)
     spec = spec_of(query, delay, pace)
     grid = predict(sched, spec, "c")
+    monkeypatch.setattr(AggregationOperator, "_grid_layout", lambda self, bufs: None)
+    pairs = predict(sched, spec, "c")
+    pd.testing.assert_frame_equal(grid.batches, pairs.batches)
+    pd.testing.assert_frame_equal(grid.outputs, pairs.outputs, check_exact=True)
+    pd.testing.assert_frame_equal(grid.fates, pairs.fates)
+
+
+def test_the_state_goes_from_grid_to_entries_and_back_with_the_same_result(monkeypatch
+                                                                           ) -> None:
+    # rule: sliding-window aggregation, update mode; the state is a grid of windows × keys
+    # while that grid holds at most 4× (the state's and the batch's groups) + GRID_FLOOR
+    # cells. A row a day later makes the grid too large (sorted entries); the next batch
+    # evicts the old windows (on entries: a state is converted before its batch), so the
+    # no-data batch after it takes a grid again. Neither changes a batch, a row or a fate.
+    day = 86_400.0
+    batches = [[{"ts": t, "k": t % 5, "v": 1} for t in range(9)],
+               [{"ts": day, "k": 1, "v": 2}],
+               [{"ts": day + t, "k": t % 5, "v": 3} for t in range(1, 6)]]
+    sched = schedule_of(batches)
+    spec = spec_of({"kind": "aggregation", "keys": ["k"], "output_mode": "update",
+                    "window": {"duration": "10 seconds", "slide": "2 seconds"},
+                    "aggregates": {"n": "count(*)", "s": "sum(v)", "hi": "max(v)"}},
+                   "5 seconds")
+    kinds: list[str] = []
+    step = AggregationOperator.step
+
+    def spy(self, state, batch):  # type of the state each batch leaves
+        new, out = step(self, state, batch)
+        kinds.append(type(new).__name__)
+        return new, out
+
+    monkeypatch.setattr(AggregationOperator, "step", spy)
+    grid = predict(sched, spec, "c")
+    assert kinds == ["WindowGrid", "AggState", "AggState", "WindowGrid"]
+    assert grid.batches["has_data"].tolist() == [True, True, True, False]
+    assert grid.batches["state_rows_removed"].tolist() == [0, 2, 33, 0]
     monkeypatch.setattr(AggregationOperator, "_grid_layout", lambda self, bufs: None)
     pairs = predict(sched, spec, "c")
     pd.testing.assert_frame_equal(grid.batches, pairs.batches)

@@ -21,8 +21,12 @@ Rules (spark-watermark-semantics.md §4, §5.1, §6), per batch:
 6. another (no-data) batch is wanted in append/update when the new watermark exceeds the last
    eviction watermark — never in complete.
 
-State invariant: ``gid`` (64-bit key hash, see ``keys``) sorted and unique; all arrays, ``keys``
-and buffers aligned with it.
+State: sorted group entries (:class:`AggState`; invariant: ``gid``, the 64-bit key id of
+``keys``, sorted and unique, all arrays, ``keys`` and buffers aligned with it) or, for sliding
+windows with exact key ids, a dense grid of windows × key tuples (``window_grid.WindowGrid``)
+while that grid holds at most 4× the groups of the state and the batch (+ ``GRID_FLOOR``
+cells). A batch converts the state it gets to the form it can use; both forms give the same
+batches, rows and fates.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from semantics.engine import BatchInput, Deferred, OperatorStep
 from semantics.errors import SpecError
 from semantics.operators import fates as F
 from semantics.operators.aggfuncs import (
+    IDENTITY,
     AggFunc,
     Buffers,
     combine_all,
@@ -57,13 +62,16 @@ from semantics.operators.keys import (
     key_columns,
     take_keys,
 )
-from semantics.operators.sliding import grid_partial, not_late_per_row, windows_per_row
+from semantics.operators.sliding import fill_grid, not_late_per_row, windows_per_row
+from semantics.operators.window_grid import WindowGrid, merge, span_rows
 from semantics.operators.windows import assign_windows
 from semantics.report import operator_name
 from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import AggregationQuery, BacktestSpec
 
 NEVER = np.iinfo(np.int64).max
+# a state grid may hold this many cells more than 4× the groups of the state and the batch
+GRID_FLOOR = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -110,6 +118,22 @@ class LatePairs:
         return LatePairs(0, e, e)
 
 
+@dataclass(frozen=True)
+class GridPlan:
+    """How the grid paths reduce the buffer arrays that are not the pair count, in layout order
+    (``sliding.fill_grid``'s ``how``), and how a state grid combines them (ufunc, identity)."""
+
+    how: tuple[str, ...]
+    dtypes: tuple[np.dtype, ...]  # of the grid's arrays (``sum``: int64)
+    ops: tuple[np.ufunc, ...]
+    fillers: tuple[int | float, ...]
+
+
+# what one batch did to the state: (new state, late pairs, groups put, groups removed, emitted
+# entries, removed entries — None unless emitted in append mode or explained)
+_Done = tuple["AggState | WindowGrid", LatePairs, int, int, AggState, "AggState | None"]
+
+
 class AggregationOperator:
     """Streaming (windowed) aggregation; see the module docstring for the rules."""
 
@@ -148,6 +172,7 @@ class AggregationOperator:
         self._et_all = schedule.event_time_us(q.source)
         self._coder = KeyCoder()
         self._grid: tuple[tuple[str, ...], ...] | None = None
+        self._plan: GridPlan | None = None  # with ``_grid``
 
     def _whole(self) -> tuple[tuple[Values, ...], Buffers]:
         """Per-row key values and initial aggregation buffers of the whole source, computed once
@@ -164,7 +189,23 @@ class AggregationOperator:
                 grid.append((first - (k - 1) * self.slide_us, last, self.slide_us))
             self._coder = KeyCoder.fit(kv, grid)
             self._grid = self._grid_layout(self._all[1])
+            if self._grid is not None:
+                self._plan = self._grid_plan(self._all[1], self._grid)
         return self._all
+
+    @staticmethod
+    def _grid_plan(bufs: Buffers, layout: tuple[tuple[str, ...], ...]) -> GridPlan:
+        how = tuple(h if h in ("ordered", "min", "max") else "sum"
+                    for lay in layout for h in lay if h != "pairs")
+        arrays = [a for b, lay in zip(bufs, layout, strict=True)
+                  for a, h in zip(b, lay, strict=True) if h != "pairs"]
+        return GridPlan(how, tuple(np.dtype(np.int64) if h == "sum" else a.dtype
+                                   for a, h in zip(arrays, how, strict=True)),
+                        tuple({"min": np.minimum, "max": np.maximum}.get(h, np.add)
+                              for h in how),
+                        tuple(IDENTITY[(h, "float" if a.dtype == np.float64 else "int")]
+                              if h in ("min", "max") else 0
+                              for a, h in zip(arrays, how, strict=True)))
 
     def _grid_layout(self, bufs: Buffers) -> tuple[tuple[str, ...], ...] | None:
         """How :meth:`_partial_grid` fills each buffer array (``pairs``: the pair count,
@@ -214,52 +255,100 @@ class AggregationOperator:
             return False
         return new_wm_ms > (last_evict_wm_ms or 0)
 
-    def step(self, state: AggState, batch: BatchInput) -> tuple[AggState, OperatorStep]:
+    def step(self, state: AggState | WindowGrid, batch: BatchInput
+             ) -> tuple[AggState | WindowGrid, OperatorStep]:
+        """One batch. The state is sorted group entries (``AggState``) or, for sliding windows
+        with exact key ids, a dense grid of windows × keys (``WindowGrid``) while that grid is
+        not much larger than the groups it holds; both give the same report and rows."""
         rows = batch.rows[self.source]
+        n, off = len(rows), batch.offsets[self.source]
         late_us = (np.int64(batch.late_wm_ms) * 1000
                    if self.mode != "complete" and self.time_keyed
                    and batch.late_wm_ms is not None else None)  # never in complete mode
-        part, late = self._partial(len(rows), batch.event_us[self.source],
-                                   batch.offsets[self.source], late_us)
+        evict_us = (np.int64(batch.evict_wm_ms) * 1000
+                    if self.time_keyed and batch.evict_wm_ms is not None else None)
+        self._whole()
+        done = self._step_grid(state, n, off, late_us, evict_us) if self._plan else None
+        if done is None:
+            sparse = self._entries(state) if isinstance(state, WindowGrid) else state
+            done = self._step_sparse(sparse, n, batch.event_us[self.source], off, late_us,
+                                     evict_us)
+        new, late, updated, removed, emitted, ev = done
         fates: list[pd.DataFrame] = []
-        dropped = late.groups
-        if dropped and self.explain:
+        if late.groups and self.explain:
             rid = rows[ROW_ID].to_numpy()[late.rows]
             fates.append(F.late(rid, "window" if self.window else "event time", late.bound_us,
                                 batch.late_wm_ms,
                                 late.bound_us - self.duration_us if self.window else F.NO_START))
-
-        new, upserted = self._upsert(state, part)
-        updated = len(part)
-        evict_us = (np.int64(batch.evict_wm_ms) * 1000
-                    if self.time_keyed and batch.evict_wm_ms is not None else None)
-        removed = 0
-        if self.mode == "complete":
-            out: Deferred = Deferred(new, len(new))
-        else:
-            gone = (new.bound_us <= evict_us) if evict_us is not None else \
-                np.zeros(len(new), dtype=bool)
-            removed = int(gone.sum())
-            emitted = new.take(np.flatnonzero(gone) if self.mode == "append" else upserted)
-            out = Deferred(emitted, len(emitted))
-            if removed:
-                if self.explain:
-                    ev = new.take(np.flatnonzero(gone))
-                    fates.append(F.leave(
-                        "emitted" if self.mode == "append" else "evicted",
-                        "window" if self.window else str(self.et_key), ev.bound_us,
-                        int(batch.evict_wm_ms or 0),
-                        ev.wstart_us if self.window else F.NO_START,
-                        keys=key_series(self.keys, self._key_values(ev.keys))))
-                new = new.take(np.flatnonzero(~gone))
+        if removed and self.explain:
+            assert ev is not None
+            fates.append(F.leave(
+                "emitted" if self.mode == "append" else "evicted",
+                "window" if self.window else str(self.et_key), ev.bound_us,
+                int(batch.evict_wm_ms or 0),
+                ev.wstart_us if self.window else F.NO_START,
+                keys=key_series(self.keys, self._key_values(ev.keys))))
         return new, OperatorStep(
-            dropped_by_watermark=dropped,
-            state_rows=len(new),
+            dropped_by_watermark=late.groups,
+            state_rows=new.groups if isinstance(new, WindowGrid) else len(new),
             state_rows_updated=updated,
             state_rows_removed=removed,
-            output=out,
+            output=Deferred(emitted, len(emitted)),
             fates=F.concat(fates),
         )
+
+    def _step_sparse(self, state: AggState, n: int, t_us: np.ndarray, off: int,
+                     late_us: np.int64 | None, evict_us: np.int64 | None) -> _Done:
+        """The batch on sorted group entries: partial aggregate, upsert, evict."""
+        part, late = self._partial(n, t_us, off, late_us)
+        new, upserted = self._upsert(state, part)
+        if self.mode == "complete":  # no eviction, the whole state is emitted
+            return new, late, len(part), 0, new, None
+        gone = (new.bound_us <= evict_us) if evict_us is not None else \
+            np.zeros(len(new), dtype=bool)
+        removed = int(gone.sum())
+        ev = new.take(np.flatnonzero(gone)) if removed and (
+            self.mode == "append" or self.explain) else None
+        emitted = new.take(upserted) if self.mode == "update" else \
+            ev if ev is not None else new.take(np.flatnonzero(gone))
+        if removed:
+            new = new.take(np.flatnonzero(~gone))
+        return new, late, len(part), removed, emitted, ev
+
+    def _step_grid(self, state: AggState | WindowGrid, n: int, off: int,
+                   late_us: np.int64 | None, evict_us: np.int64 | None) -> _Done | None:
+        """The batch on a dense grid (``window_grid``): the batch's grid merged in, whole rows
+        of windows evicted. None when the batch's or the state's grid would be too large for
+        the groups they hold (more than 4× the cells, past 65 536): the sparse path then."""
+        done = self._fill(n, off, late_us)
+        if done is None:
+            return None
+        batch, late = done
+        k = -(-self.duration_us // self.slide_us)
+        held = state.groups if isinstance(state, WindowGrid) else len(state)
+        limit = 4 * (held + n * k) + GRID_FLOOR
+        grid = state if isinstance(state, WindowGrid) else self._to_grid(state, limit)
+        if grid is None or span_rows(grid, batch) * batch.minor > limit:
+            return None
+        assert self._plan is not None
+        new = merge(grid, batch, self._plan.ops, self._plan.fillers)
+        updated = batch.groups
+        if self.mode == "complete":
+            return new, late, updated, 0, self._entries(new), None
+        cut = 0
+        if evict_us is not None and new.rows:  # window ends grow with the row: a prefix goes
+            starts = self._coder.extra_values((new.base + np.arange(new.rows)) * new.minor,
+                                              len(self.keys))
+            cut = int(np.count_nonzero(starts + self.duration_us <= evict_us))
+        gone, kept = new.split(cut)
+        removed = gone.groups
+        ev = self._entries(gone) if removed and (
+            self.mode == "append" or self.explain) else None
+        if self.mode == "update":
+            emitted = self._entries(new, batch.cells() + (batch.base - new.base) * new.minor)
+        else:
+            emitted = ev if ev is not None else self._entries(gone)
+        return kept.trimmed(), late, updated, removed, emitted, ev
 
     # -- pieces --------------------------------------------------------------------------------
     def _partial(self, n: int, t_us: np.ndarray, off: int, late_us: np.int64 | None
@@ -275,8 +364,8 @@ class AggregationOperator:
         kv_all, bufs_all = self._whole()
         sl = slice(off, off + n)
         kv = tuple(v.take(sl) for v in kv_all)
-        if self._grid is not None:
-            done = self._partial_grid(t_us, off, late_us, kv, bufs_all, self._grid)
+        if self._plan is not None:
+            done = self._partial_grid(n, off, late_us)
             if done is not None:
                 return done
         if self.window is not None:
@@ -324,42 +413,95 @@ class AggregationOperator:
                             (Values("int", np.zeros(1, dtype=np.int64)),), empty_all(self.aggs, 1))
         return part, late
 
-    def _partial_grid(self, t_us: np.ndarray, off: int, late_us: np.int64 | None,
-                      kv: tuple[Values, ...], bufs_all: Buffers,
-                      layout: tuple[tuple[str, ...], ...]) -> tuple[AggState, LatePairs] | None:
+    def _partial_grid(self, n: int, off: int, late_us: np.int64 | None
+                      ) -> tuple[AggState, LatePairs] | None:
         """:meth:`_partial` for sliding windows without expanding pairs (``sliding``); None
         when the batch's windows and keys span too large a grid."""
+        done = self._fill(n, off, late_us)
+        if done is None:
+            return None
+        grid, late = done
+        return self._entries(grid), late
+
+    def _fill(self, n: int, off: int, late_us: np.int64 | None
+              ) -> tuple[WindowGrid, LatePairs] | None:
+        """The batch's groups on a grid (``sliding.fill_grid``; labels: a source row of each
+        key) and its late pairs; None when the batch's windows and keys span more cells than
+        the batch has pairs."""
         d, s = self.duration_us, self.slide_us
-        t = np.asarray(t_us, dtype=np.int64)
-        n = len(t)
+        kv_all, bufs_all = self._whole()
+        assert self._grid is not None
         minor = self._coder.minor(len(self.keys))
         # the grid never holds more cells than the batch has pairs (nor more memory)
         budget = n * -(-d // s) + 1024
         if minor > budget:  # one window of all keys is more than that
             return None
+        sl = slice(off, off + n)
+        t = np.asarray(self._et_all[sl], dtype=np.int64)
         last = t - np.mod(t, s)
         w = windows_per_row(t, last, d, s)
         a = not_late_per_row(last, w, d, s, None if late_us is None else int(late_us))
-        id_last = self._coder.ids(kv, (last,), n)
-        sl = slice(off, off + n)
+        id_last = self._coder.ids(tuple(v.take(sl) for v in kv_all), (last,), n)
         values = tuple((arr[sl], how) if how in ("ordered", "min", "max") else
                        (arr[sl].astype(np.int64), "sum")
-                       for b, lay in zip(bufs_all, layout, strict=True)
+                       for b, lay in zip(bufs_all, self._grid, strict=True)
                        for arr, how in zip(b, lay, strict=True) if how != "pairs")
-        gp = grid_partial(id_last, w, a, minor, values, budget)
-        if gp is None:
+        g = fill_grid(id_last, w, a, minor, values, budget)
+        if g is None:
             return None
         late = LatePairs.none()
-        if len(gp.late_rows):
-            late = LatePairs(len(np.unique(gp.late_ids)), gp.late_rows,
-                             last[gp.late_rows] - gp.late_i * s + d)
-        sums = iter(gp.sums)
-        # results come in their buffer's dtype, but for float sums of integers (summed as int64)
-        bufs = tuple(tuple(gp.pairs if how == "pairs" else
-                           next(sums).astype(np.float64) if how == "float" else next(sums)
-                           for how in lay) for lay in layout)
-        wstart = self._coder.extra_values(gp.ids, len(self.keys))
-        return AggState(gp.ids, wstart + d, wstart, (Values("int", off + gp.rep),), bufs), late
+        if len(g.late_rows):
+            late = LatePairs(_distinct(g.late_ids), g.late_rows,
+                             last[g.late_rows] - g.late_i * s + d)
+        labels = np.full(minor, -1, dtype=np.int64)
+        labels[id_last % minor] = np.arange(off, off + n, dtype=np.int64)
+        return WindowGrid(g.base, g.pairs, g.grids, labels), late
+
+    def _entries(self, grid: WindowGrid, cells: np.ndarray | None = None) -> AggState:
+        """The groups of ``grid`` (or those at its flat positions ``cells``) as entries."""
+        assert self._grid is not None
+        cells = grid.cells() if cells is None else cells
+        ids = grid.ids(cells)
+        wstart = self._coder.extra_values(ids, len(self.keys))
+        pairs = grid.pairs.ravel()[cells]
+        arrays = iter(grid.arrays)
+        # in their buffer's dtype, but for float sums of integers (summed as int64)
+        bufs = tuple(tuple(pairs if how == "pairs" else
+                           next(arrays).ravel()[cells].astype(np.float64) if how == "float" else
+                           next(arrays).ravel()[cells] for how in lay) for lay in self._grid)
+        return AggState(ids, wstart + self.duration_us, wstart,
+                        (Values("int", grid.labels[ids % grid.minor]),), bufs)
+
+    def _to_grid(self, state: AggState, limit: int) -> WindowGrid | None:
+        """``state`` as a grid, None if that takes more than ``limit`` cells. Without a buffer
+        array that counts pairs, a group's ``pairs`` is 1 (only whether it is a group is read)."""
+        assert self._grid is not None and self._plan is not None
+        minor = self._coder.minor(len(self.keys))
+        labels = np.full(minor, -1, dtype=np.int64)
+        if not len(state):
+            return WindowGrid(0, np.zeros((0, minor), dtype=np.int64),
+                              tuple(np.zeros((0, minor), dtype=t) for t in self._plan.dtypes),
+                              labels)
+        lo = int(state.gid[0]) // minor
+        rows = int(state.gid[-1]) // minor - lo + 1
+        if rows * minor > limit:
+            return None
+        cells = state.gid - lo * minor
+        labels[state.gid % minor] = state.keys[0].data
+        pairs = np.zeros(rows * minor, dtype=np.int64)
+        pairs[cells] = 1
+        arrays = []
+        fills = iter(zip(self._plan.dtypes, self._plan.fillers, strict=True))
+        for b, lay in zip(state.bufs, self._grid, strict=True):
+            for arr, how in zip(b, lay, strict=True):
+                if how == "pairs":
+                    pairs[cells] = arr
+                    continue
+                dtype, filler = next(fills)
+                g = np.full(rows * minor, filler, dtype=dtype)
+                g[cells] = arr  # float sums of integers back to int64: exact (see _grid_layout)
+                arrays.append(g.reshape(rows, minor))
+        return WindowGrid(lo, pairs.reshape(rows, minor), tuple(arrays), labels)
 
     def _upsert(self, state: AggState, part: AggState) -> tuple[AggState, np.ndarray]:
         """Merge the batch's groups into the state; also return the positions (in the new state)
@@ -397,6 +539,14 @@ class AggregationOperator:
                             {"window_start": st.wstart_us,
                              "window_end": st.wstart_us + self.duration_us},
                             self.aggs, st.bufs, len(st))
+
+
+def _distinct(a: np.ndarray) -> int:
+    """How many distinct values ``a`` holds."""
+    if len(a) < 2:
+        return len(a)
+    x = np.sort(a)
+    return 1 + int(np.count_nonzero(x[1:] != x[:-1]))
 
 
 def _set(a: np.ndarray, idx: np.ndarray, v: np.ndarray) -> np.ndarray:

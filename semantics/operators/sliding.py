@@ -31,19 +31,6 @@ from semantics.operators.aggfuncs import IDENTITY
 from semantics.operators.grouping import ranges
 
 
-@dataclass(frozen=True)
-class GridPartial:
-    """Groups of one batch's pairs that are not late, and the late pairs."""
-
-    ids: np.ndarray  # group ids, ascending (present groups only)
-    sums: tuple[np.ndarray, ...]  # per input array: its sum, min or max over each group's pairs
-    pairs: np.ndarray  # per group: how many pairs it holds (>= 1)
-    rep: np.ndarray  # per group: a row (batch position) of that group's key
-    late_rows: np.ndarray  # late pairs in (row, i) order: the row ...
-    late_ids: np.ndarray  # ... the pair's group id
-    late_i: np.ndarray  # ... and its window number i (start = last - i·s)
-
-
 def windows_per_row(t_us: np.ndarray, last_us: np.ndarray, duration_us: int,
                     slide_us: int) -> np.ndarray:
     """How many windows contain each row: ``i`` with ``t < last − i·s + d``, at most
@@ -63,28 +50,47 @@ def not_late_per_row(last_us: np.ndarray, w: np.ndarray, duration_us: int, slide
     return np.clip(-((-x) // slide_us), 0, w)
 
 
-def grid_partial(id_last: np.ndarray, w: np.ndarray, a: np.ndarray, minor: int,
-                 values: tuple[tuple[np.ndarray, str], ...], budget: int) -> GridPartial | None:
+@dataclass(frozen=True)
+class BatchGrid:
+    """One batch's pairs that are not late, reduced onto a dense grid of windows × key tuples
+    (row ``r``, column ``c``: the group id ``(base + r)·minor + c``), and the late pairs."""
+
+    base: int  # window digit of row 0
+    pairs: np.ndarray  # (rows, minor): how many pairs each group holds (0: no group)
+    grids: tuple[np.ndarray, ...]  # per input array, (rows, minor): its sum, min or max
+    live: np.ndarray | None  # rows (batch positions) with a window not late; None: all rows
+    late_rows: np.ndarray  # late pairs in (row, i) order: the row ...
+    late_ids: np.ndarray  # ... the pair's group id
+    late_i: np.ndarray  # ... and its window number i (start = last - i·s)
+
+
+def fill_grid(id_last: np.ndarray, w: np.ndarray, a: np.ndarray, minor: int,
+              values: tuple[tuple[np.ndarray, str], ...], budget: int) -> BatchGrid | None:
     """Reduce ``values`` (``(array with one value per row, how)``) over the groups of the pairs
-    ``(row, i < a)``. ``how``: ``sum`` an int64 sum by a difference array; ``ordered`` a float64
-    sum added pair by pair in row order (each group adds its rows' values in row order, like
-    Spark's aggregation buffer); ``min``/``max`` (int64 or float64, NULLs already the identity
-    filler of ``aggfuncs``): floats pair by pair in the same order, integers by :func:`_spread`.
+    ``(row, i < a)``, onto a grid from the lowest to the highest window digit of those pairs.
+    ``how``: ``sum`` an int64 sum by a difference array; ``ordered`` a float64 sum added pair
+    by pair in row order (each group adds its rows' values in row order, like Spark's
+    aggregation buffer); ``min``/``max`` (int64 or float64, NULLs already the identity filler
+    of ``aggfuncs``): floats pair by pair in the same order, integers by :func:`_spread`.
+    Cells without pairs hold the identity (0, or the min/max filler).
 
     ``id_last``: group id of each row's window ``i = 0``; ``minor``: ``K``, the id distance of
     neighbouring windows. None when the grid would exceed ``budget`` cells (the caller expands
     pairs instead).
 
+    Three rows (ids of their window ``i = 0``: 12, 13, 22, two windows each, the second
+    window of the row 13 late), keys 2 and 3 of windows 0 .. 2 (``minor`` 10):
+
     >>> ids, w, a = np.array([12, 13, 22]), np.array([2, 2, 2]), np.array([2, 1, 2])
-    >>> g = grid_partial(ids, w, a, 10, ((np.array([1, 1, 1]), "sum"),), 100)
-    >>> g.ids.tolist(), g.sums[0].tolist(), g.late_ids.tolist()
-    ([2, 12, 13, 22], [1, 2, 1, 1], [3])
-    >>> grid_partial(ids, w, a, 10, ((np.array([0.1, 0.2, 0.3]), "ordered"),), 100).sums[0].tolist()
-    [0.1, 0.4, 0.2, 0.3]
-    >>> grid_partial(ids, w, a, 10, ((np.array([5, 3, 4]), "max"),), 100).sums[0].tolist()
-    [5, 5, 3, 4]
+    >>> g = fill_grid(ids, w, a, 10, ((np.array([1, 1, 1]), "sum"),), 100)
+    >>> g.base, g.pairs[:, 2:4].tolist(), g.late_ids.tolist()
+    (0, [[1, 0], [2, 1], [1, 0]], [3])
+    >>> fill_grid(ids, w, a, 10, ((np.array([0.1, 0.2, 0.3]), "ordered"),), 100
+    ...           ).grids[0][:, 2:4].tolist()
+    [[0.1, 0.0], [0.4, 0.2], [0.3, 0.0]]
+    >>> fill_grid(ids, w, a, 10, ((np.array([5, 3, 4]), "max"),), 100).grids[0][1, 2:4].tolist()
+    [5, 3]
     """
-    n = len(id_last)
     e = np.array([], dtype=np.int64)
     late = np.flatnonzero(a < w)
     if len(late):
@@ -99,7 +105,10 @@ def grid_partial(id_last: np.ndarray, w: np.ndarray, a: np.ndarray, minor: int,
         id_last, a = id_last[live], a[live]
         values = tuple((v[live], how) for v, how in values)
     if not len(id_last):
-        return GridPartial(e, tuple(e for _ in values), e, e, late_rows, late_ids, late_i)
+        nothing = np.zeros((0, minor), dtype=np.int64)
+        return BatchGrid(0, nothing, tuple(np.zeros((0, minor), dtype=v.dtype)
+                                           for v, _ in values), live, late_rows, late_ids,
+                         late_i)
     first = id_last - (a - 1) * minor  # the smallest id each row adds to
     top = int(id_last.max()) // minor
     base = int(first.min()) // minor
@@ -140,14 +149,9 @@ def grid_partial(id_last: np.ndarray, w: np.ndarray, a: np.ndarray, minor: int,
             np.subtract.at(d, hi, v)
         return np.cumsum(d.reshape(rows_w + 1, minor), axis=0)[:rows_w].ravel()
 
-    pairs = grid(None)
-    present = np.flatnonzero(pairs)
-    rep_of_key = np.empty(minor, dtype=np.int64)
-    pos = np.arange(n, dtype=np.int64) if live is None else live
-    rep_of_key[id_last % minor] = pos  # any row of the key: exact ids, equal keys
-    ids = present + base * minor
-    return GridPartial(ids, tuple(grid(v, how)[present] for v, how in values), pairs[present],
-                       rep_of_key[ids % minor], late_rows, late_ids, late_i)
+    return BatchGrid(base, grid(None).reshape(rows_w, minor),
+                     tuple(grid(v, how).reshape(rows_w, minor) for v, how in values), live,
+                     late_rows, late_ids, late_i)
 
 
 def _spread(ufunc: np.ufunc, out: np.ndarray, top: np.ndarray, a: np.ndarray, v: np.ndarray,
