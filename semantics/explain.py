@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from semantics.operators.fates import LEAVING
+from semantics.operators.fates import LEAVING, WORDS
 from semantics.operators.windows import assign_windows
 from semantics.report import RunResult
 from semantics.schedule import ROW_ID, Schedule
@@ -55,8 +55,9 @@ def explain_row(schedule: Schedule, result: RunResult | None, row_id: int,
     mine = f.loc[f[ROW_ID] == row_id]
     if mine.empty:
         return text + ": accepted."
-    parts = [f"{x['fate']}" + (f" in batch {int(x['batch_id'])}" if "batch_id" in x and
-                               pd.notna(x["batch_id"]) else "")
+    parts = [WORDS.get(str(x["fate"]), str(x["fate"]))
+             + (f" in batch {int(x['batch_id'])}" if "batch_id" in x and
+                pd.notna(x["batch_id"]) else "")
              + (f" ({x['detail']})" if x.get("detail") else "") for _, x in mine.iterrows()]
     # only fates of a state entry leaving: the row itself was accepted (and stored) first
     accepted = "accepted, then " if mine["fate"].astype(str).isin(LEAVING).all() else ""

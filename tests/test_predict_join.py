@@ -19,10 +19,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from semantics.explain import explain_row
 from semantics.operators import join_frames
 from semantics.operators.join_watermarks import ValueBound, derive_plan
 from semantics.predict import Prediction, predict
-from semantics.schedule import cut
+from semantics.schedule import Schedule, cut
 from semantics.spec import BacktestSpec, parse_spec
 
 Rows = Sequence[tuple[int | None, float]]  # (key, event time in seconds)
@@ -34,6 +35,7 @@ class Run:
     spec: BacktestSpec
     pace: str
     checked: int = 0  # batches already covered by a previous `since` call
+    schedule: Schedule | None = None
 
     @property
     def batches(self) -> pd.DataFrame:
@@ -134,7 +136,7 @@ def join_run(steps: Sequence[tuple[Rows, Rows]], jtype: str = "inner", *,
                              "spark_conf": spark_conf or {}}},
     })
     schedule = cut("join-test", arrivals, {"l": "ts", "r": "ts"}, spec.batch_by("c"), pace)
-    return Run(predict(schedule, spec, "c", explain=explain), spec, pace)
+    return Run(predict(schedule, spec, "c", explain=explain), spec, pace, schedule=schedule)
 
 
 def ints(*xs: int) -> list[tuple[int, int]]:
@@ -319,6 +321,13 @@ def test_outer_null_row_only_when_evicted_unmatched_in_the_no_data_batch(
         assert not (nulls["l"].any() and nulls["r"].any())
     fates = r.result.fates
     assert int((fates["fate"] == "evicted_unmatched_null_row").sum()) == len(outer_rows)
+    # --explain of the unmatched rows (left row 1 at 5 s, right row 3 at 5 s) in words
+    assert r.schedule is not None
+    for rid in [1, 3] if jtype == "full_outer" else [1] if jtype == "left_outer" else [3]:
+        text = explain_row(r.schedule, r.result, rid)
+        assert ": accepted, then evicted in batch " in text
+        assert text.endswith("; never matched: null-padded row emitted).")
+        assert "_" not in text.split(": ", 1)[1].split(" (")[0]
 
 
 def test_left_semi_emits_a_left_row_once() -> None:

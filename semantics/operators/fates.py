@@ -40,6 +40,9 @@ FATES = pd.CategoricalDtype(["late", "duplicate", "emitted", "evicted", "null_ke
                              "evicted_unmatched_null_row"])
 # fates of a state entry leaving: an accepted row put it there (a dedup key, a join row)
 LEAVING = ("emitted", "evicted", "evicted_unmatched", "evicted_unmatched_null_row")
+# how explain says a fate (the detail tells the kinds of filtering and eviction apart)
+WORDS = {"null_key": "filtered", "never_joins": "filtered", "not_stored": "not stored",
+         "evicted_unmatched": "evicted", "evicted_unmatched_null_row": "evicted"}
 WHATS = pd.CategoricalDtype(["window", "session", "event time", "expiresAt", "same batch",
                              "kept in state"])
 
