@@ -120,11 +120,10 @@ class LatePairs:
 
 @dataclass(frozen=True)
 class GridPlan:
-    """How the grid paths reduce the buffer arrays that are not the pair count, in layout order
-    (``sliding.fill_grid``'s ``how``), and how a state grid combines them (ufunc, identity)."""
+    """The arrays of a state grid (``window_grid``), one per buffer array that is not the pair
+    count, in layout order: their dtypes and how they combine (ufunc, identity)."""
 
-    how: tuple[str, ...]
-    dtypes: tuple[np.dtype, ...]  # of the grid's arrays (``sum``: int64)
+    dtypes: tuple[np.dtype, ...]  # int64 for sums, else the buffer's
     ops: tuple[np.ufunc, ...]
     fillers: tuple[int | float, ...]
 
@@ -195,17 +194,14 @@ class AggregationOperator:
 
     @staticmethod
     def _grid_plan(bufs: Buffers, layout: tuple[tuple[str, ...], ...]) -> GridPlan:
-        how = tuple(h if h in ("ordered", "min", "max") else "sum"
-                    for lay in layout for h in lay if h != "pairs")
-        arrays = [a for b, lay in zip(bufs, layout, strict=True)
+        arrays = [(a, h if h in ("ordered", "min", "max") else "sum")
+                  for b, lay in zip(bufs, layout, strict=True)
                   for a, h in zip(b, lay, strict=True) if h != "pairs"]
-        return GridPlan(how, tuple(np.dtype(np.int64) if h == "sum" else a.dtype
-                                   for a, h in zip(arrays, how, strict=True)),
-                        tuple({"min": np.minimum, "max": np.maximum}.get(h, np.add)
-                              for h in how),
-                        tuple(IDENTITY[(h, "float" if a.dtype == np.float64 else "int")]
-                              if h in ("min", "max") else 0
-                              for a, h in zip(arrays, how, strict=True)))
+        return GridPlan(
+            tuple(np.dtype(np.int64) if h == "sum" else a.dtype for a, h in arrays),
+            tuple({"min": np.minimum, "max": np.maximum}.get(h, np.add) for _, h in arrays),
+            tuple(IDENTITY[(h, "float" if a.dtype == np.float64 else "int")]
+                  if h in ("min", "max") else 0 for a, h in arrays))
 
     def _grid_layout(self, bufs: Buffers) -> tuple[tuple[str, ...], ...] | None:
         """How :meth:`_partial_grid` fills each buffer array (``pairs``: the pair count,
