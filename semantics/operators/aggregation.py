@@ -54,7 +54,13 @@ from semantics.operators.aggfuncs import (
     take_all,
 )
 from semantics.operators.columns import Values, check_key_columns, key_series, values_of
-from semantics.operators.grouping import group, interleave, lookup, merge_positions_at
+from semantics.operators.grouping import (
+    count_distinct,
+    group,
+    interleave,
+    lookup,
+    merge_positions_at,
+)
 from semantics.operators.keys import (
     KeyCoder,
     concat_keys,
@@ -204,7 +210,7 @@ class AggregationOperator:
                   if h in ("min", "max") else 0 for a, h in arrays))
 
     def _grid_layout(self, bufs: Buffers) -> tuple[tuple[str, ...], ...] | None:
-        """How :meth:`_partial_grid` fills each buffer array (``pairs``: the pair count,
+        """How :meth:`_fill` fills each buffer array (``pairs``: the pair count,
         ``int``: an int64 sum, ``float``: a float64 sum of integers, ``ordered``: a float64 sum
         added in row order, ``min``/``max``: the extreme value), or None when it
         cannot: it needs sliding windows, exact key ids, and no min or max of an object
@@ -239,12 +245,8 @@ class AggregationOperator:
     def initial_state(self) -> AggState:
         e = np.array([], dtype=np.int64)
         self._whole()  # fits the key coder, which decides what entries keep of the key
-        keys = (Values("int", e),) if self._coder.exact else self._empty_keys
-        return AggState(e, e, e, keys, empty_all(self.aggs, 0))
-
-    def _key_values(self, keys: tuple[Values, ...]) -> tuple[Values, ...]:
-        """Key columns of state entries (``AggState.keys``: values, or source rows)."""
-        return take_keys(self._whole()[0], keys[0].data) if self._coder.exact else keys
+        return AggState(e, e, e, self._coder.entry_keys(self._empty_keys, e, e),
+                        empty_all(self.aggs, 0))
 
     def wants_another_batch(self, new_wm_ms: int, last_evict_wm_ms: int | None) -> bool:
         if self.mode == "complete":
@@ -263,12 +265,15 @@ class AggregationOperator:
                    and batch.late_wm_ms is not None else None)  # never in complete mode
         evict_us = (np.int64(batch.evict_wm_ms) * 1000
                     if self.time_keyed and batch.evict_wm_ms is not None else None)
+        t_us = batch.event_us[self.source]
         self._whole()
-        done = self._step_grid(state, n, off, late_us, evict_us) if self._plan else None
+        fill = self._fill(t_us, off, late_us) if self._plan is not None else None
+        done = self._step_grid(state, fill, n, evict_us) if fill is not None else None
         if done is None:
             sparse = self._entries(state) if isinstance(state, WindowGrid) else state
-            done = self._step_sparse(sparse, n, batch.event_us[self.source], off, late_us,
-                                     evict_us)
+            part, late = (self._entries(fill[0]), fill[1]) if fill is not None else \
+                self._partial(n, t_us, off, late_us)
+            done = self._step_sparse(sparse, part, late, evict_us)
         new, late, updated, removed, emitted, ev = done
         fates: list[pd.DataFrame] = []
         if late.groups and self.explain:
@@ -283,7 +288,7 @@ class AggregationOperator:
                 "window" if self.window else str(self.et_key), ev.bound_us,
                 int(batch.evict_wm_ms or 0),
                 ev.wstart_us if self.window else F.NO_START,
-                keys=key_series(self.keys, self._key_values(ev.keys))))
+                keys=key_series(self.keys, self._coder.key_values(self._whole()[0], ev.keys))))
         return new, OperatorStep(
             dropped_by_watermark=late.groups,
             state_rows=new.groups if isinstance(new, WindowGrid) else len(new),
@@ -293,10 +298,9 @@ class AggregationOperator:
             fates=F.concat(fates),
         )
 
-    def _step_sparse(self, state: AggState, n: int, t_us: np.ndarray, off: int,
-                     late_us: np.int64 | None, evict_us: np.int64 | None) -> _Done:
-        """The batch on sorted group entries: partial aggregate, upsert, evict."""
-        part, late = self._partial(n, t_us, off, late_us)
+    def _step_sparse(self, state: AggState, part: AggState, late: LatePairs,
+                     evict_us: np.int64 | None) -> _Done:
+        """The batch's groups ``part`` on sorted group entries: upsert, evict."""
         new, upserted = self._upsert(state, part)
         if self.mode == "complete":  # no eviction, the whole state is emitted
             return new, late, len(part), 0, new, None
@@ -311,15 +315,13 @@ class AggregationOperator:
             new = new.take(np.flatnonzero(~gone))
         return new, late, len(part), removed, emitted, ev
 
-    def _step_grid(self, state: AggState | WindowGrid, n: int, off: int,
-                   late_us: np.int64 | None, evict_us: np.int64 | None) -> _Done | None:
-        """The batch on a dense grid (``window_grid``): the batch's grid merged in, whole rows
-        of windows evicted. None when the batch's or the state's grid would be too large for
-        the groups they hold (more than 4× the cells, past 65 536): the sparse path then."""
-        done = self._fill(n, off, late_us)
-        if done is None:
-            return None
-        batch, late = done
+    def _step_grid(self, state: AggState | WindowGrid, fill: tuple[WindowGrid, LatePairs],
+                   n: int, evict_us: np.int64 | None) -> _Done | None:
+        """The grid ``fill`` of the batch's ``n`` rows (:meth:`_fill`) on a dense state grid
+        (``window_grid``): merged in, whole rows of windows evicted. None when the state's grid
+        would hold more than 4× the state's groups and the batch's pairs, past
+        ``GRID_FLOOR`` cells: the sparse path then."""
+        batch, late = fill
         k = -(-self.duration_us // self.slide_us)
         held = state.groups if isinstance(state, WindowGrid) else len(state)
         limit = 4 * (held + n * k) + GRID_FLOOR
@@ -360,10 +362,6 @@ class AggregationOperator:
         kv_all, bufs_all = self._whole()
         sl = slice(off, off + n)
         kv = tuple(v.take(sl) for v in kv_all)
-        if self._plan is not None:
-            done = self._partial_grid(n, off, late_us)
-            if done is not None:
-                return done
         if self.window is not None:
             pair_rows, wstart = assign_windows(t_us, self.duration_us, self.slide_us)
             if len(pair_rows) != n:
@@ -400,31 +398,23 @@ class AggregationOperator:
         # fancy indexing copies: reduce never sees the shared arrays
         init = tuple(tuple(arr[off + pair_rows] for arr in b) for b in bufs_all)
         bufs = reduce_all(self.aggs, init, codes, g)
-        keys = (Values("int", off + pair_rows[first]),) if self._coder.exact else \
-            take_keys(kv, at)
-        part = AggState(uniq, bound[first], wstart[first], keys, bufs)
+        part = AggState(uniq, bound[first], wstart[first],
+                        self._coder.entry_keys(kv, at, off + pair_rows[first]), bufs)
         if self.global_agg and g == 0:  # no key columns: any row stands for the key ()
             part = AggState(np.zeros(1, dtype=np.int64), np.full(1, NEVER, dtype=np.int64),
                             np.zeros(1, dtype=np.int64),
                             (Values("int", np.zeros(1, dtype=np.int64)),), empty_all(self.aggs, 1))
         return part, late
 
-    def _partial_grid(self, n: int, off: int, late_us: np.int64 | None
-                      ) -> tuple[AggState, LatePairs] | None:
-        """:meth:`_partial` for sliding windows without expanding pairs (``sliding``); None
-        when the batch's windows and keys span too large a grid."""
-        done = self._fill(n, off, late_us)
-        if done is None:
-            return None
-        grid, late = done
-        return self._entries(grid), late
-
-    def _fill(self, n: int, off: int, late_us: np.int64 | None
+    def _fill(self, t_us: np.ndarray, off: int, late_us: np.int64 | None
               ) -> tuple[WindowGrid, LatePairs] | None:
-        """The batch's groups on a grid (``sliding.fill_grid``; labels: a source row of each
-        key) and its late pairs; None when the batch's windows and keys span more cells than
-        the batch has pairs."""
+        """The groups of the batch's rows (event times ``t_us``, from position ``off`` of the
+        source) on a grid, without expanding pairs (``sliding.fill_grid``; labels: a source row
+        of each key), and its late pairs; None when the batch's windows and keys span more
+        cells than the batch has pairs (the pair path, :meth:`_partial`)."""
         d, s = self.duration_us, self.slide_us
+        t = np.asarray(t_us, dtype=np.int64)
+        n = len(t)
         kv_all, bufs_all = self._whole()
         assert self._grid is not None
         minor = self._coder.minor(len(self.keys))
@@ -433,7 +423,6 @@ class AggregationOperator:
         if minor > budget:  # one window of all keys is more than that
             return None
         sl = slice(off, off + n)
-        t = np.asarray(self._et_all[sl], dtype=np.int64)
         last = t - np.mod(t, s)
         w = windows_per_row(t, last, d, s)
         a = not_late_per_row(last, w, d, s, None if late_us is None else int(late_us))
@@ -447,7 +436,7 @@ class AggregationOperator:
             return None
         late = LatePairs.none()
         if len(g.late_rows):
-            late = LatePairs(_distinct(g.late_ids), g.late_rows,
+            late = LatePairs(count_distinct(g.late_ids), g.late_rows,
                              last[g.late_rows] - g.late_i * s + d)
         labels = np.full(minor, -1, dtype=np.int64)
         labels[id_last % minor] = np.arange(off, off + n, dtype=np.int64)
@@ -531,18 +520,11 @@ class AggregationOperator:
     def materialize(self, payloads: list[AggState], columns: list[str]) -> pd.DataFrame:
         """Output rows of the emitted group entries of every batch (in order), one frame."""
         st = payloads[0] if len(payloads) == 1 else AggState.concat(*payloads)
-        return result_frame(columns, key_series(self.keys, self._key_values(st.keys)),
+        keys = self._coder.key_values(self._whole()[0], st.keys)
+        return result_frame(columns, key_series(self.keys, keys),
                             {"window_start": st.wstart_us,
                              "window_end": st.wstart_us + self.duration_us},
                             self.aggs, st.bufs, len(st))
-
-
-def _distinct(a: np.ndarray) -> int:
-    """How many distinct values ``a`` holds."""
-    if len(a) < 2:
-        return len(a)
-    x = np.sort(a)
-    return 1 + int(np.count_nonzero(x[1:] != x[:-1]))
 
 
 def _set(a: np.ndarray, idx: np.ndarray, v: np.ndarray) -> np.ndarray:

@@ -56,7 +56,12 @@ import pandas as pd
 from semantics.engine import BatchInput, Deferred, OperatorStep
 from semantics.operators import fates as F
 from semantics.operators.columns import check_key_columns
-from semantics.operators.grouping import interleave, merge_positions, stable_argsort
+from semantics.operators.grouping import (
+    count_distinct,
+    interleave,
+    merge_positions,
+    stable_argsort,
+)
 from semantics.operators.join_frames import (
     EV,
     Packing,
@@ -536,4 +541,4 @@ def _distinct(codes: np.ndarray, grouped: bool) -> int:
         return 0
     if grouped:
         return 1 + int(np.count_nonzero(codes[1:] != codes[:-1]))
-    return len(np.unique(codes))
+    return count_distinct(codes)

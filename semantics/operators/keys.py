@@ -182,6 +182,27 @@ class KeyCoder:
         assert self.exact and len(self.steps) == 1
         return self.lows[n_columns] + (ids // self.minor(n_columns)) * self.steps[0]
 
+    def entry_keys(self, kv: Sequence[Values], idx: np.ndarray, rows: np.ndarray
+                   ) -> tuple[Values, ...]:
+        """What a state entry keeps of the key ``kv[idx]`` (from the source rows ``rows``): with
+        exact ids that source row, one int column (equal ids are equal keys: no value is
+        compared, and :meth:`key_values` reads the values back), else the key values (which
+        :meth:`check_same` compares).
+
+        >>> c = KeyCoder.fit([Values("int", np.array([5, 7]))])
+        >>> c.entry_keys([Values("int", np.array([7]))], np.array([0]), np.array([1]))[0].data
+        array([1])
+        """
+        if self.exact:
+            return (Values("int", np.asarray(rows, dtype=np.int64)),)
+        return take_keys(kv, idx)
+
+    def key_values(self, whole: Sequence[Values], kept: Sequence[Values]
+                   ) -> tuple[Values, ...]:
+        """Key columns of entries that kept ``kept`` (:meth:`entry_keys`); ``whole``: the key
+        columns of the whole source."""
+        return take_keys(whole, kept[0].data) if self.exact else tuple(kept)
+
     def check_same(self, a: Sequence[Values], ia: np.ndarray, b: Sequence[Values],
                    ib: np.ndarray, extra_a: Sequence[np.ndarray] = (),
                    extra_b: Sequence[np.ndarray] = ()) -> None:

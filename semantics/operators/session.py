@@ -149,15 +149,11 @@ class SessionOperator:
             self._coder = KeyCoder.fit(self._kv)
         return self._kv
 
-    def _key_values(self, keys: tuple[Values, ...]) -> tuple[Values, ...]:
-        """Key columns of state entries (``SessionState.keys``: values, or source rows)."""
-        return take_keys(self._whole_keys(), keys[0].data) if self._coder.exact else keys
-
     def initial_state(self) -> SessionState:
         e = np.array([], dtype=np.int64)
         self._whole_keys()  # fits the key coder, which decides what entries keep of the key
-        keys = (Values("int", e),) if self._coder.exact else self._empty_keys
-        return SessionState(e, e, e, keys, empty_all(self.aggs, 0))
+        return SessionState(e, e, e, self._coder.entry_keys(self._empty_keys, e, e),
+                            empty_all(self.aggs, 0))
 
     def wants_another_batch(self, new_wm_ms: int, last_evict_wm_ms: int | None) -> bool:
         return self.mode != "complete" and new_wm_ms > (last_evict_wm_ms or 0)
@@ -189,7 +185,8 @@ class SessionOperator:
         if len(ev) and self.explain:
             fates.append(F.leave("emitted", "session", ev.end_us, int(batch.evict_wm_ms or 0),
                                  ev.start_us,
-                                 keys=key_series(self.keys, self._key_values(ev.keys))))
+                                 keys=key_series(self.keys, self._coder.key_values(
+                                     self._whole_keys(), ev.keys))))
         return new, OperatorStep(
             dropped_by_watermark=dropped,
             state_rows=len(new),
@@ -226,8 +223,7 @@ class SessionOperator:
             self._coder.check_same(kv, order[key_head], kv, order)
         bufs = reduce_all(self.aggs, init_all(self.aggs, rows, order), code, u)
         units = SessionState(k[heads], ts[heads], ts[last] + self.gap_us,
-                             (Values("int", off + order[heads]),) if self._coder.exact else
-                             take_keys(kv, order[heads]), bufs)
+                             self._coder.entry_keys(kv, order[heads], off + order[heads]), bufs)
         return units, order, code
 
     def _merge(self, state: SessionState, units: SessionState, evict_us: int | None
@@ -313,6 +309,7 @@ class SessionOperator:
     def materialize(self, payloads: list[SessionState], columns: list[str]) -> pd.DataFrame:
         """Output rows of the emitted sessions of every batch (in order), one frame."""
         st = payloads[0] if len(payloads) == 1 else concat_states(*payloads)
-        return result_frame(columns, key_series(self.keys, self._key_values(st.keys)),
+        keys = self._coder.key_values(self._whole_keys(), st.keys)
+        return result_frame(columns, key_series(self.keys, keys),
                             {"session_start": st.start_us, "session_end": st.end_us},
                             self.aggs, st.bufs, len(st))

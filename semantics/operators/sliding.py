@@ -58,7 +58,6 @@ class BatchGrid:
     base: int  # window digit of row 0
     pairs: np.ndarray  # (rows, minor): how many pairs each group holds (0: no group)
     grids: tuple[np.ndarray, ...]  # per input array, (rows, minor): its sum, min or max
-    live: np.ndarray | None  # rows (batch positions) with a window not late; None: all rows
     late_rows: np.ndarray  # late pairs in (row, i) order: the row ...
     late_ids: np.ndarray  # ... the pair's group id
     late_i: np.ndarray  # ... and its window number i (start = last - i·s)
@@ -107,8 +106,7 @@ def fill_grid(id_last: np.ndarray, w: np.ndarray, a: np.ndarray, minor: int,
     if not len(id_last):
         nothing = np.zeros((0, minor), dtype=np.int64)
         return BatchGrid(0, nothing, tuple(np.zeros((0, minor), dtype=v.dtype)
-                                           for v, _ in values), live, late_rows, late_ids,
-                         late_i)
+                                           for v, _ in values), late_rows, late_ids, late_i)
     first = id_last - (a - 1) * minor  # the smallest id each row adds to
     top = int(id_last.max()) // minor
     base = int(first.min()) // minor
@@ -150,7 +148,7 @@ def fill_grid(id_last: np.ndarray, w: np.ndarray, a: np.ndarray, minor: int,
         return np.cumsum(d.reshape(rows_w + 1, minor), axis=0)[:rows_w].ravel()
 
     return BatchGrid(base, grid(None).reshape(rows_w, minor),
-                     tuple(grid(v, how).reshape(rows_w, minor) for v, how in values), live,
+                     tuple(grid(v, how).reshape(rows_w, minor) for v, how in values),
                      late_rows, late_ids, late_i)
 
 
