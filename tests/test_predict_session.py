@@ -6,13 +6,23 @@ Timestamps are seconds since the epoch; watermark columns are milliseconds.
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 from semantics import engine
+from semantics.operators import session
 from semantics.operators.session import SessionOperator
 from tests.predict_kit import col, out_rows, run, schedule_of, spec_of
 
 SESSION = {"kind": "session", "keys": ["k"], "gap": "10 seconds",
            "aggregates": {"n": "count(*)"}, "output_mode": "append"}
+
+
+@pytest.fixture(autouse=True, params=["whole", "runs"])
+def store(request, monkeypatch) -> str:
+    """Every test here runs twice: with the store rewritten whole each batch (what small stores
+    do) and kept as runs from the first batch on (what large stores do)."""
+    monkeypatch.setattr(session, "WHOLE", 10**9 if request.param == "whole" else 0)
+    return request.param
 
 
 def words(text: str, ts: float) -> list[dict]:
@@ -127,3 +137,4 @@ def test_aggregates_merge_with_stored_sessions() -> None:
     r = run(q, batches, watermark="1 second")
     assert out_rows(r, cols=["k", "session_start", "session_end", "n", "total", "hi"])[0] == \
         ("a", 0, 22, 3, 10, 7)
+

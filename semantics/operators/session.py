@@ -21,8 +21,18 @@ Each row starts as the session ``[t, t + gap)``. Per batch:
 5. another (no-data) batch is wanted in append mode when the new watermark exceeds the last
    eviction watermark.
 
-State invariant: entries sorted by (key id, session start), key id = 64-bit key hash (see
-``keys``); (key id, start) unique; sessions of one key never overlap or touch.
+The store (:class:`SessionStore`) is a few sorted runs of sessions, each written once: a batch
+adds its merged sessions as a new run and marks the stored sessions it merged or evicted as gone
+in the runs that hold them (a copy of that run's ``alive`` mask), so its work follows the sessions
+it touches, not the sessions stored. Only the stored sessions that overlap or touch a unit of the
+batch take part in a merge (the others of the key keep their start and value; they are counted
+as updated without being moved). Runs whose entries are mostly gone are rewritten, and the
+newest runs are merged while a run is no more than twice the size of the next one (so there are
+about log₂(stored / batch) runs); complete mode keeps a single run.
+
+State invariants: every run sorted by (key id, session start), key id = 64-bit key hash (see
+``keys``); (key id, start) unique among live sessions of all runs; live sessions of one key never
+overlap or touch.
 """
 
 from __future__ import annotations
@@ -50,6 +60,7 @@ from semantics.operators.columns import Values, check_key_columns, key_series, v
 from semantics.operators.grouping import (
     interleave,
     merge_by_id_then_time,
+    merge_positions,
     merge_positions_at,
     order_by_id_then_time,
     ranges,
@@ -117,6 +128,140 @@ def _placed(keep_a: np.ndarray, keep_b: np.ndarray, b_before: np.ndarray) -> np.
     return perm
 
 
+@dataclass(frozen=True)
+class Run:
+    """Sessions sorted by (key id, start), never written after made; ``alive`` marks those still
+    in the store (a later batch merged or evicted the others), ``live`` counts them."""
+
+    entries: SessionState
+    alive: np.ndarray  # bool, aligned with entries
+    live: int
+    min_end: int  # smallest end of all entries (gone ones included)
+
+    @classmethod
+    def of(cls, entries: SessionState) -> Run:
+        return cls(entries, np.ones(len(entries), dtype=bool), len(entries),
+                   int(entries.end_us.min()))
+
+    def live_entries(self) -> SessionState:
+        if self.live == len(self.entries):
+            return self.entries
+        return self.entries.take(np.flatnonzero(self.alive))
+
+
+@dataclass(frozen=True)
+class SessionStore:
+    """The sessions in the state store: the live entries of ``runs`` (oldest first)."""
+
+    runs: tuple[Run, ...]
+
+    def __len__(self) -> int:
+        return sum(r.live for r in self.runs)
+
+
+def interleave_states(pa: np.ndarray, a: SessionState, pb: np.ndarray, b: SessionState
+                      ) -> SessionState:
+    """Entries of ``a`` and ``b`` at positions from ``grouping.merge_positions``."""
+    return SessionState(interleave(pa, a.gid, pb, b.gid),
+                        interleave(pa, a.start_us, pb, b.start_us),
+                        interleave(pa, a.end_us, pb, b.end_us),
+                        interleave_keys(pa, a.keys, pb, b.keys),
+                        interleave_all(pa, a.bufs, pb, b.bufs))
+
+
+def union(parts: list[SessionState]) -> SessionState | None:
+    """The sessions of ``parts`` (each sorted by (key id, start), no (key id, start) in two
+    parts) as one sorted state; None when there are none. The larger parts are merged into
+    (no sort) when (key id, start) packs into an int64.
+
+    >>> a = SessionState(np.array([1, 3]), np.array([5, 0]), np.array([6, 1]), (), ())
+    >>> b = SessionState(np.array([1, 2]), np.array([2, 9]), np.array([3, 10]), (), ())
+    >>> u = union([a, b])
+    >>> u.gid.tolist(), u.start_us.tolist()
+    ([1, 1, 2, 3], [2, 5, 9, 0])
+    """
+    parts = sorted((p for p in parts if len(p)), key=len, reverse=True)
+    if len(parts) <= 1:
+        return parts[0] if parts else None
+    id_lo = min(int(p.gid[0]) for p in parts)  # sorted by key id: first and last are extremes
+    ids = max(int(p.gid[-1]) for p in parts) - id_lo + 1
+    t_lo = min(int(p.start_us.min()) for p in parts)
+    span = max(int(p.start_us.max()) for p in parts) - t_lo + 1
+    if ids * span >= _PACK_LIMIT:
+        both = concat_states(*parts)
+        return both.take(np.lexsort((both.start_us, both.gid)))
+    acc = parts[0]
+    at = (acc.gid - id_lo) * span + (acc.start_us - t_lo)
+    for p in parts[1:]:
+        pt = (p.gid - id_lo) * span + (p.start_us - t_lo)
+        pa, pb = merge_positions(at, pt)
+        acc, at = interleave_states(pa, acc, pb, p), interleave(pa, at, pb, pt)
+    return acc
+
+
+@dataclass(frozen=True)
+class UnitIndex:
+    """A batch's units by key rank (position of the key id among the batch's sorted distinct
+    ids), for :meth:`touching`."""
+
+    rank: np.ndarray  # per unit, non-decreasing
+    first_start: np.ndarray  # per rank: start of its first unit
+    last_start: np.ndarray  # per rank: start of its last unit
+    last_end: np.ndarray  # per rank: end of its last unit (unit ends grow with their starts)
+    unit_end: np.ndarray
+    packed: np.ndarray | None  # per unit (rank, start) as one int64; None if it would overflow
+    lo: int
+    span: int
+
+    @classmethod
+    def of(cls, units: SessionState) -> tuple[UnitIndex, np.ndarray]:
+        """The index of ``units`` (sorted by (key id, start)) and their sorted distinct ids."""
+        g = units.gid
+        first = np.r_[True, g[1:] != g[:-1]]
+        heads = np.flatnonzero(first)
+        lasts = np.r_[heads[1:], len(g)] - 1
+        rank = np.cumsum(first) - 1
+        s = units.start_us
+        lo = int(s.min())
+        span = int(s.max()) - lo + 1
+        packed = rank * span + (s - lo) if len(heads) * span < _PACK_LIMIT else None
+        return cls(rank, s[heads], s[lasts], units.end_us[lasts], units.end_us, packed, lo,
+                   span), g[heads]
+
+    def touching(self, rank: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+        """Which sessions ``[start, end]`` of key ``rank`` overlap or touch a unit of their key.
+        Within a key unit ends grow with their starts, so the last unit starting at or before a
+        session's end is the one that reaches furthest. Never misses one; may include others
+        when packing would overflow (a session that touches no unit stays as it is in the
+        merge, so the result is the same).
+
+        >>> u = SessionState(np.array([4, 7]), np.array([10, 20]), np.array([20, 30]), (), ())
+        >>> ix, keys = UnitIndex.of(u)
+        >>> ix.touching(np.array([0, 0, 1]), np.array([0, 50, 0]), np.array([10, 60, 10])
+        ...             ).tolist()
+        [True, False, False]
+        """
+        near = (start <= self.last_end[rank]) & (end >= self.first_start[rank])
+        if self.packed is None:
+            return near
+        c = np.flatnonzero(near)
+        rc = rank[c]
+        at = np.searchsorted(self.packed, rc * self.span
+                             + (np.minimum(end[c], self.last_start[rc]) - self.lo), side="right")
+        out = np.zeros(len(rank), dtype=bool)
+        out[c] = self.unit_end[at - 1] >= start[c]
+        return out
+
+
+_PACK_LIMIT = 1 << 62
+# a run with fewer than 1/DEAD of its entries live is rewritten; the newest run is merged into
+# the one before while that one is at most RATIO times its size; a store of at most WHOLE times
+# the batch's units is one run, rewritten whole each batch (cheaper than runs for small stores)
+DEAD = 4
+RATIO = 2
+WHOLE = 8
+
+
 class SessionOperator:
     """Session-window aggregation; rules in the module docstring."""
 
@@ -149,7 +294,10 @@ class SessionOperator:
             self._coder = KeyCoder.fit(self._kv)
         return self._kv
 
-    def initial_state(self) -> SessionState:
+    def initial_state(self) -> SessionStore:
+        return SessionStore(())
+
+    def _empty(self) -> SessionState:
         e = np.array([], dtype=np.int64)
         self._whole_keys()  # fits the key coder, which decides what entries keep of the key
         return SessionState(e, e, e, self._coder.entry_keys(self._empty_keys, e, e),
@@ -158,7 +306,7 @@ class SessionOperator:
     def wants_another_batch(self, new_wm_ms: int, last_evict_wm_ms: int | None) -> bool:
         return self.mode != "complete" and new_wm_ms > (last_evict_wm_ms or 0)
 
-    def step(self, state: SessionState, batch: BatchInput) -> tuple[SessionState, OperatorStep]:
+    def step(self, state: SessionStore, batch: BatchInput) -> tuple[SessionStore, OperatorStep]:
         rows = batch.rows[self.source]
         t = np.asarray(batch.event_us[self.source], dtype=np.int64)
         fates: list[pd.DataFrame] = []
@@ -181,7 +329,11 @@ class SessionOperator:
             int(batch.evict_wm_ms) * 1000
         new, ev, upserted, replaced = self._merge(state, units, evict_us)
         removed = replaced + len(ev)
-        out = Deferred(new, len(new)) if self.mode == "complete" else Deferred(ev, len(ev))
+        if self.mode == "complete":  # a single run, every entry live
+            every = new.runs[0].entries if new.runs else self._empty()
+            out = Deferred(every, len(every))
+        else:
+            out = Deferred(ev, len(ev))
         if len(ev) and self.explain:
             fates.append(F.leave("emitted", "session", ev.end_us, int(batch.evict_wm_ms or 0),
                                  ev.start_us,
@@ -226,7 +378,88 @@ class SessionOperator:
                              self._coder.entry_keys(kv, order[heads], off + order[heads]), bufs)
         return units, order, code
 
-    def _merge(self, state: SessionState, units: SessionState, evict_us: int | None
+    def _merge(self, store: SessionStore, units: SessionState, evict_us: int | None
+               ) -> tuple[SessionStore, SessionState, int, int]:
+        """Merge the batch's ``units`` into the sessions of their keys, then evict the sessions
+        with ``end <= evict_us`` (None: none); returns (store, evicted sessions sorted by (key
+        id, start), upserted, replaced). A store of one run without gone entries and at most
+        ``WHOLE`` times the batch's units (always in complete mode) is rewritten whole, a
+        larger one run by run."""
+        runs = store.runs
+        if self.mode == "complete" or (
+                len(runs) <= 1 and len(store) <= WHOLE * len(units)
+                and (not runs or runs[0].live == len(runs[0].entries))):
+            new, ev, upserted, replaced = self._merge_whole(
+                runs[0].entries if runs else self._empty(), units, evict_us)
+            return SessionStore((Run.of(new),) if len(new) else ()), ev, upserted, replaced
+        return self._merge_runs(store, units, evict_us)
+
+    def _merge_runs(self, store: SessionStore, units: SessionState, evict_us: int | None
+                    ) -> tuple[SessionStore, SessionState, int, int]:
+        """:meth:`_merge` run by run: only the stored sessions that touch a unit leave their
+        run; a key's other sessions stay where they are and count as upserted."""
+        runs = list(store.runs)
+        alive = [r.alive for r in runs]
+        live = [r.live for r in runs]
+        copied: set[int] = set()
+
+        def drop(i: int, idx: np.ndarray) -> None:  # copy-on-write: runs are never written
+            if i not in copied:
+                alive[i] = alive[i].copy()
+                copied.add(i)
+            alive[i][idx] = False
+            live[i] -= len(idx)
+
+        merged: SessionState | None = None
+        upserted = replaced = 0
+        if len(units):
+            g = units.gid  # sorted (units are sorted by key id, then start)
+            index, keys = UnitIndex.of(units)
+            parts, stored_live = [], 0
+            for i, run in enumerate(runs):
+                e = run.entries
+                lo, cnt = runs_of(e.gid, keys)
+                has = np.flatnonzero(cnt)
+                if not len(has):
+                    continue
+                if not self._coder.exact:  # stored sessions of an id: the units' key?
+                    self._coder.check_same(e.keys, lo[has], units.keys,
+                                           np.searchsorted(g, keys[has], side="left"))
+                idx = ranges(lo, cnt)
+                rank = np.repeat(np.arange(len(keys), dtype=np.int64), cnt)
+                if run.live < len(e):
+                    ok = alive[i][idx]
+                    idx, rank = idx[ok], rank[ok]
+                stored_live += len(idx)
+                inv = idx[index.touching(rank, e.start_us[idx], e.end_us[idx])]
+                if len(inv):
+                    drop(i, inv)
+                    parts.append(e.take(inv))
+            stored = union(parts) or self._empty()
+            merged, n_sess, replaced = self._combine(stored, units, keys)
+            upserted = n_sess + stored_live - len(stored)
+        gone: list[SessionState] = []
+        if evict_us is not None:
+            for i, run in enumerate(runs):
+                if run.min_end > evict_us:
+                    continue
+                out = np.flatnonzero(alive[i] & (run.entries.end_us <= evict_us))
+                if len(out):
+                    drop(i, out)
+                    gone.append(run.entries.take(out))
+            if merged is not None:
+                out_m = merged.end_us <= evict_us
+                if out_m.any():
+                    gone.append(merged.take(np.flatnonzero(out_m)))
+                    merged = merged.take(np.flatnonzero(~out_m))
+        kept = [Run(r.entries, a, n, r.min_end) if i in copied else r
+                for i, (r, a, n) in enumerate(zip(runs, alive, live, strict=True))]
+        if merged is not None and len(merged):
+            kept.append(Run.of(merged))
+        ev = union(gone) or self._empty()
+        return SessionStore(self._compacted(kept, WHOLE * len(units))), ev, upserted, replaced
+
+    def _merge_whole(self, state: SessionState, units: SessionState, evict_us: int | None
                ) -> tuple[SessionState, SessionState, int, int]:
         """Rewrite the sessions of every key in ``units``, then evict the sessions with
         ``end <= evict_us`` (None: none); returns (state, evicted sessions, upserted,
@@ -268,6 +501,25 @@ class SessionOperator:
             state.take(nothing)
         return new, ev, n_sess, replaced
 
+    def _compacted(self, runs: list[Run], small: int) -> tuple[Run, ...]:
+        """``runs`` without empty runs, mostly-gone runs rewritten, and the newest runs merged
+        while one is no more than ``RATIO`` times the size of the next; all into one run
+        without gone entries when they hold at most ``small`` sessions (the next batch then
+        rewrites the store whole)."""
+        out: list[Run] = []
+        whole = sum(r.live for r in runs) <= small
+        for r in runs:
+            if r.live == 0:
+                continue
+            keep = r.live == len(r.entries) or (not whole and DEAD * r.live >= len(r.entries))
+            out.append(r if keep else Run.of(r.live_entries()))
+        while len(out) >= 2 and (whole or len(out[-2].entries) <= RATIO * len(out[-1].entries)):
+            b, a = out.pop(), out.pop()
+            joined = union([a.live_entries(), b.live_entries()])
+            assert joined is not None
+            out.append(Run.of(joined))
+        return tuple(out)
+
     def _combine(self, stored: SessionState, units: SessionState, keys: np.ndarray
                  ) -> tuple[SessionState, int, int]:
         """Merge the stored sessions of the sorted distinct ``keys`` (sorted by key id, then
@@ -284,11 +536,7 @@ class SessionOperator:
             is_stored = is_stored[order]
         else:
             pa, pb = pos
-            items = SessionState(interleave(pa, stored.gid, pb, units.gid),
-                                 interleave(pa, stored.start_us, pb, units.start_us),
-                                 interleave(pa, stored.end_us, pb, units.end_us),
-                                 interleave_keys(pa, stored.keys, pb, units.keys),
-                                 interleave_all(pa, stored.bufs, pb, units.bufs))
+            items = interleave_states(pa, stored, pb, units)
             is_stored = np.zeros(len(pa) + len(pb), dtype=bool)
             is_stored[pa] = True
         g, s, e = items.gid, items.start_us, items.end_us
