@@ -15,7 +15,8 @@ keys (most rows never match: like clicks joined to impressions); ``join_dense`` 
 (each row matches a few: about 3 output rows per event; the column ``out/event`` shows it).
 ``sliding`` puts every event in six windows (1 minute, sliding by 10 seconds), ``sliding_minmax``
 the same with minima and maxima (of an integer and a timestamp column); ``session``
-groups events of 100 000 keys with a 30-second gap (most sessions hold one or two events).
+groups events of 100 000 keys with a 30-second gap (most sessions hold one or two events),
+``session_long`` the same with a 30-minute watermark delay (about 750 000 sessions stored).
 """
 
 from __future__ import annotations
@@ -55,8 +56,11 @@ QUERIES = {
              "time_range": {"lower": "-30 seconds", "upper": "0 seconds"}},
 }
 QUERIES["join_dense"] = QUERIES["join"]
-KEYS = {"join": 100_000, "join_dense": 5_000, "session": 100_000}  # of ``k`` (default 1 000)
+QUERIES["session_long"] = QUERIES["session"]
+KEYS = {"join": 100_000, "join_dense": 5_000, "session": 100_000,
+        "session_long": 100_000}  # of ``k`` (default 1 000)
 DELAY = "2 minutes"  # covers the regular disorder: only the hour-late 1 % are late
+DELAYS = {"session_long": "30 minutes"}  # a long delay: a large state (~750 000 sessions)
 
 
 def events(n: int, seed: int, keys: int = 1000, t0: int = 1_700_000_000_000_000
@@ -80,7 +84,7 @@ def make(kind: str, n: int, batch_rows: int) -> tuple[BacktestSpec, Schedule]:
         "sources": {s: {"table": f"/nonexistent/{s}", "event_time": "ts"} for s in sources},
         "query": QUERIES[kind],
         "replay": {"batch_by": {"rows": batch_rows}, "pace": "backlog"},
-        "candidates": {"c": {"watermark": {s: DELAY for s in sources}}},
+        "candidates": {"c": {"watermark": {s: DELAYS.get(kind, DELAY) for s in sources}}},
     })
     per = n // len(sources)
     arrivals = {}

@@ -21,14 +21,16 @@ Each row starts as the session ``[t, t + gap)``. Per batch:
 5. another (no-data) batch is wanted in append mode when the new watermark exceeds the last
    eviction watermark.
 
-The store (:class:`SessionStore`) is a few sorted runs of sessions, each written once: a batch
-adds its merged sessions as a new run and marks the stored sessions it merged or evicted as gone
-in the runs that hold them (a copy of that run's ``alive`` mask), so its work follows the sessions
-it touches, not the sessions stored. Only the stored sessions that overlap or touch a unit of the
-batch take part in a merge (the others of the key keep their start and value; they are counted
-as updated without being moved). Runs whose entries are mostly gone are rewritten, and the
-newest runs are merged while a run is no more than twice the size of the next one (so there are
-about log₂(stored / batch) runs); complete mode keeps a single run.
+The store (:class:`SessionStore`): while it holds at most ``WHOLE`` times the batch's units, and
+always in complete mode, it is one sorted run that each batch rewrites whole (every session of a
+touched key goes through the merge). A larger store is a few sorted runs, each written once: a
+batch adds its merged sessions as a new run and marks the stored sessions it merged or evicted as
+gone in the runs that hold them (a copy of that run's ``alive`` mask), so the sessions it moves
+are those it touches, not all it stores (of the others it reads a mask byte and an end). There only the stored sessions that overlap or
+touch a unit of the batch take part in the merge; a key's other sessions keep their start and
+value and are counted as updated without being moved (merging them too would leave them as they
+are). Runs mostly gone are rewritten, and the newest run is merged into the one before while
+that one is at most twice its size (about log₂(stored / batch) runs).
 
 State invariants: every run sorted by (key id, session start), key id = 64-bit key hash (see
 ``keys``); (key id, start) unique among live sessions of all runs; live sessions of one key never
@@ -83,7 +85,8 @@ MERGE_LOCAL_CONF = "spark.sql.streaming.sessionWindow.merge.sessions.in.local.pa
 
 @dataclass(frozen=True)
 class SessionState:
-    """Sessions in the state store, sorted by (key id, start)."""
+    """Sessions sorted by (key id, start): a run of the store, a batch's units, merged or
+    evicted sessions."""
 
     gid: np.ndarray  # key id (without the session)
     start_us: np.ndarray
