@@ -26,11 +26,12 @@ always in complete mode, it is one sorted run that each batch rewrites whole (ev
 touched key goes through the merge). A larger store is a few sorted runs, each written once: a
 batch adds its merged sessions as a new run and marks the stored sessions it merged or evicted as
 gone in the runs that hold them (a copy of that run's ``alive`` mask), so the sessions it moves
-are those it touches, not all it stores (of the others it reads a mask byte and an end). There only the stored sessions that overlap or
-touch a unit of the batch take part in the merge; a key's other sessions keep their start and
-value and are counted as updated without being moved (merging them too would leave them as they
-are). Runs mostly gone are rewritten, and the newest run is merged into the one before while
-that one is at most twice its size (about log₂(stored / batch) runs).
+are those it touches, not all it stores (of the others it reads a mask byte and an end). There
+only the stored sessions that overlap or touch a unit of the batch take part in the merge; a
+key's other sessions keep their start and value and are counted as updated without being moved
+(merging them too would leave them as they are). Runs mostly gone are rewritten, and the newest
+run is merged into the one before while that one is at most twice its size (about
+log₂(stored / batch) runs).
 
 State invariants: every run sorted by (key id, session start), key id = 64-bit key hash (see
 ``keys``); (key id, start) unique among live sessions of all runs; live sessions of one key never
