@@ -7,11 +7,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from semantics.operators.fates import LEAVING, WORDS
+from semantics.operators.fates import LEAVING, WORDS, fmt_us
 from semantics.operators.windows import assign_windows
 from semantics.report import RunResult
 from semantics.schedule import ROW_ID, Schedule
-from semantics.spec import AggregationQuery, BacktestSpec
+from semantics.spec import AggregationQuery, BacktestSpec, SessionQuery
 
 
 def fates_of(result: RunResult) -> pd.DataFrame:
@@ -29,8 +29,10 @@ def _iso(ms: object) -> str:
 def explain_row(schedule: Schedule, result: RunResult | None, row_id: int,
                 spec: BacktestSpec | None = None) -> str:
     """A one-paragraph account of ``row_id`` (accepted, late by how much, duplicate, ...).
-    With ``spec``, a row of sliding windows that is late in some of its windows also says how
-    many of its windows counted it."""
+    With ``spec``: the late rule is said for windows and sessions (their end is compared, not
+    the row's time); an accepted row of windows or sessions says which of them counted it and
+    when they were emitted; a row of sliding windows that is late in some of its windows says
+    how many of its windows counted it."""
     source = ""
     for source, df in schedule.rows.items():  # noqa: B007 - used after the loop
         hit = df.loc[df[ROW_ID] == row_id]
@@ -50,11 +52,11 @@ def explain_row(schedule: Schedule, result: RunResult | None, row_id: int,
     if len(batch):
         r = batch.iloc[0]
         text += (f", read by batch {int(r['batch_id'])} (watermark {_iso(r['watermark_ms'])}; "
-                 f"rows at or before {_iso(r['late_watermark_ms'])} count as late)")
+                 f"{_late_rule(spec, _iso(r['late_watermark_ms']))})")
     f = fates_of(result)
     mine = f.loc[f[ROW_ID] == row_id]
     if mine.empty:
-        return text + ": accepted."
+        return text + ": accepted" + _groups(spec, row, row[et], f) + "."
     parts = [WORDS.get(str(x["fate"]), str(x["fate"]))
              + (f" in batch {int(x['batch_id'])}" if "batch_id" in x and
                 pd.notna(x["batch_id"]) else "")
@@ -62,6 +64,60 @@ def explain_row(schedule: Schedule, result: RunResult | None, row_id: int,
     # only fates of a state entry leaving: the row itself was accepted (and stored) first
     accepted = "accepted, then " if mine["fate"].astype(str).isin(LEAVING).all() else ""
     return text + ": " + accepted + "; ".join(parts) + _other_windows(spec, row[et], mine) + "."
+
+
+def _late_rule(spec: BacktestSpec | None, late: str) -> str:
+    """Which rows the batch drops as late, in the query's terms."""
+    if late == "none":
+        return "no watermark: nothing is late"
+    q = None if spec is None else spec.query
+    if isinstance(q, SessionQuery):
+        return f"rows whose session [t, t + gap) ends at or before {late} count as late"
+    if isinstance(q, AggregationQuery) and q.window is not None:
+        if q.window.slide is not None:
+            return f"a row is late in each of its windows that ends at or before {late}"
+        return f"rows whose window ends at or before {late} count as late"
+    return f"rows at or before {late} count as late"
+
+
+def _groups(spec: BacktestSpec | None, row: pd.Series, event_time: pd.Timestamp,
+            fates: pd.DataFrame) -> str:
+    """``; counted in session [s, e) of k=7, emitted in batch 12`` for an accepted row of
+    windows or sessions: the groups of its key whose bounds hold its event time and the batch
+    each left the state in; in append mode a group still in the state at the end says so.
+    Empty for other queries, or when the fates have no group entries."""
+    q = None if spec is None else spec.query
+    if isinstance(q, SessionQuery):
+        what = "session"
+    elif isinstance(q, AggregationQuery) and q.window is not None:
+        what = "window"
+    else:
+        return ""
+    keys = list(q.keys)
+    of = ("" if not keys else " of " + ", ".join(
+        f"{k}={'NULL' if pd.isna(row[k]) else row[k]}" for k in keys))
+    t_us = event_time.value // 1000  # ns -> µs
+    if len(fates) and "bound_us" in fates.columns:
+        m = (fates["what"].astype(str) == what) & fates["fate"].astype(str).isin(LEAVING)
+        m &= (fates["start_us"] <= t_us) & (t_us < fates["bound_us"])
+        for k in keys:
+            col = fates.get(f"key.{k}")
+            if col is None:
+                return ""
+            m &= col.isna() if pd.isna(row[k]) else (col == row[k]).fillna(False).astype(bool)
+        hit = fates.loc[m].sort_values("start_us", kind="stable")
+    else:
+        hit = fates.iloc[0:0]
+    if not len(hit):
+        return (f"; its {what}{of} was still in the state when the history ended (not "
+                f"emitted)" if q.output_mode == "append" else "")
+    start, end = fmt_us(hit["start_us"].to_numpy()), fmt_us(hit["bound_us"].to_numpy())
+    left = [f"{WORDS.get(str(fate), str(fate))} in batch {int(b)}"
+            for fate, b in zip(hit["fate"], hit["batch_id"], strict=True)]
+    if len(hit) == 1:
+        return f"; counted in {what} [{start[0]}, {end[0]}){of}, {left[0]}"
+    return (f"; counted in {len(hit)} {what}s{of}: " + ", ".join(
+        f"[{s}, {e}) {w}" for s, e, w in zip(start, end, left, strict=True)))
 
 
 def _other_windows(spec: BacktestSpec | None, event_time: pd.Timestamp,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pandas as pd
+
 from semantics.explain import explain_row
 from semantics.predict import predict
 from tests.predict_kit import schedule_of, spec_of
@@ -62,3 +64,54 @@ def test_sliding_window_row_late_in_some_windows_says_how_many_counted_it() -> N
     wholly = explain_row(sched, p, 2, spec)
     assert wholly.count("late in batch 2 (window") == 2 and "counted" not in wholly
     assert "counted" not in explain_row(sched, p, 1)  # without the spec: the fates only
+
+
+def test_accepted_session_row_says_its_session_and_when_it_was_emitted() -> None:
+    # rule: a session row is late by its session's end, not its own time; an accepted row is
+    # counted in the session of its key that holds its time, emitted when the eviction watermark
+    # passes the session's end (append), or still in the state when the history ends
+    sched = schedule_of([[{"k": "a", "ts": 0}, {"k": "a", "ts": 5}], [{"k": "b", "ts": 100}]])
+    spec = spec_of({"kind": "session", "keys": ["k"], "gap": "10 seconds",
+                    "aggregates": {"n": "count(*)"}})
+    p = predict(sched, spec, "c")
+    first = explain_row(sched, p, 1, spec)
+    assert "(watermark 1970-01-01T00:00:00Z; rows whose session [t, t + gap) ends at or before " \
+           "1970-01-01T00:00:00Z count as late)" in first
+    assert first.endswith(": accepted; counted in session [1970-01-01 00:00:00, "
+                          "1970-01-01 00:00:15) of k=a, emitted in batch 2.")
+    assert explain_row(sched, p, 2, spec).endswith(
+        ": accepted; its session of k=b was still in the state when the history ended (not "
+        "emitted).")
+    assert explain_row(sched, p, 1).endswith(": accepted.")  # without the spec: the fates only
+
+
+def test_accepted_window_rows_say_their_windows_and_when_they_were_emitted() -> None:
+    # rule: a window row is late by its window's end; an accepted row is counted in every
+    # window of its key that holds its time (sliding: several), each emitted when the
+    # eviction watermark passes its end; a NULL key is a key like any other
+    rows = [pd.DataFrame({"k": pd.array([1, None], dtype="Int64"), "ts": [3, 4]}),
+            pd.DataFrame({"k": pd.array([2], dtype="Int64"), "ts": [30]})]
+    query = {"kind": "aggregation", "keys": ["k"], "aggregates": {"n": "count(*)"},
+             "window": {"duration": "10 seconds"}}
+    sched = schedule_of(rows)
+    spec = spec_of(query, "5 seconds")
+    p = predict(sched, spec, "c")
+    one = explain_row(sched, p, 0, spec)
+    assert "; rows whose window ends at or before 1970-01-01T00:00:00Z count as late)" in one
+    assert one.endswith(": accepted; counted in window [1970-01-01 00:00:00, "
+                        "1970-01-01 00:00:10) of k=1, emitted in batch 2.")
+    assert explain_row(sched, p, 1, spec).endswith(
+        ": accepted; counted in window [1970-01-01 00:00:00, 1970-01-01 00:00:10) of k=NULL, "
+        "emitted in batch 2.")
+    spec = spec_of({**query, "window": {"duration": "10 seconds", "slide": "5 seconds"}},
+                   "5 seconds")
+    p = predict(sched, spec, "c")
+    two = explain_row(sched, p, 0, spec)
+    assert "; a row is late in each of its windows that ends at or before " in two
+    assert two.endswith(": accepted; counted in 2 windows of k=1: [1969-12-31 23:59:55, "
+                        "1970-01-01 00:00:05) emitted in batch 2, [1970-01-01 00:00:00, "
+                        "1970-01-01 00:00:10) emitted in batch 2.")
+    none = spec_of({**query, "output_mode": "update"}, None)
+    p = predict(sched, none, "c")
+    assert explain_row(sched, p, 0, none).endswith(
+        "(watermark none; no watermark: nothing is late): accepted.")
