@@ -63,7 +63,8 @@ def explain_row(schedule: Schedule, result: RunResult | None, row_id: int,
              + (f" ({x['detail']})" if x.get("detail") else "") for _, x in mine.iterrows()]
     # only fates of a state entry leaving: the row itself was accepted (and stored) first
     accepted = "accepted, then " if mine["fate"].astype(str).isin(LEAVING).all() else ""
-    return text + ": " + accepted + "; ".join(parts) + _other_windows(spec, row[et], mine) + "."
+    return (text + ": " + accepted + "; ".join(parts)
+            + _other_windows(spec, row, row[et], mine, f) + ".")
 
 
 def _late_rule(spec: BacktestSpec | None, late: str) -> str:
@@ -80,60 +81,85 @@ def _late_rule(spec: BacktestSpec | None, late: str) -> str:
     return f"rows at or before {late} count as late"
 
 
-def _groups(spec: BacktestSpec | None, row: pd.Series, event_time: pd.Timestamp,
-            fates: pd.DataFrame) -> str:
-    """``; counted in session [s, e) of k=7, emitted in batch 12`` for an accepted row of
-    windows or sessions: the groups of its key whose bounds hold its event time and the batch
-    each left the state in; in append mode a group still in the state at the end says so.
-    Empty for other queries, or when the fates have no group entries."""
+def _group_hits(spec: BacktestSpec | None, row: pd.Series, event_time: pd.Timestamp,
+                fates: pd.DataFrame, skip: frozenset[int] = frozenset()
+                ) -> tuple[str, str, list[tuple[str, str, str]]] | None:
+    """For a window or session query: (``window``/``session``, `` of k=7``, and per group of the
+    row's key whose bounds hold its time and that left the state — start, end, ``emitted in
+    batch 12``), groups starting at a ``skip`` time left out; None for other queries."""
     q = None if spec is None else spec.query
     if isinstance(q, SessionQuery):
         what = "session"
     elif isinstance(q, AggregationQuery) and q.window is not None:
         what = "window"
     else:
-        return ""
+        return None
     keys = list(q.keys)
     of = ("" if not keys else " of " + ", ".join(
         f"{k}={'NULL' if pd.isna(row[k]) else row[k]}" for k in keys))
+    if not len(fates) or "bound_us" not in fates.columns:
+        return what, of, []
     t_us = event_time.value // 1000  # ns -> µs
-    if len(fates) and "bound_us" in fates.columns:
-        m = (fates["what"].astype(str) == what) & fates["fate"].astype(str).isin(LEAVING)
-        m &= (fates["start_us"] <= t_us) & (t_us < fates["bound_us"])
-        for k in keys:
-            col = fates.get(f"key.{k}")
-            if col is None:
-                return ""
-            m &= col.isna() if pd.isna(row[k]) else (col == row[k]).fillna(False).astype(bool)
-        hit = fates.loc[m].sort_values("start_us", kind="stable")
-    else:
-        hit = fates.iloc[0:0]
+    m = (fates["what"].astype(str) == what) & fates["fate"].astype(str).isin(LEAVING)
+    m &= (fates["start_us"] <= t_us) & (t_us < fates["bound_us"])
+    m &= ~fates["start_us"].isin(list(skip))
+    for k in keys:
+        col = fates.get(f"key.{k}")
+        if col is None:
+            return what, of, []
+        m &= col.isna() if pd.isna(row[k]) else (col == row[k]).fillna(False).astype(bool)
+    hit = fates.loc[m].sort_values("start_us", kind="stable")
     if not len(hit):
-        return (f"; its {what}{of} was still in the state when the history ended (not "
-                f"emitted)" if q.output_mode == "append" else "")
+        return what, of, []
     start, end = fmt_us(hit["start_us"].to_numpy()), fmt_us(hit["bound_us"].to_numpy())
-    left = [f"{WORDS.get(str(fate), str(fate))} in batch {int(b)}"
-            for fate, b in zip(hit["fate"], hit["batch_id"], strict=True)]
-    if len(hit) == 1:
-        return f"; counted in {what} [{start[0]}, {end[0]}){of}, {left[0]}"
-    return (f"; counted in {len(hit)} {what}s{of}: " + ", ".join(
-        f"[{s}, {e}) {w}" for s, e, w in zip(start, end, left, strict=True)))
+    return what, of, [(str(s), str(e), f"{WORDS.get(str(x), str(x))} in batch {int(b)}")
+                      for s, e, x, b in zip(start, end, hit["fate"], hit["batch_id"],
+                                            strict=True)]
 
 
-def _other_windows(spec: BacktestSpec | None, event_time: pd.Timestamp,
-                   fates: pd.DataFrame) -> str:
-    """``; counted in its 4 other windows (of 5)`` for a row of sliding windows late in only
-    some of them (each late (row, window) pair is a fate of its own), else empty."""
+def _groups(spec: BacktestSpec | None, row: pd.Series, event_time: pd.Timestamp,
+            fates: pd.DataFrame) -> str:
+    """``; counted in session [s, e) of k=7, emitted in batch 12`` for an accepted row of
+    windows or sessions: the groups of its key that hold its event time and the batch each
+    left the state in; in append mode a group still in the state at the end says so. Empty for
+    other queries."""
+    found = _group_hits(spec, row, event_time, fates)
+    if found is None:
+        return ""
+    what, of, hits = found
+    if not hits:
+        assert spec is not None
+        return (f"; its {what}{of} was still in the state when the history ended (not "
+                f"emitted)" if spec.query.output_mode == "append" else "")
+    if len(hits) == 1:
+        s, e, left = hits[0]
+        return f"; counted in {what} [{s}, {e}){of}, {left}"
+    return f"; counted in {len(hits)} {what}s{of}: " + ", ".join(
+        f"[{s}, {e}) {left}" for s, e, left in hits)
+
+
+def _other_windows(spec: BacktestSpec | None, row: pd.Series, event_time: pd.Timestamp,
+                   mine: pd.DataFrame, fates: pd.DataFrame) -> str:
+    """``; counted in its 1 other window (of 2): [s, e) emitted in batch 3`` for a row of
+    sliding windows late in only some of them (each late (row, window) pair is a fate of its
+    own; ``mine``: the row's fates), else empty."""
     q = None if spec is None else spec.query
     if not isinstance(q, AggregationQuery) or q.window is None or q.window.slide is None:
         return ""
-    late = int((fates["fate"].astype(str) == "late").sum())
+    is_late = mine["fate"].astype(str) == "late"
+    late = int(is_late.sum())
     t_us = np.array([event_time.value // 1000], dtype=np.int64)  # ns -> µs
     windows = len(assign_windows(t_us, q.window.duration.us, q.window.slide_us)[0])
     if not 0 < late < windows:
         return ""
     other = windows - late
-    return f"; counted in its {other} other window{'' if other == 1 else 's'} (of {windows})"
+    text = f"; counted in its {other} other window{'' if other == 1 else 's'} (of {windows})"
+    skip = frozenset(int(v) for v in mine.loc[is_late, "start_us"]) \
+        if "start_us" in mine.columns else frozenset()
+    found = _group_hits(spec, row, event_time, fates, skip)
+    hits = found[2] if found else []
+    return text + (": " + ", ".join(f"[{s}, {e}) {left}" for s, e, left in hits) if hits
+                   else "")
 
 
 @dataclass(frozen=True)

@@ -115,3 +115,21 @@ def test_accepted_window_rows_say_their_windows_and_when_they_were_emitted() -> 
     p = predict(sched, none, "c")
     assert explain_row(sched, p, 0, none).endswith(
         "(watermark none; no watermark: nothing is late): accepted.")
+
+
+def test_row_late_in_some_sliding_windows_says_when_the_others_were_emitted() -> None:
+    # rule: as above, row 17 s is late in [10, 20) at watermark 20 s and counted in [15, 25);
+    # a row at 40 s moves the watermark past 25 s, so [15, 25) is emitted in a later batch
+    sched = schedule_of([[{"ts": 20}], [{"ts": 17}], [{"ts": 40}]], "live")
+    spec = spec_of({"kind": "aggregation", "keys": [], "aggregates": {"n": "count(*)"},
+                    "window": {"duration": "10 seconds", "slide": "5 seconds"}},
+                   "0 seconds", "live")
+    p = predict(sched, spec, "c")
+    partly = explain_row(sched, p, 1, spec)
+    assert partly.count("late in batch 2 (window [1970-01-01 00:00:10, 1970-01-01 00:00:20)") \
+        == 1
+    emitted = p.fates.loc[(p.fates["fate"] == "emitted") & (p.fates["start_us"] == 15_000_000)]
+    assert len(emitted) == 1
+    assert partly.endswith(
+        "; counted in its 1 other window (of 2): [1970-01-01 00:00:15, 1970-01-01 00:00:25) "
+        f"emitted in batch {int(emitted['batch_id'].iloc[0])}.")
