@@ -52,7 +52,7 @@ def explain_row(schedule: Schedule, result: RunResult | None, row_id: int,
     if len(batch):
         r = batch.iloc[0]
         text += (f", read by batch {int(r['batch_id'])} (watermark {_iso(r['watermark_ms'])}; "
-                 f"{_late_rule(spec, _iso(r['late_watermark_ms']))})")
+                 f"{_late_rule(spec, r['late_watermark_ms'])})")
     f = fates_of(result)
     mine = f.loc[f[ROW_ID] == row_id]
     if mine.empty:
@@ -67,38 +67,42 @@ def explain_row(schedule: Schedule, result: RunResult | None, row_id: int,
             + _other_windows(spec, row, row[et], mine, f) + ".")
 
 
-def _late_rule(spec: BacktestSpec | None, late: str) -> str:
-    """Which rows the batch drops as late, in the query's terms."""
-    if late == "none":
-        return "no watermark: nothing is late"
+def _grouped_by(spec: BacktestSpec | None) -> str | None:
+    """``session`` or ``window`` for a query that groups rows into them (their end is what the
+    watermark is compared with), else None."""
     q = None if spec is None else spec.query
     if isinstance(q, SessionQuery):
-        return f"rows whose session [t, t + gap) ends at or before {late} count as late"
+        return "session"
     if isinstance(q, AggregationQuery) and q.window is not None:
-        if q.window.slide is not None:
+        return "window"
+    return None
+
+
+def _late_rule(spec: BacktestSpec | None, late_ms: object) -> str:
+    """Which rows the batch drops as late, in the query's terms."""
+    if late_ms is None or pd.isna(late_ms):
+        return "no watermark: nothing is late"
+    late = _iso(late_ms)
+    what = _grouped_by(spec)
+    if what == "session":
+        return f"rows whose session [t, t + gap) ends at or before {late} count as late"
+    if what == "window":
+        assert spec is not None and isinstance(spec.query, AggregationQuery)
+        if spec.query.window is not None and spec.query.window.slide is not None:
             return f"a row is late in each of its windows that ends at or before {late}"
         return f"rows whose window ends at or before {late} count as late"
     return f"rows at or before {late} count as late"
 
 
-def _group_hits(spec: BacktestSpec | None, row: pd.Series, event_time: pd.Timestamp,
-                fates: pd.DataFrame, skip: frozenset[int] = frozenset()
-                ) -> tuple[str, str, list[tuple[str, str, str]]] | None:
-    """For a window or session query: (``window``/``session``, `` of k=7``, and per group of the
-    row's key whose bounds hold its time and that left the state — start, end, ``emitted in
-    batch 12``), groups starting at a ``skip`` time left out; None for other queries."""
-    q = None if spec is None else spec.query
-    if isinstance(q, SessionQuery):
-        what = "session"
-    elif isinstance(q, AggregationQuery) and q.window is not None:
-        what = "window"
-    else:
-        return None
-    keys = list(q.keys)
-    of = ("" if not keys else " of " + ", ".join(
-        f"{k}={'NULL' if pd.isna(row[k]) else row[k]}" for k in keys))
+Hit = tuple[str, str, str]  # a group's start and end, and ``emitted in batch 12``
+
+
+def _group_hits(what: str, keys: list[str], row: pd.Series, event_time: pd.Timestamp,
+                fates: pd.DataFrame, skip: frozenset[int] = frozenset()) -> list[Hit]:
+    """The ``what`` groups (windows or sessions) of the row's key whose bounds hold its time
+    and that left the state, in start order; groups starting at a ``skip`` time left out."""
     if not len(fates) or "bound_us" not in fates.columns:
-        return what, of, []
+        return []
     t_us = event_time.value // 1000  # ns -> µs
     m = (fates["what"].astype(str) == what) & fates["fate"].astype(str).isin(LEAVING)
     m &= (fates["start_us"] <= t_us) & (t_us < fates["bound_us"])
@@ -106,15 +110,19 @@ def _group_hits(spec: BacktestSpec | None, row: pd.Series, event_time: pd.Timest
     for k in keys:
         col = fates.get(f"key.{k}")
         if col is None:
-            return what, of, []
+            return []
         m &= col.isna() if pd.isna(row[k]) else (col == row[k]).fillna(False).astype(bool)
     hit = fates.loc[m].sort_values("start_us", kind="stable")
     if not len(hit):
-        return what, of, []
+        return []
     start, end = fmt_us(hit["start_us"].to_numpy()), fmt_us(hit["bound_us"].to_numpy())
-    return what, of, [(str(s), str(e), f"{WORDS.get(str(x), str(x))} in batch {int(b)}")
-                      for s, e, x, b in zip(start, end, hit["fate"], hit["batch_id"],
-                                            strict=True)]
+    return [(str(s), str(e), f"{WORDS.get(str(x), str(x))} in batch {int(b)}")
+            for s, e, x, b in zip(start, end, hit["fate"], hit["batch_id"], strict=True)]
+
+
+def _listed(hits: list[Hit]) -> str:
+    """``[s1, e1) emitted in batch 4, [s2, e2) emitted in batch 5``."""
+    return ", ".join(f"[{s}, {e}) {left}" for s, e, left in hits)
 
 
 def _groups(spec: BacktestSpec | None, row: pd.Series, event_time: pd.Timestamp,
@@ -123,19 +131,21 @@ def _groups(spec: BacktestSpec | None, row: pd.Series, event_time: pd.Timestamp,
     windows or sessions: the groups of its key that hold its event time and the batch each
     left the state in; in append mode a group still in the state at the end says so. Empty for
     other queries."""
-    found = _group_hits(spec, row, event_time, fates)
-    if found is None:
+    what = _grouped_by(spec)
+    if what is None:
         return ""
-    what, of, hits = found
+    assert spec is not None
+    keys = list(spec.query.keys)
+    of = ("" if not keys else " of " + ", ".join(
+        f"{k}={'NULL' if pd.isna(row[k]) else row[k]}" for k in keys))
+    hits = _group_hits(what, keys, row, event_time, fates)
     if not hits:
-        assert spec is not None
         return (f"; its {what}{of} was still in the state when the history ended (not "
                 f"emitted)" if spec.query.output_mode == "append" else "")
     if len(hits) == 1:
         s, e, left = hits[0]
         return f"; counted in {what} [{s}, {e}){of}, {left}"
-    return f"; counted in {len(hits)} {what}s{of}: " + ", ".join(
-        f"[{s}, {e}) {left}" for s, e, left in hits)
+    return f"; counted in {len(hits)} {what}s{of}: " + _listed(hits)
 
 
 def _other_windows(spec: BacktestSpec | None, row: pd.Series, event_time: pd.Timestamp,
@@ -156,10 +166,8 @@ def _other_windows(spec: BacktestSpec | None, row: pd.Series, event_time: pd.Tim
     text = f"; counted in its {other} other window{'' if other == 1 else 's'} (of {windows})"
     skip = frozenset(int(v) for v in mine.loc[is_late, "start_us"]) \
         if "start_us" in mine.columns else frozenset()
-    found = _group_hits(spec, row, event_time, fates, skip)
-    hits = found[2] if found else []
-    return text + (": " + ", ".join(f"[{s}, {e}) {left}" for s, e, left in hits) if hits
-                   else "")
+    hits = _group_hits("window", list(q.keys), row, event_time, fates, skip)
+    return text + (": " + _listed(hits) if hits else "")
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from semantics.operators import session
+from semantics.operators import grouping, session
 from semantics.operators.session import SessionOperator
 from semantics.predict import predict
 from tests.predict_kit import col, run, schedule_of, spec_of
@@ -56,8 +56,9 @@ def test_a_store_kept_as_runs_equals_the_store_rewritten_whole(seed: int, pack: 
     spec = spec_of(query, delay, pace, conf)
     whole = predict(sched, spec, "c")
     monkeypatch.setattr(session, "WHOLE", 0)
-    if pack == "unpacked":
+    if pack == "unpacked":  # the touch test, and the merges of sorted sessions (grouping)
         monkeypatch.setattr(session, "_PACK_LIMIT", 0)
+        monkeypatch.setattr(grouping, "_PACK_LIMIT", 0)
     runs = predict(sched, spec, "c")
     pd.testing.assert_frame_equal(whole.batches, runs.batches)
     pd.testing.assert_frame_equal(whole.outputs, runs.outputs, check_exact=True)

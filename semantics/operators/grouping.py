@@ -249,19 +249,27 @@ def stable_argsort(v: np.ndarray) -> np.ndarray:
 
 
 def merge_by_id_then_time(ids_a: np.ndarray, t_a: np.ndarray, ids_b: np.ndarray,
-                          t_b: np.ndarray, keys: np.ndarray
+                          t_b: np.ndarray, keys: np.ndarray | None = None
                           ) -> tuple[np.ndarray, np.ndarray] | None:
-    """:func:`merge_positions` for two sequences sorted by (id, t) whose ids are all in the sorted
-    ``keys`` (``a`` first on ties); None when the packed key would overflow."""
+    """:func:`merge_positions` for two sequences sorted by (id, t) (``a`` first on ties); None
+    when the packed key would overflow. ``keys``: sorted ids holding every id of both (ids of
+    a wide range are then packed by their rank); without them only the ids' own range packs.
+
+    >>> [p.tolist() for p in merge_by_id_then_time(np.array([1, 3]), np.array([5, 0]),
+    ...                                            np.array([1, 2]), np.array([2, 9]))]
+    [[1, 3], [0, 2]]
+    """
     if not len(ids_a) or not len(ids_b):
         return merge_positions(ids_a, ids_b)
     lo = min(int(t_a.min()), int(t_b.min()))
     span = max(int(t_a.max()), int(t_b.max())) - lo + 1
-    id_lo = int(keys[0])
-    if (int(keys[-1]) - id_lo + 1) * span < _PACK_LIMIT:  # ids of a small range: as they are
+    # sorted by id: the first and last ids are the extremes
+    id_lo = int(keys[0]) if keys is not None else min(int(ids_a[0]), int(ids_b[0]))
+    id_hi = int(keys[-1]) if keys is not None else max(int(ids_a[-1]), int(ids_b[-1]))
+    if (id_hi - id_lo + 1) * span < _PACK_LIMIT:  # ids of a small range: as they are
         return merge_positions((ids_a - id_lo) * span + (t_a - lo),
                                (ids_b - id_lo) * span + (t_b - lo))
-    if len(keys) * span >= _PACK_LIMIT:
+    if keys is None or len(keys) * span >= _PACK_LIMIT:
         return None
     ca = _rank(ids_a, keys) * span + (t_a - lo)
     cb = _rank(ids_b, keys) * span + (t_b - lo)

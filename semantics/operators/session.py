@@ -63,7 +63,6 @@ from semantics.operators.columns import Values, check_key_columns, key_series, v
 from semantics.operators.grouping import (
     interleave,
     merge_by_id_then_time,
-    merge_positions,
     merge_positions_at,
     order_by_id_then_time,
     ranges,
@@ -173,10 +172,27 @@ def interleave_states(pa: np.ndarray, a: SessionState, pb: np.ndarray, b: Sessio
                         interleave_all(pa, a.bufs, pb, b.bufs))
 
 
+def merge_states(a: SessionState, b: SessionState, keys: np.ndarray | None = None
+                 ) -> tuple[SessionState, np.ndarray]:
+    """``a`` and ``b``, each sorted by (key id, start), as one sorted state (``a`` first on
+    equal (key id, start)), and which of its entries come from ``a``. ``keys``: as
+    ``grouping.merge_by_id_then_time``; a sort when the packed key would overflow."""
+    pos = merge_by_id_then_time(a.gid, a.start_us, b.gid, b.start_us, keys)
+    if pos is None:
+        both = concat_states(a, b)
+        from_a = np.r_[np.ones(len(a), dtype=bool), np.zeros(len(b), dtype=bool)]
+        order = np.lexsort((~from_a, both.start_us, both.gid))
+        return both.take(order), from_a[order]
+    pa, pb = pos
+    from_a = np.zeros(len(pa) + len(pb), dtype=bool)
+    from_a[pa] = True
+    return interleave_states(pa, a, pb, b), from_a
+
+
 def union(parts: list[SessionState]) -> SessionState | None:
     """The sessions of ``parts`` (each sorted by (key id, start), no (key id, start) in two
-    parts) as one sorted state; None when there are none. The larger parts are merged into
-    (no sort) when (key id, start) packs into an int64.
+    parts) as one sorted state, the smaller parts merged into the larger; None when there are
+    none.
 
     >>> a = SessionState(np.array([1, 3]), np.array([5, 0]), np.array([6, 1]), (), ())
     >>> b = SessionState(np.array([1, 2]), np.array([2, 9]), np.array([3, 10]), (), ())
@@ -185,21 +201,11 @@ def union(parts: list[SessionState]) -> SessionState | None:
     ([1, 1, 2, 3], [2, 5, 9, 0])
     """
     parts = sorted((p for p in parts if len(p)), key=len, reverse=True)
-    if len(parts) <= 1:
-        return parts[0] if parts else None
-    id_lo = min(int(p.gid[0]) for p in parts)  # sorted by key id: first and last are extremes
-    ids = max(int(p.gid[-1]) for p in parts) - id_lo + 1
-    t_lo = min(int(p.start_us.min()) for p in parts)
-    span = max(int(p.start_us.max()) for p in parts) - t_lo + 1
-    if ids * span >= _PACK_LIMIT:
-        both = concat_states(*parts)
-        return both.take(np.lexsort((both.start_us, both.gid)))
+    if not parts:
+        return None
     acc = parts[0]
-    at = (acc.gid - id_lo) * span + (acc.start_us - t_lo)
     for p in parts[1:]:
-        pt = (p.gid - id_lo) * span + (p.start_us - t_lo)
-        pa, pb = merge_positions(at, pt)
-        acc, at = interleave_states(pa, acc, pb, p), interleave(pa, at, pb, pt)
+        acc = merge_states(acc, p)[0]
     return acc
 
 
@@ -529,20 +535,8 @@ class SessionOperator:
         """Merge the stored sessions of the sorted distinct ``keys`` (sorted by key id, then
         start) with the batch's ``units`` of those keys; returns (the keys' merged sessions,
         their number, stored sessions whose start is no longer a session start)."""
-        tot = len(stored)
         # both sides are sorted by (key id, start): merge them (stored first on equal starts)
-        pos = merge_by_id_then_time(stored.gid, stored.start_us, units.gid, units.start_us, keys)
-        if pos is None:
-            items = concat_states(stored, units)
-            is_stored = np.r_[np.ones(tot, dtype=bool), np.zeros(len(units), dtype=bool)]
-            order = np.lexsort((~is_stored, items.start_us, items.gid))
-            items = items.take(order)
-            is_stored = is_stored[order]
-        else:
-            pa, pb = pos
-            items = interleave_states(pa, stored, pb, units)
-            is_stored = np.zeros(len(pa) + len(pb), dtype=bool)
-            is_stored[pa] = True
+        items, is_stored = merge_states(stored, units, keys)
         g, s, e = items.gid, items.start_us, items.end_us
         m = len(g)
         run_end = segmented_cummax(g, e)  # running max of the end, per key
