@@ -49,6 +49,7 @@ def explain_row(schedule: Schedule, result: RunResult | None, row_id: int,
         return text
     b = result.batches.drop_duplicates("batch_id")
     batch = b.loc[(b["tick"] == tick) & b["has_data"]]
+    since = int(batch["batch_id"].iloc[0]) if len(batch) else 0
     if len(batch):
         r = batch.iloc[0]
         text += (f", read by batch {int(r['batch_id'])} (watermark {_iso(r['watermark_ms'])}; "
@@ -56,7 +57,7 @@ def explain_row(schedule: Schedule, result: RunResult | None, row_id: int,
     f = fates_of(result)
     mine = f.loc[f[ROW_ID] == row_id]
     if mine.empty:
-        return text + ": accepted" + _groups(spec, row, row[et], f) + "."
+        return text + ": accepted" + _groups(spec, row, row[et], f, result.outputs, since) + "."
     parts = [WORDS.get(str(x["fate"]), str(x["fate"]))
              + (f" in batch {int(x['batch_id'])}" if "batch_id" in x and
                 pd.notna(x["batch_id"]) else "")
@@ -64,7 +65,7 @@ def explain_row(schedule: Schedule, result: RunResult | None, row_id: int,
     # only fates of a state entry leaving: the row itself was accepted (and stored) first
     accepted = "accepted, then " if mine["fate"].astype(str).isin(LEAVING).all() else ""
     return (text + ": " + accepted + "; ".join(parts)
-            + _other_windows(spec, row, row[et], mine, f) + ".")
+            + _other_windows(spec, row, row[et], mine, f, result.outputs, since) + ".")
 
 
 def _grouped_by(spec: BacktestSpec | None) -> str | None:
@@ -94,11 +95,64 @@ def _late_rule(spec: BacktestSpec | None, late_ms: object) -> str:
     return f"rows at or before {late} count as late"
 
 
-Hit = tuple[str, str, str]  # a group's start and end, and ``emitted in batch 12``
+@dataclass(frozen=True)
+class _Group:
+    """A window or session of the row's key that holds the row's time: its bounds in µs, the
+    batches that emitted it (update and complete modes: every batch it is in the output of) and
+    how it left the state (``emitted in batch 12``; empty: still in the state at the end)."""
+
+    start_us: int
+    end_us: int
+    left: str
+    emitted: tuple[int, ...] = ()
+
+    def said(self, sep: str = " ") -> str:
+        """``[s, e) emitted in batches 2–4 and 7, then evicted in batch 9`` (``sep`` after the
+        bounds)."""
+        bounds = f"[{fmt_us(self.start_us)[0]}, {fmt_us(self.end_us)[0]}){sep}"
+        left = self.left or "still in the state when the history ended"
+        if not self.emitted:
+            return bounds + left
+        return bounds + f"emitted in {_batches(self.emitted)}, " + (
+            f"then {left}" if self.left else left)
+
+
+def _batches(ids: tuple[int, ...]) -> str:
+    """Batch ids (sorted, distinct) in words, consecutive ones as ranges.
+
+    >>> _batches((3,)), _batches((2, 5)), _batches((2, 3, 4, 7, 9))
+    ('batch 3', 'batches 2 and 5', 'batches 2–4, 7 and 9')
+    >>> _batches(tuple(range(0, 20, 2)))
+    '10 batches: 0, 2, 4, … and 18'
+    """
+    runs: list[list[int]] = []
+    for b in ids:
+        if runs and b == runs[-1][1] + 1:
+            runs[-1][1] = b
+        else:
+            runs.append([b, b])
+    said = [f"{a}" if a == z else f"{a}–{z}" for a, z in runs]
+    if len(said) == 1:
+        return f"batch{'es' if runs[0][0] != runs[0][1] else ''} {said[0]}"
+    if len(said) > 6:
+        return f"{len(ids)} batches: " + ", ".join(said[:3]) + ", … and " + said[-1]
+    return "batches " + ", ".join(said[:-1]) + " and " + said[-1]
+
+
+def _of_key(df: pd.DataFrame, keys: list[str], row: pd.Series, prefix: str) -> pd.Series | None:
+    """Rows of ``df`` whose ``prefix + k`` columns equal the row's keys (NULL matches NULL);
+    None if a key column is missing."""
+    m = pd.Series(True, index=df.index)
+    for k in keys:
+        col = df.get(prefix + k)
+        if col is None:
+            return None
+        m &= col.isna() if pd.isna(row[k]) else (col == row[k]).fillna(False).astype(bool)
+    return m
 
 
 def _group_hits(what: str, keys: list[str], row: pd.Series, event_time: pd.Timestamp,
-                fates: pd.DataFrame, skip: frozenset[int] = frozenset()) -> list[Hit]:
+                fates: pd.DataFrame, skip: frozenset[int] = frozenset()) -> list[_Group]:
     """The ``what`` groups (windows or sessions) of the row's key whose bounds hold its time
     and that left the state, in start order; groups starting at a ``skip`` time left out."""
     if not len(fates) or "bound_us" not in fates.columns:
@@ -107,30 +161,71 @@ def _group_hits(what: str, keys: list[str], row: pd.Series, event_time: pd.Times
     m = (fates["what"].astype(str) == what) & fates["fate"].astype(str).isin(LEAVING)
     m &= (fates["start_us"] <= t_us) & (t_us < fates["bound_us"])
     m &= ~fates["start_us"].isin(list(skip))
-    for k in keys:
-        col = fates.get(f"key.{k}")
-        if col is None:
-            return []
-        m &= col.isna() if pd.isna(row[k]) else (col == row[k]).fillna(False).astype(bool)
-    hit = fates.loc[m].sort_values("start_us", kind="stable")
-    if not len(hit):
+    of_key = _of_key(fates, keys, row, "key.")
+    if of_key is None:
         return []
-    start, end = fmt_us(hit["start_us"].to_numpy()), fmt_us(hit["bound_us"].to_numpy())
-    return [(str(s), str(e), f"{WORDS.get(str(x), str(x))} in batch {int(b)}")
-            for s, e, x, b in zip(start, end, hit["fate"], hit["batch_id"], strict=True)]
+    hit = fates.loc[m & of_key].sort_values("start_us", kind="stable")
+    return [_Group(int(s), int(e), f"{WORDS.get(str(x), str(x))} in batch {int(b)}")
+            for s, e, x, b in zip(hit["start_us"], hit["bound_us"], hit["fate"],
+                                  hit["batch_id"], strict=True)]
 
 
-def _listed(hits: list[Hit]) -> str:
-    """``[s1, e1) emitted in batch 4, [s2, e2) emitted in batch 5``."""
-    return ", ".join(f"[{s}, {e}) {left}" for s, e, left in hits)
+def _us(col: pd.Series) -> np.ndarray:
+    """Timestamps (UTC) as µs since the epoch."""
+    return ((pd.to_datetime(col, utc=True) - pd.Timestamp(0, tz="UTC"))
+            // pd.Timedelta(1, "us")).to_numpy(np.int64)
+
+
+def _with_emissions(what: str, keys: list[str], row: pd.Series, event_time: pd.Timestamp,
+                    outputs: pd.DataFrame, since: int, hits: list[_Group],
+                    skip: frozenset[int] = frozenset()) -> list[_Group]:
+    """Update and complete modes: ``hits`` with the batches from ``since`` (the one that read
+    the row) on whose output held each group, and the groups still in the state at the end
+    that were emitted. A session grows as it merges:
+    an output row counts for the final session whose bounds hold it; the rows of a session
+    still in the state are said with the bounds of its last output."""
+    lo, hi = f"{what}_start", f"{what}_end"
+    of_key = _of_key(outputs, keys, row, "") if lo in outputs.columns else None
+    if of_key is None or not len(outputs):
+        return hits
+    out = outputs.loc[of_key]
+    t_us = event_time.value // 1000  # ns -> µs
+    s, e, b = _us(out[lo]), _us(out[hi]), out["batch_id"].to_numpy(np.int64)
+    held = (s <= t_us) & (t_us < e) & (b >= since) & ~np.isin(s, list(skip))
+    s, e, b = s[held], e[held], b[held]
+    taken = np.zeros(len(b), dtype=bool)
+    groups = []
+    for g in hits:
+        mine = (s >= g.start_us) & (e <= g.end_us) & ~taken
+        taken |= mine
+        groups.append(_Group(g.start_us, g.end_us, g.left, tuple(np.unique(b[mine]).tolist())))
+    rest = ~taken
+    if what == "window":
+        for w in np.unique(s[rest]).tolist():
+            mine = rest & (s == w)
+            groups.append(_Group(w, int(e[mine][0]), "", tuple(np.unique(b[mine]).tolist())))
+    elif rest.any():
+        last = int(np.flatnonzero(rest)[np.argmax(b[rest])])
+        groups.append(_Group(int(s[last]), int(e[last]), "",
+                             tuple(np.unique(b[rest]).tolist())))
+    return sorted(groups, key=lambda g: g.start_us)
+
+
+def _listed(groups: list[_Group]) -> str:
+    """``[s1, e1) emitted in batch 4, [s2, e2) emitted in batch 5``; groups emitted in several
+    batches (update and complete modes) are separated by semicolons."""
+    sep = "; " if any(g.emitted for g in groups) else ", "
+    return sep.join(g.said() for g in groups)
 
 
 def _groups(spec: BacktestSpec | None, row: pd.Series, event_time: pd.Timestamp,
-            fates: pd.DataFrame) -> str:
+            fates: pd.DataFrame, outputs: pd.DataFrame | None = None, since: int = 0) -> str:
     """``; counted in session [s, e) of k=7, emitted in batch 12`` for an accepted row of
     windows or sessions: the groups of its key that hold its event time and the batch each
-    left the state in; in append mode a group still in the state at the end says so. Empty for
-    other queries."""
+    left the state in; in append mode a group still in the state at the end says so; in update
+    and complete modes (with ``outputs``, the emitted rows) each group also says the batches
+    that emitted it from batch ``since`` (the one that read the row) on. Empty for other
+    queries."""
     what = _grouped_by(spec)
     if what is None:
         return ""
@@ -139,17 +234,19 @@ def _groups(spec: BacktestSpec | None, row: pd.Series, event_time: pd.Timestamp,
     of = ("" if not keys else " of " + ", ".join(
         f"{k}={'NULL' if pd.isna(row[k]) else row[k]}" for k in keys))
     hits = _group_hits(what, keys, row, event_time, fates)
+    if spec.query.output_mode != "append" and outputs is not None:
+        hits = _with_emissions(what, keys, row, event_time, outputs, since, hits)
     if not hits:
         return (f"; its {what}{of} was still in the state when the history ended (not "
                 f"emitted)" if spec.query.output_mode == "append" else "")
     if len(hits) == 1:
-        s, e, left = hits[0]
-        return f"; counted in {what} [{s}, {e}){of}, {left}"
+        return f"; counted in {what} {hits[0].said(f'{of}, ')}"
     return f"; counted in {len(hits)} {what}s{of}: " + _listed(hits)
 
 
 def _other_windows(spec: BacktestSpec | None, row: pd.Series, event_time: pd.Timestamp,
-                   mine: pd.DataFrame, fates: pd.DataFrame) -> str:
+                   mine: pd.DataFrame, fates: pd.DataFrame,
+                   outputs: pd.DataFrame | None = None, since: int = 0) -> str:
     """``; counted in its 1 other window (of 2): [s, e) emitted in batch 3`` for a row of
     sliding windows late in only some of them (each late (row, window) pair is a fate of its
     own; ``mine``: the row's fates), else empty."""
@@ -167,6 +264,9 @@ def _other_windows(spec: BacktestSpec | None, row: pd.Series, event_time: pd.Tim
     skip = frozenset(int(v) for v in mine.loc[is_late, "start_us"]) \
         if "start_us" in mine.columns else frozenset()
     hits = _group_hits("window", list(q.keys), row, event_time, fates, skip)
+    if q.output_mode != "append" and outputs is not None:
+        hits = _with_emissions("window", list(q.keys), row, event_time, outputs, since, hits,
+                               skip)
     return text + (": " + _listed(hits) if hits else "")
 
 

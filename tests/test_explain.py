@@ -114,7 +114,57 @@ def test_accepted_window_rows_say_their_windows_and_when_they_were_emitted() -> 
     none = spec_of({**query, "output_mode": "update"}, None)
     p = predict(sched, none, "c")
     assert explain_row(sched, p, 0, none).endswith(
-        "(watermark none; no watermark: nothing is late): accepted.")
+        "(watermark none; no watermark: nothing is late): accepted; counted in window "
+        "[1970-01-01 00:00:00, 1970-01-01 00:00:10) of k=1, emitted in batch 0, still in the "
+        "state when the history ended.")
+
+
+def test_update_and_complete_modes_say_every_batch_that_emitted_the_rows_groups() -> None:
+    # rule: update mode emits every group a batch changed, then evicts it silently when the
+    # eviction watermark passes its end; complete mode emits the whole state in every batch and
+    # never evicts. A row's groups are said from the batch that read it on: row 2 (5 s, batch
+    # 1) is not in window [0, 10)'s batch-0 row
+    rows = [pd.DataFrame({"k": [1], "ts": [3]}), pd.DataFrame({"k": [1], "ts": [5]}),
+            pd.DataFrame({"k": [2], "ts": [30]})]
+    query = {"kind": "aggregation", "keys": ["k"], "aggregates": {"n": "count(*)"},
+             "window": {"duration": "10 seconds"}, "output_mode": "update"}
+    sched = schedule_of(rows)
+    w = "window [1970-01-01 00:00:00, 1970-01-01 00:00:10) of k=1, emitted in "
+    spec = spec_of(query, "5 seconds")
+    p = predict(sched, spec, "c")
+    assert explain_row(sched, p, 0, spec).endswith(
+        f": accepted; counted in {w}batches 0–1, then evicted in batch 3.")
+    assert explain_row(sched, p, 1, spec).endswith(
+        f": accepted; counted in {w}batch 1, then evicted in batch 3.")
+    assert explain_row(sched, p, 2, spec).endswith(
+        ": accepted; counted in window [1970-01-01 00:00:30, 1970-01-01 00:00:40) of k=2, "
+        "emitted in batch 2, still in the state when the history ended.")
+    slide = spec_of({**query, "window": {"duration": "10 seconds", "slide": "5 seconds"}},
+                    "5 seconds")
+    p = predict(sched, slide, "c")
+    assert explain_row(sched, p, 1, slide).endswith(
+        ": accepted; counted in 2 windows of k=1: [1970-01-01 00:00:00, 1970-01-01 00:00:10) "
+        "emitted in batch 1, then evicted in batch 3; [1970-01-01 00:00:05, "
+        "1970-01-01 00:00:15) emitted in batch 1, then evicted in batch 3.")
+    complete = spec_of({**query, "output_mode": "complete"}, "5 seconds")
+    p = predict(sched, complete, "c")
+    assert explain_row(sched, p, 1, complete).endswith(
+        f": accepted; counted in {w}batches 1–2, still in the state when the history ended.")
+
+
+def test_complete_mode_session_is_said_with_its_final_bounds() -> None:
+    # rule: overlapping or touching sessions of a key merge; in complete mode the session is
+    # in every batch's output, with the bounds it had then ([0, 15) in batch 0, [0, 22) after
+    # the row at 12 s), and is never evicted
+    sched = schedule_of([[{"k": "a", "ts": 0}, {"k": "a", "ts": 5}], [{"k": "a", "ts": 12}],
+                         [{"k": "b", "ts": 100}]])
+    spec = spec_of({"kind": "session", "keys": ["k"], "gap": "10 seconds",
+                    "aggregates": {"n": "count(*)"}, "output_mode": "complete"}, "5 seconds")
+    p = predict(sched, spec, "c")
+    assert p.outputs["session_end"].iloc[0] == pd.Timestamp(15, unit="s", tz="UTC")
+    assert explain_row(sched, p, 0, spec).endswith(
+        ": accepted; counted in session [1970-01-01 00:00:00, 1970-01-01 00:00:22) of k=a, "
+        "emitted in batches 0–2, still in the state when the history ended.")
 
 
 def test_row_late_in_some_sliding_windows_says_when_the_others_were_emitted() -> None:
