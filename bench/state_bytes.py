@@ -23,7 +23,7 @@ First table, per shape, over the batches where Spark reports ``memoryUsedBytes``
 * ``B/entry``: median of (actual − stores·P·MAP_BYTES) / held rows (``state_bytes.held_rows``
   of Spark's ``state_rows``/``state_rows_removed``: the new version's rows plus the removed rows
   the previous version held), against the model's bytes per entry (``state_bytes.entry_bytes``;
-  joins: per buffered row, the distinct-key entries come on top).
+  joins and sessions: per entry, the distinct-key entries come on top).
 
 Second table, per shape: the least-squares fit actual = a + b·(held rows) over its batches
 (Spark's numbers), b against the model's per-entry bytes and a against
@@ -86,12 +86,22 @@ SHAPES: dict[str, Shape] = {s.name: s for s in [
     Shape("dedup_string", {"kind": "deduplication", "source": "a", "keys": ["s", "ts"]},
           strings=True),
     # 3 000 keys at 100 events/s: a key every 30 s on average, so with a 30 s gap about a third
-    # of the sessions close after each event (sessions both merge and end)
+    # of the sessions close after each event (sessions both merge and end): about one session
+    # per key in the state
     Shape("session", {"kind": "session", "source": "a", "keys": ["k"], "gap": "30 seconds",
                       "aggregates": {"n": "count(*)", "s": "sum(v)"}}, keys=3000, note="fitted"),
-    # other keys and gap: 300 keys, a 10 s gap (several sessions per key in the state)
+    # other keys and gap: 300 keys, a 10 s gap (one or two sessions per key in the state)
     Shape("session_300", {"kind": "session", "source": "a", "keys": ["k"], "gap": "10 seconds",
-                          "aggregates": {"n": "count(*)", "avg": "avg(v)"}}, keys=300),
+                          "aggregates": {"n": "count(*)", "avg": "avg(v)"}}, keys=300,
+          note="fitted"),
+    # a 1 s gap: 100 keys with ~17 sessions each and 1 000 keys with ~4 each in the state (the
+    # index's cost per key and per session apart)
+    Shape("session_100", {"kind": "session", "source": "a", "keys": ["k"], "gap": "1 second",
+                          "aggregates": {"n": "count(*)", "avg": "avg(v)"}}, keys=100,
+          note="fitted"),
+    Shape("session_1000", {"kind": "session", "source": "a", "keys": ["k"], "gap": "1 second",
+                           "aggregates": {"n": "count(*)", "avg": "avg(v)"}}, keys=1000,
+          note="fitted"),
     # 50 events/s per side over 500 keys: each row has a few partners within 30 s
     Shape("join", {"kind": "join", "type": "left_outer", "left": "a", "right": "b",
                    "keys": ["k"], "time_range": {"lower": "-30 seconds", "upper": "0 seconds"}},
@@ -180,6 +190,9 @@ def compare(shape: Shape, batches: int, batch_rows: int) -> tuple[pd.DataFrame, 
     at_actual = df[["batch_id", "state_rows", "state_rows_removed"]].assign(
         state_keys=df["batch_id"].map(keys) if keys is not None else np.nan)
     df["model_at_actual"] = sb.estimate(spec, "c", sched, at_actual).astype("float64")
+    df["state_keys"] = at_actual["state_keys"].astype("float64")
+    # bytes not explained by the entries themselves (the session index's share, for the fit)
+    df["beyond_entries"] = df["state_bytes"] - base - df["entries"] * (sb.ENTRY_BYTES + key + value)
     df["ratio"] = df["state_bytes_pred"] / df["state_bytes"]
     df["ratio_at_actual"] = df["model_at_actual"] / df["state_bytes"]
     df["bytes_per_entry"] = (df["state_bytes"] - base) / df["entries"]
@@ -224,6 +237,19 @@ def _engine_batches(spec: BacktestSpec, sched: Schedule) -> pd.DataFrame:
     return engine.run(sched, spec, "c", op, output_columns(spec, dict(sched.data_columns))).batches
 
 
+def session_index_fit(frames: list[pd.DataFrame]) -> str:
+    """Least squares over the session shapes' batches: the bytes beyond the entries (Spark's
+    numbers) = per session · held rows + per key · distinct group keys (the model's
+    ``SESSION_INDEX_BYTES`` and ``SESSION_KEY_BYTES`` + the key's 16-byte row)."""
+    df = pd.concat(frames)
+    df = df[(df["state_bytes"] > 0) & df["state_keys"].notna()]
+    x = df[["entries", "state_keys"]].to_numpy()
+    (per_session, per_key), *_ = np.linalg.lstsq(x, df["beyond_entries"].to_numpy(), rcond=None)
+    return (f"session index over {len(df)} batches: {per_session:.1f} B per session (model "
+            f"{sb.SESSION_INDEX_BYTES}), {per_key:.1f} B per key (model "
+            f"{sb.SESSION_KEY_BYTES} + 16 for a long key)")
+
+
 def print_tables(rows: list[dict[str, Any]]) -> None:
     print("\nestimate / actual memoryUsedBytes (batches with actual > 0)")
     print(f"{'shape':<13} {'batches':>7} {'used':>4} {'rows≠':>5} {'est/act min':>11} "
@@ -255,9 +281,12 @@ def main() -> None:
     args = ap.parse_args()
     started = time.perf_counter()
     rows = []
+    sessions = []
     for name in args.shapes.split(","):
         df, summary = compare(SHAPES[name], args.batches, args.batch_rows)
         rows.append(summary)
+        if SHAPES[name].query["kind"] == "session":
+            sessions.append(df)
         print(f"{name}: {summary['batches']} batches, Spark {summary['spark_s']:.1f} s",
               flush=True)
         if args.per_batch:
@@ -267,6 +296,8 @@ def main() -> None:
             with pd.option_context("display.width", 200, "display.max_rows", 1000):
                 print(df[show].round(2).to_string(index=False))
     print_tables(rows)
+    if sessions:
+        print("\n" + session_index_fit(sessions))
     print(f"\ntotal {time.perf_counter() - started:.0f} s")
 
 

@@ -79,7 +79,7 @@ class OperatorStep:
     output: Deferred  # emitted rows, built by ``Operator.materialize`` at the end of the run
     state_bytes: int | None = None
     # distinct state keys, for the state-bytes estimate of operators whose state has per-key
-    # entries besides per-row ones (joins); not a report column
+    # entries besides per-row ones (joins, sessions); not a report column
     state_keys: int | None = None
     # Explain: one row per input row that was not simply accepted, and per emitted/evicted
     # state entry. Columns: row_id (or -1), fate, detail.

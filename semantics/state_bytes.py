@@ -5,6 +5,7 @@ Spark reports ``SizeEstimator.estimate(map)`` of each partition's in-memory stat
 
     bytes = stores · P · MAP_BYTES + entries · (ENTRY_BYTES + size(key) + size(value))
             [+ join keys · (ENTRY_BYTES + size(key) + 8)]
+            [+ session: entries · SESSION_INDEX_BYTES + keys · (SESSION_KEY_BYTES + size(key))]
 
 with ``entries`` = :func:`held_rows`: the memory Spark reports covers the state versions it
 keeps in memory (``maxBatchesToRetainInMemory``, default 2), so the entries a batch removed
@@ -19,9 +20,11 @@ in neither).
   table slot (JVM with compressed oops); ``MAP_BYTES`` = an empty map per store and partition;
 * stores and entries per operator: aggregation — key = group keys + window, value = aggregation
   buffers; dedup — key = dedup keys, value = none (within watermark: the expiry, a long);
-  session — key = group keys + session start, value = the whole session row, plus
-  ``SESSION_INDEX_BYTES`` per session for the prefix-scan index of Spark's session state map
-  (``PrefixScannableHDFSBackedStateStoreMap``: group key → set of its session keys); join — per
+  session — key = group keys + session start, value = the whole session row, plus the
+  prefix-scan index of Spark's session state map (``PrefixScannableHDFSBackedStateStoreMap``:
+  group key → set of its session keys): ``SESSION_INDEX_BYTES`` per session (its slot in a
+  set) and, per distinct group key of the state (``state_keys``, reported by the session
+  operator), ``SESSION_KEY_BYTES`` (map node and set) plus the group key's row; join — per
   side two stores: one entry per buffered row (key + index → row + matched flag) and one per
   distinct key (key → count). The join operator reports its distinct keys per batch
   (``state_keys``: both sides, before eviction); without them every row counts as a key (the
@@ -50,7 +53,10 @@ from semantics.spec import (
 
 ENTRY_BYTES = 200  # CHM node 32 + 2 × (UnsafeRow 40 + byte[] header 16) + table, fitted
 MAP_BYTES = 470  # per store and partition, fitted (bench/state_bytes.py)
-SESSION_INDEX_BYTES = 310  # per session: the prefix-scan index, fitted (bench/state_bytes.py)
+# the session state's prefix-scan index, fitted (bench/state_bytes.py): per session, and per
+# distinct group key besides the key's own UnsafeRow (a long key: 264 + 16 = 280)
+SESSION_INDEX_BYTES = 120
+SESSION_KEY_BYTES = 264
 DEFAULT_PARTITIONS = 2
 
 
@@ -118,12 +124,16 @@ def _join_entries(spec: BacktestSpec, schedule: Schedule) -> tuple[int, int]:
 
 
 def entry_bytes(spec: BacktestSpec, schedule: Schedule) -> tuple[int, int]:
-    """(bytes per state entry, bytes per distinct join key): the model's two slopes."""
-    if isinstance(spec.query, JoinQuery):
+    """(bytes per state entry, bytes per distinct key: join keys, session group keys): the
+    model's two slopes."""
+    q = spec.query
+    if isinstance(q, JoinQuery):
         return _join_entries(spec, schedule)
     _, key, value = layout(spec, schedule)
-    extra = SESSION_INDEX_BYTES if isinstance(spec.query, SessionQuery) else 0
-    return ENTRY_BYTES + key + value + extra, 0
+    if isinstance(q, SessionQuery):
+        group = _row_bytes(_cols(schedule, q.source, list(q.keys)))
+        return ENTRY_BYTES + key + value + SESSION_INDEX_BYTES, SESSION_KEY_BYTES + group
+    return ENTRY_BYTES + key + value, 0
 
 
 def partitions(spec: BacktestSpec, candidate: str) -> int:
@@ -151,9 +161,9 @@ def held_rows(batches: pd.DataFrame) -> pd.Series:
 
 def estimate(spec: BacktestSpec, candidate: str, schedule: Schedule,
              batches: pd.DataFrame) -> pd.Series:
-    """Estimated memoryUsedBytes for each batch-report row (None with RocksDB). A join's
-    ``batches`` may carry ``state_keys`` (distinct keys per side, summed); else rows count as
-    keys."""
+    """Estimated memoryUsedBytes for each batch-report row (None with RocksDB). A join's or
+    session's ``batches`` may carry ``state_keys`` (join: distinct keys per side, summed;
+    session: distinct group keys); else rows count as keys."""
     provider = spec.conf(candidate).get("spark.sql.streaming.stateStore.providerClass", "")
     if "RocksDB" in provider:
         return pd.Series([None] * len(batches), index=batches.index, dtype="Int64")

@@ -138,3 +138,28 @@ def test_aggregates_merge_with_stored_sessions() -> None:
     assert out_rows(r, cols=["k", "session_start", "session_end", "n", "total", "hi"])[0] == \
         ("a", 0, 22, 3, 10, 7)
 
+
+
+def test_state_bytes_count_the_session_index_per_distinct_key() -> None:
+    # state-bytes model (docs/state-bytes.md): Spark's session state map indexes its sessions
+    # by group key, one index entry (map node, set, the key's row) per distinct key besides a
+    # set slot per session: three sessions of one key take two index entries less than three
+    # sessions of three keys; a key whose sessions are all evicted leaves the index
+    from semantics import state_bytes as sb
+
+    one_key = run(SESSION, [[{"k": "a", "ts": 0}, {"k": "a", "ts": 20}, {"k": "a", "ts": 40}]])
+    three = run(SESSION, [[{"k": "a", "ts": 0}, {"k": "b", "ts": 20}, {"k": "c", "ts": 40}]])
+    b1, b3 = one_key.batches.iloc[0], three.batches.iloc[0]
+    assert b1["state_rows"] == b3["state_rows"] == 3
+    group_key = 8 + 16  # null bits + (offset, size) word + "a" padded to 8 bytes
+    assert b3["state_bytes"] - b1["state_bytes"] == 2 * (sb.SESSION_KEY_BYTES + group_key)
+    # batch 1 (eviction watermark 30 s) evicts [0, 10) of a and [20, 30) of b, and "a" at
+    # 100 s starts a new session: keys a and c; the no-data batch 2 (90 s) evicts c: key a
+    later = run(SESSION, [[{"k": "a", "ts": 0}, {"k": "b", "ts": 20}, {"k": "c", "ts": 40}],
+                          [{"k": "a", "ts": 100}]])
+    assert col(later, "state_rows") == [3, 2, 1]
+    spec, sched = spec_of(SESSION), schedule_of([[{"k": "a", "ts": 0}]])
+    assert sb.entry_bytes(spec, sched)[1] == sb.SESSION_KEY_BYTES + group_key
+    keys = later.batches.assign(state_keys=[3, 2, 1])
+    assert col(later, "state_bytes") == sb.estimate(spec, "c", sched, keys).tolist()
+    assert col(later, "state_bytes") != sb.estimate(spec, "c", sched, later.batches).tolist()

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from semantics.operators import grouping, session
+from semantics.operators import grouping, key_tally, session
 from semantics.operators.session import SessionOperator
 from semantics.predict import predict
 from tests.predict_kit import col, run, schedule_of, spec_of
@@ -96,3 +96,38 @@ def test_a_large_store_keeps_runs_and_a_small_one_is_rewritten_whole(monkeypatch
     whole = run(SESSION, batches, watermark="1 hour")
     pd.testing.assert_frame_equal(r.batches, whole.batches)
     pd.testing.assert_frame_equal(r.outputs, whole.outputs)
+
+
+@pytest.mark.parametrize("index", ["direct", "ranked", "by key"])
+@pytest.mark.parametrize("store", ["whole", "runs"])
+@pytest.mark.parametrize("seed", range(12))
+def test_state_keys_are_the_distinct_keys_of_the_live_sessions(seed: int, store: str,
+                                                               index: str, monkeypatch) -> None:
+    # the state-bytes model counts the session index per distinct group key (state_keys): the
+    # tally kept up to date batch by batch must equal the keys of the live sessions counted
+    # afresh, in both stores, with either key index and counted over the batch's index range
+    # or key by key; a step given a store it already stepped from (its tally has moved on)
+    # counts afresh and reports the same
+    query, batches, delay, pace, conf = _random_sessions(seed)
+    if store == "runs":
+        monkeypatch.setattr(session, "WHOLE", 0)
+    if index == "ranked":
+        monkeypatch.setattr(key_tally.KeyIndex, "direct", staticmethod(lambda slots, rows: False))
+    if index == "by key":
+        monkeypatch.setattr(key_tally, "RANGE_SLACK", -10**12)
+    step = SessionOperator.step
+    seen: list[int] = []
+
+    def twice(self, state, batch):
+        first = step(self, state, batch)[1].state_keys
+        new, out = step(self, state, batch)
+        live = np.concatenate([r.entries.gid[r.alive] for r in new.runs] or [np.array([], int)])
+        assert out.state_keys == first == len(np.unique(live))
+        seen.append(first)
+        return new, out
+
+    monkeypatch.setattr(SessionOperator, "step", twice)
+    r = predict(schedule_of(batches, pace), spec_of(query, delay, pace, conf), "c")
+    assert len(seen) == len(r.batches)
+    if max(r.batches["state_rows"], default=0):
+        assert max(seen) > 0

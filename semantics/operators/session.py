@@ -40,7 +40,8 @@ overlap or touch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -69,6 +70,7 @@ from semantics.operators.grouping import (
     runs_of,
     segmented_cummax,
 )
+from semantics.operators.key_tally import KeyIndex, KeyTally
 from semantics.operators.keys import (
     KeyCoder,
     concat_keys,
@@ -154,12 +156,20 @@ class Run:
 
 @dataclass(frozen=True)
 class SessionStore:
-    """The sessions in the state store: the live entries of ``runs`` (oldest first)."""
+    """The sessions in the state store: the live entries of ``runs`` (oldest first), and
+    ``tally``, their count per key (kept while the store is kept as runs), if it is still at
+    the ``mark`` it had when this store was made (a step given an older store counts
+    afresh)."""
 
     runs: tuple[Run, ...]
+    tally: KeyTally | None = None
+    mark: int = 0
 
     def __len__(self) -> int:
         return sum(r.live for r in self.runs)
+
+
+Moved = tuple[np.ndarray, np.ndarray]  # key ids of merged sessions, of stored ones taken in
 
 
 def interleave_states(pa: np.ndarray, a: SessionState, pb: np.ndarray, b: SessionState
@@ -295,6 +305,7 @@ class SessionOperator:
         self._frame = frame
         self._kv: tuple[Values, ...] | None = None
         self._coder = KeyCoder()
+        self._index: KeyIndex | None = None
 
     def _whole_keys(self) -> tuple[Values, ...]:
         """Key columns of the whole source, computed once (with the key coder fitted on them);
@@ -303,6 +314,24 @@ class SessionOperator:
             self._kv = key_columns(self._frame, self.keys)
             self._coder = KeyCoder.fit(self._kv)
         return self._kv
+
+    def _key_index(self) -> KeyIndex:
+        """Dense key indices for the tally of live sessions per key (computed once)."""
+        if self._index is None:
+            kv, n = self._whole_keys(), len(self._frame)
+            slots = math.prod(self._coder.sizes) if self._coder.exact else None
+            self._index = KeyIndex(slots) if slots is not None and KeyIndex.direct(slots, n) \
+                else KeyIndex.ranked(self._coder.ids(kv, (), n))
+        return self._index
+
+    def _tally(self, store: SessionStore) -> KeyTally:
+        """The store's live sessions per key: its tally if still current, else counted."""
+        if store.tally is not None and store.tally.mark == store.mark:
+            return store.tally
+        ix = self._key_index()
+        live = [r.entries.gid[r.alive] for r in store.runs]
+        return KeyTally.of(ix.size, ix.of_ids(np.concatenate(live)) if live else
+                           np.array([], dtype=np.int64))
 
     def initial_state(self) -> SessionStore:
         return SessionStore(())
@@ -337,8 +366,17 @@ class SessionOperator:
 
         evict_us = None if self.mode == "complete" or batch.evict_wm_ms is None else \
             int(batch.evict_wm_ms) * 1000
-        new, ev, upserted, replaced = self._merge(state, units, evict_us)
+        new, ev, upserted, replaced, moved = self._merge(state, units, evict_us)
         removed = replaced + len(ev)
+        if moved is None:  # rewritten whole: one sorted run, its keys counted afresh
+            g = new.runs[0].entries.gid if new.runs else np.array([], dtype=np.int64)
+            keys = int(np.count_nonzero(g[1:] != g[:-1])) + 1 if len(g) else 0
+        else:  # runs: the tally, updated by what the batch moved
+            tally = self._tally(state)
+            ix = self._key_index().of_ids
+            tally.update(ix(moved[0]), ix(moved[1]), ix(ev.gid))
+            new = replace(new, tally=tally, mark=tally.mark)
+            keys = tally.keys
         if self.mode == "complete":  # a single run, every entry live
             every = new.runs[0].entries if new.runs else self._empty()
             out = Deferred(every, len(every))
@@ -354,6 +392,7 @@ class SessionOperator:
             state_rows=len(new),
             state_rows_updated=upserted,
             state_rows_removed=removed,
+            state_keys=keys,
             output=out,
             fates=F.concat(fates),
         )
@@ -389,10 +428,12 @@ class SessionOperator:
         return units, order, code
 
     def _merge(self, store: SessionStore, units: SessionState, evict_us: int | None
-               ) -> tuple[SessionStore, SessionState, int, int]:
+               ) -> tuple[SessionStore, SessionState, int, int, Moved | None]:
         """Merge the batch's ``units`` into the sessions of their keys, then evict the sessions
-        with ``end <= evict_us`` (None: none); returns (store, evicted sessions sorted by (key
-        id, start), upserted, replaced). A store of one run without gone entries and at most
+        with ``end <= evict_us`` (None: none); returns (store without a tally, evicted sessions
+        sorted by (key id, start), upserted, replaced, and, when kept as runs, the key ids of
+        the sessions the merge made and of the stored ones it took in). A store of one run
+        without gone entries and at most
         ``WHOLE`` times the batch's units (always in complete mode) is rewritten whole, a
         larger one run by run."""
         runs = store.runs
@@ -401,11 +442,11 @@ class SessionOperator:
                 and (not runs or runs[0].live == len(runs[0].entries))):
             new, ev, upserted, replaced = self._merge_whole(
                 runs[0].entries if runs else self._empty(), units, evict_us)
-            return SessionStore((Run.of(new),) if len(new) else ()), ev, upserted, replaced
+            return SessionStore((Run.of(new),) if len(new) else ()), ev, upserted, replaced, None
         return self._merge_runs(store, units, evict_us)
 
     def _merge_runs(self, store: SessionStore, units: SessionState, evict_us: int | None
-                    ) -> tuple[SessionStore, SessionState, int, int]:
+                    ) -> tuple[SessionStore, SessionState, int, int, Moved]:
         """:meth:`_merge` run by run: only the stored sessions that touch a unit leave their
         run; a key's other sessions stay where they are and count as upserted."""
         runs = list(store.runs)
@@ -422,6 +463,7 @@ class SessionOperator:
 
         merged: SessionState | None = None
         upserted = replaced = 0
+        added = taken = np.array([], dtype=np.int64)
         if len(units):
             g = units.gid  # sorted (units are sorted by key id, then start)
             index, keys = UnitIndex.of(units)
@@ -448,6 +490,7 @@ class SessionOperator:
             stored = union(parts) or self._empty()
             merged, n_sess, replaced = self._combine(stored, units, keys)
             upserted = n_sess + stored_live - len(stored)
+            added, taken = merged.gid, stored.gid
         gone: list[SessionState] = []
         if evict_us is not None:
             for i, run in enumerate(runs):
@@ -467,10 +510,11 @@ class SessionOperator:
         if merged is not None and len(merged):
             kept.append(Run.of(merged))
         ev = union(gone) or self._empty()
-        return SessionStore(self._compacted(kept, WHOLE * len(units))), ev, upserted, replaced
+        return (SessionStore(self._compacted(kept, WHOLE * len(units))), ev, upserted, replaced,
+                (added, taken))
 
     def _merge_whole(self, state: SessionState, units: SessionState, evict_us: int | None
-               ) -> tuple[SessionState, SessionState, int, int]:
+                     ) -> tuple[SessionState, SessionState, int, int]:
         """Rewrite the sessions of every key in ``units``, then evict the sessions with
         ``end <= evict_us`` (None: none); returns (state, evicted sessions, upserted,
         replaced). The new state and the evicted sessions are each gathered once from the old
