@@ -68,14 +68,21 @@ def explain_row(schedule: Schedule, result: RunResult | None, row_id: int,
             + _other_windows(spec, row, row[et], mine, f, result.outputs, since) + ".")
 
 
+def _value(v: object) -> str:
+    """A key value as the paragraph says it (NULL; timestamps in ISO form, like the row's)."""
+    if pd.isna(v):  # None, NA, NaN, NaT
+        return "NULL"
+    return v.isoformat() if isinstance(v, pd.Timestamp) else str(v)
+
+
 def _grouped_by(spec: BacktestSpec | None) -> str | None:
     """``session`` or ``window`` for a query that groups rows into them (their end is what the
-    watermark is compared with), else None."""
+    watermark is compared with), ``group`` for an aggregation by keys alone, else None."""
     q = None if spec is None else spec.query
     if isinstance(q, SessionQuery):
         return "session"
-    if isinstance(q, AggregationQuery) and q.window is not None:
-        return "window"
+    if isinstance(q, AggregationQuery):
+        return "window" if q.window is not None else "group"
     return None
 
 
@@ -83,6 +90,13 @@ def _late_rule(spec: BacktestSpec | None, late_ms: object) -> str:
     """Which rows the batch drops as late, in the query's terms."""
     if late_ms is None or pd.isna(late_ms):
         return "no watermark: nothing is late"
+    q = None if spec is None else spec.query
+    if isinstance(q, AggregationQuery):  # aggregation.py, rules 3 and 4
+        if q.output_mode == "complete":
+            return "complete mode: nothing is dropped as late"
+        if q.window is None and spec is not None and \
+                spec.sources[q.source].event_time not in q.keys:
+            return "the group keys hold no event time: nothing is dropped as late"
     late = _iso(late_ms)
     what = _grouped_by(spec)
     if what == "session":
@@ -152,15 +166,17 @@ def _of_key(df: pd.DataFrame, keys: list[str], row: pd.Series, prefix: str) -> p
 
 
 def _group_hits(what: str, keys: list[str], row: pd.Series, event_time: pd.Timestamp,
-                fates: pd.DataFrame, skip: frozenset[int] = frozenset()) -> list[_Group]:
+                fates: pd.DataFrame, since: int, skip: frozenset[int] = frozenset()
+                ) -> list[_Group]:
     """The ``what`` groups (windows or sessions) of the row's key whose bounds hold its time
-    and that left the state, in start order; groups starting at a ``skip`` time left out."""
+    and that left the state from batch ``since`` (the one that read the row) on, in start
+    order; groups starting at a ``skip`` time left out."""
     if not len(fates) or "bound_us" not in fates.columns:
         return []
     t_us = event_time.value // 1000  # ns -> µs
     m = (fates["what"].astype(str) == what) & fates["fate"].astype(str).isin(LEAVING)
     m &= (fates["start_us"] <= t_us) & (t_us < fates["bound_us"])
-    m &= ~fates["start_us"].isin(list(skip))
+    m &= ~fates["start_us"].isin(list(skip)) & (fates["batch_id"] >= since)
     of_key = _of_key(fates, keys, row, "key.")
     if of_key is None:
         return []
@@ -231,9 +247,10 @@ def _groups(spec: BacktestSpec | None, row: pd.Series, event_time: pd.Timestamp,
         return ""
     assert spec is not None
     keys = list(spec.query.keys)
-    of = ("" if not keys else " of " + ", ".join(
-        f"{k}={'NULL' if pd.isna(row[k]) else row[k]}" for k in keys))
-    hits = _group_hits(what, keys, row, event_time, fates)
+    of = ("" if not keys else " of " + ", ".join(f"{k}={_value(row[k])}" for k in keys))
+    if what == "group":
+        return _key_group(spec, keys, of, row, fates, outputs, since)
+    hits = _group_hits(what, keys, row, event_time, fates, since)
     if spec.query.output_mode != "append" and outputs is not None:
         hits = _with_emissions(what, keys, row, event_time, outputs, since, hits)
     if not hits:
@@ -242,6 +259,37 @@ def _groups(spec: BacktestSpec | None, row: pd.Series, event_time: pd.Timestamp,
     if len(hits) == 1:
         return f"; counted in {what} {hits[0].said(f'{of}, ')}"
     return f"; counted in {len(hits)} {what}s{of}: " + _listed(hits)
+
+
+def _key_group(spec: BacktestSpec, keys: list[str], of: str, row: pd.Series,
+               fates: pd.DataFrame, outputs: pd.DataFrame | None, since: int) -> str:
+    """``; counted in the group of k=7, emitted in batches 2–4, still in the state when the
+    history ended`` for an accepted row of an aggregation by keys alone (the event-time column
+    may be one of them): the batches from ``since`` on that emitted its group (update and
+    complete modes) and how the group left the state (evicted, or emitted in append mode)."""
+    group = f"the group{of}" if keys else "the single group (no keys)"
+    left = ""
+    if len(fates) and "fate" in fates.columns:
+        m = _of_key(fates, keys, row, "key.")
+        if m is not None:
+            hit = fates.loc[m & fates["fate"].astype(str).isin(LEAVING)
+                            & (fates["batch_id"] >= since)]
+            if len(hit):
+                x = hit.iloc[0]
+                left = f"{WORDS.get(str(x['fate']), str(x['fate']))} in batch {int(x['batch_id'])}"
+    emitted: tuple[int, ...] = ()
+    if spec.query.output_mode != "append" and outputs is not None and len(outputs):
+        m = _of_key(outputs, keys, row, "")
+        if m is not None:
+            b = outputs.loc[m, "batch_id"].to_numpy(np.int64)
+            emitted = tuple(np.unique(b[b >= since]).tolist())
+    if not left and not emitted:
+        return (f"; its group{of} was still in the state when the history ended (not "
+                f"emitted)" if spec.query.output_mode == "append" else "")
+    text = f"; counted in {group}, "
+    if emitted:
+        text += f"emitted in {_batches(emitted)}, " + ("then " if left else "")
+    return text + (left or "still in the state when the history ended")
 
 
 def _other_windows(spec: BacktestSpec | None, row: pd.Series, event_time: pd.Timestamp,
@@ -263,7 +311,7 @@ def _other_windows(spec: BacktestSpec | None, row: pd.Series, event_time: pd.Tim
     text = f"; counted in its {other} other window{'' if other == 1 else 's'} (of {windows})"
     skip = frozenset(int(v) for v in mine.loc[is_late, "start_us"]) \
         if "start_us" in mine.columns else frozenset()
-    hits = _group_hits("window", list(q.keys), row, event_time, fates, skip)
+    hits = _group_hits("window", list(q.keys), row, event_time, fates, since, skip)
     if q.output_mode != "append" and outputs is not None:
         hits = _with_emissions("window", list(q.keys), row, event_time, outputs, since, hits,
                                skip)

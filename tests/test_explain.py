@@ -183,3 +183,42 @@ def test_row_late_in_some_sliding_windows_says_when_the_others_were_emitted() ->
     assert partly.endswith(
         "; counted in its 1 other window (of 2): [1970-01-01 00:00:15, 1970-01-01 00:00:25) "
         f"emitted in batch {int(emitted['batch_id'].iloc[0])}.")
+
+
+def test_aggregation_by_keys_alone_says_its_group_and_that_nothing_is_late() -> None:
+    # rules (aggregation.py 3-4): without the event-time column among the group keys there is
+    # neither late filtering nor eviction, even with a watermark (the row at 1 s, below the
+    # 25 s watermark, is counted); complete mode never filters late rows; with the event time
+    # as a key, a group is late or evicted by that time. A row's group is said with the
+    # batches that emitted it from the batch that read the row on
+    rows = [pd.DataFrame({"k": [1, 2], "ts": [3, 4]}), pd.DataFrame({"k": [1], "ts": [30]}),
+            pd.DataFrame({"k": [1], "ts": [1]})]
+    sched = schedule_of(rows)
+    query = {"kind": "aggregation", "keys": ["k"], "aggregates": {"n": "count(*)"},
+             "output_mode": "update"}
+    spec = spec_of(query, "5 seconds")
+    p = predict(sched, spec, "c")
+    text = explain_row(sched, p, 3, spec)
+    assert "(watermark 1970-01-01T00:00:25Z; the group keys hold no event time: nothing is " \
+           "dropped as late): accepted; counted in the group of k=1, emitted in batch 2, " \
+           "still in the state when the history ended." in text
+    assert explain_row(sched, p, 0, spec).endswith(
+        ": accepted; counted in the group of k=1, emitted in batches 0–2, still in the state "
+        "when the history ended.")
+    complete = spec_of({**query, "output_mode": "complete"}, "5 seconds")
+    p = predict(sched, complete, "c")
+    assert "; complete mode: nothing is dropped as late): accepted; counted in the group of " \
+           "k=2, emitted in batches 0–2, still" in explain_row(sched, p, 1, complete)
+    glob = spec_of({**query, "keys": []}, "5 seconds")
+    p = predict(sched, glob, "c")
+    assert explain_row(sched, p, 2, glob).endswith(
+        ": accepted; counted in the single group (no keys), emitted in batches 1–2, still in "
+        "the state when the history ended.")
+    timed = spec_of({**query, "keys": ["k", "ts"], "output_mode": "append"}, "5 seconds")
+    p = predict(sched, timed, "c")
+    assert explain_row(sched, p, 0, timed).endswith(
+        "; rows at or before 1970-01-01T00:00:00Z count as late): accepted; counted in the "
+        "group of k=1, ts=1970-01-01T00:00:03+00:00, emitted in batch 2.")
+    assert explain_row(sched, p, 2, timed).endswith(
+        ": accepted; its group of k=1, ts=1970-01-01T00:00:30+00:00 was still in the state "
+        "when the history ended (not emitted).")

@@ -31,7 +31,10 @@ only the stored sessions that overlap or touch a unit of the batch take part in 
 key's other sessions keep their start and value and are counted as updated without being moved
 (merging them too would leave them as they are). Runs mostly gone are rewritten, and the newest
 run is merged into the one before while that one is at most twice its size (about
-log₂(stored / batch) runs).
+log₂(stored / batch) runs). Each batch also reports the distinct keys of its state
+(``state_keys``, for the state-bytes model's session index): counted on the one run when the
+store is rewritten whole, else from a tally of live sessions per key (``key_tally``) that the
+batch updates with the sessions it moved.
 
 State invariants: every run sorted by (key id, session start), key id = 64-bit key hash (see
 ``keys``); (key id, start) unique among live sessions of all runs; live sessions of one key never
