@@ -11,7 +11,7 @@ from semantics.operators.fates import LEAVING, WORDS, fmt_us
 from semantics.operators.windows import assign_windows
 from semantics.report import RunResult
 from semantics.schedule import ROW_ID, Schedule
-from semantics.spec import AggregationQuery, BacktestSpec, SessionQuery
+from semantics.spec import AggregationQuery, BacktestSpec, JoinQuery, SessionQuery
 
 
 def fates_of(result: RunResult) -> pd.DataFrame:
@@ -56,16 +56,61 @@ def explain_row(schedule: Schedule, result: RunResult | None, row_id: int,
                  f"{_late_rule(spec, r['late_watermark_ms'])})")
     f = fates_of(result)
     mine = f.loc[f[ROW_ID] == row_id]
+    joined = _joined(spec, source, row_id, result.outputs)
     if mine.empty:
-        return text + ": accepted" + _groups(spec, row, row[et], f, result.outputs, since) + "."
+        still = "; still in the state when the history ended" \
+            if _stored(spec, source, joined) else ""
+        return (text + ": accepted" + _groups(spec, row, row[et], f, result.outputs, since)
+                + (joined or "") + still + ".")
     parts = [WORDS.get(str(x["fate"]), str(x["fate"]))
              + (f" in batch {int(x['batch_id'])}" if "batch_id" in x and
                 pd.notna(x["batch_id"]) else "")
              + (f" ({x['detail']})" if x.get("detail") else "") for _, x in mine.iterrows()]
     # only fates of a state entry leaving: the row itself was accepted (and stored) first
-    accepted = "accepted, then " if mine["fate"].astype(str).isin(LEAVING).all() else ""
-    return (text + ": " + accepted + "; ".join(parts)
-            + _other_windows(spec, row, row[et], mine, f, result.outputs, since) + ".")
+    if mine["fate"].astype(str).isin(LEAVING).all():
+        return text + ": accepted" + (joined + "; then " if joined else ", then ") \
+            + "; ".join(parts) + "."
+    return (text + ": " + "; ".join(parts)
+            + _other_windows(spec, row, row[et], mine, f, result.outputs, since)
+            + (joined or "") + ".")
+
+
+def _joined(spec: BacktestSpec | None, source: str, row_id: int,
+            outputs: pd.DataFrame) -> str | None:
+    """``; joined with 2 rows of clicks: 17 (batch 3), 20 (batch 5)`` for a row of a join's
+    side whose rows are in the output (the pairs it is in; a null-padded row is its fate's
+    part), ``; no match`` when none; None for other queries and the right side of a left semi
+    join (its rows are not in the output)."""
+    q = None if spec is None else spec.query
+    if not isinstance(q, JoinQuery) or q.left == q.right:
+        return None
+    other = q.right if source == q.left else q.left
+    mine, theirs = f"{source}_{ROW_ID}", f"{other}_{ROW_ID}"
+    if mine not in outputs.columns:
+        return None
+    if theirs not in outputs.columns:  # left semi: a left row is emitted once, unpaired
+        b = outputs.loc[outputs[mine] == row_id, "batch_id"]
+        return f"; emitted in batch {int(b.iloc[0])} (its first match)" if len(b) else \
+            "; no match"
+    pairs = outputs.loc[(outputs[mine] == row_id) & outputs[theirs].notna()]
+    if not len(pairs):
+        return "; no match"
+    said = [f"{int(r)} (batch {int(b)})" for r, b in zip(pairs[theirs], pairs["batch_id"],
+                                                          strict=True)]
+    more = f", … ({len(said)} in all)" if len(said) > 5 else ""
+    n = len(said)
+    return (f"; joined with {n} row{'' if n == 1 else 's'} of {other}: "
+            + ", ".join(said[:5]) + more)
+
+
+def _stored(spec: BacktestSpec | None, source: str, joined: str | None) -> bool:
+    """Does an accepted row of a join with no fate stay in the state? Every row is stored
+    except a left semi join's left row that matched (emitted once, never buffered)."""
+    q = None if spec is None else spec.query
+    if not isinstance(q, JoinQuery):
+        return False
+    return not (q.type == "left_semi" and source == q.left and joined is not None
+                and joined.startswith("; emitted"))
 
 
 def _value(v: object) -> str:
