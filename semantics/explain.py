@@ -11,7 +11,13 @@ from semantics.operators.fates import LEAVING, WORDS, fmt_us
 from semantics.operators.windows import assign_windows
 from semantics.report import RunResult
 from semantics.schedule import ROW_ID, Schedule
-from semantics.spec import AggregationQuery, BacktestSpec, JoinQuery, SessionQuery
+from semantics.spec import (
+    AggregationQuery,
+    BacktestSpec,
+    DeduplicationQuery,
+    JoinQuery,
+    SessionQuery,
+)
 
 
 def fates_of(result: RunResult) -> pd.DataFrame:
@@ -104,9 +110,12 @@ def _joined(spec: BacktestSpec | None, source: str, row_id: int,
 
 
 def _stored(spec: BacktestSpec | None, source: str, joined: str | None) -> bool:
-    """Does an accepted row of a join with no fate stay in the state? Every row is stored
-    except a left semi join's left row that matched (emitted once, never buffered)."""
+    """Does an accepted row of a join or deduplication with no fate stay in the state? A
+    deduplication keeps the key of every row it emits until it is evicted; a join stores every
+    row except a left semi join's left row that matched (emitted once, never buffered)."""
     q = None if spec is None else spec.query
+    if isinstance(q, DeduplicationQuery):
+        return True
     if not isinstance(q, JoinQuery):
         return False
     return not (q.type == "left_semi" and source == q.left and joined is not None

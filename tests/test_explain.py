@@ -222,3 +222,19 @@ def test_aggregation_by_keys_alone_says_its_group_and_that_nothing_is_late() -> 
     assert explain_row(sched, p, 2, timed).endswith(
         ": accepted; its group of k=1, ts=1970-01-01T00:00:30+00:00 was still in the state "
         "when the history ended (not emitted).")
+
+
+def test_accepted_dedup_row_without_event_time_key_stays_in_the_state() -> None:
+    # rule (dedup.py): the first occurrence of a key is stored and emitted; its state entry is
+    # evicted only when the event time is a key (or within the watermark), so with keys [id]
+    # it is still there at the end, while with [id, ts] it leaves with the watermark
+    sched = schedule_of([[{"ts": 10, "id": 1}], [{"ts": 40, "id": 2}], [{"ts": 60, "id": 3}]])
+    by_id = spec_of({"kind": "deduplication", "keys": ["id"]})
+    p = predict(sched, by_id, "c")
+    assert explain_row(sched, p, 0, by_id).endswith(
+        ": accepted; still in the state when the history ended.")
+    by_time = spec_of({"kind": "deduplication", "keys": ["id", "ts"]})
+    p = predict(sched, by_time, "c")
+    assert explain_row(sched, p, 0, by_time).endswith(
+        ": accepted, then evicted in batch 2 (event time 1970-01-01 00:00:10 <= eviction "
+        "watermark 1970-01-01 00:00:30).")
