@@ -181,7 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
         sp.set_defaults(func=lambda a, pred=pred: cmd_run(a, pred, True))
     sp = sub.add_parser("sweep", help="prediction-only tradeoff over watermark delays")
     common(sp)
-    sp.add_argument("--source", required=True, help="the source whose delay is swept")
+    sp.add_argument("--source", help="the source whose delay is swept (default: the query's "
+                    "only source; a join needs one)")
     sp.add_argument("--delays", required=True, help='e.g. "1 minute..2 hours/60"')
     sp.set_defaults(func=cmd_sweep)
     sp = sub.add_parser("demo", help="build sample Delta tables and a demo spec, run a backtest")

@@ -136,6 +136,29 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> str:
     return str(path)
 
 
+def swept_source(spec: Any, source: str | None) -> str:
+    """``--source``, or the query's only source when it has one (a join has two: say which)."""
+    if source is not None:
+        return source
+    if len(spec.query_sources) == 1:
+        return str(spec.query_sources[0])
+    raise SpecError(spec.path, "--source", "which source's delay to sweep: one of "
+                    + ", ".join(spec.query_sources))
+
+
+def memory(n: int | None) -> str:
+    """Bytes in binary units (``-`` when there is no estimate, e.g. with RocksDB).
+
+    >>> memory(51_200), memory(1_310_720), memory(3 * 2**30), memory(None)
+    ('50.0 KiB', '1.25 MiB', '3.00 GiB', '-')
+    """
+    if n is None:
+        return "-"
+    if n < 2**20:
+        return f"{n / 2**10:.1f} KiB"
+    return f"{n / 2**20:.2f} MiB" if n < 2**30 else f"{n / 2**30:.2f} GiB"
+
+
 def run_sweep(args: argparse.Namespace) -> int:
     from jobs.backtest import default_results_dir
     from jobs.cli import format_table, late_note
@@ -146,17 +169,20 @@ def run_sweep(args: argparse.Namespace) -> int:
         delays = parse_delays(args.delays)
     except ValueError as exc:
         raise SpecError(args.spec, "--delays", str(exc)) from None
-    rows = sweep(spec, args.source, delays, args.candidate)
+    source = swept_source(spec, args.source)
+    rows = sweep(spec, source, delays, args.candidate)
     folder = Path(args.results) if args.results else default_results_dir()
-    png = plot(rows, folder / "reports" / f"{spec.name}-sweep-{args.source}.png",
-               f"{spec.name}: delay of {args.source}")
+    png = plot(rows, folder / "reports" / f"{spec.name}-sweep-{source}.png",
+               f"{spec.name}: delay of {source}")
     if args.json:
-        json.dump({"backtest": spec.name, "source": args.source, "sweep": rows, "plot": png},
+        json.dump({"backtest": spec.name, "source": source, "sweep": rows, "plot": png},
                   sys.stdout, default=str)
         print()
         return 0
     table = [{"delay": r["delay"], "late": r["late"], "late_%": f"{100 * r['late_fraction']:.2f}",
-              "peak_state": r["peak_state_rows"], "output_rows": r["output_rows"],
+              "peak_state": r["peak_state_rows"],
+              "peak_memory_est": memory(r["peak_state_bytes"]),
+              "output_rows": r["output_rows"],
               "p95_latency_s": "-" if r["latency_p95_s"] is None else f"{r['latency_p95_s']:.0f}",
               "": "<- knee" if r["knee"] else ""} for r in rows]
     print(format_table(table))
@@ -164,6 +190,6 @@ def run_sweep(args: argparse.Namespace) -> int:
     if note:
         print(f"\n{note}")
     if not any(r["knee"] for r in rows):
-        print(f"\n{flat_note(spec, args.source, args.candidate)}")
+        print(f"\n{flat_note(spec, source, args.candidate)}")
     print(f"\nplot: {png}")
     return 0

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from jobs.cli import main
-from jobs.sweep import knee_index, parse_delays
+from jobs.sweep import knee_index, memory, parse_delays
 from semantics.metrics import reference_columns
 from semantics.predict import predict
 from semantics.schedule import cut
@@ -66,6 +66,11 @@ def test_sweep_cli_json(tmp_path: Path, capsys) -> None:
     assert main(["sweep", str(spec), "--source", "clicks", "--delays",
                  "0 seconds..2 minutes/5", "--results", str(tmp_path / "r")]) == 0
     assert "counts late groups (one per key and window" in capsys.readouterr().out
+    # one source: --source may be left out; the table shows the state memory estimate
+    assert main(["sweep", str(spec), "--delays", "0 seconds..2 minutes/5", "--results",
+                 str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    assert "peak_memory_est" in out.splitlines()[0] and " KiB " in out
     assert main(["predict", str(spec), "--results", str(tmp_path / "r")]) == 0
     assert "counts late groups" in capsys.readouterr().out  # tight drops rows
     assert main(["predict", str(spec), "--candidate", "c", "--results",
@@ -94,6 +99,9 @@ def test_flat_sweep_marks_no_knee_and_says_why(tmp_path: Path, capsys) -> None:
     }))
     args = ["sweep", str(spec), "--delays", "0 seconds..1 minute/3", "--results",
             str(tmp_path / "r")]
+    assert main(args) == 2  # a join has two sources: which one?
+    assert "--source: which source's delay to sweep: one of imps, clicks" in \
+        capsys.readouterr().err
     assert main([*args, "--source", "clicks"]) == 0
     out = capsys.readouterr().out
     assert "<- knee" not in out
@@ -153,3 +161,8 @@ def test_predict_builds_only_the_columns_asked_for(query) -> None:
     pd.testing.assert_frame_equal(part.batches, full.batches)
     with pytest.raises(KeyError, match="no output columns"):
         predict(sched, spec, "c", columns=["nope"])
+
+
+def test_memory_is_said_in_binary_units() -> None:
+    assert [memory(n) for n in (51_200, 1_310_720, 3 * 2**30, None)] == \
+        ["50.0 KiB", "1.25 MiB", "3.00 GiB", "-"]
