@@ -37,3 +37,27 @@ def test_ranges_is_concatenated_aranges(seed: int) -> None:
     start, counts = r.integers(-50, 50, n), r.integers(0, 5, n)
     want = [x for s, c in zip(start, counts, strict=True) for x in range(s, s + c)]
     assert ranges(start, counts).tolist() == want
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_merge_positions_place_both_sides_as_a_stable_merge(seed: int) -> None:
+    # merge_positions gives a's places as positions or, for a much longer a, as a mask: both
+    # must place a and b as a stable merge does (a first on ties), through interleave
+    from semantics.operators import grouping
+    from semantics.operators.grouping import interleave, merge_positions
+
+    r = np.random.default_rng(seed)
+    a = np.sort(r.integers(0, 60, int(r.integers(0, 300))))
+    b = np.sort(r.integers(0, 60, int(r.integers(0, 40))))
+    expected = np.argsort(np.r_[a, b], kind="stable")  # a's elements come first on ties
+    forms = []
+    for ratio in (0, 10**9):  # always a mask / always positions
+        grouping.MASK_RATIO = ratio
+        try:
+            pa, pb = merge_positions(a, b)
+        finally:
+            grouping.MASK_RATIO = 16
+        forms.append(pa.dtype == bool)
+        ids = interleave(pa, np.arange(len(a)), pb, len(a) + np.arange(len(b)))
+        assert ids.tolist() == expected.tolist()
+    assert forms == [True, False]

@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 
 from semantics.explain import explain_row
-from semantics.operators import join_frames
+from semantics.operators import grouping, join_frames
 from semantics.operators.join_watermarks import ValueBound, derive_plan
 from semantics.predict import Prediction, predict
 from semantics.schedule import Schedule, cut
@@ -671,6 +671,26 @@ def test_unpacked_state_gives_the_same_prediction(jtype: str, monkeypatch) -> No
     pd.testing.assert_frame_equal(
         packed.result.fates.sort_values(key).reset_index(drop=True),
         unpacked.result.fates.sort_values(key).reset_index(drop=True))
+
+
+@pytest.mark.parametrize("jtype", ["inner", "left_outer", "full_outer", "left_semi"])
+def test_state_merged_through_a_mask_gives_the_same_prediction(jtype: str, monkeypatch) -> None:
+    # a batch's rows merge into the sorted state through positions, or through a mask when the
+    # state is much larger (grouping.MASK_RATIO); here every merge takes the mask: the same
+    # batches, emitted rows in the same order and fates
+    rng = np.random.default_rng(11)
+    steps = [([(int(rng.integers(0, 4)), 5 * i + float(rng.integers(0, 3000)) / 100)
+               for _ in range(12)],
+              [(int(rng.integers(0, 4)), 5 * i + float(rng.integers(0, 3000)) / 100)
+               for _ in range(12)]) for i in range(10)]
+    kw = {"lower": "-3 seconds", "upper": "2 seconds", "pace": "backlog"}
+    positions = join_run(steps, jtype, **kw)
+    monkeypatch.setattr(grouping, "MASK_RATIO", 0)
+    masked = join_run(steps, jtype, **kw)
+    pd.testing.assert_frame_equal(positions.batches, masked.batches)
+    pd.testing.assert_frame_equal(positions.result.outputs, masked.result.outputs)
+    pd.testing.assert_frame_equal(positions.result.fates, masked.result.fates)
+    assert len(positions.result.outputs) > 0
 
 
 def test_state_bytes_count_one_key_entry_per_distinct_key() -> None:

@@ -8,9 +8,11 @@ from __future__ import annotations
 import math
 
 import pandas as pd
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from semantics.operators import grouping
 from tests.predict_kit import run, schedule_of
 
 US = 1_000_000
@@ -23,6 +25,15 @@ rows_st = st.lists(st.fixed_dictionaries({
 batches_st = st.lists(rows_st, min_size=1, max_size=7).filter(lambda b: any(b))
 SETTINGS = settings(max_examples=60, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
+
+
+@pytest.fixture(autouse=True, params=["positions", "masks"])
+def merges(request, monkeypatch) -> str:
+    """Every test here runs twice: with sorted merges placing the state through positions (what
+    these small states do) and through masks (what states much larger than a batch do)."""
+    if request.param == "masks":
+        monkeypatch.setattr(grouping, "MASK_RATIO", 0)
+    return request.param
 
 
 def batch_inputs(result, batches, pace):

@@ -507,13 +507,15 @@ class AggregationOperator:
         if not len(n_idx):
             return AggState(state.gid, state.bound_us, state.wstart_us, state.keys, bufs), put_pos
         add = part.take(n_idx)
-        pa, pb = merge_positions_at(len(state), pos[n_idx])  # new ids are not in the state
+        b_in = pos[n_idx]  # new ids are not in the state; non-decreasing (part is sorted)
+        pa, pb = merge_positions_at(len(state), b_in)
         new = AggState(interleave(pa, state.gid, pb, add.gid),
                        interleave(pa, state.bound_us, pb, add.bound_us),
                        interleave(pa, state.wstart_us, pb, add.wstart_us),
                        interleave_keys(pa, state.keys, pb, add.keys),
                        interleave_all(pa, bufs, pb, add.bufs))
-        put_pos[f_idx] = pa[pos[f_idx]]
+        # a stored entry moves back by the new entries inserted before it
+        put_pos[f_idx] = pos[f_idx] + np.searchsorted(b_in, pos[f_idx], side="right")
         put_pos[n_idx] = pb
         return new, put_pos
 

@@ -197,8 +197,10 @@ def merge_states(a: SessionState, b: SessionState, keys: np.ndarray | None = Non
         order = np.lexsort((~from_a, both.start_us, both.gid))
         return both.take(order), from_a[order]
     pa, pb = pos
-    from_a = np.zeros(len(pa) + len(pb), dtype=bool)
-    from_a[pa] = True
+    from_a = pa
+    if pa.dtype != bool:  # positions, not a mask
+        from_a = np.zeros(len(pa) + len(pb), dtype=bool)
+        from_a[pa] = True
     return interleave_states(pa, a, pb, b), from_a
 
 
