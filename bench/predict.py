@@ -16,7 +16,8 @@ keys (most rows never match: like clicks joined to impressions); ``join_dense`` 
 ``sliding`` puts every event in six windows (1 minute, sliding by 10 seconds), ``sliding_minmax``
 the same with minima and maxima (of an integer and a timestamp column); ``session``
 groups events of 100 000 keys with a 30-second gap (most sessions hold one or two events),
-``session_long`` the same with a 30-minute watermark delay (about 750 000 sessions stored).
+``session_long`` the same with a 30-minute watermark delay (about 750 000 sessions stored), and
+``join_long`` is ``join`` with 30-minute delays (about 1 000 000 rows buffered).
 """
 
 from __future__ import annotations
@@ -57,10 +58,12 @@ QUERIES = {
 }
 QUERIES["join_dense"] = QUERIES["join"]
 QUERIES["session_long"] = QUERIES["session"]
+QUERIES["join_long"] = QUERIES["join"]
 KEYS = {"join": 100_000, "join_dense": 5_000, "session": 100_000,
-        "session_long": 100_000}  # of ``k`` (default 1 000)
+        "session_long": 100_000, "join_long": 100_000}  # of ``k`` (default 1 000)
 DELAY = "2 minutes"  # covers the regular disorder: only the hour-late 1 % are late
-DELAYS = {"session_long": "30 minutes"}  # a long delay: a large state (~750 000 sessions)
+# long delays: a large state (~750 000 sessions, ~1 000 000 buffered join rows)
+DELAYS = {"session_long": "30 minutes", "join_long": "30 minutes"}
 
 
 def events(n: int, seed: int, keys: int = 1000, t0: int = 1_700_000_000_000_000
