@@ -711,30 +711,35 @@ def test_explain_says_which_rows_a_join_row_met_and_where_it_is(jtype: str) -> N
     # rules (module docstring 2-4) as --explain tells them: a row says the rows of the other
     # side it was paired with (and the batch), then how it left the state or that it was still
     # there at the end; a left-semi left row is emitted once, on its first match, and one that
-    # matched on arrival is never stored. Rows: l0 (k 1, 1 s) and l1 (k 2) in batch 0, r2 and
-    # r3 (k 1) pair with l0 in batch 1, l4 and r5 (k 3, 40 s) pair in batch 2 and move the
-    # watermark to 30 s: batch 3 evicts the rest (state watermark 24.999 s)
+    # matched the right state on arrival is never stored. Rows: l0 (k 1, 1 s) and l1 (k 2) in
+    # batch 0, r2 and r3 (k 1) pair with l0 in batch 1; in batch 2 l5 (k 1, 4 s) pairs with r2
+    # and r3 on arrival, l4 and r6 (k 3, 40 s) pair and move the watermark to 30 s: batch 3
+    # evicts the rest (state watermark 24.999 s)
     r = join_run([([(1, 1.0), (2, 1.0)], []), ([], [(1, 2.0), (1, 3.0)]),
-                  ([(3, 40.0)], [(3, 40.0)])], jtype)
+                  ([(3, 40.0), (1, 4.0)], [(3, 40.0)])], jtype)
     assert r.schedule is not None
 
     def said(rid: int) -> str:
         return explain_row(r.schedule, r.result, rid, r.spec).split("count as late): ")[1]
 
     evicted = "then evicted in batch 3 (ts <= {} state watermark 24999 ms"
+    end = "still in the state when the history ended."
     if jtype == "left_semi":
         assert said(0).startswith("accepted; emitted in batch 1 (its first match); "
                                   + evicted.format("l"))
-        assert said(4) == "accepted; emitted in batch 2 (its first match)."
+        # l4 was stored (no right row of k 3 before it), then r6 of its batch matched it
+        assert said(4) == f"accepted; emitted in batch 2 (its first match); {end}"
+        assert said(5) == ("not stored in batch 2 (left semi: matched the right state on "
+                           "arrival, emitted once; never buffered); emitted in batch 2 (its "
+                           "first match).")
         assert said(2).startswith("accepted, then evicted in batch 3")  # right: not in output
-        assert said(5) == "accepted; still in the state when the history ended."
+        assert said(6) == f"accepted; {end}"
     else:
         assert said(0).startswith("accepted; joined with 2 rows of r: 2 (batch 1), 3 (batch 1); "
                                   + evicted.format("l"))
-        assert said(3).startswith("accepted; joined with 1 row of l: 0 (batch 1); "
+        assert said(3).startswith("accepted; joined with 2 rows of l: 0 (batch 1), 5 (batch 2); "
                                   + evicted.format("r"))
-        assert said(4) == ("accepted; joined with 1 row of r: 5 (batch 2); still in the state "
-                           "when the history ended.")
+        assert said(4) == f"accepted; joined with 1 row of r: 6 (batch 2); {end}"
     unmatched = said(1)
     assert unmatched.startswith("accepted; no match; " + evicted.format("l"))
     assert unmatched.endswith("null-padded row emitted)." if jtype == "left_outer" else

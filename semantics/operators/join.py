@@ -42,7 +42,9 @@ Fates (structured rows of :mod:`semantics.operators.fates`: ``row_id``, ``fate``
 (filtered before the join), ``not_stored`` (a right row at or behind the right state watermark:
 joined or not, never buffered), ``evicted`` (left the state after matching),
 ``evicted_unmatched`` (left the state without ever matching: no output),
-``evicted_unmatched_null_row`` (outer side: its null-padded row was emitted).
+``evicted_unmatched_null_row`` (outer side: its null-padded row was emitted); left semi:
+``not_stored`` also for a left row that matched the right state on arrival (emitted, never
+buffered).
 """
 
 from __future__ import annotations
@@ -286,7 +288,7 @@ class JoinOperator:
         # output parts: (left source positions, right source positions), -1 = null padding;
         # left semi: (left source positions,)
         outputs: list[tuple[np.ndarray, ...]] = []
-        left_all, right_old, stored_left = self._left_input(state, lin, outputs)
+        left_all, right_old, stored_left = self._left_input(state, lin, outputs, fates)
         right_all, stored_right = self._right_input(left_all, right_old, rin, rthr, outputs,
                                                     fates, batch)
         keys = _distinct(left_all.code, self.packing is not None) + \
@@ -308,8 +310,8 @@ class JoinOperator:
         )
 
     # -- the three phases of one batch -----------------------------------------------------------
-    def _left_input(self, state: JoinState, lin: SideRows, outputs: list[tuple[np.ndarray, ...]]
-                    ) -> tuple[SideRows, SideRows, int]:
+    def _left_input(self, state: JoinState, lin: SideRows, outputs: list[tuple[np.ndarray, ...]],
+                    fates: list[pd.DataFrame]) -> tuple[SideRows, SideRows, int]:
         """New left rows x right state of earlier batches; returns (left state incl. the stored
         new rows, right state with updated matched flags, rows stored)."""
         li, rj = self._pairs(lin, state.right)
@@ -317,6 +319,10 @@ class JoinOperator:
         if self.query.type == "left_semi":  # emitted once, matched rows not stored
             outputs.append((lin.pos[np.flatnonzero(lin.matched)],))
             stored = lin.take(~lin.matched)
+            if self.explain and lin.matched.any():
+                fates.append(self._noted("left", "not_stored", lin.take(lin.matched), None,
+                                         "left semi: matched the right state on arrival, "
+                                         "emitted once; never buffered"))
             right_old = state.right
         else:
             matched = state.right.matched.copy()
