@@ -120,8 +120,7 @@ def _late_rule(spec: BacktestSpec | None, late_ms: object) -> str:
     if isinstance(q, AggregationQuery):  # aggregation.py, rules 3 and 4
         if q.output_mode == "complete":
             return "complete mode: nothing is dropped as late"
-        if q.window is None and spec is not None and \
-                spec.sources[q.source].event_time not in q.keys:
+        if spec is not None and not spec.time_keyed:
             return "the group keys hold no event time: nothing is dropped as late"
     late = _iso(late_ms)
     what = grouped_by(spec)

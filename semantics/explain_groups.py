@@ -48,11 +48,22 @@ class _Group:
         """``[s, e) emitted in batches 2–4 and 7, then evicted in batch 9`` (``sep`` after the
         bounds)."""
         bounds = f"[{fmt_us(self.start_us)[0]}, {fmt_us(self.end_us)[0]}){sep}"
-        left = self.left or "still in the state when the history ended"
-        if not self.emitted:
-            return bounds + left
-        return bounds + f"emitted in {_batches(self.emitted)}, " + (
-            f"then {left}" if self.left else left)
+        return bounds + _fate_said(self.emitted, self.left)
+
+
+def _fate_said(emitted: tuple[int, ...], left: str) -> str:
+    """``emitted in batches 2–4 and 7, then evicted in batch 9``: the batches that emitted a
+    group and how it left the state (``left`` empty: still in the state at the end)."""
+    end = left or "still in the state when the history ended"
+    if not emitted:
+        return end
+    return f"emitted in {_batches(emitted)}, " + (f"then {left}" if left else end)
+
+
+def _never_emitted(what_of: str, mode: str) -> str:
+    """``; its session of k=7 was still in the state ...`` (append mode: nothing emitted)."""
+    return (f"; its {what_of} was still in the state when the history ended (not emitted)"
+            if mode == "append" else "")
 
 
 def _batches(ids: tuple[int, ...]) -> str:
@@ -89,23 +100,47 @@ def _of_key(df: pd.DataFrame, keys: list[str], row: pd.Series, prefix: str) -> p
     return m
 
 
+def _left_from(fates: pd.DataFrame, keys: list[str], row: pd.Series, since: int
+               ) -> pd.DataFrame | None:
+    """The fates of state entries of the row's key that left the state from batch ``since``
+    (the one that read the row) on; None when the table has none of them."""
+    if not len(fates) or "fate" not in fates.columns:
+        return None
+    of_key = _of_key(fates, keys, row, "key.")
+    if of_key is None:
+        return None
+    return fates.loc[of_key & fates["fate"].astype(str).isin(LEAVING)
+                     & (fates["batch_id"] >= since)]
+
+
+def _emitted_from(outputs: pd.DataFrame | None, keys: list[str], row: pd.Series, since: int
+                  ) -> pd.DataFrame | None:
+    """The output rows of the row's key from batch ``since`` on; None without them."""
+    if outputs is None or not len(outputs):
+        return None
+    of_key = _of_key(outputs, keys, row, "")
+    return None if of_key is None else outputs.loc[of_key & (outputs["batch_id"] >= since)]
+
+
+def _left_said(fate: object, batch_id: int) -> str:
+    """``evicted in batch 9``."""
+    return f"{WORDS.get(str(fate), str(fate))} in batch {batch_id}"
+
+
 def _group_hits(what: str, keys: list[str], row: pd.Series, event_time: pd.Timestamp,
                 fates: pd.DataFrame, since: int, skip: frozenset[int] = frozenset()
                 ) -> list[_Group]:
     """The ``what`` groups (windows or sessions) of the row's key whose bounds hold its time
     and that left the state from batch ``since`` (the one that read the row) on, in start
     order; groups starting at a ``skip`` time left out."""
-    if not len(fates) or "bound_us" not in fates.columns:
+    left = _left_from(fates, keys, row, since)
+    if left is None or "bound_us" not in left.columns:
         return []
     t_us = event_time.value // 1000  # ns -> µs
-    m = (fates["what"].astype(str) == what) & fates["fate"].astype(str).isin(LEAVING)
-    m &= (fates["start_us"] <= t_us) & (t_us < fates["bound_us"])
-    m &= ~fates["start_us"].isin(list(skip)) & (fates["batch_id"] >= since)
-    of_key = _of_key(fates, keys, row, "key.")
-    if of_key is None:
-        return []
-    hit = fates.loc[m & of_key].sort_values("start_us", kind="stable")
-    return [_Group(int(s), int(e), f"{WORDS.get(str(x), str(x))} in batch {int(b)}")
+    m = (left["what"].astype(str) == what) & ~left["start_us"].isin(list(skip))
+    m &= (left["start_us"] <= t_us) & (t_us < left["bound_us"])
+    hit = left.loc[m].sort_values("start_us", kind="stable")
+    return [_Group(int(s), int(e), _left_said(x, int(b)))
             for s, e, x, b in zip(hit["start_us"], hit["bound_us"], hit["fate"],
                                   hit["batch_id"], strict=True)]
 
@@ -125,13 +160,12 @@ def _with_emissions(what: str, keys: list[str], row: pd.Series, event_time: pd.T
     an output row counts for the final session whose bounds hold it; the rows of a session
     still in the state are said with the bounds of its last output."""
     lo, hi = f"{what}_start", f"{what}_end"
-    of_key = _of_key(outputs, keys, row, "") if lo in outputs.columns else None
-    if of_key is None or not len(outputs):
+    out = _emitted_from(outputs, keys, row, since) if lo in outputs.columns else None
+    if out is None:
         return hits
-    out = outputs.loc[of_key]
     t_us = event_time.value // 1000  # ns -> µs
     s, e, b = _us(out[lo]), _us(out[hi]), out["batch_id"].to_numpy(np.int64)
-    held = (s <= t_us) & (t_us < e) & (b >= since) & ~np.isin(s, list(skip))
+    held = (s <= t_us) & (t_us < e) & ~np.isin(s, list(skip))
     s, e, b = s[held], e[held], b[held]
     taken = np.zeros(len(b), dtype=bool)
     groups = []
@@ -151,6 +185,18 @@ def _with_emissions(what: str, keys: list[str], row: pd.Series, event_time: pd.T
     return sorted(groups, key=lambda g: g.start_us)
 
 
+def _groups_of(what: str, spec: BacktestSpec, row: pd.Series, event_time: pd.Timestamp,
+               fates: pd.DataFrame, outputs: pd.DataFrame | None, since: int,
+               skip: frozenset[int] = frozenset()) -> list[_Group]:
+    """The row's ``what`` groups that left the state and, in update and complete modes (with
+    ``outputs``), the batches that emitted each and those still in the state."""
+    keys = list(spec.query.keys)
+    hits = _group_hits(what, keys, row, event_time, fates, since, skip)
+    if spec.query.output_mode != "append" and outputs is not None:
+        hits = _with_emissions(what, keys, row, event_time, outputs, since, hits, skip)
+    return hits
+
+
 def _listed(groups: list[_Group]) -> str:
     """``[s1, e1) emitted in batch 4, [s2, e2) emitted in batch 5``; groups emitted in several
     batches (update and complete modes) are separated by semicolons."""
@@ -159,7 +205,7 @@ def _listed(groups: list[_Group]) -> str:
 
 
 def groups_said(spec: BacktestSpec | None, row: pd.Series, event_time: pd.Timestamp,
-            fates: pd.DataFrame, outputs: pd.DataFrame | None = None, since: int = 0) -> str:
+                fates: pd.DataFrame, outputs: pd.DataFrame | None = None, since: int = 0) -> str:
     """``; counted in session [s, e) of k=7, emitted in batch 12`` for an accepted row of
     windows or sessions: the groups of its key that hold its event time and the batch each
     left the state in; in append mode a group still in the state at the end says so; in update
@@ -174,12 +220,9 @@ def groups_said(spec: BacktestSpec | None, row: pd.Series, event_time: pd.Timest
     of = ("" if not keys else " of " + ", ".join(f"{k}={key_value(row[k])}" for k in keys))
     if what == "group":
         return _key_group(spec, keys, of, row, fates, outputs, since)
-    hits = _group_hits(what, keys, row, event_time, fates, since)
-    if spec.query.output_mode != "append" and outputs is not None:
-        hits = _with_emissions(what, keys, row, event_time, outputs, since, hits)
+    hits = _groups_of(what, spec, row, event_time, fates, outputs, since)
     if not hits:
-        return (f"; its {what}{of} was still in the state when the history ended (not "
-                f"emitted)" if spec.query.output_mode == "append" else "")
+        return _never_emitted(what + of, spec.query.output_mode)
     if len(hits) == 1:
         return f"; counted in {what} {hits[0].said(f'{of}, ')}"
     return f"; counted in {len(hits)} {what}s{of}: " + _listed(hits)
@@ -192,33 +235,20 @@ def _key_group(spec: BacktestSpec, keys: list[str], of: str, row: pd.Series,
     may be one of them): the batches from ``since`` on that emitted its group (update and
     complete modes) and how the group left the state (evicted, or emitted in append mode)."""
     group = f"the group{of}" if keys else "the single group (no keys)"
-    left = ""
-    if len(fates) and "fate" in fates.columns:
-        m = _of_key(fates, keys, row, "key.")
-        if m is not None:
-            hit = fates.loc[m & fates["fate"].astype(str).isin(LEAVING)
-                            & (fates["batch_id"] >= since)]
-            if len(hit):
-                x = hit.iloc[0]
-                left = f"{WORDS.get(str(x['fate']), str(x['fate']))} in batch {int(x['batch_id'])}"
-    emitted: tuple[int, ...] = ()
-    if spec.query.output_mode != "append" and outputs is not None and len(outputs):
-        m = _of_key(outputs, keys, row, "")
-        if m is not None:
-            b = outputs.loc[m, "batch_id"].to_numpy(np.int64)
-            emitted = tuple(np.unique(b[b >= since]).tolist())
+    gone = _left_from(fates, keys, row, since)
+    left = _left_said(gone["fate"].iloc[0], int(gone["batch_id"].iloc[0])) \
+        if gone is not None and len(gone) else ""
+    out = _emitted_from(outputs, keys, row, since) \
+        if spec.query.output_mode != "append" else None
+    emitted = () if out is None else tuple(np.unique(out["batch_id"].to_numpy(np.int64)).tolist())
     if not left and not emitted:
-        return (f"; its group{of} was still in the state when the history ended (not "
-                f"emitted)" if spec.query.output_mode == "append" else "")
-    text = f"; counted in {group}, "
-    if emitted:
-        text += f"emitted in {_batches(emitted)}, " + ("then " if left else "")
-    return text + (left or "still in the state when the history ended")
+        return _never_emitted("group" + of, spec.query.output_mode)
+    return f"; counted in {group}, " + _fate_said(emitted, left)
 
 
 def other_windows_said(spec: BacktestSpec | None, row: pd.Series, event_time: pd.Timestamp,
-                   mine: pd.DataFrame, fates: pd.DataFrame,
-                   outputs: pd.DataFrame | None = None, since: int = 0) -> str:
+                       mine: pd.DataFrame, fates: pd.DataFrame,
+                       outputs: pd.DataFrame | None = None, since: int = 0) -> str:
     """``; counted in its 1 other window (of 2): [s, e) emitted in batch 3`` for a row of
     sliding windows late in only some of them (each late (row, window) pair is a fate of its
     own; ``mine``: the row's fates), else empty."""
@@ -235,8 +265,6 @@ def other_windows_said(spec: BacktestSpec | None, row: pd.Series, event_time: pd
     text = f"; counted in its {other} other window{'' if other == 1 else 's'} (of {windows})"
     skip = frozenset(int(v) for v in mine.loc[is_late, "start_us"]) \
         if "start_us" in mine.columns else frozenset()
-    hits = _group_hits("window", list(q.keys), row, event_time, fates, since, skip)
-    if q.output_mode != "append" and outputs is not None:
-        hits = _with_emissions("window", list(q.keys), row, event_time, outputs, since, hits,
-                               skip)
+    assert spec is not None
+    hits = _groups_of("window", spec, row, event_time, fates, outputs, since, skip)
     return text + (": " + _listed(hits) if hits else "")

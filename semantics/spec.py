@@ -271,6 +271,15 @@ class BacktestSpec(_Model):
         q = self.query
         return (q.left, q.right) if isinstance(q, JoinQuery) else (q.source,)
 
+    @property
+    def time_keyed(self) -> bool:
+        """Is this an aggregation whose groups carry the watermarked event time (a window, or
+        the event-time column among the keys)? Only such groups are dropped as late and
+        evicted; without it the watermark changes nothing."""
+        q = self.query
+        return isinstance(q, AggregationQuery) and (
+            q.window is not None or self.sources[q.source].event_time in q.keys)
+
     def batch_by(self, candidate: str) -> BatchBy:
         return self.candidates[candidate].batch_by or self.replay.batch_by
 
@@ -403,7 +412,7 @@ def _check_query_for_candidate(spec: BacktestSpec, cname: str) -> None:
             if q.source not in wm:
                 raise SpecError(f, where, f"a watermark on {q.source!r}: Spark rejects append "
                                 "output mode for an aggregation without a watermark")
-            if q.window is None and et not in q.keys:
+            if not spec.time_keyed:
                 raise SpecError(f, "query.keys", f"the event-time column {et!r} (or a window): "
                                 "append mode needs the watermarked time among the group keys")
     elif isinstance(q, DeduplicationQuery):

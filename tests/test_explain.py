@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pandas as pd
 
 from semantics.explain import explain_row
 from semantics.predict import predict
+from semantics.schedule import Schedule
+from semantics.spec import BacktestSpec
 from tests.predict_kit import schedule_of, spec_of
 
 HEAD = "read by batch {b} (watermark {wm}; rows at or before {late} count as late)"
+
+
+def explainer(sched: Schedule, spec: BacktestSpec) -> Callable[[int], str]:
+    """Predicts ``spec`` on ``sched``; returns row id -> the row's ``--explain`` paragraph."""
+    p = predict(sched, spec, "c")
+    return lambda row_id: explain_row(sched, p, row_id, spec)
 
 
 def test_within_watermark_dedup_rows_accepted_duplicate_and_evicted() -> None:
@@ -103,17 +113,13 @@ def test_accepted_window_rows_say_their_windows_and_when_they_were_emitted() -> 
     assert explain_row(sched, p, 1, spec).endswith(
         ": accepted; counted in window [1970-01-01 00:00:00, 1970-01-01 00:00:10) of k=NULL, "
         "emitted in batch 2.")
-    spec = spec_of({**query, "window": {"duration": "10 seconds", "slide": "5 seconds"}},
-                   "5 seconds")
-    p = predict(sched, spec, "c")
-    two = explain_row(sched, p, 0, spec)
+    two = explainer(sched, spec_of({**query, "window": {"duration": "10 seconds",
+                                                         "slide": "5 seconds"}}, "5 seconds"))(0)
     assert "; a row is late in each of its windows that ends at or before " in two
     assert two.endswith(": accepted; counted in 2 windows of k=1: [1969-12-31 23:59:55, "
                         "1970-01-01 00:00:05) emitted in batch 2, [1970-01-01 00:00:00, "
                         "1970-01-01 00:00:10) emitted in batch 2.")
-    none = spec_of({**query, "output_mode": "update"}, None)
-    p = predict(sched, none, "c")
-    assert explain_row(sched, p, 0, none).endswith(
+    assert explainer(sched, spec_of({**query, "output_mode": "update"}, None))(0).endswith(
         "(watermark none; no watermark: nothing is late): accepted; counted in window "
         "[1970-01-01 00:00:00, 1970-01-01 00:00:10) of k=1, emitted in batch 0, still in the "
         "state when the history ended.")
@@ -131,24 +137,24 @@ def test_update_and_complete_modes_say_every_batch_that_emitted_the_rows_groups(
     sched = schedule_of(rows)
     w = "window [1970-01-01 00:00:00, 1970-01-01 00:00:10) of k=1, emitted in "
     spec = spec_of(query, "5 seconds")
-    p = predict(sched, spec, "c")
-    assert explain_row(sched, p, 0, spec).endswith(
+    said = explainer(sched, spec)
+    assert said(0).endswith(
         f": accepted; counted in {w}batches 0–1, then evicted in batch 3.")
-    assert explain_row(sched, p, 1, spec).endswith(
+    assert said(1).endswith(
         f": accepted; counted in {w}batch 1, then evicted in batch 3.")
-    assert explain_row(sched, p, 2, spec).endswith(
+    assert said(2).endswith(
         ": accepted; counted in window [1970-01-01 00:00:30, 1970-01-01 00:00:40) of k=2, "
         "emitted in batch 2, still in the state when the history ended.")
     slide = spec_of({**query, "window": {"duration": "10 seconds", "slide": "5 seconds"}},
                     "5 seconds")
-    p = predict(sched, slide, "c")
-    assert explain_row(sched, p, 1, slide).endswith(
+    said = explainer(sched, slide)
+    assert said(1).endswith(
         ": accepted; counted in 2 windows of k=1: [1970-01-01 00:00:00, 1970-01-01 00:00:10) "
         "emitted in batch 1, then evicted in batch 3; [1970-01-01 00:00:05, "
         "1970-01-01 00:00:15) emitted in batch 1, then evicted in batch 3.")
     complete = spec_of({**query, "output_mode": "complete"}, "5 seconds")
-    p = predict(sched, complete, "c")
-    assert explain_row(sched, p, 1, complete).endswith(
+    said = explainer(sched, complete)
+    assert said(1).endswith(
         f": accepted; counted in {w}batches 1–2, still in the state when the history ended.")
 
 
@@ -197,29 +203,29 @@ def test_aggregation_by_keys_alone_says_its_group_and_that_nothing_is_late() -> 
     query = {"kind": "aggregation", "keys": ["k"], "aggregates": {"n": "count(*)"},
              "output_mode": "update"}
     spec = spec_of(query, "5 seconds")
-    p = predict(sched, spec, "c")
-    text = explain_row(sched, p, 3, spec)
+    said = explainer(sched, spec)
+    text = said(3)
     assert "(watermark 1970-01-01T00:00:25Z; the group keys hold no event time: nothing is " \
            "dropped as late): accepted; counted in the group of k=1, emitted in batch 2, " \
            "still in the state when the history ended." in text
-    assert explain_row(sched, p, 0, spec).endswith(
+    assert said(0).endswith(
         ": accepted; counted in the group of k=1, emitted in batches 0–2, still in the state "
         "when the history ended.")
     complete = spec_of({**query, "output_mode": "complete"}, "5 seconds")
-    p = predict(sched, complete, "c")
+    said = explainer(sched, complete)
     assert "; complete mode: nothing is dropped as late): accepted; counted in the group of " \
-           "k=2, emitted in batches 0–2, still" in explain_row(sched, p, 1, complete)
+           "k=2, emitted in batches 0–2, still" in said(1)
     glob = spec_of({**query, "keys": []}, "5 seconds")
-    p = predict(sched, glob, "c")
-    assert explain_row(sched, p, 2, glob).endswith(
+    said = explainer(sched, glob)
+    assert said(2).endswith(
         ": accepted; counted in the single group (no keys), emitted in batches 1–2, still in "
         "the state when the history ended.")
     timed = spec_of({**query, "keys": ["k", "ts"], "output_mode": "append"}, "5 seconds")
-    p = predict(sched, timed, "c")
-    assert explain_row(sched, p, 0, timed).endswith(
+    said = explainer(sched, timed)
+    assert said(0).endswith(
         "; rows at or before 1970-01-01T00:00:00Z count as late): accepted; counted in the "
         "group of k=1, ts=1970-01-01T00:00:03+00:00, emitted in batch 2.")
-    assert explain_row(sched, p, 2, timed).endswith(
+    assert said(2).endswith(
         ": accepted; its group of k=1, ts=1970-01-01T00:00:30+00:00 was still in the state "
         "when the history ended (not emitted).")
 
@@ -230,11 +236,11 @@ def test_accepted_dedup_row_without_event_time_key_stays_in_the_state() -> None:
     # it is still there at the end, while with [id, ts] it leaves with the watermark
     sched = schedule_of([[{"ts": 10, "id": 1}], [{"ts": 40, "id": 2}], [{"ts": 60, "id": 3}]])
     by_id = spec_of({"kind": "deduplication", "keys": ["id"]})
-    p = predict(sched, by_id, "c")
-    assert explain_row(sched, p, 0, by_id).endswith(
+    said = explainer(sched, by_id)
+    assert said(0).endswith(
         ": accepted; still in the state when the history ended.")
     by_time = spec_of({"kind": "deduplication", "keys": ["id", "ts"]})
-    p = predict(sched, by_time, "c")
-    assert explain_row(sched, p, 0, by_time).endswith(
+    said = explainer(sched, by_time)
+    assert said(0).endswith(
         ": accepted, then evicted in batch 2 (event time 1970-01-01 00:00:10 <= eviction "
         "watermark 1970-01-01 00:00:30).")

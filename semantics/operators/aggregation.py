@@ -167,7 +167,7 @@ class AggregationOperator:
                             f"no raw event-time column {et!r} next to a window: Spark fails with "
                             "'More than one event time columns are available'")
         # Is the watermarked time among the grouping keys (window struct or raw column)?
-        self.time_keyed = q.window is not None or et in self.keys
+        self.time_keyed = spec.time_keyed
         self.et_key = et if q.window is None and et in self.keys else None
         self.watermarked = q.source in spec.candidates[candidate].watermark
         self.global_agg = not self.keys and q.window is None

@@ -37,16 +37,17 @@ def group(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.asarray(uniq_fs, dtype=np.int64)[order], rank[codes_fs], seen_first[order]
 
 
-def count_distinct(ids: np.ndarray) -> int:
+def count_distinct(ids: np.ndarray, grouped: bool = False) -> int:
     """How many distinct values ``ids`` holds (a sort: for few ids, ~10× cheaper than
-    :func:`group` or ``np.unique`` at 1 200 ids spread over a wide range).
+    :func:`group` or ``np.unique`` at 1 200 ids spread over a wide range; ``grouped``: equal
+    values are already adjacent, as in a sorted state, and no sort is needed).
 
-    >>> count_distinct(np.array([7, 3, 7, 9]))
-    3
+    >>> count_distinct(np.array([7, 3, 7, 9])), count_distinct(np.array([3, 3, 9]), grouped=True)
+    (3, 2)
     """
     if len(ids) < 2:
         return len(ids)
-    x = np.sort(ids)
+    x = ids if grouped else np.sort(ids)
     return 1 + int(np.count_nonzero(x[1:] != x[:-1]))
 
 
@@ -203,6 +204,20 @@ def merge_positions_at(n_a: int, b_in_a: np.ndarray) -> tuple[np.ndarray, np.nda
 def merged_size(pa: np.ndarray, pb: np.ndarray) -> int:
     """Length of the merge that :func:`merge_positions`' ``(pa, pb)`` describe."""
     return len(pa) if pa.dtype == bool else len(pa) + len(pb)
+
+
+def from_a_mask(pa: np.ndarray, pb: np.ndarray) -> np.ndarray:
+    """Which entries of the merge that ``(pa, pb)`` describe come from ``a``: ``pa`` itself when
+    it is a mask, else a mask made from its positions.
+
+    >>> from_a_mask(np.array([0, 2]), np.array([1])).tolist()
+    [True, False, True]
+    """
+    if pa.dtype == bool:
+        return pa
+    out = np.zeros(len(pa) + len(pb), dtype=bool)
+    out[pa] = True
+    return out
 
 
 def interleave(pa: np.ndarray, xa: np.ndarray, pb: np.ndarray, xb: np.ndarray) -> np.ndarray:

@@ -291,8 +291,8 @@ class JoinOperator:
         left_all, right_old, stored_left = self._left_input(state, lin, outputs, fates)
         right_all, stored_right = self._right_input(left_all, right_old, rin, rthr, outputs,
                                                     fates, batch)
-        keys = _distinct(left_all.code, self.packing is not None) + \
-            _distinct(right_all.code, self.packing is not None)
+        keys = count_distinct(left_all.code, self.packing is not None) + \
+            count_distinct(right_all.code, self.packing is not None)
         new_state, removed = self._evict(left_all, right_all, lthr, rthr, outputs, fates, batch)
         width = 1 if self.query.type == "left_semi" else 2
         refs = tuple(np.concatenate([p[i] for p in outputs]) if outputs else _EMPTY
@@ -539,12 +539,3 @@ def _take(col: pd.Series, positions: np.ndarray) -> Any:
         out[null] = None
         return out
     return values.take(positions, allow_fill=True)
-
-
-def _distinct(codes: np.ndarray, grouped: bool) -> int:
-    """Distinct key codes (``grouped``: equal codes are adjacent, as in packed sorted state)."""
-    if not len(codes):
-        return 0
-    if grouped:
-        return 1 + int(np.count_nonzero(codes[1:] != codes[:-1]))
-    return count_distinct(codes)

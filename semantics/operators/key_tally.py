@@ -12,6 +12,7 @@ negative; ``keys`` is the number of indices with a positive count.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,10 +41,19 @@ class KeyIndex:
     ids: np.ndarray | None = None
 
     @staticmethod
-    def direct(slots: int | None, rows: int) -> bool:
-        """Can exact ids ``0 .. slots - 1`` (None: ids not exact) of a source of ``rows`` rows
-        index the counts themselves?"""
-        return slots is not None and slots <= max(DIRECT_LIMIT, rows)
+    def direct(slots: int, rows: int) -> bool:
+        """Can exact ids ``0 .. slots - 1`` of a source of ``rows`` rows index the counts
+        themselves?"""
+        return slots <= max(DIRECT_LIMIT, rows)
+
+    @classmethod
+    def of(cls, slots: int | None, rows: int, source_ids: Callable[[], np.ndarray]) -> KeyIndex:
+        """The index for the key ids of a source of ``rows`` rows: the ids themselves when they
+        are exact (``slots``: how many the coder gives; None: not exact) and few, else their
+        rank among ``source_ids()`` (computed only then)."""
+        if slots is not None and cls.direct(slots, rows):
+            return cls(slots)
+        return cls.ranked(source_ids())
 
     @classmethod
     def ranked(cls, source_ids: np.ndarray) -> KeyIndex:

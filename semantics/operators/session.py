@@ -65,6 +65,8 @@ from semantics.operators.aggfuncs import (
 )
 from semantics.operators.columns import Values, check_key_columns, key_series, values_of
 from semantics.operators.grouping import (
+    count_distinct,
+    from_a_mask,
     interleave,
     merge_by_id_then_time,
     merge_positions_at,
@@ -197,11 +199,7 @@ def merge_states(a: SessionState, b: SessionState, keys: np.ndarray | None = Non
         order = np.lexsort((~from_a, both.start_us, both.gid))
         return both.take(order), from_a[order]
     pa, pb = pos
-    from_a = pa
-    if pa.dtype != bool:  # positions, not a mask
-        from_a = np.zeros(len(pa) + len(pb), dtype=bool)
-        from_a[pa] = True
-    return interleave_states(pa, a, pb, b), from_a
+    return interleave_states(pa, a, pb, b), from_a_mask(pa, pb)
 
 
 def union(parts: list[SessionState]) -> SessionState | None:
@@ -325,8 +323,7 @@ class SessionOperator:
         if self._index is None:
             kv, n = self._whole_keys(), len(self._frame)
             slots = math.prod(self._coder.sizes) if self._coder.exact else None
-            self._index = KeyIndex(slots) if slots is not None and KeyIndex.direct(slots, n) \
-                else KeyIndex.ranked(self._coder.ids(kv, (), n))
+            self._index = KeyIndex.of(slots, n, lambda: self._coder.ids(kv, (), n))
         return self._index
 
     def _tally(self, store: SessionStore) -> KeyTally:
@@ -374,8 +371,7 @@ class SessionOperator:
         new, ev, upserted, replaced, moved = self._merge(state, units, evict_us)
         removed = replaced + len(ev)
         if moved is None:  # rewritten whole: one sorted run, its keys counted afresh
-            g = new.runs[0].entries.gid if new.runs else np.array([], dtype=np.int64)
-            keys = int(np.count_nonzero(g[1:] != g[:-1])) + 1 if len(g) else 0
+            keys = count_distinct(new.runs[0].entries.gid, grouped=True) if new.runs else 0
         else:  # runs: the tally, updated by what the batch moved
             tally = self._tally(state)
             ix = self._key_index().of_ids
