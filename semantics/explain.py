@@ -78,9 +78,9 @@ def explain_row(schedule: Schedule, result: RunResult | None, row_id: int,
 def _joined(spec: BacktestSpec | None, source: str, row_id: int,
             outputs: pd.DataFrame) -> str | None:
     """``; joined with 2 rows of clicks: 17 (batch 3), 20 (batch 5)`` for a row of a join's
-    side whose rows are in the output (the pairs it is in; a null-padded row is its fate's
-    part), ``; no match`` when none; None for other queries and the right side of a left semi
-    join (its rows are not in the output)."""
+    side whose rows are in the output (the pairs it is in, by batch then row id; a null-padded
+    row is its fate's part), ``; no match`` when none; None for other queries and the right
+    side of a left semi join (its rows are not in the output)."""
     q = None if spec is None else spec.query
     if not isinstance(q, JoinQuery) or q.left == q.right:
         return None
@@ -93,6 +93,7 @@ def _joined(spec: BacktestSpec | None, source: str, row_id: int,
         return f"; emitted in batch {int(b.iloc[0])} (its first match)" if len(b) else \
             "; no match"
     pairs = outputs.loc[(outputs[mine] == row_id) & outputs[theirs].notna()]
+    pairs = pairs.sort_values(["batch_id", theirs])  # a batch's output order is Spark's choice
     if not len(pairs):
         return "; no match"
     said = [f"{int(r)} (batch {int(b)})" for r, b in zip(pairs[theirs], pairs["batch_id"],

@@ -58,12 +58,7 @@ import pandas as pd
 from semantics.engine import BatchInput, Deferred, OperatorStep
 from semantics.operators import fates as F
 from semantics.operators.columns import check_key_columns
-from semantics.operators.grouping import (
-    count_distinct,
-    interleave,
-    merge_positions,
-    stable_argsort,
-)
+from semantics.operators.grouping import count_distinct, stable_argsort
 from semantics.operators.join_frames import (
     EV,
     Packing,
@@ -72,7 +67,9 @@ from semantics.operators.join_frames import (
     match_pairs,
     to_micros_nullable,
 )
+from semantics.operators.join_store import WHOLE, SideRows, SideStore, SideWork
 from semantics.operators.join_watermarks import JoinEvictionPlan, derive_plan
+from semantics.operators.key_tally import KeyTally
 from semantics.report import OPERATOR_NAMES, output_columns
 from semantics.schedule import Schedule
 from semantics.spec import BacktestSpec, Candidate, JoinQuery
@@ -86,65 +83,15 @@ _EMPTY = np.array([], dtype=np.int64)
 
 
 @dataclass(frozen=True)
-class SideRows:
-    """Rows of one join side as aligned arrays.
-
-    A row refers to its source row (``pos``: position in ``schedule.rows[source]``); column
-    values are gathered from there only when the run's output is materialised. Invariant: when
-    the operator packs keys (``comp`` from :class:`Packing`), rows are sorted by ``comp`` (key
-    code, then event time); otherwise they are in insertion order and ``comp`` is unused.
-    """
-
-    pos: np.ndarray  # int64 position of the source row
-    code: np.ndarray  # int64 join-key code (equal key tuples, equal codes; null == null)
-    et: np.ndarray  # int64 event time (µs)
-    ev: np.ndarray  # int64 value the state predicate compares (µs; never evicted: int64 max)
-    matched: np.ndarray  # bool, Spark's state-format-v2 flag
-    comp: np.ndarray  # int64 sort key (code, event time)
-
-    def __len__(self) -> int:
-        return len(self.pos)
-
-    def _arrays(self) -> tuple[np.ndarray, ...]:
-        return self.pos, self.code, self.et, self.ev, self.matched, self.comp
-
-    def take(self, sel: np.ndarray) -> SideRows:
-        """Rows at ``sel`` (positions or a boolean mask), new arrays."""
-        if sel.dtype == bool:  # one pass over the mask, then six gathers (not six compresses)
-            sel = np.flatnonzero(sel)
-        return SideRows(*(a[sel] for a in self._arrays()))
-
-    def with_matched(self, matched: np.ndarray) -> SideRows:
-        return SideRows(self.pos, self.code, self.et, self.ev, matched, self.comp)
-
-    def then(self, other: SideRows) -> SideRows:
-        """``self`` followed by ``other`` (always new arrays: a step never mutates its input)."""
-        return SideRows(*(np.concatenate([a, b]) for a, b in
-                          zip(self._arrays(), other._arrays(), strict=True)))
-
-    def merged(self, other: SideRows) -> SideRows:
-        """Both sorted by ``comp``: their sorted union (``self`` first on ties), new arrays."""
-        if not len(other):
-            return self.then(other)
-        pa, pb = merge_positions(self.comp, other.comp)
-        return SideRows(*(interleave(pa, a, pb, b) for a, b in
-                          zip(self._arrays(), other._arrays(), strict=True)))
-
-    @classmethod
-    def empty(cls) -> SideRows:
-        return cls(_EMPTY, _EMPTY, _EMPTY, _EMPTY, np.array([], dtype=bool), _EMPTY)
-
-
-@dataclass(frozen=True)
 class JoinState:
     """Buffered rows per side.
 
-    Invariant: every row is one ``keyWithIndexToValue`` entry of Spark's state; ``matched`` is
-    Spark's state-format-v2 flag.
+    Invariant: every live row of a side's runs is one ``keyWithIndexToValue`` entry of Spark's
+    state; ``matched`` is Spark's state-format-v2 flag.
     """
 
-    left: SideRows
-    right: SideRows
+    left: SideStore
+    right: SideStore
 
     @property
     def rows(self) -> int:
@@ -178,6 +125,20 @@ class TimeCondition:
         return cls(None if tr.lower is None else tr.lower.us,
                    None if tr.upper is None else tr.upper.us,
                    tr.lower_inclusive, tr.upper_inclusive)
+
+    def may_match(self, left: tuple[int, int], right: tuple[int, int]) -> bool:
+        """Can a left row with a time in ``left`` (lowest, highest) match a right row with a
+        time in ``right``? (False only when no pair of the two ranges passes the bounds, taken
+        as inclusive.)
+
+        >>> c = TimeCondition(-5, 5)  # left.t BETWEEN right.t - 5 AND right.t + 5
+        >>> c.may_match((100, 110), (116, 130)), c.may_match((100, 110), (115, 130))
+        (False, True)
+        >>> c.may_match((100, 110), (80, 94)), c.may_match((100, 110), (80, 95))
+        (False, True)
+        """
+        return ((self.lower_us is None or left[1] - right[0] >= self.lower_us)
+                and (self.upper_us is None or left[0] - right[1] <= self.upper_us))
 
 
 @dataclass(frozen=True)
@@ -227,6 +188,7 @@ class JoinOperator:
                                             ("right", self.right, q.right))}
         lcode, rcode = key_codes(frames["left"], self.left.keys, frames["right"],
                                  self.right.keys)
+        self.n_codes = max((int(c.max()) + 1 for c in (lcode, rcode) if len(c)), default=0)
         et = {"left": schedule.event_time_us(q.left), "right": schedule.event_time_us(q.right)}
         # sorted state (one slice per row's matches) unless packed keys could overflow
         self.packing = Packing.of([lcode, rcode], [et["left"], et["right"]],
@@ -248,7 +210,7 @@ class JoinOperator:
 
     # -- Operator protocol ----------------------------------------------------------------------
     def initial_state(self) -> JoinState:
-        return JoinState(SideRows.empty(), SideRows.empty())
+        return JoinState(SideStore(), SideStore())
 
     def wants_another_batch(self, new_wm_ms: int, last_evict_wm_ms: int | None) -> bool:
         """``shouldRunAnotherBatch``: a state predicate exists and the watermark moved."""
@@ -288,12 +250,28 @@ class JoinOperator:
         # output parts: (left source positions, right source positions), -1 = null padding;
         # left semi: (left source positions,)
         outputs: list[tuple[np.ndarray, ...]] = []
-        left_all, right_old, stored_left = self._left_input(state, lin, outputs, fates)
-        right_all, stored_right = self._right_input(left_all, right_old, rin, rthr, outputs,
-                                                    fates, batch)
-        keys = count_distinct(left_all.code, self.packing is not None) + \
-            count_distinct(right_all.code, self.packing is not None)
-        new_state, removed = self._evict(left_all, right_all, lthr, rthr, outputs, fates, batch)
+        # runs only when keys are packed (sorted runs); a small side stays one run
+        small = None if self.packing is None else WHOLE * (len(lin) + len(rin))
+        left, right = SideWork(state.left), SideWork(state.right)
+        stored_left = self._left_input(left, right, lin, small, outputs, fates)
+        stored_right = self._right_input(left, right, rin, rthr, small, outputs, fates, batch)
+        keys = 0  # distinct keys of both sides before eviction
+        tallies: list[KeyTally | None] = []
+        for work, store in ((left, state.left), (right, state.right)):
+            if work.whole():  # counted on the sorted run
+                keys += count_distinct(work.runs[0].rows.code, self.packing is not None)
+                tallies.append(None)
+            else:  # counted by the tally, updated with what the batch adds and removes
+                tally = self._tally(store)
+                tally.update(self._sorted_codes(work.added))
+                keys += tally.keys
+                tallies.append(tally)
+        gone, removed = self._evict(left, right, lthr, rthr, outputs, fates, batch)
+        for tally, parts in zip(tallies, gone, strict=True):
+            if tally is not None:
+                tally.update(_EMPTY, *(self._sorted_codes(g) for g in parts))
+        new_state = JoinState(left.stored(tallies[0], small, self.packing is not None),
+                              right.stored(tallies[1], small, self.packing is not None))
         width = 1 if self.query.type == "left_semi" else 2
         refs = tuple(np.concatenate([p[i] for p in outputs]) if outputs else _EMPTY
                      for i in range(width))
@@ -310,47 +288,67 @@ class JoinOperator:
         )
 
     # -- the three phases of one batch -----------------------------------------------------------
-    def _left_input(self, state: JoinState, lin: SideRows, outputs: list[tuple[np.ndarray, ...]],
-                    fates: list[pd.DataFrame]) -> tuple[SideRows, SideRows, int]:
-        """New left rows x right state of earlier batches; returns (left state incl. the stored
-        new rows, right state with updated matched flags, rows stored)."""
-        li, rj = self._pairs(lin, state.right)
-        lin.matched[li] = True  # lin is this step's own arrays
-        if self.query.type == "left_semi":  # emitted once, matched rows not stored
+    def _left_input(self, left: SideWork, right: SideWork, lin: SideRows, small: int | None,
+                    outputs: list[tuple[np.ndarray, ...]], fates: list[pd.DataFrame]) -> int:
+        """New left rows x right state of earlier batches: flags matches on both sides, stores
+        the new left rows as a run of ``left``; returns the rows stored."""
+        semi = self.query.type == "left_semi"
+        if len(lin):
+            span = int(lin.et.min()), int(lin.et.max())
+            for i, run in enumerate(right.runs):
+                if not self.condition.may_match(span, (run.min_et, run.max_et)):
+                    continue
+                li, rj = self._pairs(lin, run.rows)
+                if run.live < len(run.rows) and len(rj):  # gone rows do not match
+                    ok = run.alive(rj)
+                    li, rj = li[ok], rj[ok]
+                lin.matched[li] = True  # lin is this step's own arrays
+                if not semi:
+                    right.set_matched(i, rj)
+                    outputs.append((lin.pos[li], run.rows.pos[rj]))
+        if semi:  # emitted once, matched rows not stored
             outputs.append((lin.pos[np.flatnonzero(lin.matched)],))
-            stored = lin.take(~lin.matched)
+            stored = lin.take(~lin.matched) if lin.matched.any() else lin
             if self.explain and lin.matched.any():
                 fates.append(self._noted("left", "not_stored", lin.take(lin.matched), None,
                                          "left semi: matched the right state on arrival, "
                                          "emitted once; never buffered"))
-            right_old = state.right
         else:
-            matched = state.right.matched.copy()
-            matched[rj] = True
-            right_old = state.right.with_matched(matched)
-            outputs.append((lin.pos[li], right_old.pos[rj]))
             stored = lin
-        return self._union(state.left, stored), right_old, len(stored)
+        left.add(stored, small, self.packing is not None)
+        return len(stored)
 
-    def _right_input(self, left_all: SideRows, right_old: SideRows, rin: SideRows,
-                     rthr: int | None, outputs: list[tuple[np.ndarray, ...]],
-                     fates: list[pd.DataFrame], batch: BatchInput) -> tuple[SideRows, int]:
-        """New right rows x all left state; marks matches in ``left_all`` (in place, it is this
-        step's own arrays); returns (right state incl. the stored new rows, rows stored)."""
-        if self.query.type == "left_semi":  # only not-yet-matched left rows, each emitted once
-            open_pos = np.flatnonzero(~left_all.matched)
-            pi, qj = self._pairs(left_all.take(open_pos), rin)
-            pi = _first_occurrence(open_pos[pi], qj)
-            outputs.append((left_all.pos[pi],))
-        else:
-            pi, qj = self._pairs(left_all, rin)
-        left_all.matched[pi] = True
-        rin.matched[qj] = True
+    def _right_input(self, left: SideWork, right: SideWork, rin: SideRows, rthr: int | None,
+                     small: int | None, outputs: list[tuple[np.ndarray, ...]],
+                     fates: list[pd.DataFrame], batch: BatchInput) -> int:
+        """New right rows x all left state (this batch's left rows included): flags matches on
+        both sides, stores the right rows Spark keeps as a run of ``right``; returns the rows
+        stored."""
+        semi = self.query.type == "left_semi"
+        if len(rin):
+            span = int(rin.et.min()), int(rin.et.max())
+            for i, run in enumerate(left.runs):
+                if not self.condition.may_match((run.min_et, run.max_et), span):
+                    continue
+                rows = run.rows
+                pi, qj = self._pairs(rows, rin)
+                if not len(pi):
+                    continue
+                ok = ~rows.matched[pi] if semi else None  # left semi: not-yet-matched rows
+                if run.live < len(rows):  # gone rows do not match
+                    ok = run.alive(pi) if ok is None else ok & run.alive(pi)
+                if ok is not None:
+                    pi, qj = pi[ok], qj[ok]
+                if semi:  # each left row emitted once
+                    pi = _first_occurrence(pi, qj)
+                    outputs.append((rows.pos[pi],))
+                else:
+                    outputs.append((rows.pos[pi], rin.pos[qj]))
+                left.set_matched(i, pi)
+                rin.matched[qj] = True  # rin is this step's own arrays
         matched = rin.matched
         outer = self.query.type in ("right_outer", "full_outer")
         store = ~_evictable(rin, rthr) | (outer & ~matched)  # SPARK-49829
-        if self.query.type != "left_semi":
-            outputs.append((left_all.pos[pi], rin.pos[qj]))
         if self.explain and (~store).any():
             where = (f"at or behind the {self.right.source} state watermark "
                      f"{_ms_text(rthr)} (eviction watermark {_ms_text(batch.evict_wm_ms)})")
@@ -359,30 +357,41 @@ class JoinOperator:
                 if sel.any():
                     fates.append(self._noted("right", "not_stored", rin.take(sel), rthr,
                                              f"{what}; not buffered: {where}"))
-        return self._union(right_old, rin.take(store)), int(store.sum())
+        right.add(rin if store.all() else rin.take(store), small, self.packing is not None)
+        return int(store.sum())
 
-    def _evict(self, left_all: SideRows, right_all: SideRows, lthr: int | None,
-               rthr: int | None, outputs: list[tuple[np.ndarray, ...]],
-               fates: list[pd.DataFrame], batch: BatchInput) -> tuple[JoinState, int]:
+    def _evict(self, left: SideWork, right: SideWork, lthr: int | None, rthr: int | None,
+               outputs: list[tuple[np.ndarray, ...]], fates: list[pd.DataFrame],
+               batch: BatchInput) -> tuple[tuple[list[SideRows], list[SideRows]], int]:
         """Remove rows at or behind the state watermarks; null rows for unmatched outer rows;
-        returns (new state, numRowsRemoved)."""
+        returns (the removed rows of each side, run by run; numRowsRemoved)."""
         t = self.query.type
-        lgone, rgone = _evictable(left_all, lthr), _evictable(right_all, rthr)
+        lparts = left.evict(None if lthr is None else lthr * 1000)
+        rparts = right.evict(None if rthr is None else rthr * 1000)
+        lgone, rgone = SideRows.concat(lparts), SideRows.concat(rparts)
         louter, router = t in ("left_outer", "full_outer"), t in ("right_outer", "full_outer")
-        if louter:
-            pos = left_all.pos[lgone & ~left_all.matched]
+        if louter and len(lgone):
+            pos = lgone.pos[~lgone.matched]
             outputs.append((pos, np.full(len(pos), -1, dtype=np.int64)))
-        if router:
-            pos = right_all.pos[rgone & ~right_all.matched]
+        if router and len(rgone):
+            pos = rgone.pos[~rgone.matched]
             outputs.append((np.full(len(pos), -1, dtype=np.int64), pos))
         # only the final cleanup pass counts: outer sides were removed while emitting null rows
-        removed = (0 if louter else int(lgone.sum())) + (0 if router else int(rgone.sum()))
+        removed = (0 if louter else len(lgone)) + (0 if router else len(rgone))
         if self.explain:
-            fates += self._eviction_fates("left", left_all.take(lgone), lthr, louter, batch)
-            fates += self._eviction_fates("right", right_all.take(rgone), rthr, router, batch)
-        left = left_all.take(~lgone) if lgone.any() else left_all
-        right = right_all.take(~rgone) if rgone.any() else right_all
-        return JoinState(left, right), removed
+            fates += self._eviction_fates("left", lgone, lthr, louter, batch)
+            fates += self._eviction_fates("right", rgone, rthr, router, batch)
+        return (lparts, rparts), removed
+
+    def _tally(self, store: SideStore) -> KeyTally:
+        """The side's live rows per key code: its tally if still current, else counted."""
+        if store.tally is not None and store.tally.mark == store.mark:
+            return store.tally
+        return KeyTally.of(self.n_codes, store.live_rows().code)
+
+    def _sorted_codes(self, rows: SideRows) -> np.ndarray:
+        """Key codes of rows of one run, sorted (runs are sorted by code when packed)."""
+        return rows.code if self.packing is not None else np.sort(rows.code)
 
     # -- helpers -------------------------------------------------------------------------------
     def _pairs(self, left: SideRows, right: SideRows) -> tuple[np.ndarray, np.ndarray]:
@@ -401,10 +410,6 @@ class JoinOperator:
         rj, li = p.pairs(left.comp, right.code, right.et, c.lower_us, c.lower_inclusive,
                          c.upper_us, c.upper_inclusive)  # lt in [rt + lower, rt + upper]
         return li, rj
-
-    def _union(self, a: SideRows, b: SideRows) -> SideRows:
-        """State ``a`` plus new rows ``b`` (sorted merge when packed, else appended)."""
-        return a.then(b) if self.packing is None else a.merged(b)
 
     def _admit(self, role: str, batch: BatchInput, fates: list[pd.DataFrame]
                ) -> tuple[SideRows, int]:

@@ -1,0 +1,218 @@
+"""One join side's buffered rows, kept as runs so that a batch costs what it adds and removes.
+
+A side's state used to be one array sorted by (key, event time), merged with the batch's rows
+and filtered by eviction every batch: with a long watermark delay that rewrote millions of
+rows to insert twenty thousand. Here a batch's stored rows become a new *run* (sorted like the
+state was); a run is never rewritten in place, and join rows leave the state only by eviction,
+so a run's rows that are gone are exactly those with ``ev <= run.dead_us`` (the largest state
+threshold applied to it). Runs are merged LSM-style (the newest into the one before while that
+one is at most ``RATIO`` times its size); runs mostly gone are rewritten; a side of at most
+``WHOLE`` times the batch's rows is kept as one run, rewritten every batch (cheaper than several
+searches while it is small).
+
+Invariants: every run's ``rows`` are sorted by ``comp`` when keys are packed (else in insertion
+order, and a side is always one run); ``live`` counts the rows with ``ev > dead_us``; a run with
+no live row is dropped; ``matched`` flags are copied before they change (a step never writes a
+run it was given); ``tally`` counts the live rows per key code while its ``mark`` equals the
+side's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from semantics.operators.grouping import interleave, merge_positions
+from semantics.operators.key_tally import KeyTally
+
+# a run with fewer than 1/DEAD of its rows live is rewritten; the newest run is merged into the
+# one before while that one is at most RATIO times its size; a side of at most WHOLE times the
+# batch's rows is one run
+DEAD = 4
+RATIO = 2
+WHOLE = 8
+_NONE = np.iinfo(np.int64).min  # dead_us of a run no threshold has reached yet
+
+
+@dataclass(frozen=True)
+class SideRows:
+    """Rows of one join side as aligned arrays.
+
+    A row refers to its source row (``pos``: position in ``schedule.rows[source]``); column
+    values are gathered from there only when the run's output is materialised. Invariant: when
+    the operator packs keys (``comp`` from :class:`~semantics.operators.join_frames.Packing`),
+    rows are sorted by ``comp`` (key code, then event time); otherwise they are in insertion
+    order and ``comp`` is unused.
+    """
+
+    pos: np.ndarray  # int64 position of the source row
+    code: np.ndarray  # int64 join-key code (equal key tuples, equal codes; null == null)
+    et: np.ndarray  # int64 event time (µs)
+    ev: np.ndarray  # int64 value the state predicate compares (µs; never evicted: int64 max)
+    matched: np.ndarray  # bool, Spark's state-format-v2 flag
+    comp: np.ndarray  # int64 sort key (code, event time)
+
+    def __len__(self) -> int:
+        return len(self.pos)
+
+    def _arrays(self) -> tuple[np.ndarray, ...]:
+        return self.pos, self.code, self.et, self.ev, self.matched, self.comp
+
+    def take(self, sel: np.ndarray) -> SideRows:
+        """Rows at ``sel`` (positions or a boolean mask), new arrays."""
+        if sel.dtype == bool:  # one pass over the mask, then six gathers (not six compresses)
+            sel = np.flatnonzero(sel)
+        return SideRows(*(a[sel] for a in self._arrays()))
+
+    def with_matched(self, matched: np.ndarray) -> SideRows:
+        return SideRows(self.pos, self.code, self.et, self.ev, matched, self.comp)
+
+    def then(self, other: SideRows) -> SideRows:
+        """``self`` followed by ``other`` (always new arrays: a step never mutates its input)."""
+        return SideRows(*(np.concatenate([a, b]) for a, b in
+                          zip(self._arrays(), other._arrays(), strict=True)))
+
+    def merged(self, other: SideRows) -> SideRows:
+        """Both sorted by ``comp``: their sorted union (``self`` first on ties), new arrays."""
+        if not len(other) or not len(self):
+            return self.then(other)
+        pa, pb = merge_positions(self.comp, other.comp)
+        return SideRows(*(interleave(pa, a, pb, b) for a, b in
+                          zip(self._arrays(), other._arrays(), strict=True)))
+
+    @staticmethod
+    def concat(parts: list[SideRows]) -> SideRows:
+        """The rows of ``parts`` one after the other."""
+        if not parts:
+            return SideRows.empty()
+        if len(parts) == 1:
+            return parts[0]
+        return SideRows(*(np.concatenate(a) for a in zip(*(p._arrays() for p in parts),
+                                                         strict=True)))
+
+    @classmethod
+    def empty(cls) -> SideRows:
+        e = np.array([], dtype=np.int64)
+        return cls(e, e, e, e, np.array([], dtype=bool), e)
+
+
+@dataclass(frozen=True)
+class Run:
+    """Rows stored by one batch (or merged from several runs); those with ``ev <= dead_us``
+    have been evicted. ``min_*``/``max_*`` bound all rows (gone ones included)."""
+
+    rows: SideRows
+    live: int
+    dead_us: int
+    min_et: int
+    max_et: int
+    min_ev: int
+
+    @classmethod
+    def of(cls, rows: SideRows) -> Run:
+        return cls(rows, len(rows), _NONE, int(rows.et.min()), int(rows.et.max()),
+                   int(rows.ev.min()))
+
+    def alive(self, idx: np.ndarray) -> np.ndarray:
+        """Which of the rows at ``idx`` are still in the state (a boolean per index)."""
+        return self.rows.ev[idx] > self.dead_us
+
+    def live_rows(self) -> SideRows:
+        if self.live == len(self.rows):
+            return self.rows
+        return self.rows.take(self.rows.ev > self.dead_us)
+
+
+@dataclass(frozen=True)
+class SideStore:
+    """One side's buffered rows: the live rows of ``runs`` (oldest first); ``tally`` counts
+    them per key code while ``tally.mark == mark``."""
+
+    runs: tuple[Run, ...] = ()
+    tally: KeyTally | None = None
+    mark: int = 0
+
+    def __len__(self) -> int:
+        return sum(r.live for r in self.runs)
+
+    def live_rows(self) -> SideRows:
+        """Every live row (runs one after the other; tests and fresh tallies)."""
+        return SideRows.concat([r.live_rows() for r in self.runs])
+
+
+class SideWork:
+    """A step's working copy of a side: runs replaced (never written) as their matched flags
+    change, rows evicted, a new run added."""
+
+    def __init__(self, store: SideStore):
+        self.store = store
+        self.runs = list(store.runs)
+        self._own: set[int] = set()  # runs whose matched flags this step already copied
+        self.added = SideRows.empty()
+
+    def add(self, rows: SideRows, small: int | None, packed: bool) -> None:
+        """Store ``rows`` (this step's own arrays, sorted like a run): merged into the side's
+        run if it is one run without gone rows and the two hold at most ``small`` rows (None:
+        always), else as a new run."""
+        self.added = rows
+        if not len(rows):
+            return
+        if self.whole() and (small is None or len(self.runs[0].rows) + len(rows) <= small):
+            old = self.runs[0].rows
+            self.runs[0] = Run.of(old.merged(rows) if packed else old.then(rows))
+        else:
+            self.runs.append(Run.of(rows))
+        self._own.add(len(self.runs) - 1)
+
+    def whole(self) -> bool:
+        """Is the side one run without gone rows (then its keys are counted on it)?"""
+        return len(self.runs) == 1 and self.runs[0].live == len(self.runs[0].rows)
+
+    def set_matched(self, i: int, idx: np.ndarray) -> None:
+        """Flag the rows at ``idx`` of run ``i`` as matched (copy-on-write)."""
+        if not len(idx):
+            return
+        run = self.runs[i]
+        if i not in self._own:
+            run = replace(run, rows=run.rows.with_matched(run.rows.matched.copy()))
+            self.runs[i] = run
+            self._own.add(i)
+        run.rows.matched[idx] = True
+
+    def evict(self, thr_us: int | None) -> list[SideRows]:
+        """Remove the rows with ``ev <= thr_us`` (None: none); returns them, run by run (each
+        sorted like its run)."""
+        if thr_us is None:
+            return []
+        gone = []
+        for i, run in enumerate(self.runs):
+            if run.min_ev > thr_us or thr_us <= run.dead_us:
+                continue
+            ev = run.rows.ev
+            out = ev <= thr_us
+            if run.dead_us != _NONE:
+                out &= ev > run.dead_us
+            idx = np.flatnonzero(out)
+            if len(idx):
+                gone.append(run.rows.take(idx))
+            self.runs[i] = replace(run, live=run.live - len(idx), dead_us=thr_us)
+        return gone
+
+    def stored(self, tally: KeyTally | None, small: int | None, packed: bool) -> SideStore:
+        """The side after this step (``tally``: its live rows per key, already updated; None:
+        not kept):
+        runs without a live row dropped, mostly-gone ones rewritten, the newest merged while
+        one is at most ``RATIO`` times the next; all in one run when they hold at most
+        ``small`` rows (None: always)."""
+        runs = [r for r in self.runs if r.live]
+        whole = small is None or sum(r.live for r in runs) <= small
+        out: list[Run] = []
+        for r in runs:
+            keep = r.live == len(r.rows) or (not whole and DEAD * r.live >= len(r.rows))
+            out.append(r if keep else Run.of(r.live_rows()))
+        while len(out) >= 2 and (whole or len(out[-2].rows) <= RATIO * len(out[-1].rows)):
+            b, a = out.pop(), out.pop()
+            x, y = a.live_rows(), b.live_rows()
+            out.append(Run.of(x.merged(y) if packed else x.then(y)))
+        return SideStore(tuple(out), tally, 0 if tally is None else tally.mark)
