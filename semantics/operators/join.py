@@ -270,8 +270,12 @@ class JoinOperator:
         for tally, parts in zip(tallies, gone, strict=True):
             if tally is not None:
                 tally.update(_EMPTY, *(self._sorted_codes(g) for g in parts))
-        new_state = JoinState(left.stored(tallies[0], small, self.packing is not None),
-                              right.stored(tallies[1], small, self.packing is not None))
+        # cold runs (no row of the other side in this batch could match them) take no merges
+        c = self.condition
+        lh = None if c.lower_us is None or not len(rin) else int(rin.et.min()) + c.lower_us
+        rh = None if c.upper_us is None or not len(lin) else int(lin.et.min()) - c.upper_us
+        new_state = JoinState(left.stored(tallies[0], small, self.packing is not None, lh),
+                              right.stored(tallies[1], small, self.packing is not None, rh))
         width = 1 if self.query.type == "left_semi" else 2
         refs = tuple(np.concatenate([p[i] for p in outputs]) if outputs else _EMPTY
                      for i in range(width))

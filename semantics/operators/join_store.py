@@ -6,9 +6,15 @@ rows to insert twenty thousand. Here a batch's stored rows become a new *run* (s
 state was); a run is never rewritten in place, and join rows leave the state only by eviction,
 so a run's rows that are gone are exactly those with ``ev <= run.dead_us`` (the largest state
 threshold applied to it). Runs are merged LSM-style (the newest into the one before while that
-one is at most ``RATIO`` times its size); runs mostly gone are rewritten; a side of at most
+one is at most ``RATIO`` times its size and still *hot*: its newest event time is one the other
+side's rows of this batch could match); runs mostly gone are rewritten; a side of at most
 ``WHOLE`` times the batch's rows is kept as one run, rewritten every batch (cheaper than several
 searches while it is small).
+
+Cold runs are left as they are: new rows skip them (their event-time ranges cannot meet), and
+as the oldest they are evicted first, mostly whole, instead of being rewritten into the newest
+rows' run and scanned for eviction every batch. How runs are kept changes the cost, never the
+result (tests/test_predict_join_store.py).
 
 Invariants: every run's ``rows`` are sorted by ``comp`` when keys are packed (else in insertion
 order, and a side is always one run); ``live`` counts the rows with ``ev > dead_us``; a run with
@@ -199,19 +205,22 @@ class SideWork:
             self.runs[i] = replace(run, live=run.live - len(idx), dead_us=thr_us)
         return gone
 
-    def stored(self, tally: KeyTally | None, small: int | None, packed: bool) -> SideStore:
+    def stored(self, tally: KeyTally | None, small: int | None, packed: bool,
+               horizon: int | None = None) -> SideStore:
         """The side after this step (``tally``: its live rows per key, already updated; None:
-        not kept):
-        runs without a live row dropped, mostly-gone ones rewritten, the newest merged while
-        one is at most ``RATIO`` times the next; all in one run when they hold at most
-        ``small`` rows (None: always)."""
+        not kept): runs without a live row dropped, mostly-gone ones rewritten, the newest
+        merged while the one before is at most ``RATIO`` times its size and holds an event time
+        at or after ``horizon`` (the oldest a row of the other side in this batch could match;
+        None: no bound); all in one run when they hold at most ``small`` rows (None: always)."""
         runs = [r for r in self.runs if r.live]
         whole = small is None or sum(r.live for r in runs) <= small
         out: list[Run] = []
         for r in runs:
             keep = r.live == len(r.rows) or (not whole and DEAD * r.live >= len(r.rows))
             out.append(r if keep else Run.of(r.live_rows()))
-        while len(out) >= 2 and (whole or len(out[-2].rows) <= RATIO * len(out[-1].rows)):
+        while len(out) >= 2 and (whole or (
+                len(out[-2].rows) <= RATIO * len(out[-1].rows)
+                and (horizon is None or out[-2].max_et >= horizon))):
             b, a = out.pop(), out.pop()
             x, y = a.live_rows(), b.live_rows()
             out.append(Run.of(x.merged(y) if packed else x.then(y)))
