@@ -131,3 +131,22 @@ def test_state_keys_are_the_distinct_keys_of_the_live_sessions(seed: int, store:
     assert len(seen) == len(r.batches)
     if max(r.batches["state_rows"], default=0):
         assert max(seen) > 0
+
+
+def test_a_session_in_an_older_run_merges_with_a_unit_that_starts_at_its_end(monkeypatch
+                                                                              ) -> None:
+    # rule: sessions merge when they overlap or touch (a unit starting exactly at a stored
+    # session's end). Runs whose sessions all end before the batch's earliest unit start are
+    # not read: here key 1's session [10, 20] ends exactly where the batch's earliest unit
+    # starts, in an older run than key 2's, and must still be merged into [10, 30].
+    monkeypatch.setattr(session, "WHOLE", 0)
+    monkeypatch.setattr(session, "RATIO", 0)  # one run per batch
+    batches = [[{"k": 1, "ts": 10}], [{"k": 2, "ts": 12}], [{"k": 1, "ts": 20}],
+               [{"k": 3, "ts": 100}]]
+    r = run(SESSION, batches, watermark="30 seconds")
+    assert col(r, "state_rows")[:3] == [1, 2, 2]  # merged: still two sessions
+    monkeypatch.setattr(session, "WHOLE", 10**9)
+    whole = run(SESSION, batches, watermark="30 seconds")
+    pd.testing.assert_frame_equal(r.batches, whole.batches)
+    pd.testing.assert_frame_equal(r.outputs, whole.outputs)
+    assert sorted(r.outputs["n"].tolist()) == [1, 2]  # k1: one session of two rows; k3 stays

@@ -147,11 +147,12 @@ class Run:
     alive: np.ndarray  # bool, aligned with entries
     live: int
     min_end: int  # smallest end of all entries (gone ones included)
+    max_end: int  # largest end of all entries
 
     @classmethod
     def of(cls, entries: SessionState) -> Run:
         return cls(entries, np.ones(len(entries), dtype=bool), len(entries),
-                   int(entries.end_us.min()))
+                   int(entries.end_us.min()), int(entries.end_us.max()))
 
     def live_entries(self) -> SessionState:
         if self.live == len(self.entries):
@@ -174,7 +175,8 @@ class SessionStore:
         return sum(r.live for r in self.runs)
 
 
-Moved = tuple[np.ndarray, np.ndarray]  # key ids of merged sessions, of stored ones taken in
+# key ids of merged sessions, of stored ones taken in; the store's tally before the batch
+Moved = tuple[np.ndarray, np.ndarray, KeyTally]
 
 
 def interleave_states(pa: np.ndarray, a: SessionState, pb: np.ndarray, b: SessionState
@@ -373,7 +375,7 @@ class SessionOperator:
         if moved is None:  # rewritten whole: one sorted run, its keys counted afresh
             keys = count_distinct(new.runs[0].entries.gid, grouped=True) if new.runs else 0
         else:  # runs: the tally, updated by what the batch moved
-            tally = self._tally(state)
+            tally = moved[2]
             ix = self._key_index().of_ids
             tally.update(ix(moved[0]), ix(moved[1]), ix(ev.gid))
             new = replace(new, tally=tally, mark=tally.mark)
@@ -449,7 +451,10 @@ class SessionOperator:
     def _merge_runs(self, store: SessionStore, units: SessionState, evict_us: int | None
                     ) -> tuple[SessionStore, SessionState, int, int, Moved]:
         """:meth:`_merge` run by run: only the stored sessions that touch a unit leave their
-        run; a key's other sessions stay where they are and count as upserted."""
+        run; a key's other sessions stay where they are and count as upserted. With exact key
+        ids, runs whose sessions all end before the units' earliest start are not read (none
+        can touch a unit; the tally counts the keys' stored sessions)."""
+        tally = self._tally(store)
         runs = list(store.runs)
         alive = [r.alive for r in runs]
         live = [r.live for r in runs]
@@ -469,7 +474,12 @@ class SessionOperator:
             g = units.gid  # sorted (units are sorted by key id, then start)
             index, keys = UnitIndex.of(units)
             parts, stored_live = [], 0
+            cold = int(units.start_us.min()) if self._coder.exact else None
+            if cold is not None:  # live stored sessions of the units' keys
+                stored_live = int(tally.counts[self._key_index().of_ids(keys)].sum())
             for i, run in enumerate(runs):
+                if cold is not None and run.max_end < cold:
+                    continue
                 e = run.entries
                 lo, cnt = runs_of(e.gid, keys)
                 has = np.flatnonzero(cnt)
@@ -483,7 +493,8 @@ class SessionOperator:
                 if run.live < len(e):
                     ok = alive[i][idx]
                     idx, rank = idx[ok], rank[ok]
-                stored_live += len(idx)
+                if cold is None:
+                    stored_live += len(idx)
                 inv = idx[index.touching(rank, e.start_us[idx], e.end_us[idx])]
                 if len(inv):
                     drop(i, inv)
@@ -506,13 +517,14 @@ class SessionOperator:
                 if out_m.any():
                     gone.append(merged.take(np.flatnonzero(out_m)))
                     merged = merged.take(np.flatnonzero(~out_m))
-        kept = [Run(r.entries, a, n, r.min_end) if i in copied else r
+        kept = [Run(r.entries, a, n, r.min_end, r.max_end) if i in copied else r
                 for i, (r, a, n) in enumerate(zip(runs, alive, live, strict=True))]
         if merged is not None and len(merged):
             kept.append(Run.of(merged))
         ev = union(gone) or self._empty()
-        return (SessionStore(self._compacted(kept, WHOLE * len(units))), ev, upserted, replaced,
-                (added, taken))
+        horizon = int(units.start_us.min()) if len(units) else None
+        return (SessionStore(self._compacted(kept, WHOLE * len(units), horizon)), ev, upserted,
+                replaced, (added, taken, tally))
 
     def _merge_whole(self, state: SessionState, units: SessionState, evict_us: int | None
                      ) -> tuple[SessionState, SessionState, int, int]:
@@ -556,7 +568,8 @@ class SessionOperator:
             state.take(nothing)
         return new, ev, n_sess, replaced
 
-    def _compacted(self, runs: list[Run], small: int) -> tuple[Run, ...]:
+    def _compacted(self, runs: list[Run], small: int, horizon: int | None = None
+                   ) -> tuple[Run, ...]:
         """``runs`` without empty runs, mostly-gone runs rewritten, and the newest runs merged
         while one is no more than ``RATIO`` times the size of the next; all into one run
         without gone entries when they hold at most ``small`` sessions (the next batch then
@@ -568,7 +581,9 @@ class SessionOperator:
                 continue
             keep = r.live == len(r.entries) or (not whole and DEAD * r.live >= len(r.entries))
             out.append(r if keep else Run.of(r.live_entries()))
-        while len(out) >= 2 and (whole or len(out[-2].entries) <= RATIO * len(out[-1].entries)):
+        while len(out) >= 2 and (whole or (
+                len(out[-2].entries) <= RATIO * len(out[-1].entries)
+                and (horizon is None or out[-2].max_end >= horizon))):
             b, a = out.pop(), out.pop()
             joined = union([a.live_entries(), b.live_entries()])
             assert joined is not None
