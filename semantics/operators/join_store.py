@@ -31,6 +31,7 @@ import numpy as np
 
 from semantics.operators.grouping import interleave, merge_positions
 from semantics.operators.key_tally import KeyTally
+from semantics.operators.runs import compact
 
 # a run with fewer than 1/DEAD of its rows live is rewritten; the newest run is merged into the
 # one before while that one is at most RATIO times its size; a side of at most WHOLE times the
@@ -120,6 +121,14 @@ class Run:
         return cls(rows, len(rows), _NONE, int(rows.et.min()), int(rows.et.max()),
                    int(rows.ev.min()))
 
+    @property
+    def size(self) -> int:
+        return len(self.rows)
+
+    @property
+    def newest(self) -> int:
+        return self.max_et
+
     def alive(self, idx: np.ndarray) -> np.ndarray:
         """Which of the rows at ``idx`` are still in the state (a boolean per index)."""
         return self.rows.ev[idx] > self.dead_us
@@ -152,7 +161,6 @@ class SideWork:
     change, rows evicted, a new run added."""
 
     def __init__(self, store: SideStore):
-        self.store = store
         self.runs = list(store.runs)
         self._own: set[int] = set()  # runs whose matched flags this step already copied
         self.added = SideRows.empty()
@@ -208,20 +216,13 @@ class SideWork:
     def stored(self, tally: KeyTally | None, small: int | None, packed: bool,
                horizon: int | None = None) -> SideStore:
         """The side after this step (``tally``: its live rows per key, already updated; None:
-        not kept): runs without a live row dropped, mostly-gone ones rewritten, the newest
-        merged while the one before is at most ``RATIO`` times its size and holds an event time
-        at or after ``horizon`` (the oldest a row of the other side in this batch could match;
-        None: no bound); all in one run when they hold at most ``small`` rows (None: always)."""
-        runs = [r for r in self.runs if r.live]
-        whole = small is None or sum(r.live for r in runs) <= small
-        out: list[Run] = []
-        for r in runs:
-            keep = r.live == len(r.rows) or (not whole and DEAD * r.live >= len(r.rows))
-            out.append(r if keep else Run.of(r.live_rows()))
-        while len(out) >= 2 and (whole or (
-                len(out[-2].rows) <= RATIO * len(out[-1].rows)
-                and (horizon is None or out[-2].max_et >= horizon))):
-            b, a = out.pop(), out.pop()
+        not kept), compacted (:func:`~semantics.operators.runs.compact`): ``horizon`` is the
+        oldest event time a row of the other side in this batch could match (None: no bound);
+        all in one run when they hold at most ``small`` rows (None: always)."""
+        def merge(a: Run, b: Run) -> Run:
             x, y = a.live_rows(), b.live_rows()
-            out.append(Run.of(x.merged(y) if packed else x.then(y)))
+            return Run.of(x.merged(y) if packed else x.then(y))
+
+        out = compact(self.runs, small, horizon, lambda r: Run.of(r.live_rows()), merge,
+                      ratio=RATIO, dead=DEAD)
         return SideStore(tuple(out), tally, 0 if tally is None else tally.mark)

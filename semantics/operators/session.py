@@ -83,6 +83,7 @@ from semantics.operators.keys import (
     key_columns,
     take_keys,
 )
+from semantics.operators.runs import compact
 from semantics.report import operator_name
 from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import BacktestSpec, SessionQuery
@@ -153,6 +154,14 @@ class Run:
     def of(cls, entries: SessionState) -> Run:
         return cls(entries, np.ones(len(entries), dtype=bool), len(entries),
                    int(entries.end_us.min()), int(entries.end_us.max()))
+
+    @property
+    def size(self) -> int:
+        return len(self.entries)
+
+    @property
+    def newest(self) -> int:
+        return self.max_end
 
     def live_entries(self) -> SessionState:
         if self.live == len(self.entries):
@@ -570,25 +579,16 @@ class SessionOperator:
 
     def _compacted(self, runs: list[Run], small: int, horizon: int | None = None
                    ) -> tuple[Run, ...]:
-        """``runs`` without empty runs, mostly-gone runs rewritten, and the newest runs merged
-        while one is no more than ``RATIO`` times the size of the next; all into one run
-        without gone entries when they hold at most ``small`` sessions (the next batch then
-        rewrites the store whole)."""
-        out: list[Run] = []
-        whole = sum(r.live for r in runs) <= small
-        for r in runs:
-            if r.live == 0:
-                continue
-            keep = r.live == len(r.entries) or (not whole and DEAD * r.live >= len(r.entries))
-            out.append(r if keep else Run.of(r.live_entries()))
-        while len(out) >= 2 and (whole or (
-                len(out[-2].entries) <= RATIO * len(out[-1].entries)
-                and (horizon is None or out[-2].max_end >= horizon))):
-            b, a = out.pop(), out.pop()
+        """``runs`` compacted (:func:`~semantics.operators.runs.compact`; ``horizon``: the
+        batch's earliest unit start); all into one run without gone entries when they hold at
+        most ``small`` sessions (the next batch then rewrites the store whole)."""
+        def merge(a: Run, b: Run) -> Run:
             joined = union([a.live_entries(), b.live_entries()])
             assert joined is not None
-            out.append(Run.of(joined))
-        return tuple(out)
+            return Run.of(joined)
+
+        return tuple(compact(runs, small, horizon, lambda r: Run.of(r.live_entries()), merge,
+                             ratio=RATIO, dead=DEAD))
 
     def _combine(self, stored: SessionState, units: SessionState, keys: np.ndarray
                  ) -> tuple[SessionState, int, int]:
