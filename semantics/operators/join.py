@@ -36,6 +36,10 @@ One batch (``StreamingSymmetricHashJoinExec.processPartitions``; spark-watermark
 No-data batch: ``wants_another_batch`` iff some side has a state predicate and the new watermark
 exceeds the eviction watermark of the last batch.
 
+State: each side's buffered rows are kept by :mod:`semantics.operators.join_store` (one run
+sorted by (key code, event time) while small, sorted runs when large); how they are kept never
+changes the result, only a batch's output order, which Spark leaves to its partitions.
+
 Fates (structured rows of :mod:`semantics.operators.fates`: ``row_id``, ``fate``, ``what``,
 ``bound_us`` = the compared value, ``wm_ms`` = the watermark or state watermark, ``detail``):
 ``late`` (by how many ms the row missed the late watermark), ``null_key`` / ``never_joins``
