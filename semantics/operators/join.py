@@ -395,7 +395,7 @@ class JoinOperator:
         """The side's live rows per key code: its tally if still current, else counted."""
         if store.tally is not None and store.tally.mark == store.mark:
             return store.tally
-        return KeyTally.of(self.n_codes, store.live_rows().code)
+        return KeyTally.of(self.n_codes, store.live_codes())
 
     def _sorted_codes(self, rows: SideRows) -> np.ndarray:
         """Key codes of rows of one run, sorted (runs are sorted by code when packed)."""

@@ -152,8 +152,14 @@ class SideStore:
         return sum(r.live for r in self.runs)
 
     def live_rows(self) -> SideRows:
-        """Every live row (runs one after the other; tests and fresh tallies)."""
+        """Every live row (runs one after the other)."""
         return SideRows.concat([r.live_rows() for r in self.runs])
+
+    def live_codes(self) -> np.ndarray:
+        """The key code of every live row (runs one after the other)."""
+        parts = [r.rows.code if r.live == len(r.rows) else r.rows.code[r.rows.ev > r.dead_us]
+                 for r in self.runs]
+        return np.concatenate(parts) if parts else np.array([], dtype=np.int64)
 
 
 class SideWork:
@@ -166,14 +172,14 @@ class SideWork:
         self.added = SideRows.empty()
 
     def add(self, rows: SideRows, small: int | None, packed: bool) -> None:
-        """Store ``rows`` (this step's own arrays, sorted like a run): merged into the side's
-        run if it is one run without gone rows and the two hold at most ``small`` rows (None:
+        """Store ``rows`` (this step's own arrays, sorted like a run): merged with the live
+        rows of the side's run if it is one run and they hold at most ``small`` rows (None:
         always), else as a new run."""
         self.added = rows
         if not len(rows):
             return
-        if self.whole() and (small is None or len(self.runs[0].rows) + len(rows) <= small):
-            old = self.runs[0].rows
+        if len(self.runs) == 1 and (small is None or self.runs[0].live + len(rows) <= small):
+            old = self.runs[0].live_rows()
             self.runs[0] = Run.of(old.merged(rows) if packed else old.then(rows))
         else:
             self.runs.append(Run.of(rows))
