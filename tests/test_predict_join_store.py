@@ -99,7 +99,7 @@ def test_evicted_rows_stay_gone_when_runs_merge() -> None:
     work = SideWork(SideStore())
     work.add(_rows([1, 2, 3], [10, 20, 30]), 0, True)
     work.add(_rows([1, 2], [15, 40]), 0, True)
-    gone = work.evict(15)
+    gone = work.evict(15, 0)
     assert sorted(np.concatenate([g.ev for g in gone]).tolist()) == [10, 15]
     after = work.stored(None, None, True)  # merged into one run (no small limit)
     assert len(after.runs) == 1 and len(after) == 3
@@ -107,7 +107,7 @@ def test_evicted_rows_stay_gone_when_runs_merge() -> None:
     assert list(zip(live.code.tolist(), live.ev.tolist(), strict=True)) == [(2, 20), (2, 40),
                                                                             (3, 30)]
     again = SideWork(after)
-    assert again.evict(15) == [] and len(again.stored(None, None, True)) == 3
+    assert again.evict(15, 0) == [] and len(again.stored(None, None, True)) == 3
 
 
 def test_a_step_never_writes_the_matched_flags_it_was_given() -> None:
@@ -131,10 +131,22 @@ def test_the_tally_counts_the_live_keys_of_runs() -> None:
         rows = rows.take(np.argsort(rows.comp, kind="stable"))
         work.add(rows, 0, True)
         tally.update(rows.code)
-        for g in work.evict(t - 80):
+        for g in work.evict(t - 80, 0):
             tally.update(np.array([], dtype=np.int64), g.code)
         store = work.stored(tally, 0, True)
         assert len(store.runs) >= 1
         live = store.live_rows()
         assert tally.keys == len(np.unique(live.code)) and len(live) == len(store)
         work = SideWork(store)
+
+
+def test_a_small_side_of_one_run_drops_evicted_rows_at_once() -> None:
+    # a side of one run within the small-side limit loses its evicted rows in the eviction
+    # (the next batch merges into it without a pass over gone rows); larger, they are marked
+    for small, size, live in ((None, 2, 2), (10, 2, 2), (1, 3, 2)):
+        work = SideWork(SideStore())
+        work.add(_rows([1, 2, 3], [10, 20, 30]), None, True)
+        assert [g.ev.tolist() for g in work.evict(10, small)] == [[10]]
+        run = work.runs[0]
+        assert (len(run.rows), run.live) == (size, live)
+        assert run.live_rows().ev.tolist() == [20, 30]

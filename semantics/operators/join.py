@@ -270,7 +270,7 @@ class JoinOperator:
                 tally.update(self._sorted_codes(work.added))
                 keys += tally.keys
                 tallies.append(tally)
-        gone, removed = self._evict(left, right, lthr, rthr, outputs, fates, batch)
+        gone, removed = self._evict(left, right, lthr, rthr, small, outputs, fates, batch)
         for tally, parts in zip(tallies, gone, strict=True):
             if tally is not None:
                 tally.update(_EMPTY, *(self._sorted_codes(g) for g in parts))
@@ -369,13 +369,14 @@ class JoinOperator:
         return int(store.sum())
 
     def _evict(self, left: SideWork, right: SideWork, lthr: int | None, rthr: int | None,
-               outputs: list[tuple[np.ndarray, ...]], fates: list[pd.DataFrame],
-               batch: BatchInput) -> tuple[tuple[list[SideRows], list[SideRows]], int]:
+               small: int | None, outputs: list[tuple[np.ndarray, ...]],
+               fates: list[pd.DataFrame], batch: BatchInput
+               ) -> tuple[tuple[list[SideRows], list[SideRows]], int]:
         """Remove rows at or behind the state watermarks; null rows for unmatched outer rows;
         returns (the removed rows of each side, run by run; numRowsRemoved)."""
         t = self.query.type
-        lparts = left.evict(None if lthr is None else lthr * 1000)
-        rparts = right.evict(None if rthr is None else rthr * 1000)
+        lparts = left.evict(None if lthr is None else lthr * 1000, small)
+        rparts = right.evict(None if rthr is None else rthr * 1000, small)
         lgone, rgone = SideRows.concat(lparts), SideRows.concat(rparts)
         louter, router = t in ("left_outer", "full_outer"), t in ("right_outer", "full_outer")
         if louter and len(lgone):

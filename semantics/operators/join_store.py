@@ -107,7 +107,8 @@ class SideRows:
 @dataclass(frozen=True)
 class Run:
     """Rows stored by one batch (or merged from several runs); those with ``ev <= dead_us``
-    have been evicted. ``min_*``/``max_*`` bound all rows (gone ones included)."""
+    have been evicted. ``min_*``/``max_*`` bound all its rows, gone ones included (perhaps
+    loosely: a merge into the run keeps them)."""
 
     rows: SideRows
     live: int
@@ -179,8 +180,12 @@ class SideWork:
         if not len(rows):
             return
         if len(self.runs) == 1 and (small is None or self.runs[0].live + len(rows) <= small):
-            old = self.runs[0].live_rows()
-            self.runs[0] = Run.of(old.merged(rows) if packed else old.then(rows))
+            run, new = self.runs[0], Run.of(rows)
+            old = run.live_rows()
+            # the run's bounds stay bounds (gone rows' times included): no pass over the run
+            self.runs[0] = Run(old.merged(rows) if packed else old.then(rows), len(old) + len(rows),
+                               _NONE, min(run.min_et, new.min_et), max(run.max_et, new.max_et),
+                               min(run.min_ev, new.min_ev))
         else:
             self.runs.append(Run.of(rows))
         self._own.add(len(self.runs) - 1)
@@ -200,12 +205,15 @@ class SideWork:
             self._own.add(i)
         run.rows.matched[idx] = True
 
-    def evict(self, thr_us: int | None) -> list[SideRows]:
+    def evict(self, thr_us: int | None, small: int | None) -> list[SideRows]:
         """Remove the rows with ``ev <= thr_us`` (None: none); returns them, run by run (each
-        sorted like its run)."""
+        sorted like its run). A side that is one run of at most ``small`` rows (None: any) loses
+        them at once (the next batch merges into the run without a pass to drop them); runs
+        mark them gone."""
         if thr_us is None:
             return []
         gone = []
+        one = len(self.runs) == 1 and (small is None or self.runs[0].live <= small)
         for i, run in enumerate(self.runs):
             if run.min_ev > thr_us or thr_us <= run.dead_us:
                 continue
@@ -214,9 +222,14 @@ class SideWork:
             if run.dead_us != _NONE:
                 out &= ev > run.dead_us
             idx = np.flatnonzero(out)
-            if len(idx):
-                gone.append(run.rows.take(idx))
-            self.runs[i] = replace(run, live=run.live - len(idx), dead_us=thr_us)
+            if not len(idx):
+                continue
+            gone.append(run.rows.take(idx))
+            if one and run.dead_us == _NONE:
+                out = np.logical_not(out, out=out)
+                self.runs[i] = replace(run, rows=run.rows.take(out), live=run.live - len(idx))
+            else:
+                self.runs[i] = replace(run, live=run.live - len(idx), dead_us=thr_us)
         return gone
 
     def stored(self, tally: KeyTally | None, small: int | None, packed: bool,
