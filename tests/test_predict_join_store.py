@@ -100,7 +100,7 @@ def test_evicted_rows_stay_gone_when_runs_merge() -> None:
     work.add(_rows([1, 2, 3], [10, 20, 30]), 0, True)
     work.add(_rows([1, 2], [15, 40]), 0, True)
     gone = work.evict(15, 0)
-    assert sorted(np.concatenate([g.ev for g in gone]).tolist()) == [10, 15]
+    assert sorted(np.concatenate([g.col("ev") for g in gone]).tolist()) == [10, 15]
     after = work.stored(None, None, True)  # merged into one run (no small limit)
     assert len(after.runs) == 1 and len(after) == 3
     live = after.live_rows()  # sorted by (code, time)
@@ -132,7 +132,7 @@ def test_the_tally_counts_the_live_keys_of_runs() -> None:
         work.add(rows, 0, True)
         tally.update(rows.code)
         for g in work.evict(t - 80, 0):
-            tally.update(np.array([], dtype=np.int64), g.code)
+            tally.update(np.array([], dtype=np.int64), g.col("code"))
         store = work.stored(tally, 0, True)
         assert len(store.runs) >= 1
         live = store.live_rows()
@@ -146,7 +146,7 @@ def test_a_small_side_of_one_run_drops_evicted_rows_at_once() -> None:
     for small, size, live in ((None, 2, 2), (10, 2, 2), (1, 3, 2)):
         work = SideWork(SideStore())
         work.add(_rows([1, 2, 3], [10, 20, 30]), None, True)
-        assert [g.ev.tolist() for g in work.evict(10, small)] == [[10]]
+        assert [g.take().ev.tolist() for g in work.evict(10, small)] == [[10]]
         run = work.runs[0]
         assert (len(run.rows), run.live) == (size, live)
         assert run.live_rows().ev.tolist() == [20, 30]

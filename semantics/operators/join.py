@@ -71,7 +71,7 @@ from semantics.operators.join_frames import (
     match_pairs,
     to_micros_nullable,
 )
-from semantics.operators.join_store import WHOLE, SideRows, SideStore, SideWork
+from semantics.operators.join_store import WHOLE, Gone, SideRows, SideStore, SideWork
 from semantics.operators.join_watermarks import JoinEvictionPlan, derive_plan
 from semantics.operators.key_tally import KeyTally
 from semantics.report import OPERATOR_NAMES, output_columns
@@ -267,13 +267,13 @@ class JoinOperator:
                 tallies.append(None)
             else:  # counted by the tally, updated with what the batch adds and removes
                 tally = self._tally(store)
-                tally.update(self._sorted_codes(work.added))
+                tally.update(self._sorted_codes(work.added.code))
                 keys += tally.keys
                 tallies.append(tally)
         gone, removed = self._evict(left, right, lthr, rthr, small, outputs, fates, batch)
         for tally, parts in zip(tallies, gone, strict=True):
             if tally is not None:
-                tally.update(_EMPTY, *(self._sorted_codes(g) for g in parts))
+                tally.update(_EMPTY, *(self._sorted_codes(g.col("code")) for g in parts))
         # cold runs (no row of the other side in this batch could match them) take no merges
         c = self.condition
         lh = None if c.lower_us is None or not len(rin) else int(rin.et.min()) + c.lower_us
@@ -371,25 +371,26 @@ class JoinOperator:
     def _evict(self, left: SideWork, right: SideWork, lthr: int | None, rthr: int | None,
                small: int | None, outputs: list[tuple[np.ndarray, ...]],
                fates: list[pd.DataFrame], batch: BatchInput
-               ) -> tuple[tuple[list[SideRows], list[SideRows]], int]:
+               ) -> tuple[tuple[list[Gone], list[Gone]], int]:
         """Remove rows at or behind the state watermarks; null rows for unmatched outer rows;
         returns (the removed rows of each side, run by run; numRowsRemoved)."""
         t = self.query.type
         lparts = left.evict(None if lthr is None else lthr * 1000, small)
         rparts = right.evict(None if rthr is None else rthr * 1000, small)
-        lgone, rgone = SideRows.concat(lparts), SideRows.concat(rparts)
         louter, router = t in ("left_outer", "full_outer"), t in ("right_outer", "full_outer")
-        if louter and len(lgone):
-            pos = lgone.pos[~lgone.matched]
-            outputs.append((pos, np.full(len(pos), -1, dtype=np.int64)))
-        if router and len(rgone):
-            pos = rgone.pos[~rgone.matched]
-            outputs.append((np.full(len(pos), -1, dtype=np.int64), pos))
+        for outer, parts, left_side in ((louter, lparts, True), (router, rparts, False)):
+            for g in parts if outer else ():
+                pos = g.rows.pos[g.idx[~g.col("matched")]]
+                null = np.full(len(pos), -1, dtype=np.int64)
+                outputs.append((pos, null) if left_side else (null, pos))
         # only the final cleanup pass counts: outer sides were removed while emitting null rows
-        removed = (0 if louter else len(lgone)) + (0 if router else len(rgone))
+        removed = (0 if louter else sum(map(len, lparts))) + \
+            (0 if router else sum(map(len, rparts)))
         if self.explain:
-            fates += self._eviction_fates("left", lgone, lthr, louter, batch)
-            fates += self._eviction_fates("right", rgone, rthr, router, batch)
+            fates += self._eviction_fates("left", SideRows.concat([g.take() for g in lparts]),
+                                          lthr, louter, batch)
+            fates += self._eviction_fates("right", SideRows.concat([g.take() for g in rparts]),
+                                          rthr, router, batch)
         return (lparts, rparts), removed
 
     def _tally(self, store: SideStore) -> KeyTally:
@@ -398,9 +399,9 @@ class JoinOperator:
             return store.tally
         return KeyTally.of(self.n_codes, store.live_codes())
 
-    def _sorted_codes(self, rows: SideRows) -> np.ndarray:
+    def _sorted_codes(self, code: np.ndarray) -> np.ndarray:
         """Key codes of rows of one run, sorted (runs are sorted by code when packed)."""
-        return rows.code if self.packing is not None else np.sort(rows.code)
+        return code if self.packing is not None else np.sort(code)
 
     # -- helpers -------------------------------------------------------------------------------
     def _pairs(self, left: SideRows, right: SideRows) -> tuple[np.ndarray, np.ndarray]:

@@ -105,6 +105,25 @@ class SideRows:
 
 
 @dataclass(frozen=True)
+class Gone:
+    """Rows ``idx`` (ascending) of a run's ``rows``, just evicted; their columns are gathered
+    only when read (an inner join without explain reads none)."""
+
+    rows: SideRows
+    idx: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.idx)
+
+    def col(self, name: str) -> np.ndarray:
+        """One column (``pos``, ``code``, ``matched``, ...) of the evicted rows."""
+        return getattr(self.rows, name)[self.idx]
+
+    def take(self) -> SideRows:
+        return self.rows.take(self.idx)
+
+
+@dataclass(frozen=True)
 class Run:
     """Rows stored by one batch (or merged from several runs); those with ``ev <= dead_us``
     have been evicted. ``min_*``/``max_*`` bound all its rows, gone ones included (perhaps
@@ -205,7 +224,7 @@ class SideWork:
             self._own.add(i)
         run.rows.matched[idx] = True
 
-    def evict(self, thr_us: int | None, small: int | None) -> list[SideRows]:
+    def evict(self, thr_us: int | None, small: int | None) -> list[Gone]:
         """Remove the rows with ``ev <= thr_us`` (None: none); returns them, run by run (each
         sorted like its run). A side that is one run of at most ``small`` rows (None: any) loses
         them at once (the next batch merges into the run without a pass to drop them); runs
@@ -224,7 +243,7 @@ class SideWork:
             idx = np.flatnonzero(out)
             if not len(idx):
                 continue
-            gone.append(run.rows.take(idx))
+            gone.append(Gone(run.rows, idx))
             if one and run.dead_us == _NONE:
                 out = np.logical_not(out, out=out)
                 self.runs[i] = replace(run, rows=run.rows.take(out), live=run.live - len(idx))
