@@ -96,26 +96,26 @@ def _rows(code: list[int], ev: list[int]) -> SideRows:
 def test_evicted_rows_stay_gone_when_runs_merge() -> None:
     # invariant: join rows leave the state only by eviction, so a run's gone rows are those at
     # or below the threshold applied to it; merging runs keeps only their live rows
-    work = SideWork(SideStore())
-    work.add(_rows([1, 2, 3], [10, 20, 30]), 0, True)
-    work.add(_rows([1, 2], [15, 40]), 0, True)
+    work = SideWork(SideStore(), True)
+    work.add(_rows([1, 2, 3], [10, 20, 30]), 0)
+    work.add(_rows([1, 2], [15, 40]), 0)
     gone = work.evict(15, 0)
     assert sorted(np.concatenate([g.col("ev") for g in gone]).tolist()) == [10, 15]
-    after = work.stored(None, None, True)  # merged into one run (no small limit)
+    after = work.stored(None, None)  # merged into one run (no small limit)
     assert len(after.runs) == 1 and len(after) == 3
     live = after.live_rows()  # sorted by (code, time)
     assert list(zip(live.code.tolist(), live.ev.tolist(), strict=True)) == [(2, 20), (2, 40),
                                                                             (3, 30)]
-    again = SideWork(after)
-    assert again.evict(15, 0) == [] and len(again.stored(None, None, True)) == 3
+    again = SideWork(after, True)
+    assert again.evict(15, 0) == [] and len(again.stored(None, None)) == 3
 
 
 def test_a_step_never_writes_the_matched_flags_it_was_given() -> None:
     # invariant (state in, state out): matched flags are copied before they change
-    work = SideWork(SideStore())
-    work.add(_rows([1, 2], [10, 20]), 0, True)
-    before = work.stored(None, 0, True)
-    step = SideWork(before)
+    work = SideWork(SideStore(), True)
+    work.add(_rows([1, 2], [10, 20]), 0)
+    before = work.stored(None, 0)
+    step = SideWork(before, True)
     step.set_matched(0, np.array([1]))
     assert before.runs[0].rows.matched.tolist() == [False, False]
     assert step.runs[0].rows.matched.tolist() == [False, True]
@@ -124,28 +124,28 @@ def test_a_step_never_writes_the_matched_flags_it_was_given() -> None:
 def test_the_tally_counts_the_live_keys_of_runs() -> None:
     # state-bytes input: distinct keys per side, counted by a tally while the side is runs
     rng = np.random.default_rng(3)
-    work, tally = SideWork(SideStore()), KeyTally.of(50, np.array([], dtype=np.int64))
+    work, tally = SideWork(SideStore(), True), KeyTally.of(50, np.array([], dtype=np.int64))
     for t in range(0, 400, 20):
         code = np.sort(rng.integers(0, 50, 15))
         rows = _rows(code.tolist(), (t + rng.integers(0, 60, 15)).tolist())
         rows = rows.take(np.argsort(rows.comp, kind="stable"))
-        work.add(rows, 0, True)
+        work.add(rows, 0)
         tally.update(rows.code)
         for g in work.evict(t - 80, 0):
             tally.update(np.array([], dtype=np.int64), g.col("code"))
-        store = work.stored(tally, 0, True)
+        store = work.stored(tally, 0)
         assert len(store.runs) >= 1
         live = store.live_rows()
         assert tally.keys == len(np.unique(live.code)) and len(live) == len(store)
-        work = SideWork(store)
+        work = SideWork(store, True)
 
 
 def test_a_small_side_of_one_run_drops_evicted_rows_at_once() -> None:
     # a side of one run within the small-side limit loses its evicted rows in the eviction
     # (the next batch merges into it without a pass over gone rows); larger, they are marked
     for small, size, live in ((None, 2, 2), (10, 2, 2), (1, 3, 2)):
-        work = SideWork(SideStore())
-        work.add(_rows([1, 2, 3], [10, 20, 30]), None, True)
+        work = SideWork(SideStore(), True)
+        work.add(_rows([1, 2, 3], [10, 20, 30]), None)
         assert [g.take().ev.tolist() for g in work.evict(10, small)] == [[10]]
         run = work.runs[0]
         assert (len(run.rows), run.live) == (size, live)

@@ -62,7 +62,7 @@ import pandas as pd
 from semantics.engine import BatchInput, Deferred, OperatorStep
 from semantics.operators import fates as F
 from semantics.operators.columns import check_key_columns
-from semantics.operators.grouping import count_distinct, stable_argsort
+from semantics.operators.grouping import stable_argsort
 from semantics.operators.join_frames import (
     EV,
     Packing,
@@ -73,7 +73,6 @@ from semantics.operators.join_frames import (
 )
 from semantics.operators.join_store import WHOLE, Gone, SideRows, SideStore, SideWork
 from semantics.operators.join_watermarks import JoinEvictionPlan, derive_plan
-from semantics.operators.key_tally import KeyTally
 from semantics.report import OPERATOR_NAMES, output_columns
 from semantics.schedule import Schedule
 from semantics.spec import BacktestSpec, Candidate, JoinQuery
@@ -256,30 +255,21 @@ class JoinOperator:
         outputs: list[tuple[np.ndarray, ...]] = []
         # runs only when keys are packed (sorted runs); a small side stays one run
         small = None if self.packing is None else WHOLE * (len(lin) + len(rin))
-        left, right = SideWork(state.left), SideWork(state.right)
+        packed = self.packing is not None
+        left, right = SideWork(state.left, packed), SideWork(state.right, packed)
         stored_left = self._left_input(left, right, lin, small, outputs, fates)
         stored_right = self._right_input(left, right, rin, rthr, small, outputs, fates, batch)
-        keys = 0  # distinct keys of both sides before eviction
-        tallies: list[KeyTally | None] = []
-        for work, store in ((left, state.left), (right, state.right)):
-            if work.whole():  # counted on the sorted run
-                keys += count_distinct(work.runs[0].rows.code, self.packing is not None)
-                tallies.append(None)
-            else:  # counted by the tally, updated with what the batch adds and removes
-                tally = self._tally(store)
-                tally.update(self._sorted_codes(work.added.code))
-                keys += tally.keys
-                tallies.append(tally)
-        gone, removed = self._evict(left, right, lthr, rthr, small, outputs, fates, batch)
-        for tally, parts in zip(tallies, gone, strict=True):
-            if tally is not None:
-                tally.update(_EMPTY, *(self._sorted_codes(g.col("code")) for g in parts))
+        (lkeys, ltally), (rkeys, rtally) = left.count_keys(self.n_codes), \
+            right.count_keys(self.n_codes)  # before eviction
+        (lgone, rgone), removed = self._evict(left, right, lthr, rthr, small, outputs, fates,
+                                              batch)
+        left.untally(ltally, lgone)
+        right.untally(rtally, rgone)
         # cold runs (no row of the other side in this batch could match them) take no merges
         c = self.condition
         lh = None if c.lower_us is None or not len(rin) else int(rin.et.min()) + c.lower_us
         rh = None if c.upper_us is None or not len(lin) else int(lin.et.min()) - c.upper_us
-        new_state = JoinState(left.stored(tallies[0], small, self.packing is not None, lh),
-                              right.stored(tallies[1], small, self.packing is not None, rh))
+        new_state = JoinState(left.stored(ltally, small, lh), right.stored(rtally, small, rh))
         width = 1 if self.query.type == "left_semi" else 2
         refs = tuple(np.concatenate([p[i] for p in outputs]) if outputs else _EMPTY
                      for i in range(width))
@@ -291,7 +281,7 @@ class JoinOperator:
             state_rows_removed=removed,
             output=Deferred(refs, len(refs[0])),
             state_bytes=None,
-            state_keys=keys,
+            state_keys=lkeys + rkeys,
             fates=fate_df,
         )
 
@@ -323,7 +313,7 @@ class JoinOperator:
                                          "emitted once; never buffered"))
         else:
             stored = lin
-        left.add(stored, small, self.packing is not None)
+        left.add(stored, small)
         return len(stored)
 
     def _right_input(self, left: SideWork, right: SideWork, rin: SideRows, rthr: int | None,
@@ -365,7 +355,7 @@ class JoinOperator:
                 if sel.any():
                     fates.append(self._noted("right", "not_stored", rin.take(sel), rthr,
                                              f"{what}; not buffered: {where}"))
-        right.add(rin if store.all() else rin.take(store), small, self.packing is not None)
+        right.add(rin if store.all() else rin.take(store), small)
         return int(store.sum())
 
     def _evict(self, left: SideWork, right: SideWork, lthr: int | None, rthr: int | None,
@@ -392,16 +382,6 @@ class JoinOperator:
             fates += self._eviction_fates("right", SideRows.concat([g.take() for g in rparts]),
                                           rthr, router, batch)
         return (lparts, rparts), removed
-
-    def _tally(self, store: SideStore) -> KeyTally:
-        """The side's live rows per key code: its tally if still current, else counted."""
-        if store.tally is not None and store.tally.mark == store.mark:
-            return store.tally
-        return KeyTally.of(self.n_codes, store.live_codes())
-
-    def _sorted_codes(self, code: np.ndarray) -> np.ndarray:
-        """Key codes of rows of one run, sorted (runs are sorted by code when packed)."""
-        return code if self.packing is not None else np.sort(code)
 
     # -- helpers -------------------------------------------------------------------------------
     def _pairs(self, left: SideRows, right: SideRows) -> tuple[np.ndarray, np.ndarray]:

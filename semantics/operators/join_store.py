@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from semantics.operators.grouping import interleave, merge_positions
+from semantics.operators.grouping import count_distinct, interleave, merge_positions
 from semantics.operators.key_tally import KeyTally
 from semantics.operators.runs import compact
 
@@ -40,6 +40,7 @@ DEAD = 4
 RATIO = 2
 WHOLE = 8
 _NONE = np.iinfo(np.int64).min  # dead_us of a run no threshold has reached yet
+_EMPTY = np.array([], dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -149,6 +150,14 @@ class Run:
     def newest(self) -> int:
         return self.max_et
 
+    def merged_with(self, rows: SideRows, packed: bool) -> Run:
+        """This run's live rows and ``rows`` as one run; its bounds are widened by the rows'
+        (kept loose: no pass over the run to recompute them)."""
+        old, new = self.live_rows(), Run.of(rows)
+        return Run(old.merged(rows) if packed else old.then(rows), len(old) + len(rows), _NONE,
+                   min(self.min_et, new.min_et), max(self.max_et, new.max_et),
+                   min(self.min_ev, new.min_ev))
+
     def alive(self, idx: np.ndarray) -> np.ndarray:
         """Which of the rows at ``idx`` are still in the state (a boolean per index)."""
         return self.rows.ev[idx] > self.dead_us
@@ -184,14 +193,17 @@ class SideStore:
 
 class SideWork:
     """A step's working copy of a side: runs replaced (never written) as their matched flags
-    change, rows evicted, a new run added."""
+    change, rows evicted, a new run added. ``packed``: runs are sorted by (key code, time), else
+    in insertion order."""
 
-    def __init__(self, store: SideStore):
+    def __init__(self, store: SideStore, packed: bool):
+        self.store = store
+        self.packed = packed
         self.runs = list(store.runs)
         self._own: set[int] = set()  # runs whose matched flags this step already copied
         self.added = SideRows.empty()
 
-    def add(self, rows: SideRows, small: int | None, packed: bool) -> None:
+    def add(self, rows: SideRows, small: int | None) -> None:
         """Store ``rows`` (this step's own arrays, sorted like a run): merged with the live
         rows of the side's run if it is one run and they hold at most ``small`` rows (None:
         always), else as a new run."""
@@ -199,19 +211,30 @@ class SideWork:
         if not len(rows):
             return
         if len(self.runs) == 1 and (small is None or self.runs[0].live + len(rows) <= small):
-            run, new = self.runs[0], Run.of(rows)
-            old = run.live_rows()
-            # the run's bounds stay bounds (gone rows' times included): no pass over the run
-            self.runs[0] = Run(old.merged(rows) if packed else old.then(rows), len(old) + len(rows),
-                               _NONE, min(run.min_et, new.min_et), max(run.max_et, new.max_et),
-                               min(run.min_ev, new.min_ev))
+            self.runs[0] = self.runs[0].merged_with(rows, self.packed)
         else:
             self.runs.append(Run.of(rows))
         self._own.add(len(self.runs) - 1)
 
-    def whole(self) -> bool:
-        """Is the side one run without gone rows (then its keys are counted on it)?"""
-        return len(self.runs) == 1 and self.runs[0].live == len(self.runs[0].rows)
+    def count_keys(self, size: int) -> tuple[int, KeyTally | None]:
+        """Distinct key codes of the side now (rows added, none evicted yet) and the tally to
+        keep (None: not kept). One run without gone rows: counted on it; else by the store's
+        tally (counted afresh if a step moved it on; ``size``: codes there are), updated with
+        the added rows and to be updated with the evicted ones (:meth:`untally`)."""
+        if len(self.runs) == 1 and self.runs[0].live == len(self.runs[0].rows):
+            return count_distinct(self.runs[0].rows.code, self.packed), None
+        tally = KeyTally.kept(self.store.tally, self.store.mark, size, self.store.live_codes)
+        tally.update(self._sorted(self.added.code))
+        return tally.keys, tally
+
+    def untally(self, tally: KeyTally | None, gone: list[Gone]) -> None:
+        """Count the evicted rows out of ``tally`` (None: nothing kept)."""
+        if tally is not None:
+            tally.update(_EMPTY, *(self._sorted(g.col("code")) for g in gone))
+
+    def _sorted(self, code: np.ndarray) -> np.ndarray:
+        """Key codes of rows of one run, sorted (a packed run is sorted by code)."""
+        return code if self.packed else np.sort(code)
 
     def set_matched(self, i: int, idx: np.ndarray) -> None:
         """Flag the rows at ``idx`` of run ``i`` as matched (copy-on-write)."""
@@ -251,15 +274,15 @@ class SideWork:
                 self.runs[i] = replace(run, live=run.live - len(idx), dead_us=thr_us)
         return gone
 
-    def stored(self, tally: KeyTally | None, small: int | None, packed: bool,
-               horizon: int | None = None) -> SideStore:
+    def stored(self, tally: KeyTally | None, small: int | None, horizon: int | None = None
+               ) -> SideStore:
         """The side after this step (``tally``: its live rows per key, already updated; None:
         not kept), compacted (:func:`~semantics.operators.runs.compact`): ``horizon`` is the
         oldest event time a row of the other side in this batch could match (None: no bound);
         all in one run when they hold at most ``small`` rows (None: always)."""
         def merge(a: Run, b: Run) -> Run:
             x, y = a.live_rows(), b.live_rows()
-            return Run.of(x.merged(y) if packed else x.then(y))
+            return Run.of(x.merged(y) if self.packed else x.then(y))
 
         out = compact(self.runs, small, horizon, lambda r: Run.of(r.live_rows()), merge,
                       ratio=RATIO, dead=DEAD)

@@ -76,6 +76,22 @@ class KeyTally:
     mark: int = 0
 
     @classmethod
+    def kept(cls, tally: KeyTally | None, mark: int, size: int,
+             index: Callable[[], np.ndarray]) -> KeyTally:
+        """``tally`` if a holder that saw ``mark`` may still use it (no step updated it since),
+        else a fresh count of the dense key indices ``index()`` (the holder's live entries).
+
+        >>> t = KeyTally.of(3, np.array([0])); t.update(np.array([2]))
+        >>> KeyTally.kept(t, t.mark, 3, lambda: np.array([1])) is t
+        True
+        >>> KeyTally.kept(t, 0, 3, lambda: np.array([1])).counts.tolist()
+        [0, 1, 0]
+        """
+        if tally is not None and tally.mark == mark:
+            return tally
+        return cls.of(size, index())
+
+    @classmethod
     def of(cls, size: int, index: np.ndarray) -> KeyTally:
         """A tally of the entries with dense key indices ``index`` (any order).
 

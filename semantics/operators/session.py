@@ -294,6 +294,7 @@ _PACK_LIMIT = 1 << 62
 DEAD = 4
 RATIO = 2
 WHOLE = 8
+_NO_IDS = np.array([], dtype=np.int64)
 
 
 class SessionOperator:
@@ -339,12 +340,9 @@ class SessionOperator:
 
     def _tally(self, store: SessionStore) -> KeyTally:
         """The store's live sessions per key: its tally if still current, else counted."""
-        if store.tally is not None and store.tally.mark == store.mark:
-            return store.tally
         ix = self._key_index()
-        live = [r.entries.gid[r.alive] for r in store.runs]
-        return KeyTally.of(ix.size, ix.of_ids(np.concatenate(live)) if live else
-                           np.array([], dtype=np.int64))
+        return KeyTally.kept(store.tally, store.mark, ix.size, lambda: ix.of_ids(
+            np.concatenate([r.entries.gid[r.alive] for r in store.runs] or [_NO_IDS])))
 
     def initial_state(self) -> SessionStore:
         return SessionStore(())
@@ -477,13 +475,14 @@ class SessionOperator:
             live[i] -= len(idx)
 
         merged: SessionState | None = None
+        earliest = int(units.start_us.min()) if len(units) else None  # of the units' starts
         upserted = replaced = 0
         added = taken = np.array([], dtype=np.int64)
         if len(units):
             g = units.gid  # sorted (units are sorted by key id, then start)
             index, keys = UnitIndex.of(units)
             parts, stored_live = [], 0
-            cold = int(units.start_us.min()) if self._coder.exact else None
+            cold = earliest if self._coder.exact else None
             if cold is not None:  # live stored sessions of the units' keys
                 stored_live = int(tally.counts[self._key_index().of_ids(keys)].sum())
             for i, run in enumerate(runs):
@@ -531,8 +530,7 @@ class SessionOperator:
         if merged is not None and len(merged):
             kept.append(Run.of(merged))
         ev = union(gone) or self._empty()
-        horizon = int(units.start_us.min()) if len(units) else None
-        return (SessionStore(self._compacted(kept, WHOLE * len(units), horizon)), ev, upserted,
+        return (SessionStore(self._compacted(kept, WHOLE * len(units), earliest)), ev, upserted,
                 replaced, (added, taken, tally))
 
     def _merge_whole(self, state: SessionState, units: SessionState, evict_us: int | None
