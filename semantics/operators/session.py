@@ -36,6 +36,10 @@ log₂(stored / batch) runs). Each batch also reports the distinct keys of its s
 store is rewritten whole, else from a tally of live sessions per key (``key_tally``) that the
 batch updates with the sessions it moved.
 
+Without explain, in append mode with exact key ids and no local merging, ``run_all`` computes
+every batch at once from the rows sorted by (key, time) (``session_all``: the stored sessions are
+the pieces of the rows arrived so far), and steps only the keys for which that does not hold.
+
 State invariants: every run sorted by (key id, session start), key id = 64-bit key hash (see
 ``keys``); (key id, start) unique among live sessions of all runs; live sessions of one key never
 overlap or touch.
@@ -49,7 +53,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from semantics.engine import BatchInput, Deferred, OperatorStep
+from semantics.engine import BatchInput, Deferred, OperatorStep, source_rows
 from semantics.operators import fates as F
 from semantics.operators.aggfuncs import (
     AggFunc,
@@ -71,6 +75,7 @@ from semantics.operators.grouping import (
     merge_by_id_then_time,
     merge_positions_at,
     order_by_id_then_time,
+    order_of_small,
     ranges,
     runs_of,
     segmented_cummax,
@@ -84,6 +89,7 @@ from semantics.operators.keys import (
     take_keys,
 )
 from semantics.operators.runs import compact
+from semantics.operators.session_all import sessions_at_once
 from semantics.report import operator_name
 from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import BacktestSpec, SessionQuery
@@ -107,7 +113,7 @@ class SessionState:
     def __len__(self) -> int:
         return len(self.gid)
 
-    def take(self, idx: np.ndarray) -> SessionState:
+    def take(self, idx: np.ndarray | slice) -> SessionState:
         return SessionState(self.gid[idx], self.start_us[idx], self.end_us[idx],
                             take_keys(self.keys, idx), take_all(self.bufs, idx))
 
@@ -356,11 +362,84 @@ class SessionOperator:
     def wants_another_batch(self, new_wm_ms: int, last_evict_wm_ms: int | None) -> bool:
         return self.mode != "complete" and new_wm_ms > (last_evict_wm_ms or 0)
 
+    def run_all(self, plan: list[BatchInput]) -> list[OperatorStep] | None:
+        """Every batch at once (:mod:`~semantics.operators.session_all`) in append mode without
+        explain, with exact key ids and without local merging (else None: the engine steps).
+        The keys it leaves to stepping are stepped here, on their own rows; the counts of
+        the two parts add up and each batch's evicted sessions are merged in (key id, start)
+        order, as stepping emits them."""
+        if self.explain or self.mode != "append" or self.merge_local or not plan:
+            return None
+        kv = self._whole_keys()
+        if not self._coder.exact:
+            return None
+        wms = [(b.late_wm_ms, b.evict_wm_ms) for b in plan]
+        if any(w is None for pair in wms for w in pair):
+            if any(w is not None for pair in wms for w in pair):
+                return None
+            late_us = evict_us = None
+        else:
+            late_us = np.array([w[0] for w in wms], dtype=np.int64) * 1000
+            evict_us = np.array([w[1] for w in wms], dtype=np.int64) * 1000
+        batch_of, t = source_rows(plan, self.source)
+        n_b = len(plan)
+        got = sessions_at_once(self._coder.ids(kv, (), len(t)), t, batch_of, self.gap_us,
+                               late_us, evict_us, n_b)
+        if got is None:
+            return None
+        # evicted components in (batch, key id, start) order, their buffers reduced at once
+        gone = np.flatnonzero(got.evicted_in < n_b)
+        gone = gone[order_of_small(got.evicted_in[gone], n_b)]
+        bufs = reduce_all(self.aggs, init_all(self.aggs, self._frame, got.rows), got.comp,
+                          len(got.gid))
+        ev = SessionState(got.gid[gone], got.start_us[gone], got.end_us[gone],
+                          self._coder.entry_keys(kv, got.head[gone], got.head[gone]),
+                          take_all(bufs, gone))
+        n_ev = np.bincount(got.evicted_in[gone], minlength=n_b)
+        cuts = np.r_[0, np.cumsum(n_ev)]
+        stepped = self._step_rows(plan, got.stepped, batch_of) if len(got.stepped) else None
+        steps = []
+        for b in range(n_b):
+            out = ev.take(slice(cuts[b], cuts[b + 1]))
+            counts = [got.dropped[b], got.state_rows[b], got.updated[b], got.removed[b],
+                      got.keys[b]]
+            if stepped is not None:
+                s = stepped[b]
+                counts = [c + x for c, x in zip(counts, (
+                    s.dropped_by_watermark, s.state_rows, s.state_rows_updated,
+                    s.state_rows_removed, s.state_keys or 0), strict=True)]
+                if len(s.output):
+                    out = merge_states(out, s.output.payload)[0]
+            steps.append(OperatorStep(
+                dropped_by_watermark=int(counts[0]), state_rows=int(counts[1]),
+                state_rows_updated=int(counts[2]), state_rows_removed=int(counts[3]),
+                state_keys=int(counts[4]), output=Deferred(out, len(out))))
+        return steps
+
+    def _step_rows(self, plan: list[BatchInput], rows: np.ndarray, batch_of: np.ndarray
+                   ) -> list[OperatorStep]:
+        """Step every batch of ``plan`` on the source rows ``rows`` only (ascending positions:
+        the rows of some keys)."""
+        cuts = np.searchsorted(batch_of[rows], np.arange(len(plan) + 1), side="left")
+        state, steps = self.initial_state(), []
+        t_all = np.concatenate([np.asarray(b.event_us[self.source], dtype=np.int64)
+                                for b in plan])
+        for b, batch in enumerate(plan):
+            pos = rows[cuts[b]:cuts[b + 1]]
+            state, step = self._step(state, batch, self._frame.iloc[pos], t_all[pos], pos)
+            steps.append(step)
+        return steps
+
     def step(self, state: SessionStore, batch: BatchInput) -> tuple[SessionStore, OperatorStep]:
-        rows = batch.rows[self.source]
-        t = np.asarray(batch.event_us[self.source], dtype=np.int64)
+        return self._step(state, batch, batch.rows[self.source],
+                          np.asarray(batch.event_us[self.source], dtype=np.int64),
+                          batch.offsets[self.source])
+
+    def _step(self, state: SessionStore, batch: BatchInput, rows: pd.DataFrame, t: np.ndarray,
+              src: int | np.ndarray) -> tuple[SessionStore, OperatorStep]:
+        """:meth:`step` on ``rows`` (event times ``t``; ``src`` as in :meth:`_units`)."""
         fates: list[pd.DataFrame] = []
-        units, row_order, row_unit = self._units(rows, t, batch.offsets[self.source])
+        units, row_order, row_unit = self._units(rows, t, src)
 
         dropped = 0
         if batch.late_wm_ms is not None and len(units):
@@ -408,12 +487,14 @@ class SessionOperator:
         )
 
     # -- pieces --------------------------------------------------------------------------------
-    def _units(self, rows: pd.DataFrame, t: np.ndarray, off: int
+    def _units(self, rows: pd.DataFrame, t: np.ndarray, src: int | np.ndarray
                ) -> tuple[SessionState, np.ndarray, np.ndarray]:
         """Local units of the batch sorted by (key id, start), plus ``row_order`` (row indices
-        sorted like the units) and ``row_unit`` (unit of each of those rows)."""
+        sorted like the units) and ``row_unit`` (unit of each of those rows). ``src``: the
+        source position of ``rows``' first row (they are contiguous), or of every row."""
         n = len(rows)
-        kv = tuple(v.take(slice(off, off + n)) for v in self._whole_keys())
+        at = slice(src, src + n) if isinstance(src, int) else src
+        kv = tuple(v.take(at) for v in self._whole_keys())
         kid = self._coder.ids(kv, (), n)
         order = order_by_id_then_time(kid, t)
         k, ts = kid[order], t[order]
@@ -434,7 +515,9 @@ class SessionOperator:
             self._coder.check_same(kv, order[key_head], kv, order)
         bufs = reduce_all(self.aggs, init_all(self.aggs, rows, order), code, u)
         units = SessionState(k[heads], ts[heads], ts[last] + self.gap_us,
-                             self._coder.entry_keys(kv, order[heads], off + order[heads]), bufs)
+                             self._coder.entry_keys(kv, order[heads], (
+                                 src + order[heads] if isinstance(src, int)
+                                 else src[order[heads]])), bufs)
         return units, order, code
 
     def _merge(self, store: SessionStore, units: SessionState, evict_us: int | None

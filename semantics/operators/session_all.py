@@ -1,0 +1,226 @@
+"""Session windows of a whole run at once (append mode, exact key ids, no local merging): every
+batch's counts and evicted sessions from the accepted rows sorted by (key, event time), with no
+state stepped batch by batch. Used by ``SessionOperator.run_all``; rules of ``session.py``.
+
+Why it is the same as stepping. The batch plan (which batches run, with which watermarks) comes
+first and does not depend on state. A row is late iff ``t + gap <= late wm`` of its batch (its
+unit's end), whatever the state holds. Take the accepted rows of a key sorted by event time and
+cut them where ``t_next > t + gap``: the pieces are the **components**, the sessions the key
+would end with if nothing were evicted early. At any batch the key's stored sessions are the
+**pieces** of the rows arrived so far: maximal chains of arrived rows each within ``gap`` of the
+one before (a unit merges with every stored session it overlaps or touches). So
+
+* row ``s`` starts a piece in batches ``[b_s, a_s)``, where ``a_s`` is the earliest batch of the
+  rows before it within ``gap`` (rows sorted by (key, time, batch): a later row of the same time
+  never moves a session's start); a session is replaced (``numRowsRemoved``) exactly when its
+  start row stops starting a piece, in batch ``a_s``;
+* a component is evicted whole in the first batch, from its last row's on, whose eviction
+  watermark reaches its end (``max t + gap``).
+
+That holds while no piece is evicted before its component is complete: a row arriving after
+such an eviction starts a new session instead of joining the evicted one. Such keys are found
+exactly (:func:`_early_evicted_keys`) and left to the step function (``stepped``); the counts
+of the two parts add up, since every count is a sum over keys.
+
+Invariants: the watermarks never go backwards (``evict_us`` is non-decreasing), so eviction
+batches are binary searches; every count below is per executed batch (no-data batches
+included).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from semantics.operators.grouping import order_by_key_then_time
+
+
+@dataclass(frozen=True)
+class AllSessions:
+    """The sessions of the keys computed at once (all but ``stepped``'s keys); per batch
+    arrays have one entry per executed batch."""
+
+    dropped: np.ndarray  # late units (distinct (key, time) of late rows) per batch
+    state_rows: np.ndarray  # sessions stored after the batch
+    updated: np.ndarray  # sessions of the keys with accepted rows in the batch, after merging
+    removed: np.ndarray  # sessions replaced (start no longer a start) or evicted
+    keys: np.ndarray  # distinct keys with a stored session after the batch
+    rows: np.ndarray  # source positions of the accepted rows, sorted by (key id, time)
+    comp: np.ndarray  # component of each of ``rows`` (0, 1, ...)
+    gid: np.ndarray  # per component: key id, start, end, eviction batch (>= n batches: never)
+    start_us: np.ndarray
+    end_us: np.ndarray
+    evicted_in: np.ndarray
+    head: np.ndarray  # per component: source position of its first row
+    stepped: np.ndarray  # source positions (ascending) of the rows of the keys left to step
+
+
+def sessions_at_once(kid: np.ndarray, t: np.ndarray, batch_of: np.ndarray, gap_us: int,
+                     late_us: np.ndarray | None, evict_us: np.ndarray | None, n_b: int,
+                     max_window: int = 64) -> AllSessions | None:
+    """Sessions of ``kid`` (exact key id per source row), ``t`` (event time µs) and
+    ``batch_of`` (executed batch of each row, non-decreasing, below ``n_b``) with ``late_us``
+    / ``evict_us`` (per batch; None: no watermark). None when some row has more than
+    ``max_window`` rows within ``gap`` before it that all arrived later (stepping is cheaper
+    for such streams).
+
+    Rows at 0 and 5 µs in batch 0 and 100 µs in batch 1, gap 10 µs, a no-data batch 2: one
+    session [0, 15) evicted in batch 1, one [100, 110) evicted in batch 2.
+
+    >>> s = sessions_at_once(np.array([7, 7, 7]), np.array([0, 5, 100]), np.array([0, 0, 1]),
+    ...                      10, np.array([-1, 0, 50]), np.array([0, 50, 120]), 3)
+    >>> s.state_rows.tolist(), s.removed.tolist(), s.updated.tolist(), s.evicted_in.tolist()
+    ([1, 1, 0], [0, 1, 1], [1, 2, 0], [1, 2])
+    """
+    if late_us is None:
+        late = np.zeros(len(t), dtype=bool)
+    else:
+        late = t + gap_us <= late_us[batch_of]
+    acc = np.flatnonzero(~late)
+    o = acc[order_by_key_then_time(kid[acc], t[acc])]  # ties by position: by batch
+    k, ts, bb = kid[o], t[o], batch_of[o]
+    cut = np.ones(len(o), dtype=bool)
+    cut[1:] = (k[1:] != k[:-1]) | (ts[1:] > ts[:-1] + gap_us)
+    heads = np.flatnonzero(cut)
+    last = np.r_[heads[1:], len(o)][:len(heads)] - 1
+    b_last = np.maximum.reduceat(bb, heads) if len(heads) else heads
+    comp = np.cumsum(cut) - 1
+    stepped_keys = _early_evicted_keys(k, ts, bb, cut, comp, b_last, gap_us, evict_us)
+    stepped = np.array([], dtype=np.int64)
+    if len(stepped_keys):
+        stepped = np.flatnonzero(np.isin(kid, stepped_keys))
+        keep = ~np.isin(k, stepped_keys)
+        o, k, ts, bb = o[keep], k[keep], ts[keep], bb[keep]
+        cut = cut[keep]  # a kept row's component is kept whole: the first row is still first
+        heads = np.flatnonzero(cut)
+        last = np.r_[heads[1:], len(o)][:len(heads)] - 1
+        b_last = np.maximum.reduceat(bb, heads) if len(heads) else heads
+        comp = np.cumsum(cut) - 1
+        late &= ~np.isin(kid, stepped_keys)
+    a = _first_arrival_before(cut, comp, ts, bb, gap_us, n_b, max_window)
+    if a is None:
+        return None
+
+    end = ts[last] + gap_us
+    # evicted in the first batch whose eviction watermark reaches the end: not before the last
+    # row's batch (a row that is not late ends after the watermark of the batch before it, and
+    # a piece evicted before its component is complete sent the key to stepping)
+    ev = np.full(len(heads), n_b, dtype=np.int64) if evict_us is None else \
+        np.searchsorted(evict_us, end, side="left")
+    starts = np.flatnonzero(bb < a)  # rows that start a piece in some batch
+    s_from, s_to = bb[starts], a[starts]
+    counts = {name: np.bincount(v[v < n_b], minlength=n_b)[:n_b] for name, v in
+              (("from", s_from), ("to", s_to), ("ev", ev))}
+    state_rows = np.cumsum(counts["from"] - counts["to"] - counts["ev"])
+    removed = counts["to"] + counts["ev"]
+
+    krank = np.cumsum(np.r_[True, k[1:] != k[:-1]]) - 1 if len(k) else k
+    span = n_b + 1  # a key's (batch) codes, n_b included: the end of what is never evicted
+    if len(k) and (int(krank[-1]) + 1) * span * 4 >= _PACK_LIMIT:
+        return None
+    # a piece start is stored in [b_s, a_s); a component's first row until its eviction batch
+    head = cut[starts]
+    s_to[head] = ev[comp[starts[head]]]
+    updated, keys = _updated_and_keys(krank, bb, krank[starts], s_from, s_to, head, span)
+    return AllSessions(
+        dropped=_late_units(kid, t, batch_of, late, n_b),
+        state_rows=state_rows, updated=updated, removed=removed, keys=keys,
+        rows=o, comp=comp, gid=k[heads], start_us=ts[heads], end_us=end, evicted_in=ev,
+        head=o[heads], stepped=stepped)
+
+
+def _early_evicted_keys(k: np.ndarray, ts: np.ndarray, bb: np.ndarray, cut: np.ndarray,
+                        comp: np.ndarray, b_last: np.ndarray, gap_us: int,
+                        evict_us: np.ndarray | None) -> np.ndarray:
+    """The keys (sorted, distinct) with a piece evicted before its component is complete.
+
+    Exact: a row ``r`` ends its piece in every batch from its own to the one before the next
+    row of its component arrives (or, for the component's last row, the one before the
+    component's last arrival), and then that piece ends at ``t_r + gap``; so some piece is
+    evicted early iff for some ``r`` that range is not empty and the eviction watermark of its
+    last batch reaches ``t_r + gap`` (the watermark never goes backwards)."""
+    if evict_us is None or not len(k):
+        return np.array([], dtype=np.int64)
+    nxt = b_last[comp].copy()
+    inner = np.flatnonzero(~cut[1:])  # rows whose next row is in their component
+    nxt[inner] = bb[inner + 1]
+    early = bb < nxt
+    i = np.flatnonzero(early)
+    early[i] = ts[i] + gap_us <= evict_us[nxt[i] - 1]
+    return np.unique(k[early])
+
+
+def _first_arrival_before(cut: np.ndarray, comp: np.ndarray, ts: np.ndarray, bb: np.ndarray,
+                          gap_us: int, n_b: int, max_window: int) -> np.ndarray | None:
+    """Per row (sorted by (key, time, batch)): the earliest batch of the rows before it within
+    ``gap_us`` (``n_b`` when there are none), or any value not above the row's own batch when
+    that is all that matters (the row then never starts a piece). Walks back one row at a time
+    while all rows seen arrived after the row (out-of-order arrivals: few)."""
+    a = np.full(len(ts), n_b, dtype=np.int64)
+    act = np.flatnonzero(~cut)  # the row before is in the component: within gap
+    cur = bb[act - 1]
+    d = 1
+    while len(act):
+        a[act] = cur
+        if d > max_window:
+            return None
+        nxt = act - d - 1
+        go = (cur > bb[act]) & (nxt >= 0)
+        idx = np.flatnonzero(go)
+        ok = (comp[nxt[idx]] == comp[act[idx]]) & (ts[act[idx]] - ts[nxt[idx]] <= gap_us)
+        idx = idx[ok]
+        act, cur = act[idx], np.minimum(cur[idx], bb[nxt[idx]])
+        d += 1
+    return a
+
+
+def _updated_and_keys(krank: np.ndarray, bb: np.ndarray, s_rank: np.ndarray,
+                      s_from: np.ndarray, s_to: np.ndarray, head: np.ndarray, span: int
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """Per batch: ``updated``, the sum over the keys with rows in it (``krank``, ``bb``: key
+    rank and batch per row) of that key's pieces before eviction, and ``keys``, the keys with
+    a piece stored after it. Piece ``i`` of key ``s_rank[i]`` is stored in batches
+    ``[s_from[i], s_to[i])``; a component's first piece (``head``) leaves by eviction, so it
+    still counts in ``updated`` of batch ``s_to``.
+
+    One sort of the events, at one (key, batch) in this order: ends of replaced pieces, starts,
+    queries (the key has rows in the batch), evictions. The values are sorted by key already
+    and nearly by batch: a stable sort (timsort) runs in about linear time on them. Every
+    key's events balance, so the running level is the key's stored pieces."""
+    n_b = span - 1
+    if not len(krank):
+        return np.zeros(n_b, dtype=np.int64), np.zeros(n_b, dtype=np.int64)
+    v = np.concatenate([(s_rank * span + s_to) << 2 | np.where(head, 3, 0),
+                        (s_rank * span + s_from) << 2 | 1, (krank * span + bb) << 2 | 2])
+    v.sort(kind="stable")
+    kind = v & 3
+    level = np.cumsum(_STEP[kind])
+    code = v >> 2
+    q = np.flatnonzero(kind == 2)
+    q = q[np.r_[True, code[q[1:]] != code[q[:-1]]]] if len(q) else q  # one per (key, batch)
+    updated = np.bincount(code[q] % span, level[q], n_b).astype(np.int64)
+    last = np.flatnonzero(np.r_[code[1:] != code[:-1], True])  # of each (key, batch)
+    after = level[last]
+    before = np.r_[0, after[:-1]]  # a key's first (key, batch) follows a balanced key: 0
+    b = code[last] % span
+    keys = np.cumsum(np.bincount(b[(before == 0) & (after > 0)], minlength=span)
+                     - np.bincount(b[(before > 0) & (after == 0)], minlength=span))[:n_b]
+    return updated, keys
+
+
+_STEP = np.array([-1, 1, 0, -1], dtype=np.int64)  # per event kind: end, start, query, evicted
+_PACK_LIMIT = 1 << 62
+
+
+def _late_units(kid: np.ndarray, t: np.ndarray, batch_of: np.ndarray, late: np.ndarray,
+                n_b: int) -> np.ndarray:
+    """Per batch, the distinct (key, event time) of its late rows (the late units)."""
+    li = np.flatnonzero(late)
+    if not len(li):
+        return np.zeros(n_b, dtype=np.int64)
+    order = np.lexsort((t[li], kid[li], batch_of[li]))
+    b, k, ts = batch_of[li][order], kid[li][order], t[li][order]
+    new = np.ones(len(li), dtype=bool)
+    new[1:] = (b[1:] != b[:-1]) | (k[1:] != k[:-1]) | (ts[1:] != ts[:-1])
+    return np.bincount(b[new], minlength=n_b)

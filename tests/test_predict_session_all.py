@@ -1,0 +1,178 @@
+"""Session windows computed for all batches at once (operators/session_all.py, the path of
+append mode without explain) against stepping batch by batch: the same batch report and the
+same emitted rows, row for row (no Spark; Spark itself checks both in test_differential)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from semantics import engine
+from semantics.operators import make_operator
+from semantics.operators.session_all import sessions_at_once
+from semantics.predict import predict
+from tests.predict_kit import at_once_vs_stepped, col, out_rows, schedule_of, spec_of
+from tests.test_predict_session_store import _random_sessions
+
+SOAK = bool(os.environ.get("WMBT_SOAK"))
+SESSION = {"kind": "session", "keys": ["k"], "gap": "10 seconds",
+           "aggregates": {"n": "count(*)"}, "output_mode": "append"}
+
+
+class Spy:
+    """Counts the rows ``sessions_at_once`` computed at once and those it left to stepping."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.at_once = self.stepped = self.mixed = 0
+        real = sessions_at_once
+
+        def spy(*a, **kw):
+            got = real(*a, **kw)
+            if got is not None:
+                self.at_once += len(got.rows)
+                self.stepped += len(got.stepped)
+                self.mixed += bool(len(got.rows) and len(got.stepped))
+            return got
+
+        monkeypatch.setattr("semantics.operators.session.sessions_at_once", spy)
+
+
+def _long_stream(seed: int) -> tuple[dict, list[pd.DataFrame], str, str]:
+    """A longer random stream than ``_random_sessions``: a few hundred keys over many batches,
+    disorder of up to a minute, a few rows far behind, whole seconds often (equal times,
+    touching sessions, ends on the watermark)."""
+    r = np.random.default_rng(seed)
+    n = int(r.integers(200, 3000))
+    base = np.arange(n) * float(r.choice([0.05, 0.2, 1.0]))
+    ts = base - r.random(n) * float(r.choice([5, 20, 60])) - (r.random(n) < 0.02) * 600
+    ts = np.where(r.random(n) < 0.5, np.floor(ts), np.round(ts, 3))
+    k = r.integers(0, int(r.choice([2, 30, 300])), n)
+    df = pd.DataFrame({"ts": ts, "k": k, "v": r.integers(0, 100, n)})
+    rows = int(r.integers(5, 200))
+    query = {"kind": "session", "keys": ["k"], "gap": str(r.choice(["1 second", "5 seconds",
+                                                                    "30 seconds"])),
+             "aggregates": {"n": "count(*)", "s": "sum(v)", "t": "max(ts)"}}
+    return (query, [df.iloc[i:i + rows] for i in range(0, n, rows)],
+            str(r.choice(["0 seconds", "5 seconds", "1 minute"])),
+            str(r.choice(["backlog", "live"])))
+
+
+def test_at_once_equals_stepping_on_random_streams(monkeypatch: pytest.MonkeyPatch) -> None:
+    # rule (session_all module docstring): in append mode the stored sessions are the pieces of
+    # the rows arrived so far, and a component leaves whole in the first batch from its last
+    # row's on whose eviction watermark reaches its end, unless a piece of it was evicted
+    # before it was complete (then its key is stepped). Small random streams: late rows, equal
+    # times, touching sessions, NULL keys, few or many keys, both paces, with and without
+    # local merging (which always steps).
+    spy = Spy(monkeypatch)
+    engaged = 0
+    for seed in range(1000 if SOAK else 200):
+        query, batches, delay, pace, conf = _random_sessions(seed)
+        engaged += at_once_vs_stepped(spec_of(query, delay, pace, conf),
+                                      schedule_of(batches, pace))
+    assert engaged > 100
+    # both parts were exercised, often in the same run
+    assert spy.at_once > 20_000 and spy.stepped > 5_000 and spy.mixed > 50
+
+
+def test_at_once_equals_stepping_on_long_streams(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the same rule on longer streams (many batches, components spread over several of them,
+    # keys with long sessions and keys with many short ones)
+    spy = Spy(monkeypatch)
+    for seed in range(200 if SOAK else 30):
+        query, batches, delay, pace = _long_stream(seed)
+        assert at_once_vs_stepped(spec_of(query, delay, pace), schedule_of(batches, pace))
+    assert spy.at_once > 20_000 and spy.stepped > 500
+
+
+def _at_once_steps(batches: list, watermark: str = "10 seconds", pace: str = "backlog",
+                   query: dict = SESSION) -> list[engine.OperatorStep] | None:
+    sched = schedule_of(batches, pace)
+    spec = spec_of(query, watermark, pace)
+    op = make_operator(spec, "c", sched, explain=False)
+    return op.run_all(engine.plan_batches(sched, spec, "c", op))
+
+
+def test_a_row_of_the_same_time_in_a_later_batch_replaces_nothing() -> None:
+    # rule: numRowsRemoved counts stored sessions whose start is no longer a session start;
+    # a later row at the stored session's start time merges into it without moving the start
+    # (rows of equal time sort by batch, so the later one never starts a piece)
+    batches = [[{"k": 1, "ts": 100}], [{"k": 1, "ts": 100}], [{"k": 1, "ts": 99}]]
+    sched, spec = schedule_of(batches), spec_of(SESSION, "10 seconds")
+    assert at_once_vs_stepped(spec, sched)
+    steps = _at_once_steps(batches)
+    assert steps is not None
+    assert [s.state_rows_removed for s in steps[:3]] == [0, 0, 1]  # only the earlier start
+    assert [s.state_rows_updated for s in steps[:3]] == [1, 1, 1]
+
+
+def test_a_row_bridging_two_stored_sessions_replaces_the_later_one() -> None:
+    # rule: a unit touching two stored sessions of its key merges them; the later one's start
+    # is gone (numRowsRemoved 1), the key then has one session (numRowsUpdated 1)
+    batches = [[{"k": 1, "ts": 100}, {"k": 1, "ts": 118}], [{"k": 1, "ts": 109}]]
+    assert at_once_vs_stepped(spec_of(SESSION, "1 minute"), schedule_of(batches))
+    steps = _at_once_steps(batches, "1 minute")
+    assert steps is not None
+    assert [(s.state_rows, s.state_rows_updated, s.state_rows_removed)
+            for s in steps[:2]] == [(2, 2, 0), (1, 1, 1)]
+
+
+def test_a_piece_evicted_before_its_component_is_complete_steps_its_key() -> None:
+    # rule: a row arriving after the session it would join was evicted starts a new session.
+    # Delay 0: key 1's [100, 110) is evicted in batch 2 (eviction watermark 112 s), then its
+    # row at 105 s arrives in batch 3 (not late: 115 > 112) and starts [105, 115) instead of
+    # joining it. Key 1 is left to stepping, key 2 is computed at once; the report and the
+    # rows equal stepping's.
+    batches = [[{"k": 1, "ts": 100}], [{"k": 2, "ts": 112}], [{"k": 2, "ts": 113}],
+               [{"k": 1, "ts": 105}], [{"k": 2, "ts": 200}]]
+    spec, sched = spec_of(SESSION, "0 seconds"), schedule_of(batches)
+    assert at_once_vs_stepped(spec, sched)
+    op = make_operator(spec, "c", sched, explain=False)
+    plan = engine.plan_batches(sched, spec, "c", op)
+    batch_of, t = engine.source_rows(plan, "events")
+    got = sessions_at_once(np.array([1, 2, 2, 1, 2]), t, batch_of, op.gap_us,
+                           np.array([b.late_wm_ms for b in plan]) * 1000,
+                           np.array([b.evict_wm_ms for b in plan]) * 1000, len(plan))
+    assert got is not None and got.stepped.tolist() == [0, 3]
+    out = out_rows(_predicted(spec, sched), cols=["k", "session_start", "n"])
+    assert (1, 100, 1) in out and (1, 105, 1) in out
+
+
+def _predicted(spec, sched):
+    return predict(sched, spec, "c", explain=False)
+
+
+def test_a_key_with_two_sessions_counts_once_in_state_keys() -> None:
+    # state_keys (the state-bytes model's session index) counts distinct keys, not sessions
+    batches = [[{"k": 1, "ts": 100}, {"k": 1, "ts": 200}, {"k": 2, "ts": 150}]]
+    steps = _at_once_steps(batches, "1 hour")
+    assert steps is not None
+    assert (steps[0].state_rows, steps[0].state_keys) == (3, 2)
+
+
+def test_at_once_engages_only_where_it_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    # append mode without explain, exact key ids, no local merging; else the engine steps.
+    # A row with more than max_window rows within the gap before it that all arrived later
+    # also steps (walking back row by row would cost more than stepping).
+    batches = [[{"k": 1, "ts": 100 + i}] for i in range(5)]
+    assert _at_once_steps(batches) is not None
+    assert _at_once_steps(batches, query={**SESSION, "output_mode": "complete"}) is None
+    sched, spec = schedule_of(batches), spec_of(SESSION, "10 seconds")
+    assert make_operator(spec, "c", sched, explain=True).run_all(
+        engine.plan_batches(sched, spec, "c", make_operator(spec, "c", sched))) is None
+    merging = spec_of(SESSION, "10 seconds", spark_conf={
+        "spark.sql.streaming.sessionWindow.merge.sessions.in.local.partition": "true"})
+    op = make_operator(merging, "c", sched, explain=False)
+    assert op.run_all(engine.plan_batches(sched, merging, "c", op)) is None
+    wide = [[{"k": i * (1 << 61), "ts": 100 + i}] for i in range(4)]  # a range over 2^62
+    assert _at_once_steps(wide) is None  # hashed key ids
+    backwards = [[{"k": 1, "ts": 120 - i}] for i in range(6)]  # each row before the last
+    assert _at_once_steps(backwards, "1 minute") is not None
+    monkeypatch.setattr("semantics.operators.session.sessions_at_once",
+                        lambda *a, **kw: sessions_at_once(*a, **{**kw, "max_window": 3}))
+    assert _at_once_steps(backwards, "1 minute") is None
+    assert col(_predicted(spec_of(SESSION, "1 minute"), schedule_of(backwards)),
+               "state_rows") == [1] * 6
