@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from semantics import engine
-from semantics.operators import make_operator
+from semantics.operators import make_operator, session_all
 from semantics.operators.session_all import sessions_at_once
 from semantics.predict import predict
 from tests.predict_kit import at_once_vs_stepped, col, out_rows, schedule_of, spec_of
@@ -78,14 +78,24 @@ def test_at_once_equals_stepping_on_random_streams(monkeypatch: pytest.MonkeyPat
     assert spy.at_once > 20_000 and spy.stepped > 5_000 and spy.mixed > 50
 
 
-def test_at_once_equals_stepping_on_long_streams(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("chunk", [session_all.CHUNK, 97])
+def test_at_once_equals_stepping_on_long_streams(chunk: int, monkeypatch: pytest.MonkeyPatch
+                                                 ) -> None:
     # the same rule on longer streams (many batches, components spread over several of them,
-    # keys with long sessions and keys with many short ones)
+    # keys with long sessions and keys with many short ones); with a small chunk, the rows are
+    # computed by key ranges of about 97 rows each and put together (session_all.CHUNK)
+    monkeypatch.setattr(session_all, "CHUNK", chunk)
+    ranges = []
+    real = session_all._key_ranges
+    monkeypatch.setattr(session_all, "_key_ranges",
+                        lambda kid, c: ranges.append(r := real(kid, c)) or r)
     spy = Spy(monkeypatch)
     for seed in range(200 if SOAK else 30):
         query, batches, delay, pace = _long_stream(seed)
         assert at_once_vs_stepped(spec_of(query, delay, pace), schedule_of(batches, pace))
     assert spy.at_once > 20_000 and spy.stepped > 500
+    split = [len(r) for r in ranges if r is not None]
+    assert (len(split) > 20 and max(split) > 10) if chunk < 1000 else not split
 
 
 def _at_once_steps(batches: list, watermark: str = "10 seconds", pace: str = "backlog",

@@ -261,32 +261,37 @@ def order_by_id_then_time(ids: np.ndarray, t: np.ndarray) -> np.ndarray:
     return stable_argsort(comp)
 
 
-def order_by_key_then_time(ids: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """:func:`order_by_id_then_time` for rows mostly in time order (a stream's rows in arrival
-    order): ids of a range below 2^32 are put in order by numpy's radix sort (two stable
-    passes over 16-bit digits), which keeps each id's rows in position order, nearly sorted
-    by time; a stable sort (timsort, near linear on such runs) of the packed (id rank, time)
-    then finishes. Other ids: :func:`order_by_id_then_time`.
+def by_key_then_time(ids: np.ndarray, t: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(order, ids[order], t[order])``, ``order`` as :func:`order_by_id_then_time` (stable
+    by (id, t)), for rows mostly in time order (a stream's rows in arrival order): ids of a
+    range below 2^32 are put in order by numpy's radix sort (two stable passes over 16-bit
+    digits), which keeps each id's rows in position order, nearly sorted by time; a stable
+    sort (timsort, near linear on such runs) of the packed (id rank, time) then finishes, and
+    the sorted values are read from nearly sorted arrays (no gather over all of ``ids``).
+    Other ids: :func:`order_by_id_then_time`.
 
-    >>> order_by_key_then_time(np.array([70000, 3, 70000, 3]), np.array([5, 9, 1, 9])).tolist()
-    [1, 3, 2, 0]
+    >>> [a.tolist() for a in by_key_then_time(np.array([70000, 3, 70000, 3]),
+    ...                                       np.array([5, 9, 1, 9]))]
+    [[1, 3, 2, 0], [3, 3, 70000, 70000], [9, 9, 1, 5]]
     """
     n = len(ids)
-    if n == 0:
-        return np.array([], dtype=np.int64)
-    lo = int(ids.min())
-    top = int(ids.max()) - lo
-    t_lo = int(t.min())
-    span = int(t.max()) - t_lo + 1
+    lo = int(ids.min()) if n else 0
+    top = int(ids.max()) - lo if n else 0
+    t_lo = int(t.min()) if n else 0
+    span = int(t.max()) - t_lo + 1 if n else 1
     if top >= 1 << 32 or n * span >= _PACK_LIMIT:
-        return order_by_id_then_time(ids, t)
+        order = order_by_id_then_time(ids, t)
+        return order, ids[order], t[order]
     d = ids - lo
     order = np.argsort((d & 0xFFFF).astype(np.uint16), kind="stable")
     if top >> 16:
         order = order[np.argsort((d[order] >> 16).astype(np.uint16), kind="stable")]
     k = d[order]
     rank = np.cumsum(np.r_[True, k[1:] != k[:-1]]) - 1
-    return order[np.argsort(rank * span + (t[order] - t_lo), kind="stable")]
+    packed = rank * span + (t[order] - t_lo)
+    perm = np.argsort(packed, kind="stable")
+    return order[perm], k[perm] + lo, packed[perm] % span + t_lo
 
 
 def order_of_small(v: np.ndarray, top: int) -> np.ndarray:

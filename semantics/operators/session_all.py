@@ -29,11 +29,11 @@ included).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from semantics.operators.grouping import order_by_key_then_time
+from semantics.operators.grouping import by_key_then_time
 
 
 @dataclass(frozen=True)
@@ -72,14 +72,68 @@ def sessions_at_once(kid: np.ndarray, t: np.ndarray, batch_of: np.ndarray, gap_u
     ...                      10, np.array([-1, 0, 50]), np.array([0, 50, 120]), 3)
     >>> s.state_rows.tolist(), s.removed.tolist(), s.updated.tolist(), s.evicted_in.tolist()
     ([1, 1, 0], [0, 1, 1], [1, 2, 0], [1, 2])
+
+    More than ``CHUNK`` rows are split into key ranges of about that many rows, each computed
+    on its own (every count is a sum over keys; the ranges' components, concatenated in
+    order, stay sorted by (key id, start)): sorts and gathers then work on arrays that fit the
+    caches, and memory stays bounded.
     """
+    parts = _key_ranges(kid, CHUNK)
+    if parts is None:
+        return _at_once(kid, t, batch_of, gap_us, late_us, evict_us, n_b, max_window)
+    got: list[AllSessions] = []
+    for pos in parts:
+        one = _at_once(kid[pos], t[pos], batch_of[pos], gap_us, late_us, evict_us, n_b,
+                       max_window)
+        if one is None:
+            return None
+        got.append(replace(one, rows=pos[one.rows], head=pos[one.head],
+                           stepped=pos[one.stepped]))
+    return _concat(got)
+
+
+CHUNK = 1 << 20  # rows computed at once, at most (about: a key range's rows)
+
+
+def _key_ranges(kid: np.ndarray, chunk: int) -> list[np.ndarray] | None:
+    """Positions (ascending) of the rows of each of about ``len(kid) / chunk`` ranges of equal
+    width of key ids, in key order; None for a single range."""
+    n_parts = -(-len(kid) // chunk)
+    if n_parts <= 1:
+        return None
+    n_parts = min(n_parts, 1 << 16)
+    lo, top = int(kid.min()), int(kid.max()) - int(kid.min())
+    part = ((kid - lo) // (top // n_parts + 1)).astype(np.uint16)  # < n_parts
+    order = np.argsort(part, kind="stable")  # radix: positions ascending within a part
+    cuts = np.searchsorted(part[order], np.arange(1, n_parts))
+    return [p for p in np.split(order, cuts) if len(p)]
+
+
+def _concat(parts: list[AllSessions]) -> AllSessions:
+    """One :class:`AllSessions` of the key ranges ``parts`` (in key order)."""
+    comps = np.cumsum([0] + [len(p.gid) for p in parts[:-1]])
+    cat = lambda name: np.concatenate([getattr(p, name) for p in parts])  # noqa: E731
+    total = lambda name: np.sum([getattr(p, name) for p in parts], axis=0)  # noqa: E731
+    return AllSessions(
+        dropped=total("dropped"), state_rows=total("state_rows"), updated=total("updated"),
+        removed=total("removed"), keys=total("keys"), rows=cat("rows"),
+        comp=np.concatenate([p.comp + c for p, c in zip(parts, comps, strict=True)]),
+        gid=cat("gid"), start_us=cat("start_us"), end_us=cat("end_us"),
+        evicted_in=cat("evicted_in"), head=cat("head"), stepped=np.sort(cat("stepped")))
+
+
+def _at_once(kid: np.ndarray, t: np.ndarray, batch_of: np.ndarray, gap_us: int,
+             late_us: np.ndarray | None, evict_us: np.ndarray | None, n_b: int,
+             max_window: int) -> AllSessions | None:
+    """:func:`sessions_at_once` of one key range."""
     if late_us is None:
         late = np.zeros(len(t), dtype=bool)
     else:
         late = t + gap_us <= late_us[batch_of]
     acc = np.flatnonzero(~late)
-    o = acc[order_by_key_then_time(kid[acc], t[acc])]  # ties by position: by batch
-    k, ts, bb = kid[o], t[o], batch_of[o]
+    order, k, ts = by_key_then_time(kid[acc], t[acc])  # ties by position: by batch
+    o = acc[order]
+    bb = batch_of.astype(np.int32)[o]  # (a gather from a narrower array)
     cut = np.ones(len(o), dtype=bool)
     cut[1:] = (k[1:] != k[:-1]) | (ts[1:] > ts[:-1] + gap_us)
     heads = np.flatnonzero(cut)
@@ -116,13 +170,13 @@ def sessions_at_once(kid: np.ndarray, t: np.ndarray, batch_of: np.ndarray, gap_u
     removed = counts["to"] + counts["ev"]
 
     krank = np.cumsum(np.r_[True, k[1:] != k[:-1]]) - 1 if len(k) else k
-    span = n_b + 1  # a key's (batch) codes, n_b included: the end of what is never evicted
-    if len(k) and (int(krank[-1]) + 1) * span * 4 >= _PACK_LIMIT:
+    bits = int(n_b).bit_length()  # a key's (batch) codes, n_b included: never evicted
+    if len(k) and (int(krank[-1]) + 1) << (bits + 2) >= _PACK_LIMIT:
         return None
     # a piece start is stored in [b_s, a_s); a component's first row until its eviction batch
     head = cut[starts]
     s_to[head] = ev[comp[starts[head]]]
-    updated, keys = _updated_and_keys(krank, bb, krank[starts], s_from, s_to, head, span)
+    updated, keys = _updated_and_keys(krank, bb, krank[starts], s_from, s_to, head, n_b, bits)
     return AllSessions(
         dropped=_late_units(kid, t, batch_of, late, n_b),
         state_rows=state_rows, updated=updated, removed=removed, keys=keys,
@@ -176,36 +230,35 @@ def _first_arrival_before(cut: np.ndarray, comp: np.ndarray, ts: np.ndarray, bb:
 
 
 def _updated_and_keys(krank: np.ndarray, bb: np.ndarray, s_rank: np.ndarray,
-                      s_from: np.ndarray, s_to: np.ndarray, head: np.ndarray, span: int
-                      ) -> tuple[np.ndarray, np.ndarray]:
+                      s_from: np.ndarray, s_to: np.ndarray, head: np.ndarray, n_b: int,
+                      bits: int) -> tuple[np.ndarray, np.ndarray]:
     """Per batch: ``updated``, the sum over the keys with rows in it (``krank``, ``bb``: key
     rank and batch per row) of that key's pieces before eviction, and ``keys``, the keys with
     a piece stored after it. Piece ``i`` of key ``s_rank[i]`` is stored in batches
     ``[s_from[i], s_to[i])``; a component's first piece (``head``) leaves by eviction, so it
-    still counts in ``updated`` of batch ``s_to``.
+    still counts in ``updated`` of batch ``s_to``. ``bits``: of a batch number up to ``n_b``.
 
     One sort of the events, at one (key, batch) in this order: ends of replaced pieces, starts,
     queries (the key has rows in the batch), evictions. The values are sorted by key already
     and nearly by batch: a stable sort (timsort) runs in about linear time on them. Every
     key's events balance, so the running level is the key's stored pieces."""
-    n_b = span - 1
     if not len(krank):
         return np.zeros(n_b, dtype=np.int64), np.zeros(n_b, dtype=np.int64)
-    v = np.concatenate([(s_rank * span + s_to) << 2 | np.where(head, 3, 0),
-                        (s_rank * span + s_from) << 2 | 1, (krank * span + bb) << 2 | 2])
+    mask = (1 << bits) - 1
+    v = np.concatenate([(s_rank << bits | s_to) << 2 | np.where(head, 3, 0),
+                        (s_rank << bits | s_from) << 2 | 1, (krank << bits | bb) << 2 | 2])
     v.sort(kind="stable")
     kind = v & 3
     level = np.cumsum(_STEP[kind])
     code = v >> 2
     q = np.flatnonzero(kind == 2)
     q = q[np.r_[True, code[q[1:]] != code[q[:-1]]]] if len(q) else q  # one per (key, batch)
-    updated = np.bincount(code[q] % span, level[q], n_b).astype(np.int64)
+    updated = np.bincount(code[q] & mask, level[q], n_b).astype(np.int64)
     last = np.flatnonzero(np.r_[code[1:] != code[:-1], True])  # of each (key, batch)
-    after = level[last]
-    before = np.r_[0, after[:-1]]  # a key's first (key, batch) follows a balanced key: 0
-    b = code[last] % span
-    keys = np.cumsum(np.bincount(b[(before == 0) & (after > 0)], minlength=span)
-                     - np.bincount(b[(before > 0) & (after == 0)], minlength=span))[:n_b]
+    stored = level[last] > 0
+    change = stored.astype(np.int64)  # +1 where a key becomes stored, -1 where it stops
+    change[1:] -= stored[:-1]  # (a key's last group ends at 0: the next key starts from 0)
+    keys = np.cumsum(np.bincount(code[last] & mask, change, mask + 1)[:n_b]).astype(np.int64)
     return updated, keys
 
 
