@@ -397,7 +397,7 @@ class SessionOperator:
                           take_all(bufs, gone))
         n_ev = np.bincount(got.evicted_in[gone], minlength=n_b)
         cuts = np.r_[0, np.cumsum(n_ev)]
-        stepped = self._step_rows(plan, got.stepped, batch_of) if len(got.stepped) else None
+        stepped = self._step_rows(plan, got.stepped, batch_of, t) if len(got.stepped) else None
         steps = []
         for b in range(n_b):
             out = ev.take(slice(cuts[b], cuts[b + 1]))
@@ -416,14 +416,13 @@ class SessionOperator:
                 state_keys=int(counts[4]), output=Deferred(out, len(out))))
         return steps
 
-    def _step_rows(self, plan: list[BatchInput], rows: np.ndarray, batch_of: np.ndarray
-                   ) -> list[OperatorStep]:
+    def _step_rows(self, plan: list[BatchInput], rows: np.ndarray, batch_of: np.ndarray,
+                   t_all: np.ndarray) -> list[OperatorStep]:
         """Step every batch of ``plan`` on the source rows ``rows`` only (ascending positions:
-        the rows of some keys)."""
+        the rows of some keys; ``batch_of``, ``t_all``: batch and event time of every source
+        row)."""
         cuts = np.searchsorted(batch_of[rows], np.arange(len(plan) + 1), side="left")
         state, steps = self.initial_state(), []
-        t_all = np.concatenate([np.asarray(b.event_us[self.source], dtype=np.int64)
-                                for b in plan])
         for b, batch in enumerate(plan):
             pos = rows[cuts[b]:cuts[b + 1]]
             state, step = self._step(state, batch, self._frame.iloc[pos], t_all[pos], pos)

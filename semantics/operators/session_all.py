@@ -176,7 +176,7 @@ def _at_once(kid: np.ndarray, t: np.ndarray, batch_of: np.ndarray, gap_us: int,
     # a piece start is stored in [b_s, a_s); a component's first row until its eviction batch
     head = cut[starts]
     s_to[head] = ev[comp[starts[head]]]
-    updated, keys = _updated_and_keys(krank, bb, krank[starts], s_from, s_to, head, n_b, bits)
+    updated, keys = _updated_and_keys(krank, bb, starts, s_to, head, n_b, bits)
     return AllSessions(
         dropped=_late_units(kid, t, batch_of, late, n_b),
         state_rows=state_rows, updated=updated, removed=removed, keys=keys,
@@ -229,32 +229,36 @@ def _first_arrival_before(cut: np.ndarray, comp: np.ndarray, ts: np.ndarray, bb:
     return a
 
 
-def _updated_and_keys(krank: np.ndarray, bb: np.ndarray, s_rank: np.ndarray,
-                      s_from: np.ndarray, s_to: np.ndarray, head: np.ndarray, n_b: int,
-                      bits: int) -> tuple[np.ndarray, np.ndarray]:
+def _updated_and_keys(krank: np.ndarray, bb: np.ndarray, starts: np.ndarray, s_to: np.ndarray,
+                      head: np.ndarray, n_b: int, bits: int
+                      ) -> tuple[np.ndarray, np.ndarray]:
     """Per batch: ``updated``, the sum over the keys with rows in it (``krank``, ``bb``: key
     rank and batch per row) of that key's pieces before eviction, and ``keys``, the keys with
-    a piece stored after it. Piece ``i`` of key ``s_rank[i]`` is stored in batches
-    ``[s_from[i], s_to[i])``; a component's first piece (``head``) leaves by eviction, so it
+    a piece stored after it. Row ``starts[i]`` starts a piece stored from its own batch to
+    ``s_to[i]`` (excluded); a component's first piece (``head``) leaves by eviction, so it
     still counts in ``updated`` of batch ``s_to``. ``bits``: of a batch number up to ``n_b``.
 
-    One sort of the events, at one (key, batch) in this order: ends of replaced pieces, starts,
-    queries (the key has rows in the batch), evictions. The values are sorted by key already
-    and nearly by batch: a stable sort (timsort) runs in about linear time on them. Every
-    key's events balance, so the running level is the key's stored pieces."""
+    One sort of the events, at one (key, batch) in this order: ends of replaced pieces, rows
+    that start a piece, other rows, evictions; ``updated`` reads the level at the last row of
+    each (key, batch). The values are sorted by key already and nearly by batch: a stable sort
+    (timsort) runs in about linear time on them. Every key's events balance, so the running
+    level is the key's stored pieces."""
     if not len(krank):
         return np.zeros(n_b, dtype=np.int64), np.zeros(n_b, dtype=np.int64)
     mask = (1 << bits) - 1
-    v = np.concatenate([(s_rank << bits | s_to) << 2 | np.where(head, 3, 0),
-                        (s_rank << bits | s_from) << 2 | 1, (krank << bits | bb) << 2 | 2])
+    row_kind = np.full(len(krank), 2, dtype=np.int64)
+    row_kind[starts] = 1
+    v = np.concatenate([(krank[starts] << bits | s_to) << 2 | np.where(head, 3, 0),
+                        (krank << bits | bb) << 2 | row_kind])
     v.sort(kind="stable")
     kind = v & 3
     level = np.cumsum(_STEP[kind])
     code = v >> 2
-    q = np.flatnonzero(kind == 2)
-    q = q[np.r_[True, code[q[1:]] != code[q[:-1]]]] if len(q) else q  # one per (key, batch)
+    group_end = np.r_[code[1:] != code[:-1], True]
+    row = (kind == 1) | (kind == 2)
+    q = np.flatnonzero(row & (group_end | np.r_[kind[1:] == 3, True]))  # last row of a group
     updated = np.bincount(code[q] & mask, level[q], n_b).astype(np.int64)
-    last = np.flatnonzero(np.r_[code[1:] != code[:-1], True])  # of each (key, batch)
+    last = np.flatnonzero(group_end)
     stored = level[last] > 0
     change = stored.astype(np.int64)  # +1 where a key becomes stored, -1 where it stops
     change[1:] -= stored[:-1]  # (a key's last group ends at 0: the next key starts from 0)
@@ -262,7 +266,7 @@ def _updated_and_keys(krank: np.ndarray, bb: np.ndarray, s_rank: np.ndarray,
     return updated, keys
 
 
-_STEP = np.array([-1, 1, 0, -1], dtype=np.int64)  # per event kind: end, start, query, evicted
+_STEP = np.array([-1, 1, 0, -1], dtype=np.int64)  # per event: end, start row, row, eviction
 _PACK_LIMIT = 1 << 62
 
 
