@@ -66,7 +66,9 @@ def test_at_once_equals_stepping_on_random_streams(monkeypatch: pytest.MonkeyPat
     # row's on whose eviction watermark reaches its end, unless a piece of it was evicted
     # before it was complete (then its key is stepped). Small random streams: late rows, equal
     # times, touching sessions, NULL keys, few or many keys, both paces, with and without
-    # local merging (which always steps).
+    # local merging (which always steps). Runs that would step most rows step them here too
+    # (STEPPED_AT_MOST = 1), so both parts are compared often.
+    monkeypatch.setattr(session_all, "STEPPED_AT_MOST", 1.0)
     spy = Spy(monkeypatch)
     engaged = 0
     for seed in range(1000 if SOAK else 200):
@@ -85,6 +87,7 @@ def test_at_once_equals_stepping_on_long_streams(chunk: int, monkeypatch: pytest
     # keys with long sessions and keys with many short ones); with a small chunk, the rows are
     # computed by key ranges of about 97 rows each and put together (session_all.CHUNK)
     monkeypatch.setattr(session_all, "CHUNK", chunk)
+    monkeypatch.setattr(session_all, "STEPPED_AT_MOST", 1.0)
     ranges = []
     real = session_all._key_ranges
     monkeypatch.setattr(session_all, "_key_ranges",
@@ -186,3 +189,16 @@ def test_at_once_engages_only_where_it_holds(monkeypatch: pytest.MonkeyPatch) ->
     assert _at_once_steps(backwards, "1 minute") is None
     assert col(_predicted(spec_of(SESSION, "1 minute"), schedule_of(backwards)),
                "state_rows") == [1] * 6
+
+
+def test_a_run_that_would_step_most_rows_steps_them_all(monkeypatch: pytest.MonkeyPatch
+                                                        ) -> None:
+    # when more than STEPPED_AT_MOST of the rows belong to keys with an early eviction, the
+    # whole run steps (computing at once first would only add to the cost). Three of four
+    # rows are key 1's (its first session is evicted before its next row arrives).
+    batches = [[{"k": 1, "ts": 100}], [{"k": 2, "ts": 112}], [{"k": 1, "ts": 113}],
+               [{"k": 1, "ts": 105}]]
+    assert _at_once_steps(batches, "0 seconds") is None
+    monkeypatch.setattr(session_all, "STEPPED_AT_MOST", 1.0)
+    assert _at_once_steps(batches, "0 seconds") is not None
+    assert at_once_vs_stepped(spec_of(SESSION, "0 seconds"), schedule_of(batches))

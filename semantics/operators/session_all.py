@@ -61,9 +61,9 @@ def sessions_at_once(kid: np.ndarray, t: np.ndarray, batch_of: np.ndarray, gap_u
                      max_window: int = 64) -> AllSessions | None:
     """Sessions of ``kid`` (exact key id per source row), ``t`` (event time µs) and
     ``batch_of`` (executed batch of each row, non-decreasing, below ``n_b``) with ``late_us``
-    / ``evict_us`` (per batch; None: no watermark). None when some row has more than
-    ``max_window`` rows within ``gap`` before it that all arrived later (stepping is cheaper
-    for such streams).
+    / ``evict_us`` (per batch; None: no watermark). None (stepping is cheaper) when some row
+    has more than ``max_window`` rows within ``gap`` before it that all arrived later, or when
+    more than ``STEPPED_AT_MOST`` of the rows would be left to stepping.
 
     Rows at 0 and 5 µs in batch 0 and 100 µs in batch 1, gap 10 µs, a no-data batch 2: one
     session [0, 15) evicted in batch 1, one [100, 110) evicted in batch 2.
@@ -93,6 +93,7 @@ def sessions_at_once(kid: np.ndarray, t: np.ndarray, batch_of: np.ndarray, gap_u
 
 
 CHUNK = 1 << 20  # rows computed at once, at most (about: a key range's rows)
+STEPPED_AT_MOST = 0.5  # of a key range's rows left to stepping, else the whole run steps
 
 
 def _key_ranges(kid: np.ndarray, chunk: int) -> list[np.ndarray] | None:
@@ -144,6 +145,8 @@ def _at_once(kid: np.ndarray, t: np.ndarray, batch_of: np.ndarray, gap_us: int,
     stepped = np.array([], dtype=np.int64)
     if len(stepped_keys):
         stepped = np.flatnonzero(np.isin(kid, stepped_keys))
+        if len(stepped) > len(kid) * STEPPED_AT_MOST:
+            return None  # stepping them all costs less than both parts
         keep = ~np.isin(k, stepped_keys)
         o, k, ts, bb = o[keep], k[keep], ts[keep], bb[keep]
         cut = cut[keep]  # a kept row's component is kept whole: the first row is still first
