@@ -19,8 +19,9 @@ one before (a unit merges with every stored session it overlaps or touches). So
 
 That holds while no piece is evicted before its component is complete: a row arriving after
 such an eviction starts a new session instead of joining the evicted one. Such keys are found
-exactly (:func:`_early_evicted_keys`) and left to the step function (``stepped``); the counts
-of the two parts add up, since every count is a sum over keys.
+(:func:`_early_evicted_keys`: never missed, rarely a key without one) and left to the step
+function (``stepped``); the counts of the two parts add up, since every count is a sum over
+keys.
 
 Invariants: the watermarks never go backwards (``evict_us`` is non-decreasing), so eviction
 batches are binary searches; every count below is per executed batch (no-data batches
@@ -190,13 +191,17 @@ def _at_once(kid: np.ndarray, t: np.ndarray, batch_of: np.ndarray, gap_us: int,
 def _early_evicted_keys(k: np.ndarray, ts: np.ndarray, bb: np.ndarray, cut: np.ndarray,
                         comp: np.ndarray, b_last: np.ndarray, gap_us: int,
                         evict_us: np.ndarray | None) -> np.ndarray:
-    """The keys (sorted, distinct) with a piece evicted before its component is complete.
+    """The keys (sorted, distinct) with a piece evicted before its component is complete, and
+    rarely others.
 
-    Exact: a row ``r`` ends its piece in every batch from its own to the one before the next
-    row of its component arrives (or, for the component's last row, the one before the
-    component's last arrival), and then that piece ends at ``t_r + gap``; so some piece is
-    evicted early iff for some ``r`` that range is not empty and the eviction watermark of its
-    last batch reaches ``t_r + gap`` (the watermark never goes backwards)."""
+    A key is flagged when for some row ``r`` the batches from its own to the one before the
+    next row of its component arrives (for the component's last row: before its last arrival)
+    are not empty and the eviction watermark of the last of them reaches ``t_r + gap`` (the
+    watermark never goes backwards). None is missed: an early-evicted piece's last row ``r`` has
+    that next row not yet arrived (it is within the gap, so it would have joined) and the piece
+    ends at ``t_r + gap``. A key may be flagged without one when a later row within the gap of
+    ``r`` arrived before ``r``'s next row and carried the piece further; it is then stepped,
+    which gives the same answer."""
     if evict_us is None or not len(k):
         return np.array([], dtype=np.int64)
     nxt = b_last[comp].copy()
