@@ -375,12 +375,9 @@ class SessionOperator:
             return None
         wms = [(b.late_wm_ms, b.evict_wm_ms) for b in plan]
         if any(w is None for pair in wms for w in pair):
-            if any(w is not None for pair in wms for w in pair):
-                return None
-            late_us = evict_us = None
-        else:
-            late_us = np.array([w[0] for w in wms], dtype=np.int64) * 1000
-            evict_us = np.array([w[1] for w in wms], dtype=np.int64) * 1000
+            return None  # (append mode needs a watermark: the spec rejects it without one)
+        late_us = np.array([w[0] for w in wms], dtype=np.int64) * 1000
+        evict_us = np.array([w[1] for w in wms], dtype=np.int64) * 1000
         batch_of, t = source_rows(plan, self.source)
         n_b = len(plan)
         got = sessions_at_once(self._coder.ids(kv, (), len(t)), t, batch_of, self.gap_us,

@@ -74,6 +74,13 @@ def sessions_at_once(kid: np.ndarray, t: np.ndarray, batch_of: np.ndarray, gap_u
     >>> s.state_rows.tolist(), s.removed.tolist(), s.updated.tolist(), s.evicted_in.tolist()
     ([1, 1, 0], [0, 1, 1], [1, 2, 0], [1, 2])
 
+    Without a watermark nothing is late or evicted (eviction batch ``n_b``: never):
+
+    >>> s = sessions_at_once(np.array([7, 7]), np.array([0, 100]), np.array([0, 1]), 10, None,
+    ...                      None, 2)
+    >>> s.state_rows.tolist(), s.evicted_in.tolist()
+    ([1, 2], [2, 2])
+
     More than ``CHUNK`` rows are split into key ranges of about that many rows, each computed
     on its own (every count is a sum over keys; the ranges' components, concatenated in
     order, stay sorted by (key id, start)): sorts and gathers then work on arrays that fit the
