@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from semantics.operators.grouping import runs_of
+from semantics.operators.grouping import first_occurrences, runs_of
 
 
 @pytest.mark.parametrize("spread", [1, 3, 1_000_003])  # dense table / binary searches
@@ -61,3 +61,27 @@ def test_merge_positions_place_both_sides_as_a_stable_merge(seed: int) -> None:
         ids = interleave(pa, np.arange(len(a)), pb, len(a) + np.arange(len(b)))
         assert ids.tolist() == expected.tolist()
     assert forms == [True, False]
+
+
+def test_first_occurrences_against_a_dict() -> None:
+    # dedup's accepted rows (dedup.run_all): a row is kept iff its id occurs at no position
+    # before it; every other row is paired with the first row of its id (hashed ids are
+    # checked on those pairs). Few, some and many distinct ids, negative and 62-bit ids.
+    rng = np.random.default_rng(3)
+    for _ in range(500):
+        n = int(rng.integers(0, 200))
+        ids = rng.integers(-3, int(rng.choice([2, 10, 1000, 1 << 62])), n)
+        seen: dict[int, int] = {}
+        want_first, want_pairs = [], []
+        for i, v in enumerate(ids.tolist()):
+            want_first.append(v not in seen)
+            if v in seen:
+                want_pairs.append((i, seen[v]))
+            seen.setdefault(v, i)
+        first, repeats, of = first_occurrences(ids)
+        assert first.tolist() == want_first
+        assert of is not None
+        assert list(zip(repeats.tolist(), of.tolist(), strict=True)) == want_pairs
+        first, repeats, of = first_occurrences(ids, with_of=False)
+        assert of is None and first.tolist() == want_first
+        assert repeats.tolist() == [i for i, _ in want_pairs]

@@ -85,32 +85,30 @@ def group_sorting(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return s[starts], codes, np.minimum.reduceat(order, starts)
 
 
-def first_occurrences(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def first_occurrences(ids: np.ndarray, with_of: bool = True
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """``(first, repeats, of)``: ``first[i]`` is True iff ``ids[i]`` occurs at no position
-    before ``i``; ``repeats`` are the other positions and ``of`` the first position holding the
-    same id (so hashed ids can be checked against the first row's key values).
+    before ``i``; ``repeats`` are the other positions (ascending) and ``of`` the first position
+    holding the same id (so hashed ids can be checked against the first row's key values);
+    None when not ``with_of`` (exact ids: nothing to check).
 
-    For ids that are mostly distinct: one sort finds the repeated ids, and only the rows holding
-    one of those are ordered (a hash table over millions of random ids misses the cache on every
-    row)."""
+    One pass of pandas' hash table (``duplicated``). Measured here at 1 M ids it takes 24–29 ms
+    when the ids are distinct and 5–10 ms when they repeat often, where sorting them took
+    52 ms and 200–420 ms (every row of a repeated id was ordered); ``of`` costs a second hash
+    pass (``factorize``), only for hashed ids that repeat.
+
+    >>> [None if a is None else a.tolist() for a in first_occurrences(np.array([5, 3, 5, 3, 9]))]
+    [[True, True, False, False, True], [2, 3], [0, 1]]
+    """
     ids = np.asarray(ids, dtype=np.int64)
-    first = np.ones(len(ids), dtype=bool)
-    none = np.array([], dtype=np.int64)
-    s = np.sort(ids)
-    rep = s[1:][s[1:] == s[:-1]]
-    if not len(rep):
-        return first, none, none
-    rep = np.unique(rep)
-    at = np.searchsorted(rep, ids)
-    cand = np.flatnonzero(rep[np.minimum(at, len(rep) - 1)] == ids)
-    order = cand[np.argsort(ids[cand], kind="stable")]  # by id, then position
-    c = ids[order]
-    later = np.empty(len(c), dtype=bool)
-    later[0] = False
-    np.equal(c[1:], c[:-1], out=later[1:])
-    head = np.maximum.accumulate(np.where(later, 0, np.arange(len(c), dtype=np.int64)))
-    first[order[later]] = False
-    return first, order[later], order[head[later]]
+    later = pd.Series(ids, copy=False).duplicated(keep="first").to_numpy()
+    repeats = np.flatnonzero(later)
+    if not with_of:
+        return ~later, repeats, None
+    if not len(repeats):
+        return ~later, repeats, repeats
+    codes, _ = pd.factorize(ids, sort=False)  # numbered in first-seen order
+    return ~later, repeats, np.flatnonzero(~later)[codes[repeats]]
 
 
 def take_columns(df: pd.DataFrame, cols: list[str], idx: np.ndarray) -> pd.DataFrame:
