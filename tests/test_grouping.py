@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from semantics.operators import grouping
 from semantics.operators.grouping import first_occurrences, runs_of
 
 
@@ -63,10 +64,13 @@ def test_merge_positions_place_both_sides_as_a_stable_merge(seed: int) -> None:
     assert forms == [True, False]
 
 
-def test_first_occurrences_against_a_dict() -> None:
+@pytest.mark.parametrize("part", [grouping.HASH_PART, 8])
+def test_first_occurrences_against_a_dict(part: int, monkeypatch: pytest.MonkeyPatch) -> None:
     # dedup's accepted rows (dedup.run_all): a row is kept iff its id occurs at no position
     # before it; every other row is paired with the first row of its id (hashed ids are
-    # checked on those pairs). Few, some and many distinct ids, negative and 62-bit ids.
+    # checked on those pairs). Few, some and many distinct ids, negative and 62-bit ids; with
+    # part = 8 the ids are hashed by parts (grouping.HASH_PART).
+    monkeypatch.setattr(grouping, "HASH_PART", part)
     rng = np.random.default_rng(3)
     for _ in range(500):
         n = int(rng.integers(0, 200))
