@@ -79,12 +79,18 @@ def out_rows(result: Prediction, batch_id: int | None = None, cols: Sequence[str
     return sorted(out, key=repr)
 
 
+def run_all_of(spec: BacktestSpec, sched: Schedule, explain: bool = False
+               ) -> list[engine.OperatorStep] | None:
+    """What the operator's ``run_all`` returns for candidate ``c`` (None: it steps)."""
+    op = make_operator(spec, "c", sched, explain=explain)
+    return op.run_all(engine.plan_batches(sched, spec, "c", op))
+
+
 def at_once_vs_stepped(spec: BacktestSpec, sched: Schedule) -> bool:
     """Whether the operator's ``run_all`` (all batches at once, without explain) engages on
     ``spec``; when it does, the batch report and the emitted rows must equal stepping's."""
     cols = output_columns(spec, dict(sched.data_columns))
-    op = make_operator(spec, "c", sched, explain=False)
-    if op.run_all(engine.plan_batches(sched, spec, "c", op)) is None:
+    if run_all_of(spec, sched) is None:
         return False
     stepped = make_operator(spec, "c", sched, explain=False)
     stepped.run_all = lambda _plan: None  # type: ignore[method-assign]

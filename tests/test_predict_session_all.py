@@ -14,7 +14,14 @@ from semantics import engine
 from semantics.operators import make_operator, session_all
 from semantics.operators.session_all import sessions_at_once
 from semantics.predict import predict
-from tests.predict_kit import at_once_vs_stepped, col, out_rows, schedule_of, spec_of
+from tests.predict_kit import (
+    at_once_vs_stepped,
+    col,
+    out_rows,
+    run_all_of,
+    schedule_of,
+    spec_of,
+)
 from tests.test_predict_session_store import _random_sessions
 
 SOAK = bool(os.environ.get("WMBT_SOAK"))
@@ -103,10 +110,7 @@ def test_at_once_equals_stepping_on_long_streams(chunk: int, monkeypatch: pytest
 
 def _at_once_steps(batches: list, watermark: str = "10 seconds", pace: str = "backlog",
                    query: dict = SESSION) -> list[engine.OperatorStep] | None:
-    sched = schedule_of(batches, pace)
-    spec = spec_of(query, watermark, pace)
-    op = make_operator(spec, "c", sched, explain=False)
-    return op.run_all(engine.plan_batches(sched, spec, "c", op))
+    return run_all_of(spec_of(query, watermark, pace), schedule_of(batches, pace))
 
 
 def test_a_row_of_the_same_time_in_a_later_batch_replaces_nothing() -> None:
@@ -174,12 +178,10 @@ def test_at_once_engages_only_where_it_holds(monkeypatch: pytest.MonkeyPatch) ->
     assert _at_once_steps(batches) is not None
     assert _at_once_steps(batches, query={**SESSION, "output_mode": "complete"}) is None
     sched, spec = schedule_of(batches), spec_of(SESSION, "10 seconds")
-    assert make_operator(spec, "c", sched, explain=True).run_all(
-        engine.plan_batches(sched, spec, "c", make_operator(spec, "c", sched))) is None
+    assert run_all_of(spec, sched, explain=True) is None
     merging = spec_of(SESSION, "10 seconds", spark_conf={
         "spark.sql.streaming.sessionWindow.merge.sessions.in.local.partition": "true"})
-    op = make_operator(merging, "c", sched, explain=False)
-    assert op.run_all(engine.plan_batches(sched, merging, "c", op)) is None
+    assert run_all_of(merging, sched) is None
     wide = [[{"k": i * (1 << 61), "ts": 100 + i}] for i in range(4)]  # a range over 2^62
     assert _at_once_steps(wide) is None  # hashed key ids
     backwards = [[{"k": 1, "ts": 120 - i}] for i in range(6)]  # each row before the last

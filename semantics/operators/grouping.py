@@ -128,13 +128,25 @@ def _later_occurrences(ids: np.ndarray) -> np.ndarray:
     if n <= HASH_PART:
         return pd.Series(ids, copy=False).duplicated(keep="first").to_numpy()
     bits = min(16, (-(-n // HASH_PART) - 1).bit_length() + 2)  # parts of ~HASH_PART / 4
-    part = ((ids ^ (ids >> 29) ^ (ids >> 47)) & ((1 << bits) - 1)).astype(np.uint16)
-    order = np.argsort(part, kind="stable")
-    cuts = np.searchsorted(part[order], np.arange(1, 1 << bits))
-    later = np.empty(n, dtype=bool)
+    order, cuts = by_part((ids ^ (ids >> 29) ^ (ids >> 47)) & ((1 << bits) - 1), 1 << bits)
+    later = np.empty(n, dtype=bool)  # one gather and one scatter (not one per part: slower)
     later[order] = np.concatenate([pd.Series(x, copy=False).duplicated(keep="first").to_numpy()
                                    for x in np.split(ids[order], cuts)])
     return later
+
+
+def by_part(part: np.ndarray, n_parts: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(order, cuts)``: the rows in order of their part ``0 .. n_parts - 1`` (``part``: one
+    per row), positions ascending within a part (numpy's stable radix sort when the parts fit
+    16 bits), and where parts 1, 2, ... start in it (``np.split(order, cuts)``: per part).
+
+    >>> order, cuts = by_part(np.array([2, 0, 2, 0, 1]), 4)
+    >>> [p.tolist() for p in np.split(order, cuts)]
+    [[1, 3], [4], [0, 2], []]
+    """
+    small = part.astype(np.uint16) if n_parts <= 1 << 16 else part  # (gathered narrow, too)
+    order = np.argsort(small, kind="stable")
+    return order, np.searchsorted(small[order], np.arange(1, n_parts))
 
 
 def take_columns(df: pd.DataFrame, cols: list[str], idx: np.ndarray) -> pd.DataFrame:

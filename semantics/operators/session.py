@@ -394,23 +394,19 @@ class SessionOperator:
                           take_all(bufs, gone))
         n_ev = np.bincount(got.evicted_in[gone], minlength=n_b)
         cuts = np.r_[0, np.cumsum(n_ev)]
+        counts = np.stack([got.dropped, got.state_rows, got.updated, got.removed, got.keys], 1)
         stepped = self._step_rows(plan, got.stepped, batch_of, t) if len(got.stepped) else None
+        if stepped is not None:  # the stepped keys' counts add up with the others'
+            counts += [[s.dropped_by_watermark, s.state_rows, s.state_rows_updated,
+                        s.state_rows_removed, s.state_keys or 0] for s in stepped]
         steps = []
-        for b in range(n_b):
+        for b, (dropped, rows, updated, removed, keys) in enumerate(counts.tolist()):
             out = ev.take(slice(cuts[b], cuts[b + 1]))
-            counts = [got.dropped[b], got.state_rows[b], got.updated[b], got.removed[b],
-                      got.keys[b]]
-            if stepped is not None:
-                s = stepped[b]
-                counts = [c + x for c, x in zip(counts, (
-                    s.dropped_by_watermark, s.state_rows, s.state_rows_updated,
-                    s.state_rows_removed, s.state_keys or 0), strict=True)]
-                if len(s.output):
-                    out = merge_states(out, s.output.payload)[0]
+            if stepped is not None and len(stepped[b].output):
+                out = merge_states(out, stepped[b].output.payload)[0]
             steps.append(OperatorStep(
-                dropped_by_watermark=int(counts[0]), state_rows=int(counts[1]),
-                state_rows_updated=int(counts[2]), state_rows_removed=int(counts[3]),
-                state_keys=int(counts[4]), output=Deferred(out, len(out))))
+                dropped_by_watermark=dropped, state_rows=rows, state_rows_updated=updated,
+                state_rows_removed=removed, state_keys=keys, output=Deferred(out, len(out))))
         return steps
 
     def _step_rows(self, plan: list[BatchInput], rows: np.ndarray, batch_of: np.ndarray,

@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from semantics.operators.grouping import by_key_then_time
+from semantics.operators.grouping import by_key_then_time, by_part
 
 
 @dataclass(frozen=True)
@@ -112,9 +112,7 @@ def _key_ranges(kid: np.ndarray, chunk: int) -> list[np.ndarray] | None:
         return None
     n_parts = min(n_parts, 1 << 16)
     lo, top = int(kid.min()), int(kid.max()) - int(kid.min())
-    part = ((kid - lo) // (top // n_parts + 1)).astype(np.uint16)  # < n_parts
-    order = np.argsort(part, kind="stable")  # radix: positions ascending within a part
-    cuts = np.searchsorted(part[order], np.arange(1, n_parts))
+    order, cuts = by_part((kid - lo) // (top // n_parts + 1), n_parts)  # parts below n_parts
     return [p for p in np.split(order, cuts) if len(p)]
 
 
@@ -145,10 +143,7 @@ def _at_once(kid: np.ndarray, t: np.ndarray, batch_of: np.ndarray, gap_us: int,
     bb = batch_of.astype(np.int32)[o]  # (a gather from a narrower array)
     cut = np.ones(len(o), dtype=bool)
     cut[1:] = (k[1:] != k[:-1]) | (ts[1:] > ts[:-1] + gap_us)
-    heads = np.flatnonzero(cut)
-    last = np.r_[heads[1:], len(o)][:len(heads)] - 1
-    b_last = np.maximum.reduceat(bb, heads) if len(heads) else heads
-    comp = np.cumsum(cut) - 1
+    heads, last, b_last, comp = _components(cut, bb)
     stepped_keys = _early_evicted_keys(k, ts, bb, cut, comp, b_last, gap_us, evict_us)
     stepped = np.array([], dtype=np.int64)
     if len(stepped_keys):
@@ -158,10 +153,7 @@ def _at_once(kid: np.ndarray, t: np.ndarray, batch_of: np.ndarray, gap_us: int,
         keep = ~np.isin(k, stepped_keys)
         o, k, ts, bb = o[keep], k[keep], ts[keep], bb[keep]
         cut = cut[keep]  # a kept row's component is kept whole: the first row is still first
-        heads = np.flatnonzero(cut)
-        last = np.r_[heads[1:], len(o)][:len(heads)] - 1
-        b_last = np.maximum.reduceat(bb, heads) if len(heads) else heads
-        comp = np.cumsum(cut) - 1
+        heads, last, b_last, comp = _components(cut, bb)
         late &= ~np.isin(kid, stepped_keys)
     a = _first_arrival_before(cut, comp, ts, bb, gap_us, n_b, max_window)
     if a is None:
@@ -193,6 +185,21 @@ def _at_once(kid: np.ndarray, t: np.ndarray, batch_of: np.ndarray, gap_us: int,
         state_rows=state_rows, updated=updated, removed=removed, keys=keys,
         rows=o, comp=comp, gid=k[heads], start_us=ts[heads], end_us=end, evicted_in=ev,
         head=o[heads], stepped=stepped)
+
+
+def _components(cut: np.ndarray, bb: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(heads, last, b_last, comp)`` of the components that start where ``cut`` is True:
+    their first and last rows (by time), the batch of their last arrival (``bb``: the batch of
+    every row), and the component of every row.
+
+    >>> [a.tolist() for a in _components(np.array([True, False, True]), np.array([0, 2, 1]))]
+    [[0, 2], [1, 2], [2, 1], [0, 0, 1]]
+    """
+    heads = np.flatnonzero(cut)
+    last = np.r_[heads[1:], len(cut)][:len(heads)] - 1
+    b_last = np.maximum.reduceat(bb, heads) if len(heads) else heads
+    return heads, last, b_last, np.cumsum(cut) - 1
 
 
 def _early_evicted_keys(k: np.ndarray, ts: np.ndarray, bb: np.ndarray, cut: np.ndarray,
