@@ -33,6 +33,9 @@ One batch (``StreamingSymmetricHashJoinExec.processPartitions``; spark-watermark
 5. Metrics: ``numRowsTotal`` = buffered rows of both sides after eviction, ``numRowsUpdated`` =
    rows appended to state this batch.
 
+Without explain, :meth:`JoinOperator.run_all` computes every batch at once from the rows'
+arrival and eviction batches (:mod:`semantics.operators.join_all`), the same as stepping.
+
 No-data batch: ``wants_another_batch`` iff some side has a state predicate and the new watermark
 exceeds the eviction watermark of the last batch.
 
@@ -59,10 +62,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from semantics.engine import BatchInput, Deferred, OperatorStep
+from semantics.engine import BatchInput, Deferred, OperatorStep, source_rows
 from semantics.operators import fates as F
 from semantics.operators.columns import check_key_columns
 from semantics.operators.grouping import stable_argsort
+from semantics.operators.join_all import Side, join_at_once
 from semantics.operators.join_frames import (
     EV,
     Packing,
@@ -244,6 +248,50 @@ class JoinOperator:
                     data[c] = _take(src.frame[c], pos)
         return pd.DataFrame(data, index=pd.RangeIndex(len(positions[0])), columns=columns,
                             copy=False)
+
+    def run_all(self, plan: list[BatchInput]) -> list[OperatorStep] | None:
+        """Every batch at once (:mod:`~semantics.operators.join_all`) without explain, when keys
+        are packed (else None: the engine steps)."""
+        if self.explain or self.packing is None or not plan:
+            return None
+        n_b = len(plan)
+        late = [b.late_wm_ms for b in plan]
+        thresholds = [self.plan.thresholds(b.evict_wm_ms) for b in plan]
+        dropped = np.zeros(n_b, dtype=np.int64)
+        sides = []
+        for i, role in enumerate(("left", "right")):
+            src = self.sources[role]
+            batch_of, et = source_rows(plan, src.layout.source)
+            keep = np.ones(len(et), dtype=bool)
+            for mask in (src.dropped, src.never_joins):
+                if mask is not None:
+                    keep &= ~mask
+            if src.layout.source in self.watermarked and None not in late:
+                is_late = keep & (et <= np.asarray(late, dtype=np.int64)[batch_of] * 1000)
+                keep &= ~is_late
+                dropped += np.bincount(batch_of[is_late], minlength=n_b)
+            thr = [t[i] for t in thresholds]
+            thr_us = None if None in thr else np.asarray(thr, dtype=np.int64) * 1000
+            if thr_us is not None and np.any(thr_us[1:] < thr_us[:-1]):
+                return None  # (never: state watermarks follow the watermark, never back)
+            pos = np.flatnonzero(keep)
+            sides.append(Side.of(pos, batch_of[pos], src.code[pos], et[pos], src.ev[pos],
+                                 thr_us, n_b, self.packing))
+        got = join_at_once(sides[0], sides[1], self.query.type, self.condition, self.packing,
+                           n_b)
+        if got is None:
+            return None
+        steps = []
+        cuts = got.cuts.tolist()
+        counts = np.stack([dropped, got.state_rows, got.updated, got.removed, got.keys], 1)
+        for t, (drop, rows, updated, removed, keys) in enumerate(counts.tolist()):
+            sl = slice(cuts[t], cuts[t + 1])
+            refs = (got.left[sl],) if got.right is None else (got.left[sl], got.right[sl])
+            steps.append(OperatorStep(
+                dropped_by_watermark=drop, state_rows=rows, state_rows_updated=updated,
+                state_rows_removed=removed, state_keys=keys,
+                output=Deferred(refs, cuts[t + 1] - cuts[t])))
+        return steps
 
     def step(self, state: JoinState, batch: BatchInput) -> tuple[JoinState, OperatorStep]:
         fates: list[pd.DataFrame] = []

@@ -180,6 +180,16 @@ class Packing:
         """(query position, position in ``scomp``) for every sorted-side row with the query's
         code and a time ``st`` with ``qt + lo <= st <= qt + hi`` (``<`` when strict; a None
         bound is open). ``scomp``: the sorted side's keys, ascending."""
+        start, counts = self.slices(scomp, qcode, qt, lo, lo_incl, hi, hi_incl)
+        if not int(counts.sum()):
+            empty = np.array([], dtype=np.int64)
+            return empty, empty
+        return _expand(start, counts, None)
+
+    def slices(self, scomp: np.ndarray, qcode: np.ndarray, qt: np.ndarray, lo: int | None,
+               lo_incl: bool, hi: int | None, hi_incl: bool
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """(start, count) per query row of its matches in ``scomp`` (see :meth:`pairs`)."""
         base = qcode * self.span
         if lo is None:
             start = np.searchsorted(scomp, base, side="left")
@@ -191,12 +201,7 @@ class Packing:
         else:
             rel = np.clip(qt + (hi - self.t_min + 1), 0, self.span - 1)
             stop = np.searchsorted(scomp, base + rel, side="right" if hi_incl else "left")
-        counts = np.maximum(stop - start, 0)
-        total = int(counts.sum())
-        if not total:
-            empty = np.array([], dtype=np.int64)
-            return empty, empty
-        return _expand(start, counts, None)
+        return start, np.maximum(stop - start, 0)
 
 
 def _window_pairs(lcode: np.ndarray, lt: np.ndarray, rcode: np.ndarray, rt: np.ndarray,

@@ -1,0 +1,246 @@
+"""Stream-stream joins of a whole run at once: every batch's counts and emitted rows from the
+admitted rows of both sides, with no state stepped batch by batch. Used by
+``JoinOperator.run_all`` (no explain, packed keys); rules of ``join.py``.
+
+Why it is the same as stepping. The batch plan (which batches run, with which watermarks)
+comes first and does not depend on state, and so do the per-row facts: whether a row is
+filtered or late (its batch's late watermark), and the batch it would leave the state in.
+That is ``e``, the first batch from its own on whose state threshold reaches the row's
+predicate value (thresholds never go backwards: binary searches). A row is in the state from
+its batch ``b`` through ``e``: eviction comes after both joins of a batch. Then a pair of rows
+with equal keys and the time condition true is emitted exactly when
+
+* ``b_l == b_r``: the right row meets the left state, which holds this batch's left rows;
+* ``b_l > b_r``: the left row meets the right state, iff the right row is still there:
+  ``b_l <= e_r`` (a right row Spark does not store has ``e_r == b_r``);
+* ``b_l < b_r``: the right row meets the left state iff ``b_r <= e_l``;
+
+in batch ``max(b_l, b_r)``, which is never after either row's ``e``. So a row's ``matched``
+flag when it leaves is whether any of its pairs is emitted, and an outer side's unmatched row
+gets its null row in its batch ``e``. A right row is stored unless it leaves in its own batch
+(``e_r == b_r``), except an unmatched row of a right or full outer join (SPARK-49829). Left
+semi: a left row matching the right state on arrival (``b_r < b_l <= e_r``) is emitted then
+and never stored; another is stored and emitted once, in the first batch ``b_l <= b_r <= e_l``
+of a right row it matches.
+
+Counts per batch are then sums over rows and their intervals ``[b, e]``: ``numRowsUpdated``
+the stored rows with ``b``, ``numRowsTotal`` those with ``b <= t < e``, ``numRowsRemoved``
+those with ``e`` (on the sides the join type counts), and the state keys (counted before
+eviction) the key codes with a stored row in ``[b, e]``.
+
+Invariants: every array of a :class:`Side` is in (key code, event time) order; ``b <= e``;
+an ``e`` of ``n_b`` (the number of executed batches) means never evicted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from semantics.operators.grouping import by_key_then_time, order_of_small, ranges
+from semantics.operators.join_frames import Packing
+
+if TYPE_CHECKING:
+    from semantics.operators.join import TimeCondition
+
+# pairs of rows with equal keys and the time condition true, at most this many per admitted
+# row (and MIN_PAIRS in all) before the run is left to stepping (memory: 16 bytes a pair)
+PAIRS_PER_ROW = 16
+MIN_PAIRS = 1 << 22
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side's admitted rows (neither filtered nor late), sorted by (key code, time)."""
+
+    pos: np.ndarray  # source position
+    b: np.ndarray  # executed batch it arrived in
+    e: np.ndarray  # batch it leaves the state in, after both joins (n_b: never)
+    code: np.ndarray  # key code
+    et: np.ndarray  # event time (µs)
+    comp: np.ndarray  # Packing key of (code, et), ascending
+
+    def __len__(self) -> int:
+        return len(self.pos)
+
+    @classmethod
+    def of(cls, pos: np.ndarray, b: np.ndarray, code: np.ndarray, et: np.ndarray,
+           ev: np.ndarray, thr_us: np.ndarray | None, n_b: int, packing: Packing) -> Side:
+        """The rows at source positions ``pos`` (arrived in batches ``b``, key ``code``, event
+        time ``et``, predicate value ``ev``), put in (code, time) order, with their eviction
+        batches under the thresholds ``thr_us`` of the ``n_b`` batches (non-decreasing; None:
+        never evicted).
+
+        >>> s = Side.of(np.array([0, 1, 2]), np.array([0, 0, 1]), np.array([5, 4, 5]),
+        ...             np.array([30, 10, 20]), np.array([30, 10, 20]), np.array([10, 25]), 2,
+        ...             Packing(100, 0))
+        >>> s.pos.tolist(), s.b.tolist(), s.e.tolist()
+        ([1, 2, 0], [0, 1, 0], [0, 1, 2])
+        """
+        if thr_us is None:
+            e = np.full(len(b), n_b, dtype=np.int64)
+        else:  # searched in arrival order: nearly sorted, twice as fast as in key order
+            e = np.maximum(b, np.searchsorted(thr_us, ev, side="left"))
+        order, code, et = by_key_then_time(code, et)
+        return cls(pos[order], b[order], e[order], code, et, packing.key(code, et))
+
+
+@dataclass(frozen=True)
+class JoinAll:
+    """Per executed batch: state rows after it, rows stored, rows removed (counted ones),
+    distinct state keys before eviction; the emitted rows in batch order, as source positions
+    (``right`` -1: null-padded; None for left semi) with ``cuts[t]:cuts[t+1]`` batch ``t``'s."""
+
+    state_rows: np.ndarray
+    updated: np.ndarray
+    removed: np.ndarray
+    keys: np.ndarray
+    left: np.ndarray
+    right: np.ndarray | None
+    cuts: np.ndarray
+
+
+def join_at_once(left: Side, right: Side, jtype: str, condition: TimeCondition, packing: Packing,
+                 n_b: int) -> JoinAll | None:
+    """Every batch of a join of type ``jtype`` with ``condition`` (a ``TimeCondition``) at
+    once, or None when the rows' candidate pairs exceed the budget (``PAIRS_PER_ROW`` per
+    row; stepping pairs only live rows).
+
+    Left rows at 10 and 20 µs in batches 0 and 1 and a right row at 10 µs in batch 1, one key,
+    inner join of equal times, the left row of batch 0 evicted in batch 0: no pair is emitted
+    (the left row left before the right row came), the other left row never matches:
+
+    >>> from semantics.operators.join import TimeCondition
+    >>> pk = Packing(100, 0)
+    >>> lt = Side.of(np.array([0, 1]), np.array([0, 1]), np.array([0, 0]), np.array([10, 20]),
+    ...              np.array([10, 20]), np.array([10, 10]), 2, pk)
+    >>> rt = Side.of(np.array([0]), np.array([1]), np.array([0]), np.array([10]),
+    ...              np.array([10]), np.array([10, 10]), 2, pk)
+    >>> got = join_at_once(lt, rt, "inner", TimeCondition(0, 0), pk, 2)
+    >>> got.left.tolist(), got.removed.tolist(), got.state_rows.tolist(), got.keys.tolist()
+    ([], [1, 0], [0, 1], [1, 1])
+    """
+    li, rj = _candidates(left, right, condition, packing)
+    if li is None:
+        return None
+    bl, br = left.b[li], right.b[rj]
+    outer_l = jtype in ("left_outer", "full_outer")
+    outer_r = jtype in ("right_outer", "full_outer")
+    if jtype == "left_semi":
+        stored_l, out_b, out_l = _semi(left, right, li, rj, bl, br, n_b)
+        out_r = None
+        stored_r = right.e > right.b
+    else:
+        # emitted iff the row that came first (either when both came together) is still stored
+        emit = np.where(bl <= br, br <= left.e[li], bl <= right.e[rj])
+        li, rj = li[emit], rj[emit]
+        out_b = np.maximum(bl[emit], br[emit])
+        matched_l = _flags(li, len(left))
+        matched_r = _flags(rj, len(right))
+        stored_l = None
+        stored_r = right.e > right.b
+        if outer_r:
+            stored_r |= ~matched_r  # SPARK-49829: kept so that eviction emits its null row
+        parts = [(left.pos[li], right.pos[rj], out_b)]
+        if outer_l:  # an unmatched row's null row, when it leaves
+            parts.append(_null_rows(left, ~matched_l, n_b, True))
+        if outer_r:
+            parts.append(_null_rows(right, stored_r & ~matched_r, n_b, False))
+        out_l, out_r, out_b = (np.concatenate(a) for a in zip(*parts, strict=True))
+    order = order_of_small(out_b, n_b)
+    cuts = np.r_[0, np.cumsum(np.bincount(out_b, minlength=n_b))]
+    count_l = jtype in ("inner", "left_semi", "right_outer")
+    count_r = jtype in ("inner", "left_semi", "left_outer")
+    state_rows = np.zeros(n_b, dtype=np.int64)
+    updated = np.zeros(n_b, dtype=np.int64)
+    removed = np.zeros(n_b, dtype=np.int64)
+    keys = np.zeros(n_b, dtype=np.int64)
+    for side, stored, counted in ((left, stored_l, count_l), (right, stored_r, count_r)):
+        b, e, code = side.b, side.e, side.code
+        if stored is not None:
+            b, e, code = b[stored], e[stored], code[stored]
+        came = np.bincount(b, minlength=n_b)
+        gone = np.bincount(e, minlength=n_b + 1)[:n_b]
+        updated += came
+        state_rows += np.cumsum(came) - np.cumsum(gone)
+        if counted:
+            removed += gone
+        keys += keys_alive(code, b, e, n_b)
+    return JoinAll(state_rows, updated, removed, keys, out_l[order],
+                   None if out_r is None else out_r[order], cuts)
+
+
+def keys_alive(code: np.ndarray, b: np.ndarray, e: np.ndarray, n_b: int) -> np.ndarray:
+    """Per batch ``t < n_b``: how many distinct ``code`` values have a row with
+    ``b <= t <= e`` (rows in code order).
+
+    >>> keys_alive(np.array([1, 1, 2]), np.array([0, 2, 1]), np.array([0, 3, 1]), 4).tolist()
+    [1, 1, 1, 1]
+    """
+    n = len(code)
+    if not n:
+        return np.zeros(n_b, dtype=np.int64)
+    width = n_b + 2
+    by_b = np.argsort(code * width + b, kind="stable")  # nearly sorted: code order is given
+    c, bb, ee = code[by_b], b[by_b], e[by_b]
+    reach = np.maximum.accumulate(c * width + ee) - c * width  # latest e so far, per code
+    new = np.empty(n, dtype=bool)
+    new[0] = True
+    np.not_equal(c[1:], c[:-1], out=new[1:])
+    new[1:] |= bb[1:] > reach[:-1]
+    first = np.flatnonzero(new)
+    ends = reach[np.r_[first[1:] - 1, n - 1]]
+    diff = np.bincount(bb[first], minlength=width) - np.bincount(ends + 1, minlength=width + 1
+                                                                 )[:width]
+    return np.cumsum(diff)[:n_b]
+
+
+def _candidates(left: Side, right: Side, condition: TimeCondition, packing: Packing
+                ) -> tuple[np.ndarray, np.ndarray] | tuple[None, None]:
+    """(left index, right index) of every pair with equal codes and the time condition true;
+    (None, None) past the pair budget. The larger side is searched by the smaller's rows."""
+    c = condition
+    lo_us, hi_us = c.lower_us, c.upper_us
+    if len(left) <= len(right):  # rt in [lt - upper, lt - lower]
+        start, counts = packing.slices(right.comp, left.code, left.et,
+                                       None if hi_us is None else -hi_us, c.upper_inclusive,
+                                       None if lo_us is None else -lo_us, c.lower_inclusive)
+    else:  # lt in [rt + lower, rt + upper]
+        start, counts = packing.slices(left.comp, right.code, right.et, lo_us,
+                                       c.lower_inclusive, hi_us, c.upper_inclusive)
+    total = int(counts.sum())
+    if total > max(PAIRS_PER_ROW * (len(left) + len(right)), MIN_PAIRS):
+        return None, None
+    q = np.repeat(np.arange(len(start), dtype=np.int64), counts)
+    s = ranges(start, counts)
+    return (q, s) if len(left) <= len(right) else (s, q)
+
+
+def _null_rows(side: Side, unmatched: np.ndarray, n_b: int, is_left: bool
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(left, right, batch) of the null-padded rows of ``side``'s unmatched rows that leave."""
+    at = np.flatnonzero(unmatched & (side.e < n_b))
+    pad = np.full(len(at), -1, dtype=np.int64)
+    pos = side.pos[at]
+    return (pos, pad, side.e[at]) if is_left else (pad, pos, side.e[at])
+
+
+def _flags(idx: np.ndarray, n: int) -> np.ndarray:
+    out = np.zeros(n, dtype=bool)
+    out[idx] = True
+    return out
+
+
+def _semi(left: Side, right: Side, li: np.ndarray, rj: np.ndarray, bl: np.ndarray,
+          br: np.ndarray, n_b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Left semi: (left rows stored, batch of each emitted left row, its source position)."""
+    on_arrival = (br < bl) & (bl <= right.e[rj])
+    stored = ~_flags(li[on_arrival], len(left))
+    later = stored[li] & (bl <= br) & (br <= left.e[li])
+    first = np.full(len(left), n_b, dtype=np.int64)
+    np.minimum.at(first, li[later], br[later])
+    first[~stored] = left.b[~stored]
+    out = np.flatnonzero(first < n_b)
+    return stored, first[out], left.pos[out]

@@ -1,0 +1,91 @@
+"""Joins computed for all batches at once (operators/join_all.py, the path without explain)
+against stepping batch by batch: the same batch report and the same emitted rows as multisets
+(no Spark; Spark checks both paths in test_differential, and every hand-written rule of
+test_predict_join runs both)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from semantics.operators import join_all
+from semantics.operators.join_all import keys_alive
+from tests.predict_kit import at_once_vs_stepped, run_all_of
+from tests.test_predict_join import ints, join_run
+from tests.test_predict_join_store import TYPES, _random_join
+
+SOAK = bool(os.environ.get("WMBT_SOAK"))
+
+
+@pytest.mark.parametrize("seed", range(3000 if SOAK else 150))
+def test_random_joins_at_once_equal_stepping(seed: int) -> None:
+    # rule (join_all docstring): a pair is emitted iff the row that came first is still stored
+    # when the other comes, in the later batch; matched flags, null rows, not-stored right
+    # rows, semi emit-once and every count follow from the rows' [arrival, eviction] batches
+    steps, jtype, kw = _random_join(seed)
+    run = join_run(steps, jtype, explain=False, **kw)
+    assert at_once_vs_stepped(run.spec, run.schedule, ordered=False)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_joins_other_policies_and_keys(seed: int) -> None:
+    # the same under the max policy, allowMultiple=false (late = eviction watermark), a
+    # watermarked event-time key (key predicates on both sides) and no time range at all
+    steps, jtype, kw = _random_join(1000 + seed)
+    variant = seed % 4
+    if variant == 0:
+        kw["policy"] = "max"
+    elif variant == 1:
+        kw["spark_conf"] = {"spark.sql.streaming.statefulOperator.allowMultiple": "false"}
+    elif variant == 2:
+        kw["keys"] = ("k", "ts")
+        steps = [([(k, round(t)) for k, t in left], [(k, round(t)) for k, t in right])
+                 for left, right in steps]  # whole seconds: equal times meet
+    elif jtype == "inner":
+        kw["lower"] = kw["upper"] = None
+    run = join_run(steps, jtype, explain=False, **kw)
+    assert at_once_vs_stepped(run.spec, run.schedule, ordered=False)
+
+
+@pytest.mark.parametrize("jtype", TYPES)
+def test_a_row_meets_rows_that_leave_in_its_own_batch(jtype: str) -> None:
+    # rule: eviction follows both joins of a batch, so a stored row still meets the other
+    # side's rows of the batch it leaves in; and a left row evicted in its own batch still met
+    # that batch's right rows. Step 1's left row (t=10) leaves in step 1 (watermark 10 s, no
+    # delay, equal-time join) yet matches step 1's right row.
+    steps = [(ints(5), ints(1)), (ints(10), ints(10)), (ints(30), ints(30))]
+    run = join_run(steps, jtype, lower="0 seconds", upper="0 seconds", pace="backlog",
+                   watermark={"l": "0 seconds", "r": "0 seconds"}, explain=False)
+    assert at_once_vs_stepped(run.spec, run.schedule, ordered=False)
+    out = run.result.outputs
+    assert (out["batch_id"] == 1).sum() == 1  # the 10/10 pair, in batch 1
+
+
+def test_pair_budget_leaves_the_run_to_stepping(monkeypatch: pytest.MonkeyPatch) -> None:
+    # past the pair budget run_all declines (None) and the engine steps: same prediction
+    steps, jtype, kw = _random_join(6)  # a left outer join emitting 859 rows
+    run = join_run(steps, jtype, explain=False, **kw)
+    assert run_all_of(run.spec, run.schedule) is not None
+    monkeypatch.setattr(join_all, "PAIRS_PER_ROW", 0)
+    monkeypatch.setattr(join_all, "MIN_PAIRS", 0)
+    assert len(run.result.outputs) and run_all_of(run.spec, run.schedule) is None
+    again = join_run(steps, jtype, explain=False, **kw)
+    pd.testing.assert_frame_equal(again.batches, run.batches)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_keys_alive_counts_distinct_codes_per_batch(seed: int) -> None:
+    # keys_alive: distinct codes with a row whose [b, e] holds the batch, against a set per
+    # batch (overlapping, touching and nested intervals, never-evicted rows)
+    r = np.random.default_rng(seed)
+    n_b = int(r.integers(1, 12))
+    n = int(r.integers(0, 60))
+    code = np.sort(r.integers(0, int(r.integers(1, 8)), n))
+    b = r.integers(0, n_b, n)
+    e = np.minimum(b + r.integers(0, 5, n), n_b)
+    want = [len({c for c, x, y in zip(code, b, e, strict=True) if x <= t <= y})
+            for t in range(n_b)]
+    assert keys_alive(code, b, e, n_b).tolist() == want
