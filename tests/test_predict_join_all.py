@@ -30,6 +30,28 @@ def test_random_joins_at_once_equal_stepping(seed: int) -> None:
     assert at_once_vs_stepped(run.spec, run.schedule, ordered=False)
 
 
+@pytest.mark.parametrize("seed", range(60))
+def test_key_ranges_computed_one_by_one_equal_stepping(seed: int,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # rows of different keys never pair and every count is a sum over keys: ranges of key
+    # codes (forced small here: ~37 rows) computed one by one give stepping's prediction
+    steps, jtype, kw = _random_join(seed)
+    run = join_run(steps, jtype, explain=False, **kw)
+    split: list[int] = []
+    real = join_all.id_ranges
+
+    def spy(ids: np.ndarray, lo: int, top: int, n_parts: int) -> list[np.ndarray]:
+        split.append(n_parts)
+        return real(ids, lo, top, n_parts)
+
+    monkeypatch.setattr(join_all, "CHUNK", 37)
+    monkeypatch.setattr(join_all, "id_ranges", spy)
+    assert at_once_vs_stepped(run.spec, run.schedule, ordered=False)
+    n_keys = len({k for left, right in steps for k, _ in left + right})
+    assert (max(split, default=1) > 1) == (n_keys > 1 and len(run.schedule.rows["l"])
+                                           + len(run.schedule.rows["r"]) > 37)
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_random_joins_other_policies_and_keys(seed: int) -> None:
     # the same under the max policy, allowMultiple=false (late = eviction watermark), a

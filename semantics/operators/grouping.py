@@ -149,6 +149,17 @@ def by_part(part: np.ndarray, n_parts: int) -> tuple[np.ndarray, np.ndarray]:
     return order, np.searchsorted(small[order], np.arange(1, n_parts))
 
 
+def id_ranges(ids: np.ndarray, lo: int, top: int, n_parts: int) -> list[np.ndarray]:
+    """Positions (ascending) of the rows of each of ``n_parts`` ranges of equal width of the
+    ids ``lo .. lo + top``, in id order (a range without rows: empty).
+
+    >>> [p.tolist() for p in id_ranges(np.array([9, 0, 5, 1]), 0, 9, 2)]
+    [[1, 3], [0, 2]]
+    """
+    order, cuts = by_part((ids - lo) // (top // n_parts + 1), n_parts)  # parts below n_parts
+    return np.split(order, cuts)
+
+
 def take_columns(df: pd.DataFrame, cols: list[str], idx: np.ndarray) -> pd.DataFrame:
     """``df[cols].iloc[idx]`` without pandas' block-manager overhead (rows re-numbered)."""
     data = {}

@@ -66,7 +66,7 @@ from semantics.engine import BatchInput, Deferred, OperatorStep, source_rows
 from semantics.operators import fates as F
 from semantics.operators.columns import check_key_columns
 from semantics.operators.grouping import stable_argsort
-from semantics.operators.join_all import Side, join_at_once
+from semantics.operators.join_all import Admitted, join_at_once
 from semantics.operators.join_frames import (
     EV,
     Packing,
@@ -275,10 +275,10 @@ class JoinOperator:
             if thr_us is not None and np.any(thr_us[1:] < thr_us[:-1]):
                 return None  # (never: state watermarks follow the watermark, never back)
             pos = np.flatnonzero(keep)
-            sides.append(Side.of(pos, batch_of[pos], src.code[pos], et[pos], src.ev[pos],
-                                 thr_us, n_b, self.packing))
+            sides.append(Admitted.of(pos, batch_of[pos], src.code[pos], et[pos], src.ev[pos],
+                                     thr_us, n_b))
         got = join_at_once(sides[0], sides[1], self.query.type, self.condition, self.packing,
-                           n_b)
+                           n_b, self.n_codes)
         if got is None:
             return None
         steps = []

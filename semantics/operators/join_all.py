@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from semantics.operators.grouping import by_key_then_time, order_of_small, ranges
+from semantics.operators.grouping import by_key_then_time, id_ranges, order_of_small, ranges
 from semantics.operators.join_frames import Packing
 
 if TYPE_CHECKING:
@@ -49,11 +49,49 @@ if TYPE_CHECKING:
 # row (and MIN_PAIRS in all) before the run is left to stepping (memory: 16 bytes a pair)
 PAIRS_PER_ROW = 16
 MIN_PAIRS = 1 << 22
+CHUNK = 1 << 20  # rows (both sides) computed at once, at most (about: a key range's rows)
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """One side's rows that reach the join (neither filtered nor late), in arrival order."""
+
+    pos: np.ndarray  # source position
+    b: np.ndarray  # executed batch it arrived in
+    e: np.ndarray  # batch it leaves the state in, after both joins (n_b: never)
+    code: np.ndarray  # key code
+    et: np.ndarray  # event time (µs)
+
+    def __len__(self) -> int:
+        return len(self.pos)
+
+    @classmethod
+    def of(cls, pos: np.ndarray, b: np.ndarray, code: np.ndarray, et: np.ndarray,
+           ev: np.ndarray, thr_us: np.ndarray | None, n_b: int) -> Admitted:
+        """The rows at source positions ``pos`` (arrived in batches ``b``, key ``code``, event
+        time ``et``, predicate value ``ev``); each leaves in the first of the ``n_b`` batches,
+        from its own on, whose state threshold (``thr_us``: per batch, µs, non-decreasing;
+        None: none) reaches its ``ev``.
+
+        >>> a = Admitted.of(np.array([0, 1, 2]), np.array([0, 0, 1]), np.array([5, 4, 5]),
+        ...                 np.array([30, 10, 20]), np.array([30, 10, 20]), np.array([10, 25]),
+        ...                 2)
+        >>> a.e.tolist()
+        [2, 0, 1]
+        """
+        if thr_us is None:
+            e = np.full(len(b), n_b, dtype=np.int64)
+        else:  # searched in arrival order: nearly sorted, twice as fast as in key order
+            e = np.maximum(b, np.searchsorted(thr_us, ev, side="left"))
+        return cls(pos, b, e, code, et)
+
+    def take(self, idx: np.ndarray) -> Admitted:
+        return Admitted(self.pos[idx], self.b[idx], self.e[idx], self.code[idx], self.et[idx])
 
 
 @dataclass(frozen=True)
 class Side:
-    """One side's admitted rows (neither filtered nor late), sorted by (key code, time)."""
+    """One side's admitted rows sorted by (key code, time)."""
 
     pos: np.ndarray  # source position
     b: np.ndarray  # executed batch it arrived in
@@ -66,25 +104,18 @@ class Side:
         return len(self.pos)
 
     @classmethod
-    def of(cls, pos: np.ndarray, b: np.ndarray, code: np.ndarray, et: np.ndarray,
-           ev: np.ndarray, thr_us: np.ndarray | None, n_b: int, packing: Packing) -> Side:
-        """The rows at source positions ``pos`` (arrived in batches ``b``, key ``code``, event
-        time ``et``, predicate value ``ev``), put in (code, time) order, with their eviction
-        batches under the thresholds ``thr_us`` of the ``n_b`` batches (non-decreasing; None:
-        never evicted).
+    def of(cls, rows: Admitted, packing: Packing) -> Side:
+        """``rows`` in (code, time) order.
 
-        >>> s = Side.of(np.array([0, 1, 2]), np.array([0, 0, 1]), np.array([5, 4, 5]),
-        ...             np.array([30, 10, 20]), np.array([30, 10, 20]), np.array([10, 25]), 2,
-        ...             Packing(100, 0))
+        >>> rows = Admitted(np.array([0, 1, 2]), np.array([0, 0, 1]), np.array([2, 0, 1]),
+        ...                 np.array([5, 4, 5]), np.array([30, 10, 20]))
+        >>> s = Side.of(rows, Packing(100, 0))
         >>> s.pos.tolist(), s.b.tolist(), s.e.tolist()
         ([1, 2, 0], [0, 1, 0], [0, 1, 2])
         """
-        if thr_us is None:
-            e = np.full(len(b), n_b, dtype=np.int64)
-        else:  # searched in arrival order: nearly sorted, twice as fast as in key order
-            e = np.maximum(b, np.searchsorted(thr_us, ev, side="left"))
-        order, code, et = by_key_then_time(code, et)
-        return cls(pos[order], b[order], e[order], code, et, packing.key(code, et))
+        order, code, et = by_key_then_time(rows.code, rows.et)
+        return cls(rows.pos[order], rows.b[order], rows.e[order], code, et,
+                   packing.key(code, et))
 
 
 @dataclass(frozen=True)
@@ -102,26 +133,86 @@ class JoinAll:
     cuts: np.ndarray
 
 
-def join_at_once(left: Side, right: Side, jtype: str, condition: TimeCondition, packing: Packing,
-                 n_b: int) -> JoinAll | None:
-    """Every batch of a join of type ``jtype`` with ``condition`` (a ``TimeCondition``) at
-    once, or None when the rows' candidate pairs exceed the budget (``PAIRS_PER_ROW`` per
-    row; stepping pairs only live rows).
+def join_at_once(left: Admitted, right: Admitted, jtype: str, condition: TimeCondition,
+                 packing: Packing, n_b: int, n_codes: int) -> JoinAll | None:
+    """Every one of the ``n_b`` batches of a join of type ``jtype`` at once, or None when the
+    candidate pairs exceed the budget (``PAIRS_PER_ROW`` per row; stepping pairs only live
+    rows). Key codes are below ``n_codes``. Past ``CHUNK`` rows, ranges of key codes are
+    computed one by one (rows of different keys never pair and every count is a sum over
+    keys): sorts and gathers then work on arrays that fit the caches.
 
     Left rows at 10 and 20 µs in batches 0 and 1 and a right row at 10 µs in batch 1, one key,
-    inner join of equal times, the left row of batch 0 evicted in batch 0: no pair is emitted
-    (the left row left before the right row came), the other left row never matches:
+    inner join of equal times, thresholds 10 µs: the left row of batch 0 leaves in batch 0,
+    before the right row comes, so no pair is emitted; the right row is not stored:
 
     >>> from semantics.operators.join import TimeCondition
-    >>> pk = Packing(100, 0)
-    >>> lt = Side.of(np.array([0, 1]), np.array([0, 1]), np.array([0, 0]), np.array([10, 20]),
-    ...              np.array([10, 20]), np.array([10, 10]), 2, pk)
-    >>> rt = Side.of(np.array([0]), np.array([1]), np.array([0]), np.array([10]),
-    ...              np.array([10]), np.array([10, 10]), 2, pk)
-    >>> got = join_at_once(lt, rt, "inner", TimeCondition(0, 0), pk, 2)
+    >>> thr = np.array([10, 10])
+    >>> lt = Admitted.of(np.array([0, 1]), np.array([0, 1]), np.array([0, 0]),
+    ...                  np.array([10, 20]), np.array([10, 20]), thr, 2)
+    >>> rt = Admitted.of(np.array([0]), np.array([1]), np.array([0]), np.array([10]),
+    ...                  np.array([10]), thr, 2)
+    >>> got = join_at_once(lt, rt, "inner", TimeCondition(0, 0), Packing(100, 0), 2, 1)
     >>> got.left.tolist(), got.removed.tolist(), got.state_rows.tolist(), got.keys.tolist()
     ([], [1, 0], [0, 1], [1, 1])
     """
+    n_parts = min(-(-(len(left) + len(right)) // CHUNK), max(n_codes, 1), 1 << 16)
+    if n_parts <= 1:
+        ranges_ = [(np.arange(len(left)), np.arange(len(right)))]
+    else:
+        ranges_ = list(zip(id_ranges(left.code, 0, n_codes - 1, n_parts),
+                           id_ranges(right.code, 0, n_codes - 1, n_parts), strict=True))
+    counts = np.zeros((4, n_b), dtype=np.int64)
+    outs = []
+    for li, rj in ranges_:
+        if not len(li) and not len(rj):
+            continue
+        got = _join_range(Side.of(left.take(li), packing), Side.of(right.take(rj), packing),
+                          jtype, condition, packing, n_b)
+        if got is None:
+            return None
+        counts += got[0]
+        outs.append(got[1:])
+    out_l, out_r, cuts = _by_batch(outs, n_b)
+    return JoinAll(*counts, out_l, None if jtype == "left_semi" else out_r, cuts)
+
+
+def _by_batch(outs: list[tuple[np.ndarray, np.ndarray, np.ndarray]], n_b: int
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The emitted rows of every key range (left and right positions, batch), as one pair of
+    arrays in batch order (ranges in order within a batch) and the batches' cuts. Each range
+    is put in batch order on its own, then written to its place (a stable order of its own:
+    no sort and no gather over all the rows).
+
+    >>> one = (np.array([1, 2, 3]), np.array([4, 5, 6]), np.array([1, 0, 1]))
+    >>> two = (np.array([7]), np.array([8]), np.array([0]))
+    >>> [a.tolist() for a in _by_batch([one, two], 3)]
+    [[2, 7, 1, 3], [5, 8, 4, 6], [0, 2, 4, 4]]
+    """
+    per = np.array([np.bincount(o[2], minlength=n_b) for o in outs], dtype=np.int64
+                   ).reshape(len(outs), n_b)
+    cuts = np.r_[0, np.cumsum(per.sum(axis=0))]
+    # where range p's rows of batch t start: the batch's start, after the earlier ranges'
+    at = cuts[:-1] + np.cumsum(per, axis=0) - per
+    total = int(cuts[-1])
+    out_l = np.empty(total, dtype=np.int64)
+    out_r = np.empty(total, dtype=np.int64)
+    for (lp, rp, bp), n, start in zip(outs, per, at, strict=True):
+        if not len(bp):
+            continue
+        order = order_of_small(bp, n_b)
+        b = bp[order]
+        dest = np.arange(len(b), dtype=np.int64) + (start - (np.cumsum(n) - n))[b]
+        out_l[dest] = lp[order]
+        out_r[dest] = rp[order]
+    return out_l, out_r, cuts
+
+
+def _join_range(left: Side, right: Side, jtype: str, condition: TimeCondition,
+                packing: Packing, n_b: int
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """(counts: state rows, updated, removed, keys per batch; emitted rows' left and right
+    source positions and batches, unordered) of the rows of some keys; None past the pair
+    budget."""
     li, rj = _candidates(left, right, condition, packing)
     if li is None:
         return None
@@ -130,7 +221,7 @@ def join_at_once(left: Side, right: Side, jtype: str, condition: TimeCondition, 
     outer_r = jtype in ("right_outer", "full_outer")
     if jtype == "left_semi":
         stored_l, out_b, out_l = _semi(left, right, li, rj, bl, br, n_b)
-        out_r = None
+        out_r = np.full(len(out_l), -1, dtype=np.int64)  # (no right side in the output)
         stored_r = right.e > right.b
     else:
         # emitted iff the row that came first (either when both came together) is still stored
@@ -149,27 +240,21 @@ def join_at_once(left: Side, right: Side, jtype: str, condition: TimeCondition, 
         if outer_r:
             parts.append(_null_rows(right, stored_r & ~matched_r, n_b, False))
         out_l, out_r, out_b = (np.concatenate(a) for a in zip(*parts, strict=True))
-    order = order_of_small(out_b, n_b)
-    cuts = np.r_[0, np.cumsum(np.bincount(out_b, minlength=n_b))]
     count_l = jtype in ("inner", "left_semi", "right_outer")
     count_r = jtype in ("inner", "left_semi", "left_outer")
-    state_rows = np.zeros(n_b, dtype=np.int64)
-    updated = np.zeros(n_b, dtype=np.int64)
-    removed = np.zeros(n_b, dtype=np.int64)
-    keys = np.zeros(n_b, dtype=np.int64)
+    counts = np.zeros((4, n_b), dtype=np.int64)  # state rows, updated, removed, keys
     for side, stored, counted in ((left, stored_l, count_l), (right, stored_r, count_r)):
         b, e, code = side.b, side.e, side.code
         if stored is not None:
             b, e, code = b[stored], e[stored], code[stored]
         came = np.bincount(b, minlength=n_b)
         gone = np.bincount(e, minlength=n_b + 1)[:n_b]
-        updated += came
-        state_rows += np.cumsum(came) - np.cumsum(gone)
+        counts[0] += np.cumsum(came) - np.cumsum(gone)
+        counts[1] += came
         if counted:
-            removed += gone
-        keys += keys_alive(code, b, e, n_b)
-    return JoinAll(state_rows, updated, removed, keys, out_l[order],
-                   None if out_r is None else out_r[order], cuts)
+            counts[2] += gone
+        counts[3] += keys_alive(code, b, e, n_b)
+    return counts, out_l, out_r, out_b
 
 
 def keys_alive(code: np.ndarray, b: np.ndarray, e: np.ndarray, n_b: int) -> np.ndarray:

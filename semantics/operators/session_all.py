@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from semantics.operators.grouping import by_key_then_time, by_part
+from semantics.operators.grouping import by_key_then_time, id_ranges
 
 
 @dataclass(frozen=True)
@@ -110,10 +110,8 @@ def _key_ranges(kid: np.ndarray, chunk: int) -> list[np.ndarray] | None:
     n_parts = -(-len(kid) // chunk)
     if n_parts <= 1:
         return None
-    n_parts = min(n_parts, 1 << 16)
-    lo, top = int(kid.min()), int(kid.max()) - int(kid.min())
-    order, cuts = by_part((kid - lo) // (top // n_parts + 1), n_parts)  # parts below n_parts
-    return [p for p in np.split(order, cuts) if len(p)]
+    lo = int(kid.min())
+    return [p for p in id_ranges(kid, lo, int(kid.max()) - lo, min(n_parts, 1 << 16)) if len(p)]
 
 
 def _concat(parts: list[AllSessions]) -> AllSessions:
