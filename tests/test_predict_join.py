@@ -756,3 +756,57 @@ def test_explain_says_which_rows_a_join_row_met_and_where_it_is(jtype: str) -> N
     assert unmatched.startswith("accepted; no match; " + evicted.format("l"))
     assert unmatched.endswith("null-padded row emitted)." if jtype == "left_outer" else
                               "never matched: no output).")
+
+
+@pytest.mark.parametrize("explain", [True, False])
+def test_output_columns_keep_their_types_and_null_padding(explain: bool) -> None:
+    # output columns (report.output_columns): each side's columns in a nullable dtype of their
+    # own width (Int8, Float32, boolean...), a NaN read as null, strings as objects; the side
+    # of a null-padded row is all nulls (NA, None, NaT)
+    def side(row0: int, keys: list[int], secs: list[int], arrival_ms: list[int]
+             ) -> pd.DataFrame:
+        n = len(keys)
+        df = pd.DataFrame({
+            "row_id": np.arange(row0, row0 + n, dtype=np.int64),
+            "arrival_ms": np.array(arrival_ms, dtype=np.int64),
+            "commit_version": np.arange(n, dtype=np.int64),
+            "k": np.array(keys, dtype=np.int64),
+            "f": np.array([1.5, np.nan, 2.5, 3.5][:n]),
+            "g": np.array([0.25, 0.5, 0.75, 1.0][:n], dtype=np.float32),
+            "b": np.array([True, False, True, False][:n]),
+            "s": np.array(["x", None, "z", "w"][:n], dtype=object),
+            "i8": np.array([1, 2, 3, 4][:n], dtype=np.int8),
+            "n": pd.array([1, None, 3, 4][:n], dtype="Int64"),
+        })
+        df["ts"] = pd.to_datetime(np.array(secs) * 1_000_000, unit="us", utc=True
+                                  ).astype("datetime64[us, UTC]")
+        return df
+
+    left = side(0, [0, 1, 0, 0], [10, 11, 12, 60], [0, 1000, 2000, 5000])
+    right = side(10, [0, 1], [10, 60], [2500, 6000])
+    spec = parse_spec({
+        "name": "types", "sources": {s: {"table": s, "event_time": "ts"} for s in "lr"},
+        "query": {"kind": "join", "type": "left_outer", "left": "l", "right": "r",
+                  "keys": ["k"], "time_range": {"lower": "-5 seconds", "upper": "5 seconds"}},
+        "replay": {"pace": "live"},
+        "candidates": {"c": {"watermark": {"l": "2 seconds", "r": "2 seconds"}}},
+    })
+    sched = cut("types", {"l": left, "r": right}, {"l": "ts", "r": "ts"}, spec.batch_by("c"),
+                "live")
+    out = predict(sched, spec, "c", explain=explain).outputs
+    out = out.sort_values("l_row_id", ignore_index=True)
+    assert dict(out.dtypes.astype(str)) == {
+        "batch_id": "int64",
+        **{f"{s}_{c}": t for s in "lr" for c, t in (
+            ("row_id", "Int64"), ("k", "Int64"), ("f", "Float64"), ("g", "Float32"),
+            ("b", "boolean"), ("s", "object"), ("i8", "Int8"), ("n", "Int64"),
+            ("ts", "datetime64[us, UTC]"))}}
+    # left rows 0 and 2 (key 0) meet right row 10; left row 1 (key 1) is padded when evicted
+    assert out["l_row_id"].tolist() == [0, 1, 2]
+    assert out["r_row_id"].tolist() == [10, pd.NA, 10]
+    assert out["l_f"].tolist() == [1.5, pd.NA, 2.5] and out["r_f"].tolist() == [1.5, pd.NA, 1.5]
+    assert out["l_b"].tolist() == [True, False, True]
+    assert out["r_s"].tolist() == ["x", None, "x"] and out["l_s"].tolist() == ["x", None, "z"]
+    assert out["r_i8"].tolist() == [1, pd.NA, 1] and out["l_n"].tolist() == [1, pd.NA, 3]
+    assert out["r_g"].tolist() == [0.25, pd.NA, 0.25]
+    assert out["r_ts"].isna().tolist() == [False, True, False]

@@ -245,7 +245,7 @@ class JoinOperator:
             src = self.sources[role]
             for c in src.layout.columns:
                 if c in columns:
-                    data[c] = _take(src.frame[c], pos)
+                    data[c] = src.layout.take(src.frame, c, pos)
         return pd.DataFrame(data, index=pd.RangeIndex(len(positions[0])), columns=columns,
                             copy=False)
 
@@ -565,20 +565,3 @@ def _evictable(rows: SideRows, threshold_ms: int | None) -> np.ndarray:
 def _ms_text(ms: int | None) -> str:
     """``25000 ms = 1970-01-01 00:00:25`` (a watermark in both forms)."""
     return "none" if ms is None else f"{ms} ms = {F.fmt_us(ms * 1000)[0]}"
-
-
-def _take(col: pd.Series, positions: np.ndarray) -> Any:
-    """``col``'s values at ``positions``; -1 gives a null (``None`` for object columns, like
-    ``SideLayout.null_rows``; ``NA``/``NaT`` otherwise)."""
-    values = col._values
-    positions = np.asarray(positions, dtype=np.int64)
-    if isinstance(values, np.ndarray):
-        if values.dtype != object:
-            return pd.api.extensions.take(values, positions, allow_fill=True)
-        null = positions < 0
-        if not len(values):
-            return np.full(len(positions), None, dtype=object)
-        out = values.take(np.where(null, 0, positions))
-        out[null] = None
-        return out
-    return values.take(positions, allow_fill=True)

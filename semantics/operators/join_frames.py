@@ -90,15 +90,49 @@ class SideLayout:
                    evict_column)
 
     def prepare(self, rows: pd.DataFrame) -> pd.DataFrame:
-        """``rows`` (a source's schedule rows) as side rows: output columns + ``_ev``."""
-        df = rows.loc[:, list(self.source_columns)].reset_index(drop=True)
-        df.columns = list(self.columns)
-        df = df.astype(self.dtypes)
+        """``rows`` (a source's schedule rows) as side rows: output columns + ``_ev``. The
+        columns keep their dtypes and are not copied; ``take`` gives ``dtypes``."""
+        df = pd.DataFrame({p: rows[c]._values for p, c in zip(self.columns, self.source_columns,
+                                                               strict=True)},
+                          index=pd.RangeIndex(len(rows)), copy=False)
         if self.evict_column is None:
             df[EV] = NEVER_EVICTED_US
         else:
             df[EV] = to_micros(rows[self.evict_column].reset_index(drop=True))
         return df
+
+    def take(self, df: pd.DataFrame, column: str, positions: np.ndarray) -> Any:
+        """Values of ``column`` of ``df`` (from :meth:`prepare`) at ``positions``, in the
+        column's dtype of ``dtypes``; -1 gives a null (``None`` for object columns; ``NA``,
+        ``NaT`` otherwise; a float NaN is a null too).
+
+        >>> lay = SideLayout.build("s", pd.DataFrame({"row_id": [0], "f": [0.5]}), ["f"], [],
+        ...                        None)
+        >>> df = lay.prepare(pd.DataFrame({"row_id": [7, 8], "f": [np.nan, 2.5]}))
+        >>> lay.take(df, "s_f", np.array([1, -1, 0])).tolist()
+        [2.5, <NA>, <NA>]
+        """
+        values = df[column]._values
+        positions = np.asarray(positions, dtype=np.int64)
+        null = positions < 0
+        if not isinstance(values, np.ndarray):
+            return values.take(positions, allow_fill=True)
+        if not len(values):
+            data = np.zeros(len(positions), dtype=values.dtype)
+        else:
+            data = values.take(np.where(null, 0, positions))
+        kind = values.dtype.kind
+        if kind in "iu":
+            return pd.arrays.IntegerArray(data, null)
+        if kind == "f":  # (float16 has no nullable dtype: Float32, as ``nullable_dtype``)
+            data = data if data.itemsize >= 4 else data.astype(np.float32)
+            return pd.arrays.FloatingArray(data, null | np.isnan(data))
+        if kind == "b":
+            return pd.arrays.BooleanArray(data, null)
+        if kind == "O":
+            data[null] = None
+            return data
+        return pd.api.extensions.take(values, positions, allow_fill=True)
 
     def has_null_key(self, df: pd.DataFrame) -> np.ndarray:
         if not self.keys:
@@ -263,9 +297,32 @@ def key_codes(left: pd.DataFrame, lkeys: Sequence[str], right: pd.DataFrame,
     code = np.zeros(n + len(right), dtype=np.int64)
     for lk, rk in zip(lkeys, rkeys, strict=True):
         both = pd.concat([left[lk], right[rk]], ignore_index=True)
-        c, uniques = pd.factorize(both, use_na_sentinel=False)
-        code = code * max(len(uniques), 1) + c
+        c, size = _column_codes(both)
+        code = code * size + c
         if len(lkeys) > 1:
             code, _ = pd.factorize(code)  # keep the combined codes small
             code = code.astype(np.int64, copy=False)
     return code[:n], code[n:]
+
+
+def _column_codes(col: pd.Series) -> tuple[np.ndarray, int]:
+    """(code per value, codes there are) of one key column: equal values, equal codes, and
+    nulls one code of their own. Integers of a range at most about four times the rows are
+    their offset from the lowest (no hashing); other values are factorized.
+
+    >>> [a.tolist() if hasattr(a, "tolist") else a
+    ...  for a in _column_codes(pd.Series([7, None, 5, 7], dtype="Int64"))]
+    [[2, 3, 0, 2], 4]
+    """
+    if pd.api.types.is_integer_dtype(col.dtype) and len(col):
+        null = col.isna().to_numpy()
+        values = col.to_numpy(dtype=np.int64, na_value=0)
+        if not null.all():
+            present = values if not null.any() else values[~null]
+            lo, hi = int(present.min()), int(present.max())
+            if hi - lo < 4 * len(col) + 1024:
+                c = values - lo
+                c[null] = hi - lo + 1
+                return c, hi - lo + 2
+    c, uniques = pd.factorize(col, use_na_sentinel=False)
+    return c.astype(np.int64, copy=False), max(len(uniques), 1)
