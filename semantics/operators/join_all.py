@@ -191,6 +191,9 @@ def _by_batch(outs: list[tuple[np.ndarray, np.ndarray, np.ndarray]], n_b: int
     per = np.array([np.bincount(o[2], minlength=n_b) for o in outs], dtype=np.int64
                    ).reshape(len(outs), n_b)
     cuts = np.r_[0, np.cumsum(per.sum(axis=0))]
+    if len(outs) == 1:  # one range: its own order is the order
+        order = order_of_small(outs[0][2], n_b)
+        return outs[0][0][order], outs[0][1][order], cuts
     # where range p's rows of batch t start: the batch's start, after the earlier ranges'
     at = cuts[:-1] + np.cumsum(per, axis=0) - per
     total = int(cuts[-1])
