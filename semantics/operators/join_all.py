@@ -88,34 +88,25 @@ class Admitted:
     def take(self, idx: np.ndarray) -> Admitted:
         return Admitted(self.pos[idx], self.b[idx], self.e[idx], self.code[idx], self.et[idx])
 
-
-@dataclass(frozen=True)
-class Side:
-    """One side's admitted rows sorted by (key code, time)."""
-
-    pos: np.ndarray  # source position
-    b: np.ndarray  # executed batch it arrived in
-    e: np.ndarray  # batch it leaves the state in, after both joins (n_b: never)
-    code: np.ndarray  # key code
-    et: np.ndarray  # event time (µs)
-    comp: np.ndarray  # Packing key of (code, et), ascending
-
-    def __len__(self) -> int:
-        return len(self.pos)
-
-    @classmethod
-    def of(cls, rows: Admitted, packing: Packing) -> Side:
-        """``rows`` in (code, time) order.
+    def by_key(self, packing: Packing) -> Side:
+        """These rows in (code, time) order.
 
         >>> rows = Admitted(np.array([0, 1, 2]), np.array([0, 0, 1]), np.array([2, 0, 1]),
         ...                 np.array([5, 4, 5]), np.array([30, 10, 20]))
-        >>> s = Side.of(rows, Packing(100, 0))
+        >>> s = rows.by_key(Packing(100, 0))
         >>> s.pos.tolist(), s.b.tolist(), s.e.tolist()
         ([1, 2, 0], [0, 1, 0], [0, 1, 2])
         """
-        order, code, et = by_key_then_time(rows.code, rows.et)
-        return cls(rows.pos[order], rows.b[order], rows.e[order], code, et,
-                   packing.key(code, et))
+        order, code, et = by_key_then_time(self.code, self.et)
+        return Side(self.pos[order], self.b[order], self.e[order], code, et,
+                    packing.key(code, et))
+
+
+@dataclass(frozen=True)
+class Side(Admitted):
+    """One side's admitted rows sorted by (key code, time)."""
+
+    comp: np.ndarray  # Packing key of (code, et), ascending
 
 
 @dataclass(frozen=True)
@@ -157,16 +148,16 @@ def join_at_once(left: Admitted, right: Admitted, jtype: str, condition: TimeCon
     """
     n_parts = min(-(-(len(left) + len(right)) // CHUNK), max(n_codes, 1), 1 << 16)
     if n_parts <= 1:
-        ranges_ = [(np.arange(len(left)), np.arange(len(right)))]
+        key_ranges = [(np.arange(len(left)), np.arange(len(right)))]
     else:
-        ranges_ = list(zip(id_ranges(left.code, 0, n_codes - 1, n_parts),
-                           id_ranges(right.code, 0, n_codes - 1, n_parts), strict=True))
+        key_ranges = list(zip(id_ranges(left.code, 0, n_codes - 1, n_parts),
+                              id_ranges(right.code, 0, n_codes - 1, n_parts), strict=True))
     counts = np.zeros((4, n_b), dtype=np.int64)
     outs = []
-    for li, rj in ranges_:
+    for li, rj in key_ranges:
         if not len(li) and not len(rj):
             continue
-        got = _join_range(Side.of(left.take(li), packing), Side.of(right.take(rj), packing),
+        got = _join_range(left.take(li).by_key(packing), right.take(rj).by_key(packing),
                           jtype, condition, packing, n_b)
         if got is None:
             return None
@@ -180,8 +171,8 @@ def _by_batch(outs: list[tuple[np.ndarray, np.ndarray, np.ndarray]], n_b: int
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The emitted rows of every key range (left and right positions, batch), as one pair of
     arrays in batch order (ranges in order within a batch) and the batches' cuts. Each range
-    is put in batch order on its own, then written to its place (a stable order of its own:
-    no sort and no gather over all the rows).
+    is put in batch order on its own and written to its places: no sort or gather over all
+    the rows at once.
 
     >>> one = (np.array([1, 2, 3]), np.array([4, 5, 6]), np.array([1, 0, 1]))
     >>> two = (np.array([7]), np.array([8]), np.array([0]))
@@ -243,10 +234,9 @@ def _join_range(left: Side, right: Side, jtype: str, condition: TimeCondition,
         if outer_r:
             parts.append(_null_rows(right, stored_r & ~matched_r, n_b, False))
         out_l, out_r, out_b = (np.concatenate(a) for a in zip(*parts, strict=True))
-    count_l = jtype in ("inner", "left_semi", "right_outer")
-    count_r = jtype in ("inner", "left_semi", "left_outer")
     counts = np.zeros((4, n_b), dtype=np.int64)  # state rows, updated, removed, keys
-    for side, stored, counted in ((left, stored_l, count_l), (right, stored_r, count_r)):
+    # numRowsRemoved: only the final cleanup pass; outer sides' rows left while emitting nulls
+    for side, stored, counted in ((left, stored_l, not outer_l), (right, stored_r, not outer_r)):
         b, e, code = side.b, side.e, side.code
         if stored is not None:
             b, e, code = b[stored], e[stored], code[stored]
