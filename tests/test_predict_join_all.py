@@ -111,3 +111,15 @@ def test_keys_alive_counts_distinct_codes_per_batch(seed: int) -> None:
     want = [len({c for c, x, y in zip(code, b, e, strict=True) if x <= t <= y})
             for t in range(n_b)]
     assert keys_alive(code, b, e, n_b).tolist() == want
+
+
+@pytest.mark.parametrize("jtype", TYPES)
+@pytest.mark.parametrize("empty", ["left", "right"])
+def test_a_side_without_rows(jtype: str, empty: str) -> None:
+    # a side that never has data: nothing pairs, and under the min policy the global watermark
+    # stays 0, so the other side's rows are all stored and never leave (at once as stepped)
+    rows: list = [ints(1, 2), ints(30)]
+    steps = [((r, []) if empty == "right" else ([], r)) for r in rows]
+    run = join_run(steps, jtype, explain=False, pace="live")
+    assert at_once_vs_stepped(run.spec, run.schedule, ordered=False)
+    assert run.batches["state_rows"].tolist() == [2, 3] and not len(run.result.outputs)
