@@ -232,6 +232,59 @@ def source_rows(plan: list[BatchInput], source: str) -> tuple[np.ndarray, np.nda
     return batch_of, event_us
 
 
+def watermarks_us(plan: list[BatchInput]) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(late, eviction)`` watermark of every batch of ``plan`` in µs, what an operator's
+    ``run_all`` compares event times with; None when the query has no watermark (then no
+    batch has one). Both never go backwards.
+
+    >>> b = BatchInput(0, 0, True, {}, {}, 0, 5, {})
+    >>> [a.tolist() for a in watermarks_us([b, BatchInput(1, 1, True, {}, {}, 5, 9, {})])]
+    [[0, 5000], [5000, 9000]]
+    """
+    if not plan or plan[0].late_wm_ms is None:
+        return None
+    wms = np.array([(b.late_wm_ms, b.evict_wm_ms) for b in plan], dtype=np.int64) * 1000
+    return wms[:, 0], wms[:, 1]
+
+
+def late_rows(plan: list[BatchInput], batch_of: np.ndarray, t_us: np.ndarray) -> np.ndarray:
+    """Which rows of a whole run (``batch_of``, ``t_us`` as from :func:`source_rows`, or a
+    value compared in place of the event time) are late: at or behind the late watermark of
+    their batch (Spark's ``<=``, in µs); none without a watermark."""
+    wms = watermarks_us(plan)
+    if wms is None:
+        return np.zeros(len(t_us), dtype=bool)
+    return t_us <= wms[0][batch_of]
+
+
+def leaving_batch(values_us: np.ndarray, thresholds_us: np.ndarray | None, n_b: int,
+                  arrived: np.ndarray | None = None) -> np.ndarray:
+    """The batch each state entry leaves in: the first batch (from ``arrived``, its own, on)
+    whose threshold reaches its value (``value <= threshold``); ``n_b`` when none does or
+    there are no thresholds. Thresholds follow the watermark, so they never go backwards and
+    this is a binary search.
+
+    >>> leaving_batch(np.array([3, 10, 99]), np.array([5, 10]), 2, np.array([1, 0, 0])).tolist()
+    [1, 1, 2]
+    """
+    if thresholds_us is None:
+        return np.full(len(values_us), n_b, dtype=np.int64)
+    first = np.searchsorted(thresholds_us, values_us, side="left")
+    return first if arrived is None else np.maximum(arrived, first)
+
+
+def steps_of(dropped: np.ndarray, state_rows: np.ndarray, updated: np.ndarray,
+             removed: np.ndarray, outputs: list[Deferred], keys: np.ndarray | None = None
+             ) -> list[OperatorStep]:
+    """One step per batch from per-batch counts and outputs (what ``run_all`` returns)."""
+    cols = [dropped, state_rows, updated, removed] + ([] if keys is None else [keys])
+    rows = np.stack([np.asarray(c, dtype=np.int64) for c in cols], 1).tolist()
+    return [OperatorStep(dropped_by_watermark=r[0], state_rows=r[1], state_rows_updated=r[2],
+                         state_rows_removed=r[3], output=out,
+                         state_keys=None if keys is None else r[4])
+            for r, out in zip(rows, outputs, strict=True)]
+
+
 def run(schedule: Schedule, spec: BacktestSpec, candidate: str, operator: Operator,
         output_columns: list[str]) -> EngineResult:
     """Drive ``operator`` through ``schedule`` exactly as Spark's MicroBatchExecution would."""

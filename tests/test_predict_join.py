@@ -25,6 +25,7 @@ from semantics.operators.join_watermarks import ValueBound, derive_plan
 from semantics.predict import Prediction, predict
 from semantics.schedule import Schedule, cut
 from semantics.spec import BacktestSpec, parse_spec
+from tests.predict_kit import assert_same_rows
 
 Rows = Sequence[tuple[int | None, float]]  # (key, event time in seconds)
 
@@ -146,9 +147,7 @@ def _same_without_explain(stepped: Prediction, plain: Prediction) -> None:
     """Equal batch reports; equal emitted rows as multisets (the order within a batch is
     Spark's partitions', not modelled)."""
     pd.testing.assert_frame_equal(plain.batches, stepped.batches)
-    a, b = (p.outputs.sort_values(list(p.outputs.columns), ignore_index=True)
-            for p in (plain, stepped))
-    pd.testing.assert_frame_equal(a, b)
+    assert_same_rows(plain.outputs, stepped.outputs)
 
 
 def ints(*xs: int) -> list[tuple[int, int]]:

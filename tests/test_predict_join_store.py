@@ -12,6 +12,7 @@ import pytest
 from semantics.operators import join, join_store
 from semantics.operators.join_store import SideRows, SideStore, SideWork
 from semantics.operators.key_tally import KeyTally
+from tests.predict_kit import assert_same_rows
 from tests.test_predict_join import Run, join_run
 
 TYPES = ["inner", "left_outer", "right_outer", "full_outer", "left_semi"]
@@ -48,14 +49,8 @@ def _random_join(seed: int) -> tuple[list, str, dict[str, Any]]:
 def _same(a: Run, b: Run) -> None:
     """Equal batches (state rows and keys included), emitted rows as multisets, fates."""
     pd.testing.assert_frame_equal(a.batches, b.batches)
-    oa, ob = (x.result.outputs for x in (a, b))
-    cols = list(oa.columns)
-    pd.testing.assert_frame_equal(oa.sort_values(cols, ignore_index=True),
-                                  ob.sort_values(cols, ignore_index=True))
-    fa, fb = (x.result.fates for x in (a, b))
-    key = list(fa.columns)
-    pd.testing.assert_frame_equal(fa.sort_values(key, ignore_index=True),
-                                  fb.sort_values(key, ignore_index=True))
+    assert_same_rows(a.result.outputs, b.result.outputs)
+    assert_same_rows(a.result.fates, b.result.fates)
 
 
 @pytest.mark.parametrize("store", ["runs", "unmerged"])

@@ -33,7 +33,16 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from semantics.engine import BatchInput, Deferred, OperatorStep, source_rows
+from semantics.engine import (
+    BatchInput,
+    Deferred,
+    OperatorStep,
+    late_rows,
+    leaving_batch,
+    source_rows,
+    steps_of,
+    watermarks_us,
+)
 from semantics.operators import fates as F
 from semantics.operators.columns import Values, check_key_columns
 from semantics.operators.grouping import (
@@ -144,10 +153,10 @@ class DedupOperator:
             self._coder.check_same(kv_all, ok[of], kv_all, ok[repeats])
         acc = ok[first]  # ascending: batch order, then row order
         leaves = None
-        if self.evicts and plan:
-            # non-decreasing (the watermark never goes backwards): one binary search per entry
-            evict_us = np.array([b.evict_wm_ms for b in plan], dtype=np.int64) * 1000
-            leaves = np.maximum(batch_of[acc], np.searchsorted(evict_us, t[acc], side="left"))
+        if self.evicts:
+            wms = watermarks_us(plan)
+            leaves = leaving_batch(t[acc], None if wms is None else wms[1], len(plan),
+                                   batch_of[acc])
         return _all_steps(dropped, acc, batch_of[acc], leaves)
 
     def _within_all(self, plan: list[BatchInput]) -> list[OperatorStep] | None:
@@ -174,7 +183,9 @@ class DedupOperator:
         if size > 2 * n + (1 << 20):  # the table would outgrow the state it replaces
             return None
         batch_of, t = source_rows(plan, self.source)
-        evict_us = np.array([b.evict_wm_ms for b in plan], dtype=np.int64) * 1000
+        wms = watermarks_us(plan)
+        assert wms is not None  # (checked above: every batch has both watermarks)
+        evict_us = wms[1]
         dropped, ok = _not_late(plan, batch_of, t)
         bounds = np.searchsorted(batch_of[ok], np.arange(n_b + 1))
         code = kid_all[ok] - lo
@@ -198,7 +209,7 @@ class DedupOperator:
         acc = ok[np.concatenate(accepted)] if accepted else np.array([], dtype=np.int64)
         # never before its own batch: expiresAt >= the event time > the late watermark, which
         # is at least the eviction watermark of the batch before
-        leaves = np.searchsorted(evict_us, t[acc] + self.delay_us, side="left")
+        leaves = leaving_batch(t[acc] + self.delay_us, evict_us, n_b)
         return _all_steps(dropped, acc, batch_of[acc], leaves)
 
     def step(self, state: DedupState, batch: BatchInput) -> tuple[DedupState, OperatorStep]:
@@ -281,12 +292,8 @@ class DedupOperator:
 
 def _not_late(plan: list[BatchInput], batch_of: np.ndarray, t: np.ndarray
               ) -> tuple[np.ndarray, np.ndarray]:
-    """``(dropped per batch, positions of the rows that are not late)`` of a whole run (rows
-    with ``event time <= late wm`` are late; without a watermark none)."""
-    if not plan or plan[0].late_wm_ms is None:
-        return np.zeros(len(plan), dtype=np.int64), np.arange(len(t), dtype=np.int64)
-    late_us = np.array([b.late_wm_ms for b in plan], dtype=np.int64) * 1000
-    late = t <= late_us[batch_of]
+    """``(dropped per batch, positions of the rows that are not late)`` of a whole run."""
+    late = late_rows(plan, batch_of, t)
     return np.bincount(batch_of[late], minlength=len(plan)), np.flatnonzero(~late)
 
 
@@ -299,14 +306,9 @@ def _all_steps(dropped: np.ndarray, acc: np.ndarray, acc_batch: np.ndarray,
     updated = np.bincount(acc_batch, minlength=n_b)
     removed = np.zeros(n_b, dtype=np.int64) if leaves is None else \
         np.bincount(leaves[leaves < n_b], minlength=n_b)
-    state_rows = np.cumsum(updated - removed)
-    outputs = np.split(acc, np.cumsum(updated)[:-1])
-    return [OperatorStep(dropped_by_watermark=int(dropped[b]),
-                         state_rows=int(state_rows[b]),
-                         state_rows_updated=int(updated[b]),
-                         state_rows_removed=int(removed[b]),
-                         output=Deferred(outputs[b], int(updated[b])))
-            for b in range(n_b)]
+    outputs = np.split(acc, np.cumsum(updated)[:-1]) if n_b else []
+    return steps_of(dropped, np.cumsum(updated - removed), updated, removed,
+                    [Deferred(o, len(o)) for o in outputs])
 
 
 def _ascending(positions: np.ndarray, n: int) -> np.ndarray:

@@ -62,7 +62,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from semantics.engine import BatchInput, Deferred, OperatorStep, source_rows
+from semantics.engine import (
+    BatchInput,
+    Deferred,
+    OperatorStep,
+    late_rows,
+    source_rows,
+    steps_of,
+)
 from semantics.operators import fates as F
 from semantics.operators.columns import check_key_columns
 from semantics.operators.grouping import stable_argsort
@@ -123,6 +130,20 @@ class TimeCondition:
             hi = rt + self.upper_us
             ok &= (lt <= hi) if self.upper_inclusive else (lt < hi)
         return ok
+
+    def around(self, query_left: bool) -> tuple[int | None, bool, int | None, bool]:
+        """``(lo, lo_incl, hi, hi_incl)``: the other side's times that meet a query row's time
+        ``q`` are those within ``q + lo .. q + hi`` (a None bound is open; strict bounds
+        exclude). For a left row ``rt in [lt - upper, lt - lower]``; for a right row
+        ``lt in [rt + lower, rt + upper]``.
+
+        >>> TimeCondition(-5, 3, upper_inclusive=False).around(True)
+        (-3, False, 5, True)
+        """
+        if not query_left:
+            return self.lower_us, self.lower_inclusive, self.upper_us, self.upper_inclusive
+        return (None if self.upper_us is None else -self.upper_us, self.upper_inclusive,
+                None if self.lower_us is None else -self.lower_us, self.lower_inclusive)
 
     @classmethod
     def of(cls, query: JoinQuery) -> TimeCondition:
@@ -255,7 +276,6 @@ class JoinOperator:
         if self.explain or self.packing is None or not plan:
             return None
         n_b = len(plan)
-        late = [b.late_wm_ms for b in plan]
         thresholds = [self.plan.thresholds(b.evict_wm_ms) for b in plan]
         dropped = np.zeros(n_b, dtype=np.int64)
         sides = []
@@ -266,8 +286,8 @@ class JoinOperator:
             for mask in (src.dropped, src.never_joins):
                 if mask is not None:
                     keep &= ~mask
-            if src.layout.source in self.watermarked and None not in late:
-                is_late = keep & (et <= np.asarray(late, dtype=np.int64)[batch_of] * 1000)
+            if src.layout.source in self.watermarked:
+                is_late = keep & late_rows(plan, batch_of, et)
                 keep &= ~is_late
                 dropped += np.bincount(batch_of[is_late], minlength=n_b)
             thr = [t[i] for t in thresholds]
@@ -281,17 +301,11 @@ class JoinOperator:
                            n_b, self.n_codes)
         if got is None:
             return None
-        steps = []
+        sides_out = (got.left,) if got.right is None else (got.left, got.right)
         cuts = got.cuts.tolist()
-        counts = np.stack([dropped, got.state_rows, got.updated, got.removed, got.keys], 1)
-        for t, (drop, rows, updated, removed, keys) in enumerate(counts.tolist()):
-            sl = slice(cuts[t], cuts[t + 1])
-            refs = (got.left[sl],) if got.right is None else (got.left[sl], got.right[sl])
-            steps.append(OperatorStep(
-                dropped_by_watermark=drop, state_rows=rows, state_rows_updated=updated,
-                state_rows_removed=removed, state_keys=keys,
-                output=Deferred(refs, cuts[t + 1] - cuts[t])))
-        return steps
+        outputs = [Deferred(tuple(a[cuts[t]:cuts[t + 1]] for a in sides_out),
+                            cuts[t + 1] - cuts[t]) for t in range(n_b)]
+        return steps_of(dropped, got.state_rows, got.updated, got.removed, outputs, got.keys)
 
     def step(self, state: JoinState, batch: BatchInput) -> tuple[JoinState, OperatorStep]:
         fates: list[pd.DataFrame] = []
@@ -441,12 +455,9 @@ class JoinOperator:
             return match_pairs(left.code, left.et, right.code, right.et, c)
         if not len(left) or not len(right):
             return _EMPTY, _EMPTY
-        if len(left) <= len(right):  # rt in [lt - upper, lt - lower]
-            return p.pairs(right.comp, left.code, left.et,
-                           None if c.upper_us is None else -c.upper_us, c.upper_inclusive,
-                           None if c.lower_us is None else -c.lower_us, c.lower_inclusive)
-        rj, li = p.pairs(left.comp, right.code, right.et, c.lower_us, c.lower_inclusive,
-                         c.upper_us, c.upper_inclusive)  # lt in [rt + lower, rt + upper]
+        if len(left) <= len(right):
+            return p.pairs(right.comp, left.code, left.et, *c.around(True))
+        rj, li = p.pairs(left.comp, right.code, right.et, *c.around(False))
         return li, rj
 
     def _admit(self, role: str, batch: BatchInput, fates: list[pd.DataFrame]

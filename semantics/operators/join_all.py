@@ -39,8 +39,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from semantics.operators.grouping import by_key_then_time, id_ranges, order_of_small, ranges
-from semantics.operators.join_frames import Packing
+from semantics.engine import leaving_batch
+from semantics.operators.grouping import by_key_then_time, id_ranges, order_of_small
+from semantics.operators.join_frames import Packing, expand
 
 if TYPE_CHECKING:
     from semantics.operators.join import TimeCondition
@@ -79,11 +80,8 @@ class Admitted:
         >>> a.e.tolist()
         [2, 0, 1]
         """
-        if thr_us is None:
-            e = np.full(len(b), n_b, dtype=np.int64)
-        else:  # searched in arrival order: nearly sorted, twice as fast as in key order
-            e = np.maximum(b, np.searchsorted(thr_us, ev, side="left"))
-        return cls(pos, b, e, code, et)
+        # (searched in arrival order: nearly sorted, twice as fast as in key order)
+        return cls(pos, b, leaving_batch(ev, thr_us, n_b, b), code, et)
 
     def take(self, idx: np.ndarray) -> Admitted:
         return Admitted(self.pos[idx], self.b[idx], self.e[idx], self.code[idx], self.et[idx])
@@ -279,21 +277,14 @@ def _candidates(left: Side, right: Side, condition: TimeCondition, packing: Pack
                 ) -> tuple[np.ndarray, np.ndarray] | tuple[None, None]:
     """(left index, right index) of every pair with equal codes and the time condition true;
     (None, None) past the pair budget. The larger side is searched by the smaller's rows."""
-    c = condition
-    lo_us, hi_us = c.lower_us, c.upper_us
-    if len(left) <= len(right):  # rt in [lt - upper, lt - lower]
-        start, counts = packing.slices(right.comp, left.code, left.et,
-                                       None if hi_us is None else -hi_us, c.upper_inclusive,
-                                       None if lo_us is None else -lo_us, c.lower_inclusive)
-    else:  # lt in [rt + lower, rt + upper]
-        start, counts = packing.slices(left.comp, right.code, right.et, lo_us,
-                                       c.lower_inclusive, hi_us, c.upper_inclusive)
-    total = int(counts.sum())
-    if total > max(PAIRS_PER_ROW * (len(left) + len(right)), MIN_PAIRS):
+    query_left = len(left) <= len(right)
+    query, searched = (left, right) if query_left else (right, left)
+    start, counts = packing.slices(searched.comp, query.code, query.et,
+                                   *condition.around(query_left))
+    if int(counts.sum()) > max(PAIRS_PER_ROW * (len(left) + len(right)), MIN_PAIRS):
         return None, None
-    q = np.repeat(np.arange(len(start), dtype=np.int64), counts)
-    s = ranges(start, counts)
-    return (q, s) if len(left) <= len(right) else (s, q)
+    q, s = expand(start, counts)
+    return (q, s) if query_left else (s, q)
 
 
 def _null_rows(side: Side, unmatched: np.ndarray, n_b: int, is_left: bool

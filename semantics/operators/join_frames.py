@@ -17,7 +17,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from semantics.operators.columns import values_of
 from semantics.operators.grouping import ranges, stable_argsort
+from semantics.operators.keys import KeyCoder, with_codes
 from semantics.schedule import ROW_ID
 
 EV = "_ev"
@@ -166,12 +168,12 @@ def match_pairs(lcode: np.ndarray, lt: np.ndarray, rcode: np.ndarray, rt: np.nda
     total = int(counts.sum())
     if not total:
         return empty, empty
-    li, rj = _expand(start, counts, order)
+    li, rj = expand(start, counts, order)
     keep = np.asarray(time_ok(lt[li], rt[rj]), dtype=bool)
     return li[keep], rj[keep]
 
 
-def _expand(start: np.ndarray, counts: np.ndarray, order: np.ndarray | None
+def expand(start: np.ndarray, counts: np.ndarray, order: np.ndarray | None = None
             ) -> tuple[np.ndarray, np.ndarray]:
     """Position ``i`` paired with ``order[start[i] : start[i] + counts[i]]`` (``order`` None:
     the identity), for all i."""
@@ -218,7 +220,7 @@ class Packing:
         if not int(counts.sum()):
             empty = np.array([], dtype=np.int64)
             return empty, empty
-        return _expand(start, counts, None)
+        return expand(start, counts, None)
 
     def slices(self, scomp: np.ndarray, qcode: np.ndarray, qt: np.ndarray, lo: int | None,
                lo_incl: bool, hi: int | None, hi_incl: bool
@@ -244,19 +246,15 @@ def _window_pairs(lcode: np.ndarray, lt: np.ndarray, rcode: np.ndarray, rt: np.n
     and each row of the other side finds its matches as one slice with ``searchsorted``
     (``lt - upper <= rt <= lt - lower``, strict bounds exclude). None when the composite sort
     key would overflow int64."""
-    lower, upper = cond.lower_us, cond.upper_us
-    if any(b is not None and abs(b) >= _LIMIT for b in (lower, upper)):
+    if any(b is not None and abs(b) >= _LIMIT for b in (cond.lower_us, cond.upper_us)):
         return None
-    if len(rt) <= len(lt):  # sort the right rows, search per left row: rt in [lt-upper, lt-lower]
-        found = _slices(rcode, rt, lcode, lt, None if upper is None else -upper,
-                        cond.upper_inclusive, None if lower is None else -lower,
-                        cond.lower_inclusive)
+    if len(rt) <= len(lt):  # sort the right rows, search per left row
+        found = _slices(rcode, rt, lcode, lt, *cond.around(True))
         if found is None:
             return None
         li, rj = found
-    else:  # sort the left rows, search per right row: lt in [rt+lower, rt+upper]
-        found = _slices(lcode, lt, rcode, rt, lower, cond.lower_inclusive, upper,
-                        cond.upper_inclusive)
+    else:  # sort the left rows, search per right row
+        found = _slices(lcode, lt, rcode, rt, *cond.around(False))
         if found is None:
             return None
         rj, li = found
@@ -291,38 +289,30 @@ def _slices(scode: np.ndarray, st: np.ndarray, qcode: np.ndarray, qt: np.ndarray
 
 def key_codes(left: pd.DataFrame, lkeys: Sequence[str], right: pd.DataFrame,
               rkeys: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Integer codes of the key tuples of both frames: equal tuples, equal codes (a null equals
-    a null, like ``merge`` and Spark's state keys)."""
-    n = len(left)
-    code = np.zeros(n + len(right), dtype=np.int64)
-    for lk, rk in zip(lkeys, rkeys, strict=True):
-        both = pd.concat([left[lk], right[rk]], ignore_index=True)
-        c, size = _column_codes(both)
-        code = code * size + c
-        if len(lkeys) > 1:
-            code, _ = pd.factorize(code)  # keep the combined codes small
-            code = code.astype(np.int64, copy=False)
-    return code[:n], code[n:]
+    """Integer codes (0 and up) of the key tuples of both frames: equal tuples, equal codes (a
+    null equals a null, like ``merge`` and Spark's state keys). The exact ids of
+    :class:`~semantics.operators.keys.KeyCoder` over both sides (integers by their offset, no
+    hashing), renumbered when they spread over more than about four times the rows; key
+    tuples without exact ids are numbered column by column (``factorize``).
 
-
-def _column_codes(col: pd.Series) -> tuple[np.ndarray, int]:
-    """(code per value, codes there are) of one key column: equal values, equal codes, and
-    nulls one code of their own. Integers of a range at most about four times the rows are
-    their offset from the lowest (no hashing); other values are factorized.
-
-    >>> [a.tolist() if hasattr(a, "tolist") else a
-    ...  for a in _column_codes(pd.Series([7, None, 5, 7], dtype="Int64"))]
-    [[2, 3, 0, 2], 4]
+    >>> l = pd.DataFrame({"k": pd.array([7, None, 5], dtype="Int64")})
+    >>> [c.tolist() for c in key_codes(l, ["k"], pd.DataFrame({"k": [5, 9]}), ["k"])]
+    [[3, 0, 1], [1, 5]]
     """
-    if pd.api.types.is_integer_dtype(col.dtype) and len(col):
-        null = col.isna().to_numpy()
-        values = col.to_numpy(dtype=np.int64, na_value=0)
-        if not null.all():
-            present = values if not null.any() else values[~null]
-            lo, hi = int(present.min()), int(present.max())
-            if hi - lo < 4 * len(col) + 1024:
-                c = values - lo
-                c[null] = hi - lo + 1
-                return c, hi - lo + 2
-    c, uniques = pd.factorize(col, use_na_sentinel=False)
-    return c.astype(np.int64, copy=False), max(len(uniques), 1)
+    n = len(left)
+    both = [pd.concat([left[lk], right[rk]], ignore_index=True)
+            for lk, rk in zip(lkeys, rkeys, strict=True)]
+    cols = with_codes([values_of(c) for c in both])
+    coder = KeyCoder.fit(cols)
+    total = n + len(right)
+    if coder.exact:
+        code = coder.ids(cols, (), total)
+        if len(code) and int(code.max()) >= 4 * total + 1024:
+            code = pd.factorize(code)[0].astype(np.int64, copy=False)
+        return code[:n], code[n:]
+    code = np.zeros(total, dtype=np.int64)
+    for col in both:
+        c, uniques = pd.factorize(col, use_na_sentinel=False)
+        code = code * max(len(uniques), 1) + c
+        code = pd.factorize(code)[0].astype(np.int64, copy=False)  # keep the codes small
+    return code[:n], code[n:]

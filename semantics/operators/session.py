@@ -53,7 +53,14 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from semantics.engine import BatchInput, Deferred, OperatorStep, source_rows
+from semantics.engine import (
+    BatchInput,
+    Deferred,
+    OperatorStep,
+    source_rows,
+    steps_of,
+    watermarks_us,
+)
 from semantics.operators import fates as F
 from semantics.operators.aggfuncs import (
     AggFunc,
@@ -373,11 +380,10 @@ class SessionOperator:
         kv = self._whole_keys()
         if not self._coder.exact:
             return None
-        wms = [(b.late_wm_ms, b.evict_wm_ms) for b in plan]
-        if any(w is None for pair in wms for w in pair):
+        wms = watermarks_us(plan)
+        if wms is None:
             return None  # (append mode needs a watermark: the spec rejects it without one)
-        late_us = np.array([w[0] for w in wms], dtype=np.int64) * 1000
-        evict_us = np.array([w[1] for w in wms], dtype=np.int64) * 1000
+        late_us, evict_us = wms
         batch_of, t = source_rows(plan, self.source)
         n_b = len(plan)
         got = sessions_at_once(self._coder.ids(kv, (), len(t)), t, batch_of, self.gap_us,
@@ -394,20 +400,19 @@ class SessionOperator:
                           take_all(bufs, gone))
         n_ev = np.bincount(got.evicted_in[gone], minlength=n_b)
         cuts = np.r_[0, np.cumsum(n_ev)]
-        counts = np.stack([got.dropped, got.state_rows, got.updated, got.removed, got.keys], 1)
+        counts = np.stack([got.dropped, got.state_rows, got.updated, got.removed, got.keys])
         stepped = self._step_rows(plan, got.stepped, batch_of, t) if len(got.stepped) else None
         if stepped is not None:  # the stepped keys' counts add up with the others'
-            counts += [[s.dropped_by_watermark, s.state_rows, s.state_rows_updated,
-                        s.state_rows_removed, s.state_keys or 0] for s in stepped]
-        steps = []
-        for b, (dropped, rows, updated, removed, keys) in enumerate(counts.tolist()):
+            counts += np.array([[s.dropped_by_watermark, s.state_rows, s.state_rows_updated,
+                                 s.state_rows_removed, s.state_keys or 0] for s in stepped]).T
+        outputs = []
+        for b in range(n_b):
             out = ev.take(slice(cuts[b], cuts[b + 1]))
             if stepped is not None and len(stepped[b].output):
                 out = merge_states(out, stepped[b].output.payload)[0]
-            steps.append(OperatorStep(
-                dropped_by_watermark=dropped, state_rows=rows, state_rows_updated=updated,
-                state_rows_removed=removed, state_keys=keys, output=Deferred(out, len(out))))
-        return steps
+            outputs.append(Deferred(out, len(out)))
+        dropped, rows, updated, removed, keys = counts
+        return steps_of(dropped, rows, updated, removed, outputs, keys)
 
     def _step_rows(self, plan: list[BatchInput], rows: np.ndarray, batch_of: np.ndarray,
                    t_all: np.ndarray) -> list[OperatorStep]:

@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from semantics.engine import leaving_batch
 from semantics.operators.grouping import by_key_then_time, id_ranges
 
 
@@ -161,8 +162,7 @@ def _at_once(kid: np.ndarray, t: np.ndarray, batch_of: np.ndarray, gap_us: int,
     # evicted in the first batch whose eviction watermark reaches the end: not before the last
     # row's batch (a row that is not late ends after the watermark of the batch before it, and
     # a piece evicted before its component is complete sent the key to stepping)
-    ev = np.full(len(heads), n_b, dtype=np.int64) if evict_us is None else \
-        np.searchsorted(evict_us, end, side="left")
+    ev = leaving_batch(end, evict_us, n_b)
     starts = np.flatnonzero(bb < a)  # rows that start a piece in some batch
     s_from, s_to = bb[starts], a[starts]
     counts = {name: np.bincount(v[v < n_b], minlength=n_b)[:n_b] for name, v in
