@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from semantics.operators.parallel import map_parts
+
 
 def group(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(uniq, codes, first)`` for ``ids``.
@@ -130,8 +132,9 @@ def _later_occurrences(ids: np.ndarray) -> np.ndarray:
     bits = min(16, (-(-n // HASH_PART) - 1).bit_length() + 2)  # parts of ~HASH_PART / 4
     order, cuts = by_part((ids ^ (ids >> 29) ^ (ids >> 47)) & ((1 << bits) - 1), 1 << bits)
     later = np.empty(n, dtype=bool)  # one gather and one scatter (not one per part: slower)
-    later[order] = np.concatenate([pd.Series(x, copy=False).duplicated(keep="first").to_numpy()
-                                   for x in np.split(ids[order], cuts)])
+    later[order] = np.concatenate(map_parts(
+        lambda x: pd.Series(x, copy=False).duplicated(keep="first").to_numpy(),
+        np.split(ids[order], cuts)))
     return later
 
 

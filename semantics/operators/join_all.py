@@ -42,6 +42,7 @@ import numpy as np
 from semantics.engine import leaving_batch
 from semantics.operators.grouping import by_key_then_time, id_ranges, order_of_small
 from semantics.operators.join_frames import Packing, expand
+from semantics.operators.parallel import map_parts
 
 if TYPE_CHECKING:
     from semantics.operators.join import TimeCondition
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
 # row (and MIN_PAIRS in all) before the run is left to stepping (memory: 16 bytes a pair)
 PAIRS_PER_ROW = 16
 MIN_PAIRS = 1 << 22
-CHUNK = 1 << 20  # rows (both sides) computed at once, at most (about: a key range's rows)
+CHUNK = 1 << 18  # rows (both sides) computed at once, at most (about: a key range's rows)
 
 
 @dataclass(frozen=True)
@@ -150,13 +151,14 @@ def join_at_once(left: Admitted, right: Admitted, jtype: str, condition: TimeCon
     else:
         key_ranges = list(zip(id_ranges(left.code, 0, n_codes - 1, n_parts),
                               id_ranges(right.code, 0, n_codes - 1, n_parts), strict=True))
+    def one(rows: tuple[np.ndarray, np.ndarray]) -> _Range | None:
+        li, rj = rows
+        return _join_range(left.take(li).by_key(packing), right.take(rj).by_key(packing),
+                           jtype, condition, packing, n_b)
+
     counts = np.zeros((4, n_b), dtype=np.int64)
     outs = []
-    for li, rj in key_ranges:
-        if not len(li) and not len(rj):
-            continue
-        got = _join_range(left.take(li).by_key(packing), right.take(rj).by_key(packing),
-                          jtype, condition, packing, n_b)
+    for got in map_parts(one, [(li, rj) for li, rj in key_ranges if len(li) or len(rj)]):
         if got is None:
             return None
         counts += got[0]
@@ -199,9 +201,13 @@ def _by_batch(outs: list[tuple[np.ndarray, np.ndarray, np.ndarray]], n_b: int
     return out_l, out_r, cuts
 
 
+# a key range's counts (state rows, updated, removed, keys per batch) and emitted rows (left
+# and right source positions, batches)
+_Range = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
 def _join_range(left: Side, right: Side, jtype: str, condition: TimeCondition,
-                packing: Packing, n_b: int
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+                packing: Packing, n_b: int) -> _Range | None:
     """(counts: state rows, updated, removed, keys per batch; emitted rows' left and right
     source positions and batches, unordered) of the rows of some keys; None past the pair
     budget."""

@@ -36,6 +36,7 @@ import numpy as np
 
 from semantics.engine import leaving_batch
 from semantics.operators.grouping import by_key_then_time, id_ranges
+from semantics.operators.parallel import map_parts
 
 
 @dataclass(frozen=True)
@@ -85,23 +86,24 @@ def sessions_at_once(kid: np.ndarray, t: np.ndarray, batch_of: np.ndarray, gap_u
     More than ``CHUNK`` rows are split into key ranges of about that many rows, each computed
     on its own (every count is a sum over keys; the ranges' components, concatenated in
     order, stay sorted by (key id, start)): sorts and gathers then work on arrays that fit the
-    caches, and memory stays bounded.
+    caches, memory stays bounded, and the ranges run on the machine's cores
+    (:func:`~semantics.operators.parallel.map_parts`).
     """
     parts = _key_ranges(kid, CHUNK)
     if parts is None:
         return _at_once(kid, t, batch_of, gap_us, late_us, evict_us, n_b, max_window)
-    got: list[AllSessions] = []
-    for pos in parts:
-        one = _at_once(kid[pos], t[pos], batch_of[pos], gap_us, late_us, evict_us, n_b,
+
+    def one(pos: np.ndarray) -> AllSessions | None:
+        got = _at_once(kid[pos], t[pos], batch_of[pos], gap_us, late_us, evict_us, n_b,
                        max_window)
-        if one is None:
-            return None
-        got.append(replace(one, rows=pos[one.rows], head=pos[one.head],
-                           stepped=pos[one.stepped]))
-    return _concat(got)
+        return None if got is None else replace(got, rows=pos[got.rows], head=pos[got.head],
+                                                stepped=pos[got.stepped])
+
+    got = map_parts(one, parts)
+    return None if any(g is None for g in got) else _concat(got)  # type: ignore[arg-type]
 
 
-CHUNK = 1 << 20  # rows computed at once, at most (about: a key range's rows)
+CHUNK = 1 << 18  # rows computed at once, at most (about: a key range's rows)
 STEPPED_AT_MOST = 0.5  # of a key range's rows left to stepping, else the whole run steps
 
 
