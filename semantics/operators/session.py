@@ -95,8 +95,9 @@ from semantics.operators.keys import (
     key_columns,
     take_keys,
 )
+from semantics.operators.parallel import map_parts, threads
 from semantics.operators.runs import compact
-from semantics.operators.session_all import sessions_at_once
+from semantics.operators.session_all import AllSessions, sessions_at_once
 from semantics.report import operator_name
 from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import BacktestSpec, SessionQuery
@@ -123,6 +124,21 @@ class SessionState:
     def take(self, idx: np.ndarray | slice) -> SessionState:
         return SessionState(self.gid[idx], self.start_us[idx], self.end_us[idx],
                             take_keys(self.keys, idx), take_all(self.bufs, idx))
+
+
+def _component_blocks(comp: np.ndarray, n_comps: int, n_blocks: int
+                      ) -> list[tuple[int, int, int, int]]:
+    """``(c0, c1, r0, r1)``: up to ``n_blocks`` runs of whole components (``comp``: the
+    component of every row, non-decreasing) of about equal rows, and their rows.
+
+    >>> _component_blocks(np.array([0, 0, 0, 1, 2, 2]), 3, 2)
+    [(0, 1, 0, 3), (1, 3, 3, 6)]
+    """
+    cuts = np.unique(np.r_[0, comp[np.arange(1, n_blocks) * len(comp) // n_blocks], n_comps]
+                     ) if len(comp) else np.array([0, n_comps])
+    rows = np.searchsorted(comp, cuts)
+    return [(int(a), int(b), int(r), int(s)) for a, b, r, s in
+            zip(cuts[:-1], cuts[1:], rows[:-1], rows[1:], strict=True)]
 
 
 def concat_states(*parts: SessionState) -> SessionState:
@@ -390,29 +406,42 @@ class SessionOperator:
                                late_us, evict_us, n_b)
         if got is None:
             return None
-        # evicted components in (batch, key id, start) order, their buffers reduced at once
-        gone = np.flatnonzero(got.evicted_in < n_b)
-        gone = gone[order_of_small(got.evicted_in[gone], n_b)]
-        bufs = reduce_all(self.aggs, init_all(self.aggs, self._frame, got.rows), got.comp,
-                          len(got.gid))
-        ev = SessionState(got.gid[gone], got.start_us[gone], got.end_us[gone],
-                          self._coder.entry_keys(kv, got.head[gone], got.head[gone]),
-                          take_all(bufs, gone))
-        n_ev = np.bincount(got.evicted_in[gone], minlength=n_b)
-        cuts = np.r_[0, np.cumsum(n_ev)]
+        init, empty = init_all(self.aggs, self._frame), self._empty()
+        pieces = map_parts(lambda c: self._evicted(got, c, kv, init, n_b),
+                           _component_blocks(got.comp, len(got.gid), threads()))
         counts = np.stack([got.dropped, got.state_rows, got.updated, got.removed, got.keys])
         stepped = self._step_rows(plan, got.stepped, batch_of, t) if len(got.stepped) else None
         if stepped is not None:  # the stepped keys' counts add up with the others'
             counts += np.array([[s.dropped_by_watermark, s.state_rows, s.state_rows_updated,
                                  s.state_rows_removed, s.state_keys or 0] for s in stepped]).T
         outputs = []
-        for b in range(n_b):
-            out = ev.take(slice(cuts[b], cuts[b + 1]))
+        for b in range(n_b):  # the blocks' evicted sessions of the batch, in key id order
+            parts = [ev.take(slice(cuts[b], cuts[b + 1])) for ev, cuts in pieces
+                     if cuts[b + 1] > cuts[b]]
+            out = parts[0] if len(parts) == 1 else concat_states(*parts) if parts else empty
             if stepped is not None and len(stepped[b].output):
                 out = merge_states(out, stepped[b].output.payload)[0]
             outputs.append(Deferred(out, len(out)))
         dropped, rows, updated, removed, keys = counts
         return steps_of(dropped, rows, updated, removed, outputs, keys)
+
+    def _evicted(self, got: AllSessions, comps: tuple[int, int, int, int],
+                 kv: tuple[Values, ...], init: Buffers, n_b: int
+                 ) -> tuple[SessionState, np.ndarray]:
+        """The evicted sessions among the components ``c0 .. c1 - 1`` of ``got`` (their rows:
+        ``r0 .. r1 - 1`` of ``got.rows``; ``init``: every source row's buffers) in (batch,
+        key id, start) order, their buffers reduced, and where each batch's start."""
+        c0, c1, r0, r1 = comps
+        bufs = reduce_all(self.aggs, take_all(init, got.rows[r0:r1]), got.comp[r0:r1] - c0,
+                          c1 - c0)
+        ev_in = got.evicted_in[c0:c1]
+        gone = np.flatnonzero(ev_in < n_b)
+        gone = gone[order_of_small(ev_in[gone], n_b)]
+        c = gone + c0
+        ev = SessionState(got.gid[c], got.start_us[c], got.end_us[c],
+                          self._coder.entry_keys(kv, got.head[c], got.head[c]),
+                          take_all(bufs, gone))
+        return ev, np.r_[0, np.cumsum(np.bincount(ev_in[gone], minlength=n_b))]
 
     def _step_rows(self, plan: list[BatchInput], rows: np.ndarray, batch_of: np.ndarray,
                    t_all: np.ndarray) -> list[OperatorStep]:
