@@ -84,6 +84,7 @@ from semantics.operators.join_frames import (
 )
 from semantics.operators.join_store import WHOLE, Gone, SideRows, SideStore, SideWork
 from semantics.operators.join_watermarks import JoinEvictionPlan, derive_plan
+from semantics.operators.parallel import map_parts
 from semantics.report import OPERATOR_NAMES, output_columns
 from semantics.schedule import Schedule
 from semantics.spec import BacktestSpec, Candidate, JoinQuery
@@ -277,28 +278,35 @@ class JoinOperator:
             return None
         n_b = len(plan)
         thresholds = [self.plan.thresholds(b.evict_wm_ms) for b in plan]
-        dropped = np.zeros(n_b, dtype=np.int64)
-        sides = []
-        for i, role in enumerate(("left", "right")):
-            src = self.sources[role]
+
+        def admit(i: int) -> tuple[Admitted, np.ndarray] | None:
+            """Side ``i``'s admitted rows and its late rows per batch."""
+            src = self.sources[("left", "right")[i]]
             batch_of, et = source_rows(plan, src.layout.source)
             keep = np.ones(len(et), dtype=bool)
             for mask in (src.dropped, src.never_joins):
                 if mask is not None:
                     keep &= ~mask
+            dropped = np.zeros(n_b, dtype=np.int64)
             if src.layout.source in self.watermarked:
                 is_late = keep & late_rows(plan, batch_of, et)
                 keep &= ~is_late
-                dropped += np.bincount(batch_of[is_late], minlength=n_b)
+                dropped = np.bincount(batch_of[is_late], minlength=n_b)
             thr = [t[i] for t in thresholds]
             thr_us = None if None in thr else np.asarray(thr, dtype=np.int64) * 1000
             if thr_us is not None and np.any(thr_us[1:] < thr_us[:-1]):
                 return None  # (never: state watermarks follow the watermark, never back)
             pos = np.flatnonzero(keep)
-            sides.append(Admitted.of(pos, batch_of[pos], src.code[pos], et[pos], src.ev[pos],
-                                     thr_us, n_b))
-        got = join_at_once(sides[0], sides[1], self.query.type, self.condition, self.packing,
-                           n_b, self.n_codes)
+            return Admitted.of(pos, batch_of[pos], src.code[pos], et[pos], src.ev[pos], thr_us,
+                               n_b), dropped
+
+        sides = map_parts(admit, [0, 1])  # the two sides in threads
+        if sides[0] is None or sides[1] is None:
+            return None
+        (left, l_late), (right, r_late) = sides
+        dropped = l_late + r_late
+        got = join_at_once(left, right, self.query.type, self.condition, self.packing, n_b,
+                           self.n_codes)
         if got is None:
             return None
         sides_out = (got.left,) if got.right is None else (got.left, got.right)
