@@ -80,6 +80,7 @@ from semantics.operators.join_frames import (
     SideLayout,
     key_codes,
     match_pairs,
+    take_values,
     to_micros_nullable,
 )
 from semantics.operators.join_store import WHOLE, Gone, SideRows, SideStore, SideWork
@@ -262,12 +263,12 @@ class JoinOperator:
         the null-padded side of an outer row; left semi: left positions only)."""
         width = len(payloads[0])
         positions = [np.concatenate([p[i] for p in payloads]) for i in range(width)]
-        data: dict[str, Any] = {}
-        for role, pos in zip(("left", "right"), positions, strict=False):
-            src = self.sources[role]
-            for c in src.layout.columns:
-                if c in columns:
-                    data[c] = src.layout.take(src.frame, c, pos)
+        jobs = [(c, src.frame[c]._values, pos)
+                for src, pos in zip((self.sources["left"], self.sources["right"]), positions,
+                                    strict=False)
+                for c in src.layout.columns if c in columns]
+        taken = map_parts(lambda job: take_values(job[1], job[2]), jobs)  # columns in threads
+        data = {c: v for (c, _, _), v in zip(jobs, taken, strict=True)}
         return pd.DataFrame(data, index=pd.RangeIndex(len(positions[0])), columns=columns,
                             copy=False)
 

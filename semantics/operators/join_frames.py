@@ -93,7 +93,7 @@ class SideLayout:
 
     def prepare(self, rows: pd.DataFrame) -> pd.DataFrame:
         """``rows`` (a source's schedule rows) as side rows: output columns + ``_ev``. The
-        columns keep their dtypes and are not copied; ``take`` gives ``dtypes``."""
+        columns keep their dtypes and are not copied; ``take_values`` gives ``dtypes``."""
         df = pd.DataFrame({p: rows[c]._values for p, c in zip(self.columns, self.source_columns,
                                                                strict=True)},
                           index=pd.RangeIndex(len(rows)), copy=False)
@@ -103,43 +103,44 @@ class SideLayout:
             df[EV] = to_micros(rows[self.evict_column].reset_index(drop=True))
         return df
 
-    def take(self, df: pd.DataFrame, column: str, positions: np.ndarray) -> Any:
-        """Values of ``column`` of ``df`` (from :meth:`prepare`) at ``positions``, in the
-        column's dtype of ``dtypes``; -1 gives a null (``None`` for object columns; ``NA``,
-        ``NaT`` otherwise; a float NaN is a null too).
-
-        >>> lay = SideLayout.build("s", pd.DataFrame({"row_id": [0], "f": [0.5]}), ["f"], [],
-        ...                        None)
-        >>> df = lay.prepare(pd.DataFrame({"row_id": [7, 8], "f": [np.nan, 2.5]}))
-        >>> lay.take(df, "s_f", np.array([1, -1, 0])).tolist()
-        [2.5, <NA>, <NA>]
-        """
-        values = df[column]._values
-        positions = np.asarray(positions, dtype=np.int64)
-        null = positions < 0
-        if not isinstance(values, np.ndarray):
-            return values.take(positions, allow_fill=True)
-        if not len(values):
-            data = np.zeros(len(positions), dtype=values.dtype)
-        else:
-            data = values.take(np.where(null, 0, positions))
-        kind = values.dtype.kind
-        if kind in "iu":
-            return pd.arrays.IntegerArray(data, null)
-        if kind == "f":  # (float16 has no nullable dtype: Float32, as ``nullable_dtype``)
-            data = data if data.itemsize >= 4 else data.astype(np.float32)
-            return pd.arrays.FloatingArray(data, null | np.isnan(data))
-        if kind == "b":
-            return pd.arrays.BooleanArray(data, null)
-        if kind == "O":
-            data[null] = None
-            return data
-        return pd.api.extensions.take(values, positions, allow_fill=True)
-
     def has_null_key(self, df: pd.DataFrame) -> np.ndarray:
         if not self.keys:
             return np.zeros(len(df), dtype=bool)
         return df[list(self.keys)].isna().any(axis=1).to_numpy()
+
+
+def take_values(values: Any, positions: np.ndarray) -> Any:
+    """The values of a column (``Series._values`` of a frame from :meth:`SideLayout.prepare`)
+    at ``positions``, in the column's nullable dtype (``SideLayout.dtypes``); -1 gives a null
+    (``None`` for object columns; ``NA``, ``NaT`` otherwise; a float NaN is a null too). Only
+    reads ``values``: columns can be taken in threads.
+
+    >>> lay = SideLayout.build("s", pd.DataFrame({"row_id": [0], "f": [0.5]}), ["f"], [],
+    ...                        None)
+    >>> df = lay.prepare(pd.DataFrame({"row_id": [7, 8], "f": [np.nan, 2.5]}))
+    >>> take_values(df["s_f"]._values, np.array([1, -1, 0])).tolist()
+    [2.5, <NA>, <NA>]
+    """
+    positions = np.asarray(positions, dtype=np.int64)
+    null = positions < 0
+    if not isinstance(values, np.ndarray):
+        return values.take(positions, allow_fill=True)
+    if not len(values):
+        data = np.zeros(len(positions), dtype=values.dtype)
+    else:
+        data = values.take(np.where(null, 0, positions))
+    kind = values.dtype.kind
+    if kind in "iu":
+        return pd.arrays.IntegerArray(data, null)
+    if kind == "f":  # (float16 has no nullable dtype: Float32, as ``nullable_dtype``)
+        data = data if data.itemsize >= 4 else data.astype(np.float32)
+        return pd.arrays.FloatingArray(data, null | np.isnan(data))
+    if kind == "b":
+        return pd.arrays.BooleanArray(data, null)
+    if kind == "O":
+        data[null] = None
+        return data
+    return pd.api.extensions.take(values, positions, allow_fill=True)
 
 
 def match_pairs(lcode: np.ndarray, lt: np.ndarray, rcode: np.ndarray, rt: np.ndarray,
