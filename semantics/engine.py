@@ -26,6 +26,7 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
+from semantics.parallel import map_parts
 from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import BacktestSpec
 
@@ -257,6 +258,9 @@ def late_rows(plan: list[BatchInput], batch_of: np.ndarray, t_us: np.ndarray) ->
     return t_us <= wms[0][batch_of]
 
 
+SEARCH_PART = 1 << 18  # values searched at once, at most (more: in parts, in threads)
+
+
 def leaving_batch(values_us: np.ndarray, thresholds_us: np.ndarray | None, n_b: int,
                   arrived: np.ndarray | None = None) -> np.ndarray:
     """The batch each state entry leaves in: the first batch (from ``arrived``, its own, on)
@@ -269,7 +273,12 @@ def leaving_batch(values_us: np.ndarray, thresholds_us: np.ndarray | None, n_b: 
     """
     if thresholds_us is None:
         return np.full(len(values_us), n_b, dtype=np.int64)
-    first = np.searchsorted(thresholds_us, values_us, side="left")
+    if len(values_us) > SEARCH_PART:  # parts in threads
+        first = np.concatenate(map_parts(
+            lambda p: np.searchsorted(thresholds_us, p, side="left"),
+            np.array_split(values_us, -(-len(values_us) // SEARCH_PART))))
+    else:
+        first = np.searchsorted(thresholds_us, values_us, side="left")
     return first if arrived is None else np.maximum(arrived, first)
 
 

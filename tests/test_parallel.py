@@ -1,4 +1,4 @@
-"""Parts of a whole-run computation in threads (operators/parallel.py): the same results, in
+"""Parts of a whole-run computation in threads (semantics/parallel.py): the same results, in
 the same order, as one after the other."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import time
 import numpy as np
 import pytest
 
-from semantics.operators import join_all, parallel, session_all
+from semantics import parallel
+from semantics.operators import join_all, session_all
 from tests.predict_kit import schedule_of, spec_of
 from tests.test_predict_join import join_run
 from tests.test_predict_join_store import _random_join

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from semantics.operators.parallel import map_parts
+from semantics.parallel import map_parts
 
 
 def group(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -165,12 +165,11 @@ def id_ranges(ids: np.ndarray, lo: int, top: int, n_parts: int) -> list[np.ndarr
 
 def take_columns(df: pd.DataFrame, cols: list[str], idx: np.ndarray) -> pd.DataFrame:
     """``df[cols].iloc[idx]`` without pandas' block-manager overhead (rows re-numbered)."""
-    data = {}
-    for c in cols:
-        arr = df[c].array
-        data[c] = arr.take(idx) if not isinstance(arr, pd.arrays.NumpyExtensionArray) \
-            else arr.to_numpy()[idx]
-    return pd.DataFrame(data, index=pd.RangeIndex(len(idx)), copy=False)
+    arrays = [df[c].array for c in cols]
+    taken = map_parts(lambda arr: arr.to_numpy()[idx] if isinstance(
+        arr, pd.arrays.NumpyExtensionArray) else arr.take(idx), arrays)  # columns in threads
+    return pd.DataFrame(dict(zip(cols, taken, strict=True)), index=pd.RangeIndex(len(idx)),
+                        copy=False)
 
 
 def lookup(sorted_ids: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

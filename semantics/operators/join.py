@@ -85,7 +85,7 @@ from semantics.operators.join_frames import (
 )
 from semantics.operators.join_store import WHOLE, Gone, SideRows, SideStore, SideWork
 from semantics.operators.join_watermarks import JoinEvictionPlan, derive_plan
-from semantics.operators.parallel import map_parts
+from semantics.parallel import map_parts
 from semantics.report import OPERATOR_NAMES, output_columns
 from semantics.schedule import Schedule
 from semantics.spec import BacktestSpec, Candidate, JoinQuery

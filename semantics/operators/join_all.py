@@ -42,7 +42,7 @@ import numpy as np
 from semantics.engine import leaving_batch
 from semantics.operators.grouping import by_key_then_time, id_ranges, order_of_small
 from semantics.operators.join_frames import Packing, expand
-from semantics.operators.parallel import map_parts
+from semantics.parallel import map_parts
 
 if TYPE_CHECKING:
     from semantics.operators.join import TimeCondition

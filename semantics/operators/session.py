@@ -95,9 +95,9 @@ from semantics.operators.keys import (
     key_columns,
     take_keys,
 )
-from semantics.operators.parallel import map_parts, threads
 from semantics.operators.runs import compact
 from semantics.operators.session_all import AllSessions, sessions_at_once
+from semantics.parallel import map_parts, threads
 from semantics.report import operator_name
 from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import BacktestSpec, SessionQuery

@@ -36,7 +36,7 @@ import numpy as np
 
 from semantics.engine import leaving_batch
 from semantics.operators.grouping import by_key_then_time, id_ranges
-from semantics.operators.parallel import map_parts
+from semantics.parallel import map_parts
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ def sessions_at_once(kid: np.ndarray, t: np.ndarray, batch_of: np.ndarray, gap_u
     on its own (every count is a sum over keys; the ranges' components, concatenated in
     order, stay sorted by (key id, start)): sorts and gathers then work on arrays that fit the
     caches, memory stays bounded, and the ranges run on the machine's cores
-    (:func:`~semantics.operators.parallel.map_parts`).
+    (:func:`~semantics.parallel.map_parts`).
     """
     parts = _key_ranges(kid, CHUNK)
     if parts is None:
