@@ -22,7 +22,7 @@ from typing import TypeVar
 P = TypeVar("P")
 R = TypeVar("R")
 
-_POOL: tuple[int, ThreadPoolExecutor] | None = None  # (threads, pool)
+_POOL: tuple[int, int, ThreadPoolExecutor] | None = None  # (threads, process id, pool)
 _NAME = "wmbt-part"
 
 
@@ -53,8 +53,10 @@ def map_parts(fn: Callable[[P], R], parts: Sequence[P]) -> list[R]:
     if n <= 1 or len(parts) <= 1 or threading.current_thread().name.startswith(_NAME):
         return [fn(p) for p in parts]
     global _POOL
-    if _POOL is None or _POOL[0] != n:  # (the setting may change between runs)
-        if _POOL is not None:
-            _POOL[1].shutdown(wait=False)
-        _POOL = (n, ThreadPoolExecutor(n, thread_name_prefix=_NAME))
-    return list(_POOL[1].map(fn, parts))
+    # a new pool when the setting changed, or in a forked child (its parent's pool has no
+    # threads there: work given to it would never run)
+    if _POOL is None or _POOL[:2] != (n, os.getpid()):
+        if _POOL is not None and _POOL[1] == os.getpid():
+            _POOL[2].shutdown(wait=False)
+        _POOL = (n, os.getpid(), ThreadPoolExecutor(n, thread_name_prefix=_NAME))
+    return list(_POOL[2].map(fn, parts))

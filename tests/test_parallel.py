@@ -70,3 +70,16 @@ def test_threads_do_not_change_a_prediction(threads: str, monkeypatch: pytest.Mo
     for a, b in zip(results["1"], results[threads], strict=True):
         assert a.batches.equals(b.batches) and a.outputs.equals(b.outputs)
         assert np.array_equal(a.batches["state_rows"], b.batches["state_rows"])
+
+
+def test_a_forked_child_gets_its_own_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a process forked after the pool was made (e.g. by a multiprocess executor) has none of
+    # its threads: it must make its own pool, not wait forever on the parent's
+    import multiprocessing
+
+    monkeypatch.setenv("WMBT_THREADS", "2")
+    assert parallel.map_parts(abs, [-1, -2]) == [1, 2]  # the parent's pool exists
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(1) as pool:
+        got = pool.apply_async(parallel.map_parts, (abs, [-3, -4])).get(timeout=60)
+    assert got == [3, 4]
