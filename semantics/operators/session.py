@@ -406,7 +406,7 @@ class SessionOperator:
                                late_us, evict_us, n_b)
         if got is None:
             return None
-        init, empty = init_all(self.aggs, self._frame), self._empty()
+        init, empty = init_all(self.aggs, self._frame), self._empty()  # (empty: for merging)
         pieces = map_parts(lambda c: self._evicted(got, c, kv, init, n_b),
                            _component_blocks(got.comp, len(got.gid), threads()))
         counts = np.stack([got.dropped, got.state_rows, got.updated, got.removed, got.keys])
@@ -416,12 +416,12 @@ class SessionOperator:
                                  s.state_rows_removed, s.state_keys or 0] for s in stepped]).T
         outputs = []
         for b in range(n_b):  # the blocks' evicted sessions of the batch, in key id order
-            parts = [ev.take(slice(cuts[b], cuts[b + 1])) for ev, cuts in pieces
-                     if cuts[b + 1] > cuts[b]]
-            out = parts[0] if len(parts) == 1 else concat_states(*parts) if parts else empty
+            parts = tuple(ev.take(slice(cuts[b], cuts[b + 1])) for ev, cuts in pieces
+                          if cuts[b + 1] > cuts[b])
             if stepped is not None and len(stepped[b].output):
-                out = merge_states(out, stepped[b].output.payload)[0]
-            outputs.append(Deferred(out, len(out)))
+                parts = (merge_states(concat_states(empty, *parts),
+                                      stepped[b].output.payload)[0],)
+            outputs.append(Deferred(parts, sum(len(p) for p in parts)))
         dropped, rows, updated, removed, keys = counts
         return steps_of(dropped, rows, updated, removed, outputs, keys)
 
@@ -719,9 +719,12 @@ class SessionOperator:
         replaced = int((is_stored & (s != s[heads][code])).sum())
         return merged, n_sess, replaced
 
-    def materialize(self, payloads: list[SessionState], columns: list[str]) -> pd.DataFrame:
-        """Output rows of the emitted sessions of every batch (in order), one frame."""
-        st = payloads[0] if len(payloads) == 1 else concat_states(*payloads)
+    def materialize(self, payloads: list[SessionState | tuple[SessionState, ...]],
+                    columns: list[str]) -> pd.DataFrame:
+        """Output rows of the emitted sessions of every batch (in order), one frame. A batch's
+        payload is its sessions, or pieces of them one after the other (``run_all``'s)."""
+        parts = [q for p in payloads for q in (p if isinstance(p, tuple) else (p,))]
+        st = parts[0] if len(parts) == 1 else concat_states(*parts)
         keys = self._coder.key_values(self._whole_keys(), st.keys)
         return result_frame(columns, key_series(self.keys, keys),
                             {"session_start": st.start_us, "session_end": st.end_us},
