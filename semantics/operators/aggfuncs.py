@@ -201,6 +201,25 @@ def take_all(bufs: Buffers, idx: np.ndarray) -> Buffers:
     return tuple(tuple(arr[idx] for arr in b) for b in bufs)
 
 
+def ones_of(bufs: Buffers) -> tuple[tuple[bool, ...], ...]:
+    """Which arrays of per-row buffers (:func:`init_all`) hold only ones: ``count(*)``'s, and
+    the counts of a column without NULL. :func:`take_rows` makes them instead of gathering.
+
+    >>> ones_of(((np.array([1, 1]),), (np.array([5, 7]), np.array([1, 1]))))
+    ((True,), (False, True))
+    """
+    return tuple(tuple(bool(a.dtype == np.int64 and (a == 1).all()) for a in b) for b in bufs)
+
+
+def take_rows(bufs: Buffers, idx: np.ndarray, ones: tuple[tuple[bool, ...], ...]) -> Buffers:
+    """:func:`take_all` of per-row buffers, the arrays of only ones (``ones``, from
+    :func:`ones_of`) made, not gathered (a gather from random rows of a large source costs
+    a cache miss per row and array)."""
+    return tuple(tuple(np.ones(len(idx), dtype=np.int64) if one else a[idx]
+                       for a, one in zip(b, o, strict=True))
+                 for b, o in zip(bufs, ones, strict=True))
+
+
 def concat_all(*parts: Buffers) -> Buffers:
     return tuple(tuple(np.concatenate(arrs) for arrs in zip(*bs, strict=True))
                  for bs in zip(*parts, strict=True))

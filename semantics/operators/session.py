@@ -69,10 +69,12 @@ from semantics.operators.aggfuncs import (
     empty_all,
     init_all,
     interleave_all,
+    ones_of,
     parse_aggregates,
     reduce_all,
     result_frame,
     take_all,
+    take_rows,
 )
 from semantics.operators.columns import Values, check_key_columns, key_series, values_of
 from semantics.operators.grouping import (
@@ -407,7 +409,8 @@ class SessionOperator:
         if got is None:
             return None
         init, empty = init_all(self.aggs, self._frame), self._empty()  # (empty: for merging)
-        pieces = map_parts(lambda c: self._evicted(got, c, kv, init, n_b),
+        ones = ones_of(init)
+        pieces = map_parts(lambda c: self._evicted(got, c, kv, (init, ones), n_b),
                            _component_blocks(got.comp, len(got.gid), threads()))
         counts = np.stack([got.dropped, got.state_rows, got.updated, got.removed, got.keys])
         stepped = self._step_rows(plan, got.stepped, batch_of, t) if len(got.stepped) else None
@@ -426,14 +429,15 @@ class SessionOperator:
         return steps_of(dropped, rows, updated, removed, outputs, keys)
 
     def _evicted(self, got: AllSessions, comps: tuple[int, int, int, int],
-                 kv: tuple[Values, ...], init: Buffers, n_b: int
-                 ) -> tuple[SessionState, np.ndarray]:
+                 kv: tuple[Values, ...], init: tuple[Buffers, tuple[tuple[bool, ...], ...]],
+                 n_b: int) -> tuple[SessionState, np.ndarray]:
         """The evicted sessions among the components ``c0 .. c1 - 1`` of ``got`` (their rows:
-        ``r0 .. r1 - 1`` of ``got.rows``; ``init``: every source row's buffers) in (batch,
-        key id, start) order, their buffers reduced, and where each batch's start."""
+        ``r0 .. r1 - 1`` of ``got.rows``; ``init``: every source row's buffers, and which of
+        their arrays are only ones) in (batch, key id, start) order, their buffers reduced,
+        and where each batch's start."""
         c0, c1, r0, r1 = comps
-        bufs = reduce_all(self.aggs, take_all(init, got.rows[r0:r1]), got.comp[r0:r1] - c0,
-                          c1 - c0)
+        bufs = reduce_all(self.aggs, take_rows(init[0], got.rows[r0:r1], init[1]),
+                          got.comp[r0:r1] - c0, c1 - c0)
         ev_in = got.evicted_in[c0:c1]
         gone = np.flatnonzero(ev_in < n_b)
         gone = gone[order_of_small(ev_in[gone], n_b)]
