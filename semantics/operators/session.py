@@ -442,9 +442,9 @@ class SessionOperator:
         gone = np.flatnonzero(ev_in < n_b)
         gone = gone[order_of_small(ev_in[gone], n_b)]
         c = gone + c0
+        head = got.head[c]
         ev = SessionState(got.gid[c], got.start_us[c], got.end_us[c],
-                          self._coder.entry_keys(kv, got.head[c], got.head[c]),
-                          take_all(bufs, gone))
+                          self._coder.entry_keys(kv, head, head), take_all(bufs, gone))
         return ev, np.r_[0, np.cumsum(np.bincount(ev_in[gone], minlength=n_b))]
 
     def _step_rows(self, plan: list[BatchInput], rows: np.ndarray, batch_of: np.ndarray,
