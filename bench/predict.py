@@ -18,6 +18,8 @@ the same with minima and maxima (of an integer and a timestamp column); ``sessio
 groups events of 100 000 keys with a 30-second gap (most sessions hold one or two events),
 ``session_long`` the same with a 30-minute watermark delay (about 750 000 sessions stored), and
 ``join_long`` is ``join`` with 30-minute delays (about 1 000 000 rows buffered).
+The predictor runs independent parts in threads (``WMBT_THREADS``, default: the cores this
+process may use; the first line printed says how many), the Spark replay on ``local[2]``.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from semantics.parallel import threads  # noqa: E402
 from semantics.predict import predict  # noqa: E402
 from semantics.schedule import Schedule, cut  # noqa: E402
 from semantics.spec import BacktestSpec, BatchBy, parse_spec  # noqa: E402
@@ -133,6 +136,7 @@ def main() -> None:
     ap.add_argument("--spark-rows", type=int, default=1_000_000,
                     help="replay in Spark at this size (0: skip Spark)")
     args = ap.parse_args()
+    print(f"predictor threads: {threads()}")
     print(f"{'kind':<14} {'events':>10} {'batches':>8} {'out/event':>9} {'predict s':>10} "
           f"{'events/s':>12} {'spark s':>9} {'speed-up':>9}")
     for kind in args.kinds.split(","):
