@@ -188,26 +188,27 @@ def plan(spec: BacktestSpec, candidate: str | None = None) -> Schedule:
     frames: dict[str, pd.DataFrame] = {}
     for s in spec.query_sources:
         frames[s] = read_arrivals(spec, s)
-    order = [(s, df[ARRIVAL_MS].to_numpy(), df[VERSION].to_numpy(), np.arange(len(df)))
-             for s, df in frames.items()]
-    # merged arrival order: arrival time, then source order in the spec, then version, position
-    keys = []
-    for i, (_s, arr, ver, pos) in enumerate(order):
-        keys.append(pd.DataFrame({"a": arr, "src": i, "v": ver, "p": pos}))
     for s, df in frames.items():
         if len(df) == 0:
             raise DataError(str(spec.table_path(s)), f"sources.{s}",
                             "at least one row in the selected versions (after the filter)")
-    allk = pd.concat(keys, ignore_index=True)
-    allk["rid"] = 0
-    ordered = allk.sort_values(["a", "src", "v", "p"], kind="stable")
-    ordered["rid"] = np.arange(len(ordered), dtype=np.int64)
+    # merged arrival order: arrival time, then source order in the spec, then version, position
+    sizes = [len(df) for df in frames.values()]
+    order = np.lexsort((
+        np.concatenate([np.arange(n, dtype=np.int64) for n in sizes]),
+        np.concatenate([df[VERSION].to_numpy(dtype=np.int64) for df in frames.values()]),
+        np.repeat(np.arange(len(sizes), dtype=np.int64), sizes),
+        np.concatenate([df[ARRIVAL_MS].to_numpy(dtype=np.int64) for df in frames.values()])))
+    rid = np.empty(len(order), dtype=np.int64)
+    rid[order] = np.arange(len(order), dtype=np.int64)
     arrivals: dict[str, pd.DataFrame] = {}
-    for i, (s, df) in enumerate(frames.items()):
-        rid = ordered.loc[ordered["src"] == i].sort_values("p")["rid"].to_numpy()
-        df = df.copy()
-        df.insert(0, ROW_ID, rid)
-        arrivals[s] = df.sort_values(ROW_ID, kind="stable").reset_index(drop=True)
+    for (s, df), start in zip(frames.items(), np.cumsum([0, *sizes[:-1]]), strict=True):
+        ids = rid[start:start + len(df)]
+        if np.any(ids[1:] < ids[:-1]):  # (arrival columns out of the log's order)
+            by_id = np.argsort(ids, kind="stable")
+            df, ids = df.take(by_id).reset_index(drop=True), ids[by_id]
+        df.insert(0, ROW_ID, ids)  # (read_arrivals' frame, or a copy: nobody else holds it)
+        arrivals[s] = df
     return cut(
         spec.name,
         arrivals,

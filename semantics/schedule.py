@@ -109,59 +109,58 @@ def cut(
     * ``arrival_interval: d``: everything arriving in [t0 + k·d, t0 + (k+1)·d), t0 = first
       arrival; empty intervals add no data tick (see the module docstring for idle ticks).
     """
-    parts = [
-        df.assign(_src=s) for s, df in arrivals.items() if len(df)
-    ]
-    if not parts:
-        merged = pd.DataFrame({ROW_ID: np.array([], dtype=np.int64)})
-        group = np.array([], dtype=np.int64)
+    names = list(arrivals)
+    sizes = np.array([len(arrivals[s]) for s in names], dtype=np.int64)
+    col = lambda c: np.concatenate(  # noqa: E731  (of every source, in ``names`` order)
+        [arrivals[s][c].to_numpy(dtype=np.int64) for s in names]) if len(names) else \
+        np.array([], dtype=np.int64)
+    # the merged sequence, in row id order: position in the concatenated sources
+    merged = np.argsort(col(ROW_ID), kind="stable")
+    src = np.repeat(np.arange(len(names), dtype=np.int64), sizes)[merged]
+    version, arr = col(VERSION)[merged], col(ARRIVAL_MS)[merged]
+    if batch_by.commits is not None:
+        unit_change = np.ones(len(merged), dtype=bool)  # a commit = one (source, version)
+        unit_change[1:] = (src[1:] != src[:-1]) | (version[1:] != version[:-1])
+        group = (np.cumsum(unit_change) - 1) // batch_by.commits
+    elif batch_by.rows is not None:
+        group = np.arange(len(merged), dtype=np.int64) // batch_by.rows
     else:
-        merged = pd.concat([p[[ROW_ID, ARRIVAL_MS, VERSION, "_src"]] for p in parts],
-                           ignore_index=True)
-        merged = merged.sort_values(ROW_ID, kind="stable").reset_index(drop=True)
-        if batch_by.commits is not None:
-            unit_change = (
-                (merged["_src"] != merged["_src"].shift())
-                | (merged[VERSION] != merged[VERSION].shift())
-            ).to_numpy()
-            unit = np.cumsum(unit_change) - 1
-            group = unit // batch_by.commits
-        elif batch_by.rows is not None:
-            group = np.arange(len(merged)) // batch_by.rows
-        else:
-            assert batch_by.arrival_interval is not None
-            step = batch_by.arrival_interval.ms
-            if step <= 0:
-                raise ValueError("arrival_interval must be at least 1 millisecond")
-            t = merged[ARRIVAL_MS].to_numpy(dtype=np.int64)
-            interval = (t - t[0]) // step
-            # dense rank: empty intervals add no data tick
-            group = np.cumsum(np.r_[True, interval[1:] != interval[:-1]]) - 1
+        assert batch_by.arrival_interval is not None
+        step = batch_by.arrival_interval.ms
+        if step <= 0:
+            raise ValueError("arrival_interval must be at least 1 millisecond")
+        interval = (arr - arr[0]) // step if len(arr) else arr
+        # dense rank: empty intervals add no data tick
+        group = np.cumsum(np.r_[True, interval[1:] != interval[:-1]]) - 1 if len(arr) else arr
     n_data = int(group.max()) + 1 if len(group) else 0
     # tick index of data group g: backlog -> g; live -> 2g (each followed by an idle tick)
     data_tick = group * (2 if pace == "live" else 1)
     ticks: list[Tick] = []
-    arr = merged[ARRIVAL_MS].to_numpy(dtype=np.int64) if len(merged) else np.array([])
     starts = np.r_[0, np.flatnonzero(np.diff(group)) + 1] if len(group) else np.array([], int)
-    ends = np.r_[starts[1:], len(group)] if len(group) else np.array([], int)
+    lows = np.minimum.reduceat(arr, starts) if len(group) else starts
+    highs = np.maximum.reduceat(arr, starts) if len(group) else starts
     for g in range(n_data):
-        ticks.append(Tick(len(ticks), False, int(arr[starts[g]:ends[g]].min()),
-                          int(arr[starts[g]:ends[g]].max())))
+        ticks.append(Tick(len(ticks), False, int(lows[g]), int(highs[g])))
         if pace == "live":
             ticks.append(Tick(len(ticks), True))
     if pace != "live" or not ticks:
         ticks.append(Tick(len(ticks), True))
-    tick_of_row = pd.Series(data_tick, index=merged[ROW_ID].to_numpy()) if len(merged) else None
+    tick_at = np.empty(len(merged), dtype=np.int64)  # per position in the concatenated sources
+    tick_at[merged] = data_tick
     rows: dict[str, pd.DataFrame] = {}
-    for s, df in arrivals.items():
-        df = df.copy()
-        if tick_of_row is not None and len(df):
-            df[TICK] = tick_of_row.loc[df[ROW_ID].to_numpy()].to_numpy().astype(np.int64)
-        else:
-            df[TICK] = np.array([], dtype=np.int64) if not len(df) else 0
-        df = df.sort_values([TICK, ROW_ID], kind="stable").reset_index(drop=True)
+    for s, start in zip(names, np.r_[0, np.cumsum(sizes)[:-1]], strict=True):
+        df = arrivals[s]
+        tick = tick_at[start:start + len(df)]
+        rid = df[ROW_ID].to_numpy(dtype=np.int64)
+        # sorted by (tick, row_id); ticks follow row ids, so usually already in order
+        if np.any((tick[1:] < tick[:-1]) | ((tick[1:] == tick[:-1]) & (rid[1:] < rid[:-1]))):
+            by = np.lexsort((rid, tick))
+            df, tick = df.take(by), tick[by]
         cols = [c for c in df.columns if c not in META_COLUMNS]
-        rows[s] = df[[ROW_ID, TICK, ARRIVAL_MS, VERSION, *cols]]
+        rows[s] = pd.DataFrame(
+            {ROW_ID: df[ROW_ID]._values, TICK: tick, ARRIVAL_MS: df[ARRIVAL_MS]._values,
+             VERSION: df[VERSION]._values, **{c: df[c]._values for c in cols}},
+            index=pd.RangeIndex(len(df)))
     return Schedule(
         backtest=backtest,
         ticks=tuple(ticks),
