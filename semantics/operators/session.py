@@ -433,8 +433,8 @@ class SessionOperator:
                  n_b: int) -> tuple[SessionState, np.ndarray]:
         """The evicted sessions among the components ``c0 .. c1 - 1`` of ``got`` (their rows:
         ``r0 .. r1 - 1`` of ``got.rows``; ``init``: every source row's buffers, and which of
-        their arrays are only ones) in (batch, key id, start) order, their buffers reduced,
-        and where each batch's start."""
+        their arrays are only ones) in (batch, key id, start) order with their buffers
+        reduced, and where each batch's sessions start among them (``n_b + 1`` cuts)."""
         c0, c1, r0, r1 = comps
         bufs = reduce_all(self.aggs, take_rows(init[0], got.rows[r0:r1], init[1]),
                           got.comp[r0:r1] - c0, c1 - c0)
