@@ -18,11 +18,12 @@ import json
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
-from semantics.report import REPORT_COLUMNS, RunResult, frame_to_records
+from semantics.report import REPORT_COLUMNS, RunResult, json_rows
 from semantics.schedule import Schedule
 from semantics.spec import BacktestSpec
 
@@ -90,12 +91,13 @@ class ResultsStore:
                 b[c] = pd.to_numeric(b[c], errors="coerce").astype("Int64")
         self._write("batch_reports", pa.Table.from_pandas(b, BATCH_SCHEMA, preserve_index=False),
                     key)
-        recs = frame_to_records(result.outputs)
+        outs = result.outputs
+        n = len(outs)
         o = pd.DataFrame({
-            **{k: [v] * len(recs) for k, v in key.items()},
-            "batch_id": [int(r.get("batch_id", -1)) for r in recs],
-            "row": [json.dumps({k: v for k, v in r.items() if k != "batch_id"}, default=str)
-                    for r in recs],
+            **{k: np.full(n, v, dtype=object) for k, v in key.items()},
+            "batch_id": outs["batch_id"].to_numpy(dtype=np.int64) if "batch_id" in outs
+            else np.full(n, -1, dtype=np.int64),
+            "row": json_rows(outs, [c for c in outs.columns if c != "batch_id"]),
         })
         self._write("outputs", pa.Table.from_pandas(o, OUTPUT_SCHEMA, preserve_index=False), key)
         run = pd.DataFrame([{

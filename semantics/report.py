@@ -6,8 +6,12 @@ columns of every query kind, so Spark's sink output and the predictor's rows com
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 
+import numpy as np
 import pandas as pd
 
 from semantics.schedule import ROW_ID
@@ -110,12 +114,75 @@ class RunResult:
 
 
 def frame_to_records(df: pd.DataFrame) -> list[dict[str, object]]:
-    """JSON-ready records: timestamps as epoch milliseconds, NaN/NA as null."""
+    """JSON-ready records: timestamps as epoch milliseconds, NaN/NA/NaT as null.
+
+    >>> frame_to_records(pd.DataFrame({"t": pd.to_datetime([1500, None], unit="ms", utc=True),
+    ...                                "x": [0.5, float("nan")]}))
+    [{'t': 1500, 'x': 0.5}, {'t': None, 'x': None}]
+    """
     out = df.copy()
     for c in out.columns:
         if pd.api.types.is_datetime64_any_dtype(out[c]):
-            out[c] = out[c].astype("datetime64[us, UTC]").astype("int64") // 1000
-            out[c] = out[c].astype("Int64")
+            out[c] = epoch_ms(out[c])
     out = out.astype(object).where(out.notna(), None)
     recs = out.to_dict(orient="records")
     return [{k: (v.item() if hasattr(v, "item") else v) for k, v in r.items()} for r in recs]
+
+
+def epoch_ms(col: pd.Series) -> pd.Series:
+    """A timestamp column as epoch milliseconds (``Int64``; NaT: NA, not the integer NaT is
+    stored as; a timestamp without time zone, Spark's TIMESTAMP_NTZ: its wall clock as UTC).
+
+    >>> epoch_ms(pd.Series(pd.to_datetime([1500, None], unit="ms"))).tolist()
+    [1500, <NA>]
+    """
+    us = col.to_numpy(dtype="datetime64[us]").astype(np.int64)
+    return pd.Series(us // 1000, index=col.index, dtype="Int64").mask(col.isna().to_numpy())
+
+
+def json_rows(df: pd.DataFrame, columns: Sequence[str]) -> np.ndarray:
+    """``json.dumps`` (``default=str``) of every row's ``columns`` as :func:`frame_to_records`
+    gives them, built column by column (a frame of a million emitted rows takes a fraction of a
+    second, not the ten seconds of a ``json.dumps`` per row). Same text, byte for byte.
+
+    >>> json_rows(pd.DataFrame({"k": ["a", None], "n": pd.array([1, None], dtype="Int64"),
+    ...                         "ok": [True, False]}), ["k", "n", "ok"]).tolist()
+    ['{"k": "a", "n": 1, "ok": true}', '{"k": null, "n": null, "ok": false}']
+    """
+    parts: list[Iterable[str]] = []
+    for i, c in enumerate(columns):
+        parts += [repeat(f"{', ' if i else '{'}{json.dumps(c)}: "), _json_values(df[c])]
+    if not parts:
+        return np.full(len(df), "{}", dtype=object)
+    out = np.empty(len(df), dtype=object)
+    out[:] = list(map("".join, zip(*parts, repeat("}"))))  # one join per row
+    return out
+
+
+def _json_values(col: pd.Series) -> np.ndarray:
+    """JSON text of every value of ``col`` (as ``json.dumps`` writes the Python value
+    :func:`frame_to_records` makes of it; null for NaN/NA/NaT/None)."""
+    if pd.api.types.is_datetime64_any_dtype(col):
+        col = epoch_ms(col)
+    null = col.isna().to_numpy()
+    dtype = col.dtype
+    if pd.api.types.is_bool_dtype(dtype):
+        text = np.where(col.to_numpy(dtype=bool, na_value=False), "true", "false").astype(object)
+    elif pd.api.types.is_integer_dtype(dtype):
+        text = _objects(map(str, col.to_numpy(dtype=np.int64, na_value=0).tolist()))
+    elif pd.api.types.is_float_dtype(dtype):  # (float32 as the double it becomes: its repr)
+        x = col.to_numpy(dtype=np.float64, na_value=np.nan)
+        text = _objects(map(repr, x.tolist()))  # json.dumps writes float.__repr__
+        text[np.isposinf(x)], text[np.isneginf(x)] = "Infinity", "-Infinity"
+    else:  # strings and other objects: one json.dumps per distinct value
+        codes, uniq = pd.factorize(col, use_na_sentinel=True)
+        words = np.array([json.dumps(v.item() if hasattr(v, "item") else v, default=str)
+                          for v in uniq] + ["null"], dtype=object)
+        text = words[codes]  # (code -1: the last word, null)
+    text[null] = "null"
+    return text
+
+
+def _objects(values: Iterable[str]) -> np.ndarray:
+    """An object array of the strings ``values``."""
+    return np.array(list(values), dtype=object)
