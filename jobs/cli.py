@@ -61,8 +61,8 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 
 def _print_result(result: Any, as_json: bool) -> int:
     if as_json:
-        json.dump(result.to_json(), sys.stdout, default=str)
-        sys.stdout.write("\n")
+        # (json.dumps: C's one-shot encoder; json.dump encodes in Python, ~10x slower)
+        sys.stdout.write(json.dumps(result.to_json(), default=str) + "\n")
     else:
         rows = summary_rows(result)
         print(format_table(rows))
@@ -118,8 +118,7 @@ def print_late(result: Any, limit: int, as_json: bool) -> int:
             print(format_table(late.table.drop(columns="event_time_ms").to_dict("records")))
         print()
     if as_json:
-        json.dump(doc, sys.stdout, default=str)
-        print()
+        sys.stdout.write(json.dumps(doc, default=str) + "\n")
     return 0
 
 
