@@ -91,7 +91,8 @@ def row_keys(df: pd.DataFrame, columns: list[str]) -> pd.Series:
             c[col] = [None if pd.isna(v) else f"{v:.{FLOAT_DIGITS}g}" for v in c[col]]
     if not len(c):
         return pd.Series(dtype=str)
-    return c.astype(str).agg("|".join, axis=1)
+    texts = [c[col].astype(str).to_numpy() for col in columns]  # by column, one join per row
+    return pd.Series(list(map("|".join, zip(*texts, strict=True))), index=c.index)
 
 
 def row_counts(predicted: pd.DataFrame, actual: pd.DataFrame) -> pd.DataFrame:
@@ -100,13 +101,16 @@ def row_counts(predicted: pd.DataFrame, actual: pd.DataFrame) -> pd.DataFrame:
     cols = list(predicted.columns)
     pc = row_keys(predicted, cols).value_counts()
     ac = row_keys(actual, cols).value_counts()
-    rows = sorted(set(pc.index) | set(ac.index))
-    head = [r.split("|", 1)[0] for r in rows]
+    rows = pd.Index(sorted(set(pc.index) | set(ac.index)), dtype=object)
+    head = rows.str.split("|", n=1).str[0]
+    whole = np.asarray(head.str.fullmatch(r"-?\d+"), dtype=bool)  # (a batch id: digits)
+    batch = np.full(len(rows), -1, dtype=np.int64)
+    batch[whole] = head[whole].astype(np.int64)
     return pd.DataFrame({
-        "row": rows,
-        "batch_id": [int(h) if h.lstrip("-").isdigit() else -1 for h in head],
-        "predicted_count": [int(pc.get(r, 0)) for r in rows],
-        "actual_count": [int(ac.get(r, 0)) for r in rows],
+        "row": rows.to_numpy(),
+        "batch_id": batch,
+        "predicted_count": pc.reindex(rows, fill_value=0).to_numpy(dtype=np.int64),
+        "actual_count": ac.reindex(rows, fill_value=0).to_numpy(dtype=np.int64),
     })
 
 
