@@ -69,3 +69,24 @@ def test_stored_rows_read_back_as_written(tmp_path: Path) -> None:
         want = [r[c] if not (isinstance(r[c], float) and np.isnan(r[c])) else None
                 for r in recs]
         assert got == want, c
+
+
+def test_emitted_rows_compare_as_multisets_with_their_batch() -> None:
+    # compare.row_counts: one key per row (batch first, floats to 12 significant digits, a
+    # NULL alike within a column), counted on each side; sorted by key
+    from semantics.compare import compare_outputs, row_counts
+
+    p = pd.DataFrame({"batch_id": [1, 1, 0, 2], "k": ["a|b", "a|b", None, "c"],
+                      "x": [0.1 + 0.2, 0.3, np.nan, 1.0],
+                      "t": pd.to_datetime([1, 1, None, 2], unit="ms", utc=True)})
+    a = p.iloc[[0, 2, 3, 3]].assign(x=[0.3, np.nan, 1.0, 1.0])  # 0.1 + 0.2 == 0.3 here
+    got = row_counts(p, a)
+    assert got.to_dict("list") == {
+        "row": ["0|None|None|<NA>", "1|a|b|0.3|1000", "2|c|1|2000"],
+        "batch_id": [0, 1, 2],
+        "predicted_count": [1, 2, 1],
+        "actual_count": [1, 1, 2],
+    }
+    diffs = compare_outputs(p, a)
+    assert [(d.batch_id, d.predicted, d.actual) for d in diffs] == [(1, "2×", "1×"),
+                                                                   (2, "1×", "2×")]
