@@ -14,6 +14,7 @@ from itertools import repeat
 import numpy as np
 import pandas as pd
 
+from semantics.operators.columns import values_of
 from semantics.schedule import ROW_ID
 from semantics.spec import AggregationQuery, BacktestSpec, DeduplicationQuery, JoinQuery
 
@@ -136,8 +137,9 @@ def epoch_ms(col: pd.Series) -> pd.Series:
     >>> epoch_ms(pd.Series(pd.to_datetime([1500, None], unit="ms"))).tolist()
     [1500, <NA>]
     """
-    us = col.to_numpy(dtype="datetime64[us]").astype(np.int64)
-    return pd.Series(us // 1000, index=col.index, dtype="Int64").mask(col.isna().to_numpy())
+    v = values_of(col)  # µs since the epoch, and the null mask
+    ms = pd.Series(v.data // 1000, index=col.index, dtype="Int64")
+    return ms if v.null is None else ms.mask(v.null)
 
 
 def json_rows(df: pd.DataFrame, columns: Sequence[str]) -> np.ndarray:

@@ -410,7 +410,7 @@ class SessionOperator:
             return None
         init, empty = init_all(self.aggs, self._frame), self._empty()  # (empty: for merging)
         ones = ones_of(init)
-        pieces = map_parts(lambda c: self._evicted(got, c, kv, (init, ones), n_b),
+        pieces = map_parts(lambda c: self._evicted(got, c, kv, init, ones, n_b),
                            _component_blocks(got.comp, len(got.gid), threads()))
         counts = np.stack([got.dropped, got.state_rows, got.updated, got.removed, got.keys])
         stepped = self._step_rows(plan, got.stepped, batch_of, t) if len(got.stepped) else None
@@ -429,14 +429,14 @@ class SessionOperator:
         return steps_of(dropped, rows, updated, removed, outputs, keys)
 
     def _evicted(self, got: AllSessions, comps: tuple[int, int, int, int],
-                 kv: tuple[Values, ...], init: tuple[Buffers, tuple[tuple[bool, ...], ...]],
+                 kv: tuple[Values, ...], init: Buffers, ones: tuple[tuple[bool, ...], ...],
                  n_b: int) -> tuple[SessionState, np.ndarray]:
         """The evicted sessions among the components ``c0 .. c1 - 1`` of ``got`` (their rows:
-        ``r0 .. r1 - 1`` of ``got.rows``; ``init``: every source row's buffers, and which of
-        their arrays are only ones) in (batch, key id, start) order with their buffers
-        reduced, and where each batch's sessions start among them (``n_b + 1`` cuts)."""
+        ``r0 .. r1 - 1`` of ``got.rows``; ``init``: every source row's buffers, ``ones``:
+        which of their arrays are only ones) in (batch, key id, start) order with their
+        buffers reduced, and where each batch's sessions start among them (``n_b + 1`` cuts)."""
         c0, c1, r0, r1 = comps
-        bufs = reduce_all(self.aggs, take_rows(init[0], got.rows[r0:r1], init[1]),
+        bufs = reduce_all(self.aggs, take_rows(init, got.rows[r0:r1], ones),
                           got.comp[r0:r1] - c0, c1 - c0)
         ev_in = got.evicted_in[c0:c1]
         gone = np.flatnonzero(ev_in < n_b)
