@@ -37,12 +37,13 @@ class CandidateResult:
     def success(self) -> bool:
         return self.validation is None or bool(self.validation.get("success"))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, records: bool = True) -> dict[str, Any]:
+        """``records=False``: frames stay frames (``semantics.report.dumps`` writes them)."""
         out: dict[str, Any] = {"name": self.name, "run_id": self.run_id}
         if self.predicted is not None:
-            out["predicted"] = self.predicted.to_json()
+            out["predicted"] = self.predicted.to_json(records)
         if self.actual is not None:
-            out["actual"] = self.actual.to_json()
+            out["actual"] = self.actual.to_json(records)
         if self.validation is not None:
             out["validation"] = self.validation
         return out
@@ -58,9 +59,10 @@ class BacktestResult:
     def success(self) -> bool:
         return all(c.success for c in self.candidates)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, records: bool = True) -> dict[str, Any]:
+        """SPEC.md §4's document; ``records=False``: for ``semantics.report.dumps``."""
         return {"backtest": self.spec.name,
-                "candidates": [c.to_json() for c in self.candidates],
+                "candidates": [c.to_json(records) for c in self.candidates],
                 "report": self.report}
 
 

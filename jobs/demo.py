@@ -7,7 +7,6 @@ five minutes late, some minutes are bursts (3×), and a handful of rows arrive a
 
 from __future__ import annotations
 
-import json
 import sys
 import textwrap
 from pathlib import Path
@@ -16,6 +15,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from deltalake import write_deltalake
+
+from semantics.report import dumps
 
 START = pd.Timestamp("2024-06-01 12:00:00", tz="UTC")
 
@@ -138,7 +139,7 @@ def run_demo(root: Path, small: bool = False, as_json: bool = False) -> int:
         result = run_backtest(spec, results=root / "results", progress=say)
         result.report = write_report(result, root / "reports")
         ok = ok and result.success
-        docs.append(result.to_json())
+        docs.append(result.to_json(records=False))
         if late_row is None:
             late_row = _first_late_row(result, "tight")
         if not as_json:
@@ -146,7 +147,7 @@ def run_demo(root: Path, small: bool = False, as_json: bool = False) -> int:
             print(format_table(summary_rows(result)))
             print(f"report: {result.report}")
     if as_json:
-        print(json.dumps(docs, default=str))
+        print(dumps(docs))
     else:
         print(textwrap.dedent(f"""
             Specs: {', '.join(str(p) for p in specs)}

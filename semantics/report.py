@@ -7,6 +7,7 @@ columns of every query kind, so Spark's sink output and the predictor's rows com
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
@@ -106,12 +107,44 @@ class RunResult:
     outputs: pd.DataFrame  # batch_id + output_columns(spec)
     info: dict[str, object] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self, records: bool = True) -> dict[str, object]:
+        """The JSON document of SPEC.md §4's ``predicted``/``actual`` part; ``records=False``
+        keeps the two frames as frames, for :func:`dumps` to write as text."""
+        conv = frame_to_records if records else (lambda df: df)
         return {
-            "batches": frame_to_records(self.batches),
-            "outputs": frame_to_records(self.outputs),
+            "batches": conv(self.batches),
+            "outputs": conv(self.outputs),
             **({"info": self.info} if self.info else {}),
         }
+
+
+def dumps(doc: object) -> str:
+    """``json.dumps(doc, default=str)`` of a document whose values may be frames, each written
+    as the list :func:`frame_to_records` makes of it — byte for byte that text, but the frames'
+    rows are built column by column (:func:`json_rows`), not as a Python dict per row.
+
+    >>> dumps({"n": 1, "rows": pd.DataFrame({"k": ["a"], "x": [0.5]})})
+    '{"n": 1, "rows": [{"k": "a", "x": 0.5}]}'
+    """
+    frames: dict[str, pd.DataFrame] = {}
+    token = f"\x00wmbt-frame-{uuid.uuid4().hex}-"
+
+    def swap(v: object) -> object:
+        if isinstance(v, pd.DataFrame):
+            key = f"{token}{len(frames)}\x00"
+            frames[key] = v
+            return key
+        if isinstance(v, dict):
+            return {k: swap(x) for k, x in v.items()}
+        if isinstance(v, list | tuple):
+            return [swap(x) for x in v]
+        return v
+
+    text = json.dumps(swap(doc), default=str)
+    for key, df in frames.items():
+        rows = json_rows(df, list(df.columns))
+        text = text.replace(json.dumps(key), "[" + ", ".join(rows.tolist()) + "]", 1)
+    return text
 
 
 def frame_to_records(df: pd.DataFrame) -> list[dict[str, object]]:

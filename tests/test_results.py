@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from jobs.results import ResultsStore
-from semantics.report import RunResult, frame_to_records, json_rows
+from semantics.report import RunResult, dumps, frame_to_records, json_rows
 from tests.predict_kit import spec_of
 
 
@@ -45,6 +45,20 @@ def test_json_rows_are_json_dumps_of_the_records_byte_for_byte() -> None:
     want = [json.dumps({k: v for k, v in rec.items() if k != "batch_id"}, default=str)
             for rec in frame_to_records(df)]
     assert json_rows(df, cols).tolist() == want
+
+
+def test_a_document_with_frames_is_the_json_of_its_records_byte_for_byte() -> None:
+    # ``wmbt ... --json`` writes the frames of its document as text built column by column:
+    # the same text as json.dumps of the document with every frame as its records
+    df, empty = _edge_frame(500), pd.DataFrame({"batch_id": pd.Series([], dtype="int64")})
+    run = RunResult("c", df.iloc[:7], df, {"elapsed_s": 0.25, "note": "a \x00 b"})
+    doc = {"backtest": "x", "candidates": [{"predicted": run.to_json(False), "e": empty},
+                                           {"actual": run.to_json(False), "t": (1, None)}]}
+    want = {"backtest": "x", "candidates": [{"predicted": run.to_json(), "e": []},
+                                            {"actual": run.to_json(), "t": [1, None]}]}
+    assert dumps(doc) == json.dumps(want, default=str)
+    assert json.loads(dumps(doc))["candidates"][0]["predicted"]["outputs"][3]["s"] in (
+        "plain", 'quo"te', "back\\slash", "ünï", "\n", None, "日本")
 
 
 def test_null_timestamps_are_null_not_the_integer_nat_is_stored_as() -> None:
