@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs.results import ResultsStore, run_id
-from semantics.compare import Difference, compare_outputs, compare_reports
+from semantics.compare import Difference, compare_outputs, compare_reports, row_counts
 from semantics.history import plan
 from semantics.report import RunResult
 from semantics.schedule import Schedule
@@ -137,6 +137,8 @@ def validate(spec: BacktestSpec, cr: CandidateResult, gx_root: Path) -> dict[str
     from jobs.validation import validate as gx_validate
 
     assert cr.predicted is not None and cr.actual is not None
+    p, a = cr.predicted.outputs, cr.actual.outputs
+    counts = row_counts(p, a)  # once, for both (a million rows take seconds)
     cr.differences = compare_reports(cr.predicted.batches, cr.actual.batches)
-    cr.differences += compare_outputs(cr.predicted.outputs, cr.actual.outputs)
-    return gx_validate(spec, cr, gx_root)
+    cr.differences += compare_outputs(p, a, counts=counts)
+    return gx_validate(spec, cr, gx_root, counts)

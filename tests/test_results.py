@@ -104,3 +104,23 @@ def test_emitted_rows_compare_as_multisets_with_their_batch() -> None:
     diffs = compare_outputs(p, a)
     assert [(d.batch_id, d.predicted, d.actual) for d in diffs] == [(1, "2×", "1×"),
                                                                    (2, "1×", "2×")]
+
+
+def test_row_keys_are_the_canonical_values_as_text() -> None:
+    # row_keys builds each column's text itself: it must be canonical()'s values as text
+    # (floats to 12 significant digits), for every dtype, with nulls, bytes and odd objects
+    import datetime
+    import decimal
+
+    from semantics.compare import FLOAT_DIGITS, canonical, row_keys
+
+    df = _edge_frame(800)
+    df["obj"] = np.array([1, "x", None, 2.5, b"by", decimal.Decimal("1.10"),
+                          datetime.date(2020, 1, 2), np.nan] * 100, dtype=object)
+    df["ns"] = pd.to_datetime(np.arange(800) * 1001 - 10 ** 18, unit="ns")
+    df["cat"] = pd.Categorical(["a", None, "b", "a"] * 200)
+    c = canonical(df)
+    texts = [[None if pd.isna(v) else f"{v:.{FLOAT_DIGITS}g}" for v in c[col]]
+             if pd.api.types.is_float_dtype(c[col]) else c[col] for col in df.columns]
+    want = pd.DataFrame(dict(zip(df.columns, texts, strict=True))).astype(str)
+    assert row_keys(df, list(df.columns)).tolist() == want.agg("|".join, axis=1).tolist()
