@@ -126,7 +126,12 @@ def _column_texts(s: pd.Series) -> np.ndarray:
 
 
 def _ints(values: np.ndarray, null: np.ndarray, null_text: str) -> np.ndarray:
-    text = np.array(list(map(str, values.tolist())), dtype=object)
+    """``str`` of each integer (``null_text`` where ``null``); a column that repeats its values
+    (batch ids, counts) formats each distinct value once."""
+    codes, uniq = pd.factorize(values) if len(values) > 1000 else (None, values)
+    text = np.array(list(map(str, uniq.tolist())), dtype=object)
+    if codes is not None:
+        text = text[codes]
     text[null] = null_text
     return text
 

@@ -7,6 +7,7 @@ columns of every query kind, so Spark's sink output and the predictor's rows com
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -126,14 +127,13 @@ def dumps(doc: object) -> str:
     >>> dumps({"n": 1, "rows": pd.DataFrame({"k": ["a"], "x": [0.5]})})
     '{"n": 1, "rows": [{"k": "a", "x": 0.5}]}'
     """
-    frames: dict[str, pd.DataFrame] = {}
-    token = f"\x00wmbt-frame-{uuid.uuid4().hex}-"
+    frames: list[pd.DataFrame] = []
+    token = f"wmbt-frame-{uuid.uuid4().hex}-"  # (random, between NULs: no other text matches)
 
     def swap(v: object) -> object:
         if isinstance(v, pd.DataFrame):
-            key = f"{token}{len(frames)}\x00"
-            frames[key] = v
-            return key
+            frames.append(v)
+            return f"\x00{token}{len(frames) - 1}\x00"
         if isinstance(v, dict):
             return {k: swap(x) for k, x in v.items()}
         if isinstance(v, list | tuple):
@@ -141,10 +141,15 @@ def dumps(doc: object) -> str:
         return v
 
     text = json.dumps(swap(doc), default=str)
-    for key, df in frames.items():
-        rows = json_rows(df, list(df.columns))
-        text = text.replace(json.dumps(key), "[" + ", ".join(rows.tolist()) + "]", 1)
-    return text
+    if not frames:
+        return text
+    # one pass over the text: each frame's quoted token becomes its rows
+    return re.sub(rf'"\\u0000{token}(\d+)\\u0000"', lambda m: _rows_text(frames[int(m[1])]), text)
+
+
+def _rows_text(df: pd.DataFrame) -> str:
+    """The JSON list of ``df``'s rows (:func:`json_rows` of every column)."""
+    return "[" + ", ".join(json_rows(df, list(df.columns)).tolist()) + "]"
 
 
 def frame_to_records(df: pd.DataFrame) -> list[dict[str, object]]:

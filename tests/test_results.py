@@ -114,11 +114,11 @@ def test_row_keys_are_the_canonical_values_as_text() -> None:
 
     from semantics.compare import FLOAT_DIGITS, canonical, row_keys
 
-    df = _edge_frame(800)
+    df = _edge_frame(4000)  # (past 1000 rows, repeated integers are formatted once)
     df["obj"] = np.array([1, "x", None, 2.5, b"by", decimal.Decimal("1.10"),
-                          datetime.date(2020, 1, 2), np.nan] * 100, dtype=object)
-    df["ns"] = pd.to_datetime(np.arange(800) * 1001 - 10 ** 18, unit="ns")
-    df["cat"] = pd.Categorical(["a", None, "b", "a"] * 200)
+                          datetime.date(2020, 1, 2), np.nan] * 500, dtype=object)
+    df["ns"] = pd.to_datetime(np.arange(4000) * 1001 - 10 ** 18, unit="ns")
+    df["cat"] = pd.Categorical(["a", None, "b", "a"] * 1000)
     c = canonical(df)
     texts = [[None if pd.isna(v) else f"{v:.{FLOAT_DIGITS}g}" for v in c[col]]
              if pd.api.types.is_float_dtype(c[col]) else c[col] for col in df.columns]
