@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pandas as pd
@@ -17,6 +18,16 @@ def fates_of(result: RunResult) -> pd.DataFrame:
     """The predictor's explain table (``semantics.predict.Prediction.fates``), if any."""
     f = getattr(result, "fates", None)
     return f if isinstance(f, pd.DataFrame) else pd.DataFrame(columns=[ROW_ID, "fate", "detail"])
+
+
+def _unrendered(result: RunResult) -> tuple[pd.DataFrame, Callable[[pd.DataFrame], pd.DataFrame]]:
+    """The explain table without its ``detail`` texts (``Prediction.raw_fates``: rendering
+    every row costs seconds at a million rows), and the function that renders some of its
+    rows; the rendered table and the identity for a result without one."""
+    raw, render = getattr(result, "raw_fates", None), getattr(result, "render", None)
+    if isinstance(raw, pd.DataFrame) and render is not None:
+        return raw, render
+    return fates_of(result), lambda df: df
 
 
 def _iso(ms: object) -> str:
@@ -55,8 +66,9 @@ def explain_row(schedule: Schedule, result: RunResult | None, row_id: int,
         r = batch.iloc[0]
         text += (f", read by batch {int(r['batch_id'])} (watermark {_iso(r['watermark_ms'])}; "
                  f"{_late_rule(spec, r['late_watermark_ms'])})")
-    f = fates_of(result)
+    f, render = _unrendered(result)  # (the structured columns; the row's own texts rendered)
     mine = f.loc[f[ROW_ID] == row_id]
+    mine = render(mine) if len(mine) else mine
     joined = _joined(spec, source, row_id, result.outputs)
     if mine.empty:
         still = "; still in the state when the history ended" if _stored(spec) else ""
@@ -162,15 +174,13 @@ def late_rows(schedule: Schedule, result: RunResult, limit: int | None = None) -
     window or session end — the watermark, and by how much it was missed), in batch then row
     order; one line per late entry.
     """
-    raw = getattr(result, "raw_fates", None)
-    f = raw if isinstance(raw, pd.DataFrame) else fates_of(result)
+    f, render = _unrendered(result)
     late = f.loc[f["fate"] == "late"] if len(f) else f
     entries, rows = len(late), int(late[ROW_ID].nunique()) if len(late) else 0
     if len(late):
         late = late.sort_values(["batch_id", ROW_ID], kind="stable")
     late = late.head(limit) if limit is not None else late
-    render = getattr(result, "render", None)
-    if render is not None and len(late):  # render just these entries
+    if len(late):  # render just these entries
         late = render(late)
     source: dict[int, str] = {}
     when: dict[int, pd.Timestamp] = {}
