@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from semantics.report import EXACT_COLUMNS
+from semantics.report import EXACT_COLUMNS, texts_of
 
 FLOAT_DIGITS = 12
 
@@ -110,9 +110,7 @@ def _column_texts(s: pd.Series) -> np.ndarray:
         return _ints(utc.astype("datetime64[us, UTC]").to_numpy(dtype=np.int64, na_value=0),
                      s.isna().to_numpy(), "<NA>")
     if pd.api.types.is_float_dtype(s):
-        x = s.astype("float64").to_numpy()
-        return np.array(["None" if v != v else f"{v:.{FLOAT_DIGITS}g}" for v in x.tolist()],
-                        dtype=object)
+        return texts_of(s.astype("float64").to_numpy(), _float_text)
     null = s.isna().to_numpy()
     if pd.api.types.is_bool_dtype(s):
         text = np.where(s.to_numpy(dtype=bool, na_value=False), "True", "False").astype(object)
@@ -125,13 +123,13 @@ def _column_texts(s: pd.Series) -> np.ndarray:
                      for v, n in zip(values, null.tolist(), strict=True)], dtype=object)
 
 
+def _float_text(v: float) -> str:
+    return "None" if v != v else f"{v:.{FLOAT_DIGITS}g}"
+
+
 def _ints(values: np.ndarray, null: np.ndarray, null_text: str) -> np.ndarray:
-    """``str`` of each integer (``null_text`` where ``null``); a column that repeats its values
-    (batch ids, counts) formats each distinct value once."""
-    codes, uniq = pd.factorize(values) if len(values) > 1000 else (None, values)
-    text = np.array(list(map(str, uniq.tolist())), dtype=object)
-    if codes is not None:
-        text = text[codes]
+    """``str`` of each integer (``null_text`` where ``null``)."""
+    text = texts_of(values, str)
     text[null] = null_text
     return text
 
