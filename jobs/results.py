@@ -93,13 +93,14 @@ class ResultsStore:
                     key)
         outs = result.outputs
         n = len(outs)
-        o = pd.DataFrame({
-            **{k: np.full(n, v, dtype=object) for k, v in key.items()},
+        o = pa.table({  # (arrow arrays directly: no pandas object columns of the key per row)
+            **{k: pa.repeat(pa.scalar(v, pa.string()), n) for k, v in key.items()},
             "batch_id": outs["batch_id"].to_numpy(dtype=np.int64) if "batch_id" in outs
             else np.full(n, -1, dtype=np.int64),
-            "row": json_rows(outs, [c for c in outs.columns if c != "batch_id"]),
-        })
-        self._write("outputs", pa.Table.from_pandas(o, OUTPUT_SCHEMA, preserve_index=False), key)
+            "row": pa.array(json_rows(outs, [c for c in outs.columns if c != "batch_id"]),
+                            pa.string()),
+        }, schema=OUTPUT_SCHEMA)
+        self._write("outputs", o, key)
         run = pd.DataFrame([{
             **key,
             "written_at_ms": int(time.time() * 1000),
