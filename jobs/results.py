@@ -23,7 +23,7 @@ import pandas as pd
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
-from semantics.report import REPORT_COLUMNS, RunResult, json_rows
+from semantics.report import REPORT_COLUMNS, RunResult, json_texts
 from semantics.schedule import Schedule
 from semantics.spec import BacktestSpec
 
@@ -37,6 +37,9 @@ BATCH_SCHEMA = pa.schema(
 )
 OUTPUT_SCHEMA = pa.schema([pa.field(k, pa.string()) for k in KEY]
                           + [pa.field("batch_id", _INT), pa.field("row", pa.string())])
+# as written: the same Delta type (string), but one arrow array of any size
+_OUTPUT_WRITE = OUTPUT_SCHEMA.set(OUTPUT_SCHEMA.get_field_index("row"),
+                                  pa.field("row", pa.large_string()))
 RUN_SCHEMA = pa.schema([pa.field(k, pa.string()) for k in KEY] + [
     pa.field("written_at_ms", _INT), pa.field("elapsed_s", pa.float64()),
     pa.field("batches", _INT), pa.field("output_rows", _INT),
@@ -93,13 +96,17 @@ class ResultsStore:
                     key)
         outs = result.outputs
         n = len(outs)
+        texts = json_texts(outs, [c for c in outs.columns if c != "batch_id"])
         o = pa.table({  # (arrow arrays directly: no pandas object columns of the key per row)
             **{k: pa.repeat(pa.scalar(v, pa.string()), n) for k, v in key.items()},
             "batch_id": outs["batch_id"].to_numpy(dtype=np.int64) if "batch_id" in outs
             else np.full(n, -1, dtype=np.int64),
-            "row": pa.array(json_rows(outs, [c for c in outs.columns if c != "batch_id"]),
-                            pa.string()),
-        }, schema=OUTPUT_SCHEMA)
+            # one array (64-bit offsets: no 2 GB limit): the Delta writer keeps the rows of a
+            # single record batch in order, and reorders several
+            "row": pa.concat_arrays([c.cast(pa.large_string()) for c in texts.chunks])
+            if texts.num_chunks else pa.array([], pa.large_string()),
+        }, schema=_OUTPUT_WRITE)
+        assert o.column("row").num_chunks == 1 and len(o.to_batches()) <= 1
         self._write("outputs", o, key)
         run = pd.DataFrame([{
             **key,

@@ -47,6 +47,19 @@ def test_json_rows_are_json_dumps_of_the_records_byte_for_byte() -> None:
     assert json_rows(df, cols).tolist() == want
 
 
+def test_json_rows_in_several_arrow_chunks_are_the_same_text(monkeypatch) -> None:
+    # json_texts builds the rows in chunks of JSON_CHUNK rows (32-bit string offsets)
+    import semantics.report as report
+
+    df = _edge_frame(2500)
+    want = json_rows(df, list(df.columns)).tolist()
+    monkeypatch.setattr(report, "JSON_CHUNK", 700)
+    texts = report.json_texts(df, list(df.columns))
+    assert texts.num_chunks == 4 and json_rows(df, list(df.columns)).tolist() == want
+    assert json_rows(df.iloc[:0], list(df.columns)).tolist() == []
+    assert json_rows(df.iloc[:3], []).tolist() == ["{}", "{}", "{}"]
+
+
 def test_a_document_with_frames_is_the_json_of_its_records_byte_for_byte() -> None:
     # ``wmbt ... --json`` writes the frames of its document as text built column by column:
     # the same text as json.dumps of the document with every frame as its records
@@ -124,3 +137,19 @@ def test_row_keys_are_the_canonical_values_as_text() -> None:
              if pd.api.types.is_float_dtype(c[col]) else c[col] for col in df.columns]
     want = pd.DataFrame(dict(zip(df.columns, texts, strict=True))).astype(str)
     assert row_keys(df, list(df.columns)).tolist() == want.agg("|".join, axis=1).tolist()
+
+
+def test_stored_rows_keep_their_order_when_built_in_chunks(tmp_path: Path, monkeypatch) -> None:
+    # the row texts are built in arrow chunks; the Delta writer reorders the rows of a table of
+    # several record batches, so the store writes them as one array
+    import semantics.report as report
+
+    monkeypatch.setattr(report, "JSON_CHUNK", 300)
+    df = _edge_frame(3000).assign(i=np.arange(3000))
+    spec = spec_of({"kind": "deduplication", "keys": ["i"]})
+    store = ResultsStore(tmp_path)
+    batches = pd.DataFrame({"batch_id": [0], "input_rows_events": [len(df)]})
+    for _ in range(2):  # a new table, then a rewrite of the same key
+        store.write(spec, "c", "r1", "predicted", RunResult("c", batches, df))
+        back = store.outputs(spec.name, "c", "r1", "predicted")
+        assert back["i"].tolist() == list(range(3000))
