@@ -49,8 +49,12 @@ WHATS = pd.CategoricalDtype(["window", "session", "event time", "expiresAt", "sa
 
 def _cat_col(n: int, values: str | np.ndarray, dtype: pd.CategoricalDtype) -> pd.Categorical:
     """A categorical column (cheap to concatenate and count); unknown labels extend it."""
-    vals = np.broadcast_to(np.asarray(values, dtype=object), (n,))
     cats = list(dtype.categories)
+    if isinstance(values, str):  # one label for every row: no hashing of n objects
+        cats += [] if values in cats else [values]
+        return pd.Categorical.from_codes(np.full(n, cats.index(values), dtype=np.int8),
+                                         dtype=pd.CategoricalDtype(cats))
+    vals = np.broadcast_to(np.asarray(values, dtype=object), (n,))
     extra = [v for v in pd.unique(vals) if v not in cats] if n else []
     codes = pd.Index(cats + extra).get_indexer(vals) if n else np.array([], dtype=np.int8)
     return pd.Categorical.from_codes(codes, dtype=pd.CategoricalDtype(cats + extra))
