@@ -35,11 +35,9 @@ BATCH_SCHEMA = pa.schema(
        for c in REPORT_COLUMNS]
     + [pa.field("input_rows_by_source", pa.string())]
 )
+# ``row``: Delta's string; large_string in arrow, so the rows are one array of any size
 OUTPUT_SCHEMA = pa.schema([pa.field(k, pa.string()) for k in KEY]
-                          + [pa.field("batch_id", _INT), pa.field("row", pa.string())])
-# as written: the same Delta type (string), but one arrow array of any size
-_OUTPUT_WRITE = OUTPUT_SCHEMA.set(OUTPUT_SCHEMA.get_field_index("row"),
-                                  pa.field("row", pa.large_string()))
+                          + [pa.field("batch_id", _INT), pa.field("row", pa.large_string())])
 RUN_SCHEMA = pa.schema([pa.field(k, pa.string()) for k in KEY] + [
     pa.field("written_at_ms", _INT), pa.field("elapsed_s", pa.float64()),
     pa.field("batches", _INT), pa.field("output_rows", _INT),
@@ -105,7 +103,7 @@ class ResultsStore:
             # single record batch in order, and reorders several
             "row": pa.concat_arrays([c.cast(pa.large_string()) for c in texts.chunks])
             if texts.num_chunks else pa.array([], pa.large_string()),
-        }, schema=_OUTPUT_WRITE)
+        }, schema=OUTPUT_SCHEMA)
         assert o.column("row").num_chunks == 1 and len(o.to_batches()) <= 1
         self._write("outputs", o, key)
         run = pd.DataFrame([{

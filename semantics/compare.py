@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from semantics.report import EXACT_COLUMNS, texts_of
 
@@ -93,52 +95,53 @@ def row_keys(df: pd.DataFrame, columns: list[str]) -> pd.Series:
     ...          ["b", "x", "s"]).tolist()
     ['3|0.3|a', '3|None|None']
     """
-    return pd.Series(_joined(_texts(df, columns), len(df)), index=df.index, dtype=object)
+    keys = _keys(df, columns).to_numpy(zero_copy_only=False)
+    return pd.Series(keys.astype(object, copy=False), index=df.index, dtype=object)
 
 
-def _texts(df: pd.DataFrame, columns: list[str]) -> list[np.ndarray]:
-    """The key text of every value, column by column (a column ``df`` lacks: all NULL)."""
-    return [_column_texts(df[c]) if c in df.columns else np.full(len(df), "None", dtype=object)
-            for c in columns]
+_LARGE = pa.large_string()
 
 
-def _column_texts(s: pd.Series) -> np.ndarray:
+def _keys(df: pd.DataFrame, columns: list[str]) -> pa.Array:
+    """:func:`row_keys` as an arrow array (the columns' texts joined per row in arrow)."""
+    if not columns:
+        return pa.repeat(pa.scalar("", _LARGE), len(df))
+    texts = [_column_texts(df[c]) if c in df.columns else pa.repeat(pa.scalar("None", _LARGE),
+                                                                     len(df)) for c in columns]
+    return texts[0] if len(texts) == 1 else \
+        pc.binary_join_element_wise(*texts, pa.scalar("|", _LARGE))
+
+
+def _column_texts(s: pd.Series) -> pa.Array:
     """``canonical(s).astype(str)``, floats as ``FLOAT_DIGITS`` significant digits, without
-    pandas' per-value formatting."""
+    pandas' per-value formatting (integers and timestamps formatted by arrow)."""
     if pd.api.types.is_datetime64_any_dtype(s):
         utc = s.dt.tz_convert("UTC") if s.dt.tz is not None else s.dt.tz_localize("UTC")
         return _ints(utc.astype("datetime64[us, UTC]").to_numpy(dtype=np.int64, na_value=0),
-                     s.isna().to_numpy(), "<NA>")
+                     s.isna().to_numpy())
     if pd.api.types.is_float_dtype(s):
-        return texts_of(s.astype("float64").to_numpy(), _float_text)
+        return pa.array(texts_of(s.astype("float64").to_numpy(), _float_text), _LARGE)
     null = s.isna().to_numpy()
     if pd.api.types.is_bool_dtype(s):
-        text = np.where(s.to_numpy(dtype=bool, na_value=False), "True", "False").astype(object)
-        text[null] = "<NA>"
-        return text
+        flag = pa.array(s.to_numpy(dtype=bool, na_value=False), mask=null if null.any() else None)
+        return pc.fill_null(pc.if_else(flag, pa.scalar("True", _LARGE),
+                                       pa.scalar("False", _LARGE)), pa.scalar("<NA>", _LARGE))
     if pd.api.types.is_integer_dtype(s):
-        return _ints(s.astype("Int64").to_numpy(dtype=np.int64, na_value=0), null, "<NA>")
+        return _ints(s.astype("Int64").to_numpy(dtype=np.int64, na_value=0), null)
     values = s.to_numpy(dtype=object).tolist()
-    return np.array(["None" if n else v.decode() if isinstance(v, bytes) else str(v)
-                     for v, n in zip(values, null.tolist(), strict=True)], dtype=object)
+    return pa.array(["None" if n else v.decode() if isinstance(v, bytes) else str(v)
+                     for v, n in zip(values, null.tolist(), strict=True)], _LARGE)
 
 
 def _float_text(v: float) -> str:
     return "None" if v != v else f"{v:.{FLOAT_DIGITS}g}"
 
 
-def _ints(values: np.ndarray, null: np.ndarray, null_text: str) -> np.ndarray:
-    """``str`` of each integer (``null_text`` where ``null``)."""
-    text = texts_of(values, str)
-    text[null] = null_text
-    return text
-
-
-def _joined(texts: list[np.ndarray], n: int) -> np.ndarray:
-    out = np.empty(n, dtype=object)
-    if n:
-        out[:] = list(map("|".join, zip(*texts, strict=True))) if texts else ""
-    return out
+def _ints(values: np.ndarray, null: np.ndarray) -> pa.Array:
+    """``str`` of each integer (arrow writes an int64 as ``str`` does); ``<NA>`` where
+    ``null``."""
+    text = pc.cast(pa.array(values, mask=null if null.any() else None), _LARGE)
+    return pc.fill_null(text, pa.scalar("<NA>", _LARGE)) if text.null_count else text
 
 
 def row_counts(predicted: pd.DataFrame, actual: pd.DataFrame) -> pd.DataFrame:
@@ -151,23 +154,22 @@ def row_counts(predicted: pd.DataFrame, actual: pd.DataFrame) -> pd.DataFrame:
     [['0|b', 0, 1, 0], ['1|a', 1, 2, 1]]
     """
     cols = list(predicted.columns)
-    pt, at = _texts(predicted, cols), _texts(actual, cols)
     n_p = len(predicted)
-    keys = np.concatenate([_joined(pt, n_p), _joined(at, len(actual))])
-    codes, uniq = pd.factorize(keys)  # numbered in first-seen order
+    enc = pc.dictionary_encode(pa.concat_arrays([_keys(predicted, cols), _keys(actual, cols)]))
+    codes = enc.indices.to_numpy().astype(np.int64)  # numbered in first-seen order
+    uniq = enc.dictionary
     m = len(uniq)
-    first = np.flatnonzero(~pd.Series(codes, copy=False).duplicated().to_numpy())  # of code i
     batch = np.full(m, -1, dtype=np.int64)
     if cols and m:
-        head = np.concatenate([pt[0], at[0]])[first]
+        first = np.flatnonzero(~pd.Series(codes, copy=False).duplicated().to_numpy())  # code i
+        head = pa.concat_arrays([_keys(predicted, cols[:1]), _keys(actual, cols[:1])]) \
+            .take(pa.array(first)).to_numpy(zero_copy_only=False)
         hc, hu = pd.factorize(head)  # few distinct batch ids: parse each once
-        digits = np.array([bool(_INTEGER.fullmatch(h)) for h in hu], dtype=bool)
-        parsed = np.array([int(h) if d else -1 for h, d in zip(hu, digits, strict=True)],
-                          dtype=np.int64)
+        parsed = np.array([int(h) if _INTEGER.fullmatch(h) else -1 for h in hu], dtype=np.int64)
         batch = parsed[hc]
-    order = np.argsort(np.asarray(uniq, dtype=object), kind="stable")
+    order = pc.sort_indices(uniq).to_numpy()  # (UTF-8 bytes sort as the code points do)
     return pd.DataFrame({
-        "row": np.asarray(uniq, dtype=object)[order],
+        "row": uniq.take(pa.array(order)).to_numpy(zero_copy_only=False).astype(object),
         "batch_id": batch[order],
         "predicted_count": np.bincount(codes[:n_p], minlength=m)[order].astype(np.int64),
         "actual_count": np.bincount(codes[n_p:], minlength=m)[order].astype(np.int64),
