@@ -21,6 +21,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.json as pa_json
 from deltalake import DeltaTable, write_deltalake
 
 from semantics.report import REPORT_COLUMNS, RunResult, json_texts
@@ -142,9 +145,37 @@ class ResultsStore:
         return df.merge(done, on=list(KEY)).sort_values(["candidate", "side", "batch_id"])
 
     def outputs(self, backtest: str, candidate: str, run_id: str, side: str) -> pd.DataFrame:
-        df = self._read("outputs", backtest=backtest, candidate=candidate, run_id=run_id,
-                        side=side)
-        if df.empty:
-            return df
-        rows = pd.DataFrame([json.loads(r) for r in df["row"]])
-        return pd.concat([df[["batch_id"]].reset_index(drop=True), rows], axis=1)
+        """``batch_id`` and the emitted rows' columns, as stored (timestamps in epoch ms), in
+        the order written. Only this key's rows are read (the filter is pushed down to the
+        Delta scan)."""
+        path = self.root / "outputs"
+        if not DeltaTable.is_deltatable(str(path)):
+            return pd.DataFrame()
+        key = {"backtest": backtest, "candidate": candidate, "run_id": run_id, "side": side}
+        where = ds.field("backtest") == backtest
+        for k in KEY[1:]:
+            where &= ds.field(k) == key[k]
+        t = DeltaTable(str(path)).to_pyarrow_dataset().to_table(filter=where)
+        if not t.num_rows:
+            return t.to_pandas()
+        batch = pd.DataFrame({"batch_id": t.column("batch_id").to_numpy()})
+        return pd.concat([batch, parsed_rows(t.column("row"))], axis=1)
+
+
+def parsed_rows(rows: pa.ChunkedArray) -> pd.DataFrame:
+    """The stored rows' JSON objects as a frame, as ``pd.DataFrame([json.loads(r) ...])``
+    makes it (the same columns, dtypes and values), parsed by arrow's JSON reader in one block
+    (so every row informs the inferred types); per row with ``json.loads`` when arrow cannot
+    (``Infinity``, integers past int64)."""
+    text = rows.combine_chunks().cast(pa.large_string())
+    whole = pa.LargeListArray.from_arrays(pa.array([0, len(text)], pa.int64()), text)
+    buf = pc.binary_join(whole, pa.scalar("\n", pa.large_string()))[0].as_buffer()
+    if buf.size < (1 << 31) - 1:  # (one block: arrow's block size is a 32-bit integer)
+        try:
+            table = pa_json.read_json(pa.BufferReader(buf),
+                                      pa_json.ReadOptions(block_size=buf.size + 1))
+            if table.num_rows == len(text):
+                return table.to_pandas()
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            pass
+    return pd.DataFrame([json.loads(r) for r in text.to_pylist()])

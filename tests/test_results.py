@@ -153,3 +153,25 @@ def test_stored_rows_keep_their_order_when_built_in_chunks(tmp_path: Path, monke
         store.write(spec, "c", "r1", "predicted", RunResult("c", batches, df))
         back = store.outputs(spec.name, "c", "r1", "predicted")
         assert back["i"].tolist() == list(range(3000))
+
+
+def test_stored_rows_parse_back_as_json_loads_makes_them(monkeypatch) -> None:
+    # ResultsStore.outputs parses the rows with arrow's JSON reader: the same frame (columns,
+    # dtypes, values) as pd.DataFrame of json.loads per row; json.loads where arrow cannot
+    import pyarrow as pa
+
+    import jobs.results as results
+
+    df = _edge_frame(3000)
+    cases = {"arrow": df.drop(columns="edge"),  # (no Infinity: arrow's reader takes it all)
+             "fallback": df, "no columns": df[[]]}
+    for name, frame in cases.items():
+        texts = json_rows(frame, list(frame.columns)).tolist()
+        want = pd.DataFrame([json.loads(t) for t in texts])
+        if name == "arrow":  # it must not fall back
+            monkeypatch.setattr(results.json, "loads", lambda _t: 1 / 0)
+        got = results.parsed_rows(pa.chunked_array([pa.array(texts[:1000]),
+                                                    pa.array(texts[1000:])]))
+        monkeypatch.undo()
+        pd.testing.assert_frame_equal(got, want, check_exact=True)
+        assert list(got.dtypes) == list(want.dtypes), name
