@@ -109,8 +109,8 @@ def _left_from(fates: pd.DataFrame, keys: list[str], row: pd.Series, since: int
     of_key = _of_key(fates, keys, row, "key.")
     if of_key is None:
         return None
-    return fates.loc[of_key & fates["fate"].astype(str).isin(LEAVING)
-                     & (fates["batch_id"] >= since)]
+    mine = fates.loc[of_key]  # (the key's entries first: few, and their fates as text)
+    return mine.loc[mine["fate"].astype(str).isin(LEAVING) & (mine["batch_id"] >= since)]
 
 
 def _emitted_from(outputs: pd.DataFrame | None, keys: list[str], row: pd.Series, since: int
