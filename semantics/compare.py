@@ -95,21 +95,33 @@ def row_keys(df: pd.DataFrame, columns: list[str]) -> pd.Series:
     ...          ["b", "x", "s"]).tolist()
     ['3|0.3|a', '3|None|None']
     """
-    keys = _keys(df, columns).to_numpy(zero_copy_only=False)
+    keys = _keys([df], columns).to_numpy(zero_copy_only=False)
     return pd.Series(keys.astype(object, copy=False), index=df.index, dtype=object)
 
 
 _LARGE = pa.large_string()
 
 
-def _keys(df: pd.DataFrame, columns: list[str]) -> pa.Array:
-    """:func:`row_keys` as an arrow array (the columns' texts joined per row in arrow)."""
+def _keys(frames: list[pd.DataFrame], columns: list[str]) -> pa.Array:
+    """:func:`row_keys` of the frames one after the other, as one arrow array (the columns'
+    texts joined per row in arrow)."""
     if not columns:
-        return pa.repeat(pa.scalar("", _LARGE), len(df))
-    texts = [_column_texts(df[c]) if c in df.columns else pa.repeat(pa.scalar("None", _LARGE),
-                                                                     len(df)) for c in columns]
+        return pa.repeat(pa.scalar("", _LARGE), sum(len(f) for f in frames))
+    texts = [_texts_across(frames, c) for c in columns]
     return texts[0] if len(texts) == 1 else \
         pc.binary_join_element_wise(*texts, pa.scalar("|", _LARGE))
+
+
+def _texts_across(frames: list[pd.DataFrame], column: str) -> pa.Array:
+    """The key texts of ``column`` in every frame, one after the other (a frame without it:
+    all NULL). Float columns are formatted together: the predicted and the actual side hold
+    mostly the same values, and each distinct value is formatted once."""
+    cols = [f[column] if column in f.columns else None for f in frames]
+    if len(cols) > 1 and all(s is not None and pd.api.types.is_float_dtype(s) for s in cols):
+        x = np.concatenate([s.astype("float64").to_numpy() for s in cols if s is not None])
+        return pa.array(texts_of(x, _float_text), _LARGE)
+    return pa.concat_arrays([pa.repeat(pa.scalar("None", _LARGE), len(f)) if s is None
+                             else _column_texts(s) for s, f in zip(cols, frames, strict=True)])
 
 
 def _column_texts(s: pd.Series) -> pa.Array:
@@ -155,15 +167,15 @@ def row_counts(predicted: pd.DataFrame, actual: pd.DataFrame) -> pd.DataFrame:
     """
     cols = list(predicted.columns)
     n_p = len(predicted)
-    enc = pc.dictionary_encode(pa.concat_arrays([_keys(predicted, cols), _keys(actual, cols)]))
+    enc = pc.dictionary_encode(_keys([predicted, actual], cols))
     codes = enc.indices.to_numpy().astype(np.int64)  # numbered in first-seen order
     uniq = enc.dictionary
     m = len(uniq)
     batch = np.full(m, -1, dtype=np.int64)
     if cols and m:
         first = np.flatnonzero(~pd.Series(codes, copy=False).duplicated().to_numpy())  # code i
-        head = pa.concat_arrays([_keys(predicted, cols[:1]), _keys(actual, cols[:1])]) \
-            .take(pa.array(first)).to_numpy(zero_copy_only=False)
+        head = _keys([predicted, actual], cols[:1]).take(pa.array(first)) \
+            .to_numpy(zero_copy_only=False)
         hc, hu = pd.factorize(head)  # few distinct batch ids: parse each once
         parsed = np.array([int(h) if _INTEGER.fullmatch(h) else -1 for h in hu], dtype=np.int64)
         batch = parsed[hc]
