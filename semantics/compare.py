@@ -15,7 +15,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from semantics.report import EXACT_COLUMNS, texts_of
+from semantics.operators.columns import values_of
+from semantics.report import EXACT_COLUMNS, bool_texts, int_texts, texts_of
 
 FLOAT_DIGITS = 12
 
@@ -103,11 +104,15 @@ _LARGE = pa.large_string()
 
 
 def _keys(frames: list[pd.DataFrame], columns: list[str]) -> pa.Array:
-    """:func:`row_keys` of the frames one after the other, as one arrow array (the columns'
-    texts joined per row in arrow)."""
-    if not columns:
-        return pa.repeat(pa.scalar("", _LARGE), sum(len(f) for f in frames))
-    texts = [_texts_across(frames, c) for c in columns]
+    """:func:`row_keys` of the frames one after the other, as one arrow array."""
+    return _joined([_texts_across(frames, c) for c in columns], sum(len(f) for f in frames))
+
+
+def _joined(texts: list[pa.Array], n: int) -> pa.Array:
+    """The columns' texts joined per row with ``|`` (in arrow); ``n`` empty keys without
+    columns."""
+    if not texts:
+        return pa.repeat(pa.scalar("", _LARGE), n)
     return texts[0] if len(texts) == 1 else \
         pc.binary_join_element_wise(*texts, pa.scalar("|", _LARGE))
 
@@ -128,18 +133,17 @@ def _column_texts(s: pd.Series) -> pa.Array:
     """``canonical(s).astype(str)``, floats as ``FLOAT_DIGITS`` significant digits, without
     pandas' per-value formatting (integers and timestamps formatted by arrow)."""
     if pd.api.types.is_datetime64_any_dtype(s):
-        utc = s.dt.tz_convert("UTC") if s.dt.tz is not None else s.dt.tz_localize("UTC")
-        return _ints(utc.astype("datetime64[us, UTC]").to_numpy(dtype=np.int64, na_value=0),
-                     s.isna().to_numpy())
+        v = values_of(s)  # µs since the epoch (UTC), and the null mask
+        return int_texts(v.data, s.isna().to_numpy(), "<NA>", _LARGE)
     if pd.api.types.is_float_dtype(s):
         return pa.array(texts_of(s.astype("float64").to_numpy(), _float_text), _LARGE)
     null = s.isna().to_numpy()
     if pd.api.types.is_bool_dtype(s):
-        flag = pa.array(s.to_numpy(dtype=bool, na_value=False), mask=null if null.any() else None)
-        return pc.fill_null(pc.if_else(flag, pa.scalar("True", _LARGE),
-                                       pa.scalar("False", _LARGE)), pa.scalar("<NA>", _LARGE))
+        return bool_texts(s.to_numpy(dtype=bool, na_value=False), null, ("True", "False"),
+                          "<NA>", _LARGE)
     if pd.api.types.is_integer_dtype(s):
-        return _ints(s.astype("Int64").to_numpy(dtype=np.int64, na_value=0), null)
+        return int_texts(s.astype("Int64").to_numpy(dtype=np.int64, na_value=0), null, "<NA>",
+                         _LARGE)
     values = s.to_numpy(dtype=object).tolist()
     return pa.array(["None" if n else v.decode() if isinstance(v, bytes) else str(v)
                      for v, n in zip(values, null.tolist(), strict=True)], _LARGE)
@@ -147,13 +151,6 @@ def _column_texts(s: pd.Series) -> pa.Array:
 
 def _float_text(v: float) -> str:
     return "None" if v != v else f"{v:.{FLOAT_DIGITS}g}"
-
-
-def _ints(values: np.ndarray, null: np.ndarray) -> pa.Array:
-    """``str`` of each integer (arrow writes an int64 as ``str`` does); ``<NA>`` where
-    ``null``."""
-    text = pc.cast(pa.array(values, mask=null if null.any() else None), _LARGE)
-    return pc.fill_null(text, pa.scalar("<NA>", _LARGE)) if text.null_count else text
 
 
 def row_counts(predicted: pd.DataFrame, actual: pd.DataFrame) -> pd.DataFrame:
@@ -167,15 +164,15 @@ def row_counts(predicted: pd.DataFrame, actual: pd.DataFrame) -> pd.DataFrame:
     """
     cols = list(predicted.columns)
     n_p = len(predicted)
-    enc = pc.dictionary_encode(_keys([predicted, actual], cols))
+    texts = [_texts_across([predicted, actual], c) for c in cols]
+    enc = pc.dictionary_encode(_joined(texts, n_p + len(actual)))
     codes = enc.indices.to_numpy().astype(np.int64)  # numbered in first-seen order
     uniq = enc.dictionary
     m = len(uniq)
     batch = np.full(m, -1, dtype=np.int64)
     if cols and m:
         first = np.flatnonzero(~pd.Series(codes, copy=False).duplicated().to_numpy())  # code i
-        head = _keys([predicted, actual], cols[:1]).take(pa.array(first)) \
-            .to_numpy(zero_copy_only=False)
+        head = texts[0].take(pa.array(first)).to_numpy(zero_copy_only=False)
         hc, hu = pd.factorize(head)  # few distinct batch ids: parse each once
         parsed = np.array([int(h) if _INTEGER.fullmatch(h) else -1 for h in hu], dtype=np.int64)
         batch = parsed[hc]

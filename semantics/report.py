@@ -221,25 +221,47 @@ def _json_values(col: pd.Series) -> pa.Array:
     if pd.api.types.is_datetime64_any_dtype(col):
         col = epoch_ms(col)
     null = col.isna().to_numpy()
-    mask = null if null.any() else None
     dtype = col.dtype
     if pd.api.types.is_bool_dtype(dtype):
-        flag = pa.array(col.to_numpy(dtype=bool, na_value=False), mask=mask)
-        text = pc.if_else(flag, pa.scalar("true"), pa.scalar("false"))
-    elif pd.api.types.is_integer_dtype(dtype):  # (arrow writes an int64 as str() does)
-        text = pc.cast(pa.array(col.to_numpy(dtype=np.int64, na_value=0), mask=mask),
-                       pa.string())
-    elif pd.api.types.is_float_dtype(dtype):  # (float32 as the double it becomes: its repr)
+        return bool_texts(col.to_numpy(dtype=bool, na_value=False), null, ("true", "false"),
+                          "null")
+    if pd.api.types.is_integer_dtype(dtype):
+        return int_texts(col.to_numpy(dtype=np.int64, na_value=0), null, "null")
+    if pd.api.types.is_float_dtype(dtype):  # (float32 as the double it becomes: its repr)
         x = col.to_numpy(dtype=np.float64, na_value=np.nan)
         words = texts_of(x, repr)  # json.dumps writes float.__repr__
         words[np.isposinf(x)], words[np.isneginf(x)] = "Infinity", "-Infinity"
-        text = pa.array(words, pa.string(), mask=mask)
-    else:  # strings and other objects: one json.dumps per distinct value
-        codes, uniq = pd.factorize(col, use_na_sentinel=True)
-        words = pa.array([json.dumps(v.item() if hasattr(v, "item") else v, default=str)
-                          for v in uniq] + ["null"], pa.string())
-        return words.take(pa.array(np.where(codes < 0, len(uniq), codes)))  # (-1: null)
-    return pc.fill_null(text, pa.scalar("null")) if text.null_count else text
+        words[null] = "null"
+        return pa.array(words, pa.string())
+    # strings and other objects: one json.dumps per distinct value
+    codes, uniq = pd.factorize(col, use_na_sentinel=True)
+    words = pa.array([json.dumps(v.item() if hasattr(v, "item") else v, default=str)
+                      for v in uniq] + ["null"], pa.string())
+    return words.take(pa.array(np.where(codes < 0, len(uniq), codes)))  # (-1: null)
+
+
+def int_texts(values: np.ndarray, null: np.ndarray, null_text: str,
+              type_: pa.DataType = pa.string()) -> pa.Array:
+    """Arrow text of int64 ``values`` (arrow writes an int64 as ``str`` does), ``null_text``
+    where ``null``.
+
+    >>> int_texts(np.array([-3, 0, 7]), np.array([False, True, False]), "null").to_pylist()
+    ['-3', 'null', '7']
+    """
+    text = pc.cast(pa.array(values, mask=null if null.any() else None), type_)
+    return pc.fill_null(text, pa.scalar(null_text, type_)) if text.null_count else text
+
+
+def bool_texts(flags: np.ndarray, null: np.ndarray, words: tuple[str, str], null_text: str,
+               type_: pa.DataType = pa.string()) -> pa.Array:
+    """Arrow text of booleans: ``words`` (for true, for false), ``null_text`` where ``null``.
+
+    >>> bool_texts(np.array([True, False]), np.array([False, True]), ("T", "F"), "-").to_pylist()
+    ['T', '-']
+    """
+    flag = pa.array(flags, mask=null if null.any() else None)
+    text = pc.if_else(flag, pa.scalar(words[0], type_), pa.scalar(words[1], type_))
+    return pc.fill_null(text, pa.scalar(null_text, type_)) if text.null_count else text
 
 
 def texts_of(values: np.ndarray, fmt: Callable[[object], str]) -> np.ndarray:

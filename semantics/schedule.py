@@ -111,9 +111,12 @@ def cut(
     """
     names = list(arrivals)
     sizes = np.array([len(arrivals[s]) for s in names], dtype=np.int64)
-    col = lambda c: np.concatenate(  # noqa: E731  (of every source, in ``names`` order)
-        [arrivals[s][c].to_numpy(dtype=np.int64) for s in names]) if len(names) else \
-        np.array([], dtype=np.int64)
+
+    def col(c: str) -> np.ndarray:
+        """Column ``c`` of every source, one after the other (in ``names`` order)."""
+        return np.concatenate([arrivals[s][c].to_numpy(dtype=np.int64) for s in names]) \
+            if names else np.array([], dtype=np.int64)
+
     # the merged sequence, in row id order: position in the concatenated sources
     merged = np.argsort(col(ROW_ID), kind="stable")
     src = np.repeat(np.arange(len(names), dtype=np.int64), sizes)[merged]
