@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 import yaml
 from pydantic import (
@@ -330,6 +330,47 @@ def _loc(loc: tuple[Any, ...]) -> str:
     return "".join(parts) or "<root>"
 
 
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The model class that holds the field at ``loc`` (a pydantic error location), or None."""
+    model: Any = BacktestSpec
+    parts = list(loc[:-1])
+    while parts:
+        part = parts.pop(0)
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return None
+        if model is BacktestSpec and part == "query":
+            tag = parts.pop(0) if parts else None
+            kinds = {"aggregation": AggregationQuery, "deduplication": DeduplicationQuery,
+                     "session": SessionQuery, "join": JoinQuery}
+            model = kinds.get(str(tag))
+            continue
+        field = model.model_fields.get(str(part))
+        if field is None:
+            return None
+        model = field.annotation
+        while get_origin(model) is not None:  # X | None, dict[str, X], Annotated[X, ...]
+            if get_origin(model) is dict:
+                if parts:
+                    parts.pop(0)  # the mapping's key: a source or candidate name
+                model = get_args(model)[1]
+            else:
+                model = next((a for a in get_args(model) if a is not type(None)), None)
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _unknown_field(loc: tuple[Any, ...]) -> str:
+    """The message for a field the spec does not define: the fields allowed there, and a hint
+    for a candidate's trigger rate (``batch_by`` sits in the candidate, not under ``replay``)."""
+    msg = "unknown field (check the spelling; see SPEC.md §1)"
+    model = _model_at(loc)
+    if model is not None:
+        names = [n for n, f in model.model_fields.items() if not f.exclude]
+        msg = f"unknown field; expected one of: {', '.join(names)} (see SPEC.md §1)"
+    if model is Candidate and loc[-1] == "replay":
+        msg += "; a candidate overrides the trigger rate with batch_by: {...} in the candidate"
+    return msg
+
+
 def parse_spec(data: Any, path: str = "<memory>") -> BacktestSpec:
     """Validate a spec given as a mapping; see :func:`load_spec`."""
     if not isinstance(data, dict):
@@ -337,10 +378,11 @@ def parse_spec(data: Any, path: str = "<memory>") -> BacktestSpec:
     try:
         spec = BacktestSpec.model_validate({**data, "path": path})
     except ValidationError as exc:
-        err = exc.errors()[0]
+        # a misspelt field is also a missing one: name the misspelling, it says what to fix
+        err = min(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            msg = "unknown field (check the spelling; see SPEC.md §1)"
+            msg = _unknown_field(tuple(err["loc"]))
         elif err["type"] == "missing":
             msg = "required field is missing"
         elif err["type"] == "union_tag_invalid":

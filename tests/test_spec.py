@@ -67,7 +67,14 @@ def test_bad_durations_are_rejected(bad: object) -> None:
 @pytest.mark.parametrize("change,field,expected", [
     # unknown field
     (("output_mode: append", "output_mode: append\n  emit_every: 3"), "query.emit_every",
-     "unknown field"),
+     "expected one of: kind, source, keys, window, aggregates, output_mode"),
+    # unknown field under a named entry: the entry's fields are listed
+    (("clicks: {table: data/clicks,", "clicks: {tabel: data/clicks,"), "sources.clicks.tabel",
+     "expected one of: table, event_time, versions, arrival, filter"),
+    # a candidate's trigger rate is its own batch_by, not a replay block
+    (("tight: {watermark: {clicks: 2 minutes}}",
+      "tight: {watermark: {clicks: 2 minutes}, replay: {batch_by: {rows: 10}}}"),
+     "candidates.tight.replay", "overrides the trigger rate with batch_by"),
     # wrong type
     (("{commits: 1}", "{commits: many}"), "replay.batch_by.commits", "integer"),
     # negative delay (withWatermark rejects it)
