@@ -167,3 +167,26 @@ def test_cli_predict_lists_the_late_rows(tmp_path: Path, capsys) -> None:
     # and the HTML report lists them
     page = Path(write_report(result, tmp_path / "reports")).read_text()
     assert "c: 3 input rows dropped as late" in page and "(late by 14000 ms)" in page
+
+
+def test_dev_wmbt_reads_paths_from_where_it_is_called(tmp_path: Path) -> None:
+    # `./dev wmbt` enters the repository to find its environment, then goes back: a spec path
+    # given relative to the caller's directory is found, and results land there
+    import os
+    import subprocess
+
+    spec = agg_spec(tmp_path)
+    Path(spec.path).write_text(json.dumps({
+        "name": "tamper",
+        "sources": {"clicks": {"table": "clicks", "event_time": "ts"}},
+        "query": {"kind": "aggregation", "source": "clicks", "keys": ["ad"],
+                  "window": {"duration": "5 seconds"}},
+        "candidates": {"c": {"watermark": {"clicks": "2 seconds"}}},
+    }))
+    env = {k: v for k, v in os.environ.items() if k != "WMBT_RESULTS"}
+    done = subprocess.run([str(Path(__file__).resolve().parents[1] / "dev"), "wmbt", "predict",
+                           "spec.yaml"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "predicted" in done.stdout
+    assert (tmp_path / "results" / "runs").is_dir()
