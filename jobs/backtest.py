@@ -114,7 +114,8 @@ def run_backtest(spec: BacktestSpec, candidate: str | None = None, *, predict: b
             from jobs.spark import get_spark
 
             session = spark or get_spark(master)
-            progress(f"[{name}] replaying {len(sched.data_ticks)} batches in Spark ...")
+            progress(f"[{name}] replaying {len(sched.data_ticks)} data ticks in Spark "
+                     f"({len(sched.ticks) - len(sched.data_ticks)} idle) ...")
             workdir = store.root / "_work" / spec.name / name
             cr.actual = replay(spec, name, sched, workdir, session)
             progress(f"[{name}] Spark ran {cr.actual.batches['batch_id'].nunique()} batches in "

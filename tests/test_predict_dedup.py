@@ -28,6 +28,16 @@ def test_late_filter_on_event_time_even_when_it_is_not_a_key() -> None:
     assert (r.fates.fate != "duplicate").all()
 
 
+def test_late_by_a_minute_or_more_is_also_said_in_hours_minutes_seconds() -> None:
+    # the lateness stays exact in ms; from a minute on it is also written as h/m/s
+    r = run(DEDUP, [[{"id": 1, "ts": 3725}], [{"id": 2, "ts": 10.5}, {"id": 3, "ts": 3663}]],
+            pace="live")
+    late = r.fates[r.fates.fate == "late"].sort_values("row_id")
+    assert late.row_id.tolist() == [1, 2]
+    assert late.detail.iloc[0].endswith("(late by 3704500 ms = 1h 1m 44.5s)")
+    assert late.detail.iloc[1].endswith("(late by 52000 ms)")
+
+
 def test_first_occurrence_in_row_order_is_kept_and_later_ones_dropped() -> None:
     # rule: the first row of a key (row_id order in the batch) is stored and emitted; later rows
     # of that key, in the same or later batches, are dropped (not counted as late)

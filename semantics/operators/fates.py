@@ -142,6 +142,24 @@ def fmt_ms_amount(us: np.ndarray) -> np.ndarray:
     return np.where(rem == 0, text, _S.add(_S.add(text, "."), frac))
 
 
+def fmt_span(us: np.ndarray) -> np.ndarray:
+    """A non-negative µs amount as hours, minutes and seconds (``11m 51.987s``,
+    ``2h 0m 5s``), exact to the µs.
+
+    >>> fmt_span(np.array([711_987_000, 7_205_000_000, 60_000_001])).tolist()
+    ['11m 51.987s', '2h 0m 5s', '1m 0.000001s']
+    """
+    a = np.asarray(us, dtype=np.int64)
+    h, rest = np.divmod(a, 3_600_000_000)
+    m, rest = np.divmod(rest, 60_000_000)
+    sec, frac = np.divmod(rest, 1_000_000)
+    f = _S.rstrip(_S.zfill(frac.astype(str), 6), "0")
+    sec_text = np.where(frac == 0, sec.astype(str), _cat(sec.astype(str), ".", f))
+    hm = np.where(h > 0, _cat(h.astype(str), "h ", m.astype(str), "m "),
+                  _cat(m.astype(str), "m "))
+    return _cat(hm, sec_text, "s")
+
+
 def _cat(*parts: np.ndarray | str) -> np.ndarray:
     out = parts[0]
     for p in parts[1:]:
@@ -190,9 +208,12 @@ def render(df: pd.DataFrame) -> np.ndarray:
     text = np.full(len(rest), "", dtype=object)
     li = np.flatnonzero(is_late)
     if len(li):
-        late_by = fmt_ms_amount(wm[rest][li] * 1000 - bound[rest][li])
+        amount = wm[rest][li] * 1000 - bound[rest][li]
+        late_by = _cat(fmt_ms_amount(amount), " ms")
+        # a minute or more: also in hours, minutes and seconds (``711987 ms = 11m 51.987s``)
+        late_by = np.where(amount >= 60_000_000, _cat(late_by, " = ", fmt_span(amount)), late_by)
         text[li] = _cat(subject[li], " ", b[li], " <= watermark ", w[li], " (late by ", late_by,
-                        " ms)")
+                        ")")
     ei = np.flatnonzero(~is_late)
     if len(ei):
         keys = _keys_text(df.iloc[rest[ei]])
