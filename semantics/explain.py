@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from semantics.explain_groups import grouped_by, groups_said, other_windows_said
-from semantics.operators.fates import LEAVING, WORDS
+from semantics.explain_groups import grouped_by, groups_said, key_value, other_windows_said
+from semantics.operators.fates import LEAVING, WORDS, fmt_us
 from semantics.report import RunResult
 from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import AggregationQuery, BacktestSpec, DeduplicationQuery, JoinQuery
@@ -30,10 +30,11 @@ def _unrendered(result: RunResult) -> tuple[pd.DataFrame, Callable[[pd.DataFrame
     return fates_of(result), lambda df: df
 
 
-def _iso(ms: object) -> str:
+def _when(ms: object) -> str:
+    """A watermark (ms) as the fates write times (``2026-11-20 08:53:51.987``, UTC)."""
     if ms is None or pd.isna(ms):
         return "none"
-    return pd.Timestamp(int(ms), unit="ms", tz="UTC").isoformat().replace("+00:00", "Z")
+    return str(fmt_us(int(ms) * 1000)[0])
 
 
 def explain_row(schedule: Schedule, result: RunResult | None, row_id: int,
@@ -56,7 +57,7 @@ def explain_row(schedule: Schedule, result: RunResult | None, row_id: int,
     et = schedule.event_time[source]
     tick = int(row["tick"])
     text = (f"row {row_id} of {source} (commit version {int(row['commit_version'])}, "
-            f"{et}={row[et].isoformat()}) arrived in tick {tick}")
+            f"{et}={key_value(row[et])}) arrived in tick {tick}")
     if result is None:
         return text
     b = result.batches.drop_duplicates("batch_id")
@@ -64,7 +65,7 @@ def explain_row(schedule: Schedule, result: RunResult | None, row_id: int,
     since = int(batch["batch_id"].iloc[0]) if len(batch) else 0
     if len(batch):
         r = batch.iloc[0]
-        text += (f", read by batch {int(r['batch_id'])} (watermark {_iso(r['watermark_ms'])}; "
+        text += (f", read by batch {int(r['batch_id'])} (watermark {_when(r['watermark_ms'])}; "
                  f"{_late_rule(spec, r['late_watermark_ms'])})")
     f, render = _unrendered(result)  # (the structured columns; the row's own texts rendered)
     mine = f.loc[f[ROW_ID] == row_id]
@@ -135,7 +136,7 @@ def _late_rule(spec: BacktestSpec | None, late_ms: object) -> str:
             return "complete mode: nothing is dropped as late"
         if spec is not None and not spec.time_keyed:
             return "the group keys hold no event time: nothing is dropped as late"
-    late = _iso(late_ms)
+    late = _when(late_ms)
     what = grouped_by(spec)
     if what == "session":
         return f"rows whose session [t, t + gap) ends at or before {late} count as late"

@@ -16,10 +16,13 @@ from semantics.spec import AggregationQuery, BacktestSpec, SessionQuery
 
 
 def key_value(v: object) -> str:
-    """A key value as the paragraph says it (NULL; timestamps in ISO form, like the row's)."""
+    """A key value as the paragraph says it (NULL; timestamps as the fates write them, UTC:
+    ``2026-11-20 08:47:10.294129``)."""
     if pd.isna(v):  # None, NA, NaN, NaT
         return "NULL"
-    return v.isoformat() if isinstance(v, pd.Timestamp) else str(v)
+    if isinstance(v, pd.Timestamp):
+        return str(fmt_us(v.value // 1000)[0])  # .value: ns, whatever the unit
+    return str(v)
 
 
 def grouped_by(spec: BacktestSpec | None) -> str | None:
