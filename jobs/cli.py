@@ -30,6 +30,7 @@ def summary_rows(result: Any) -> list[dict[str, Any]]:
         "candidate": m["candidate"], "side": m["side"], "batches": m["batches"],
         "input_rows": m["input_rows"], "late": m["late"],
         "late_%": f"{100 * m['late_fraction']:.2f}" if m["input_rows"] else "-",
+        "late_rows": "-" if m["late_rows"] is None else m["late_rows"],
         "peak_state": m["peak_state_rows"], "output_rows": m["output_rows"],
         "p95_latency_s": "-" if m["latency_p95_s"] is None else f"{m['latency_p95_s']:.0f}",
         "valid": {"-": "", "passed": "yes", "failed": "NO"}[m["validation"]],
@@ -38,15 +39,18 @@ def summary_rows(result: Any) -> list[dict[str, Any]]:
 
 def late_note(spec: Any, rows: list[dict[str, Any]]) -> str | None:
     """A footer saying what the table's ``late`` column counts, when it is not input rows and
-    some row of the table has late ones."""
+    some row of the table has late ones (and what ``late_rows`` is, when the table has it)."""
     from semantics.report import late_counts
 
     what = late_counts(spec)
     if what == "rows" or not any(r["late"] for r in rows):
         return None
-    return (f"late: Spark's numRowsDroppedByWatermark, which counts late {what},\n"
-            "not input rows (late_% divides it by input rows); `wmbt predict --late` lists "
-            "the rows")
+    note = (f"late: Spark's numRowsDroppedByWatermark, which counts late {what},\n"
+            "not input rows (late_% divides it by input rows)")
+    if any("late_rows" in r for r in rows):
+        return note + ("; late_rows: the input rows the prediction drops\n"
+                       "(Spark does not report them); `wmbt predict --late` lists them")
+    return note + "; `wmbt predict --late` lists the rows"
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:

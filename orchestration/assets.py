@@ -54,11 +54,13 @@ def report_metadata(planned: Planned, result: RunResult) -> dict[str, Any]:
         "batches": int(m["batches"]),
         "no_data_batches": int(m["no_data_batches"]),
         "input_rows": int(m["input_rows"]),
-        "late_rows": int(m["late"]),
+        "late": int(m["late"]),  # Spark's numRowsDroppedByWatermark: groups for windows
         "late_fraction": float(m["late_fraction"]),
         "peak_state_rows": int(m["peak_state_rows"]),
         "output_rows": int(m["output_rows"]),
     }
+    if m["late_rows"] is not None:  # input rows (a prediction's; Spark does not report them)
+        meta["late_rows"] = int(m["late_rows"])
     for k in ("latency_p50_s", "latency_p95_s", "peak_state_bytes", "elapsed_s"):
         if m.get(k) is not None:
             meta[k] = float(m[k])

@@ -2,10 +2,10 @@
 
 It shows the candidates side by side in the UI: a comparison table (``MetadataValue.table``,
 one row per candidate and side), a markdown summary, two small inline SVG charts (cumulative
-late rows and state rows by batch, one line per candidate), the full plots (PNG embedded in
-markdown, and the PNG files by path) and the offline HTML report
-(``jobs.report_html.write_report``). It reads the results store, so results written by the CLI
-(``wmbt backtest``) show up too.
+late count, Spark's ``numRowsDroppedByWatermark``, and state rows by batch, one line per
+candidate), the full plots (PNG embedded in markdown, and the PNG files by path) and the
+offline HTML report (``jobs.report_html.write_report``). It reads the results store, so results
+written by the CLI (``wmbt backtest``) show up too.
 """
 
 import base64
@@ -56,8 +56,8 @@ def summary_markdown(spec: Any, rows: list[dict[str, Any]], missing: list[str]) 
         if r["side"] == "actual" or r["candidate"] not in best:
             best[r["candidate"]] = r
     lines = [f"## {spec.name}: {len(best)} candidate(s) — {spec.query.kind} query", "",
-             "| candidate | side | late rows | late fraction | peak state rows | output rows "
-             "| latency p95 s | validation | expect |",
+             "| candidate | side | late (Spark count) | late fraction | peak state rows "
+             "| output rows | latency p95 s | validation | expect |",
              "|---|---|---|---|---|---|---|---|---|"]
     for name, r in best.items():
         expect = "; ".join(r.get("expectations") or []) or "ok"
@@ -126,8 +126,8 @@ def candidate_comparison(context: dg.AssetExecutionContext, specs: SpecsResource
         "comparison": comparison_table(rows),
         "summary": dg.MetadataValue.md(summary_markdown(spec, rows, missing)),
         "late_rows_chart": dg.MetadataValue.md(sparkline_markdown(
-            "Cumulative late rows by batch", per_batch_series(result, "dropped_by_watermark",
-                                                              cumulative=True))),
+            "Cumulative late count (Spark's) by batch",
+            per_batch_series(result, "dropped_by_watermark", cumulative=True))),
         "state_rows_chart": dg.MetadataValue.md(sparkline_markdown(
             "State rows by batch", per_batch_series(result, "state_rows", cumulative=False))),
         "plots": dg.MetadataValue.md(gallery),

@@ -8,7 +8,8 @@
 ``output_columns(spec)``; ``fates`` (``batch_id, row_id, fate, detail`` plus the structured
 columns of ``semantics.operators.fates``) explains why input rows were dropped and when state
 entries left the state. Its ``detail`` text is rendered on first access (vectorised), so a
-prediction that nobody explains pays nothing for it; ``info["fates"]`` holds JSON-safe counts.
+prediction that nobody explains pays nothing for it; ``info["fates"]`` holds JSON-safe counts,
+``info["late_rows"]`` (explained predictions only) the input rows dropped as late.
 """
 
 from __future__ import annotations
@@ -94,5 +95,8 @@ def predict(schedule: Schedule, spec: BacktestSpec, candidate: str, *,
     if not (isinstance(outputs.index, pd.RangeIndex) and outputs.index.start == 0
             and outputs.index.step == 1):
         outputs = outputs.reset_index(drop=True)
-    return Prediction(candidate, batches, outputs,
-                      {"operator": op.name, "fates": summary}, raw)
+    info: dict[str, object] = {"operator": op.name, "fates": summary}
+    if explain:  # input rows dropped as late (in at least one of their windows)
+        info["late_rows"] = int(raw.loc[raw["fate"] == "late", "row_id"].nunique()) \
+            if len(raw) else 0
+    return Prediction(candidate, batches, outputs, info, raw)

@@ -158,6 +158,15 @@ def test_cli_predict_lists_the_late_rows(tmp_path: Path, capsys) -> None:
     got = [(r["row_id"], r["source"], r["event_time_ms"], r["batch_id"]) for r in c["entries"]]
     assert got == [(1, "clicks", 3000.0, 2), (2, "clicks", 4000.0, 2), (4, "clicks", 12000.0, 5)]
     assert c["entries"][2]["detail"].endswith("(late by 14000 ms)")
+    # the summary table has them too, Spark's count (late groups: ts 3 and 4 are two ads) next
+    # to the input rows
+    assert main(args) == 0
+    table = capsys.readouterr().out.splitlines()
+    head = table[0].split()
+    row = dict(zip(head, next(line for line in table if line.startswith("c ")).split(),
+                   strict=False))  # (the empty ``valid`` cell of a prediction splits away)
+    assert (row["late"], row["late_rows"]) == ("3", "3"), table
+    assert "late_rows: the input rows the prediction drops" in "\n".join(table)
     with pytest.raises(SystemExit) as exc:  # argparse: usage error, exit code 2
         main([*args, "--late", "-1"])
     assert exc.value.code == 2 and "0 or more" in capsys.readouterr().err

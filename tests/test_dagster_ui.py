@@ -245,7 +245,7 @@ def test_backtest_from_graphql_to_rendered_comparison(dagster_dev: DagsterDev, t
     assert shot.is_file() and shot.read_bytes()[:4] == b"\x89PNG"
     text = page_text(dom)
     assert "candidate_comparison" in text and f"Partition {NAME} materialized" in text, text
-    # the comparison table: candidate, side, late rows, late fraction (1 of 6 input rows)
+    # the comparison table: candidate, side, late count, late fraction (1 of 6 input rows)
     assert re.search(r"tight predicted 1 0\.1667 ", text), text
     assert re.search(r"tight actual 1 0\.1667 ", text), text
     assert re.search(r"loose actual 0 0 ", text), text
@@ -254,7 +254,7 @@ def test_backtest_from_graphql_to_rendered_comparison(dagster_dev: DagsterDev, t
     assert f"{NAME}: 2 candidate(s)" in text and "thresholds: tight" in text, text
     # the inline SVG charts, rendered as images with a legend naming the candidates
     assert re.search(r'<img[^>]+src="data:image/svg\+xml', dom), "inline chart not rendered"
-    assert "Cumulative late rows by batch (red: tight · blue: loose)" in text, text
+    assert "Cumulative late count (Spark's) by batch (red: tight · blue: loose)" in text, text
 
 
 def page_text(dom: str) -> str:

@@ -87,3 +87,25 @@ def test_reference_time_of_a_null_padded_side_is_the_other_side() -> None:
     later[1] = pd.Timestamp(7_000, unit="ms", tz="UTC")
     got = reference_event_ms(spec, pd.DataFrame({"l_ts": later, "r_ts": t}))
     assert got[:2].tolist() == [5_000.0, 7_000.0] and np.isnan(got[2])
+
+
+def test_late_rows_are_input_rows_and_late_is_sparks_count_of_groups() -> None:
+    # two late rows of one key and window are one late group for Spark (numRowsDroppedByWatermark
+    # counts groups after partial aggregation) and two input rows for the user; a sliding-window
+    # row late in both its windows is two late groups and one input row
+    spec = spec_of({"kind": "aggregation", "keys": ["k"], "window": {"duration": "10 seconds"}},
+                   watermark="0 seconds")
+    # (late filtering uses the watermark of the batch before: 30 s from the third batch on)
+    sched = schedule_of([[{"k": 1, "ts": 30}], [{"k": 1, "ts": 31}],
+                         [{"k": 1, "ts": 2}, {"k": 1, "ts": 3}]])
+    m = candidate_metrics(spec, sched, predict(sched, spec, "c"))
+    assert (m["late"], m["late_rows"]) == (1, 2)
+    slide = spec_of({"kind": "aggregation", "keys": ["k"],
+                     "window": {"duration": "10 seconds", "slide": "5 seconds"}},
+                    watermark="0 seconds")
+    sched = schedule_of([[{"k": 1, "ts": 30}], [{"k": 1, "ts": 31}], [{"k": 1, "ts": 7}]])
+    m = candidate_metrics(slide, sched, predict(sched, slide, "c"))
+    assert (m["late"], m["late_rows"]) == (2, 1)
+    # without explain nobody knows the rows: None, not 0
+    assert candidate_metrics(slide, sched, predict(sched, slide, "c", explain=False)
+                             )["late_rows"] is None

@@ -106,7 +106,11 @@ def test_two_candidates_checks_pass_and_comparison(spark, tmp_path):
             assert ev.passed, ev.metadata["failed"].value
             assert ev.metadata["failed_count"].value == 0
             meta = run.asset_materializations_for_node("actual_report")[0].metadata
-            assert meta["late_rows"].value == (1 if key.endswith("tight") else 0)
+            assert meta["late"].value == (1 if key.endswith("tight") else 0)
+            assert "late_rows" not in meta  # Spark does not report late input rows
+            pmeta = run.asset_materializations_for_node("predicted_report")[0].metadata
+            assert pmeta["late"].value == meta["late"].value
+            assert pmeta["late_rows"].value == (1 if key.endswith("tight") else 0)
 
         comp = dg.materialize([candidate_comparison], partition_key=NAME, instance=instance,
                               resources=res)
