@@ -1,7 +1,11 @@
 """Arrival order of a Delta table's rows, read from its commit log with ``deltalake``.
 
 A row *arrives* with the commit that added its file (``add`` actions with ``dataChange=true``,
-as Spark's Delta streaming source reads them; files re-added by OPTIMIZE are not new data). The
+as Spark's Delta streaming source reads them; files re-added by OPTIMIZE are not new data). A
+commit that removes rows (DELETE, UPDATE, MERGE, overwrite) stops a Delta stream, so it is an
+error unless the source sets ``skip_change_commits`` (the readStream option ``skipChangeCommits``:
+the commit is skipped whole). Rows of files written before a column was added read it as NULL,
+as a read of the table's latest version does. The
 commit timestamp comes from ``DeltaTable.history()``. Within a commit, rows keep the order of the
 add actions in the log and their order inside each file.
 """
@@ -66,12 +70,24 @@ def read_arrivals(spec: BacktestSpec, source: str) -> pd.DataFrame:
                             "choose a later first version")
         ts = int(history.get(v, {}).get("timestamp") or 0)
         adds = []
+        changes = False  # removes rows (dataChange): DELETE, UPDATE, MERGE, overwrite
         for line in commit_file.read_text().splitlines():
             action = json.loads(line) if line.strip() else {}
             if "commitInfo" in action and not ts:
                 ts = int(action["commitInfo"].get("timestamp") or 0)
             if "add" in action and action["add"].get("dataChange", True):
                 adds.append(action["add"])
+            if "remove" in action and action["remove"].get("dataChange", True):
+                changes = True
+        if changes:
+            if src.skip_change_commits:
+                continue  # skipped whole, its rewritten files too (Delta's skipChangeCommits)
+            op = history.get(v, {}).get("operation") or "a change"
+            raise DataError(str(path), f"sources.{source}.skip_change_commits",
+                            f"append-only commits: version {v} ({op}) removes or rewrites rows, "
+                            "where a Delta streaming source stops. Set it to true to skip such "
+                            "commits as the readStream option skipChangeCommits does, or choose "
+                            f"sources.{source}.versions without version {v}")
         if not ts:
             ts = int(commit_file.stat().st_mtime * 1000)
         for add in adds:
@@ -89,8 +105,11 @@ def read_arrivals(spec: BacktestSpec, source: str) -> pd.DataFrame:
             typ = schema.field(pcol).type
             arr = pa.array([raw] * t.num_rows, pa.string()).cast(typ)
             t = t.append_column(pcol, arr)
-        t = _normalise(t).select([c for c in schema.names if c in t.column_names])
-        t = t.cast(pa.schema([schema.field(c) for c in t.column_names]))
+        t = _normalise(t)
+        for c in schema.names:  # added to the table after this file was written: NULL
+            if c not in t.column_names:
+                t = t.append_column(schema.field(c), pa.nulls(t.num_rows, schema.field(c).type))
+        t = t.select(schema.names).cast(schema)
         n = t.num_rows
         t = t.append_column(ARRIVAL_MS, pa.array(np.full(n, ts, dtype=np.int64)))
         return t.append_column(VERSION, pa.array(np.full(n, v, dtype=np.int64)))

@@ -67,6 +67,10 @@ class SourceSpec(_Model):
     versions: tuple[int, int] | None = None
     arrival: str = "commit"
     filter: str | None = None
+    # Delta's readStream option skipChangeCommits: commits that remove or rewrite rows (DELETE,
+    # UPDATE, MERGE, overwrite) are skipped whole; without it such a commit is an error, as a
+    # Delta streaming source stops on it
+    skip_change_commits: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> SourceSpec:

@@ -154,3 +154,35 @@ def test_bad_filter_names_the_field(tmp_path, three_commits) -> None:
     with pytest.raises(SpecError) as e:
         plan(spec_for(tmp_path, {"commits": 1}, filter="nation = 'NL'"))
     assert e.value.field == "sources.clicks.filter" and "unknown column" in e.value.expected
+
+
+def test_a_commit_that_removes_rows_stops_the_stream_unless_skipped(tmp_path,
+                                                                    three_commits) -> None:
+    # rule (Delta streaming source): a commit with a dataChange remove (DELETE, UPDATE, MERGE,
+    # overwrite) fails the stream; skipChangeCommits skips it whole, its rewritten file too.
+    # Rows that arrived before the DELETE stay in the history: the stream had read them.
+    from deltalake import DeltaTable
+
+    DeltaTable(str(three_commits)).delete("id = 2")  # version 3 rewrites [3] without 2
+    write_commits(three_commits, [[{"id": 5, "ts": 40, "country": "NL"}]])  # version 4
+    with pytest.raises(DataError) as e:
+        plan(spec_for(tmp_path, {"commits": 1}))
+    assert e.value.field == "sources.clicks.skip_change_commits"
+    assert "version 3 (DELETE)" in e.value.expected and "skipChangeCommits" in e.value.expected
+    s = plan(spec_for(tmp_path, {"commits": 1}, skip_change_commits=True))
+    assert ticks_of(s) == [[1], [2, 3], [4], [5], []]  # not [3] again
+    assert s.rows["clicks"]["commit_version"].tolist() == [0, 1, 1, 2, 4]
+    # a version range without the change needs no option
+    assert ticks_of(plan(spec_for(tmp_path, {"commits": 1}, versions=[0, 2]))) == \
+        [[1], [2, 3], [4], []]
+
+
+def test_a_column_added_later_reads_as_null_in_earlier_rows(tmp_path, three_commits) -> None:
+    df = pd.DataFrame({"id": [5], "ts": [ts(40)], "country": ["NL"], "device": ["phone"]})
+    df["ts"] = df["ts"].astype("datetime64[us, UTC]")
+    write_deltalake(str(three_commits), df, mode="append", schema_mode="merge")
+    s = plan(spec_for(tmp_path, {"commits": 1}))
+    rows = s.rows["clicks"]
+    assert ticks_of(s) == [[1], [2, 3], [4], [5], []]
+    assert rows["device"].isna().tolist() == [True, True, True, True, False]
+    assert rows["device"].iloc[-1] == "phone"
