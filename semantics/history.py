@@ -5,7 +5,9 @@ as Spark's Delta streaming source reads them; files re-added by OPTIMIZE are not
 commit that removes rows (DELETE, UPDATE, MERGE, overwrite) stops a Delta stream, so it is an
 error unless the source sets ``skip_change_commits`` (the readStream option ``skipChangeCommits``:
 the commit is skipped whole). Rows of files written before a column was added read it as NULL,
-as a read of the table's latest version does. The
+as a read of the table's latest version does; with column mapping (``delta.columnMapping.mode``)
+files and partition values name top-level columns by their physical names, read back as the
+logical ones. The
 commit timestamp comes from ``DeltaTable.history()``. Within a commit, rows keep the order of the
 add actions in the log and their order inside each file.
 """
@@ -59,6 +61,10 @@ def read_arrivals(spec: BacktestSpec, source: str) -> pd.DataFrame:
                         f"versions up to the table's latest version {latest} (got {hi})")
     schema = _normalise(pa.schema(dt.schema().to_arrow()).empty_table()).schema
     partition_cols = list(dt.metadata().partition_columns)
+    # column mapping (name or id mode): data files and partition values use physical names
+    physical = {f["name"]: f.get("metadata", {}).get("delta.columnMapping.physicalName", f["name"])
+                for f in json.loads(dt.schema().to_json())["fields"]}
+    logical = {p: name for name, p in physical.items() if p != name}
     history = {h["version"]: h for h in dt.history()}
     log = path / "_delta_log"
     files: list[tuple[int, int, dict]] = []  # (version, commit time, add action)
@@ -100,8 +106,11 @@ def read_arrivals(spec: BacktestSpec, source: str) -> pd.DataFrame:
         """One data file's rows, in the table's schema, with their arrival and version."""
         v, ts, add = file
         t = pq.read_table(path / _unquote(add["path"]))
+        if logical:
+            t = t.rename_columns([logical.get(c, c) for c in t.column_names])
         for pcol in partition_cols:
-            raw = (add.get("partitionValues") or {}).get(pcol)
+            values = add.get("partitionValues") or {}
+            raw = values.get(physical.get(pcol, pcol), values.get(pcol))
             typ = schema.field(pcol).type
             arr = pa.array([raw] * t.num_rows, pa.string()).cast(typ)
             t = t.append_column(pcol, arr)

@@ -186,3 +186,16 @@ def test_a_column_added_later_reads_as_null_in_earlier_rows(tmp_path, three_comm
     assert ticks_of(s) == [[1], [2, 3], [4], [5], []]
     assert rows["device"].isna().tolist() == [True, True, True, True, False]
     assert rows["device"].iloc[-1] == "phone"
+
+
+def test_column_mapping_reads_logical_names(tmp_path: Path) -> None:
+    # delta.columnMapping.mode = name: data files and partition values use physical names
+    df = pd.DataFrame({"id": [1, 2], "country": ["NL", "DE"], "ts": [ts(15), ts(3)]})
+    df["ts"] = df["ts"].astype("datetime64[us, UTC]")
+    write_deltalake(str(tmp_path / "clicks"), df, partition_by=["country"], configuration={
+        "delta.columnMapping.mode": "name", "delta.minReaderVersion": "2",
+        "delta.minWriterVersion": "5"})
+    s = plan(spec_for(tmp_path, {"commits": 1}))
+    rows = s.rows["clicks"].sort_values("id")
+    assert rows["id"].tolist() == [1, 2] and rows["country"].tolist() == ["NL", "DE"]
+    assert rows["ts"].tolist() == [ts(15), ts(3)]
