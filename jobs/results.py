@@ -51,7 +51,8 @@ RUN_SCHEMA = pa.schema([pa.field(k, pa.string()) for k in KEY] + [
 def run_id(spec: BacktestSpec, candidate: str, schedule: Schedule) -> str:
     """Deterministic id of (spec, candidate, schedule): same inputs, same id."""
     h = hashlib.sha256()
-    h.update(spec.model_dump_json(exclude={"path"}).encode())
+    # without defaults: a field added to the spec later (with a default) changes no id
+    h.update(spec.model_dump_json(exclude={"path"}, exclude_defaults=True).encode())
     h.update(candidate.encode())
     h.update(json.dumps(schedule.summary(), sort_keys=True).encode())
     for s, df in schedule.rows.items():

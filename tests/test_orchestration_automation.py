@@ -115,6 +115,20 @@ def test_fingerprint_is_per_candidate(tmp_path):
     assert {c: fingerprint(spec3, c) for c in spec3.candidates} == before
 
 
+
+def test_fingerprint_and_run_id_are_pinned(tmp_path):
+    # A changed fingerprint or run id makes every stored result stale (the sensor reruns it,
+    # the comparison lists it as not run). They hash the spec without its defaults, so a field
+    # added to the spec format later (skip_change_commits was) changes neither; change these
+    # pins only on purpose.
+    from jobs.results import run_id
+    from semantics.history import plan
+
+    spec = discover(write_tiny_backtest(tmp_path)).specs["tiny_clicks"]
+    assert fingerprint(spec, "tight") == "cadccd42d99bd72c"
+    assert run_id(spec, "tight", plan(spec, "tight")) == "aa58fbe5fc73a654"
+
+
 def test_schedule_requests_every_partition(tmp_path):
     folder = write_tiny_backtest(tmp_path)
     write_tiny_backtest(tmp_path, name="other_clicks", candidates={"only": "{watermark: "
