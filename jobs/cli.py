@@ -53,6 +53,17 @@ def late_note(spec: Any, rows: list[dict[str, Any]]) -> str | None:
     return note + "; `wmbt predict --late` lists the rows"
 
 
+def unbounded_notes(result: Any) -> list[str]:
+    """One line per candidate whose state no watermark ever evicts, saying which state and why
+    (``semantics.retention``): the replay's peak is not where it stops."""
+    from semantics.retention import never_evicted
+
+    return [f"{c.name}: state never evicted (kept as long as the job runs, growing with each new "
+            "key): "
+            + "; ".join(never_evicted(result.spec, c.name)) for c in result.candidates
+            if never_evicted(result.spec, c.name)]
+
+
 def format_table(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return ""
@@ -75,6 +86,8 @@ def _print_result(result: Any, as_json: bool) -> int:
         note = late_note(result.spec, rows)
         if note:
             print(f"\n{note}")
+        for line in unbounded_notes(result):
+            print(f"\n{line}")
         for c in result.candidates:
             if c.validation and not c.success:
                 print(f"\n{c.name}: validation failed")

@@ -176,6 +176,9 @@ def write_report(result: Any, folder: str | Path | None = None) -> str:
             items = "".join(f"<li>{html.escape(f)}</li>" for f in c.validation["failed"][:30])
             fails.append(f"<h3>{html.escape(c.name)}: validation failed</h3><ul class=fail>"
                          f"{items}</ul>")
+    from jobs.cli import unbounded_notes
+
+    unbounded = "".join(f"<p class=bad>{html.escape(n)}</p>" for n in unbounded_notes(result))
     docs = next((c.validation.get("data_docs") for c in result.candidates
                  if c.validation and c.validation.get("data_docs")), None)
     docs_link = (f'<p>Great Expectations Data Docs (validation details): '
@@ -189,6 +192,7 @@ def write_report(result: Any, folder: str | Path | None = None) -> str:
 <div class="sub">query: {html.escape(spec.query.kind)} · candidates:
 {html.escape(', '.join(spec.candidates))} · predictions follow Spark 4.0 semantics</div>
 <h2>Candidates</h2><table><tr>{head}</tr>{''.join(body)}</table>
+{unbounded}
 {''.join(fails)}
 {docs_link}
 <h2>Plots</h2><div class="plots">{imgs}</div>

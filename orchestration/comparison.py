@@ -65,12 +65,20 @@ def summary_markdown(spec: Any, rows: list[dict[str, Any]], missing: list[str]) 
             f"| **{name}** | {r['side']} | {_num(r['late'])} | {_num(r['late_fraction'], '{:.4f}')}"
             f" | {_num(r['peak_state_rows'])} | {_num(r['output_rows'])} "
             f"| {_num(r['latency_p95_s'], '{:,.1f}')} | {r['validation']} | {expect} |")
-    ok = [n for n, r in best.items() if not r.get("expectations") and r["validation"] != "failed"]
+    # a state no watermark evicts grows for as long as the job runs: never the pick
+    ok = [n for n, r in best.items() if not r.get("expectations") and r["validation"] != "failed"
+          and not r.get("never_evicted")]
     if ok:
         fastest = min(ok, key=lambda n: (best[n]["latency_p95_s"] is None,
                                          best[n]["latency_p95_s"] or 0.0))
         lines += ["", f"Lowest p95 emission latency within the spec's `expect` thresholds: "
                       f"**{fastest}**."]
+    grows = [f"**{n}**: " + "; ".join(r["never_evicted"]) for n, r in best.items()
+             if r.get("never_evicted")]
+    if grows:
+        lines += ["", "State never evicted (kept as long as the job runs, growing with each new "
+                  "key): "
+                  + " · ".join(grows) + "."]
     if missing:
         lines += ["", "Not run yet on the current spec and data: "
                   + ", ".join(f"`{m}`" for m in missing) + "."]

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from semantics.report import RunResult
+from semantics.retention import never_evicted
 from semantics.schedule import Schedule
 from semantics.spec import BacktestSpec, JoinQuery
 
@@ -111,6 +112,9 @@ def candidate_metrics(spec: BacktestSpec, schedule: Schedule, result: RunResult
         "latency_p95_s": p95,
         "latency_p99_s": p99,
         "elapsed_s": result.info.get("elapsed_s"),
+        # state no watermark ever evicts (it grows with the keys for as long as the job runs)
+        "never_evicted": never_evicted(spec, result.candidate)
+        if result.candidate in spec.candidates else [],
     }
 
 

@@ -9,7 +9,8 @@
 columns of ``semantics.operators.fates``) explains why input rows were dropped and when state
 entries left the state. Its ``detail`` text is rendered on first access (vectorised), so a
 prediction that nobody explains pays nothing for it; ``info["fates"]`` holds JSON-safe counts,
-``info["late_rows"]`` (explained predictions only) the input rows dropped as late.
+``info["late_rows"]`` (explained predictions only) the input rows dropped as late and
+``info["never_evicted"]`` the state no watermark ever evicts (``semantics.retention``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from semantics import engine, state_bytes
 from semantics.operators import fates as F
 from semantics.operators import make_operator
 from semantics.report import RunResult, output_columns, report_columns
+from semantics.retention import never_evicted
 from semantics.schedule import Schedule
 from semantics.spec import BacktestSpec
 
@@ -95,7 +97,8 @@ def predict(schedule: Schedule, spec: BacktestSpec, candidate: str, *,
     if not (isinstance(outputs.index, pd.RangeIndex) and outputs.index.start == 0
             and outputs.index.step == 1):
         outputs = outputs.reset_index(drop=True)
-    info: dict[str, object] = {"operator": op.name, "fates": summary}
+    info: dict[str, object] = {"operator": op.name, "fates": summary,
+                               "never_evicted": never_evicted(spec, candidate)}
     if explain:  # input rows dropped as late (in at least one of their windows)
         info["late_rows"] = int(raw.loc[raw["fate"] == "late", "row_id"].nunique()) \
             if len(raw) else 0
