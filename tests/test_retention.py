@@ -99,6 +99,9 @@ def test_tables_and_the_dagster_summary_say_it(tmp_path, capsys) -> None:
     assert main(["predict", str(spec), "--json", "--results", str(tmp_path / "r")]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [len(c["predicted"]["info"]["never_evicted"]) for c in doc["candidates"]] == [1, 1]
+    assert main(["sweep", str(spec), "--delays", "1 second..1 minute/3", "--results",
+                 str(tmp_path / "r")]) == 0
+    assert "state never evicted at any of these delays" in capsys.readouterr().out
     # the summary never recommends such a candidate, and says why
     rows = [{"candidate": c, "side": "predicted", "late": 0, "late_fraction": 0.0,
              "peak_state_rows": 1, "output_rows": 1, "latency_p95_s": lat, "validation": "-",
