@@ -47,7 +47,7 @@ def late_note(spec: Any, rows: list[dict[str, Any]]) -> str | None:
         return None
     note = (f"late: Spark's numRowsDroppedByWatermark, which counts late {what},\n"
             "not input rows (late_% divides it by input rows)")
-    if any("late_rows" in r for r in rows):
+    if any(r.get("late_rows") is not None for r in rows):
         return note + ("; late_rows: the input rows the prediction drops\n"
                        "(Spark does not report them); `wmbt predict --late` lists them")
     return note + "; `wmbt predict --late` lists the rows"
