@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing as mp
+import os
 import re
 import sys
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -60,27 +63,22 @@ def knee_index(late: np.ndarray, state: np.ndarray) -> int:
 
 def sweep(spec: Any, source: str, delays: list[Duration], base: str | None = None
           ) -> list[dict[str, Any]]:
+    """One row of metrics per delay, in the order of ``delays``: the base candidate with
+    ``source``'s delay replaced, predicted without explain. The delays are predicted in
+    processes, one per core (``semantics.parallel.threads``; each predicts in one thread), the
+    schedule shared by fork; the rows are the same as one after the other."""
     from semantics.history import plan
-    from semantics.metrics import candidate_metrics, reference_columns
-    from semantics.predict import predict
-    from semantics.spec import Candidate
 
     if source not in spec.query_sources:
         raise SpecError(spec.path, "--source", f"a source of the query "
                         f"({', '.join(spec.query_sources)}), got {source!r}")
     base = base or next(iter(spec.candidates))
-    cand = spec.candidates[base]
-    schedule = plan(spec, base)
-    rows = []
-    for d in delays:
-        name = f"sweep_{d.ms}"
-        c = Candidate.model_validate({**cand.model_dump(), "watermark": {
-            **{k: str(v) for k, v in cand.watermark.items()}, source: str(d)}})
-        s = spec.model_copy(update={"candidates": {name: c}})
-        # only the output columns the metrics read: no explain table, no full output frame
-        m = candidate_metrics(s, schedule, predict(schedule, s, name, explain=False,
-                                                   columns=reference_columns(s)))
-        rows.append({"delay": _label(d.ms), "delay_ms": d.ms, **m})
+    global _WORK
+    _WORK = (spec, plan(spec, base), spec.candidates[base], source)
+    try:
+        rows = _map_points([d.ms for d in delays])
+    finally:
+        _WORK = None
     # a knee only where the delay changes something (else every point is "the" knee)
     k = knee_index(np.array([r["late_fraction"] for r in rows]),
                    np.array([r["peak_state_rows"] for r in rows], dtype=float)) \
@@ -88,6 +86,45 @@ def sweep(spec: Any, source: str, delays: list[Duration], base: str | None = Non
     for i, r in enumerate(rows):
         r["knee"] = i == k
     return rows
+
+
+_WORK: tuple[Any, Any, Any, str] | None = None  # (spec, schedule, base candidate, source)
+
+
+def _point(delay_ms: int) -> dict[str, Any]:
+    """The metrics of one delay (reads ``_WORK``: set by :func:`sweep`, inherited by fork)."""
+    from semantics.metrics import candidate_metrics, reference_columns
+    from semantics.predict import predict
+    from semantics.spec import Candidate
+
+    assert _WORK is not None
+    spec, schedule, cand, source = _WORK
+    d = Duration(delay_ms * 1000, f"{delay_ms} milliseconds")
+    name = f"sweep_{delay_ms}"
+    c = Candidate.model_validate({**cand.model_dump(), "watermark": {
+        **{k: str(v) for k, v in cand.watermark.items()}, source: str(d)}})
+    s = spec.model_copy(update={"candidates": {name: c}})
+    # only the output columns the metrics read: no explain table, no full output frame
+    m = candidate_metrics(s, schedule, predict(schedule, s, name, explain=False,
+                                               columns=reference_columns(s)))
+    return {"delay": _label(delay_ms), "delay_ms": delay_ms, **m}
+
+
+def _one_thread() -> None:
+    os.environ["WMBT_THREADS"] = "1"  # the processes share the cores already
+
+
+def _map_points(delays_ms: list[int]) -> list[dict[str, Any]]:
+    """:func:`_point` of every delay, in order: in forked processes when there are cores and
+    points for more than one (fork shares the schedule without copying it), else here."""
+    from semantics.parallel import threads
+
+    n = min(threads(), len(delays_ms))
+    if n <= 1 or "fork" not in mp.get_all_start_methods():
+        return [_point(d) for d in delays_ms]
+    with ProcessPoolExecutor(n, mp_context=mp.get_context("fork"),
+                             initializer=_one_thread) as pool:
+        return list(pool.map(_point, delays_ms, chunksize=max(1, len(delays_ms) // (4 * n))))
 
 
 _OUTCOME = ("late", "peak_state_rows", "output_rows", "latency_p95_s")

@@ -168,3 +168,33 @@ def test_predict_builds_only_the_columns_asked_for(query) -> None:
 def test_memory_is_said_in_binary_units() -> None:
     assert [memory(n) for n in (51_200, 1_310_720, 3 * 2**30, None)] == \
         ["50.0 KiB", "1.25 MiB", "3.00 GiB", "-"]
+
+
+def test_sweep_in_processes_gives_the_rows_of_one_after_the_other(tmp_path: Path,
+                                                                  monkeypatch) -> None:
+    # the delays are predicted in forked processes, one per core; the rows (and their order)
+    # are those of predicting them one by one in this process
+    from jobs import sweep as sw
+    from semantics.spec import load_spec
+
+    write_commits(tmp_path / "clicks", [
+        [{"ad": a % 3, "ts": t} for a, t in enumerate(range(i * 10, i * 10 + 40, 7))]
+        for i in range(12)])
+    path = tmp_path / "spec.yaml"
+    path.write_text(json.dumps({
+        "name": "sw", "sources": {"clicks": {"table": "clicks", "event_time": "ts"}},
+        "query": {"kind": "aggregation", "source": "clicks", "keys": ["ad"],
+                  "window": {"duration": "10 seconds"}},
+        "candidates": {"c": {"watermark": {"clicks": "1 minute"}}}}))
+    spec = load_spec(path)
+    delays = parse_delays("0 seconds..40 seconds/9")
+    monkeypatch.setenv("WMBT_THREADS", "1")
+    one = sw.sweep(spec, "clicks", delays)
+    monkeypatch.setenv("WMBT_THREADS", "2")
+    forked = []
+    real_pool = sw.ProcessPoolExecutor
+    monkeypatch.setattr(sw, "ProcessPoolExecutor",
+                        lambda *a, **k: forked.append(a[0]) or real_pool(*a, **k))
+    two = sw.sweep(spec, "clicks", delays)
+    assert forked == [2]  # (the second sweep did run in processes)
+    assert one == two and len({r["late"] for r in one}) > 1
