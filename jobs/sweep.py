@@ -73,10 +73,18 @@ def sweep(spec: Any, source: str, delays: list[Duration], base: str | None = Non
         raise SpecError(spec.path, "--source", f"a source of the query "
                         f"({', '.join(spec.query_sources)}), got {source!r}")
     base = base or next(iter(spec.candidates))
+    return sweep_schedule(spec, plan(spec, base), source, delays, base)
+
+
+def sweep_schedule(spec: Any, schedule: Any, source: str, delays: list[Duration], base: str,
+                   processes: bool = True) -> list[dict[str, Any]]:
+    """:func:`sweep` on a planned ``schedule`` (``processes=False``: one delay after the other
+    in this process, its predictions in threads as usual)."""
     global _WORK
-    _WORK = (spec, plan(spec, base), spec.candidates[base], source)
+    _WORK = (spec, schedule, spec.candidates[base], source)
     try:
-        rows = _map_points([d.ms for d in delays])
+        ms = [d.ms for d in delays]
+        rows = _map_points(ms) if processes else [_point(d) for d in ms]
     finally:
         _WORK = None
     # a knee only where the delay changes something (else every point is "the" knee)
