@@ -1,45 +1,109 @@
-"""A small SQL predicate language for ``sources.<s>.filter``, evaluated with pyarrow.
+"""The SQL predicate of ``sources.<s>.filter``, evaluated with pyarrow as Spark 4.0 evaluates it.
 
-Supported (the subset of Spark SQL that source filters use): column names, string/number/boolean
-literals, ``TIMESTAMP '...'``, ``= == != <> < <= > >=``, ``AND OR NOT``, ``IN (...)``,
-``NOT IN (...)``, ``BETWEEN a AND b``, ``IS [NOT] NULL`` and parentheses. Like SQL, a comparison
-with NULL is unknown and the row is filtered out.
+The schedule keeps the rows that pass and the replay feeds Spark only those, so the filter must
+keep exactly the rows ``DataFrame.filter(text)`` keeps in Spark (ANSI mode, the default);
+``tests/test_predicate_spark.py`` compares the two on real Spark. Supported: column names
+(case-insensitive, as Spark resolves them; ```back ticks``` for odd names), literals (integers,
+decimals ``1.5``, doubles ``1e3``, strings in single or double quotes with backslash escapes,
+adjacent strings concatenated, ``TRUE``/``FALSE``/``NULL``, ``TIMESTAMP '...'``, ``DATE '...'``),
+unary ``-``/``+``, ``= == != <> < <= > >=``, ``AND OR NOT``, ``[NOT] IN (...)``,
+``[NOT] BETWEEN a AND b``, ``[NOT] LIKE 'pattern'``, ``IS [NOT] NULL`` and parentheses. Other
+SQL (arithmetic, functions) is a clear error. Spark's rules kept here:
 
->>> import pyarrow as pa
->>> t = pa.table({"country": ["NL", "DE", None]})
+* a comparison with NULL is unknown, and an unknown row is filtered out;
+* ``NaN`` equals ``NaN`` and is larger than any other double;
+* an integer column against a decimal literal compares exactly (``amount > 99.5``), against a
+  double literal as doubles;
+* a string literal against a timestamp, number or boolean column is cast to that type.
+
+>>> t = pa.table({"country": ["NL", "DE", None], "temp": [20.5, float("nan"), -3.0]})
 >>> evaluate("country = 'NL' OR country IS NULL", t).to_pylist()
 [True, False, True]
+>>> evaluate("temp > -1", t).to_pylist()
+[True, True, False]
 """
 
 from __future__ import annotations
 
+import math
 import re
+from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 _TOKEN = re.compile(
-    r"\s*(?:(?P<num>\d+(?:\.\d+)?)|(?P<str>'(?:[^']|'')*')|(?P<op><=|>=|<>|!=|==|=|<|>|\(|\)|,)"
-    r"|(?P<word>[A-Za-z_][A-Za-z0-9_]*|`[^`]+`))"
-)
+    r"\s*(?:(?P<num>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)"
+    r"|(?P<str>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")"
+    r"|(?P<op><=|>=|<>|!=|==|=|<|>|\(|\)|,|-|\+)"
+    r"|(?P<word>[A-Za-z_][A-Za-z0-9_]*|`(?:[^`]|``)+`))", re.S)
+_ESCAPES = {"0": "\0", "b": "\b", "n": "\n", "r": "\r", "t": "\t", "Z": "\x1a",
+            "%": "\\%", "_": "\\_"}  # (Spark keeps ``\%`` and ``\_`` for LIKE)
+_COMPARE = ("=", "==", "!=", "<>", "<", "<=", ">", ">=")
 
 
 class PredicateError(ValueError):
     pass
 
 
+@dataclass(frozen=True)
+class Lit:
+    """A literal: ``kind`` int, dec (Spark's decimal literal), float (double), str, bool, null,
+    ts (µs since the epoch, UTC)."""
+
+    value: Any
+    kind: str
+
+
+Value = Lit | pa.ChunkedArray
+
+
+def _unescape(body: str) -> str:
+    """Spark's ``unescapeSQLString`` for the escapes people write."""
+    out, i = [], 0
+    while i < len(body):
+        c = body[i]
+        if c == "\\" and i + 1 < len(body):
+            nxt = body[i + 1]
+            if nxt == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", body[i + 2:i + 6]):
+                out.append(chr(int(body[i + 2:i + 6], 16)))
+                i += 6
+                continue
+            out.append(_ESCAPES.get(nxt, nxt))
+            i += 2
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
 def _tokens(text: str) -> list[tuple[str, str]]:
-    out, pos = [], 0
+    out: list[tuple[str, str]] = []
+    pos = 0
     text = text.rstrip()
     while pos < len(text):
         m = _TOKEN.match(text, pos)
         if not m or m.end() == pos:
             raise PredicateError(f"cannot parse filter at position {pos}: {text[pos:pos + 20]!r}")
         kind = m.lastgroup or ""
-        out.append((kind, m.group(kind)))
+        val = m.group(kind)
+        if kind == "str":
+            val = _unescape(val[1:-1])
+            if out and out[-1][0] == "str":  # 'a' 'b' is 'ab', as in Spark SQL
+                val = out.pop()[1] + val
+        out.append((kind, val))
         pos = m.end()
     return out
+
+
+def _number(text: str) -> Lit:
+    if "e" in text or "E" in text:
+        return Lit(float(text), "float")
+    if "." in text:
+        return Lit(Decimal(text), "dec")
+    return Lit(int(text), "int")
 
 
 class _Parser:
@@ -63,41 +127,43 @@ class _Parser:
         self.i += 1
         return tok
 
-    def parse(self) -> Any:
+    def parse(self) -> Value:
         e = self.or_()
         if self.i != len(self.toks):
-            raise PredicateError(f"unexpected {self.toks[self.i][1]!r}")
+            raise PredicateError(f"unexpected {self.toks[self.i][1]!r} (arithmetic and "
+                                 "functions are not supported in filters)")
         return e
 
-    def or_(self) -> Any:
+    def or_(self) -> Value:
         e = self.and_()
         while self.peek() == "OR":
             self.take()
-            e = pc.or_kleene(e, self.and_())
+            e = pc.or_kleene(_bool(e, self.n), _bool(self.and_(), self.n))
         return e
 
-    def and_(self) -> Any:
+    def and_(self) -> Value:
         e = self.not_()
         while self.peek() == "AND":
             self.take()
-            e = pc.and_kleene(e, self.not_())
+            e = pc.and_kleene(_bool(e, self.n), _bool(self.not_(), self.n))
         return e
 
-    def not_(self) -> Any:
+    def not_(self) -> Value:
         if self.peek() == "NOT":
             self.take()
-            return pc.invert(self.not_())
+            return pc.invert(_bool(self.not_(), self.n))
         return self.cmp()
 
-    def cmp(self) -> Any:
-        left = self.value()
+    @property
+    def n(self) -> int:
+        return self.table.num_rows
+
+    def cmp(self) -> Value:
+        left = self.unary()
         op = self.peek()
-        if op in ("=", "==", "!=", "<>", "<", "<=", ">", ">="):
+        if op in _COMPARE:
             self.take()
-            right = self.value()
-            fn = {"=": pc.equal, "==": pc.equal, "!=": pc.not_equal, "<>": pc.not_equal,
-                  "<": pc.less, "<=": pc.less_equal, ">": pc.greater, ">=": pc.greater_equal}[op]
-            return fn(*_align(left, right))
+            return _compare(op, left, self.unary(), self.n)
         negate = False
         if op == "NOT":
             self.take()
@@ -106,23 +172,32 @@ class _Parser:
         if op == "IN":
             self.take()
             self.take("(")
-            values = [self.value()]
+            values = [self.unary()]
             while self.peek() == ",":
                 self.take()
-                values.append(self.value())
+                values.append(self.unary())
             self.take(")")
-            res = None
-            for v in values:
-                eq = pc.equal(*_align(left, v))
-                res = eq if res is None else pc.or_kleene(res, eq)
+            res = _compare("=", left, values[0], self.n)
+            for v in values[1:]:
+                res = pc.or_kleene(res, _compare("=", left, v, self.n))
             return pc.invert(res) if negate else res
         if op == "BETWEEN":
             self.take()
-            lo = self.value()
+            lo = self.unary()
             self.take("AND")
-            hi = self.value()
-            res = pc.and_kleene(pc.greater_equal(*_align(left, lo)),
-                                pc.less_equal(*_align(left, hi)))
+            hi = self.unary()
+            res = pc.and_kleene(_compare(">=", left, lo, self.n),
+                                _compare("<=", left, hi, self.n))
+            return pc.invert(res) if negate else res
+        if op == "LIKE":
+            self.take()
+            pattern = self.unary()
+            if not (isinstance(pattern, Lit) and pattern.kind == "str"):
+                raise PredicateError("LIKE needs a string pattern")
+            col = _array(left, self.n)
+            if not pa.types.is_string(col.type):
+                raise PredicateError("LIKE needs a string column")
+            res = pc.match_like(col, pattern.value)
             return pc.invert(res) if negate else res
         if op == "IS":
             self.take()
@@ -131,62 +206,206 @@ class _Parser:
                 self.take()
                 neg = True
             self.take("NULL")
-            res = pc.is_null(left)
+            res = pc.is_null(_array(left, self.n))
             return pc.invert(res) if neg else res
         if negate:
-            raise PredicateError("NOT must be followed by IN or BETWEEN here")
+            raise PredicateError("NOT must be followed by IN, BETWEEN or LIKE here")
         return left
 
-    def value(self) -> Any:
+    def unary(self) -> Value:
+        if self.peek() in ("-", "+"):
+            sign = self.take()[1]
+            v = self.unary()
+            if sign == "+":
+                return v
+            if isinstance(v, Lit):
+                if v.kind not in ("int", "dec", "float"):
+                    raise PredicateError(f"cannot negate {v.value!r}")
+                return Lit(-v.value, v.kind)
+            if not (pa.types.is_integer(v.type) or pa.types.is_floating(v.type)):
+                raise PredicateError("only numbers can be negated")
+            return pc.negate_checked(v)
+        return self.value()
+
+    def value(self) -> Value:
         kind, val = self.take()
-        if val == "(":
+        if val == "(" and kind == "op":
             e = self.or_()
             self.take(")")
             return e
         if kind == "num":
-            return pa.scalar(float(val) if "." in val else int(val))
+            return _number(val)
         if kind == "str":
-            return pa.scalar(val[1:-1].replace("''", "'"))
+            return Lit(val, "str")
+        if kind == "op":
+            raise PredicateError(f"unexpected {val!r}")
         up = val.upper()
         if up in ("TRUE", "FALSE"):
-            return pa.scalar(up == "TRUE")
+            return Lit(up == "TRUE", "bool")
         if up == "NULL":
-            return pa.scalar(None)
-        if up in ("TIMESTAMP", "DATE") and self.peek(False) and self.peek(False).startswith("'"):
-            _, lit = self.take()
-            import pandas as pd
+            return Lit(None, "null")
+        if up in ("TIMESTAMP", "DATE") and self.i < len(self.toks) and \
+                self.toks[self.i][0] == "str":
+            return Lit(_timestamp_us(self.take()[1]), "ts")
+        if self.peek() == "(":
+            raise PredicateError(f"{val}(...): arithmetic and functions are not supported in "
+                                 "filters")
+        return self.table.column(self.column(val))
 
-            ts = pd.Timestamp(lit[1:-1])
-            ts = ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
-            return pa.scalar(ts.to_pydatetime(), type=pa.timestamp("us", tz="UTC"))
-        name = val.strip("`")
-        if name not in self.table.column_names:
-            raise PredicateError(f"unknown column {name!r} (columns: "
-                                 f"{', '.join(self.table.column_names)})")
-        return self.table.column(name)
+    def column(self, word: str) -> str:
+        """Spark's case-insensitive resolution (an exact match first)."""
+        name = word[1:-1].replace("``", "`") if word.startswith("`") else word
+        names = self.table.column_names
+        if name in names:
+            return name
+        same = [c for c in names if c.lower() == name.lower()]
+        if len(same) == 1:
+            return same[0]
+        if same:
+            raise PredicateError(f"column {name!r} is ambiguous: {', '.join(same)}")
+        raise PredicateError(f"unknown column {name!r} (columns: {', '.join(names)})")
 
 
-def _align(a: Any, b: Any) -> tuple[Any, Any]:
-    """Cast a literal to the other side's type (e.g. a timestamp column vs TIMESTAMP '...')."""
-    ta = a.type
-    tb = b.type
-    if ta == tb:
-        return a, b
-    if isinstance(b, pa.Scalar) and not isinstance(a, pa.Scalar):
-        return a, b.cast(ta) if not pa.types.is_null(tb) else b
-    if isinstance(a, pa.Scalar) and not isinstance(b, pa.Scalar):
-        return (a.cast(tb) if not pa.types.is_null(ta) else a), b
-    return a, b
+def _timestamp_us(text: str) -> int:
+    import pandas as pd
+
+    try:
+        ts = pd.Timestamp(text)
+    except ValueError as exc:
+        raise PredicateError(f"not a timestamp: {text!r}") from exc
+    ts = ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
+    return int(ts.value // 1000)
+
+
+def _array(v: Value, n: int) -> pa.ChunkedArray:
+    """A literal as a column of ``n`` rows (a column stays itself)."""
+    if not isinstance(v, Lit):
+        return v
+    if v.kind == "null":
+        return pa.chunked_array([pa.nulls(n, pa.bool_())])
+    if v.kind == "ts":
+        return pa.chunked_array([pa.array([v.value] * n, pa.timestamp("us", tz="UTC"))])
+    value = float(v.value) if v.kind == "dec" else v.value
+    return pa.chunked_array([pa.array([value] * n)])
+
+
+def _bool(v: Value, n: int) -> pa.ChunkedArray:
+    a = _array(v, n)
+    if not pa.types.is_boolean(a.type):
+        raise PredicateError("AND, OR and NOT need boolean conditions")
+    return a
+
+
+def _lit_as(lit: Lit, typ: pa.DataType) -> Any:
+    """A string/number literal cast to a column's type, as Spark's implicit cast does."""
+    if pa.types.is_timestamp(typ):
+        if lit.kind not in ("str", "ts"):
+            raise PredicateError(f"cannot compare a timestamp with {lit.value!r}")
+        us = lit.value if lit.kind == "ts" else _timestamp_us(lit.value)
+        return pa.scalar(us, pa.timestamp("us", tz="UTC")).cast(typ)
+    if pa.types.is_boolean(typ):
+        if lit.kind == "bool":
+            return pa.scalar(lit.value)
+        if lit.kind == "str" and lit.value.strip().lower() in ("true", "false"):
+            return pa.scalar(lit.value.strip().lower() == "true")
+        raise PredicateError(f"cannot compare a boolean with {lit.value!r}")
+    if pa.types.is_string(typ) or pa.types.is_large_string(typ):
+        if lit.kind == "str":
+            return pa.scalar(lit.value, typ)
+        raise PredicateError(f"cannot compare a string column with {lit.value!r}: Spark casts "
+                             "every value to a number, quote the literal")
+    try:
+        return pa.scalar(lit.value if lit.kind != "dec" else float(lit.value)).cast(typ)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise PredicateError(f"cannot compare {typ} with {lit.value!r}") from exc
+
+
+def _constant(truth: bool, like: pa.ChunkedArray) -> pa.ChunkedArray:
+    """``truth`` for every row, NULL where ``like`` is NULL."""
+    return pc.if_else(pc.is_null(like), pa.scalar(None, pa.bool_()), truth)
+
+
+def _int_vs_exact(op: str, col: pa.ChunkedArray, x: Decimal) -> pa.ChunkedArray:
+    """An integer column against an exact number that no int64 equals (``amount > 99.5``,
+    ``amount < 1e20``)."""
+    lo, hi = math.floor(x), math.ceil(x)
+    col = pc.cast(col, pa.int64())
+    bound = {">": lo, ">=": hi, "<": hi, "<=": lo}.get(op)
+    if bound is None:  # = or != : never equal
+        return _constant(op in ("!=", "<>"), col)
+    if not -2**63 <= bound < 2**63:  # past every int64: the answer is the same for all rows
+        return _constant((bound > 0) == (op in ("<", "<=")), col)
+    return _FN[op](col, pa.scalar(bound, pa.int64()))
+
+
+_FN = {"=": pc.equal, "==": pc.equal, "!=": pc.not_equal, "<>": pc.not_equal, "<": pc.less,
+       "<=": pc.less_equal, ">": pc.greater, ">=": pc.greater_equal}
+
+
+def _compare(op: str, a: Value, b: Value, n: int) -> pa.ChunkedArray:
+    if isinstance(a, Lit) and not isinstance(b, Lit):
+        flip = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}.get(op, op)
+        return _compare(flip, b, a, n)
+    if isinstance(b, Lit):
+        if b.kind == "null":
+            return pa.chunked_array([pa.nulls(n, pa.bool_())])
+        if isinstance(a, Lit):  # two literals: as two constant columns
+            a = _array(a, n)
+            if b.kind in ("dec", "float") and pa.types.is_integer(a.type):
+                a = pc.cast(a, pa.float64())
+        typ = a.type
+        if pa.types.is_integer(typ) and b.kind in ("dec", "float"):
+            x = Decimal(b.value) if b.kind == "dec" else Decimal(float(b.value)) \
+                if math.isfinite(b.value) else None
+            if x is None:  # against +-inf or NaN: compare as doubles
+                return _nan_aware(op, pc.cast(a, pa.float64()), pa.scalar(float(b.value)))
+            if x == x.to_integral_value() and -2**63 <= x < 2**63:
+                return _FN[op](pc.cast(a, pa.int64()), pa.scalar(int(x), pa.int64()))
+            return _int_vs_exact(op, a, x)
+        right = _lit_as(b, typ)
+        return _nan_aware(op, a, right) if pa.types.is_floating(typ) else _FN[op](a, right)
+    ta, tb = a.type, b.type
+    if ta != tb:
+        if pa.types.is_floating(ta) or pa.types.is_floating(tb):
+            a, b = pc.cast(a, pa.float64()), pc.cast(b, pa.float64())
+        elif pa.types.is_integer(ta) and pa.types.is_integer(tb):
+            a, b = pc.cast(a, pa.int64()), pc.cast(b, pa.int64())
+        else:
+            raise PredicateError(f"cannot compare {ta} with {tb}")
+    if pa.types.is_floating(a.type):
+        return _nan_aware(op, a, b)
+    return _FN[op](a, b)
+
+
+def _nan_aware(op: str, a: Any, b: Any) -> pa.ChunkedArray:
+    """Comparison of doubles as Spark orders them: NaN = NaN, NaN above every other value."""
+    def nan(x: Any) -> Any:
+        if isinstance(x, pa.Scalar):
+            return pa.scalar(x.is_valid and math.isnan(x.as_py()) if x.is_valid else None,
+                             pa.bool_())
+        return pc.is_nan(x)
+
+    an, bn = nan(a), nan(b)
+    eq = pc.or_kleene(pc.equal(a, b), pc.and_kleene(an, bn))
+    if op in ("=", "=="):
+        return eq
+    if op in ("!=", "<>"):
+        return pc.invert(eq)
+    lt = pc.or_kleene(pc.less(a, b), pc.and_kleene(pc.invert(an), bn))
+    gt = pc.or_kleene(pc.greater(a, b), pc.and_kleene(an, pc.invert(bn)))
+    return {"<": lt, ">": gt, "<=": pc.or_kleene(lt, eq), ">=": pc.or_kleene(gt, eq)}[op]
 
 
 def evaluate(text: str, table: pa.Table) -> pa.ChunkedArray:
     """Boolean mask of ``text`` over ``table`` (NULL counts as false when filtering)."""
     try:
         res = _Parser(text, table).parse()
-    except pa.ArrowInvalid as exc:
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
         raise PredicateError(str(exc)) from None
-    if isinstance(res, pa.Scalar):
-        res = pa.chunked_array([pa.array([res.as_py()] * table.num_rows, pa.bool_())])
+    if isinstance(res, Lit):
+        if res.kind != "bool":
+            raise PredicateError("the filter must be a boolean condition")
+        res = _array(res, table.num_rows)
     if not pa.types.is_boolean(res.type):
         raise PredicateError("the filter must be a boolean condition")
     return res
