@@ -107,10 +107,11 @@ def _number(text: str) -> Lit:
 
 
 class _Parser:
-    def __init__(self, text: str, table: pa.Table) -> None:
+    def __init__(self, text: str, table: pa.Table, time_zone: str = "UTC") -> None:
         self.toks = _tokens(text)
         self.i = 0
         self.table = table
+        self.tz = time_zone
 
     def peek(self, upper: bool = True) -> str | None:
         if self.i >= len(self.toks):
@@ -163,7 +164,7 @@ class _Parser:
         op = self.peek()
         if op in _COMPARE:
             self.take()
-            return _compare(op, left, self.unary(), self.n)
+            return _compare(op, left, self.unary(), self.n, self.tz)
         negate = False
         if op == "NOT":
             self.take()
@@ -177,17 +178,17 @@ class _Parser:
                 self.take()
                 values.append(self.unary())
             self.take(")")
-            res = _compare("=", left, values[0], self.n)
+            res = _compare("=", left, values[0], self.n, self.tz)
             for v in values[1:]:
-                res = pc.or_kleene(res, _compare("=", left, v, self.n))
+                res = pc.or_kleene(res, _compare("=", left, v, self.n, self.tz))
             return pc.invert(res) if negate else res
         if op == "BETWEEN":
             self.take()
             lo = self.unary()
             self.take("AND")
             hi = self.unary()
-            res = pc.and_kleene(_compare(">=", left, lo, self.n),
-                                _compare("<=", left, hi, self.n))
+            res = pc.and_kleene(_compare(">=", left, lo, self.n, self.tz),
+                                _compare("<=", left, hi, self.n, self.tz))
             return pc.invert(res) if negate else res
         if op == "LIKE":
             self.take()
@@ -246,7 +247,7 @@ class _Parser:
             return Lit(None, "null")
         if up in ("TIMESTAMP", "DATE") and self.i < len(self.toks) and \
                 self.toks[self.i][0] == "str":
-            return Lit(_timestamp_us(self.take()[1]), "ts")
+            return Lit(_timestamp_us(self.take()[1], self.tz), "ts")
         if self.peek() == "(":
             raise PredicateError(f"{val}(...): arithmetic and functions are not supported in "
                                  "filters")
@@ -266,14 +267,16 @@ class _Parser:
         raise PredicateError(f"unknown column {name!r} (columns: {', '.join(names)})")
 
 
-def _timestamp_us(text: str) -> int:
+def _timestamp_us(text: str, time_zone: str) -> int:
+    """µs since the epoch of a timestamp text; without an offset it is a wall time in the
+    session time zone (``spark.sql.session.timeZone``)."""
     import pandas as pd
 
     try:
         ts = pd.Timestamp(text)
-    except ValueError as exc:
-        raise PredicateError(f"not a timestamp: {text!r}") from exc
-    ts = ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
+        ts = ts.tz_localize(time_zone) if ts.tzinfo is None else ts.tz_convert("UTC")
+    except (ValueError, KeyError) as exc:
+        raise PredicateError(f"not a timestamp in {time_zone}: {text!r}") from exc
     return int(ts.value // 1000)
 
 
@@ -296,12 +299,12 @@ def _bool(v: Value, n: int) -> pa.ChunkedArray:
     return a
 
 
-def _lit_as(lit: Lit, typ: pa.DataType) -> Any:
+def _lit_as(lit: Lit, typ: pa.DataType, tz: str) -> Any:
     """A string/number literal cast to a column's type, as Spark's implicit cast does."""
     if pa.types.is_timestamp(typ):
         if lit.kind not in ("str", "ts"):
             raise PredicateError(f"cannot compare a timestamp with {lit.value!r}")
-        us = lit.value if lit.kind == "ts" else _timestamp_us(lit.value)
+        us = lit.value if lit.kind == "ts" else _timestamp_us(lit.value, tz)
         return pa.scalar(us, pa.timestamp("us", tz="UTC")).cast(typ)
     if pa.types.is_boolean(typ):
         if lit.kind == "bool":
@@ -342,10 +345,10 @@ _FN = {"=": pc.equal, "==": pc.equal, "!=": pc.not_equal, "<>": pc.not_equal, "<
        "<=": pc.less_equal, ">": pc.greater, ">=": pc.greater_equal}
 
 
-def _compare(op: str, a: Value, b: Value, n: int) -> pa.ChunkedArray:
+def _compare(op: str, a: Value, b: Value, n: int, tz: str = "UTC") -> pa.ChunkedArray:
     if isinstance(a, Lit) and not isinstance(b, Lit):
         flip = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}.get(op, op)
-        return _compare(flip, b, a, n)
+        return _compare(flip, b, a, n, tz)
     if isinstance(b, Lit):
         if b.kind == "null":
             return pa.chunked_array([pa.nulls(n, pa.bool_())])
@@ -362,7 +365,7 @@ def _compare(op: str, a: Value, b: Value, n: int) -> pa.ChunkedArray:
             if x == x.to_integral_value() and -2**63 <= x < 2**63:
                 return _FN[op](pc.cast(a, pa.int64()), pa.scalar(int(x), pa.int64()))
             return _int_vs_exact(op, a, x)
-        right = _lit_as(b, typ)
+        right = _lit_as(b, typ, tz)
         return _nan_aware(op, a, right) if pa.types.is_floating(typ) else _FN[op](a, right)
     ta, tb = a.type, b.type
     if ta != tb:
@@ -396,10 +399,12 @@ def _nan_aware(op: str, a: Any, b: Any) -> pa.ChunkedArray:
     return {"<": lt, ">": gt, "<=": pc.or_kleene(lt, eq), ">=": pc.or_kleene(gt, eq)}[op]
 
 
-def evaluate(text: str, table: pa.Table) -> pa.ChunkedArray:
-    """Boolean mask of ``text`` over ``table`` (NULL counts as false when filtering)."""
+def evaluate(text: str, table: pa.Table, time_zone: str = "UTC") -> pa.ChunkedArray:
+    """Boolean mask of ``text`` over ``table`` (NULL counts as false when filtering);
+    timestamps written without an offset are wall times in ``time_zone`` (Spark's session
+    time zone)."""
     try:
-        res = _Parser(text, table).parse()
+        res = _Parser(text, table, time_zone).parse()
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
         raise PredicateError(str(exc)) from None
     if isinstance(res, Lit):
@@ -411,6 +416,6 @@ def evaluate(text: str, table: pa.Table) -> pa.ChunkedArray:
     return res
 
 
-def check(text: str, schema: pa.Schema) -> None:
+def check(text: str, schema: pa.Schema, time_zone: str = "UTC") -> None:
     """Parse ``text`` against an empty table of ``schema`` (raises PredicateError)."""
-    evaluate(text, schema.empty_table())
+    evaluate(text, schema.empty_table(), time_zone)

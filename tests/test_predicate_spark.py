@@ -100,3 +100,19 @@ def test_sql_the_filter_does_not_support_is_a_clear_error(text: str, says: str) 
     # (Spark evaluates the first two; the filter language says plainly that it does not)
     with pytest.raises(PredicateError, match=re.escape(says)):
         evaluate(text, table())
+
+
+@pytest.mark.spark
+def test_timestamps_without_an_offset_are_in_the_session_time_zone(spark) -> None:
+    t = table()
+    old = spark.conf.get("spark.sql.session.timeZone")
+    texts = ["ts >= TIMESTAMP '2026-11-20 09:03:00'", "ts < '2026-11-20 09:02:00'",
+             "ts > '2026-11-20T08:02:00Z'", "ts >= DATE '2026-11-20'"]
+    spark.conf.set("spark.sql.session.timeZone", "Europe/Amsterdam")  # UTC+1 in November
+    try:
+        theirs = [spark_rows(spark, t, x) for x in texts]
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", old)
+    ours = [sorted(t.filter(evaluate(x, t, "Europe/Amsterdam").fill_null(False))
+                   .column("id").to_pylist()) for x in texts]
+    assert ours == theirs and theirs[0] == [3, 4, 5, 6, 7]

@@ -199,3 +199,15 @@ def test_column_mapping_reads_logical_names(tmp_path: Path) -> None:
     rows = s.rows["clicks"].sort_values("id")
     assert rows["id"].tolist() == [1, 2] and rows["country"].tolist() == ["NL", "DE"]
     assert rows["ts"].tolist() == [ts(15), ts(3)]
+
+
+def test_a_filter_reads_timestamps_in_the_jobs_session_time_zone(tmp_path, three_commits) -> None:
+    # ts are 15, 3, 4 and 30 s past the epoch. 00:00:10 is 10 s past it in UTC, and 23:00:10
+    # UTC the day before in Amsterdam (UTC+1), as Spark reads it with that session time zone
+    data = spec_for(tmp_path, {"commits": 1},
+                    filter="ts > TIMESTAMP '1970-01-01 00:00:10'").model_dump(exclude={"path"})
+    utc = plan(parse_spec(data, str(tmp_path / "s.yaml")))
+    ams = plan(parse_spec({**data, "spark_conf": {
+        "spark.sql.session.timeZone": "Europe/Amsterdam"}}, str(tmp_path / "s.yaml")))
+    assert sorted(utc.rows["clicks"]["id"]) == [1, 4]
+    assert sorted(ams.rows["clicks"]["id"]) == [1, 2, 3, 4]
