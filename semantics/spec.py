@@ -442,6 +442,12 @@ def check_spec(spec: BacktestSpec) -> None:
                 raise SpecError(f, where, "a Spark setting the predictor models: "
                                 + ", ".join(sorted(MODELED_CONF)))
         conf = spec.conf(name)
+        tz = "spark.sql.session.timeZone"
+        if tz in cand.spark_conf and str(cand.spark_conf[tz]) != str(spec.spark_conf.get(
+                tz, "UTC")) and any(spec.sources[s].filter for s in used):
+            raise SpecError(f, f"candidates.{name}.spark_conf.{tz}",
+                            "the spec-level session time zone: source filters are read once "
+                            "for every candidate; set it in the top-level spark_conf")
         if conf.get("spark.sql.streaming.multipleWatermarkPolicy") not in ("min", "max"):
             raise SpecError(f, f"candidates.{name}.spark_conf",
                             "spark.sql.streaming.multipleWatermarkPolicy must be min or max")

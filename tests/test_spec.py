@@ -162,3 +162,18 @@ def test_inner_join_needs_no_watermark(tmp_path: Path) -> None:
     text = JOIN.replace("type: left_outer", "type: inner").replace(
         "{impressions: 2 hours, clicks: 3 hours}, policy: min", "{}")
     assert load_spec(write(tmp_path, text)).query.type == "inner"
+
+
+def test_no_candidate_session_time_zone_next_to_a_filter(tmp_path: Path) -> None:
+    # source filters are read once for every candidate, in the spec-level session time zone
+    text = GOOD.replace("event_time: click_ts}", 'event_time: click_ts, filter: "price > 0"}')
+    assert "filter" in text and "Europe" not in text
+    zoned = text.replace("current: {watermark: {clicks: 10 minutes}}",
+                         "current: {watermark: {clicks: 10 minutes}, spark_conf: "
+                         "{spark.sql.session.timeZone: Europe/Amsterdam}}")
+    with pytest.raises(SpecError) as err:
+        load_spec(write(tmp_path, zoned))
+    assert err.value.field == "candidates.current.spark_conf.spark.sql.session.timeZone"
+    spec_wide = "spark_conf: {spark.sql.session.timeZone: Europe/Amsterdam}\nexpect:"
+    load_spec(write(tmp_path, text.replace("expect:", spec_wide)))
+    load_spec(write(tmp_path, zoned.replace(', filter: "price > 0"', "")))  # no filter: fine
