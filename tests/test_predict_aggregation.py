@@ -363,3 +363,19 @@ def test_sliding_min_max_of_numbers_take_the_grid_of_strings_expand_pairs() -> N
 
     assert layout({"lo": "min(v)", "last": "max(ts)"}) == (("min", "pairs"), ("max", "pairs"))
     assert layout({"lo": "min(v)", "first": "min(name)"}) is None
+
+
+def test_an_aggregate_that_does_not_fit_its_column_is_a_spec_error() -> None:
+    # (it was a traceback: AggregateTypeError); sums of decimals are said to be not modelled
+    from decimal import Decimal
+
+    sched = schedule_of([[{"k": 1, "ts": 1, "price": Decimal("1.25"), "name": "a"}]])
+    for aggs, field, says in (({"s": "sum(price)"}, "query.aggregates.s", "decimal column"),
+                              ({"a": "avg(name)"}, "query.aggregates.a", "floating-point"),
+                              ({"m": "max(nope)"}, "query.aggregates.m", "no column 'nope'")):
+        for kind in ({"kind": "aggregation", "keys": ["k"], "window": {"duration": "5 seconds"}},
+                     {"kind": "session", "keys": ["k"], "gap": "5 seconds"}):
+            spec = spec_of({**kind, "aggregates": aggs})
+            with pytest.raises(SpecError) as err:
+                predict(sched, spec, "c")
+            assert err.value.field == field and says in str(err.value)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 
 import numpy as np
 import pandas as pd
@@ -58,8 +59,8 @@ class AggFunc:
         kind = kind_of(dtypes[col])
         tz = getattr(dtypes[col], "tz", None)
         if func in ("sum", "avg") and kind not in ("int", "float"):
-            raise AggregateTypeError(f"aggregate {name!r}: {func} needs a numeric column, "
-                                     f"{col!r} is {dtypes[col]}")
+            raise AggregateTypeError(f"aggregate {name!r}: {func} needs an integer or "
+                                     f"floating-point column, {col!r} is {dtypes[col]}")
         return cls(name, func, col, kind, None if tz is None else str(tz))
 
     # -- buffers --------------------------------------------------------------------------------
@@ -177,6 +178,32 @@ def _sum_int(v: np.ndarray, codes: np.ndarray, g: int) -> np.ndarray:
 def parse_aggregates(aggregates: Mapping[str, str], dtypes: Mapping[str, object]
                      ) -> tuple[AggFunc, ...]:
     return tuple(AggFunc.parse(name, expr, dtypes) for name, expr in aggregates.items())
+
+
+def aggregates_of(path: str, source: str, aggregates: Mapping[str, str], frame: pd.DataFrame
+                  ) -> tuple[AggFunc, ...]:
+    """:func:`parse_aggregates` over ``frame``'s columns, an aggregate that does not fit its
+    column said as a spec error naming ``query.aggregates.<name>`` (no traceback)."""
+    from semantics.errors import SpecError
+
+    dtypes = {c: frame[c].dtype for c in frame.columns}
+    out = []
+    for name, expr in aggregates.items():
+        try:
+            out.append(AggFunc.parse(name, expr, dtypes))
+        except AggregateTypeError as exc:
+            col = parse_aggregate(expr)[1]
+            decimal = col in frame.columns and _decimals(frame[col])
+            raise SpecError(path, f"query.aggregates.{name}", f"{exc} (source {source!r})" + (
+                ": a decimal column; sums and averages of decimals are not modelled yet, cast "
+                "it to double or bigint in the table" if decimal else "")) from None
+    return tuple(out)
+
+
+def _decimals(s: pd.Series) -> bool:
+    """Does ``s`` hold Python decimals (a Delta ``decimal(p, s)`` column read by arrow)?"""
+    v = s.dropna()
+    return s.dtype == object and len(v) > 0 and isinstance(v.iloc[0], Decimal)
 
 
 # -- helpers over several aggregates -------------------------------------------------------------

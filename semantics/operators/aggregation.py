@@ -43,12 +43,12 @@ from semantics.operators.aggfuncs import (
     IDENTITY,
     AggFunc,
     Buffers,
+    aggregates_of,
     combine_all,
     concat_all,
     empty_all,
     init_all,
     interleave_all,
-    parse_aggregates,
     reduce_all,
     result_frame,
     take_all,
@@ -152,9 +152,9 @@ class AggregationOperator:
         self.mode = q.output_mode
         self.explain = explain
         frame = schedule.rows[q.source]
-        dtypes = {c: frame[c].dtype for c in frame.columns}
         check_key_columns(spec.path, "query.keys", q.source, frame, self.keys)
-        self.aggs: tuple[AggFunc, ...] = parse_aggregates(q.aggregates, dtypes)
+        self.aggs: tuple[AggFunc, ...] = aggregates_of(spec.path, q.source, q.aggregates,
+                                                       frame)
         et = spec.sources[q.source].event_time
         conf = spec.conf(candidate)
         allow_multiple = str(conf.get("spark.sql.streaming.statefulOperator.allowMultiple",

@@ -65,12 +65,12 @@ from semantics.operators import fates as F
 from semantics.operators.aggfuncs import (
     AggFunc,
     Buffers,
+    aggregates_of,
     concat_all,
     empty_all,
     init_all,
     interleave_all,
     ones_of,
-    parse_aggregates,
     reduce_all,
     result_frame,
     take_all,
@@ -342,9 +342,9 @@ class SessionOperator:
         self.gap_us = q.gap.us
         self.explain = explain
         frame = schedule.rows[q.source]
-        dtypes = {c: frame[c].dtype for c in frame.columns}
         check_key_columns(spec.path, "query.keys", q.source, frame, self.keys)
-        self.aggs: tuple[AggFunc, ...] = parse_aggregates(q.aggregates, dtypes)
+        self.aggs: tuple[AggFunc, ...] = aggregates_of(spec.path, q.source, q.aggregates,
+                                                       frame)
         conf = spec.conf(candidate)
         self.merge_local = str(conf.get(MERGE_LOCAL_CONF, "false")).lower() == "true"
         self._empty_keys = tuple(values_of(frame[k].iloc[0:0]) for k in self.keys)
