@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from datetime import date
 from decimal import Decimal
 from typing import Any
 
@@ -51,7 +52,7 @@ class PredicateError(ValueError):
 @dataclass(frozen=True)
 class Lit:
     """A literal: ``kind`` int, dec (Spark's decimal literal), float (double), str, bool, null,
-    ts (µs since the epoch, UTC)."""
+    ts (µs since the epoch, UTC), date (its text)."""
 
     value: Any
     kind: str
@@ -247,7 +248,10 @@ class _Parser:
             return Lit(None, "null")
         if up in ("TIMESTAMP", "DATE") and self.i < len(self.toks) and \
                 self.toks[self.i][0] == "str":
-            return Lit(_timestamp_us(self.take()[1], self.tz), "ts")
+            text = self.take()[1]
+            if up == "DATE":  # (a day; against a timestamp: its midnight in the time zone)
+                return Lit(text, "date")
+            return Lit(_timestamp_us(text, self.tz), "ts")
         if self.peek() == "(":
             raise PredicateError(f"{val}(...): arithmetic and functions are not supported in "
                                  "filters")
@@ -288,6 +292,8 @@ def _array(v: Value, n: int) -> pa.ChunkedArray:
         return pa.chunked_array([pa.nulls(n, pa.bool_())])
     if v.kind == "ts":
         return pa.chunked_array([pa.array([v.value] * n, pa.timestamp("us", tz="UTC"))])
+    if v.kind == "date":
+        return pa.chunked_array([pa.array([date.fromisoformat(v.value.strip()[:10])] * n)])
     value = float(v.value) if v.kind == "dec" else v.value
     return pa.chunked_array([pa.array([value] * n)])
 
@@ -302,10 +308,17 @@ def _bool(v: Value, n: int) -> pa.ChunkedArray:
 def _lit_as(lit: Lit, typ: pa.DataType, tz: str) -> Any:
     """A string/number literal cast to a column's type, as Spark's implicit cast does."""
     if pa.types.is_timestamp(typ):
-        if lit.kind not in ("str", "ts"):
+        if lit.kind not in ("str", "ts", "date"):
             raise PredicateError(f"cannot compare a timestamp with {lit.value!r}")
         us = lit.value if lit.kind == "ts" else _timestamp_us(lit.value, tz)
         return pa.scalar(us, pa.timestamp("us", tz="UTC")).cast(typ)
+    if pa.types.is_date(typ):
+        if lit.kind not in ("str", "date"):
+            raise PredicateError(f"cannot compare a date with {lit.value!r}")
+        try:
+            return pa.scalar(date.fromisoformat(lit.value.strip()[:10])).cast(typ)
+        except ValueError as exc:
+            raise PredicateError(f"not a date: {lit.value!r}") from exc
     if pa.types.is_boolean(typ):
         if lit.kind == "bool":
             return pa.scalar(lit.value)
@@ -356,6 +369,8 @@ def _compare(op: str, a: Value, b: Value, n: int, tz: str = "UTC") -> pa.Chunked
             a = _array(a, n)
             if b.kind in ("dec", "float") and pa.types.is_integer(a.type):
                 a = pc.cast(a, pa.float64())
+        if pa.types.is_date(a.type) and b.kind == "ts":  # the day's midnight in the time zone
+            a = pc.assume_timezone(pc.cast(a, pa.timestamp("us")), tz)
         typ = a.type
         if pa.types.is_integer(typ) and b.kind in ("dec", "float"):
             x = Decimal(b.value) if b.kind == "dec" else Decimal(float(b.value)) \

@@ -6,7 +6,7 @@ with a clear error where Spark has no answer either."""
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 
 import pyarrow as pa
 import pytest
@@ -27,6 +27,8 @@ def table() -> pa.Table:
         "ok": pa.array([True, False, None, True, True, False, True, None]),
         "ts": pa.array([datetime(2026, 11, 20, 8, m, tzinfo=UTC) for m in range(n)],
                        pa.timestamp("us", tz="UTC")),
+        "day": pa.array([date(2026, 11, 18 + m % 4) if m != 6 else None for m in range(n)],
+                        pa.date32()),
     })
 
 
@@ -57,6 +59,8 @@ FILTERS = [
     "TRUE AND amount > 0", "country = 1", "id = 1 AND (country = 'NL' OR NOT ok)",
     "amount <> -5", "NOT NOT ok", "amount BETWEEN -5 AND 99.5", "temp BETWEEN -5 AND 'NaN'",
     "`country` = 'DE'", "amount >= small", "temp <= small", "- temp > 0", "country = 'nl'",
+    "day = DATE '2026-11-20'", "day > '2026-11-19'", "day >= TIMESTAMP '2026-11-19 12:00:00'",
+    "day BETWEEN DATE '2026-11-19' AND DATE '2026-11-20'", "day IS NULL", "day IN ('2026-11-18')",
 ]
 
 
@@ -107,7 +111,8 @@ def test_timestamps_without_an_offset_are_in_the_session_time_zone(spark) -> Non
     t = table()
     old = spark.conf.get("spark.sql.session.timeZone")
     texts = ["ts >= TIMESTAMP '2026-11-20 09:03:00'", "ts < '2026-11-20 09:02:00'",
-             "ts > '2026-11-20T08:02:00Z'", "ts >= DATE '2026-11-20'"]
+             "ts > '2026-11-20T08:02:00Z'", "ts >= DATE '2026-11-20'",
+             "day >= TIMESTAMP '2026-11-19 00:30:00'", "day < TIMESTAMP '2026-11-19 23:30:00Z'"]
     spark.conf.set("spark.sql.session.timeZone", "Europe/Amsterdam")  # UTC+1 in November
     try:
         theirs = [spark_rows(spark, t, x) for x in texts]
