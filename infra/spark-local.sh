@@ -7,8 +7,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
+case "$PY" in /*) ;; *) PY="$PWD/$PY" ;; esac
 SPARK_HOME=$("$PY" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')
-export SPARK_HOME SPARK_LOCAL_IP=127.0.0.1
+# Python workers (Connect's foreachBatch runner, executors) use the project's environment:
+# the system python3 has no pandas, and the worker then never connects back
+export SPARK_HOME SPARK_LOCAL_IP=127.0.0.1 PYSPARK_PYTHON=${PYSPARK_PYTHON:-$PY}
 RUN=${WMBT_SPARK_RUN:-$PWD/.spark-local}
 mkdir -p "$RUN"
 start() {  # name, command...
