@@ -22,6 +22,7 @@ from pydantic import (
     Field,
     PlainSerializer,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
@@ -71,6 +72,15 @@ class SourceSpec(_Model):
     # UPDATE, MERGE, overwrite) are skipped whole; without it such a commit is an error, as a
     # Delta streaming source stops on it
     skip_change_commits: bool = False
+
+    @field_validator("table")
+    @classmethod
+    def _local(cls, table: str) -> str:
+        scheme = re.match(r"^([A-Za-z][A-Za-z0-9+.-]+)://", table)
+        if scheme and scheme.group(1).lower() != "file":
+            raise ValueError(f"a local path or file:// URI ({scheme.group(1)}:// tables are not "
+                             "read yet: mount or copy the table)")
+        return table
 
     @model_validator(mode="after")
     def _check(self) -> SourceSpec:
@@ -267,7 +277,12 @@ class BacktestSpec(_Model):
         return Path(self.path).parent if self.path != "<memory>" else Path.cwd()
 
     def table_path(self, source: str) -> Path:
-        p = Path(self.sources[source].table)
+        table = self.sources[source].table
+        if table.lower().startswith("file://"):  # file:///abs/path (or file://localhost/...)
+            from urllib.parse import unquote, urlparse
+
+            table = unquote(urlparse(table).path)
+        p = Path(table)
         return p if p.is_absolute() else (self.base_dir / p)
 
     @property

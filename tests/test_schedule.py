@@ -211,3 +211,10 @@ def test_a_filter_reads_timestamps_in_the_jobs_session_time_zone(tmp_path, three
         "spark.sql.session.timeZone": "Europe/Amsterdam"}}, str(tmp_path / "s.yaml")))
     assert sorted(utc.rows["clicks"]["id"]) == [1, 4]
     assert sorted(ams.rows["clicks"]["id"]) == [1, 2, 3, 4]
+
+
+def test_a_file_uri_names_a_local_table(tmp_path, three_commits) -> None:
+    data = spec_for(tmp_path, {"commits": 1}).model_dump(exclude={"path"})
+    data["sources"]["clicks"]["table"] = three_commits.as_uri()  # file:///...
+    assert data["sources"]["clicks"]["table"].startswith("file:///")
+    assert ticks_of(plan(parse_spec(data, str(tmp_path / "s.yaml")))) == [[1], [2, 3], [4], []]

@@ -94,6 +94,9 @@ def test_bad_durations_are_rejected(bad: object) -> None:
     # append aggregation without a watermark
     (("current: {watermark: {clicks: 10 minutes}}", "current: {}"),
      "candidates.current.watermark", "append output mode"),
+    # an object-store URI: not read (yet), said before anything runs
+    (("table: data/clicks,", "table: s3://bucket/clicks,"), "sources.clicks.table",
+     "a local path or file:// URI"),
     # a semantic Spark setting we do not model
     (("expect:", "spark_conf: {spark.sql.streaming.stateStore.formatValidation.enabled: "
       "false}\nexpect:"), "spark_conf.spark.sql.streaming.stateStore.formatValidation.enabled",
