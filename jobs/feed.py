@@ -68,6 +68,11 @@ def source_schema(schedule: Schedule, source: str) -> pa.Schema:
     et = schedule.event_time[source]
     fields = [pa.field(f.name, pa.timestamp("us", tz="UTC"), True) if f.name == et else f
               for f in fields]
+    # decimals as the table declares them (arrow would infer the precision from the values,
+    # and Spark's sum and avg types follow the input's)
+    declared = schedule.decimals.get(source, {})
+    fields = [pa.field(f.name, pa.decimal128(*declared[f.name]), True) if f.name in declared
+              else f for f in fields]
     return pa.schema(fields)
 
 

@@ -137,6 +137,8 @@ def read_arrivals(spec: BacktestSpec, source: str) -> pd.DataFrame:
             raise SpecError(spec.path, f"sources.{source}.filter", str(exc)) from None
         table = table.filter(mask.fill_null(False))
     df = _to_pandas(table)
+    df.attrs["decimals"] = {f.name: (f.type.precision, f.type.scale) for f in schema
+                            if pa.types.is_decimal(f.type)}  # (read by plan)
     et = src.event_time
     df[et] = df[et].astype("datetime64[us, UTC]")
     if src.arrival_column:
@@ -223,8 +225,10 @@ def plan(spec: BacktestSpec, candidate: str | None = None) -> Schedule:
     """
     cand = candidate or next(iter(spec.candidates))
     frames: dict[str, pd.DataFrame] = {}
+    decimals: dict[str, dict[str, tuple[int, int]]] = {}
     for s in spec.query_sources:
         frames[s] = read_arrivals(spec, s)
+        decimals[s] = dict(frames[s].attrs.pop("decimals", {}))
     for s, df in frames.items():
         if len(df) == 0:
             raise DataError(str(spec.table_path(s)), f"sources.{s}",
@@ -252,4 +256,5 @@ def plan(spec: BacktestSpec, candidate: str | None = None) -> Schedule:
         {s: spec.sources[s].event_time for s in frames},
         spec.batch_by(cand),
         spec.replay.pace,
+        decimals,
     )

@@ -51,6 +51,9 @@ class Schedule:
     pace: str
     batch_by: BatchBy
     data_columns: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # declared (precision, scale) of each decimal column, by source (the frames hold Python
+    # decimals, which do not carry the table's type)
+    decimals: Mapping[str, Mapping[str, tuple[int, int]]] = field(default_factory=dict)
 
     @property
     def data_ticks(self) -> list[int]:
@@ -98,6 +101,7 @@ def cut(
     event_time: Mapping[str, str],
     batch_by: BatchBy,
     pace: str,
+    decimals: Mapping[str, Mapping[str, tuple[int, int]]] | None = None,
 ) -> Schedule:
     """Cut merged arrivals into ticks.
 
@@ -173,4 +177,5 @@ def cut(
         batch_by=batch_by,
         data_columns={s: tuple(c for c in df.columns if c not in META_COLUMNS)
                       for s, df in rows.items()},
+        decimals={s: dict(d) for s, d in (decimals or {}).items() if d},
     )

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Context, Decimal
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from semantics.operators.columns import Values, kind_of, timestamps, to_series, values_of
 from semantics.spec import parse_aggregate
@@ -48,9 +49,13 @@ class AggFunc:
     column: str | None  # None for count(*)
     kind: str | None = None  # Values kind of the input column
     tz: str | None = None
+    # sum/avg of a decimal(p, s) column: (p, s); the buffers hold the sum's unscaled digits as
+    # int64 (kind "int"), so every integer path applies; finish makes Spark's decimals
+    decimal: tuple[int, int] | None = None
 
     @classmethod
-    def parse(cls, name: str, expr: str, dtypes: Mapping[str, object]) -> AggFunc:
+    def parse(cls, name: str, expr: str, dtypes: Mapping[str, object],
+              decimals: Mapping[str, tuple[int, int]] | None = None) -> AggFunc:
         func, col = parse_aggregate(expr)
         if col is None:
             return cls(name, func, None)
@@ -58,6 +63,13 @@ class AggFunc:
             raise AggregateTypeError(f"aggregate {name!r}: no column {col!r} in the source")
         kind = kind_of(dtypes[col])
         tz = getattr(dtypes[col], "tz", None)
+        if func in ("sum", "avg") and decimals and col in decimals:
+            p, sc = decimals[col]
+            if p > 18:
+                raise AggregateTypeError(f"aggregate {name!r}: {func} of {col!r}, a "
+                                         f"decimal({p}, {sc}): decimals of more than 18 digits "
+                                         "are not modelled")
+            return cls(name, func, col, "int", None, (p, sc))
         if func in ("sum", "avg") and kind not in ("int", "float"):
             raise AggregateTypeError(f"aggregate {name!r}: {func} needs an integer or "
                                      f"floating-point column, {col!r} is {dtypes[col]}")
@@ -74,6 +86,10 @@ class AggFunc:
         if self.column is None:
             n = len(rows) if idx is None else len(idx)
             return (np.ones(n, dtype=np.int64),)
+        if self.decimal is not None:
+            col = rows[self.column] if idx is None else rows[self.column].iloc[idx]
+            digits, valid = unscaled(col, *self.decimal)
+            return (digits, valid.astype(np.int64))
         v = values_of(rows[self.column])
         if idx is not None:
             v = v.take(idx)
@@ -107,7 +123,7 @@ class AggFunc:
         if self.func == "sum":
             return (np.zeros(g, dtype=np.int64 if self.kind == "int" else np.float64), n)
         if self.func == "avg":
-            return (np.zeros(g, dtype=np.float64), n)
+            return (np.zeros(g, dtype=np.int64 if self.decimal else np.float64), n)
         fam = self._num_kind
         if fam == "object":
             return (np.full(g, None, dtype=object), n)
@@ -159,6 +175,9 @@ class AggFunc:
         if self.func == "count":
             return pd.Series(n.astype(np.int64), name=self.name)
         null = n == 0
+        if self.decimal is not None:
+            return pd.Series(decimal_results(self.func, buf[0], n, *self.decimal),
+                             name=self.name, dtype=object)
         if self.func == "avg":
             with np.errstate(divide="ignore", invalid="ignore"):
                 return pd.Series(np.where(null, np.nan, buf[0] / np.maximum(n, 1)),
@@ -167,6 +186,65 @@ class AggFunc:
             return to_series("int" if self.kind == "int" else "float", buf[0], null,
                              name=self.name)
         return to_series(str(self.kind), buf[0], null, self.tz, name=self.name)
+
+
+def unscaled(col: pd.Series, precision: int, scale: int) -> tuple[np.ndarray, np.ndarray]:
+    """The unscaled int64 digits of a column of Python decimals of ``decimal(precision,
+    scale)`` (NULL: 0), and which rows hold a value. Exact: arrow's decimal128 holds them as
+    128-bit integers, whose low 64 bits are the value when ``precision <= 18``.
+
+    >>> unscaled(pd.Series([Decimal("1.25"), None, Decimal("-0.5")]), 10, 2)[0].tolist()
+    [125, 0, -50]
+    """
+    arr = pa.array(col.to_numpy(dtype=object), pa.decimal128(precision, scale))
+    words = np.frombuffer(arr.buffers()[1], dtype=np.int64)[2 * arr.offset:
+                                                            2 * (arr.offset + len(arr))]
+    digits = words[0::2].copy()
+    valid = ~np.asarray(arr.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    digits[~valid] = 0
+    return digits, valid
+
+
+def decimal_results(func: str, digits: np.ndarray, n: np.ndarray, precision: int,
+                    scale: int) -> np.ndarray:
+    """Spark 4.0's ``sum`` / ``avg`` of ``decimal(precision, scale)`` groups from their
+    unscaled sums ``digits`` and value counts ``n`` (None where ``n`` is 0), as Python decimals
+    of the result scale: ``sum`` is a ``decimal(p + 10, s)``; ``avg`` a ``decimal(p + 4, s + 4)``
+    computed as Spark does — the ``decimal(p + 10, s)`` sum divided by the count cast to
+    ``decimal(20, 0)`` (39 significant digits, half up), rounded half up to the division's
+    type, then to the result's.
+
+    >>> decimal_results("avg", np.array([100, 0]), np.array([3, 0]), 10, 2).tolist()
+    [Decimal('0.333333'), None]
+    """
+    out = np.full(len(digits), None, dtype=object)
+    has = np.flatnonzero(n > 0)
+    if func == "sum":
+        for i in has:
+            out[i] = Decimal(int(digits[i])).scaleb(-scale)
+        return out
+    q_scale = _divide_scale(min(38, precision + 10), scale, 20, 0)
+    r_scale = min(38, scale + 4)
+    ctx = Context(prec=39, rounding=ROUND_HALF_UP)
+    step, last = Decimal(1).scaleb(-q_scale), Decimal(1).scaleb(-r_scale)
+    for i in has:
+        q = ctx.divide(Decimal(int(digits[i])).scaleb(-scale), Decimal(int(n[i])))
+        out[i] = q.quantize(step, ROUND_HALF_UP, ctx80).quantize(last, ROUND_HALF_UP, ctx80)
+    return out
+
+
+ctx80 = Context(prec=80)  # room for any quantize of a decimal(38) value
+
+
+def _divide_scale(p1: int, s1: int, p2: int, s2: int) -> int:
+    """The scale of Spark's ``decimal(p1, s1) / decimal(p2, s2)`` (precision loss allowed, the
+    default: ``DecimalType.adjustPrecisionScale``)."""
+    scale = max(6, s1 + p2 + 1)
+    precision = p1 - s1 + s2 + scale
+    if precision <= 38:
+        return scale
+    int_digits = precision - scale
+    return max(38 - int_digits, min(scale, 6))
 
 
 def _sum_int(v: np.ndarray, codes: np.ndarray, g: int) -> np.ndarray:
@@ -180,7 +258,8 @@ def parse_aggregates(aggregates: Mapping[str, str], dtypes: Mapping[str, object]
     return tuple(AggFunc.parse(name, expr, dtypes) for name, expr in aggregates.items())
 
 
-def aggregates_of(path: str, source: str, aggregates: Mapping[str, str], frame: pd.DataFrame
+def aggregates_of(path: str, source: str, aggregates: Mapping[str, str], frame: pd.DataFrame,
+                  decimals: Mapping[str, tuple[int, int]] | None = None
                   ) -> tuple[AggFunc, ...]:
     """:func:`parse_aggregates` over ``frame``'s columns, an aggregate that does not fit its
     column said as a spec error naming ``query.aggregates.<name>`` (no traceback)."""
@@ -190,20 +269,19 @@ def aggregates_of(path: str, source: str, aggregates: Mapping[str, str], frame: 
     out = []
     for name, expr in aggregates.items():
         try:
-            out.append(AggFunc.parse(name, expr, dtypes))
+            f = AggFunc.parse(name, expr, dtypes, decimals)
+            if f.decimal is not None and f.column is not None:
+                # the buffers add unscaled digits in int64: no partial sum may pass 2^63
+                digits, _ = unscaled(frame[f.column], *f.decimal)
+                if float(np.abs(digits).sum(dtype=np.float64)) >= 2.0 ** 63:
+                    raise AggregateTypeError(
+                        f"aggregate {name!r}: {f.func} of {f.column!r}: sums past 2^63 units "
+                        f"of its last digit are not modelled")
+            out.append(f)
         except AggregateTypeError as exc:
-            col = parse_aggregate(expr)[1]
-            decimal = col in frame.columns and _decimals(frame[col])
-            raise SpecError(path, f"query.aggregates.{name}", f"{exc} (source {source!r})" + (
-                ": a decimal column; sums and averages of decimals are not modelled yet, cast "
-                "it to double or bigint in the table" if decimal else "")) from None
+            raise SpecError(path, f"query.aggregates.{name}", f"{exc} (source {source!r})"
+                            ) from None
     return tuple(out)
-
-
-def _decimals(s: pd.Series) -> bool:
-    """Does ``s`` hold Python decimals (a Delta ``decimal(p, s)`` column read by arrow)?"""
-    v = s.dropna()
-    return s.dtype == object and len(v) > 0 and isinstance(v.iloc[0], Decimal)
 
 
 # -- helpers over several aggregates -------------------------------------------------------------

@@ -154,7 +154,7 @@ class AggregationOperator:
         frame = schedule.rows[q.source]
         check_key_columns(spec.path, "query.keys", q.source, frame, self.keys)
         self.aggs: tuple[AggFunc, ...] = aggregates_of(spec.path, q.source, q.aggregates,
-                                                       frame)
+                                                       frame, schedule.decimals.get(q.source))
         et = spec.sources[q.source].event_time
         conf = spec.conf(candidate)
         allow_multiple = str(conf.get("spark.sql.streaming.statefulOperator.allowMultiple",
@@ -227,6 +227,9 @@ class AggregationOperator:
                 layout.append(tuple(count(a) for a in b))
             elif f.func in ("sum", "avg"):  # avg of integers; sums and avgs of floats
                 s, n = b
+                if f.decimal is not None:  # an avg of decimals: its sum is exact digits
+                    layout.append(("int", count(n)))
+                    continue
                 if f.kind != "int":  # floats: the order of addition matters
                     layout.append(("ordered", count(n)))
                     continue

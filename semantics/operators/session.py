@@ -344,7 +344,7 @@ class SessionOperator:
         frame = schedule.rows[q.source]
         check_key_columns(spec.path, "query.keys", q.source, frame, self.keys)
         self.aggs: tuple[AggFunc, ...] = aggregates_of(spec.path, q.source, q.aggregates,
-                                                       frame)
+                                                       frame, schedule.decimals.get(q.source))
         conf = spec.conf(candidate)
         self.merge_local = str(conf.get(MERGE_LOCAL_CONF, "false")).lower() == "true"
         self._empty_keys = tuple(values_of(frame[k].iloc[0:0]) for k in self.keys)
