@@ -37,6 +37,8 @@ RocksDB reports other memory: with the RocksDB provider configured the estimate 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import pandas as pd
 
@@ -60,8 +62,16 @@ SESSION_KEY_BYTES = 264
 DEFAULT_PARTITIONS = 2
 
 
-def _field_bytes(series: pd.Series | None) -> int:
-    """Fixed 8 bytes, plus the variable-length part for strings/binary (mean, 8-aligned)."""
+def _decimal_bytes(precision: int) -> int:
+    """An UnsafeRow decimal: a long up to 18 digits, else 16 bytes in the variable region."""
+    return 8 if precision <= 18 else 8 + 16
+
+
+def _field_bytes(series: pd.Series | None, precision: int | None = None) -> int:
+    """Fixed 8 bytes, plus the variable-length part for strings/binary (mean, 8-aligned);
+    a decimal column of declared ``precision`` by :func:`_decimal_bytes`."""
+    if precision is not None:
+        return _decimal_bytes(precision)
     if series is None:
         return 8
     if pd.api.types.is_object_dtype(series) or pd.api.types.is_string_dtype(series):
@@ -79,7 +89,15 @@ def _row_bytes(fields: list[int]) -> int:
 
 def _cols(schedule: Schedule, source: str, names: list[str]) -> list[int]:
     df = schedule.rows[source]
-    return [_field_bytes(df[c] if c in df.columns else None) for c in names]
+    dec = schedule.decimals.get(source, {})
+    return [_field_bytes(df[c] if c in df.columns else None,
+                         dec[c][0] if c in dec else None) for c in names]
+
+
+def _sum_bytes(schedule: Schedule, source: str, col: str | None) -> int:
+    """A sum buffer: a long or double, or a ``decimal(p + 10, s)`` for a decimal column."""
+    dec = schedule.decimals.get(source, {})
+    return _decimal_bytes(min(38, dec[col][0] + 10)) if col in dec else 8
 
 
 WINDOW_STRUCT = 8 + _row_bytes([8, 8])  # struct<start, end>: offset/size word + nested row
@@ -92,23 +110,37 @@ def layout(spec: BacktestSpec, schedule: Schedule) -> tuple[int, int, int]:
         key = _cols(schedule, q.source, list(q.keys))
         if q.window is not None:
             key.append(WINDOW_STRUCT)
-        value = []
-        for expr in q.aggregates.values():
-            fn, col = parse_aggregate(expr)
-            value += [8, 8] if fn == "avg" else (_cols(schedule, q.source, [col]) if col and
-                                                  fn in ("min", "max") else [8])
-        return 1, _row_bytes(key), _row_bytes(value)
+        return 1, _row_bytes(key), _row_bytes(_agg_fields(schedule, q.source, q.aggregates))
     if isinstance(q, DeduplicationQuery):
         key = _cols(schedule, q.source, list(q.keys))
         return 1, _row_bytes(key), _row_bytes([8] if q.within_watermark else [])
     if isinstance(q, SessionQuery):
         key = _cols(schedule, q.source, list(q.keys)) + [8]
         value = _cols(schedule, q.source, list(q.keys)) + [WINDOW_STRUCT]
-        value += [8 * (2 if parse_aggregate(e)[0] == "avg" else 1) for e in q.aggregates.values()]
+        value += _agg_fields(schedule, q.source, q.aggregates, minmax_as_column=False)
         return 1, _row_bytes(key), _row_bytes(value)
     assert isinstance(q, JoinQuery)
     row, key = _join_entries(spec, schedule)
     return 4, row - ENTRY_BYTES, key  # one row entry plus one key entry (the upper bound)
+
+
+def _agg_fields(schedule: Schedule, source: str, aggregates: Mapping[str, str],
+                minmax_as_column: bool = True) -> list[int]:
+    """The buffer fields of the aggregates: ``avg`` a sum and a count, ``sum`` a sum (decimal
+    sums wider, :func:`_sum_bytes`), ``min``/``max`` their column (or a long), ``count`` a
+    long."""
+    fields: list[int] = []
+    for expr in aggregates.values():
+        fn, col = parse_aggregate(expr)
+        if fn == "avg":
+            fields += [_sum_bytes(schedule, source, col), 8]
+        elif fn == "sum":
+            fields.append(_sum_bytes(schedule, source, col))
+        elif col and fn in ("min", "max") and minmax_as_column:
+            fields += _cols(schedule, source, [col])
+        else:
+            fields.append(8)
+    return fields
 
 
 def _join_entries(spec: BacktestSpec, schedule: Schedule) -> tuple[int, int]:

@@ -391,3 +391,26 @@ def test_an_aggregate_that_does_not_fit_its_column_is_a_spec_error() -> None:
         predict(big, spec, "c")
     assert predict(replace(big, rows={"events": big.rows["events"].head(10)}), spec, "c"
                    ).outputs["s"].tolist() == [Decimal(9 * 10**18)]
+
+
+def test_state_bytes_lay_decimals_out_as_unsaferow_does() -> None:
+    # state-bytes model: an UnsafeRow decimal of up to 18 digits is a long, a wider one takes 16
+    # bytes more in the variable region; sum(decimal(p, s)) is a decimal(p + 10, s)
+    from dataclasses import replace
+    from decimal import Decimal
+
+    from semantics import state_bytes as sb
+
+    sched = replace(schedule_of([[{"k": 1, "ts": 1, "price": Decimal("1.25"),
+                                   "qty": Decimal("3")}]]),
+                    decimals={"events": {"price": (10, 2), "qty": (5, 0)}})
+
+    def value_bytes(aggs: dict) -> int:
+        return sb.layout(spec_of({"kind": "aggregation", "keys": ["k"], "aggregates": aggs,
+                                  "window": {"duration": "5 seconds"}}), sched)[2]
+
+    bitset = 8
+    assert value_bytes({"s": "sum(qty)"}) == bitset + 8  # decimal(15, 0): a long
+    assert value_bytes({"s": "sum(price)"}) == bitset + 8 + 16  # decimal(20, 2)
+    assert value_bytes({"a": "avg(price)"}) == bitset + 24 + 8  # its sum, and a long count
+    assert value_bytes({"m": "min(price)"}) == bitset + 8  # decimal(10, 2): a long
