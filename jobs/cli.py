@@ -56,12 +56,11 @@ def late_note(spec: Any, rows: list[dict[str, Any]]) -> str | None:
 def unbounded_notes(result: Any) -> list[str]:
     """One line per candidate whose state no watermark ever evicts, saying which state and why
     (``semantics.retention``): the replay's peak is not where it stops."""
-    from semantics.retention import never_evicted
+    from semantics.retention import KEPT, NEVER_EVICTED, never_evicted
 
-    return [f"{c.name}: state never evicted (kept as long as the job runs, growing with each new "
-            "key): "
-            + "; ".join(never_evicted(result.spec, c.name)) for c in result.candidates
-            if never_evicted(result.spec, c.name)]
+    said = ((c.name, never_evicted(result.spec, c.name)) for c in result.candidates)
+    return [f"{name}: {NEVER_EVICTED} ({KEPT}): " + "; ".join(what) for name, what in said
+            if what]
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:

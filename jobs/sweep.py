@@ -238,7 +238,8 @@ def run_sweep(args: argparse.Namespace) -> int:
         print(f"\n{flat_note(spec, source, args.candidate)}")
     grows = rows[0]["never_evicted"] if rows else []  # (the delay does not change it)
     if grows:
-        print("\nstate never evicted at any of these delays (kept as long as the job runs, "
-              "growing with each new key): " + "; ".join(grows))
+        from semantics.retention import KEPT, NEVER_EVICTED
+
+        print(f"\n{NEVER_EVICTED} at any of these delays ({KEPT}): " + "; ".join(grows))
     print(f"\nplot: {png}")
     return 0

@@ -22,6 +22,7 @@ from orchestration.partitions import BACKTESTS
 from orchestration.resources import ResultsStoreResource, SpecsResource
 from orchestration.sparkline import sparkline_markdown
 from orchestration.stored import load_backtest
+from semantics.retention import KEPT, NEVER_EVICTED
 
 _TYPES = {"candidate": "string", "side": "string", "validation": "string"}
 
@@ -76,9 +77,7 @@ def summary_markdown(spec: Any, rows: list[dict[str, Any]], missing: list[str]) 
     grows = [f"**{n}**: " + "; ".join(r["never_evicted"]) for n, r in best.items()
              if r.get("never_evicted")]
     if grows:
-        lines += ["", "State never evicted (kept as long as the job runs, growing with each new "
-                  "key): "
-                  + " · ".join(grows) + "."]
+        lines += ["", f"{NEVER_EVICTED.capitalize()} ({KEPT}): " + " · ".join(grows) + "."]
     if missing:
         lines += ["", "Not run yet on the current spec and data: "
                   + ", ".join(f"`{m}`" for m in missing) + "."]

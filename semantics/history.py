@@ -130,9 +130,7 @@ def read_arrivals(spec: BacktestSpec, source: str) -> pd.DataFrame:
     _check_columns(spec, source, path, table)
     if src.filter:
         try:
-            # timestamps without an offset: the job's session time zone (spec-wide setting)
-            tz = str(spec.spark_conf.get("spark.sql.session.timeZone", "UTC"))
-            mask = predicate.evaluate(src.filter, table, tz)
+            mask = predicate.evaluate(src.filter, table, spec.session_time_zone)
         except predicate.PredicateError as exc:
             raise SpecError(spec.path, f"sources.{source}.filter", str(exc)) from None
         table = table.filter(mask.fill_null(False))

@@ -102,7 +102,8 @@ def candidate_metrics(spec: BacktestSpec, schedule: Schedule, result: RunResult
         "late_fraction": late / inputs if inputs else 0.0,
         # input rows dropped as late, which ``late`` (Spark's count) is not for windows and
         # sessions; known to an explained prediction only (Spark does not report it)
-        "late_rows": _int_or_none(result.info.get("late_rows")),
+        "late_rows": None if result.info.get("late_rows") is None
+        else int(result.info["late_rows"]),  # type: ignore[call-overload]
         "peak_state_rows": int(state.max()) if len(state) else 0,
         "final_state_rows": int(state.iloc[-1]) if len(state) else 0,
         "peak_state_bytes": None if sbytes.isna().all() else int(sbytes.max()),
@@ -116,10 +117,6 @@ def candidate_metrics(spec: BacktestSpec, schedule: Schedule, result: RunResult
         "never_evicted": never_evicted(spec, result.candidate)
         if result.candidate in spec.candidates else [],
     }
-
-
-def _int_or_none(v: object) -> int | None:
-    return None if v is None or (isinstance(v, float) and np.isnan(v)) else int(v)  # type: ignore[call-overload]
 
 
 def check_expectations(spec: BacktestSpec, metrics: dict[str, Any]) -> list[str]:

@@ -160,12 +160,15 @@ class _Parser:
     def n(self) -> int:
         return self.table.num_rows
 
+    def compare(self, op: str, a: Value, b: Value) -> pa.ChunkedArray:
+        return _compare(op, a, b, self.n, self.tz)
+
     def cmp(self) -> Value:
         left = self.unary()
         op = self.peek()
         if op in _COMPARE:
             self.take()
-            return _compare(op, left, self.unary(), self.n, self.tz)
+            return self.compare(op, left, self.unary())
         negate = False
         if op == "NOT":
             self.take()
@@ -179,17 +182,17 @@ class _Parser:
                 self.take()
                 values.append(self.unary())
             self.take(")")
-            res = _compare("=", left, values[0], self.n, self.tz)
+            res = self.compare("=", left, values[0])
             for v in values[1:]:
-                res = pc.or_kleene(res, _compare("=", left, v, self.n, self.tz))
+                res = pc.or_kleene(res, self.compare("=", left, v))
             return pc.invert(res) if negate else res
         if op == "BETWEEN":
             self.take()
             lo = self.unary()
             self.take("AND")
             hi = self.unary()
-            res = pc.and_kleene(_compare(">=", left, lo, self.n, self.tz),
-                                _compare("<=", left, hi, self.n, self.tz))
+            res = pc.and_kleene(self.compare(">=", left, lo),
+                                self.compare("<=", left, hi))
             return pc.invert(res) if negate else res
         if op == "LIKE":
             self.take()
@@ -284,6 +287,14 @@ def _timestamp_us(text: str, time_zone: str) -> int:
     return int(ts.value // 1000)
 
 
+def _day(text: str) -> date:
+    """The day of a date text (``2026-11-20``, or a timestamp text's first ten characters)."""
+    try:
+        return date.fromisoformat(text.strip()[:10])
+    except ValueError as exc:
+        raise PredicateError(f"not a date: {text!r}") from exc
+
+
 def _array(v: Value, n: int) -> pa.ChunkedArray:
     """A literal as a column of ``n`` rows (a column stays itself)."""
     if not isinstance(v, Lit):
@@ -293,7 +304,7 @@ def _array(v: Value, n: int) -> pa.ChunkedArray:
     if v.kind == "ts":
         return pa.chunked_array([pa.array([v.value] * n, pa.timestamp("us", tz="UTC"))])
     if v.kind == "date":
-        return pa.chunked_array([pa.array([date.fromisoformat(v.value.strip()[:10])] * n)])
+        return pa.chunked_array([pa.array([_day(v.value)] * n)])
     value = float(v.value) if v.kind == "dec" else v.value
     return pa.chunked_array([pa.array([value] * n)])
 
@@ -315,10 +326,7 @@ def _lit_as(lit: Lit, typ: pa.DataType, tz: str) -> Any:
     if pa.types.is_date(typ):
         if lit.kind not in ("str", "date"):
             raise PredicateError(f"cannot compare a date with {lit.value!r}")
-        try:
-            return pa.scalar(date.fromisoformat(lit.value.strip()[:10])).cast(typ)
-        except ValueError as exc:
-            raise PredicateError(f"not a date: {lit.value!r}") from exc
+        return pa.scalar(_day(lit.value)).cast(typ)
     if pa.types.is_boolean(typ):
         if lit.kind == "bool":
             return pa.scalar(lit.value)
@@ -380,8 +388,7 @@ def _compare(op: str, a: Value, b: Value, n: int, tz: str = "UTC") -> pa.Chunked
             if x == x.to_integral_value() and -2**63 <= x < 2**63:
                 return _FN[op](pc.cast(a, pa.int64()), pa.scalar(int(x), pa.int64()))
             return _int_vs_exact(op, a, x)
-        right = _lit_as(b, typ, tz)
-        return _nan_aware(op, a, right) if pa.types.is_floating(typ) else _FN[op](a, right)
+        return _ordered(op, a, _lit_as(b, typ, tz))
     ta, tb = a.type, b.type
     if ta != tb:
         if pa.types.is_floating(ta) or pa.types.is_floating(tb):
@@ -390,17 +397,19 @@ def _compare(op: str, a: Value, b: Value, n: int, tz: str = "UTC") -> pa.Chunked
             a, b = pc.cast(a, pa.int64()), pc.cast(b, pa.int64())
         else:
             raise PredicateError(f"cannot compare {ta} with {tb}")
-    if pa.types.is_floating(a.type):
-        return _nan_aware(op, a, b)
-    return _FN[op](a, b)
+    return _ordered(op, a, b)
+
+
+def _ordered(op: str, a: pa.ChunkedArray, b: Any) -> pa.ChunkedArray:
+    """``a op b`` once both sides have one type (doubles as Spark orders them)."""
+    return _nan_aware(op, a, b) if pa.types.is_floating(a.type) else _FN[op](a, b)
 
 
 def _nan_aware(op: str, a: Any, b: Any) -> pa.ChunkedArray:
     """Comparison of doubles as Spark orders them: NaN = NaN, NaN above every other value."""
     def nan(x: Any) -> Any:
         if isinstance(x, pa.Scalar):
-            return pa.scalar(x.is_valid and math.isnan(x.as_py()) if x.is_valid else None,
-                             pa.bool_())
+            return pa.scalar(math.isnan(x.as_py()) if x.is_valid else None, pa.bool_())
         return pc.is_nan(x)
 
     an, bn = nan(a), nan(b)

@@ -33,6 +33,10 @@ from semantics.spec import (
     SessionQuery,
 )
 
+# how tables and reports introduce that state: "<NEVER_EVICTED> (<KEPT>): ..."
+NEVER_EVICTED = "state never evicted"
+KEPT = "kept as long as the job runs, growing with each new key"
+
 
 def never_evicted(spec: BacktestSpec, candidate: str) -> list[str]:
     """The state ``candidate`` never evicts, each as ``what (why)``; empty when all of it can

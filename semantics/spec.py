@@ -55,6 +55,7 @@ MODELED_CONF = {
     "spark.sql.streaming.statefulOperator.checkCorrectness.enabled",
     "spark.sql.session.timeZone",
 }
+SESSION_TZ = "spark.sql.session.timeZone"
 SEMANTIC_PREFIXES = ("spark.sql.streaming.", "spark.sql.session.")
 
 
@@ -226,6 +227,10 @@ Query = Annotated[
     AggregationQuery | DeduplicationQuery | SessionQuery | JoinQuery,
     Field(discriminator="kind"),
 ]
+# the query models by their ``kind`` (pydantic's discriminator tag in error locations)
+QUERY_KINDS: dict[str, type[_Model]] = {
+    "aggregation": AggregationQuery, "deduplication": DeduplicationQuery,
+    "session": SessionQuery, "join": JoinQuery}
 
 
 class BatchBy(_Model):
@@ -299,6 +304,12 @@ class BacktestSpec(_Model):
         return isinstance(q, AggregationQuery) and (
             q.window is not None or self.sources[q.source].event_time in q.keys)
 
+    @property
+    def session_time_zone(self) -> str:
+        """The spec-wide ``spark.sql.session.timeZone`` (UTC by default): source filters read
+        timestamps without an offset in it."""
+        return str(self.spark_conf.get(SESSION_TZ, "UTC"))
+
     def batch_by(self, candidate: str) -> BatchBy:
         return self.candidates[candidate].batch_by or self.replay.batch_by
 
@@ -340,7 +351,7 @@ def _loc(loc: tuple[Any, ...]) -> str:
     for p in loc:
         if isinstance(p, int):
             parts.append(f"[{p}]")
-        elif p in ("aggregation", "deduplication", "session", "join") and parts == ["query"]:
+        elif p in QUERY_KINDS and parts == ["query"]:
             continue  # discriminator tag inserted by pydantic
         elif p.startswith("function-") or p in ("Duration",):
             continue
@@ -358,10 +369,7 @@ def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
         if not (isinstance(model, type) and issubclass(model, BaseModel)):
             return None
         if model is BacktestSpec and part == "query":
-            tag = parts.pop(0) if parts else None
-            kinds = {"aggregation": AggregationQuery, "deduplication": DeduplicationQuery,
-                     "session": SessionQuery, "join": JoinQuery}
-            model = kinds.get(str(tag))
+            model = QUERY_KINDS.get(str(parts.pop(0))) if parts else None
             continue
         field = model.model_fields.get(str(part))
         if field is None:
@@ -405,7 +413,7 @@ def parse_spec(data: Any, path: str = "<memory>") -> BacktestSpec:
         elif err["type"] == "missing":
             msg = "required field is missing"
         elif err["type"] == "union_tag_invalid":
-            msg = "kind must be one of aggregation, deduplication, session, join"
+            msg = f"kind must be one of {', '.join(QUERY_KINDS)}"
         elif err["type"] == "string_pattern_mismatch":
             msg = f"{msg} (got {err.get('input')!r})"
         more = f" (and {len(exc.errors()) - 1} more error(s))" if len(exc.errors()) > 1 else ""
@@ -457,10 +465,9 @@ def check_spec(spec: BacktestSpec) -> None:
                 raise SpecError(f, where, "a Spark setting the predictor models: "
                                 + ", ".join(sorted(MODELED_CONF)))
         conf = spec.conf(name)
-        tz = "spark.sql.session.timeZone"
-        if tz in cand.spark_conf and str(cand.spark_conf[tz]) != str(spec.spark_conf.get(
-                tz, "UTC")) and any(spec.sources[s].filter for s in used):
-            raise SpecError(f, f"candidates.{name}.spark_conf.{tz}",
+        if SESSION_TZ in cand.spark_conf and str(cand.spark_conf[SESSION_TZ]) != \
+                spec.session_time_zone and any(spec.sources[s].filter for s in used):
+            raise SpecError(f, f"candidates.{name}.spark_conf.{SESSION_TZ}",
                             "the spec-level session time zone: source filters are read once "
                             "for every candidate; set it in the top-level spark_conf")
         if conf.get("spark.sql.streaming.multipleWatermarkPolicy") not in ("min", "max"):

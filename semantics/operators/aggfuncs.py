@@ -229,11 +229,11 @@ def decimal_results(func: str, digits: np.ndarray, n: np.ndarray, precision: int
     step, last = Decimal(1).scaleb(-q_scale), Decimal(1).scaleb(-r_scale)
     for i in has:
         q = ctx.divide(Decimal(int(digits[i])).scaleb(-scale), Decimal(int(n[i])))
-        out[i] = q.quantize(step, ROUND_HALF_UP, ctx80).quantize(last, ROUND_HALF_UP, ctx80)
+        out[i] = q.quantize(step, ROUND_HALF_UP, _WIDE).quantize(last, ROUND_HALF_UP, _WIDE)
     return out
 
 
-ctx80 = Context(prec=80)  # room for any quantize of a decimal(38) value
+_WIDE = Context(prec=80)  # room for any quantize of a decimal(38) value
 
 
 def _divide_scale(p1: int, s1: int, p2: int, s2: int) -> int:
@@ -270,8 +270,10 @@ def aggregates_of(path: str, source: str, aggregates: Mapping[str, str], frame: 
     for name, expr in aggregates.items():
         try:
             f = AggFunc.parse(name, expr, dtypes, decimals)
-            if f.decimal is not None and f.column is not None:
-                # the buffers add unscaled digits in int64: no partial sum may pass 2^63
+            # the buffers add unscaled digits in int64: no partial sum may pass 2^63 (each
+            # value is below 10^p in them: only a table that long needs its digits read)
+            if f.decimal is not None and f.column is not None and \
+                    len(frame) * 10 ** f.decimal[0] >= 2 ** 63:
                 digits, _ = unscaled(frame[f.column], *f.decimal)
                 if float(np.abs(digits).sum(dtype=np.float64)) >= 2.0 ** 63:
                     raise AggregateTypeError(
@@ -291,7 +293,18 @@ Buffers = tuple[Buffer, ...]
 
 def init_all(aggs: tuple[AggFunc, ...], rows: pd.DataFrame, idx: np.ndarray | None = None
              ) -> Buffers:
-    return tuple(a.init(rows, idx) for a in aggs)
+    """Every aggregate's per-row buffers; the ``sum`` and ``avg`` of one decimal column share
+    theirs (the same digits and counts: read once)."""
+    shared: dict[str, Buffer] = {}
+    out = []
+    for a in aggs:
+        if a.decimal is not None and a.column is not None:
+            if a.column not in shared:
+                shared[a.column] = a.init(rows, idx)
+            out.append(shared[a.column])
+        else:
+            out.append(a.init(rows, idx))
+    return tuple(out)
 
 
 def reduce_all(aggs: tuple[AggFunc, ...], bufs: Buffers, codes: np.ndarray, g: int) -> Buffers:
