@@ -59,7 +59,8 @@ def never_evicted(spec: BacktestSpec, candidate: str) -> list[str]:
         et = spec.sources[q.source].event_time
         if q.source not in wm:
             return [f"every key (no watermark on {q.source})"]
-        if not q.within_watermark and et not in (q.keys or ()):
+        # (no keys: every column is a key, the event time too)
+        if not q.within_watermark and q.keys and et not in q.keys:
             return [f"every key (the event-time column {et!r} is not among the keys; "
                     "dropDuplicatesWithinWatermark would expire them)"]
         return []

@@ -32,6 +32,7 @@ WINDOW = {"duration": "10 seconds"}
     ({"kind": "deduplication", "keys": ["id", "ts"]}, "10 seconds", None),
     ({"kind": "deduplication", "keys": ["id"], "within_watermark": True}, "10 seconds", None),
     ({"kind": "deduplication", "keys": ["id"]}, "10 seconds", "is not among the keys"),
+    ({"kind": "deduplication", "keys": []}, "10 seconds", None),  # all columns: ts too
     ({"kind": "deduplication", "keys": ["id", "ts"]}, None, "no watermark on events"),
     # sessions: append evicts, complete keeps
     ({"kind": "session", "keys": ["k"], "gap": "5 seconds"}, "10 seconds", None),
