@@ -110,6 +110,13 @@ class Operator(Protocol):
     # batch's step at once (None: not for this configuration; the engine steps batch by batch).
     # It must return exactly what stepping from ``initial_state()`` returns.
 
+    def late_input_rows(self, plan: list[BatchInput]) -> int:
+        """How many input rows the run drops as late (in at least one of their groups: a
+        window, a session, a join side), which ``dropped_by_watermark`` is not for every
+        operator. Exactly the rows an explained run gives the fate ``late``; computed from the
+        plan's watermarks without stepping."""
+        ...
+
 
 @dataclass(frozen=True)
 class WatermarkState:
@@ -162,6 +169,7 @@ class EngineResult:
     outputs: pd.DataFrame
     fates: pd.DataFrame
     watermarks: list[int] = field(default_factory=list)
+    late_rows: int | None = None  # input rows dropped as late (``run(count_late=True)``)
 
 
 def plan_batches(schedule: Schedule, spec: BacktestSpec, candidate: str, operator: Operator
@@ -295,8 +303,9 @@ def steps_of(dropped: np.ndarray, state_rows: np.ndarray, updated: np.ndarray,
 
 
 def run(schedule: Schedule, spec: BacktestSpec, candidate: str, operator: Operator,
-        output_columns: list[str]) -> EngineResult:
-    """Drive ``operator`` through ``schedule`` exactly as Spark's MicroBatchExecution would."""
+        output_columns: list[str], count_late: bool = False) -> EngineResult:
+    """Drive ``operator`` through ``schedule`` exactly as Spark's MicroBatchExecution would
+    (``count_late``: also count the input rows dropped as late, ``late_rows``)."""
     plan = plan_batches(schedule, spec, candidate, operator)
     run_all = getattr(operator, "run_all", None)
     steps = run_all(plan) if run_all is not None else None
@@ -341,7 +350,8 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str, operator: Operat
     out_df = _output_frame(operator, outputs, out_ids, cols)
     fate_df = (pd.concat(fates, ignore_index=True) if fates
                else pd.DataFrame(columns=[ROW_ID, "fate", "detail", "batch_id"]))
-    return EngineResult(pd.DataFrame.from_records(records), out_df, fate_df)
+    return EngineResult(pd.DataFrame.from_records(records), out_df, fate_df,
+                        late_rows=operator.late_input_rows(plan) if count_late else None)
 
 
 def _output_frame(operator: Operator, outputs: list[Deferred], out_ids: list[int],

@@ -9,7 +9,8 @@
 columns of ``semantics.operators.fates``) explains why input rows were dropped and when state
 entries left the state. Its ``detail`` text is rendered on first access (vectorised), so a
 prediction that nobody explains pays nothing for it; ``info["fates"]`` holds JSON-safe counts,
-``info["late_rows"]`` (explained predictions only) the input rows dropped as late and
+``info["late_rows"]`` (explained predictions, or ``count_late``) the input rows dropped as
+late and
 ``info["never_evicted"]`` the state no watermark ever evicts (``semantics.retention``).
 """
 
@@ -72,11 +73,14 @@ def _rendered(raw: pd.DataFrame) -> pd.DataFrame:
 
 
 def predict(schedule: Schedule, spec: BacktestSpec, candidate: str, *,
-            explain: bool = True, columns: Collection[str] | None = None) -> Prediction:
+            explain: bool = True, columns: Collection[str] | None = None,
+            count_late: bool = False) -> Prediction:
     """Predict Spark's batches, emitted rows and row fates for ``candidate`` on ``schedule``.
 
     ``explain=False`` skips collecting fate rows altogether; ``columns`` builds only these
-    output columns (plus ``batch_id``; e.g. the reference times a sweep reads), not all."""
+    output columns (plus ``batch_id``; e.g. the reference times a sweep reads), not all;
+    ``count_late`` counts the input rows dropped as late (``info["late_rows"]``) without
+    explain too."""
     if candidate not in spec.candidates:
         raise KeyError(f"no candidate {candidate!r} (candidates: {', '.join(spec.candidates)})")
     op = make_operator(spec, candidate, schedule, explain=explain)
@@ -86,7 +90,7 @@ def predict(schedule: Schedule, spec: BacktestSpec, candidate: str, *,
         if unknown:
             raise KeyError(f"no output columns {unknown} (columns: {', '.join(cols)})")
         cols = [c for c in cols if c in columns]
-    res = engine.run(schedule, spec, candidate, op, cols)
+    res = engine.run(schedule, spec, candidate, op, cols, count_late and not explain)
     batches = res.batches.reindex(columns=report_columns(spec))
     if batches["state_bytes"].isna().all() and len(batches):
         batches["state_bytes"] = state_bytes.estimate(spec, candidate, schedule, res.batches)
@@ -102,4 +106,6 @@ def predict(schedule: Schedule, spec: BacktestSpec, candidate: str, *,
     if explain:  # input rows dropped as late (in at least one of their windows)
         info["late_rows"] = int(raw.loc[raw["fate"] == "late", "row_id"].nunique()) \
             if len(raw) else 0
+    elif res.late_rows is not None:
+        info["late_rows"] = res.late_rows
     return Prediction(candidate, batches, outputs, info, raw)

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from semantics.engine import BatchInput, Deferred, OperatorStep
+from semantics.engine import BatchInput, Deferred, OperatorStep, late_rows, source_rows
 from semantics.errors import SpecError
 from semantics.operators import fates as F
 from semantics.operators.aggfuncs import (
@@ -255,6 +255,20 @@ class AggregationOperator:
         if self.mode == "complete":
             return False
         return new_wm_ms > (last_evict_wm_ms or 0)
+
+    def late_input_rows(self, plan: list[BatchInput]) -> int:
+        """Rows with a late (row, window) pair: their earliest window (``i = w - 1``, the one
+        that ends first) ends at or before their batch's late watermark; without a window, rows
+        whose event-time key is. Nothing is late in complete mode or without a time key."""
+        if self.mode == "complete" or not self.time_keyed:
+            return 0
+        batch_of, t = source_rows(plan, self.source)
+        bound = t
+        if self.window is not None:
+            d, s = self.duration_us, self.slide_us
+            last = t - np.mod(t, s)
+            bound = last - (windows_per_row(t, last, d, s) - 1) * s + d
+        return int(np.count_nonzero(late_rows(plan, batch_of, bound)))
 
     def step(self, state: AggState | WindowGrid, batch: BatchInput
              ) -> tuple[AggState | WindowGrid, OperatorStep]:

@@ -121,6 +121,11 @@ class DedupOperator:
         """Output columns of the accepted source rows (payloads: their positions per batch)."""
         return take_columns(self._frame, columns, np.concatenate(payloads))
 
+    def late_input_rows(self, plan: list[BatchInput]) -> int:
+        """Rows at or behind their batch's late watermark (the event-time column is filtered
+        whether or not it is a key)."""
+        return int(np.count_nonzero(late_rows(plan, *source_rows(plan, self.source))))
+
     def initial_state(self) -> DedupState:
         e = np.array([], dtype=np.int64)
         self._whole()  # fits the key coder, which decides whether entries keep their row

@@ -272,6 +272,27 @@ class JoinOperator:
         return pd.DataFrame(data, index=pd.RangeIndex(len(positions[0])), columns=columns,
                             copy=False)
 
+    def _filtered(self, plan: list[BatchInput], role: str
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(batch_of, et, keep, late)`` of every row of side ``role`` in a whole run: ``keep``
+        the rows no filter before the join removes (null keys, the inferred time range),
+        ``late`` those of them at or behind their batch's late watermark (a watermarked side
+        only)."""
+        src = self.sources[role]
+        batch_of, et = source_rows(plan, src.layout.source)
+        keep = np.ones(len(et), dtype=bool)
+        for mask in (src.dropped, src.never_joins):
+            if mask is not None:
+                keep &= ~mask
+        late = keep & late_rows(plan, batch_of, et) if src.layout.source in self.watermarked \
+            else np.zeros(len(et), dtype=bool)
+        return batch_of, et, keep, late
+
+    def late_input_rows(self, plan: list[BatchInput]) -> int:
+        """Rows late on their side (the sides are different sources)."""
+        return sum(int(np.count_nonzero(self._filtered(plan, role)[3]))
+                   for role in ("left", "right"))
+
     def run_all(self, plan: list[BatchInput]) -> list[OperatorStep] | None:
         """Every batch at once (:mod:`~semantics.operators.join_all`) without explain, when keys
         are packed (else None: the engine steps)."""
@@ -283,16 +304,9 @@ class JoinOperator:
         def admit(i: int) -> tuple[Admitted, np.ndarray] | None:
             """Side ``i``'s admitted rows and its late rows per batch."""
             src = self.sources[("left", "right")[i]]
-            batch_of, et = source_rows(plan, src.layout.source)
-            keep = np.ones(len(et), dtype=bool)
-            for mask in (src.dropped, src.never_joins):
-                if mask is not None:
-                    keep &= ~mask
-            dropped = np.zeros(n_b, dtype=np.int64)
-            if src.layout.source in self.watermarked:
-                is_late = keep & late_rows(plan, batch_of, et)
-                keep &= ~is_late
-                dropped = np.bincount(batch_of[is_late], minlength=n_b)
+            batch_of, et, keep, is_late = self._filtered(plan, ("left", "right")[i])
+            keep &= ~is_late
+            dropped = np.bincount(batch_of[is_late], minlength=n_b)
             thr = [t[i] for t in thresholds]
             thr_us = None if None in thr else np.asarray(thr, dtype=np.int64) * 1000
             if thr_us is not None and np.any(thr_us[1:] < thr_us[:-1]):

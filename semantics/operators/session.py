@@ -375,6 +375,26 @@ class SessionOperator:
         return KeyTally.kept(store.tally, store.mark, ix.size, lambda: ix.of_ids(
             np.concatenate([r.entries.gid[r.alive] for r in store.runs] or [_NO_IDS])))
 
+    def late_input_rows(self, plan: list[BatchInput]) -> int:
+        """Rows of late local sessions: a session ending (last event time + gap) at or before
+        its batch's late watermark. Without local merging a row is its own local session (rows
+        of one key and time share it), so ``t + gap <= late wm``; with it, the batch's rows of a
+        key chain into local sessions first (:meth:`_units`), in every output mode."""
+        wms = watermarks_us(plan)
+        if wms is None:
+            return 0
+        if not self.merge_local:
+            batch_of, t = source_rows(plan, self.source)
+            return int(np.count_nonzero(t + self.gap_us <= wms[0][batch_of]))
+        late = 0
+        for b, batch in enumerate(plan):
+            rows = batch.rows[self.source]
+            if len(rows):
+                units, _, row_unit = self._units(rows, np.asarray(
+                    batch.event_us[self.source], dtype=np.int64), batch.offsets[self.source])
+                late += int(np.count_nonzero((units.end_us <= wms[0][b])[row_unit]))
+        return late
+
     def initial_state(self) -> SessionStore:
         return SessionStore(())
 
