@@ -46,10 +46,11 @@ def late_note(spec: Any, rows: list[dict[str, Any]]) -> str | None:
     if what == "rows" or not any(r["late"] for r in rows):
         return None
     note = (f"late: Spark's numRowsDroppedByWatermark, which counts late {what},\n"
-            "not input rows (late_% divides it by input rows)")
+            "not input rows" + (" (late_% divides it by input rows)" if "late_%" in rows[0]
+                                else ""))
     if any(r.get("late_rows") is not None for r in rows):
-        return note + ("; late_rows: the input rows the prediction drops\n"
-                       "(Spark does not report them); `wmbt predict --late` lists them")
+        return note + ("; late_rows: the input rows dropped as late\n"
+                       "(Spark does not count them); `wmbt predict --late` lists them")
     return note + "; `wmbt predict --late` lists the rows"
 
 

@@ -43,6 +43,7 @@ from jobs.query import build_query
 from jobs.spark import is_connect
 from jobs.verify import BatchTick, assign_ticks
 from semantics.errors import ReplayMismatch, SpecError
+from semantics.late_rows import late_rows_under
 from semantics.report import RunResult, output_columns, report_columns
 from semantics.schedule import Schedule
 from semantics.spec import BacktestSpec
@@ -201,6 +202,9 @@ def _result(spec: BacktestSpec, candidate: str, schedule: Schedule, cp: Path, ou
         "operator_watermarks": how,
         "spark_conf": conf,
         "progress": [per_batch[b] for b in batch_ids],
+        # the input rows late under Spark's own late watermarks (Spark counts groups for
+        # windows, local sessions for sessions: semantics.late_rows)
+        "late_rows": late_rows_under(schedule, spec, candidate, batches),
     }
     return RunResult(candidate, batches, out, info)
 

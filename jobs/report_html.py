@@ -30,7 +30,7 @@ ul.fail{color:#cf222e;font-size:13px}
 
 COLUMNS = [
     ("candidate", "candidate"), ("side", "side"), ("late", "late (Spark count)"),
-    ("late_fraction", "late fraction"), ("late_rows", "late input rows (predicted)"),
+    ("late_fraction", "late fraction"), ("late_rows", "late input rows"),
     ("peak_state_rows", "peak state rows"),
     ("final_state_rows", "final state rows"), ("peak_state_bytes", "peak state bytes"),
     ("output_rows", "output rows"), ("latency_p50_s", "latency p50 s"),

@@ -2,9 +2,10 @@
 
 ``--delays "1 minute..2 hours/60"`` = 60 delays evenly spaced from 1 minute to 2 hours
 (inclusive). For each delay the predictor runs the base candidate (``--candidate`` or the first)
-with that source's delay replaced; the table shows late fraction, peak state and emission latency,
-and marks the knee: the delay farthest from the straight line between the first and the last
-point of the (normalised) late-fraction vs peak-state curve.
+with that source's delay replaced; the table shows Spark's late count, the input rows dropped as
+late and their fraction, peak state and emission latency, and marks the knee: the delay farthest
+from the straight line between the first and the last point of the (normalised) curve of the
+fraction of input rows late vs peak state.
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ def sweep_schedule(spec: Any, schedule: Any, source: str, delays: list[Duration]
     finally:
         _WORK = None
     # a knee only where the delay changes something (else every point is "the" knee)
-    k = knee_index(np.array([r["late_fraction"] for r in rows]),
+    k = knee_index(np.array([r["late_rows_fraction"] for r in rows]),
                    np.array([r["peak_state_rows"] for r in rows], dtype=float)) \
         if len({tuple(r[c] for c in _OUTCOME) for r in rows}) > 1 else -1
     for i, r in enumerate(rows):
@@ -114,7 +115,7 @@ def _point(delay_ms: int) -> dict[str, Any]:
     s = spec.model_copy(update={"candidates": {name: c}})
     # only the output columns the metrics read: no explain table, no full output frame
     m = candidate_metrics(s, schedule, predict(schedule, s, name, explain=False,
-                                               columns=reference_columns(s)))
+                                               columns=reference_columns(s), count_late=True))
     return {"delay": _label(delay_ms), "delay_ms": delay_ms, **m}
 
 
@@ -135,7 +136,7 @@ def _map_points(delays_ms: list[int]) -> list[dict[str, Any]]:
         return list(pool.map(_point, delays_ms, chunksize=max(1, len(delays_ms) // (4 * n))))
 
 
-_OUTCOME = ("late", "peak_state_rows", "output_rows", "latency_p95_s")
+_OUTCOME = ("late", "late_rows", "peak_state_rows", "output_rows", "latency_p95_s")
 
 
 def flat_note(spec: Any, source: str, base: str | None = None) -> str:
@@ -159,8 +160,8 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> str:
     x = [r["delay_ms"] / 60000 for r in rows]
     fig, (ax, ax3) = plt.subplots(2, 1, figsize=(8, 5.6), sharex=True,
                                   gridspec_kw={"height_ratios": [3, 2]})
-    ax.plot(x, [100 * r["late_fraction"] for r in rows], "C3-", label="late %")
-    ax.set_ylabel("late %", color="C3")
+    ax.plot(x, [100 * r["late_rows_fraction"] for r in rows], "C3-", label="input rows late %")
+    ax.set_ylabel("input rows late %", color="C3")
     ax2 = ax.twinx()
     ax2.plot(x, [r["peak_state_rows"] for r in rows], "C0-", label="peak state rows")
     ax2.set_ylabel("peak state rows", color="C0")
@@ -224,7 +225,8 @@ def run_sweep(args: argparse.Namespace) -> int:
                   sys.stdout, default=str)
         print()
         return 0
-    table = [{"delay": r["delay"], "late": r["late"], "late_%": f"{100 * r['late_fraction']:.2f}",
+    table = [{"delay": r["delay"], "late": r["late"], "late_rows": r["late_rows"],
+              "late_rows_%": f"{100 * r['late_rows_fraction']:.2f}",
               "peak_state": r["peak_state_rows"],
               "peak_memory_est": memory(r["peak_state_bytes"]),
               "output_rows": r["output_rows"],

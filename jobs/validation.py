@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from semantics.compare import row_counts
-from semantics.metrics import candidate_metrics
+from semantics.metrics import candidate_metrics, late_fraction_column
 from semantics.report import EXACT_COLUMNS
 
 STATE_BYTES_TOLERANCE = 0.5  # |predicted − actual| ≤ 50 % of actual + 2 KiB
@@ -141,7 +141,8 @@ def validate(spec: Any, cr: Any, root: Path, counts: pd.DataFrame | None = None
     ]
     exp = []
     if spec.expect.max_late_fraction is not None:
-        exp.append(gxe.ExpectColumnValuesToBeBetween(column="late_fraction", min_value=0,
+        exp.append(gxe.ExpectColumnValuesToBeBetween(column=late_fraction_column(metrics),
+                                                     min_value=0,
                                                      max_value=spec.expect.max_late_fraction))
     if spec.expect.max_state_rows is not None:
         exp.append(gxe.ExpectColumnValuesToBeBetween(column="peak_state_rows", min_value=0,

@@ -59,7 +59,7 @@ def report_metadata(planned: Planned, result: RunResult) -> dict[str, Any]:
         "peak_state_rows": int(m["peak_state_rows"]),
         "output_rows": int(m["output_rows"]),
     }
-    if m["late_rows"] is not None:  # input rows (a prediction's; Spark does not report them)
+    if m["late_rows"] is not None:  # input rows (Spark counts groups for windows)
         meta["late_rows"] = int(m["late_rows"])
     for k in ("latency_p50_s", "latency_p95_s", "peak_state_bytes", "elapsed_s"):
         if m.get(k) is not None:

@@ -57,13 +57,15 @@ def summary_markdown(spec: Any, rows: list[dict[str, Any]], missing: list[str]) 
         if r["side"] == "actual" or r["candidate"] not in best:
             best[r["candidate"]] = r
     lines = [f"## {spec.name}: {len(best)} candidate(s) — {spec.query.kind} query", "",
-             "| candidate | side | late (Spark count) | late fraction | peak state rows "
-             "| output rows | latency p95 s | validation | expect |",
+             "| candidate | side | late (Spark count) | late input rows (fraction) "
+             "| peak state rows | output rows | latency p95 s | validation | expect |",
              "|---|---|---|---|---|---|---|---|---|"]
     for name, r in best.items():
         expect = "; ".join(r.get("expectations") or []) or "ok"
+        rows_late = "–" if r.get("late_rows") is None else \
+            f"{r['late_rows']:,} ({r['late_rows_fraction']:.4f})"
         lines.append(
-            f"| **{name}** | {r['side']} | {_num(r['late'])} | {_num(r['late_fraction'], '{:.4f}')}"
+            f"| **{name}** | {r['side']} | {_num(r['late'])} | {rows_late}"
             f" | {_num(r['peak_state_rows'])} | {_num(r['output_rows'])} "
             f"| {_num(r['latency_p95_s'], '{:,.1f}')} | {r['validation']} | {expect} |")
     # a state no watermark evicts grows for as long as the job runs: never the pick

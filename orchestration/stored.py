@@ -12,6 +12,7 @@ import pandas as pd
 
 from jobs.backtest import BacktestResult, CandidateResult
 from jobs.results import ResultsStore, run_id
+from semantics.late_rows import late_rows_under
 from semantics.report import RunResult, report_columns
 from semantics.schedule import Schedule
 from semantics.spec import BacktestSpec, DeduplicationQuery, JoinQuery
@@ -50,14 +51,16 @@ def stored_outputs(store: ResultsStore, spec: BacktestSpec, candidate: str, rid:
 
 
 def stored_result(store: ResultsStore, spec: BacktestSpec, candidate: str, rid: str,
-                  side: str, runs: pd.DataFrame) -> RunResult | None:
+                  side: str, runs: pd.DataFrame, sched: Schedule) -> RunResult | None:
     batches = stored_batches(store, spec, candidate, rid, side)
     if batches is None:
         return None
     row = runs[(runs["run_id"] == rid) & (runs["side"] == side)]
     elapsed = float(row["elapsed_s"].iloc[-1]) if len(row) else None
+    # input rows late under the stored late watermarks (not stored: computed again, cheaply)
+    late = late_rows_under(sched, spec, candidate, batches)
     return RunResult(candidate, batches, stored_outputs(store, spec, candidate, rid, side),
-                     {"elapsed_s": elapsed})
+                     {"elapsed_s": elapsed, "late_rows": late})
 
 
 def stored_validation(runs: pd.DataFrame, rid: str) -> dict | None:
@@ -88,8 +91,8 @@ def load_backtest(store: ResultsStore, spec: BacktestSpec
             runs = runs[runs["run_id"] == rid].sort_values("written_at_ms")
         cr = CandidateResult(name, rid, sched)
         if not runs.empty:
-            cr.predicted = stored_result(store, spec, name, rid, "predicted", runs)
-            cr.actual = stored_result(store, spec, name, rid, "actual", runs)
+            cr.predicted = stored_result(store, spec, name, rid, "predicted", runs, sched)
+            cr.actual = stored_result(store, spec, name, rid, "actual", runs, sched)
             cr.validation = stored_validation(runs, rid) if cr.actual is not None else None
         if cr.predicted is None and cr.actual is None:
             missing.append(name)

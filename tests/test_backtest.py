@@ -84,6 +84,12 @@ def test_spec_thresholds_are_expectations(tmp_path: Path) -> None:
     assert not res["success"]
     assert any("late_fraction" in m for m in res["failed"])
     assert any("peak_state_rows" in m for m in res["failed"])
+    # where the late input rows are known (a replay counts them under Spark's watermarks),
+    # the threshold bounds their fraction
+    cr.actual = RunResult("c", cr.predicted.batches.copy(), cr.predicted.outputs.copy(),
+                          {"late_rows": cr.predicted.info["late_rows"]})
+    res = validate(spec, cr, tmp_path / "gx")
+    assert any("late_rows_fraction" in m for m in res["failed"])
 
 
 def test_results_store_rerun_is_idempotent(tmp_path: Path) -> None:
@@ -166,7 +172,7 @@ def test_cli_predict_lists_the_late_rows(tmp_path: Path, capsys) -> None:
     row = dict(zip(head, next(line for line in table if line.startswith("c ")).split(),
                    strict=False))  # (the empty ``valid`` cell of a prediction splits away)
     assert (row["late"], row["late_rows"]) == ("3", "3"), table
-    assert "late_rows: the input rows the prediction drops" in "\n".join(table)
+    assert "late_rows: the input rows dropped as late" in "\n".join(table)
     with pytest.raises(SystemExit) as exc:  # argparse: usage error, exit code 2
         main([*args, "--late", "-1"])
     assert exc.value.code == 2 and "0 or more" in capsys.readouterr().err

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from semantics.late_rows import late_rows_under
 from semantics.predict import predict
 from semantics.schedule import Schedule
 from semantics.spec import BacktestSpec
@@ -117,3 +118,25 @@ def test_rows_of_join_sides(seed: int) -> None:
     run = join_run(steps, jtype, explain=False, **kw)
     explained, counted = late_both_ways(run.spec, run.schedule)
     assert counted == explained
+
+
+def test_rows_late_under_a_reports_watermarks() -> None:
+    # the bounds are the predictor's, the late watermarks the report's (Spark's, for the actual
+    # side): a report whose batch 2 filtered with another watermark loses other rows; a report
+    # of other batches than the schedule runs has no such count
+    query = {"kind": "aggregation", "keys": [], "window": {"duration": "10 seconds"},
+             "aggregates": {"n": "count(*)"}}
+    sched = schedule_of([[{"ts": 30}], [{"ts": 31}], [{"ts": 1}, {"ts": 2}, {"ts": 12}]])
+    spec = spec_of(query, "5 seconds")
+    p = predict(sched, spec, "c")
+    assert list(p.batches["late_watermark_ms"])[:3] == [0, 0, 25000]
+    assert late_rows_under(sched, spec, "c", p.batches) == p.info["late_rows"] == 3
+    other = p.batches.copy()
+    other.loc[2, "late_watermark_ms"] = 10000  # only [0, 10) ends at or before 10 s
+    assert late_rows_under(sched, spec, "c", other) == 2
+    other["late_watermark_ms"] = None  # no watermark: nothing is late
+    assert late_rows_under(sched, spec, "c", other) == 0
+    assert late_rows_under(sched, spec, "c", p.batches.iloc[:2]) is None
+    shifted = p.batches.copy()
+    shifted["tick"] += 1
+    assert late_rows_under(sched, spec, "c", shifted) is None

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from jobs.cli import main
-from semantics.metrics import candidate_metrics
+from semantics.metrics import candidate_metrics, check_expectations
 from semantics.predict import predict
 from semantics.schedule import cut
 from semantics.spec import BatchBy
@@ -109,3 +109,21 @@ def test_late_rows_are_input_rows_and_late_is_sparks_count_of_groups() -> None:
     # without explain nobody knows the rows: None, not 0
     assert candidate_metrics(slide, sched, predict(sched, slide, "c", explain=False)
                              )["late_rows"] is None
+
+
+def test_the_late_threshold_bounds_the_input_rows_lost() -> None:
+    # expect.max_late_fraction bounds the fraction of input rows dropped as late where they are
+    # known: two late rows of one window are 1 late group of 4 rows (0.25) but half the input
+    # (0.5); only Spark's count, without the rows, passes a threshold of 0.4
+    spec = spec_of({"kind": "aggregation", "keys": ["k"], "window": {"duration": "10 seconds"}},
+                   watermark="0 seconds")
+    spec = spec.model_copy(update={"expect": spec.expect.model_copy(
+        update={"max_late_fraction": 0.4})})
+    sched = schedule_of([[{"k": 1, "ts": 30}], [{"k": 1, "ts": 31}],
+                         [{"k": 1, "ts": 2}, {"k": 1, "ts": 3}]])
+    m = candidate_metrics(spec, sched, predict(sched, spec, "c"))
+    assert (m["late_fraction"], m["late_rows_fraction"]) == (0.25, 0.5)
+    assert check_expectations(spec, m) == [
+        "late input rows fraction 0.5000 > expect.max_late_fraction 0.4"]
+    m = candidate_metrics(spec, sched, predict(sched, spec, "c", explain=False))
+    assert m["late_rows_fraction"] is None and check_expectations(spec, m) == []

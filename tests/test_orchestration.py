@@ -107,10 +107,11 @@ def test_two_candidates_checks_pass_and_comparison(spark, tmp_path):
             assert ev.metadata["failed_count"].value == 0
             meta = run.asset_materializations_for_node("actual_report")[0].metadata
             assert meta["late"].value == (1 if key.endswith("tight") else 0)
-            assert "late_rows" not in meta  # Spark does not report late input rows
+            # input rows late under Spark's late watermarks (Spark does not count them)
+            assert meta["late_rows"].value == (1 if key.endswith("tight") else 0)
             pmeta = run.asset_materializations_for_node("predicted_report")[0].metadata
             assert pmeta["late"].value == meta["late"].value
-            assert pmeta["late_rows"].value == (1 if key.endswith("tight") else 0)
+            assert pmeta["late_rows"].value == meta["late_rows"].value
 
         comp = dg.materialize([candidate_comparison], partition_key=NAME, instance=instance,
                               resources=res)
@@ -125,6 +126,9 @@ def test_two_candidates_checks_pass_and_comparison(spark, tmp_path):
     assert rows[("tight", "predicted")]["late"] == rows[("tight", "actual")]["late"]
     summary = meta["summary"].value
     assert "**tight**" in summary and "**loose**" in summary
+    # the late input rows of the stored runs, under their stored late watermarks (1 of 6)
+    assert rows[("tight", "actual")]["late_rows"] == 1
+    assert "| **tight** | actual | 1 | 1 (0.1667) |" in summary, summary
     assert "data:image/png;base64," in meta["plots"].value
     chart = meta["late_rows_chart"].value
     assert "red: tight · blue: loose" in chart and "data:image/svg+xml," in chart

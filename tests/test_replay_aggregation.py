@@ -133,3 +133,26 @@ def test_sliding_window_update_and_complete(spark, tmp_path, mode):
         ]
         assert out == [(0, 0.0, 10.0, 1), (0, 5.0, 15.0, 1),
                        (1, -5.0, 5.0, 1), (1, 0.0, 10.0, 2), (1, 5.0, 15.0, 1)]
+
+
+def test_input_rows_late_under_sparks_watermarks(spark, tmp_path):
+    # rule: Spark counts late groups for windows, not input rows; the report's late_rows are
+    # the rows whose window ends at or before the late watermark Spark's plan applied. Window
+    # 10 s, delay 5 s, backlog: commits [30], [31], [1, 2, 12]. b2 filters with late =
+    # W1 = 30 - 5 = 25 s: rows 1 and 2 (window [0, 10)) and 12 ([10, 20)) are late: Spark
+    # says 2 (groups), 3 input rows are lost
+    from semantics.predict import predict
+
+    spec = make_spec(tmp_path / "src", [("e", [{"ts": 30}]), ("e", [{"ts": 31}]),
+                                        ("e", [{"ts": 1}, {"ts": 2}, {"ts": 12}])],
+                     {"kind": "aggregation", "source": "e", "window": {"duration": "10 seconds"},
+                      "aggregates": {"n": "count(*)"}}, {"e": "5 seconds"})
+    r = run(spark, spec, tmp_path / "work")
+    assert list(r.batches["late_watermark_ms"])[:3] == [0, 0, 25000]
+    assert list(r.batches["dropped_by_watermark"])[:3] == [0, 0, 2]
+    assert r.info["late_rows"] == 3
+    from semantics.history import plan
+
+    sched = plan(spec, "c")
+    assert predict(sched, spec, "c").info["late_rows"] == 3
+    assert predict(sched, spec, "c", explain=False, count_late=True).info["late_rows"] == 3

@@ -37,7 +37,7 @@ def test_knee_is_the_point_farthest_from_the_chord() -> None:
 
 def test_sweep_cli_json(tmp_path: Path, capsys) -> None:
     write_commits(tmp_path / "clicks", [
-        [{"ad": 1, "ts": 60}], [{"ad": 1, "ts": 10}, {"ad": 2, "ts": 20}],
+        [{"ad": 1, "ts": 60}], [{"ad": 1, "ts": 10}, {"ad": 1, "ts": 12}, {"ad": 2, "ts": 20}],
         [{"ad": 2, "ts": 130}], [{"ad": 1, "ts": 90}], [{"ad": 1, "ts": 200}],
     ])
     spec = tmp_path / "spec.yaml"
@@ -67,7 +67,16 @@ def test_sweep_cli_json(tmp_path: Path, capsys) -> None:
                  "0 seconds..2 minutes/5", "--results", str(tmp_path / "r")]) == 0
     out = capsys.readouterr().out
     assert "counts late groups (one per key and window" in out
-    assert "late_rows" not in out  # (the sweep's table has no such column)
+    # ... and the input rows each delay loses, which the knee and the plot follow: at 0 s,
+    # the late rows at 10 and 12 s are one group (ad 1, window [10 s, 20 s)), so 3 groups and
+    # 4 of the 7 rows
+    head = out.splitlines()[0].split()
+    assert head[:5] == ["delay", "late", "late_rows", "late_rows_%", "peak_state"]
+    assert "late_%" not in head and "(late_% divides" not in out
+    assert out.splitlines()[2].split()[:4] == ["0s", "3", "4", "57.14"]
+    assert "late_rows: the input rows dropped as late" in out
+    assert (rows[0]["late"], rows[0]["late_rows"], rows[-1]["late_rows"]) == (3, 4, 0)
+    assert rows[0]["late_rows_fraction"] == 4 / 7
     # one source: --source may be left out; the table shows the state memory estimate
     assert main(["sweep", str(spec), "--delays", "0 seconds..2 minutes/5", "--results",
                  str(tmp_path / "r")]) == 0
