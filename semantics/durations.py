@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
 
 _US = {
     "microsecond": 1,
@@ -24,14 +23,26 @@ _US = {
     "second": 1_000_000,
     "minute": 60_000_000,
     "hour": 3_600_000_000,
-    "day": 86_400_000_000,
-    "week": 7 * 86_400_000_000,
 }
-MONTH_US = 31 * 86_400_000_000
-_UNITS = {**_US, "month": MONTH_US, "year": 12 * MONTH_US}
-_ALIASES = {"us": "microsecond", "ms": "millisecond", "s": "second", "sec": "second",
-            "min": "minute", "h": "hour", "d": "day"}
-_TERM = re.compile(r"([+-]?\d+(?:\.\d+)?)\s*([a-z]+)")
+DAY_US = 86_400_000_000
+MONTH_US = 31 * DAY_US
+_DAYS = {"day": 1, "week": 7}
+_MONTHS = {"month": 1, "year": 12}
+# Spark's unit words, in the order its parser tries them after their first letter
+_UNITS = ("year", "week", "day", "hour", "second", "month", "minute", "millisecond",
+          "microsecond")
+_HINTS = {"us": "microseconds", "ms": "milliseconds", "s": "seconds", "sec": "seconds",
+          "secs": "seconds", "m": "minutes", "min": "minutes", "mins": "minutes",
+          "h": "hours", "hr": "hours", "hrs": "hours", "d": "days", "w": "weeks",
+          "mon": "months", "y": "years", "yr": "years"}
+# a term: sign, number, whitespace, unit word; terms are separated by whitespace
+_WS = "[ \t\n\x0b\f\r\x1c-\x1f]"  # Java's Character.isWhitespace, which Spark reads bytes with
+_TERM = re.compile(rf"([+-]?){_WS}*(\d*)(?:(\.)(\d*))?({_WS}+)((?:(?!{_WS}).)*)")
+_INT32, _INT64 = 2**31, 2**63
+
+
+class _Bad(ValueError):
+    pass
 
 
 @dataclass(frozen=True, order=True)
@@ -52,9 +63,25 @@ class Duration:
 
     @classmethod
     def parse(cls, value: object) -> Duration:
-        """Parse ``"1 hour 30 minutes"``, ``"interval 10 seconds"``, ``"-1 hour"``.
+        """Parse an interval string exactly as Spark's ``IntervalUtils.fromIntervalString``
+        (``withWatermark``, ``window``): ``"1 hour 30 minutes"``, ``"-1 hour"``,
+        ``"1.5 seconds"``, ``"interval 10 minutes"``.
 
-        Raises ``ValueError`` with the expected format on anything else.
+        The units are Spark's words, singular or plural, case-insensitive (year, month, week,
+        day, hour, minute, second, millisecond, microsecond), each after its number and a space;
+        only seconds may have a fraction (finer than a microsecond is cut off, as Spark does);
+        each term may have a sign. After ``interval`` (Spark's SQL literal) year-month and
+        day-time units do not mix. Anything Spark rejects is a ``ValueError`` saying what to
+        write instead; so is the SQL literal's quoted form (``interval '10' minute``), which
+        this parser leaves out.
+
+        >>> Duration.parse("1 hour -30 minutes").ms, Duration.parse(".5 seconds").us
+        (1800000, 500000)
+        >>> Duration.parse("10 min")
+        Traceback (most recent call last):
+        ...
+        ValueError: '10 min': 'min' is not one of Spark's interval units (year, month, week, \
+day, hour, minute, second, millisecond, microsecond, singular or plural); write '10 minutes'
         """
         if isinstance(value, Duration):
             return value
@@ -62,38 +89,78 @@ class Duration:
             raise ValueError(
                 f"expected a duration string such as '10 minutes', got {value!r}"
             )
-        text = value.strip()
-        body = text.lower()
-        if body.startswith("interval "):
-            body = body[len("interval "):].strip()
-        pos, total, months, seen = 0, Decimal(0), False, False
-        body = body.strip()
-        while pos < len(body):
-            m = _TERM.match(body, pos)
-            if not m:
-                break
-            unit = m.group(2)
-            unit = _ALIASES.get(unit, unit)
-            if unit.endswith("s") and unit[:-1] in _UNITS:
-                unit = unit[:-1]
-            if unit not in _UNITS:
-                raise ValueError(f"unknown interval unit {m.group(2)!r} in {text!r}; "
-                                 f"expected one of {', '.join(sorted(_UNITS))}")
-            try:
-                amount = Decimal(m.group(1))
-            except InvalidOperation as exc:  # pragma: no cover - regex guarantees a number
-                raise ValueError(f"bad number in {text!r}") from exc
-            months = months or unit in ("month", "year")
-            total += amount * _UNITS[unit]
-            seen = True
-            pos = m.end()
-            while pos < len(body) and body[pos] in " ,":
-                pos += 1
-        if not seen or pos != len(body):
-            raise ValueError(f"expected a duration such as '10 minutes' or '-1 hour', got {text!r}")
-        if total != total.to_integral_value():
-            raise ValueError(f"{text!r} is finer than a microsecond")
-        return cls(int(total), text, months)
+        try:
+            months, days, micros = _parse(value)
+        except _Bad as exc:
+            raise ValueError(f"{value!r}: {exc}") from None
+        return cls(months * MONTH_US + days * DAY_US + micros, value, months != 0)
+
+
+def _parse(text: str) -> tuple[int, int, int]:
+    """``(months, days, microseconds)`` of Spark's ``CalendarInterval`` for ``text``."""
+    body = text.strip("".join(map(chr, range(33)))).lower()  # (UTF8String.trimAll)
+    sql = re.match(rf"interval{_WS}", body) is not None
+    if sql:
+        body = body[len("interval"):].lstrip("".join(map(chr, range(33))))
+        if "'" in body or '"' in body:
+            raise _Bad("the quoted SQL literal form is not read here; write the value and its "
+                       "units as words, e.g. '10 minutes' or '1 hour 30 minutes'")
+    if not body:
+        raise _Bad("expected a duration such as '10 minutes' or '1 hour 30 minutes'")
+    months = days = micros = 0
+    pos = 0
+    while pos < len(body):
+        m = _TERM.match(body, pos)
+        if m is None or not (m.group(2) or m.group(4)):
+            word = re.split(f"{_WS}+", body[pos:])[0]
+            if re.fullmatch(r"[+-]?\d+(\.\d*)?[a-z]+", word):
+                num = re.match(r"[+-]?[\d.]+", word)
+                assert num is not None
+                raise _Bad(f"a space between the number and the unit: "
+                           f"'{num.group()} {word[num.end():]}'")
+            if "," in body:
+                raise _Bad("terms are separated by spaces, without commas, e.g. "
+                           "'1 hour 30 minutes'")
+            raise _Bad(f"expected a number, then a unit, at '{word}' (e.g. '10 minutes' or "
+                       "'1 hour 30 minutes')")
+        sign, whole, point, frac, _, word = m.groups()
+        unit = word[:-1] if word.endswith("s") and word[:-1] in _UNITS else word
+        if unit not in _UNITS:
+            hint = _HINTS.get(word.rstrip(","), None)
+            if word.endswith(","):
+                raise _Bad("terms are separated by spaces, without commas, e.g. "
+                           "'1 hour 30 minutes'")
+            raise _Bad(f"'{word}' is not one of Spark's interval units (year, month, week, day, "
+                       "hour, minute, second, millisecond, microsecond, singular or plural)"
+                       + (f"; write '{whole}{'.' + frac if point else ''} {hint}'" if hint
+                          else ""))
+        if point is not None and unit != "second":
+            raise _Bad(f"only seconds may have a fraction in a Spark interval ('{whole}.{frac} "
+                       f"{word}'); write it in a smaller unit, e.g. '1 hour 30 minutes' or "
+                       "'90 minutes'")
+        if len(frac or "") > 9:
+            raise _Bad("a fraction of a second has at most 9 digits (nanoseconds)")
+        n = int(whole or "0")
+        if n >= _INT64:
+            raise _Bad(f"the number {whole} is too large")
+        neg = sign == "-"
+        if unit in _MONTHS:
+            months += (-n if neg else n) * _MONTHS[unit]
+        elif unit in _DAYS:
+            days += (-n if neg else n) * _DAYS[unit]
+        else:
+            us = n * _US[unit] + (int((frac or "").ljust(9, "0")) // 1000 if point else 0)
+            micros += -us if neg else us
+        if not (-_INT32 <= months < _INT32 and -_INT32 <= days < _INT32
+                and -_INT64 <= micros < _INT64):
+            raise _Bad("the interval is too large")
+        pos = m.end()
+        while pos < len(body) and re.match(_WS, body[pos]):
+            pos += 1
+    if sql and months and (days or micros):
+        raise _Bad("after 'interval', Spark's SQL parser does not mix year-month units with "
+                   "day-time units; leave out 'interval' or write them apart")
+    return months, days, micros
 
 
 def parse_duration(value: object) -> Duration:

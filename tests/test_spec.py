@@ -82,6 +82,11 @@ def test_bad_durations_are_rejected(bad: object) -> None:
      "candidates.tight.watermark", "negative"),
     # bad duration text
     (("duration: 10 minutes", "duration: 10 minuets"), "query.window.duration", "unit"),
+    # a duration Spark's withWatermark rejects (tests/test_durations_spark.py), with the fix
+    (("tight: {watermark: {clicks: 2 minutes}}", "tight: {watermark: {clicks: 2 min}}"),
+     "candidates.tight.watermark.clicks", "not one of Spark's interval units"),
+    (("tight: {watermark: {clicks: 2 minutes}}", "tight: {watermark: {clicks: 1.5 hours}}"),
+     "candidates.tight.watermark.clicks", "'1 hour 30 minutes' or '90 minutes'"),
     # unknown query kind
     (("kind: aggregation", "kind: pivot"), "query", "kind must be one of"),
     # aggregate expression outside the supported set
