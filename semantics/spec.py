@@ -38,8 +38,8 @@ Name = Annotated[str, Field(pattern=r"^[a-z0-9_-]+$")]
 Identifier = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 
 AGGREGATE_RE = re.compile(
-    r"^\s*(count|sum|min|max|avg)\s*\(\s*(\*|[A-Za-z_][A-Za-z0-9_]*)\s*\)\s*$", re.IGNORECASE
-)
+    r"^\s*(count|sum|min|max|avg|mean)\s*\(\s*(\*|\d+|[A-Za-z_][A-Za-z0-9_]*)\s*\)\s*$",
+    re.IGNORECASE)
 RESERVED_COLUMNS = ("row_id", "tick", "arrival_ms", "commit_version", "batch_id")
 
 # Spark settings the predictor models (value checked where it matters); any other key that starts
@@ -129,8 +129,9 @@ def _check_aggregates(aggs: dict[str, str]) -> dict[str, str]:
                 f"aggregate {name!r}: expected count(*), count(col), sum(col), min(col), "
                 f"max(col) or avg(col), got {expr!r}"
             )
-        if m.group(2) == "*" and m.group(1).lower() != "count":
-            raise ValueError(f"aggregate {name!r}: only count accepts *")
+        if not m.group(2)[0].isalpha() and m.group(2)[0] != "_" \
+                and m.group(1).lower() != "count":
+            raise ValueError(f"aggregate {name!r}: only count accepts * or a number")
     return aggs
 
 
@@ -145,11 +146,17 @@ def _non_negative(wm: dict[str, Duration]) -> dict[str, Duration]:
 
 
 def parse_aggregate(expr: str) -> tuple[str, str | None]:
-    """``"sum(price)"`` -> ``("sum", "price")``; ``"count(*)"`` -> ``("count", None)``."""
+    """``"sum(price)"`` -> ``("sum", "price")``; ``"count(*)"`` -> ``("count", None)``, and so
+    is ``count(1)`` (a literal is never NULL: Spark counts every row); ``mean`` is Spark's other
+    name for ``avg``.
+
+    >>> parse_aggregate("COUNT(1)"), parse_aggregate("mean(v)")
+    (('count', None), ('avg', 'v'))
+    """
     m = AGGREGATE_RE.match(expr)
     assert m, expr
-    col = m.group(2)
-    return m.group(1).lower(), None if col == "*" else col
+    func, col = m.group(1).lower(), m.group(2)
+    return "avg" if func == "mean" else func, None if col == "*" or col.isdigit() else col
 
 
 class AggregationQuery(_Model):
