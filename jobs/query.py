@@ -103,9 +103,9 @@ def build_query(
     et = spec.sources[q.source].event_time
     if isinstance(q, AggregationQuery):
         if q.window is not None:
-            slide = interval(q.window.slide) if q.window.slide is not None else None
-            w = (F.window(et, interval(q.window.duration), slide) if slide
-                 else F.window(et, interval(q.window.duration)))
+            slide = interval(q.window.slide or q.window.duration)
+            start = None if q.window.start_time is None else interval(q.window.start_time)
+            w = F.window(et, interval(q.window.duration), slide, start)
             agg = src.groupBy(w.alias("window"), *q.keys).agg(*_aggregates(q.aggregates))
             agg = agg.select(*q.keys, F.col("window.start").alias("window_start"),
                              F.col("window.end").alias("window_end"), *q.aggregates)

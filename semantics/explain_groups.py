@@ -193,9 +193,10 @@ def _groups_of(what: str, spec: BacktestSpec, row: pd.Series, event_time: pd.Tim
                skip: frozenset[int] = frozenset()) -> list[_Group]:
     """The row's ``what`` groups that left the state and, in update and complete modes (with
     ``outputs``), the batches that emitted each and those still in the state."""
-    keys = list(spec.query.keys)
+    q = spec.query
+    keys = list(q.keys)
     hits = _group_hits(what, keys, row, event_time, fates, since, skip)
-    if spec.query.output_mode != "append" and outputs is not None:
+    if q.output_mode != "append" and outputs is not None:
         hits = _with_emissions(what, keys, row, event_time, outputs, since, hits, skip)
     return hits
 
@@ -261,7 +262,8 @@ def other_windows_said(spec: BacktestSpec | None, row: pd.Series, event_time: pd
     is_late = mine["fate"].astype(str) == "late"
     late = int(is_late.sum())
     t_us = np.array([event_time.value // 1000], dtype=np.int64)  # ns -> µs
-    windows = len(assign_windows(t_us, q.window.duration.us, q.window.slide_us)[0])
+    windows = len(assign_windows(t_us, q.window.duration.us, q.window.slide_us,
+                                 q.window.start_us)[0])
     if not 0 < late < windows:
         return ""
     other = windows - late

@@ -101,22 +101,37 @@ class SourceSpec(_Model):
 
 
 class WindowSpec(_Model):
+    """``window(event_time, duration, slide, start_time)``: windows start at ``start_time``
+    plus whole slides from the epoch (``start_time`` shifts them, e.g. ``-1 hour`` for days
+    that start at 23:00 UTC), as Spark's ``TimeWindowing`` assigns them."""
+
     duration: DurationField
     slide: DurationField | None = None
+    start_time: DurationField | None = None
 
     @model_validator(mode="after")
     def _check(self) -> WindowSpec:
         if self.duration.us <= 0:
             raise ValueError("window.duration must be positive")
-        if self.duration.has_months or (self.slide is not None and self.slide.has_months):
+        if any(d is not None and d.has_months for d in (self.duration, self.slide,
+                                                          self.start_time)):
             raise ValueError("window durations cannot use months or years (Spark rejects them)")
         if self.slide is not None and not 0 < self.slide.us <= self.duration.us:
             raise ValueError("window.slide must be positive and at most the duration")
+        if self.start_time is not None and not abs(self.start_time.us) < self.slide_us:
+            raise ValueError("window.start_time must be shorter than the slide (Spark: "
+                             "abs(start_time) < slide_duration), e.g. '-1 hour' for daily "
+                             "windows that start at 23:00 UTC")
         return self
 
     @property
     def slide_us(self) -> int:
         return (self.slide or self.duration).us
+
+    @property
+    def start_us(self) -> int:
+        """The windows' offset from the epoch in µs (0 without ``start_time``)."""
+        return 0 if self.start_time is None else self.start_time.us
 
 
 def _check_aggregates(aggs: dict[str, str]) -> dict[str, str]:

@@ -48,12 +48,15 @@ def check(spec, tmp, spark) -> None:
 keys = {"k": st.integers(1, 2), "v": st.integers(0, 9)}
 windows = st.sampled_from([{"duration": "5 seconds"}, {"duration": "10 seconds"},
                            {"duration": "10 seconds", "slide": "5 seconds"},
-                           {"duration": "10 seconds", "slide": "4 seconds"}])
+                           {"duration": "10 seconds", "slide": "4 seconds"},
+                           {"duration": "10 seconds", "start_time": "3 seconds"}])
 
 
 sliding = st.sampled_from([{"duration": "10 seconds", "slide": "5 seconds"},
                            {"duration": "10 seconds", "slide": "4 seconds"},
-                           {"duration": "3 seconds", "slide": "1 second"}])
+                           {"duration": "3 seconds", "slide": "1 second"},
+                           {"duration": "10 seconds", "slide": "4 seconds",
+                            "start_time": "-1500 milliseconds"}])
 modes = st.sampled_from(["append", "append", "update", "complete"])
 
 

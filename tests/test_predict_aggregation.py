@@ -275,7 +275,9 @@ def _random_sliding(seed: int) -> tuple[dict, pd.DataFrame, str, str, str]:
     window = [{"duration": "10 seconds", "slide": "2 seconds"},
               {"duration": "10 seconds", "slide": "3 seconds"},
               {"duration": "1 second", "slide": "300 milliseconds"},
-              {"duration": "6 seconds", "slide": "6 seconds"}][int(r.integers(0, 4))]
+              {"duration": "6 seconds", "slide": "6 seconds"},
+              {"duration": "10 seconds", "slide": "3 seconds", "start_time": "-2 seconds"},
+              {"duration": "6 seconds", "start_time": "2500 milliseconds"}][int(r.integers(0, 6))]
     keys = [["k"], ["k", "b"], []][int(r.integers(0, 3))]
     query = {"kind": "aggregation", "keys": keys, "window": window,
              "output_mode": str(r.choice(["append", "update", "complete"])),
@@ -414,3 +416,36 @@ def test_state_bytes_lay_decimals_out_as_unsaferow_does() -> None:
     assert value_bytes({"s": "sum(price)"}) == bitset + 8 + 16  # decimal(20, 2)
     assert value_bytes({"a": "avg(price)"}) == bitset + 24 + 8  # its sum, and a long count
     assert value_bytes({"m": "min(price)"}) == bitset + 8  # decimal(10, 2): a long
+
+
+def test_start_time_shifts_the_windows_and_so_what_is_late() -> None:
+    # rule: window(ts, 10 s, 10 s, startTime 3 s) starts windows at 3 s + k·10 s
+    # (lastStart = t − ((t − 3 s) mod 10 s)), and lateness compares their ends. Delay 0:
+    # b0 [12] -> [3, 13); b1 [14] -> [13, 23) (late 0, evict 12); b2 [9, 2.5] runs with
+    # late 12: 9 is in [3, 13), which ends at 13 > 12: accepted (in windows from 0 it would be
+    # [0, 10), late); 2.5 is in [-7, 3): late. b2's eviction (14) emits [3, 13) with 2 rows
+    q = agg(window={"duration": "10 seconds", "start_time": "3 seconds"})
+    r = run(q, [[{"ts": 12}], [{"ts": 14}], [{"ts": 9}, {"ts": 2.5}]], watermark="0 seconds")
+    assert col(r, "dropped_by_watermark") == [0, 0, 1]
+    assert out_rows(r, cols=["window_start", "window_end", "n"]) == [(3, 13, 2)]
+    assert r.info["late_rows"] == 1
+    plain = run(agg(window={"duration": "10 seconds"}),
+                [[{"ts": 12}], [{"ts": 14}], [{"ts": 9}, {"ts": 2.5}]], watermark="0 seconds")
+    assert col(plain, "dropped_by_watermark") == [0, 0, 1] and plain.info["late_rows"] == 2
+    # sliding with a negative start: windows of 4 s every 2 s from -1 s hold t = 2 in
+    # [-1, 3) and [1, 5)
+    assert sorted(assign_windows(np.array([2_000_000]), 4_000_000, 2_000_000,
+                                 -1_000_000)[1].tolist()) == [-1_000_000, 1_000_000]
+
+
+@pytest.mark.parametrize("start,ok", [("-59 minutes", True), ("59 minutes", True),
+                                      ("1 hour", False), ("-1 hour", False)])
+def test_start_time_is_shorter_than_the_slide(start: str, ok: bool) -> None:
+    # Spark: abs(start_time) < slide_duration (a month is never allowed)
+    window = {"duration": "1 day", "slide": "1 hour", "start_time": start}
+    if ok:
+        assert spec_of(agg(window=window)).query.window.start_us == \
+            int(pd.Timedelta(start).total_seconds()) * 1_000_000
+    else:
+        with pytest.raises(SpecError, match="start_time must be shorter than the slide"):
+            spec_of(agg(window=window))

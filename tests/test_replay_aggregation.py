@@ -174,3 +174,29 @@ def test_count_of_a_literal_and_mean_are_spark_aggregates_too(spark, tmp_path):
 
     p = predict(plan(spec, "c"), spec, "c")
     assert rows(p, ["window_start", "n", "c", "m"]) == rows(r, ["window_start", "n", "c", "m"])
+
+
+def test_start_time_shifts_windows_in_spark_as_predicted(spark, tmp_path):
+    # rule: window(ts, 10 s, 10 s, startTime 3 s): windows [3 + 10k, 13 + 10k). Delay 0,
+    # backlog: commits [12], [14], [9, 2.5]. b2 runs with late = W1 = 12 s: 9 is in [3, 13)
+    # (end 13 > 12: kept; with windows from 0 it would be late), 2.5 in [-7, 3): late. b2
+    # evicts with W2 = 14 s: [3, 13) is emitted with 2 rows
+    from semantics.history import plan
+    from semantics.predict import predict
+
+    spec = make_spec(tmp_path / "src", [("e", [{"ts": 12}]), ("e", [{"ts": 14}]),
+                                        ("e", [{"ts": 9}, {"ts": 2.5}])],
+                     {"kind": "aggregation", "source": "e",
+                      "window": {"duration": "10 seconds", "start_time": "3 seconds"},
+                      "aggregates": {"n": "count(*)"}}, {"e": "0 seconds"})
+    r = run(spark, spec, tmp_path / "work")
+    assert table(r) == [
+        (0, 0, True, 1, 0, 0, 0, 0, 1, 0),
+        (1, 1, True, 1, 12000, 0, 12000, 0, 2, 0),
+        (2, 2, True, 2, 14000, 12000, 14000, 1, 1, 1),
+    ]
+    assert rows(r, ["window_start", "window_end", "n"]) == [(2, 3.0, 13.0, 2)]
+    p = predict(plan(spec, "c"), spec, "c")
+    assert table(p) == table(r)
+    assert rows(p, ["window_start", "window_end", "n"]) == rows(r, ["window_start", "window_end",
+                                                                     "n"])

@@ -70,7 +70,7 @@ from semantics.operators.keys import (
 )
 from semantics.operators.sliding import fill_grid, not_late_per_row, windows_per_row
 from semantics.operators.window_grid import WindowGrid, merge, span_rows
-from semantics.operators.windows import assign_windows
+from semantics.operators.windows import assign_windows, last_starts
 from semantics.report import operator_name
 from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import AggregationQuery, BacktestSpec
@@ -162,6 +162,7 @@ class AggregationOperator:
         self.window = q.window
         self.duration_us = q.window.duration.us if q.window else 0
         self.slide_us = q.window.slide_us if q.window else 0
+        self.start_us = q.window.start_us if q.window else 0  # startTime: windows' offset
         if q.window is not None and et in self.keys and allow_multiple:
             raise SpecError(spec.path, "query.keys",
                             f"no raw event-time column {et!r} next to a window: Spark fails with "
@@ -189,7 +190,8 @@ class AggregationOperator:
             grid: list[tuple[int, int, int]] = []
             t = self._et_all
             if self.window is not None and len(t):
-                first, last = (int(x) - int(x) % self.slide_us for x in (t.min(), t.max()))
+                first, last = (int(x) - (int(x) - self.start_us) % self.slide_us
+                               for x in (t.min(), t.max()))
                 k = -(-self.duration_us // self.slide_us)
                 grid.append((first - (k - 1) * self.slide_us, last, self.slide_us))
             self._coder = KeyCoder.fit(kv, grid)
@@ -266,7 +268,7 @@ class AggregationOperator:
         bound = t
         if self.window is not None:
             d, s = self.duration_us, self.slide_us
-            last = t - np.mod(t, s)
+            last = last_starts(t, s, self.start_us)
             bound = last - (windows_per_row(t, last, d, s) - 1) * s + d
         return int(np.count_nonzero(late_rows(plan, batch_of, bound)))
 
@@ -380,7 +382,8 @@ class AggregationOperator:
         sl = slice(off, off + n)
         kv = tuple(v.take(sl) for v in kv_all)
         if self.window is not None:
-            pair_rows, wstart = assign_windows(t_us, self.duration_us, self.slide_us)
+            pair_rows, wstart = assign_windows(t_us, self.duration_us, self.slide_us,
+                                               self.start_us)
             if len(pair_rows) != n:
                 kv = take_keys(kv, pair_rows)
             bound = wstart + self.duration_us
@@ -440,7 +443,7 @@ class AggregationOperator:
         if minor > budget:  # one window of all keys is more than that
             return None
         sl = slice(off, off + n)
-        last = t - np.mod(t, s)
+        last = last_starts(t, s, self.start_us)
         w = windows_per_row(t, last, d, s)
         a = not_late_per_row(last, w, d, s, None if late_us is None else int(late_us))
         id_last = self._coder.ids(tuple(v.take(sl) for v in kv_all), (last,), n)
