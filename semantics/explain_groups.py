@@ -198,6 +198,17 @@ def _groups_of(what: str, spec: BacktestSpec, row: pd.Series, event_time: pd.Tim
     hits = _group_hits(what, keys, row, event_time, fates, since, skip)
     if q.output_mode != "append" and outputs is not None:
         hits = _with_emissions(what, keys, row, event_time, outputs, since, hits, skip)
+    elif what == "window" and isinstance(q, AggregationQuery) and q.window is not None \
+            and q.window.slide_us < q.window.duration.us:
+        # append mode, sliding: the row's other windows never left the state (a window leaves
+        # only when emitted, and one emitted before the row came would have made it late)
+        w = q.window
+        _, starts = assign_windows(np.array([event_time.value // 1000], dtype=np.int64),
+                                   w.duration.us, w.slide_us, w.start_us)
+        have = {g.start_us for g in hits} | set(skip)
+        hits = sorted(hits + [_Group(int(a), int(a) + w.duration.us, "")
+                              for a in starts.tolist() if int(a) not in have],
+                      key=lambda g: g.start_us)
     return hits
 
 

@@ -70,10 +70,30 @@ def test_sliding_window_row_late_in_some_windows_says_how_many_counted_it() -> N
     p = predict(sched, spec, "c")
     partly = explain_row(sched, p, 1, spec)
     assert partly.count("late in batch 2 (window") == 1
-    assert partly.endswith("(late by 0 ms)); counted in its 1 other window (of 2).")
+    assert partly.endswith("(late by 0 ms)); counted in its 1 other window (of 2): "
+                           "[1970-01-01 00:00:15, 1970-01-01 00:00:25) still in the state when "
+                           "the history ended.")
     wholly = explain_row(sched, p, 2, spec)
     assert wholly.count("late in batch 2 (window") == 2 and "counted" not in wholly
     assert "counted" not in explain_row(sched, p, 1)  # without the spec: the fates only
+
+
+def test_sliding_window_row_names_the_windows_still_in_the_state() -> None:
+    # rule: in append mode a window leaves the state only when emitted, so a sliding-window
+    # row's windows that no batch emitted were still in the state at the end (one emitted
+    # before the row came would have made it late); with startTime 3 s the windows of 4 s
+    # slides start at 3 + 4k: t = 12 s is in [3, 13), [7, 17) and [11, 21); the trailing
+    # no-data batch 2 (watermark 14 s) emits the first
+    sched = schedule_of([[{"ts": 12}], [{"ts": 14}]])
+    spec = spec_of({"kind": "aggregation", "keys": [], "aggregates": {"n": "count(*)"},
+                    "window": {"duration": "10 seconds", "slide": "4 seconds",
+                               "start_time": "3 seconds"}}, "0 seconds")
+    p = predict(sched, spec, "c")
+    assert explain_row(sched, p, 0, spec).endswith(
+        ": accepted; counted in 3 windows: [1970-01-01 00:00:03, 1970-01-01 00:00:13) emitted "
+        "in batch 2, [1970-01-01 00:00:07, 1970-01-01 00:00:17) still in the state when the "
+        "history ended, [1970-01-01 00:00:11, 1970-01-01 00:00:21) still in the state when the "
+        "history ended.")
 
 
 def test_accepted_session_row_says_its_session_and_when_it_was_emitted() -> None:
