@@ -105,13 +105,14 @@ def make(kind: str, n: int, batch_rows: int) -> tuple[BacktestSpec, Schedule]:
     return spec, sched
 
 
-def time_predict(spec: BacktestSpec, sched: Schedule, repeat: int) -> tuple[float, int]:
+def time_predict(spec: BacktestSpec, sched: Schedule, repeat: int, count_late: bool = False
+                 ) -> tuple[float, int]:
     """(best wall time of ``repeat`` predictions, emitted rows)."""
     best, rows = float("inf"), 0
     for _ in range(repeat):
         gc.collect()
         t0 = time.perf_counter()
-        rows = len(predict(sched, spec, "c", explain=False).outputs)
+        rows = len(predict(sched, spec, "c", explain=False, count_late=count_late).outputs)
         best = min(best, time.perf_counter() - t0)
     return best, rows
 
@@ -135,6 +136,8 @@ def main() -> None:
     ap.add_argument("--batch-rows", type=int, default=20_000)
     ap.add_argument("--spark-rows", type=int, default=1_000_000,
                     help="replay in Spark at this size (0: skip Spark)")
+    ap.add_argument("--count-late", action="store_true",
+                    help="also count the input rows dropped as late (as wmbt sweep does)")
     args = ap.parse_args()
     print(f"predictor threads: {threads()}")
     print(f"{'kind':<14} {'events':>10} {'batches':>8} {'out/event':>9} {'predict s':>10} "
@@ -142,7 +145,7 @@ def main() -> None:
     for kind in args.kinds.split(","):
         for n in map(int, args.sizes.split(",")):
             spec, sched = make(kind, n, args.batch_rows)
-            tp, out = time_predict(spec, sched, args.repeat)
+            tp, out = time_predict(spec, sched, args.repeat, args.count_late)
             ts = time_spark(spec, sched) if n == args.spark_rows else None
             print(f"{kind:<14} {n:>10,} {len(sched.ticks):>8} {out / n:>9.2f} {tp:>10.2f} "
                   f"{n / tp:>12,.0f} "
