@@ -28,7 +28,7 @@ DAY_US = 86_400_000_000
 MONTH_US = 31 * DAY_US
 _DAYS = {"day": 1, "week": 7}
 _MONTHS = {"month": 1, "year": 12}
-# Spark's unit words, in the order its parser tries them after their first letter
+# Spark's unit words (each also with an "s")
 _UNITS = ("year", "week", "day", "hour", "second", "month", "minute", "millisecond",
           "microsecond")
 _HINTS = {"us": "microseconds", "ms": "milliseconds", "s": "seconds", "sec": "seconds",
@@ -38,7 +38,9 @@ _HINTS = {"us": "microseconds", "ms": "milliseconds", "s": "seconds", "sec": "se
 # a term: sign, number, whitespace, unit word; terms are separated by whitespace
 _WS = "[ \t\n\x0b\f\r\x1c-\x1f]"  # Java's Character.isWhitespace, which Spark reads bytes with
 _TERM = re.compile(rf"([+-]?){_WS}*(\d*)(?:(\.)(\d*))?({_WS}+)((?:(?!{_WS}).)*)")
+_TRIM = "".join(map(chr, range(33)))  # what UTF8String.trimAll trims: ASCII controls, space
 _INT32, _INT64 = 2**31, 2**63
+_NO_COMMAS = "terms are separated by spaces, without commas, e.g. '1 hour 30 minutes'"
 
 
 class _Bad(ValueError):
@@ -98,10 +100,10 @@ day, hour, minute, second, millisecond, microsecond, singular or plural); write 
 
 def _parse(text: str) -> tuple[int, int, int]:
     """``(months, days, microseconds)`` of Spark's ``CalendarInterval`` for ``text``."""
-    body = text.strip("".join(map(chr, range(33)))).lower()  # (UTF8String.trimAll)
+    body = text.strip(_TRIM).lower()
     sql = re.match(rf"interval{_WS}", body) is not None
     if sql:
-        body = body[len("interval"):].lstrip("".join(map(chr, range(33))))
+        body = body[len("interval"):].lstrip(_TRIM)
         if "'" in body or '"' in body:
             raise _Bad("the quoted SQL literal form is not read here; write the value and its "
                        "units as words, e.g. '10 minutes' or '1 hour 30 minutes'")
@@ -119,17 +121,17 @@ def _parse(text: str) -> tuple[int, int, int]:
                 raise _Bad(f"a space between the number and the unit: "
                            f"'{num.group()} {word[num.end():]}'")
             if "," in body:
-                raise _Bad("terms are separated by spaces, without commas, e.g. "
-                           "'1 hour 30 minutes'")
+                raise _Bad(_NO_COMMAS)
             raise _Bad(f"expected a number, then a unit, at '{word}' (e.g. '10 minutes' or "
                        "'1 hour 30 minutes')")
         sign, whole, point, frac, _, word = m.groups()
         unit = word[:-1] if word.endswith("s") and word[:-1] in _UNITS else word
         if unit not in _UNITS:
-            hint = _HINTS.get(word.rstrip(","), None)
             if word.endswith(","):
-                raise _Bad("terms are separated by spaces, without commas, e.g. "
-                           "'1 hour 30 minutes'")
+                raise _Bad(_NO_COMMAS)
+            hint = _HINTS.get(word)
+            if point is not None and hint != "seconds":
+                hint = None  # (a fraction: the unit is not all that is wrong)
             raise _Bad(f"'{word}' is not one of Spark's interval units (year, month, week, day, "
                        "hour, minute, second, millisecond, microsecond, singular or plural)"
                        + (f"; write '{whole}{'.' + frac if point else ''} {hint}'" if hint

@@ -103,7 +103,8 @@ def candidate_metrics(spec: BacktestSpec, schedule: Schedule, result: RunResult
         "late": late,
         "late_fraction": late / inputs if inputs else 0.0,
         # input rows dropped as late, which ``late`` (Spark's count) is not for windows and
-        # sessions; known to predictions that count them (Spark does not report it)
+        # sessions (Spark does not count them): known to explained or counting predictions,
+        # and to replays, under Spark's late watermarks (``semantics.late_rows``)
         "late_rows": late_rows,
         "late_rows_fraction": None if late_rows is None else
         (late_rows / inputs if inputs else 0.0),
