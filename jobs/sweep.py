@@ -50,9 +50,18 @@ def _label(ms: int) -> str:
 
 
 def knee_index(late: np.ndarray, state: np.ndarray) -> int:
-    """Index of the point farthest from the chord between the first and last points."""
+    """Index of the point farthest from the chord between the first and last points. When one
+    of the two does not change (the chord is then a line every point is on), the first point
+    where the other is lowest: the shortest delay that loses the fewest rows, or that keeps the
+    least state.
+
+    >>> knee_index(np.array([0.5, 0.2, 0.0, 0.0]), np.array([10, 10, 10, 10]))
+    2
+    """
     if len(late) < 3:
         return 0
+    if not np.ptp(state) or not np.ptp(late):
+        return int(np.argmin(late if np.ptp(late) else state))
     x = (state - state.min()) / (np.ptp(state) or 1)
     y = (late - late.min()) / (np.ptp(late) or 1)
     p0, p1 = np.array([x[0], y[0]]), np.array([x[-1], y[-1]])

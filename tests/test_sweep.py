@@ -33,6 +33,10 @@ def test_knee_is_the_point_farthest_from_the_chord() -> None:
     late = np.array([0.5, 0.1, 0.05, 0.04, 0.03])
     state = np.array([10, 20, 30, 40, 50], dtype=float)
     assert knee_index(late, state) == 1
+    # a flat side: every point is on the chord; the first point where the other side is lowest
+    assert knee_index(late, np.full(5, 7.0)) == 4
+    assert knee_index(np.array([0.2, 0.0, 0.0, 0.0]), np.full(4, 7.0)) == 1
+    assert knee_index(np.zeros(5), state) == 0
 
 
 def test_sweep_cli_json(tmp_path: Path, capsys) -> None:
