@@ -26,7 +26,15 @@ from deltalake import DeltaTable
 from semantics import predicate
 from semantics.errors import DataError, SpecError
 from semantics.parallel import map_parts
-from semantics.schedule import ARRIVAL_MS, META_COLUMNS, ROW_ID, VERSION, Schedule, cut
+from semantics.schedule import (
+    ARRIVAL_MS,
+    DATA_FILE,
+    META_COLUMNS,
+    ROW_ID,
+    VERSION,
+    Schedule,
+    cut,
+)
 from semantics.spec import BacktestSpec, SourceSpec
 
 
@@ -102,9 +110,10 @@ def read_arrivals(spec: BacktestSpec, source: str) -> pd.DataFrame:
                                 "append-only data files (deletion vectors are not supported)")
             files.append((v, ts, add))
 
-    def read(file: tuple[int, int, dict]) -> pa.Table:
-        """One data file's rows, in the table's schema, with their arrival and version."""
-        v, ts, add = file
+    def read(file: tuple[int, tuple[int, int, dict]]) -> pa.Table:
+        """One data file's rows, in the table's schema, with their arrival, version and the
+        file's position among the source's add actions."""
+        index, (v, ts, add) = file
         t = pq.read_table(path / _unquote(add["path"]))
         if logical:
             t = t.rename_columns([logical.get(c, c) for c in t.column_names])
@@ -121,11 +130,13 @@ def read_arrivals(spec: BacktestSpec, source: str) -> pd.DataFrame:
         t = t.select(schema.names).cast(schema)
         n = t.num_rows
         t = t.append_column(ARRIVAL_MS, pa.array(np.full(n, ts, dtype=np.int64)))
-        return t.append_column(VERSION, pa.array(np.full(n, v, dtype=np.int64)))
+        t = t.append_column(VERSION, pa.array(np.full(n, v, dtype=np.int64)))
+        return t.append_column(DATA_FILE, pa.array(np.full(n, index, dtype=np.int64)))
 
-    tables = map_parts(read, files)  # files in threads (Arrow reads without the GIL), in order
+    # files in threads (Arrow reads without the GIL), in order
+    tables = map_parts(read, list(enumerate(files)))
     full_schema = pa.schema([*schema, pa.field(ARRIVAL_MS, pa.int64()),
-                             pa.field(VERSION, pa.int64())])
+                             pa.field(VERSION, pa.int64()), pa.field(DATA_FILE, pa.int64())])
     table = pa.concat_tables(tables) if tables else full_schema.empty_table()
     _check_columns(spec, source, path, table)
     if src.filter:
@@ -172,16 +183,19 @@ def _unquote(p: str) -> str:
     return unquote(p)
 
 
+_APPENDED = 3  # columns read() appends to a file's own: arrival, version, add index
+
+
 def _check_columns(spec: BacktestSpec, source: str, path: Path, table: pa.Table) -> None:
     src = spec.sources[source]
     where = str(path)
     for col in META_COLUMNS:
-        if col in table.schema.names[:-2]:
+        if col in table.schema.names[:-_APPENDED]:
             raise DataError(where, f"sources.{source}", f"no column named {col!r} (reserved)")
     if src.event_time not in table.column_names:
         raise DataError(where, f"sources.{source}.event_time",
                         f"column {src.event_time!r} in the table (columns: "
-                        f"{', '.join(table.column_names[:-2])})")
+                        f"{', '.join(table.column_names[:-_APPENDED])})")
     typ = table.schema.field(src.event_time).type
     if not pa.types.is_timestamp(typ):
         raise DataError(where, f"sources.{source}.event_time",
@@ -212,7 +226,7 @@ def _check_columns(spec: BacktestSpec, source: str, path: Path, table: pa.Table)
     for col in sorted(needed):
         if col not in table.column_names:
             raise DataError(where, "query", f"column {col!r} in source {source!r} (columns: "
-                            f"{', '.join(table.column_names[:-2])})")
+                            f"{', '.join(table.column_names[:-_APPENDED])})")
 
 
 def plan(spec: BacktestSpec, candidate: str | None = None) -> Schedule:

@@ -27,7 +27,8 @@ import pandas as pd
 from semantics.spec import BatchBy
 
 ROW_ID, TICK, ARRIVAL_MS, VERSION = "row_id", "tick", "arrival_ms", "commit_version"
-META_COLUMNS = (ROW_ID, TICK, ARRIVAL_MS, VERSION)
+DATA_FILE = "add_index"  # the position of the row's data file among its source's add actions
+META_COLUMNS = (ROW_ID, TICK, ARRIVAL_MS, VERSION, DATA_FILE)
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,9 @@ def cut(
     order across sources), ``arrival_ms`` and ``commit_version`` columns.
 
     * ``commits: n``: the next n commits of any source (a commit = one (source, version));
+    * ``files: n``: the next n data files of any source (``add_index`` column, read from the
+      Delta log: a file's add action in version order, then in its commit's order; a batch may
+      end inside a commit, as Delta's ``maxFilesPerTrigger`` admits files);
     * ``rows: n``: the next n rows of the merged sequence;
     * ``arrival_interval: d``: everything arriving in [t0 + k·d, t0 + (k+1)·d), t0 = first
       arrival; empty intervals add no data tick (see the module docstring for idle ticks).
@@ -125,10 +129,14 @@ def cut(
     merged = np.argsort(col(ROW_ID), kind="stable")
     src = np.repeat(np.arange(len(names), dtype=np.int64), sizes)[merged]
     version, arr = col(VERSION)[merged], col(ARRIVAL_MS)[merged]
-    if batch_by.commits is not None:
-        unit_change = np.ones(len(merged), dtype=bool)  # a commit = one (source, version)
-        unit_change[1:] = (src[1:] != src[:-1]) | (version[1:] != version[:-1])
-        group = (np.cumsum(unit_change) - 1) // batch_by.commits
+    if batch_by.commits is not None or batch_by.files is not None:
+        # a commit = one (source, version); a file = one (source, data file)
+        if batch_by.files is not None and not all(DATA_FILE in arrivals[s] for s in names):
+            raise ValueError("batch_by files needs the add_index column (rows read from Delta)")
+        unit = version if batch_by.commits is not None else col(DATA_FILE)[merged]
+        unit_change = np.ones(len(merged), dtype=bool)
+        unit_change[1:] = (src[1:] != src[:-1]) | (unit[1:] != unit[:-1])
+        group = (np.cumsum(unit_change) - 1) // (batch_by.commits or batch_by.files or 1)
     elif batch_by.rows is not None:
         group = np.arange(len(merged), dtype=np.int64) // batch_by.rows
     else:
@@ -166,7 +174,9 @@ def cut(
         cols = [c for c in df.columns if c not in META_COLUMNS]
         rows[s] = pd.DataFrame(
             {ROW_ID: df[ROW_ID]._values, TICK: tick, ARRIVAL_MS: df[ARRIVAL_MS]._values,
-             VERSION: df[VERSION]._values, **{c: df[c]._values for c in cols}},
+             VERSION: df[VERSION]._values,
+             **({DATA_FILE: df[DATA_FILE]._values} if DATA_FILE in df else {}),
+             **{c: df[c]._values for c in cols}},
             index=pd.RangeIndex(len(df)))
     return Schedule(
         backtest=backtest,

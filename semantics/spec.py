@@ -40,7 +40,6 @@ Identifier = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 AGGREGATE_RE = re.compile(
     r"^\s*(count|sum|min|max|avg|mean)\s*\(\s*(\*|\d+|[A-Za-z_][A-Za-z0-9_]*)\s*\)\s*$",
     re.IGNORECASE)
-RESERVED_COLUMNS = ("row_id", "tick", "arrival_ms", "commit_version", "batch_id")
 
 # Spark settings the predictor models (value checked where it matters); any other key that starts
 # with one of SEMANTIC_PREFIXES changes semantics we do not model and is rejected.
@@ -256,15 +255,21 @@ QUERY_KINDS: dict[str, type[_Model]] = {
 
 
 class BatchBy(_Model):
+    """The rate limit that cuts the arrival sequence into micro-batches: ``commits`` (n Delta
+    commits), ``files`` (n data files, Delta's ``maxFilesPerTrigger``: a batch may end inside
+    a commit), ``rows`` (n rows) or ``arrival_interval`` (what arrived in each interval)."""
+
     commits: int | None = Field(default=None, gt=0)
+    files: int | None = Field(default=None, gt=0)
     rows: int | None = Field(default=None, gt=0)
     arrival_interval: DurationField | None = None
 
     @model_validator(mode="after")
     def _check(self) -> BatchBy:
-        given = [k for k in ("commits", "rows", "arrival_interval") if getattr(self, k) is not None]
+        given = [k for k in ("commits", "files", "rows", "arrival_interval")
+                 if getattr(self, k) is not None]
         if len(given) != 1:
-            raise ValueError("exactly one of commits, rows, arrival_interval is required")
+            raise ValueError("exactly one of commits, files, rows, arrival_interval is required")
         if self.arrival_interval is not None and self.arrival_interval.us <= 0:
             raise ValueError("arrival_interval must be positive")
         return self
@@ -468,12 +473,13 @@ def check_spec(spec: BacktestSpec) -> None:
     used = set(spec.query_sources)
     for name, cand in spec.candidates.items():
         bb = cand.batch_by or spec.replay.batch_by
-        if bb.commits is not None:
+        unit = "commits" if bb.commits is not None else "files" if bb.files is not None else None
+        if unit is not None:
             for sname in used:
                 if spec.sources[sname].arrival_column:
                     raise SpecError(f, f"candidates.{name}.batch_by" if cand.batch_by else
-                                    "replay.batch_by.commits",
-                                    f"commits needs arrival: commit on every source; source "
+                                    f"replay.batch_by.{unit}",
+                                    f"{unit} needs arrival: commit on every source; source "
                                     f"{sname!r} uses {spec.sources[sname].arrival}; use rows or "
                                     "arrival_interval")
         for src in cand.watermark:

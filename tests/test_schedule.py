@@ -60,6 +60,37 @@ def test_commits_n_and_rows_n(tmp_path, three_commits) -> None:
     assert ticks_of(plan(spec_for(tmp_path, {"rows": 3}))) == [[1, 2, 3], [4], []]
 
 
+def test_files_n_cuts_by_data_files_as_max_files_per_trigger(tmp_path: Path) -> None:
+    # rule (Delta's maxFilesPerTrigger): a batch admits the next n data files in the log's
+    # order (version, then the commit's add actions), so it may end inside a commit. Two
+    # commits of three files each (one per partition value)
+    import json
+
+    for c in range(2):
+        write_deltalake(str(tmp_path / "clicks"), pd.DataFrame({
+            "id": [10 * c + i for i in range(6)], "part": ["a", "b", "c"] * 2,
+            "ts": [ts(10 * c + i) for i in range(6)]}), partition_by=["part"], mode="append")
+    log = sorted((tmp_path / "clicks" / "_delta_log").glob("*.json"))
+    adds = [json.loads(line)["add"] for f in log for line in f.read_text().splitlines()
+            if '"add"' in line]
+    ids_of_file = [sorted(10 * (i // 3) + j for j in range(6)
+                          if ["a", "b", "c"][j % 3] == a["partitionValues"]["part"])
+                   for i, a in enumerate(adds)]
+    assert len(ids_of_file) == 6
+    s = plan(spec_for(tmp_path, {"files": 2}))
+    want = [sorted(ids_of_file[0] + ids_of_file[1]), sorted(ids_of_file[2] + ids_of_file[3]),
+            sorted(ids_of_file[4] + ids_of_file[5]), []]
+    assert [sorted(t) for t in ticks_of(s)] == want
+    assert s.rows["clicks"]["add_index"].tolist() == sorted(s.rows["clicks"]["add_index"])
+    s = plan(spec_for(tmp_path, {"files": 4}))  # the second batch starts inside commit 1
+    assert [sorted(t) for t in ticks_of(s)] == [
+        sorted(sum(ids_of_file[:4], [])), sorted(sum(ids_of_file[4:], [])), []]
+    # three files per commit: files 3 and commits 1 cut alike
+    assert ticks_of(plan(spec_for(tmp_path, {"files": 3}))) == \
+        ticks_of(plan(spec_for(tmp_path, {"commits": 1})))
+    assert "add_index" not in s.data_columns["clicks"]
+
+
 def test_versions_range_and_filter(tmp_path, three_commits) -> None:
     s = plan(spec_for(tmp_path, {"commits": 1}, versions=[1, 2]))
     assert ticks_of(s) == [[2, 3], [4], []]
@@ -79,6 +110,8 @@ def test_arrival_column_and_interval(tmp_path: Path) -> None:
     assert ticks_of(s) == [[0, 1], [], [3, 2], [], [4], []]
     with pytest.raises(SpecError, match="commits needs arrival: commit"):
         spec_for(tmp_path, {"commits": 1}, arrival="column:ingest")
+    with pytest.raises(SpecError, match="replay.batch_by.files: files needs arrival: commit"):
+        spec_for(tmp_path, {"files": 1}, arrival="column:ingest")
 
 
 def test_two_sources_merge_by_commit_time(tmp_path: Path) -> None:
