@@ -27,8 +27,8 @@ from semantics import predicate
 from semantics.errors import DataError, SpecError
 from semantics.parallel import map_parts
 from semantics.schedule import (
+    ADD_INDEX,
     ARRIVAL_MS,
-    DATA_FILE,
     META_COLUMNS,
     ROW_ID,
     VERSION,
@@ -131,12 +131,12 @@ def read_arrivals(spec: BacktestSpec, source: str) -> pd.DataFrame:
         n = t.num_rows
         t = t.append_column(ARRIVAL_MS, pa.array(np.full(n, ts, dtype=np.int64)))
         t = t.append_column(VERSION, pa.array(np.full(n, v, dtype=np.int64)))
-        return t.append_column(DATA_FILE, pa.array(np.full(n, index, dtype=np.int64)))
+        return t.append_column(ADD_INDEX, pa.array(np.full(n, index, dtype=np.int64)))
 
     # files in threads (Arrow reads without the GIL), in order
     tables = map_parts(read, list(enumerate(files)))
     full_schema = pa.schema([*schema, pa.field(ARRIVAL_MS, pa.int64()),
-                             pa.field(VERSION, pa.int64()), pa.field(DATA_FILE, pa.int64())])
+                             pa.field(VERSION, pa.int64()), pa.field(ADD_INDEX, pa.int64())])
     table = pa.concat_tables(tables) if tables else full_schema.empty_table()
     _check_columns(spec, source, path, table)
     if src.filter:

@@ -27,8 +27,8 @@ import pandas as pd
 from semantics.spec import BatchBy
 
 ROW_ID, TICK, ARRIVAL_MS, VERSION = "row_id", "tick", "arrival_ms", "commit_version"
-DATA_FILE = "add_index"  # the position of the row's data file among its source's add actions
-META_COLUMNS = (ROW_ID, TICK, ARRIVAL_MS, VERSION, DATA_FILE)
+ADD_INDEX = "add_index"  # the position of the row's data file among its source's add actions
+META_COLUMNS = (ROW_ID, TICK, ARRIVAL_MS, VERSION, ADD_INDEX)
 
 
 @dataclass(frozen=True)
@@ -131,9 +131,9 @@ def cut(
     version, arr = col(VERSION)[merged], col(ARRIVAL_MS)[merged]
     if batch_by.commits is not None or batch_by.files is not None:
         # a commit = one (source, version); a file = one (source, data file)
-        if batch_by.files is not None and not all(DATA_FILE in arrivals[s] for s in names):
+        if batch_by.files is not None and not all(ADD_INDEX in arrivals[s] for s in names):
             raise ValueError("batch_by files needs the add_index column (rows read from Delta)")
-        unit = version if batch_by.commits is not None else col(DATA_FILE)[merged]
+        unit = version if batch_by.commits is not None else col(ADD_INDEX)[merged]
         unit_change = np.ones(len(merged), dtype=bool)
         unit_change[1:] = (src[1:] != src[:-1]) | (unit[1:] != unit[:-1])
         group = (np.cumsum(unit_change) - 1) // (batch_by.commits or batch_by.files or 1)
@@ -175,7 +175,7 @@ def cut(
         rows[s] = pd.DataFrame(
             {ROW_ID: df[ROW_ID]._values, TICK: tick, ARRIVAL_MS: df[ARRIVAL_MS]._values,
              VERSION: df[VERSION]._values,
-             **({DATA_FILE: df[DATA_FILE]._values} if DATA_FILE in df else {}),
+             **({ADD_INDEX: df[ADD_INDEX]._values} if ADD_INDEX in df else {}),
              **{c: df[c]._values for c in cols}},
             index=pd.RangeIndex(len(df)))
     return Schedule(
