@@ -15,6 +15,7 @@ add actions in the log and their order inside each file.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -51,11 +52,23 @@ def _normalise(table: pa.Table) -> pa.Table:
     return table.cast(pa.schema(fields))
 
 
-def read_arrivals(spec: BacktestSpec, source: str) -> pd.DataFrame:
-    """All rows of ``source`` in arrival order with ``arrival_ms`` and ``commit_version``.
+@dataclass(frozen=True)
+class Arrivals:
+    """One source's rows in arrival order (``arrival_ms``, ``commit_version``, ``add_index``
+    and the table's columns, after the source's filter, without ``row_id``), the declared
+    ``(precision, scale)`` of its decimal columns, and the commit time and version of every
+    data file read, by ``add_index`` (files whose rows the filter removed too: a Delta
+    source's rate limit counts them)."""
 
-    Rows are *not* filtered yet and carry no ``row_id``; see :func:`plan`.
-    """
+    frame: pd.DataFrame
+    decimals: dict[str, tuple[int, int]]
+    file_arrival_ms: np.ndarray
+    file_version: np.ndarray
+
+
+def read_arrivals(spec: BacktestSpec, source: str) -> Arrivals:
+    """All rows of ``source`` in arrival order, filtered; see :class:`Arrivals` and
+    :func:`plan` (which gives them their ``row_id``)."""
     src: SourceSpec = spec.sources[source]
     path = spec.table_path(source)
     field = f"sources.{source}.table"
@@ -146,8 +159,8 @@ def read_arrivals(spec: BacktestSpec, source: str) -> pd.DataFrame:
             raise SpecError(spec.path, f"sources.{source}.filter", str(exc)) from None
         table = table.filter(mask.fill_null(False))
     df = _to_pandas(table)
-    df.attrs["decimals"] = {f.name: (f.type.precision, f.type.scale) for f in schema
-                            if pa.types.is_decimal(f.type)}  # (read by plan)
+    decimals = {f.name: (f.type.precision, f.type.scale) for f in schema
+                if pa.types.is_decimal(f.type)}
     et = src.event_time
     df[et] = df[et].astype("datetime64[us, UTC]")
     if src.arrival_column:
@@ -156,7 +169,8 @@ def read_arrivals(spec: BacktestSpec, source: str) -> pd.DataFrame:
             raise DataError(str(path), f"sources.{source}.arrival",
                             f"no null values in arrival column {col!r}")
         df[ARRIVAL_MS] = df[col].astype("datetime64[ms, UTC]").astype("int64")
-    return df
+    return Arrivals(df, decimals, np.array([ts for _, ts, _ in files], dtype=np.int64),
+                    np.array([v for v, _, _ in files], dtype=np.int64))
 
 
 _NULLABLE = {
@@ -238,9 +252,9 @@ def plan(spec: BacktestSpec, candidate: str | None = None) -> Schedule:
     cand = candidate or next(iter(spec.candidates))
     frames: dict[str, pd.DataFrame] = {}
     decimals: dict[str, dict[str, tuple[int, int]]] = {}
-    for s in spec.query_sources:
-        frames[s] = read_arrivals(spec, s)
-        decimals[s] = dict(frames[s].attrs.pop("decimals", {}))
+    read = {s: read_arrivals(spec, s) for s in spec.query_sources}
+    for s, got in read.items():
+        frames[s], decimals[s] = got.frame, got.decimals
     for s, df in frames.items():
         if len(df) == 0:
             raise DataError(str(spec.table_path(s)), f"sources.{s}",
@@ -262,11 +276,32 @@ def plan(spec: BacktestSpec, candidate: str | None = None) -> Schedule:
             df, ids = df.take(by_id).reset_index(drop=True), ids[by_id]
         df.insert(0, ROW_ID, ids)  # (read_arrivals' frame, or a copy: nobody else holds it)
         arrivals[s] = df
+    batch_by = spec.batch_by(cand)
     return cut(
         spec.name,
         arrivals,
         {s: spec.sources[s].event_time for s in frames},
-        spec.batch_by(cand),
+        batch_by,
         spec.replay.pace,
         decimals,
+        file_ranks(read, arrivals) if batch_by.files is not None else None,
     )
+
+
+def file_ranks(read: dict[str, Arrivals], frames: dict[str, pd.DataFrame]
+               ) -> dict[str, np.ndarray]:
+    """Per source, each row's (of ``frames``) data file's place in the merged sequence of
+    every source's data files: by commit time, then the source's order in the spec, then
+    version and the commit's add order, the order rows are merged in. Files whose rows the
+    filter removed keep their place: a Delta source's ``maxFilesPerTrigger`` admits files
+    before the query filters."""
+    arr = np.concatenate([a.file_arrival_ms for a in read.values()])
+    ver = np.concatenate([a.file_version for a in read.values()])
+    n = [len(a.file_version) for a in read.values()]
+    src = np.repeat(np.arange(len(n), dtype=np.int64), n)
+    add = np.concatenate([np.arange(k, dtype=np.int64) for k in n])
+    rank = np.empty(len(arr), dtype=np.int64)
+    rank[np.lexsort((add, ver, src, arr))] = np.arange(len(arr), dtype=np.int64)
+    starts = np.cumsum([0, *n[:-1]])
+    return {s: rank[start + frames[s][ADD_INDEX].to_numpy(dtype=np.int64)]
+            for s, start in zip(read, starts, strict=True)}

@@ -103,6 +103,7 @@ def cut(
     batch_by: BatchBy,
     pace: str,
     decimals: Mapping[str, Mapping[str, tuple[int, int]]] | None = None,
+    file_rank: Mapping[str, np.ndarray] | None = None,
 ) -> Schedule:
     """Cut merged arrivals into ticks.
 
@@ -110,9 +111,10 @@ def cut(
     order across sources), ``arrival_ms`` and ``commit_version`` columns.
 
     * ``commits: n``: the next n commits of any source (a commit = one (source, version));
-    * ``files: n``: the next n data files of any source (``add_index`` column, read from the
-      Delta log: a file's add action in version order, then in its commit's order; a batch may
-      end inside a commit, as Delta's ``maxFilesPerTrigger`` admits files);
+    * ``files: n``: the next n data files of any source: ``file_rank[source]`` is each row's
+      file's place among all sources' files in arrival order (``history.file_ranks``: files
+      the filter emptied keep theirs); a batch may end inside a commit, as Delta's
+      ``maxFilesPerTrigger`` admits files;
     * ``rows: n``: the next n rows of the merged sequence;
     * ``arrival_interval: d``: everything arriving in [t0 + k·d, t0 + (k+1)·d), t0 = first
       arrival; empty intervals add no data tick (see the module docstring for idle ticks).
@@ -129,14 +131,18 @@ def cut(
     merged = np.argsort(col(ROW_ID), kind="stable")
     src = np.repeat(np.arange(len(names), dtype=np.int64), sizes)[merged]
     version, arr = col(VERSION)[merged], col(ARRIVAL_MS)[merged]
-    if batch_by.commits is not None or batch_by.files is not None:
-        # a commit = one (source, version); a file = one (source, data file)
-        if batch_by.files is not None and not all(ADD_INDEX in arrivals[s] for s in names):
-            raise ValueError("batch_by files needs the add_index column (rows read from Delta)")
-        unit = version if batch_by.commits is not None else col(ADD_INDEX)[merged]
-        unit_change = np.ones(len(merged), dtype=bool)
-        unit_change[1:] = (src[1:] != src[:-1]) | (unit[1:] != unit[:-1])
-        group = (np.cumsum(unit_change) - 1) // (batch_by.commits or batch_by.files or 1)
+    if batch_by.commits is not None:
+        unit_change = np.ones(len(merged), dtype=bool)  # a commit = one (source, version)
+        unit_change[1:] = (src[1:] != src[:-1]) | (version[1:] != version[:-1])
+        group = (np.cumsum(unit_change) - 1) // batch_by.commits
+    elif batch_by.files is not None:
+        if file_rank is None:
+            raise ValueError("batch_by files needs the rows' file ranks (history.file_ranks)")
+        cell = (np.concatenate([np.asarray(file_rank[s], dtype=np.int64) for s in names])
+                [merged] // batch_by.files) if names else np.array([], dtype=np.int64)
+        assert not np.any(cell[1:] < cell[:-1])  # files and rows merge in the same order
+        # dense rank: n files whose rows the filter all removed add no tick
+        group = np.cumsum(np.r_[True, cell[1:] != cell[:-1]]) - 1 if len(cell) else cell
     elif batch_by.rows is not None:
         group = np.arange(len(merged), dtype=np.int64) // batch_by.rows
     else:

@@ -91,6 +91,42 @@ def test_files_n_cuts_by_data_files_as_max_files_per_trigger(tmp_path: Path) -> 
     assert "add_index" not in s.data_columns["clicks"]
 
 
+def test_files_the_filter_empties_still_count_and_sources_merge(tmp_path: Path) -> None:
+    # rule: maxFilesPerTrigger admits files before the query filters their rows, so a file
+    # whose rows the filter all removes still takes its place in a batch (a batch of such
+    # files alone is no tick); with several sources, files of any source in arrival order
+    import json
+
+    write_deltalake(str(tmp_path / "clicks"), pd.DataFrame({
+        "id": [0, 1, 2], "part": ["a", "b", "c"], "ts": [ts(i) for i in range(3)]}),
+        partition_by=["part"])
+    log = (tmp_path / "clicks" / "_delta_log" / f"{0:020d}.json").read_text().splitlines()
+    order = [json.loads(x)["add"]["partitionValues"]["part"] for x in log if '"add"' in x]
+    gone = order[1]  # the filter empties the log's second file
+    idx = {p: ord(p) - ord("a") for p in order}
+    s = plan(spec_for(tmp_path, {"files": 1}, filter=f"part <> '{gone}'"))
+    # one file per batch: the emptied file's batch is no tick; the others keep one each
+    assert ticks_of(s) == [[idx[order[0]]], [idx[order[2]]], []]
+    # two per batch: the first file with the emptied one, then the third alone (not the
+    # first two files that have rows)
+    s = plan(spec_for(tmp_path, {"files": 2}, filter=f"part <> '{gone}'"))
+    assert ticks_of(s) == [[idx[order[0]]], [idx[order[2]]], []]
+
+    write_commits(tmp_path / "imp", [[{"ad": 1, "ts": 1}]])
+    write_commits(tmp_path / "clk", [[{"ad": 1, "ts": 2}]])
+    write_commits(tmp_path / "imp", [[{"ad": 2, "ts": 3}]])
+    spec = parse_spec({
+        "name": "j",
+        "sources": {"imp": {"table": str(tmp_path / "imp"), "event_time": "ts"},
+                    "clk": {"table": str(tmp_path / "clk"), "event_time": "ts"}},
+        "query": {"kind": "join", "left": "imp", "right": "clk", "keys": ["ad"]},
+        "replay": {"batch_by": {"files": 2}},
+        "candidates": {"c": {}},
+    })
+    s = plan(spec)
+    assert s.rows["imp"]["tick"].tolist() == [0, 1] and s.rows["clk"]["tick"].tolist() == [0]
+
+
 def test_versions_range_and_filter(tmp_path, three_commits) -> None:
     s = plan(spec_for(tmp_path, {"commits": 1}, versions=[1, 2]))
     assert ticks_of(s) == [[2, 3], [4], []]
