@@ -91,10 +91,10 @@ def test_files_n_cuts_by_data_files_as_max_files_per_trigger(tmp_path: Path) -> 
     assert "add_index" not in s.data_columns["clicks"]
 
 
-def test_files_the_filter_empties_still_count_and_sources_merge(tmp_path: Path) -> None:
+def test_files_the_filter_empties_still_count(tmp_path: Path) -> None:
     # rule: maxFilesPerTrigger admits files before the query filters their rows, so a file
     # whose rows the filter all removes still takes its place in a batch (a batch of such
-    # files alone is no tick); with several sources, files of any source in arrival order
+    # files alone is no tick)
     import json
 
     write_deltalake(str(tmp_path / "clicks"), pd.DataFrame({
@@ -111,20 +111,6 @@ def test_files_the_filter_empties_still_count_and_sources_merge(tmp_path: Path) 
     # first two files that have rows)
     s = plan(spec_for(tmp_path, {"files": 2}, filter=f"part <> '{gone}'"))
     assert ticks_of(s) == [[idx[order[0]]], [idx[order[2]]], []]
-
-    write_commits(tmp_path / "imp", [[{"ad": 1, "ts": 1}]])
-    write_commits(tmp_path / "clk", [[{"ad": 1, "ts": 2}]])
-    write_commits(tmp_path / "imp", [[{"ad": 2, "ts": 3}]])
-    spec = parse_spec({
-        "name": "j",
-        "sources": {"imp": {"table": str(tmp_path / "imp"), "event_time": "ts"},
-                    "clk": {"table": str(tmp_path / "clk"), "event_time": "ts"}},
-        "query": {"kind": "join", "left": "imp", "right": "clk", "keys": ["ad"]},
-        "replay": {"batch_by": {"files": 2}},
-        "candidates": {"c": {}},
-    })
-    s = plan(spec)
-    assert s.rows["imp"]["tick"].tolist() == [0, 1] and s.rows["clk"]["tick"].tolist() == [0]
 
 
 def test_versions_range_and_filter(tmp_path, three_commits) -> None:
@@ -154,19 +140,25 @@ def test_two_sources_merge_by_commit_time(tmp_path: Path) -> None:
     write_commits(tmp_path / "imp", [[{"ad": 1, "ts": 1}]])
     write_commits(tmp_path / "clk", [[{"ad": 1, "ts": 2}]])
     write_commits(tmp_path / "imp", [[{"ad": 2, "ts": 3}]])
-    spec = parse_spec({
-        "name": "j",
-        "sources": {"imp": {"table": str(tmp_path / "imp"), "event_time": "ts"},
-                    "clk": {"table": str(tmp_path / "clk"), "event_time": "ts"}},
-        "query": {"kind": "join", "left": "imp", "right": "clk", "keys": ["ad"]},
-        "replay": {"batch_by": {"commits": 1}},
-        "candidates": {"c": {}},
-    })
-    s = plan(spec)
+
+    def join_plan(batch_by: dict):
+        return plan(parse_spec({
+            "name": "j",
+            "sources": {"imp": {"table": str(tmp_path / "imp"), "event_time": "ts"},
+                        "clk": {"table": str(tmp_path / "clk"), "event_time": "ts"}},
+            "query": {"kind": "join", "left": "imp", "right": "clk", "keys": ["ad"]},
+            "replay": {"batch_by": batch_by},
+            "candidates": {"c": {}},
+        }))
+
+    s = join_plan({"commits": 1})
     assert s.rows["imp"]["tick"].tolist() == [0, 2]
     assert s.rows["clk"]["tick"].tolist() == [1]
     assert s.rows["imp"]["row_id"].tolist() == [0, 2]
     assert [t.idle for t in s.ticks] == [False, False, False, True]
+    # files of any source in arrival order: the first two are imp's first and clk's
+    s = join_plan({"files": 2})
+    assert s.rows["imp"]["tick"].tolist() == [0, 1] and s.rows["clk"]["tick"].tolist() == [0]
 
 
 def test_row_ids_do_not_depend_on_batch_by(tmp_path, three_commits) -> None:
