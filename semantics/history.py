@@ -36,7 +36,7 @@ from semantics.schedule import (
     Schedule,
     cut,
 )
-from semantics.spec import BacktestSpec, SourceSpec
+from semantics.spec import BacktestSpec, BatchBy, SourceSpec
 
 
 def _normalise(table: pa.Table) -> pa.Table:
@@ -56,14 +56,15 @@ def _normalise(table: pa.Table) -> pa.Table:
 class Arrivals:
     """One source's rows in arrival order (``arrival_ms``, ``commit_version``, ``add_index``
     and the table's columns, after the source's filter, without ``row_id``), the declared
-    ``(precision, scale)`` of its decimal columns, and the commit time and version of every
-    data file read, by ``add_index`` (files whose rows the filter removed too: a Delta
-    source's rate limit counts them)."""
+    ``(precision, scale)`` of its decimal columns, and the commit time, version and size
+    (bytes) of every data file read, by ``add_index`` (files whose rows the filter removed
+    too: a Delta source's rate limit counts them)."""
 
     frame: pd.DataFrame
     decimals: dict[str, tuple[int, int]]
     file_arrival_ms: np.ndarray
     file_version: np.ndarray
+    file_bytes: np.ndarray
 
 
 def read_arrivals(spec: BacktestSpec, source: str) -> Arrivals:
@@ -170,7 +171,8 @@ def read_arrivals(spec: BacktestSpec, source: str) -> Arrivals:
                             f"no null values in arrival column {col!r}")
         df[ARRIVAL_MS] = df[col].astype("datetime64[ms, UTC]").astype("int64")
     return Arrivals(df, decimals, np.array([ts for _, ts, _ in files], dtype=np.int64),
-                    np.array([v for v, _, _ in files], dtype=np.int64))
+                    np.array([v for v, _, _ in files], dtype=np.int64),
+                    np.array([int(add.get("size") or 0) for _, _, add in files], dtype=np.int64))
 
 
 _NULLABLE = {
@@ -284,24 +286,58 @@ def plan(spec: BacktestSpec, candidate: str | None = None) -> Schedule:
         batch_by,
         spec.replay.pace,
         decimals,
-        file_ranks(read, arrivals) if batch_by.files is not None else None,
+        file_batches(read, arrivals, batch_by) if batch_by.by_files else None,
     )
 
 
-def file_ranks(read: dict[str, Arrivals], frames: dict[str, pd.DataFrame]
-               ) -> dict[str, np.ndarray]:
-    """Per source, each row's (of ``frames``) data file's place in the merged sequence of
-    every source's data files: by commit time, then the source's order in the spec, then
-    version and the commit's add order, the order rows are merged in. Files whose rows the
-    filter removed keep their place: a Delta source's ``maxFilesPerTrigger`` admits files
-    before the query filters."""
+def file_batches(read: dict[str, Arrivals], frames: dict[str, pd.DataFrame],
+                 batch_by: BatchBy) -> dict[str, np.ndarray]:
+    """Per source, the batch each row (of ``frames``) is read in when data files are admitted
+    as a Delta source admits them. Every source's files are merged as their rows are (commit
+    time, the source's order in the spec, version, the commit's add order); a batch takes
+    the next files while fewer than ``files`` are taken and fewer than ``bytes`` read
+    (``maxFilesPerTrigger``, ``maxBytesPerTrigger``: a soft limit, the file that passes it is
+    the batch's last). Files whose rows the filter removed take their place too: Delta admits
+    files before the query filters."""
     arr = np.concatenate([a.file_arrival_ms for a in read.values()])
     ver = np.concatenate([a.file_version for a in read.values()])
+    size = np.concatenate([a.file_bytes for a in read.values()])
     n = [len(a.file_version) for a in read.values()]
     src = np.repeat(np.arange(len(n), dtype=np.int64), n)
     add = np.concatenate([np.arange(k, dtype=np.int64) for k in n])
-    rank = np.empty(len(arr), dtype=np.int64)
-    rank[np.lexsort((add, ver, src, arr))] = np.arange(len(arr), dtype=np.int64)
+    order = np.lexsort((add, ver, src, arr))
+    batch = np.empty(len(arr), dtype=np.int64)
+    batch[order] = admitted(size[order], batch_by.files, batch_by.bytes)
     starts = np.cumsum([0, *n[:-1]])
-    return {s: rank[start + frames[s][ADD_INDEX].to_numpy(dtype=np.int64)]
+    return {s: batch[start + frames[s][ADD_INDEX].to_numpy(dtype=np.int64)]
             for s, start in zip(read, starts, strict=True)}
+
+
+def admitted(sizes: np.ndarray, files: int | None, max_bytes: int | None) -> np.ndarray:
+    """The batch of each file of a sequence (sizes in bytes) under Delta's admission: a file
+    is admitted while the batch has taken fewer than ``files`` and fewer than ``max_bytes``
+    bytes (None: no limit), so at least one file per batch.
+
+    >>> admitted(np.array([5, 5, 5, 5, 5]), 2, None).tolist()
+    [0, 0, 1, 1, 2]
+    >>> admitted(np.array([4, 4, 9, 1, 1, 1]), None, 8).tolist()  # 4+4 reaches 8: a new batch
+    [0, 0, 1, 2, 2, 2]
+    >>> admitted(np.array([1, 1, 1, 1]), 3, 2).tolist()
+    [0, 0, 1, 1]
+    """
+    out = np.empty(len(sizes), dtype=np.int64)
+    if max_bytes is None:
+        out[:] = np.arange(len(sizes)) // (files or 1)
+        return out
+    cum = np.cumsum(sizes)
+    start, b = 0, 0
+    while start < len(sizes):
+        # the first file at which the batch's bytes reach the limit is its last
+        before = cum[start - 1] if start else 0
+        end = int(np.searchsorted(cum, before + max_bytes, side="left")) + 1
+        if files is not None:
+            end = min(end, start + files)
+        end = max(end, start + 1)
+        out[start:end] = b
+        start, b = end, b + 1
+    return out

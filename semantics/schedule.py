@@ -103,7 +103,7 @@ def cut(
     batch_by: BatchBy,
     pace: str,
     decimals: Mapping[str, Mapping[str, tuple[int, int]]] | None = None,
-    file_rank: Mapping[str, np.ndarray] | None = None,
+    file_batch: Mapping[str, np.ndarray] | None = None,
 ) -> Schedule:
     """Cut merged arrivals into ticks.
 
@@ -111,10 +111,9 @@ def cut(
     order across sources), ``arrival_ms`` and ``commit_version`` columns.
 
     * ``commits: n``: the next n commits of any source (a commit = one (source, version));
-    * ``files: n``: the next n data files of any source: ``file_rank[source]`` is each row's
-      file's place among all sources' files in arrival order (``history.file_ranks``: files
-      the filter emptied keep theirs); a batch may end inside a commit, as Delta's
-      ``maxFilesPerTrigger`` admits files;
+    * ``files: n`` and/or ``bytes: b``: data files as a Delta source admits them
+      (``maxFilesPerTrigger``, ``maxBytesPerTrigger``): ``file_batch[source]`` is the batch of
+      each row's file (``history.file_batches``); a batch may end inside a commit;
     * ``rows: n``: the next n rows of the merged sequence;
     * ``arrival_interval: d``: everything arriving in [t0 + k·d, t0 + (k+1)·d), t0 = first
       arrival; empty intervals add no data tick (see the module docstring for idle ticks).
@@ -135,11 +134,12 @@ def cut(
         unit_change = np.ones(len(merged), dtype=bool)  # a commit = one (source, version)
         unit_change[1:] = (src[1:] != src[:-1]) | (version[1:] != version[:-1])
         group = (np.cumsum(unit_change) - 1) // batch_by.commits
-    elif batch_by.files is not None:
-        if file_rank is None:
-            raise ValueError("batch_by files needs the rows' file ranks (history.file_ranks)")
-        cell = (np.concatenate([np.asarray(file_rank[s], dtype=np.int64) for s in names])
-                [merged] // batch_by.files) if names else np.array([], dtype=np.int64)
+    elif batch_by.by_files:
+        if file_batch is None:
+            raise ValueError("batch_by files/bytes needs each row's file batch "
+                             "(history.file_batches)")
+        cell = np.concatenate([np.asarray(file_batch[s], dtype=np.int64) for s in names]
+                              )[merged] if names else np.array([], dtype=np.int64)
         assert not np.any(cell[1:] < cell[:-1])  # files and rows merge in the same order
         # dense rank: n files whose rows the filter all removed add no tick
         group = np.cumsum(np.r_[True, cell[1:] != cell[:-1]]) - 1 if len(cell) else cell

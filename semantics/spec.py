@@ -254,22 +254,60 @@ QUERY_KINDS: dict[str, type[_Model]] = {
     "session": SessionQuery, "join": JoinQuery}
 
 
+_BYTE_UNITS = {"": 0, "b": 0, "k": 1, "kb": 1, "m": 2, "mb": 2, "g": 3, "gb": 3, "t": 4,
+               "tb": 4, "p": 5, "pb": 5}
+
+
+def parse_bytes(value: object) -> int:
+    """A size as Spark reads ``maxBytesPerTrigger`` (``JavaUtils.byteStringAsBytes``): a whole
+    number with an optional binary unit, ``b``, ``k``/``kb``, ``m``/``mb``, ``g``/``gb``,
+    ``t``/``tb``, ``p``/``pb`` (any case).
+
+    >>> parse_bytes("512m"), parse_bytes("1g"), parse_bytes(1000)
+    (536870912, 1073741824, 1000)
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"expected a size such as '512m' or '1g', got {value!r}")
+    if isinstance(value, int):
+        n, unit = value, ""
+    else:
+        m = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", str(value))
+        if m is None or m.group(2).lower() not in _BYTE_UNITS:
+            raise ValueError(f"expected a size such as '512m' or '1g' (units b, k, m, g, t, p), "
+                             f"got {value!r}")
+        n, unit = int(m.group(1)), m.group(2).lower()
+    if n <= 0:
+        raise ValueError(f"a positive size, got {value!r}")
+    return n * 1024 ** _BYTE_UNITS[unit]
+
+
 class BatchBy(_Model):
     """The rate limit that cuts the arrival sequence into micro-batches: ``commits`` (n Delta
-    commits), ``files`` (n data files, Delta's ``maxFilesPerTrigger``: a batch may end inside
-    a commit), ``rows`` (n rows) or ``arrival_interval`` (what arrived in each interval)."""
+    commits), ``files`` and/or ``bytes`` (a Delta source's ``maxFilesPerTrigger`` and
+    ``maxBytesPerTrigger``: data files admitted while both have room, so a batch may end
+    inside a commit; a Delta source without either reads ``files: 1000``), ``rows`` (n rows)
+    or ``arrival_interval`` (what arrived in each interval)."""
 
     commits: int | None = Field(default=None, gt=0)
     files: int | None = Field(default=None, gt=0)
+    bytes: Annotated[int, BeforeValidator(parse_bytes)] | None = None
     rows: int | None = Field(default=None, gt=0)
     arrival_interval: DurationField | None = None
+
+    @property
+    def by_files(self) -> bool:
+        """Whether batches are data files admitted by ``files`` and/or ``bytes``."""
+        return self.files is not None or self.bytes is not None
 
     @model_validator(mode="after")
     def _check(self) -> BatchBy:
         given = [k for k in ("commits", "files", "rows", "arrival_interval")
                  if getattr(self, k) is not None]
+        if self.bytes is not None and "files" not in given:
+            given.append("bytes")
         if len(given) != 1:
-            raise ValueError("exactly one of commits, files, rows, arrival_interval is required")
+            raise ValueError("exactly one of commits, files (and/or bytes), rows, "
+                             "arrival_interval is required")
         if self.arrival_interval is not None and self.arrival_interval.us <= 0:
             raise ValueError("arrival_interval must be positive")
         return self
@@ -473,7 +511,8 @@ def check_spec(spec: BacktestSpec) -> None:
     used = set(spec.query_sources)
     for name, cand in spec.candidates.items():
         bb = cand.batch_by or spec.replay.batch_by
-        unit = "commits" if bb.commits is not None else "files" if bb.files is not None else None
+        unit = "commits" if bb.commits is not None else \
+            ("files" if bb.files is not None else "bytes") if bb.by_files else None
         if unit is not None:
             for sname in used:
                 if spec.sources[sname].arrival_column:

@@ -91,6 +91,45 @@ def test_files_n_cuts_by_data_files_as_max_files_per_trigger(tmp_path: Path) -> 
     assert "add_index" not in s.data_columns["clicks"]
 
 
+def test_bytes_cut_as_max_bytes_per_trigger(tmp_path: Path) -> None:
+    # rule (Delta's maxBytesPerTrigger, a soft limit): a batch admits the next file while it
+    # has read fewer bytes than the limit, so the file that reaches it is the batch's last;
+    # with files as well, both limits hold. Six files of one commit each, sizes from the log
+    import json
+
+    for c in range(6):
+        write_deltalake(str(tmp_path / "clicks"), pd.DataFrame({
+            "id": [100 * c + j for j in range(1 + 40 * (c % 2))],
+            "ts": [ts(c)] * (1 + 40 * (c % 2))}), mode="append")
+    sizes = [json.loads(x)["add"]["size"]
+             for f in sorted((tmp_path / "clicks" / "_delta_log").glob("*.json"))
+             for x in f.read_text().splitlines() if '"add"' in x]
+    limit = sizes[0] + sizes[1]  # the first two files reach it exactly
+
+    def batches(**by) -> list[list[int]]:
+        got = ticks_of(plan(spec_for(tmp_path, by)))
+        return [sorted({i // 100 for i in t}) for t in got if t]  # commits of each tick
+
+    assert batches(bytes=limit)[0] == [0, 1]  # the second file reaches the limit: the last
+    assert batches(bytes=limit + 1)[0] == [0, 1, 2]  # one byte short: the third is taken too
+    assert batches(bytes=1) == [[c] for c in range(6)]  # at least one file a batch
+    assert batches(bytes=limit + 1, files=2) == [[0, 1], [2, 3], [4, 5]]  # files bind first
+    assert batches(bytes="1g") == [list(range(6))]
+
+
+@pytest.mark.parametrize("by,error", [
+    ({"bytes": "10 MB"}, None), ({"bytes": "512m", "files": 10}, None),
+    ({"bytes": "1.5g"}, "a size such as '512m'"), ({"bytes": "10 parsecs"}, "units b, k"),
+    ({"bytes": 0}, "a positive size"), ({"bytes": "1g", "rows": 5}, "exactly one of"),
+])
+def test_byte_sizes_are_read_as_spark_reads_them(tmp_path, three_commits, by, error) -> None:
+    if error is None:
+        spec_for(tmp_path, by)
+    else:
+        with pytest.raises(SpecError, match=error):
+            spec_for(tmp_path, by)
+
+
 def test_files_the_filter_empties_still_count(tmp_path: Path) -> None:
     # rule: maxFilesPerTrigger admits files before the query filters their rows, so a file
     # whose rows the filter all removes still takes its place in a batch (a batch of such
