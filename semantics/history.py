@@ -90,6 +90,7 @@ def read_arrivals(spec: BacktestSpec, source: str) -> Arrivals:
     history = {h["version"]: h for h in dt.history()}
     log = path / "_delta_log"
     files: list[tuple[int, int, dict]] = []  # (version, commit time, add action)
+    last_ts: int | None = None  # commit time of the last version read
     for v in range(lo, hi + 1):
         commit_file = log / f"{v:020d}.json"
         if not commit_file.exists():
@@ -107,6 +108,11 @@ def read_arrivals(spec: BacktestSpec, source: str) -> Arrivals:
                 adds.append(action["add"])
             if "remove" in action and action["remove"].get("dataChange", True):
                 changes = True
+        if not ts:
+            ts = int(commit_file.stat().st_mtime * 1000)
+        # commit times as Delta's history reads them: made increasing (a writer's clock
+        # behind the last one's would otherwise put a later version's rows first)
+        ts = last_ts = ts if last_ts is None or ts > last_ts else last_ts + 1
         if changes:
             if src.skip_change_commits:
                 continue  # skipped whole, its rewritten files too (Delta's skipChangeCommits)
@@ -116,8 +122,6 @@ def read_arrivals(spec: BacktestSpec, source: str) -> Arrivals:
                             "where a Delta streaming source stops. Set it to true to skip such "
                             "commits as the readStream option skipChangeCommits does, or choose "
                             f"sources.{source}.versions without version {v}")
-        if not ts:
-            ts = int(commit_file.stat().st_mtime * 1000)
         for add in adds:
             if add.get("deletionVector"):
                 raise DataError(str(path), f"version {v}",

@@ -175,6 +175,30 @@ def test_arrival_column_and_interval(tmp_path: Path) -> None:
         spec_for(tmp_path, {"files": 1}, arrival="column:ingest")
 
 
+def test_commit_times_are_made_increasing_as_deltas_history_does(tmp_path: Path) -> None:
+    # rule: a writer whose clock is behind stamps a later version with an earlier time; Delta
+    # reads a table's commits in version order and makes its history's times increasing
+    # (the earlier one + 1 ms), so version 1 still arrives after version 0
+    import json
+
+    write_commits(tmp_path / "clicks", [[{"id": 1, "ts": 1}], [{"id": 2, "ts": 2}],
+                                        [{"id": 3, "ts": 3}]])
+    log = tmp_path / "clicks" / "_delta_log"
+    times = []
+    for v in range(3):
+        f = log / f"{v:020d}.json"
+        lines = [json.loads(x) for x in f.read_text().splitlines()]
+        for a in lines:
+            if "commitInfo" in a:
+                a["commitInfo"]["timestamp"] = [5_000, 4_000, 9_000][v]  # v1 "before" v0
+                times.append(a["commitInfo"]["timestamp"])
+        f.write_text("\n".join(json.dumps(a) for a in lines) + "\n")
+    assert times == [5_000, 4_000, 9_000]
+    s = plan(spec_for(tmp_path, {"commits": 1}))
+    assert ticks_of(s) == [[1], [2], [3], []]
+    assert s.rows["clicks"]["arrival_ms"].tolist() == [5_000, 5_001, 9_000]
+
+
 def test_two_sources_merge_by_commit_time(tmp_path: Path) -> None:
     write_commits(tmp_path / "imp", [[{"ad": 1, "ts": 1}]])
     write_commits(tmp_path / "clk", [[{"ad": 1, "ts": 2}]])
