@@ -29,8 +29,9 @@ def summary_rows(result: Any) -> list[dict[str, Any]]:
     return [{
         "candidate": m["candidate"], "side": m["side"], "batches": m["batches"],
         "input_rows": m["input_rows"], "late": m["late"],
-        "late_%": f"{100 * m['late_fraction']:.2f}" if m["input_rows"] else "-",
         "late_rows": "-" if m["late_rows"] is None else m["late_rows"],
+        "late_rows_%": "-" if m["late_rows_fraction"] is None
+        else f"{100 * m['late_rows_fraction']:.2f}",
         "peak_state": m["peak_state_rows"], "output_rows": m["output_rows"],
         "p95_latency_s": "-" if m["latency_p95_s"] is None else f"{m['latency_p95_s']:.0f}",
         "valid": {"-": "", "passed": "yes", "failed": "NO"}[m["validation"]],
@@ -46,8 +47,7 @@ def late_note(spec: Any, rows: list[dict[str, Any]]) -> str | None:
     if what == "rows" or not any(r["late"] for r in rows):
         return None
     note = (f"late: Spark's numRowsDroppedByWatermark, which counts late {what},\n"
-            "not input rows" + (" (late_% divides it by input rows)" if "late_%" in rows[0]
-                                else ""))
+            "not input rows")
     if any(r.get("late_rows") is not None for r in rows):
         return note + ("; late_rows: the input rows dropped as late\n"
                        "(Spark does not count them); `wmbt predict --late` lists them")

@@ -172,6 +172,8 @@ def test_cli_predict_lists_the_late_rows(tmp_path: Path, capsys) -> None:
     row = dict(zip(head, next(line for line in table if line.startswith("c ")).split(),
                    strict=False))  # (the empty ``valid`` cell of a prediction splits away)
     assert (row["late"], row["late_rows"]) == ("3", "3"), table
+    n_in = int(row["input_rows"])
+    assert row["late_rows_%"] == f"{100 * 3 / n_in:.2f}" and "late_%" not in head
     assert "late_rows: the input rows dropped as late" in "\n".join(table)
     with pytest.raises(SystemExit) as exc:  # argparse: usage error, exit code 2
         main([*args, "--late", "-1"])
