@@ -42,7 +42,7 @@ from jobs import feed, progress, sink
 from jobs.query import build_query
 from jobs.spark import is_connect
 from jobs.verify import BatchTick, assign_ticks
-from semantics.errors import ReplayMismatch, SpecError, WmbtError
+from semantics.errors import ReplayMismatch, SpecError
 from semantics.late_rows import late_rows_under
 from semantics.report import RunResult, output_columns, report_columns
 from semantics.schedule import Schedule
@@ -204,19 +204,9 @@ def _result(spec: BacktestSpec, candidate: str, schedule: Schedule, cp: Path, ou
         "progress": [per_batch[b] for b in batch_ids],
         # the input rows late under Spark's own late watermarks (Spark counts groups for
         # windows, local sessions for sessions: semantics.late_rows)
-        "late_rows": _late_rows(spec, candidate, schedule, batches),
+        "late_rows": late_rows_under(schedule, spec, candidate, batches),
     }
     return RunResult(candidate, batches, out, info)
-
-
-def _late_rows(spec: BacktestSpec, candidate: str, schedule: Schedule, batches: pd.DataFrame
-               ) -> int | None:
-    """``late_rows_under`` Spark's report; None for a query the predictor refuses (e.g. sums of
-    decimals of more than 18 digits), whose replay stands without it."""
-    try:
-        return late_rows_under(schedule, spec, candidate, batches)
-    except WmbtError:
-        return None
 
 
 def _derived(wm: int | None, prev: int | None, allow_multiple: bool

@@ -26,20 +26,20 @@ _US = {
 }
 DAY_US = 86_400_000_000
 MONTH_US = 31 * DAY_US
-_DAYS = {"day": 1, "week": 7}
-_MONTHS = {"month": 1, "year": 12}
+_DAYS = {"week": 7, "day": 1}
+_MONTHS = {"year": 12, "month": 1}
 # Spark's unit words (each also with an "s")
-_UNITS = ("year", "week", "day", "hour", "second", "month", "minute", "millisecond",
-          "microsecond")
+_UNITS = (*_MONTHS, *_DAYS, *reversed(_US))
 _HINTS = {"us": "microseconds", "ms": "milliseconds", "s": "seconds", "sec": "seconds",
           "secs": "seconds", "m": "minutes", "min": "minutes", "mins": "minutes",
           "h": "hours", "hr": "hours", "hrs": "hours", "d": "days", "w": "weeks",
           "mon": "months", "y": "years", "yr": "years"}
 # a term: sign, number, whitespace, unit word; terms are separated by whitespace
 _WS = "[ \t\n\x0b\f\r\x1c-\x1f]"  # Java's Character.isWhitespace, which Spark reads bytes with
-_TERM = re.compile(rf"([+-]?){_WS}*(\d*)(?:(\.)(\d*))?({_WS}+)((?:(?!{_WS}).)*)")
+_TERM = re.compile(rf"([+-]?){_WS}*(\d*)(?:(\.)(\d*))?({_WS}+)((?:(?!{_WS}).)*){_WS}*")
 _TRIM = "".join(map(chr, range(33)))  # what UTF8String.trimAll trims: ASCII controls, space
 _INT32, _INT64 = 2**31, 2**63
+_EXAMPLES = "'10 minutes' or '1 hour 30 minutes'"
 _NO_COMMAS = "terms are separated by spaces, without commas, e.g. '1 hour 30 minutes'"
 
 
@@ -106,9 +106,9 @@ def _parse(text: str) -> tuple[int, int, int]:
         body = body[len("interval"):].lstrip(_TRIM)
         if "'" in body or '"' in body:
             raise _Bad("the quoted SQL literal form is not read here; write the value and its "
-                       "units as words, e.g. '10 minutes' or '1 hour 30 minutes'")
+                       f"units as words, e.g. {_EXAMPLES}")
     if not body:
-        raise _Bad("expected a duration such as '10 minutes' or '1 hour 30 minutes'")
+        raise _Bad(f"expected a duration such as {_EXAMPLES}")
     months = days = micros = 0
     pos = 0
     while pos < len(body):
@@ -122,8 +122,7 @@ def _parse(text: str) -> tuple[int, int, int]:
                            f"'{num.group()} {word[num.end():]}'")
             if "," in body:
                 raise _Bad(_NO_COMMAS)
-            raise _Bad(f"expected a number, then a unit, at '{word}' (e.g. '10 minutes' or "
-                       "'1 hour 30 minutes')")
+            raise _Bad(f"expected a number, then a unit, at '{word}' (e.g. {_EXAMPLES})")
         sign, whole, point, frac, _, word = m.groups()
         unit = word[:-1] if word.endswith("s") and word[:-1] in _UNITS else word
         if unit not in _UNITS:
@@ -132,8 +131,8 @@ def _parse(text: str) -> tuple[int, int, int]:
             hint = _HINTS.get(word)
             if point is not None and hint != "seconds":
                 hint = None  # (a fraction: the unit is not all that is wrong)
-            raise _Bad(f"'{word}' is not one of Spark's interval units (year, month, week, day, "
-                       "hour, minute, second, millisecond, microsecond, singular or plural)"
+            raise _Bad(f"'{word}' is not one of Spark's interval units ({', '.join(_UNITS)}, "
+                       "singular or plural)"
                        + (f"; write '{whole}{'.' + frac if point else ''} {hint}'" if hint
                           else ""))
         if point is not None and unit != "second":
@@ -157,8 +156,6 @@ def _parse(text: str) -> tuple[int, int, int]:
                 and -_INT64 <= micros < _INT64):
             raise _Bad("the interval is too large")
         pos = m.end()
-        while pos < len(body) and re.match(_WS, body[pos]):
-            pos += 1
     if sql and months and (days or micros):
         raise _Bad("after 'interval', Spark's SQL parser does not mix year-month units with "
                    "day-time units; leave out 'interval' or write them apart")

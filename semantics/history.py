@@ -256,24 +256,15 @@ def plan(spec: BacktestSpec, candidate: str | None = None) -> Schedule:
     the same for every candidate whatever its ``batch_by``. Every query source must have rows.
     """
     cand = candidate or next(iter(spec.candidates))
-    frames: dict[str, pd.DataFrame] = {}
-    decimals: dict[str, dict[str, tuple[int, int]]] = {}
     read = {s: read_arrivals(spec, s) for s in spec.query_sources}
-    for s, got in read.items():
-        frames[s], decimals[s] = got.frame, got.decimals
+    frames = {s: a.frame for s, a in read.items()}
     for s, df in frames.items():
         if len(df) == 0:
             raise DataError(str(spec.table_path(s)), f"sources.{s}",
                             "at least one row in the selected versions (after the filter)")
-    # merged arrival order: arrival time, then source order in the spec, then version, position
     sizes = [len(df) for df in frames.values()]
-    order = np.lexsort((
-        np.concatenate([np.arange(n, dtype=np.int64) for n in sizes]),
-        np.concatenate([df[VERSION].to_numpy(dtype=np.int64) for df in frames.values()]),
-        np.repeat(np.arange(len(sizes), dtype=np.int64), sizes),
-        np.concatenate([df[ARRIVAL_MS].to_numpy(dtype=np.int64) for df in frames.values()])))
-    rid = np.empty(len(order), dtype=np.int64)
-    rid[order] = np.arange(len(order), dtype=np.int64)
+    rid = merged_ranks([df[ARRIVAL_MS].to_numpy(dtype=np.int64) for df in frames.values()],
+                       [df[VERSION].to_numpy(dtype=np.int64) for df in frames.values()])
     arrivals: dict[str, pd.DataFrame] = {}
     for (s, df), start in zip(frames.items(), np.cumsum([0, *sizes[:-1]]), strict=True):
         ids = rid[start:start + len(df)]
@@ -289,9 +280,30 @@ def plan(spec: BacktestSpec, candidate: str | None = None) -> Schedule:
         {s: spec.sources[s].event_time for s in frames},
         batch_by,
         spec.replay.pace,
-        decimals,
+        {s: a.decimals for s, a in read.items()},
         file_batches(read, arrivals, batch_by) if batch_by.by_files else None,
     )
+
+
+def merged_ranks(arrival_ms: list[np.ndarray], version: list[np.ndarray]) -> np.ndarray:
+    """Each item's (row's, or data file's) place in the arrival sequence merged from several
+    sources, given per source in the spec's order, each in its own order: by arrival time,
+    then the source's order in the spec, then version, then position in its source. Ranks
+    of the concatenated items.
+
+    >>> merged_ranks([np.array([5, 9]), np.array([5])], [np.array([0, 1]), np.array([0])]
+    ...              ).tolist()
+    [0, 2, 1]
+    """
+    sizes = [len(a) for a in arrival_ms]
+    order = np.lexsort((
+        np.concatenate([np.arange(n, dtype=np.int64) for n in sizes]),
+        np.concatenate(version),
+        np.repeat(np.arange(len(sizes), dtype=np.int64), sizes),
+        np.concatenate(arrival_ms)))
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order), dtype=np.int64)
+    return rank
 
 
 def file_batches(read: dict[str, Arrivals], frames: dict[str, pd.DataFrame],
@@ -303,15 +315,14 @@ def file_batches(read: dict[str, Arrivals], frames: dict[str, pd.DataFrame],
     (``maxFilesPerTrigger``, ``maxBytesPerTrigger``: a soft limit, the file that passes it is
     the batch's last). Files whose rows the filter removed take their place too: Delta admits
     files before the query filters."""
-    arr = np.concatenate([a.file_arrival_ms for a in read.values()])
-    ver = np.concatenate([a.file_version for a in read.values()])
+    rank = merged_ranks([a.file_arrival_ms for a in read.values()],
+                        [a.file_version for a in read.values()])
     size = np.concatenate([a.file_bytes for a in read.values()])
-    n = [len(a.file_version) for a in read.values()]
-    src = np.repeat(np.arange(len(n), dtype=np.int64), n)
-    add = np.concatenate([np.arange(k, dtype=np.int64) for k in n])
-    order = np.lexsort((add, ver, src, arr))
-    batch = np.empty(len(arr), dtype=np.int64)
+    order = np.empty(len(rank), dtype=np.int64)
+    order[rank] = np.arange(len(rank), dtype=np.int64)
+    batch = np.empty(len(rank), dtype=np.int64)
     batch[order] = admitted(size[order], batch_by.files, batch_by.bytes)
+    n = [len(a.file_version) for a in read.values()]
     starts = np.cumsum([0, *n[:-1]])
     return {s: batch[start + frames[s][ADD_INDEX].to_numpy(dtype=np.int64)]
             for s, start in zip(read, starts, strict=True)}

@@ -141,8 +141,7 @@ def cut(
         cell = np.concatenate([np.asarray(file_batch[s], dtype=np.int64) for s in names]
                               )[merged] if names else np.array([], dtype=np.int64)
         assert not np.any(cell[1:] < cell[:-1])  # files and rows merge in the same order
-        # dense rank: n files whose rows the filter all removed add no tick
-        group = np.cumsum(np.r_[True, cell[1:] != cell[:-1]]) - 1 if len(cell) else cell
+        group = _dense(cell)  # n files whose rows the filter all removed add no tick
     elif batch_by.rows is not None:
         group = np.arange(len(merged), dtype=np.int64) // batch_by.rows
     else:
@@ -151,8 +150,7 @@ def cut(
         if step <= 0:
             raise ValueError("arrival_interval must be at least 1 millisecond")
         interval = (arr - arr[0]) // step if len(arr) else arr
-        # dense rank: empty intervals add no data tick
-        group = np.cumsum(np.r_[True, interval[1:] != interval[:-1]]) - 1 if len(arr) else arr
+        group = _dense(interval)  # empty intervals add no data tick
     n_data = int(group.max()) + 1 if len(group) else 0
     # tick index of data group g: backlog -> g; live -> 2g (each followed by an idle tick)
     data_tick = group * (2 if pace == "live" else 1)
@@ -195,3 +193,12 @@ def cut(
                       for s, df in rows.items()},
         decimals={s: dict(d) for s, d in (decimals or {}).items() if d},
     )
+
+
+def _dense(cells: np.ndarray) -> np.ndarray:
+    """Dense ranks of non-decreasing ``cells``: ``0`` for the first value, +1 at each change.
+
+    >>> _dense(np.array([3, 3, 7, 9, 9])).tolist()
+    [0, 0, 1, 2, 2]
+    """
+    return np.cumsum(np.r_[True, cells[1:] != cells[:-1]]) - 1 if len(cells) else cells

@@ -41,6 +41,7 @@ AGGREGATE_RE = re.compile(
     r"^\s*(count|sum|min|max|avg|mean)\s*\(\s*(\*|\d+|[A-Za-z_][A-Za-z0-9_]*)\s*\)\s*$",
     re.IGNORECASE)
 
+SESSION_TZ = "spark.sql.session.timeZone"
 # Spark settings the predictor models (value checked where it matters); any other key that starts
 # with one of SEMANTIC_PREFIXES changes semantics we do not model and is rejected.
 MODELED_CONF = {
@@ -52,9 +53,8 @@ MODELED_CONF = {
     "spark.sql.streaming.stateStore.providerClass",
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled",
     "spark.sql.streaming.statefulOperator.checkCorrectness.enabled",
-    "spark.sql.session.timeZone",
+    SESSION_TZ,
 }
-SESSION_TZ = "spark.sql.session.timeZone"
 SEMANTIC_PREFIXES = ("spark.sql.streaming.", "spark.sql.session.")
 
 
@@ -143,8 +143,7 @@ def _check_aggregates(aggs: dict[str, str]) -> dict[str, str]:
                 f"aggregate {name!r}: expected count(*), count(col), sum(col), min(col), "
                 f"max(col) or avg(col), got {expr!r}"
             )
-        if not m.group(2)[0].isalpha() and m.group(2)[0] != "_" \
-                and m.group(1).lower() != "count":
+        if (m.group(2) == "*" or m.group(2).isdigit()) and m.group(1).lower() != "count":
             raise ValueError(f"aggregate {name!r}: only count accepts * or a number")
     return aggs
 
@@ -299,13 +298,17 @@ class BatchBy(_Model):
         """Whether batches are data files admitted by ``files`` and/or ``bytes``."""
         return self.files is not None or self.bytes is not None
 
-    @model_validator(mode="after")
-    def _check(self) -> BatchBy:
+    @property
+    def units(self) -> list[str]:
+        """The limits given (``bytes`` counts only without ``files``: they go together); a
+        valid spec has exactly one."""
         given = [k for k in ("commits", "files", "rows", "arrival_interval")
                  if getattr(self, k) is not None]
-        if self.bytes is not None and "files" not in given:
-            given.append("bytes")
-        if len(given) != 1:
+        return given + ["bytes"] if self.bytes is not None and self.files is None else given
+
+    @model_validator(mode="after")
+    def _check(self) -> BatchBy:
+        if len(self.units) != 1:
             raise ValueError("exactly one of commits, files (and/or bytes), rows, "
                              "arrival_interval is required")
         if self.arrival_interval is not None and self.arrival_interval.us <= 0:
@@ -511,9 +514,8 @@ def check_spec(spec: BacktestSpec) -> None:
     used = set(spec.query_sources)
     for name, cand in spec.candidates.items():
         bb = cand.batch_by or spec.replay.batch_by
-        unit = "commits" if bb.commits is not None else \
-            ("files" if bb.files is not None else "bytes") if bb.by_files else None
-        if unit is not None:
+        unit = bb.units[0]
+        if unit in ("commits", "files", "bytes"):
             for sname in used:
                 if spec.sources[sname].arrival_column:
                     raise SpecError(f, f"candidates.{name}.batch_by" if cand.batch_by else

@@ -169,6 +169,8 @@ class AggregationOperator:
                             "'More than one event time columns are available'")
         # Is the watermarked time among the grouping keys (window struct or raw column)?
         self.time_keyed = spec.time_keyed
+        # late rows are filtered with the watermarked time among the keys, never in complete mode
+        self.filters_late = self.time_keyed and self.mode != "complete"
         self.et_key = et if q.window is None and et in self.keys else None
         self.watermarked = q.source in spec.candidates[candidate].watermark
         self.global_agg = not self.keys and q.window is None
@@ -262,7 +264,7 @@ class AggregationOperator:
         """Rows with a late (row, window) pair: their earliest window (``i = w - 1``, the one
         that ends first) ends at or before their batch's late watermark; without a window, rows
         whose event-time key is. Nothing is late in complete mode or without a time key."""
-        if self.mode == "complete" or not self.time_keyed:
+        if not self.filters_late:
             return 0
         batch_of, t = source_rows(plan, self.source)
         bound = t
@@ -280,8 +282,7 @@ class AggregationOperator:
         rows = batch.rows[self.source]
         n, off = len(rows), batch.offsets[self.source]
         late_us = (np.int64(batch.late_wm_ms) * 1000
-                   if self.mode != "complete" and self.time_keyed
-                   and batch.late_wm_ms is not None else None)  # never in complete mode
+                   if self.filters_late and batch.late_wm_ms is not None else None)
         evict_us = (np.int64(batch.evict_wm_ms) * 1000
                     if self.time_keyed and batch.evict_wm_ms is not None else None)
         t_us = batch.event_us[self.source]
