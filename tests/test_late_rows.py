@@ -8,6 +8,7 @@ sessions); the fates it is compared with are locked against Spark's counts where
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from semantics.late_rows import late_rows_under
@@ -140,3 +141,21 @@ def test_rows_late_under_a_reports_watermarks() -> None:
     shifted = p.batches.copy()
     shifted["tick"] += 1
     assert late_rows_under(sched, spec, "c", shifted) is None
+
+
+def test_a_query_the_predictor_refuses_has_no_count() -> None:
+    # sums of decimals of more than 18 digits are not predicted: a report of such a query (a
+    # replay alone, or its stored run read back for the Dagster comparison) has no late rows,
+    # rather than a spec error after Spark ran
+    from dataclasses import replace
+    from decimal import Decimal
+
+    query = {"kind": "aggregation", "keys": [], "window": {"duration": "10 seconds"},
+             "aggregates": {"s": "sum(x)"}}
+    rows = schedule_of([pd.DataFrame({"ts": [1.0], "x": [Decimal("1.5")]})])
+    sched = replace(rows, decimals={"events": {"x": (10, 1)}})
+    spec = spec_of(query, "5 seconds")
+    batches = predict(sched, spec, "c").batches  # decimal(10, 1) is predicted
+    assert late_rows_under(sched, spec, "c", batches) == 0
+    wide = replace(rows, decimals={"events": {"x": (38, 18)}})
+    assert late_rows_under(wide, spec, "c", batches) is None
