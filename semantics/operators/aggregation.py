@@ -49,6 +49,7 @@ from semantics.operators.aggfuncs import (
     empty_all,
     init_all,
     interleave_all,
+    ones_of,
     reduce_all,
     result_frame,
     take_all,
@@ -181,6 +182,7 @@ class AggregationOperator:
         self._coder = KeyCoder()
         self._grid: tuple[tuple[str, ...], ...] | None = None
         self._plan: GridPlan | None = None  # with ``_grid``
+        self._ones: tuple[tuple[bool, ...], ...] = ()  # buffer arrays of only ones (``_whole``)
 
     def _whole(self) -> tuple[tuple[Values, ...], Buffers]:
         """Per-row key values and initial aggregation buffers of the whole source, computed once
@@ -189,6 +191,7 @@ class AggregationOperator:
             f = self._frame
             kv = key_columns(f, self.keys)
             self._all = (kv, init_all(self.aggs, f))
+            self._ones = ones_of(self._all[1])
             grid: list[tuple[int, int, int]] = []
             t = self._et_all
             if self.window is not None and len(t):
@@ -321,18 +324,26 @@ class AggregationOperator:
     def _step_sparse(self, state: AggState, part: AggState, late: LatePairs,
                      evict_us: np.int64 | None) -> _Done:
         """The batch's groups ``part`` on sorted group entries: upsert, evict."""
-        new, upserted = self._upsert(state, part)
+        new, upserted = self._upsert(state, part, self.mode == "update")
         if self.mode == "complete":  # no eviction, the whole state is emitted
             return new, late, len(part), 0, new, None
-        gone = (new.bound_us <= evict_us) if evict_us is not None else \
-            np.zeros(len(new), dtype=bool)
-        removed = int(gone.sum())
-        ev = new.take(np.flatnonzero(gone)) if removed and (
-            self.mode == "append" or self.explain) else None
-        emitted = new.take(upserted) if self.mode == "update" else \
-            ev if ev is not None else new.take(np.flatnonzero(gone))
+        gone: np.ndarray | slice
+        kept: np.ndarray | slice
+        if evict_us is None:
+            gone, kept, removed = slice(0, 0), slice(None), 0
+        elif self.window is not None and self._coder.exact:
+            # window-major exact ids: window ends grow with the id, the evicted are a prefix
+            removed = int(np.searchsorted(new.bound_us, evict_us, side="right"))
+            gone, kept = slice(0, removed), slice(removed, None)
+        else:
+            is_gone = new.bound_us <= evict_us
+            gone, kept = np.flatnonzero(is_gone), np.flatnonzero(~is_gone)
+            removed = len(gone)
+        ev = new.take(gone) if removed and (self.mode == "append" or self.explain) else None
+        emitted = new.take(upserted) if upserted is not None else \
+            ev if ev is not None else new.take(gone)
         if removed:
-            new = new.take(np.flatnonzero(~gone))
+            new = new.take(kept)
         return new, late, len(part), removed, emitted, ev
 
     def _step_grid(self, state: AggState | WindowGrid, fill: tuple[WindowGrid, LatePairs],
@@ -382,13 +393,16 @@ class AggregationOperator:
         kv_all, bufs_all = self._whole()
         sl = slice(off, off + n)
         kv = tuple(v.take(sl) for v in kv_all)
+        d = self.duration_us
+        one_each = True  # one pair per row, in row order (no window, or tumbling windows)
         if self.window is not None:
-            pair_rows, wstart = assign_windows(t_us, self.duration_us, self.slide_us,
-                                               self.start_us)
-            if len(pair_rows) != n:
+            pair_rows, wstart = assign_windows(t_us, d, self.slide_us, self.start_us)
+            one_each = len(pair_rows) == n
+            if not one_each:
                 kv = take_keys(kv, pair_rows)
-            bound = wstart + self.duration_us
-            gid = self._coder.ids(kv, (wstart,), len(pair_rows))
+            gid = self._coder.ids(kv, (wstart,), len(pair_rows), on_grid=True)
+            # the bound is the window end: ``bound <= late`` iff ``start <= late - d``
+            bound = None
         else:
             pair_rows = np.arange(n, dtype=np.int64)
             wstart = np.zeros(n, dtype=np.int64)
@@ -397,29 +411,49 @@ class AggregationOperator:
             gid = self._coder.ids(kv, (), n)
         wstart_all = wstart
         late = LatePairs.none()
-        pairs = None  # positions of the pairs that are kept; None: all of them
+        keep = None  # which pairs are kept (None: all of them)
         if late_us is not None:
-            is_late = bound <= late_us
+            is_late = (wstart <= late_us - d) if bound is None else (bound <= late_us)
             if is_late.any():
                 lp = np.flatnonzero(is_late)
-                luniq, lcodes, lfirst = group(gid[lp])
-                if len(luniq) < len(lp):  # late rows merged by id: same keys?
-                    self._coder.check_same(kv, lp[lfirst[lcodes]], kv, lp, (wstart,), (wstart,))
-                late = LatePairs(len(luniq), pair_rows[lp], bound[lp])
-                pairs = np.flatnonzero(~is_late)
-                pair_rows, wstart, bound, gid = (pair_rows[pairs], wstart[pairs], bound[pairs],
-                                                 gid[pairs])
+                lg = gid[lp]
+                if self._coder.exact:  # equal ids are equal keys: only their count is read
+                    late_groups = count_distinct(lg)
+                else:
+                    luniq, lcodes, lfirst = group(lg)
+                    if len(luniq) < len(lp):  # late rows merged by id: same keys?
+                        self._coder.check_same(kv, lp[lfirst[lcodes]], kv, lp, (wstart,),
+                                               (wstart,))
+                    late_groups = len(luniq)
+                late = LatePairs(late_groups, pair_rows[lp],
+                                 wstart[lp] + d if bound is None else bound[lp])
+                keep = ~is_late  # a mask: cheaper than a gather by positions
+                pair_rows, wstart, gid = pair_rows[keep], wstart[keep], gid[keep]
+                if bound is not None:
+                    bound = bound[keep]
         uniq, codes, first = group(gid)
         g = len(uniq)
-        at = first if pairs is None else pairs[first]  # positions in ``kv``
-        if g < len(gid):  # rows merged by id: verify they really share the key
-            self._coder.check_same(kv, at[codes], kv,
-                                   np.arange(len(gid)) if pairs is None else pairs,
-                                   (wstart_all,), (wstart_all,))
-        # fancy indexing copies: reduce never sees the shared arrays
-        init = tuple(tuple(arr[off + pair_rows] for arr in b) for b in bufs_all)
+        bound_first = wstart[first] + d if bound is None else bound[first]
+        at = first  # positions in ``kv`` of the groups' first pairs (read without exact ids)
+        if not self._coder.exact:
+            pairs = None if keep is None else np.flatnonzero(keep)
+            at = first if pairs is None else pairs[first]
+            if g < len(gid):  # rows merged by id: verify they really share the key
+                self._coder.check_same(kv, at[codes], kv,
+                                       np.arange(len(gid)) if pairs is None else pairs,
+                                       (wstart_all,), (wstart_all,))
+        # the buffers of the kept pairs (reduce only reads them): arrays of only ones made,
+        # the others read from the source
+        if one_each:
+            m = len(gid)
+            init = tuple(tuple(np.ones(m, dtype=np.int64) if one else
+                               arr[sl] if keep is None else arr[sl][keep]
+                               for arr, one in zip(b, o, strict=True))
+                         for b, o in zip(bufs_all, self._ones, strict=True))
+        else:
+            init = tuple(tuple(arr[off + pair_rows] for arr in b) for b in bufs_all)
         bufs = reduce_all(self.aggs, init, codes, g)
-        part = AggState(uniq, bound[first], wstart[first],
+        part = AggState(uniq, bound_first, wstart[first],
                         self._coder.entry_keys(kv, at, off + pair_rows[first]), bufs)
         if self.global_agg and g == 0:  # no key columns: any row stands for the key ()
             part = AggState(np.zeros(1, dtype=np.int64), np.full(1, NEVER, dtype=np.int64),
@@ -447,7 +481,7 @@ class AggregationOperator:
         last = last_starts(t, s, self.start_us)
         w = windows_per_row(t, last, d, s)
         a = not_late_per_row(last, w, d, s, None if late_us is None else int(late_us))
-        id_last = self._coder.ids(tuple(v.take(sl) for v in kv_all), (last,), n)
+        id_last = self._coder.ids(tuple(v.take(sl) for v in kv_all), (last,), n, on_grid=True)
         values = tuple((arr[sl], how) if how in ("ordered", "min", "max") else
                        (arr[sl].astype(np.int64), "sum")
                        for b, lay in zip(bufs_all, self._grid, strict=True)
@@ -509,9 +543,10 @@ class AggregationOperator:
                 arrays.append(g.reshape(rows, minor))
         return WindowGrid(lo, pairs.reshape(rows, minor), tuple(arrays), labels)
 
-    def _upsert(self, state: AggState, part: AggState) -> tuple[AggState, np.ndarray]:
-        """Merge the batch's groups into the state; also return the positions (in the new state)
-        of the groups that were put."""
+    def _upsert(self, state: AggState, part: AggState, where: bool
+                ) -> tuple[AggState, np.ndarray | None]:
+        """Merge the batch's groups into the state; with ``where``, also return the positions
+        (in the new state) of the groups that were put (update mode emits them), else None."""
         pos, found = lookup(state.gid, part.gid)
         bufs = state.bufs
         f_idx = np.flatnonzero(found)
@@ -523,8 +558,10 @@ class AggregationOperator:
             bufs = tuple(tuple(_set(a, pos[f_idx], v) for a, v in zip(b, mb, strict=True))
                          for b, mb in zip(state.bufs, merged, strict=True))
         n_idx = np.flatnonzero(~found)
-        put_pos = np.empty(len(part), dtype=np.int64)
-        put_pos[f_idx] = pos[f_idx]
+        put_pos = None
+        if where:
+            put_pos = np.empty(len(part), dtype=np.int64)
+            put_pos[f_idx] = pos[f_idx]
         if not len(n_idx):
             return AggState(state.gid, state.bound_us, state.wstart_us, state.keys, bufs), put_pos
         add = part.take(n_idx)
@@ -535,9 +572,9 @@ class AggregationOperator:
                        interleave(pa, state.wstart_us, pb, add.wstart_us),
                        interleave_keys(pa, state.keys, pb, add.keys),
                        interleave_all(pa, bufs, pb, add.bufs))
-        # a stored entry moves back by the new entries inserted before it
-        put_pos[f_idx] = pos[f_idx] + np.searchsorted(b_in, pos[f_idx], side="right")
-        put_pos[n_idx] = pb
+        if put_pos is not None:  # a stored entry moves back by the new entries before it
+            put_pos[f_idx] = pos[f_idx] + np.searchsorted(b_in, pos[f_idx], side="right")
+            put_pos[n_idx] = pb
         return new, put_pos
 
     def materialize(self, payloads: list[AggState], columns: list[str]) -> pd.DataFrame:

@@ -134,9 +134,12 @@ class KeyCoder:
         return cls(True, tuple(lows), tuple(sizes), tuple(int(e[2]) for e in extra))
 
     def ids(self, columns: Sequence[Values], extra: Sequence[np.ndarray] = (),
-            n: int | None = None) -> np.ndarray:
+            n: int | None = None, on_grid: bool = False) -> np.ndarray:
         """int64 id of every row of ``columns`` (+ ``extra``); rows must come from the fitted
-        source (a value outside the fitted range raises ValueError)."""
+        source (a value outside the fitted range raises ValueError). ``on_grid``: the caller
+        made the extra values on the fitted grid and within its range (window starts from
+        ``windows`` of the fitted source's event times), so neither is checked (a division
+        instead of a ``divmod``, and no pass for the range)."""
         if not self.exact:
             return key_ids(columns, extra, n)
         if not columns and not extra:
@@ -148,19 +151,23 @@ class KeyCoder:
         digits = []
         for e, lo, step, size in zip(extra, self.lows[k:], self.steps, self.sizes[k:],
                                      strict=True):
-            d, off_grid = np.divmod(e - lo, step)
-            if off_grid.any():
-                raise ValueError("an extra key value off the grid the KeyCoder was fitted on")
-            digits.append((d, None, size))
+            if on_grid:
+                d = (e - lo) // step
+            else:
+                d, off_grid = np.divmod(e - lo, step)
+                if off_grid.any():
+                    raise ValueError("an extra key value off the grid the KeyCoder was fitted on")
+            digits.append((d, None, size, not on_grid))
         for c, lo, size in zip(columns, self.lows, self.sizes, strict=False):
             if c.kind not in INT_KINDS and c.codes is None:
                 raise ValueError("an object or float key column without codes (keys.with_codes)")
-            digits.append(((c.codes if c.codes is not None else c.data) - (lo - 1), c.null, size))
+            digits.append(((c.codes if c.codes is not None else c.data) - (lo - 1), c.null, size,
+                           True))
         out: np.ndarray | None = None
-        for d, null, size in digits:
+        for d, null, size, check in digits:
             if null is not None:
                 d = np.where(null, 0, d)
-            if len(d) and (int(d.min()) < 0 or int(d.max()) >= size):
+            if check and len(d) and (int(d.min()) < 0 or int(d.max()) >= size):
                 raise ValueError("a key value outside the range the KeyCoder was fitted on")
             out = d if out is None else out * size + d
         assert out is not None
