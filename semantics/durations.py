@@ -160,8 +160,3 @@ def _parse(text: str) -> tuple[int, int, int]:
         raise _Bad("after 'interval', Spark's SQL parser does not mix year-month units with "
                    "day-time units; leave out 'interval' or write them apart")
     return months, days, micros
-
-
-def parse_duration(value: object) -> Duration:
-    """Function form of :meth:`Duration.parse` (for validators)."""
-    return Duration.parse(value)
