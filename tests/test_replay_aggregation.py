@@ -200,3 +200,26 @@ def test_start_time_shifts_windows_in_spark_as_predicted(spark, tmp_path):
     assert table(p) == table(r)
     assert rows(p, ["window_start", "window_end", "n"]) == rows(r, ["window_start", "window_end",
                                                                      "n"])
+
+
+@pytest.mark.parametrize("kind", ["aggregation", "session"])
+def test_a_negative_zero_key_is_emitted_as_zero(spark, tmp_path, kind):
+    # rule: a float grouping key is normalized (NormalizeFloatingNumbers): -0.0 and 0.0 are one
+    # group, and the group's key is emitted as 0.0 even when its first row held -0.0
+    import math
+
+    from semantics.history import plan
+    from semantics.predict import predict
+
+    query = {"kind": kind, "source": "e", "keys": ["x"], "aggregates": {"n": "count(*)"},
+             **({"window": {"duration": "10 seconds"}} if kind == "aggregation" else
+                {"gap": "5 seconds"})}
+    spec = make_spec(tmp_path / "src", [("e", [{"ts": 1, "x": -0.0}, {"ts": 2, "x": 0.0},
+                                               {"ts": 3, "x": 1.5}]),
+                                        ("e", [{"ts": 40, "x": 1.5}])], query, {"e": "5 seconds"})
+    r = run(spark, spec, tmp_path / "work")
+    p = predict(plan(spec, "c"), spec, "c")
+    for name, result in (("spark", r), ("predicted", p)):
+        out = result.outputs.sort_values("x")
+        assert out["x"].tolist() == [0.0, 1.5] and out["n"].tolist() == [2, 1], name
+        assert math.copysign(1.0, out["x"].iloc[0]) == 1.0, name  # 0.0, not -0.0

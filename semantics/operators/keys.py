@@ -220,8 +220,12 @@ class KeyCoder:
 
 def key_columns(frame: pd.DataFrame, names: Sequence[str]) -> tuple[Values, ...]:
     """The key columns ``names`` of a whole source, ready for :meth:`KeyCoder.fit`: as
-    :class:`Values`, object and float columns numbered by :func:`with_codes`."""
-    return with_codes([values_of(frame[k]) for k in names])
+    :class:`Values`, object and float columns numbered by :func:`with_codes`. Float keys are
+    normalized as Spark's ``NormalizeFloatingNumbers`` does: ``-0.0`` reads ``0.0``, so a group
+    whose first row held ``-0.0`` is emitted with the key ``0.0`` (checked on Spark 4.0)."""
+    columns = [values_of(frame[k]) for k in names]
+    return with_codes([Values(c.kind, c.data + 0.0, c.null, c.tz, c.codes)
+                       if c.kind == "float" else c for c in columns])
 
 
 def with_codes(columns: Sequence[Values]) -> tuple[Values, ...]:
