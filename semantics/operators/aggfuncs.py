@@ -210,9 +210,8 @@ def decimal_results(func: str, digits: np.ndarray, n: np.ndarray, precision: int
     """Spark 4.0's ``sum`` / ``avg`` of ``decimal(precision, scale)`` groups from their
     unscaled sums ``digits`` and value counts ``n`` (None where ``n`` is 0), as Python decimals
     of the result scale: ``sum`` is a ``decimal(p + 10, s)``; ``avg`` a ``decimal(p + 4, s + 4)``
-    computed as Spark does — the ``decimal(p + 10, s)`` sum divided by the count cast to
-    ``decimal(20, 0)`` (39 significant digits, half up), rounded half up to the division's
-    type, then to the result's.
+    computed as Spark's ``DecimalDivideWithOverflowCheck`` does — the sum divided by the count
+    at 39 significant digits (half up), then rounded half up to the result's scale, once.
 
     >>> decimal_results("avg", np.array([100, 0]), np.array([3, 0]), 10, 2).tolist()
     [Decimal('0.333333'), None]
@@ -223,28 +222,15 @@ def decimal_results(func: str, digits: np.ndarray, n: np.ndarray, precision: int
         for i in has:
             out[i] = Decimal(int(digits[i])).scaleb(-scale)
         return out
-    q_scale = _divide_scale(min(38, precision + 10), scale, 20, 0)
-    r_scale = min(38, scale + 4)
     ctx = Context(prec=39, rounding=ROUND_HALF_UP)
-    step, last = Decimal(1).scaleb(-q_scale), Decimal(1).scaleb(-r_scale)
+    last = Decimal(1).scaleb(-min(38, scale + 4))
     for i in has:
         q = ctx.divide(Decimal(int(digits[i])).scaleb(-scale), Decimal(int(n[i])))
-        out[i] = q.quantize(step, ROUND_HALF_UP, _WIDE).quantize(last, ROUND_HALF_UP, _WIDE)
+        out[i] = q.quantize(last, ROUND_HALF_UP, _WIDE)
     return out
 
 
 _WIDE = Context(prec=80)  # room for any quantize of a decimal(38) value
-
-
-def _divide_scale(p1: int, s1: int, p2: int, s2: int) -> int:
-    """The scale of Spark's ``decimal(p1, s1) / decimal(p2, s2)`` (precision loss allowed, the
-    default: ``DecimalType.adjustPrecisionScale``)."""
-    scale = max(6, s1 + p2 + 1)
-    precision = p1 - s1 + s2 + scale
-    if precision <= 38:
-        return scale
-    int_digits = precision - scale
-    return max(38 - int_digits, min(scale, 6))
 
 
 def _sum_int(v: np.ndarray, codes: np.ndarray, g: int) -> np.ndarray:
