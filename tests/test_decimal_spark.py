@@ -102,21 +102,27 @@ def test_an_average_exactly_half_way_rounds_half_up(spark, tmp_path: Path) -> No
 
 def test_a_replay_of_a_query_the_predictor_refuses_stands_without_late_rows(spark,
                                                                            tmp_path: Path):
-    # sums of decimals of more than 18 digits are not predicted (a spec error for `predict`),
-    # but `wmbt replay` runs Spark alone: its report stands, without the late input rows
-    # (they need the predictor's bounds) instead of failing after the run
+    # a decimal sum that may not fit Spark's sum type is not predicted (a spec error for
+    # `predict`): here two values of 6·10^19 of a decimal(38, 18), whose sum type holds less
+    # than 10^20 (each in a group of its own: Spark sums them). `wmbt replay` runs Spark alone:
+    # its report stands, without the late input rows (they need the predictor's bounds)
+    # instead of failing after the run
     from jobs.replay import replay
+    from semantics.errors import SpecError
     from semantics.history import plan
+    from semantics.predict import predict
 
     write_deltalake(str(tmp_path / "t"), pa.table({
-        "k": pa.array([1, 1], pa.int64()),
-        "huge": pa.array([Decimal("1.000000000000000001")] * 2, pa.decimal128(38, 18)),
+        "k": pa.array([1, 2], pa.int64()),
+        "huge": pa.array([Decimal("6E+19")] * 2, pa.decimal128(38, 18)),
         "ts": pa.array([T0, T0], pa.timestamp("us", tz="UTC"))}))
     spec = parse_spec({
         "name": "huge", "sources": {"t": {"table": str(tmp_path / "t"), "event_time": "ts"}},
         "query": {"kind": "aggregation", "source": "t", "keys": ["k"],
                   "window": {"duration": "1 minute"}, "aggregates": {"s": "sum(huge)"}},
         "candidates": {"c": {"watermark": {"t": "5 seconds"}}}}, str(tmp_path / "s.yaml"))
+    with pytest.raises(SpecError, match="does not model such sums"):
+        predict(plan(spec, "c"), spec, "c")
     r = replay(spec, "c", plan(spec, "c"), tmp_path / "w", spark)
     assert list(r.batches["input_rows"]) == [2, 0]  # (and the trailing no-data batch)
     assert r.info["late_rows"] is None
