@@ -4,9 +4,11 @@ arithmetic."""
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import replace
-from decimal import ROUND_HALF_UP, Context, Decimal
+from decimal import Context, Decimal
+from fractions import Fraction
 
 import numpy as np
 import pandas as pd
@@ -28,8 +30,8 @@ def limbs_of(values: list[int], n: int) -> tuple[np.ndarray, ...]:
 
 
 def test_an_average_rounds_its_39_digit_quotient_once_to_the_result_scale() -> None:
-    # Spark 4.0's avg of a decimal is DecimalDivideWithOverflowCheck: the sum over the count at
-    # 39 significant digits, half up, then toPrecision(p + 4, s + 4), half up. No step through
+    # Spark 4.0's avg of a decimal is DecimalDivideWithOverflowCheck: the sum over the count to
+    # 39 decimal places, half up, then toPrecision(p + 4, s + 4), half up. No step through
     # the type of a decimal division (an older Spark's Divide(sum, count).cast(result)). Each
     # value below is what Spark 4.0.5 answered for the same sum and count (a batch query:
     # avg(x) over the rows).
@@ -44,6 +46,16 @@ def test_an_average_rounds_its_39_digit_quotient_once_to_the_result_scale() -> N
     # decimal(18, 0): the quotient is 1000000000.0000499999750..., four decimals: .0000 (a
     # rounding to the division's 10 decimals first made it .0000500000 and then .0001)
     assert str(avg(2000001000000100, 2000001, 18, 0)) == "1000000000.0000"
+    # 39 decimal places, not 39 significant digits (Spark 4.0.5's Decimal./ is
+    # BigDecimal.divide(that, MAX_SCALE + 1, HALF_UP)): eleven values of a decimal(38, 18) whose
+    # sum is 11·10^15 + 5·10^-18. The quotient 1000000000000000.000000000000000000454545... at 39
+    # significant digits is ...00045455, which rounds to ...0004546 at 22 places
+    total = 11 * 10 ** 33 + 5
+    assert str(avg(total, 11, 38, 18)) == "1000000000000000.0000000000000000004545"
+    assert str(avg(-total, 11, 38, 18)) == "-1000000000000000.0000000000000000004545"
+    # half way at the result's scale: away from zero
+    assert avg(1, 8, 38, 36) == Decimal("1.3E-37")  # 0.125·10^-36 at 38 places
+    assert avg(-1, 8, 38, 36) == Decimal("-1.3E-37")
 
 
 # -- exact sums of any precision, against Python's integers ----------------------------------------
@@ -111,7 +123,6 @@ def _expected(sched, pred, p: int, s: int, query: dict) -> list[tuple]:
                      if r.has_data}
     batch = rows["tick"].map(batch_of_tick).to_numpy()
     unscaled = [None if v is None else int(v.scaleb(s, WIDE)) for v in rows["x"]]
-    ctx = Context(prec=39, rounding=ROUND_HALF_UP)
     out = []
     for r in pred.outputs.itertuples():
         if query["kind"] == "session":
@@ -126,10 +137,17 @@ def _expected(sched, pred, p: int, s: int, query: dict) -> list[tuple]:
             out.append((None, None, 0))
             continue
         total = Decimal(sum(vals)).scaleb(-s, WIDE)
-        avg = ctx.divide(total, Decimal(len(vals))).quantize(
-            Decimal(1).scaleb(-min(38, s + 4)), ROUND_HALF_UP, WIDE)
+        # the exact quotient to 39 places, then to the result's scale, halves away from 0
+        q = _half_up(Fraction(sum(vals), len(vals)) * 10 ** (39 - s))
+        avg = Decimal(_half_up(Fraction(q, 10 ** (39 - min(38, s + 4))))).scaleb(
+            -min(38, s + 4), WIDE)
         out.append((total, avg, len(vals)))
     return out
+
+
+def _half_up(x: Fraction) -> int:
+    whole = math.floor(abs(x) + Fraction(1, 2))
+    return whole if x >= 0 else -whole
 
 
 def _secs(ts: pd.Timestamp) -> float:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from decimal import ROUND_HALF_UP, Context, Decimal
+from decimal import Context, Decimal
 
 import numpy as np
 import pandas as pd
@@ -248,8 +248,8 @@ def _limbs(arr: pa.Array) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
 
 
 _LOW32 = np.int64(0xFFFF_FFFF)
-# room for any decimal(38) value and its quantize (the default context keeps 28 digits: it would
-# round a wider sum)
+# room for any decimal(38) value (the default context keeps 28 digits: its scaleb would round a
+# wider sum)
 _WIDE = Context(prec=80)
 
 
@@ -272,9 +272,10 @@ def decimal_results(func: str, limbs: Sequence[np.ndarray], n: np.ndarray, preci
     their unscaled sums (:func:`unscaled`, summed) and value counts ``n`` (None where ``n`` is
     0), as Python decimals of the result scale: ``sum`` is a ``decimal(p + 10, s)``; ``avg`` a
     ``decimal(p + 4, s + 4)`` computed as Spark's ``DecimalDivideWithOverflowCheck`` does —
-    the sum divided by the count at 39 significant digits (half up), then rounded half up to
-    the result's scale, once (precisions capped at 38). A sum or average that does not fit its
-    type raises :class:`DecimalRangeError`.
+    the sum divided by the count to 39 decimal places (``Decimal./``:
+    ``BigDecimal.divide(that, MAX_SCALE + 1, HALF_UP)``), then rounded half up to the result's
+    scale (precisions capped at 38). A sum or average that does not fit its type raises
+    :class:`DecimalRangeError`.
 
     >>> decimal_results("avg", (np.array([100, 0]),), np.array([3, 0]), 10, 2).tolist()
     [Decimal('0.333333'), None]
@@ -295,17 +296,27 @@ def decimal_results(func: str, limbs: Sequence[np.ndarray], n: np.ndarray, preci
         for i, v in zip(has, sums, strict=True):
             out[i] = Decimal(v).scaleb(-scale, _WIDE)
         return out
-    ctx = Context(prec=39, rounding=ROUND_HALF_UP)
     r_precision, r_scale = min(38, precision + 4), min(38, scale + 4)
-    last = Decimal(1).scaleb(-r_scale)
     for i, v in zip(has, sums, strict=True):
-        q = ctx.divide(Decimal(v).scaleb(-scale, _WIDE), Decimal(int(n[i])))
-        out[i] = q.quantize(last, ROUND_HALF_UP, _WIDE)
+        # in integers: the quotient's digits to 39 places, then to the result's scale
+        q = _half_up(v * 10 ** (39 - scale), int(n[i]))
+        out[i] = Decimal(_half_up(q, 10 ** (39 - r_scale))).scaleb(-r_scale, _WIDE)
         if out[i].copy_abs() >= Decimal(10) ** (r_precision - r_scale):
             raise DecimalRangeError(
                 f"an average of {out[i]} does not fit its result type decimal({r_precision}, "
                 f"{r_scale}) of a decimal({precision}, {scale}); the predictor does not model it")
     return out
+
+
+def _half_up(a: int, b: int) -> int:
+    """``a / b`` (``b > 0``) rounded to an integer, halves away from zero (Java's HALF_UP).
+
+    >>> [_half_up(a, 4) for a in (-6, -5, 5, 6, 7)]
+    [-2, -1, 1, 2, 2]
+    """
+    q, r = divmod(abs(a), b)
+    q += 2 * r >= b
+    return q if a >= 0 else -q
 
 
 def _sum_int(v: np.ndarray, codes: np.ndarray, g: int) -> np.ndarray:
