@@ -29,7 +29,7 @@ def limbs_of(values: list[int], n: int) -> tuple[np.ndarray, ...]:
                            for v in values], dtype=np.int64) for k in range(n))
 
 
-def test_an_average_rounds_its_39_digit_quotient_once_to_the_result_scale() -> None:
+def test_an_average_rounds_its_quotient_to_39_places_then_to_the_result_scale() -> None:
     # Spark 4.0's avg of a decimal is DecimalDivideWithOverflowCheck: the sum over the count to
     # 39 decimal places, half up, then toPrecision(p + 4, s + 4), half up. No step through
     # the type of a decimal division (an older Spark's Divide(sum, count).cast(result)). Each
