@@ -30,8 +30,8 @@ def late_rows_under(schedule: Schedule, spec: BacktestSpec, candidate: str,
     of one stateful operator; its batches read the schedule's ticks). None when the report's
     batches are not the ones the schedule runs (another tick or no-data batch than predicted:
     then a row's batch is not known here), when one lacks a late watermark the others have,
-    or when the predictor refuses the query (e.g. sums of decimals of more than 18 digits):
-    a replay's report stands without the count."""
+    or when the predictor refuses the query (e.g. a decimal sum that may not fit Spark's sum
+    type): a replay's report stands without the count."""
     try:
         op = make_operator(spec, candidate, schedule, explain=False)
     except WmbtError:

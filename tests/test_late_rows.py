@@ -144,18 +144,20 @@ def test_rows_late_under_a_reports_watermarks() -> None:
 
 
 def test_a_query_the_predictor_refuses_has_no_count() -> None:
-    # sums of decimals of more than 18 digits are not predicted: a report of such a query (a
-    # replay alone, or its stored run read back for the Dagster comparison) has no late rows,
-    # rather than a spec error after Spark ran
+    # a decimal sum that may not fit Spark's sum type is not predicted: a report of such a
+    # query (a replay alone, or its stored run read back for the Dagster comparison) has no late
+    # rows, rather than a spec error after Spark ran
     from dataclasses import replace
     from decimal import Decimal
 
     query = {"kind": "aggregation", "keys": [], "window": {"duration": "10 seconds"},
              "aggregates": {"s": "sum(x)"}}
-    rows = schedule_of([pd.DataFrame({"ts": [1.0], "x": [Decimal("1.5")]})])
-    sched = replace(rows, decimals={"events": {"x": (10, 1)}})
+    # two windows of 6·10^19 each: their values add up to 1.2·10^20
+    rows = schedule_of([pd.DataFrame({"ts": [1.0, 11.0], "x": [Decimal("6E+19")] * 2})])
+    sched = replace(rows, decimals={"events": {"x": (38, 0)}})
     spec = spec_of(query, "5 seconds")
-    batches = predict(sched, spec, "c").batches  # decimal(10, 1) is predicted
+    batches = predict(sched, spec, "c").batches  # decimal(38, 0) sums hold 10^38: predicted
     assert late_rows_under(sched, spec, "c", batches) == 0
+    # decimal(38, 18) sums hold less than 10^20: refused
     wide = replace(rows, decimals={"events": {"x": (38, 18)}})
     assert late_rows_under(wide, spec, "c", batches) is None

@@ -6,6 +6,11 @@ Each :class:`AggFunc` keeps a tuple of numpy arrays per group (its *buffer*):
 * ``sum(col)``: ``(s, n)`` – sum (int64 for integral input, float64 for floating input) and the
   number of non-NULL values (the sum is NULL when ``n == 0``);
 * ``avg(col)``: ``(s, n)`` – float64 sum and count (Spark's Average buffer), result ``s / n``;
+* ``sum``/``avg`` of a ``decimal(p, s)`` column: ``(*limbs, n)`` – the sum's unscaled digits as
+  ``L`` int64 limbs of 32 bits (:func:`limb_count`: 1 for p ≤ 9, 2 for p ≤ 18, 3 for p ≤ 27,
+  4 for p ≤ 38), value ``Σ limbs[k]·2^(32k)``; a row's limbs ``0 .. L-2`` are in ``[0, 2^32)``,
+  its top limb is signed. Each limb is summed on its own in int64, exact for fewer than 2^31
+  rows (:data:`LIMB_ROWS`), so every integer path applies with no carry until ``finish``;
 * ``min(col)`` / ``max(col)``: ``(v, n)`` – the extreme value in the column's own type.
 
 ``init`` makes one buffer per input row, ``reduce`` merges buffers by group code (the same
@@ -18,11 +23,12 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from decimal import ROUND_HALF_UP, Context, Decimal
+from decimal import Context, Decimal
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from semantics.operators.columns import Values, kind_of, timestamps, to_series, values_of
 from semantics.spec import parse_aggregate
@@ -50,7 +56,8 @@ class AggFunc:
     kind: str | None = None  # Values kind of the input column
     tz: str | None = None
     # sum/avg of a decimal(p, s) column: (p, s); the buffers hold the sum's unscaled digits as
-    # int64 (kind "int"), so every integer path applies; finish makes Spark's decimals
+    # int64 limbs (kind "int", see the module docstring), so every integer path applies;
+    # finish makes Spark's decimals
     decimal: tuple[int, int] | None = None
 
     @classmethod
@@ -64,12 +71,7 @@ class AggFunc:
         kind = kind_of(dtypes[col])
         tz = getattr(dtypes[col], "tz", None)
         if func in ("sum", "avg") and decimals and col in decimals:
-            p, sc = decimals[col]
-            if p > 18:
-                raise AggregateTypeError(f"aggregate {name!r}: {func} of {col!r}, a "
-                                         f"decimal({p}, {sc}): decimals of more than 18 digits "
-                                         "are not modelled")
-            return cls(name, func, col, "int", None, (p, sc))
+            return cls(name, func, col, "int", None, decimals[col])
         if func in ("sum", "avg") and kind not in ("int", "float"):
             raise AggregateTypeError(f"aggregate {name!r}: {func} needs an integer or "
                                      f"floating-point column, {col!r} is {dtypes[col]}")
@@ -88,8 +90,8 @@ class AggFunc:
             return (np.ones(n, dtype=np.int64),)
         if self.decimal is not None:
             col = rows[self.column] if idx is None else rows[self.column].iloc[idx]
-            digits, valid = unscaled(col, *self.decimal)
-            return (digits, valid.astype(np.int64))
+            limbs, valid = unscaled(col, *self.decimal)
+            return (*limbs, valid.astype(np.int64))
         v = values_of(rows[self.column])
         if idx is not None:
             v = v.take(idx)
@@ -120,10 +122,13 @@ class AggFunc:
         n = np.zeros(g, dtype=np.int64)
         if self.func == "count":
             return (n,)
+        if self.decimal is not None:
+            return (*(np.zeros(g, dtype=np.int64) for _ in range(limb_count(self.decimal[0]))),
+                    n)
         if self.func == "sum":
             return (np.zeros(g, dtype=np.int64 if self.kind == "int" else np.float64), n)
         if self.func == "avg":
-            return (np.zeros(g, dtype=np.int64 if self.decimal else np.float64), n)
+            return (np.zeros(g, dtype=np.float64), n)
         fam = self._num_kind
         if fam == "object":
             return (np.full(g, None, dtype=object), n)
@@ -136,10 +141,9 @@ class AggFunc:
         if self.func == "count":
             return (n,)
         v = buf[0]
-        if self.func in ("sum", "avg"):
-            if v.dtype == np.float64:
-                return (np.bincount(codes, weights=v, minlength=g), n)
-            return (_sum_int(v, codes, g), n)
+        if self.func in ("sum", "avg"):  # (a decimal's limbs: each an int64 sum)
+            return (*(np.bincount(codes, weights=x, minlength=g) if x.dtype == np.float64
+                      else _sum_int(x, codes, g) for x in buf[:-1]), n)
         fam = self._num_kind
         if fam == "object":
             ok = buf[-1] > 0
@@ -158,8 +162,8 @@ class AggFunc:
         n = a[-1] + b[-1]
         if self.func == "count":
             return (n,)
-        if self.func in ("sum", "avg"):
-            return (a[0] + b[0], n)
+        if self.func in ("sum", "avg"):  # (a decimal's limbs: each added)
+            return (*(x + y for x, y in zip(a[:-1], b[:-1], strict=True)), n)
         if self._num_kind != "object":  # identity sentinels make NULL-free min/max exact
             return ((np.minimum if self.func == "min" else np.maximum)(a[0], b[0]), n)
         out = np.where(a[-1] > 0, a[0], b[0]).astype(object)
@@ -176,8 +180,12 @@ class AggFunc:
             return pd.Series(n.astype(np.int64), name=self.name)
         null = n == 0
         if self.decimal is not None:
-            return pd.Series(decimal_results(self.func, buf[0], n, *self.decimal),
-                             name=self.name, dtype=object)
+            try:
+                out = decimal_results(self.func, buf[:-1], n, *self.decimal)
+            except DecimalRangeError as exc:
+                raise DecimalRangeError(f"aggregate {self.name!r}: {self.func} of "
+                                        f"{self.column!r}: {exc}") from None
+            return pd.Series(out, name=self.name, dtype=object)
         if self.func == "avg":
             with np.errstate(divide="ignore", invalid="ignore"):
                 return pd.Series(np.where(null, np.nan, buf[0] / np.maximum(n, 1)),
@@ -188,63 +196,127 @@ class AggFunc:
         return to_series(str(self.kind), buf[0], null, self.tz, name=self.name)
 
 
-def unscaled(col: pd.Series, precision: int, scale: int) -> tuple[np.ndarray, np.ndarray]:
-    """The unscaled int64 digits of a column of Python decimals of ``decimal(precision,
-    scale)`` (NULL: 0), and which rows hold a value. Exact: arrow's decimal128 holds them as
-    128-bit integers, whose low 64 bits are the value when ``precision <= 18``.
+def limb_count(precision: int) -> int:
+    """The int64 limbs of 32 bits a sum buffer of ``decimal(precision, s)`` values keeps: one
+    per 9 digits, at most 4 (a value below ``10^precision`` fits ``L`` limbs whose top one is
+    signed: ``10^(9L) < 2^(32L - 1)``, ``10^38 < 2^127``).
 
-    >>> unscaled(pd.Series([Decimal("1.25"), None, Decimal("-0.5")]), 10, 2)[0].tolist()
-    [125, 0, -50]
+    >>> [limb_count(p) for p in (5, 9, 10, 18, 19, 27, 28, 38)]
+    [1, 1, 2, 2, 3, 3, 4, 4]
     """
-    arr = pa.array(col.to_numpy(dtype=object), pa.decimal128(precision, scale))
+    return min(4, -(-precision // 9))
+
+
+def unscaled(col: pd.Series, precision: int, scale: int
+             ) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    """The unscaled digits of a column of Python decimals of ``decimal(precision, scale)``
+    as :func:`limb_count` int64 limbs of 32 bits (NULL: 0), and which rows hold a value. Exact:
+    arrow's decimal128 holds them as 128-bit two's complement integers, little-endian pairs of
+    64-bit words (low, high); limbs ``0 .. L-2`` are their 32-bit pieces from the low end
+    (unsigned), the top limb the rest (signed), so a value is ``Σ limbs[k]·2^(32k)``.
+
+    >>> limbs, valid = unscaled(pd.Series([Decimal("1.25"), None, Decimal("-0.5")]), 9, 2)
+    >>> [x.tolist() for x in limbs], valid.tolist()
+    ([[125, 0, -50]], [True, False, True])
+    >>> [x.tolist() for x in unscaled(pd.Series([Decimal(-1), Decimal(2**32)]), 18, 0)[0]]
+    [[4294967295, 0], [-1, 1]]
+    """
+    return _limbs(_arrow(col, precision, scale))
+
+
+def _arrow(col: pd.Series, precision: int, scale: int) -> pa.Array:
+    return pa.array(col.to_numpy(dtype=object), pa.decimal128(precision, scale))
+
+
+def _limbs(arr: pa.Array) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    """:func:`unscaled` of an arrow decimal128 array."""
     words = np.frombuffer(arr.buffers()[1], dtype=np.int64)[2 * arr.offset:
                                                             2 * (arr.offset + len(arr))]
-    digits = words[0::2].copy()
+    words = words.reshape(-1, 2)  # (low, high) per row
     valid = ~np.asarray(arr.is_null().to_numpy(zero_copy_only=False), dtype=bool)
-    digits[~valid] = 0
-    return digits, valid
+    top = limb_count(arr.type.precision) - 1
+    limbs = []
+    for k in range(top + 1):
+        word, shift = words[:, k // 2], 32 * (k % 2)
+        if k < top:  # 32 bits of the word, unsigned
+            limb = (word.view(np.uint64) >> np.uint64(shift)).astype(np.int64) & _LOW32
+        else:  # the rest of the value: an arithmetic shift keeps the sign
+            limb = word >> shift
+        limb[~valid] = 0
+        limbs.append(limb)
+    return tuple(limbs), valid
 
 
-def decimal_results(func: str, digits: np.ndarray, n: np.ndarray, precision: int,
-                    scale: int) -> np.ndarray:
-    """Spark 4.0's ``sum`` / ``avg`` of ``decimal(precision, scale)`` groups from their
-    unscaled sums ``digits`` and value counts ``n`` (None where ``n`` is 0), as Python decimals
-    of the result scale: ``sum`` is a ``decimal(p + 10, s)``; ``avg`` a ``decimal(p + 4, s + 4)``
-    computed as Spark does — the ``decimal(p + 10, s)`` sum divided by the count cast to
-    ``decimal(20, 0)`` (39 significant digits, half up), rounded half up to the division's
-    type, then to the result's.
+_LOW32 = np.int64(0xFFFF_FFFF)
+# room for any decimal(38) value (the default context keeps 28 digits: its scaleb would round a
+# wider sum)
+_WIDE = Context(prec=80)
 
-    >>> decimal_results("avg", np.array([100, 0]), np.array([3, 0]), 10, 2).tolist()
-    [Decimal('0.333333'), None]
-    """
-    out = np.full(len(digits), None, dtype=object)
-    has = np.flatnonzero(n > 0)
-    if func == "sum":
-        for i in has:
-            out[i] = Decimal(int(digits[i])).scaleb(-scale)
-        return out
-    q_scale = _divide_scale(min(38, precision + 10), scale, 20, 0)
-    r_scale = min(38, scale + 4)
-    ctx = Context(prec=39, rounding=ROUND_HALF_UP)
-    step, last = Decimal(1).scaleb(-q_scale), Decimal(1).scaleb(-r_scale)
-    for i in has:
-        q = ctx.divide(Decimal(int(digits[i])).scaleb(-scale), Decimal(int(n[i])))
-        out[i] = q.quantize(step, ROUND_HALF_UP, _WIDE).quantize(last, ROUND_HALF_UP, _WIDE)
+
+def _python_ints(limbs: Sequence[np.ndarray]) -> np.ndarray:
+    """The integers ``Σ limbs[k]·2^(32k)`` (object array of Python ints)."""
+    out = limbs[-1].astype(object)
+    for limb in limbs[-2::-1]:
+        out = (out << 32) + limb.astype(object)
     return out
 
 
-_WIDE = Context(prec=80)  # room for any quantize of a decimal(38) value
+class DecimalRangeError(AggregateTypeError):
+    """A decimal sum or average the predictor does not model: its value would not fit Spark's
+    sum type ``decimal(min(38, p + 10), s)`` or its average's result type."""
 
 
-def _divide_scale(p1: int, s1: int, p2: int, s2: int) -> int:
-    """The scale of Spark's ``decimal(p1, s1) / decimal(p2, s2)`` (precision loss allowed, the
-    default: ``DecimalType.adjustPrecisionScale``)."""
-    scale = max(6, s1 + p2 + 1)
-    precision = p1 - s1 + s2 + scale
-    if precision <= 38:
-        return scale
-    int_digits = precision - scale
-    return max(38 - int_digits, min(scale, 6))
+def decimal_results(func: str, limbs: Sequence[np.ndarray], n: np.ndarray, precision: int,
+                    scale: int) -> np.ndarray:
+    """Spark 4.0's ``sum`` / ``avg`` of ``decimal(precision, scale)`` groups from the limbs of
+    their unscaled sums (:func:`unscaled`, summed) and value counts ``n`` (None where ``n`` is
+    0), as Python decimals of the result scale: ``sum`` is a ``decimal(p + 10, s)``; ``avg`` a
+    ``decimal(p + 4, s + 4)`` computed as Spark's ``DecimalDivideWithOverflowCheck`` does —
+    the sum divided by the count to 39 decimal places (``Decimal./``:
+    ``BigDecimal.divide(that, MAX_SCALE + 1, HALF_UP)``), then rounded half up to the result's
+    scale (precisions capped at 38). A sum or average that does not fit its type raises
+    :class:`DecimalRangeError`.
+
+    >>> decimal_results("avg", (np.array([100, 0]),), np.array([3, 0]), 10, 2).tolist()
+    [Decimal('0.333333'), None]
+    >>> decimal_results("sum", (np.array([0]), np.array([-1])), np.array([2]), 18, 0).tolist()
+    [Decimal('-4294967296')]
+    """
+    out = np.full(len(n), None, dtype=object)
+    has = np.flatnonzero(n > 0)
+    sums = _python_ints([limb[has] for limb in limbs])
+    sum_digits = min(38, precision + 10)
+    for v in sums:
+        if abs(v) >= 10 ** sum_digits:
+            raise DecimalRangeError(
+                f"a sum of {Decimal(v).scaleb(-scale, _WIDE)} does not fit Spark's sum type "
+                f"decimal({sum_digits}, {scale}) of a decimal({precision}, {scale}); the "
+                "predictor does not model it")
+    if func == "sum":
+        for i, v in zip(has, sums, strict=True):
+            out[i] = Decimal(v).scaleb(-scale, _WIDE)
+        return out
+    r_precision, r_scale = min(38, precision + 4), min(38, scale + 4)
+    for i, v in zip(has, sums, strict=True):
+        # in integers: the quotient's digits to 39 places, then to the result's scale
+        q = _half_up(v * 10 ** (39 - scale), int(n[i]))
+        out[i] = Decimal(_half_up(q, 10 ** (39 - r_scale))).scaleb(-r_scale, _WIDE)
+        if out[i].copy_abs() >= Decimal(10) ** (r_precision - r_scale):
+            raise DecimalRangeError(
+                f"an average of {out[i]} does not fit its result type decimal({r_precision}, "
+                f"{r_scale}) of a decimal({precision}, {scale}); the predictor does not model it")
+    return out
+
+
+def _half_up(a: int, b: int) -> int:
+    """``a / b`` (``b > 0``) rounded to an integer, halves away from zero (Java's HALF_UP).
+
+    >>> [_half_up(a, 4) for a in (-6, -5, 5, 6, 7)]
+    [-2, -1, 1, 2, 2]
+    """
+    q, r = divmod(abs(a), b)
+    q += 2 * r >= b
+    return q if a >= 0 else -q
 
 
 def _sum_int(v: np.ndarray, codes: np.ndarray, g: int) -> np.ndarray:
@@ -262,7 +334,9 @@ def aggregates_of(path: str, source: str, aggregates: Mapping[str, str], frame: 
                   decimals: Mapping[str, tuple[int, int]] | None = None
                   ) -> tuple[AggFunc, ...]:
     """:func:`parse_aggregates` over ``frame``'s columns, an aggregate that does not fit its
-    column said as a spec error naming ``query.aggregates.<name>`` (no traceback)."""
+    column said as a spec error naming ``query.aggregates.<name>`` (no traceback); so is a
+    decimal sum or average the predictor does not model over ``frame`` (:func:`decimal_range`).
+    """
     from semantics.errors import SpecError
 
     dtypes = {c: frame[c].dtype for c in frame.columns}
@@ -270,20 +344,66 @@ def aggregates_of(path: str, source: str, aggregates: Mapping[str, str], frame: 
     for name, expr in aggregates.items():
         try:
             f = AggFunc.parse(name, expr, dtypes, decimals)
-            # the buffers add unscaled digits in int64: no partial sum may pass 2^63 (each
-            # value is below 10^p in them: only a table that long needs its digits read)
-            if f.decimal is not None and f.column is not None and \
-                    len(frame) * 10 ** f.decimal[0] >= 2 ** 63:
-                digits, _ = unscaled(frame[f.column], *f.decimal)
-                if float(np.abs(digits).sum(dtype=np.float64)) >= 2.0 ** 63:
-                    raise AggregateTypeError(
-                        f"aggregate {name!r}: {f.func} of {f.column!r}: sums past 2^63 units "
-                        f"of its last digit are not modelled")
+            if f.decimal is not None and f.column is not None:
+                why = decimal_range(f.func, frame[f.column], *f.decimal)
+                if why is not None:
+                    raise DecimalRangeError(f"aggregate {name!r}: {f.func} of {f.column!r}, a "
+                                            f"decimal{f.decimal}: {why}")
             out.append(f)
         except AggregateTypeError as exc:
             raise SpecError(path, f"query.aggregates.{name}", f"{exc} (source {source!r})"
                             ) from None
     return tuple(out)
+
+
+LIMB_ROWS = 2 ** 31  # limbs of 32 bits add up exactly in int64 over fewer rows than this
+
+
+def decimal_range(func: str, col: pd.Series, precision: int, scale: int) -> str | None:
+    """Why ``func`` (``sum``/``avg``) of the ``decimal(precision, scale)`` column ``col`` is not
+    modelled (None: it is): more rows than the limbs add exactly (:data:`LIMB_ROWS`); values
+    of one sign that add up to 10^min(38, p + 10) units of the last digit or more (a sum of some
+    of them may not fit Spark's sum type ``decimal(min(38, p + 10), s)``: every sum of a group,
+    a batch or a partition is a sum of some rows); for ``avg``, a value that does not fit the
+    result type ``decimal(min(38, p + 4), min(38, s + 4))`` (an average may be as large). The
+    values are read only when that many could add up or be that large.
+
+    >>> decimal_range("sum", pd.Series([Decimal("6E+19")] * 2), 38, 18)[:42]
+    'its positive values add up to 120000000000'
+    >>> decimal_range("sum", pd.Series([Decimal("6E+19"), Decimal("-6E+19")]), 38, 18) is None
+    True
+    """
+    if len(col) >= LIMB_ROWS:
+        return (f"the predictor adds decimals exactly over fewer than 2^31 rows, the source "
+                f"has {len(col)}")
+    sum_digits = min(38, precision + 10)
+    r_precision, r_scale = min(38, precision + 4), min(38, scale + 4)
+    r_digits = r_precision - r_scale + scale  # |unscaled| of an average below 10^this
+    reach_sum = len(col) * (10 ** precision - 1) >= 10 ** sum_digits
+    reach_avg = func == "avg" and precision > r_digits
+    if not (reach_sum or reach_avg):
+        return None
+    arr = _arrow(col, precision, scale)
+    if reach_sum:
+        limbs, _ = _limbs(arr)
+        neg = limbs[-1] < 0  # (the top limb holds the sign)
+        for side, rows in (("positive", ~neg), ("negative", neg)):
+            total = int(_python_ints([np.array([limb[rows].sum()]) for limb in limbs])[0])
+            if abs(total) >= 10 ** sum_digits:
+                return (f"its {side} values add up to {Decimal(total).scaleb(-scale, _WIDE)}, "
+                        f"and a sum of them may not fit Spark's sum type decimal({sum_digits}, "
+                        f"{scale}) (below 10^{sum_digits - scale} in magnitude); the predictor "
+                        "does not model such sums")
+    if reach_avg:
+        lo, hi = (pc.min_max(arr)[k].as_py() for k in ("min", "max"))
+        # (copy_abs: abs() would round to the default context's 28 digits)
+        big = max((v.copy_abs() for v in (lo, hi) if v is not None), default=Decimal(0))
+        if big >= Decimal(10) ** (r_precision - r_scale):
+            return (f"a value of {big} does not fit the average's result type "
+                    f"decimal({r_precision}, {r_scale}) (below 10^{r_precision - r_scale} in "
+                    "magnitude), and an average may be as large; the predictor does not model "
+                    "such averages")
+    return None
 
 
 # -- helpers over several aggregates -------------------------------------------------------------
@@ -294,7 +414,7 @@ Buffers = tuple[Buffer, ...]
 def init_all(aggs: tuple[AggFunc, ...], rows: pd.DataFrame, idx: np.ndarray | None = None
              ) -> Buffers:
     """Every aggregate's per-row buffers; the ``sum`` and ``avg`` of one decimal column share
-    theirs (the same digits and counts: read once)."""
+    theirs (the same limbs and counts: read once)."""
     shared: dict[str, Buffer] = {}
     out = []
     for a in aggs:

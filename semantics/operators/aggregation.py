@@ -233,10 +233,10 @@ class AggregationOperator:
             if f.func == "count" or (f.func == "sum" and f.kind == "int"):
                 layout.append(tuple(count(a) for a in b))
             elif f.func in ("sum", "avg"):  # avg of integers; sums and avgs of floats
-                s, n = b
-                if f.decimal is not None:  # an avg of decimals: its sum is exact digits
-                    layout.append(("int", count(n)))
+                if f.decimal is not None:  # an avg of decimals: its sum is exact int64 limbs
+                    layout.append(("int",) * (len(b) - 1) + (count(b[-1]),))
                     continue
+                s, n = b
                 if f.kind != "int":  # floats: the order of addition matters
                     layout.append(("ordered", count(n)))
                     continue
