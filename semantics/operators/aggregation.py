@@ -195,8 +195,8 @@ class AggregationOperator:
             grid: list[tuple[int, int, int]] = []
             t = self._et_all
             if self.window is not None and len(t):
-                first, last = (int(x) - (int(x) - self.start_us) % self.slide_us
-                               for x in (t.min(), t.max()))
+                first, last = (int(x) for x in last_starts(np.array([t.min(), t.max()]),
+                                                           self.slide_us, self.start_us))
                 k = -(-self.duration_us // self.slide_us)
                 grid.append((first - (k - 1) * self.slide_us, last, self.slide_us))
             self._coder = KeyCoder.fit(kv, grid)

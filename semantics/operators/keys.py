@@ -220,18 +220,16 @@ class KeyCoder:
 
 def key_columns(frame: pd.DataFrame, names: Sequence[str]) -> tuple[Values, ...]:
     """The key columns ``names`` of a whole source, ready for :meth:`KeyCoder.fit`: as
-    :class:`Values`, object and float columns numbered by :func:`with_codes`. Float keys are
-    normalized as Spark's ``NormalizeFloatingNumbers`` does: ``-0.0`` reads ``0.0``, so a group
-    whose first row held ``-0.0`` is emitted with the key ``0.0`` (checked on Spark 4.0)."""
-    columns = [values_of(frame[k]) for k in names]
-    return with_codes([Values(c.kind, c.data + 0.0, c.null, c.tz, c.codes)
-                       if c.kind == "float" else c for c in columns])
+    :class:`Values`, object and float columns numbered by :func:`with_codes`."""
+    return with_codes([values_of(frame[k]) for k in names])
 
 
 def with_codes(columns: Sequence[Values]) -> tuple[Values, ...]:
     """``columns`` (whole-source key columns) with :attr:`Values.codes` set on every object and
     float column: ``pd.factorize`` numbers the distinct values (SQL grouping equality: NULL
-    equals NULL, ``-0.0`` equals ``0.0``; float NaN is NULL here, see ``columns``).
+    equals NULL, ``-0.0`` equals ``0.0``; float NaN is NULL here, see ``columns``). Float keys
+    are normalized as Spark's ``NormalizeFloatingNumbers`` does: ``-0.0`` reads ``0.0``, so a
+    group whose first row held ``-0.0`` is emitted with the key ``0.0`` (checked on Spark 4.0).
 
     >>> c = with_codes([Values("object", np.array(["b", None, "a", "b"], dtype=object),
     ...                        np.array([False, True, False, False]))])
@@ -245,8 +243,9 @@ def with_codes(columns: Sequence[Values]) -> tuple[Values, ...]:
             continue
         # factorize puts -0.0 with 0.0; the codes of NULL rows are never read (ids take digit 0
         # where the null mask is set)
-        codes = np.asarray(pd.factorize(c.data)[0], dtype=np.int64)
-        out.append(Values(c.kind, c.data, c.null, c.tz, codes))
+        data = c.data + 0.0 if c.kind == "float" else c.data
+        codes = np.asarray(pd.factorize(data)[0], dtype=np.int64)
+        out.append(Values(c.kind, data, c.null, c.tz, codes))
     return tuple(out)
 
 
