@@ -274,6 +274,7 @@ def plan(spec: BacktestSpec, candidate: str | None = None) -> Schedule:
         df.insert(0, ROW_ID, ids)  # (read_arrivals' frame, or a copy: nobody else holds it)
         arrivals[s] = df
     batch_by = spec.batch_by(cand)
+    per_file = file_batches(read, batch_by) if batch_by.by_files else None
     return cut(
         spec.name,
         arrivals,
@@ -281,8 +282,26 @@ def plan(spec: BacktestSpec, candidate: str | None = None) -> Schedule:
         batch_by,
         spec.replay.pace,
         {s: a.decimals for s, a in read.items()},
-        file_batches(read, arrivals, batch_by) if batch_by.by_files else None,
+        None if per_file is None else
+        {s: per_file[s][df[ADD_INDEX].to_numpy(dtype=np.int64)] for s, df in arrivals.items()},
+        {s: emptied_files(a, per_file[s] if per_file else None) for s, a in read.items()
+         if not spec.sources[s].arrival_column},
     )
+
+
+def emptied_files(read: Arrivals, file_batch: np.ndarray | None) -> pd.DataFrame:
+    """The data files of a source that hold no row after its filter (or none at all), as
+    ``cut`` takes them: ``arrival_ms``, ``commit_version``, ``add_index`` and, given the batch
+    of every file (``file_batches``), ``file_batch``. A Delta source reads them as any other
+    file (the query's filter runs after), so each still brings on a batch."""
+    held = np.zeros(len(read.file_version), dtype=bool)
+    held[read.frame[ADD_INDEX].to_numpy(dtype=np.int64)] = True
+    idx = np.flatnonzero(~held)
+    out = pd.DataFrame({ARRIVAL_MS: read.file_arrival_ms[idx], VERSION: read.file_version[idx],
+                        ADD_INDEX: idx})
+    if file_batch is not None:
+        out["file_batch"] = file_batch[idx]
+    return out
 
 
 def merged_ranks(arrival_ms: list[np.ndarray], version: list[np.ndarray]) -> np.ndarray:
@@ -306,15 +325,14 @@ def merged_ranks(arrival_ms: list[np.ndarray], version: list[np.ndarray]) -> np.
     return rank
 
 
-def file_batches(read: dict[str, Arrivals], frames: dict[str, pd.DataFrame],
-                 batch_by: BatchBy) -> dict[str, np.ndarray]:
-    """Per source, the batch each row (of ``frames``) is read in when data files are admitted
-    as a Delta source admits them. Every source's files are merged as their rows are (commit
-    time, the source's order in the spec, version, the commit's add order); a batch takes
-    the next files while fewer than ``files`` are taken and fewer than ``bytes`` read
-    (``maxFilesPerTrigger``, ``maxBytesPerTrigger``: a soft limit, the file that passes it is
-    the batch's last). Files whose rows the filter removed take their place too: Delta admits
-    files before the query filters."""
+def file_batches(read: dict[str, Arrivals], batch_by: BatchBy) -> dict[str, np.ndarray]:
+    """Per source, the batch each of its data files (by ``add_index``) is read in when data
+    files are admitted as a Delta source admits them. Every source's files are merged as
+    their rows are (commit time, the source's order in the spec, version, the commit's add
+    order); a batch takes the next files while fewer than ``files`` are taken and fewer than
+    ``bytes`` read (``maxFilesPerTrigger``, ``maxBytesPerTrigger``: a soft limit, the file
+    that passes it is the batch's last). Files whose rows the filter removed take their place
+    too: Delta admits files before the query filters."""
     rank = merged_ranks([a.file_arrival_ms for a in read.values()],
                         [a.file_version for a in read.values()])
     size = np.concatenate([a.file_bytes for a in read.values()])
@@ -324,8 +342,7 @@ def file_batches(read: dict[str, Arrivals], frames: dict[str, pd.DataFrame],
     batch[order] = admitted(size[order], batch_by.files, batch_by.bytes)
     n = [len(a.file_version) for a in read.values()]
     starts = np.cumsum([0, *n[:-1]])
-    return {s: batch[start + frames[s][ADD_INDEX].to_numpy(dtype=np.int64)]
-            for s, start in zip(read, starts, strict=True)}
+    return {s: batch[start:start + k] for s, start, k in zip(read, starts, n, strict=True)}
 
 
 def admitted(sizes: np.ndarray, files: int | None, max_bytes: int | None) -> np.ndarray:

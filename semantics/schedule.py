@@ -12,8 +12,13 @@ Idle ticks by pace:
   idle once after each batch). Empty arrival intervals collapse into that idle tick: after one
   no-data batch the watermark cannot move without new data, so more idle time changes nothing.
 
+A data tick whose files the source filter emptied (``cut``'s ``emptied``) has no row: Spark
+still runs a batch on it, without input rows, as it does when a Delta commit's rows all fail the
+query's filter.
+
 Invariants: ticks are numbered 0..n-1; row ids are unique per schedule and increase in arrival
-order; every source frame is sorted by (tick, row_id); a data tick has at least one row.
+order; every source frame is sorted by (tick, row_id); a data tick has at least one row or one
+emptied file.
 """
 
 from __future__ import annotations
@@ -104,6 +109,7 @@ def cut(
     pace: str,
     decimals: Mapping[str, Mapping[str, tuple[int, int]]] | None = None,
     file_batch: Mapping[str, np.ndarray] | None = None,
+    emptied: Mapping[str, pd.DataFrame] | None = None,
 ) -> Schedule:
     """Cut merged arrivals into ticks.
 
@@ -117,31 +123,75 @@ def cut(
     * ``rows: n``: the next n rows of the merged sequence;
     * ``arrival_interval: d``: everything arriving in [t0 + k·d, t0 + (k+1)·d), t0 = first
       arrival; empty intervals add no data tick (see the module docstring for idle ticks).
+
+    ``emptied[source]`` (optional): the source's data files that hold no row (the source
+    filter removed them all), one row each with ``arrival_ms``, ``commit_version``,
+    ``add_index`` and, for ``files``/``bytes``, ``file_batch``; the arrivals then need an
+    ``add_index`` column too. A Delta source reads such a file as any other, so Spark runs a
+    batch on it: each takes its place in the sequence (by arrival time, the source's order,
+    version, then add index) and counts as a commit, a file or an arrival, and a tick that
+    gets nothing else is an *empty* data tick (a batch without input rows). ``rows: n``
+    ignores them (it counts the rows the query reads).
+
+    >>> rows = pd.DataFrame({ROW_ID: [0, 1], ARRIVAL_MS: [10, 30], VERSION: [0, 2],
+    ...                      ADD_INDEX: [0, 2], "ts": pd.to_datetime([1, 2], unit="s", utc=True)})
+    >>> gone = pd.DataFrame({ARRIVAL_MS: [20], VERSION: [1], ADD_INDEX: [1]})
+    >>> s = cut("t", {"a": rows}, {"a": "ts"}, BatchBy(commits=1), "backlog", emptied={"a": gone})
+    >>> [(t.idle, len(s.tick_rows("a", t.index))) for t in s.ticks]
+    [(False, 1), (False, 0), (False, 1), (True, 0)]
     """
     names = list(arrivals)
     sizes = np.array([len(arrivals[s]) for s in names], dtype=np.int64)
+    gone = [emptied[s] for s in names if s in emptied and len(emptied[s])] \
+        if emptied and batch_by.rows is None else []
 
-    def col(c: str) -> np.ndarray:
+    def col(c: str, of: Mapping[str, pd.DataFrame] = arrivals) -> np.ndarray:
         """Column ``c`` of every source, one after the other (in ``names`` order)."""
-        return np.concatenate([arrivals[s][c].to_numpy(dtype=np.int64) for s in names]) \
+        return np.concatenate([of[s][c].to_numpy(dtype=np.int64) for s in names if s in of]) \
             if names else np.array([], dtype=np.int64)
 
-    # the merged sequence, in row id order: position in the concatenated sources
-    merged = np.argsort(col(ROW_ID), kind="stable")
-    src = np.repeat(np.arange(len(names), dtype=np.int64), sizes)[merged]
-    version, arr = col(VERSION)[merged], col(ARRIVAL_MS)[merged]
+    n_rows = int(sizes.sum())
+    src_all = np.repeat(np.arange(len(names), dtype=np.int64), sizes)
+    version_all, arr_all = col(VERSION), col(ARRIVAL_MS)
+    cell_all = None
+    if batch_by.by_files:
+        if file_batch is None:
+            raise ValueError("batch_by files/bytes needs each row's file batch "
+                             "(history.file_batches)")
+        cell_all = np.concatenate([np.asarray(file_batch[s], dtype=np.int64) for s in names]
+                                  ) if names else np.array([], dtype=np.int64)
+    if gone:
+        # the sequence of rows and emptied files: row ids follow (arrival, source, version,
+        # add index, position), so a lexsort keeps the rows in row-id order
+        assert emptied is not None
+        held = [s for s in names if s in emptied and len(emptied[s])]
+        g_src = np.repeat(np.array([names.index(s) for s in held], dtype=np.int64),
+                          [len(emptied[s]) for s in held])
+        src_all = np.r_[src_all, g_src]
+        version_all = np.r_[version_all, col(VERSION, emptied)]
+        arr_all = np.r_[arr_all, col(ARRIVAL_MS, emptied)]
+        add = np.r_[col(ADD_INDEX), col(ADD_INDEX, emptied)]
+        rid = np.r_[col(ROW_ID), np.full(len(g_src), -1, dtype=np.int64)]
+        merged = np.lexsort((rid, add, version_all, src_all, arr_all))
+        in_rows = merged[merged < n_rows]
+        if np.any(np.diff(rid[in_rows]) < 0):
+            raise ValueError("emptied files need rows whose row ids follow the commit log "
+                             "(arrival: commit)")
+        if cell_all is not None:
+            cell_all = np.r_[cell_all, col("file_batch", emptied)]
+    else:
+        merged = np.argsort(col(ROW_ID), kind="stable")  # row id order
+    # the merged sequence: ``merged`` holds positions in the concatenated sources (rows first,
+    # then the emptied files)
+    src, version, arr = src_all[merged], version_all[merged], arr_all[merged]
     if batch_by.commits is not None:
         unit_change = np.ones(len(merged), dtype=bool)  # a commit = one (source, version)
         unit_change[1:] = (src[1:] != src[:-1]) | (version[1:] != version[:-1])
         group = (np.cumsum(unit_change) - 1) // batch_by.commits
-    elif batch_by.by_files:
-        if file_batch is None:
-            raise ValueError("batch_by files/bytes needs each row's file batch "
-                             "(history.file_batches)")
-        cell = np.concatenate([np.asarray(file_batch[s], dtype=np.int64) for s in names]
-                              )[merged] if names else np.array([], dtype=np.int64)
+    elif cell_all is not None:
+        cell = cell_all[merged]
         assert not np.any(cell[1:] < cell[:-1])  # files and rows merge in the same order
-        group = _dense(cell)  # n files whose rows the filter all removed add no tick
+        group = _dense(cell)
     elif batch_by.rows is not None:
         group = np.arange(len(merged), dtype=np.int64) // batch_by.rows
     else:

@@ -133,7 +133,7 @@ def test_byte_sizes_are_read_as_spark_reads_them(tmp_path, three_commits, by, er
 def test_files_the_filter_empties_still_count(tmp_path: Path) -> None:
     # rule: maxFilesPerTrigger admits files before the query filters their rows, so a file
     # whose rows the filter all removes still takes its place in a batch (a batch of such
-    # files alone is no tick)
+    # files alone is a batch without input rows: an empty data tick)
     import json
 
     write_deltalake(str(tmp_path / "clicks"), pd.DataFrame({
@@ -144,8 +144,9 @@ def test_files_the_filter_empties_still_count(tmp_path: Path) -> None:
     gone = order[1]  # the filter empties the log's second file
     idx = {p: ord(p) - ord("a") for p in order}
     s = plan(spec_for(tmp_path, {"files": 1}, filter=f"part <> '{gone}'"))
-    # one file per batch: the emptied file's batch is no tick; the others keep one each
-    assert ticks_of(s) == [[idx[order[0]]], [idx[order[2]]], []]
+    # one file per batch: the emptied file's batch runs with no row; the others keep one each
+    assert ticks_of(s) == [[idx[order[0]]], [], [idx[order[2]]], []]
+    assert [t.idle for t in s.ticks] == [False, False, False, True]
     # two per batch: the first file with the emptied one, then the third alone (not the
     # first two files that have rows)
     s = plan(spec_for(tmp_path, {"files": 2}, filter=f"part <> '{gone}'"))
@@ -156,8 +157,23 @@ def test_versions_range_and_filter(tmp_path, three_commits) -> None:
     s = plan(spec_for(tmp_path, {"commits": 1}, versions=[1, 2]))
     assert ticks_of(s) == [[2, 3], [4], []]
     s = plan(spec_for(tmp_path, {"commits": 1}, filter="country = 'NL' AND id <> 4"))
-    # version 2 has no row left: it is no data tick at all
-    assert ticks_of(s) == [[1], [3], []]
+    # rule: version 2 has no row left, but a Delta source still reads it and Spark runs a
+    # batch on it (the query's filter runs after the source): an empty data tick
+    assert ticks_of(s) == [[1], [3], [], []]
+    assert [t.idle for t in s.ticks] == [False, False, False, True]
+
+
+def test_a_commit_the_filter_empties_still_counts_as_a_commit(tmp_path, three_commits) -> None:
+    # rule: batch_by commits counts the commits the source reads, before the query's filter:
+    # version 1 (ids 2 and 3) is emptied, yet it is the first batch's second commit
+    s = plan(spec_for(tmp_path, {"commits": 2}, filter="id <> 2 AND id <> 3"))
+    assert ticks_of(s) == [[1], [4], []]
+    s = plan(spec_for(tmp_path, {"commits": 1}, "live", filter="id <> 2 AND id <> 3"))
+    assert ticks_of(s) == [[1], [], [], [], [4], []]
+    assert [t.idle for t in s.ticks] == [False, True, False, True, False, True]
+    # rows: n counts the rows the query reads; an emptied commit adds nothing there
+    assert ticks_of(plan(spec_for(tmp_path, {"rows": 1}, filter="id <> 2 AND id <> 3"))
+                    ) == [[1], [4], []]
 
 
 def test_arrival_column_and_interval(tmp_path: Path) -> None:
@@ -342,3 +358,23 @@ def test_a_file_uri_names_a_local_table(tmp_path, three_commits) -> None:
     data["sources"]["clicks"]["table"] = three_commits.as_uri()  # file:///...
     assert data["sources"]["clicks"]["table"].startswith("file:///")
     assert ticks_of(plan(parse_spec(data, str(tmp_path / "s.yaml")))) == [[1], [2, 3], [4], []]
+
+
+def test_an_interval_whose_rows_the_filter_empties_is_a_batch(tmp_path, three_commits) -> None:
+    # rule: a commit arriving in an interval is read there even when the query's filter then
+    # removes all its rows: the interval is a batch without input rows (an empty data tick),
+    # not an interval without arrivals (no data tick)
+    import json
+
+    log = tmp_path / "clicks" / "_delta_log"
+    for v, at in enumerate([0, 60_000, 120_000]):
+        f = log / f"{v:020d}.json"
+        lines = [json.loads(x) for x in f.read_text().splitlines()]
+        for a in lines:
+            if "commitInfo" in a:
+                a["commitInfo"]["timestamp"] = 1_700_000_000_000 + at
+        f.write_text("\n".join(json.dumps(a) for a in lines) + "\n")
+    s = plan(spec_for(tmp_path, {"arrival_interval": "1 minute"}, filter="id <> 2 AND id <> 3"))
+    assert ticks_of(s) == [[1], [], [4], []]
+    assert [t.idle for t in s.ticks] == [False, False, False, True]
+    assert s.ticks[1].arrival_start_ms == 1_700_000_060_000
