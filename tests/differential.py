@@ -87,11 +87,13 @@ delays = st.sampled_from(["0 seconds", "2 seconds", "5 seconds", "10 seconds", "
 
 
 def single_spec(tmp: Path, name: str, query: dict, replay: dict, delay: str | None,
-                data: list[list[dict]], spark_conf: dict | None = None) -> BacktestSpec:
+                data: list[list[dict]], spark_conf: dict | None = None,
+                filter: str | None = None) -> BacktestSpec:
     write_commits(tmp / "events", data)
+    where = {"filter": filter} if filter else {}
     return parse_spec({
         "name": name,
-        "sources": {"events": {"table": str(tmp / "events"), "event_time": "ts"}},
+        "sources": {"events": {"table": str(tmp / "events"), "event_time": "ts", **where}},
         "query": {**query, "source": "events"},
         "replay": replay,
         "candidates": {"c": {"watermark": {"events": delay} if delay else {},
@@ -101,8 +103,10 @@ def single_spec(tmp: Path, name: str, query: dict, replay: dict, delay: str | No
 
 def join_spec(tmp: Path, query: dict, replay: dict, left_delay: str | None,
               right_delay: str | None, policy: str, left: list[list[dict]],
-              right: list[list[dict]], order: list[bool]) -> BacktestSpec:
-    """Commits of both sides interleaved in ``order`` (True = next left commit)."""
+              right: list[list[dict]], order: list[bool], filter: str | None = None
+              ) -> BacktestSpec:
+    """Commits of both sides interleaved in ``order`` (True = next left commit); ``filter``
+    on both sources."""
     li, ri = iter(left), iter(right)
     for take_left in order:
         side, it = ("left", li) if take_left else ("right", ri)
@@ -116,8 +120,9 @@ def join_spec(tmp: Path, query: dict, replay: dict, left_delay: str | None,
     wm = {k: v for k, v in (("left", left_delay), ("right", right_delay)) if v}
     return parse_spec({
         "name": "diffjoin",
-        "sources": {"left": {"table": str(tmp / "left"), "event_time": "ts"},
-                    "right": {"table": str(tmp / "right"), "event_time": "ts"}},
+        "sources": {side: {"table": str(tmp / side), "event_time": "ts",
+                           **({"filter": filter} if filter else {})}
+                    for side in ("left", "right")},
         "query": {**query, "kind": "join", "left": "left", "right": "right", "keys": ["k"]},
         "replay": replay,
         "candidates": {"c": {"watermark": wm, "policy": policy}},

@@ -161,3 +161,49 @@ def test_join(spark, tmp_path_factory, pace, policy, left, right, order, jtype, 
         if runs:
             mp.setattr(join, "WHOLE", 0)
         check(spec, tmp, spark)
+
+
+filtered_replays = st.fixed_dictionaries({
+    "batch_by": st.sampled_from([{"commits": 1}, {"commits": 2}, {"rows": 2}, {"files": 1}]),
+})
+
+
+@pytest.mark.parametrize("pace", ["backlog", "live"])
+@examples(3)
+@given(data=commits({**keys, "f": st.integers(0, 1)}), replay=filtered_replays, delay=delays,
+       kind=st.sampled_from(["window", "dedup", "session"]))
+def test_a_filter_that_empties_commits(spark, tmp_path_factory, pace, data, replay, delay,
+                                       kind) -> None:
+    # rule: a commit whose rows the source filter all removes is still read, and Spark runs a
+    # batch on it (an empty data tick, tests/test_replay_filter.py); about half of the rows
+    # fail ``f = 1`` here, so commits of one or two rows are often emptied
+    tmp = tmp_path_factory.mktemp("filtered")
+    query = {"window": {"kind": "aggregation", "keys": ["k"],
+                        "window": {"duration": "5 seconds"}, "aggregates": {"n": "count(*)"}},
+             "dedup": {"kind": "deduplication", "keys": ["k"]},
+             "session": {"kind": "session", "keys": ["k"], "gap": "3 seconds",
+                         "aggregates": {"n": "count(*)"}}}[kind]
+    assume(any(r["f"] == 1 for c in data for r in c))  # (a source must keep a row)
+    spec = single_spec(tmp, "difffilter", query, {**replay, "pace": pace}, delay, data,
+                       filter="f = 1")
+    check(spec, tmp, spark)
+
+
+@pytest.mark.parametrize("pace", ["backlog", "live"])
+@examples(3)
+@given(left=commits({"k": st.integers(1, 2), "f": st.integers(0, 1)}, max_commits=3),
+       right=commits({"k": st.integers(1, 2), "f": st.integers(0, 1)}, max_commits=3),
+       order=st.lists(st.booleans(), min_size=6, max_size=6),
+       jtype=st.sampled_from(["inner", "left_outer", "full_outer"]),
+       replay=filtered_replays)
+def test_a_filter_that_empties_commits_of_a_join(spark, tmp_path_factory, pace, left, right,
+                                                 order, jtype, replay) -> None:
+    # rule: as above, for commits of either side of a join (time range -5 s .. 0 s)
+    assume(any(r["f"] == 1 for c in left for r in c)
+           and any(r["f"] == 1 for c in right for r in c))
+    tmp = tmp_path_factory.mktemp("filteredjoin")
+    spec = join_spec(tmp, {"type": jtype, "time_range": {"lower": "-5 seconds",
+                                                        "upper": "0 seconds"}},
+                     {**replay, "pace": pace}, "2 seconds", "2 seconds", "min", left, right,
+                     order, filter="f = 1")
+    check(spec, tmp, spark)
