@@ -296,3 +296,22 @@ def test_more_rows_than_the_limbs_add_exactly_are_refused(monkeypatch: pytest.Mo
     assert len(predict(*_one_group([Decimal(1)] * 2, 10, 0), "c").outputs) == 1
     with pytest.raises(SpecError, match="fewer than 2\\^31 rows, the source has 3"):
         predict(*_one_group([Decimal(1)] * 3, 10, 0), "c")
+
+
+def test_a_decimal_column_is_converted_once_for_every_candidate(monkeypatch) -> None:
+    # the conversion of Python decimals to arrow is most of a decimal sum's cost: the range
+    # check, the sum's and the average's buffers and every further candidate (a backtest, a
+    # sweep) share it (aggfuncs.frame_decimals), and their predictions are unchanged
+    rows = [[{"k": i % 2, "ts": 10 * b + i, "x": Decimal(f"{b}{i}.25")} for i in range(3)]
+            for b in range(3)]
+    sched = replace(schedule_of(rows), decimals={"events": {"x": (38, 18)}})
+    spec = spec_of({"kind": "aggregation", "keys": ["k"], "window": {"duration": "10 seconds"},
+                    "aggregates": {"s": "sum(x)", "a": "avg(x)"}})
+    before = predict(sched, spec, "c", explain=False).outputs
+    calls = []
+    real = aggfuncs._arrow
+    monkeypatch.setattr(aggfuncs, "_arrow", lambda *a: calls.append(a[1:]) or real(*a))
+    aggfuncs._ARROW.pop(id(sched.rows["events"]), None)  # (converted by the prediction above)
+    for _ in range(3):
+        pd.testing.assert_frame_equal(predict(sched, spec, "c", explain=False).outputs, before)
+    assert calls == [(38, 18)]
