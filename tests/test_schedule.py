@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from deltalake import write_deltalake
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from semantics.errors import DataError, SpecError
 from semantics.history import plan
@@ -378,3 +381,87 @@ def test_an_interval_whose_rows_the_filter_empties_is_a_batch(tmp_path, three_co
     assert ticks_of(s) == [[1], [], [4], []]
     assert [t.idle for t in s.ticks] == [False, False, False, True]
     assert s.ticks[1].arrival_start_ms == 1_700_000_060_000
+
+
+@st.composite
+def _logs(draw: st.DrawFn) -> list[tuple[int, int, int, int, int]]:
+    """Data files of one or two sources: (arrival ms, source, version, add index, rows kept
+    by the filter: 0 = emptied), in the log's order per source."""
+    out = []
+    for src in range(draw(st.integers(1, 2))):
+        at, add = 0, 0
+        for version in range(draw(st.integers(1, 5))):
+            at += draw(st.sampled_from([0, 1, 500, 1000, 2500]))
+            for _ in range(draw(st.integers(1, 3))):
+                out.append((at, src, version, add, draw(st.integers(0, 2))))
+                add += 1
+    return out
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(log=_logs(), by=st.sampled_from([{"commits": 1}, {"commits": 2}, {"files": 1},
+                                        {"files": 2}, {"rows": 2},
+                                        {"arrival_interval": "1 second"}]),
+       pace=st.sampled_from(["backlog", "live"]))
+def test_cut_with_emptied_files_against_a_plain_model(log, by, pace) -> None:
+    # rule: emptied files take their place in the arrival sequence as any file (a commit, a
+    # file, an arrival), and a tick that gets only such files is a data tick without rows;
+    # rows: n ignores them. The model walks the files one by one.
+    from semantics.schedule import ADD_INDEX, ARRIVAL_MS, ROW_ID, VERSION, cut
+    from semantics.spec import BatchBy
+
+    batch_by = BatchBy.model_validate(by)
+    files = sorted(log)  # merged: arrival, source, version, add index
+    assume(any(f[4] for f in files if f[1] == 0) and (len({f[1] for f in files}) == 1
+                                                      or any(f[4] for f in files if f[1] == 1)))
+    names = sorted({f[1] for f in files})
+    rows: dict[int, list[dict]] = {s: [] for s in names}
+    fb = {s: [] for s in names}
+    gone: dict[int, list[dict]] = {s: [] for s in names}
+    rid = 0
+    for i, (at, src, version, add, kept) in enumerate(files):
+        batch = i // (batch_by.files or 1)
+        if not kept:
+            gone[src].append({ARRIVAL_MS: at, VERSION: version, ADD_INDEX: add,
+                              "file_batch": batch})
+        for _ in range(kept):
+            rows[src].append({ROW_ID: rid, ARRIVAL_MS: at, VERSION: version, ADD_INDEX: add,
+                              "ts": pd.Timestamp(rid, unit="s", tz="UTC")})
+            fb[src].append(batch)
+            rid += 1
+    # the model: each file's group, then groups in order, empty ones kept
+    if batch_by.rows is not None:
+        seq = [(f, None) for f in files for _ in range(f[4])]
+        groups = [i // batch_by.rows for i in range(len(seq))]
+    elif batch_by.commits is not None:
+        commit_ids = {}
+        for f in files:
+            commit_ids.setdefault((f[1], f[2], f[0]), len(commit_ids))
+        groups = [commit_ids[(f[1], f[2], f[0])] // batch_by.commits for f in files]
+    elif batch_by.files is not None:
+        groups = [i // batch_by.files for i in range(len(files))]
+    else:
+        groups = [(f[0] - files[0][0]) // 1000 for f in files]
+    dense = {g: k for k, g in enumerate(sorted(set(groups)))}
+    expect: list[list[int]] = [[] for _ in dense]
+    rid = 0
+    per_file = [f[4] for f in files] if batch_by.rows is None else [1] * len(groups)
+    for g, n in zip(groups, per_file, strict=True):
+        for _ in range(n):
+            expect[dense[g]].append(rid)
+            rid += 1
+    label = {s: f"s{s}" for s in names}
+    frames = {label[s]: pd.DataFrame(rows[s]) for s in names}
+    sched = cut("t", frames, {label[s]: "ts" for s in names}, batch_by, pace,
+                file_batch={label[s]: np.array(fb[s], dtype=np.int64) for s in names}
+                if batch_by.by_files else None,
+                emptied={label[s]: pd.DataFrame(gone[s], columns=[ARRIVAL_MS, VERSION,
+                                                                  ADD_INDEX, "file_batch"])
+                         for s in names})
+    data = [t for t in sched.ticks if not t.idle]
+    got = [sorted(r for s in sched.rows for r in sched.tick_rows(s, t.index)[ROW_ID])
+           for t in data]
+    assert got == expect
+    assert [t.idle for t in sched.ticks] == (
+        [x for _ in expect for x in (False, True)] if pace == "live" else
+        [False] * len(expect) + [True])
