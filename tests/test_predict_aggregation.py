@@ -187,14 +187,15 @@ def test_aggregate_types_and_null_handling() -> None:
     ]
     df = pd.DataFrame(rows)
     df["v"] = df["v"].astype("Int64")
+    df["f"] = pd.array([0.5, 1.5, None], dtype="Float64")  # a NULL (a NaN is a value)
     r = run(q, [df], watermark=None)
     out = r.outputs.sort_values("k").reset_index(drop=True)
     assert out["rows"].tolist() == [2, 1]
     assert out["vals"].tolist() == [1, 0]
     assert str(out["total"].dtype) == "Int64"
     assert out["total"].tolist()[0] == 2 and out["total"].isna().tolist() == [False, True]
-    assert out["mean"].tolist()[0] == 2.0 and np.isnan(out["mean"].iloc[1])
-    assert out["fsum"].tolist()[0] == 2.0 and np.isnan(out["fsum"].iloc[1])
+    assert out["mean"].tolist()[0] == 2.0 and out["mean"].iloc[1] is pd.NA  # NULL, not NaN
+    assert out["fsum"].tolist()[0] == 2.0 and out["fsum"].iloc[1] is pd.NA
     assert out["lo"].tolist() == ["a", None] and out["hi"].tolist() == ["b", None]
     assert str(out["first"].dtype) == "datetime64[us, UTC]"
     assert out["first"].iloc[0] == pd.Timestamp(1, unit="s", tz="UTC")

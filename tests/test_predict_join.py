@@ -760,8 +760,8 @@ def test_explain_says_which_rows_a_join_row_met_and_where_it_is(jtype: str) -> N
 @pytest.mark.parametrize("explain", [True, False])
 def test_output_columns_keep_their_types_and_null_padding(explain: bool) -> None:
     # output columns (report.output_columns): each side's columns in a nullable dtype of their
-    # own width (Int8, Float32, boolean...), a NaN read as null, strings as objects; the side
-    # of a null-padded row is all nulls (NA, None, NaT)
+    # own width (Int8, Float32, boolean...), a NULL float as null and a NaN as NaN, strings as
+    # objects; the side of a null-padded row is all nulls (NA, None, NaT)
     def side(row0: int, keys: list[int], secs: list[int], arrival_ms: list[int]
              ) -> pd.DataFrame:
         n = len(keys)
@@ -770,7 +770,8 @@ def test_output_columns_keep_their_types_and_null_padding(explain: bool) -> None
             "arrival_ms": np.array(arrival_ms, dtype=np.int64),
             "commit_version": np.arange(n, dtype=np.int64),
             "k": np.array(keys, dtype=np.int64),
-            "f": np.array([1.5, np.nan, 2.5, 3.5][:n]),
+            "f": pd.array([1.5, None, 2.5, 3.5][:n], dtype="Float64"),
+            "x": np.array([np.nan, 1.0, np.nan, 2.0][:n]),  # (numpy: a NaN is a NaN)
             "g": np.array([0.25, 0.5, 0.75, 1.0][:n], dtype=np.float32),
             "b": np.array([True, False, True, False][:n]),
             "s": np.array(["x", None, "z", "w"][:n], dtype=object),
@@ -797,13 +798,16 @@ def test_output_columns_keep_their_types_and_null_padding(explain: bool) -> None
     assert dict(out.dtypes.astype(str)) == {
         "batch_id": "int64",
         **{f"{s}_{c}": t for s in "lr" for c, t in (
-            ("row_id", "Int64"), ("k", "Int64"), ("f", "Float64"), ("g", "Float32"),
+            ("row_id", "Int64"), ("k", "Int64"), ("f", "Float64"), ("x", "Float64"),
+            ("g", "Float32"),
             ("b", "boolean"), ("s", "object"), ("i8", "Int8"), ("n", "Int64"),
             ("ts", "datetime64[us, UTC]"))}}
     # left rows 0 and 2 (key 0) meet right row 10; left row 1 (key 1) is padded when evicted
     assert out["l_row_id"].tolist() == [0, 1, 2]
     assert out["r_row_id"].tolist() == [10, pd.NA, 10]
     assert out["l_f"].tolist() == [1.5, pd.NA, 2.5] and out["r_f"].tolist() == [1.5, pd.NA, 1.5]
+    assert str(out["l_x"].tolist()) == "[nan, 1.0, nan]"  # a NaN stays a NaN
+    assert str(out["r_x"].tolist()) == "[nan, <NA>, nan]"  # the padded row: NULL
     assert out["l_b"].tolist() == [True, False, True]
     assert out["r_s"].tolist() == ["x", None, "x"] and out["l_s"].tolist() == ["x", None, "z"]
     assert out["r_i8"].tolist() == [1, pd.NA, 1] and out["l_n"].tolist() == [1, pd.NA, 3]
