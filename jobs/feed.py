@@ -10,7 +10,10 @@ Invariants the replay relies on:
   source orders new files by modification time, not by name;
 * a file appears in the watched directory atomically (written to a staging dir, then renamed);
 * event times are ``timestamp[us, UTC]`` (tz-aware → Spark TimestampType, never TIMESTAMP_NTZ),
-  strings are plain ``string`` (no string_view / large_string).
+  strings are plain ``string`` (no string_view / large_string);
+* a float NaN is written as NaN and a NULL as NULL, as the Delta table holds them (a nullable
+  ``Float64`` column keeps both apart, a numpy float column has no NULL: ``operators.columns``),
+  so Spark reads what the production job reads from the table.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql.pandas.types import from_arrow_schema
@@ -100,7 +104,7 @@ def tick_table(spec: BacktestSpec, schedule: Schedule, tick: int,
             continue
         n = len(rows)
         names = [ROW_ID, *schedule.data_columns[s]]
-        own = pa.Table.from_pandas(rows[names], preserve_index=False)
+        own = arrow_rows(rows, names)
         arrays = []
         for f in schema:
             if f.name == TAG:
@@ -114,6 +118,23 @@ def tick_table(spec: BacktestSpec, schedule: Schedule, tick: int,
     if not parts:
         return schema.empty_table()
     return pa.concat_tables(parts)
+
+
+def arrow_rows(rows: pd.DataFrame, names: list[str]) -> pa.Table:
+    """``rows[names]`` as an arrow table, a float NaN kept as NaN: ``from_pandas`` writes a
+    numpy float column's NaN as NULL (pandas' missing value), so those columns are converted
+    as plain arrays (a nullable ``Float64`` column converts right: NULL from its mask, NaN from
+    its data).
+
+    >>> arrow_rows(pd.DataFrame({"x": [float("nan"), 1.0]}), ["x"]).column("x").null_count
+    0
+    """
+    table = pa.Table.from_pandas(rows[names], preserve_index=False)
+    for i, name in enumerate(names):
+        col = rows[name]
+        if isinstance(col.dtype, np.dtype) and col.dtype.kind == "f":
+            table = table.set_column(i, table.field(i), pa.array(col.to_numpy()))
+    return table
 
 
 def write_tick(spec: BacktestSpec, schedule: Schedule, tick: int, position: int,

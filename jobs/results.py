@@ -26,7 +26,7 @@ import pyarrow.dataset as ds
 import pyarrow.json as pa_json
 from deltalake import DeltaTable, write_deltalake
 
-from semantics.report import REPORT_COLUMNS, RunResult, json_texts
+from semantics.report import REPORT_COLUMNS, RunResult, json_texts, nan_kept
 from semantics.schedule import Schedule
 from semantics.spec import BacktestSpec
 
@@ -98,7 +98,7 @@ class ResultsStore:
                     key)
         outs = result.outputs
         n = len(outs)
-        texts = json_texts(outs, [c for c in outs.columns if c != "batch_id"])
+        texts = json_texts(nan_kept(outs), [c for c in outs.columns if c != "batch_id"])
         o = pa.table({  # (arrow arrays directly: no pandas object columns of the key per row)
             **{k: pa.repeat(pa.scalar(v, pa.string()), n) for k, v in key.items()},
             "batch_id": outs["batch_id"].to_numpy(dtype=np.int64) if "batch_id" in outs
@@ -167,7 +167,12 @@ def parsed_rows(rows: pa.ChunkedArray) -> pd.DataFrame:
     """The stored rows' JSON objects as a frame, as ``pd.DataFrame([json.loads(r) ...])``
     makes it (the same columns, dtypes and values), parsed by arrow's JSON reader in one block
     (so every row informs the inferred types); per row with ``json.loads`` when arrow cannot
-    (``Infinity``, integers past int64)."""
+    (``Infinity``, integers past int64). But a float column holding a null is a nullable
+    ``Float64``, whose data keeps a ``NaN`` apart from the null (``operators.columns``).
+
+    >>> parsed_rows(pa.chunked_array([['{"x": NaN}', '{"x": null}']]))["x"].tolist()
+    [nan, <NA>]
+    """
     text = rows.combine_chunks().cast(pa.large_string())
     whole = pa.LargeListArray.from_arrays(pa.array([0, len(text)], pa.int64()), text)
     buf = pc.binary_join(whole, pa.scalar("\n", pa.large_string()))[0].as_buffer()
@@ -176,7 +181,19 @@ def parsed_rows(rows: pa.ChunkedArray) -> pd.DataFrame:
             table = pa_json.read_json(pa.BufferReader(buf),
                                       pa_json.ReadOptions(block_size=buf.size + 1))
             if table.num_rows == len(text):
-                return table.to_pandas()
+                df = table.to_pandas()
+                for f, col in zip(table.schema, table.columns, strict=True):
+                    if pa.types.is_floating(f.type) and col.null_count:
+                        df[f.name] = col.to_pandas(types_mapper={f.type: pd.Float64Dtype()}.get)
+                return df
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             pass
-    return pd.DataFrame([json.loads(r) for r in text.to_pylist()])
+    records = [json.loads(r) for r in text.to_pylist()]
+    df = pd.DataFrame(records)
+    for c in df.columns:  # (as arrow's reader: a column of floats, not of integers, and nulls)
+        if isinstance(df[c].dtype, np.dtype) and df[c].dtype.kind == "f" and df[c].hasnans:
+            got = [r.get(c) for r in records]
+            null = np.array([v is None for v in got])
+            if null.any() and any(isinstance(v, float) for v in got):
+                df[c] = pd.arrays.FloatingArray(np.where(null, 0.0, df[c].to_numpy()), null)
+    return df

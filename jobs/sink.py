@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -113,38 +114,38 @@ def read_outputs(outputs: Path, batch_ids: list[int], columns: list[str]) -> pd.
     """``batch_id`` + ``columns`` for the given batches, in batch order then file order.
 
     Timestamps come back as ``datetime64[us, UTC]``; integer columns holding nulls (outer
-    joins) as nullable ``Int64``.
+    joins) as nullable ``Int64``; float columns holding nulls as nullable ``Float64`` (or
+    ``Float32``), whose data keeps a NaN apart from a NULL (``operators.columns``).
     """
-    frames: list[pd.DataFrame] = []
+    tables: list[pa.Table] = []
     for b in batch_ids:
         d = batch_dir(outputs, b)
         files = sorted(p for p in d.glob("*.parquet") if not p.name.startswith(("_", ".")))
-        tables = [pq.read_table(p) for p in files]
-        tables = [t for t in tables if t.num_rows]
-        if not tables:
-            continue
-        t = pa.concat_tables(tables, promote_options="default")
-        df = _to_pandas(t)
-        df.insert(0, "batch_id", b)
-        frames.append(df)
-    if not frames:
+        for t in (pq.read_table(p) for p in files):
+            if t.num_rows:
+                tables.append(t.append_column("batch_id", pa.array(np.full(t.num_rows, b))))
+    if not tables:
         return pd.DataFrame({c: pd.Series(dtype="object") for c in ["batch_id", *columns]})
-    out = pd.concat(frames, ignore_index=True)
-    for c in out.columns:
-        if pd.api.types.is_integer_dtype(out[c]) and out[c].isna().any():
-            out[c] = out[c].astype("Int64")
-    return out[["batch_id", *columns]]
+    # one table, converted once: frames of batches with and without a NULL would concatenate
+    # a nullable float column with a numpy one, which turns the NaN into NULL
+    df = _to_pandas(pa.concat_tables(tables, promote_options="default"))
+    return df[["batch_id", *columns]]
+
+
+_FLOATS = {pa.float32(): pd.Float32Dtype(), pa.float64(): pd.Float64Dtype()}
 
 
 def _to_pandas(t: pa.Table) -> pd.DataFrame:
-    df = t.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype(),
-                                   pa.int32(): pd.Int64Dtype()}.get)
-    for f in t.schema:
+    df = t.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype(), pa.int32(): pd.Int64Dtype(),
+                                   pa.int16(): pd.Int64Dtype(), pa.int8(): pd.Int64Dtype()}.get)
+    for f, col in zip(t.schema, t.columns, strict=True):
         if pa.types.is_timestamp(f.type):
-            col = df[f.name]
-            if getattr(col.dt, "tz", None) is None:
-                col = col.dt.tz_localize("UTC")
-            df[f.name] = col.astype("datetime64[us, UTC]")
-        elif pa.types.is_integer(f.type) and not df[f.name].isna().any():
+            c = df[f.name]
+            if getattr(c.dt, "tz", None) is None:
+                c = c.dt.tz_localize("UTC")
+            df[f.name] = c.astype("datetime64[us, UTC]")
+        elif pa.types.is_integer(f.type) and not col.null_count:
             df[f.name] = df[f.name].astype("int64")
+        elif f.type in _FLOATS and col.null_count:
+            df[f.name] = col.to_pandas(types_mapper=_FLOATS.get)
     return df

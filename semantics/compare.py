@@ -15,7 +15,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from semantics.operators.columns import values_of
+from semantics.operators.columns import float_series, values_of
 from semantics.report import EXACT_COLUMNS, bool_texts, int_texts, texts_of
 
 FLOAT_DIGITS = 12
@@ -69,7 +69,8 @@ def compare_reports(predicted: pd.DataFrame, actual: pd.DataFrame,
 
 
 def canonical(df: pd.DataFrame) -> pd.DataFrame:
-    """Comparable values: timestamps as epoch µs, integers/booleans nullable, NA as None."""
+    """Comparable values: timestamps as epoch µs, integers/booleans/floats nullable (a float
+    NULL is ``NA``, a NaN stays a NaN: Spark tells them apart), other NA as None."""
     out = df.copy()
     for c in out.columns:
         s = out[c]
@@ -78,7 +79,7 @@ def canonical(df: pd.DataFrame) -> pd.DataFrame:
             out[c] = out[c].astype("datetime64[us, UTC]").astype("int64").where(s.notna())
             out[c] = out[c].astype("Int64")
         elif pd.api.types.is_float_dtype(s):
-            out[c] = s.astype("float64")
+            out[c] = float_series(s)
         elif pd.api.types.is_integer_dtype(s) or pd.api.types.is_bool_dtype(s):
             out[c] = s.astype("Int64") if not pd.api.types.is_bool_dtype(s) else s.astype("boolean")
         else:
@@ -90,11 +91,15 @@ def row_keys(df: pd.DataFrame, columns: list[str]) -> pd.Series:
     """One text key per row over ``columns``; floats rounded to ``FLOAT_DIGITS`` significant
     digits, so sums and averages added up in another order still compare equal. The values'
     texts are :func:`canonical`'s (timestamps as epoch µs; a NULL: ``<NA>`` in integer,
-    boolean and timestamp columns, ``None`` in the others), joined with ``|``.
+    boolean and timestamp columns, ``None`` in the others; a float NaN ``nan``: a NaN equals a
+    NaN, and no NULL), joined with ``|``.
 
-    >>> row_keys(pd.DataFrame({"b": [3, 3], "x": [0.1 + 0.2, None], "s": ["a", None]}),
+    >>> row_keys(pd.DataFrame({"b": [3, 3, 3], "s": ["a", None, "c"],
+    ...                        "x": pd.array([0.1 + 0.2, None, 1], dtype="Float64")}),
     ...          ["b", "x", "s"]).tolist()
-    ['3|0.3|a', '3|None|None']
+    ['3|0.3|a', '3|None|None', '3|1|c']
+    >>> row_keys(pd.DataFrame({"x": [float("nan")]}), ["x"]).tolist()
+    ['nan']
     """
     keys = _keys([df], columns).to_numpy(zero_copy_only=False)
     return pd.Series(keys.astype(object, copy=False), index=df.index, dtype=object)
@@ -123,8 +128,9 @@ def _texts_across(frames: list[pd.DataFrame], column: str) -> pa.Array:
     mostly the same values, and each distinct value is formatted once."""
     cols = [f[column] if column in f.columns else None for f in frames]
     if len(cols) > 1 and all(s is not None and pd.api.types.is_float_dtype(s) for s in cols):
-        x = np.concatenate([s.astype("float64").to_numpy() for s in cols if s is not None])
-        return pa.array(texts_of(x, _float_text), _LARGE)
+        vs = [values_of(s) for s in cols if s is not None]
+        return _float_texts(np.concatenate([v.data for v in vs]),
+                            np.concatenate([~v.valid for v in vs]))
     return pa.concat_arrays([pa.repeat(pa.scalar("None", _LARGE), len(f)) if s is None
                              else _column_texts(s) for s, f in zip(cols, frames, strict=True)])
 
@@ -136,7 +142,8 @@ def _column_texts(s: pd.Series) -> pa.Array:
         v = values_of(s)  # µs since the epoch (UTC), and the null mask
         return int_texts(v.data, s.isna().to_numpy(), "<NA>", _LARGE)
     if pd.api.types.is_float_dtype(s):
-        return pa.array(texts_of(s.astype("float64").to_numpy(), _float_text), _LARGE)
+        v = values_of(s)
+        return _float_texts(v.data, v.null)
     null = s.isna().to_numpy()
     if pd.api.types.is_bool_dtype(s):
         return bool_texts(s.to_numpy(dtype=bool, na_value=False), null, ("True", "False"),
@@ -150,7 +157,16 @@ def _column_texts(s: pd.Series) -> pa.Array:
 
 
 def _float_text(v: float) -> str:
-    return "None" if v != v else f"{v:.{FLOAT_DIGITS}g}"
+    return f"{v:.{FLOAT_DIGITS}g}"  # (a NaN: ``nan``)
+
+
+def _float_texts(x: np.ndarray, null: np.ndarray | None) -> pa.Array:
+    """Texts of float64 values (``FLOAT_DIGITS`` significant digits, a NaN ``nan``), ``None``
+    where ``null``."""
+    text = texts_of(x, _float_text)
+    if null is not None and null.any():
+        text[null] = "None"
+    return pa.array(text, _LARGE)
 
 
 def row_counts(predicted: pd.DataFrame, actual: pd.DataFrame) -> pd.DataFrame:

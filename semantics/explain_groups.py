@@ -10,15 +10,18 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from semantics.operators.columns import is_nan, null_mask, values_of
 from semantics.operators.fates import LEAVING, WORDS, fmt_us
 from semantics.operators.windows import assign_windows
 from semantics.spec import AggregationQuery, BacktestSpec, SessionQuery
 
 
 def key_value(v: object) -> str:
-    """A key value as the paragraph says it (NULL; timestamps as the fates write them, UTC:
-    ``2026-11-20 08:47:10.294129``)."""
-    if pd.isna(v):  # None, NA, NaN, NaT
+    """A key value as the paragraph says it (NULL, NaN; timestamps as the fates write them,
+    UTC: ``2026-11-20 08:47:10.294129``)."""
+    if is_nan(v):  # a value (Spark's NaN), not a NULL
+        return "NaN"
+    if pd.isna(v):  # None, NA, NaT
         return "NULL"
     if isinstance(v, pd.Timestamp):
         return str(fmt_us(v.value // 1000)[0])  # .value: ns, whatever the unit
@@ -92,14 +95,21 @@ def _batches(ids: tuple[int, ...]) -> str:
 
 
 def _of_key(df: pd.DataFrame, keys: list[str], row: pd.Series, prefix: str) -> pd.Series | None:
-    """Rows of ``df`` whose ``prefix + k`` columns equal the row's keys (NULL matches NULL);
-    None if a key column is missing."""
+    """Rows of ``df`` whose ``prefix + k`` columns equal the row's keys (NULL matches NULL, a
+    NaN matches a NaN, as grouping keys do); None if a key column is missing."""
     m = pd.Series(True, index=df.index)
     for k in keys:
         col = df.get(prefix + k)
         if col is None:
             return None
-        m &= col.isna() if pd.isna(row[k]) else (col == row[k]).fillna(False).astype(bool)
+        v = row[k]
+        if is_nan(v):
+            cv = values_of(col)
+            m &= np.isnan(cv.data) & cv.valid if cv.kind == "float" else False
+        elif pd.isna(v):
+            m &= null_mask(col)
+        else:
+            m &= (col == v).fillna(False).astype(bool)
     return m
 
 

@@ -183,13 +183,17 @@ _NULLABLE = {
     pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(), pa.int32(): pd.Int32Dtype(),
     pa.int64(): pd.Int64Dtype(), pa.uint8(): pd.UInt8Dtype(), pa.uint16(): pd.UInt16Dtype(),
     pa.uint32(): pd.UInt32Dtype(), pa.uint64(): pd.UInt64Dtype(), pa.bool_(): pd.BooleanDtype(),
+    pa.float32(): pd.Float32Dtype(), pa.float64(): pd.Float64Dtype(),
 }
 
 
 def _to_pandas(table: pa.Table) -> pd.DataFrame:
-    """``table`` as pandas, keeping SQL types: an integer or boolean column holding NULLs
-    becomes pandas' nullable ``Int*`` / ``boolean`` (Arrow's default would make it float64 —
-    a long beyond 2^53 loses digits and a sum turns into a double — or object)."""
+    """``table`` as pandas, keeping SQL types: an integer, boolean or floating-point column
+    holding NULLs becomes pandas' nullable ``Int*`` / ``boolean`` / ``Float*`` (Arrow's default
+    would make it float64 — a long beyond 2^53 loses digits and a sum turns into a double, a
+    NULL double becomes NaN, which Spark tells apart from NULL — or object). A nullable float
+    column keeps a NaN in its data and a NULL in its mask; a float column without NULLs stays
+    numpy, its NaN are NaN (``operators.columns``)."""
     df = table.to_pandas(timestamp_as_object=False)
     for name, col in zip(table.column_names, table.columns, strict=True):
         if col.null_count and col.type in _NULLABLE:

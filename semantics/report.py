@@ -111,11 +111,12 @@ class RunResult:
 
     def to_json(self, records: bool = True) -> dict[str, object]:
         """The JSON document of SPEC.md §4's ``predicted``/``actual`` part; ``records=False``
-        keeps the two frames as frames, for :func:`dumps` to write as text."""
+        keeps the two frames as frames, for :func:`dumps` to write as text. An emitted NaN is
+        written ``NaN`` (as ``json.dumps`` writes one; :func:`nan_kept`), a NULL ``null``."""
         conv = frame_to_records if records else (lambda df: df)
         return {
             "batches": conv(self.batches),
-            "outputs": conv(self.outputs),
+            "outputs": conv(nan_kept(self.outputs)),
             **({"info": self.info} if self.info else {}),
         }
 
@@ -151,6 +152,25 @@ def dumps(doc: object) -> str:
 def _rows_text(df: pd.DataFrame) -> str:
     """The JSON list of ``df``'s rows (:func:`json_rows` of every column)."""
     return "[" + ", ".join(json_rows(df, list(df.columns)).tolist()) + "]"
+
+
+def nan_kept(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` (emitted rows) with every numpy float column that holds a NaN as a nullable float
+    column without a NULL, so the JSON forms (:func:`frame_to_records`, :func:`json_texts`)
+    write its NaN as ``NaN`` (a value, as Spark has it; ``json.loads`` and arrow's JSON reader
+    read it back) instead of null, pandas' missing value in a numpy column.
+
+    >>> json_rows(nan_kept(pd.DataFrame({"x": [float("nan"), 1.0]})), ["x"]).tolist()
+    ['{"x": NaN}', '{"x": 1.0}']
+    """
+    out = None
+    for c in df.columns:
+        col = df[c]
+        if isinstance(col.dtype, np.dtype) and col.dtype.kind == "f" and col.hasnans:
+            out = df.copy(deep=False) if out is None else out
+            x = col.to_numpy()
+            out[c] = pd.arrays.FloatingArray(x, np.zeros(len(x), dtype=bool))
+    return df if out is None else out
 
 
 def frame_to_records(df: pd.DataFrame) -> list[dict[str, object]]:
@@ -217,7 +237,8 @@ def json_texts(df: pd.DataFrame, columns: Sequence[str]) -> pa.ChunkedArray:
 
 def _json_values(col: pd.Series) -> pa.Array:
     """JSON text of every value of ``col`` (as ``json.dumps`` writes the Python value
-    :func:`frame_to_records` makes of it; null for NaN/NA/NaT/None)."""
+    :func:`frame_to_records` makes of it; null for NA/NaT/None and a numpy column's NaN, ``NaN``
+    for a nullable float column's NaN)."""
     if pd.api.types.is_datetime64_any_dtype(col):
         col = epoch_ms(col)
     null = col.isna().to_numpy()
@@ -231,6 +252,7 @@ def _json_values(col: pd.Series) -> pa.Array:
         x = col.to_numpy(dtype=np.float64, na_value=np.nan)
         words = texts_of(x, repr)  # json.dumps writes float.__repr__
         words[np.isposinf(x)], words[np.isneginf(x)] = "Infinity", "-Infinity"
+        words[np.isnan(x)] = "NaN"
         words[null] = "null"
         return pa.array(words, pa.string())
     # strings and other objects: one json.dumps per distinct value

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from deltalake import write_deltalake
 
@@ -19,12 +20,14 @@ def write_commits(path: Path | str, commits: Sequence[Sequence[dict]],
                   event_time: str = "ts") -> Path:
     """Write each element of ``commits`` as one Delta commit (version 0, 1, ...).
 
-    Numeric values in the ``event_time`` field are seconds since the epoch.
+    Numeric values in the ``event_time`` field are seconds since the epoch. In a float column
+    ``None`` (or a missing value) is written as NULL and ``float("nan")`` as NaN (pandas alone
+    would write both as NULL).
     """
     path = Path(path)
     schema_df: pd.DataFrame | None = None
     for rows in commits:
-        df = pd.DataFrame(list(rows))
+        df = _nan_kept(pd.DataFrame(list(rows)), rows, event_time)
         if event_time in df.columns and pd.api.types.is_numeric_dtype(df[event_time]):
             df[event_time] = [ts(v) for v in df[event_time]]
         if len(df) == 0 and schema_df is not None:
@@ -34,3 +37,13 @@ def write_commits(path: Path | str, commits: Sequence[Sequence[dict]],
         write_deltalake(str(path), df, mode="append")
         schema_df = df
     return path
+
+
+def _nan_kept(df: pd.DataFrame, rows: Sequence[dict], event_time: str) -> pd.DataFrame:
+    """``df`` (made of ``rows``) with each float column as a nullable ``Float64`` masked where
+    the row held no value: its NaN stay NaN in arrow (a numpy column's NaN become NULL)."""
+    for c in df.columns:
+        if c != event_time and isinstance(df[c].dtype, np.dtype) and df[c].dtype.kind == "f":
+            null = np.array([r.get(c) is None for r in rows], dtype=bool)
+            df[c] = pd.arrays.FloatingArray(np.where(null, 0.0, df[c].to_numpy()), null)
+    return df

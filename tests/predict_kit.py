@@ -29,6 +29,27 @@ def spec_of(query: dict, watermark: str | None = "10 seconds", pace: str = "back
     })
 
 
+NEG_NAN = float(np.array([0xFFF8000000000000], dtype=np.uint64).view(np.float64)[0])  # 0.0/0.0
+
+
+def floats(*xs: float | None) -> pd.arrays.FloatingArray:
+    """A nullable float column as the schedule holds one: ``None`` is NULL, a NaN is a NaN (a
+    plain float column of a frame built from dicts holds both as NaN)."""
+    null = np.array([x is None for x in xs], dtype=bool)
+    return pd.arrays.FloatingArray(np.array([0.0 if x is None else x for x in xs],
+                                            dtype=np.float64), null)
+
+
+def cell(v: object) -> object:
+    """A value as a test says it: a NaN ``"NaN"``, a NULL (NA, None, NaT) None, numpy scalars
+    as Python ones."""
+    if isinstance(v, float | np.floating) and np.isnan(v):
+        return "NaN"
+    if v is None or v is pd.NA or v is pd.NaT:
+        return None
+    return v.item() if isinstance(v, np.generic) else v
+
+
 def schedule_of(batches: Sequence[Sequence[dict]], pace: str = "backlog",
                 source: str = "events") -> Schedule:
     """One commit (= one tick with ``commits: 1``) per element of ``batches`` (a list of dicts or

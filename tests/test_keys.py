@@ -46,30 +46,68 @@ def test_coder_falls_back_to_verified_hashes():
         assert np.array_equal(coder.ids(cols), K.key_ids(cols, (), 3))
     ids = K.KeyCoder.fit([floats]).ids([floats])
     assert ids[1] == ids[2]  # -0.0 groups with 0.0
+    nans = values_of(pd.Series(pd.arrays.FloatingArray(
+        np.array([np.nan, np.nan, 0.0]), np.array([False, False, True]))))
+    nans = Values("float", np.r_[np.nan, NEG_NAN, 0.0], nans.null)
+    ids = K.key_ids([nans], (), 3)
+    assert ids[0] == ids[1] != ids[2]  # every NaN groups with every NaN, not with NULL
+
+
+NEG_NAN = np.array([0xFFF8000000000000], dtype=np.uint64).view(np.float64)[0]  # x86's 0.0 / 0.0
+
+
+def _float_keys(rng: np.random.Generator, n: int) -> Values:
+    """A nullable float column of zeros of both signs, NaN of two bit patterns and NULLs."""
+    pick = rng.integers(0, 7, n)
+    data = np.array([0.0, -0.0, 1.5, np.nan, NEG_NAN, 0.0, -2.25])[pick]
+    return values_of(pd.Series(pd.arrays.FloatingArray(data, pick == 5)))
 
 
 @pytest.mark.parametrize("seed", range(10))
 def test_coded_strings_and_floats_get_exact_ids(seed):
     # rule: equal tuples <=> equal ids for string and float keys numbered by with_codes (SQL
-    # grouping equality: NULL == NULL, -0.0 == 0.0; a float NaN is NULL), with an int column
+    # grouping equality, NormalizeFloatingNumbers: NULL == NULL, -0.0 == 0.0, every NaN equals
+    # every NaN and no NULL), with an int column
     rng = np.random.default_rng(seed)
     n = 300
     strings = values_of(pd.Series(np.array(["a", "b", "", "ab", None], dtype=object)[
         rng.integers(0, 5, n)]))
-    floats = values_of(pd.Series(np.array([0.0, -0.0, 1.5, np.nan, -2.25])[
-        rng.integers(0, 5, n)]))
+    floats = _float_keys(rng, n)
     cols = K.with_codes([strings, floats, _col(rng, n, -3, 4, True)])
     coder = K.KeyCoder.fit(cols)
     assert coder.exact
     ids = coder.ids(cols)
-    tuples = list(zip(*(np.where(c.null, None, c.data + 0.0 if c.kind == "float" else c.data)
-                        if c.null is not None else c.data for c in cols), strict=True))
+    f = [None if null else "NaN" if np.isnan(x) else x + 0.0
+         for x, null in zip(floats.data.tolist(), floats.null.tolist(), strict=True)]
+    tuples = list(zip(strings.data.tolist(), f, np.where(cols[2].null, None, cols[2].data),
+                      strict=True))
     same_key = np.array([[a == b for b in tuples] for a in tuples])
     assert np.array_equal(same_key, ids[:, None] == ids[None, :])
     sliced = tuple(c.take(slice(10, 50)) for c in cols)  # batches slice the whole source
     assert np.array_equal(coder.ids(sliced), ids[10:50])
+    nan = np.isnan(cols[1].data) & ~cols[1].null
+    assert (cols[1].data[nan].view(np.uint64) == 0x7FF8000000000000).all()  # Spark's NaN
+    assert not np.signbit(cols[1].data[cols[1].data == 0]).any()  # -0.0 reads 0.0
     with pytest.raises(ValueError, match="without codes"):
         coder.ids([strings, floats, cols[2]])
+    assert K.same(cols, np.arange(n), cols, np.arange(n))  # NaN == NaN when verified
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_deduplication_keys_compare_float_bits(seed):
+    # rule: Spark's deduplication state compares the key's UnsafeRow bytes and does not
+    # normalize floats: -0.0 and 0.0 are two keys, so are NaN of two bit patterns; NULL == NULL
+    rng = np.random.default_rng(seed)
+    n = 200
+    floats = _float_keys(rng, n)
+    cols = K.with_codes([floats], bits=True)
+    ids = K.KeyCoder.fit(cols).ids(cols)
+    bits = [None if null else x for x, null in
+            zip(floats.data.view(np.int64).tolist(), floats.null.tolist(), strict=True)]
+    same_key = np.array([[a == b for b in bits] for a in bits])
+    assert np.array_equal(same_key, ids[:, None] == ids[None, :])
+    hashed = K.key_ids(cols, (), n)  # (the hashed ids keep the rule too)
+    assert np.array_equal(same_key, hashed[:, None] == hashed[None, :])
 
 
 def test_value_outside_the_fitted_range_is_refused():

@@ -15,7 +15,7 @@ from semantics.operators import aggregation
 from semantics.operators.aggregation import AggregationOperator
 from semantics.operators.windows import assign_windows
 from semantics.predict import predict
-from tests.predict_kit import col, out_rows, run, schedule_of, spec_of
+from tests.predict_kit import NEG_NAN, cell, col, floats, out_rows, run, schedule_of, spec_of
 
 W5 = {"kind": "aggregation", "keys": [], "window": {"duration": "5 seconds"},
       "aggregates": {"n": "count(*)"}, "output_mode": "append"}
@@ -187,17 +187,45 @@ def test_aggregate_types_and_null_handling() -> None:
     ]
     df = pd.DataFrame(rows)
     df["v"] = df["v"].astype("Int64")
+    df["f"] = pd.array([0.5, 1.5, None], dtype="Float64")  # a NULL (a NaN is a value)
     r = run(q, [df], watermark=None)
     out = r.outputs.sort_values("k").reset_index(drop=True)
     assert out["rows"].tolist() == [2, 1]
     assert out["vals"].tolist() == [1, 0]
     assert str(out["total"].dtype) == "Int64"
     assert out["total"].tolist()[0] == 2 and out["total"].isna().tolist() == [False, True]
-    assert out["mean"].tolist()[0] == 2.0 and np.isnan(out["mean"].iloc[1])
-    assert out["fsum"].tolist()[0] == 2.0 and np.isnan(out["fsum"].iloc[1])
+    assert out["mean"].tolist()[0] == 2.0 and out["mean"].iloc[1] is pd.NA  # NULL, not NaN
+    assert out["fsum"].tolist()[0] == 2.0 and out["fsum"].iloc[1] is pd.NA
     assert out["lo"].tolist() == ["a", None] and out["hi"].tolist() == ["b", None]
     assert str(out["first"].dtype) == "datetime64[us, UTC]"
     assert out["first"].iloc[0] == pd.Timestamp(1, unit="s", tz="UTC")
+
+
+def _cells(frame: pd.DataFrame, cols: list[str]) -> list[tuple]:
+    """Rows as sorted tuples: a NaN as ``"NaN"``, a NULL as None."""
+    return sorted((tuple(map(cell, r)) for r in frame[cols].itertuples(index=False)), key=repr)
+
+
+def test_nan_is_a_value_apart_from_null_in_keys_and_aggregates() -> None:
+    # rule (Spark 4.0: NormalizeFloatingNumbers, compareDoubles): every NaN key is one group
+    # (emitted as NaN), NULL another; count(x) counts NaN; sum/avg of a group with a NaN are
+    # NaN; max is NaN once a group holds one, min only when every value is NaN; the same when
+    # a batch merges with the state (tests/test_replay_nan.py has it on Spark)
+    nan = float("nan")
+    q = agg(keys=["k"], window={"duration": "10 seconds"}, output_mode="update", aggregates={
+        "n": "count(*)", "c": "count(x)", "s": "sum(x)", "a": "avg(x)", "lo": "min(x)",
+        "hi": "max(x)"})
+    b0 = pd.DataFrame({"ts": [1, 2, 3, 4, 5, 6], "k": floats(NEG_NAN, nan, None, None, 1.5, 2.0),
+                       "x": floats(nan, 3.0, None, nan, 2.0, None)})
+    b1 = pd.DataFrame({"ts": [7, 8, 9], "k": floats(nan, None, 2.0), "x": floats(0.5, 1.0, nan)})
+    r = run(q, [b0, b1], watermark=None)
+    assert _cells(r.outputs, ["batch_id", "k", "n", "c", "s", "a", "lo", "hi"]) == sorted([
+        (0, "NaN", 2, 2, "NaN", "NaN", 3.0, "NaN"), (0, None, 2, 1, "NaN", "NaN", "NaN", "NaN"),
+        (0, 1.5, 1, 1, 2.0, 2.0, 2.0, 2.0), (0, 2.0, 1, 0, None, None, None, None),
+        (1, "NaN", 3, 3, "NaN", "NaN", 0.5, "NaN"), (1, None, 3, 2, "NaN", "NaN", 1.0, "NaN"),
+        (1, 2.0, 2, 1, "NaN", "NaN", "NaN", "NaN")], key=repr)
+    k = r.outputs["k"].to_numpy(dtype=np.float64, na_value=0.0)
+    assert (k[np.isnan(k)].view(np.uint64) == 0x7FF8000000000000).all()  # Spark's one NaN
 
 
 def test_state_merges_across_batches() -> None:
@@ -270,8 +298,10 @@ def _random_sliding(seed: int) -> tuple[dict, pd.DataFrame, str, str, str]:
                        "b": r.random(n) < 0.5,
                        "v": pd.array(np.where(r.random(n) < 0.2, None,
                                               r.integers(-50, 1000, n)), dtype="Int64"),
-                       "x": np.where(r.random(n) < 0.2, np.nan,
-                                     r.normal(size=n) * 10.0 ** r.integers(-3, 9, n))})
+                       "x": pd.arrays.FloatingArray(  # NaN values and NULLs
+                           np.where(r.random(n) < 0.15, np.nan,
+                                    r.normal(size=n) * 10.0 ** r.integers(-3, 9, n)),
+                           r.random(n) < 0.15)})
     window = [{"duration": "10 seconds", "slide": "2 seconds"},
               {"duration": "10 seconds", "slide": "3 seconds"},
               {"duration": "1 second", "slide": "300 milliseconds"},
@@ -283,7 +313,7 @@ def _random_sliding(seed: int) -> tuple[dict, pd.DataFrame, str, str, str]:
              "output_mode": str(r.choice(["append", "update", "complete"])),
              "aggregates": {"n": "count(*)", "s": "sum(v)", "c": "count(v)", "a": "avg(v)",
                             "fs": "sum(x)", "fa": "avg(x)", "lo": "min(v)", "hi": "max(x)",
-                            "t1": "max(ts)"}}
+                            "flo": "min(x)", "fc": "count(x)", "t1": "max(ts)"}}
     return (query, df, str(r.choice(["0 seconds", "2 seconds", "5 seconds"])),
             str(r.choice(["backlog", "live"])), str(r.integers(1, 40)))
 

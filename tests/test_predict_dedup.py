@@ -7,8 +7,18 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
-from tests.predict_kit import at_once_vs_stepped, col, out_rows, run, schedule_of, spec_of
+from tests.predict_kit import (
+    NEG_NAN,
+    at_once_vs_stepped,
+    col,
+    floats,
+    out_rows,
+    run,
+    schedule_of,
+    spec_of,
+)
 
 DEDUP = {"kind": "deduplication", "keys": ["id"]}
 WITHIN = {"kind": "deduplication", "keys": ["id"], "within_watermark": True}
@@ -134,6 +144,22 @@ def test_null_keys_are_equal() -> None:
     r = run({**DEDUP, "keys": ["k"]}, [[{"k": None, "ts": 1}, {"k": None, "ts": 2},
                                         {"k": "a", "ts": 3}]], watermark=None)
     assert col(r, "output_rows") == [2]
+
+
+@pytest.mark.parametrize("query", [DEDUP, WITHIN])
+def test_float_keys_are_equal_by_their_bits(query: dict) -> None:
+    # rule: Spark does not normalize deduplication keys (its state compares the key's
+    # UnsafeRow bytes): -0.0 and 0.0 are two keys, a NaN and a NaN of another bit pattern too;
+    # a NaN equals a NaN of its own pattern, NULL equals NULL; rows come out as read
+    nan = float("nan")
+    batch = pd.DataFrame({"ts": [1, 2, 3, 4, 5, 6, 7, 8],
+                          "id": floats(0.0, -0.0, nan, NEG_NAN, nan, None, None, -0.0)})
+    r = run(query, [batch], watermark="1 minute")
+    out = r.outputs.sort_values("row_id")
+    assert out["row_id"].tolist() == [0, 1, 2, 3, 5]
+    bits = out["id"].to_numpy(dtype=np.float64, na_value=1.0).view(np.uint64).tolist()
+    assert bits[:4] == [0, 0x8000000000000000, 0x7FF8000000000000, 0xFFF8000000000000]
+    assert out["id"].isna().tolist() == [False, False, False, False, True]
 
 
 def _random_case(rng: np.random.Generator, query: dict, watermarks: list[str | None]

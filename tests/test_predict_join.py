@@ -25,7 +25,7 @@ from semantics.operators.join_watermarks import ValueBound, derive_plan
 from semantics.predict import Prediction, predict
 from semantics.schedule import Schedule, cut
 from semantics.spec import BacktestSpec, parse_spec
-from tests.predict_kit import assert_same_rows
+from tests.predict_kit import NEG_NAN, assert_same_rows, cell, floats
 
 Rows = Sequence[tuple[int | None, float]]  # (key, event time in seconds)
 
@@ -760,8 +760,8 @@ def test_explain_says_which_rows_a_join_row_met_and_where_it_is(jtype: str) -> N
 @pytest.mark.parametrize("explain", [True, False])
 def test_output_columns_keep_their_types_and_null_padding(explain: bool) -> None:
     # output columns (report.output_columns): each side's columns in a nullable dtype of their
-    # own width (Int8, Float32, boolean...), a NaN read as null, strings as objects; the side
-    # of a null-padded row is all nulls (NA, None, NaT)
+    # own width (Int8, Float32, boolean...), a NULL float as null and a NaN as NaN, strings as
+    # objects; the side of a null-padded row is all nulls (NA, None, NaT)
     def side(row0: int, keys: list[int], secs: list[int], arrival_ms: list[int]
              ) -> pd.DataFrame:
         n = len(keys)
@@ -770,7 +770,8 @@ def test_output_columns_keep_their_types_and_null_padding(explain: bool) -> None
             "arrival_ms": np.array(arrival_ms, dtype=np.int64),
             "commit_version": np.arange(n, dtype=np.int64),
             "k": np.array(keys, dtype=np.int64),
-            "f": np.array([1.5, np.nan, 2.5, 3.5][:n]),
+            "f": pd.array([1.5, None, 2.5, 3.5][:n], dtype="Float64"),
+            "x": np.array([np.nan, 1.0, np.nan, 2.0][:n]),  # (numpy: a NaN is a NaN)
             "g": np.array([0.25, 0.5, 0.75, 1.0][:n], dtype=np.float32),
             "b": np.array([True, False, True, False][:n]),
             "s": np.array(["x", None, "z", "w"][:n], dtype=object),
@@ -797,15 +798,59 @@ def test_output_columns_keep_their_types_and_null_padding(explain: bool) -> None
     assert dict(out.dtypes.astype(str)) == {
         "batch_id": "int64",
         **{f"{s}_{c}": t for s in "lr" for c, t in (
-            ("row_id", "Int64"), ("k", "Int64"), ("f", "Float64"), ("g", "Float32"),
+            ("row_id", "Int64"), ("k", "Int64"), ("f", "Float64"), ("x", "Float64"),
+            ("g", "Float32"),
             ("b", "boolean"), ("s", "object"), ("i8", "Int8"), ("n", "Int64"),
             ("ts", "datetime64[us, UTC]"))}}
     # left rows 0 and 2 (key 0) meet right row 10; left row 1 (key 1) is padded when evicted
     assert out["l_row_id"].tolist() == [0, 1, 2]
     assert out["r_row_id"].tolist() == [10, pd.NA, 10]
     assert out["l_f"].tolist() == [1.5, pd.NA, 2.5] and out["r_f"].tolist() == [1.5, pd.NA, 1.5]
+    assert str(out["l_x"].tolist()) == "[nan, 1.0, nan]"  # a NaN stays a NaN
+    assert str(out["r_x"].tolist()) == "[nan, <NA>, nan]"  # the padded row: NULL
     assert out["l_b"].tolist() == [True, False, True]
     assert out["r_s"].tolist() == ["x", None, "x"] and out["l_s"].tolist() == ["x", None, "z"]
     assert out["r_i8"].tolist() == [1, pd.NA, 1] and out["l_n"].tolist() == [1, pd.NA, 3]
     assert out["r_g"].tolist() == [0.25, pd.NA, 0.25]
     assert out["r_ts"].isna().tolist() == [False, True, False]
+
+
+@pytest.mark.parametrize("jtype", ["inner", "full_outer"])
+@pytest.mark.parametrize("explain", [True, False])
+def test_float_keys_match_nan_with_nan_and_zero_with_minus_zero(jtype: str, explain: bool
+                                                               ) -> None:
+    # rule: join keys are normalized (NormalizeFloatingNumbers): a NaN matches a NaN of any bit
+    # pattern, -0.0 matches 0.0, and a NaN key is no NULL key (an inner join's inferred
+    # isnotnull keeps it); NULL matches NULL only where no isnotnull is inferred (full outer),
+    # as Spark's state keys do (tests/test_replay_nan.py has it on Spark)
+    nan = float("nan")
+
+    def side(row0: int, keys: pd.arrays.FloatingArray) -> pd.DataFrame:
+        n = len(keys)  # the last row comes a second later, a minute on: the others leave
+        df = pd.DataFrame({"row_id": np.arange(row0, row0 + n, dtype=np.int64),
+                           "arrival_ms": np.r_[np.zeros(n - 1), 1000].astype(np.int64),
+                           "commit_version": np.r_[np.zeros(n - 1), 1].astype(np.int64),
+                           "k": keys})
+        secs = np.r_[np.arange(1, n), 60]
+        df["ts"] = pd.to_datetime(secs * 1_000_000, unit="us", utc=True
+                                  ).astype("datetime64[us, UTC]")
+        return df
+
+    left = side(0, floats(nan, None, -0.0, 2.0, 9.0))
+    right = side(10, floats(NEG_NAN, None, 0.0, 8.0))
+    spec = parse_spec({
+        "name": "nan", "sources": {s: {"table": s, "event_time": "ts"} for s in "lr"},
+        "query": {"kind": "join", "type": jtype, "left": "l", "right": "r", "keys": ["k"],
+                  "time_range": {"lower": "-10 seconds", "upper": "10 seconds"}},
+        "replay": {"pace": "live"},
+        "candidates": {"c": {"watermark": {"l": "2 seconds", "r": "2 seconds"}}},
+    })
+    sched = cut("nan", {"l": left, "r": right}, {"l": "ts", "r": "ts"}, spec.batch_by("c"),
+                "live")
+    out = predict(sched, spec, "c", explain=explain).outputs
+    pairs = sorted(((cell(a), cell(b)) for a, b in out[["l_row_id", "r_row_id"]]
+                    .itertuples(index=False)), key=repr)
+    want = [(0, 10), (2, 12)]  # NaN with -NaN, -0.0 with 0.0
+    if jtype == "full_outer":  # NULL with NULL (no isnotnull), 2.0 padded when it leaves
+        want += [(1, 11), (3, None)]
+    assert pairs == sorted(want, key=repr)

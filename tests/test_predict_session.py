@@ -11,7 +11,7 @@ import pytest
 from semantics import engine
 from semantics.operators import session
 from semantics.operators.session import SessionOperator
-from tests.predict_kit import col, out_rows, run, schedule_of, spec_of
+from tests.predict_kit import NEG_NAN, cell, col, floats, out_rows, run, schedule_of, spec_of
 
 SESSION = {"kind": "session", "keys": ["k"], "gap": "10 seconds",
            "aggregates": {"n": "count(*)"}, "output_mode": "append"}
@@ -138,6 +138,23 @@ def test_aggregates_merge_with_stored_sessions() -> None:
     assert out_rows(r, cols=["k", "session_start", "session_end", "n", "total", "hi"])[0] == \
         ("a", 0, 22, 3, 10, 7)
 
+
+
+def test_a_nan_key_is_one_session_key_apart_from_null() -> None:
+    # rule: session keys are grouping keys (NormalizeFloatingNumbers): every NaN is one key,
+    # emitted as NaN, NULL another, -0.0 is 0.0; count(x) counts a NaN, max(x) is NaN with one
+    nan = float("nan")
+    q = {**SESSION, "aggregates": {"n": "count(*)", "c": "count(x)", "hi": "max(x)",
+                                   "lo": "min(x)"}}
+    batches = [pd.DataFrame({"ts": [0, 1, 2, 3, 4, 5], "k": floats(nan, NEG_NAN, None, None,
+                                                                   -0.0, 0.0),
+                             "x": floats(1.0, nan, None, 2.0, None, None)}),
+               pd.DataFrame({"ts": [100], "k": floats(7.0), "x": floats(0.0)})]
+    r = run(q, batches, watermark="1 second")
+    got = sorted((tuple(map(cell, row)) for row in r.outputs[["k", "n", "c", "hi", "lo"]]
+                  .itertuples(index=False)), key=repr)
+    assert got == sorted([(0.0, 2, 0, None, None), (None, 2, 1, 2.0, 2.0),
+                          ("NaN", 2, 2, "NaN", 1.0)], key=repr)
 
 
 def test_state_bytes_count_the_session_index_per_distinct_key() -> None:

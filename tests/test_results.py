@@ -103,10 +103,14 @@ def test_emitted_rows_compare_as_multisets_with_their_batch() -> None:
     # NULL alike within a column), counted on each side; sorted by key
     from semantics.compare import compare_outputs, row_counts
 
+    def floats(x: list[float], null: list[bool]) -> pd.arrays.FloatingArray:
+        return pd.arrays.FloatingArray(np.array(x), np.array(null))
+
     p = pd.DataFrame({"batch_id": [1, 1, 0, 2], "k": ["a|b", "a|b", None, "c"],
-                      "x": [0.1 + 0.2, 0.3, np.nan, 1.0],
+                      "x": floats([0.1 + 0.2, 0.3, 0.0, 1.0], [False, False, True, False]),
                       "t": pd.to_datetime([1, 1, None, 2], unit="ms", utc=True)})
-    a = p.iloc[[0, 2, 3, 3]].assign(x=[0.3, np.nan, 1.0, 1.0])  # 0.1 + 0.2 == 0.3 here
+    a = p.iloc[[0, 2, 3, 3]].assign(  # 0.1 + 0.2 == 0.3 here
+        x=floats([0.3, 0.0, 1.0, 1.0], [False, True, False, False]))
     got = row_counts(p, a)
     assert got.to_dict("list") == {
         "row": ["0|None|None|<NA>", "1|a|b|0.3|1000", "2|c|1|2000"],
@@ -117,6 +121,11 @@ def test_emitted_rows_compare_as_multisets_with_their_batch() -> None:
     diffs = compare_outputs(p, a)
     assert [(d.batch_id, d.predicted, d.actual) for d in diffs] == [(1, "2×", "1×"),
                                                                    (2, "1×", "2×")]
+    # a NaN is a value (Spark keeps it apart from NULL): NaN == NaN, NaN != NULL
+    nan, null = (pd.DataFrame({"x": floats([np.nan], [m])}) for m in (False, True))
+    assert compare_outputs(nan, nan) == [] and compare_outputs(null, null) == []
+    assert compare_outputs(pd.DataFrame({"x": [np.nan]}), nan) == []  # (numpy: no NULL)
+    assert [d.column for d in compare_outputs(nan, null)] == ["output row None", "output row nan"]
 
 
 def test_row_keys_are_the_canonical_values_as_text() -> None:
@@ -133,7 +142,7 @@ def test_row_keys_are_the_canonical_values_as_text() -> None:
     df["ns"] = pd.to_datetime(np.arange(4000) * 1001 - 10 ** 18, unit="ns")
     df["cat"] = pd.Categorical(["a", None, "b", "a"] * 1000)
     c = canonical(df)
-    texts = [[None if pd.isna(v) else f"{v:.{FLOAT_DIGITS}g}" for v in c[col]]
+    texts = [[None if v is pd.NA else f"{v:.{FLOAT_DIGITS}g}" for v in c[col]]  # (NaN: nan)
              if pd.api.types.is_float_dtype(c[col]) else c[col] for col in df.columns]
     want = pd.DataFrame(dict(zip(df.columns, texts, strict=True))).astype(str)
     assert row_keys(df, list(df.columns)).tolist() == want.agg("|".join, axis=1).tolist()
@@ -157,10 +166,13 @@ def test_stored_rows_keep_their_order_when_built_in_chunks(tmp_path: Path, monke
 
 def test_stored_rows_parse_back_as_json_loads_makes_them(monkeypatch) -> None:
     # ResultsStore.outputs parses the rows with arrow's JSON reader: the same frame (columns,
-    # dtypes, values) as pd.DataFrame of json.loads per row; json.loads where arrow cannot
+    # dtypes, values) as pd.DataFrame of json.loads per row, but a float column holding a null
+    # as a nullable Float64 (whose data keeps a NaN apart from the null); json.loads where
+    # arrow cannot
     import pyarrow as pa
 
     import jobs.results as results
+    from semantics.report import nan_kept
 
     df = _edge_frame(3000)
     cases = {"arrow": df.drop(columns="edge"),  # (no Infinity: arrow's reader takes it all)
@@ -168,6 +180,9 @@ def test_stored_rows_parse_back_as_json_loads_makes_them(monkeypatch) -> None:
     for name, frame in cases.items():
         texts = json_rows(frame, list(frame.columns)).tolist()
         want = pd.DataFrame([json.loads(t) for t in texts])
+        for c in want.columns:  # (every NaN here was a null: json_rows of a numpy NaN)
+            if pd.api.types.is_float_dtype(frame[c]) and want[c].hasnans:
+                want[c] = want[c].astype("Float64")
         if name == "arrow":  # it must not fall back
             monkeypatch.setattr(results.json, "loads", lambda _t: 1 / 0)
         got = results.parsed_rows(pa.chunked_array([pa.array(texts[:1000]),
@@ -175,3 +190,9 @@ def test_stored_rows_parse_back_as_json_loads_makes_them(monkeypatch) -> None:
         monkeypatch.undo()
         pd.testing.assert_frame_equal(got, want, check_exact=True)
         assert list(got.dtypes) == list(want.dtypes), name
+    # an emitted NaN (written NaN: nan_kept) comes back a NaN, next to a null
+    frame = df[["f"]].assign(g=df["f32"].astype("Float64"))
+    texts = json_rows(nan_kept(frame), ["f", "g"]).tolist()
+    got = results.parsed_rows(pa.chunked_array([pa.array(texts)]))
+    assert np.isnan(got["f"].to_numpy()).tolist() == frame["f"].isna().tolist()
+    assert got["g"].isna().tolist() == frame["g"].isna().tolist()

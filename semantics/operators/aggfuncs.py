@@ -13,10 +13,16 @@ Each :class:`AggFunc` keeps a tuple of numpy arrays per group (its *buffer*):
   rows (:data:`LIMB_ROWS`), so every integer path applies with no carry until ``finish``;
 * ``min(col)`` / ``max(col)``: ``(v, n)`` – the extreme value in the column's own type.
 
+NaN is a value (``columns``), as in Spark: ``count(col)`` counts it, a ``sum`` or ``avg`` with
+one is NaN (IEEE addition), and ``min``/``max`` order it above every other double
+(``SQLOrderingUtil.compareDoubles``), so a maximum is NaN once a group holds a NaN and a minimum
+only when every value is NaN (:data:`EXTREME`; checked on Spark 4.0).
+
 ``init`` makes one buffer per input row, ``reduce`` merges buffers by group code (the same
 function serves partial aggregation, merging with state, and merging sessions), ``finish``
 produces the result column with Spark's result type: count → int64, sum of integral → Int64,
-sum of floating → float64, avg → float64, min/max keep the input type (nullable).
+sum of floating → float64, avg → float64, min/max keep the input type (nullable; a float result
+with a NULL is a ``Float64``, see ``columns.to_series``).
 """
 
 from __future__ import annotations
@@ -37,13 +43,53 @@ from semantics.spec import parse_aggregate
 
 Buffer = tuple[np.ndarray, ...]
 
-# min/max buffers: the value a NULL (or a group without values) holds, by (function, family)
+# min/max buffers: the value a NULL (or a group without values) holds, by (function, family),
+# and the ufunc that merges two of them. NaN is above every other double (Spark's order): the
+# minimum of floats is ``fmin`` (which skips a NaN unless both are) from NaN, the maximum
+# ``maximum`` (which keeps a NaN) from -inf
 IDENTITY = {
     ("min", "int"): np.iinfo(np.int64).max,
     ("max", "int"): np.iinfo(np.int64).min,
-    ("min", "float"): np.inf,
+    ("min", "float"): np.nan,
     ("max", "float"): -np.inf,
 }
+EXTREME = {
+    ("min", "int"): np.minimum,
+    ("max", "int"): np.maximum,
+    ("min", "float"): np.fmin,
+    ("max", "float"): np.maximum,
+}
+
+
+def family(dtype: np.dtype) -> str:
+    """The :data:`IDENTITY` family of a min/max buffer array: ``float`` or ``int``."""
+    return "float" if dtype == np.float64 else "int"
+
+
+def extreme_at(func: str, size: int, at: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """``func`` (min or max) of the values ``v`` (int64 or float64) in each of ``size`` cells
+    (``at``: each value's cell), cells without a value holding the identity; the values are
+    met in their order. A float minimum of finite values only takes ``np.minimum.at`` from
+    +inf (``np.fmin.at`` costs about twice as much), and the cells left at +inf get the identity
+    NaN.
+
+    >>> extreme_at("min", 3, np.array([0, 0, 2, 2]), np.array([np.nan, 1.5, np.nan, np.nan]))
+    array([1.5, nan, nan])
+    >>> extreme_at("max", 2, np.array([0, 0]), np.array([np.nan, 1.5]))
+    array([ nan, -inf])
+    >>> extreme_at("min", 2, np.array([1]), np.array([2.5]))
+    array([nan, 2.5])
+    """
+    fam = family(v.dtype)
+    if fam == "float" and func == "min" and len(v) and float(v.max()) < np.inf:  # (NaN: False)
+        out = np.full(size, np.inf)
+        np.minimum.at(out, at, v)
+        out[out == np.inf] = np.nan
+        return out
+    out = np.full(size, IDENTITY[(func, fam)], dtype=v.dtype)
+    with np.errstate(invalid="ignore"):  # (a NaN met by np.maximum: the result we want)
+        EXTREME[(func, fam)].at(out, at, v)
+    return out
 
 
 class AggregateTypeError(ValueError):
@@ -157,9 +203,7 @@ class AggFunc:
             out = np.full(g, None, dtype=object)
             out[red.index.to_numpy(dtype=np.int64)] = red.to_numpy(dtype=object)
             return (out, n)
-        out = np.full(g, IDENTITY[(self.func, fam)], dtype=v.dtype)
-        (np.minimum if self.func == "min" else np.maximum).at(out, codes, v)
-        return (out, n)
+        return (extreme_at(self.func, g, codes, v), n)
 
     def combine(self, a: Buffer, b: Buffer) -> Buffer:
         """Element-wise merge of two aligned buffers (stored group + this batch's partial)."""
@@ -169,7 +213,8 @@ class AggFunc:
         if self.func in ("sum", "avg"):  # (a decimal's limbs: each added)
             return (*(x + y for x, y in zip(a[:-1], b[:-1], strict=True)), n)
         if self._num_kind != "object":  # identity sentinels make NULL-free min/max exact
-            return ((np.minimum if self.func == "min" else np.maximum)(a[0], b[0]), n)
+            with np.errstate(invalid="ignore"):
+                return (EXTREME[(self.func, family(a[0].dtype))](a[0], b[0]), n)
         out = np.where(a[-1] > 0, a[0], b[0]).astype(object)
         both = np.flatnonzero((a[-1] > 0) & (b[-1] > 0))
         if len(both):
@@ -192,8 +237,7 @@ class AggFunc:
             return pd.Series(out, name=self.name, dtype=object)
         if self.func == "avg":
             with np.errstate(divide="ignore", invalid="ignore"):
-                return pd.Series(np.where(null, np.nan, buf[0] / np.maximum(n, 1)),
-                                 name=self.name)
+                return to_series("float", buf[0] / np.maximum(n, 1), null, name=self.name)
         if self.func == "sum":
             return to_series("int" if self.kind == "int" else "float", buf[0], null,
                              name=self.name)

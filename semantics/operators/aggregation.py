@@ -40,6 +40,7 @@ from semantics.engine import BatchInput, Deferred, OperatorStep, late_rows, sour
 from semantics.errors import SpecError
 from semantics.operators import fates as F
 from semantics.operators.aggfuncs import (
+    EXTREME,
     IDENTITY,
     AggFunc,
     Buffers,
@@ -47,6 +48,7 @@ from semantics.operators.aggfuncs import (
     combine_all,
     concat_all,
     empty_all,
+    family,
     init_all,
     interleave_all,
     ones_of,
@@ -212,9 +214,10 @@ class AggregationOperator:
                   for a, h in zip(b, lay, strict=True) if h != "pairs"]
         return GridPlan(
             tuple(np.dtype(np.int64) if h == "sum" else a.dtype for a, h in arrays),
-            tuple({"min": np.minimum, "max": np.maximum}.get(h, np.add) for _, h in arrays),
-            tuple(IDENTITY[(h, "float" if a.dtype == np.float64 else "int")]
-                  if h in ("min", "max") else 0 for a, h in arrays))
+            tuple(EXTREME[(h, family(a.dtype))] if h in ("min", "max") else np.add
+                  for a, h in arrays),
+            tuple(IDENTITY[(h, family(a.dtype))] if h in ("min", "max") else 0
+                  for a, h in arrays))
 
     def _grid_layout(self, bufs: Buffers) -> tuple[tuple[str, ...], ...] | None:
         """How :meth:`_fill` fills each buffer array (``pairs``: the pair count,

@@ -4,12 +4,18 @@ Every operator works on :class:`Values`: ``kind`` says how ``data`` is stored
 
 * ``int``      – int64 (pandas int*/uint*/Int* columns),
 * ``bool``     – int64 0/1,
-* ``float``    – float64; NaN is treated as SQL NULL (pandas cannot tell them apart after a
-  Delta/Arrow round trip, so a real NaN in the data is predicted as NULL),
+* ``float``    – float64; a NaN is a value (Spark's NaN: equal to itself, above every other
+  number), never NULL. NULL is only in ``null``: a column with NULLs comes as pandas' nullable
+  ``Float64``/``Float32`` (``semantics.history`` reads the Delta table so: the data keeps the
+  NaN, the mask the NULL), a plain numpy float column has no NULL and its NaN are NaN,
 * ``datetime`` – int64 microseconds since the epoch (``tz`` keeps the zone of the column),
 * ``object``   – object array (strings, decimals, ...); ``None``/NaN are NULL.
 
 Invariant: ``data[null]`` holds a neutral filler (0, 0.0 or None) and must never be read.
+The same holds for every frame of rows the predictor and the replay exchange (the schedule's
+rows, emitted rows): a float NULL is a masked value of a nullable float column, a NaN in a float
+column's data is a NaN. (pandas turns a NaN into NULL when it casts a numpy float column to a
+nullable one, ``astype("Float64")`` or ``concat`` with one: :func:`float_array` does not.)
 """
 
 from __future__ import annotations
@@ -46,6 +52,27 @@ class Values:
         if self.null is None:
             return np.ones(len(self.data), dtype=bool)
         return ~self.null
+
+
+def null_mask(s: pd.Series) -> np.ndarray:
+    """Where ``s`` is NULL: ``isna``, but a numpy float column has no NULL (its NaN are values)
+    and a nullable float column's NaN is no NULL either.
+
+    >>> null_mask(pd.Series([np.nan, 1.0])).tolist(), null_mask(pd.Series(["a", None])).tolist()
+    ([False, False], [False, True])
+    """
+    if isinstance(s.dtype, np.dtype) and s.dtype.kind == "f":
+        return np.zeros(len(s), dtype=bool)
+    return s.isna().to_numpy()
+
+
+def is_nan(v: object) -> bool:
+    """Is the scalar ``v`` a float NaN (a value, not a NULL)?
+
+    >>> is_nan(float("nan")), is_nan(None), is_nan(pd.NA), is_nan(1.0)
+    (True, False, False, False)
+    """
+    return isinstance(v, float | np.floating) and bool(np.isnan(v))
 
 
 def unhashable(series: pd.Series) -> str | None:
@@ -115,11 +142,11 @@ def values_of(s: pd.Series) -> Values:
             s.to_numpy().astype(np.int64, copy=False)
         return Values(kind, data, null)
     if kind == "float":
-        data = s.to_numpy(dtype=np.float64, na_value=np.nan)
-        nan = np.isnan(data)
-        if nan.any():
-            return Values(kind, np.where(nan, 0.0, data), nan)
-        return Values(kind, data, None)
+        if isinstance(s.dtype, np.dtype):  # numpy: no NULL, a NaN is a NaN (no copy)
+            return Values(kind, s.to_numpy(dtype=np.float64), None)
+        null = s.isna().to_numpy()  # (Float64/Float32: the mask only, not the NaN)
+        data = s.to_numpy(dtype=np.float64, na_value=0.0)
+        return Values(kind, data, null if null.any() else None)
     if kind == "datetime":
         tz = str(s.dt.tz) if getattr(s.dt, "tz", None) is not None else None
         raw = s.to_numpy(dtype="datetime64[us]")
@@ -140,7 +167,14 @@ def values_of(s: pd.Series) -> Values:
 def to_series(kind: str, data: np.ndarray, null: np.ndarray | None, tz: str | None = None,
               name: str | None = None) -> pd.Series:
     """Inverse of :func:`values_of` with SQL result types: integers become nullable ``Int64``,
-    booleans ``boolean``, datetimes ``datetime64[us, tz]``, floats ``float64`` (NULL = NaN)."""
+    booleans ``boolean``, datetimes ``datetime64[us, tz]``, floats ``float64`` without a NULL
+    and nullable ``Float64`` with one (a NaN stays a NaN in both).
+
+    >>> to_series("float", np.array([np.nan, 0.0]), np.array([False, True])).tolist()
+    [nan, <NA>]
+    """
+    if kind == "float":
+        return pd.Series(float_array(np.asarray(data, dtype=np.float64), null), name=name)
     null = np.zeros(len(data), dtype=bool) if null is None else null
     if kind == "int":
         arr = pd.arrays.IntegerArray(np.asarray(data, dtype=np.int64), null.copy())
@@ -148,8 +182,6 @@ def to_series(kind: str, data: np.ndarray, null: np.ndarray | None, tz: str | No
     if kind == "bool":
         arr = pd.arrays.BooleanArray(np.asarray(data).astype(bool), null.copy())
         return pd.Series(arr, name=name)
-    if kind == "float":
-        return pd.Series(np.where(null, np.nan, np.asarray(data, dtype=np.float64)), name=name)
     if kind == "datetime":
         raw = np.where(null, np.iinfo(np.int64).min, np.asarray(data, dtype=np.int64))
         if tz == "UTC":
@@ -159,6 +191,33 @@ def to_series(kind: str, data: np.ndarray, null: np.ndarray | None, tz: str | No
     out = np.asarray(data, dtype=object).copy()
     out[null] = None
     return pd.Series(out, name=name, dtype=object)
+
+
+def float_array(data: np.ndarray, null: np.ndarray | None
+                ) -> np.ndarray | pd.arrays.FloatingArray:
+    """A float column's values: ``data`` itself (numpy) without a NULL, else a nullable
+    ``FloatingArray`` of ``data`` masked by ``null``; a NaN in ``data`` stays a NaN either way.
+
+    >>> float_array(np.array([np.nan, 1.5]), np.array([True, False])).tolist()
+    [<NA>, 1.5]
+    >>> float_array(np.array([np.nan]), None)
+    array([nan])
+    """
+    if null is None or not null.any():
+        return data
+    return pd.arrays.FloatingArray(np.where(null, 0.0, data), null.copy())
+
+
+def float_series(s: pd.Series) -> pd.Series:
+    """``s`` (a float column) as a nullable ``Float64`` column without turning a NaN into NULL
+    (as ``s.astype("Float64")`` would).
+
+    >>> float_series(pd.Series([np.nan, 1.0])).tolist()
+    [nan, 1.0]
+    """
+    v = values_of(s)
+    null = np.zeros(len(v.data), dtype=bool) if v.null is None else v.null
+    return pd.Series(pd.arrays.FloatingArray(v.data, null.copy()), index=s.index, name=s.name)
 
 
 def key_series(names: Sequence[str], values: Sequence[Values]) -> dict[str, pd.Series]:

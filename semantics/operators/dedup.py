@@ -8,7 +8,9 @@ Rules (spark-watermark-semantics.md §5.2, §5.3, §6), per batch:
    ``numRowsDroppedByWatermark``; without a watermark nothing is late;
 2. the first occurrence of a key (rows in ``row_id`` order within the batch) that is not in the
    state is stored and emitted (``numRowsUpdated`` += 1); later occurrences are dropped as
-   duplicates (not counted as late);
+   duplicates (not counted as late). Keys are equal as the state's ``UnsafeRow`` bytes are:
+   NULL equals NULL, a float by its bit pattern (``-0.0`` is not ``0.0``, NaN of two bit
+   patterns are two keys: Spark does not normalize deduplication keys; ``keys.with_codes``);
 3. after the batch's input, eviction with the eviction watermark:
    ``dropDuplicates``: only when the keys contain the event-time column, remove keys with
    ``event_time <= eviction wm``;
@@ -112,7 +114,7 @@ class DedupOperator:
         slice them by ``BatchInput.offsets``)."""
         if self._all is None:
             f = self._frame
-            kv = key_columns(f, self.keys)
+            kv = key_columns(f, self.keys, bits=True)
             self._coder = KeyCoder.fit(kv)
             self._all = (kv, self._coder.ids(kv, (), len(f)), f[ROW_ID].to_numpy(dtype=np.int64))
         return self._all

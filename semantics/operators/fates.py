@@ -33,6 +33,8 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
+from semantics.operators.columns import null_mask
+
 NO_START = np.iinfo(np.int64).min
 STRUCT_COLUMNS = ("row_id", "fate", "what", "start_us", "bound_us", "wm_ms", "ref_row")
 FATES = pd.CategoricalDtype(["late", "duplicate", "emitted", "evicted", "null_key",
@@ -173,7 +175,7 @@ def _keys_text(df: pd.DataFrame) -> np.ndarray:
     for c in cols:
         vals = df[c]
         text = np.asarray(vals.astype(str).to_numpy(), dtype=str)
-        part = np.where(vals.isna().to_numpy(), "", _cat(c[4:] + "=", text))
+        part = np.where(null_mask(vals), "", _cat(c[4:] + "=", text))
         out = np.where(out == "", part, _cat(out, ", ", part))
     return out
 

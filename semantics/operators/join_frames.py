@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from semantics.operators.columns import values_of
+from semantics.operators.columns import Values, values_of
 from semantics.operators.grouping import ranges, stable_argsort
-from semantics.operators.keys import KeyCoder, with_codes
+from semantics.operators.keys import KeyCoder, concat_keys, with_codes
 from semantics.schedule import ROW_ID
 
 EV = "_ev"
@@ -104,22 +104,26 @@ class SideLayout:
         return df
 
     def has_null_key(self, df: pd.DataFrame) -> np.ndarray:
-        if not self.keys:
-            return np.zeros(len(df), dtype=bool)
-        return df[list(self.keys)].isna().any(axis=1).to_numpy()
+        """Rows with a NULL in a key column (a NaN is no NULL: ``columns``)."""
+        out = np.zeros(len(df), dtype=bool)
+        for k in self.keys:
+            null = values_of(df[k]).null
+            if null is not None:
+                out |= null
+        return out
 
 
 def take_values(values: Any, positions: np.ndarray) -> Any:
     """The values of a column (``Series._values`` of a frame from :meth:`SideLayout.prepare`)
     at ``positions``, in the column's nullable dtype (``SideLayout.dtypes``); -1 gives a null
-    (``None`` for object columns; ``NA``, ``NaT`` otherwise; a float NaN is a null too). Only
+    (``None`` for object columns; ``NA``, ``NaT`` otherwise; a float NaN stays a NaN). Only
     reads ``values``: columns can be taken in threads.
 
     >>> lay = SideLayout.build("s", pd.DataFrame({"row_id": [0], "f": [0.5]}), ["f"], [],
     ...                        None)
     >>> df = lay.prepare(pd.DataFrame({"row_id": [7, 8], "f": [np.nan, 2.5]}))
     >>> take_values(df["s_f"]._values, np.array([1, -1, 0])).tolist()
-    [2.5, <NA>, <NA>]
+    [2.5, <NA>, nan]
     """
     positions = np.asarray(positions, dtype=np.int64)
     null = positions < 0
@@ -134,7 +138,7 @@ def take_values(values: Any, positions: np.ndarray) -> Any:
         return pd.arrays.IntegerArray(data, null)
     if kind == "f":  # (float16 has no nullable dtype: Float32, as ``nullable_dtype``)
         data = data if data.itemsize >= 4 else data.astype(np.float32)
-        return pd.arrays.FloatingArray(data, null | np.isnan(data))
+        return pd.arrays.FloatingArray(np.where(null, 0.0, data).astype(data.dtype), null)
     if kind == "b":
         return pd.arrays.BooleanArray(data, null)
     if kind == "O":
@@ -291,19 +295,22 @@ def _slices(scode: np.ndarray, st: np.ndarray, qcode: np.ndarray, qt: np.ndarray
 def key_codes(left: pd.DataFrame, lkeys: Sequence[str], right: pd.DataFrame,
               rkeys: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     """Integer codes (0 and up) of the key tuples of both frames: equal tuples, equal codes (a
-    null equals a null, like ``merge`` and Spark's state keys). The exact ids of
-    :class:`~semantics.operators.keys.KeyCoder` over both sides (integers by their offset, no
-    hashing), renumbered when they spread over more than about four times the rows; key
-    tuples without exact ids are numbered column by column (``factorize``).
+    null equals a null, like ``merge`` and Spark's state keys; float keys normalized as Spark
+    normalizes join keys: ``-0.0`` equals ``0.0``, a NaN every NaN, ``keys.with_codes``). The
+    exact ids of :class:`~semantics.operators.keys.KeyCoder` over both sides (integers by
+    their offset, no hashing), renumbered when they spread over more than about four times the
+    rows; key tuples without exact ids are numbered column by column (``factorize``).
 
     >>> l = pd.DataFrame({"k": pd.array([7, None, 5], dtype="Int64")})
     >>> [c.tolist() for c in key_codes(l, ["k"], pd.DataFrame({"k": [5, 9]}), ["k"])]
     [[3, 0, 1], [1, 5]]
+    >>> f = pd.DataFrame({"k": pd.arrays.FloatingArray(np.array([np.nan, 0.0, -0.0]),
+    ...                                                np.array([False, True, False]))})
+    >>> [c.tolist() for c in key_codes(f, ["k"], pd.DataFrame({"k": [0.0, np.nan]}), ["k"])]
+    [[1, 0, 2], [2, 1]]
     """
     n = len(left)
-    both = [pd.concat([left[lk], right[rk]], ignore_index=True)
-            for lk, rk in zip(lkeys, rkeys, strict=True)]
-    cols = with_codes([values_of(c) for c in both])
+    cols = with_codes([_both(left[lk], right[rk]) for lk, rk in zip(lkeys, rkeys, strict=True)])
     coder = KeyCoder.fit(cols)
     total = n + len(right)
     if coder.exact:
@@ -312,8 +319,25 @@ def key_codes(left: pd.DataFrame, lkeys: Sequence[str], right: pd.DataFrame,
             code = pd.factorize(code)[0].astype(np.int64, copy=False)
         return code[:n], code[n:]
     code = np.zeros(total, dtype=np.int64)
-    for col in both:
-        c, uniques = pd.factorize(col, use_na_sentinel=False)
-        code = code * max(len(uniques), 1) + c
+    for col in cols:
+        c, uniques = pd.factorize(col.codes if col.codes is not None else col.data)
+        c = np.where(col.valid, c + 1, 0)  # (0: NULL)
+        code = code * (len(uniques) + 1) + c
         code = pd.factorize(code)[0].astype(np.int64, copy=False)  # keep the codes small
     return code[:n], code[n:]
+
+
+def _both(left: pd.Series, right: pd.Series) -> Values:
+    """The values of a left and a right key column one after the other; a float column's NaN
+    stay NaN (``pd.concat`` with a nullable float column would make them NULL). Columns of two
+    kinds (an integer and a float key) as pandas casts them, doubles as Spark compares them."""
+    lv, rv = values_of(left), values_of(right)
+    if lv.kind == rv.kind:
+        return concat_keys((lv,), (rv,))[0]
+    if {lv.kind, rv.kind} == {"int", "float"}:
+        return concat_keys((_as_float(lv),), (_as_float(rv),))[0]
+    return values_of(pd.concat([left, right], ignore_index=True))
+
+
+def _as_float(v: Values) -> Values:
+    return v if v.kind == "float" else Values("float", v.data.astype(np.float64), v.null)

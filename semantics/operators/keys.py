@@ -7,8 +7,11 @@ of integer/timestamp/float bits, pandas' hash for objects, combined per column),
 dictionary is needed and step functions stay pure.
 
 Invariants
-* equal tuples get equal ids, under SQL grouping equality as Spark's ``UnsafeRow`` keys see it:
-  NULL equals NULL, ``-0.0`` equals ``0.0``;
+* equal tuples get equal ids, under SQL grouping equality as Spark's normalized keys see it
+  (``NormalizeFloatingNumbers``, for grouping and join keys): NULL equals NULL, ``-0.0`` equals
+  ``0.0``, every NaN equals every NaN and no NULL; or, for deduplication keys
+  (:func:`with_codes` ``bits=True``), as the ``UnsafeRow`` bytes of its state do: a float by its
+  bit pattern;
 * different tuples get different ids: every place where two rows are treated as the same key
   because their ids are equal checks the actual values with :func:`check_same`, which raises
   :class:`KeyCollision` instead of silently merging two keys (probability ~ n² / 2⁶⁵).
@@ -57,7 +60,7 @@ def hash_values(v: Values) -> np.ndarray:
         h = np.asarray(pd.util.hash_array(np.asarray(v.data, dtype=object), categorize=True),
                        dtype=np.uint64)
     elif v.kind == "float":
-        h = mix((np.asarray(v.data, dtype=np.float64) + 0.0).view(np.int64))  # -0.0 -> 0.0
+        h = mix(normalized(np.asarray(v.data, dtype=np.float64)).view(np.int64))
     else:
         h = mix(v.data)
     if v.null is not None:
@@ -218,45 +221,85 @@ class KeyCoder:
             check_same(a, ia, b, ib, extra_a, extra_b)
 
 
-def key_columns(frame: pd.DataFrame, names: Sequence[str]) -> tuple[Values, ...]:
+def key_columns(frame: pd.DataFrame, names: Sequence[str], bits: bool = False
+                ) -> tuple[Values, ...]:
     """The key columns ``names`` of a whole source, ready for :meth:`KeyCoder.fit`: as
-    :class:`Values`, object and float columns numbered by :func:`with_codes`."""
-    return with_codes([values_of(frame[k]) for k in names])
+    :class:`Values`, object and float columns numbered by :func:`with_codes` (``bits``: see
+    there)."""
+    return with_codes([values_of(frame[k]) for k in names], bits)
 
 
-def with_codes(columns: Sequence[Values]) -> tuple[Values, ...]:
+def normalized(data: np.ndarray) -> np.ndarray:
+    """Floats as Spark's ``NormalizeFloatingNumbers`` makes grouping and join keys: ``-0.0``
+    reads ``0.0`` and every NaN the one NaN ``0x7ff8000000000000`` (a copy).
+
+    >>> neg_nan = np.array([0xFFF8000000000000], dtype=np.uint64).view(np.float64)
+    >>> normalized(np.r_[-0.0, neg_nan]).view(np.uint64).tolist() == [0, 0x7FF8000000000000]
+    True
+    """
+    out = data + 0.0
+    nan = np.isnan(out)
+    if nan.any():
+        out[nan] = np.nan
+    return out
+
+
+def with_codes(columns: Sequence[Values], bits: bool = False) -> tuple[Values, ...]:
     """``columns`` (whole-source key columns) with :attr:`Values.codes` set on every object and
     float column: ``pd.factorize`` numbers the distinct values (SQL grouping equality: NULL
-    equals NULL, ``-0.0`` equals ``0.0``; float NaN is NULL here, see ``columns``). Float keys
-    are normalized as Spark's ``NormalizeFloatingNumbers`` does: ``-0.0`` reads ``0.0``, so a
-    group whose first row held ``-0.0`` is emitted with the key ``0.0`` (checked on Spark 4.0).
+    equals NULL; a NaN equals a NaN and is no NULL). Float keys are normalized as Spark's
+    ``NormalizeFloatingNumbers`` does for grouping and join keys (:func:`normalized`): ``-0.0``
+    reads ``0.0`` and every NaN one NaN, so a group whose first row held ``-0.0`` is emitted
+    with the key ``0.0`` (checked on Spark 4.0).
+
+    ``bits``: deduplication keys, which Spark 4.0 does not normalize (its state compares the
+    ``UnsafeRow`` bytes of the key: ``-0.0`` and ``0.0`` are two keys, and so are two NaN of
+    other bit patterns; checked on Spark 4.0). A float column then becomes its 64-bit patterns,
+    an ``int`` column (numbered), so every later step compares bits.
 
     >>> c = with_codes([Values("object", np.array(["b", None, "a", "b"], dtype=object),
     ...                        np.array([False, True, False, False]))])
     >>> KeyCoder.fit(c).ids(c).tolist()
     [1, 0, 2, 1]
+    >>> f = [Values("float", np.array([-0.0, 0.0, np.nan, np.nan]))]
+    >>> KeyCoder.fit(with_codes(f)).ids(with_codes(f)).tolist()
+    [1, 1, 2, 2]
+    >>> KeyCoder.fit(with_codes(f, True)).ids(with_codes(f, True)).tolist()
+    [1, 2, 3, 3]
     """
     out = []
     for c in columns:
         if c.kind in INT_KINDS or c.codes is not None:
             out.append(c)
             continue
-        # factorize puts -0.0 with 0.0; the codes of NULL rows are never read (ids take digit 0
-        # where the null mask is set)
-        data = c.data + 0.0 if c.kind == "float" else c.data
-        codes = np.asarray(pd.factorize(data)[0], dtype=np.int64)
-        out.append(Values(c.kind, data, c.null, c.tz, codes))
+        # the codes of NULL rows are never read (ids take digit 0 where the null mask is set)
+        if c.kind == "float" and bits:
+            raw = np.asarray(c.data, dtype=np.float64).view(np.int64)
+            out.append(Values("int", raw, c.null, None, _codes(raw)))
+            continue
+        data = normalized(c.data) if c.kind == "float" else c.data
+        out.append(Values(c.kind, data, c.null, c.tz, _codes(data)))
     return tuple(out)
+
+
+def _codes(data: np.ndarray) -> np.ndarray:
+    """Dense int64 numbers of the distinct values, in first-seen order: a float NaN has one (a
+    value), an object column's NULL (``None``) none (-1, never read)."""
+    nan_is_value = data.dtype.kind == "f"
+    return np.asarray(pd.factorize(data, use_na_sentinel=not nan_is_value)[0], dtype=np.int64)
 
 
 def same(a: Sequence[Values], ia: np.ndarray, b: Sequence[Values], ib: np.ndarray,
          extra_a: Sequence[np.ndarray] = (), extra_b: Sequence[np.ndarray] = ()) -> bool:
-    """Do rows ``ia`` of key columns ``a`` equal rows ``ib`` of ``b`` (NULL == NULL)?"""
+    """Do rows ``ia`` of key columns ``a`` equal rows ``ib`` of ``b`` (NULL == NULL, NaN ==
+    NaN)?"""
     for va, vb in zip(a, b, strict=True):
         da, db = va.data[ia], vb.data[ib]
         na = va.null[ia] if va.null is not None else np.zeros(len(ia), dtype=bool)
         nb = vb.null[ib] if vb.null is not None else np.zeros(len(ib), dtype=bool)
         eq = np.asarray(da == db, dtype=bool) if len(da) else np.ones(0, dtype=bool)
+        if va.kind == "float":
+            eq |= np.isnan(da) & np.isnan(db)
         if not np.all((na & nb) | (~na & ~nb & eq)):
             return False
     for ea, eb in zip(extra_a, extra_b, strict=True):

@@ -88,7 +88,7 @@ def span_rows(a: WindowGrid, b: WindowGrid) -> int:
 def merge(state: WindowGrid, batch: WindowGrid, ops: tuple[np.ufunc, ...],
           fillers: tuple[int | float, ...]) -> WindowGrid:
     """The groups of ``state`` with ``batch``'s merged in: pair counts added, ``arrays[i]``
-    combined by ``ops[i]`` (``np.add``, ``np.minimum``, ``np.maximum``), new rows filled with
+    combined by ``ops[i]`` (``np.add``, or ``aggfuncs.EXTREME``'s), new rows filled with
     ``fillers[i]`` (the identity of ``ops[i]``). A cell that is not a group in ``batch`` holds
     the identity, so it leaves the state's cell as it was.
 
@@ -114,7 +114,8 @@ def merge(state: WindowGrid, batch: WindowGrid, ops: tuple[np.ufunc, ...],
             out = np.full((rows, s.shape[1]), filler, dtype=s.dtype)
             out[at_s:at_s + len(s)] = s
         region = out[at_b:at_b + len(b)]
-        op(region, b, out=region)
+        with np.errstate(invalid="ignore"):  # (a float maximum meeting a NaN: NaN, as wanted)
+            op(region, b, out=region)
         return out
 
     return WindowGrid(lo, one(state.pairs, batch.pairs, np.add, 0),
