@@ -79,7 +79,8 @@ def col(result: Prediction, name: str) -> list:
 
 def out_rows(result: Prediction, batch_id: int | None = None, cols: Sequence[str] | None = None
              ) -> list[tuple]:
-    """Emitted rows as tuples; timestamps as seconds (float -> int when whole)."""
+    """Emitted rows as tuples; timestamps as seconds (float -> int when whole), other values
+    as :func:`cell` says them (a NaN ``"NaN"``, a NULL None)."""
     df = result.outputs
     if batch_id is not None:
         df = df[df["batch_id"] == batch_id]
@@ -91,11 +92,7 @@ def out_rows(result: Prediction, batch_id: int | None = None, cols: Sequence[str
             if isinstance(v, pd.Timestamp):
                 s = (v - pd.Timestamp(0, tz="UTC")) / pd.Timedelta(seconds=1)
                 v = int(s) if s == int(s) else s
-            elif v is pd.NA or (isinstance(v, float) and np.isnan(v)):
-                v = None
-            elif isinstance(v, np.generic):
-                v = v.item()
-            vals.append(v)
+            vals.append(cell(v))
         out.append(tuple(vals))
     return sorted(out, key=repr)
 

@@ -27,12 +27,12 @@ from semantics.predict import predict
 from semantics.report import RunResult
 from semantics.spec import parse_spec
 from tests.deltas import ts
+from tests.predict_kit import NEG_NAN, cell
 from tests.replay_support import make_spec, run, table, write_sources
 
 pytestmark = pytest.mark.spark
 
 NAN = float("nan")
-NEG_NAN = float(np.array([0xFFF8000000000000], dtype=np.uint64).view(np.float64)[0])  # 0.0/0.0
 
 
 def both(spark, spec, workdir) -> tuple[RunResult, RunResult]:
@@ -52,15 +52,7 @@ def cells(result: RunResult, cols: list[str]) -> list[tuple]:
     for rec in result.outputs[cols].itertuples(index=False):
         row = []
         for v in rec:
-            if isinstance(v, pd.Timestamp):
-                v = (v - ts(0)).total_seconds()
-            elif isinstance(v, float | np.floating) and np.isnan(v):
-                v = "NaN"
-            elif v is None or v is pd.NA or v is pd.NaT:
-                v = None
-            elif isinstance(v, np.generic):
-                v = v.item()
-            row.append(v)
+            row.append((v - ts(0)).total_seconds() if isinstance(v, pd.Timestamp) else cell(v))
         out.append(tuple(row))
     return sorted(out, key=repr)
 
