@@ -53,13 +53,28 @@ def cell(v: object) -> object:
 def schedule_of(batches: Sequence[Sequence[dict]], pace: str = "backlog",
                 source: str = "events") -> Schedule:
     """One commit (= one tick with ``commits: 1``) per element of ``batches`` (a list of dicts or
-    a DataFrame, whose dtypes are kept); ``ts`` values are seconds since the epoch."""
+    a DataFrame, whose dtypes are kept); ``ts`` values are seconds since the epoch. A NaN
+    stays a NaN where batches mix nullable (:func:`floats`) and plain float columns.
+
+    >>> sched = schedule_of([[{"ts": 1, "x": float("nan")}], pd.DataFrame({"ts": [2],
+    ...                      "x": floats(None)})])
+    >>> [cell(v) for v in sched.rows["events"]["x"]]
+    ['NaN', None]
+    """
     parts = []
     for v, rows in enumerate(batches):
         part = rows.copy() if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
         part.insert(0, "arrival_ms", 1000 * v)
         part.insert(0, "commit_version", v)
         parts.append(part)
+    # a float column nullable in some batches: nullable in all first (concat would turn the
+    # NaN of a plain float column into NULL)
+    nullable = {c for p in parts for c in p.columns if isinstance(p[c].dtype, pd.Float64Dtype)}
+    for p in parts:
+        for c in nullable & set(p.columns):
+            if isinstance(p[c].dtype, np.dtype) and p[c].dtype.kind == "f":
+                p[c] = pd.arrays.FloatingArray(p[c].to_numpy(dtype=np.float64),
+                                               np.zeros(len(p), dtype=bool))
     df = pd.concat(parts, ignore_index=True)
     df.insert(0, "row_id", np.arange(len(df), dtype=np.int64))
     df["ts"] = (pd.Timestamp(0, tz="UTC") + pd.to_timedelta(df["ts"], unit="s")).astype(
