@@ -278,7 +278,6 @@ def plan(spec: BacktestSpec, candidate: str | None = None) -> Schedule:
         df.insert(0, ROW_ID, ids)  # (read_arrivals' frame, or a copy: nobody else holds it)
         arrivals[s] = df
     batch_by = spec.batch_by(cand)
-    per_file = file_batches(read, batch_by) if batch_by.by_files else None
     return cut(
         spec.name,
         arrivals,
@@ -286,26 +285,21 @@ def plan(spec: BacktestSpec, candidate: str | None = None) -> Schedule:
         batch_by,
         spec.replay.pace,
         {s: a.decimals for s, a in read.items()},
-        None if per_file is None else
-        {s: per_file[s][df[ADD_INDEX].to_numpy(dtype=np.int64)] for s, df in arrivals.items()},
-        {s: emptied_files(a, per_file[s] if per_file else None) for s, a in read.items()
-         if not spec.sources[s].arrival_column},
+        file_batches(read, batch_by) if batch_by.by_files else None,
+        {s: emptied_files(a) for s, a in read.items() if not spec.sources[s].arrival_column},
     )
 
 
-def emptied_files(read: Arrivals, file_batch: np.ndarray | None) -> pd.DataFrame:
+def emptied_files(read: Arrivals) -> pd.DataFrame:
     """The data files of a source that hold no row after its filter (or none at all), as
-    ``cut`` takes them: ``arrival_ms``, ``commit_version``, ``add_index`` and, given the batch
-    of every file (``file_batches``), ``file_batch``. A Delta source reads them as any other
-    file (the query's filter runs after), so each still brings on a batch."""
+    ``cut`` takes them: ``arrival_ms``, ``commit_version``, ``add_index``. A Delta source
+    reads them as any other file (the query's filter runs after), so each still brings on a
+    batch."""
     held = np.zeros(len(read.file_version), dtype=bool)
     held[read.frame[ADD_INDEX].to_numpy(dtype=np.int64)] = True
     idx = np.flatnonzero(~held)
-    out = pd.DataFrame({ARRIVAL_MS: read.file_arrival_ms[idx], VERSION: read.file_version[idx],
-                        ADD_INDEX: idx})
-    if file_batch is not None:
-        out["file_batch"] = file_batch[idx]
-    return out
+    return pd.DataFrame({ARRIVAL_MS: read.file_arrival_ms[idx],
+                         VERSION: read.file_version[idx], ADD_INDEX: idx})
 
 
 def merged_ranks(arrival_ms: list[np.ndarray], version: list[np.ndarray]) -> np.ndarray:

@@ -119,19 +119,20 @@ def cut(
     * ``commits: n``: the next n commits of any source (a commit = one (source, version));
     * ``files: n`` and/or ``bytes: b``: data files as a Delta source admits them
       (``maxFilesPerTrigger``, ``maxBytesPerTrigger``): ``file_batch[source]`` is the batch of
-      each row's file (``history.file_batches``); a batch may end inside a commit;
+      each of the source's data files, by ``add_index`` (``history.file_batches``; the
+      arrivals then need an ``add_index`` column); a batch may end inside a commit;
     * ``rows: n``: the next n rows of the merged sequence;
     * ``arrival_interval: d``: everything arriving in [t0 + k·d, t0 + (k+1)·d), t0 = first
       arrival; empty intervals add no data tick (see the module docstring for idle ticks).
 
     ``emptied[source]`` (optional): the source's data files that hold no row (the source
-    filter removed them all), one row each with ``arrival_ms``, ``commit_version``,
-    ``add_index`` and, for ``files``/``bytes``, ``file_batch``; the arrivals then need an
-    ``add_index`` column too. A Delta source reads such a file as any other, so Spark runs a
-    batch on it: each takes its place in the sequence (by arrival time, the source's order,
-    version, then add index) and counts as a commit, a file or an arrival, and a tick that
-    gets nothing else is an *empty* data tick (a batch without input rows). ``rows: n``
-    ignores them (it counts the rows the query reads).
+    filter removed them all), one row each with ``arrival_ms``, ``commit_version`` and
+    ``add_index``; the arrivals then need an ``add_index`` column too. A Delta source reads
+    such a file as any other, so Spark runs a batch on it: each takes its place in the
+    sequence (by arrival time, the source's order, version, then add index) and counts as a
+    commit, a file or an arrival, and a tick that gets nothing else is an *empty* data tick
+    (a batch without input rows). ``rows: n`` ignores them (it counts the rows the query
+    reads).
 
     >>> rows = pd.DataFrame({ROW_ID: [0, 1], ARRIVAL_MS: [10, 30], VERSION: [0, 2],
     ...                      ADD_INDEX: [0, 2], "ts": pd.to_datetime([1, 2], unit="s", utc=True)})
@@ -142,8 +143,8 @@ def cut(
     """
     names = list(arrivals)
     sizes = np.array([len(arrivals[s]) for s in names], dtype=np.int64)
-    gone = [emptied[s] for s in names if s in emptied and len(emptied[s])] \
-        if emptied and batch_by.rows is None else []
+    held = [s for s in names if s in emptied and len(emptied[s])] \
+        if emptied and batch_by.rows is None else []  # sources with emptied files
 
     def col(c: str, of: Mapping[str, pd.DataFrame] = arrivals) -> np.ndarray:
         """Column ``c`` of every source, one after the other (in ``names`` order)."""
@@ -156,15 +157,15 @@ def cut(
     cell_all = None
     if batch_by.by_files:
         if file_batch is None:
-            raise ValueError("batch_by files/bytes needs each row's file batch "
+            raise ValueError("batch_by files/bytes needs each data file's batch "
                              "(history.file_batches)")
-        cell_all = np.concatenate([np.asarray(file_batch[s], dtype=np.int64) for s in names]
+        cell_all = np.concatenate([np.asarray(file_batch[s], dtype=np.int64)[
+            arrivals[s][ADD_INDEX].to_numpy(dtype=np.int64)] for s in names]
                                   ) if names else np.array([], dtype=np.int64)
-    if gone:
+    if held:
         # the sequence of rows and emptied files: row ids follow (arrival, source, version,
         # add index, position), so a lexsort keeps the rows in row-id order
         assert emptied is not None
-        held = [s for s in names if s in emptied and len(emptied[s])]
         g_src = np.repeat(np.array([names.index(s) for s in held], dtype=np.int64),
                           [len(emptied[s]) for s in held])
         src_all = np.r_[src_all, g_src]
@@ -178,7 +179,9 @@ def cut(
             raise ValueError("emptied files need rows whose row ids follow the commit log "
                              "(arrival: commit)")
         if cell_all is not None:
-            cell_all = np.r_[cell_all, col("file_batch", emptied)]
+            assert file_batch is not None
+            cell_all = np.r_[cell_all, *(np.asarray(file_batch[s], dtype=np.int64)[
+                emptied[s][ADD_INDEX].to_numpy(dtype=np.int64)] for s in held)]
     else:
         merged = np.argsort(col(ROW_ID), kind="stable")  # row id order
     # the merged sequence: ``merged`` holds positions in the concatenated sources (rows first,

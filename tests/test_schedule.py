@@ -416,18 +416,16 @@ def test_cut_with_emptied_files_against_a_plain_model(log, by, pace) -> None:
                                                       or any(f[4] for f in files if f[1] == 1)))
     names = sorted({f[1] for f in files})
     rows: dict[int, list[dict]] = {s: [] for s in names}
-    fb = {s: [] for s in names}
+    fb: dict[int, dict[int, int]] = {s: {} for s in names}  # batch by add index
     gone: dict[int, list[dict]] = {s: [] for s in names}
     rid = 0
     for i, (at, src, version, add, kept) in enumerate(files):
-        batch = i // (batch_by.files or 1)
+        fb[src][add] = i // (batch_by.files or 1)
         if not kept:
-            gone[src].append({ARRIVAL_MS: at, VERSION: version, ADD_INDEX: add,
-                              "file_batch": batch})
+            gone[src].append({ARRIVAL_MS: at, VERSION: version, ADD_INDEX: add})
         for _ in range(kept):
             rows[src].append({ROW_ID: rid, ARRIVAL_MS: at, VERSION: version, ADD_INDEX: add,
                               "ts": pd.Timestamp(rid, unit="s", tz="UTC")})
-            fb[src].append(batch)
             rid += 1
     # the model: each file's group, then groups in order, empty ones kept
     if batch_by.rows is not None:
@@ -453,10 +451,11 @@ def test_cut_with_emptied_files_against_a_plain_model(log, by, pace) -> None:
     label = {s: f"s{s}" for s in names}
     frames = {label[s]: pd.DataFrame(rows[s]) for s in names}
     sched = cut("t", frames, {label[s]: "ts" for s in names}, batch_by, pace,
-                file_batch={label[s]: np.array(fb[s], dtype=np.int64) for s in names}
+                file_batch={label[s]: np.array([fb[s][a] for a in range(len(fb[s]))],
+                                               dtype=np.int64) for s in names}
                 if batch_by.by_files else None,
                 emptied={label[s]: pd.DataFrame(gone[s], columns=[ARRIVAL_MS, VERSION,
-                                                                  ADD_INDEX, "file_batch"])
+                                                                  ADD_INDEX])
                          for s in names})
     data = [t for t in sched.ticks if not t.idle]
     got = [sorted(r for s in sched.rows for r in sched.tick_rows(s, t.index)[ROW_ID])
