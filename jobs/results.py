@@ -26,6 +26,7 @@ import pyarrow.dataset as ds
 import pyarrow.json as pa_json
 from deltalake import DeltaTable, write_deltalake
 
+from semantics.operators.columns import nullable_floats
 from semantics.report import REPORT_COLUMNS, RunResult, json_texts, nan_kept
 from semantics.schedule import Schedule
 from semantics.spec import BacktestSpec
@@ -195,5 +196,5 @@ def parsed_rows(rows: pa.ChunkedArray) -> pd.DataFrame:
             got = [r.get(c) for r in records]
             null = np.array([v is None for v in got])
             if null.any() and any(isinstance(v, float) for v in got):
-                df[c] = pd.arrays.FloatingArray(np.where(null, 0.0, df[c].to_numpy()), null)
+                df[c] = nullable_floats(df[c].to_numpy(), null)
     return df

@@ -17,7 +17,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from semantics.operators.columns import values_of
+from semantics.operators.columns import nullable_floats, values_of
 from semantics.schedule import ROW_ID
 from semantics.spec import AggregationQuery, BacktestSpec, DeduplicationQuery, JoinQuery
 
@@ -168,8 +168,7 @@ def nan_kept(df: pd.DataFrame) -> pd.DataFrame:
         col = df[c]
         if isinstance(col.dtype, np.dtype) and col.dtype.kind == "f" and col.hasnans:
             out = df.copy(deep=False) if out is None else out
-            x = col.to_numpy()
-            out[c] = pd.arrays.FloatingArray(x, np.zeros(len(x), dtype=bool))
+            out[c] = nullable_floats(col.to_numpy())
     return df if out is None else out
 
 

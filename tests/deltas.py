@@ -10,6 +10,8 @@ import numpy as np
 import pandas as pd
 from deltalake import write_deltalake
 
+from semantics.operators.columns import nullable_floats
+
 
 def ts(seconds: float) -> pd.Timestamp:
     """Event time ``seconds`` after the epoch, UTC (Spark tests' ``timestamp_seconds``)."""
@@ -45,5 +47,5 @@ def _nan_kept(df: pd.DataFrame, rows: Sequence[dict], event_time: str) -> pd.Dat
     for c in df.columns:
         if c != event_time and isinstance(df[c].dtype, np.dtype) and df[c].dtype.kind == "f":
             null = np.array([r.get(c) is None for r in rows], dtype=bool)
-            df[c] = pd.arrays.FloatingArray(np.where(null, 0.0, df[c].to_numpy()), null)
+            df[c] = nullable_floats(df[c].to_numpy(), null)
     return df

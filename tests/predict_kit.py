@@ -9,6 +9,7 @@ import pandas as pd
 
 from semantics import engine
 from semantics.operators import make_operator
+from semantics.operators.columns import nullable_floats
 from semantics.predict import Prediction, predict
 from semantics.report import output_columns
 from semantics.schedule import Schedule, cut
@@ -35,9 +36,8 @@ NEG_NAN = float(np.array([0xFFF8000000000000], dtype=np.uint64).view(np.float64)
 def floats(*xs: float | None) -> pd.arrays.FloatingArray:
     """A nullable float column as the schedule holds one: ``None`` is NULL, a NaN is a NaN (a
     plain float column of a frame built from dicts holds both as NaN)."""
-    null = np.array([x is None for x in xs], dtype=bool)
-    return pd.arrays.FloatingArray(np.array([0.0 if x is None else x for x in xs],
-                                            dtype=np.float64), null)
+    return nullable_floats(np.array([0.0 if x is None else x for x in xs], dtype=np.float64),
+                           np.array([x is None for x in xs], dtype=bool))
 
 
 def cell(v: object) -> object:
@@ -73,8 +73,7 @@ def schedule_of(batches: Sequence[Sequence[dict]], pace: str = "backlog",
     for p in parts:
         for c in nullable & set(p.columns):
             if isinstance(p[c].dtype, np.dtype) and p[c].dtype.kind == "f":
-                p[c] = pd.arrays.FloatingArray(p[c].to_numpy(dtype=np.float64),
-                                               np.zeros(len(p), dtype=bool))
+                p[c] = nullable_floats(p[c].to_numpy(dtype=np.float64))
     df = pd.concat(parts, ignore_index=True)
     df.insert(0, "row_id", np.arange(len(df), dtype=np.int64))
     df["ts"] = (pd.Timestamp(0, tz="UTC") + pd.to_timedelta(df["ts"], unit="s")).astype(

@@ -193,6 +193,23 @@ def to_series(kind: str, data: np.ndarray, null: np.ndarray | None, tz: str | No
     return pd.Series(out, name=name, dtype=object)
 
 
+def nullable_floats(data: np.ndarray, null: np.ndarray | None = None
+                    ) -> pd.arrays.FloatingArray:
+    """``data`` (float32 or float64) as a nullable float array (``Float32``/``Float64``),
+    NULL where ``null`` (None: nowhere; the data under the mask is set to 0.0, the filler of
+    :class:`Values`), a NaN in ``data`` kept a NaN: the one place the predictor, the replay and
+    the tests build one (``astype("Float64")`` and ``concat`` with a nullable column would make
+    a NaN NULL).
+
+    >>> nullable_floats(np.array([np.nan, 2.0]), np.array([False, True])).tolist()
+    [nan, <NA>]
+    """
+    if null is None:
+        return pd.arrays.FloatingArray(data, np.zeros(len(data), dtype=bool))
+    return pd.arrays.FloatingArray(np.where(null, 0.0, data).astype(data.dtype, copy=False),
+                                   np.array(null, dtype=bool))
+
+
 def float_array(data: np.ndarray, null: np.ndarray | None
                 ) -> np.ndarray | pd.arrays.FloatingArray:
     """A float column's values: ``data`` itself (numpy) without a NULL, else a nullable
@@ -205,7 +222,7 @@ def float_array(data: np.ndarray, null: np.ndarray | None
     """
     if null is None or not null.any():
         return data
-    return pd.arrays.FloatingArray(np.where(null, 0.0, data), null.copy())
+    return nullable_floats(data, null)
 
 
 def float_series(s: pd.Series) -> pd.Series:
@@ -216,8 +233,7 @@ def float_series(s: pd.Series) -> pd.Series:
     [nan, 1.0]
     """
     v = values_of(s)
-    null = np.zeros(len(v.data), dtype=bool) if v.null is None else v.null
-    return pd.Series(pd.arrays.FloatingArray(v.data, null.copy()), index=s.index, name=s.name)
+    return pd.Series(nullable_floats(v.data, v.null), index=s.index, name=s.name)
 
 
 def key_series(names: Sequence[str], values: Sequence[Values]) -> dict[str, pd.Series]:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from semantics.operators.columns import Values, values_of
+from semantics.operators.columns import Values, nullable_floats, values_of
 from semantics.operators.grouping import ranges, stable_argsort
 from semantics.operators.keys import KeyCoder, concat_keys, with_codes
 from semantics.schedule import ROW_ID
@@ -138,7 +138,7 @@ def take_values(values: Any, positions: np.ndarray) -> Any:
         return pd.arrays.IntegerArray(data, null)
     if kind == "f":  # (float16 has no nullable dtype: Float32, as ``nullable_dtype``)
         data = data if data.itemsize >= 4 else data.astype(np.float32)
-        return pd.arrays.FloatingArray(np.where(null, 0.0, data).astype(data.dtype), null)
+        return nullable_floats(data, null)
     if kind == "b":
         return pd.arrays.BooleanArray(data, null)
     if kind == "O":
