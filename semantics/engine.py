@@ -281,13 +281,68 @@ def leaving_batch(values_us: np.ndarray, thresholds_us: np.ndarray | None, n_b: 
     """
     if thresholds_us is None:
         return np.full(len(values_us), n_b, dtype=np.int64)
+    search = ThresholdSearch(np.asarray(thresholds_us, dtype=np.int64))
     if len(values_us) > SEARCH_PART:  # parts in threads
         first = np.concatenate(map_parts(
-            lambda p: np.searchsorted(thresholds_us, p, side="left"),
-            np.array_split(values_us, -(-len(values_us) // SEARCH_PART))))
+            search, np.array_split(values_us, -(-len(values_us) // SEARCH_PART))))
     else:
-        first = np.searchsorted(thresholds_us, values_us, side="left")
+        first = search(values_us)
     return first if arrived is None else np.maximum(arrived, first)
+
+
+class ThresholdSearch:
+    """``np.searchsorted(thresholds, values, side="left")`` for a few sorted thresholds (a
+    run's watermarks) and many values, through a table of cells: the range below the last
+    threshold is cut into at most ``2**cell_bits`` cells of ``2**shift`` values, each about a
+    64th of the median gap between distinct thresholds or less; a cell holding no threshold
+    has one answer for all its values, read from the table, and the values in cells that hold
+    a threshold, or below the table's range past a threshold, are searched. Same result as
+    the binary search (values above the last threshold are clipped to one past it and values
+    below the table to its first cell, whose answer is then checked), without its
+    unpredictable branches.
+
+    >>> s = ThresholdSearch(np.array([5, 10, 10, 40]), cell_bits=2, min_values=0)
+    >>> s(np.array([-2**63, 4, 5, 6, 10, 11, 40, 41, 2**63 - 1])).tolist()
+    [0, 0, 0, 1, 1, 3, 3, 4, 4]
+    """
+
+    def __init__(self, thresholds: np.ndarray, cell_bits: int = 14,
+                 min_values: int = 1 << 16) -> None:
+        """``cell_bits``: cells of the table, at most (2**14: a table of 128 KiB, which stays
+        cached); ``min_values``: fewer values are searched without the table."""
+        self.thr = thresholds
+        self.min_values = min_values
+        self.table: tuple[int, int, int, np.ndarray, np.ndarray] | None = None
+        if not len(thresholds):
+            return
+        i64 = np.iinfo(np.int64)
+        lo, hi = int(thresholds[0]), int(thresholds[-1])
+        gaps = np.diff(np.unique(thresholds))
+        shift = max(0, int(np.median(gaps)).bit_length() - 7) if len(gaps) else 0
+        cells = min(1 << cell_bits, ((hi - lo + 2) >> shift) + 1)
+        low = hi + 2 - (cells << shift)  # cells: low .. hi + 1 (clipped to it), width 2**shift
+        if low <= i64.min or hi + 1 >= i64.max:  # (no room to clip)
+            return
+        starts = low + (np.arange(cells, dtype=np.int64) << shift)
+        first = np.searchsorted(thresholds, starts, side="left")  # answer of each cell's ...
+        last = np.searchsorted(thresholds, starts + ((1 << shift) - 1), side="left")  # ... ends
+        mixed = first != last
+        mixed[0] |= first[0] > 0  # values clipped up to cell 0 may have smaller answers
+        self.table = (low, hi + 1, shift, first, mixed)
+
+    def __call__(self, values: np.ndarray) -> np.ndarray:
+        values = np.asarray(values, dtype=np.int64)
+        if self.table is None or len(values) < self.min_values:
+            return np.searchsorted(self.thr, values, side="left")
+        low, top, shift, answer, mixed = self.table
+        cell = np.clip(values, low, top)
+        np.subtract(cell, low, out=cell)
+        np.right_shift(cell, shift, out=cell)
+        out = answer[cell]
+        search = np.flatnonzero(mixed[cell])
+        if len(search):
+            out[search] = np.searchsorted(self.thr, values[search], side="left")
+        return out
 
 
 def steps_of(dropped: np.ndarray, state_rows: np.ndarray, updated: np.ndarray,
