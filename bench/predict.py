@@ -19,7 +19,9 @@ groups events of 100 000 keys with a 30-second gap (most sessions hold one or tw
 ``session_long`` the same with a 30-minute watermark delay (about 750 000 sessions stored), and
 ``join_long`` is ``join`` with 30-minute delays (about 1 000 000 rows buffered).
 The predictor runs independent parts in threads (``WMBT_THREADS``, default: the cores this
-process may use; the first line printed says how many), the Spark replay on ``local[2]``.
+process may use; the first line printed says how many), the Spark replay on ``local[2]``. Like
+``wmbt``, the bench has malloc keep freed memory for the next array (semantics.memory; the first
+line says whether it could).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from semantics.memory import reuse_freed_memory  # noqa: E402
 from semantics.parallel import threads  # noqa: E402
 from semantics.predict import predict  # noqa: E402
 from semantics.schedule import Schedule, cut  # noqa: E402
@@ -139,7 +142,8 @@ def main() -> None:
     ap.add_argument("--count-late", action="store_true",
                     help="also count the input rows dropped as late (as wmbt sweep does)")
     args = ap.parse_args()
-    print(f"predictor threads: {threads()}")
+    reused = reuse_freed_memory()  # as wmbt does (semantics.memory)
+    print(f"predictor threads: {threads()}; freed memory reused: {reused}")
     print(f"{'kind':<14} {'events':>10} {'batches':>8} {'out/event':>9} {'predict s':>10} "
           f"{'events/s':>12} {'spark s':>9} {'speed-up':>9}")
     for kind in args.kinds.split(","):

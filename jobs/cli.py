@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from semantics.errors import WmbtError
+from semantics.memory import reuse_freed_memory
 
 
 def _progress(quiet: bool):
@@ -213,6 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    reuse_freed_memory()  # the predictor's large arrays: reused, not faulted in again
     try:
         return int(args.func(args))
     except WmbtError as exc:

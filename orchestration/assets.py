@@ -115,8 +115,10 @@ def replay_schedule(context: dg.AssetExecutionContext, specs: SpecsResource) -> 
           description="The predicted batch report (pure-Python predictor, no Spark).")
 def predicted_report(context: dg.AssetExecutionContext, replay_schedule: Planned,
                      results: ResultsStoreResource) -> RunResult:
+    from semantics.memory import reuse_freed_memory
     from semantics.predict import predict
 
+    reuse_freed_memory()  # (this run's process: freed arrays are reused, not faulted in again)
     p = replay_schedule
     t0 = time.perf_counter()
     result = predict(p.schedule, p.spec, p.candidate)
