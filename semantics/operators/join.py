@@ -76,6 +76,7 @@ from semantics.operators.grouping import stable_argsort
 from semantics.operators.join_all import Admitted, join_at_once
 from semantics.operators.join_frames import (
     EV,
+    Gather,
     Packing,
     SideLayout,
     key_codes,
@@ -262,14 +263,14 @@ class JoinOperator:
         """Output columns of emitted rows given per batch as (left, right) source positions (-1:
         the null-padded side of an outer row; left semi: left positions only)."""
         width = len(payloads[0])
-        positions = [np.concatenate([p[i] for p in payloads]) for i in range(width)]
+        positions = [Gather.of(np.concatenate([p[i] for p in payloads])) for i in range(width)]
         jobs = [(c, src.frame[c]._values, pos)
                 for src, pos in zip((self.sources["left"], self.sources["right"]), positions,
                                     strict=False)
                 for c in src.layout.columns if c in columns]
         taken = map_parts(lambda job: take_values(job[1], job[2]), jobs)  # columns in threads
         data = {c: v for (c, _, _), v in zip(jobs, taken, strict=True)}
-        return pd.DataFrame(data, index=pd.RangeIndex(len(positions[0])), columns=columns,
+        return pd.DataFrame(data, index=pd.RangeIndex(len(positions[0].safe)), columns=columns,
                             copy=False)
 
     def _filtered(self, plan: list[BatchInput], role: str

@@ -113,26 +113,57 @@ class SideLayout:
         return out
 
 
-def take_values(values: Any, positions: np.ndarray) -> Any:
+@dataclass(frozen=True)
+class Gather:
+    """Source positions to take the columns of one join side at, -1 for a null (the padded
+    side of an outer row), prepared once for all the side's columns: ``safe`` has 0 for the
+    nulls, ``null`` is where they go (None: no null).
+
+    >>> g = Gather.of(np.array([2, -1, 0]))
+    >>> g.safe.tolist(), g.null.tolist(), Gather.of(np.array([1, 0])).null
+    ([2, 0, 0], [False, True, False], None)
+    """
+
+    safe: np.ndarray
+    null: np.ndarray | None
+
+    @classmethod
+    def of(cls, positions: np.ndarray) -> Gather:
+        positions = np.asarray(positions, dtype=np.int64)
+        null = positions < 0
+        if not null.any():
+            return cls(positions, None)
+        return cls(np.where(null, 0, positions), null)
+
+
+def take_values(values: Any, positions: np.ndarray | Gather) -> Any:
     """The values of a column (``Series._values`` of a frame from :meth:`SideLayout.prepare`)
-    at ``positions``, in the column's nullable dtype (``SideLayout.dtypes``); -1 gives a null
-    (``None`` for object columns; ``NA``, ``NaT`` otherwise; a float NaN stays a NaN). Only
-    reads ``values``: columns can be taken in threads.
+    at ``positions`` (or a :class:`Gather` of them), in the column's nullable dtype
+    (``SideLayout.dtypes``); -1 gives a null (``None`` for object columns; ``NA``, ``NaT``
+    otherwise; a float NaN stays a NaN). Only reads ``values``: columns can be taken in
+    threads.
 
     >>> lay = SideLayout.build("s", pd.DataFrame({"row_id": [0], "f": [0.5]}), ["f"], [],
     ...                        None)
     >>> df = lay.prepare(pd.DataFrame({"row_id": [7, 8], "f": [np.nan, 2.5]}))
     >>> take_values(df["s_f"]._values, np.array([1, -1, 0])).tolist()
     [2.5, <NA>, nan]
+    >>> t = pd.array(pd.to_datetime([5, 6], unit="us", utc=True).astype("datetime64[us, UTC]"))
+    >>> take_values(t, np.array([-1, 1])).tolist()
+    [NaT, Timestamp('1970-01-01 00:00:00.000006+0000', tz='UTC')]
     """
-    positions = np.asarray(positions, dtype=np.int64)
-    null = positions < 0
+    g = positions if isinstance(positions, Gather) else Gather.of(positions)
+    n = len(g.safe)
+    if isinstance(values, pd.arrays.DatetimeArray) and len(values):
+        out = values.take(g.safe)  # (without fill: a plain gather, a third of the time)
+        if g.null is not None:
+            out[g.null] = pd.NaT
+        return out
     if not isinstance(values, np.ndarray):
-        return values.take(positions, allow_fill=True)
-    if not len(values):
-        data = np.zeros(len(positions), dtype=values.dtype)
-    else:
-        data = values.take(np.where(null, 0, positions))
+        return values.take(g.safe if g.null is None else np.where(g.null, -1, g.safe),
+                           allow_fill=True)
+    null = np.zeros(n, dtype=bool) if g.null is None else g.null
+    data = values.take(g.safe) if len(values) else np.zeros(n, dtype=values.dtype)
     kind = values.dtype.kind
     if kind in "iu":
         return pd.arrays.IntegerArray(data, null)
@@ -144,7 +175,7 @@ def take_values(values: Any, positions: np.ndarray) -> Any:
     if kind == "O":
         data[null] = None
         return data
-    return pd.api.extensions.take(values, positions, allow_fill=True)
+    return pd.api.extensions.take(values, np.where(null, -1, g.safe), allow_fill=True)
 
 
 def match_pairs(lcode: np.ndarray, lt: np.ndarray, rcode: np.ndarray, rt: np.ndarray,
