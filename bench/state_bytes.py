@@ -136,14 +136,16 @@ def events(n: int, seed: int, shape: Shape) -> pd.DataFrame:
     return df
 
 
-def make(shape: Shape, batches: int, batch_rows: int) -> tuple[BacktestSpec, Schedule]:
-    """Spec + schedule as in ``bench/predict.py`` (``rows`` batches, backlog)."""
+def make(shape: Shape, batches: int, batch_rows: int, pace: str = "backlog"
+         ) -> tuple[BacktestSpec, Schedule]:
+    """Spec + schedule as in ``bench/predict.py`` (``rows`` batches; ``pace``: backlog, or
+    live: every data batch followed by an idle tick, where Spark may run a no-data batch)."""
     sources = list(shape.sources)
     spec = parse_spec({
         "name": f"bench_state_bytes_{shape.name}",
         "sources": {s: {"table": f"/nonexistent/{s}", "event_time": "ts"} for s in sources},
         "query": shape.query,
-        "replay": {"batch_by": {"rows": batch_rows}, "pace": "backlog"},
+        "replay": {"batch_by": {"rows": batch_rows}, "pace": pace},
         "candidates": {"c": {"watermark": {s: shape.delay for s in sources}}},
     })
     per = batches * batch_rows // len(sources)
@@ -154,8 +156,7 @@ def make(shape: Shape, batches: int, batch_rows: int) -> tuple[BacktestSpec, Sch
         df.insert(1, "arrival_ms", df["row_id"].to_numpy() // 1000)
         df.insert(2, "commit_version", df["row_id"].to_numpy() // batch_rows)
         arrivals[s] = df
-    sched = cut(spec.name, arrivals, {s: "ts" for s in sources}, BatchBy(rows=batch_rows),
-                "backlog")
+    sched = cut(spec.name, arrivals, {s: "ts" for s in sources}, BatchBy(rows=batch_rows), pace)
     return spec, sched
 
 
@@ -171,9 +172,10 @@ def run_spark(spec: BacktestSpec, sched: Schedule) -> pd.DataFrame:
 COLS = ["batch_id", "state_rows", "state_rows_removed", "state_bytes"]
 
 
-def compare(shape: Shape, batches: int, batch_rows: int) -> tuple[pd.DataFrame, dict[str, Any]]:
+def compare(shape: Shape, batches: int, batch_rows: int, pace: str = "backlog"
+            ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Per-batch table (predicted vs actual) and the shape's summary."""
-    spec, sched = make(shape, batches, batch_rows)
+    spec, sched = make(shape, batches, batch_rows, pace)
     t0 = time.perf_counter()
     actual = run_spark(spec, sched)[COLS]
     spark_s = time.perf_counter() - t0
@@ -277,13 +279,14 @@ def main() -> None:
                     + ", ".join(SHAPES))
     ap.add_argument("--batches", type=int, default=20, help="data batches per shape")
     ap.add_argument("--batch-rows", type=int, default=2000)
+    ap.add_argument("--pace", choices=["backlog", "live"], default="backlog")
     ap.add_argument("--per-batch", action="store_true", help="also print every batch")
     args = ap.parse_args()
     started = time.perf_counter()
     rows = []
     sessions = []
     for name in args.shapes.split(","):
-        df, summary = compare(SHAPES[name], args.batches, args.batch_rows)
+        df, summary = compare(SHAPES[name], args.batches, args.batch_rows, args.pace)
         rows.append(summary)
         if SHAPES[name].query["kind"] == "session":
             sessions.append(df)

@@ -6,7 +6,7 @@ Per candidate, one validation definition over three small frames:
   (batch_id, operator); ``ExpectColumnPairValuesToBeEqual`` for every exact column (watermark,
   late/eviction watermark, dropped_by_watermark, state rows, output rows, ...), and the state-bytes
   estimate within ``STATE_BYTES_TOLERANCE`` of Spark's memoryUsedBytes plus
-  ``STATE_BYTES_SLACK`` (when both exist);
+  ``STATE_BYTES_SLACK`` (when both exist) in at least ``STATE_BYTES_MOSTLY`` of the batches;
 * ``<backtest>.<candidate>.outputs`` — emitted rows counted per (batch, row) on both sides;
   the counts must be equal (row for row, as a multiset);
 * ``<backtest>.<candidate>.expect`` — the spec's ``expect`` thresholds on the actual run.
@@ -31,6 +31,10 @@ from semantics.report import EXACT_COLUMNS
 
 STATE_BYTES_TOLERANCE = 0.5  # |predicted − actual| ≤ 50 % of actual + 2 KiB
 STATE_BYTES_SLACK = 2048  # (docs/state-bytes.md: small states are dominated by fixed overhead)
+# ... in at least 98 % of the batches: Spark's memoryUsedBytes is a sampled estimate
+# (SizeEstimator samples the hash table) that moves ±20 % between batches holding the same rows,
+# so a run of hundreds of batches meets a few outliers of a sound estimate (docs/state-bytes.md)
+STATE_BYTES_MOSTLY = 0.98
 _KEY = ["batch_id", "operator"]
 
 
@@ -99,6 +103,11 @@ def _messages(res: Any) -> list[str]:
                                f"predicted {u.get(a)}, actual {u.get(b)}")
         elif cfg.type == "expect_column_values_to_be_between" and kw["column"] == \
                 "state_bytes_excess":
+            got = r.result
+            out.append(f"state_bytes: the estimate is outside {STATE_BYTES_TOLERANCE:.0%} of "
+                       f"actual + {STATE_BYTES_SLACK} B in {got.get('unexpected_count')} of "
+                       f"{got.get('element_count', 0) - got.get('missing_count', 0)} batches "
+                       f"(at most {1 - STATE_BYTES_MOSTLY:.0%} may be)")
             for u in idx[:20]:
                 out.append(f"batch {u['batch_id']} ({u.get('operator')}): state_bytes "
                            f"estimate is {u['state_bytes_excess']:.0f} bytes outside "
@@ -131,7 +140,8 @@ def validate(spec: Any, cr: Any, root: Path, counts: pd.DataFrame | None = None
         ("batches", b,
          [gxe.ExpectColumnPairValuesToBeEqual(column_A=f"predicted_{c}", column_B=f"actual_{c}")
           for c in exact]
-         + ([gxe.ExpectColumnValuesToBeBetween(column="state_bytes_excess", max_value=0)]
+         + ([gxe.ExpectColumnValuesToBeBetween(column="state_bytes_excess", max_value=0,
+                                                mostly=STATE_BYTES_MOSTLY)]
             if b["state_bytes_excess"].notna().any() else []),
          ["batch_id", "operator"]),
         ("outputs", o,
