@@ -34,6 +34,7 @@ def summary_rows(result: Any) -> list[dict[str, Any]]:
         "late_rows_%": "-" if m["late_rows_fraction"] is None
         else f"{100 * m['late_rows_fraction']:.2f}",
         "peak_state": m["peak_state_rows"], "output_rows": m["output_rows"],
+        "end_state": m["final_state_rows"],
         "p95_latency_s": "-" if m["latency_p95_s"] is None else f"{m['latency_p95_s']:.0f}",
         "valid": {"-": "", "passed": "yes", "failed": "NO"}[m["validation"]],
     } for m in comparison_rows(result)]

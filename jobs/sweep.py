@@ -238,7 +238,7 @@ def run_sweep(args: argparse.Namespace) -> int:
               "late_rows_%": f"{100 * r['late_rows_fraction']:.2f}",
               "peak_state": r["peak_state_rows"],
               "peak_memory_est": memory(r["peak_state_bytes"]),
-              "output_rows": r["output_rows"],
+              "output_rows": r["output_rows"], "end_state": r["final_state_rows"],
               "p95_latency_s": "-" if r["latency_p95_s"] is None else f"{r['latency_p95_s']:.0f}",
               "": "<- knee" if r["knee"] else ""} for r in rows]
     print(format_table(table))

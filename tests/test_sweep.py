@@ -86,6 +86,10 @@ def test_sweep_cli_json(tmp_path: Path, capsys) -> None:
                  str(tmp_path / "r")]) == 0
     out = capsys.readouterr().out
     assert "peak_memory_est" in out.splitlines()[0] and " KiB " in out
+    # ... and the state left at the end (not emitted yet: more of it at a longer delay)
+    at = out.splitlines()[0].index("end_state")  # (columns are padded to their header)
+    ends = [int(line[at:].split()[0]) for line in out.splitlines()[2:7]]
+    assert ends == [r["final_state_rows"] for r in rows] and ends[0] <= ends[-1]
     assert main(["predict", str(spec), "--results", str(tmp_path / "r")]) == 0
     assert "counts late groups" in capsys.readouterr().out  # tight drops rows
     assert main(["predict", str(spec), "--candidate", "c", "--results",
