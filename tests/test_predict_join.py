@@ -854,3 +854,30 @@ def test_float_keys_match_nan_with_nan_and_zero_with_minus_zero(jtype: str, expl
     if jtype == "full_outer":  # NULL with NULL (no isnotnull), 2.0 padded when it leaves
         want += [(1, 11), (3, None)]
     assert pairs == sorted(want, key=repr)
+
+
+@pytest.mark.parametrize(("values", "want"), [
+    (np.array([5, 6, 7], dtype=np.int64), [7, None, 5]),
+    (np.array([5, 6, 7], dtype=np.int32), [7, None, 5]),
+    (np.array([0.5, np.nan, 2.5]), [2.5, None, 0.5]),
+    (np.array([True, False, False]), [False, None, True]),
+    (np.array(["a", None, "c"], dtype=object), ["c", None, "a"]),
+    (pd.array(["a", None, "c"], dtype="string"), ["c", None, "a"]),
+    (pd.array(pd.to_datetime([5, 6, 7], unit="us", utc=True).astype("datetime64[us, UTC]")),
+     [pd.Timestamp(7, unit="us", tz="UTC"), None, pd.Timestamp(5, unit="us", tz="UTC")]),
+])
+def test_take_values_pads_an_outer_rows_side_with_nulls(values, want) -> None:
+    # A null-padded outer row (position -1) reads NULL in every column type, NaN stays NaN,
+    # and the column keeps its nullable dtype; positions prepared once (Gather) for all the
+    # side's columns give the same.
+    from semantics.operators.join_frames import Gather, take_values
+
+    pos = np.array([2, -1, 0])
+    for got in (take_values(values, pos), take_values(values, Gather.of(pos))):
+        s = pd.Series(got)
+        assert s.isna().tolist() == [False, True, False]
+        assert s.dropna().tolist() == [want[0], want[2]]
+        assert str(s.dtype) in ("Int64", "Int32", "Float64", "boolean", "object", "string",
+                                "datetime64[us, UTC]")
+    no_null = pd.Series(take_values(values, Gather.of(np.array([0, 2]))))
+    assert no_null.notna().all() and no_null.dtype == pd.Series(take_values(values, pos)).dtype
