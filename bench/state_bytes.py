@@ -71,6 +71,7 @@ class Shape:
     rate: float = 100.0  # events per second of event time, per source (geometric mean)
     ramp: float = 4.0  # the rate grows geometrically by this factor over the run
     sources: tuple[str, ...] = ("a",)
+    shares: tuple[float, ...] = ()  # per source, its share of the events (default: equal)
     delay: str = DELAY
     note: str = field(default="", compare=False)
 
@@ -106,6 +107,12 @@ SHAPES: dict[str, Shape] = {s.name: s for s in [
     Shape("join", {"kind": "join", "type": "left_outer", "left": "a", "right": "b",
                    "keys": ["k"], "time_range": {"lower": "-30 seconds", "upper": "0 seconds"}},
           keys=500, rate=50.0, sources=("a", "b")),
+    # sides of unequal size and a level state, as trial nu18 (impressions and their clicks):
+    # 10 left rows to 1 right row, 300 keys, a constant rate
+    Shape("join_skewed", {"kind": "join", "type": "left_outer", "left": "a", "right": "b",
+                          "keys": ["k"],
+                          "time_range": {"lower": "-30 seconds", "upper": "0 seconds"}},
+          keys=300, rate=50.0, ramp=1.0, sources=("a", "b"), shares=(10.0, 1.0)),
     # nearly unique keys (as the demo's impressions and clicks): a key entry per row
     Shape("join_unique", {"kind": "join", "type": "inner", "left": "a", "right": "b",
                           "keys": ["k"],
@@ -114,13 +121,14 @@ SHAPES: dict[str, Shape] = {s.name: s for s in [
 ]}
 
 
-def events(n: int, seed: int, shape: Shape) -> pd.DataFrame:
+def events(n: int, seed: int, shape: Shape, rate: float | None = None) -> pd.DataFrame:
     """``n`` events of one source; 5 % repeat an event of the previous 50 (id, k, s, ts).
 
     The event-time rate ramps from ``rate / √ramp`` to ``rate · √ramp``, so the state held
     within the watermark delay grows over the run (a spread of sizes for the fit)."""
     rng = np.random.default_rng(seed)
-    rate = shape.rate * shape.ramp ** (np.arange(n) / max(n - 1, 1) - 0.5)
+    rate = (shape.rate if rate is None else rate) * shape.ramp ** (np.arange(n) / max(n - 1, 1)
+                                                                   - 0.5)
     base = T0_US + np.cumsum(1e6 / rate).astype(np.int64)
     ts = base - rng.integers(0, JITTER_US, n) - np.where(rng.random(n) < 0.01, LATE_US, 0)
     ids = rng.integers(0, n // 2 + 1, n)
@@ -148,11 +156,17 @@ def make(shape: Shape, batches: int, batch_rows: int, pace: str = "backlog"
         "replay": {"batch_by": {"rows": batch_rows}, "pace": pace},
         "candidates": {"c": {"watermark": {s: shape.delay for s in sources}}},
     })
-    per = batches * batch_rows // len(sources)
+    shares = shape.shares or (1.0,) * len(sources)
     arrivals = {}
     for i, s in enumerate(sources):
-        df = events(per, seed=i, shape=shape)
-        df.insert(0, "row_id", np.arange(per, dtype=np.int64) * len(sources) + i)
+        share = shares[i] / sum(shares)  # of the events, and of the rate (same time span)
+        per = int(batches * batch_rows * share)
+        df = events(per, seed=i, shape=shape, rate=shape.rate * len(sources) * share)
+        # arrival order = row id: the sources interleave in proportion to their shares
+        at = np.arange(per, dtype=np.int64)
+        if shape.shares:
+            at = at * (batches * batch_rows) // per
+        df.insert(0, "row_id", at * len(sources) + i)
         df.insert(1, "arrival_ms", df["row_id"].to_numpy() // 1000)
         df.insert(2, "commit_version", df["row_id"].to_numpy() // batch_rows)
         arrivals[s] = df
