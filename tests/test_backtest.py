@@ -21,8 +21,8 @@ from semantics.spec import parse_spec
 from tests.deltas import write_commits
 
 
-def agg_spec(tmp: Path, expect: dict | None = None):
-    write_commits(tmp / "clicks", [
+def agg_spec(tmp: Path, expect: dict | None = None, commits: list | None = None):
+    write_commits(tmp / "clicks", commits or [
         [{"ad": 1, "ts": 15}], [{"ad": 1, "ts": 3}, {"ad": 2, "ts": 4}],
         [{"ad": 2, "ts": 31}], [{"ad": 1, "ts": 12}],
     ])
@@ -79,15 +79,7 @@ def test_state_bytes_may_miss_the_band_in_a_few_batches_not_more(tmp_path: Path)
     # Spark's memoryUsedBytes is sampled (±20 % between batches holding the same rows): the
     # estimate must be within 50 % + 2 KiB in at least 98 % of the batches, not in every one.
     # 60 commits of one click, live pace: about 120 batches with state.
-    write_commits(tmp_path / "clicks", [[{"ad": i % 3, "ts": 10 * i}] for i in range(60)])
-    spec = parse_spec({
-        "name": "bytes",
-        "sources": {"clicks": {"table": str(tmp_path / "clicks"), "event_time": "ts"}},
-        "query": {"kind": "aggregation", "source": "clicks", "keys": ["ad"],
-                  "window": {"duration": "1 minute"}},
-        "replay": {"batch_by": {"commits": 1}, "pace": "live"},
-        "candidates": {"c": {"watermark": {"clicks": "30 seconds"}}},
-    }, str(tmp_path / "spec.yaml"))
+    spec = agg_spec(tmp_path, commits=[[{"ad": i % 3, "ts": 10 * i}] for i in range(60)])
     cr = candidate(spec, tmp_path)
     b = cr.predicted.batches
     with_bytes = b.index[pd.to_numeric(b["state_bytes"]).fillna(0) > 0]

@@ -270,7 +270,7 @@ class JoinOperator:
                 for c in src.layout.columns if c in columns]
         taken = map_parts(lambda job: take_values(job[1], job[2]), jobs)  # columns in threads
         data = {c: v for (c, _, _), v in zip(jobs, taken, strict=True)}
-        return pd.DataFrame(data, index=pd.RangeIndex(len(positions[0].safe)), columns=columns,
+        return pd.DataFrame(data, index=pd.RangeIndex(len(positions[0].positions)), columns=columns,
                             copy=False)
 
     def _filtered(self, plan: list[BatchInput], role: str

@@ -116,14 +116,15 @@ class SideLayout:
 @dataclass(frozen=True)
 class Gather:
     """Source positions to take the columns of one join side at, -1 for a null (the padded
-    side of an outer row), prepared once for all the side's columns: ``safe`` has 0 for the
-    nulls, ``null`` is where they go (None: no null).
+    side of an outer row; ``positions``), prepared once for all the side's columns: ``safe``
+    has 0 for the nulls, ``null`` is where they go (None: no null).
 
     >>> g = Gather.of(np.array([2, -1, 0]))
     >>> g.safe.tolist(), g.null.tolist(), Gather.of(np.array([1, 0])).null
     ([2, 0, 0], [False, True, False], None)
     """
 
+    positions: np.ndarray
     safe: np.ndarray
     null: np.ndarray | None
 
@@ -132,8 +133,8 @@ class Gather:
         positions = np.asarray(positions, dtype=np.int64)
         null = positions < 0
         if not null.any():
-            return cls(positions, None)
-        return cls(np.where(null, 0, positions), null)
+            return cls(positions, positions, None)
+        return cls(positions, np.where(null, 0, positions), null)
 
 
 def take_values(values: Any, positions: np.ndarray | Gather) -> Any:
@@ -160,8 +161,7 @@ def take_values(values: Any, positions: np.ndarray | Gather) -> Any:
             out[g.null] = pd.NaT
         return out
     if not isinstance(values, np.ndarray):
-        return values.take(g.safe if g.null is None else np.where(g.null, -1, g.safe),
-                           allow_fill=True)
+        return values.take(g.positions, allow_fill=True)
     null = np.zeros(n, dtype=bool) if g.null is None else g.null
     data = values.take(g.safe) if len(values) else np.zeros(n, dtype=values.dtype)
     kind = values.dtype.kind
@@ -175,7 +175,7 @@ def take_values(values: Any, positions: np.ndarray | Gather) -> Any:
     if kind == "O":
         data[null] = None
         return data
-    return pd.api.extensions.take(values, np.where(null, -1, g.safe), allow_fill=True)
+    return pd.api.extensions.take(values, g.positions, allow_fill=True)
 
 
 def match_pairs(lcode: np.ndarray, lt: np.ndarray, rcode: np.ndarray, rt: np.ndarray,

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from semantics.operators.aggfuncs import IDENTITY, extreme_at
+from semantics.operators.aggfuncs import EXTREME, IDENTITY, extreme_at
 from semantics.operators.grouping import ranges
 
 
@@ -134,8 +134,7 @@ def fill_grid(id_last: np.ndarray, w: np.ndarray, a: np.ndarray, minor: int,
             # cells 0.008 ms, 120 000 pairs 0.35 ms): spread unless the grid is sparse
             if v.dtype != np.float64 and int(a.max()) * rows_w * minor <= 4 * int(a.sum()):
                 out = np.full(rows_w * minor, IDENTITY[(how, "int")], dtype=v.dtype)
-                ufunc = np.minimum if how == "min" else np.maximum
-                return _spread(ufunc, out, id_last - base * minor, a, v, minor)
+                return _spread(EXTREME[(how, "int")], out, id_last - base * minor, a, v, minor)
             return extreme_at(how, rows_w * minor, pair_cells(), np.repeat(v, a))
         if v is None:  # a count of pairs: bincount is exact for integers
             d = np.bincount(lo, minlength=size) - np.bincount(hi, minlength=size)
