@@ -69,10 +69,20 @@ def check_aggregation(spark, tmp, pace, data, window, replay, delay, mode, aggre
 
 @pytest.mark.parametrize("pace", ["backlog", "live"])
 @examples(4)
-@given(data=commits(keys), window=windows, replay=replays, delay=delays, mode=modes)
-def test_aggregation(spark, tmp_path_factory, pace, data, window, replay, delay, mode) -> None:
-    check_aggregation(spark, tmp_path_factory.mktemp("agg"), pace, data, window, replay, delay,
-                      mode, {"n": "count(*)", "s": "sum(v)", "lo": "min(v)", "avg_v": "avg(v)"})
+@given(data=commits(keys), window=windows, replay=replays, delay=delays, mode=modes,
+       at_once=st.booleans())
+def test_aggregation(spark, tmp_path_factory, pace, data, window, replay, delay, mode,
+                     at_once) -> None:
+    # at_once: without explain, append mode computes every batch at once whatever the rows
+    # per batch (operators/aggregation_all.py; else only for batches of few rows per key)
+    from semantics.operators import aggregation
+
+    with pytest.MonkeyPatch.context() as mp:
+        if at_once:
+            mp.setattr(aggregation, "AT_ONCE_ROWS_PER_KEY", 1 << 40)
+        check_aggregation(spark, tmp_path_factory.mktemp("agg"), pace, data, window, replay,
+                          delay, mode,
+                          {"n": "count(*)", "s": "sum(v)", "lo": "min(v)", "avg_v": "avg(v)"})
 
 
 @pytest.mark.parametrize("pace", ["backlog", "live"])

@@ -40,10 +40,10 @@ def windows_per_row(t_us: np.ndarray, last_us: np.ndarray, duration_us: int,
 
 
 def not_late_per_row(last_us: np.ndarray, w: np.ndarray, duration_us: int, slide_us: int,
-                     late_us: int | None) -> np.ndarray:
+                     late_us: int | np.ndarray | None) -> np.ndarray:
     """How many of each row's windows are not late: window ``i`` ends at ``last − i·s + d``
-    and is late iff that end ``<= late_us``, so the first ``ceil((last + d − late) / s)``
-    windows (clipped to ``[0, w]``) are not late."""
+    and is late iff that end ``<= late_us`` (one for all rows, or each row's), so the first
+    ``ceil((last + d − late) / s)`` windows (clipped to ``[0, w]``) are not late."""
     if late_us is None:
         return w
     x = last_us + duration_us - late_us

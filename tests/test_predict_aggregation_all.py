@@ -1,0 +1,141 @@
+"""Windowed aggregations computed for all batches at once (operators/aggregation_all.py, the
+path of append mode without explain) against stepping batch by batch: the same batch report
+and the same emitted rows, row for row (no Spark; Spark itself checks both in
+test_differential)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from semantics.operators import aggregation, aggregation_all
+from semantics.operators.aggregation_all import aggregate_at_once
+from tests.predict_kit import at_once_vs_stepped, run_all_of, schedule_of, spec_of
+
+SOAK = bool(os.environ.get("WMBT_SOAK"))
+
+
+@pytest.fixture
+def always_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Engage the whole-run path whatever the rows per batch (small test streams have many
+    rows per key and batch, where it would leave the run to stepping)."""
+    monkeypatch.setattr(aggregation, "AT_ONCE_ROWS_PER_KEY", 1 << 40)
+
+
+def _random_windows(seed: int) -> tuple[dict, list[pd.DataFrame], str, str]:
+    """A random stream and a windowed append query of counts, integer sums, minima and maxima
+    (of an integer with NULLs and of the event time): disorder of up to a minute, a few rows
+    far behind (late, some of them only in some of their windows), whole seconds often
+    (rows on window edges and on the watermark), few or many keys, batches of a few to a few
+    hundred rows, some batches empty."""
+    r = np.random.default_rng(seed)
+    n = int(r.integers(50, 3000))
+    base = np.arange(n) * float(r.choice([0.05, 0.5, 2.0]))
+    ts = base - r.random(n) * float(r.choice([2, 20, 60])) - (r.random(n) < 0.03) * 300
+    ts = np.where(r.random(n) < 0.5, np.floor(ts), np.round(ts, 3))
+    v = pd.array(r.integers(-50, 100, n), dtype="Int64")
+    v[r.random(n) < 0.1] = pd.NA
+    df = pd.DataFrame({"ts": ts, "k": r.integers(0, int(r.choice([1, 3, 40, 400])), n),
+                       "v": v})
+    duration = int(r.choice([5, 10, 30, 60]))
+    window = {"duration": f"{duration} seconds"}
+    slide = duration
+    if r.random() < 0.7:  # sliding, the slide dividing the duration or not
+        slide = min(duration, int(r.choice([1, 2, 3, 7, duration])))
+        window["slide"] = f"{slide} seconds"
+    if slide > 1 and r.random() < 0.3:
+        window["start_time"] = f"{int(r.integers(1, slide))} seconds"
+    query = {"kind": "aggregation", "keys": [] if r.random() < 0.1 else ["k"],
+             "window": window, "output_mode": "append",
+             "aggregates": {"n": "count(*)", "nv": "count(v)", "s": "sum(v)", "lo": "min(v)",
+                            "hi": "max(v)", "last": "max(ts)"}}
+    rows = int(r.integers(3, 300))
+    batches = [df.iloc[i:i + rows] for i in range(0, n, rows)]
+    for _ in range(int(r.integers(0, 3))):  # empty commits
+        batches.insert(int(r.integers(0, len(batches) + 1)), df.iloc[0:0])
+    return (query, batches, str(r.choice(["0 seconds", "5 seconds", "1 minute"])),
+            str(r.choice(["backlog", "live"])))
+
+
+def test_at_once_equals_stepping_on_random_streams(always_at_once: None) -> None:
+    # rule (aggregation_all module docstring): a group is created by its first pair that is
+    # not late, holds all its pairs when it leaves (eviction watermark reaches its window
+    # end), is emitted then, and never comes back, because each batch's late watermark is at
+    # least the eviction watermark of the batch before. Sliding (slides that divide the
+    # duration and slides that do not) and tumbling windows, window starts, a global
+    # aggregation, NULLs, late rows, empty commits, both paces: every batch report column and
+    # every emitted row equal stepping's (runs whose grids pass the budget, many keys over
+    # many windows, step)
+    engaged = 0
+    for seed in range(1000 if SOAK else 150):
+        query, batches, delay, pace = _random_windows(seed)
+        engaged += at_once_vs_stepped(spec_of(query, delay, pace), schedule_of(batches, pace))
+    assert engaged > (600 if SOAK else 90)
+
+
+@pytest.mark.parametrize("chunk", [aggregation_all.CHUNK, 97])
+def test_key_ranges_are_put_together_in_id_order(chunk: int, always_at_once: None,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # the same rule with the rows split by ranges of keys of about 97 rows each (computed one
+    # by one, in threads) and put back together: emitted rows in batch, window, key order; one
+    # part per run with the default chunk
+    monkeypatch.setattr(aggregation_all, "CHUNK", chunk)
+    splits, parts = [], []
+    real_ranges, real_part = aggregation_all.id_ranges, aggregation_all._part
+    monkeypatch.setattr(aggregation_all, "id_ranges",
+                        lambda *a: splits.append(r := real_ranges(*a)) or r)
+    monkeypatch.setattr(aggregation_all, "_part",
+                        lambda *a: parts.append(len(a[0].b)) or real_part(*a))
+    engaged = 0
+    for seed in range(40):
+        query, batches, delay, pace = _random_windows(1000 + seed)
+        query["keys"] = ["k"]
+        engaged += at_once_vs_stepped(spec_of(query, delay, pace), schedule_of(batches, pace))
+    assert engaged > 25
+    if chunk < 1000:
+        # (a part holds whole keys: with one to three keys a run has at most that many)
+        assert len(splits) > 20 and max(len(s) for s in splits) > 10 and len(parts) > 100
+    else:
+        assert not splits
+
+
+def test_float_sums_and_large_batches_are_left_to_stepping(monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    # a float sum depends on the order of addition (Spark adds each batch's partial sum to the
+    # state's): stepping keeps that order; and batches of many rows per key step faster
+    query = {"kind": "aggregation", "keys": ["k"], "output_mode": "append",
+             "window": {"duration": "10 seconds", "slide": "5 seconds"},
+             "aggregates": {"n": "count(*)"}}
+    batches = [[{"k": i % 2, "ts": 10 * b + i / 2, "x": 0.1 * i} for i in range(20)]
+               for b in range(5)]
+    spec, sched = spec_of(query), schedule_of(batches)
+    assert run_all_of(spec, sched) is None  # 20 rows a batch, 2 keys: 10 per key
+    monkeypatch.setattr(aggregation, "AT_ONCE_ROWS_PER_KEY", 12)
+    assert at_once_vs_stepped(spec, sched)
+    floated = dict(query, aggregates={"n": "count(*)", "s": "sum(x)"})
+    assert run_all_of(spec_of(floated), sched) is None
+    assert run_all_of(spec_of(dict(query, output_mode="update")), sched) is None
+
+
+def test_a_group_leaves_with_all_its_pairs_and_late_pairs_are_counted_per_batch() -> None:
+    # rule: numRowsUpdated counts the distinct groups of a batch's pairs that are not late,
+    # numRowsDroppedByWatermark those of its late pairs, numRowsRemoved the groups whose
+    # window end the eviction watermark reaches; a group is emitted once, with every pair.
+    # Key 1, windows (digits) 2 and 3; window 2 leaves in batch 0, window 3 in batch 1; the
+    # second row's pair with window 2 comes in batch 1, late
+    g = aggregate_at_once(np.array([0, 1]), np.array([13, 13]), np.array([2, 2]),
+                          np.array([2, 1]), 4, ((np.array([5, 7]), "sum"),
+                                                (np.array([5, 7]), "max")),
+                          lambda d: d - 2, 2, 100)
+    assert g is not None
+    assert g.updated.tolist() == [2, 1] and g.dropped.tolist() == [0, 1]
+    assert g.removed.tolist() == [1, 1] and g.state_rows.tolist() == [1, 0]
+    assert g.ids.tolist() == [9, 13] and g.cuts.tolist() == [0, 1, 2]
+    assert g.pairs.tolist() == [1, 2]
+    assert [a.tolist() for a in g.arrays] == [[5, 12], [5, 7]]
+    # past the budget of cells: None (the caller steps)
+    assert aggregate_at_once(np.array([0, 1]), np.array([13, 13]), np.array([2, 2]),
+                             np.array([2, 1]), 4, (), lambda d: d - 2, 2, 8) is None
