@@ -2,6 +2,8 @@
 
     .venv/bin/python bench/predict.py                 # 1 M and 10 M events, Spark at 1 M
     .venv/bin/python bench/predict.py --sizes 100000 --spark-rows 100000   # quick look
+    .venv/bin/python bench/predict.py --kinds aggregation,deduplication,join \
+        --spark-rows 1000000,10000000    # Spark at both sizes (10 M: about 15 minutes a kind)
 
 Prints events/s of the predictor for every single-stream operator (tumbling and sliding-window
 aggregation, deduplication, deduplication within watermark, session windows) and two joins, and
@@ -137,11 +139,12 @@ def main() -> None:
     ap.add_argument("--kinds", default=",".join(QUERIES))
     ap.add_argument("--repeat", type=int, default=3, help="predictor runs, best one counts")
     ap.add_argument("--batch-rows", type=int, default=20_000)
-    ap.add_argument("--spark-rows", type=int, default=1_000_000,
-                    help="replay in Spark at this size (0: skip Spark)")
+    ap.add_argument("--spark-rows", default="1000000",
+                    help="replay in Spark at these sizes, comma-separated (0: skip Spark)")
     ap.add_argument("--count-late", action="store_true",
                     help="also count the input rows dropped as late (as wmbt sweep does)")
     args = ap.parse_args()
+    spark_sizes = {int(x) for x in args.spark_rows.split(",") if int(x) > 0}
     reused = reuse_freed_memory()  # as wmbt does (semantics.memory)
     print(f"predictor threads: {threads()}; freed memory reused: {reused}")
     print(f"{'kind':<14} {'events':>10} {'batches':>8} {'out/event':>9} {'predict s':>10} "
@@ -150,7 +153,7 @@ def main() -> None:
         for n in map(int, args.sizes.split(",")):
             spec, sched = make(kind, n, args.batch_rows)
             tp, out = time_predict(spec, sched, args.repeat, args.count_late)
-            ts = time_spark(spec, sched) if n == args.spark_rows else None
+            ts = time_spark(spec, sched) if n in spark_sizes else None
             print(f"{kind:<14} {n:>10,} {len(sched.ticks):>8} {out / n:>9.2f} {tp:>10.2f} "
                   f"{n / tp:>12,.0f} "
                   + (f"{ts:>9.1f} {ts / tp:>8.0f}×" if ts else f"{'-':>9} {'-':>9}"),
