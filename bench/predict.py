@@ -3,7 +3,7 @@
     .venv/bin/python bench/predict.py                 # 1 M and 10 M events, Spark at 1 M
     .venv/bin/python bench/predict.py --sizes 100000 --spark-rows 100000   # quick look
     .venv/bin/python bench/predict.py --kinds aggregation,deduplication,join \
-        --spark-rows 1000000,10000000    # Spark at both sizes (10 M: about 15 minutes a kind)
+        --spark-rows 1000000,10000000    # Spark at both sizes (10 M: 2-6 minutes a kind)
 
 Prints events/s of the predictor for every single-stream operator (tumbling and sliding-window
 aggregation, deduplication, deduplication within watermark, session windows) and two joins, and
