@@ -60,7 +60,9 @@ def _random_windows(seed: int) -> tuple[dict, list[pd.DataFrame], str, str]:
             str(r.choice(["backlog", "live"])))
 
 
-def test_at_once_equals_stepping_on_random_streams(always_at_once: None) -> None:
+@pytest.mark.parametrize("union", [False, True])
+def test_at_once_equals_stepping_on_random_streams(union: bool, always_at_once: None,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     # rule (aggregation_all module docstring): a group is created by its first pair that is
     # not late, holds all its pairs when it leaves (eviction watermark reaches its window
     # end), is emitted then, and never comes back, because each batch's late watermark is at
@@ -68,7 +70,12 @@ def test_at_once_equals_stepping_on_random_streams(always_at_once: None) -> None
     # duration and slides that do not) and tumbling windows, window starts, a global
     # aggregation, NULLs, late rows, empty commits, both paces: every batch report column and
     # every emitted row equal stepping's (runs whose grids pass the budget, many keys over
-    # many windows, step)
+    # many windows, step). union: each batch's groups counted by merging window ranges (what
+    # batches that span many windows take) instead of stacked grids
+    if union:
+        real = aggregation_all._groups_per_batch
+        monkeypatch.setattr(aggregation_all, "_groups_per_batch",
+                            lambda *a: real(*a[:-1], 0))
     engaged = 0
     for seed in range(1000 if SOAK else 150):
         query, batches, delay, pace = _random_windows(seed)
@@ -139,3 +146,23 @@ def test_a_group_leaves_with_all_its_pairs_and_late_pairs_are_counted_per_batch(
     # past the budget of cells: None (the caller steps)
     assert aggregate_at_once(np.array([0, 1]), np.array([13, 13]), np.array([2, 2]),
                              np.array([2, 1]), 4, (), lambda d: d - 2, 2, 8) is None
+
+
+def test_merged_window_ranges_count_each_batchs_distinct_groups() -> None:
+    # numRowsUpdated of a batch: its distinct (window, key) groups. Both ways of counting them
+    # (stacked grids; merged ranges per batch and key) against the groups listed one by one
+    r = np.random.default_rng(7)
+    for _ in range(300):
+        n, m, n_b = int(r.integers(1, 60)), int(r.integers(1, 5)), int(r.integers(1, 6))
+        b = np.sort(r.integers(0, n_b, n))
+        hi = r.integers(0, 30, n)
+        lo = hi - r.integers(0, 6, n)
+        key = r.integers(0, m, n)
+        want = np.zeros(n_b, dtype=np.int64)
+        for t in range(n_b):
+            want[t] = len({(k, d) for bb, k, lo_, hi_ in zip(b, key, lo, hi, strict=True)
+                           if bb == t for d in range(lo_, hi_ + 1)})
+        assert aggregation_all._union_per_batch(b, lo, hi, key, m, n_b).tolist() == \
+            want.tolist()
+        assert aggregation_all._groups_per_batch(b, lo, hi, key, m, n_b, 1 << 30).tolist() == \
+            want.tolist()

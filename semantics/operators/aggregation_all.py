@@ -175,8 +175,6 @@ def _part(rows: _Rows, m: int, k0: int, minor: int, base: int, e_row: np.ndarray
     if m * r > budget:
         return None
     updated = _groups_per_batch(b, dig_lo, dig_hi, key, m, n_b, budget)
-    if updated is None:
-        return None
     lo = key * r + (dig_lo - lo_d)
     hi = key * r + (dig_hi + 1 - lo_d)
     size = m * r
@@ -216,19 +214,20 @@ def _part(rows: _Rows, m: int, k0: int, minor: int, base: int, e_row: np.ndarray
 
 
 def _groups_per_batch(b: np.ndarray, dig_lo: np.ndarray, dig_hi: np.ndarray, key: np.ndarray,
-                      m: int, n_b: int, budget: int) -> np.ndarray | None:
+                      m: int, n_b: int, budget: int) -> np.ndarray:
     """How many distinct groups the pairs of each batch form (rows in batch order; a row adds
     to the windows ``dig_lo .. dig_hi`` of its key, one of ``m``). Each batch with pairs gets
     its windows (and one more row, where differences end) stacked after the batch before; per
     key the stack is contiguous (key-major), so one flat running sum counts every batch's
-    pairs per cell. None past ``budget`` cells."""
+    pairs per cell. Past ``budget`` cells (batches that span many windows: rows far behind the
+    rest), the rows' window ranges are merged per batch and key instead (a sort)."""
     new = np.r_[True, b[1:] != b[:-1]]
     starts = np.flatnonzero(new)
     lo_t = np.minimum.reduceat(dig_lo, starts)
     height = np.maximum.reduceat(dig_hi, starts) - lo_t + 2
     stack = int(height.sum())
     if stack * m > budget:
-        return None
+        return _union_per_batch(b, dig_lo, dig_hi, key, m, n_b)
     at = np.cumsum(height) - height  # each batch's first row in the stack
     row0 = (at - lo_t)[np.cumsum(new) - 1]
     total = stack * m
@@ -238,6 +237,33 @@ def _groups_per_batch(b: np.ndarray, dig_lo: np.ndarray, dig_hi: np.ndarray, key
     out = np.zeros(n_b, dtype=np.int64)
     out[b[starts]] = np.add.reduceat(per_row, at)
     return out
+
+
+def _union_per_batch(b: np.ndarray, dig_lo: np.ndarray, dig_hi: np.ndarray, key: np.ndarray,
+                     m: int, n_b: int) -> np.ndarray:
+    """:func:`_groups_per_batch` by sorting: per batch and key, the size of the union of the
+    rows' window ranges (ranges by start; a range adds what reaches past the furthest end
+    before it).
+
+    >>> _union_per_batch(np.array([0, 0, 0, 1]), np.array([1, 2, 9, 1]), np.array([4, 3, 9, 4]),
+    ...                  np.array([0, 0, 0, 0]), 1, 2).tolist()
+    [5, 4]
+    """
+    d0 = int(dig_lo.min())
+    span = int(dig_hi.max()) - d0 + 2
+    grp = b * m + key
+    if (n_b * m + 1) * span < 1 << 62:
+        order = np.argsort(grp * span + (dig_lo - d0))
+    else:
+        order = np.lexsort((dig_lo, grp))
+    g, lo, hi = grp[order], dig_lo[order] - d0, dig_hi[order] - d0 + 1  # (1 .. span - 1)
+    rank = np.cumsum(np.r_[True, g[1:] != g[:-1]])  # of the group: below 2^62 / span
+    reach = np.maximum.accumulate(rank * span + hi) - rank * span  # furthest end so far
+    before = np.empty(len(g), dtype=np.int64)  # the furthest end before the row, in its group
+    before[0] = 0
+    before[1:] = np.where(g[1:] == g[:-1], reach[:-1], 0)
+    adds = np.maximum(hi - np.maximum(lo, before), 0)
+    return np.bincount(b[order], weights=adds, minlength=n_b)[:n_b].astype(np.int64)
 
 
 def _late_groups(batch_of: np.ndarray, id_last: np.ndarray, w: np.ndarray, a: np.ndarray,
