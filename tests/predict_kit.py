@@ -118,11 +118,13 @@ def run_all_of(spec: BacktestSpec, sched: Schedule, explain: bool = False
     return op.run_all(engine.plan_batches(sched, spec, "c", op))
 
 
-def at_once_vs_stepped(spec: BacktestSpec, sched: Schedule, ordered: bool = True) -> bool:
+def at_once_vs_stepped(spec: BacktestSpec, sched: Schedule, ordered: bool = True,
+                       exact: bool = False) -> bool:
     """Whether the operator's ``run_all`` (all batches at once, without explain) engages on
     ``spec``; when it does, the batch report and the emitted rows must equal stepping's (row
     for row; ``ordered=False``: as multisets, for operators whose order within a batch is
-    Spark's partitions' and not modelled)."""
+    Spark's partitions' and not modelled; ``exact``: floats to the last bit, not within
+    pandas' default tolerance)."""
     cols = output_columns(spec, dict(sched.data_columns))
     if run_all_of(spec, sched) is None:
         return False
@@ -132,7 +134,7 @@ def at_once_vs_stepped(spec: BacktestSpec, sched: Schedule, ordered: bool = True
     got = engine.run(sched, spec, "c", make_operator(spec, "c", sched, explain=False), cols)
     pd.testing.assert_frame_equal(got.batches, want.batches)
     if ordered:
-        pd.testing.assert_frame_equal(got.outputs, want.outputs)
+        pd.testing.assert_frame_equal(got.outputs, want.outputs, check_exact=exact)
     else:
         assert_same_rows(got.outputs, want.outputs)
     return True

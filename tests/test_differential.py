@@ -89,9 +89,10 @@ def test_aggregation(spark, tmp_path_factory, pace, data, window, replay, delay,
 @examples(4)
 @given(data=commits({**keys, "x": st.one_of(st.floats(-100, 100, allow_nan=False),
                                              st.just(float("nan")))}),
-       window=sliding, replay=replays, delay=delays, mode=modes, text=st.booleans())
+       window=sliding, replay=replays, delay=delays, mode=modes, text=st.booleans(),
+       at_once=st.booleans())
 def test_sliding_window_sums(spark, tmp_path_factory, pace, data, window, replay, delay,
-                             mode, text) -> None:
+                             mode, text, at_once) -> None:
     # sums, minima and maxima of sliding windows skip grouping the (row, window) pairs
     # (operators/sliding.py; floats pair by pair in row order); with string keys, min(k) (an
     # object min) keeps the pair path. x holds NaN values: counted, summed to NaN, above every
@@ -99,10 +100,17 @@ def test_sliding_window_sums(spark, tmp_path_factory, pace, data, window, replay
     data = strings(data, "k", text)
     aggregates = {"n": "count(*)", "s": "sum(v)", "avg_v": "avg(v)", "fs": "sum(x)",
                   "fa": "avg(x)", "hi": "max(x)", "lo": "min(v)", "fc": "count(x)"}
+    # at_once: append mode without explain computes every batch at once (float sums and
+    # maxima folded batch by batch, as the state merges them; test_aggregation)
+    from semantics.operators import aggregation
+
     if text:
         aggregates["first_k"] = "min(k)"
-    check_aggregation(spark, tmp_path_factory.mktemp("sliding"), pace, data, window, replay,
-                      delay, mode, aggregates)
+    with pytest.MonkeyPatch.context() as mp:
+        if at_once:
+            mp.setattr(aggregation, "AT_ONCE_ROWS_PER_KEY", 1 << 40)
+        check_aggregation(spark, tmp_path_factory.mktemp("sliding"), pace, data, window,
+                          replay, delay, mode, aggregates)
 
 
 @pytest.mark.parametrize("pace", ["backlog", "live"])

@@ -301,8 +301,8 @@ class AggregationOperator:
 
     def run_all(self, plan: list[BatchInput]) -> list[OperatorStep] | None:
         """Every batch at once (``aggregation_all``), for windows in append mode without
-        explain, with exact key ids, integer buffers (counts, integer sums, minima and maxima of
-        integers and timestamps), batches of fewer than ``AT_ONCE_ROWS_PER_KEY`` rows per key
+        explain, with exact key ids, numeric buffers (counts, sums, averages, minima and maxima
+        of numbers and timestamps), batches of fewer than ``AT_ONCE_ROWS_PER_KEY`` rows per key
         tuple on average (larger batches step faster: a batch's arrays stay in the caches)
         and grids of at most ``4×`` the run's pairs (+ ``GRID_FLOOR``) cells; else None (the
         engine steps)."""
@@ -322,9 +322,10 @@ class AggregationOperator:
             for arr, how in zip(b, lay, strict=True):
                 if how in ("int", "float"):
                     values.append((arr.astype(np.int64), "sum"))
-                elif how in ("min", "max") and arr.dtype == np.int64:
+                elif how == "ordered" or (how in ("min", "max")
+                                          and arr.dtype in (np.int64, np.float64)):
                     values.append((arr, how))
-                elif how != "pairs":  # float sums and extremes: the order matters
+                elif how != "pairs":
                     return None
         wms = watermarks_us(plan)
         assert wms is not None  # (every batch has both watermarks)

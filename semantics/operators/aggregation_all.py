@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from semantics.operators.aggfuncs import EXTREME, IDENTITY
+from semantics.operators.aggfuncs import EXTREME, IDENTITY, extreme_at
 from semantics.operators.grouping import id_ranges, order_of_small, ranges
 from semantics.operators.sliding import _spread
 from semantics.parallel import map_parts
@@ -174,6 +174,9 @@ def _part(rows: _Rows, m: int, k0: int, minor: int, base: int, e_row: np.ndarray
     r = rows_p + 1  # a key's windows and one more (where its differences end)
     if m * r > budget:
         return None
+    folds = any(how == "ordered" or v.dtype == np.float64 for v, how in rows.values)
+    if folds and _stacked_rows(b, dig_lo, dig_hi)[2] * m > budget:  # (see _folded)
+        return None
     updated = _groups_per_batch(b, dig_lo, dig_hi, key, m, n_b, budget)
     lo = key * r + (dig_lo - lo_d)
     hi = key * r + (dig_hi + 1 - lo_d)
@@ -205,12 +208,64 @@ def _part(rows: _Rows, m: int, k0: int, minor: int, base: int, e_row: np.ndarray
     e = e_row[row + (lo_d - base)]
     assert (created <= e).all(), "a group came back after it left the state"
     out = np.flatnonzero(e < n_b)
-    arrays = tuple((summed(v)[at[out]] if how == "sum" else
-                    extreme(EXTREME[(how, "int")], IDENTITY[(how, "int")], v)[cells[out]])
-                   for v, how in rows.values)
+    arrays = []
+    for v, how in rows.values:
+        if how == "sum":
+            arrays.append(summed(v)[at[out]])
+        elif how in ("min", "max") and v.dtype != np.float64:
+            arrays.append(extreme(EXTREME[(how, "int")], IDENTITY[(how, "int")], v)[cells[out]])
+        else:  # the order matters: batch by batch, as the state merges them
+            folded = _folded(b, dig_lo, dig_hi, key, m, v, how, lo_d, rows_p, budget)
+            if folded is None:
+                return None
+            arrays.append(folded[k[out], row[out]])
     return _Part(updated, np.bincount(created, minlength=n_b)[:n_b],
                  np.bincount(e, minlength=n_b + 1)[:n_b],
-                 (row[out] + lo_d) * minor + k[out] + k0, pairs[at[out]], arrays)
+                 (row[out] + lo_d) * minor + k[out] + k0, pairs[at[out]], tuple(arrays))
+
+
+def _stacked_rows(b: np.ndarray, dig_lo: np.ndarray, dig_hi: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, int]:
+    """(where a batch's rows start, each batch's lowest window, the windows of all batches'
+    grids stacked) for rows in batch order."""
+    new = np.r_[True, b[1:] != b[:-1]]
+    starts = np.flatnonzero(new)
+    lo_t = np.minimum.reduceat(dig_lo, starts)
+    return new, lo_t, int((np.maximum.reduceat(dig_hi, starts) - lo_t + 1).sum())
+
+
+def _folded(b: np.ndarray, dig_lo: np.ndarray, dig_hi: np.ndarray, key: np.ndarray, m: int,
+            v: np.ndarray, how: str, lo_d: int, rows_p: int, budget: int
+            ) -> np.ndarray | None:
+    """The ``(m, rows_p)`` grid (key-major; windows from digit ``lo_d``) of a float sum
+    (``how`` ``ordered``) or a float minimum or maximum of ``v``, as stepping computes it: each
+    batch reduces its pairs in row order onto its own windows (``sliding.fill_grid``: a sum
+    from 0.0, an extreme from the identity), then the state merges each batch's grid in batch
+    order (``window_grid.merge``). Every batch's grid is stacked in one array (key-major), the
+    pairs of all batches reduced in one pass; the merges are one ufunc per batch. None past
+    ``budget`` cells."""
+    new, lo_t, stack = _stacked_rows(b, dig_lo, dig_hi)
+    if stack * m > budget:
+        return None
+    height = np.maximum.reduceat(dig_hi, np.flatnonzero(new)) - lo_t + 1
+    at = np.cumsum(height) - height
+    a = dig_hi - dig_lo + 1
+    tops = key * stack + (at - lo_t)[np.cumsum(new) - 1] + dig_hi
+    cells = np.repeat(tops, a) - ranges(np.zeros(len(a), dtype=np.int64), a)  # (row, i) order
+    if how == "ordered":
+        partial = np.bincount(cells, weights=np.repeat(v, a), minlength=stack * m)
+        op, filler = np.add, 0.0
+    else:
+        partial = extreme_at(how, stack * m, cells, np.repeat(v, a))
+        op, filler = EXTREME[(how, "float")], IDENTITY[(how, "float")]
+    partial = partial.reshape(m, stack)
+    out = np.full((m, rows_p), filler, dtype=np.float64)
+    with np.errstate(invalid="ignore"):  # (a float maximum meeting a NaN: NaN, as wanted)
+        for j0, lo, h in zip(at.tolist(), (lo_t - lo_d).tolist(), height.tolist(),
+                             strict=True):
+            region = out[:, lo:lo + h]
+            op(region, partial[:, j0:j0 + h], out=region)
+    return out
 
 
 def _groups_per_batch(b: np.ndarray, dig_lo: np.ndarray, dig_hi: np.ndarray, key: np.ndarray,
