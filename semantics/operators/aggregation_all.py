@@ -1,6 +1,6 @@
 """A windowed aggregation in append mode for a whole run at once: every batch's counts and
 emitted groups from the rows' windows, with no state stepped batch by batch. Used by
-``AggregationOperator.run_all`` (no explain, exact key ids, integer buffers); rules of
+``AggregationOperator.run_all`` (no explain, exact key ids, numeric buffers); rules of
 ``aggregation.py``.
 
 Why it is the same as stepping. The batch plan (which batches run, with which watermarks)
@@ -15,13 +15,16 @@ emitted then with them (append mode), and never comes back. Per batch:
 
 * ``numRowsUpdated``: the distinct groups of the batch's pairs that are not late: each batch's
   pairs are counted on a grid of its own windows × keys (a difference array along the window
-  axis, as ``sliding.fill_grid``), the batches' grids stacked into one array;
+  axis, as ``sliding.fill_grid``), the batches' grids stacked into one array (or, when that
+  array would be too large, the rows' window ranges merged per batch and key);
 * ``numRowsDroppedByWatermark``: the distinct groups of the batch's late pairs;
 * ``numRowsRemoved``: the groups with ``e`` equal to the batch, ``numTotalStateRows`` those
   with ``c <= t < e``; the emitted groups of batch ``t``: those with ``e == t``, in id order.
 
 Integer sums, minima and maxima do not depend on the order in which values are added: they
-are computed once per group over the whole run (float sums do; they are left to stepping).
+are computed once per group over the whole run. Float sums do (and a float minimum or maximum
+may, through NaN and the sign of zero): each batch reduces its pairs in row order, and the
+groups' values are folded batch by batch in batch order, as the state merges them.
 
 Invariants: group ids are exact and window-major (``keys.KeyCoder``: id = window digit ·
 ``minor`` + key digit); window ends grow with the digit, so the groups a batch emits are whole
@@ -37,7 +40,7 @@ import numpy as np
 
 from semantics.operators.aggfuncs import EXTREME, IDENTITY, extreme_at
 from semantics.operators.grouping import id_ranges, order_of_small, ranges
-from semantics.operators.sliding import _spread
+from semantics.operators.sliding import spread
 from semantics.parallel import map_parts
 
 CHUNK = 1 << 18  # rows computed at once, at most (about: a range of keys' rows)
@@ -68,11 +71,12 @@ def aggregate_at_once(batch_of: np.ndarray, id_last: np.ndarray, w: np.ndarray, 
     Per row (in batch order, ``batch_of`` non-decreasing): ``id_last`` the group id of its
     window ``i = 0`` (the latest), ``w`` how many windows hold it, ``a`` how many of those are
     not late in its batch (``sliding.not_late_per_row``); ``values``: per buffer array one
-    value per row and how it combines (``sum``: int64, ``min``/``max``: int64, NULLs already the
-    identity of ``aggfuncs``). ``leaving`` maps window digits to the batch their groups leave
-    in (``n_b``: never). None when the grids would take more than ``budget`` cells (the
-    caller steps). Past ``CHUNK`` rows, ranges of keys are computed one by one, in threads
-    (groups of different keys never meet, and every count is a sum over keys).
+    value per row and how it combines (``sum``: int64; ``ordered``: a float64 sum in row
+    order; ``min``/``max``: int64 or float64; NULLs already the identity of ``aggfuncs``).
+    ``leaving`` maps window digits to the batch their groups leave in (``n_b``: never). None
+    when the grids would take more than ``budget`` cells (the caller steps). Past ``CHUNK``
+    rows, ranges of keys are computed one by one, in threads (groups of different keys never
+    meet, and every count is a sum over keys).
 
     Two rows of key 1 (``minor`` 4), each in windows 3 and 2 (digits), in batches 0 and 1;
     windows leave in batch ``digit - 2``. Window 2 leaves in batch 0 with the first row, and
@@ -166,7 +170,7 @@ def _part(rows: _Rows, m: int, k0: int, minor: int, base: int, e_row: np.ndarray
     sums of difference arrays along the window axis; their grids are key-major (a key's
     windows are adjacent, so one flat running sum serves every key: each key's differences
     are zero again by its end). Minima, maxima and the batch a group is created in are spread
-    down the window axis of window-major grids (``sliding._spread``)."""
+    down the window axis of window-major grids (``sliding.spread``)."""
     b, dig_hi, key, a = rows.b, rows.dig_hi, rows.key, rows.a
     dig_lo = dig_hi - (a - 1)
     lo_d = int(dig_lo.min())
@@ -197,7 +201,7 @@ def _part(rows: _Rows, m: int, k0: int, minor: int, base: int, e_row: np.ndarray
     tops = (dig_hi - lo_d) * m + key  # window-major cells of the rows' windows i = 0
 
     def extreme(ufunc: np.ufunc, filler: int, v: np.ndarray) -> np.ndarray:
-        return _spread(ufunc, np.full(rows_p * m, filler, dtype=v.dtype), tops, a, v, m)
+        return spread(ufunc, np.full(rows_p * m, filler, dtype=v.dtype), tops, a, v, m)
 
     pairs = summed(None)
     # the groups in window-major (id) order: row, key of each

@@ -17,7 +17,7 @@ order as Spark adds them, without grouping the pairs (a pair's cell is its group
 maxima of floats are filled pair by pair the same way (``aggfuncs.extreme_at``: each cell sees
 its values in the pair path's order, a NaN above every other value); of integers, whose order
 does not matter, rows go into the cell of their window ``i = 0`` and spread down the window axis
-(:func:`_spread`). Callers keep the pair path for min and max of object columns (strings,
+(:func:`spread`). Callers keep the pair path for min and max of object columns (strings,
 decimals).
 """
 
@@ -70,7 +70,7 @@ def fill_grid(id_last: np.ndarray, w: np.ndarray, a: np.ndarray, minor: int,
     ``how``: ``sum`` an int64 sum by a difference array; ``ordered`` a float64 sum added pair
     by pair in row order (each group adds its rows' values in row order, like Spark's
     aggregation buffer); ``min``/``max`` (int64 or float64, NULLs already the identity filler
-    of ``aggfuncs``): floats pair by pair in the same order, integers by :func:`_spread`.
+    of ``aggfuncs``): floats pair by pair in the same order, integers by :func:`spread`.
     Cells without pairs hold the identity (0, or the min/max filler).
 
     ``id_last``: group id of each row's window ``i = 0``; ``minor``: ``K``, the id distance of
@@ -134,7 +134,7 @@ def fill_grid(id_last: np.ndarray, w: np.ndarray, a: np.ndarray, minor: int,
             # cells 0.008 ms, 120 000 pairs 0.35 ms): spread unless the grid is sparse
             if v.dtype != np.float64 and int(a.max()) * rows_w * minor <= 4 * int(a.sum()):
                 out = np.full(rows_w * minor, IDENTITY[(how, "int")], dtype=v.dtype)
-                return _spread(EXTREME[(how, "int")], out, id_last - base * minor, a, v, minor)
+                return spread(EXTREME[(how, "int")], out, id_last - base * minor, a, v, minor)
             return extreme_at(how, rows_w * minor, pair_cells(), np.repeat(v, a))
         if v is None:  # a count of pairs: bincount is exact for integers
             d = np.bincount(lo, minlength=size) - np.bincount(hi, minlength=size)
@@ -149,7 +149,7 @@ def fill_grid(id_last: np.ndarray, w: np.ndarray, a: np.ndarray, minor: int,
                      late_rows, late_ids, late_i)
 
 
-def _spread(ufunc: np.ufunc, out: np.ndarray, top: np.ndarray, a: np.ndarray, v: np.ndarray,
+def spread(ufunc: np.ufunc, out: np.ndarray, top: np.ndarray, a: np.ndarray, v: np.ndarray,
             minor: int) -> np.ndarray:
     """``ufunc`` (``np.minimum``/``np.maximum``) of ``v`` into the grid ``out`` (flattened, rows
     of ``minor`` cells, holding the identity) at the cells ``top − i·minor``, ``i < a``, of each
@@ -159,7 +159,7 @@ def _spread(ufunc: np.ufunc, out: np.ndarray, top: np.ndarray, a: np.ndarray, v:
     pair by pair.
 
     >>> out = np.full(8, np.iinfo(np.int64).min)
-    >>> _spread(np.maximum, out, np.array([6, 7, 3]), np.array([3, 3, 1]), np.array([5, 1, 9]),
+    >>> spread(np.maximum, out, np.array([6, 7, 3]), np.array([3, 3, 1]), np.array([5, 1, 9]),
     ...         2).reshape(4, 2).tolist()
     [[-9223372036854775808, -9223372036854775808], [5, 9], [5, 1], [5, 1]]
     """
