@@ -1,7 +1,7 @@
 """Windowed aggregations computed for all batches at once (operators/aggregation_all.py, the
-path of append mode without explain) against stepping batch by batch: the same batch report
-and the same emitted rows, row for row (no Spark; Spark itself checks both in
-test_differential)."""
+path of append and update mode without explain) against stepping batch by batch: the same batch
+report and the same emitted rows, row for row, floats to the last bit (no Spark; Spark itself
+checks both in test_differential)."""
 
 from __future__ import annotations
 
@@ -26,8 +26,9 @@ def always_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _random_windows(seed: int) -> tuple[dict, list[pd.DataFrame], str, str]:
-    """A random stream and a windowed append query of counts, integer sums, minima and maxima
-    (of an integer with NULLs and of the event time): disorder of up to a minute, a few rows
+    """A random stream and a windowed query (append or update) of counts, integer sums, minima
+    and maxima (of an integer with NULLs and of the event time), often float sums, averages,
+    minima and maxima too (NaN among them): disorder of up to a minute, a few rows
     far behind (late, some of them only in some of their windows), whole seconds often
     (rows on window edges and on the watermark), few or many keys, batches of a few to a few
     hundred rows, some batches empty."""
@@ -51,7 +52,7 @@ def _random_windows(seed: int) -> tuple[dict, list[pd.DataFrame], str, str]:
     if slide > 1 and r.random() < 0.3:
         window["start_time"] = f"{int(r.integers(1, slide))} seconds"
     query = {"kind": "aggregation", "keys": [] if r.random() < 0.1 else ["k"],
-             "window": window, "output_mode": "append",
+             "window": window, "output_mode": "update" if r.random() < 0.4 else "append",
              "aggregates": {"n": "count(*)", "nv": "count(v)", "s": "sum(v)", "lo": "min(v)",
                             "hi": "max(v)", "last": "max(ts)"}}
     if r.random() < 0.5:  # floats: added and compared in stepping's order (NaN among them)
@@ -70,7 +71,8 @@ def test_at_once_equals_stepping_on_random_streams(union: bool, always_at_once: 
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     # rule (aggregation_all module docstring): a group is created by its first pair that is
     # not late, holds all its pairs when it leaves (eviction watermark reaches its window
-    # end), is emitted then, and never comes back, because each batch's late watermark is at
+    # end), is emitted then (append; update: in every batch that puts it, with its values
+    # after the batch), and never comes back, because each batch's late watermark is at
     # least the eviction watermark of the batch before. Sliding (slides that divide the
     # duration and slides that do not) and tumbling windows, window starts, a global
     # aggregation, NULLs, late rows, empty commits, both paces: every batch report column and
@@ -115,11 +117,11 @@ def test_key_ranges_are_put_together_in_id_order(chunk: int, always_at_once: Non
         assert not splits
 
 
-def test_large_batches_and_update_mode_are_left_to_stepping(monkeypatch: pytest.MonkeyPatch
-                                                            ) -> None:
-    # batches of many rows per key step faster; update mode emits every batch's updated groups
-    # (stepping); a float sum at once adds each batch's partial sum to the state's, in batch
-    # order, as stepping (and Spark) do
+def test_large_batches_and_complete_mode_are_left_to_stepping(monkeypatch: pytest.MonkeyPatch
+                                                              ) -> None:
+    # batches of many rows per key step faster; complete mode (no late filter, no eviction)
+    # steps; a float sum at once adds each batch's partial sum to the state's, in batch
+    # order, as stepping (and Spark) do; update mode emits each batch's groups
     query = {"kind": "aggregation", "keys": ["k"], "output_mode": "append",
              "window": {"duration": "10 seconds", "slide": "5 seconds"},
              "aggregates": {"n": "count(*)"}}
@@ -131,7 +133,8 @@ def test_large_batches_and_update_mode_are_left_to_stepping(monkeypatch: pytest.
     assert at_once_vs_stepped(spec, sched)
     floated = dict(query, aggregates={"n": "count(*)", "s": "sum(x)", "hi": "max(x)"})
     assert at_once_vs_stepped(spec_of(floated), sched)
-    assert run_all_of(spec_of(dict(query, output_mode="update")), sched) is None
+    assert run_all_of(spec_of(dict(query, output_mode="complete")), sched) is None
+    assert at_once_vs_stepped(spec_of(dict(query, output_mode="update")), sched)
 
 
 def test_a_group_leaves_with_all_its_pairs_and_late_pairs_are_counted_per_batch() -> None:

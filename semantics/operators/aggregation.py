@@ -300,13 +300,13 @@ class AggregationOperator:
         return int(np.count_nonzero(late_rows(plan, batch_of, bound)))
 
     def run_all(self, plan: list[BatchInput]) -> list[OperatorStep] | None:
-        """Every batch at once (``aggregation_all``), for windows in append mode without
-        explain, with exact key ids, numeric buffers (counts, sums, averages, minima and maxima
-        of numbers and timestamps), batches of fewer than ``AT_ONCE_ROWS_PER_KEY`` rows per key
-        tuple on average (larger batches step faster: a batch's arrays stay in the caches)
+        """Every batch at once (``aggregation_all``), for windows in append or update mode
+        without explain, with exact key ids, numeric buffers (counts, sums, averages, minima
+        and maxima of numbers and timestamps), batches of fewer than ``AT_ONCE_ROWS_PER_KEY``
+        rows per key tuple on average (larger batches step faster: their arrays stay cached)
         and grids of at most ``4×`` the run's pairs (+ ``GRID_FLOOR``) cells; else None (the
         engine steps)."""
-        if self.explain or self.mode != "append" or self.window is None \
+        if self.explain or self.mode not in ("append", "update") or self.window is None \
                 or not self.filters_late or not plan:
             return None
         kv_all, bufs_all = self._whole()
@@ -348,7 +348,8 @@ class AggregationOperator:
             return leaving_batch(ends, evict_us, n_b)
 
         got = aggregate_at_once(batch_of, id_last, w, a, minor, tuple(values), leaving, n_b,
-                                4 * int(np.minimum(a, w).sum()) + GRID_FLOOR)
+                                4 * int(np.minimum(a, w).sum()) + GRID_FLOOR,
+                                update=self.mode == "update")
         if got is None:
             return None
         ids = got.ids

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from semantics.operators.aggfuncs import EXTREME, IDENTITY, extreme_at
+from semantics.operators.aggfuncs import EXTREME, IDENTITY, extreme_at, family
 from semantics.operators.grouping import id_ranges, order_of_small, ranges
 from semantics.operators.sliding import spread
 from semantics.parallel import map_parts
@@ -64,9 +64,11 @@ class RunGrid:
 
 def aggregate_at_once(batch_of: np.ndarray, id_last: np.ndarray, w: np.ndarray, a: np.ndarray,
                       minor: int, values: tuple[tuple[np.ndarray, str], ...],
-                      leaving: Callable[[np.ndarray], np.ndarray], n_b: int, budget: int
-                      ) -> RunGrid | None:
-    """Every one of the ``n_b`` batches of an append-mode windowed aggregation at once.
+                      leaving: Callable[[np.ndarray], np.ndarray], n_b: int, budget: int,
+                      update: bool = False) -> RunGrid | None:
+    """Every one of the ``n_b`` batches of an append-mode windowed aggregation at once (with
+    ``update``: update mode, whose batches emit the groups they put, with their values after
+    the batch; see :func:`_updates`).
 
     Per row (in batch order, ``batch_of`` non-decreasing): ``id_last`` the group id of its
     window ``i = 0`` (the latest), ``w`` how many windows hold it, ``a`` how many of those are
@@ -99,7 +101,10 @@ def aggregate_at_once(batch_of: np.ndarray, id_last: np.ndarray, w: np.ndarray, 
     base = int((rows.dig_hi - (rows.a - 1)).min())
     e_row = np.asarray(leaving(base + np.arange(int(rows.dig_hi.max()) - base + 1)),
                        dtype=np.int64)
-    n_parts = min(-(-len(live) // CHUNK), minor)
+    # (update mode: one part, whose groups come out in batch order, ids ascending; putting
+    # the many rows it emits from several parts back in that order costs more than the parts
+    # save)
+    n_parts = 1 if update else min(-(-len(live) // CHUNK), minor)
     width = (minor - 1) // n_parts + 1  # keys per part (id_ranges' split)
     parts = [np.arange(len(live))] if n_parts == 1 else id_ranges(rows.key, 0, minor - 1,
                                                                    n_parts)
@@ -110,20 +115,23 @@ def aggregate_at_once(batch_of: np.ndarray, id_last: np.ndarray, w: np.ndarray, 
             return _Part.empty(n_b, len(values))
         k0 = p * width
         return _part(rows.take(idx, k0), min(width, minor - k0), k0, minor, base, e_row, n_b,
-                     -(-budget * len(idx) // len(live)))  # its share of the budget
+                     -(-budget * len(idx) // len(live)), update)  # its share of the budget
 
     got = map_parts(one, range(len(parts)))
     if any(g is None for g in got):
         return None
     done = [g for g in got if g is not None]
     ids = np.concatenate([g.ids for g in done])
-    # ids in order: by window digit (parts hold ranges of keys, each in id order), then part
+    batch = np.concatenate([g.batch for g in done])
+    # in batch order, ids ascending: appended groups leave in batch order with their window
+    # digit (parts hold ranges of keys, each in id order, then part)
     order = order_of_small(ids // minor - base, len(e_row)) if len(done) > 1 else slice(None)
     made = sum(g.made for g in done)
     removed = sum(g.removed for g in done)
     return RunGrid(_late_groups(batch_of, id_last, w, a, minor, n_b),
                    np.cumsum(made) - np.cumsum(removed), sum(g.updated for g in done),
-                   removed, ids[order], np.r_[0, np.cumsum(removed)],
+                   removed, ids[order],
+                   np.r_[0, np.cumsum(np.bincount(batch, minlength=n_b)[:n_b])],
                    np.concatenate([g.pairs for g in done])[order],
                    tuple(np.concatenate(arrs)[order]
                          for arrs in zip(*(g.arrays for g in done), strict=True)))
@@ -149,7 +157,7 @@ class _Rows:
 @dataclass(frozen=True)
 class _Part:
     """A range of keys' share: per batch groups put, created, removed; its emitted groups
-    (id order), their pair counts and values."""
+    (in batch order, ids ascending), their pair counts, values and batch."""
 
     updated: np.ndarray
     made: np.ndarray
@@ -157,15 +165,16 @@ class _Part:
     ids: np.ndarray
     pairs: np.ndarray
     arrays: tuple[np.ndarray, ...]
+    batch: np.ndarray
 
     @staticmethod
     def empty(n_b: int, n_values: int) -> _Part:
         z, e = np.zeros(n_b, dtype=np.int64), np.array([], dtype=np.int64)
-        return _Part(z, z, z, e, e, (e,) * n_values)
+        return _Part(z, z, z, e, e, (e,) * n_values, e)
 
 
 def _part(rows: _Rows, m: int, k0: int, minor: int, base: int, e_row: np.ndarray, n_b: int,
-          budget: int) -> _Part | None:
+          budget: int, update: bool = False) -> _Part | None:
     """The groups of ``m`` keys from ``k0`` (``rows.key``: ``0 .. m - 1``). Sums are running
     sums of difference arrays along the window axis; their grids are key-major (a key's
     windows are adjacent, so one flat running sum serves every key: each key's differences
@@ -178,8 +187,8 @@ def _part(rows: _Rows, m: int, k0: int, minor: int, base: int, e_row: np.ndarray
     r = rows_p + 1  # a key's windows and one more (where its differences end)
     if m * r > budget:
         return None
-    folds = any(how == "ordered" or v.dtype == np.float64 for v, how in rows.values)
-    if folds and _stacked_rows(b, dig_lo, dig_hi)[2] * m > budget:  # (see _folded)
+    folds = update or any(how == "ordered" or v.dtype == np.float64 for v, how in rows.values)
+    if folds and _stacked_rows(b, dig_lo, dig_hi)[2] * m > budget:  # (_folded, _updates)
         return None
     updated = _groups_per_batch(b, dig_lo, dig_hi, key, m, n_b, budget)
     lo = key * r + (dig_lo - lo_d)
@@ -211,6 +220,15 @@ def _part(rows: _Rows, m: int, k0: int, minor: int, base: int, e_row: np.ndarray
     created = extreme(np.minimum, n_b, b)[cells]  # the first batch with one of its pairs
     e = e_row[row + (lo_d - base)]
     assert (created <= e).all(), "a group came back after it left the state"
+    made = np.bincount(created, minlength=n_b)[:n_b]
+    removed = np.bincount(e, minlength=n_b + 1)[:n_b]
+    if update:
+        got = _updates(b, dig_lo, dig_hi, key, m, rows.values, lo_d, rows_p, budget)
+        if got is None:
+            return None
+        ub, urow, uk, upairs, uarrays = got
+        return _Part(np.bincount(ub, minlength=n_b)[:n_b], made, removed,
+                     (urow + lo_d) * minor + uk + k0, upairs, uarrays, ub)
     out = np.flatnonzero(e < n_b)
     arrays = []
     for v, how in rows.values:
@@ -223,9 +241,68 @@ def _part(rows: _Rows, m: int, k0: int, minor: int, base: int, e_row: np.ndarray
             if folded is None:
                 return None
             arrays.append(folded[k[out], row[out]])
-    return _Part(updated, np.bincount(created, minlength=n_b)[:n_b],
-                 np.bincount(e, minlength=n_b + 1)[:n_b],
-                 (row[out] + lo_d) * minor + k[out] + k0, pairs[at[out]], tuple(arrays))
+    return _Part(updated, made, removed, (row[out] + lo_d) * minor + k[out] + k0,
+                 pairs[at[out]], tuple(arrays), e[out])
+
+
+def _updates(b: np.ndarray, dig_lo: np.ndarray, dig_hi: np.ndarray, key: np.ndarray, m: int,
+             values: tuple[tuple[np.ndarray, str], ...], lo_d: int, rows_p: int, budget: int
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, tuple[np.ndarray, ...]]:
+    """Update mode: every batch's groups (batch, window row from ``lo_d``, key; in batch
+    order, ids ascending) with their pair counts and values after the batch, as stepping
+    merges them (``window_grid.merge``): each batch's grid of its own windows (and one more
+    row, where differences end) stacked in one key-major array, every batch's partial values
+    computed in one pass (counts and integer sums by difference arrays, floats and extremes
+    pair by pair in row order), then folded into the state batch by batch, in batch order,
+    reading the batch's groups after each fold. None past ``budget`` cells."""
+    new, lo_t, stack = _stacked_rows(b, dig_lo, dig_hi)
+    starts = np.flatnonzero(new)
+    height = np.maximum.reduceat(dig_hi, starts) - lo_t + 1
+    wide = stack + len(starts)  # each batch's windows and one row more
+    if wide * m > budget:
+        return None
+    at = np.cumsum(height + 1) - (height + 1)
+    first = key * wide + (at - lo_t)[np.cumsum(new) - 1]
+    lo, hi, total = first + dig_lo, first + dig_hi + 1, wide * m
+    a = dig_hi - dig_lo + 1
+
+    def diff(v: np.ndarray | None) -> np.ndarray:
+        if v is None:
+            d = np.bincount(lo, minlength=total) - np.bincount(hi, minlength=total)
+        elif len(v) and float(np.abs(v).max()) * len(v) < 2.0 ** 53:  # exact in float64
+            d = (np.bincount(lo, weights=v, minlength=total)
+                 - np.bincount(hi, weights=v, minlength=total)).astype(np.int64)
+        else:
+            d = np.zeros(total, dtype=np.int64)
+            np.add.at(d, lo, v)
+            np.subtract.at(d, hi, v)
+        return np.cumsum(d).reshape(m, wide)
+
+    cells = np.repeat(first + dig_hi, a) - ranges(np.zeros(len(a), dtype=np.int64), a)
+    partials: list[tuple[np.ndarray, np.ufunc, int | float]] = [(diff(None), np.add, 0)]
+    for v, how in values:
+        if how == "sum":
+            partials.append((diff(v), np.add, 0))
+        elif how == "ordered":
+            partials.append((np.bincount(cells, weights=np.repeat(v, a),
+                                         minlength=total).reshape(m, wide), np.add, 0.0))
+        else:
+            fam = family(v.dtype)
+            partials.append((extreme_at(how, total, cells, np.repeat(v, a)).reshape(m, wide),
+                             EXTREME[(how, fam)], IDENTITY[(how, fam)]))
+    runs = [np.full((m, rows_p), f, dtype=p.dtype) for p, _, f in partials]
+    got: list[tuple[np.ndarray, ...]] = []
+    with np.errstate(invalid="ignore"):  # (a float maximum meeting a NaN: NaN, as wanted)
+        for j0, h, lo_j, bj in zip(at.tolist(), height.tolist(), (lo_t - lo_d).tolist(),
+                                   b[starts].tolist(), strict=True):
+            r, k = np.nonzero(partials[0][0][:, j0:j0 + h].T)  # the batch's groups, id order
+            for (p, op, _), run in zip(partials, runs, strict=True):
+                region = run[:, lo_j:lo_j + h]
+                op(region, p[:, j0:j0 + h], out=region)
+            got.append((np.full(len(r), bj, dtype=np.int64), r + lo_j, k,
+                        *(run[k, r + lo_j] for run in runs)))
+    cols = [np.concatenate(c) for c in zip(*got, strict=True)]
+    return cols[0], cols[1], cols[2], cols[3], tuple(cols[4:])
 
 
 def _stacked_rows(b: np.ndarray, dig_lo: np.ndarray, dig_hi: np.ndarray
