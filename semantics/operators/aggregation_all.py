@@ -196,16 +196,7 @@ def _part(rows: _Rows, m: int, k0: int, minor: int, base: int, e_row: np.ndarray
     size = m * r
 
     def summed(v: np.ndarray | None) -> np.ndarray:
-        if v is None:  # pairs: bincount is exact for counts
-            d = np.bincount(lo, minlength=size) - np.bincount(hi, minlength=size)
-        elif len(v) and float(np.abs(v).max()) * len(v) < 2.0 ** 53:  # exact in float64
-            d = (np.bincount(lo, weights=v, minlength=size)
-                 - np.bincount(hi, weights=v, minlength=size)).astype(np.int64)
-        else:
-            d = np.zeros(size, dtype=np.int64)
-            np.add.at(d, lo, v)
-            np.subtract.at(d, hi, v)
-        return np.cumsum(d)
+        return _running_sums(lo, hi, v, size)
 
     tops = (dig_hi - lo_d) * m + key  # window-major cells of the rows' windows i = 0
 
@@ -267,16 +258,7 @@ def _updates(b: np.ndarray, dig_lo: np.ndarray, dig_hi: np.ndarray, key: np.ndar
     a = dig_hi - dig_lo + 1
 
     def diff(v: np.ndarray | None) -> np.ndarray:
-        if v is None:
-            d = np.bincount(lo, minlength=total) - np.bincount(hi, minlength=total)
-        elif len(v) and float(np.abs(v).max()) * len(v) < 2.0 ** 53:  # exact in float64
-            d = (np.bincount(lo, weights=v, minlength=total)
-                 - np.bincount(hi, weights=v, minlength=total)).astype(np.int64)
-        else:
-            d = np.zeros(total, dtype=np.int64)
-            np.add.at(d, lo, v)
-            np.subtract.at(d, hi, v)
-        return np.cumsum(d).reshape(m, wide)
+        return _running_sums(lo, hi, v, total).reshape(m, wide)
 
     cells = np.repeat(first + dig_hi, a) - ranges(np.zeros(len(a), dtype=np.int64), a)
     partials: list[tuple[np.ndarray, np.ufunc, int | float]] = [(diff(None), np.add, 0)]
@@ -303,6 +285,29 @@ def _updates(b: np.ndarray, dig_lo: np.ndarray, dig_hi: np.ndarray, key: np.ndar
                         *(run[k, r + lo_j] for run in runs)))
     cols = [np.concatenate(c) for c in zip(*got, strict=True)]
     return cols[0], cols[1], cols[2], cols[3], tuple(cols[4:])
+
+
+def _running_sums(lo: np.ndarray, hi: np.ndarray, v: np.ndarray | None, size: int
+                  ) -> np.ndarray:
+    """The running sum over ``size`` cells of a difference array that adds each row's ``v``
+    (int64; None: 1) at ``lo`` and takes it away at ``hi``: exact (integers summed in float64
+    only while every partial sum stays below 2^53).
+
+    >>> _running_sums(np.array([0, 1]), np.array([2, 3]), np.array([5, 7]), 4).tolist()
+    [5, 12, 7, 0]
+    >>> _running_sums(np.array([0, 0]), np.array([1, 1]), np.array([2**62, 1]), 2).tolist()
+    [4611686018427387905, 0]
+    """
+    if v is None:  # counts: bincount is exact
+        d = np.bincount(lo, minlength=size) - np.bincount(hi, minlength=size)
+    elif len(v) and float(np.abs(v).max()) * len(v) < 2.0 ** 53:  # exact in float64
+        d = (np.bincount(lo, weights=v, minlength=size)
+             - np.bincount(hi, weights=v, minlength=size)).astype(np.int64)
+    else:
+        d = np.zeros(size, dtype=np.int64)
+        np.add.at(d, lo, v)
+        np.subtract.at(d, hi, v)
+    return np.cumsum(d)
 
 
 def _stacked_rows(b: np.ndarray, dig_lo: np.ndarray, dig_hi: np.ndarray
