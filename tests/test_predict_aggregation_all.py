@@ -174,5 +174,6 @@ def test_merged_window_ranges_count_each_batchs_distinct_groups() -> None:
                            if bb == t for d in range(lo_, hi_ + 1)})
         assert aggregation_all._union_per_batch(b, lo, hi, key, m, n_b).tolist() == \
             want.tolist()
-        assert aggregation_all._groups_per_batch(b, lo, hi, key, m, n_b, 1 << 30).tolist() == \
+        stack = aggregation_all._Stack.of(b, lo, hi, key, m)
+        assert aggregation_all._groups_per_batch(stack, n_b, 1 << 30).tolist() == \
             want.tolist()

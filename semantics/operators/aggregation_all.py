@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -179,7 +180,9 @@ def _part(rows: _Rows, m: int, k0: int, minor: int, base: int, e_row: np.ndarray
     sums of difference arrays along the window axis; their grids are key-major (a key's
     windows are adjacent, so one flat running sum serves every key: each key's differences
     are zero again by its end). Minima, maxima and the batch a group is created in are spread
-    down the window axis of window-major grids (``sliding.spread``)."""
+    down the window axis of window-major grids (``sliding.spread``). What depends on each
+    batch's own grid (its distinct groups, float values, update mode's rows) comes from
+    :class:`_Stack`."""
     b, dig_hi, key, a = rows.b, rows.dig_hi, rows.key, rows.a
     dig_lo = dig_hi - (a - 1)
     lo_d = int(dig_lo.min())
@@ -187,10 +190,10 @@ def _part(rows: _Rows, m: int, k0: int, minor: int, base: int, e_row: np.ndarray
     r = rows_p + 1  # a key's windows and one more (where its differences end)
     if m * r > budget:
         return None
+    st = _Stack.of(b, dig_lo, dig_hi, key, m)
     folds = update or any(how == "ordered" or v.dtype == np.float64 for v, how in rows.values)
-    if folds and _stacked_rows(b, dig_lo, dig_hi)[2] * m > budget:  # (_folded, _updates)
+    if folds and st.cells > budget:
         return None
-    updated = _groups_per_batch(b, dig_lo, dig_hi, key, m, n_b, budget)
     lo = key * r + (dig_lo - lo_d)
     hi = key * r + (dig_hi + 1 - lo_d)
     size = m * r
@@ -214,10 +217,7 @@ def _part(rows: _Rows, m: int, k0: int, minor: int, base: int, e_row: np.ndarray
     made = np.bincount(created, minlength=n_b)[:n_b]
     removed = np.bincount(e, minlength=n_b + 1)[:n_b]
     if update:
-        got = _updates(b, dig_lo, dig_hi, key, m, rows.values, lo_d, rows_p, budget)
-        if got is None:
-            return None
-        ub, urow, uk, upairs, uarrays = got
+        ub, urow, uk, upairs, uarrays = _updates(st, rows.values, lo_d, rows_p)
         return _Part(np.bincount(ub, minlength=n_b)[:n_b], made, removed,
                      (urow + lo_d) * minor + uk + k0, upairs, uarrays, ub)
     out = np.flatnonzero(e < n_b)
@@ -228,61 +228,106 @@ def _part(rows: _Rows, m: int, k0: int, minor: int, base: int, e_row: np.ndarray
         elif how in ("min", "max") and v.dtype != np.float64:
             arrays.append(extreme(EXTREME[(how, "int")], IDENTITY[(how, "int")], v)[cells[out]])
         else:  # the order matters: batch by batch, as the state merges them
-            folded = _folded(b, dig_lo, dig_hi, key, m, v, how, lo_d, rows_p, budget)
-            if folded is None:
-                return None
-            arrays.append(folded[k[out], row[out]])
-    return _Part(updated, made, removed, (row[out] + lo_d) * minor + k[out] + k0,
-                 pairs[at[out]], tuple(arrays), e[out])
+            arrays.append(st.fold([st.partial(v, how)], lo_d, rows_p)[0][k[out], row[out]])
+    return _Part(_groups_per_batch(st, n_b, budget), made, removed,
+                 (row[out] + lo_d) * minor + k[out] + k0, pairs[at[out]], tuple(arrays), e[out])
 
 
-def _updates(b: np.ndarray, dig_lo: np.ndarray, dig_hi: np.ndarray, key: np.ndarray, m: int,
-             values: tuple[tuple[np.ndarray, str], ...], lo_d: int, rows_p: int, budget: int
+@dataclass(frozen=True)
+class _Stack:
+    """Every batch's grid of its own windows (digits ``lo_t .. lo_t + height - 1``) and one
+    row more (where a difference array ends), stacked after the batch before, key-major: the
+    cell of key ``c`` and stack row ``s`` is ``c * wide + s``, so per key the stack is
+    contiguous and one flat running sum serves every batch and key. Rows in batch order."""
+
+    b: np.ndarray  # per row: batch
+    dig_lo: np.ndarray  # ... its windows (digits) ...
+    dig_hi: np.ndarray
+    key: np.ndarray  # ... and key, one of ``m``
+    m: int
+    starts: np.ndarray  # per batch with rows: its first row
+    lo_t: np.ndarray  # ... its lowest window
+    height: np.ndarray  # ... its windows
+    at: np.ndarray  # ... its first stack row
+    wide: int  # stack rows
+    first: np.ndarray  # per row: the cell of window digit 0 of its batch and key
+
+    @classmethod
+    def of(cls, b: np.ndarray, dig_lo: np.ndarray, dig_hi: np.ndarray, key: np.ndarray,
+           m: int) -> _Stack:
+        new = np.r_[True, b[1:] != b[:-1]]
+        starts = np.flatnonzero(new)
+        lo_t = np.minimum.reduceat(dig_lo, starts)
+        height = np.maximum.reduceat(dig_hi, starts) - lo_t + 1
+        at = np.cumsum(height + 1) - (height + 1)
+        wide = int((height + 1).sum())
+        return cls(b, dig_lo, dig_hi, key, m, starts, lo_t, height, at, wide,
+                   key * wide + (at - lo_t)[np.cumsum(new) - 1])
+
+    @property
+    def cells(self) -> int:
+        return self.wide * self.m
+
+    def partial(self, v: np.ndarray | None, how: str = "sum"
+                ) -> tuple[np.ndarray, np.ufunc, int | float]:
+        """Every batch's reduction of ``v`` (None: its pair counts) onto its own windows, as
+        ``sliding.fill_grid`` makes it (counts and integer sums by difference arrays; float
+        sums from 0.0 and extremes from the identity, pair by pair in row order), ``(m,
+        wide)``; and the ufunc and identity the state merges it with (``window_grid.merge``)."""
+        shape = (self.m, self.wide)
+        if how == "sum":
+            return (_running_sums(self.first + self.dig_lo, self.first + self.dig_hi + 1, v,
+                                  self.cells).reshape(shape), np.add, 0)
+        assert v is not None
+        a, cells = self.pair_cells
+        if how == "ordered":
+            return (np.bincount(cells, weights=np.repeat(v, a), minlength=self.cells
+                                ).reshape(shape), np.add, 0.0)
+        fam = family(v.dtype)
+        return (extreme_at(how, self.cells, cells, np.repeat(v, a)).reshape(shape),
+                EXTREME[(how, fam)], IDENTITY[(how, fam)])
+
+    @cached_property
+    def pair_cells(self) -> tuple[np.ndarray, np.ndarray]:
+        """(each row's windows, the cell of each of its pairs in (row, i) order)."""
+        a = self.dig_hi - self.dig_lo + 1
+        return a, np.repeat(self.first + self.dig_hi, a) - ranges(
+            np.zeros(len(a), dtype=np.int64), a)
+
+    def fold(self, partials: list[tuple[np.ndarray, np.ufunc, int | float]], lo_d: int,
+             rows_p: int, after: Callable[[list[np.ndarray], int, int, int, int], None]
+             | None = None) -> list[np.ndarray]:
+        """The state grids ``(m, rows_p)`` (windows from digit ``lo_d``) the batches'
+        ``partials`` make, merged batch by batch in batch order as the state merges them;
+        ``after`` is called after each batch with ``(the state grids, its batch, its first
+        window row there, its first stack row, its windows)``."""
+        runs = [np.full((self.m, rows_p), f, dtype=p.dtype) for p, _, f in partials]
+        with np.errstate(invalid="ignore"):  # (a float maximum meeting a NaN: NaN, as wanted)
+            for j0, h, lo_j, bj in zip(self.at.tolist(), self.height.tolist(),
+                                       (self.lo_t - lo_d).tolist(),
+                                       self.b[self.starts].tolist(), strict=True):
+                for (p, op, _), run in zip(partials, runs, strict=True):
+                    region = run[:, lo_j:lo_j + h]
+                    op(region, p[:, j0:j0 + h], out=region)
+                if after is not None:
+                    after(runs, bj, lo_j, j0, h)
+        return runs
+
+
+def _updates(st: _Stack, values: tuple[tuple[np.ndarray, str], ...], lo_d: int, rows_p: int
              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, tuple[np.ndarray, ...]]:
     """Update mode: every batch's groups (batch, window row from ``lo_d``, key; in batch
-    order, ids ascending) with their pair counts and values after the batch, as stepping
-    merges them (``window_grid.merge``): each batch's grid of its own windows (and one more
-    row, where differences end) stacked in one key-major array, every batch's partial values
-    computed in one pass (counts and integer sums by difference arrays, floats and extremes
-    pair by pair in row order), then folded into the state batch by batch, in batch order,
-    reading the batch's groups after each fold. None past ``budget`` cells."""
-    new, lo_t, stack = _stacked_rows(b, dig_lo, dig_hi)
-    starts = np.flatnonzero(new)
-    height = np.maximum.reduceat(dig_hi, starts) - lo_t + 1
-    wide = stack + len(starts)  # each batch's windows and one row more
-    if wide * m > budget:
-        return None
-    at = np.cumsum(height + 1) - (height + 1)
-    first = key * wide + (at - lo_t)[np.cumsum(new) - 1]
-    lo, hi, total = first + dig_lo, first + dig_hi + 1, wide * m
-    a = dig_hi - dig_lo + 1
-
-    def diff(v: np.ndarray | None) -> np.ndarray:
-        return _running_sums(lo, hi, v, total).reshape(m, wide)
-
-    cells = np.repeat(first + dig_hi, a) - ranges(np.zeros(len(a), dtype=np.int64), a)
-    partials: list[tuple[np.ndarray, np.ufunc, int | float]] = [(diff(None), np.add, 0)]
-    for v, how in values:
-        if how == "sum":
-            partials.append((diff(v), np.add, 0))
-        elif how == "ordered":
-            partials.append((np.bincount(cells, weights=np.repeat(v, a),
-                                         minlength=total).reshape(m, wide), np.add, 0.0))
-        else:
-            fam = family(v.dtype)
-            partials.append((extreme_at(how, total, cells, np.repeat(v, a)).reshape(m, wide),
-                             EXTREME[(how, fam)], IDENTITY[(how, fam)]))
-    runs = [np.full((m, rows_p), f, dtype=p.dtype) for p, _, f in partials]
+    order, ids ascending) with their pair counts and values after the batch, read while the
+    batches' partial grids are folded into the state (:meth:`_Stack.fold`)."""
+    partials = [st.partial(None)] + [st.partial(v, how) for v, how in values]
     got: list[tuple[np.ndarray, ...]] = []
-    with np.errstate(invalid="ignore"):  # (a float maximum meeting a NaN: NaN, as wanted)
-        for j0, h, lo_j, bj in zip(at.tolist(), height.tolist(), (lo_t - lo_d).tolist(),
-                                   b[starts].tolist(), strict=True):
-            r, k = np.nonzero(partials[0][0][:, j0:j0 + h].T)  # the batch's groups, id order
-            for (p, op, _), run in zip(partials, runs, strict=True):
-                region = run[:, lo_j:lo_j + h]
-                op(region, p[:, j0:j0 + h], out=region)
-            got.append((np.full(len(r), bj, dtype=np.int64), r + lo_j, k,
-                        *(run[k, r + lo_j] for run in runs)))
+
+    def read(runs: list[np.ndarray], bj: int, lo_j: int, j0: int, h: int) -> None:
+        r, k = np.nonzero(partials[0][0][:, j0:j0 + h].T)  # the batch's groups, id order
+        got.append((np.full(len(r), bj, dtype=np.int64), r + lo_j, k,
+                    *(run[k, r + lo_j] for run in runs)))
+
+    st.fold(partials, lo_d, rows_p, read)
     cols = [np.concatenate(c) for c in zip(*got, strict=True)]
     return cols[0], cols[1], cols[2], cols[3], tuple(cols[4:])
 
@@ -310,73 +355,16 @@ def _running_sums(lo: np.ndarray, hi: np.ndarray, v: np.ndarray | None, size: in
     return np.cumsum(d)
 
 
-def _stacked_rows(b: np.ndarray, dig_lo: np.ndarray, dig_hi: np.ndarray
-                  ) -> tuple[np.ndarray, np.ndarray, int]:
-    """(where a batch's rows start, each batch's lowest window, the windows of all batches'
-    grids stacked) for rows in batch order."""
-    new = np.r_[True, b[1:] != b[:-1]]
-    starts = np.flatnonzero(new)
-    lo_t = np.minimum.reduceat(dig_lo, starts)
-    return new, lo_t, int((np.maximum.reduceat(dig_hi, starts) - lo_t + 1).sum())
-
-
-def _folded(b: np.ndarray, dig_lo: np.ndarray, dig_hi: np.ndarray, key: np.ndarray, m: int,
-            v: np.ndarray, how: str, lo_d: int, rows_p: int, budget: int
-            ) -> np.ndarray | None:
-    """The ``(m, rows_p)`` grid (key-major; windows from digit ``lo_d``) of a float sum
-    (``how`` ``ordered``) or a float minimum or maximum of ``v``, as stepping computes it: each
-    batch reduces its pairs in row order onto its own windows (``sliding.fill_grid``: a sum
-    from 0.0, an extreme from the identity), then the state merges each batch's grid in batch
-    order (``window_grid.merge``). Every batch's grid is stacked in one array (key-major), the
-    pairs of all batches reduced in one pass; the merges are one ufunc per batch. None past
-    ``budget`` cells."""
-    new, lo_t, stack = _stacked_rows(b, dig_lo, dig_hi)
-    if stack * m > budget:
-        return None
-    height = np.maximum.reduceat(dig_hi, np.flatnonzero(new)) - lo_t + 1
-    at = np.cumsum(height) - height
-    a = dig_hi - dig_lo + 1
-    tops = key * stack + (at - lo_t)[np.cumsum(new) - 1] + dig_hi
-    cells = np.repeat(tops, a) - ranges(np.zeros(len(a), dtype=np.int64), a)  # (row, i) order
-    if how == "ordered":
-        partial = np.bincount(cells, weights=np.repeat(v, a), minlength=stack * m)
-        op, filler = np.add, 0.0
-    else:
-        partial = extreme_at(how, stack * m, cells, np.repeat(v, a))
-        op, filler = EXTREME[(how, "float")], IDENTITY[(how, "float")]
-    partial = partial.reshape(m, stack)
-    out = np.full((m, rows_p), filler, dtype=np.float64)
-    with np.errstate(invalid="ignore"):  # (a float maximum meeting a NaN: NaN, as wanted)
-        for j0, lo, h in zip(at.tolist(), (lo_t - lo_d).tolist(), height.tolist(),
-                             strict=True):
-            region = out[:, lo:lo + h]
-            op(region, partial[:, j0:j0 + h], out=region)
-    return out
-
-
-def _groups_per_batch(b: np.ndarray, dig_lo: np.ndarray, dig_hi: np.ndarray, key: np.ndarray,
-                      m: int, n_b: int, budget: int) -> np.ndarray:
-    """How many distinct groups the pairs of each batch form (rows in batch order; a row adds
-    to the windows ``dig_lo .. dig_hi`` of its key, one of ``m``). Each batch with pairs gets
-    its windows (and one more row, where differences end) stacked after the batch before; per
-    key the stack is contiguous (key-major), so one flat running sum counts every batch's
-    pairs per cell. Past ``budget`` cells (batches that span many windows: rows far behind the
-    rest), the rows' window ranges are merged per batch and key instead (a sort)."""
-    new = np.r_[True, b[1:] != b[:-1]]
-    starts = np.flatnonzero(new)
-    lo_t = np.minimum.reduceat(dig_lo, starts)
-    height = np.maximum.reduceat(dig_hi, starts) - lo_t + 2
-    stack = int(height.sum())
-    if stack * m > budget:
-        return _union_per_batch(b, dig_lo, dig_hi, key, m, n_b)
-    at = np.cumsum(height) - height  # each batch's first row in the stack
-    row0 = (at - lo_t)[np.cumsum(new) - 1]
-    total = stack * m
-    d = (np.bincount(key * stack + row0 + dig_lo, minlength=total)
-         - np.bincount(key * stack + row0 + dig_hi + 1, minlength=total))
-    per_row = np.count_nonzero(np.cumsum(d).reshape(m, stack), axis=0)
+def _groups_per_batch(st: _Stack, n_b: int, budget: int) -> np.ndarray:
+    """How many distinct groups the pairs of each batch form: the cells of the batches'
+    stacked pair counts that are not 0. Past ``budget`` cells (batches that span many
+    windows: rows far behind the rest), the rows' window ranges are merged per batch and key
+    instead (a sort)."""
+    if st.cells > budget:
+        return _union_per_batch(st.b, st.dig_lo, st.dig_hi, st.key, st.m, n_b)
+    per_row = np.count_nonzero(st.partial(None)[0], axis=0)
     out = np.zeros(n_b, dtype=np.int64)
-    out[b[starts]] = np.add.reduceat(per_row, at)
+    out[st.b[st.starts]] = np.add.reduceat(per_row, st.at)
     return out
 
 
@@ -411,9 +399,8 @@ def _late_groups(batch_of: np.ndarray, id_last: np.ndarray, w: np.ndarray, a: np
                  minor: int, n_b: int) -> np.ndarray:
     """Per batch, the distinct groups of its late pairs (windows ``a .. w - 1`` of each row)."""
     late = np.flatnonzero(a < w)
-    out = np.zeros(n_b, dtype=np.int64)
     if not len(late):
-        return out
+        return np.zeros(n_b, dtype=np.int64)
     cnt = w[late] - a[late]
     rows = np.repeat(late, cnt)
     gid = id_last[rows] - ranges(a[late], cnt) * minor
@@ -421,11 +408,8 @@ def _late_groups(batch_of: np.ndarray, id_last: np.ndarray, w: np.ndarray, a: np
     g0 = int(gid.min())
     span = int(gid.max()) - g0 + 1
     if span * n_b < 1 << 62:
-        uniq = np.unique(bb * span + (gid - g0))
-        np.add.at(out, uniq // span, 1)
-    else:
-        order = np.lexsort((gid, bb))
-        bb, gid = bb[order], gid[order]
-        new = np.r_[True, (bb[1:] != bb[:-1]) | (gid[1:] != gid[:-1])]
-        np.add.at(out, bb[new], 1)
-    return out
+        return np.bincount(np.unique(bb * span + (gid - g0)) // span, minlength=n_b)
+    order = np.lexsort((gid, bb))
+    bb, gid = bb[order], gid[order]
+    new = np.r_[True, (bb[1:] != bb[:-1]) | (gid[1:] != gid[:-1])]
+    return np.bincount(bb[new], minlength=n_b)
