@@ -99,8 +99,8 @@ def test_key_ranges_are_put_together_in_id_order(chunk: int, always_at_once: Non
     # part per run with the default chunk
     monkeypatch.setattr(aggregation_all, "CHUNK", chunk)
     splits, parts = [], []
-    real_ranges, real_part = aggregation_all.id_ranges, aggregation_all._part
-    monkeypatch.setattr(aggregation_all, "id_ranges",
+    real_ranges, real_part = aggregation_all.id_split, aggregation_all._part
+    monkeypatch.setattr(aggregation_all, "id_split",
                         lambda *a: splits.append(r := real_ranges(*a)) or r)
     monkeypatch.setattr(aggregation_all, "_part",
                         lambda *a: parts.append(len(a[0].b)) or real_part(*a))

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from semantics.operators import join_all
+from semantics.operators.grouping import Split
 from semantics.operators.join_all import keys_alive
 from tests.predict_kit import at_once_vs_stepped, run_all_of
 from tests.test_predict_join import ints, join_run
@@ -38,14 +39,14 @@ def test_key_ranges_computed_one_by_one_equal_stepping(seed: int,
     steps, jtype, kw = _random_join(seed)
     run = join_run(steps, jtype, explain=False, **kw)
     split: list[int] = []
-    real = join_all.id_ranges
+    real = join_all.id_split
 
-    def spy(ids: np.ndarray, lo: int, top: int, n_parts: int) -> list[np.ndarray]:
+    def spy(ids: np.ndarray, lo: int, top: int, n_parts: int) -> Split:
         split.append(n_parts)
         return real(ids, lo, top, n_parts)
 
     monkeypatch.setattr(join_all, "CHUNK", 37)
-    monkeypatch.setattr(join_all, "id_ranges", spy)
+    monkeypatch.setattr(join_all, "id_split", spy)
     assert at_once_vs_stepped(run.spec, run.schedule, ordered=False)
     n_keys = len({k for left, right in steps for k, _ in left + right})
     assert (max(split, default=1) > 1) == (n_keys > 1 and len(run.schedule.rows["l"])

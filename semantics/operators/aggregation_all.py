@@ -40,7 +40,7 @@ from functools import cached_property
 import numpy as np
 
 from semantics.operators.aggfuncs import EXTREME, IDENTITY, extreme_at, family
-from semantics.operators.grouping import id_ranges, order_of_small, ranges
+from semantics.operators.grouping import Split, id_split, order_of_small, ranges
 from semantics.operators.sliding import spread
 from semantics.parallel import map_parts
 
@@ -106,17 +106,17 @@ def aggregate_at_once(batch_of: np.ndarray, id_last: np.ndarray, w: np.ndarray, 
     # the many rows it emits from several parts back in that order costs more than the parts
     # save)
     n_parts = 1 if update else min(-(-len(live) // CHUNK), minor)
-    width = (minor - 1) // n_parts + 1  # keys per part (id_ranges' split)
-    parts = [np.arange(len(live))] if n_parts == 1 else id_ranges(rows.key, 0, minor - 1,
-                                                                   n_parts)
+    width = (minor - 1) // n_parts + 1  # keys per part (id_split's ranges)
+    parts = [rows] if n_parts == 1 else rows.split(id_split(rows.key, 0, minor - 1, n_parts),
+                                                   width)
 
     def one(p: int) -> _Part | None:
-        idx = parts[p]
-        if not len(idx):
+        part = parts[p]
+        if not len(part.b):
             return _Part.empty(n_b, len(values))
         k0 = p * width
-        return _part(rows.take(idx, k0), min(width, minor - k0), k0, minor, base, e_row, n_b,
-                     -(-budget * len(idx) // len(live)), update)  # its share of the budget
+        return _part(part, min(width, minor - k0), k0, minor, base, e_row, n_b,
+                     -(-budget * len(part.b) // len(live)), update)  # its share of the budget
 
     got = map_parts(one, range(len(parts)))
     if any(g is None for g in got):
@@ -149,10 +149,14 @@ class _Rows:
     a: np.ndarray
     values: tuple[tuple[np.ndarray, str], ...]
 
-    def take(self, idx: np.ndarray, k0: int) -> _Rows:
-        """Rows ``idx`` (ascending), their keys counted from ``k0``."""
-        return _Rows(self.b[idx], self.dig_hi[idx], self.key[idx] - k0, self.a[idx],
-                     tuple((v[idx], how) for v, how in self.values))
+    def split(self, parts: Split, width: int) -> list[_Rows]:
+        """The rows of each part (:class:`~semantics.operators.grouping.Split`, one scatter
+        per array), part ``p``'s keys counted from ``p * width``."""
+        cols = map_parts(parts.parts, [self.b, self.dig_hi, self.key, self.a,
+                                       *(v for v, _ in self.values)])
+        hows = [how for _, how in self.values]
+        return [_Rows(b, dig, key - p * width, a, tuple(zip(vals, hows, strict=True)))
+                for p, (b, dig, key, a, *vals) in enumerate(zip(*cols, strict=True))]
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,8 @@ dense table instead when the ids lie in a small range, as exact key ids of one t
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
@@ -177,8 +179,61 @@ def id_ranges(ids: np.ndarray, lo: int, top: int, n_parts: int) -> list[np.ndarr
     >>> [p.tolist() for p in id_ranges(np.array([9, 0, 5, 1]), 0, 9, 2)]
     [[1, 3], [0, 2]]
     """
-    order, cuts = by_part((ids - lo) // (top // n_parts + 1), n_parts)  # parts below n_parts
-    return np.split(order, cuts)
+    return id_split(ids, lo, top, n_parts).positions()
+
+
+@dataclass(frozen=True)
+class Split:
+    """Rows put in order of their part, positions ascending within a part: ``order`` (the
+    positions in that order), ``dest`` (its inverse: where each row goes) and ``bounds``
+    (part ``p`` is ``bounds[p]:bounds[p + 1]`` of that order).
+
+    :meth:`parts` takes an array's values part by part by *scattering* the array once into
+    part order (one sequential read, a sequential write stream per part) rather than gathering
+    each part's positions from it (each part's gather, spread over the whole array, touches
+    nearly all of its cache lines): five arrays of 5 M rows in 38 parts, 58 ms against 286 ms
+    here (the inverse costs one more scatter, 32 ms, once for all arrays).
+
+    >>> s = id_split(np.array([9, 0, 5, 1]), 0, 9, 2)
+    >>> [p.tolist() for p in s.positions()], [p.tolist() for p in s.parts(np.array([4, 5, 6, 7]))]
+    ([[1, 3], [0, 2]], [[5, 7], [4, 6]])
+    """
+
+    order: np.ndarray
+    dest: np.ndarray
+    bounds: np.ndarray
+
+    @classmethod
+    def of(cls, part: np.ndarray, n_parts: int) -> Split:
+        """The split of rows by ``part`` (one per row, ``0 .. n_parts - 1``)."""
+        order, cuts = by_part(part, n_parts)
+        dest = np.empty(len(order), dtype=np.int64)
+        dest[order] = np.arange(len(order), dtype=np.int64)
+        return cls(order, dest, np.r_[0, cuts, len(order)].astype(np.int64))
+
+    def __len__(self) -> int:
+        """How many parts (some may be empty)."""
+        return len(self.bounds) - 1
+
+    def positions(self) -> list[np.ndarray]:
+        """Each part's positions (ascending)."""
+        return np.split(self.order, self.bounds[1:-1])
+
+    def arranged(self, a: np.ndarray) -> np.ndarray:
+        """``a[self.order]``, by one scatter."""
+        out = np.empty(len(a), dtype=a.dtype)
+        out[self.dest] = a
+        return out
+
+    def parts(self, a: np.ndarray) -> list[np.ndarray]:
+        """``[a[p] for p in self.positions()]``: views of :meth:`arranged`."""
+        return np.split(self.arranged(a), self.bounds[1:-1])
+
+
+def id_split(ids: np.ndarray, lo: int, top: int, n_parts: int) -> Split:
+    """The :class:`Split` of rows into ``n_parts`` ranges of equal width of the ids
+    ``lo .. lo + top``, in id order (see :func:`id_ranges`)."""
+    return Split.of((ids - lo) // (top // n_parts + 1), n_parts)  # parts below n_parts
 
 
 def take_columns(df: pd.DataFrame, cols: list[str], idx: np.ndarray) -> pd.DataFrame:

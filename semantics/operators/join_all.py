@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from semantics.engine import leaving_batch
-from semantics.operators.grouping import by_key_then_time, id_ranges, order_of_small
+from semantics.operators.grouping import Split, by_key_then_time, id_split, order_of_small
 from semantics.operators.join_frames import Packing, expand
 from semantics.parallel import map_parts
 
@@ -86,6 +86,12 @@ class Admitted:
 
     def take(self, idx: np.ndarray) -> Admitted:
         return Admitted(self.pos[idx], self.b[idx], self.e[idx], self.code[idx], self.et[idx])
+
+    def split(self, parts: Split) -> list[Admitted]:
+        """These rows part by part (``[self.take(p) for p in parts.positions()]``, by one
+        scatter per array: :class:`~semantics.operators.grouping.Split`)."""
+        cols = map_parts(parts.parts, [self.pos, self.b, self.e, self.code, self.et])
+        return [Admitted(*a) for a in zip(*cols, strict=True)]
 
     def by_key(self, packing: Packing) -> Side:
         """These rows in (code, time) order.
@@ -147,18 +153,20 @@ def join_at_once(left: Admitted, right: Admitted, jtype: str, condition: TimeCon
     """
     n_parts = min(-(-(len(left) + len(right)) // CHUNK), max(n_codes, 1), 1 << 16)
     if n_parts <= 1:
-        key_ranges = [(np.arange(len(left)), np.arange(len(right)))]
+        key_ranges = [(left, right)]
     else:
-        key_ranges = list(zip(id_ranges(left.code, 0, n_codes - 1, n_parts),
-                              id_ranges(right.code, 0, n_codes - 1, n_parts), strict=True))
-    def one(rows: tuple[np.ndarray, np.ndarray]) -> _Range | None:
-        li, rj = rows
-        return _join_range(left.take(li).by_key(packing), right.take(rj).by_key(packing),
-                           jtype, condition, packing, n_b)
+        key_ranges = list(zip(left.split(id_split(left.code, 0, n_codes - 1, n_parts)),
+                              right.split(id_split(right.code, 0, n_codes - 1, n_parts)),
+                              strict=True))
+
+    def one(rows: tuple[Admitted, Admitted]) -> _Range | None:
+        lt, rt = rows
+        return _join_range(lt.by_key(packing), rt.by_key(packing), jtype, condition, packing,
+                           n_b)
 
     counts = np.zeros((4, n_b), dtype=np.int64)
     outs = []
-    for got in map_parts(one, [(li, rj) for li, rj in key_ranges if len(li) or len(rj)]):
+    for got in map_parts(one, [(lt, rt) for lt, rt in key_ranges if len(lt) or len(rt)]):
         if got is None:
             return None
         counts += got[0]

@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from semantics.engine import leaving_batch
-from semantics.operators.grouping import by_key_then_time, id_ranges
+from semantics.operators.grouping import Split, by_key_then_time, id_split
 from semantics.parallel import map_parts
 
 
@@ -89,17 +89,18 @@ def sessions_at_once(kid: np.ndarray, t: np.ndarray, batch_of: np.ndarray, gap_u
     caches, memory stays bounded, and the ranges run on the machine's cores
     (:func:`~semantics.parallel.map_parts`).
     """
-    parts = _key_ranges(kid, CHUNK)
-    if parts is None:
+    split = _key_ranges(kid, CHUNK)
+    if split is None:
         return _at_once(kid, t, batch_of, gap_us, late_us, evict_us, n_b, max_window)
 
-    def one(pos: np.ndarray) -> AllSessions | None:
-        got = _at_once(kid[pos], t[pos], batch_of[pos], gap_us, late_us, evict_us, n_b,
-                       max_window)
+    def one(part: tuple[np.ndarray, ...]) -> AllSessions | None:
+        pos, kid_p, t_p, batch_p = part
+        got = _at_once(kid_p, t_p, batch_p, gap_us, late_us, evict_us, n_b, max_window)
         return None if got is None else replace(got, rows=pos[got.rows], head=pos[got.head],
                                                 stepped=pos[got.stepped])
 
-    got = map_parts(one, parts)
+    cols = map_parts(split.parts, [kid, t, batch_of])
+    got = map_parts(one, [p for p in zip(split.positions(), *cols, strict=True) if len(p[0])])
     return None if any(g is None for g in got) else _concat(got)  # type: ignore[arg-type]
 
 
@@ -107,14 +108,14 @@ CHUNK = 1 << 18  # rows computed at once, at most (about: a key range's rows)
 STEPPED_AT_MOST = 0.5  # of a key range's rows left to stepping, else the whole run steps
 
 
-def _key_ranges(kid: np.ndarray, chunk: int) -> list[np.ndarray] | None:
-    """Positions (ascending) of the rows of each of about ``len(kid) / chunk`` ranges of equal
-    width of key ids, in key order; None for a single range."""
+def _key_ranges(kid: np.ndarray, chunk: int) -> Split | None:
+    """The rows split into about ``len(kid) / chunk`` ranges of equal width of key ids, in key
+    order; None for a single range."""
     n_parts = -(-len(kid) // chunk)
     if n_parts <= 1:
         return None
     lo = int(kid.min())
-    return [p for p in id_ranges(kid, lo, int(kid.max()) - lo, min(n_parts, 1 << 16)) if len(p)]
+    return id_split(kid, lo, int(kid.max()) - lo, min(n_parts, 1 << 16))
 
 
 def _concat(parts: list[AllSessions]) -> AllSessions:
