@@ -294,7 +294,9 @@ class ThresholdSearch:
     """``np.searchsorted(thresholds, values, side="left")`` for a few sorted thresholds (a
     run's watermarks) and many values, through a table of cells: the range below the last
     threshold is cut into at most ``2**cell_bits`` cells of ``2**shift`` values, each about a
-    64th of the median gap between distinct thresholds or less; a cell holding no threshold
+    64th of the median gap between distinct thresholds or less, or wider when the cells would
+    not reach back over the thresholds (about four median gaps a threshold: a first watermark
+    of 0 stays below); a cell holding no threshold
     has one answer for all its values, read from the table, and the values in cells that hold
     a threshold, or below the table's range past a threshold, are searched. Same result as
     the binary search (values above the last threshold are clipped to one past it and values
@@ -318,7 +320,17 @@ class ThresholdSearch:
         i64 = np.iinfo(np.int64)
         lo, hi = int(thresholds[0]), int(thresholds[-1])
         gaps = np.diff(np.unique(thresholds))
-        shift = max(0, int(np.median(gaps)).bit_length() - 7) if len(gaps) else 0
+        shift, span = 0, hi - lo + 2
+        if len(gaps):
+            median = int(np.median(gaps))
+            shift = max(0, median.bit_length() - 7)
+            # wider cells when that many would not cover the thresholds (a long run: 500
+            # watermarks), else the values below the table would all be searched; but not
+            # for outliers (a first watermark of 0 before epoch times stays below the table)
+            bound = hi - 4 * abs(median) * len(gaps)
+            if bound > lo:
+                span = hi - int(thresholds[np.searchsorted(thresholds, bound)]) + 2
+        shift = max(shift, (span >> cell_bits).bit_length())
         cells = min(1 << cell_bits, ((hi - lo + 2) >> shift) + 1)
         low = hi + 2 - (cells << shift)  # cells: low .. hi + 1 (clipped to it), width 2**shift
         if low <= i64.min or hi + 1 >= i64.max:  # (no room to clip)

@@ -65,3 +65,20 @@ def test_threshold_search_with_a_first_watermark_far_behind() -> None:
     for cell_bits in (4, 14):
         got = ThresholdSearch(thr, cell_bits=cell_bits, min_values=0)(values)
         assert got.tolist() == np.searchsorted(thr, values, side="left").tolist()
+
+
+def test_threshold_search_table_reaches_back_over_a_long_run() -> None:
+    # 500 watermarks 20 s apart after a first one of 0: cells of a 64th of a gap would cover
+    # only the last 256 gaps, and every value behind them would be searched; the cells widen
+    # until the table reaches the first epoch watermark (the 0 stays below it), so only the
+    # values in the cells that hold a watermark are searched. Answers stay the binary search's.
+    t0 = 1_700_000_000_000_000
+    thr = np.r_[0, t0 + np.arange(500, dtype=np.int64) * 20_000_000]
+    values = t0 + np.random.default_rng(2).integers(-10_000_000, 500 * 20_000_000, 200_000)
+    search = ThresholdSearch(thr, min_values=0)
+    assert search.table is not None
+    low, _, shift, _, mixed = search.table
+    assert low <= thr[1]
+    cells = (np.clip(values, low, None) - low) >> shift
+    assert np.count_nonzero(mixed[np.minimum(cells, len(mixed) - 1)]) < 0.1 * len(values)
+    assert search(values).tolist() == np.searchsorted(thr, values, side="left").tolist()
