@@ -167,9 +167,10 @@ def by_part(part: np.ndarray, n_parts: int) -> tuple[np.ndarray, np.ndarray]:
     >>> [p.tolist() for p in np.split(order, cuts)]
     [[1, 3], [4], [0, 2], []]
     """
-    small = part.astype(np.uint16) if n_parts <= 1 << 16 else part  # (gathered narrow, too)
+    small = part.astype(np.uint16) if n_parts <= 1 << 16 else part
     order = np.argsort(small, kind="stable")
-    return order, np.searchsorted(small[order], np.arange(1, n_parts))
+    # (counted: a gather of the sorted parts to search in cost as much as the sort, at 10 M)
+    return order, np.cumsum(np.bincount(small, minlength=n_parts)[:n_parts - 1])
 
 
 def id_ranges(ids: np.ndarray, lo: int, top: int, n_parts: int) -> list[np.ndarray]:
