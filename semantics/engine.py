@@ -294,9 +294,9 @@ class ThresholdSearch:
     """``np.searchsorted(thresholds, values, side="left")`` for a few sorted thresholds (a
     run's watermarks) and many values, through a table of cells: the range below the last
     threshold is cut into at most ``2**cell_bits`` cells of ``2**shift`` values, each about a
-    64th of the median gap between distinct thresholds or less, or wider when the cells would
-    not reach back over the thresholds (about four median gaps a threshold: a first watermark
-    of 0 stays below); a cell holding no threshold
+    64th of the median gap between distinct thresholds or less, or wider when such cells
+    would not reach back over the thresholds (about four median gaps a threshold; a first
+    watermark of 0 before epoch times stays below the table); a cell holding no threshold
     has one answer for all its values, read from the table, and the values in cells that hold
     a threshold, or below the table's range past a threshold, are searched. Same result as
     the binary search (values above the last threshold are clipped to one past it and values

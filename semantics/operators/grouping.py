@@ -173,16 +173,6 @@ def by_part(part: np.ndarray, n_parts: int) -> tuple[np.ndarray, np.ndarray]:
     return order, np.cumsum(np.bincount(small, minlength=n_parts)[:n_parts - 1])
 
 
-def id_ranges(ids: np.ndarray, lo: int, top: int, n_parts: int) -> list[np.ndarray]:
-    """Positions (ascending) of the rows of each of ``n_parts`` ranges of equal width of the
-    ids ``lo .. lo + top``, in id order (a range without rows: empty).
-
-    >>> [p.tolist() for p in id_ranges(np.array([9, 0, 5, 1]), 0, 9, 2)]
-    [[1, 3], [0, 2]]
-    """
-    return id_split(ids, lo, top, n_parts).positions()
-
-
 @dataclass(frozen=True)
 class Split:
     """Rows put in order of their part, positions ascending within a part: ``order`` (the
@@ -233,7 +223,11 @@ class Split:
 
 def id_split(ids: np.ndarray, lo: int, top: int, n_parts: int) -> Split:
     """The :class:`Split` of rows into ``n_parts`` ranges of equal width of the ids
-    ``lo .. lo + top``, in id order (see :func:`id_ranges`)."""
+    ``lo .. lo + top``, in id order (a range without rows: an empty part).
+
+    >>> [p.tolist() for p in id_split(np.array([9, 0, 5, 1]), 0, 9, 2).positions()]
+    [[1, 3], [0, 2]]
+    """
     return Split.of((ids - lo) // (top // n_parts + 1), n_parts)  # parts below n_parts
 
 

@@ -84,12 +84,9 @@ class Admitted:
         # (searched in arrival order: nearly sorted, twice as fast as in key order)
         return cls(pos, b, leaving_batch(ev, thr_us, n_b, b), code, et)
 
-    def take(self, idx: np.ndarray) -> Admitted:
-        return Admitted(self.pos[idx], self.b[idx], self.e[idx], self.code[idx], self.et[idx])
-
     def split(self, parts: Split) -> list[Admitted]:
-        """These rows part by part (``[self.take(p) for p in parts.positions()]``, by one
-        scatter per array: :class:`~semantics.operators.grouping.Split`)."""
+        """These rows part by part, in position order within a part (one scatter per array:
+        :class:`~semantics.operators.grouping.Split`)."""
         cols = map_parts(parts.parts, [self.pos, self.b, self.e, self.code, self.et])
         return [Admitted(*a) for a in zip(*cols, strict=True)]
 
