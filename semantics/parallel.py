@@ -7,7 +7,8 @@ about the time of one on two cores (the Spark replay they are compared with uses
 ``local[2]``).
 
 Invariant: :func:`map_parts` returns what ``[fn(p) for p in parts]`` returns, in that order,
-whatever the number of threads; ``fn`` must not share writable arrays between parts.
+whatever the number of threads; two parts must not write the same elements of an array
+(disjoint places of one output array are fine: numpy writes only the elements it is given).
 ``WMBT_THREADS=1`` runs the parts one after the other.
 """
 

@@ -156,10 +156,11 @@ def join_at_once(left: Admitted, right: Admitted, jtype: str, condition: TimeCon
                               right.split(id_split(right.code, 0, n_codes - 1, n_parts)),
                               strict=True))
 
-    def one(rows: tuple[Admitted, Admitted]) -> _Range | None:
+    def one(rows: tuple[Admitted, Admitted]) -> tuple[np.ndarray, _Emitted] | None:
         lt, rt = rows
-        return _join_range(lt.by_key(packing), rt.by_key(packing), jtype, condition, packing,
-                           n_b)
+        got = _join_range(lt.by_key(packing), rt.by_key(packing), jtype, condition, packing,
+                          n_b)
+        return None if got is None else (got[0], _Emitted.of(*got[1:], n_b))
 
     counts = np.zeros((4, n_b), dtype=np.int64)
     outs = []
@@ -167,42 +168,56 @@ def join_at_once(left: Admitted, right: Admitted, jtype: str, condition: TimeCon
         if got is None:
             return None
         counts += got[0]
-        outs.append(got[1:])
+        outs.append(got[1])
     out_l, out_r, cuts = _by_batch(outs, n_b)
     return JoinAll(*counts, out_l, None if jtype == "left_semi" else out_r, cuts)
 
 
-def _by_batch(outs: list[tuple[np.ndarray, np.ndarray, np.ndarray]], n_b: int
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The emitted rows of every key range (left and right positions, batch), as one pair of
-    arrays in batch order (ranges in order within a batch) and the batches' cuts. Each range
-    is put in batch order on its own and written to its places: no sort or gather over all
-    the rows at once.
+@dataclass(frozen=True)
+class _Emitted:
+    """A key range's emitted rows in batch order (as found within a batch): left and right
+    source positions, and how many each batch emits."""
 
-    >>> one = (np.array([1, 2, 3]), np.array([4, 5, 6]), np.array([1, 0, 1]))
-    >>> two = (np.array([7]), np.array([8]), np.array([0]))
+    left: np.ndarray
+    right: np.ndarray
+    per_batch: np.ndarray
+
+    @classmethod
+    def of(cls, left: np.ndarray, right: np.ndarray, batch: np.ndarray, n_b: int) -> _Emitted:
+        """The rows ``left``, ``right`` emitted in batches ``batch`` (below ``n_b``)."""
+        order = order_of_small(batch, n_b)
+        return cls(left[order], right[order], np.bincount(batch, minlength=n_b))
+
+
+def _by_batch(outs: list[_Emitted], n_b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The emitted rows of every key range as one pair of arrays in batch order (ranges in
+    order within a batch) and the batches' cuts. Each range is in batch order already (sorted
+    in its own thread) and is written to its places, ranges in threads (their places are
+    disjoint): no sort or gather over all the rows at once.
+
+    >>> one = _Emitted.of(np.array([1, 2, 3]), np.array([4, 5, 6]), np.array([1, 0, 1]), 3)
+    >>> two = _Emitted.of(np.array([7]), np.array([8]), np.array([0]), 3)
     >>> [a.tolist() for a in _by_batch([one, two], 3)]
     [[2, 7, 1, 3], [5, 8, 4, 6], [0, 2, 4, 4]]
     """
-    per = np.array([np.bincount(o[2], minlength=n_b) for o in outs], dtype=np.int64
-                   ).reshape(len(outs), n_b)
+    per = np.array([o.per_batch for o in outs], dtype=np.int64).reshape(len(outs), n_b)
     cuts = np.r_[0, np.cumsum(per.sum(axis=0))]
     if len(outs) == 1:  # one range: its own order is the order
-        order = order_of_small(outs[0][2], n_b)
-        return outs[0][0][order], outs[0][1][order], cuts
+        return outs[0].left, outs[0].right, cuts
     # where range p's rows of batch t start: the batch's start, after the earlier ranges'
     at = cuts[:-1] + np.cumsum(per, axis=0) - per
     total = int(cuts[-1])
     out_l = np.empty(total, dtype=np.int64)
     out_r = np.empty(total, dtype=np.int64)
-    for (lp, rp, bp), n, start in zip(outs, per, at, strict=True):
-        if not len(bp):
-            continue
-        order = order_of_small(bp, n_b)
-        b = bp[order]
-        dest = np.arange(len(b), dtype=np.int64) + (start - (np.cumsum(n) - n))[b]
-        out_l[dest] = lp[order]
-        out_r[dest] = rp[order]
+
+    def place(p: int) -> None:
+        o, n = outs[p], per[p]
+        if len(o.left):  # a row's place: its batch's start for this range, plus its rank
+            dest = np.arange(len(o.left), dtype=np.int64) + np.repeat(at[p] - (np.cumsum(n) - n), n)
+            out_l[dest] = o.left
+            out_r[dest] = o.right
+
+    map_parts(place, range(len(outs)))
     return out_l, out_r, cuts
 
 
