@@ -152,9 +152,10 @@ def join_at_once(left: Admitted, right: Admitted, jtype: str, condition: TimeCon
     if n_parts <= 1:
         key_ranges = [(left, right)]
     else:
-        key_ranges = list(zip(left.split(id_split(left.code, 0, n_codes - 1, n_parts)),
-                              right.split(id_split(right.code, 0, n_codes - 1, n_parts)),
-                              strict=True))
+        # (the two sides in threads, each side's arrays one after the other in its thread)
+        key_ranges = list(zip(*map_parts(
+            lambda side: side.split(id_split(side.code, 0, n_codes - 1, n_parts)),
+            [left, right]), strict=True))
 
     def one(rows: tuple[Admitted, Admitted]) -> tuple[np.ndarray, _Emitted] | None:
         lt, rt = rows
