@@ -20,6 +20,7 @@ statistics is ``micros / 1000`` truncated toward zero (Java integer division).
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -44,8 +45,9 @@ class BatchInput:
     batch_id: int
     tick: int
     has_data: bool
-    rows: dict[str, pd.DataFrame]  # per source; empty frames in a no-data batch
-    event_us: dict[str, np.ndarray]  # per source, event time (µs) of ``rows``
+    # per source; empty frames in a no-data batch (a ``BatchRows``: sliced when first read)
+    rows: Mapping[str, pd.DataFrame]
+    event_us: dict[str, np.ndarray]  # per source, event time (µs) of ``rows`` (its length too)
     late_wm_ms: int | None  # None when the query has no watermark
     evict_wm_ms: int | None
     # per source, position of ``rows`` in ``schedule.rows[source]`` (rows are the contiguous
@@ -53,6 +55,36 @@ class BatchInput:
     # it computed once for the whole schedule
     offsets: dict[str, int]
     watermark_ms: int | None = None  # the global watermark the batch runs with (None: none)
+
+
+class BatchRows(Mapping[str, pd.DataFrame]):
+    """A batch's rows per source, ``frames[s].iloc[lo:hi]``, each sliced when first read: an
+    operator that computes the whole run at once never reads them (a slice costs about 17 µs,
+    1 000 of them a tenth of a 10 M-event join prediction's serial work).
+
+    >>> rows = BatchRows({"a": pd.DataFrame({"x": [1, 2, 3]})}, {"a": (1, 3)})
+    >>> rows["a"]["x"].tolist(), list(rows), len(rows)
+    ([2, 3], ['a'], 1)
+    """
+
+    def __init__(self, frames: Mapping[str, pd.DataFrame],
+                 bounds: Mapping[str, tuple[int, int]]) -> None:
+        self._frames = frames
+        self._bounds = bounds
+        self._sliced: dict[str, pd.DataFrame] = {}
+
+    def __getitem__(self, source: str) -> pd.DataFrame:
+        got = self._sliced.get(source)
+        if got is None:
+            lo, hi = self._bounds[source]
+            got = self._sliced[source] = self._frames[source].iloc[lo:hi]
+        return got
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._bounds)
+
+    def __len__(self) -> int:
+        return len(self._bounds)
 
 
 @dataclass(frozen=True)
@@ -204,12 +236,12 @@ def plan_batches(schedule: Schedule, spec: BacktestSpec, candidate: str, operato
             rows, ev = empty, {s: empty_us for s in sources}
             offsets = {s: 0 for s in sources}
         else:
-            rows, ev, offsets = {}, {}, {}
+            ev, offsets, bounds = {}, {}, {}
             for s in sources:
-                lo, hi = tick_bounds[s][tick.index]
-                rows[s] = schedule.rows[s].iloc[lo:hi]
+                lo, hi = bounds[s] = tick_bounds[s][tick.index]
                 ev[s] = et_us[s][lo:hi]
                 offsets[s] = lo
+            rows = BatchRows(schedule.rows, bounds)
         w_now = wms.global_ms
         if has_wm:
             late = w_now if not cfg.allow_multiple else prev_batch_wm
@@ -231,7 +263,7 @@ def source_rows(plan: list[BatchInput], source: str) -> tuple[np.ndarray, np.nda
     """``(batch index, event time µs)`` of every row of ``source``, in schedule order — what an
     operator's ``run_all`` needs. Invariant (asserted): the plan's batches tile the source's
     rows in order, since every data tick runs a batch and a tick's rows are contiguous."""
-    lengths = np.array([len(b.rows[source]) for b in plan], dtype=np.int64)
+    lengths = np.array([len(b.event_us[source]) for b in plan], dtype=np.int64)
     starts = np.array([b.offsets[source] for b in plan], dtype=np.int64)
     filled = lengths > 0
     assert np.array_equal(starts[filled], (np.cumsum(lengths) - lengths)[filled])
@@ -397,8 +429,8 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str, operator: Operat
             "batch_id": batch.batch_id,
             "tick": batch.tick,
             "has_data": batch.has_data,
-            "input_rows": sum(len(r) for r in batch.rows.values()),
-            **{f"input_rows_{s}": len(r) for s, r in batch.rows.items()},
+            "input_rows": sum(len(t) for t in batch.event_us.values()),
+            **{f"input_rows_{s}": len(t) for s, t in batch.event_us.items()},
             "watermark_ms": batch.watermark_ms,
             "operator": operator.name,
             "late_watermark_ms": batch.late_wm_ms,

@@ -313,7 +313,7 @@ class AggregationOperator:
         layout = self._grid if self._grid is not None else self._buffer_layout(bufs_all)
         if layout is None or any(b.late_wm_ms is None or b.evict_wm_ms is None for b in plan):
             return None
-        busy = sum(1 for b in plan if len(b.rows[self.source]))
+        busy = sum(1 for b in plan if len(b.event_us[self.source]))
         minor = self._coder.minor(len(self.keys))
         if len(self._et_all) > busy * AT_ONCE_ROWS_PER_KEY * minor:
             return None
@@ -371,8 +371,7 @@ class AggregationOperator:
         """One batch. The state is sorted group entries (``AggState``) or, for sliding windows
         with exact key ids, a dense grid of windows × keys (``WindowGrid``) while that grid is
         not much larger than the groups it holds; both give the same report and rows."""
-        rows = batch.rows[self.source]
-        n, off = len(rows), batch.offsets[self.source]
+        n, off = len(batch.event_us[self.source]), batch.offsets[self.source]
         late_us = (np.int64(batch.late_wm_ms) * 1000
                    if self.filters_late and batch.late_wm_ms is not None else None)
         evict_us = (np.int64(batch.evict_wm_ms) * 1000
@@ -389,7 +388,7 @@ class AggregationOperator:
         new, late, updated, removed, emitted, ev = done
         fates: list[pd.DataFrame] = []
         if late.groups and self.explain:
-            rid = rows[ROW_ID].to_numpy()[late.rows]
+            rid = batch.rows[self.source][ROW_ID].to_numpy()[late.rows]
             fates.append(F.late(rid, "window" if self.window else "event time", late.bound_us,
                                 batch.late_wm_ms,
                                 late.bound_us - self.duration_us if self.window else F.NO_START))

@@ -222,7 +222,7 @@ class DedupOperator:
     def step(self, state: DedupState, batch: BatchInput) -> tuple[DedupState, OperatorStep]:
         kv_all, kid_all, rid_all = self._whole()
         off = batch.offsets[self.source]
-        n = len(batch.rows[self.source])
+        n = len(batch.event_us[self.source])
         t = np.asarray(batch.event_us[self.source], dtype=np.int64)
         fates: list[pd.DataFrame] = []
 

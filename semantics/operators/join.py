@@ -489,7 +489,7 @@ class JoinOperator:
         """This batch's rows of one side minus null-key and late rows; (rows, late count)."""
         src = self.sources[role]
         layout = src.layout
-        n = len(batch.rows[layout.source])
+        n = len(batch.event_us[layout.source])
         off = batch.offsets[layout.source]
         pos = np.arange(off, off + n, dtype=np.int64)
         et = np.asarray(batch.event_us[layout.source], dtype=np.int64)
