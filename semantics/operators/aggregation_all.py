@@ -40,8 +40,8 @@ from functools import cached_property
 import numpy as np
 
 from semantics.operators.aggfuncs import EXTREME, IDENTITY, extreme_at, family
-from semantics.operators.grouping import Split, id_split, order_of_small, ranges
-from semantics.operators.sliding import spread
+from semantics.operators.grouping import Split, id_split, order_of_small
+from semantics.operators.sliding import differences, late_pairs, spread, window_cells
 from semantics.parallel import map_parts
 
 CHUNK = 1 << 18  # rows computed at once, at most (about: a range of keys' rows)
@@ -295,8 +295,7 @@ class _Stack:
     def pair_cells(self) -> tuple[np.ndarray, np.ndarray]:
         """(each row's windows, the cell of each of its pairs in (row, i) order)."""
         a = self.dig_hi - self.dig_lo + 1
-        return a, np.repeat(self.first + self.dig_hi, a) - ranges(
-            np.zeros(len(a), dtype=np.int64), a)
+        return a, window_cells(self.first + self.dig_hi, a, 1)  # (a key's windows adjacent)
 
     def fold(self, partials: list[tuple[np.ndarray, np.ufunc, int | float]], lo_d: int,
              rows_p: int, after: Callable[[list[np.ndarray], int, int, int, int], None]
@@ -338,25 +337,13 @@ def _updates(st: _Stack, values: tuple[tuple[np.ndarray, str], ...], lo_d: int, 
 
 def _running_sums(lo: np.ndarray, hi: np.ndarray, v: np.ndarray | None, size: int
                   ) -> np.ndarray:
-    """The running sum over ``size`` cells of a difference array that adds each row's ``v``
-    (int64; None: 1) at ``lo`` and takes it away at ``hi``: exact (integers summed in float64
-    only while every partial sum stays below 2^53).
+    """The running sum of :func:`~semantics.operators.sliding.differences`: each row's ``v``
+    (None: 1) summed over the cells ``lo .. hi - 1``, exactly.
 
-    >>> _running_sums(np.array([0, 1]), np.array([2, 3]), np.array([5, 7]), 4).tolist()
-    [5, 12, 7, 0]
     >>> _running_sums(np.array([0, 0]), np.array([1, 1]), np.array([2**62, 1]), 2).tolist()
     [4611686018427387905, 0]
     """
-    if v is None:  # counts: bincount is exact
-        d = np.bincount(lo, minlength=size) - np.bincount(hi, minlength=size)
-    elif len(v) and float(np.abs(v).max()) * len(v) < 2.0 ** 53:  # exact in float64
-        d = (np.bincount(lo, weights=v, minlength=size)
-             - np.bincount(hi, weights=v, minlength=size)).astype(np.int64)
-    else:
-        d = np.zeros(size, dtype=np.int64)
-        np.add.at(d, lo, v)
-        np.subtract.at(d, hi, v)
-    return np.cumsum(d)
+    return np.cumsum(differences(lo, hi, v, size))
 
 
 def _groups_per_batch(st: _Stack, n_b: int, budget: int) -> np.ndarray:
@@ -402,12 +389,9 @@ def _union_per_batch(b: np.ndarray, dig_lo: np.ndarray, dig_hi: np.ndarray, key:
 def _late_groups(batch_of: np.ndarray, id_last: np.ndarray, w: np.ndarray, a: np.ndarray,
                  minor: int, n_b: int) -> np.ndarray:
     """Per batch, the distinct groups of its late pairs (windows ``a .. w - 1`` of each row)."""
-    late = np.flatnonzero(a < w)
-    if not len(late):
+    rows, _, gid = late_pairs(id_last, w, a, minor)
+    if not len(rows):
         return np.zeros(n_b, dtype=np.int64)
-    cnt = w[late] - a[late]
-    rows = np.repeat(late, cnt)
-    gid = id_last[rows] - ranges(a[late], cnt) * minor
     bb = batch_of[rows]
     g0 = int(gid.min())
     span = int(gid.max()) - g0 + 1

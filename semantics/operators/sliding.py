@@ -90,16 +90,8 @@ def fill_grid(id_last: np.ndarray, w: np.ndarray, a: np.ndarray, minor: int,
     >>> fill_grid(ids, w, a, 10, ((np.array([5, 3, 4]), "max"),), 100).grids[0][1, 2:4].tolist()
     [5, 3]
     """
-    e = np.array([], dtype=np.int64)
-    late = np.flatnonzero(a < w)
-    if len(late):
-        cnt = w[late] - a[late]
-        late_rows = np.repeat(late, cnt)
-        late_i = ranges(a[late], cnt)  # windows a .. w-1 of each late row
-        late_ids = id_last[late_rows] - late_i * minor
-    else:
-        late_rows = late_ids = late_i = e
-    live = np.flatnonzero(a > 0) if len(late) else None  # rows with a window not late
+    late_rows, late_i, late_ids = late_pairs(id_last, w, a, minor)
+    live = np.flatnonzero(a > 0) if len(late_rows) else None  # rows with a window not late
     if live is not None:
         id_last, a = id_last[live], a[live]
         values = tuple((v[live], how) for v, how in values)
@@ -136,17 +128,52 @@ def fill_grid(id_last: np.ndarray, w: np.ndarray, a: np.ndarray, minor: int,
                 out = np.full(rows_w * minor, IDENTITY[(how, "int")], dtype=v.dtype)
                 return spread(EXTREME[(how, "int")], out, id_last - base * minor, a, v, minor)
             return extreme_at(how, rows_w * minor, pair_cells(), np.repeat(v, a))
-        if v is None:  # a count of pairs: bincount is exact for integers
-            d = np.bincount(lo, minlength=size) - np.bincount(hi, minlength=size)
-        else:
-            d = np.zeros(size, dtype=np.int64)
-            np.add.at(d, lo, v)
-            np.subtract.at(d, hi, v)
+        d = differences(lo, hi, v, size)
         return np.cumsum(d.reshape(rows_w + 1, minor), axis=0)[:rows_w].ravel()
 
     return BatchGrid(base, grid(None).reshape(rows_w, minor),
                      tuple(grid(v, how).reshape(rows_w, minor) for v, how in values),
                      late_rows, late_ids, late_i)
+
+
+def late_pairs(id_last: np.ndarray, w: np.ndarray, a: np.ndarray, minor: int
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The late pairs, windows ``a .. w − 1`` of each row, in (row, i) order: ``(row, i, group
+    id)`` of each (``id_last``: group id of each row's window ``i = 0``; ``minor`` the id
+    distance of neighbouring windows).
+
+    >>> [x.tolist() for x in late_pairs(np.array([12, 13]), np.array([2, 3]), np.array([2, 1]),
+    ...                                 10)]
+    [[1, 1], [1, 2], [3, -7]]
+    """
+    late = np.flatnonzero(a < w)
+    if not len(late):
+        e = np.array([], dtype=np.int64)
+        return e, e, e
+    cnt = w[late] - a[late]
+    rows = np.repeat(late, cnt)
+    i = ranges(a[late], cnt)
+    return rows, i, id_last[rows] - i * minor
+
+
+def differences(lo: np.ndarray, hi: np.ndarray, v: np.ndarray | None, size: int
+                ) -> np.ndarray:
+    """An int64 difference array over ``size`` cells that adds each row's ``v`` (int64; None:
+    1) at ``lo`` and takes it away at ``hi`` (its running sum is the rows' sum per cell),
+    exactly. (``ufunc.at`` on int64: ``bincount`` with float64 weights, exact below 2^53, took
+    1.5–2.3× its time here, from 20 000 to 1 M rows.)
+
+    >>> np.cumsum(differences(np.array([0, 1]), np.array([2, 3]), np.array([5, 7]), 4)).tolist()
+    [5, 12, 7, 0]
+    >>> differences(np.array([0, 0]), np.array([1, 1]), np.array([2**62, 1]), 2).tolist()
+    [4611686018427387905, -4611686018427387905]
+    """
+    if v is None:  # counts: bincount is exact
+        return np.bincount(lo, minlength=size) - np.bincount(hi, minlength=size)
+    d = np.zeros(size, dtype=np.int64)
+    np.add.at(d, lo, v)
+    np.subtract.at(d, hi, v)
+    return d
 
 
 def spread(ufunc: np.ufunc, out: np.ndarray, top: np.ndarray, a: np.ndarray, v: np.ndarray,
