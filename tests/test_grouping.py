@@ -89,3 +89,29 @@ def test_first_occurrences_against_a_dict(part: int, monkeypatch: pytest.MonkeyP
         first, repeats, of = first_occurrences(ids, with_of=False)
         assert of is None and first.tolist() == want_first
         assert repeats.tolist() == [i for i, _ in want_pairs]
+
+
+def test_later_occurrences_by_sort_with_hash_clashes() -> None:
+    # ids spanning more bits than the sort leaves them are hashed (grouping._later_by_sort);
+    # ids x and x + d with d * _FIB == 1 (mod 2**64) get the same hash, and their runs must be
+    # told apart by the ids themselves. Ids spanning fewer bits are sorted exactly.
+    inv = pow(int(grouping._FIB), -1, 1 << 64)
+    rng = np.random.default_rng(5)
+    clashed = False
+    for trial in range(200):
+        base = rng.integers(-(1 << 62), 1 << 62, 6)
+        pairs = [int(b) for b in base] + [(int(b) + inv + (1 << 63)) % (1 << 64) - (1 << 63)
+                                          for b in base]
+        wide = trial % 2 == 0  # else: a narrow range (exact words)
+        pool = np.array(pairs if wide else [int(b) % 1000 for b in base], dtype=np.int64)
+        ids = pool[rng.integers(0, len(pool), int(rng.integers(2, 300)))]
+        seen: set[int] = set()
+        want = []
+        for v in ids.tolist():
+            want.append(v in seen)
+            seen.add(v)
+        assert grouping._later_by_sort(ids).tolist() == want
+        hashed = (ids.view(np.uint64) * grouping._FIB) >> np.uint64((len(ids) - 1).bit_length())
+        if wide and len(np.unique(ids)) > len(np.unique(hashed)):
+            clashed = True
+    assert clashed  # (the clash path ran)
