@@ -151,7 +151,7 @@ def values_of(s: pd.Series) -> Values:
         tz = str(s.dt.tz) if getattr(s.dt, "tz", None) is not None else None
         raw = s.to_numpy(dtype="datetime64[us]")
         null = np.isnat(raw)
-        data = raw.astype(np.int64)
+        data = raw.view(np.int64)
         if null.any():
             return Values(kind, np.where(null, 0, data), null, tz)
         return Values(kind, data, None, tz)

@@ -116,7 +116,8 @@ class DedupOperator:
             f = self._frame
             kv = key_columns(f, self.keys, bits=True)
             self._coder = KeyCoder.fit(kv)
-            self._all = (kv, self._coder.ids(kv, (), len(f)), f[ROW_ID].to_numpy(dtype=np.int64))
+            self._all = (kv, self._coder.ids(kv, (), len(f), fitted=True),
+                         f[ROW_ID].to_numpy(dtype=np.int64))
         return self._all
 
     def materialize(self, payloads: list[np.ndarray], columns: list[str]) -> pd.DataFrame:
@@ -154,17 +155,32 @@ class DedupOperator:
         kv_all, kid_all, _ = self._whole()
         batch_of, t = source_rows(plan, self.source)
         assert len(t) == len(kid_all)
-        dropped, ok = _not_late(plan, batch_of, t)
-        first, repeats, of = first_occurrences(kid_all[ok], with_of=not self._coder.exact)
-        if of is not None:  # hashed ids: same keys?
-            self._coder.check_same(kv_all, ok[of], kv_all, ok[repeats])
-        acc = ok[first]  # ascending: batch order, then row order
+        late = late_rows(plan, batch_of, t)
+        dropped = np.bincount(batch_of[late], minlength=len(plan))
+        if self.et in self.keys or not late.any():
+            # the occurrences of a key that are not late come before those that are (they
+            # share the event time, and the late watermark never goes backwards), so the
+            # first one that is not late is the first one, if that is not late
+            first, repeats, of = first_occurrences(kid_all, with_of=not self._coder.exact)
+            if of is not None:  # hashed ids: same keys?
+                self._coder.check_same(kv_all, of, kv_all, repeats)
+            first &= ~late
+            acc = np.flatnonzero(first)  # ascending: batch order, then row order
+        else:
+            ok = np.flatnonzero(~late)
+            first, repeats, of = first_occurrences(kid_all[ok], with_of=not self._coder.exact)
+            if of is not None:
+                self._coder.check_same(kv_all, ok[of], kv_all, ok[repeats])
+            acc = ok[first]
+        # the batch of each accepted row (a repeat, not a gather: acc is ascending)
+        cuts = np.searchsorted(acc, np.searchsorted(batch_of, np.arange(len(plan) + 1)))
+        acc_batch = np.repeat(np.arange(len(plan)), np.diff(cuts))
         leaves = None
         if self.evicts:
             wms = watermarks_us(plan)
             leaves = leaving_batch(t[acc], None if wms is None else wms[1], len(plan),
-                                   batch_of[acc])
-        return _all_steps(dropped, acc, batch_of[acc], leaves)
+                                   acc_batch)
+        return _all_steps(dropped, acc, acc_batch, leaves)
 
     def _within_all(self, plan: list[BatchInput]) -> list[OperatorStep] | None:
         """Every batch of ``dropDuplicatesWithinWatermark`` at once, for exact key ids of a
@@ -310,9 +326,9 @@ def _all_steps(dropped: np.ndarray, acc: np.ndarray, acc_batch: np.ndarray,
     the batch of each and the batch its entry leaves the state in (``>= len(dropped)``: after
     the run; None: entries never leave)."""
     n_b = len(dropped)
-    updated = np.bincount(acc_batch, minlength=n_b)
+    updated = np.diff(np.searchsorted(acc_batch, np.arange(n_b + 1)))  # (ascending)
     removed = np.zeros(n_b, dtype=np.int64) if leaves is None else \
-        np.bincount(leaves[leaves < n_b], minlength=n_b)
+        np.bincount(leaves, minlength=n_b + 1)[:n_b]  # (leaves <= n_b)
     outputs = np.split(acc, np.cumsum(updated)[:-1]) if n_b else []
     return steps_of(dropped, np.cumsum(updated - removed), updated, removed,
                     [Deferred(o, len(o)) for o in outputs])

@@ -345,7 +345,7 @@ def key_codes(left: pd.DataFrame, lkeys: Sequence[str], right: pd.DataFrame,
     coder = KeyCoder.fit(cols)
     total = n + len(right)
     if coder.exact:
-        code = coder.ids(cols, (), total)
+        code = coder.ids(cols, (), total, fitted=True)
         if len(code) and int(code.max()) >= 4 * total + 1024:
             code = pd.factorize(code)[0].astype(np.int64, copy=False)
         return code[:n], code[n:]

@@ -137,12 +137,13 @@ class KeyCoder:
         return cls(True, tuple(lows), tuple(sizes), tuple(int(e[2]) for e in extra))
 
     def ids(self, columns: Sequence[Values], extra: Sequence[np.ndarray] = (),
-            n: int | None = None, on_grid: bool = False) -> np.ndarray:
+            n: int | None = None, on_grid: bool = False, fitted: bool = False) -> np.ndarray:
         """int64 id of every row of ``columns`` (+ ``extra``); rows must come from the fitted
         source (a value outside the fitted range raises ValueError). ``on_grid``: the caller
         made the extra values on the fitted grid and within its range (window starts from
         ``windows`` of the fitted source's event times), so neither is checked (a division
-        instead of a ``divmod``, and no pass for the range)."""
+        instead of a ``divmod``, and no pass for the range); ``fitted``: ``columns`` are the
+        very columns :meth:`fit` saw, so their range is not checked either."""
         if not self.exact:
             return key_ids(columns, extra, n)
         if not columns and not extra:
@@ -165,7 +166,7 @@ class KeyCoder:
             if c.kind not in INT_KINDS and c.codes is None:
                 raise ValueError("an object or float key column without codes (keys.with_codes)")
             digits.append(((c.codes if c.codes is not None else c.data) - (lo - 1), c.null, size,
-                           True))
+                           not fitted))
         out: np.ndarray | None = None
         for d, null, size, check in digits:
             if null is not None:

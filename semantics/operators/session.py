@@ -366,7 +366,7 @@ class SessionOperator:
         if self._index is None:
             kv, n = self._whole_keys(), len(self._frame)
             slots = math.prod(self._coder.sizes) if self._coder.exact else None
-            self._index = KeyIndex.of(slots, n, lambda: self._coder.ids(kv, (), n))
+            self._index = KeyIndex.of(slots, n, lambda: self._coder.ids(kv, (), n, fitted=True))
         return self._index
 
     def _tally(self, store: SessionStore) -> KeyTally:
@@ -424,8 +424,8 @@ class SessionOperator:
         late_us, evict_us = wms
         batch_of, t = source_rows(plan, self.source)
         n_b = len(plan)
-        got = sessions_at_once(self._coder.ids(kv, (), len(t)), t, batch_of, self.gap_us,
-                               late_us, evict_us, n_b)
+        got = sessions_at_once(self._coder.ids(kv, (), len(t), fitted=True), t, batch_of,
+                               self.gap_us, late_us, evict_us, n_b)
         if got is None:
             return None
         init, empty = init_all(self.aggs, self._frame), self._empty()  # (empty: for merging)
