@@ -20,13 +20,33 @@ def test_runs_of_is_searchsorted_left_and_right(seed: int, spread: int) -> None:
     assert cnt.tolist() == (np.searchsorted(ids, keys, side="right") - lo).tolist()
 
 
-@pytest.mark.parametrize("distinct", [3, 40, 10_000])  # many ties / some / none
+@pytest.mark.parametrize("distinct", [3, 40, 10_000, 0])  # many ties / some / none / wide
 @pytest.mark.parametrize("seed", range(10))
 def test_stable_argsort_is_numpys_stable_argsort(seed: int, distinct: int) -> None:
+    # packed words (grouping._packed_order) when values and positions fit 64 bits; values
+    # spanning 2**63 (distinct = 0) take numpy's sorts, ties put back in position order
     from semantics.operators.grouping import stable_argsort
 
-    v = np.random.default_rng(seed).integers(0, distinct, 500)
+    r = np.random.default_rng(seed)
+    v = r.integers(0, distinct, 500) if distinct else \
+        r.choice(r.integers(-(1 << 62), 1 << 62, 30), 500)
     assert stable_argsort(v).tolist() == np.argsort(v, kind="stable").tolist()
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_by_key_then_time_is_a_stable_sort_by_id_then_time(seed: int) -> None:
+    # the order of a join's and a session's rows by (key id, event time), ties by position:
+    # packed words when id, time and position fit 64 bits, else radix passes over the ids
+    # and a stable sort, or order_by_id_then_time for wide ids
+    r = np.random.default_rng(seed)
+    n = int(r.integers(1, 400))
+    id_top, t_top = [(50, 1_000), (70_000, 1 << 45), (1 << 40, 1 << 30), (5, 1 << 62)][seed % 4]
+    ids = r.integers(0, id_top, n) - 3
+    t = np.sort(r.integers(0, t_top, n)) - r.integers(0, 3, n)  # mostly in time order, ties
+    order, k, ts = grouping.by_key_then_time(ids, t)
+    want = np.lexsort((np.arange(n), t, ids))
+    assert order.tolist() == want.tolist()
+    assert k.tolist() == ids[want].tolist() and ts.tolist() == t[want].tolist()
 
 
 @pytest.mark.parametrize("seed", range(10))

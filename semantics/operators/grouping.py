@@ -394,9 +394,9 @@ def _rank(ids: np.ndarray, keys: np.ndarray) -> np.ndarray:
 
 
 def order_by_id_then_time(ids: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """Row order sorting by (id, t), stable. Packs ``(id, t, position)`` into one int64 and
-    sorts the values (cheaper than a stable argsort) when that fits in 62 bits; ids of a small
-    range (exact key ids) are packed directly, others by their rank; else ``np.lexsort``."""
+    """Row order sorting by (id, t), stable. Packs ``(id, t)`` into one int64 (ids of a small
+    range, as exact key ids, directly, others by their rank; else ``np.lexsort``) and orders
+    that by :func:`stable_argsort`."""
     n = len(ids)
     if n == 0:
         return np.array([], dtype=np.int64)
@@ -412,19 +412,20 @@ def order_by_id_then_time(ids: np.ndarray, t: np.ndarray) -> np.ndarray:
         if n_ids * span >= _PACK_LIMIT:
             return np.lexsort((t, ids))
         comp = np.asarray(codes, dtype=np.int64) * span + (t - t_lo)
-    if n_ids * span * n < _PACK_LIMIT:  # position as the last digit: unique values, stable
-        return np.sort(comp * n + np.arange(n, dtype=np.int64)) % n
-    return stable_argsort(comp)
+    return stable_argsort(comp, n_ids * span)
 
 
 def by_key_then_time(ids: np.ndarray, t: np.ndarray
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(order, ids[order], t[order])``, ``order`` as :func:`order_by_id_then_time` (stable
-    by (id, t)), for rows mostly in time order (a stream's rows in arrival order): ids of a
-    range below 2^32 are put in order by numpy's radix sort (two stable passes over 16-bit
-    digits), which keeps each id's rows in position order, nearly sorted by time; a stable
-    sort (timsort, near linear on such runs) of the packed (id rank, time) then finishes, and
-    the sorted values are read from nearly sorted arrays (no gather over all of ``ids``).
+    by (id, t)), for rows mostly in time order (a stream's rows in arrival order): by one
+    sort of packed words when (id, time, position) fit 64 bits (:func:`_packed_order`, about
+    twice as fast as the rest here: 131 000 rows of a join's key range 1.5 against 2.9 ms);
+    else ids of a range below 2^32 are put in order by numpy's radix sort (two stable passes
+    over 16-bit digits), which keeps each id's rows in position order, nearly sorted by
+    time; a stable sort (timsort, near linear on such runs) of the packed (id rank, time)
+    then finishes, and the sorted values are read from nearly sorted arrays (no gather over
+    all of ``ids``).
     Other ids: :func:`order_by_id_then_time`.
 
     >>> [a.tolist() for a in by_key_then_time(np.array([70000, 3, 70000, 3]),
@@ -436,6 +437,10 @@ def by_key_then_time(ids: np.ndarray, t: np.ndarray
     top = int(ids.max()) - lo if n else 0
     t_lo = int(t.min()) if n else 0
     span = int(t.max()) - t_lo + 1 if n else 1
+    if (top + 1) * span < _PACK_LIMIT:
+        order = _packed_order((ids - lo) * span + (t - t_lo), (top + 1) * span)
+        if order is not None:
+            return order, ids[order], t[order]
     if top >= 1 << 32 or n * span >= _PACK_LIMIT:
         order = order_by_id_then_time(ids, t)
         return order, ids[order], t[order]
@@ -459,13 +464,31 @@ def order_of_small(v: np.ndarray, top: int) -> np.ndarray:
     return np.argsort(v.astype(np.uint16) if top < 1 << 16 else v, kind="stable")
 
 
-def stable_argsort(v: np.ndarray) -> np.ndarray:
-    """``np.argsort(v, kind="stable")`` through the faster unstable sort when few values repeat:
-    only the runs of equal values are put back in position order.
+def stable_argsort(v: np.ndarray, size: int | None = None) -> np.ndarray:
+    """``np.argsort(v, kind="stable")``, by :func:`_packed_order` when the values (``size``:
+    how many, from 0, when the caller knows; else read off ``v``) and positions fit 64 bits,
+    else through the faster unstable sort when few values repeat: only the runs of equal
+    values are put back in position order.
 
     >>> stable_argsort(np.array([3, 1, 3, 1, 2])).tolist()
     [1, 3, 4, 0, 2]
+    >>> stable_argsort(np.array([2**62, -2**62, 2**62, 0])).tolist()
+    [1, 3, 0, 2]
     """
+    if len(v) < 2:
+        return np.zeros(len(v), dtype=np.int64)
+    if v.dtype.kind not in "iu":
+        pass
+    elif size is None:
+        lo, hi = int(v.min()), int(v.max())
+        if hi - lo < _PACK_LIMIT:
+            order = _packed_order(v - lo, hi - lo + 1)
+            if order is not None:
+                return order
+    else:
+        order = _packed_order(v, size)
+        if order is not None:
+            return order
     order = np.argsort(v)
     s = v[order]
     eq = s[1:] == s[:-1]
@@ -481,6 +504,26 @@ def stable_argsort(v: np.ndarray) -> np.ndarray:
     pos = order[at]
     order[at] = pos[np.lexsort((pos, s[at]))]
     return order
+
+
+def _packed_order(v: np.ndarray, size: int) -> np.ndarray | None:
+    """The stable order of ``v`` (ints ``0 .. size - 1``) by one sort of the 64-bit words
+    ``v << p | position`` (``p``: the positions' bits); None when they do not fit. numpy sorts
+    plain 64-bit values with SIMD, several times faster than it argsorts them.
+
+    >>> _packed_order(np.array([2, 0, 2, 1]), 3).tolist()
+    [1, 3, 0, 2]
+    """
+    n = len(v)
+    p = max(1, (n - 1).bit_length())
+    if size > 1 << (64 - p):
+        return None
+    w = v.astype(np.uint64)
+    w <<= np.uint64(p)
+    w |= np.arange(n, dtype=np.uint64)
+    w.sort()
+    w &= np.uint64((1 << p) - 1)
+    return w.view(np.int64)
 
 
 def merge_by_id_then_time(ids_a: np.ndarray, t_a: np.ndarray, ids_b: np.ndarray,
