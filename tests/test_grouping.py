@@ -135,3 +135,16 @@ def test_later_occurrences_by_sort_with_hash_clashes() -> None:
         if wide and len(np.unique(ids)) > len(np.unique(hashed)):
             clashed = True
     assert clashed  # (the clash path ran)
+
+
+@pytest.mark.parametrize("n_parts", [1, 3, 256, 257, 70_000])  # 8-bit, 16-bit and wider parts
+def test_by_part_orders_rows_by_part_then_position(n_parts: int) -> None:
+    # key ranges (grouping.Split) and hash parts: each part's rows in position order, and
+    # np.split(order, cuts) gives every part, empty ones included
+    r = np.random.default_rng(n_parts)
+    part = r.integers(0, n_parts, 3000)
+    order, cuts = grouping.by_part(part, n_parts)
+    pieces = np.split(order, cuts)
+    assert len(pieces) == n_parts
+    for p, piece in enumerate(pieces):
+        assert piece.tolist() == np.flatnonzero(part == p).tolist()

@@ -200,13 +200,15 @@ def _many_distinct(ids: np.ndarray) -> bool:
 def by_part(part: np.ndarray, n_parts: int) -> tuple[np.ndarray, np.ndarray]:
     """``(order, cuts)``: the rows in order of their part ``0 .. n_parts - 1`` (``part``: one
     per row), positions ascending within a part (numpy's stable radix sort when the parts fit
-    16 bits), and where parts 1, 2, ... start in it (``np.split(order, cuts)``: per part).
+    8 or 16 bits), and where parts 1, 2, ... start in it (``np.split(order, cuts)``: per part).
 
     >>> order, cuts = by_part(np.array([2, 0, 2, 0, 1]), 4)
     >>> [p.tolist() for p in np.split(order, cuts)]
     [[1, 3], [4], [0, 2], []]
     """
-    small = part.astype(np.uint16) if n_parts <= 1 << 16 else part
+    # one radix pass over 8-bit parts, two over 16-bit (10 M rows in 38 parts: 54 / 73 ms)
+    small = part.astype(np.uint8) if n_parts <= 1 << 8 else \
+        part.astype(np.uint16) if n_parts <= 1 << 16 else part
     order = np.argsort(small, kind="stable")
     # (counted: a gather of the sorted parts to search in cost as much as the sort, at 10 M)
     return order, np.cumsum(np.bincount(small, minlength=n_parts)[:n_parts - 1])
