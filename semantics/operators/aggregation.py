@@ -340,7 +340,7 @@ class AggregationOperator:
         last = last_starts(t, s, self.start_us)
         w = windows_per_row(t, last, d, s)
         a = not_late_per_row(last, w, d, s, late_us[batch_of])
-        id_last = self._coder.ids(kv_all, (last,), n, on_grid=True)
+        id_last = self._coder.ids(kv_all, (last,), n, on_grid=True, fitted=True)
         n_keys = len(self.keys)
 
         def leaving(digits: np.ndarray) -> np.ndarray:
@@ -488,7 +488,7 @@ class AggregationOperator:
             one_each = len(pair_rows) == n
             if not one_each:
                 kv = take_keys(kv, pair_rows)
-            gid = self._coder.ids(kv, (wstart,), len(pair_rows), on_grid=True)
+            gid = self._coder.ids(kv, (wstart,), len(pair_rows), on_grid=True, fitted=True)
             # the bound is the window end: ``bound <= late`` iff ``start <= late - d``
             bound = None
         else:
@@ -496,7 +496,7 @@ class AggregationOperator:
             wstart = np.zeros(n, dtype=np.int64)
             bound = np.asarray(t_us, dtype=np.int64) if self.et_key else \
                 np.full(n, NEVER, dtype=np.int64)
-            gid = self._coder.ids(kv, (), n)
+            gid = self._coder.ids(kv, (), n, fitted=True)
         wstart_all = wstart
         late = LatePairs.none()
         keep = None  # which pairs are kept (None: all of them)
@@ -569,7 +569,8 @@ class AggregationOperator:
         last = last_starts(t, s, self.start_us)
         w = windows_per_row(t, last, d, s)
         a = not_late_per_row(last, w, d, s, None if late_us is None else int(late_us))
-        id_last = self._coder.ids(tuple(v.take(sl) for v in kv_all), (last,), n, on_grid=True)
+        id_last = self._coder.ids(tuple(v.take(sl) for v in kv_all), (last,), n, on_grid=True,
+                                  fitted=True)
         values = tuple((arr[sl], how) if how in ("ordered", "min", "max") else
                        (arr[sl].astype(np.int64), "sum")
                        for b, lay in zip(bufs_all, self._grid, strict=True)

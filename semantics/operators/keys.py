@@ -143,7 +143,7 @@ class KeyCoder:
         made the extra values on the fitted grid and within its range (window starts from
         ``windows`` of the fitted source's event times), so neither is checked (a division
         instead of a ``divmod``, and no pass for the range); ``fitted``: ``columns`` are the
-        very columns :meth:`fit` saw, so their range is not checked either."""
+        columns :meth:`fit` saw, or rows of them, so their range is not checked either."""
         if not self.exact:
             return key_ids(columns, extra, n)
         if not columns and not extra:

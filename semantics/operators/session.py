@@ -545,7 +545,7 @@ class SessionOperator:
         n = len(rows)
         at = slice(src, src + n) if isinstance(src, int) else src
         kv = tuple(v.take(at) for v in self._whole_keys())
-        kid = self._coder.ids(kv, (), n)
+        kid = self._coder.ids(kv, (), n, fitted=True)
         order = order_by_id_then_time(kid, t)
         k, ts = kid[order], t[order]
         new = np.ones(n, dtype=bool)
