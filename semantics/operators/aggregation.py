@@ -69,6 +69,7 @@ from semantics.operators.aggregation_all import aggregate_at_once
 from semantics.operators.columns import Values, check_key_columns, key_series, values_of
 from semantics.operators.grouping import (
     count_distinct,
+    divmod_by,
     group,
     interleave,
     lookup,
@@ -355,12 +356,14 @@ class AggregationOperator:
         ids = got.ids
         wstart = self._coder.extra_values(ids, n_keys)
         labels = np.full(minor, -1, dtype=np.int64)
-        labels[id_last % minor] = np.arange(n, dtype=np.int64)  # a source row of each key
+        # a source row of each key
+        labels[divmod_by(id_last, minor)[1]] = np.arange(n, dtype=np.int64)
         arrays = iter(got.arrays)
         bufs = tuple(tuple(got.pairs if how == "pairs" else
                            next(arrays).astype(np.float64) if how == "float" else
                            next(arrays) for how in lay) for lay in layout)
-        emitted = AggState(ids, wstart + d, wstart, (Values("int", labels[ids % minor]),), bufs)
+        emitted = AggState(ids, wstart + d, wstart,
+                           (Values("int", labels[divmod_by(ids, minor)[1]]),), bufs)
         outputs = [Deferred(emitted.take(slice(lo, hi)), hi - lo)
                    for lo, hi in zip(got.cuts[:-1].tolist(), got.cuts[1:].tolist(),
                                      strict=True)]
@@ -583,7 +586,7 @@ class AggregationOperator:
             late = LatePairs(count_distinct(g.late_ids), g.late_rows,
                              last[g.late_rows] - g.late_i * s + d)
         labels = np.full(minor, -1, dtype=np.int64)
-        labels[id_last % minor] = np.arange(off, off + n, dtype=np.int64)
+        labels[divmod_by(id_last, minor)[1]] = np.arange(off, off + n, dtype=np.int64)
         return WindowGrid(g.base, g.pairs, g.grids, labels), late
 
     def _entries(self, grid: WindowGrid, cells: np.ndarray | None = None) -> AggState:
@@ -599,7 +602,7 @@ class AggregationOperator:
                            next(arrays).ravel()[cells].astype(np.float64) if how == "float" else
                            next(arrays).ravel()[cells] for how in lay) for lay in self._grid)
         return AggState(ids, wstart + self.duration_us, wstart,
-                        (Values("int", grid.labels[ids % grid.minor]),), bufs)
+                        (Values("int", grid.labels[divmod_by(ids, grid.minor)[1]]),), bufs)
 
     def _to_grid(self, state: AggState, limit: int) -> WindowGrid | None:
         """``state`` as a grid, None if that takes more than ``limit`` cells. Without a buffer
@@ -616,7 +619,7 @@ class AggregationOperator:
         if rows * minor > limit:
             return None
         cells = state.gid - lo * minor
-        labels[state.gid % minor] = state.keys[0].data
+        labels[divmod_by(state.gid, minor)[1]] = state.keys[0].data
         pairs = np.zeros(rows * minor, dtype=np.int64)
         pairs[cells] = 1
         arrays = []

@@ -40,7 +40,7 @@ from functools import cached_property
 import numpy as np
 
 from semantics.operators.aggfuncs import EXTREME, IDENTITY, extreme_at, family
-from semantics.operators.grouping import Split, id_split, order_of_small
+from semantics.operators.grouping import Split, divmod_by, id_split, order_of_small
 from semantics.operators.sliding import differences, late_pairs, spread, window_cells
 from semantics.parallel import map_parts
 
@@ -96,8 +96,7 @@ def aggregate_at_once(batch_of: np.ndarray, id_last: np.ndarray, w: np.ndarray, 
     live = np.flatnonzero(a > 0)
     if not len(live):
         return None
-    top = id_last[live]
-    rows = _Rows(batch_of[live], top // minor, top % minor, a[live],
+    rows = _Rows(batch_of[live], *divmod_by(id_last[live], minor), a[live],
                  tuple((v[live], how) for v, how in values))
     base = int((rows.dig_hi - (rows.a - 1)).min())
     e_row = np.asarray(leaving(base + np.arange(int(rows.dig_hi.max()) - base + 1)),
@@ -213,7 +212,7 @@ def _part(rows: _Rows, m: int, k0: int, minor: int, base: int, e_row: np.ndarray
     pairs = summed(None)
     # the groups in window-major (id) order: row, key of each
     cells = np.flatnonzero(pairs.reshape(m, r)[:, :rows_p].T)
-    row, k = cells // m, cells % m
+    row, k = divmod_by(cells, m)
     at = k * r + row  # their key-major places
     created = extreme(np.minimum, n_b, b)[cells]  # the first batch with one of its pairs
     e = e_row[row + (lo_d - base)]

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from semantics.operators.columns import Values, nullable_floats, values_of
-from semantics.operators.grouping import ranges, stable_argsort
+from semantics.operators.grouping import divmod_by, ranges, stable_argsort
 from semantics.operators.keys import KeyCoder, concat_keys, with_codes
 from semantics.schedule import ROW_ID
 
@@ -299,7 +299,7 @@ def _window_pairs(lcode: np.ndarray, lt: np.ndarray, rcode: np.ndarray, rt: np.n
     # pairs by left position, then right position
     nr = len(rt)
     pair = np.sort(li * nr + rj)
-    return pair // nr, pair % nr
+    return divmod_by(pair, nr)
 
 
 def _slices(scode: np.ndarray, st: np.ndarray, qcode: np.ndarray, qt: np.ndarray,
