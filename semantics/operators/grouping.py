@@ -175,14 +175,11 @@ def _later_by_sort(ids: np.ndarray) -> np.ndarray:
     u = ids.view(np.uint64)
     exact = hi - lo < 1 << (64 - p)
     if exact:  # (wrapping uint64 arithmetic: the difference is right below 2**64)
-        words = u - np.uint64(lo % (1 << 64))
-        words <<= np.uint64(p)
+        words = _sorted_words(u - np.uint64(lo % (1 << 64)), p)
     else:
-        words = u * _FIB
-        words >>= np.uint64(p)
-        words <<= np.uint64(p)
-    words |= np.arange(n, dtype=np.uint64)
-    words.sort()
+        key = u * _FIB
+        key >>= np.uint64(p)
+        words = _sorted_words(key, p)
     pos = (words & np.uint64((1 << p) - 1)).view(np.int64)
     words >>= np.uint64(p)
     same = words[1:] == words[:-1]  # element i + 1 continues element i's run
@@ -527,16 +524,21 @@ def _packed_order(v: np.ndarray, size: int) -> np.ndarray | None:
     >>> _packed_order(np.array([2, 0, 2, 1]), 3).tolist()
     [1, 3, 0, 2]
     """
-    n = len(v)
-    p = max(1, (n - 1).bit_length())
+    p = max(1, (len(v) - 1).bit_length())
     if size > 1 << (64 - p):
         return None
-    w = v.astype(np.uint64)
-    w <<= np.uint64(p)
-    w |= np.arange(n, dtype=np.uint64)
-    w.sort()
+    w = _sorted_words(v.astype(np.uint64), p)
     w &= np.uint64((1 << p) - 1)
     return w.view(np.int64)
+
+
+def _sorted_words(v: np.ndarray, p: int) -> np.ndarray:
+    """``sort(v << p | position)`` for uint64 values below ``2**(64 - p)`` and ``2**p``
+    positions or more (``v`` is overwritten: the words are built in it)."""
+    v <<= np.uint64(p)
+    v |= np.arange(len(v), dtype=np.uint64)
+    v.sort()
+    return v
 
 
 def merge_by_id_then_time(ids_a: np.ndarray, t_a: np.ndarray, ids_b: np.ndarray,
