@@ -151,11 +151,11 @@ class _Rows:
     def split(self, parts: Split, width: int) -> list[_Rows]:
         """The rows of each part (:class:`~semantics.operators.grouping.Split`, one scatter
         per array), part ``p``'s keys counted from ``p * width``."""
-        cols = map_parts(parts.parts, [self.b, self.dig_hi, self.key, self.a,
-                                       *(v for v, _ in self.values)])
+        cols = parts.columns([self.b, self.dig_hi, self.key, self.a,
+                              *(v for v, _ in self.values)])
         hows = [how for _, how in self.values]
         return [_Rows(b, dig, key - p * width, a, tuple(zip(vals, hows, strict=True)))
-                for p, (b, dig, key, a, *vals) in enumerate(zip(*cols, strict=True))]
+                for p, (b, dig, key, a, *vals) in enumerate(cols)]
 
 
 @dataclass(frozen=True)
@@ -201,8 +201,8 @@ def _part(rows: _Rows, m: int, k0: int, minor: int, base: int, e_row: np.ndarray
     hi = key * r + (dig_hi + 1 - lo_d)
     size = m * r
 
-    def summed(v: np.ndarray | None) -> np.ndarray:
-        return _running_sums(lo, hi, v, size)
+    def summed(v: np.ndarray | None) -> np.ndarray:  # each row's v (None: 1) per cell
+        return np.cumsum(differences(lo, hi, v, size))
 
     tops = (dig_hi - lo_d) * m + key  # window-major cells of the rows' windows i = 0
 
@@ -279,8 +279,8 @@ class _Stack:
         wide)``; and the ufunc and identity the state merges it with (``window_grid.merge``)."""
         shape = (self.m, self.wide)
         if how == "sum":
-            return (_running_sums(self.first + self.dig_lo, self.first + self.dig_hi + 1, v,
-                                  self.cells).reshape(shape), np.add, 0)
+            return (np.cumsum(differences(self.first + self.dig_lo, self.first + self.dig_hi + 1,
+                                          v, self.cells)).reshape(shape), np.add, 0)
         assert v is not None
         a, cells = self.pair_cells
         if how == "ordered":
@@ -332,17 +332,6 @@ def _updates(st: _Stack, values: tuple[tuple[np.ndarray, str], ...], lo_d: int, 
     st.fold(partials, lo_d, rows_p, read)
     cols = [np.concatenate(c) for c in zip(*got, strict=True)]
     return cols[0], cols[1], cols[2], cols[3], tuple(cols[4:])
-
-
-def _running_sums(lo: np.ndarray, hi: np.ndarray, v: np.ndarray | None, size: int
-                  ) -> np.ndarray:
-    """The running sum of :func:`~semantics.operators.sliding.differences`: each row's ``v``
-    (None: 1) summed over the cells ``lo .. hi - 1``, exactly.
-
-    >>> _running_sums(np.array([0, 0]), np.array([1, 1]), np.array([2**62, 1]), 2).tolist()
-    [4611686018427387905, 0]
-    """
-    return np.cumsum(differences(lo, hi, v, size))
 
 
 def _groups_per_batch(st: _Stack, n_b: int, budget: int) -> np.ndarray:

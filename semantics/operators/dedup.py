@@ -155,8 +155,7 @@ class DedupOperator:
         kv_all, kid_all, _ = self._whole()
         batch_of, t = source_rows(plan, self.source)
         assert len(t) == len(kid_all)
-        late = late_rows(plan, batch_of, t)
-        dropped = np.bincount(batch_of[late], minlength=len(plan))
+        dropped, late = _late(plan, batch_of, t)
         if self.et in self.keys or not late.any():
             # the occurrences of a key that are not late come before those that are (they
             # share the event time, and the late watermark never goes backwards), so the
@@ -172,15 +171,15 @@ class DedupOperator:
             if of is not None:
                 self._coder.check_same(kv_all, ok[of], kv_all, ok[repeats])
             acc = ok[first]
-        # the batch of each accepted row (a repeat, not a gather: acc is ascending)
-        cuts = np.searchsorted(acc, np.searchsorted(batch_of, np.arange(len(plan) + 1)))
-        acc_batch = np.repeat(np.arange(len(plan)), np.diff(cuts))
+        # accepted rows per batch (binary searches: acc is ascending)
+        updated = np.diff(np.searchsorted(acc, np.searchsorted(batch_of,
+                                                               np.arange(len(plan) + 1))))
         leaves = None
-        if self.evicts:
+        if self.evicts:  # (the batch of each accepted row: a repeat, not a gather)
             wms = watermarks_us(plan)
             leaves = leaving_batch(t[acc], None if wms is None else wms[1], len(plan),
-                                   acc_batch)
-        return _all_steps(dropped, acc, acc_batch, leaves)
+                                   np.repeat(np.arange(len(plan)), updated))
+        return _all_steps(dropped, acc, updated, leaves)
 
     def _within_all(self, plan: list[BatchInput]) -> list[OperatorStep] | None:
         """Every batch of ``dropDuplicatesWithinWatermark`` at once, for exact key ids of a
@@ -209,7 +208,8 @@ class DedupOperator:
         wms = watermarks_us(plan)
         assert wms is not None  # (checked above: every batch has both watermarks)
         evict_us = wms[1]
-        dropped, ok = _not_late(plan, batch_of, t)
+        dropped, late = _late(plan, batch_of, t)
+        ok = np.flatnonzero(~late)
         bounds = np.searchsorted(batch_of[ok], np.arange(n_b + 1))
         code = kid_all[ok] - lo
         expires = t[ok] + self.delay_us
@@ -217,6 +217,7 @@ class DedupOperator:
         first_at = np.empty(size, dtype=np.int64)  # scratch: first position per key
         alive_after = np.iinfo(np.int64).min  # eviction wm (µs) of the previous batch
         accepted: list[np.ndarray] = []
+        updated = np.zeros(n_b, dtype=np.int64)
         for b in range(n_b):
             s, e = int(bounds[b]), int(bounds[b + 1])
             if e > s:
@@ -228,12 +229,13 @@ class DedupOperator:
                 acc = fresh[first_at[kf] == fresh]
                 table[k[acc]] = expires[s:e][acc]
                 accepted.append(acc + s)
+                updated[b] = len(acc)
             alive_after = int(evict_us[b])
         acc = ok[np.concatenate(accepted)] if accepted else np.array([], dtype=np.int64)
         # never before its own batch: expiresAt >= the event time > the late watermark, which
         # is at least the eviction watermark of the batch before
         leaves = leaving_batch(t[acc] + self.delay_us, evict_us, n_b)
-        return _all_steps(dropped, acc, batch_of[acc], leaves)
+        return _all_steps(dropped, acc, updated, leaves)
 
     def step(self, state: DedupState, batch: BatchInput) -> tuple[DedupState, OperatorStep]:
         kv_all, kid_all, rid_all = self._whole()
@@ -313,20 +315,19 @@ class DedupOperator:
         return F.duplicate(rid_all[grow[dup]], orig, in_state)
 
 
-def _not_late(plan: list[BatchInput], batch_of: np.ndarray, t: np.ndarray
-              ) -> tuple[np.ndarray, np.ndarray]:
-    """``(dropped per batch, positions of the rows that are not late)`` of a whole run."""
+def _late(plan: list[BatchInput], batch_of: np.ndarray, t: np.ndarray
+          ) -> tuple[np.ndarray, np.ndarray]:
+    """``(dropped per batch, which rows are late)`` of a whole run."""
     late = late_rows(plan, batch_of, t)
-    return np.bincount(batch_of[late], minlength=len(plan)), np.flatnonzero(~late)
+    return np.bincount(batch_of[late], minlength=len(plan)), late
 
 
-def _all_steps(dropped: np.ndarray, acc: np.ndarray, acc_batch: np.ndarray,
+def _all_steps(dropped: np.ndarray, acc: np.ndarray, updated: np.ndarray,
                leaves: np.ndarray | None) -> list[OperatorStep]:
-    """Every batch's step from the accepted rows: ``acc`` (source positions, ascending),
-    the batch of each and the batch its entry leaves the state in (``>= len(dropped)``: after
-    the run; None: entries never leave)."""
+    """Every batch's step from the accepted rows: ``acc`` (source positions, ascending,
+    ``updated[b]`` of them in batch ``b``) and the batch each entry leaves the state in
+    (``>= len(dropped)``: after the run; None: entries never leave)."""
     n_b = len(dropped)
-    updated = np.diff(np.searchsorted(acc_batch, np.arange(n_b + 1)))  # (ascending)
     removed = np.zeros(n_b, dtype=np.int64) if leaves is None else \
         np.bincount(leaves, minlength=n_b + 1)[:n_b]  # (leaves <= n_b)
     outputs = np.split(acc, np.cumsum(updated)[:-1]) if n_b else []

@@ -87,8 +87,8 @@ class Admitted:
     def split(self, parts: Split) -> list[Admitted]:
         """These rows part by part, in position order within a part (one scatter per array:
         :class:`~semantics.operators.grouping.Split`)."""
-        cols = map_parts(parts.parts, [self.pos, self.b, self.e, self.code, self.et])
-        return [Admitted(*a) for a in zip(*cols, strict=True)]
+        return [Admitted(*c) for c in parts.columns([self.pos, self.b, self.e, self.code,
+                                                     self.et])]
 
     def by_key(self, packing: Packing) -> Side:
         """These rows in (code, time) order.

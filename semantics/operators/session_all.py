@@ -99,8 +99,8 @@ def sessions_at_once(kid: np.ndarray, t: np.ndarray, batch_of: np.ndarray, gap_u
         return None if got is None else replace(got, rows=pos[got.rows], head=pos[got.head],
                                                 stepped=pos[got.stepped])
 
-    cols = map_parts(split.parts, [kid, t, batch_of])
-    got = map_parts(one, [p for p in zip(split.positions(), *cols, strict=True) if len(p[0])])
+    parts = zip(split.positions(), split.columns([kid, t, batch_of]), strict=True)
+    got = map_parts(one, [(pos, *cols) for pos, cols in parts if len(pos)])
     return None if any(g is None for g in got) else _concat(got)  # type: ignore[arg-type]
 
 
