@@ -259,14 +259,21 @@ def plan_batches(schedule: Schedule, spec: BacktestSpec, candidate: str, operato
     return plan
 
 
-def source_rows(plan: list[BatchInput], source: str) -> tuple[np.ndarray, np.ndarray]:
-    """``(batch index, event time µs)`` of every row of ``source``, in schedule order — what an
-    operator's ``run_all`` needs. Invariant (asserted): the plan's batches tile the source's
-    rows in order, since every data tick runs a batch and a tick's rows are contiguous."""
+def source_counts(plan: list[BatchInput], source: str) -> np.ndarray:
+    """How many rows of ``source`` every batch of ``plan`` holds. Invariant (asserted): the
+    plan's batches tile the source's rows in order, since every data tick runs a batch and a
+    tick's rows are contiguous; so a run's per-row arrays are the source's."""
     lengths = np.array([len(b.event_us[source]) for b in plan], dtype=np.int64)
     starts = np.array([b.offsets[source] for b in plan], dtype=np.int64)
     filled = lengths > 0
     assert np.array_equal(starts[filled], (np.cumsum(lengths) - lengths)[filled])
+    return lengths
+
+
+def source_rows(plan: list[BatchInput], source: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(batch index, event time µs)`` of every row of ``source``, in schedule order — what an
+    operator's ``run_all`` needs (:func:`source_counts`)."""
+    lengths = source_counts(plan, source)
     batch_of = np.repeat(np.arange(len(plan), dtype=np.int64), lengths)
     event_us = np.concatenate([np.asarray(b.event_us[source], dtype=np.int64) for b in plan]
                               ) if plan else np.array([], dtype=np.int64)
@@ -351,7 +358,8 @@ class ThresholdSearch:
             return
         i64 = np.iinfo(np.int64)
         lo, hi = int(thresholds[0]), int(thresholds[-1])
-        gaps = np.diff(np.unique(thresholds))
+        gaps = np.diff(thresholds)  # between distinct thresholds (they never go backwards)
+        gaps = gaps[gaps != 0]
         shift, span = 0, hi - lo + 2
         if len(gaps):
             median = int(np.median(gaps))

@@ -336,7 +336,7 @@ def test_sliding_windows_without_pairs_equal_the_pair_path(seed: int, floor: str
     sched = schedule_of(batches, pace)
     spec = spec_of(query, delay, pace)
     grid = predict(sched, spec, "c")
-    monkeypatch.setattr(AggregationOperator, "_grid_layout", lambda self, bufs: None)
+    monkeypatch.setattr(AggregationOperator, "_grid_layout", lambda self: None)
     pairs = predict(sched, spec, "c")
     pd.testing.assert_frame_equal(grid.batches, pairs.batches)
     pd.testing.assert_frame_equal(grid.outputs, pairs.outputs, check_exact=True)
@@ -372,7 +372,7 @@ def test_the_state_goes_from_grid_to_entries_and_back_with_the_same_result(monke
     assert kinds == ["WindowGrid", "AggState", "AggState", "WindowGrid"]
     assert grid.batches["has_data"].tolist() == [True, True, True, False]
     assert grid.batches["state_rows_removed"].tolist() == [0, 2, 33, 0]
-    monkeypatch.setattr(AggregationOperator, "_grid_layout", lambda self, bufs: None)
+    monkeypatch.setattr(AggregationOperator, "_grid_layout", lambda self: None)
     pairs = predict(sched, spec, "c")
     pd.testing.assert_frame_equal(grid.batches, pairs.batches)
     pd.testing.assert_frame_equal(grid.outputs, pairs.outputs, check_exact=True)

@@ -42,6 +42,7 @@ from semantics.engine import (
     OperatorStep,
     late_rows,
     leaving_batch,
+    source_counts,
     source_rows,
     steps_of,
     watermarks_us,
@@ -65,7 +66,7 @@ from semantics.operators.aggfuncs import (
     result_frame,
     take_all,
 )
-from semantics.operators.aggregation_all import aggregate_at_once
+from semantics.operators.aggregation_all import RunGrid, aggregate_at_once
 from semantics.operators.columns import Values, check_key_columns, key_series, values_of
 from semantics.operators.grouping import (
     count_distinct,
@@ -80,9 +81,11 @@ from semantics.operators.keys import (
     concat_keys,
     interleave_keys,
     key_columns,
+    rows_of_keys,
     take_keys,
 )
 from semantics.operators.sliding import fill_grid, not_late_per_row, windows_per_row
+from semantics.operators.tumbling_all import tumbling_at_once
 from semantics.operators.window_grid import WindowGrid, merge, span_rows
 from semantics.operators.windows import assign_windows, last_starts
 from semantics.report import operator_name
@@ -218,7 +221,7 @@ class AggregationOperator:
                 k = -(-self.duration_us // self.slide_us)
                 grid.append((first - (k - 1) * self.slide_us, last, self.slide_us))
             self._coder = KeyCoder.fit(kv, grid)
-            self._grid = self._grid_layout(self._all[1])
+            self._grid = self._grid_layout()
             if self._grid is not None:
                 self._plan = self._grid_plan(self._all[1], self._grid)
         return self._all
@@ -235,41 +238,45 @@ class AggregationOperator:
             tuple(IDENTITY[(h, family(a.dtype))] if h in ("min", "max") else 0
                   for a, h in arrays))
 
-    def _grid_layout(self, bufs: Buffers) -> tuple[tuple[str, ...], ...] | None:
+    def _grid_layout(self) -> tuple[tuple[str, ...], ...] | None:
         """How :meth:`_fill` fills each buffer array (``pairs``: the pair count,
         ``int``: an int64 sum, ``float``: a float64 sum of integers, ``ordered``: a float64 sum
         added in row order, ``min``/``max``: the extreme value), or None when it
         cannot: it needs sliding windows, exact key ids, and no min or max of an object
         column."""
         k = -(-self.duration_us // self.slide_us) if self.window is not None else 1
-        return None if k == 1 else self._buffer_layout(bufs)
+        return None if k == 1 else self._buffer_layout()
 
-    def _buffer_layout(self, bufs: Buffers) -> tuple[tuple[str, ...], ...] | None:
-        """:meth:`_grid_layout` for windows of any slide (tumbling too)."""
+    def _buffer_layout(self) -> tuple[tuple[str, ...], ...] | None:
+        """:meth:`_grid_layout` of the whole source's buffers (``_whole``), for windows of any
+        slide (tumbling too)."""
         if self.window is None or not self._coder.exact:
             return None
-        def count(a: np.ndarray) -> str:  # all ones: the pair count itself
-            return "pairs" if len(a) and (a == 1).all() else "int"
+        assert self._all is not None
+        bufs = self._all[1]
+
+        def count(i: int, j: int) -> str:  # all ones: the pair count itself
+            return "pairs" if len(bufs[i][j]) and self._ones[i][j] else "int"
 
         layout = []
-        for f, b in zip(self.aggs, bufs, strict=True):
+        for i, (f, b) in enumerate(zip(self.aggs, bufs, strict=True)):
             if f.func == "count" or (f.func == "sum" and f.kind == "int"):
-                layout.append(tuple(count(a) for a in b))
+                layout.append(tuple(count(i, j) for j in range(len(b))))
             elif f.func in ("sum", "avg"):  # avg of integers; sums and avgs of floats
                 if f.decimal is not None:  # an avg of decimals: its sum is exact int64 limbs
-                    layout.append(("int",) * (len(b) - 1) + (count(b[-1]),))
+                    layout.append(("int",) * (len(b) - 1) + (count(i, len(b) - 1),))
                     continue
                 s, n = b
                 if f.kind != "int":  # floats: the order of addition matters
-                    layout.append(("ordered", count(n)))
+                    layout.append(("ordered", count(i, 1)))
                     continue
                 # float sums of integers are exact in any order while every partial sum is
                 # below 2^53: bounded by the whole source's sum of |values|
                 if len(s) and float(np.abs(s).max()) * len(s) >= 2.0 ** 53:
                     return None
-                layout.append(("float", count(n)))
+                layout.append(("float", count(i, 1)))
             elif b[0].dtype != object:  # min, max of numbers and timestamps
-                layout.append((f.func, count(b[1])))
+                layout.append((f.func, count(i, 1)))
             else:  # of strings, decimals: expand pairs
                 return None
         return tuple(layout)
@@ -301,28 +308,26 @@ class AggregationOperator:
         return int(np.count_nonzero(late_rows(plan, batch_of, bound)))
 
     def run_all(self, plan: list[BatchInput]) -> list[OperatorStep] | None:
-        """Every batch at once (``aggregation_all``), for windows in append or update mode
-        without explain, with exact key ids, numeric buffers (counts, sums, averages, minima
-        and maxima of numbers and timestamps), batches of fewer than ``AT_ONCE_ROWS_PER_KEY``
-        rows per key tuple on average (larger batches step faster: their arrays stay cached)
-        and grids of at most ``4×`` the run's pairs (+ ``GRID_FLOOR``) cells; else None (the
-        engine steps)."""
+        """Every batch at once, for windows in append or update mode without explain, with
+        exact key ids and numeric buffers (counts, sums, averages, minima and maxima of numbers
+        and timestamps); else None (the engine steps). Tumbling windows by ``tumbling_all``
+        while its grids take at most ``4×`` the run's rows (+ ``GRID_FLOOR``) cells; sliding
+        windows (or tumbling ones past that) by ``aggregation_all``, for batches of fewer than
+        ``AT_ONCE_ROWS_PER_KEY`` rows per key tuple on average (larger batches step faster:
+        their arrays stay cached) and grids of at most ``4×`` the run's pairs (+
+        ``GRID_FLOOR``) cells."""
         if self.explain or self.mode not in ("append", "update") or self.window is None \
                 or not self.filters_late or not plan:
             return None
         kv_all, bufs_all = self._whole()
-        layout = self._grid if self._grid is not None else self._buffer_layout(bufs_all)
+        layout = self._grid if self._grid is not None else self._buffer_layout()
         if layout is None or any(b.late_wm_ms is None or b.evict_wm_ms is None for b in plan):
-            return None
-        busy = sum(1 for b in plan if len(b.event_us[self.source]))
-        minor = self._coder.minor(len(self.keys))
-        if len(self._et_all) > busy * AT_ONCE_ROWS_PER_KEY * minor:
             return None
         values: list[tuple[np.ndarray, str]] = []
         for b, lay in zip(bufs_all, layout, strict=True):
             for arr, how in zip(b, lay, strict=True):
                 if how in ("int", "float"):
-                    values.append((arr.astype(np.int64), "sum"))
+                    values.append((arr.astype(np.int64, copy=False), "sum"))
                 elif how == "ordered" or (how in ("min", "max")
                                           and arr.dtype in (np.int64, np.float64)):
                     values.append((arr, how))
@@ -333,37 +338,62 @@ class AggregationOperator:
         late_us, evict_us = wms
         if (late_us[1:] < evict_us[:-1]).any():  # a group could come back after it left
             return None
-        batch_of, t = source_rows(plan, self.source)
-        n, n_b = len(t), len(plan)
-        if not n:
-            return None
+        n_b, n_keys = len(plan), len(self.keys)
+        minor = self._coder.minor(n_keys)
         d, s = self.duration_us, self.slide_us
-        last = last_starts(t, s, self.start_us)
-        w = windows_per_row(t, last, d, s)
-        a = not_late_per_row(last, w, d, s, late_us[batch_of])
-        id_last = self._coder.ids(kv_all, (last,), n, on_grid=True, fitted=True)
-        n_keys = len(self.keys)
+        origin = self._coder.lows[n_keys]  # the start of window digit 0
 
         def leaving(digits: np.ndarray) -> np.ndarray:
-            ends = self._coder.extra_values(digits * minor, n_keys) + d
-            return leaving_batch(ends, evict_us, n_b)
+            return leaving_batch(origin + digits * s + d, evict_us, n_b)
 
-        got = aggregate_at_once(batch_of, id_last, w, a, minor, tuple(values), leaving, n_b,
-                                4 * int(np.minimum(a, w).sum()) + GRID_FLOOR,
-                                update=self.mode == "update")
+        got: RunGrid | None = None
+        if d == s:
+            t, coder = self._et_all, self._coder.keys_only(n_keys)
+
+            def keys(lo: int, hi: int) -> np.ndarray:
+                return coder.ids([c.take(slice(lo, hi)) for c in kv_all], (), hi - lo,
+                                 fitted=True)
+
+            def rows(lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+                digit = t[lo:hi] - origin
+                digit //= s
+                return digit, keys(lo, hi)
+
+            got = tumbling_at_once(rows, source_counts(plan, self.source),
+                                   (late_us - d - origin) // s, minor,
+                                   self._coder.sizes[n_keys], tuple(values), leaving,
+                                   4 * len(t) + GRID_FLOOR, update=self.mode == "update")
         if got is None:
-            return None
+            busy = sum(1 for b in plan if len(b.event_us[self.source]))
+            if len(self._et_all) > busy * AT_ONCE_ROWS_PER_KEY * minor:
+                return None
+            batch_of, t = source_rows(plan, self.source)
+            if not len(t):
+                return None
+            last = last_starts(t, s, self.start_us)
+            w = windows_per_row(t, last, d, s)
+            a = not_late_per_row(last, w, d, s, late_us[batch_of])
+            id_last = self._coder.ids(kv_all, (last,), len(t), on_grid=True, fitted=True)
+            got = aggregate_at_once(batch_of, id_last, w, a, minor, tuple(values),
+                                    leaving, n_b, 4 * int(np.minimum(a, w).sum()) + GRID_FLOOR,
+                                    update=self.mode == "update")
+            if got is None:
+                return None
+            key = divmod_by(id_last, minor)[1]
+
+            def keys(lo: int, hi: int) -> np.ndarray:
+                return key[lo:hi]
+
         ids = got.ids
         wstart = self._coder.extra_values(ids, n_keys)
-        labels = np.full(minor, -1, dtype=np.int64)
-        # a source row of each key
-        labels[divmod_by(id_last, minor)[1]] = np.arange(n, dtype=np.int64)
+        key_of = divmod_by(ids, minor)[1]
+        labels = rows_of_keys(key_of, minor, keys, len(t))  # a source row of each key
         arrays = iter(got.arrays)
         bufs = tuple(tuple(got.pairs if how == "pairs" else
                            next(arrays).astype(np.float64) if how == "float" else
                            next(arrays) for how in lay) for lay in layout)
         emitted = AggState(ids, wstart + d, wstart,
-                           (Values("int", labels[divmod_by(ids, minor)[1]]),), bufs)
+                           (Values("int", labels[key_of]),), bufs)
         outputs = [Deferred(emitted.take(slice(lo, hi)), hi - lo)
                    for lo, hi in zip(got.cuts[:-1].tolist(), got.cuts[1:].tolist(),
                                      strict=True)]

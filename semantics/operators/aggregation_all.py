@@ -40,7 +40,7 @@ from functools import cached_property
 import numpy as np
 
 from semantics.operators.aggfuncs import EXTREME, IDENTITY, extreme_at, family
-from semantics.operators.grouping import Split, divmod_by, id_split, order_of_small
+from semantics.operators.grouping import Split, distinct, divmod_by, id_split, order_of_small
 from semantics.operators.sliding import differences, late_pairs, spread, window_cells
 from semantics.parallel import map_parts
 
@@ -378,14 +378,23 @@ def _late_groups(batch_of: np.ndarray, id_last: np.ndarray, w: np.ndarray, a: np
                  minor: int, n_b: int) -> np.ndarray:
     """Per batch, the distinct groups of its late pairs (windows ``a .. w - 1`` of each row)."""
     rows, _, gid = late_pairs(id_last, w, a, minor)
-    if not len(rows):
+    return late_groups(batch_of[rows], gid, n_b)
+
+
+def late_groups(batch: np.ndarray, gid: np.ndarray, n_b: int) -> np.ndarray:
+    """Per batch of ``n_b``, how many distinct group ids ``gid`` its late pairs (their
+    ``batch``) have: ``numRowsDroppedByWatermark`` of an aggregation.
+
+    >>> late_groups(np.array([0, 0, 2, 2]), np.array([7, 7, 7, 9]), 3).tolist()
+    [1, 0, 2]
+    """
+    if not len(batch):
         return np.zeros(n_b, dtype=np.int64)
-    bb = batch_of[rows]
     g0 = int(gid.min())
     span = int(gid.max()) - g0 + 1
     if span * n_b < 1 << 62:
-        return np.bincount(np.unique(bb * span + (gid - g0)) // span, minlength=n_b)
-    order = np.lexsort((gid, bb))
-    bb, gid = bb[order], gid[order]
+        return np.bincount(distinct(batch * span + (gid - g0)) // span, minlength=n_b)
+    order = np.lexsort((gid, batch))
+    bb, gid = batch[order], gid[order]
     new = np.r_[True, (bb[1:] != bb[:-1]) | (gid[1:] != gid[:-1])]
     return np.bincount(bb[new], minlength=n_b)

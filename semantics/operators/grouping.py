@@ -67,6 +67,23 @@ def count_distinct(ids: np.ndarray, grouped: bool = False) -> int:
     return 1 + int(np.count_nonzero(x[1:] != x[:-1]))
 
 
+def distinct(a: np.ndarray) -> np.ndarray:
+    """The distinct values of ``a``, ascending: ``np.unique(a)`` by a sort. numpy 2.4's
+    ``np.unique`` of integers goes through a hash table that costs 20-50× a sort on values
+    spread over a wide range (100 000 values: 26 against 1 ms; 1 M: 680 against 14 ms).
+
+    >>> distinct(np.array([7, 3, 7, 9])).tolist()
+    [3, 7, 9]
+    """
+    x = np.sort(a)
+    if len(x) < 2:
+        return x
+    keep = np.empty(len(x), dtype=bool)
+    keep[0] = True
+    np.not_equal(x[1:], x[:-1], out=keep[1:])
+    return x[keep]
+
+
 def _group_dense(d: np.ndarray, size: int, lo: int
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`group` of ``d + lo`` for ``0 <= d < size`` (linear in ``size``, no hashing)."""
@@ -190,7 +207,7 @@ def _later_by_sort(ids: np.ndarray) -> np.ndarray:
     if not exact and len(rep):
         clash = ids[rep] != ids[pos[:-1][same]]
         if clash.any():  # runs holding two ids (few): by a hash table
-            h = np.unique(words[1:][same][clash])
+            h = distinct(words[1:][same][clash])
             start = np.searchsorted(words, h)
             members = np.sort(pos[ranges(start, np.searchsorted(words, h, "right") - start)])
             later[members] = pd.Series(ids[members], copy=False).duplicated().to_numpy()

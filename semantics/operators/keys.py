@@ -26,13 +26,14 @@ pass, cheaper than hashing every value and verifying every match).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from semantics.operators.columns import INT_KINDS, Values, values_of
+from semantics.operators.grouping import distinct
 
 _NULL = np.uint64(0x9E3779B97F4A7C15)
 _C1, _C2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
@@ -177,6 +178,17 @@ class KeyCoder:
         assert out is not None
         return np.asarray(out, dtype=np.int64)
 
+    def keys_only(self, n_columns: int) -> KeyCoder:
+        """Exact ids only: the coder of the first ``n_columns`` columns alone, whose ids are the
+        key digits of this one's (``id % minor``: extras are the most significant digits).
+
+        >>> c = KeyCoder.fit([Values("int", np.array([5, 7]))], [(0, 20, 10)])
+        >>> c.keys_only(1).ids([Values("int", np.array([7, 5]))], fitted=True).tolist()
+        [3, 1]
+        """
+        assert self.exact
+        return KeyCoder(True, self.lows[:n_columns], self.sizes[:n_columns])
+
     def minor(self, n_columns: int) -> int:
         """Exact ids only: how many key tuples of the first ``n_columns`` columns the coder
         tells apart — the id distance of two neighbouring values of the first extra column
@@ -220,6 +232,29 @@ class KeyCoder:
         """:func:`check_same`, skipped when ids are exact (equal ids are equal keys)."""
         if not self.exact:
             check_same(a, ia, b, ib, extra_a, extra_b)
+
+
+def rows_of_keys(wanted: np.ndarray, minor: int, key_ids: Callable[[int, int], np.ndarray],
+                 n: int) -> np.ndarray:
+    """Per exact key id ``0 .. minor - 1``, a row of the ``n`` rows holding it, or -1: every
+    id of ``wanted`` gets one (each must be some row's). ``key_ids(lo, hi)``: the key ids of
+    rows ``lo .. hi - 1``, read in growing slices from the first row only until every wanted
+    id has a row (a few keys seen early: a small part of a large run is read).
+
+    >>> k = np.array([2, 0, 2, 2])
+    >>> rows_of_keys(np.array([2, 0]), 4, lambda lo, hi: k[lo:hi], 4).tolist()
+    [1, -1, 3, -1]
+    """
+    out = np.full(minor, -1, dtype=np.int64)
+    missing = distinct(wanted)
+    lo, size = 0, 1 << 14
+    while len(missing):
+        assert lo < n, "a wanted key id no row holds"
+        hi = min(n, lo + size)
+        out[key_ids(lo, hi)] = np.arange(lo, hi, dtype=np.int64)
+        missing = missing[out[missing] < 0]
+        lo, size = hi, 2 * size
+    return out
 
 
 def key_columns(frame: pd.DataFrame, names: Sequence[str], bits: bool = False

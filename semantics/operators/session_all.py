@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from semantics.engine import leaving_batch
-from semantics.operators.grouping import Split, by_key_then_time, id_split
+from semantics.operators.grouping import Split, by_key_then_time, distinct, id_split
 from semantics.parallel import map_parts
 
 
@@ -225,7 +225,7 @@ def _early_evicted_keys(k: np.ndarray, ts: np.ndarray, bb: np.ndarray, cut: np.n
     early = bb < nxt
     i = np.flatnonzero(early)
     early[i] = ts[i] + gap_us <= evict_us[nxt[i] - 1]
-    return np.unique(k[early])
+    return distinct(k[early])
 
 
 def _first_arrival_before(cut: np.ndarray, comp: np.ndarray, ts: np.ndarray, bb: np.ndarray,
