@@ -270,6 +270,34 @@ def source_counts(plan: list[BatchInput], source: str) -> np.ndarray:
     return lengths
 
 
+CHUNK_ROWS = 1 << 15  # rows of a chunk of batches (batch_chunks): a dozen arrays of it stay cached
+
+
+def batch_chunks(counts: np.ndarray, rows: int | None = None
+                 ) -> list[tuple[int, int, int, int]]:
+    """The run cut into chunks of whole batches ``(b0, b1, r0, r1)``: batches ``b0 .. b1 - 1``,
+    holding rows ``r0 .. r1 - 1`` (batch ``b`` holds ``counts[b]`` rows, in batch order),
+    each of about ``rows`` rows (default ``CHUNK_ROWS``) or one larger batch, covering every
+    batch. A whole-run computation that goes chunk by chunk keeps each chunk's arrays in a
+    core's cache, where a pass over the whole run's arrays goes to memory and back for every
+    numpy call.
+
+    >>> batch_chunks(np.array([0, 5, 0, 4, 21, 1]), 10)
+    [(0, 4, 0, 9), (4, 5, 9, 30), (5, 6, 30, 31)]
+    """
+    rows = CHUNK_ROWS if rows is None else rows
+    ends = np.cumsum(counts)
+    n_b = len(ends)
+    if not n_b:
+        return []
+    # a chunk ends before the first batch that ends past a multiple of ``rows``
+    cut = np.searchsorted(ends, np.arange(rows, int(ends[-1]), rows), side="right")
+    bounds = np.unique(np.r_[0, cut, n_b]).tolist()
+    starts = np.r_[0, ends].tolist()
+    return [(b0, b1, starts[b0], starts[b1]) for b0, b1 in zip(bounds[:-1], bounds[1:],
+                                                                strict=True)]
+
+
 def source_rows(plan: list[BatchInput], source: str) -> tuple[np.ndarray, np.ndarray]:
     """``(batch index, event time µs)`` of every row of ``source``, in schedule order — what an
     operator's ``run_all`` needs (:func:`source_counts`)."""
@@ -327,6 +355,40 @@ def leaving_batch(values_us: np.ndarray, thresholds_us: np.ndarray | None, n_b: 
     else:
         first = search(values_us)
     return first if arrived is None else np.maximum(arrived, first)
+
+
+def leaving_counts(values_us: np.ndarray, thresholds_us: np.ndarray, first: int,
+                   out: np.ndarray, search: ThresholdSearch | None = None,
+                   most: int = 16) -> None:
+    """Add to ``out[b]`` how many of ``values_us`` leave in batch ``b`` (:func:`leaving_batch`:
+    the first batch whose threshold reaches the value; ``len(thresholds_us)``: never), for
+    values that no batch before ``first`` reaches. Values of a few neighbouring batches meet
+    a few thresholds: each is counted by one comparison of all values (a pass in the cache),
+    cheaper than a search per value; past ``most`` thresholds, by ``search`` (a
+    :class:`ThresholdSearch` of ``thresholds_us``).
+
+    >>> out = np.zeros(4, dtype=np.int64)
+    >>> leaving_counts(np.array([6, 7, 12, 99]), np.array([5, 7, 10]), 1, out)
+    >>> out.tolist()
+    [0, 2, 0, 2]
+    >>> leaving_counts(np.array([6, 7, 12, 99]), np.array([5, 7, 10]), 1, out, most=0)
+    >>> out.tolist()  # (by the search)
+    [0, 4, 0, 4]
+    """
+    if not len(values_us):
+        return
+    last = int(np.searchsorted(thresholds_us, values_us.max(), side="left"))
+    if last - first > most:
+        if search is None:
+            search = ThresholdSearch(thresholds_us, min_values=0)
+        out += np.bincount(search(values_us), minlength=len(out))
+        return
+    below = 0
+    for b in range(first, last):
+        reached = int(np.count_nonzero(values_us <= thresholds_us[b]))
+        out[b] += reached - below
+        below = reached
+    out[last] += len(values_us) - below
 
 
 class ThresholdSearch:

@@ -60,6 +60,8 @@ class Schedule:
     # declared (precision, scale) of each decimal column, by source (the frames hold Python
     # decimals, which do not carry the table's type)
     decimals: Mapping[str, Mapping[str, tuple[int, int]]] = field(default_factory=dict)
+    _event_us: dict[str, np.ndarray] = field(default_factory=dict, init=False, repr=False,
+                                             compare=False)
 
     @property
     def data_ticks(self) -> list[int]:
@@ -75,9 +77,14 @@ class Schedule:
         return np.bincount(self.rows[source][TICK].to_numpy(), minlength=len(self.ticks))
 
     def event_time_us(self, source: str) -> np.ndarray:
-        """Event time of every row of ``source`` in microseconds (int64)."""
-        col = self.rows[source][self.event_time[source]]
-        return col.to_numpy(dtype="datetime64[us]").astype(np.int64)
+        """Event time of every row of ``source`` in microseconds (int64), converted once per
+        source (the plan and the operators read it) and read-only."""
+        if source not in self._event_us:
+            col = self.rows[source][self.event_time[source]]
+            us = col.to_numpy(dtype="datetime64[us]").astype(np.int64)
+            us.setflags(write=False)
+            self._event_us[source] = us
+        return self._event_us[source]
 
     @property
     def total_rows(self) -> int:

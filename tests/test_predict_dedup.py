@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from semantics import engine
 from semantics.operators import grouping
 from tests.predict_kit import (
     NEG_NAN,
@@ -184,16 +185,19 @@ def _random_case(rng: np.random.Generator, query: dict, watermarks: list[str | N
     return spec, schedule_of(frames, pace), any(batches)
 
 
-@pytest.mark.parametrize("hash_part", [grouping.HASH_PART, 8])
-def test_all_batches_at_once_equals_stepping(hash_part: int, monkeypatch: pytest.MonkeyPatch
-                                             ) -> None:
+@pytest.mark.parametrize(("hash_part", "chunk"), [(grouping.HASH_PART, engine.CHUNK_ROWS),
+                                                   (8, engine.CHUNK_ROWS), (8, 3)])
+def test_all_batches_at_once_equals_stepping(hash_part: int, chunk: int,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
     # rule (dedup.run_all): for dropDuplicates a key is accepted at most once (after eviction
     # every repeat is late), so computing all batches at once — the path without explain —
     # gives the stepped answer. Random out-of-order streams, both paces, keys with and without
     # the event time (exact and hashed key ids), with and without a watermark, allowMultiple on
     # and off. With hash_part = 8 the first occurrences are found by a sort
-    # (grouping._later_by_sort).
+    # (grouping._later_by_sort); with chunk = 3 the accepted rows, late rows and evictions
+    # are counted in chunks of a batch or two (engine.batch_chunks).
     monkeypatch.setattr(grouping, "HASH_PART", hash_part)
+    monkeypatch.setattr(engine, "CHUNK_ROWS", chunk)
     rng = np.random.default_rng(7)
     engaged = 0
     for _ in range(200):

@@ -10,7 +10,8 @@ import os
 import numpy as np
 import pytest
 
-from semantics.operators import aggregation, tumbling_all
+from semantics import engine
+from semantics.operators import aggregation
 from semantics.predict import predict
 from tests.predict_kit import at_once_vs_stepped, schedule_of, spec_of
 from tests.test_predict_aggregation_all import _random_windows
@@ -36,7 +37,7 @@ def _tumbling(seed: int) -> tuple[dict, list, str, str]:
     return query, batches, delay, pace
 
 
-@pytest.mark.parametrize("chunk", [tumbling_all.CHUNK_ROWS, 7])
+@pytest.mark.parametrize("chunk", [engine.CHUNK_ROWS, 7])
 def test_at_once_equals_stepping_on_random_tumbling_streams(
         chunk: int, engaged: list[bool], monkeypatch: pytest.MonkeyPatch) -> None:
     # rule (tumbling_all module docstring): a row is late iff its window ends at or before its
@@ -46,7 +47,7 @@ def test_at_once_equals_stepping_on_random_tumbling_streams(
     # batch) and never comes back. Windows with a start time, a global window aggregation,
     # NULLs, late rows, empty commits, both paces, float sums in batch order. chunk 7: the
     # run read in chunks of a batch or a few (each chunk's stack merged before the next)
-    monkeypatch.setattr(tumbling_all, "CHUNK_ROWS", chunk)
+    monkeypatch.setattr(engine, "CHUNK_ROWS", chunk)
     for seed in range(600 if SOAK else 80):
         query, batches, delay, pace = _tumbling(seed)
         at_once_vs_stepped(spec_of(query, delay, pace), schedule_of(batches, pace), exact=True)

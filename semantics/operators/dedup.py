@@ -39,8 +39,12 @@ from semantics.engine import (
     BatchInput,
     Deferred,
     OperatorStep,
+    ThresholdSearch,
+    batch_chunks,
     late_rows,
     leaving_batch,
+    leaving_counts,
+    source_counts,
     source_rows,
     steps_of,
     watermarks_us,
@@ -108,6 +112,7 @@ class DedupOperator:
         self._frame = frame
         self._all: tuple[tuple[Values, ...], np.ndarray, np.ndarray] | None = None
         self._coder = KeyCoder()
+        self._et_all = schedule.event_time_us(q.source)
 
     def _whole(self) -> tuple[tuple[Values, ...], np.ndarray, np.ndarray]:
         """Per-row key values, key ids and row ids of the whole source, computed once (batches
@@ -153,33 +158,30 @@ class DedupOperator:
         if self.within:
             return self._within_all(plan)
         kv_all, kid_all, _ = self._whole()
-        batch_of, t = source_rows(plan, self.source)
-        assert len(t) == len(kid_all)
-        dropped, late = _late(plan, batch_of, t)
-        if self.et in self.keys or not late.any():
+        wms = watermarks_us(plan)
+        if self.et in self.keys or wms is None:
             # the occurrences of a key that are not late come before those that are (they
             # share the event time, and the late watermark never goes backwards), so the
             # first one that is not late is the first one, if that is not late
             first, repeats, of = first_occurrences(kid_all, with_of=not self._coder.exact)
             if of is not None:  # hashed ids: same keys?
                 self._coder.check_same(kv_all, of, kv_all, repeats)
-            first &= ~late
-            acc = np.flatnonzero(first)  # ascending: batch order, then row order
-        else:
-            ok = np.flatnonzero(~late)
-            first, repeats, of = first_occurrences(kid_all[ok], with_of=not self._coder.exact)
-            if of is not None:
-                self._coder.check_same(kv_all, ok[of], kv_all, ok[repeats])
-            acc = ok[first]
-        # accepted rows per batch (binary searches: acc is ascending)
+            counts = source_counts(plan, self.source)
+            assert int(counts.sum()) == len(kid_all)
+            return _all_steps(*_accepted_firsts(counts, self._et_all, first, wms, self.evicts))
+        batch_of, t = source_rows(plan, self.source)
+        assert len(t) == len(kid_all)
+        dropped, late = _late(plan, batch_of, t)
+        ok = np.flatnonzero(~late)
+        first, repeats, of = first_occurrences(kid_all[ok], with_of=not self._coder.exact)
+        if of is not None:
+            self._coder.check_same(kv_all, ok[of], kv_all, ok[repeats])
+        acc = ok[first]  # ascending: batch order, then row order
+        # accepted rows per batch (binary searches: acc is ascending); nothing is evicted
+        # (the event-time column is no key)
         updated = np.diff(np.searchsorted(acc, np.searchsorted(batch_of,
                                                                np.arange(len(plan) + 1))))
-        leaves = None
-        if self.evicts:  # (the batch of each accepted row: a repeat, not a gather)
-            wms = watermarks_us(plan)
-            leaves = leaving_batch(t[acc], None if wms is None else wms[1], len(plan),
-                                   np.repeat(np.arange(len(plan)), updated))
-        return _all_steps(dropped, acc, updated, leaves)
+        return _all_steps(dropped, acc, updated, None)
 
     def _within_all(self, plan: list[BatchInput]) -> list[OperatorStep] | None:
         """Every batch of ``dropDuplicatesWithinWatermark`` at once, for exact key ids of a
@@ -235,7 +237,8 @@ class DedupOperator:
         # never before its own batch: expiresAt >= the event time > the late watermark, which
         # is at least the eviction watermark of the batch before
         leaves = leaving_batch(t[acc] + self.delay_us, evict_us, n_b)
-        return _all_steps(dropped, acc, updated, leaves)
+        return _all_steps(dropped, acc, updated,
+                          np.bincount(leaves, minlength=n_b + 1)[:n_b])  # (leaves <= n_b)
 
     def step(self, state: DedupState, batch: BatchInput) -> tuple[DedupState, OperatorStep]:
         kv_all, kid_all, rid_all = self._whole()
@@ -323,16 +326,53 @@ def _late(plan: list[BatchInput], batch_of: np.ndarray, t: np.ndarray
 
 
 def _all_steps(dropped: np.ndarray, acc: np.ndarray, updated: np.ndarray,
-               leaves: np.ndarray | None) -> list[OperatorStep]:
+               removed: np.ndarray | None) -> list[OperatorStep]:
     """Every batch's step from the accepted rows: ``acc`` (source positions, ascending,
-    ``updated[b]`` of them in batch ``b``) and the batch each entry leaves the state in
-    (``>= len(dropped)``: after the run; None: entries never leave)."""
+    ``updated[b]`` of them in batch ``b``) and how many entries leave the state in each batch
+    (None: entries never leave)."""
     n_b = len(dropped)
-    removed = np.zeros(n_b, dtype=np.int64) if leaves is None else \
-        np.bincount(leaves, minlength=n_b + 1)[:n_b]  # (leaves <= n_b)
+    if removed is None:
+        removed = np.zeros(n_b, dtype=np.int64)
     outputs = np.split(acc, np.cumsum(updated)[:-1]) if n_b else []
     return steps_of(dropped, np.cumsum(updated - removed), updated, removed,
                     [Deferred(o, len(o)) for o in outputs])
+
+
+def _accepted_firsts(counts: np.ndarray, t: np.ndarray, first: np.ndarray,
+                     wms: tuple[np.ndarray, np.ndarray] | None, evicts: bool
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    """``(dropped, acc, updated, removed)`` of a run whose accepted rows are the first
+    occurrences (``first``) that are not late, chunk by chunk of batches (``batch_chunks``;
+    batch ``b`` holds ``counts[b]`` rows, ``t`` their event times): per batch the late rows
+    (at or behind its late watermark), the accepted rows (ascending positions, ``updated``
+    per batch) and, with ``evicts``, how many entries leave in it: an entry leaves in the
+    first batch, at or after its own, whose eviction watermark reaches its event time. No
+    batch before its own can: its event time is above its batch's late watermark, which is at
+    least the eviction watermark of the batch before (asserted)."""
+    n_b = len(counts)
+    assert wms is None or bool((wms[0][1:] >= wms[1][:-1]).all())
+    dropped, updated = np.zeros(n_b, dtype=np.int64), np.zeros(n_b, dtype=np.int64)
+    removed = np.zeros(n_b + 1, dtype=np.int64) if evicts and wms is not None else None
+    search = ThresholdSearch(wms[1], min_values=0) if removed is not None else None
+    parts = []
+    for b0, b1, r0, r1 in batch_chunks(counts):
+        cnt = counts[b0:b1]
+        ends = np.cumsum(cnt)
+        ok = first[r0:r1]
+        tc = t[r0:r1]
+        if wms is not None:
+            late = tc <= np.repeat(wms[0][b0:b1], cnt)
+            dropped[b0:b1] = np.diff(np.searchsorted(np.flatnonzero(late), ends), prepend=0)
+            ok = ok & ~late
+        acc = np.flatnonzero(ok)
+        updated[b0:b1] = np.diff(np.searchsorted(acc, ends), prepend=0)
+        if removed is not None:
+            assert wms is not None
+            leaving_counts(tc[acc], wms[1], b0, removed, search)
+        acc += r0
+        parts.append(acc)
+    acc = np.concatenate(parts) if parts else np.array([], dtype=np.int64)
+    return dropped, acc, updated, None if removed is None else removed[:n_b]
 
 
 def _ascending(positions: np.ndarray, n: int) -> np.ndarray:
