@@ -73,8 +73,9 @@ def check_aggregation(spark, tmp, pace, data, window, replay, delay, mode, aggre
        at_once=st.booleans())
 def test_aggregation(spark, tmp_path_factory, pace, data, window, replay, delay, mode,
                      at_once) -> None:
-    # at_once: without explain, append mode computes every batch at once whatever the rows
-    # per batch (operators/aggregation_all.py; else only for batches of few rows per key)
+    # without explain, tumbling windows in append and update mode compute every batch at
+    # once (operators/tumbling_all.py); at_once: sliding windows too, whatever the rows per
+    # batch (operators/aggregation_all.py; else only for batches of few rows per key)
     from semantics.operators import aggregation
 
     with pytest.MonkeyPatch.context() as mp:
