@@ -35,6 +35,26 @@ def test_exact_ids_are_equal_exactly_for_equal_keys(seed):
     assert np.array_equal(same_key, ids[:, None] == ids[None, :])
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_exact_ids_part_by_part_equal_all_at_once(seed, monkeypatch):
+    # KeyCoder.ids computes a long run's exact ids part by part (in the cache): the same ids
+    # as all at once, NULLs, coded strings and window starts among the columns; a value
+    # outside the fitted range in a later part is still refused
+    rng = np.random.default_rng(seed)
+    n = 1000
+    cols = [_col(rng, n, -3, 4, True), _col(rng, n, 10**12, 10**12 + 5, False),
+            *K.with_codes([values_of(pd.Series(rng.choice(["a", "b", None], n)))])]
+    grid = rng.integers(0, 4, n) * 5_000_000 - 5_000_000
+    coder = K.KeyCoder.fit(cols, [(-5_000_000, 10_000_000, 5_000_000)])
+    whole = coder.ids(cols, [grid])
+    monkeypatch.setattr(K, "IDS_PART", int(rng.integers(3, 300)))
+    assert np.array_equal(coder.ids(cols, [grid]), whole)
+    assert np.array_equal(coder.ids(cols, [grid], on_grid=True, fitted=True), whole)
+    wide = [values_of(pd.Series(np.r_[np.zeros(n - 1, dtype=np.int64), 99]))]
+    with pytest.raises(ValueError, match="outside the range"):
+        K.KeyCoder.fit([values_of(pd.Series([0, 1]))]).ids(wide)
+
+
 def test_coder_falls_back_to_verified_hashes():
     # strings, floats and ranges whose product needs 62+ bits are hashed (and checked)
     strings = values_of(pd.Series(["a", "b", None], dtype=object))
