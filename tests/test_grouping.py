@@ -22,10 +22,16 @@ def test_runs_of_is_searchsorted_left_and_right(seed: int, spread: int) -> None:
 
 @pytest.mark.parametrize("distinct", [3, 40, 10_000, 0])  # many ties / some / none / wide
 @pytest.mark.parametrize("seed", range(10))
-def test_stable_argsort_is_numpys_stable_argsort(seed: int, distinct: int) -> None:
+def test_stable_argsort_is_numpys_stable_argsort(seed: int, distinct: int,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     # packed words (grouping._packed_order) when values and positions fit 64 bits; values
-    # spanning 2**63 (distinct = 0) take numpy's sorts, ties put back in position order
+    # spanning 2**63 (distinct = 0) take numpy's sorts, ties put back in position order;
+    # odd seeds sort the words in two halves about their median (grouping.SPLIT_SORT)
     from semantics.operators.grouping import stable_argsort
+
+    if seed % 2:
+        monkeypatch.setattr(grouping, "SPLIT_SORT", 2)
+        monkeypatch.setattr(grouping, "threads", lambda: 2)
 
     r = np.random.default_rng(seed)
     v = r.integers(0, distinct, 500) if distinct else \
@@ -84,13 +90,19 @@ def test_merge_positions_place_both_sides_as_a_stable_merge(seed: int) -> None:
     assert forms == [True, False]
 
 
-@pytest.mark.parametrize("part", [grouping.HASH_PART, 8])
-def test_first_occurrences_against_a_dict(part: int, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("part", "split"), [(grouping.HASH_PART, grouping.SPLIT_SORT),
+                                             (8, grouping.SPLIT_SORT), (8, 5)])
+def test_first_occurrences_against_a_dict(part: int, split: int,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
     # dedup's accepted rows (dedup.run_all): a row is kept iff its id occurs at no position
     # before it; every other row is paired with the first row of its id (hashed ids are
     # checked on those pairs). Few, some and many distinct ids, negative and 62-bit ids; with
-    # part = 8 the ids are hashed by parts (grouping.HASH_PART).
+    # part = 8 the ids are hashed by parts (grouping.HASH_PART), or sorted as packed words
+    # (grouping._later_by_sort); with split = 5 those words are sorted in two halves about
+    # their median, in two threads (grouping.SPLIT_SORT).
     monkeypatch.setattr(grouping, "HASH_PART", part)
+    monkeypatch.setattr(grouping, "SPLIT_SORT", split)
+    monkeypatch.setattr(grouping, "threads", lambda: 2)
     rng = np.random.default_rng(3)
     for _ in range(500):
         n = int(rng.integers(0, 200))

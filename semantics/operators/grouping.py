@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from semantics.parallel import map_parts
+from semantics.parallel import map_parts, threads
 
 
 def group(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -143,6 +143,7 @@ def first_occurrences(ids: np.ndarray, with_of: bool = True
     return ~later, repeats, np.flatnonzero(~later)[codes[repeats]]
 
 
+SPLIT_SORT = 1 << 20  # words past which a sort goes in two halves, in threads
 HASH_PART = 1 << 20  # ids per hash table past which it leaves the caches, about
 SAMPLE = 1 << 16  # ids sampled to tell many distinct ids from a few often repeated
 _FIB = np.uint64(0x9E3779B97F4A7C15)  # odd: multiplying by it permutes 64-bit values
@@ -567,10 +568,22 @@ def _packed_order(v: np.ndarray) -> np.ndarray:
 
 def _sorted_words(v: np.ndarray, p: int) -> np.ndarray:
     """``sort(v << p | position)`` for uint64 values and positions that fit (:func:`_packs`;
-    ``p``: :func:`_position_bits`); ``v`` is overwritten: the words are built in it."""
+    ``p``: :func:`_position_bits`); ``v`` is overwritten: the words are built in it. Past
+    ``SPLIT_SORT`` words, with threads, the words are first split about their median in
+    place (``np.partition``: the words are distinct, so the halves are exact) and each half
+    is sorted in its own thread: 10 M words 19 + 73-82 against 133-150 ms.
+
+    >>> _sorted_words(np.array([3, 1, 3, 0], dtype=np.uint64), 2).tolist()
+    [3, 5, 12, 14]
+    """
     v <<= np.uint64(p)
     v |= np.arange(len(v), dtype=np.uint64)
-    v.sort()
+    if len(v) >= SPLIT_SORT and threads() > 1:
+        half = len(v) // 2
+        v.partition(half)
+        map_parts(np.ndarray.sort, [v[:half], v[half:]])
+    else:
+        v.sort()
     return v
 
 
