@@ -140,6 +140,10 @@ def _map_points(delays_ms: list[int]) -> list[dict[str, Any]]:
     n = min(threads(), len(delays_ms))
     if n <= 1 or "fork" not in mp.get_all_start_methods():
         return [_point(d) for d in delays_ms]
+    assert _WORK is not None
+    schedule = _WORK[1]
+    for source in schedule.rows:  # event times converted once, before the fork shares them
+        schedule.event_time_us(source)
     with ProcessPoolExecutor(n, mp_context=mp.get_context("fork"),
                              initializer=_one_thread) as pool:
         return list(pool.map(_point, delays_ms, chunksize=max(1, len(delays_ms) // (4 * n))))
