@@ -66,6 +66,35 @@ def family(dtype: np.dtype) -> str:
     return "float" if dtype == np.float64 else "int"
 
 
+def merge_of(how: str, dtype: np.dtype) -> tuple[np.ufunc, int | float]:
+    """How the state merges two partial values of a numeric buffer array: the ufunc and its
+    identity. ``how``: ``min``/``max`` (the extreme of its :func:`family`), anything else a
+    sum (``sum``, ``ordered``, ``int``, ``float``, ``pairs``).
+
+    >>> merge_of("max", np.dtype(np.float64))[0] is np.maximum, merge_of("sum", None)
+    (True, (<ufunc 'add'>, 0))
+    """
+    if how in ("min", "max"):
+        fam = family(dtype)
+        return EXTREME[(how, fam)], IDENTITY[(how, fam)]
+    return np.add, 0
+
+
+def reduce_at(how: str, size: int, at: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """``how`` of the values ``v`` in each of ``size`` cells (``at``: each value's cell), the
+    values met in their order, cells without a value holding the identity: ``sum`` an exact
+    int64 sum, ``ordered`` a float64 sum, ``min``/``max`` by :func:`extreme_at`.
+
+    >>> reduce_at("sum", 3, np.array([2, 0, 2]), np.array([5, 1, 2**60])).tolist()
+    [1, 0, 1152921504606846981]
+    """
+    if how == "ordered":
+        return np.bincount(at, weights=v, minlength=size)
+    if how == "sum":
+        return _sum_int(v, at, size)
+    return extreme_at(how, size, at, v)
+
+
 def extreme_at(func: str, size: int, at: np.ndarray, v: np.ndarray) -> np.ndarray:
     """``func`` (min or max) of the values ``v`` (int64 or float64) in each of ``size`` cells
     (``at``: each value's cell), cells without a value holding the identity; the values are

@@ -50,17 +50,15 @@ from semantics.engine import (
 from semantics.errors import SpecError
 from semantics.operators import fates as F
 from semantics.operators.aggfuncs import (
-    EXTREME,
-    IDENTITY,
     AggFunc,
     Buffers,
     aggregates_of,
     combine_all,
     concat_all,
     empty_all,
-    family,
     init_all,
     interleave_all,
+    merge_of,
     ones_of,
     reduce_all,
     result_frame,
@@ -231,12 +229,10 @@ class AggregationOperator:
         arrays = [(a, h if h in ("ordered", "min", "max") else "sum")
                   for b, lay in zip(bufs, layout, strict=True)
                   for a, h in zip(b, lay, strict=True) if h != "pairs"]
+        merges = [merge_of(h, a.dtype) for a, h in arrays]
         return GridPlan(
             tuple(np.dtype(np.int64) if h == "sum" else a.dtype for a, h in arrays),
-            tuple(EXTREME[(h, family(a.dtype))] if h in ("min", "max") else np.add
-                  for a, h in arrays),
-            tuple(IDENTITY[(h, family(a.dtype))] if h in ("min", "max") else 0
-                  for a, h in arrays))
+            tuple(op for op, _ in merges), tuple(f for _, f in merges))
 
     def _grid_layout(self) -> tuple[tuple[str, ...], ...] | None:
         """How :meth:`_fill` fills each buffer array (``pairs``: the pair count,

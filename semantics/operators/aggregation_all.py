@@ -39,7 +39,7 @@ from functools import cached_property
 
 import numpy as np
 
-from semantics.operators.aggfuncs import EXTREME, IDENTITY, extreme_at, family
+from semantics.operators.aggfuncs import EXTREME, IDENTITY, extreme_at, merge_of
 from semantics.operators.grouping import Split, distinct, divmod_by, id_split, order_of_small
 from semantics.operators.sliding import differences, late_pairs, spread, window_cells
 from semantics.parallel import map_parts
@@ -286,9 +286,8 @@ class _Stack:
         if how == "ordered":
             return (np.bincount(cells, weights=np.repeat(v, a), minlength=self.cells
                                 ).reshape(shape), np.add, 0.0)
-        fam = family(v.dtype)
         return (extreme_at(how, self.cells, cells, np.repeat(v, a)).reshape(shape),
-                EXTREME[(how, fam)], IDENTITY[(how, fam)])
+                *merge_of(how, v.dtype))
 
     @cached_property
     def pair_cells(self) -> tuple[np.ndarray, np.ndarray]:

@@ -179,8 +179,7 @@ class DedupOperator:
         acc = ok[first]  # ascending: batch order, then row order
         # accepted rows per batch (binary searches: acc is ascending); nothing is evicted
         # (the event-time column is no key)
-        updated = np.diff(np.searchsorted(acc, np.searchsorted(batch_of,
-                                                               np.arange(len(plan) + 1))))
+        updated = _per_batch(acc, np.searchsorted(batch_of, np.arange(1, len(plan) + 1)))
         return _all_steps(dropped, acc, updated, None)
 
     def _within_all(self, plan: list[BatchInput]) -> list[OperatorStep] | None:
@@ -362,10 +361,10 @@ def _accepted_firsts(counts: np.ndarray, t: np.ndarray, first: np.ndarray,
         tc = t[r0:r1]
         if wms is not None:
             late = tc <= np.repeat(wms[0][b0:b1], cnt)
-            dropped[b0:b1] = np.diff(np.searchsorted(np.flatnonzero(late), ends), prepend=0)
+            dropped[b0:b1] = _per_batch(np.flatnonzero(late), ends)
             ok = ok & ~late
         acc = np.flatnonzero(ok)
-        updated[b0:b1] = np.diff(np.searchsorted(acc, ends), prepend=0)
+        updated[b0:b1] = _per_batch(acc, ends)
         if removed is not None:
             assert wms is not None
             leaving_counts(tc[acc], wms[1], b0, removed, search)
@@ -373,6 +372,16 @@ def _accepted_firsts(counts: np.ndarray, t: np.ndarray, first: np.ndarray,
         parts.append(acc)
     acc = np.concatenate(parts) if parts else np.array([], dtype=np.int64)
     return dropped, acc, updated, None if removed is None else removed[:n_b]
+
+
+def _per_batch(positions: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """How many of the ascending ``positions`` each batch holds (``ends``: the position past
+    each batch's last row; the first batch starts at 0).
+
+    >>> _per_batch(np.array([0, 3, 4, 9]), np.array([2, 2, 5, 10])).tolist()
+    [1, 0, 2, 1]
+    """
+    return np.diff(np.searchsorted(positions, ends), prepend=0)
 
 
 def _ascending(positions: np.ndarray, n: int) -> np.ndarray:

@@ -37,7 +37,7 @@ from collections.abc import Callable
 import numpy as np
 
 from semantics.engine import batch_chunks
-from semantics.operators.aggfuncs import EXTREME, IDENTITY, extreme_at, family
+from semantics.operators.aggfuncs import merge_of, reduce_at
 from semantics.operators.aggregation_all import RunGrid, late_groups
 
 
@@ -76,17 +76,13 @@ def tumbling_at_once(rows: Callable[[int, int], tuple[np.ndarray, np.ndarray]],
     late_digit = np.asarray(late_digit, dtype=np.int64)
     if windows * minor > budget or not counts.any():
         return None
-    merges = [np.add]  # per array (the pair count first): how two partials merge
-    grids = [np.zeros(windows * minor, dtype=np.int64)]  # the run's grid of windows × keys
-    for v, how in values:
-        if how in ("sum", "ordered"):
-            merges.append(np.add)
-            grids.append(np.zeros(windows * minor, dtype=np.int64 if how == "sum"
-                                  else np.float64))
-        else:
-            fam = family(v.dtype)
-            merges.append(EXTREME[(how, fam)])
-            grids.append(np.full(windows * minor, IDENTITY[(how, fam)], dtype=v.dtype))
+    # per array (the pair count first): how two partials merge (ufunc, identity), and the
+    # run's grid of windows × keys, of the partials' dtype, filled with the identity
+    merges = [(np.add, 0)] + [merge_of(how, v.dtype) for v, how in values]
+    dtypes = [np.int64] + [np.int64 if how == "sum" else np.float64 if how == "ordered"
+                           else v.dtype for v, how in values]
+    grids = [np.full(windows * minor, f, dtype=t)
+             for (_, f), t in zip(merges, dtypes, strict=True)]
     made = np.zeros(n_b, dtype=np.int64)
     updated = np.zeros(n_b, dtype=np.int64)
     put: list[tuple[np.ndarray, ...]] = []  # update mode: per batch, ids and values after it
@@ -118,17 +114,8 @@ def tumbling_at_once(rows: Callable[[int, int], tuple[np.ndarray, np.ndarray]],
             late_at.append(busy[np.searchsorted(starts, lr, side="right") - 1])
             late_gid.append(digit[lr] * minor + key[lr])
         partials = [np.bincount(cell, minlength=total + 1)]
-        for v, how in values:
-            v = v[r0:r0 + len(cell)]
-            if how == "ordered":
-                partials.append(np.bincount(cell, weights=v, minlength=total + 1))
-            elif how == "sum":
-                p = np.zeros(total + 1, dtype=np.int64)
-                np.add.at(p, cell, v)
-                partials.append(p)
-            else:
-                partials.append(extreme_at(how, total + 1, cell, v))
-        _fold(partials, grids, merges, busy, at, lo * minor, size, made, updated,
+        partials += [reduce_at(how, total + 1, cell, v[r0:r1]) for v, how in values]
+        _fold(partials, grids, [op for op, _ in merges], busy, at, lo * minor, size, made, updated,
               put if update else None)
     pairs = grids[0]
     e_row = np.asarray(leaving(np.arange(windows, dtype=np.int64)), dtype=np.int64)
