@@ -90,17 +90,21 @@ def test_merge_positions_place_both_sides_as_a_stable_merge(seed: int) -> None:
     assert forms == [True, False]
 
 
-@pytest.mark.parametrize(("part", "split"), [(grouping.HASH_PART, grouping.SPLIT_SORT),
-                                             (8, grouping.SPLIT_SORT), (8, 5)])
-def test_first_occurrences_against_a_dict(part: int, split: int,
+@pytest.mark.parametrize(("part", "split", "words"),
+                         [(grouping.HASH_PART, grouping.SPLIT_SORT, grouping.WORDS_PART),
+                          (8, grouping.SPLIT_SORT, grouping.WORDS_PART), (8, 5, 7)])
+def test_first_occurrences_against_a_dict(part: int, split: int, words: int,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     # dedup's accepted rows (dedup.run_all): a row is kept iff its id occurs at no position
     # before it; every other row is paired with the first row of its id (hashed ids are
     # checked on those pairs). Few, some and many distinct ids, negative and 62-bit ids; with
     # part = 8 the ids are hashed by parts (grouping.HASH_PART), or sorted as packed words
     # (grouping._later_by_sort); with split = 5 those words are sorted in two halves about
-    # their median, in two threads (grouping.SPLIT_SORT).
+    # their median, in two threads (grouping.SPLIT_SORT), and marked in two halves; with
+    # words = 7 the words are built 7 at a time (grouping.WORDS_PART). Ids known to lie in a
+    # range (bounds) give the same.
     monkeypatch.setattr(grouping, "HASH_PART", part)
+    monkeypatch.setattr(grouping, "WORDS_PART", words)
     monkeypatch.setattr(grouping, "SPLIT_SORT", split)
     monkeypatch.setattr(grouping, "threads", lambda: 2)
     rng = np.random.default_rng(3)
@@ -121,12 +125,19 @@ def test_first_occurrences_against_a_dict(part: int, split: int,
         first, repeats, of = first_occurrences(ids, with_of=False)
         assert of is None and first.tolist() == want_first
         assert repeats.tolist() == [i for i, _ in want_pairs]
+        if n:
+            first, _, _ = first_occurrences(ids, False, (int(ids.min()), int(ids.max())))
+            assert first.tolist() == want_first
 
 
-def test_later_occurrences_by_sort_with_hash_clashes() -> None:
+@pytest.mark.parametrize("words", [grouping.WORDS_PART, 5])
+def test_later_occurrences_by_sort_with_hash_clashes(words: int,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     # ids spanning more bits than the sort leaves them are hashed (grouping._later_by_sort);
     # ids x and x + d with d * _FIB == 1 (mod 2**64) get the same hash, and their runs must be
-    # told apart by the ids themselves. Ids spanning fewer bits are sorted exactly.
+    # told apart by the ids themselves. Ids spanning fewer bits are sorted exactly. Words
+    # built 5 at a time (grouping.WORDS_PART) give the same.
+    monkeypatch.setattr(grouping, "WORDS_PART", words)
     inv = pow(int(grouping._FIB), -1, 1 << 64)
     rng = np.random.default_rng(5)
     clashed = False

@@ -163,7 +163,8 @@ class DedupOperator:
             # the occurrences of a key that are not late come before those that are (they
             # share the event time, and the late watermark never goes backwards), so the
             # first one that is not late is the first one, if that is not late
-            first, repeats, of = first_occurrences(kid_all, with_of=not self._coder.exact)
+            first, repeats, of = first_occurrences(kid_all, not self._coder.exact,
+                                                   self._coder.id_range())
             if of is not None:  # hashed ids: same keys?
                 self._coder.check_same(kv_all, of, kv_all, repeats)
             counts = source_counts(plan, self.source)

@@ -194,6 +194,14 @@ class KeyCoder:
         assert out is not None
         return np.asarray(out, dtype=np.int64)
 
+    def id_range(self) -> tuple[int, int] | None:
+        """``(0, top)``: every exact id lies in it; None for hashed ids (any int64).
+
+        >>> KeyCoder.fit([Values("int", np.array([5, 7]))], [(0, 20, 10)]).id_range()
+        (0, 11)
+        """
+        return (0, self.minor(len(self.sizes)) - 1) if self.exact else None
+
     def keys_only(self, n_columns: int) -> KeyCoder:
         """Exact ids only: the coder of the first ``n_columns`` columns alone, whose ids are the
         key digits of this one's (``id % minor``: extras are the most significant digits).
