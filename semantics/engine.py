@@ -363,8 +363,9 @@ def leaving_counts(values_us: np.ndarray, thresholds_us: np.ndarray, first: int,
     """Add to ``out[b]`` how many of ``values_us`` leave in batch ``b`` (:func:`leaving_batch`:
     the first batch whose threshold reaches the value; ``len(thresholds_us)``: never), for
     values that no batch before ``first`` reaches. Values of a few neighbouring batches meet
-    a few thresholds: each is counted by one comparison of all values (a pass in the cache),
-    cheaper than a search per value; past ``most`` thresholds, by ``search`` (a
+    a few thresholds: each is counted by one comparison of all values (a pass in the cache,
+    over 32-bit offsets when the values span less than 2**32 µs), cheaper than a search per
+    value; past ``most`` thresholds, by ``search`` (a
     :class:`ThresholdSearch` of ``thresholds_us``).
 
     >>> out = np.zeros(4, dtype=np.int64)
@@ -377,15 +378,25 @@ def leaving_counts(values_us: np.ndarray, thresholds_us: np.ndarray, first: int,
     """
     if not len(values_us):
         return
-    last = int(np.searchsorted(thresholds_us, values_us.max(), side="left"))
+    top = int(values_us.max())
+    last = int(np.searchsorted(thresholds_us, top, side="left"))
     if last - first > most:
         if search is None:
             search = ThresholdSearch(thresholds_us, min_values=0)
         out += np.bincount(search(values_us), minlength=len(out))
         return
+    thr = thresholds_us[first:last]
+    # (no value is at or below the threshold before ``first``)
+    low = int(thresholds_us[first - 1]) + 1 if first else int(values_us.min())
+    if len(thr) > 2 and top - low < 1 << 32:
+        # as 32-bit offsets from ``low``: each comparison reads half the bytes (the thresholds
+        # searched lie below the largest value; the truncated difference is the difference)
+        values_us = values_us.astype(np.uint32)
+        values_us -= np.uint32(low % (1 << 32))
+        thr = thr - low
     below = 0
-    for b in range(first, last):
-        reached = int(np.count_nonzero(values_us <= thresholds_us[b]))
+    for b, x in enumerate(thr.tolist(), first):
+        reached = int(np.count_nonzero(values_us <= x)) if x >= 0 else 0
         out[b] += reached - below
         below = reached
     out[last] += len(values_us) - below

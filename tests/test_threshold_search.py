@@ -82,3 +82,27 @@ def test_threshold_search_table_reaches_back_over_a_long_run() -> None:
     cells = (np.clip(values, low, None) - low) >> shift
     assert np.count_nonzero(mixed[np.minimum(cells, len(mixed) - 1)]) < 0.1 * len(values)
     assert search(values).tolist() == np.searchsorted(thr, values, side="left").tolist()
+
+
+@pytest.mark.parametrize("most", [0, 16])
+@pytest.mark.parametrize("seed", range(30))
+def test_leaving_counts_are_the_binary_search_counted(seed: int, most: int) -> None:
+    # engine.leaving_counts: how many values leave in each batch from ``first`` on (values no
+    # batch before ``first`` reaches), by one comparison per threshold (as 32-bit offsets
+    # when the values span less than 2**32 µs, with thresholds below the smallest value), or
+    # by the search past ``most`` thresholds; values on, next to and past the thresholds,
+    # spans of a few µs to 2**40
+    from semantics.engine import leaving_counts
+
+    r = np.random.default_rng(seed)
+    span = int(r.choice([10, 1 << 20, (1 << 32) - 3, 1 << 40]))
+    thr = np.maximum.accumulate(r.integers(0, span, int(r.integers(1, 40))))
+    first = int(r.integers(0, len(thr)))
+    low = int(thr[first - 1]) + 1 if first else -span
+    near = (r.choice(thr[first:], 200) + r.integers(-2, 3, 200)).astype(np.int64)
+    values = np.concatenate([near, r.integers(low, 2 * span, 200)])
+    values = values[values >= low]
+    want = np.bincount(np.searchsorted(thr, values, side="left"), minlength=len(thr) + 1)
+    out = np.zeros(len(thr) + 1, dtype=np.int64)
+    leaving_counts(values, thr, first, out, most=most)
+    assert out.tolist() == want.tolist()
