@@ -75,7 +75,6 @@ from semantics.operators.columns import check_key_columns
 from semantics.operators.grouping import stable_argsort
 from semantics.operators.join_all import Admitted, join_at_once
 from semantics.operators.join_frames import (
-    EV,
     Gather,
     Packing,
     SideLayout,
@@ -181,7 +180,6 @@ class _Source:
     row_id: np.ndarray
     code: np.ndarray
     ev: np.ndarray
-    comp: np.ndarray | None  # sort key (Packing), None when keys are not packed
     dropped: np.ndarray | None  # filtered before the join (null key), or None
     never_joins: np.ndarray | None  # filtered by the inferred time-range filter, or None
 
@@ -232,10 +230,12 @@ class JoinOperator:
                 dropped = layout.has_null_key(f)
                 inferred = _inferred_filter(q, schedule, role, self.condition)
                 never = None if inferred is None else ~inferred(f) & ~dropped
-            comp = None if self.packing is None else self.packing.key(code, et[role])
+            src_name = layout.source
+            ev = layout.evict_values(schedule.rows[src_name], et[role]
+                                     if layout.evict_column == schedule.event_time[src_name]
+                                     else None)
             self.sources[role] = _Source(layout, f, f[layout.columns[0]].to_numpy(np.int64),
-                                         code, f[EV].to_numpy(np.int64), comp,
-                                         dropped, never)
+                                         code, ev, dropped, never)
         n_out = len(self.left.columns) + (0 if q.type == "left_semi" else len(self.right.columns))
         assert n_out == len(self.columns), self.columns
 
@@ -517,11 +517,11 @@ class JoinOperator:
                     fates.append(F.late(src.row_id[pos[late]], f"{layout.source} event time",
                                         et[late], late_wm))
                 pos, et = pos[~late], et[~late]
-        if src.comp is None:
+        if self.packing is None:
             comp = _EMPTY if not len(pos) else np.zeros(len(pos), dtype=np.int64)
             return SideRows(pos, src.code[pos], et, src.ev[pos], np.zeros(len(pos), dtype=bool),
                             comp), dropped
-        comp = src.comp[pos]
+        comp = self.packing.key(src.code[pos], et)  # (the sort key of this batch's rows)
         order = stable_argsort(comp)
         pos = pos[order]
         return SideRows(pos, src.code[pos], et[order], src.ev[pos],

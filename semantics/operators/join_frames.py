@@ -22,7 +22,6 @@ from semantics.operators.grouping import divmod_by, ranges, stable_argsort
 from semantics.operators.keys import KeyCoder, concat_keys, with_codes
 from semantics.schedule import ROW_ID
 
-EV = "_ev"
 NEVER_EVICTED_US = np.iinfo(np.int64).max  # a null predicate column: Spark never removes it
 _LIMIT = 2**61
 
@@ -92,16 +91,38 @@ class SideLayout:
                    evict_column)
 
     def prepare(self, rows: pd.DataFrame) -> pd.DataFrame:
-        """``rows`` (a source's schedule rows) as side rows: output columns + ``_ev``. The
-        columns keep their dtypes and are not copied; ``take_values`` gives ``dtypes``."""
-        df = pd.DataFrame({p: rows[c]._values for p, c in zip(self.columns, self.source_columns,
-                                                               strict=True)},
-                          index=pd.RangeIndex(len(rows)), copy=False)
+        """``rows`` (a source's schedule rows) as side rows: the output columns, which keep
+        their dtypes and are not copied; ``take_values`` gives ``dtypes``."""
+        return pd.DataFrame({p: rows[c]._values for p, c in zip(self.columns,
+                                                                 self.source_columns,
+                                                                 strict=True)},
+                            index=pd.RangeIndex(len(rows)), copy=False)
+
+    def evict_values(self, rows: pd.DataFrame, event_us: np.ndarray | None = None
+                     ) -> np.ndarray:
+        """Per row of ``rows``, the µs value the state predicate compares (``evict_column``;
+        ``NEVER_EVICTED_US`` for a null or without a predicate column). ``event_us``: the
+        source's event times in µs (``Schedule.event_time_us``), read as they are when the
+        predicate column is the event-time column they come from and holds no null (a NaT is
+        the least int64: one pass for the minimum instead of a conversion).
+
+        >>> t1 = pd.DataFrame({"row_id": [0], "t": pd.to_datetime([1], utc=True)})
+        >>> lay = SideLayout.build("s", t1, ["t"], [], "t")
+        >>> t = pd.DataFrame({"t": pd.to_datetime([5, None], unit="us", utc=True)})
+        >>> lay.evict_values(t).tolist() == [5, NEVER_EVICTED_US]
+        True
+        >>> lay.evict_values(t, np.array([5, np.iinfo(np.int64).min])).tolist() == [
+        ...     5, NEVER_EVICTED_US]  # (a NaT among the event times: converted)
+        True
+        >>> lay.evict_values(t.iloc[:1], np.array([5])).tolist()
+        [5]
+        """
         if self.evict_column is None:
-            df[EV] = NEVER_EVICTED_US
-        else:
-            df[EV] = to_micros(rows[self.evict_column].reset_index(drop=True))
-        return df
+            return np.full(len(rows), NEVER_EVICTED_US, dtype=np.int64)
+        if event_us is not None and not (len(event_us) and
+                                         int(event_us.min()) == np.iinfo(np.int64).min):
+            return event_us
+        return to_micros(rows[self.evict_column].reset_index(drop=True))
 
     def has_null_key(self, df: pd.DataFrame) -> np.ndarray:
         """Rows with a NULL in a key column (a NaN is no NULL: ``columns``)."""
