@@ -308,6 +308,19 @@ def source_rows(plan: list[BatchInput], source: str) -> tuple[np.ndarray, np.nda
     return batch_of, event_us
 
 
+def true_per_batch(mask: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """How many of each batch's elements of ``mask`` are True (batch ``b`` holds the next
+    ``counts[b]``; a count per batch: a chunk holds a few batches).
+
+    >>> true_per_batch(np.array([True, False, True, True]), np.array([2, 0, 2])).tolist()
+    [1, 0, 2]
+    """
+    ends = np.cumsum(counts).tolist()
+    return np.array([np.count_nonzero(mask[a:b]) for a, b in zip([0, *ends[:-1]], ends,
+                                                                   strict=True)],
+                    dtype=np.int64)
+
+
 def watermarks_us(plan: list[BatchInput]) -> tuple[np.ndarray, np.ndarray] | None:
     """``(late, eviction)`` watermark of every batch of ``plan`` in µs, what an operator's
     ``run_all`` compares event times with; None when the query has no watermark (then no

@@ -47,6 +47,7 @@ from semantics.engine import (
     source_counts,
     source_rows,
     steps_of,
+    true_per_batch,
     watermarks_us,
 )
 from semantics.operators import fates as F
@@ -360,7 +361,7 @@ def _accepted_firsts(counts: np.ndarray, t: np.ndarray, first: np.ndarray,
         tc = t[r0:r1]
         if wms is not None:
             ok = tc > np.repeat(wms[0][b0:b1], cnt)  # not late
-            dropped[b0:b1] = cnt - _true_per_batch(ok, cnt)
+            dropped[b0:b1] = cnt - true_per_batch(ok, cnt)
             ok &= first[r0:r1]
         else:
             ok = first[r0:r1]
@@ -373,19 +374,6 @@ def _accepted_firsts(counts: np.ndarray, t: np.ndarray, first: np.ndarray,
         parts.append(acc)
     acc = np.concatenate(parts) if parts else np.array([], dtype=np.int64)
     return dropped, acc, updated, None if removed is None else removed[:n_b]
-
-
-def _true_per_batch(mask: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """How many of each batch's elements of ``mask`` are True (batch ``b`` holds the next
-    ``counts[b]``; a count per batch: a chunk holds a few batches).
-
-    >>> _true_per_batch(np.array([True, False, True, True]), np.array([2, 0, 2])).tolist()
-    [1, 0, 2]
-    """
-    ends = np.cumsum(counts).tolist()
-    return np.array([np.count_nonzero(mask[a:b]) for a, b in zip([0, *ends[:-1]], ends,
-                                                                   strict=True)],
-                    dtype=np.int64)
 
 
 def _per_batch(positions: np.ndarray, ends: np.ndarray) -> np.ndarray:

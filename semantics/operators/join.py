@@ -67,8 +67,11 @@ from semantics.engine import (
     Deferred,
     OperatorStep,
     late_rows,
+    source_counts,
     source_rows,
     steps_of,
+    true_per_batch,
+    watermarks_us,
 )
 from semantics.operators import fates as F
 from semantics.operators.columns import check_key_columns
@@ -219,6 +222,7 @@ class JoinOperator:
                                  self.right.keys)
         self.n_codes = max((int(c.max()) + 1 for c in (lcode, rcode) if len(c)), default=0)
         et = {"left": schedule.event_time_us(q.left), "right": schedule.event_time_us(q.right)}
+        self.event_us = et  # event times of every source row, µs
         # sorted state (one slice per row's matches) unless packed keys could overflow
         self.packing = Packing.of([lcode, rcode], [et["left"], et["right"]],
                                   [self.condition.lower_us, self.condition.upper_us])
@@ -289,6 +293,38 @@ class JoinOperator:
             else np.zeros(len(et), dtype=bool)
         return batch_of, et, keep, late
 
+    def _admitted(self, plan: list[BatchInput], role: str, thr_us: np.ndarray | None
+                  ) -> tuple[Admitted, np.ndarray]:
+        """Side ``role``'s rows that reach the join in a whole run (neither filtered nor late:
+        :meth:`_filtered`) and its late rows per batch; ``thr_us``: the side's state threshold
+        per batch (:class:`Admitted`)."""
+        src = self.sources[role]
+        n_b = len(plan)
+        counts = source_counts(plan, src.layout.source)
+        et = self.event_us[role]  # (the plan's batches tile the source's rows: source_counts)
+        wms = watermarks_us(plan) if src.layout.source in self.watermarked else None
+        skip = None  # filtered before the join
+        for mask in (src.dropped, src.never_joins):
+            if mask is not None:
+                skip = mask if skip is None else skip | mask
+        keep = None if skip is None else ~skip
+        dropped = np.zeros(n_b, dtype=np.int64)
+        if wms is not None:
+            late = et <= np.repeat(wms[0], counts)
+            if keep is not None:
+                late &= keep
+            dropped = true_per_batch(late, counts)
+            keep = ~late if keep is None else keep & ~late
+        if keep is None:
+            pos, b = np.arange(len(et), dtype=np.int64), np.repeat(np.arange(n_b), counts)
+            code, t, ev = src.code, et, src.ev
+        else:
+            pos = np.flatnonzero(keep)
+            # (the batch of every kept row: a repeat of each batch's kept count, no gather)
+            b = np.repeat(np.arange(n_b, dtype=np.int64), true_per_batch(keep, counts))
+            code, t, ev = src.code[pos], et[pos], src.ev[pos]
+        return Admitted.of(pos, b, code, t, ev, thr_us, n_b), dropped
+
     def late_input_rows(self, plan: list[BatchInput]) -> int:
         """Rows late on their side (the sides are different sources)."""
         return sum(int(np.count_nonzero(self._filtered(plan, role)[3]))
@@ -304,17 +340,11 @@ class JoinOperator:
 
         def admit(i: int) -> tuple[Admitted, np.ndarray] | None:
             """Side ``i``'s admitted rows and its late rows per batch."""
-            src = self.sources[("left", "right")[i]]
-            batch_of, et, keep, is_late = self._filtered(plan, ("left", "right")[i])
-            keep &= ~is_late
-            dropped = np.bincount(batch_of[is_late], minlength=n_b)
             thr = [t[i] for t in thresholds]
             thr_us = None if None in thr else np.asarray(thr, dtype=np.int64) * 1000
             if thr_us is not None and np.any(thr_us[1:] < thr_us[:-1]):
                 return None  # (never: state watermarks follow the watermark, never back)
-            pos = np.flatnonzero(keep)
-            return Admitted.of(pos, batch_of[pos], src.code[pos], et[pos], src.ev[pos], thr_us,
-                               n_b), dropped
+            return self._admitted(plan, ("left", "right")[i], thr_us)
 
         sides = map_parts(admit, [0, 1])  # the two sides in threads
         if sides[0] is None or sides[1] is None:
