@@ -310,7 +310,7 @@ def source_rows(plan: list[BatchInput], source: str) -> tuple[np.ndarray, np.nda
 
 def true_per_batch(mask: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """How many of each batch's elements of ``mask`` are True (batch ``b`` holds the next
-    ``counts[b]``; a count per batch: a chunk holds a few batches).
+    ``counts[b]``): one ``count_nonzero`` per batch, no positions.
 
     >>> true_per_batch(np.array([True, False, True, True]), np.array([2, 0, 2])).tolist()
     [1, 0, 2]

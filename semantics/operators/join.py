@@ -66,9 +66,7 @@ from semantics.engine import (
     BatchInput,
     Deferred,
     OperatorStep,
-    late_rows,
     source_counts,
-    source_rows,
     steps_of,
     true_per_batch,
     watermarks_us,
@@ -278,20 +276,30 @@ class JoinOperator:
                             copy=False)
 
     def _filtered(self, plan: list[BatchInput], role: str
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """``(batch_of, et, keep, late)`` of every row of side ``role`` in a whole run: ``keep``
-        the rows no filter before the join removes (null keys, the inferred time range),
-        ``late`` those of them at or behind their batch's late watermark (a watermarked side
-        only)."""
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
+        """``(counts, et, keep, late)`` of side ``role`` in a whole run: its rows per batch,
+        every row's event time, the rows no filter before the join removes (null keys, the
+        inferred time range; None: all) and those of them at or behind their batch's late
+        watermark (a watermarked side only; None: none)."""
         src = self.sources[role]
-        batch_of, et = source_rows(plan, src.layout.source)
-        keep = np.ones(len(et), dtype=bool)
+        counts = source_counts(plan, src.layout.source)
+        et = self.event_us[role]  # (the plan's batches tile the source's rows: source_counts)
+        keep = None
         for mask in (src.dropped, src.never_joins):
             if mask is not None:
-                keep &= ~mask
-        late = keep & late_rows(plan, batch_of, et) if src.layout.source in self.watermarked \
-            else np.zeros(len(et), dtype=bool)
-        return batch_of, et, keep, late
+                keep = ~mask if keep is None else keep & ~mask
+        wms = watermarks_us(plan) if src.layout.source in self.watermarked else None
+        late = None
+        if wms is not None:  # (a repeat of the late watermarks, not a gather per row)
+            late = et <= np.repeat(wms[0], counts)
+            if keep is not None:
+                late &= keep
+        return counts, et, keep, late
+
+    def late_input_rows(self, plan: list[BatchInput]) -> int:
+        """Rows late on their side (the sides are different sources)."""
+        lates = (self._filtered(plan, role)[3] for role in ("left", "right"))
+        return sum(int(np.count_nonzero(late)) for late in lates if late is not None)
 
     def _admitted(self, plan: list[BatchInput], role: str, thr_us: np.ndarray | None
                   ) -> tuple[Admitted, np.ndarray]:
@@ -300,35 +308,21 @@ class JoinOperator:
         per batch (:class:`Admitted`)."""
         src = self.sources[role]
         n_b = len(plan)
-        counts = source_counts(plan, src.layout.source)
-        et = self.event_us[role]  # (the plan's batches tile the source's rows: source_counts)
-        wms = watermarks_us(plan) if src.layout.source in self.watermarked else None
-        skip = None  # filtered before the join
-        for mask in (src.dropped, src.never_joins):
-            if mask is not None:
-                skip = mask if skip is None else skip | mask
-        keep = None if skip is None else ~skip
+        counts, et, keep, late = self._filtered(plan, role)
         dropped = np.zeros(n_b, dtype=np.int64)
-        if wms is not None:
-            late = et <= np.repeat(wms[0], counts)
-            if keep is not None:
-                late &= keep
+        if late is not None:
             dropped = true_per_batch(late, counts)
             keep = ~late if keep is None else keep & ~late
+        batches = np.arange(n_b, dtype=np.int64)
         if keep is None:
-            pos, b = np.arange(len(et), dtype=np.int64), np.repeat(np.arange(n_b), counts)
+            pos, b = np.arange(len(et), dtype=np.int64), np.repeat(batches, counts)
             code, t, ev = src.code, et, src.ev
         else:
             pos = np.flatnonzero(keep)
             # (the batch of every kept row: a repeat of each batch's kept count, no gather)
-            b = np.repeat(np.arange(n_b, dtype=np.int64), true_per_batch(keep, counts))
+            b = np.repeat(batches, true_per_batch(keep, counts))
             code, t, ev = src.code[pos], et[pos], src.ev[pos]
         return Admitted.of(pos, b, code, t, ev, thr_us, n_b), dropped
-
-    def late_input_rows(self, plan: list[BatchInput]) -> int:
-        """Rows late on their side (the sides are different sources)."""
-        return sum(int(np.count_nonzero(self._filtered(plan, role)[3]))
-                   for role in ("left", "right"))
 
     def run_all(self, plan: list[BatchInput]) -> list[OperatorStep] | None:
         """Every batch at once (:mod:`~semantics.operators.join_all`) without explain, when keys
