@@ -355,7 +355,8 @@ def _accepted_firsts(counts: np.ndarray, t: np.ndarray, first: np.ndarray,
     dropped, updated = np.zeros(n_b, dtype=np.int64), np.zeros(n_b, dtype=np.int64)
     removed = np.zeros(n_b + 1, dtype=np.int64) if evicts and wms is not None else None
     search = ThresholdSearch(wms[1], min_values=0) if removed is not None else None
-    parts = []
+    acc = np.empty(len(first), dtype=np.int64)  # (a prefix of it is filled)
+    k = 0
     for b0, b1, r0, r1 in batch_chunks(counts):
         cnt = counts[b0:b1]
         tc = t[r0:r1]
@@ -365,15 +366,14 @@ def _accepted_firsts(counts: np.ndarray, t: np.ndarray, first: np.ndarray,
             ok &= first[r0:r1]
         else:
             ok = first[r0:r1]
-        acc = np.flatnonzero(ok)
-        updated[b0:b1] = _per_batch(acc, np.cumsum(cnt))
+        local = np.flatnonzero(ok)
+        updated[b0:b1] = true_per_batch(ok, cnt)
         if removed is not None:
             assert wms is not None
-            leaving_counts(tc[acc], wms[1], b0, removed, search)
-        acc += r0
-        parts.append(acc)
-    acc = np.concatenate(parts) if parts else np.array([], dtype=np.int64)
-    return dropped, acc, updated, None if removed is None else removed[:n_b]
+            leaving_counts(tc[local], wms[1], b0, removed, search)
+        np.add(local, r0, out=acc[k:k + len(local)])
+        k += len(local)
+    return dropped, acc[:k], updated, None if removed is None else removed[:n_b]
 
 
 def _per_batch(positions: np.ndarray, ends: np.ndarray) -> np.ndarray:
