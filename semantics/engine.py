@@ -224,6 +224,9 @@ def plan_batches(schedule: Schedule, spec: BacktestSpec, candidate: str, operato
     last_evict: int | None = None
     tick_bounds = {s: _tick_bounds(schedule, s) for s in sources}
     et_us = {s: schedule.event_time_us(s) for s in sources}
+    # every tick's max event time at once, unless the operator masks the watermark's input
+    tick_max = {} if getattr(operator, "watermark_input_mask", None) is not None else {
+        s: _tick_max_ms(et_us[s], tick_bounds[s]) for s in wm_sources}
     empty = {s: schedule.rows[s].iloc[0:0] for s in sources}
     empty_us = np.array([], dtype=np.int64)
 
@@ -252,7 +255,8 @@ def plan_batches(schedule: Schedule, spec: BacktestSpec, candidate: str, operato
                                offsets, w_now if has_wm else None))
         # after the batch: update watermarks from this batch's data (markMicroBatchEnd)
         if has_wm and not tick.idle:
-            maxima = [_max_ms(operator, s, offsets[s], ev[s]) for s in wm_sources]
+            maxima = [tick_max[s].get(tick.index) if tick_max else
+                      _max_ms(operator, s, offsets[s], ev[s]) for s in wm_sources]
             wms = wms.advance(maxima, delays, cfg.policy)
         prev_batch_wm = w_now
         last_evict = evict
@@ -573,6 +577,23 @@ def _max_ms(operator: Operator, source: str, start: int, event_us: np.ndarray) -
         event_us = event_us[np.asarray(mask, dtype=bool)]
     # micros -> ms truncation is monotonic, so the max of the converted values is the converted max
     return int(micros_to_ms(np.max(event_us, keepdims=True))[0]) if len(event_us) else None
+
+
+def _tick_max_ms(event_us: np.ndarray, bounds: dict[int, tuple[int, int]]
+                 ) -> dict[int, int]:
+    """Max event time (ms) of every tick holding rows (``bounds``: tick -> its rows, in tick
+    order and covering ``event_us``), by one ``reduceat`` over all rows (what
+    :func:`_max_ms` gives each batch when no row is masked).
+
+    >>> _tick_max_ms(np.array([5000, 9999, 2000, 7000]), {0: (0, 2), 1: (2, 2), 2: (2, 4)})
+    {0: 9, 2: 7}
+    """
+    held = [(t, lo) for t, (lo, hi) in bounds.items() if hi > lo]
+    assert sum(hi - lo for lo, hi in bounds.values()) == len(event_us)  # (they tile the rows)
+    if not held:
+        return {}
+    maxima = micros_to_ms(np.maximum.reduceat(event_us, [lo for _, lo in held])).tolist()
+    return {t: m for (t, _), m in zip(held, maxima, strict=True)}
 
 
 def _tick_bounds(schedule: Schedule, source: str) -> dict[int, tuple[int, int]]:
