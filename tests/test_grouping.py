@@ -171,3 +171,30 @@ def test_by_part_orders_rows_by_part_then_position(n_parts: int) -> None:
     assert len(pieces) == n_parts
     for p, piece in enumerate(pieces):
         assert piece.tolist() == np.flatnonzero(part == p).tolist()
+
+
+def test_joined_parts_are_their_concatenation() -> None:
+    # grouping.joined: a run's rows split by batch and joined again for the output; the
+    # covering slice only when the parts are neighbouring slices of one array in order (else a
+    # copy): out of order, a gap, another array, strided or two-dimensional parts
+    rng = np.random.default_rng(11)
+    for _ in range(300):
+        a = rng.integers(0, 100, int(rng.integers(0, 40)))
+        cuts = np.sort(rng.integers(0, len(a) + 1, int(rng.integers(0, 6))))
+        parts = np.split(a, cuts)
+        shape = int(rng.integers(0, 5))
+        if shape == 1 and len(parts) > 1:
+            parts = parts[::-1]
+        elif shape == 2 and len(parts) > 1 and len(parts[0]) > 1:
+            parts[0] = parts[0][:-1]  # a gap
+        elif shape == 3:
+            parts = parts + [a.copy()]
+        elif shape == 4:
+            parts = [a[::2], a[1::2]]
+        got = grouping.joined(parts)
+        assert got.tolist() == np.concatenate(parts).tolist()
+        adjacent = shape == 0 or (shape in (1, 2) and sum(len(p) > 0 for p in parts) <= 1)
+        if adjacent and len(got):
+            assert np.shares_memory(got, a)
+    grid = np.arange(12).reshape(3, 4)
+    assert grouping.joined([grid[0], grid[1]]).tolist() == list(range(8))

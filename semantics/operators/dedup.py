@@ -56,6 +56,7 @@ from semantics.operators.grouping import (
     first_occurrences,
     group_sorting,
     interleave,
+    joined,
     lookup,
     merge_positions,
     merge_positions_at,
@@ -128,7 +129,7 @@ class DedupOperator:
 
     def materialize(self, payloads: list[np.ndarray], columns: list[str]) -> pd.DataFrame:
         """Output columns of the accepted source rows (payloads: their positions per batch)."""
-        return take_columns(self._frame, columns, np.concatenate(payloads))
+        return take_columns(self._frame, columns, joined(payloads))
 
     def late_input_rows(self, plan: list[BatchInput]) -> int:
         """Rows at or behind their batch's late watermark (the event-time column is filtered

@@ -318,6 +318,32 @@ def id_split(ids: np.ndarray, lo: int, top: int, n_parts: int) -> Split:
     return Split.of((ids - lo) // (top // n_parts + 1), n_parts)  # parts below n_parts
 
 
+def joined(parts: Sequence[np.ndarray]) -> np.ndarray:
+    """``np.concatenate(parts)``, without a copy when the parts are neighbouring slices of one
+    1-d array in order (a whole run's rows split by batch): then the slice covering them.
+    Read-only use: the result may share memory with the parts.
+
+    >>> a = np.arange(6)
+    >>> j = joined([a[0:2], a[2:2], a[2:5]])
+    >>> j.tolist(), np.shares_memory(j, a), joined([a[2:4], a[0:2]]).tolist()
+    ([0, 1, 2, 3, 4], True, [2, 3, 0, 1])
+    """
+    full = [p for p in parts if len(p)]
+    if not full:
+        return np.concatenate(parts) if len(parts) else np.array([], dtype=np.int64)
+    base = full[0].base
+    if base is None or base.ndim != 1 or not base.flags.c_contiguous or any(
+            p.base is not base or p.ndim != 1 or p.dtype != base.dtype
+            or not p.flags.c_contiguous for p in full):
+        return np.concatenate(parts)
+    size = base.itemsize
+    starts = [p.__array_interface__["data"][0] for p in full]
+    if any(b != a + len(p) * size for a, b, p in zip(starts, starts[1:], full, strict=False)):
+        return np.concatenate(parts)
+    first = (starts[0] - base.__array_interface__["data"][0]) // size
+    return base[first:first + sum(len(p) for p in full)]
+
+
 def take_columns(df: pd.DataFrame, cols: list[str], idx: np.ndarray) -> pd.DataFrame:
     """``df[cols].iloc[idx]`` without pandas' block-manager overhead (rows re-numbered)."""
     arrays = [df[c].array for c in cols]

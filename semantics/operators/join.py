@@ -73,7 +73,7 @@ from semantics.engine import (
 )
 from semantics.operators import fates as F
 from semantics.operators.columns import check_key_columns
-from semantics.operators.grouping import stable_argsort
+from semantics.operators.grouping import joined, stable_argsort
 from semantics.operators.join_all import Admitted, join_at_once
 from semantics.operators.join_frames import (
     Gather,
@@ -265,7 +265,7 @@ class JoinOperator:
         """Output columns of emitted rows given per batch as (left, right) source positions (-1:
         the null-padded side of an outer row; left semi: left positions only)."""
         width = len(payloads[0])
-        positions = [Gather.of(np.concatenate([p[i] for p in payloads])) for i in range(width)]
+        positions = [Gather.of(joined([p[i] for p in payloads])) for i in range(width)]
         jobs = [(c, src.frame[c]._values, pos)
                 for src, pos in zip((self.sources["left"], self.sources["right"]), positions,
                                     strict=False)
