@@ -55,6 +55,27 @@ def test_exact_ids_part_by_part_equal_all_at_once(seed, monkeypatch):
         K.KeyCoder.fit([values_of(pd.Series([0, 1]))]).ids(wide)
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_plain_ids_equal_the_digit_ids(seed, monkeypatch):
+    # fitted integer columns without NULLs or extras take KeyCoder._plain_ids (Horner's scheme
+    # in wrapping int64, one constant for every column's low): the ids of the digit scheme
+    # (_ids), for one to three columns, negative values and lows near both ends of int64
+    # (where x0 * s1 alone wraps), in parts of a few rows
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 500))
+    cols = []
+    for _ in range(int(rng.integers(1, 4))):
+        lo = int(rng.choice([-5, 0, 10**12, 2**62, -(2**62), 2**63 - 1000]))
+        cols.append(Values("int", lo + rng.integers(0, int(rng.choice([1, 7, 1000])), n)))
+    coder = K.KeyCoder.fit(cols)
+    assert coder.exact
+    want = coder._ids(cols, (), False, True)
+    monkeypatch.setattr(K, "IDS_PART", int(rng.integers(1, 300)))
+    got = coder.ids(cols, fitted=True)
+    assert got.tolist() == want.tolist()
+    assert got.min() >= 0 and got.max() < coder.minor(len(cols))
+
+
 def test_coder_falls_back_to_verified_hashes():
     # strings, floats and ranges whose product needs 62+ bits are hashed (and checked)
     strings = values_of(pd.Series(["a", "b", None], dtype=object))
