@@ -137,7 +137,8 @@ def values_of(s: pd.Series) -> Values:
     """Flatten a pandas column (any dtype) into :class:`Values`."""
     kind = kind_of(s.dtype)
     if kind in ("int", "bool"):
-        null = s.isna().to_numpy() if s.hasnans else None
+        # (a numpy int or bool column holds no NULL: no pass for ``hasnans``, 15 ms at 10 M)
+        null = None if isinstance(s.dtype, np.dtype) or not s.hasnans else s.isna().to_numpy()
         data = s.to_numpy(dtype=np.int64, na_value=0) if null is not None else \
             s.to_numpy().astype(np.int64, copy=False)
         return Values(kind, data, null)
@@ -149,10 +150,11 @@ def values_of(s: pd.Series) -> Values:
         return Values(kind, data, null if null.any() else None)
     if kind == "datetime":
         tz = str(s.dt.tz) if getattr(s.dt, "tz", None) is not None else None
-        raw = s.to_numpy(dtype="datetime64[us]")
-        null = np.isnat(raw)
-        data = raw.view(np.int64)
-        if null.any():
+        data = s.to_numpy(dtype="datetime64[us]").view(np.int64)
+        # (NaT is the least int64: one reduction finds out whether a mask is needed at all,
+        # a third of the time of ``isnat``)
+        if len(data) and int(data.min()) == np.iinfo(np.int64).min:
+            null = data == np.iinfo(np.int64).min
             return Values(kind, np.where(null, 0, data), null, tz)
         return Values(kind, data, None, tz)
     data = s.to_numpy(dtype=object)
