@@ -253,3 +253,16 @@ def test_values_of_ints_and_timestamps_with_and_without_nulls():
     v = values_of(ts.dropna())
     assert v.data.tolist() == [5, -7] and v.null is None
     assert values_of(ts.iloc[:0]).null is None
+
+
+@pytest.mark.parametrize("part", [1, 3, 64])
+def test_min_max_part_by_part(part, monkeypatch):
+    # columns.min_max (KeyCoder.fit's ranges): each part's minimum and maximum, in parts of
+    # MIN_MAX_PART values (forced small here), give the whole array's
+    from semantics.operators import columns
+
+    monkeypatch.setattr(columns, "MIN_MAX_PART", part)
+    rng = np.random.default_rng(part)
+    for _ in range(200):
+        a = rng.integers(-(2**62), 2**62, int(rng.integers(1, 300)))
+        assert columns.min_max(a) == (int(a.min()), int(a.max()))

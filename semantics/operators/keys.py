@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from semantics.operators.columns import INT_KINDS, Values, values_of
+from semantics.operators.columns import INT_KINDS, Values, min_max, values_of
 from semantics.operators.grouping import distinct
 
 IDS_PART = 1 << 15  # rows whose exact ids are computed at once, at most (KeyCoder.ids)
@@ -125,7 +125,7 @@ class KeyCoder:
                 sizes.append((int(c.codes.max()) if len(c.codes) else -1) + 2)
                 continue
             data = c.data if c.null is None else c.data[~c.null]
-            lo, hi = (int(data.min()), int(data.max())) if len(data) else (0, 0)
+            lo, hi = min_max(data) if len(data) else (0, 0)
             lows.append(lo)
             sizes.append(hi - lo + 2)  # digit 0 = NULL, 1.. = values
         for lo, hi, step in extra:
