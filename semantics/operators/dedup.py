@@ -168,6 +168,7 @@ class DedupOperator:
             first, repeats, of = first_occurrences(kid_all, not self._coder.exact,
                                                    self._coder.id_range())
             if of is not None:  # hashed ids: same keys?
+                assert repeats is not None
                 self._coder.check_same(kv_all, of, kv_all, repeats)
             counts = source_counts(plan, self.source)
             assert int(counts.sum()) == len(kid_all)
@@ -178,6 +179,7 @@ class DedupOperator:
         ok = np.flatnonzero(~late)
         first, repeats, of = first_occurrences(kid_all[ok], with_of=not self._coder.exact)
         if of is not None:
+            assert repeats is not None
             self._coder.check_same(kv_all, ok[of], kv_all, ok[repeats])
         acc = ok[first]  # ascending: batch order, then row order
         # accepted rows per batch (binary searches: acc is ascending); nothing is evicted

@@ -120,12 +120,13 @@ def group_sorting(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def first_occurrences(ids: np.ndarray, with_of: bool = True,
                       bounds: tuple[int, int] | None = None
-                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+                      ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
     """``(first, repeats, of)``: ``first[i]`` is True iff ``ids[i]`` occurs at no position
     before ``i``; ``repeats`` are the other positions (ascending) and ``of`` the first position
     holding the same id (so hashed ids can be checked against the first row's key values);
-    None when not ``with_of`` (exact ids: nothing to check). ``bounds``: ``(lo, hi)`` when the
-    caller knows every id lies in ``lo .. hi`` (exact key ids: no pass for the range).
+    both None when not ``with_of`` (exact ids: nothing to check, and no pass to list the
+    repeats). ``bounds``: ``(lo, hi)`` when the caller knows every id lies in ``lo .. hi``
+    (exact key ids: no pass for the range).
 
     Pandas' hash table (``duplicated``), or a sort when the ids are many and mostly distinct
     (:func:`_later_occurrences`). ``of`` costs a second hash pass
@@ -136,9 +137,9 @@ def first_occurrences(ids: np.ndarray, with_of: bool = True,
     """
     ids = np.asarray(ids, dtype=np.int64)
     later = _later_occurrences(ids, bounds)
-    repeats = np.flatnonzero(later)
     if not with_of:
-        return ~later, repeats, None
+        return ~later, None, None
+    repeats = np.flatnonzero(later)
     if not len(repeats):
         return ~later, repeats, repeats
     codes, _ = pd.factorize(ids, sort=False)  # numbered in first-seen order
