@@ -340,14 +340,16 @@ def watermarks_us(plan: list[BatchInput]) -> tuple[np.ndarray, np.ndarray] | Non
     return wms[:, 0], wms[:, 1]
 
 
-def late_rows(plan: list[BatchInput], batch_of: np.ndarray, t_us: np.ndarray) -> np.ndarray:
-    """Which rows of a whole run (``batch_of``, ``t_us`` as from :func:`source_rows`, or a
-    value compared in place of the event time) are late: at or behind the late watermark of
-    their batch (Spark's ``<=``, in µs); none without a watermark."""
+def late_rows(plan: list[BatchInput], counts: np.ndarray, t_us: np.ndarray) -> np.ndarray:
+    """Which rows of a whole run (batch ``b`` holds the next ``counts[b]`` rows of ``t_us``, as
+    from :func:`source_counts` and :func:`source_rows`; or a value compared in place of the
+    event time) are late: at or behind the late watermark of their batch (Spark's ``<=``, in
+    µs; each batch's watermark repeated over its rows, no gather per row); none without a
+    watermark."""
     wms = watermarks_us(plan)
     if wms is None:
         return np.zeros(len(t_us), dtype=bool)
-    return t_us <= wms[0][batch_of]
+    return t_us <= np.repeat(wms[0], counts)
 
 
 SEARCH_PART = 1 << 18  # values searched at once, at most (more: in parts, in threads)

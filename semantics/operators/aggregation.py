@@ -295,13 +295,14 @@ class AggregationOperator:
         whose event-time key is. Nothing is late in complete mode or without a time key."""
         if not self.filters_late:
             return 0
-        batch_of, t = source_rows(plan, self.source)
+        _, t = source_rows(plan, self.source)
         bound = t
         if self.window is not None:
             d, s = self.duration_us, self.slide_us
             last = last_starts(t, s, self.start_us)
             bound = last - (windows_per_row(t, last, d, s) - 1) * s + d
-        return int(np.count_nonzero(late_rows(plan, batch_of, bound)))
+        return int(np.count_nonzero(late_rows(plan, source_counts(plan, self.source),
+                                              bound)))
 
     def run_all(self, plan: list[BatchInput]) -> list[OperatorStep] | None:
         """Every batch at once, for windows in append or update mode without explain, with

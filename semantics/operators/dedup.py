@@ -134,7 +134,8 @@ class DedupOperator:
     def late_input_rows(self, plan: list[BatchInput]) -> int:
         """Rows at or behind their batch's late watermark (the event-time column is filtered
         whether or not it is a key)."""
-        return int(np.count_nonzero(late_rows(plan, *source_rows(plan, self.source))))
+        return int(np.count_nonzero(late_rows(plan, source_counts(plan, self.source),
+                                              source_rows(plan, self.source)[1])))
 
     def initial_state(self) -> DedupState:
         e = np.array([], dtype=np.int64)
@@ -175,7 +176,7 @@ class DedupOperator:
             return _all_steps(*_accepted_firsts(counts, self._et_all, first, wms, self.evicts))
         batch_of, t = source_rows(plan, self.source)
         assert len(t) == len(kid_all)
-        dropped, late = _late(plan, batch_of, t)
+        dropped, late = _late(plan, source_counts(plan, self.source), t)
         ok = np.flatnonzero(~late)
         first, repeats, of = first_occurrences(kid_all[ok], with_of=not self._coder.exact)
         if of is not None:
@@ -214,7 +215,7 @@ class DedupOperator:
         wms = watermarks_us(plan)
         assert wms is not None  # (checked above: every batch has both watermarks)
         evict_us = wms[1]
-        dropped, late = _late(plan, batch_of, t)
+        dropped, late = _late(plan, source_counts(plan, self.source), t)
         ok = np.flatnonzero(~late)
         bounds = np.searchsorted(batch_of[ok], np.arange(n_b + 1))
         code = kid_all[ok] - lo
@@ -322,11 +323,12 @@ class DedupOperator:
         return F.duplicate(rid_all[grow[dup]], orig, in_state)
 
 
-def _late(plan: list[BatchInput], batch_of: np.ndarray, t: np.ndarray
+def _late(plan: list[BatchInput], counts: np.ndarray, t: np.ndarray
           ) -> tuple[np.ndarray, np.ndarray]:
-    """``(dropped per batch, which rows are late)`` of a whole run."""
-    late = late_rows(plan, batch_of, t)
-    return np.bincount(batch_of[late], minlength=len(plan)), late
+    """``(dropped per batch, which rows are late)`` of a whole run (``counts``: rows per
+    batch)."""
+    late = late_rows(plan, counts, t)
+    return true_per_batch(late, counts), late
 
 
 def _all_steps(dropped: np.ndarray, acc: np.ndarray, updated: np.ndarray,

@@ -66,6 +66,7 @@ from semantics.engine import (
     BatchInput,
     Deferred,
     OperatorStep,
+    late_rows,
     source_counts,
     steps_of,
     true_per_batch,
@@ -288,10 +289,9 @@ class JoinOperator:
         for mask in (src.dropped, src.never_joins):
             if mask is not None:
                 keep = ~mask if keep is None else keep & ~mask
-        wms = watermarks_us(plan) if src.layout.source in self.watermarked else None
         late = None
-        if wms is not None:  # (a repeat of the late watermarks, not a gather per row)
-            late = et <= np.repeat(wms[0], counts)
+        if src.layout.source in self.watermarked and watermarks_us(plan) is not None:
+            late = late_rows(plan, counts, et)
             if keep is not None:
                 late &= keep
         return counts, et, keep, late
