@@ -345,8 +345,7 @@ class JoinOperator:
             return None
         (left, l_late), (right, r_late) = sides
         dropped = l_late + r_late
-        got = join_at_once(left, right, self.query.type, self.condition, self.packing, n_b,
-                           self.n_codes)
+        got = join_at_once(left, right, self.query.type, self.condition, n_b, self.n_codes)
         if got is None:
             return None
         sides_out = (got.left,) if got.right is None else (got.left, got.right)

@@ -28,8 +28,11 @@ the stored rows with ``b``, ``numRowsTotal`` those with ``b <= t < e``, ``numRow
 those with ``e`` (on the sides the join type counts), and the state keys (counted before
 eviction) the key codes with a stored row in ``[b, e]``.
 
-Invariants: every array of a :class:`Side` is in (key code, event time) order; ``b <= e``;
-an ``e`` of ``n_b`` (the number of executed batches) means never evicted.
+The pairs themselves come from one sort of packed words per key range
+(:mod:`~semantics.operators.join_band`); no side is ever sorted as a whole.
+
+Invariants: the arrays of an :class:`Admitted` are in arrival order (``b`` non-decreasing);
+``b <= e``; an ``e`` of ``n_b`` (the number of executed batches) means never evicted.
 """
 
 from __future__ import annotations
@@ -40,8 +43,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from semantics.engine import leaving_batch
-from semantics.operators.grouping import Split, by_key_then_time, id_split, order_of_small
-from semantics.operators.join_frames import Packing, expand
+from semantics.operators.grouping import Split, id_split, order_of_small
+from semantics.operators.join_band import band_slices
+from semantics.operators.join_frames import expand
 from semantics.parallel import map_parts
 
 if TYPE_CHECKING:
@@ -90,25 +94,6 @@ class Admitted:
         return [Admitted(*c) for c in parts.columns([self.pos, self.b, self.e, self.code,
                                                      self.et])]
 
-    def by_key(self, packing: Packing) -> Side:
-        """These rows in (code, time) order.
-
-        >>> rows = Admitted(np.array([0, 1, 2]), np.array([0, 0, 1]), np.array([2, 0, 1]),
-        ...                 np.array([5, 4, 5]), np.array([30, 10, 20]))
-        >>> s = rows.by_key(Packing(100, 0))
-        >>> s.pos.tolist(), s.b.tolist(), s.e.tolist()
-        ([1, 2, 0], [0, 1, 0], [0, 1, 2])
-        """
-        order, code, et = by_key_then_time(self.code, self.et)
-        return Side(self.pos[order], self.b[order], self.e[order], code, et,
-                    packing.key(code, et))
-
-
-@dataclass(frozen=True)
-class Side(Admitted):
-    """One side's admitted rows sorted by (key code, time)."""
-
-    comp: np.ndarray  # Packing key of (code, et), ascending
 
 
 @dataclass(frozen=True)
@@ -127,7 +112,7 @@ class JoinAll:
 
 
 def join_at_once(left: Admitted, right: Admitted, jtype: str, condition: TimeCondition,
-                 packing: Packing, n_b: int, n_codes: int) -> JoinAll | None:
+                 n_b: int, n_codes: int) -> JoinAll | None:
     """Every one of the ``n_b`` batches of a join of type ``jtype`` at once, or None when the
     candidate pairs exceed the budget (``PAIRS_PER_ROW`` per row; stepping pairs only live
     rows). Key codes are below ``n_codes``. Past ``CHUNK`` rows, ranges of key codes are
@@ -144,7 +129,7 @@ def join_at_once(left: Admitted, right: Admitted, jtype: str, condition: TimeCon
     ...                  np.array([10, 20]), np.array([10, 20]), thr, 2)
     >>> rt = Admitted.of(np.array([0]), np.array([1]), np.array([0]), np.array([10]),
     ...                  np.array([10]), thr, 2)
-    >>> got = join_at_once(lt, rt, "inner", TimeCondition(0, 0), Packing(100, 0), 2, 1)
+    >>> got = join_at_once(lt, rt, "inner", TimeCondition(0, 0), 2, 1)
     >>> got.left.tolist(), got.removed.tolist(), got.state_rows.tolist(), got.keys.tolist()
     ([], [1, 0], [0, 1], [1, 1])
     """
@@ -158,9 +143,7 @@ def join_at_once(left: Admitted, right: Admitted, jtype: str, condition: TimeCon
             [left, right]), strict=True))
 
     def one(rows: tuple[Admitted, Admitted]) -> tuple[np.ndarray, _Emitted] | None:
-        lt, rt = rows
-        got = _join_range(lt.by_key(packing), rt.by_key(packing), jtype, condition, packing,
-                          n_b)
+        got = _join_range(*rows, jtype, condition, n_b)
         return None if got is None else (got[0], _Emitted.of(*got[1:], n_b))
 
     counts = np.zeros((4, n_b), dtype=np.int64)
@@ -227,12 +210,12 @@ def _by_batch(outs: list[_Emitted], n_b: int) -> tuple[np.ndarray, np.ndarray, n
 _Range = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
-def _join_range(left: Side, right: Side, jtype: str, condition: TimeCondition,
-                packing: Packing, n_b: int) -> _Range | None:
+def _join_range(left: Admitted, right: Admitted, jtype: str, condition: TimeCondition,
+                n_b: int) -> _Range | None:
     """(counts: state rows, updated, removed, keys per batch; emitted rows' left and right
     source positions and batches, unordered) of the rows of some keys; None past the pair
     budget."""
-    li, rj = _candidates(left, right, condition, packing)
+    li, rj = _candidates(left, right, condition)
     if li is None:
         return None
     bl, br = left.b[li], right.b[rj]
@@ -276,45 +259,70 @@ def _join_range(left: Side, right: Side, jtype: str, condition: TimeCondition,
 
 
 def keys_alive(code: np.ndarray, b: np.ndarray, e: np.ndarray, n_b: int) -> np.ndarray:
-    """Per batch ``t < n_b``: how many distinct ``code`` values have a row with
-    ``b <= t <= e`` (rows in code order).
+    """Per batch ``t < n_b``: how many distinct ``code`` values (ints from 0) have a row with
+    ``b <= t <= e`` (rows in any order; ``b <= e <= n_b``). The rows are put in (code, b)
+    order by one sort of the words ``(code, b, e)`` (no gathers after it; codes of a range too
+    wide for them are numbered densely first); a code's intervals then merge where one starts
+    after the latest end before it.
 
-    >>> keys_alive(np.array([1, 1, 2]), np.array([0, 2, 1]), np.array([0, 3, 1]), 4).tolist()
+    >>> keys_alive(np.array([2, 1, 1]), np.array([1, 2, 0]), np.array([1, 3, 0]), 4).tolist()
     [1, 1, 1, 1]
     """
     n = len(code)
     if not n:
         return np.zeros(n_b, dtype=np.int64)
-    width = n_b + 2
-    by_b = np.argsort(code * width + b, kind="stable")  # nearly sorted: code order is given
-    c, bb, ee = code[by_b], b[by_b], e[by_b]
-    reach = np.maximum.accumulate(c * width + ee) - c * width  # latest e so far, per code
+    bits = (n_b + 1).bit_length()  # of a batch, n_b included
+    c0 = int(code.min())
+    if (int(code.max()) - c0).bit_length() + 2 * bits > 63:  # a wide range: numbered densely
+        code, c0 = np.unique(code, return_inverse=True)[1].astype(np.int64), 0
+    w = code - c0
+    w <<= bits
+    w |= b
+    w <<= bits
+    w |= e
+    w.sort()
+    ee = w & ((1 << bits) - 1)
+    w >>= bits  # (code, b)
+    bb = w & ((1 << bits) - 1)
+    w -= bb
+    base = w  # (code, 0): the code times a power of two above every e
+    reach = np.maximum.accumulate(base + ee) - base  # latest e so far, per code
     new = np.empty(n, dtype=bool)
     new[0] = True
-    np.not_equal(c[1:], c[:-1], out=new[1:])
+    np.not_equal(base[1:], base[:-1], out=new[1:])
     new[1:] |= bb[1:] > reach[:-1]
     first = np.flatnonzero(new)
     ends = reach[np.r_[first[1:] - 1, n - 1]]
+    width = n_b + 2
     diff = np.bincount(bb[first], minlength=width) - np.bincount(ends + 1, minlength=width + 1
                                                                  )[:width]
     return np.cumsum(diff)[:n_b]
 
 
-def _candidates(left: Side, right: Side, condition: TimeCondition, packing: Packing
+def _candidates(left: Admitted, right: Admitted, condition: TimeCondition
                 ) -> tuple[np.ndarray, np.ndarray] | tuple[None, None]:
     """(left index, right index) of every pair with equal codes and the time condition true;
-    (None, None) past the pair budget. The larger side is searched by the smaller's rows."""
+    (None, None) past the pair budget or when codes and positions do not pack
+    (:func:`~semantics.operators.join_band.band_slices`). The smaller side's rows are the
+    queries."""
     query_left = len(left) <= len(right)
     query, searched = (left, right) if query_left else (right, left)
-    start, counts = packing.slices(searched.comp, query.code, query.et,
-                                   *condition.around(query_left))
-    if int(counts.sum()) > max(PAIRS_PER_ROW * (len(left) + len(right)), MIN_PAIRS):
+    band = band_slices(searched.code, searched.et, query.code, query.et,
+                       *condition.around(query_left))
+    if band is None or int(band.counts.sum()) > max(PAIRS_PER_ROW * (len(left) + len(right)),
+                                                    MIN_PAIRS):
         return None, None
-    q, s = expand(start, counts)
-    return (q, s) if query_left else (s, q)
+    has = np.flatnonzero(band.counts)  # (most rows of a sparse join meet none)
+    q, s = expand(band.start[has], band.counts[has], band.order)
+    q = has[q]
+    li, rj = (q, s) if query_left else (s, q)
+    if not band.exact:  # coarsened times: the slices may hold rows just outside the band
+        keep = condition(left.et[li], right.et[rj])
+        li, rj = li[keep], rj[keep]
+    return li, rj
 
 
-def _null_rows(side: Side, unmatched: np.ndarray, n_b: int, is_left: bool
+def _null_rows(side: Admitted, unmatched: np.ndarray, n_b: int, is_left: bool
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(left, right, batch) of the null-padded rows of ``side``'s unmatched rows that leave."""
     at = np.flatnonzero(unmatched & (side.e < n_b))
@@ -329,7 +337,7 @@ def _flags(idx: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
-def _semi(left: Side, right: Side, li: np.ndarray, rj: np.ndarray, bl: np.ndarray,
+def _semi(left: Admitted, right: Admitted, li: np.ndarray, rj: np.ndarray, bl: np.ndarray,
           br: np.ndarray, n_b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Left semi: (left rows stored, batch of each emitted left row, its source position)."""
     on_arrival = (br < bl) & (bl <= right.e[rj])

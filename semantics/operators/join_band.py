@@ -1,0 +1,105 @@
+"""Which rows of one join side meet each row of the other: equal key codes and a time within a
+band (``qt + lo <= st <= qt + hi``), found by one sort of packed 64-bit words rather than by
+binary searches.
+
+Each searched row becomes a word ``(code, time, 1, 2 n_q + i)`` and each query row two
+probes, ``(code, qt + lo, tag, i)`` and ``(code, qt + hi, tag, n_q + i)``; the tag (0 or 2)
+puts a probe before or after the searched rows of its exact (code, time), as its bound is
+strict or inclusive. After one sort (numpy sorts plain 64-bit values with SIMD), a probe's
+count of searched words before it is where its slice starts or stops in the searched rows'
+sorted order: a running count over the sorted words, then one scatter, no search and no
+boolean selection. A key range of the bench's join (66 000 rows a side), profiled: about 10
+against 18 ms for sorting both sides by (code, time) and two ``searchsorted`` (numpy's binary
+search costs ~35 ns a needle here even when the needles are sorted).
+
+When (code, time, tag, position) does not fit 63 bits, times are coarsened (shifted right)
+until it does: ties of a coarse time are then broken by the tag towards more rows (a lower
+bound's probe before, an upper bound's after), so each slice holds every match and maybe a few
+rows just outside the band; ``Band.exact`` is False and the caller filters the pairs by their
+exact times.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from semantics.operators.grouping import _position_bits, _sort_words
+
+WORD_BITS = 63  # bits of a packed word (int64, non-negative)
+
+
+@dataclass(frozen=True)
+class Band:
+    """Per query row, its matches as a slice ``start : start + counts`` of ``order`` (the
+    searched rows' positions sorted by (code, time)); ``exact`` False: the slices may hold
+    rows just outside the band (times were coarsened), to be filtered by exact times."""
+
+    start: np.ndarray
+    counts: np.ndarray
+    order: np.ndarray
+    exact: bool
+
+
+def band_slices(scode: np.ndarray, st: np.ndarray, qcode: np.ndarray, qt: np.ndarray,
+                lo: int | None, lo_incl: bool, hi: int | None, hi_incl: bool) -> Band | None:
+    """The :class:`Band` of searched rows (codes ``scode``, times ``st``) meeting each query
+    row (``qcode``, ``qt``): equal codes and ``qt + lo <= st <= qt + hi`` (``<`` when a bound
+    is strict; a None bound is open). Codes are ints from 0; ``qt + lo`` and ``qt + hi`` must
+    not overflow int64. None when codes and positions alone do not fit a word.
+
+    >>> b = band_slices(np.array([1, 1, 1, 2]), np.array([10, 30, 20, 20]),
+    ...                 np.array([1, 2, 3]), np.array([25, 20, 20]), -10, True, 5, False)
+    >>> b.order.tolist(), b.start.tolist(), b.counts.tolist(), b.exact
+    ([0, 2, 1, 3], [1, 3, 4], [1, 1, 0], True)
+    """
+    ns, nq = len(st), len(qt)
+    if not ns or not nq:
+        return Band(np.zeros(nq, dtype=np.int64), np.zeros(nq, dtype=np.int64),
+                    np.arange(ns, dtype=np.int64), True)
+    c0 = min(int(scode.min()), int(qcode.min()))
+    c_bits = (max(int(scode.max()), int(qcode.max())) - c0).bit_length()
+    # positions: the probes' 0 .. 2 n_q - 1 (lower bounds, then upper), the searched rows' next
+    p = _position_bits(2 * nq + ns)
+    low_bits = 2 + p  # the tag and the position
+    if c_bits + low_bits + 1 > WORD_BITS:
+        return None
+    t0 = int(st.min())
+    span = int(st.max()) - t0 + 2  # searched times 1 .. span - 1; probes clipped to 0 .. span
+    shift = max(0, c_bits + span.bit_length() + low_bits - WORD_BITS)
+    t_bits = (span >> shift).bit_length()
+    exact = shift == 0
+    # the tag orders a probe against the searched rows of its very (code, time): 0 before
+    # (they are not counted: the slice starts at them / stops before them), 2 after
+    lo_tag = 0 if lo_incl or not exact else 2
+    hi_tag = 2 if hi_incl or not exact else 0
+    words = np.empty(2 * nq + ns, dtype=np.int64)
+
+    def fill(out: np.ndarray, code: np.ndarray, rel: np.ndarray, tag: int, base: int) -> None:
+        np.subtract(code, c0, out=out)
+        out <<= t_bits
+        if shift:
+            rel >>= shift
+        out |= rel
+        out <<= low_bits
+        out |= np.arange((tag << p) + base, (tag << p) + base + len(out), dtype=np.int64)
+
+    for k, (bound, tag, open_rel) in enumerate(((lo, lo_tag, 0), (hi, hi_tag, span))):
+        if bound is None:  # open: below or above every searched time of the code
+            rel = np.full(nq, open_rel, dtype=np.int64)
+        else:
+            rel = qt + (bound - t0 + 1)
+            np.clip(rel, 0, span, out=rel)
+        fill(words[k * nq:(k + 1) * nq], qcode, rel, tag, k * nq)
+    fill(words[2 * nq:], scode, st - (t0 - 1), 1, 2 * nq)
+    _sort_words(words.view(np.uint64))
+    # (no boolean selection: on interleaved words it costs ~7 ns a word, a scatter ~2 ns)
+    before = np.cumsum((words >> p) & 1)  # searched words so far (tag 1: a searched word)
+    words &= (1 << p) - 1
+    at = np.empty(2 * nq + ns, dtype=np.int64)
+    at[words] = before  # a probe: the searched words before it; a searched row: its rank + 1
+    order = np.empty(ns, dtype=np.int64)
+    order[at[2 * nq:] - 1] = np.arange(ns, dtype=np.int64)
+    start = at[:nq]
+    return Band(start, np.maximum(at[nq:2 * nq] - start, 0), order, exact)

@@ -1,0 +1,93 @@
+"""The band search of the join (operators/join_band.py): for every query row, the searched rows
+with its key code and a time within the band, against a plain double loop; exact words and
+coarsened ones (forced by a narrow word), inclusive, strict and open bounds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from semantics.operators import join_all, join_band
+from semantics.operators.join_band import band_slices
+from tests.predict_kit import at_once_vs_stepped
+from tests.test_predict_join import join_run
+from tests.test_predict_join_store import _random_join
+
+
+def _brute(scode, st, qcode, qt, lo, lo_incl, hi, hi_incl) -> list[set[int]]:
+    def inside(q: int, s: int) -> bool:
+        d = st[s] - qt[q]
+        return (lo is None or (d >= lo if lo_incl else d > lo)) and (
+            hi is None or (d <= hi if hi_incl else d < hi))
+    return [{s for s in range(len(st)) if scode[s] == qcode[q] and inside(q, s)}
+            for q in range(len(qt))]
+
+
+def _found(band: join_band.Band, st, qt, lo, lo_incl, hi, hi_incl) -> list[set[int]]:
+    out = []
+    for q in range(len(qt)):
+        rows = band.order[band.start[q]:band.start[q] + band.counts[q]].tolist()
+        if not band.exact:  # (the caller's filter: the slice may hold rows outside the band)
+            rows = [s for s in rows if (lo is None or (st[s] - qt[q] >= lo if lo_incl
+                                                       else st[s] - qt[q] > lo))
+                    and (hi is None or (st[s] - qt[q] <= hi if hi_incl
+                                        else st[s] - qt[q] < hi))]
+        out.append(set(rows))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_band_slices_equal_a_double_loop(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # rule: a query row's matches are the searched rows of its code within [qt + lo, qt + hi]
+    # (strict bounds exclude, None is open), one slice of the (code, time) order; a narrow
+    # word coarsens times (ties broken towards more rows) and the slice holds every match
+    r = np.random.default_rng(seed)
+    coarse = seed % 2 == 1
+    if coarse:
+        monkeypatch.setattr(join_band, "WORD_BITS", 20)
+    ns, nq = int(r.integers(0, 40)), int(r.integers(0, 40))
+    n_codes = int(r.integers(1, 5))
+    scode, qcode = r.integers(0, n_codes, ns), r.integers(0, n_codes, nq)
+    scale = int(r.choice([1, 10, 10**6]))
+    st, qt = r.integers(0, 50, ns) * scale, r.integers(0, 50, nq) * scale
+    lo = None if r.random() < 0.2 else int(r.integers(-20, 5)) * scale
+    hi = None if r.random() < 0.2 else int(r.integers(-5, 20)) * scale
+    lo_incl, hi_incl = bool(r.random() < 0.5), bool(r.random() < 0.5)
+    band = band_slices(scode, st, qcode, qt, lo, lo_incl, hi, hi_incl)
+    assert band is not None
+    want = _brute(scode, st, qcode, qt, lo, lo_incl, hi, hi_incl)
+    assert _found(band, st, qt, lo, lo_incl, hi, hi_incl) == want
+    assert sorted(band.order.tolist()) == list(range(ns))
+    if coarse and ns and nq and scale == 10**6:
+        assert not band.exact  # (the narrow word did coarsen the times)
+    if not coarse:
+        assert band.exact
+
+
+def test_band_slices_decline_codes_and_positions_past_a_word(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # codes and positions alone past the word: None (the run is left to stepping)
+    monkeypatch.setattr(join_band, "WORD_BITS", 8)
+    one = np.array([0, 1000])
+    assert band_slices(one, one, one, one, 0, True, 0, True) is None
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_coarsened_bands_give_stepping_prediction(seed: int,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # the whole-run join with coarsened bands (a narrow word) and its exact filter of the
+    # pairs predicts what stepping does
+    steps, jtype, kw = _random_join(seed)
+    run = join_run(steps, jtype, explain=False, **kw)
+    monkeypatch.setattr(join_band, "WORD_BITS", 24)
+    calls: list[bool] = []
+    real = join_band.band_slices
+
+    def spy(*a: object) -> join_band.Band | None:
+        got = real(*a)
+        calls.append(got is not None and not got.exact)
+        return got
+
+    monkeypatch.setattr(join_all, "band_slices", spy)
+    assert at_once_vs_stepped(run.spec, run.schedule, ordered=False)
+    assert any(calls)
