@@ -321,7 +321,8 @@ class JoinOperator:
             pos = np.flatnonzero(keep)
             # (the batch of every kept row: a repeat of each batch's kept count, no gather)
             b = np.repeat(batches, true_per_batch(keep, counts))
-            code, t, ev = src.code[pos], et[pos], src.ev[pos]
+            code, t = src.code[pos], et[pos]
+            ev = t if src.ev is et else src.ev[pos]  # (the event times are the predicate's)
         return Admitted.of(pos, b, code, t, ev, thr_us, n_b), dropped
 
     def run_all(self, plan: list[BatchInput]) -> list[OperatorStep] | None:

@@ -28,6 +28,9 @@ import numpy as np
 from semantics.operators.grouping import _position_bits, _sort_words
 
 WORD_BITS = 63  # bits of a packed word (int64, non-negative)
+# the upper bounds of the query rows with a match are searched for (binary searches) when
+# they are at most 1 / SEARCH_SHARE of the rows, else merged like the lower bounds
+SEARCH_SHARE = 8
 
 
 @dataclass(frozen=True)
@@ -60,8 +63,7 @@ def band_slices(scode: np.ndarray, st: np.ndarray, qcode: np.ndarray, qt: np.nda
                     np.arange(ns, dtype=np.int64), True)
     c0 = min(int(scode.min()), int(qcode.min()))
     c_bits = (max(int(scode.max()), int(qcode.max())) - c0).bit_length()
-    # positions: the probes' 0 .. 2 n_q - 1 (lower bounds, then upper), the searched rows' next
-    p = _position_bits(2 * nq + ns)
+    p = _position_bits(nq + ns)  # positions: the probes' 0 .. n_q - 1, the searched rows' next
     low_bits = 2 + p  # the tag and the position
     if c_bits + low_bits + 1 > WORD_BITS:
         return None
@@ -70,36 +72,69 @@ def band_slices(scode: np.ndarray, st: np.ndarray, qcode: np.ndarray, qt: np.nda
     shift = max(0, c_bits + span.bit_length() + low_bits - WORD_BITS)
     t_bits = (span >> shift).bit_length()
     exact = shift == 0
+
+    def words(code: np.ndarray, t: np.ndarray | None, bound: int, tag: int, base: int,
+              out: np.ndarray | None = None) -> np.ndarray:
+        """Words of rows with these codes and times ``t + bound`` (``t`` None: ``bound`` is
+        the relative time), tag and positions from ``base``."""
+        if t is None:
+            rel = np.full(len(code), bound, dtype=np.int64)
+        else:
+            rel = t + (bound - t0 + 1)
+            np.clip(rel, 0, span, out=rel)
+        if shift:
+            rel >>= shift
+        w = np.subtract(code, c0, out=out)
+        w <<= t_bits
+        w |= rel
+        w <<= low_bits
+        w |= np.arange((tag << p) + base, (tag << p) + base + len(w), dtype=np.int64)
+        return w
+
     # the tag orders a probe against the searched rows of its very (code, time): 0 before
     # (they are not counted: the slice starts at them / stops before them), 2 after
     lo_tag = 0 if lo_incl or not exact else 2
     hi_tag = 2 if hi_incl or not exact else 0
-    words = np.empty(2 * nq + ns, dtype=np.int64)
+    merged = np.empty(nq + ns, dtype=np.int64)
+    if lo is None:  # open: below every searched time of the code
+        words(qcode, None, 0, lo_tag, 0, merged[:nq])
+    else:
+        words(qcode, qt, lo, lo_tag, 0, merged[:nq])
+    searched = words(scode, st, 0, 1, nq, merged[nq:]).copy()  # (kept unsorted)
+    at = _merged_counts(merged, p)
+    order = np.empty(ns, dtype=np.int64)
+    order[at[nq:nq + ns] - 1] = np.arange(ns, dtype=np.int64)
+    start = at[:nq]
+    # the upper bound: a query row has matches iff the first searched word from its start is
+    # below its upper probe; only those rows are searched for where their slice stops
+    sorted_words = searched[order]
+    upper = words(qcode, None, span, hi_tag, 0) if hi is None else words(qcode, qt, hi,
+                                                                          hi_tag, 0)
+    # (a start past the last searched word reads the last one: below its start, so its
+    # count comes out 0 however it compares)
+    has = np.flatnonzero(sorted_words[np.minimum(start, ns - 1)] < upper)
+    counts = np.zeros(nq, dtype=np.int64)
+    if len(has) * SEARCH_SHARE <= nq:  # few: binary searches
+        counts[has] = np.searchsorted(sorted_words, upper[has]) - start[has]
+    else:  # many: another merge, of those rows' upper probes and the searched words
+        stop = _merged_counts(np.concatenate([upper[has], searched]), p)
+        counts[has] = stop[has] - start[has]
+    return Band(start, counts, order, exact)
 
-    def fill(out: np.ndarray, code: np.ndarray, rel: np.ndarray, tag: int, base: int) -> None:
-        np.subtract(code, c0, out=out)
-        out <<= t_bits
-        if shift:
-            rel >>= shift
-        out |= rel
-        out <<= low_bits
-        out |= np.arange((tag << p) + base, (tag << p) + base + len(out), dtype=np.int64)
 
-    for k, (bound, tag, open_rel) in enumerate(((lo, lo_tag, 0), (hi, hi_tag, span))):
-        if bound is None:  # open: below or above every searched time of the code
-            rel = np.full(nq, open_rel, dtype=np.int64)
-        else:
-            rel = qt + (bound - t0 + 1)
-            np.clip(rel, 0, span, out=rel)
-        fill(words[k * nq:(k + 1) * nq], qcode, rel, tag, k * nq)
-    fill(words[2 * nq:], scode, st - (t0 - 1), 1, 2 * nq)
+def _merged_counts(words: np.ndarray, p: int) -> np.ndarray:
+    """Sort ``words`` (distinct, non-negative; the low ``p`` bits a position, the bit above
+    them set for a searched word) in place and return, indexed by position, how many searched
+    words sort before each probe and each searched word's rank + 1 (positions not among the
+    words: undefined).
+
+    >>> _merged_counts(np.array([0b1100, 0b0001, 0b0111, 0b1010]), 2).tolist()
+    [2, 0, 1, 1]
+    """
     _sort_words(words.view(np.uint64))
     # (no boolean selection: on interleaved words it costs ~7 ns a word, a scatter ~2 ns)
-    before = np.cumsum((words >> p) & 1)  # searched words so far (tag 1: a searched word)
+    before = np.cumsum((words >> p) & 1)  # searched words so far
     words &= (1 << p) - 1
-    at = np.empty(2 * nq + ns, dtype=np.int64)
-    at[words] = before  # a probe: the searched words before it; a searched row: its rank + 1
-    order = np.empty(ns, dtype=np.int64)
-    order[at[2 * nq:] - 1] = np.arange(ns, dtype=np.int64)
-    start = at[:nq]
-    return Band(start, np.maximum(at[nq:2 * nq] - start, 0), order, exact)
+    at = np.empty(1 << p, dtype=np.int64)
+    at[words] = before
+    return at
