@@ -12,7 +12,6 @@ import pandas as pd
 import pytest
 
 from semantics.operators import join_all
-from semantics.operators.grouping import Split
 from semantics.operators.join_all import keys_alive
 from tests.predict_kit import at_once_vs_stepped, run_all_of
 from tests.test_predict_join import ints, join_run
@@ -39,18 +38,18 @@ def test_key_ranges_computed_one_by_one_equal_stepping(seed: int,
     steps, jtype, kw = _random_join(seed)
     run = join_run(steps, jtype, explain=False, **kw)
     split: list[int] = []
-    real = join_all.id_split
+    real = join_all.RunSide.key_ranges
 
-    def spy(ids: np.ndarray, lo: int, top: int, n_parts: int) -> Split:
+    def spy(side: join_all.RunSide, n_parts: int, n_codes: int) -> list[join_all.Admitted]:
         split.append(n_parts)
-        return real(ids, lo, top, n_parts)
+        return real(side, n_parts, n_codes)
 
     monkeypatch.setattr(join_all, "CHUNK", 37)
-    monkeypatch.setattr(join_all, "id_split", spy)
+    monkeypatch.setattr(join_all.RunSide, "key_ranges", spy)
     assert at_once_vs_stepped(run.spec, run.schedule, ordered=False)
     n_keys = len({k for left, right in steps for k, _ in left + right})
-    assert (max(split, default=1) > 1) == (n_keys > 1 and len(run.schedule.rows["l"])
-                                           + len(run.schedule.rows["r"]) > 37)
+    if n_keys > 1 and len(run.schedule.rows["l"]) + len(run.schedule.rows["r"]) > 37:
+        assert max(split) > 1  # (the run was split)
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -125,3 +124,37 @@ def test_a_side_without_rows(jtype: str, empty: str) -> None:
     run = join_run(steps, jtype, explain=False, pace="live")
     assert at_once_vs_stepped(run.spec, run.schedule, ordered=False)
     assert run.batches["state_rows"].tolist() == [2, 3] and not len(run.result.outputs)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_run_side_key_ranges_admit_every_kept_row_once(seed: int) -> None:
+    # RunSide.key_ranges: every kept row once, in the range of its code, in arrival order,
+    # with its batch (the batches tile the rows) and the first batch from its own whose
+    # threshold reaches its predicate value (a value apart from the event time, odd seeds)
+    r = np.random.default_rng(seed)
+    n, n_b, n_codes = int(r.integers(0, 80)), int(r.integers(1, 8)), int(r.integers(1, 20))
+    cuts = np.sort(r.integers(0, n + 1, n_b - 1))
+    counts = np.diff(np.r_[0, cuts, n])
+    code, et = r.integers(0, n_codes, n), r.integers(0, 100, n)
+    ev = r.integers(0, 100, n) if seed % 2 else None
+    keep = r.random(n) < 0.8 if seed % 3 else None
+    thr = np.sort(r.integers(-10, 110, n_b)) if seed % 5 else None
+    side = join_all.RunSide(code, et, ev, keep, counts, thr)
+    n_parts = int(r.integers(1, 6))
+    ranges = side.key_ranges(n_parts, n_codes)
+    batch = np.repeat(np.arange(n_b), counts)
+    value = et if ev is None else ev
+    got = [(int(p), int(c), int(b), int(e)) for a in ranges
+           for p, c, b, e in zip(a.pos, a.code, a.b, a.e, strict=True)]
+    want = []
+    for i in range(n):
+        if keep is None or keep[i]:
+            later = [t for t in range(batch[i], n_b) if thr is not None and value[i] <= thr[t]]
+            want.append((i, int(code[i]), int(batch[i]), later[0] if later else n_b))
+    assert sorted(got) == want
+    for a in ranges:  # arrival order within a range, event times alongside
+        assert a.pos.tolist() == sorted(a.pos.tolist())
+        assert a.et.tolist() == et[a.pos].tolist()
+    if n_parts > 1:  # each range holds codes of one width-wide span
+        width = (n_codes - 1) // n_parts + 1
+        assert all(len(set((a.code // width).tolist())) <= 1 for a in ranges)

@@ -75,7 +75,7 @@ from semantics.engine import (
 from semantics.operators import fates as F
 from semantics.operators.columns import check_key_columns
 from semantics.operators.grouping import joined, stable_argsort
-from semantics.operators.join_all import Admitted, join_at_once
+from semantics.operators.join_all import RunSide, join_at_once
 from semantics.operators.join_frames import (
     Gather,
     Packing,
@@ -301,29 +301,20 @@ class JoinOperator:
         lates = (self._filtered(plan, role)[3] for role in ("left", "right"))
         return sum(int(np.count_nonzero(late)) for late in lates if late is not None)
 
-    def _admitted(self, plan: list[BatchInput], role: str, thr_us: np.ndarray | None
-                  ) -> tuple[Admitted, np.ndarray]:
-        """Side ``role``'s rows that reach the join in a whole run (neither filtered nor late:
-        :meth:`_filtered`) and its late rows per batch; ``thr_us``: the side's state threshold
-        per batch (:class:`Admitted`)."""
+    def _side_rows(self, plan: list[BatchInput], role: str, thr_us: np.ndarray | None
+                   ) -> tuple[RunSide, np.ndarray]:
+        """Side ``role``'s rows in a whole run (:class:`~semantics.operators.join_all.RunSide`:
+        those neither filtered nor late reach the join, :meth:`_filtered`) and its late rows
+        per batch; ``thr_us``: the side's state threshold per batch."""
         src = self.sources[role]
-        n_b = len(plan)
         counts, et, keep, late = self._filtered(plan, role)
-        dropped = np.zeros(n_b, dtype=np.int64)
+        dropped = np.zeros(len(plan), dtype=np.int64)
         if late is not None:
             dropped = true_per_batch(late, counts)
             keep = ~late if keep is None else keep & ~late
-        batches = np.arange(n_b, dtype=np.int64)
-        if keep is None:
-            pos, b = np.arange(len(et), dtype=np.int64), np.repeat(batches, counts)
-            code, t, ev = src.code, et, src.ev
-        else:
-            pos = np.flatnonzero(keep)
-            # (the batch of every kept row: a repeat of each batch's kept count, no gather)
-            b = np.repeat(batches, true_per_batch(keep, counts))
-            code, t = src.code[pos], et[pos]
-            ev = t if src.ev is et else src.ev[pos]  # (the event times are the predicate's)
-        return Admitted.of(pos, b, code, t, ev, thr_us, n_b), dropped
+        # (None: the event times are the predicate's values)
+        return RunSide(src.code, et, None if src.ev is et else src.ev, keep, counts,
+                        thr_us), dropped
 
     def run_all(self, plan: list[BatchInput]) -> list[OperatorStep] | None:
         """Every batch at once (:mod:`~semantics.operators.join_all`) without explain, when keys
@@ -333,20 +324,20 @@ class JoinOperator:
         n_b = len(plan)
         thresholds = [self.plan.thresholds(b.evict_wm_ms) for b in plan]
 
-        def admit(i: int) -> tuple[Admitted, np.ndarray] | None:
-            """Side ``i``'s admitted rows and its late rows per batch."""
+        def admit(i: int) -> tuple[RunSide, np.ndarray] | None:
+            """Side ``i``'s rows and its late rows per batch."""
             thr = [t[i] for t in thresholds]
             thr_us = None if None in thr else np.asarray(thr, dtype=np.int64) * 1000
             if thr_us is not None and np.any(thr_us[1:] < thr_us[:-1]):
                 return None  # (never: state watermarks follow the watermark, never back)
-            return self._admitted(plan, ("left", "right")[i], thr_us)
+            return self._side_rows(plan, ("left", "right")[i], thr_us)
 
         sides = map_parts(admit, [0, 1])  # the two sides in threads
         if sides[0] is None or sides[1] is None:
             return None
         (left, l_late), (right, r_late) = sides
         dropped = l_late + r_late
-        got = join_at_once(left, right, self.query.type, self.condition, n_b, self.n_codes)
+        got = join_at_once(left, right, self.query.type, self.condition, self.n_codes)
         if got is None:
             return None
         sides_out = (got.left,) if got.right is None else (got.left, got.right)

@@ -42,8 +42,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from semantics.engine import leaving_batch
-from semantics.operators.grouping import Split, id_split, order_of_small
+from semantics.engine import ThresholdSearch
+from semantics.operators.grouping import Split, order_of_small
 from semantics.operators.join_band import band_slices
 from semantics.operators.join_frames import expand
 from semantics.parallel import map_parts
@@ -71,29 +71,72 @@ class Admitted:
     def __len__(self) -> int:
         return len(self.pos)
 
-    @classmethod
-    def of(cls, pos: np.ndarray, b: np.ndarray, code: np.ndarray, et: np.ndarray,
-           ev: np.ndarray, thr_us: np.ndarray | None, n_b: int) -> Admitted:
-        """The rows at source positions ``pos`` (arrived in batches ``b``, key ``code``, event
-        time ``et``, predicate value ``ev``); each leaves in the first of the ``n_b`` batches,
-        from its own on, whose state threshold (``thr_us``: per batch, µs, non-decreasing;
-        None: none) reaches its ``ev``.
 
-        >>> a = Admitted.of(np.array([0, 1, 2]), np.array([0, 0, 1]), np.array([5, 4, 5]),
-        ...                 np.array([30, 10, 20]), np.array([30, 10, 20]), np.array([10, 25]),
-        ...                 2)
-        >>> a.e.tolist()
-        [2, 0, 1]
+@dataclass(frozen=True)
+class RunSide:
+    """One side's source rows as a whole run's join sees them, before any is gathered: every
+    source row's key code, event time and predicate value (``ev`` None: the event time),
+    which reach the join (``keep``: neither filtered nor late; None: all), how many rows each
+    of the ``n_b`` executed batches holds (they tile the source) and the side's state
+    threshold per batch (``thr_us``, µs, non-decreasing; None: none)."""
+
+    code: np.ndarray
+    et: np.ndarray
+    ev: np.ndarray | None
+    keep: np.ndarray | None
+    counts: np.ndarray
+    thr_us: np.ndarray | None
+
+    def __len__(self) -> int:
+        return len(self.code)
+
+    def key_ranges(self, n_parts: int, n_codes: int) -> list[Admitted]:
+        """The admitted rows part by part: ``n_parts`` ranges of equal width of the codes
+        ``0 .. n_codes - 1``, arrival order within a part. One radix sort of the parts (rows
+        not kept: a last part, dropped) and one scatter of each of code, event time (and
+        predicate value) into that order; positions are that order itself, batches and
+        leaving batches are found per part, where its arrays stay cached.
+
+        >>> s = RunSide(np.array([3, 0, 2, 1]), np.array([10, 20, 30, 40]), None,
+        ...              np.array([True, True, False, True]), np.array([2, 2]),
+        ...              np.array([15, 35]))
+        >>> [(a.pos.tolist(), a.b.tolist(), a.e.tolist()) for a in s.key_ranges(2, 4)]
+        [([1, 3], [0, 1], [1, 2]), ([0], [0], [0])]
         """
-        # (searched in arrival order: nearly sorted, twice as fast as in key order)
-        return cls(pos, b, leaving_batch(ev, thr_us, n_b, b), code, et)
+        ends = np.cumsum(self.counts)
+        search = None if self.thr_us is None else ThresholdSearch(self.thr_us)
+        keep = self.keep
+        if n_parts <= 1:
+            pos = np.arange(len(self), dtype=np.int64) if keep is None else np.flatnonzero(keep)
+            gather = (lambda a: a) if keep is None else (lambda a: a[pos])
+            return [self._admitted(pos, gather(self.code), gather(self.et),
+                                   None if self.ev is None else gather(self.ev), ends, search)]
+        width = (n_codes - 1) // n_parts + 1
+        part = np.floor_divide(self.code, width).astype(
+            np.uint8 if n_parts < 1 << 8 else np.uint16 if n_parts < 1 << 16 else np.int64)
+        if keep is not None:
+            part[~keep] = n_parts  # (a last part: the rows that never reach the join)
+        split = Split.of(part, n_parts + 1)
+        arrays = [self.code, self.et] + ([] if self.ev is None else [self.ev])
+        cols = list(zip(*map(split.parts, arrays), strict=True))
+        return [self._admitted(pos, c[0], c[1], c[2] if len(c) > 2 else None, ends, search)
+                for pos, c in zip(split.positions()[:n_parts], cols[:n_parts], strict=True)]
 
-    def split(self, parts: Split) -> list[Admitted]:
-        """These rows part by part, in position order within a part (one scatter per array:
-        :class:`~semantics.operators.grouping.Split`)."""
-        return [Admitted(*c) for c in parts.columns([self.pos, self.b, self.e, self.code,
-                                                     self.et])]
-
+    def _admitted(self, pos: np.ndarray, code: np.ndarray, et: np.ndarray,
+                  ev: np.ndarray | None, ends: np.ndarray, search: ThresholdSearch | None
+                  ) -> Admitted:
+        """The rows at source positions ``pos`` (ascending) with these codes, times, values;
+        ``ends``: where each batch's source rows end; ``search``: of the thresholds."""
+        n_b = len(ends)
+        # (each batch's rows: a search per batch among the sorted positions, not per row)
+        b = np.repeat(np.arange(n_b, dtype=np.int64),
+                      np.diff(np.searchsorted(pos, ends), prepend=0))
+        if search is None:
+            e = np.full(len(pos), n_b, dtype=np.int64)
+        else:  # (in arrival order: nearly sorted, twice as fast as in key order)
+            e = search(et if ev is None else ev)
+            np.maximum(e, b, out=e)
+        return Admitted(pos, b, e, code, et)
 
 
 @dataclass(frozen=True)
@@ -111,8 +154,8 @@ class JoinAll:
     cuts: np.ndarray
 
 
-def join_at_once(left: Admitted, right: Admitted, jtype: str, condition: TimeCondition,
-                 n_b: int, n_codes: int) -> JoinAll | None:
+def join_at_once(left: RunSide, right: RunSide, jtype: str, condition: TimeCondition,
+                 n_codes: int) -> JoinAll | None:
     """Every one of the ``n_b`` batches of a join of type ``jtype`` at once, or None when the
     candidate pairs exceed the budget (``PAIRS_PER_ROW`` per row; stepping pairs only live
     rows). Key codes are below ``n_codes``. Past ``CHUNK`` rows, ranges of key codes are
@@ -125,22 +168,17 @@ def join_at_once(left: Admitted, right: Admitted, jtype: str, condition: TimeCon
 
     >>> from semantics.operators.join import TimeCondition
     >>> thr = np.array([10, 10])
-    >>> lt = Admitted.of(np.array([0, 1]), np.array([0, 1]), np.array([0, 0]),
-    ...                  np.array([10, 20]), np.array([10, 20]), thr, 2)
-    >>> rt = Admitted.of(np.array([0]), np.array([1]), np.array([0]), np.array([10]),
-    ...                  np.array([10]), thr, 2)
-    >>> got = join_at_once(lt, rt, "inner", TimeCondition(0, 0), 2, 1)
+    >>> lt = RunSide(np.array([0, 0]), np.array([10, 20]), None, None, np.array([1, 1]), thr)
+    >>> rt = RunSide(np.array([0]), np.array([10]), None, None, np.array([0, 1]), thr)
+    >>> got = join_at_once(lt, rt, "inner", TimeCondition(0, 0), 1)
     >>> got.left.tolist(), got.removed.tolist(), got.state_rows.tolist(), got.keys.tolist()
     ([], [1, 0], [0, 1], [1, 1])
     """
+    n_b = len(left.counts)
     n_parts = min(-(-(len(left) + len(right)) // CHUNK), max(n_codes, 1), 1 << 16)
-    if n_parts <= 1:
-        key_ranges = [(left, right)]
-    else:
-        # (the two sides in threads, each side's arrays one after the other in its thread)
-        key_ranges = list(zip(*map_parts(
-            lambda side: side.split(id_split(side.code, 0, n_codes - 1, n_parts)),
-            [left, right]), strict=True))
+    # (the two sides in threads)
+    key_ranges = list(zip(*map_parts(lambda side: side.key_ranges(n_parts, n_codes),
+                                     [left, right]), strict=True))
 
     def one(rows: tuple[Admitted, Admitted]) -> tuple[np.ndarray, _Emitted] | None:
         got = _join_range(*rows, jtype, condition, n_b)
