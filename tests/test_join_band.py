@@ -41,12 +41,13 @@ def test_band_slices_equal_a_double_loop(seed: int, monkeypatch: pytest.MonkeyPa
     # rule: a query row's matches are the searched rows of its code within [qt + lo, qt + hi]
     # (strict bounds exclude, None is open), one slice of the (code, time) order; a narrow
     # word coarsens times (ties broken towards more rows) and the slice holds every match;
-    # where a slice stops found by binary searches (seeds 0, 1 mod 4) or by a merge
+    # where a slice stops counted word by word (one word and then binary searches: seeds 0, 1
+    # mod 4)
     r = np.random.default_rng(seed)
     coarse = seed % 2 == 1
     if coarse:
         monkeypatch.setattr(join_band, "WORD_BITS", 20)
-    monkeypatch.setattr(join_band, "SEARCH_SHARE", 0 if seed % 4 < 2 else 10**9)
+    monkeypatch.setattr(join_band, "STEPS", 1 if seed % 4 < 2 else 4)
     ns, nq = int(r.integers(0, 40)), int(r.integers(0, 40))
     n_codes = int(r.integers(1, 5))
     scode, qcode = r.integers(0, n_codes, ns), r.integers(0, n_codes, nq)

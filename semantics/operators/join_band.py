@@ -28,9 +28,8 @@ import numpy as np
 from semantics.operators.grouping import _position_bits, _sort_words
 
 WORD_BITS = 63  # bits of a packed word (int64, non-negative)
-# the upper bounds of the query rows with a match are searched for (binary searches) when
-# they are at most 1 / SEARCH_SHARE of the rows, else merged like the lower bounds
-SEARCH_SHARE = 8
+# a row's matches are counted word by word up to this many, the rest by binary searches
+STEPS = 4
 
 
 @dataclass(frozen=True)
@@ -105,20 +104,27 @@ def band_slices(scode: np.ndarray, st: np.ndarray, qcode: np.ndarray, qt: np.nda
     order = np.empty(ns, dtype=np.int64)
     order[at[nq:nq + ns] - 1] = np.arange(ns, dtype=np.int64)
     start = at[:nq]
-    # the upper bound: a query row has matches iff the first searched word from its start is
-    # below its upper probe; only those rows are searched for where their slice stops
-    sorted_words = searched[order]
+    # the upper bound: a row's matches are the searched words from its start that sort below
+    # its upper probe; counted one word further at a time for the rows still matching (in a
+    # sparse join most rows meet none or one), the rows left after STEPS words by binary
+    # searches. (A sentinel word past the last stops every row there.)
+    sorted_words = np.empty(ns + 1, dtype=np.int64)
+    np.take(searched, order, out=sorted_words[:ns])
+    sorted_words[ns] = np.iinfo(np.int64).max
     upper = words(qcode, None, span, hi_tag, 0) if hi is None else words(qcode, qt, hi,
                                                                           hi_tag, 0)
-    # (a start past the last searched word reads the last one: below its start, so its
-    # count comes out 0 however it compares)
-    has = np.flatnonzero(sorted_words[np.minimum(start, ns - 1)] < upper)
     counts = np.zeros(nq, dtype=np.int64)
-    if len(has) * SEARCH_SHARE <= nq:  # few: binary searches
-        counts[has] = np.searchsorted(sorted_words, upper[has]) - start[has]
-    else:  # many: another merge, of those rows' upper probes and the searched words
-        stop = _merged_counts(np.concatenate([upper[has], searched]), p)
-        counts[has] = stop[has] - start[has]
+    rows = np.arange(nq, dtype=np.int64)
+    at = start.copy()
+    for _ in range(STEPS):
+        more = sorted_words[at] < upper[rows]
+        rows, at = rows[more], at[more]
+        if not len(rows):
+            break
+        counts[rows] += 1
+        at += 1
+    else:
+        counts[rows] = np.searchsorted(sorted_words[:ns], upper[rows]) - start[rows]
     return Band(start, counts, order, exact)
 
 
