@@ -17,6 +17,7 @@ from semantics.predict import predict
 from semantics.schedule import cut
 from semantics.spec import BatchBy, parse_spec
 from tests.deltas import write_commits
+from tests.predict_kit import assert_same_rows
 from tests.replay_support import write_sources
 
 
@@ -176,7 +177,11 @@ def test_predict_builds_only_the_columns_asked_for(query) -> None:
     cols = reference_columns(spec)
     part = predict(sched, spec, "c", explain=False, columns=cols)
     assert list(part.outputs.columns) == ["batch_id", *cols] and len(part.outputs)
-    pd.testing.assert_frame_equal(part.outputs, full.outputs[["batch_id", *cols]])
+    if query["kind"] == "join":  # (rows within a batch: in the order of Spark's partitions,
+        # not modelled; the join without explain finds them in another order than stepping)
+        assert_same_rows(part.outputs, full.outputs[["batch_id", *cols]])
+    else:
+        pd.testing.assert_frame_equal(part.outputs, full.outputs[["batch_id", *cols]])
     pd.testing.assert_frame_equal(part.batches, full.batches)
     with pytest.raises(KeyError, match="no output columns"):
         predict(sched, spec, "c", columns=["nope"])
