@@ -224,9 +224,10 @@ def plan_batches(schedule: Schedule, spec: BacktestSpec, candidate: str, operato
     last_evict: int | None = None
     tick_bounds = {s: _tick_bounds(schedule, s) for s in sources}
     et_us = {s: schedule.event_time_us(s) for s in sources}
-    # every tick's max event time at once, unless the operator masks the watermark's input
-    tick_max = {} if getattr(operator, "watermark_input_mask", None) is not None else {
-        s: _tick_max_ms(et_us[s], tick_bounds[s]) for s in wm_sources}
+    # every tick's max event time at once (of the rows that reach the watermark node)
+    tick_max = {s: _tick_max_ms(et_us[s], tick_bounds[s],
+                                _watermark_input(operator, s, len(et_us[s])))
+                for s in wm_sources}
     empty = {s: schedule.rows[s].iloc[0:0] for s in sources}
     empty_us = np.array([], dtype=np.int64)
 
@@ -255,8 +256,7 @@ def plan_batches(schedule: Schedule, spec: BacktestSpec, candidate: str, operato
                                offsets, w_now if has_wm else None))
         # after the batch: update watermarks from this batch's data (markMicroBatchEnd)
         if has_wm and not tick.idle:
-            maxima = [tick_max[s].get(tick.index) if tick_max else
-                      _max_ms(operator, s, offsets[s], ev[s]) for s in wm_sources]
+            maxima = [tick_max[s].get(tick.index) for s in wm_sources]
             wms = wms.advance(maxima, delays, cfg.policy)
         prev_batch_wm = w_now
         last_evict = evict
@@ -564,38 +564,45 @@ def _output_frame(operator: Operator, outputs: list[Deferred], out_ids: list[int
     return frame
 
 
-def _max_ms(operator: Operator, source: str, start: int, event_us: np.ndarray) -> int | None:
-    """Max event time (ms) of the rows that reach ``source``'s ``EventTimeWatermarkExec``.
-
-    ``event_us`` are the batch's rows of ``source``, from position ``start`` of its schedule
-    rows. An operator may define ``watermark_input_mask(source, start, stop) -> bool array |
-    None`` (over those positions) for rows removed by filters Spark's optimizer pushes *below*
-    the watermark node (e.g. the join's inferred ``isnotnull(key)``): those rows never count for
-    the watermark. Without the hook (or when it returns None) every row counts.
-    """
+def _watermark_input(operator: Operator, source: str, n: int) -> np.ndarray | None:
+    """Which of ``source``'s ``n`` schedule rows reach its ``EventTimeWatermarkExec``. An
+    operator may define ``watermark_input_mask(source, start, stop) -> bool array | None``
+    (over those positions) for rows removed by filters Spark's optimizer pushes *below* the
+    watermark node (e.g. the join's inferred ``isnotnull(key)``): those rows never count for
+    the watermark. Without the hook (or when it returns None) every row counts (None)."""
     hook = getattr(operator, "watermark_input_mask", None)
-    mask = hook(source, start, start + len(event_us)) if hook is not None else None
-    if mask is not None:
-        event_us = event_us[np.asarray(mask, dtype=bool)]
-    # micros -> ms truncation is monotonic, so the max of the converted values is the converted max
-    return int(micros_to_ms(np.max(event_us, keepdims=True))[0]) if len(event_us) else None
+    mask = hook(source, 0, n) if hook is not None and n else None
+    return None if mask is None else np.asarray(mask, dtype=bool)
 
 
-def _tick_max_ms(event_us: np.ndarray, bounds: dict[int, tuple[int, int]]
-                 ) -> dict[int, int]:
-    """Max event time (ms) of every tick holding rows (``bounds``: tick -> its rows, in tick
-    order and covering ``event_us``), by one ``reduceat`` over all rows (what
-    :func:`_max_ms` gives each batch when no row is masked).
+MASKED = np.iinfo(np.int64).min  # a masked row's event time (below every real one)
+
+
+def _tick_max_ms(event_us: np.ndarray, bounds: dict[int, tuple[int, int]],
+                 mask: np.ndarray | None = None) -> dict[int, int]:
+    """Max event time (ms) of every tick holding rows that reach the watermark (``bounds``:
+    tick -> its rows, in tick order and covering ``event_us``; ``mask``: the rows that reach
+    it, None: all), by one ``reduceat`` over all rows. Micros to ms truncation is monotonic,
+    so the max of the converted values is the converted max.
 
     >>> _tick_max_ms(np.array([5000, 9999, 2000, 7000]), {0: (0, 2), 1: (2, 2), 2: (2, 4)})
     {0: 9, 2: 7}
+    >>> _tick_max_ms(np.array([5000, 9999, 2000, 7000]), {0: (0, 2), 1: (2, 2), 2: (2, 4)},
+    ...              np.array([True, False, False, False]))
+    {0: 5}
     """
     held = [(t, lo) for t, (lo, hi) in bounds.items() if hi > lo]
     assert sum(hi - lo for lo, hi in bounds.values()) == len(event_us)  # (they tile the rows)
     if not held:
         return {}
-    maxima = micros_to_ms(np.maximum.reduceat(event_us, [lo for _, lo in held])).tolist()
-    return {t: m for (t, _), m in zip(held, maxima, strict=True)}
+    top = np.maximum.reduceat(event_us if mask is None else np.where(mask, event_us, MASKED),
+                              [lo for _, lo in held])
+    maxima = micros_to_ms(top).tolist()
+    if mask is None:
+        return {t: m for (t, _), m in zip(held, maxima, strict=True)}
+    # (a tick whose rows are all masked has no max; a source's event times are never null)
+    return {t: m for (t, _), m, x in zip(held, maxima, top.tolist(), strict=True)
+            if x != MASKED}
 
 
 def _tick_bounds(schedule: Schedule, source: str) -> dict[int, tuple[int, int]]:

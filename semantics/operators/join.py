@@ -233,6 +233,10 @@ class JoinOperator:
                 dropped = layout.has_null_key(f)
                 inferred = _inferred_filter(q, schedule, role, self.condition)
                 never = None if inferred is None else ~inferred(f) & ~dropped
+                # (None for no row: no mask to apply, and the engine's watermark inputs are
+                # every row's)
+                dropped = dropped if dropped.any() else None
+                never = never if never is not None and never.any() else None
             src_name = layout.source
             ev = layout.evict_values(schedule.rows[src_name], et[role]
                                      if layout.evict_column == schedule.event_time[src_name]
