@@ -73,7 +73,7 @@ from semantics.engine import (
     watermarks_us,
 )
 from semantics.operators import fates as F
-from semantics.operators.columns import check_key_columns
+from semantics.operators.columns import check_key_columns, min_max
 from semantics.operators.grouping import joined, stable_argsort
 from semantics.operators.join_all import RunSide, join_at_once
 from semantics.operators.join_frames import (
@@ -222,9 +222,11 @@ class JoinOperator:
         self.n_codes = max((int(c.max()) + 1 for c in (lcode, rcode) if len(c)), default=0)
         et = {"left": schedule.event_time_us(q.left), "right": schedule.event_time_us(q.right)}
         self.event_us = et  # event times of every source row, µs
+        # (each side's lowest and highest event time, read once)
+        bounds = {role: min_max(t) for role, t in et.items() if len(t)}
         # sorted state (one slice per row's matches) unless packed keys could overflow
-        self.packing = Packing.of([lcode, rcode], [et["left"], et["right"]],
-                                  [self.condition.lower_us, self.condition.upper_us])
+        self.packing = Packing.fit(self.n_codes, list(bounds.values()),
+                                   [self.condition.lower_us, self.condition.upper_us])
         self.sources: dict[str, _Source] = {}
         for role, layout, code in (("left", self.left, lcode), ("right", self.right, rcode)):
             f = frames[role]
@@ -240,7 +242,7 @@ class JoinOperator:
             src_name = layout.source
             ev = layout.evict_values(schedule.rows[src_name], et[role]
                                      if layout.evict_column == schedule.event_time[src_name]
-                                     else None)
+                                     else None, bounds.get(role, (None,))[0])
             self.sources[role] = _Source(layout, f, f[layout.columns[0]].to_numpy(np.int64),
                                          code, ev, dropped, never)
         n_out = len(self.left.columns) + (0 if q.type == "left_semi" else len(self.right.columns))

@@ -98,13 +98,14 @@ class SideLayout:
                                                                  strict=True)},
                             index=pd.RangeIndex(len(rows)), copy=False)
 
-    def evict_values(self, rows: pd.DataFrame, event_us: np.ndarray | None = None
-                     ) -> np.ndarray:
+    def evict_values(self, rows: pd.DataFrame, event_us: np.ndarray | None = None,
+                     event_min: int | None = None) -> np.ndarray:
         """Per row of ``rows``, the µs value the state predicate compares (``evict_column``;
         ``NEVER_EVICTED_US`` for a null or without a predicate column). ``event_us``: the
         source's event times in µs (``Schedule.event_time_us``), read as they are when the
         predicate column is the event-time column they come from and holds no null (a NaT is
-        the least int64: one pass for the minimum instead of a conversion).
+        the least int64: one pass for the minimum instead of a conversion; ``event_min``: their
+        minimum when the caller knows it).
 
         >>> t1 = pd.DataFrame({"row_id": [0], "t": pd.to_datetime([1], utc=True)})
         >>> lay = SideLayout.build("s", t1, ["t"], [], "t")
@@ -119,9 +120,12 @@ class SideLayout:
         """
         if self.evict_column is None:
             return np.full(len(rows), NEVER_EVICTED_US, dtype=np.int64)
-        if event_us is not None and not (len(event_us) and
-                                         int(event_us.min()) == np.iinfo(np.int64).min):
-            return event_us
+        if event_us is not None:
+            if not len(event_us):
+                return event_us
+            low = int(event_us.min()) if event_min is None else event_min
+            if low != np.iinfo(np.int64).min:
+                return event_us
         return to_micros(rows[self.evict_column].reset_index(drop=True))
 
     def has_null_key(self, df: pd.DataFrame) -> np.ndarray:
@@ -254,12 +258,23 @@ class Packing:
            bounds: Sequence[int | None]) -> Packing | None:
         """The packing for these rows, or None when a key could overflow int64."""
         ts = [t for t in times if len(t)]
-        if not ts:
+        n_codes = max((int(c.max()) + 1 for c in codes if len(c)), default=1)
+        return cls.fit(n_codes, [(int(t.min()), int(t.max())) for t in ts], bounds)
+
+    @classmethod
+    def fit(cls, n_codes: int, times: Sequence[tuple[int, int]],
+            bounds: Sequence[int | None]) -> Packing | None:
+        """:meth:`of` from what it reads of the rows: codes below ``n_codes``, the (lowest,
+        highest) time of each array of times that has rows.
+
+        >>> Packing.fit(3, [(10, 20), (5, 8)], [None, 4])
+        Packing(span=18, t_min=5)
+        """
+        if not times:
             return cls(3, 0)
-        t_min, t_max = min(int(t.min()) for t in ts), max(int(t.max()) for t in ts)
-        ncodes = max((int(c.max()) + 1 for c in codes if len(c)), default=1)
+        t_min, t_max = min(lo for lo, _ in times), max(hi for _, hi in times)
         span = t_max - t_min + 3
-        if (ncodes * span >= 2**62 or max(abs(t_min), abs(t_max)) >= _LIMIT
+        if (max(n_codes, 1) * span >= 2**62 or max(abs(t_min), abs(t_max)) >= _LIMIT
                 or any(b is not None and abs(b) >= _LIMIT for b in bounds)):
             return None
         return cls(span, t_min)
