@@ -881,3 +881,29 @@ def test_take_values_pads_an_outer_rows_side_with_nulls(values, want) -> None:
                                 "datetime64[us, UTC]")
     no_null = pd.Series(take_values(values, Gather.of(np.array([0, 2]))))
     assert no_null.notna().all() and no_null.dtype == pd.Series(take_values(values, pos)).dtype
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_key_codes_equal_keys_equal_codes(seed: int) -> None:
+    # key codes: equal key tuples of either side have equal codes and different ones
+    # different codes, small non-negative ints; one integer column without nulls takes its
+    # offsets side by side (no concatenation), others the exact ids or factorized tuples
+    from semantics.operators.join_frames import key_codes
+
+    r = np.random.default_rng(seed)
+    nl, nr = int(r.integers(0, 30)), int(r.integers(0, 30))
+    spread = int(r.choice([5, 10**6, 2**40]))
+    left = pd.DataFrame({"k": r.integers(-spread, spread, nl), "j": r.integers(0, 3, nl)})
+    right = pd.DataFrame({"k": r.integers(-spread, spread, nr), "j": r.integers(0, 3, nr)})
+    if seed % 3 == 1:  # a null key
+        left["k"] = pd.array(left["k"], dtype="Int64")
+        if nl:
+            left.loc[0, "k"] = None
+    keys = ["k"] if seed % 2 else ["k", "j"]
+    lc, rc = key_codes(left, keys, right, keys)
+    tuples = [tuple(row) for row in left[keys].astype(object).itertuples(index=False)] + \
+        [tuple(row) for row in right[keys].astype(object).itertuples(index=False)]
+    codes = lc.tolist() + rc.tolist()
+    assert all(c >= 0 for c in codes) and max(codes, default=0) < 4 * (nl + nr) + 1024
+    pairs = {(str(t), c) for t, c in zip(tuples, codes, strict=True)}
+    assert len(pairs) == len(set(map(str, tuples))) == len(set(codes))  # (a bijection)
