@@ -559,9 +559,10 @@ def _output_frame(operator: Operator, outputs: list[Deferred], out_ids: list[int
     if not outputs:
         return pd.DataFrame(columns=cols)
     frame = operator.materialize([o.payload for o in outputs], cols[1:])
-    frame.insert(0, "batch_id", np.repeat(np.asarray(out_ids, dtype=np.int64),
-                                          [len(o) for o in outputs]))
-    return frame
+    batch_id = np.repeat(np.asarray(out_ids, dtype=np.int64), [len(o) for o in outputs])
+    # (a new frame of the same arrays: ``insert`` would copy every column, 23 ms at 10 M rows)
+    return pd.DataFrame({"batch_id": batch_id, **{c: frame[c]._values for c in frame.columns}},
+                        index=pd.RangeIndex(len(batch_id)), copy=False)
 
 
 def _watermark_input(operator: Operator, source: str, n: int) -> np.ndarray | None:
