@@ -194,10 +194,10 @@ def _later_by_sort(ids: np.ndarray, bounds: tuple[int, int] | None = None) -> np
     n = len(ids)
     if n < 2:
         return np.zeros(n, dtype=bool)
-    p = _position_bits(n)
+    p = position_bits(n)
     lo, hi = bounds if bounds is not None else (int(ids.min()), int(ids.max()))
     exact = _packs(n, hi - lo + 1)
-    words = _sort_words(_packed_words(ids.view(np.uint64), p, lo if exact else None))
+    words = sort_words(_packed_words(ids.view(np.uint64), p, lo if exact else None))
     low = np.uint64((1 << p) - 1)  # the position bits
 
     def mark(rows: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
@@ -574,7 +574,7 @@ def stable_argsort(v: np.ndarray, size: int | None = None) -> np.ndarray:
     return order
 
 
-def _position_bits(n: int) -> int:
+def position_bits(n: int) -> int:
     """Bits of a position below ``n`` in a packed word (at least 1)."""
     return max(1, (n - 1).bit_length())
 
@@ -586,7 +586,7 @@ def _packs(n: int, size: int) -> bool:
     >>> _packs(2**20, 2**44), _packs(2**20 + 1, 2**44)
     (True, False)
     """
-    return size <= 1 << (64 - _position_bits(n))
+    return size <= 1 << (64 - position_bits(n))
 
 
 def _packed_order(v: np.ndarray) -> np.ndarray:
@@ -597,15 +597,15 @@ def _packed_order(v: np.ndarray) -> np.ndarray:
     >>> _packed_order(np.array([2, 0, 2, 1])).tolist()
     [1, 3, 0, 2]
     """
-    p = _position_bits(len(v))
-    w = _sort_words(_packed_words(v.astype(np.uint64, copy=False), p, 0))
+    p = position_bits(len(v))
+    w = sort_words(_packed_words(v.astype(np.uint64, copy=False), p, 0))
     w &= np.uint64((1 << p) - 1)
     return w.view(np.int64)
 
 
 def _packed_words(u: np.ndarray, p: int, lo: int | None) -> np.ndarray:
     """New uint64 words, one per value of ``u``, with its position in the low ``p`` bits
-    (:func:`_position_bits`) and above them ``u - lo`` (wrapping; the values and positions
+    (:func:`position_bits`) and above them ``u - lo`` (wrapping; the values and positions
     must :func:`_packs`) or, ``lo`` None, the top ``64 - p`` bits of ``u`` times ``_FIB`` (a
     multiplicative hash: equal values, equal bits). Built ``WORDS_PART`` words at a time, so a
     part's three passes stay in the cache (10 M words: 34 against 76 ms in whole passes).
@@ -630,13 +630,13 @@ def _packed_words(u: np.ndarray, p: int, lo: int | None) -> np.ndarray:
     return out
 
 
-def _sort_words(w: np.ndarray) -> np.ndarray:
+def sort_words(w: np.ndarray) -> np.ndarray:
     """``w`` (distinct words, :func:`_packed_words`) sorted in place. Past ``SPLIT_SORT``
     words, with threads, the words are first split about their median in place
     (``np.partition``: the words are distinct, so the halves are exact) and each half is
     sorted in its own thread: 10 M words 19 + 73-82 against 133-150 ms.
 
-    >>> _sort_words(np.array([14, 5, 12, 3], dtype=np.uint64)).tolist()
+    >>> sort_words(np.array([14, 5, 12, 3], dtype=np.uint64)).tolist()
     [3, 5, 12, 14]
     """
     if len(w) >= SPLIT_SORT and threads() > 1:

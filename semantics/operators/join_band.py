@@ -2,15 +2,18 @@
 band (``qt + lo <= st <= qt + hi``), found by one sort of packed 64-bit words rather than by
 binary searches.
 
-Each searched row becomes a word ``(code, time, 1, 2 n_q + i)`` and each query row two
-probes, ``(code, qt + lo, tag, i)`` and ``(code, qt + hi, tag, n_q + i)``; the tag (0 or 2)
-puts a probe before or after the searched rows of its exact (code, time), as its bound is
-strict or inclusive. After one sort (numpy sorts plain 64-bit values with SIMD), a probe's
-count of searched words before it is where its slice starts or stops in the searched rows'
-sorted order: a running count over the sorted words, then one scatter, no search and no
-boolean selection. A key range of the bench's join (66 000 rows a side), profiled: about 10
-against 18 ms for sorting both sides by (code, time) and two ``searchsorted`` (numpy's binary
-search costs ~35 ns a needle here even when the needles are sorted).
+Each searched row becomes a word ``(code, time, 1, n_q + i)`` and each query row a probe
+``(code, qt + lo, tag, i)``; the tag (0 or 2) puts the probe before or after the searched
+rows of its exact (code, time), as the bound is inclusive or strict. After one sort (numpy
+sorts plain 64-bit values with SIMD), a probe's count of searched words before it is where
+its slice starts in the searched rows' sorted order: a running count over the sorted words,
+then one scatter, no search and no boolean selection. The slice stops where the searched
+words from its start reach the upper probe ``(code, qt + hi, tag, i)``: counted word by word
+for the rows still matching (in a sparse join most rows meet none or one), by binary searches
+for the few left after ``STEPS`` words. A key range of the bench's join (127 000 rows a
+side), profiled: about 10 against 18 ms for sorting both sides by (code, time) and two
+``searchsorted`` (numpy's binary search costs ~35 ns a needle here even when the needles are
+sorted).
 
 When (code, time, tag, position) does not fit 63 bits, times are coarsened (shifted right)
 until it does: ties of a coarse time are then broken by the tag towards more rows (a lower
@@ -25,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from semantics.operators.grouping import _position_bits, _sort_words
+from semantics.operators.grouping import position_bits, sort_words
 
 WORD_BITS = 63  # bits of a packed word (int64, non-negative)
 # a row's matches are counted word by word up to this many, the rest by binary searches
@@ -62,7 +65,7 @@ def band_slices(scode: np.ndarray, st: np.ndarray, qcode: np.ndarray, qt: np.nda
                     np.arange(ns, dtype=np.int64), True)
     c0 = min(int(scode.min()), int(qcode.min()))
     c_bits = (max(int(scode.max()), int(qcode.max())) - c0).bit_length()
-    p = _position_bits(nq + ns)  # positions: the probes' 0 .. n_q - 1, the searched rows' next
+    p = position_bits(nq + ns)  # positions: the probes' 0 .. n_q - 1, the searched rows' next
     low_bits = 2 + p  # the tag and the position
     if c_bits + low_bits + 1 > WORD_BITS:
         return None
@@ -137,7 +140,7 @@ def _merged_counts(words: np.ndarray, p: int) -> np.ndarray:
     >>> _merged_counts(np.array([0b1100, 0b0001, 0b0111, 0b1010]), 2).tolist()
     [2, 0, 1, 1]
     """
-    _sort_words(words.view(np.uint64))
+    sort_words(words.view(np.uint64))
     # (no boolean selection: on interleaved words it costs ~7 ns a word, a scatter ~2 ns)
     before = np.cumsum((words >> p) & 1)  # searched words so far
     words &= (1 << p) - 1
