@@ -895,6 +895,9 @@ def test_key_codes_equal_keys_equal_codes(seed: int) -> None:
     spread = int(r.choice([5, 10**6, 2**40]))
     left = pd.DataFrame({"k": r.integers(-spread, spread, nl), "j": r.integers(0, 3, nl)})
     right = pd.DataFrame({"k": r.integers(-spread, spread, nr), "j": r.integers(0, 3, nr)})
+    if seed % 4 == 0:  # the right side's values beyond the left's, in both columns
+        right["k"] += 3 * spread
+        right["j"] += 5
     if seed % 3 == 1:  # a null key
         left["k"] = pd.array(left["k"], dtype="Int64")
         if nl:
@@ -907,3 +910,15 @@ def test_key_codes_equal_keys_equal_codes(seed: int) -> None:
     assert all(c >= 0 for c in codes) and max(codes, default=0) < 4 * (nl + nr) + 1024
     pairs = {(str(t), c) for t, c in zip(tuples, codes, strict=True)}
     assert len(pairs) == len(set(map(str, tuples))) == len(set(codes))  # (a bijection)
+
+
+def test_key_codes_fit_both_sides_ranges() -> None:
+    # the coder of integer keys is fitted on both sides' ranges: (1, 0) on the left and
+    # (0, 2) on the right are different keys (a coder of the left's ranges alone, j in 0..0,
+    # would give them one code)
+    from semantics.operators.join_frames import key_codes
+
+    left = pd.DataFrame({"k": [0, 1], "j": [0, 0]})
+    right = pd.DataFrame({"k": [0, 0], "j": [2, 0]})
+    lc, rc = key_codes(left, ["k", "j"], right, ["k", "j"])
+    assert lc[1] != rc[0] and lc[0] == rc[1] and len({*lc.tolist(), *rc.tolist()}) == 3

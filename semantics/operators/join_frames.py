@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from semantics.operators.columns import Values, min_max, nullable_floats, values_of
+from semantics.operators.columns import Values, nullable_floats, values_of
 from semantics.operators.grouping import divmod_by, ranges, stable_argsort
 from semantics.operators.keys import KeyCoder, concat_keys, with_codes
 from semantics.schedule import ROW_ID
@@ -377,13 +377,21 @@ def key_codes(left: pd.DataFrame, lkeys: Sequence[str], right: pd.DataFrame,
     [[1, 0, 2], [2, 1]]
     """
     n = len(left)
-    if len(lkeys) == 1:
-        got = _int_codes(values_of(left[lkeys[0]]), values_of(right[rkeys[0]]))
-        if got is not None:
-            return got
+    total = n + len(right)
+    sides = [[values_of(df[k]) for k in keys] for df, keys in ((left, lkeys), (right, rkeys))]
+    if all(a.kind == b.kind for a, b in zip(*sides, strict=True)):
+        # integer-like keys: ids of each side by a coder fitted on both, no concatenation
+        coder = KeyCoder.fit_sides(sides)
+        if coder.exact:
+            lcode, rcode = (coder.ids(cols, (), len(df), fitted=True)
+                            for cols, df in zip(sides, (left, right), strict=True))
+            _, top = coder.id_range() or (0, 0)  # (every id is at most that: no pass)
+            if top >= 4 * total + 1024:
+                top = max((int(c.max()) for c in (lcode, rcode) if len(c)), default=0)
+            if top < 4 * total + 1024:
+                return lcode, rcode
     cols = with_codes([_both(left[lk], right[rk]) for lk, rk in zip(lkeys, rkeys, strict=True)])
     coder = KeyCoder.fit(cols)
-    total = n + len(right)
     if coder.exact:
         code = coder.ids(cols, (), total, fitted=True)
         if len(code) and int(code.max()) >= 4 * total + 1024:
@@ -396,29 +404,6 @@ def key_codes(left: pd.DataFrame, lkeys: Sequence[str], right: pd.DataFrame,
         code = code * (len(uniques) + 1) + c
         code = pd.factorize(code)[0].astype(np.int64, copy=False)  # keep the codes small
     return code[:n], code[n:]
-
-
-def _int_codes(left: Values, right: Values) -> tuple[np.ndarray, np.ndarray] | None:
-    """:func:`key_codes` of one signed integer key column without a null on either side:
-    each value's offset from the lowest of both (what the exact ids give), read side by side
-    with no concatenation; None for other columns or values spread over more than about four
-    times the rows.
-
-    >>> [c.tolist() for c in _int_codes(values_of(pd.Series([7, 5])),
-    ...                                 values_of(pd.Series([9, 5, 5])))]
-    [[2, 0], [4, 0, 0]]
-    """
-    sides = (left, right)
-    if any(v.kind != "int" or v.null is not None or v.data.dtype.kind != "i" for v in sides):
-        return None
-    bounds = [min_max(v.data) for v in sides if len(v.data)]
-    if not bounds:
-        return None
-    lo, hi = min(b[0] for b in bounds), max(b[1] for b in bounds)
-    if hi - lo >= 4 * (len(left.data) + len(right.data)) + 1024:
-        return None
-    out = [np.subtract(v.data, lo, dtype=np.int64) for v in sides]
-    return out[0], out[1]
 
 
 def _both(left: pd.Series, right: pd.Series) -> Values:

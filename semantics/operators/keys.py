@@ -91,6 +91,19 @@ def key_ids(columns: Sequence[Values], extra: Sequence[np.ndarray] = (), n: int 
 _EXACT_LIMIT = 1 << 62
 
 
+def _int_range(parts: Sequence[Values]) -> tuple[int, int]:
+    """(lowest, highest) non-null value over these parts of one integer-like column; (0, 0)
+    when they hold none."""
+    found = []
+    for c in parts:
+        data = c.data if c.null is None else c.data[~c.null]
+        if len(data):
+            found.append(min_max(data))
+    if not found:
+        return 0, 0
+    return min(lo for lo, _ in found), max(hi for _, hi in found)
+
+
 @dataclass(frozen=True)
 class KeyCoder:
     """Key tuple -> int64 id, the same in every batch of a run (:func:`key_ids` semantics).
@@ -124,19 +137,40 @@ class KeyCoder:
                 lows.append(0)
                 sizes.append((int(c.codes.max()) if len(c.codes) else -1) + 2)
                 continue
-            data = c.data if c.null is None else c.data[~c.null]
-            lo, hi = min_max(data) if len(data) else (0, 0)
+            lo, hi = _int_range([c])
             lows.append(lo)
             sizes.append(hi - lo + 2)  # digit 0 = NULL, 1.. = values
         for lo, hi, step in extra:
             lows.append(int(lo))
             sizes.append((int(hi) - int(lo)) // int(step) + 1)
+        return cls._exact(lows, sizes, tuple(int(e[2]) for e in extra))
+
+    @classmethod
+    def fit_sides(cls, sides: Sequence[Sequence[Values]]) -> KeyCoder:
+        """:meth:`fit` of the same key columns of several sources (a join's two sides) as if
+        they stood one after the other, without joining them: integer-like columns only (a
+        column that needs codes must number its values over all sides at once: not exact).
+
+        >>> c = KeyCoder.fit_sides([[Values("int", np.array([5, 7]))],
+        ...                         [Values("int", np.array([9]))]])
+        >>> [c.ids([Values("int", a)], fitted=True).tolist() for a in ([5, 7], [9])]
+        [[1, 3], [5]]
+        """
+        if any(c.kind not in INT_KINDS or c.codes is not None for cols in sides for c in cols):
+            return cls()
+        bounds = [_int_range([cols[i] for cols in sides]) for i in range(len(sides[0]))]
+        return cls._exact([lo for lo, _ in bounds], [hi - lo + 2 for lo, hi in bounds], ())
+
+    @classmethod
+    def _exact(cls, lows: Sequence[int], sizes: Sequence[int], steps: tuple[int, ...]
+               ) -> KeyCoder:
+        """The exact coder of these digit ranges, or a hashing one past ``_EXACT_LIMIT``."""
         total = 1
         for size in sizes:
             total *= size
         if total >= _EXACT_LIMIT:
             return cls()
-        return cls(True, tuple(lows), tuple(sizes), tuple(int(e[2]) for e in extra))
+        return cls(True, tuple(lows), tuple(sizes), steps)
 
     def ids(self, columns: Sequence[Values], extra: Sequence[np.ndarray] = (),
             n: int | None = None, on_grid: bool = False, fitted: bool = False) -> np.ndarray:
