@@ -356,24 +356,29 @@ SEARCH_PART = 1 << 18  # values searched at once, at most (more: in parts, in th
 
 
 def leaving_batch(values_us: np.ndarray, thresholds_us: np.ndarray | None, n_b: int,
-                  arrived: np.ndarray | None = None) -> np.ndarray:
+                  arrived: np.ndarray | None = None, search: ThresholdSearch | None = None
+                  ) -> np.ndarray:
     """The batch each state entry leaves in: the first batch (from ``arrived``, its own, on)
     whose threshold reaches its value (``value <= threshold``); ``n_b`` when none does or
     there are no thresholds. Thresholds follow the watermark, so they never go backwards and
-    this is a binary search.
+    this is a binary search (``search``: a :class:`ThresholdSearch` of ``thresholds_us``
+    built once by a caller that searches part after part).
 
     >>> leaving_batch(np.array([3, 10, 99]), np.array([5, 10]), 2, np.array([1, 0, 0])).tolist()
     [1, 1, 2]
     """
     if thresholds_us is None:
         return np.full(len(values_us), n_b, dtype=np.int64)
-    search = ThresholdSearch(np.asarray(thresholds_us, dtype=np.int64))
+    if search is None:
+        search = ThresholdSearch(np.asarray(thresholds_us, dtype=np.int64))
     if len(values_us) > SEARCH_PART:  # parts in threads
         first = np.concatenate(map_parts(
             search, np.array_split(values_us, -(-len(values_us) // SEARCH_PART))))
     else:
         first = search(values_us)
-    return first if arrived is None else np.maximum(arrived, first)
+    if arrived is not None:
+        np.maximum(first, arrived, out=first)
+    return first
 
 
 def leaving_counts(values_us: np.ndarray, thresholds_us: np.ndarray, first: int,

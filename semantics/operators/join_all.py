@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from semantics.engine import ThresholdSearch
+from semantics.engine import ThresholdSearch, leaving_batch
 from semantics.operators.grouping import Split, order_of_small
 from semantics.operators.join_band import band_slices
 from semantics.operators.join_frames import expand
@@ -131,11 +131,8 @@ class RunSide:
         # (each batch's rows: a search per batch among the sorted positions, not per row)
         b = np.repeat(np.arange(n_b, dtype=np.int64),
                       np.diff(np.searchsorted(pos, ends), prepend=0))
-        if search is None:
-            e = np.full(len(pos), n_b, dtype=np.int64)
-        else:  # (in arrival order: nearly sorted, twice as fast as in key order)
-            e = search(et if ev is None else ev)
-            np.maximum(e, b, out=e)
+        # (in arrival order: nearly sorted, twice as fast as in key order)
+        e = leaving_batch(et if ev is None else ev, self.thr_us, n_b, b, search)
         return Admitted(pos, b, e, code, et)
 
 

@@ -390,7 +390,8 @@ def key_codes(left: pd.DataFrame, lkeys: Sequence[str], right: pd.DataFrame,
                 top = max((int(c.max()) for c in (lcode, rcode) if len(c)), default=0)
             if top < 4 * total + 1024:
                 return lcode, rcode
-    cols = with_codes([_both(left[lk], right[rk]) for lk, rk in zip(lkeys, rkeys, strict=True)])
+    cols = with_codes([_both(lv, rv, left[lk], right[rk]) for lv, rv, lk, rk
+                       in zip(*sides, lkeys, rkeys, strict=True)])
     coder = KeyCoder.fit(cols)
     if coder.exact:
         code = coder.ids(cols, (), total, fitted=True)
@@ -406,11 +407,11 @@ def key_codes(left: pd.DataFrame, lkeys: Sequence[str], right: pd.DataFrame,
     return code[:n], code[n:]
 
 
-def _both(left: pd.Series, right: pd.Series) -> Values:
-    """The values of a left and a right key column one after the other; a float column's NaN
-    stay NaN (``pd.concat`` with a nullable float column would make them NULL). Columns of two
-    kinds (an integer and a float key) as pandas casts them, doubles as Spark compares them."""
-    lv, rv = values_of(left), values_of(right)
+def _both(lv: Values, rv: Values, left: pd.Series, right: pd.Series) -> Values:
+    """The values of a left and a right key column (``lv``, ``rv``: their ``values_of``) one
+    after the other; a float column's NaN stay NaN (``pd.concat`` with a nullable float column
+    would make them NULL). Columns of two kinds (an integer and a float key) as pandas casts
+    them, doubles as Spark compares them."""
     if lv.kind == rv.kind:
         return concat_keys((lv,), (rv,))[0]
     if {lv.kind, rv.kind} == {"int", "float"}:
