@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from semantics.engine import ThresholdSearch, leaving_batch
-from semantics.operators.grouping import Split, order_of_small
+from semantics.operators.grouping import by_part, order_of_small
 from semantics.operators.join_band import band_slices
 from semantics.operators.join_frames import expand
 from semantics.parallel import map_parts
@@ -93,9 +93,10 @@ class RunSide:
     def key_ranges(self, n_parts: int, n_codes: int) -> list[Admitted]:
         """The admitted rows part by part: ``n_parts`` ranges of equal width of the codes
         ``0 .. n_codes - 1``, arrival order within a part. One radix sort of the parts (rows
-        not kept: a last part, dropped) and one scatter of each of code, event time (and
-        predicate value) into that order; positions are that order itself, batches and
-        leaving batches are found per part, where its arrays stay cached.
+        not kept: a last part, never gathered) and one gather of each of code, event time (and
+        predicate value) in that order (two gathers cost less than an inverse of the order and
+        two scatters); positions are that order itself, batches and leaving batches are found
+        per part, where its arrays stay cached.
 
         >>> s = RunSide(np.array([3, 0, 2, 1]), np.array([10, 20, 30, 40]), None,
         ...              np.array([True, True, False, True]), np.array([2, 2]),
@@ -116,11 +117,12 @@ class RunSide:
             np.uint8 if n_parts < 1 << 8 else np.uint16 if n_parts < 1 << 16 else np.int64)
         if keep is not None:
             part[~keep] = n_parts  # (a last part: the rows that never reach the join)
-        split = Split.of(part, n_parts + 1)
+        order, cuts = by_part(part, n_parts + 1)
+        kept, cuts = order[:int(cuts[-1])], cuts[:-1]  # (the dropped part: not gathered)
         arrays = [self.code, self.et] + ([] if self.ev is None else [self.ev])
-        cols = list(zip(*map(split.parts, arrays), strict=True))
+        cols = list(zip(*(np.split(a.take(kept), cuts) for a in arrays), strict=True))
         return [self._admitted(pos, c[0], c[1], c[2] if len(c) > 2 else None, ends, search)
-                for pos, c in zip(split.positions()[:n_parts], cols[:n_parts], strict=True)]
+                for pos, c in zip(np.split(kept, cuts), cols, strict=True)]
 
     def _admitted(self, pos: np.ndarray, code: np.ndarray, et: np.ndarray,
                   ev: np.ndarray | None, ends: np.ndarray, search: ThresholdSearch | None
@@ -298,7 +300,8 @@ def keys_alive(code: np.ndarray, b: np.ndarray, e: np.ndarray, n_b: int) -> np.n
     ``b <= t <= e`` (rows in any order; ``b <= e <= n_b``). The rows are put in (code, b)
     order by one sort of the words ``(code, b, e)`` (no gathers after it; codes of a range too
     wide for them are numbered densely first); a code's intervals then merge where one starts
-    after the latest end before it.
+    after the latest end before it: a running maximum of the words ``(code, e)`` holds that
+    end, and a word ``(code, b)`` above the one before it starts a code or an interval.
 
     >>> keys_alive(np.array([2, 1, 1]), np.array([1, 2, 0]), np.array([1, 3, 0]), 4).tolist()
     [1, 1, 1, 1]
@@ -310,27 +313,26 @@ def keys_alive(code: np.ndarray, b: np.ndarray, e: np.ndarray, n_b: int) -> np.n
     c0 = int(code.min())
     if (int(code.max()) - c0).bit_length() + 2 * bits > 63:  # a wide range: numbered densely
         code, c0 = np.unique(code, return_inverse=True)[1].astype(np.int64), 0
+    mask = (1 << bits) - 1
     w = code - c0
     w <<= bits
     w |= b
     w <<= bits
     w |= e
     w.sort()
-    ee = w & ((1 << bits) - 1)
-    w >>= bits  # (code, b)
-    bb = w & ((1 << bits) - 1)
-    w -= bb
-    base = w  # (code, 0): the code times a power of two above every e
-    reach = np.maximum.accumulate(base + ee) - base  # latest e so far, per code
+    cb = w >> bits  # (code, b)
+    w &= mask
+    reach = cb & ~mask
+    reach |= w  # (code, e), then by a running maximum (code, the latest e so far)
+    np.maximum.accumulate(reach, out=reach)
     new = np.empty(n, dtype=bool)
     new[0] = True
-    np.not_equal(base[1:], base[:-1], out=new[1:])
-    new[1:] |= bb[1:] > reach[:-1]
+    np.greater(cb[1:], reach[:-1], out=new[1:])  # another code, or after every end so far
     first = np.flatnonzero(new)
-    ends = reach[np.r_[first[1:] - 1, n - 1]]
+    ends = reach[np.r_[first[1:] - 1, n - 1]] & mask
     width = n_b + 2
-    diff = np.bincount(bb[first], minlength=width) - np.bincount(ends + 1, minlength=width + 1
-                                                                 )[:width]
+    diff = np.bincount(cb[first] & mask, minlength=width) - np.bincount(
+        ends + 1, minlength=width + 1)[:width]
     return np.cumsum(diff)[:n_b]
 
 
@@ -347,7 +349,7 @@ def _candidates(left: Admitted, right: Admitted, condition: TimeCondition
     if band is None or int(band.counts.sum()) > max(PAIRS_PER_ROW * (len(left) + len(right)),
                                                     MIN_PAIRS):
         return None, None
-    has = np.flatnonzero(band.counts)  # (most rows of a sparse join meet none)
+    has = band.hit  # (most rows of a sparse join meet none)
     q, s = expand(band.start[has], band.counts[has], band.order)
     q = has[q]
     li, rj = (q, s) if query_left else (s, q)

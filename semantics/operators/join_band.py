@@ -45,6 +45,7 @@ class Band:
     counts: np.ndarray
     order: np.ndarray
     exact: bool
+    hit: np.ndarray  # the query rows with a match (ascending)
 
 
 def band_slices(scode: np.ndarray, st: np.ndarray, qcode: np.ndarray, qt: np.ndarray,
@@ -62,7 +63,7 @@ def band_slices(scode: np.ndarray, st: np.ndarray, qcode: np.ndarray, qt: np.nda
     ns, nq = len(st), len(qt)
     if not ns or not nq:
         return Band(np.zeros(nq, dtype=np.int64), np.zeros(nq, dtype=np.int64),
-                    np.arange(ns, dtype=np.int64), True)
+                    np.arange(ns, dtype=np.int64), True, np.zeros(0, dtype=np.int64))
     c0 = min(int(scode.min()), int(qcode.min()))
     c_bits = (max(int(scode.max()), int(qcode.max())) - c0).bit_length()
     p = position_bits(nq + ns)  # positions: the probes' 0 .. n_q - 1, the searched rows' next
@@ -116,10 +117,12 @@ def band_slices(scode: np.ndarray, st: np.ndarray, qcode: np.ndarray, qt: np.nda
     sorted_words[ns] = np.iinfo(np.int64).max
     upper = words(qcode, None, span, hi_tag, 0) if hi is None else words(qcode, qt, hi,
                                                                           hi_tag, 0)
+    # (the first word of every row at once: no selection of the rows, no gather of upper)
+    hit = np.flatnonzero(sorted_words.take(start) < upper)
     counts = np.zeros(nq, dtype=np.int64)
-    rows = np.arange(nq, dtype=np.int64)
-    at = start.copy()
-    for _ in range(STEPS):
+    counts[hit] = 1
+    rows, at = hit, start[hit] + 1
+    for _ in range(STEPS - 1):
         more = sorted_words[at] < upper[rows]
         rows, at = rows[more], at[more]
         if not len(rows):
@@ -128,7 +131,7 @@ def band_slices(scode: np.ndarray, st: np.ndarray, qcode: np.ndarray, qt: np.nda
         at += 1
     else:
         counts[rows] = np.searchsorted(sorted_words[:ns], upper[rows]) - start[rows]
-    return Band(start, counts, order, exact)
+    return Band(start, counts, order, exact, hit)
 
 
 def _merged_counts(words: np.ndarray, p: int) -> np.ndarray:
