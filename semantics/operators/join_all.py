@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from semantics.engine import ThresholdSearch, leaving_batch
-from semantics.operators.grouping import by_part, order_of_small
+from semantics.operators.grouping import order_of_small
 from semantics.operators.join_band import band_slices
 from semantics.operators.join_frames import expand
 from semantics.parallel import map_parts
@@ -113,12 +113,15 @@ class RunSide:
             return [self._admitted(pos, gather(self.code), gather(self.et),
                                    None if self.ev is None else gather(self.ev), ends, search)]
         width = (n_codes - 1) // n_parts + 1
-        part = np.floor_divide(self.code, width).astype(
-            np.uint8 if n_parts < 1 << 8 else np.uint16 if n_parts < 1 << 16 else np.int64)
+        part = np.floor_divide(self.code, width)
         if keep is not None:
             part[~keep] = n_parts  # (a last part: the rows that never reach the join)
-        order, cuts = by_part(part, n_parts + 1)
-        kept, cuts = order[:int(cuts[-1])], cuts[:-1]  # (the dropped part: not gathered)
+        sizes = np.bincount(part, minlength=n_parts + 1)  # (of int64 parts: no conversion)
+        # (numpy's stable radix sort of 8- or 16-bit parts)
+        order = np.argsort(part.astype(np.uint8 if n_parts < 1 << 8 else np.uint16
+                                       if n_parts < 1 << 16 else np.int64), kind="stable")
+        kept = order[:len(order) - int(sizes[n_parts])]  # (the dropped part: not gathered)
+        cuts = np.cumsum(sizes[:n_parts - 1])
         arrays = [self.code, self.et] + ([] if self.ev is None else [self.ev])
         cols = list(zip(*(np.split(a.take(kept), cuts) for a in arrays), strict=True))
         return [self._admitted(pos, c[0], c[1], c[2] if len(c) > 2 else None, ends, search)
