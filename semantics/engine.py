@@ -27,7 +27,7 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
-from semantics.parallel import map_parts
+from semantics.parallel import map_parts, row_parts
 from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import BacktestSpec
 
@@ -300,6 +300,27 @@ def batch_chunks(counts: np.ndarray, rows: int | None = None
     starts = np.r_[0, ends].tolist()
     return [(b0, b1, starts[b0], starts[b1]) for b0, b1 in zip(bounds[:-1], bounds[1:],
                                                                 strict=True)]
+
+
+def chunk_groups(chunks: list[tuple[int, int, int, int]]
+                 ) -> list[list[tuple[int, int, int, int]]]:
+    """:func:`batch_chunks` as :func:`~semantics.parallel.threads` groups of neighbouring
+    chunks holding about equal rows (one group when the run is small), for a chunk loop run
+    in threads, a group each.
+
+    >>> chunk_groups([(0, 4, 0, 9), (4, 5, 9, 30), (5, 6, 30, 31)])
+    [[(0, 4, 0, 9), (4, 5, 9, 30), (5, 6, 30, 31)]]
+    """
+    if not chunks:
+        return []
+    parts = row_parts(chunks[-1][3], 4 * CHUNK_ROWS)
+    groups: list[list[tuple[int, int, int, int]]] = [[] for _ in parts]
+    g = 0
+    for c in chunks:  # (a chunk joins the group its first row is in)
+        while g + 1 < len(parts) and c[2] >= parts[g].stop:
+            g += 1
+        groups[g].append(c)
+    return [grp for grp in groups if grp]
 
 
 def source_rows(plan: list[BatchInput], source: str) -> tuple[np.ndarray, np.ndarray]:

@@ -61,3 +61,18 @@ def map_parts(fn: Callable[[P], R], parts: Sequence[P]) -> list[R]:
             _POOL[2].shutdown(wait=False)
         _POOL = (n, os.getpid(), ThreadPoolExecutor(n, thread_name_prefix=_NAME))
     return list(_POOL[2].map(fn, parts))
+
+
+def row_parts(n: int, least: int) -> list[slice]:
+    """Rows ``0 .. n - 1`` as :func:`threads` neighbouring slices of about equal size (one
+    slice below ``least`` rows, where threads cost more than they save), for a pass over
+    whole-run arrays done part by part in :func:`map_parts`.
+
+    >>> row_parts(3, 4)
+    [slice(0, 3, None)]
+    >>> sum(s.stop - s.start for s in row_parts(10, 4)), len(row_parts(10, 4)) == threads()
+    (10, True)
+    """
+    k = threads() if n >= least else 1
+    cuts = [n * i // k for i in range(k + 1)]
+    return [slice(a, b) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]

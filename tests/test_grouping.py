@@ -197,3 +197,29 @@ def test_joined_parts_are_their_concatenation() -> None:
             assert np.shares_memory(got, a)
     grid = np.arange(12).reshape(3, 4)
     assert grouping.joined([grid[0], grid[1]]).tolist() == list(range(8))
+
+
+@pytest.mark.parametrize("threads", ["1", "2", "3"])
+def test_whole_run_passes_in_threads_equal_one_pass(threads: str,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # parallel.row_parts: past 2**20 values the packed words of the first occurrences and the
+    # minimum and maximum of a column are computed in one range of rows per thread; the
+    # ranges start anywhere (not at a multiple of the words built at once), and the result is
+    # the one of a single pass
+    from semantics.operators.columns import min_max
+
+    monkeypatch.setenv("WMBT_THREADS", threads)
+    rng = np.random.default_rng(3)
+    n = (1 << 20) + 12_345
+    v = rng.integers(-(1 << 40), 1 << 40, n)
+    v[n // 3] = 1 << 50  # (the maximum and minimum in the middle of a range)
+    v[2 * n // 3 + 1] = -(1 << 50)
+    assert min_max(v) == (-(1 << 50), 1 << 50)
+    p = 21
+    u = v.view(np.uint64)
+    exact = grouping._packed_words(u, p, -(1 << 50))
+    assert np.array_equal(exact, ((u - np.uint64((-(1 << 50)) % (1 << 64))) << np.uint64(p))
+                          | np.arange(n, dtype=np.uint64))
+    hashed = grouping._packed_words(u, p, None)
+    assert np.array_equal(hashed, ((u * grouping._FIB) & np.uint64(~((1 << p) - 1) % (1 << 64)))
+                          | np.arange(n, dtype=np.uint64))

@@ -60,8 +60,10 @@ def test_plain_ids_equal_the_digit_ids(seed, monkeypatch):
     # fitted integer columns without NULLs or extras take KeyCoder._plain_ids (Horner's scheme
     # in wrapping int64, one constant for every column's low): the ids of the digit scheme
     # (_ids), for one to three columns, negative values and lows near both ends of int64
-    # (where x0 * s1 alone wraps), in parts of a few rows
+    # (where x0 * s1 alone wraps), in parts of a few rows, in one to three threads (a range of
+    # rows each: parallel.row_parts)
     rng = np.random.default_rng(seed)
+    monkeypatch.setenv("WMBT_THREADS", str(seed % 3 + 1))
     n = int(rng.integers(1, 500))
     cols = []
     for _ in range(int(rng.integers(1, 4))):

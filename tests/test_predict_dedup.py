@@ -196,8 +196,11 @@ def test_all_batches_at_once_equals_stepping(hash_part: int, chunk: int,
     # and off. With hash_part = 8 the first occurrences are found by a sort
     # (grouping._later_by_sort); with chunk = 3 the accepted rows, late rows and evictions
     # are counted in chunks of a batch or two (engine.batch_chunks).
+    # With two threads, runs of 4 chunks or more go in two groups of chunks
+    # (engine.chunk_groups), each thread counting its own evictions.
     monkeypatch.setattr(grouping, "HASH_PART", hash_part)
     monkeypatch.setattr(engine, "CHUNK_ROWS", chunk)
+    monkeypatch.setenv("WMBT_THREADS", "2")
     rng = np.random.default_rng(7)
     engaged = 0
     for _ in range(200):

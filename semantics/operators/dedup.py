@@ -41,6 +41,7 @@ from semantics.engine import (
     OperatorStep,
     ThresholdSearch,
     batch_chunks,
+    chunk_groups,
     late_rows,
     leaving_batch,
     leaving_counts,
@@ -63,6 +64,7 @@ from semantics.operators.grouping import (
     take_columns,
 )
 from semantics.operators.keys import KeyCoder, key_columns
+from semantics.parallel import map_parts
 from semantics.report import operator_name
 from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import BacktestSpec, DeduplicationQuery
@@ -358,27 +360,49 @@ def _accepted_firsts(counts: np.ndarray, t: np.ndarray, first: np.ndarray,
     n_b = len(counts)
     assert wms is None or bool((wms[0][1:] >= wms[1][:-1]).all())
     dropped, updated = np.zeros(n_b, dtype=np.int64), np.zeros(n_b, dtype=np.int64)
-    removed = np.zeros(n_b + 1, dtype=np.int64) if evicts and wms is not None else None
-    search = ThresholdSearch(wms[1], min_values=0) if removed is not None else None
-    acc = np.empty(len(first), dtype=np.int64)  # (a prefix of it is filled)
-    k = 0
-    for b0, b1, r0, r1 in batch_chunks(counts):
-        cnt = counts[b0:b1]
-        tc = t[r0:r1]
-        if wms is not None:
-            ok = tc > np.repeat(wms[0][b0:b1], cnt)  # not late
-            dropped[b0:b1] = cnt - true_per_batch(ok, cnt)
-            ok &= first[r0:r1]
-        else:
-            ok = first[r0:r1]
-        local = np.flatnonzero(ok)
-        updated[b0:b1] = true_per_batch(ok, cnt)
-        if removed is not None:
-            assert wms is not None
-            leaving_counts(tc[local], wms[1], b0, removed, search)
-        np.add(local, r0, out=acc[k:k + len(local)])
-        k += len(local)
-    return dropped, acc[:k], updated, None if removed is None else removed[:n_b]
+    evicting = evicts and wms is not None
+    search = ThresholdSearch(wms[1], min_values=0) if evicting else None
+
+    def chunks(group: list[tuple[int, int, int, int]]
+               ) -> tuple[list[np.ndarray], np.ndarray | None]:
+        """A group of chunks: their accepted rows (chunk positions) and how many leave in
+        each batch (None: none is counted)."""
+        removed = np.zeros(n_b + 1, dtype=np.int64) if evicting else None
+        accepted = []
+        for b0, b1, r0, r1 in group:
+            cnt = counts[b0:b1]
+            tc = t[r0:r1]
+            if wms is not None:
+                ok = tc > np.repeat(wms[0][b0:b1], cnt)  # not late
+                dropped[b0:b1] = cnt - true_per_batch(ok, cnt)
+                ok &= first[r0:r1]
+            else:
+                ok = first[r0:r1]
+            local = np.flatnonzero(ok)
+            updated[b0:b1] = true_per_batch(ok, cnt)
+            if removed is not None:
+                assert wms is not None
+                leaving_counts(tc[local], wms[1], b0, removed, search)
+            accepted.append(local)
+        return accepted, removed
+
+    # (each thread a group of neighbouring chunks: they write disjoint batches' counts)
+    groups = chunk_groups(batch_chunks(counts))
+    got = map_parts(chunks, groups)
+    sizes = [[len(a) for a in accepted] for accepted, _ in got]
+    acc = np.empty(sum(map(sum, sizes)), dtype=np.int64)
+    at = np.cumsum([0] + [sum(s) for s in sizes]).tolist()
+
+    def place(g: int) -> None:
+        """Group ``g``'s accepted rows as source positions, in their places."""
+        k = at[g]
+        for (_, _, r0, _), local in zip(groups[g], got[g][0], strict=True):
+            np.add(local, r0, out=acc[k:k + len(local)])
+            k += len(local)
+
+    map_parts(place, range(len(groups)))
+    removed = np.sum([r for _, r in got], axis=0)[:n_b] if evicting else None
+    return dropped, acc, updated, removed
 
 
 def _per_batch(positions: np.ndarray, ends: np.ndarray) -> np.ndarray:

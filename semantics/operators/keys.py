@@ -34,6 +34,7 @@ import pandas as pd
 
 from semantics.operators.columns import INT_KINDS, Values, min_max, values_of
 from semantics.operators.grouping import distinct
+from semantics.parallel import map_parts, row_parts
 
 IDS_PART = 1 << 15  # rows whose exact ids are computed at once, at most (KeyCoder.ids)
 _NULL = np.uint64(0x9E3779B97F4A7C15)
@@ -205,7 +206,7 @@ class KeyCoder:
         ``(x0 * s1 + x1) * s2 + x2 ... - K`` (``K``: every column's ``lo - 1`` through the
         same scheme) in wrapping int64 arithmetic, exact because the id itself lies in
         ``0 .. 2**62``; written straight into the result part by part (``IDS_PART`` rows,
-        in the cache): one pass per column and one for ``K``.
+        in the cache; each thread a range of rows): one pass per column and one for ``K``.
 
         >>> c = KeyCoder.fit([Values("int", np.array([5, 7])), Values("int", np.array([1, 3]))])
         >>> c.ids([Values("int", np.array([7, 5])), Values("int", np.array([1, 3]))],
@@ -220,14 +221,19 @@ class KeyCoder:
         k %= 1 << 64  # (as the wrapping arithmetic sees it)
         shift = np.int64(k - (1 << 64) if k >= 1 << 63 else k)
         out = np.empty(rows, dtype=np.int64)
-        with np.errstate(over="ignore"):
-            for a in range(0, rows, IDS_PART):
-                o = out[a:a + IDS_PART]
-                o[...] = columns[0].data[a:a + IDS_PART]
-                for c, size in zip(columns[1:], self.sizes[1:], strict=True):
-                    o *= np.int64(size)
-                    o += c.data[a:a + IDS_PART]
-                o -= shift
+
+        def fill(part: slice) -> None:
+            with np.errstate(over="ignore"):
+                for a in range(part.start, part.stop, IDS_PART):
+                    b = min(a + IDS_PART, part.stop)
+                    o = out[a:b]
+                    o[...] = columns[0].data[a:b]
+                    for c, size in zip(columns[1:], self.sizes[1:], strict=True):
+                        o *= np.int64(size)
+                        o += c.data[a:b]
+                    o -= shift
+
+        map_parts(fill, row_parts(rows, 4 * IDS_PART))  # (ranges of rows in threads)
         return out
 
     def _ids(self, columns: Sequence[Values], extra: Sequence[np.ndarray], on_grid: bool,
