@@ -75,22 +75,94 @@ def test_band_slices_decline_codes_and_positions_past_a_word(
     assert band_slices(one, one, one, one, 0, True, 0, True) is None
 
 
+@pytest.mark.parametrize("seed", range(300))
+def test_band_pairs_equal_a_double_loop(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # rule: the pairs found by neighbours in one sort of both sides are every query row's
+    # searched rows of its code within [qt + lo, qt + hi] (strict bounds exclude), each once;
+    # coarsened times (a narrow word) give every match and maybe rows just outside the band;
+    # bands that hold the row's own time, start or end there, or lie wholly before or after
+    # it (empty ones too); open bounds, rows meeting more than STEPS_MAX neighbours and pairs
+    # past the budget give None (band_slices finds them)
+    r = np.random.default_rng(seed)
+    coarse = seed % 2 == 1
+    if coarse:
+        monkeypatch.setattr(join_band, "WORD_BITS", 22)
+    short = seed % 5 == 0
+    if short:
+        monkeypatch.setattr(join_band, "STEPS_MAX", 2)
+    ns, nq = int(r.integers(0, 40)), int(r.integers(0, 40))
+    n_codes = int(r.integers(1, 5))
+    scode, qcode = r.integers(0, n_codes, ns), r.integers(0, n_codes, nq)
+    scale = int(r.choice([1, 10, 10**6]))
+    st, qt = r.integers(0, 50, ns) * scale, r.integers(0, 50, nq) * scale
+    lo = None if r.random() < 0.1 else int(r.integers(-20, 5)) * scale
+    hi = None if r.random() < 0.1 else int(r.integers(-5, 20)) * scale
+    lo_incl, hi_incl = bool(r.random() < 0.5), bool(r.random() < 0.5)
+    want = _brute(scode, st, qcode, qt, lo, lo_incl, hi, hi_incl)
+    most = 10**6 if seed % 7 else 3
+    got = join_band.band_pairs(scode, st, qcode, qt, lo, lo_incl, hi, hi_incl, most)
+    if got is None:
+        crowded = max(np.bincount(np.r_[scode, qcode], minlength=1)) >= join_band.STEPS_MAX
+        assert lo is None or hi is None or crowded or sum(map(len, want)) > most
+        return
+    q, s_, exact = got
+    pairs = list(zip(q.tolist(), s_.tolist(), strict=True))
+    assert len(set(pairs)) == len(pairs)  # (each pair once)
+    found: list[set[int]] = [set() for _ in range(nq)]
+    for a, b in pairs:
+        d = st[b] - qt[a]
+        assert scode[b] == qcode[a]
+        if exact or ((lo_incl and d >= lo or d > lo) and (hi_incl and d <= hi or d < hi)):
+            found[a].add(b)
+    assert found == want
+    if not coarse:
+        assert exact
+
+
+def test_band_pairs_decline_codes_and_positions_past_a_word(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # codes and positions alone past the word: None (then band_slices declines as well)
+    monkeypatch.setattr(join_band, "WORD_BITS", 8)
+    one = np.array([0, 1000])
+    assert join_band.band_pairs(one, one, one, one, 0, True, 0, True, 100) is None
+
+
 @pytest.mark.parametrize("seed", range(30))
-def test_coarsened_bands_give_stepping_prediction(seed: int,
+@pytest.mark.parametrize("by", ["pairs", "slices"])
+def test_coarsened_bands_give_stepping_prediction(seed: int, by: str,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     # the whole-run join with coarsened bands (a narrow word) and its exact filter of the
-    # pairs predicts what stepping does
+    # pairs predicts what stepping does, by neighbours (band_pairs) and by slices (band_pairs
+    # declining, as for open or dense bands)
     steps, jtype, kw = _random_join(seed)
     run = join_run(steps, jtype, explain=False, **kw)
     monkeypatch.setattr(join_band, "WORD_BITS", 24)
     calls: list[bool] = []
-    real = join_band.band_slices
+    if by == "slices":
+        monkeypatch.setattr(join_all, "band_pairs", lambda *a: None)
+        real = join_band.band_slices
 
-    def spy(*a: object) -> join_band.Band | None:
-        got = real(*a)
-        calls.append(got is not None and not got.exact)
-        return got
+        def spy(*a: object) -> join_band.Band | None:
+            got = real(*a)
+            calls.append(got is not None and not got.exact)
+            return got
 
-    monkeypatch.setattr(join_all, "band_slices", spy)
+        monkeypatch.setattr(join_all, "band_slices", spy)
+    else:  # (however many neighbours a row meets: no falling back to slices)
+        monkeypatch.setattr(join_band, "STEPS_MAX", 10**6)
+        monkeypatch.setattr(join_band, "WORD_BITS", 20)
+        real_pairs = join_band.band_pairs
+        declined: list[bool] = []
+
+        def spy_pairs(*a: object) -> tuple[np.ndarray, np.ndarray, bool] | None:
+            got = real_pairs(*a)  # type: ignore[arg-type]
+            calls.append(got is not None and not got[2])
+            declined.append(got is None)
+            return got
+
+        monkeypatch.setattr(join_all, "band_pairs", spy_pairs)
     assert at_once_vs_stepped(run.spec, run.schedule, ordered=False)
-    assert any(calls)
+    if by == "pairs" and None in (kw["lower"], kw["upper"]):
+        assert declined and all(declined)  # (an open bound: by slices)
+    else:
+        assert any(calls)

@@ -44,7 +44,7 @@ import numpy as np
 
 from semantics.engine import ThresholdSearch, leaving_batch
 from semantics.operators.grouping import order_of_small
-from semantics.operators.join_band import band_slices
+from semantics.operators.join_band import band_pairs, band_slices
 from semantics.operators.join_frames import expand
 from semantics.parallel import map_parts
 
@@ -342,21 +342,27 @@ def keys_alive(code: np.ndarray, b: np.ndarray, e: np.ndarray, n_b: int) -> np.n
 def _candidates(left: Admitted, right: Admitted, condition: TimeCondition
                 ) -> tuple[np.ndarray, np.ndarray] | tuple[None, None]:
     """(left index, right index) of every pair with equal codes and the time condition true;
-    (None, None) past the pair budget or when codes and positions do not pack
-    (:func:`~semantics.operators.join_band.band_slices`). The smaller side's rows are the
-    queries."""
+    (None, None) past the pair budget or when codes and positions do not pack. The smaller
+    side's rows are the queries. The pairs come from neighbours in one sort of both sides
+    (:func:`~semantics.operators.join_band.band_pairs`); where a band is open or dense, from
+    slices of the searched side (:func:`~semantics.operators.join_band.band_slices`)."""
     query_left = len(left) <= len(right)
     query, searched = (left, right) if query_left else (right, left)
-    band = band_slices(searched.code, searched.et, query.code, query.et,
-                       *condition.around(query_left))
-    if band is None or int(band.counts.sum()) > max(PAIRS_PER_ROW * (len(left) + len(right)),
-                                                    MIN_PAIRS):
-        return None, None
-    has = band.hit  # (most rows of a sparse join meet none)
-    q, s = expand(band.start[has], band.counts[has], band.order)
-    q = has[q]
+    around = condition.around(query_left)
+    most = max(PAIRS_PER_ROW * (len(left) + len(right)), MIN_PAIRS)
+    got = band_pairs(searched.code, searched.et, query.code, query.et, *around, most)
+    if got is not None:
+        q, s, exact = got
+    else:
+        band = band_slices(searched.code, searched.et, query.code, query.et, *around)
+        if band is None or int(band.counts.sum()) > most:
+            return None, None
+        has = band.hit  # (most rows of a sparse join meet none)
+        q, s = expand(band.start[has], band.counts[has], band.order)
+        q = has[q]
+        exact = band.exact
     li, rj = (q, s) if query_left else (s, q)
-    if not band.exact:  # coarsened times: the slices may hold rows just outside the band
+    if not exact:  # coarsened times: the pairs may hold rows just outside the band
         keep = condition(left.et[li], right.et[rj])
         li, rj = li[keep], rj[keep]
     return li, rj

@@ -33,6 +33,8 @@ from semantics.operators.grouping import position_bits, sort_words
 WORD_BITS = 63  # bits of a packed word (int64, non-negative)
 # a row's matches are counted word by word up to this many, the rest by binary searches
 STEPS = 4
+# band_pairs reads at most this many neighbours of a row in each direction
+STEPS_MAX = 32
 
 
 @dataclass(frozen=True)
@@ -150,3 +152,130 @@ def _merged_counts(words: np.ndarray, p: int) -> np.ndarray:
     at = np.empty(1 << p, dtype=np.int64)
     at[words] = before
     return at
+
+
+def band_pairs(scode: np.ndarray, st: np.ndarray, qcode: np.ndarray, qt: np.ndarray,
+               lo: int | None, lo_incl: bool, hi: int | None, hi_incl: bool,
+               most: int) -> tuple[np.ndarray, np.ndarray, bool] | None:
+    """``(q, s, exact)``: every pair of a query row ``q`` and a searched row ``s`` with equal
+    codes and ``qt + lo <= st <= qt + hi`` (``<`` when a bound is strict) — the same pairs
+    :func:`band_slices` finds, without slices: by neighbours in one sort of both sides.
+
+    Both sides become words ``(code, time, side, position)`` sorted together, so a query
+    row's matches are the searched words next to it, before it down to its lower bound and
+    after it up to its upper bound; they are read one neighbour further at a time for the rows
+    still inside their band (in a sparse join most rows meet no neighbour of their code
+    within it: one step over all rows, then a few over a few). The side bit puts a query row
+    before or after the searched rows of its very time so that, when the band starts (or
+    ends) at the row's own time, only one direction is read. No probes, no running count,
+    no scatter. ``exact`` False: times were coarsened (the pairs may hold some just outside
+    the band, to be filtered by exact times).
+
+    None when a bound is open, when codes, times and positions do not fit a word even
+    coarsened, or when some row still meets neighbours after ``STEPS_MAX`` of them or the
+    pairs pass ``most`` (a dense band: :func:`band_slices` finds them by slices).
+
+    >>> q, s, exact = band_pairs(np.array([1, 1, 1, 2]), np.array([10, 30, 20, 20]),
+    ...                          np.array([1, 2, 3]), np.array([25, 20, 20]), -10, True, 5,
+    ...                          False, 100)
+    >>> sorted(zip(q.tolist(), s.tolist())), exact
+    ([(0, 2), (1, 3)], True)
+    """
+    ns, nq = len(st), len(qt)
+    empty = np.zeros(0, dtype=np.int64)
+    if lo is None or hi is None:
+        return None
+    if not ns or not nq:
+        return empty, empty, True
+    c0 = min(int(scode.min()), int(qcode.min()))
+    c_bits = (max(int(scode.max()), int(qcode.max())) - c0).bit_length()
+    p = position_bits(max(ns, nq))
+    t0 = min(int(st.min()), int(qt.min()))
+    t_span = max(int(st.max()), int(qt.max())) - t0
+    for shift in range(64):  # the least coarsening that fits
+        exact = shift == 0
+        # the band in (coarse) time units from the row's own: widened to whole units (every
+        # match stays inside), strict bounds moved by one where times are exact
+        lo_eff = lo + (0 if lo_incl or not exact else 1)
+        hi_eff = hi - (0 if hi_incl or not exact else 1)
+        dl, du = lo_eff >> shift, -(-hi_eff >> shift)
+        pad = max(0, -dl)  # (so that a row's lower bound is no negative time)
+        t_bits = ((t_span >> shift) + pad + max(0, du)).bit_length()
+        if c_bits + t_bits + 1 + p <= WORD_BITS:
+            break
+        if t_bits == 0:
+            return None
+    if lo_eff > hi_eff:  # an empty band
+        return empty, empty, True
+    low_bits = 1 + p  # the side and the position
+    # a query row before the searched rows of its own time when its band starts there (only
+    # the words after it are read), after them otherwise
+    q_side = 0 if dl >= 0 else 1
+    back = dl < 0 or (dl == 0 and q_side == 1)  # (read the words before a row)
+    fwd = du > 0 or (du == 0 and q_side == 0)  # (... after it)
+
+    def words(code: np.ndarray, t: np.ndarray, side: int, out: np.ndarray) -> None:
+        rel = t - t0
+        if shift:
+            rel >>= shift
+        if pad:
+            rel += pad
+        w = np.subtract(code, c0, out=out)
+        w <<= t_bits
+        w |= rel
+        w <<= low_bits
+        w |= np.arange(side << p, (side << p) + len(w), dtype=np.int64)
+
+    n = nq + ns
+    merged = np.empty(n + 2, dtype=np.int64)  # (a sentinel word at each end)
+    merged[0], merged[n + 1] = -1, np.iinfo(np.int64).max
+    words(qcode, qt, q_side, merged[1:nq + 1])
+    words(scode, st, 1 - q_side, merged[nq + 1:n + 1])
+    sort_words(merged[1:n + 1].view(np.uint64))
+    side_bit, pos_mask = 1 << p, (1 << p) - 1
+    s_side = (1 - q_side) << p  # a searched word's side bit
+    # the query rows' places in the sorted words
+    bit = merged[1:n + 1] & side_bit
+    at = np.flatnonzero(bit != 0 if q_side else bit == 0)  # (of booleans: 8x faster)
+    at += 1
+    own = merged[at]
+    qpos = own & pos_mask
+    own >>= low_bits  # (code, time)
+    lower = (own + dl) << low_bits  # the least word inside the band
+    upper = ((own + du) << low_bits) | ((1 << low_bits) - 1)  # the greatest
+    qs: list[np.ndarray] = []
+    ss: list[np.ndarray] = []
+    found = 0
+    for step, on in ((-1, back), (1, fwd)):
+        if not on:
+            continue
+        # the bound that ends the walk, and the other one where the band may not hold the
+        # row's own time (then words between the row and the band are walked over)
+        stop, other = (lower, upper if du < 0 else None) if step < 0 else \
+            (upper, lower if dl > 0 else None)
+        k, q = at + step, qpos
+        for _ in range(STEPS_MAX):
+            x = merged[k]
+            go = x >= stop if step < 0 else x <= stop
+            hit = go & ((x & side_bit) == s_side)  # (a searched row's word)
+            if other is not None:
+                hit &= (x <= other) if step < 0 else (x >= other)
+            h = np.flatnonzero(hit)
+            if len(h):
+                qs.append(q[h])
+                ss.append(x[h] & pos_mask)
+                found += len(h)
+                if found > most:
+                    return None
+            keep = np.flatnonzero(go)
+            if not len(keep):
+                break
+            k, q, stop = k[keep], q[keep], stop[keep]
+            k += step
+            if other is not None:
+                other = other[keep]
+        else:
+            return None
+    if not qs:
+        return empty, empty, exact
+    return np.concatenate(qs), np.concatenate(ss), exact
