@@ -211,7 +211,7 @@ def _part(rows: _Rows, m: int, k0: int, minor: int, base: int, e_row: np.ndarray
 
     pairs = summed(None)
     # the groups in window-major (id) order: row, key of each
-    cells = np.flatnonzero(pairs.reshape(m, r)[:, :rows_p].T)
+    cells = np.flatnonzero(pairs.reshape(m, r)[:, :rows_p].T != 0)  # (booleans: faster)
     row, k = divmod_by(cells, m)
     at = k * r + row  # their key-major places
     created = extreme(np.minimum, n_b, b)[cells]  # the first batch with one of its pairs

@@ -623,7 +623,7 @@ class SessionOperator:
                     continue
                 e = run.entries
                 lo, cnt = runs_of(e.gid, keys)
-                has = np.flatnonzero(cnt)
+                has = np.flatnonzero(cnt != 0)
                 if not len(has):
                     continue
                 if not self._coder.exact:  # stored sessions of an id: the units' key?
@@ -685,7 +685,7 @@ class SessionOperator:
         lo, cnt = runs_of(state.gid, keys)
         stored_idx = ranges(lo, cnt)
         stored = state.take(stored_idx)
-        has = np.flatnonzero(cnt)
+        has = np.flatnonzero(cnt != 0)
         if len(has) and not self._coder.exact:  # stored sessions of an id: the units' key?
             self._coder.check_same(state.keys, lo[has], units.keys,
                                    np.searchsorted(units.gid, keys[has], side="left"))

@@ -131,7 +131,7 @@ def tumbling_at_once(rows: Callable[[int, int], tuple[np.ndarray, np.ndarray]],
     else:
         # leaving windows are a prefix of the grid's rows (their batch never decreases)
         gone = int(np.searchsorted(e_row, n_b))
-        ids = np.flatnonzero(pairs[:gone * minor])
+        ids = np.flatnonzero(pairs[:gone * minor] != 0)  # (of booleans: ~8x faster than ints)
         batch = e_row[ids // minor]
         out = [grid[ids] for grid in grids]
     cuts = np.r_[0, np.cumsum(np.bincount(batch, minlength=n_b)[:n_b])]
