@@ -366,11 +366,21 @@ def late_rows(plan: list[BatchInput], counts: np.ndarray, t_us: np.ndarray) -> n
     from :func:`source_counts` and :func:`source_rows`; or a value compared in place of the
     event time) are late: at or behind the late watermark of their batch (Spark's ``<=``, in
     µs; each batch's watermark repeated over its rows, no gather per row); none without a
-    watermark."""
+    watermark. Chunk by chunk of batches (:func:`batch_chunks`: the repeated watermarks stay
+    in the cache), groups of chunks in threads."""
     wms = watermarks_us(plan)
     if wms is None:
         return np.zeros(len(t_us), dtype=bool)
-    return t_us <= np.repeat(wms[0], counts)
+    assert int(np.sum(counts)) == len(t_us), "the batches must tile the rows"
+    out = np.empty(len(t_us), dtype=bool)
+
+    def fill(group: list[tuple[int, int, int, int]]) -> None:
+        for b0, b1, r0, r1 in group:
+            np.less_equal(t_us[r0:r1], np.repeat(wms[0][b0:b1], counts[b0:b1]),
+                          out=out[r0:r1])
+
+    map_parts(fill, chunk_groups(batch_chunks(counts)))
+    return out
 
 
 SEARCH_PART = 1 << 18  # values searched at once, at most (more: in parts, in threads)
