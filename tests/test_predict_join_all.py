@@ -112,6 +112,9 @@ def test_keys_alive_counts_distinct_codes_per_batch(seed: int) -> None:
     want = [len({c for c, x, y in zip(code, b, e, strict=True) if x <= t <= y})
             for t in range(n_b)]
     assert keys_alive(code, b, e, n_b).tolist() == want
+    if n:  # the code range from the caller (wider than the rows' own: a key range)
+        codes = (int(code.min()) - int(r.integers(0, 3)), int(code.max()) + int(r.integers(0, 3)))
+        assert keys_alive(code, b, e, n_b, codes).tolist() == want
 
 
 @pytest.mark.parametrize("jtype", TYPES)

@@ -67,6 +67,7 @@ class Admitted:
     e: np.ndarray  # batch it leaves the state in, after both joins (n_b: never)
     code: np.ndarray  # key code
     et: np.ndarray  # event time (µs)
+    codes: tuple[int, int]  # the lowest and highest code the rows may have
 
     def __len__(self) -> int:
         return len(self.pos)
@@ -111,7 +112,8 @@ class RunSide:
             pos = np.arange(len(self), dtype=np.int64) if keep is None else np.flatnonzero(keep)
             gather = (lambda a: a) if keep is None else (lambda a: a[pos])
             return [self._admitted(pos, gather(self.code), gather(self.et),
-                                   None if self.ev is None else gather(self.ev), ends, search)]
+                                   None if self.ev is None else gather(self.ev), ends, search,
+                                   (0, max(n_codes - 1, 0)))]
         width = (n_codes - 1) // n_parts + 1
         part = np.floor_divide(self.code, width)
         if keep is not None:
@@ -124,21 +126,23 @@ class RunSide:
         cuts = np.cumsum(sizes[:n_parts - 1])
         arrays = [self.code, self.et] + ([] if self.ev is None else [self.ev])
         cols = list(zip(*(np.split(a.take(kept), cuts) for a in arrays), strict=True))
-        return [self._admitted(pos, c[0], c[1], c[2] if len(c) > 2 else None, ends, search)
-                for pos, c in zip(np.split(kept, cuts), cols, strict=True)]
+        return [self._admitted(pos, c[0], c[1], c[2] if len(c) > 2 else None, ends, search,
+                               (i * width, min((i + 1) * width, n_codes) - 1))
+                for i, (pos, c) in enumerate(zip(np.split(kept, cuts), cols, strict=True))]
 
     def _admitted(self, pos: np.ndarray, code: np.ndarray, et: np.ndarray,
-                  ev: np.ndarray | None, ends: np.ndarray, search: ThresholdSearch | None
-                  ) -> Admitted:
-        """The rows at source positions ``pos`` (ascending) with these codes, times, values;
-        ``ends``: where each batch's source rows end; ``search``: of the thresholds."""
+                  ev: np.ndarray | None, ends: np.ndarray, search: ThresholdSearch | None,
+                  codes: tuple[int, int]) -> Admitted:
+        """The rows at source positions ``pos`` (ascending) with these codes (within
+        ``codes``), times, values; ``ends``: where each batch's source rows end; ``search``: of
+        the thresholds."""
         n_b = len(ends)
         # (each batch's rows: a search per batch among the sorted positions, not per row)
         b = np.repeat(np.arange(n_b, dtype=np.int64),
                       np.diff(np.searchsorted(pos, ends), prepend=0))
         # (in arrival order: nearly sorted, twice as fast as in key order)
         e = leaving_batch(et if ev is None else ev, self.thr_us, n_b, b, search)
-        return Admitted(pos, b, e, code, et)
+        return Admitted(pos, b, e, code, et, codes)
 
 
 @dataclass(frozen=True)
@@ -294,17 +298,19 @@ def _join_range(left: Admitted, right: Admitted, jtype: str, condition: TimeCond
         counts[1] += came
         if counted:
             counts[2] += gone
-        counts[3] += keys_alive(code, b, e, n_b)
+        counts[3] += keys_alive(code, b, e, n_b, side.codes)
     return counts, out_l, out_r, out_b
 
 
-def keys_alive(code: np.ndarray, b: np.ndarray, e: np.ndarray, n_b: int) -> np.ndarray:
+def keys_alive(code: np.ndarray, b: np.ndarray, e: np.ndarray, n_b: int,
+               codes: tuple[int, int] | None = None) -> np.ndarray:
     """Per batch ``t < n_b``: how many distinct ``code`` values (ints from 0) have a row with
     ``b <= t <= e`` (rows in any order; ``b <= e <= n_b``). The rows are put in (code, b)
     order by one sort of the words ``(code, b, e)`` (no gathers after it; codes of a range too
     wide for them are numbered densely first); a code's intervals then merge where one starts
     after the latest end before it: a running maximum of the words ``(code, e)`` holds that
     end, and a word ``(code, b)`` above the one before it starts a code or an interval.
+    ``codes``: the lowest and highest code, when the caller knows them.
 
     >>> keys_alive(np.array([2, 1, 1]), np.array([1, 2, 0]), np.array([1, 3, 0]), 4).tolist()
     [1, 1, 1, 1]
@@ -313,8 +319,8 @@ def keys_alive(code: np.ndarray, b: np.ndarray, e: np.ndarray, n_b: int) -> np.n
     if not n:
         return np.zeros(n_b, dtype=np.int64)
     bits = (n_b + 1).bit_length()  # of a batch, n_b included
-    c0 = int(code.min())
-    if (int(code.max()) - c0).bit_length() + 2 * bits > 63:  # a wide range: numbered densely
+    c0, c1 = codes if codes is not None else (int(code.min()), int(code.max()))
+    if (c1 - c0).bit_length() + 2 * bits > 63:  # a wide range: numbered densely
         code, c0 = np.unique(code, return_inverse=True)[1].astype(np.int64), 0
     mask = (1 << bits) - 1
     w = code - c0
@@ -350,11 +356,13 @@ def _candidates(left: Admitted, right: Admitted, condition: TimeCondition
     query, searched = (left, right) if query_left else (right, left)
     around = condition.around(query_left)
     most = max(PAIRS_PER_ROW * (len(left) + len(right)), MIN_PAIRS)
-    got = band_pairs(searched.code, searched.et, query.code, query.et, *around, most)
+    got = band_pairs(searched.code, searched.et, query.code, query.et, *around, most,
+                     left.codes)
     if got is not None:
         q, s, exact = got
     else:
-        band = band_slices(searched.code, searched.et, query.code, query.et, *around)
+        band = band_slices(searched.code, searched.et, query.code, query.et, *around,
+                           left.codes)
         if band is None or int(band.counts.sum()) > most:
             return None, None
         has = band.hit  # (most rows of a sparse join meet none)

@@ -51,11 +51,13 @@ class Band:
 
 
 def band_slices(scode: np.ndarray, st: np.ndarray, qcode: np.ndarray, qt: np.ndarray,
-                lo: int | None, lo_incl: bool, hi: int | None, hi_incl: bool) -> Band | None:
+                lo: int | None, lo_incl: bool, hi: int | None, hi_incl: bool,
+                codes: tuple[int, int] | None = None) -> Band | None:
     """The :class:`Band` of searched rows (codes ``scode``, times ``st``) meeting each query
     row (``qcode``, ``qt``): equal codes and ``qt + lo <= st <= qt + hi`` (``<`` when a bound
-    is strict; a None bound is open). Codes are ints from 0; ``qt + lo`` and ``qt + hi`` must
-    not overflow int64. None when codes and positions alone do not fit a word.
+    is strict; a None bound is open). Codes are ints from 0 (within ``codes``, the lowest and
+    highest, when the caller knows them); ``qt + lo`` and ``qt + hi`` must not overflow
+    int64. None when codes and positions alone do not fit a word.
 
     >>> b = band_slices(np.array([1, 1, 1, 2]), np.array([10, 30, 20, 20]),
     ...                 np.array([1, 2, 3]), np.array([25, 20, 20]), -10, True, 5, False)
@@ -66,8 +68,7 @@ def band_slices(scode: np.ndarray, st: np.ndarray, qcode: np.ndarray, qt: np.nda
     if not ns or not nq:
         return Band(np.zeros(nq, dtype=np.int64), np.zeros(nq, dtype=np.int64),
                     np.arange(ns, dtype=np.int64), True, np.zeros(0, dtype=np.int64))
-    c0 = min(int(scode.min()), int(qcode.min()))
-    c_bits = (max(int(scode.max()), int(qcode.max())) - c0).bit_length()
+    c0, c_bits = _code_bits(scode, qcode, codes)
     p = position_bits(nq + ns)  # positions: the probes' 0 .. n_q - 1, the searched rows' next
     low_bits = 2 + p  # the tag and the position
     if c_bits + low_bits + 1 > WORD_BITS:
@@ -156,7 +157,8 @@ def _merged_counts(words: np.ndarray, p: int) -> np.ndarray:
 
 def band_pairs(scode: np.ndarray, st: np.ndarray, qcode: np.ndarray, qt: np.ndarray,
                lo: int | None, lo_incl: bool, hi: int | None, hi_incl: bool,
-               most: int) -> tuple[np.ndarray, np.ndarray, bool] | None:
+               most: int, codes: tuple[int, int] | None = None
+               ) -> tuple[np.ndarray, np.ndarray, bool] | None:
     """``(q, s, exact)``: every pair of a query row ``q`` and a searched row ``s`` with equal
     codes and ``qt + lo <= st <= qt + hi`` (``<`` when a bound is strict) — the same pairs
     :func:`band_slices` finds, without slices: by neighbours in one sort of both sides.
@@ -169,7 +171,8 @@ def band_pairs(scode: np.ndarray, st: np.ndarray, qcode: np.ndarray, qt: np.ndar
     before or after the searched rows of its very time so that, when the band starts (or
     ends) at the row's own time, only one direction is read. No probes, no running count,
     no scatter. ``exact`` False: times were coarsened (the pairs may hold some just outside
-    the band, to be filtered by exact times).
+    the band, to be filtered by exact times). ``codes``: the lowest and highest code, when the
+    caller knows them.
 
     None when a bound is open, when codes, times and positions do not fit a word even
     coarsened, or when some row still meets neighbours after ``STEPS_MAX`` of them or the
@@ -187,8 +190,7 @@ def band_pairs(scode: np.ndarray, st: np.ndarray, qcode: np.ndarray, qt: np.ndar
         return None
     if not ns or not nq:
         return empty, empty, True
-    c0 = min(int(scode.min()), int(qcode.min()))
-    c_bits = (max(int(scode.max()), int(qcode.max())) - c0).bit_length()
+    c0, c_bits = _code_bits(scode, qcode, codes)
     p = position_bits(max(ns, nq))
     t0 = min(int(st.min()), int(qt.min()))
     t_span = max(int(st.max()), int(qt.max())) - t0
@@ -279,3 +281,18 @@ def band_pairs(scode: np.ndarray, st: np.ndarray, qcode: np.ndarray, qt: np.ndar
     if not qs:
         return empty, empty, exact
     return np.concatenate(qs), np.concatenate(ss), exact
+
+
+def _code_bits(scode: np.ndarray, qcode: np.ndarray, codes: tuple[int, int] | None
+               ) -> tuple[int, int]:
+    """(lowest code, bits of the codes above it) of both sides (non-empty); ``codes``: the
+    lowest and highest code when the caller knows them (no passes).
+
+    >>> _code_bits(np.array([5, 9]), np.array([7]), None), _code_bits(np.array([5]),
+    ...                                                              np.array([5]), (0, 15))
+    ((5, 3), (0, 4))
+    """
+    if codes is None:
+        codes = (min(int(scode.min()), int(qcode.min())), max(int(scode.max()),
+                                                              int(qcode.max())))
+    return codes[0], (codes[1] - codes[0]).bit_length()
