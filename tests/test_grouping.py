@@ -223,3 +223,16 @@ def test_whole_run_passes_in_threads_equal_one_pass(threads: str,
     hashed = grouping._packed_words(u, p, None)
     assert np.array_equal(hashed, ((u * grouping._FIB) & np.uint64(~((1 << p) - 1) % (1 << 64)))
                           | np.arange(n, dtype=np.uint64))
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_order_of_small_is_the_stable_argsort(seed: int) -> None:
+    # order_of_small sorts words value << p | position: 32-bit words where they fit, 64-bit
+    # ones where not, numpy's stable argsort past 63 bits; the order is the stable one
+    r = np.random.default_rng(seed)
+    n = int(r.integers(0, 3000))
+    top = int(r.choice([0, 1, 500, 2**20, 2**40, 2**62]))
+    v = r.integers(0, top + 1, n) if top < 2**62 else r.integers(0, 2**62, n)
+    if top >= 2**20 and n:  # (runs of equal values: the order among them is the positions')
+        v[r.integers(0, n, n // 2)] = v[0]
+    assert np.array_equal(grouping.order_of_small(v, top), np.argsort(v, kind="stable"))

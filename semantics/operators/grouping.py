@@ -530,12 +530,26 @@ def by_key_then_time(ids: np.ndarray, t: np.ndarray
 
 
 def order_of_small(v: np.ndarray, top: int) -> np.ndarray:
-    """Stable order of ``v`` (ints in ``[0, top]``): numpy's radix sort when they fit 16 bits.
+    """Stable order of ``v`` (ints in ``[0, top]``): one sort of the words ``value <<
+    p | position`` (:func:`position_bits`), 32-bit ones when they fit (numpy sorts plain
+    values with SIMD, twice as many 32-bit ones at once: 130 000 values below 512, 0.8 against
+    2.3 ms for its stable radix argsort), else numpy's radix sort of 16-bit values.
 
     >>> order_of_small(np.array([2, 0, 2, 1]), 2).tolist()
     [1, 3, 0, 2]
     """
-    return np.argsort(v.astype(np.uint16) if top < 1 << 16 else v, kind="stable")
+    n = len(v)
+    p = position_bits(n)
+    bits = max(int(top), 0).bit_length() + p
+    if bits > 63:
+        return np.argsort(v.astype(np.uint16) if top < 1 << 16 else v, kind="stable")
+    dtype = np.uint32 if bits <= 32 else np.uint64
+    w = v.astype(dtype)
+    w <<= dtype(p)
+    w |= np.arange(n, dtype=dtype)
+    w.sort()
+    w &= dtype((1 << p) - 1)
+    return w.astype(np.int64)
 
 
 def stable_argsort(v: np.ndarray, size: int | None = None) -> np.ndarray:

@@ -321,9 +321,12 @@ def keys_alive(code: np.ndarray, b: np.ndarray, e: np.ndarray, n_b: int,
     bits = (n_b + 1).bit_length()  # of a batch, n_b included
     c0, c1 = codes if codes is not None else (int(code.min()), int(code.max()))
     if (c1 - c0).bit_length() + 2 * bits > 63:  # a wide range: numbered densely
-        code, c0 = np.unique(code, return_inverse=True)[1].astype(np.int64), 0
+        uniques, code = np.unique(code, return_inverse=True)
+        code, c0, c1 = code.astype(np.int64), 0, len(uniques) - 1
     mask = (1 << bits) - 1
-    w = code - c0
+    # (32-bit words when they fit: half the memory, and numpy sorts them twice as fast)
+    w = np.subtract(code, c0, dtype=np.int32 if (c1 - c0).bit_length() + 2 * bits <= 31
+                    else np.int64)
     w <<= bits
     w |= b
     w <<= bits
