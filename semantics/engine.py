@@ -619,8 +619,9 @@ def _tick_max_ms(event_us: np.ndarray, bounds: dict[int, tuple[int, int]],
                  mask: np.ndarray | None = None) -> dict[int, int]:
     """Max event time (ms) of every tick holding rows that reach the watermark (``bounds``:
     tick -> its rows, in tick order and covering ``event_us``; ``mask``: the rows that reach
-    it, None: all), by one ``reduceat`` over all rows. Micros to ms truncation is monotonic,
-    so the max of the converted values is the converted max.
+    it, None: all), by one ``reduceat`` over all rows (past 2**20 rows, one over each thread's
+    range of ticks). Micros to ms truncation is monotonic, so the max of the converted values
+    is the converted max.
 
     >>> _tick_max_ms(np.array([5000, 9999, 2000, 7000]), {0: (0, 2), 1: (2, 2), 2: (2, 4)})
     {0: 9, 2: 7}
@@ -632,8 +633,17 @@ def _tick_max_ms(event_us: np.ndarray, bounds: dict[int, tuple[int, int]],
     assert sum(hi - lo for lo, hi in bounds.values()) == len(event_us)  # (they tile the rows)
     if not held:
         return {}
-    top = np.maximum.reduceat(event_us if mask is None else np.where(mask, event_us, MASKED),
-                              [lo for _, lo in held])
+    starts = np.array([lo for _, lo in held], dtype=np.int64)
+
+    def part(ticks: slice) -> np.ndarray:
+        """The maxima of these ticks (neighbours: one range of rows)."""
+        a = int(starts[ticks.start])
+        b = int(starts[ticks.stop]) if ticks.stop < len(starts) else len(event_us)
+        rows = event_us[a:b] if mask is None else np.where(mask[a:b], event_us[a:b], MASKED)
+        return np.maximum.reduceat(rows, starts[ticks] - a)
+
+    ranges = row_parts(len(held), 1) if len(event_us) >= 1 << 20 else [slice(0, len(held))]
+    top = np.concatenate(map_parts(part, ranges))  # (past 2**20 rows: ranges of ticks)
     maxima = micros_to_ms(top).tolist()
     if mask is None:
         return {t: m for (t, _), m in zip(held, maxima, strict=True)}

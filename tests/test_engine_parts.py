@@ -1,0 +1,56 @@
+"""Whole-run passes of the engine done part by part in threads (parallel.row_parts,
+engine.chunk_groups) give what one pass gives."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from semantics import engine
+from semantics.engine import BatchInput
+
+
+@pytest.mark.parametrize("threads", ["1", "2", "3"])
+def test_tick_maxima_in_ranges_of_ticks(threads: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # past 2**20 rows each thread takes the maxima of a range of ticks (empty ticks, masked
+    # rows, a tick all masked): the maxima of one reduceat over all rows
+    monkeypatch.setenv("WMBT_THREADS", threads)
+    r = np.random.default_rng(int(threads))
+    n = (1 << 20) + 777
+    sizes = r.integers(0, 3000, 600)  # (rows per tick, some ticks empty; ~900 000 in all)
+    sizes[r.integers(0, 600, 60)] = 0
+    sizes = np.r_[sizes, n - int(sizes.sum())]
+    assert sizes[-1] > 0
+    ends = np.cumsum(sizes)
+    bounds = {t: (int(e - s), int(e)) for t, (s, e) in enumerate(zip(sizes, ends, strict=True))}
+    event_us = r.integers(0, 10**12, n)
+    mask = r.random(n) < 0.9
+    busy = [t for t, (lo, hi) in bounds.items() if hi > lo]
+    mask[slice(*bounds[busy[3]])] = False  # (a tick with every row masked: no maximum)
+    for m in (None, mask):
+        want = {}
+        for t, (lo, hi) in bounds.items():
+            rows = event_us[lo:hi] if m is None else event_us[lo:hi][m[lo:hi]]
+            if len(rows):
+                want[t] = int(rows.max()) // 1000
+        assert engine._tick_max_ms(event_us, bounds, m) == want
+
+
+@pytest.mark.parametrize("threads", ["1", "2", "3"])
+def test_late_rows_by_groups_of_chunks(threads: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # late_rows compares rows with their batch's late watermark chunk by chunk, groups of
+    # chunks in threads (engine.chunk_groups): every row against its own batch's watermark
+    monkeypatch.setenv("WMBT_THREADS", threads)
+    monkeypatch.setattr(engine, "CHUNK_ROWS", 50)
+    r = np.random.default_rng(5)
+    counts = r.integers(0, 120, 40)
+    counts[[3, 17]] = 0
+    t = r.integers(0, 1000, int(counts.sum()))
+    wm = np.sort(r.integers(0, 1000, len(counts)))
+    plan = [BatchInput(b, b, True, {}, {}, int(w), int(w), {}) for b, w in enumerate(wm)]
+    got = engine.late_rows(plan, counts, t * 1000)  # (watermarks in ms, times in µs)
+    assert np.array_equal(got, t * 1000 <= np.repeat(wm * 1000, counts))
+    assert got.any() and not got.all()
+    chunks = engine.batch_chunks(counts)
+    groups = engine.chunk_groups(chunks)  # (neighbouring chunks, one group a thread)
+    assert len(groups) == int(threads) and [c for g in groups for c in g] == chunks
