@@ -595,7 +595,19 @@ def _output_frame(operator: Operator, outputs: list[Deferred], out_ids: list[int
     if not outputs:
         return pd.DataFrame(columns=cols)
     frame = operator.materialize([o.payload for o in outputs], cols[1:])
-    batch_id = np.repeat(np.asarray(out_ids, dtype=np.int64), [len(o) for o in outputs])
+    sizes = np.array([len(o) for o in outputs], dtype=np.int64)
+    ids = np.asarray(out_ids, dtype=np.int64)
+    ends = np.cumsum(sizes)
+    batch_id = np.empty(int(ends[-1]), dtype=np.int64)
+
+    def fill(part: slice) -> None:
+        """The batch ids of these outputs' rows."""
+        batch_id[int(ends[part.start] - sizes[part.start]):int(ends[part.stop - 1])] = \
+            np.repeat(ids[part], sizes[part])
+
+    # (past 2**20 rows, each thread a range of the outputs)
+    map_parts(fill, row_parts(len(outputs), 1) if len(batch_id) >= 1 << 20
+              else [slice(0, len(outputs))])
     # (a new frame of the same arrays: ``insert`` would copy every column, 23 ms at 10 M rows)
     return pd.DataFrame({"batch_id": batch_id, **{c: frame[c]._values for c in frame.columns}},
                         index=pd.RangeIndex(len(batch_id)), copy=False)

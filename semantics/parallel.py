@@ -68,11 +68,11 @@ def row_parts(n: int, least: int) -> list[slice]:
     slice below ``least`` rows, where threads cost more than they save), for a pass over
     whole-run arrays done part by part in :func:`map_parts`.
 
-    >>> row_parts(3, 4)
-    [slice(0, 3, None)]
+    >>> row_parts(3, 4), row_parts(1, 1)
+    ([slice(0, 3, None)], [slice(0, 1, None)])
     >>> sum(s.stop - s.start for s in row_parts(10, 4)), len(row_parts(10, 4)) == threads()
     (10, True)
     """
-    k = threads() if n >= least else 1
+    k = max(1, min(threads(), n)) if n >= least else 1  # (no empty slice but for n = 0)
     cuts = [n * i // k for i in range(k + 1)]
     return [slice(a, b) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]

@@ -54,3 +54,23 @@ def test_late_rows_by_groups_of_chunks(threads: str, monkeypatch: pytest.MonkeyP
     chunks = engine.batch_chunks(counts)
     groups = engine.chunk_groups(chunks)  # (neighbouring chunks, one group a thread)
     assert len(groups) == int(threads) and [c for g in groups for c in g] == chunks
+
+
+@pytest.mark.parametrize("threads", ["1", "2", "3"])
+def test_batch_ids_of_the_output_in_ranges_of_batches(threads: str,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # past 2**20 output rows each thread writes the batch ids of a range of the batches'
+    # outputs — one batch's output alone too (fewer batches than threads)
+    from semantics.engine import Deferred
+
+    class Rows:
+        def materialize(self, payloads: list[np.ndarray], columns: list[str]) -> object:
+            import pandas as pd
+            return pd.DataFrame({"x": np.concatenate(payloads)})
+
+    monkeypatch.setenv("WMBT_THREADS", threads)
+    for sizes in ([(1 << 20) + 3], [5, 0, (1 << 20), 7, 1]):
+        outs = [Deferred(np.arange(k), k) for k in sizes]
+        ids = [2 * i + 1 for i in range(len(sizes))]
+        df = engine._output_frame(Rows(), outs, ids, ["batch_id", "x"])  # type: ignore[arg-type]
+        assert np.array_equal(df["batch_id"].to_numpy(), np.repeat(ids, sizes))
