@@ -40,7 +40,7 @@ def test_key_ranges_computed_one_by_one_equal_stepping(seed: int,
     split: list[int] = []
     real = join_all.RunSide.key_ranges
 
-    def spy(side: join_all.RunSide, n_parts: int, n_codes: int) -> list[join_all.Admitted]:
+    def spy(side: join_all.RunSide, n_parts: int, n_codes: int) -> list[join_all.SideRange]:
         split.append(n_parts)
         return real(side, n_parts, n_codes)
 
@@ -133,9 +133,10 @@ def test_a_side_without_rows(jtype: str, empty: str) -> None:
 
 @pytest.mark.parametrize("seed", range(40))
 def test_run_side_key_ranges_admit_every_kept_row_once(seed: int) -> None:
-    # RunSide.key_ranges: every kept row once, in the range of its code, in arrival order,
-    # with its batch (the batches tile the rows) and the first batch from its own whose
-    # threshold reaches its predicate value (a value apart from the event time, odd seeds)
+    # RunSide.key_ranges: every kept row once, in the range of its code (within the range's
+    # code bounds), in arrival order; RunSide.admitted: with its batch (the batches tile the
+    # rows) and the first batch from its own whose threshold reaches its predicate value (a
+    # value apart from the event time, odd seeds)
     r = np.random.default_rng(seed)
     n, n_b, n_codes = int(r.integers(0, 80)), int(r.integers(1, 8)), int(r.integers(1, 20))
     cuts = np.sort(r.integers(0, n + 1, n_b - 1))
@@ -146,7 +147,10 @@ def test_run_side_key_ranges_admit_every_kept_row_once(seed: int) -> None:
     thr = np.sort(r.integers(-10, 110, n_b)) if seed % 5 else None
     side = join_all.RunSide(code, et, ev, keep, counts, thr)
     n_parts = int(r.integers(1, 6))
-    ranges = side.key_ranges(n_parts, n_codes)
+    parts = side.key_ranges(n_parts, n_codes)
+    for p in parts:
+        assert all(p.codes[0] <= c <= p.codes[1] for c in p.code.tolist())
+    ranges = [side.admitted(p) for p in parts]
     batch = np.repeat(np.arange(n_b), counts)
     value = et if ev is None else ev
     got = [(int(p), int(c), int(b), int(e)) for a in ranges

@@ -38,6 +38,7 @@ Invariants: the arrays of an :class:`Admitted` are in arrival order (``b`` non-d
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -74,6 +75,21 @@ class Admitted:
 
 
 @dataclass(frozen=True)
+class SideRange:
+    """One side's rows of one key range that reach the join, in arrival order, before their
+    batches are found (:meth:`RunSide.admitted`, in the range's own thread)."""
+
+    pos: np.ndarray  # source position
+    code: np.ndarray  # key code
+    et: np.ndarray  # event time (µs)
+    ev: np.ndarray | None  # predicate value (µs; None: the event time)
+    codes: tuple[int, int]  # the lowest and highest code the rows may have
+
+    def __len__(self) -> int:
+        return len(self.pos)
+
+
+@dataclass(frozen=True)
 class RunSide:
     """One side's source rows as a whole run's join sees them, before any is gathered: every
     source row's key code, event time and predicate value (``ev`` None: the event time),
@@ -91,29 +107,30 @@ class RunSide:
     def __len__(self) -> int:
         return len(self.code)
 
-    def key_ranges(self, n_parts: int, n_codes: int) -> list[Admitted]:
-        """The admitted rows part by part: ``n_parts`` ranges of equal width of the codes
-        ``0 .. n_codes - 1``, arrival order within a part. One radix sort of the parts (rows
-        not kept: a last part, never gathered) and one gather of each of code, event time (and
-        predicate value) in that order (two gathers cost less than an inverse of the order and
-        two scatters); positions are that order itself, batches and leaving batches are found
-        per part, where its arrays stay cached.
+    def key_ranges(self, n_parts: int, n_codes: int) -> list[SideRange]:
+        """The rows that reach the join part by part: ``n_parts`` ranges of equal width of the
+        codes ``0 .. n_codes - 1``, arrival order within a part. One radix sort of the parts
+        (rows not kept: a last part, never gathered) and one gather of each of code, event
+        time (and predicate value) in that order (two gathers cost less than an inverse of the
+        order and two scatters); positions are that order itself. Batches and leaving batches
+        are found per part, in the part's thread (:meth:`admitted`): where its arrays are about
+        to be read again.
 
         >>> s = RunSide(np.array([3, 0, 2, 1]), np.array([10, 20, 30, 40]), None,
         ...              np.array([True, True, False, True]), np.array([2, 2]),
         ...              np.array([15, 35]))
-        >>> [(a.pos.tolist(), a.b.tolist(), a.e.tolist()) for a in s.key_ranges(2, 4)]
-        [([1, 3], [0, 1], [1, 2]), ([0], [0], [0])]
+        >>> [(p.pos.tolist(), p.codes) for p in s.key_ranges(2, 4)]
+        [([1, 3], (0, 1)), ([0], (2, 3))]
+        >>> [(a.b.tolist(), a.e.tolist()) for a in map(s.admitted, s.key_ranges(2, 4))]
+        [([0, 1], [1, 2]), ([0], [0])]
         """
-        ends = np.cumsum(self.counts)
-        search = None if self.thr_us is None else ThresholdSearch(self.thr_us)
         keep = self.keep
         if n_parts <= 1:
             pos = np.arange(len(self), dtype=np.int64) if keep is None else np.flatnonzero(keep)
             gather = (lambda a: a) if keep is None else (lambda a: a[pos])
-            return [self._admitted(pos, gather(self.code), gather(self.et),
-                                   None if self.ev is None else gather(self.ev), ends, search,
-                                   (0, max(n_codes - 1, 0)))]
+            return [SideRange(pos, gather(self.code), gather(self.et),
+                              None if self.ev is None else gather(self.ev),
+                              (0, max(n_codes - 1, 0)))]
         width = (n_codes - 1) // n_parts + 1
         part = np.floor_divide(self.code, width)
         if keep is not None:
@@ -126,23 +143,31 @@ class RunSide:
         cuts = np.cumsum(sizes[:n_parts - 1])
         arrays = [self.code, self.et] + ([] if self.ev is None else [self.ev])
         cols = list(zip(*(np.split(a.take(kept), cuts) for a in arrays), strict=True))
-        return [self._admitted(pos, c[0], c[1], c[2] if len(c) > 2 else None, ends, search,
-                               (i * width, min((i + 1) * width, n_codes) - 1))
+        return [SideRange(pos, c[0], c[1], c[2] if len(c) > 2 else None,
+                          (i * width, min((i + 1) * width, n_codes) - 1))
                 for i, (pos, c) in enumerate(zip(np.split(kept, cuts), cols, strict=True))]
 
-    def _admitted(self, pos: np.ndarray, code: np.ndarray, et: np.ndarray,
-                  ev: np.ndarray | None, ends: np.ndarray, search: ThresholdSearch | None,
-                  codes: tuple[int, int]) -> Admitted:
-        """The rows at source positions ``pos`` (ascending) with these codes (within
-        ``codes``), times, values; ``ends``: where each batch's source rows end; ``search``: of
-        the thresholds."""
+    @cached_property
+    def _ends(self) -> np.ndarray:
+        """Where each batch's source rows end."""
+        return np.cumsum(self.counts)
+
+    @cached_property
+    def _search(self) -> ThresholdSearch | None:
+        """The search of the thresholds, built once for every part."""
+        return None if self.thr_us is None else ThresholdSearch(self.thr_us)
+
+    def admitted(self, part: SideRange) -> Admitted:
+        """A part's rows with the batch each arrived in and the one it leaves the state in."""
+        ends = self._ends
         n_b = len(ends)
         # (each batch's rows: a search per batch among the sorted positions, not per row)
         b = np.repeat(np.arange(n_b, dtype=np.int64),
-                      np.diff(np.searchsorted(pos, ends), prepend=0))
+                      np.diff(np.searchsorted(part.pos, ends), prepend=0))
         # (in arrival order: nearly sorted, twice as fast as in key order)
-        e = leaving_batch(et if ev is None else ev, self.thr_us, n_b, b, search)
-        return Admitted(pos, b, e, code, et, codes)
+        e = leaving_batch(part.et if part.ev is None else part.ev, self.thr_us, n_b, b,
+                          self._search)
+        return Admitted(part.pos, b, e, part.code, part.et, part.codes)
 
 
 @dataclass(frozen=True)
@@ -186,8 +211,9 @@ def join_at_once(left: RunSide, right: RunSide, jtype: str, condition: TimeCondi
     key_ranges = list(zip(*map_parts(lambda side: side.key_ranges(n_parts, n_codes),
                                      [left, right]), strict=True))
 
-    def one(rows: tuple[Admitted, Admitted]) -> tuple[np.ndarray, _Emitted] | None:
-        got = _join_range(*rows, jtype, condition, n_b)
+    def one(rows: tuple[SideRange, SideRange]) -> tuple[np.ndarray, _Emitted] | None:
+        got = _join_range(left.admitted(rows[0]), right.admitted(rows[1]), jtype, condition,
+                          n_b)
         return None if got is None else (got[0], _Emitted.of(*got[1:], n_b))
 
     counts = np.zeros((4, n_b), dtype=np.int64)
