@@ -351,8 +351,8 @@ def keys_alive(code: np.ndarray, b: np.ndarray, e: np.ndarray, n_b: int,
         code, c0, c1 = code.astype(np.int64), 0, len(uniques) - 1
     mask = (1 << bits) - 1
     # (32-bit words when they fit: half the memory, and numpy sorts them twice as fast)
-    w = np.subtract(code, c0, dtype=np.int32 if (c1 - c0).bit_length() + 2 * bits <= 31
-                    else np.int64)
+    w = np.empty(n, dtype=np.int32 if (c1 - c0).bit_length() + 2 * bits <= 31 else np.int64)
+    np.subtract(code, c0, out=w, casting="unsafe")  # (in 64 bits, the difference fits w)
     w <<= bits
     w |= b
     w <<= bits

@@ -203,10 +203,11 @@ def band_pairs(scode: np.ndarray, st: np.ndarray, qcode: np.ndarray, qt: np.ndar
         dl, du = lo_eff >> shift, -(-hi_eff >> shift)
         pad = max(0, -dl)  # (so that a row's lower bound is no negative time)
         t_bits = ((t_span >> shift) + pad + max(0, du)).bit_length()
-        if c_bits + t_bits + 1 + p <= WORD_BITS:
+        # (a bit to spare: every bound word stays below the sentinel ending the words)
+        if c_bits + t_bits + 1 + p < WORD_BITS:
             break
-        if t_bits == 0:
-            return None
+    else:
+        return None
     if lo_eff > hi_eff:  # an empty band
         return empty, empty, True
     low_bits = 1 + p  # the side and the position
