@@ -606,8 +606,7 @@ def _output_frame(operator: Operator, outputs: list[Deferred], out_ids: list[int
             np.repeat(ids[part], sizes[part])
 
     # (past 2**20 rows, each thread a range of the outputs)
-    map_parts(fill, row_parts(len(outputs), 1) if len(batch_id) >= 1 << 20
-              else [slice(0, len(outputs))])
+    map_parts(fill, row_parts(len(outputs), 1 << 20, size=len(batch_id)))
     # (a new frame of the same arrays: ``insert`` would copy every column, 23 ms at 10 M rows)
     return pd.DataFrame({"batch_id": batch_id, **{c: frame[c]._values for c in frame.columns}},
                         index=pd.RangeIndex(len(batch_id)), copy=False)
@@ -654,8 +653,8 @@ def _tick_max_ms(event_us: np.ndarray, bounds: dict[int, tuple[int, int]],
         rows = event_us[a:b] if mask is None else np.where(mask[a:b], event_us[a:b], MASKED)
         return np.maximum.reduceat(rows, starts[ticks] - a)
 
-    ranges = row_parts(len(held), 1) if len(event_us) >= 1 << 20 else [slice(0, len(held))]
-    top = np.concatenate(map_parts(part, ranges))  # (past 2**20 rows: ranges of ticks)
+    # (past 2**20 rows, each thread a range of ticks)
+    top = np.concatenate(map_parts(part, row_parts(len(held), 1 << 20, size=len(event_us))))
     maxima = micros_to_ms(top).tolist()
     if mask is None:
         return {t: m for (t, _), m in zip(held, maxima, strict=True)}

@@ -63,16 +63,17 @@ def map_parts(fn: Callable[[P], R], parts: Sequence[P]) -> list[R]:
     return list(_POOL[2].map(fn, parts))
 
 
-def row_parts(n: int, least: int) -> list[slice]:
+def row_parts(n: int, least: int, size: int | None = None) -> list[slice]:
     """Rows ``0 .. n - 1`` as :func:`threads` neighbouring slices of about equal size (one
-    slice below ``least`` rows, where threads cost more than they save), for a pass over
-    whole-run arrays done part by part in :func:`map_parts`.
+    slice below ``least`` rows, where threads cost more than they save; ``size``: the rows
+    to count instead, when each of the ``n`` stands for many, such as a tick's), for a pass
+    over whole-run arrays done part by part in :func:`map_parts`.
 
-    >>> row_parts(3, 4), row_parts(1, 1)
-    ([slice(0, 3, None)], [slice(0, 1, None)])
+    >>> row_parts(3, 4), row_parts(1, 1), row_parts(3, 10, size=5)  # (never an empty slice)
+    ([slice(0, 3, None)], [slice(0, 1, None)], [slice(0, 3, None)])
     >>> sum(s.stop - s.start for s in row_parts(10, 4)), len(row_parts(10, 4)) == threads()
     (10, True)
     """
-    k = max(1, min(threads(), n)) if n >= least else 1  # (no empty slice but for n = 0)
+    k = max(1, min(threads(), n)) if (n if size is None else size) >= least else 1
     cuts = [n * i // k for i in range(k + 1)]
     return [slice(a, b) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]

@@ -14,12 +14,15 @@ from tests.test_predict_join import join_run
 from tests.test_predict_join_store import _random_join
 
 
+def _inside(d: int, lo: int | None, lo_incl: bool, hi: int | None, hi_incl: bool) -> bool:
+    """Whether a searched time ``d`` after the query row's lies in the band."""
+    return (lo is None or (d >= lo if lo_incl else d > lo)) and (
+        hi is None or (d <= hi if hi_incl else d < hi))
+
+
 def _brute(scode, st, qcode, qt, lo, lo_incl, hi, hi_incl) -> list[set[int]]:
-    def inside(q: int, s: int) -> bool:
-        d = st[s] - qt[q]
-        return (lo is None or (d >= lo if lo_incl else d > lo)) and (
-            hi is None or (d <= hi if hi_incl else d < hi))
-    return [{s for s in range(len(st)) if scode[s] == qcode[q] and inside(q, s)}
+    return [{s for s in range(len(st))
+             if scode[s] == qcode[q] and _inside(st[s] - qt[q], lo, lo_incl, hi, hi_incl)}
             for q in range(len(qt))]
 
 
@@ -28,12 +31,24 @@ def _found(band: join_band.Band, st, qt, lo, lo_incl, hi, hi_incl) -> list[set[i
     for q in range(len(qt)):
         rows = band.order[band.start[q]:band.start[q] + band.counts[q]].tolist()
         if not band.exact:  # (the caller's filter: the slice may hold rows outside the band)
-            rows = [s for s in rows if (lo is None or (st[s] - qt[q] >= lo if lo_incl
-                                                       else st[s] - qt[q] > lo))
-                    and (hi is None or (st[s] - qt[q] <= hi if hi_incl
-                                        else st[s] - qt[q] < hi))]
+            rows = [s for s in rows if _inside(st[s] - qt[q], lo, lo_incl, hi, hi_incl)]
         out.append(set(rows))
     return out
+
+
+def _random_band(r: np.random.Generator, open_bound: float) -> tuple:
+    """Up to 40 rows a side over a few codes, times at one of three scales, a band of random
+    bounds (each open with probability ``open_bound``), inclusive or strict: ``(scode, st,
+    qcode, qt, lo, lo_incl, hi, hi_incl)``, the number of codes and the scale."""
+    ns, nq = int(r.integers(0, 40)), int(r.integers(0, 40))
+    n_codes = int(r.integers(1, 5))
+    scode, qcode = r.integers(0, n_codes, ns), r.integers(0, n_codes, nq)
+    scale = int(r.choice([1, 10, 10**6]))
+    st, qt = r.integers(0, 50, ns) * scale, r.integers(0, 50, nq) * scale
+    lo = None if r.random() < open_bound else int(r.integers(-20, 5)) * scale
+    hi = None if r.random() < open_bound else int(r.integers(-5, 20)) * scale
+    lo_incl, hi_incl = bool(r.random() < 0.5), bool(r.random() < 0.5)
+    return (scode, st, qcode, qt, lo, lo_incl, hi, hi_incl), n_codes, scale
 
 
 @pytest.mark.parametrize("seed", range(200))
@@ -48,15 +63,10 @@ def test_band_slices_equal_a_double_loop(seed: int, monkeypatch: pytest.MonkeyPa
     if coarse:
         monkeypatch.setattr(join_band, "WORD_BITS", 20)
     monkeypatch.setattr(join_band, "STEPS", 1 if seed % 4 < 2 else 4)
-    ns, nq = int(r.integers(0, 40)), int(r.integers(0, 40))
-    n_codes = int(r.integers(1, 5))
-    scode, qcode = r.integers(0, n_codes, ns), r.integers(0, n_codes, nq)
-    scale = int(r.choice([1, 10, 10**6]))
-    st, qt = r.integers(0, 50, ns) * scale, r.integers(0, 50, nq) * scale
-    lo = None if r.random() < 0.2 else int(r.integers(-20, 5)) * scale
-    hi = None if r.random() < 0.2 else int(r.integers(-5, 20)) * scale
-    lo_incl, hi_incl = bool(r.random() < 0.5), bool(r.random() < 0.5)
-    band = band_slices(scode, st, qcode, qt, lo, lo_incl, hi, hi_incl)
+    case, _, scale = _random_band(r, 0.2)
+    scode, st, qcode, qt, lo, lo_incl, hi, hi_incl = case
+    ns, nq = len(st), len(qt)
+    band = band_slices(*case)
     assert band is not None
     want = _brute(scode, st, qcode, qt, lo, lo_incl, hi, hi_incl)
     assert _found(band, st, qt, lo, lo_incl, hi, hi_incl) == want
@@ -90,18 +100,12 @@ def test_band_pairs_equal_a_double_loop(seed: int, monkeypatch: pytest.MonkeyPat
     short = seed % 5 == 0
     if short:
         monkeypatch.setattr(join_band, "STEPS_MAX", 2)
-    ns, nq = int(r.integers(0, 40)), int(r.integers(0, 40))
-    n_codes = int(r.integers(1, 5))
-    scode, qcode = r.integers(0, n_codes, ns), r.integers(0, n_codes, nq)
-    scale = int(r.choice([1, 10, 10**6]))
-    st, qt = r.integers(0, 50, ns) * scale, r.integers(0, 50, nq) * scale
-    lo = None if r.random() < 0.1 else int(r.integers(-20, 5)) * scale
-    hi = None if r.random() < 0.1 else int(r.integers(-5, 20)) * scale
-    lo_incl, hi_incl = bool(r.random() < 0.5), bool(r.random() < 0.5)
-    want = _brute(scode, st, qcode, qt, lo, lo_incl, hi, hi_incl)
+    case, n_codes, _ = _random_band(r, 0.1)
+    scode, st, qcode, qt, lo, lo_incl, hi, hi_incl = case
+    want = _brute(*case)
     most = 10**6 if seed % 7 else 3
     codes = (0, n_codes - 1) if seed % 3 == 0 else None  # (the caller's code range, or read)
-    got = join_band.band_pairs(scode, st, qcode, qt, lo, lo_incl, hi, hi_incl, most, codes)
+    got = join_band.band_pairs(*case, most, codes)
     if got is None:
         crowded = max(np.bincount(np.r_[scode, qcode], minlength=1)) >= join_band.STEPS_MAX
         assert lo is None or hi is None or crowded or sum(map(len, want)) > most
@@ -109,11 +113,10 @@ def test_band_pairs_equal_a_double_loop(seed: int, monkeypatch: pytest.MonkeyPat
     q, s_, exact = got
     pairs = list(zip(q.tolist(), s_.tolist(), strict=True))
     assert len(set(pairs)) == len(pairs)  # (each pair once)
-    found: list[set[int]] = [set() for _ in range(nq)]
+    found: list[set[int]] = [set() for _ in range(len(qt))]
     for a, b in pairs:
-        d = st[b] - qt[a]
         assert scode[b] == qcode[a]
-        if exact or ((lo_incl and d >= lo or d > lo) and (hi_incl and d <= hi or d < hi)):
+        if exact or _inside(st[b] - qt[a], lo, lo_incl, hi, hi_incl):  # (the caller's filter)
             found[a].add(b)
     assert found == want
     if not coarse:
