@@ -137,6 +137,7 @@ def min_max(a: np.ndarray) -> tuple[int, int]:
         return int(a.min()), int(a.max())
 
     def one(rows: slice) -> tuple[int, int]:
+        """(min, max) of one range of the values, part by part."""
         lows, highs = [], []
         for i in range(rows.start, rows.stop, MIN_MAX_PART):
             part = a[i:min(i + MIN_MAX_PART, rows.stop)]
@@ -144,7 +145,7 @@ def min_max(a: np.ndarray) -> tuple[int, int]:
             highs.append(part.max())
         return int(min(lows)), int(max(highs))
 
-    got = map_parts(one, row_parts(len(a), 1 << 20))  # (halves in threads)
+    got = map_parts(one, row_parts(len(a), 1 << 20))  # (a range of values per thread)
     return min(lo for lo, _ in got), max(hi for _, hi in got)
 
 
