@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from semantics.operators.gather import take_arrays
 from semantics.parallel import map_parts, row_parts, threads
 
 
@@ -346,10 +347,9 @@ def joined(parts: Sequence[np.ndarray]) -> np.ndarray:
 
 
 def take_columns(df: pd.DataFrame, cols: list[str], idx: np.ndarray) -> pd.DataFrame:
-    """``df[cols].iloc[idx]`` without pandas' block-manager overhead (rows re-numbered)."""
-    arrays = [df[c].array for c in cols]
-    taken = map_parts(lambda arr: arr.to_numpy()[idx] if isinstance(
-        arr, pd.arrays.NumpyExtensionArray) else arr.take(idx), arrays)  # columns in threads
+    """``df[cols].iloc[idx]`` without pandas' block-manager overhead (rows re-numbered), the
+    columns gathered together (:func:`~semantics.operators.gather.take_arrays`)."""
+    taken = take_arrays([df[c].array for c in cols], idx)
     return pd.DataFrame(dict(zip(cols, taken, strict=True)), index=pd.RangeIndex(len(idx)),
                         copy=False)
 

@@ -74,6 +74,7 @@ from semantics.engine import (
 )
 from semantics.operators import fates as F
 from semantics.operators.columns import check_key_columns, min_max
+from semantics.operators.gather import gather, numpy_data
 from semantics.operators.grouping import joined, stable_argsort
 from semantics.operators.join_all import RunSide, join_at_once
 from semantics.operators.join_frames import (
@@ -278,7 +279,15 @@ class JoinOperator:
                 for src, pos in zip((self.sources["left"], self.sources["right"]), positions,
                                     strict=False)
                 for c in src.layout.columns if c in columns]
-        taken = map_parts(lambda job: take_values(job[1], job[2]), jobs)  # columns in threads
+        # a side's numpy-held columns gathered together at its safe positions (``gather``),
+        # then each made a nullable column (its outer rows' nulls) in threads
+        raw: dict[str, np.ndarray] = {}
+        for pos in positions:
+            held = [(c, d) for c, v, p in jobs if p is pos and len(v)
+                    and (d := numpy_data(v)) is not None]
+            raw.update(zip([c for c, _ in held], gather([d for _, d in held], pos.safe),
+                           strict=True))
+        taken = map_parts(lambda job: take_values(job[1], job[2], raw.get(job[0])), jobs)
         data = {c: v for (c, _, _), v in zip(jobs, taken, strict=True)}
         return pd.DataFrame(data, index=pd.RangeIndex(len(positions[0].positions)), columns=columns,
                             copy=False)

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from semantics.operators.columns import Values, nullable_floats, values_of
+from semantics.operators.gather import like
 from semantics.operators.grouping import divmod_by, ranges, stable_argsort
 from semantics.operators.keys import KeyCoder, concat_keys, with_codes
 from semantics.schedule import ROW_ID
@@ -162,12 +163,15 @@ class Gather:
         return cls(positions, np.where(null, 0, positions), null)
 
 
-def take_values(values: Any, positions: np.ndarray | Gather) -> Any:
+def take_values(values: Any, positions: np.ndarray | Gather, data: np.ndarray | None = None
+                ) -> Any:
     """The values of a column (``Series._values`` of a frame from :meth:`SideLayout.prepare`)
     at ``positions`` (or a :class:`Gather` of them), in the column's nullable dtype
     (``SideLayout.dtypes``); -1 gives a null (``None`` for object columns; ``NA``, ``NaT``
-    otherwise; a float NaN stays a NaN). Only reads ``values``: columns can be taken in
-    threads.
+    otherwise; a float NaN stays a NaN). ``data``: the column's numpy data
+    (:func:`~semantics.operators.gather.numpy_data`) already gathered at the safe positions
+    (:func:`~semantics.operators.gather.gather`, with the other columns), else gathered here.
+    Only reads ``values``: columns can be taken in threads.
 
     >>> lay = SideLayout.build("s", pd.DataFrame({"row_id": [0], "f": [0.5]}), ["f"], [],
     ...                        None)
@@ -181,14 +185,16 @@ def take_values(values: Any, positions: np.ndarray | Gather) -> Any:
     g = positions if isinstance(positions, Gather) else Gather.of(positions)
     n = len(g.safe)
     if isinstance(values, pd.arrays.DatetimeArray) and len(values):
-        out = values.take(g.safe)  # (without fill: a plain gather, a third of the time)
+        # (without fill: a plain gather, a third of the time)
+        out = values.take(g.safe) if data is None else like(values, data)
         if g.null is not None:
             out[g.null] = pd.NaT
         return out
     if not isinstance(values, np.ndarray):
         return values.take(g.positions, allow_fill=True)
     null = np.zeros(n, dtype=bool) if g.null is None else g.null
-    data = values.take(g.safe) if len(values) else np.zeros(n, dtype=values.dtype)
+    if data is None:
+        data = values.take(g.safe) if len(values) else np.zeros(n, dtype=values.dtype)
     kind = values.dtype.kind
     if kind in "iu":
         return pd.arrays.IntegerArray(data, null)
