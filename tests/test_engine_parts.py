@@ -41,7 +41,7 @@ def test_late_rows_by_groups_of_chunks(threads: str, monkeypatch: pytest.MonkeyP
     # late_rows compares rows with their batch's late watermark chunk by chunk, groups of
     # chunks in threads (engine.chunk_groups): every row against its own batch's watermark
     monkeypatch.setenv("WMBT_THREADS", threads)
-    monkeypatch.setattr(engine, "CHUNK_ROWS", 50)
+    monkeypatch.setattr(engine, "PART_CHUNK_ROWS", 50)
     r = np.random.default_rng(5)
     counts = r.integers(0, 120, 40)
     counts[[3, 17]] = 0
@@ -51,7 +51,7 @@ def test_late_rows_by_groups_of_chunks(threads: str, monkeypatch: pytest.MonkeyP
     got = engine.late_rows(plan, counts, t * 1000)  # (watermarks in ms, times in µs)
     assert np.array_equal(got, t * 1000 <= np.repeat(wm * 1000, counts))
     assert got.any() and not got.all()
-    chunks = engine.batch_chunks(counts)
+    chunks = engine.batch_chunks(counts, engine.PART_CHUNK_ROWS)
     groups = engine.chunk_groups(chunks)  # (neighbouring chunks, one group a thread)
     assert len(groups) == int(threads) and [c for g in groups for c in g] == chunks
 

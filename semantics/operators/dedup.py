@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from semantics.engine import (
+    PART_CHUNK_ROWS,
     BatchInput,
     Deferred,
     OperatorStep,
@@ -387,7 +388,7 @@ def _accepted_firsts(counts: np.ndarray, t: np.ndarray, first: np.ndarray,
         return accepted, removed
 
     # (each thread a group of neighbouring chunks: they write disjoint batches' counts)
-    groups = chunk_groups(batch_chunks(counts))
+    groups = chunk_groups(batch_chunks(counts, PART_CHUNK_ROWS))
     got = map_parts(chunks, groups)
     sizes = [[len(a) for a in accepted] for accepted, _ in got]
     acc = np.empty(sum(map(sum, sizes)), dtype=np.int64)
