@@ -26,6 +26,7 @@ from semantics.parallel import map_parts, row_parts
 
 GATHER_PART = 1 << 17  # positions gathered at once for every column (they stay cached)
 KINDS = "biufcmM"  # numpy kinds gathered by parts (objects: numpy's own gather)
+THREADS_PAST = 1 << 20  # positions past which each thread takes a range of them
 
 
 def gather(arrays: Sequence[np.ndarray], positions: np.ndarray) -> list[np.ndarray]:
@@ -61,7 +62,7 @@ def gather(arrays: Sequence[np.ndarray], positions: np.ndarray) -> list[np.ndarr
                 np.take(arrays[i], part, out=out[i][a:b], mode="clip")  # (checked above)
 
     if plain and m:
-        map_parts(fill, row_parts(m, 1 << 20))  # (past 2**20 positions, a range per thread)
+        map_parts(fill, row_parts(m, THREADS_PAST))
     return out
 
 
@@ -90,6 +91,8 @@ def like(values: Any, data: np.ndarray) -> Any:
     >>> like(t, numpy_data(t)[[1]]).tolist()
     [Timestamp('1970-01-01 00:00:00.000006+0000', tz='UTC')]
     """
+    if isinstance(values, pd.arrays.NumpyExtensionArray):
+        return pd.arrays.NumpyExtensionArray(data)
     if not isinstance(values, pd.arrays.DatetimeArray):
         return data
     raw = data.view(f"M8[{values.unit}]")
