@@ -163,8 +163,7 @@ class AggFunc:
     def init(self, rows: pd.DataFrame, idx: np.ndarray | None = None) -> Buffer:
         """One buffer per input row (rows ``idx`` of ``rows`` if given, in that order)."""
         if self.column is None:
-            n = len(rows) if idx is None else len(idx)
-            return (np.ones(n, dtype=np.int64),)
+            return (ones(len(rows) if idx is None else len(idx)),)
         if self.decimal is not None:
             if idx is None:  # (the whole frame: its conversion is shared)
                 limbs, valid = _limbs(frame_decimals(rows, self.column, *self.decimal))
@@ -178,7 +177,7 @@ class AggFunc:
 
     def _init_values(self, v: Values) -> Buffer:
         valid = v.valid
-        n = valid.astype(np.int64)
+        n = ones(len(v)) if v.null is None else valid.astype(np.int64)
         if self.func == "count":
             return (n,)
         if self.func == "sum":
@@ -547,14 +546,34 @@ def take_all(bufs: Buffers, idx: np.ndarray) -> Buffers:
     return tuple(tuple(arr[idx] for arr in b) for b in bufs)
 
 
+def ones(n: int) -> np.ndarray:
+    """``n`` int64 ones as one value read ``n`` times (a read-only view of stride 0): the
+    count buffer of ``count(*)`` and of a column without NULL, made without writing or
+    reading ``n`` values (:func:`ones_of` knows it by its stride; gathers and reductions read
+    it like any array, and a write into it raises).
+
+    >>> a = ones(3)
+    >>> a.tolist(), a.strides, a[[0, 2]].tolist(), a.flags.writeable
+    ([1, 1, 1], (0,), [1, 1], False)
+    """
+    return np.broadcast_to(np.ones(1, dtype=np.int64), (n,))
+
+
 def ones_of(bufs: Buffers) -> tuple[tuple[bool, ...], ...]:
     """Which arrays of per-row buffers (:func:`init_all`) hold only ones: ``count(*)``'s, and
-    the counts of a column without NULL. :func:`take_rows` makes them instead of gathering.
+    the counts of a column without NULL (made by :func:`ones`: known without reading them).
+    :func:`take_rows` makes them instead of gathering.
 
-    >>> ones_of(((np.array([1, 1]),), (np.array([5, 7]), np.array([1, 1]))))
+    >>> ones_of(((ones(2),), (np.array([5, 7]), np.array([1, 1]))))
     ((True,), (False, True))
     """
-    return tuple(tuple(a.dtype == np.int64 and _all_ones(a) for a in b) for b in bufs)
+    return tuple(tuple(a.dtype == np.int64 and (_made_ones(a) or _all_ones(a)) for a in b)
+                 for b in bufs)
+
+
+def _made_ones(a: np.ndarray) -> bool:
+    """Is ``a`` one 1 read again and again (:func:`ones`)?"""
+    return a.ndim == 1 and len(a) > 0 and a.strides == (0,) and int(a[0]) == 1
 
 
 def _all_ones(a: np.ndarray, part: int = 1 << 16) -> bool:
