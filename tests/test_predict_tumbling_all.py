@@ -46,8 +46,11 @@ def test_at_once_equals_stepping_on_random_tumbling_streams(
     # is emitted then (append; update: in every batch that puts it, with its values after the
     # batch) and never comes back. Windows with a start time, a global window aggregation,
     # NULLs, late rows, empty commits, both paces, float sums in batch order. chunk 7: the
-    # run read in chunks of a batch or a few (each chunk's stack merged before the next)
+    # run read in chunks of a batch or a few, their blocks computed by groups of chunks in two
+    # threads (engine.chunk_groups) and merged in batch order
     monkeypatch.setattr(engine, "CHUNK_ROWS", chunk)
+    monkeypatch.setattr(engine, "PART_CHUNK_ROWS", chunk)
+    monkeypatch.setenv("WMBT_THREADS", "2")
     for seed in range(600 if SOAK else 80):
         query, batches, delay, pace = _tumbling(seed)
         at_once_vs_stepped(spec_of(query, delay, pace), schedule_of(batches, pace), exact=True)

@@ -33,12 +33,14 @@ decreases with its digit (window ends grow with it, watermarks never go backward
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
-from semantics.engine import batch_chunks
+from semantics.engine import batch_chunks, chunk_groups
 from semantics.operators.aggfuncs import merge_of, reduce_at
 from semantics.operators.aggregation_all import RunGrid, late_groups
+from semantics.parallel import map_parts
 
 
 def tumbling_at_once(rows: Callable[[int, int], tuple[np.ndarray, np.ndarray]],
@@ -86,43 +88,37 @@ def tumbling_at_once(rows: Callable[[int, int], tuple[np.ndarray, np.ndarray]],
     made = np.zeros(n_b, dtype=np.int64)
     updated = np.zeros(n_b, dtype=np.int64)
     put: list[tuple[np.ndarray, ...]] = []  # update mode: per batch, ids and values after it
+
+    def blocks(group: list[tuple[int, int, int, int]]) -> list[_Blocks] | None:
+        """A group of neighbouring chunks' blocks (None past the budget)."""
+        got, cells = [], 0
+        for chunk in group:
+            got.append(_blocks(rows, chunk, counts, late_digit, minor, values))
+            cells += got[-1].total
+            if cells > budget:
+                return None
+        return got
+
+    # chunks' blocks computed in threads, a group of chunks each, then merged in batch order
     late_at: list[np.ndarray] = []  # late rows: their batch and group id
     late_gid: list[np.ndarray] = []
     cells = 0
-    for b0, b1, r0, r1 in batch_chunks(counts):
-        digit, key = rows(r0, r1)
-        busy = b0 + np.flatnonzero(counts[b0:b1])
-        cnt = counts[busy]
-        starts = np.cumsum(cnt) - cnt
-        hi = np.maximum.reduceat(digit, starts)
-        lo = np.maximum(late_digit[busy] + 1, np.minimum.reduceat(digit, starts))
-        size = np.maximum(hi - lo + 1, 0) * minor
-        at = np.cumsum(size) - size
-        total = int(size.sum())
-        cells += total
-        if cells > budget:
+    for group in map_parts(blocks, chunk_groups(batch_chunks(counts))):
+        if group is None:
             return None
-        # a row's cell: at_b + (d - lo_b) * minor + key; a late row's (d < lo_b): past the stack
-        lo_row = np.repeat(lo, cnt)
-        lr = np.flatnonzero(digit < lo_row)
-        cell = digit - lo_row
-        cell *= minor
-        cell += key
-        cell += np.repeat(at, cnt)
-        if len(lr):
-            cell[lr] = total
-            late_at.append(busy[np.searchsorted(starts, lr, side="right") - 1])
-            late_gid.append(digit[lr] * minor + key[lr])
-        partials = [np.bincount(cell, minlength=total + 1)]
-        partials += [reduce_at(how, total + 1, cell, v[r0:r1]) for v, how in values]
-        _fold(partials, grids, [op for op, _ in merges], busy, at, lo * minor, size, made, updated,
-              put if update else None)
+        for c in group:
+            cells += c.total
+            if cells > budget:
+                return None
+            late_at.append(c.late_at)
+            late_gid.append(c.late_gid)
+            _fold(c.partials, grids, [op for op, _ in merges], c.busy, c.at, c.base, c.size,
+                  made, updated, put if update else None)
     pairs = grids[0]
     e_row = np.asarray(leaving(np.arange(windows, dtype=np.int64)), dtype=np.int64)
     per_row = np.count_nonzero(pairs.reshape(windows, minor), axis=1)
     removed = np.bincount(e_row, weights=per_row, minlength=n_b + 1)[:n_b].astype(np.int64)
-    dropped = late_groups(np.concatenate(late_at), np.concatenate(late_gid), n_b) if late_at \
-        else np.zeros(n_b, dtype=np.int64)
+    dropped = late_groups(np.concatenate(late_at), np.concatenate(late_gid), n_b)
     state_rows = np.cumsum(made) - np.cumsum(removed)
     if update:
         cols = [np.concatenate(c) for c in zip(*put, strict=True)] if put else \
@@ -136,6 +132,52 @@ def tumbling_at_once(rows: Callable[[int, int], tuple[np.ndarray, np.ndarray]],
         out = [grid[ids] for grid in grids]
     cuts = np.r_[0, np.cumsum(np.bincount(batch, minlength=n_b)[:n_b])]
     return RunGrid(dropped, state_rows, updated, removed, ids, cuts, out[0], tuple(out[1:]))
+
+
+@dataclass(frozen=True)
+class _Blocks:
+    """A chunk's partial aggregates: block ``i`` (of batch ``busy[i]``) is ``size[i]`` cells at
+    ``at[i]`` of ``partials`` (``total`` cells in all, and one for the late rows), over the
+    grids' cells from ``base[i]``; and the chunk's late rows' batches and group ids."""
+
+    busy: np.ndarray
+    at: np.ndarray
+    base: np.ndarray
+    size: np.ndarray
+    total: int
+    partials: list[np.ndarray]
+    late_at: np.ndarray
+    late_gid: np.ndarray
+
+
+def _blocks(rows: Callable[[int, int], tuple[np.ndarray, np.ndarray]],
+            chunk: tuple[int, int, int, int], counts: np.ndarray, late_digit: np.ndarray,
+            minor: int, values: tuple[tuple[np.ndarray, str], ...]) -> _Blocks:
+    """The :class:`_Blocks` of a chunk ``(b0, b1, r0, r1)`` of batches (arguments as
+    :func:`tumbling_at_once`'s): its rows' cells, one ``bincount`` for the pair counts and
+    one reduction per array of values. Reads only its arguments: chunks can go in threads."""
+    b0, b1, r0, r1 = chunk
+    digit, key = rows(r0, r1)
+    busy = b0 + np.flatnonzero(counts[b0:b1])
+    cnt = counts[busy]
+    starts = np.cumsum(cnt) - cnt
+    hi = np.maximum.reduceat(digit, starts)
+    lo = np.maximum(late_digit[busy] + 1, np.minimum.reduceat(digit, starts))
+    size = np.maximum(hi - lo + 1, 0) * minor
+    at = np.cumsum(size) - size
+    total = int(size.sum())
+    # a row's cell: at_b + (d - lo_b) * minor + key; a late row's (d < lo_b): past the stack
+    lo_row = np.repeat(lo, cnt)
+    lr = np.flatnonzero(digit < lo_row)
+    cell = digit - lo_row
+    cell *= minor
+    cell += key
+    cell += np.repeat(at, cnt)
+    cell[lr] = total
+    partials = [np.bincount(cell, minlength=total + 1)]
+    partials += [reduce_at(how, total + 1, cell, v[r0:r1]) for v, how in values]
+    return _Blocks(busy, at, lo * minor, size, total, partials,
+                   busy[np.searchsorted(starts, lr, side="right") - 1], digit[lr] * minor + key[lr])
 
 
 def _fold(partials: list[np.ndarray], grids: list[np.ndarray], merges: list[np.ufunc],
