@@ -37,7 +37,7 @@ def _tumbling(seed: int) -> tuple[dict, list, str, str]:
     return query, batches, delay, pace
 
 
-@pytest.mark.parametrize("chunk", [engine.CHUNK_ROWS, 7])
+@pytest.mark.parametrize("chunk", [engine.PART_CHUNK_ROWS, 7])
 def test_at_once_equals_stepping_on_random_tumbling_streams(
         chunk: int, engaged: list[bool], monkeypatch: pytest.MonkeyPatch) -> None:
     # rule (tumbling_all module docstring): a row is late iff its window ends at or before its
@@ -48,7 +48,6 @@ def test_at_once_equals_stepping_on_random_tumbling_streams(
     # NULLs, late rows, empty commits, both paces, float sums in batch order. chunk 7: the
     # run read in chunks of a batch or a few, their blocks computed by groups of chunks in two
     # threads (engine.chunk_groups) and merged in batch order
-    monkeypatch.setattr(engine, "CHUNK_ROWS", chunk)
     monkeypatch.setattr(engine, "PART_CHUNK_ROWS", chunk)
     monkeypatch.setenv("WMBT_THREADS", "2")
     for seed in range(600 if SOAK else 80):
