@@ -176,24 +176,18 @@ class AggFunc:
         return self._init_values(v)
 
     def _init_values(self, v: Values) -> Buffer:
-        valid = v.valid
-        n = ones(len(v)) if v.null is None else valid.astype(np.int64)
+        n = ones(len(v)) if v.null is None else (~v.null).astype(np.int64)
         if self.func == "count":
             return (n,)
         if self.func == "sum":
-            s = v.data.astype(np.int64 if self.kind == "int" else np.float64, copy=True)
-            s[~valid] = 0
-            return (s, n)
+            return (_filled(v, np.int64 if self.kind == "int" else np.float64, 0), n)
         if self.func == "avg":
-            s = v.data.astype(np.float64, copy=True)
-            s[~valid] = 0.0
-            return (s, n)
+            return (_filled(v, np.float64, 0.0), n)
         fam = self._num_kind
         if fam == "object":
             return (v.data, n)
-        data = v.data.astype(np.int64 if fam == "int" else np.float64, copy=True)
-        data[~valid] = IDENTITY[(self.func, fam)]
-        return (data, n)
+        return (_filled(v, np.int64 if fam == "int" else np.float64, IDENTITY[(self.func, fam)]),
+                n)
 
     def empty(self, g: int) -> Buffer:
         """Identity buffers for ``g`` groups (no rows)."""
@@ -544,6 +538,28 @@ def empty_all(aggs: tuple[AggFunc, ...], g: int) -> Buffers:
 
 def take_all(bufs: Buffers, idx: np.ndarray) -> Buffers:
     return tuple(tuple(arr[idx] for arr in b) for b in bufs)
+
+
+def _filled(v: Values, dtype: type, fill: object) -> np.ndarray:
+    """``v``'s values as ``dtype`` with ``fill`` at its NULLs: a new array, or without NULL
+    the values themselves when no conversion is needed, as a read-only view (no copy: per-row
+    buffers are only read, and a write into one raises instead of changing the source).
+
+    >>> d = np.array([4, 5])
+    >>> a = _filled(Values("int", d), np.int64, 0)
+    >>> b = _filled(Values("int", d, np.array([True, False])), np.int64, 0)
+    >>> a.tolist(), np.shares_memory(a, d), a.flags.writeable, b.tolist()
+    ([4, 5], True, False, [0, 5])
+    """
+    if v.null is None:
+        out = v.data.astype(dtype, copy=False)
+        if np.shares_memory(out, v.data):
+            out = out.view()
+            out.flags.writeable = False
+        return out
+    out = v.data.astype(dtype, copy=True)
+    out[v.null] = fill
+    return out
 
 
 def ones(n: int) -> np.ndarray:
