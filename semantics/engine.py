@@ -274,12 +274,12 @@ def source_counts(plan: list[BatchInput], source: str) -> np.ndarray:
     return lengths
 
 
-CHUNK_ROWS = 1 << 15  # rows of a chunk of batches (batch_chunks): a dozen arrays of it stay cached
-# rows of a chunk in a chunk loop run in threads (chunk_groups): numpy releases the GIL only
-# within a call, and two threads making calls on 2**15 rows wait on each other for it about as
-# long as they compute (measured: a compare and a count over 8 M rows chunk by chunk, 2**15
-# rows 9.8 ms alone and 10.7 in two threads, 2**17 rows 7.8 and 5.6 ms; deduplication's
-# accepted rows at 10 M 107-123 against 84-88 ms)
+# rows of a chunk of batches (batch_chunks): a dozen arrays of it stay in a core's cache. Chunk
+# loops run in threads (chunk_groups), and numpy releases the GIL only within a call: two
+# threads making calls on 2**15 rows wait on each other for it about as long as they compute
+# (measured: a compare and a count over 8 M rows chunk by chunk, 2**15 rows 9.8 ms alone and
+# 10.7 in two threads, 2**17 rows 7.8 and 5.6 ms; deduplication's accepted rows at 10 M
+# 107-123 against 84-88 ms)
 PART_CHUNK_ROWS = 1 << 17
 
 
@@ -287,7 +287,7 @@ def batch_chunks(counts: np.ndarray, rows: int | None = None
                  ) -> list[tuple[int, int, int, int]]:
     """The run cut into chunks of whole batches ``(b0, b1, r0, r1)``: batches ``b0 .. b1 - 1``,
     holding rows ``r0 .. r1 - 1`` (batch ``b`` holds ``counts[b]`` rows, in batch order),
-    each of about ``rows`` rows (default ``CHUNK_ROWS``) or one larger batch, covering every
+    each of about ``rows`` rows (default ``PART_CHUNK_ROWS``) or one larger batch, covering every
     batch. A whole-run computation that goes chunk by chunk keeps each chunk's arrays in a
     core's cache, where a pass over the whole run's arrays goes to memory and back for every
     numpy call.
@@ -295,7 +295,7 @@ def batch_chunks(counts: np.ndarray, rows: int | None = None
     >>> batch_chunks(np.array([0, 5, 0, 4, 21, 1]), 10)
     [(0, 4, 0, 9), (4, 5, 9, 30), (5, 6, 30, 31)]
     """
-    rows = CHUNK_ROWS if rows is None else rows
+    rows = PART_CHUNK_ROWS if rows is None else rows
     ends = np.cumsum(counts)
     n_b = len(ends)
     if not n_b:
@@ -385,7 +385,7 @@ def late_rows(plan: list[BatchInput], counts: np.ndarray, t_us: np.ndarray) -> n
             np.less_equal(t_us[r0:r1], np.repeat(wms[0][b0:b1], counts[b0:b1]),
                           out=out[r0:r1])
 
-    map_parts(fill, chunk_groups(batch_chunks(counts, PART_CHUNK_ROWS)))
+    map_parts(fill, chunk_groups(batch_chunks(counts)))
     return out
 
 

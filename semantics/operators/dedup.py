@@ -36,7 +36,6 @@ import numpy as np
 import pandas as pd
 
 from semantics.engine import (
-    PART_CHUNK_ROWS,
     BatchInput,
     Deferred,
     OperatorStep,
@@ -388,7 +387,7 @@ def _accepted_firsts(counts: np.ndarray, t: np.ndarray, first: np.ndarray,
         return accepted, removed
 
     # (each thread a group of neighbouring chunks: they write disjoint batches' counts)
-    groups = chunk_groups(batch_chunks(counts, PART_CHUNK_ROWS))
+    groups = chunk_groups(batch_chunks(counts))
     got = map_parts(chunks, groups)
     sizes = [[len(a) for a in accepted] for accepted, _ in got]
     acc = np.empty(sum(map(sum, sizes)), dtype=np.int64)

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from semantics.engine import PART_CHUNK_ROWS, batch_chunks, chunk_groups
+from semantics.engine import batch_chunks, chunk_groups
 from semantics.operators.aggfuncs import merge_of, reduce_at
 from semantics.operators.aggregation_all import RunGrid, late_groups
 from semantics.parallel import map_parts
@@ -106,7 +106,7 @@ def tumbling_at_once(rows: Callable[[int, int], tuple[np.ndarray, np.ndarray]],
     late_at: list[np.ndarray] = []  # late rows: their batch and group id
     late_gid: list[np.ndarray] = []
     cells = 0
-    for group in map_parts(blocks, chunk_groups(batch_chunks(counts, PART_CHUNK_ROWS))):
+    for group in map_parts(blocks, chunk_groups(batch_chunks(counts))):
         if group is None:
             return None
         for c in group:
