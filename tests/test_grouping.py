@@ -20,13 +20,15 @@ def test_runs_of_is_searchsorted_left_and_right(seed: int, spread: int) -> None:
     assert cnt.tolist() == (np.searchsorted(ids, keys, side="right") - lo).tolist()
 
 
-@pytest.mark.parametrize("distinct", [3, 40, 10_000, 0])  # many ties / some / none / wide
+# many ties / some / none / past 32-bit words / wide
+@pytest.mark.parametrize("distinct", [3, 40, 10_000, 2**30, 0])
 @pytest.mark.parametrize("seed", range(10))
 def test_stable_argsort_is_numpys_stable_argsort(seed: int, distinct: int,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    # packed words (grouping._packed_order) when values and positions fit 64 bits; values
-    # spanning 2**63 (distinct = 0) take numpy's sorts, ties put back in position order;
-    # odd seeds sort the words in two halves about their median (grouping.SPLIT_SORT)
+    # packed words (grouping._packed_order) when values and positions fit 64 bits (32-bit
+    # words when they fit those); values spanning 2**63 (distinct = 0) take numpy's sorts,
+    # ties put back in position order; odd seeds sort 64-bit words in two halves about their
+    # median (grouping.SPLIT_SORT)
     from semantics.operators.grouping import stable_argsort
 
     if seed % 2:
@@ -227,8 +229,9 @@ def test_whole_run_passes_in_threads_equal_one_pass(threads: str,
 
 @pytest.mark.parametrize("seed", range(30))
 def test_order_of_small_is_the_stable_argsort(seed: int) -> None:
-    # order_of_small sorts words value << p | position: 32-bit words where they fit, 64-bit
-    # ones where not, numpy's stable argsort past 63 bits; the order is the stable one
+    # order_of_small sorts words value << p | position (grouping._packed_order): 32-bit words
+    # where they fit, 64-bit ones where not, numpy's stable argsort past a word; the order is
+    # the stable one
     r = np.random.default_rng(seed)
     n = int(r.integers(0, 3000))
     top = int(r.choice([0, 1, 500, 2**20, 2**40, 2**62]))
