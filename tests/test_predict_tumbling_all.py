@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from semantics import engine
-from semantics.operators import aggregation
+from semantics.operators import aggregation, tumbling_all
 from semantics.predict import predict
 from tests.predict_kit import at_once_vs_stepped, schedule_of, spec_of
 from tests.test_predict_aggregation_all import _random_windows
@@ -54,6 +54,34 @@ def test_at_once_equals_stepping_on_random_tumbling_streams(
         query, batches, delay, pace = _tumbling(seed)
         at_once_vs_stepped(spec_of(query, delay, pace), schedule_of(batches, pace), exact=True)
     assert sum(engaged) > (500 if SOAK else 60)
+
+
+@pytest.mark.parametrize(("which", "chunk"), [("every", engine.PART_CHUNK_ROWS),
+                                             ("alternate", 30)])
+def test_chunks_past_their_budget_merge_group_by_group(
+        which: str, chunk: int, engaged: list[bool], monkeypatch: pytest.MonkeyPatch) -> None:
+    # same rules as above, for chunks whose blocks of windows × keys would pass their share
+    # of the cell budget (small batches over many windows and keys: mostly empty cells):
+    # their groups' partials are merged entry by entry (tumbling_all._entries), a round per
+    # entry of a group, still in batch order per group; "alternate": chunks of both kinds in
+    # one run, merged one after the other in batch order (chunks of a few batches)
+    monkeypatch.setattr(engine, "PART_CHUNK_ROWS", chunk)
+    monkeypatch.setenv("WMBT_THREADS", "2")
+    real, kinds = tumbling_all._blocks, set()
+
+    def blocks(rows, chunk, *args):  # type: ignore[no-untyped-def]
+        budget = 0 if which == "every" or chunk[0] % 2 else args[-1]
+        got = real(rows, chunk, *args[:-1], budget)
+        if isinstance(got, tumbling_all._Entries) or got.total:  # (no cells: blocks)
+            kinds.add(type(got).__name__)
+        return got
+
+    monkeypatch.setattr(tumbling_all, "_blocks", blocks)
+    for seed in range(300 if SOAK else 60):
+        query, batches, delay, pace = _tumbling(seed)
+        at_once_vs_stepped(spec_of(query, delay, pace), schedule_of(batches, pace), exact=True)
+    assert sum(engaged) > (250 if SOAK else 45)
+    assert kinds == ({"_Entries"} if which == "every" else {"_Entries", "_Blocks"})
 
 
 def test_grids_past_the_budget_go_on_another_way(engaged: list[bool],
