@@ -52,6 +52,7 @@ import numpy as np
 from semantics.engine import batch_chunks, chunk_groups
 from semantics.operators.aggfuncs import merge_of, reduce_at
 from semantics.operators.aggregation_all import RunGrid, late_groups
+from semantics.operators.grouping import stable_argsort
 from semantics.parallel import map_parts
 
 
@@ -213,8 +214,9 @@ def _entries(digit: np.ndarray, key: np.ndarray, busy: np.ndarray, cnt: np.ndarr
              r0: int) -> _Entries:
     """The :class:`_Entries` of a chunk's rows (window ``digit`` and ``key`` of each, from
     source row ``r0``; batch ``busy[i]`` holds ``cnt[i]`` of them): each (batch, group) a
-    cell of its own, numbered in (batch, group id) order, its partials reduced over its rows
-    in row order as a block's cell is (late rows: one cell past the last)."""
+    cell of its own, numbered in (batch, group id) order by one stable sort, its partials
+    reduced over its rows in row order as a block's cell is (late rows: one cell past the
+    last)."""
     batch = np.repeat(busy, cnt)
     gid = digit * minor
     gid += key
@@ -225,10 +227,15 @@ def _entries(digit: np.ndarray, key: np.ndarray, busy: np.ndarray, cnt: np.ndarr
     word = batch[ok] - int(busy[0])
     word <<= g_bits
     word |= gid[ok]
-    cells, cell = np.unique(word, return_inverse=True)
+    order = stable_argsort(word, (int(busy[-1] - busy[0]) + 1) << g_bits)
+    w = word[order]
+    new = np.empty(len(w), dtype=bool)
+    new[:1] = True
+    np.not_equal(w[1:], w[:-1], out=new[1:])
+    at = np.full(len(digit), np.count_nonzero(new), dtype=np.int64)
+    at[ok[order]] = np.cumsum(new) - 1
+    cells = w[new]
     n = len(cells)
-    at = np.full(len(digit), n, dtype=np.int64)
-    at[ok] = cell
     partials = [np.bincount(at, minlength=n + 1)[:n]]
     partials += [reduce_at(how, n + 1, at, v[r0:r0 + len(digit)])[:n] for v, how in values]
     return _Entries((cells >> g_bits) + int(busy[0]), cells & ((1 << g_bits) - 1), partials,
@@ -239,30 +246,44 @@ def _fold_entries(c: _Entries, grids: list[np.ndarray], merges: list[np.ufunc],
                   made: np.ndarray, updated: np.ndarray,
                   put: list[tuple[np.ndarray, ...]] | None) -> None:
     """Merge a chunk's entries into ``grids`` as :func:`_fold` merges blocks: each group's
-    partials in batch order. Round ``k`` merges every group's ``k``-th entry at once (a
-    group appears at most once in a round), so there are as many rounds as the most batches
-    one group of the chunk has rows in, not as many as batches; ``made`` counts the groups
-    without pairs before their first entry (a group never comes back after it left: the
-    caller checks), ``updated`` every entry, and ``put`` gets the entries with their values
-    after their batch, in (batch, group id) order."""
+    partials in batch order. Integer sums do not depend on the order: a running sum over the
+    entries in (group, batch) order, less what the groups before held, gives each entry's
+    value after its batch. The others (float sums, minima, maxima) merge round by round:
+    round ``k`` merges every group's ``k``-th entry of the chunk at once (a group appears
+    once a round), so there are as many rounds as the most batches one group of the chunk has
+    rows in, not as many as batches. ``made`` counts the groups without pairs before their
+    first entry (a group never comes back after it left: the caller checks), ``updated``
+    every entry, and ``put`` gets the entries with their values after their batch, in
+    (batch, group id) order."""
     batch, gid = c.batch, c.gid
     n_b = len(made)
     updated += np.bincount(batch, minlength=n_b)[:n_b]
-    order = np.argsort(gid, kind="stable")  # (each group's entries in batch order)
+    order = stable_argsort(gid, len(grids[0]))  # (each group's entries in batch order)
     g = gid[order]
     first = np.flatnonzero(np.r_[True, g[1:] != g[:-1]]) if len(g) else g
     lens = np.diff(np.r_[first, len(g)])
+    g1 = g[first]
+    made += np.bincount(batch[order[first[grids[0][g1] == 0]]], minlength=n_b)[:n_b]
     after = [np.empty(len(gid), dtype=grid.dtype) for grid in grids] if put is not None else []
+    rounds = []
+    for j, (p, op, grid) in enumerate(zip(c.partials, merges, grids, strict=True)):
+        if op is not np.add or grid.dtype.kind != "i":
+            rounds.append(j)
+            continue
+        run = np.cumsum(p[order])  # (int64: wraps, and the differences are exact)
+        run += np.repeat(grid[g1] - (run[first] - p[order[first]]), lens)
+        grid[g1] = run[first + lens - 1]
+        if after:
+            after[j][order] = run
     k, heads = 0, first
     with np.errstate(invalid="ignore"):  # (a float maximum meeting a NaN: NaN, as wanted)
-        while len(heads):
+        while rounds and len(heads):
             e = order[heads + k]
             ge = gid[e]
-            if not k:  # (a group's first entry of the chunk: created unless it has pairs)
-                made += np.bincount(batch[e[grids[0][ge] == 0]], minlength=n_b)[:n_b]
-            for j, (p, op, grid) in enumerate(zip(c.partials, merges, grids, strict=True)):
+            for j in rounds:
+                grid = grids[j]
                 region = grid[ge]
-                op(region, p[e], out=region)
+                merges[j](region, c.partials[j][e], out=region)
                 grid[ge] = region
                 if after:
                     after[j][e] = region
