@@ -531,16 +531,55 @@ class ThresholdSearch:
         return out
 
 
+@dataclass(frozen=True)
+class RunSteps:
+    """Every batch's step of a whole run, column by column: what ``run_all`` returns
+    (:func:`steps_of`). Thousands of small batches would make thousands of
+    :class:`OperatorStep` objects (~10 µs each) and report rows; the engine reads these
+    columns at once. Iterating or indexing gives the batches' :class:`OperatorStep`."""
+
+    dropped: np.ndarray  # per batch, int64
+    state_rows: np.ndarray
+    updated: np.ndarray
+    removed: np.ndarray
+    keys: np.ndarray | None
+    outputs: list[Deferred]
+
+    def __len__(self) -> int:
+        return len(self.outputs)
+
+    def __iter__(self) -> Iterator[OperatorStep]:
+        return (self._step(b) for b in range(len(self)))
+
+    def __getitem__(self, b: int | slice) -> Any:
+        if isinstance(b, slice):
+            return [self._step(i) for i in range(*b.indices(len(self)))]
+        return self._step(b)
+
+    def _step(self, b: int) -> OperatorStep:
+        return OperatorStep(dropped_by_watermark=int(self.dropped[b]),
+                            state_rows=int(self.state_rows[b]),
+                            state_rows_updated=int(self.updated[b]),
+                            state_rows_removed=int(self.removed[b]), output=self.outputs[b],
+                            state_keys=None if self.keys is None else int(self.keys[b]))
+
+
 def steps_of(dropped: np.ndarray, state_rows: np.ndarray, updated: np.ndarray,
              removed: np.ndarray, outputs: list[Deferred], keys: np.ndarray | None = None
-             ) -> list[OperatorStep]:
-    """One step per batch from per-batch counts and outputs (what ``run_all`` returns)."""
-    cols = [dropped, state_rows, updated, removed] + ([] if keys is None else [keys])
-    rows = np.stack([np.asarray(c, dtype=np.int64) for c in cols], 1).tolist()
-    return [OperatorStep(dropped_by_watermark=r[0], state_rows=r[1], state_rows_updated=r[2],
-                         state_rows_removed=r[3], output=out,
-                         state_keys=None if keys is None else r[4])
-            for r, out in zip(rows, outputs, strict=True)]
+             ) -> RunSteps:
+    """Every batch's step from per-batch counts and outputs (what ``run_all`` returns).
+
+    >>> z = np.zeros(2, dtype=np.int64)
+    >>> steps = steps_of(z, np.array([3, 1]), z, np.array([0, 2]), [Deferred(None, 0)] * 2)
+    >>> len(steps), steps[1].state_rows, steps[1].state_rows_removed, steps[1].state_keys
+    (2, 1, 2, None)
+    """
+    def col(c: np.ndarray) -> np.ndarray:
+        return np.asarray(c, dtype=np.int64)
+
+    assert all(len(c) == len(outputs) for c in (dropped, state_rows, updated, removed))
+    return RunSteps(col(dropped), col(state_rows), col(updated), col(removed),
+                    None if keys is None else col(keys), outputs)
 
 
 def run(schedule: Schedule, spec: BacktestSpec, candidate: str, operator: Operator,
@@ -556,43 +595,80 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str, operator: Operat
         for batch in plan:
             state, step = operator.step(state, batch)
             steps.append(step)
-    records: list[dict[str, Any]] = []
     outputs: list[Deferred] = []  # non-empty step outputs, batch ids in ``out_ids``
     out_ids: list[int] = []
     fates: list[pd.DataFrame] = []
-    for batch, step in zip(plan, steps, strict=True):
-        out = step.output
-        if len(out):
-            outputs.append(out)
-            out_ids.append(batch.batch_id)
-        if step.fates is not None and len(step.fates):
-            fates.append(step.fates.assign(batch_id=batch.batch_id))
-        records.append({
-            "batch_id": batch.batch_id,
-            "tick": batch.tick,
-            "has_data": batch.has_data,
-            "input_rows": sum(len(t) for t in batch.event_us.values()),
-            **{f"input_rows_{s}": len(t) for s, t in batch.event_us.items()},
-            "watermark_ms": batch.watermark_ms,
-            "operator": operator.name,
-            "late_watermark_ms": batch.late_wm_ms,
-            "eviction_watermark_ms": batch.evict_wm_ms,
-            "dropped_by_watermark": step.dropped_by_watermark,
-            "state_rows": step.state_rows,
-            "state_rows_updated": step.state_rows_updated,
-            "state_rows_removed": step.state_rows_removed,
-            "output_rows": len(out),
-            "state_bytes": step.state_bytes,
-            "checkpoint_bytes": None,
-            "state_keys": step.state_keys,
-        })
+    if isinstance(steps, RunSteps):  # (column by column: no step object per batch)
+        counts = {"dropped_by_watermark": steps.dropped, "state_rows": steps.state_rows,
+                  "state_rows_updated": steps.updated, "state_rows_removed": steps.removed}
+        sizes = [len(o) for o in steps.outputs]
+        for batch, out, n in zip(plan, steps.outputs, sizes, strict=True):
+            if n:
+                outputs.append(out)
+                out_ids.append(batch.batch_id)
+        state_bytes: list[int | None] = [None] * len(plan)
+        state_keys = [None] * len(plan) if steps.keys is None else steps.keys
+    else:
+        for batch, step in zip(plan, steps, strict=True):
+            out = step.output
+            if len(out):
+                outputs.append(out)
+                out_ids.append(batch.batch_id)
+            if step.fates is not None and len(step.fates):
+                fates.append(step.fates.assign(batch_id=batch.batch_id))
+        counts = {"dropped_by_watermark": [s.dropped_by_watermark for s in steps],
+                  "state_rows": [s.state_rows for s in steps],
+                  "state_rows_updated": [s.state_rows_updated for s in steps],
+                  "state_rows_removed": [s.state_rows_removed for s in steps]}
+        sizes = [len(s.output) for s in steps]
+        state_bytes = [s.state_bytes for s in steps]
+        state_keys = [s.state_keys for s in steps]
 
     cols = ["batch_id", *output_columns]
     out_df = _output_frame(operator, outputs, out_ids, cols)
     fate_df = (pd.concat(fates, ignore_index=True) if fates
                else pd.DataFrame(columns=[ROW_ID, "fate", "detail", "batch_id"]))
-    return EngineResult(pd.DataFrame.from_records(records), out_df, fate_df,
+    report = _report(plan, operator.name, counts, sizes, state_bytes, state_keys)
+    return EngineResult(report, out_df, fate_df,
                         late_rows=operator.late_input_rows(plan) if count_late else None)
+
+
+def _report(plan: list[BatchInput], operator: str, counts: dict[str, Any], sizes: list[int],
+            state_bytes: list[int | None], state_keys: Any) -> pd.DataFrame:
+    """The batch report (one row per executed batch of ``plan``), column by column: the
+    batches' inputs and watermarks, then the operator's ``counts`` per batch, the output rows
+    (``sizes``), state bytes and keys."""
+    n = len(plan)
+    sources = list(plan[0].event_us) if n else []
+    per_source = {s: [len(b.event_us[s]) for b in plan] for s in sources}
+    cols: dict[str, Any] = {
+        "batch_id": [b.batch_id for b in plan],
+        "tick": [b.tick for b in plan],
+        "has_data": [b.has_data for b in plan],
+        "input_rows": np.sum([per_source[s] for s in sources], axis=0, dtype=np.int64)
+        if sources else [0] * n,
+        **{f"input_rows_{s}": per_source[s] for s in sources},
+        "watermark_ms": [b.watermark_ms for b in plan],
+        "operator": [operator] * n,
+        "late_watermark_ms": [b.late_wm_ms for b in plan],
+        "eviction_watermark_ms": [b.evict_wm_ms for b in plan],
+        **counts,
+        "output_rows": sizes,
+        "state_bytes": state_bytes,
+        "checkpoint_bytes": [None] * n,
+        "state_keys": state_keys,
+    }
+    return pd.DataFrame({c: _column(v) for c, v in cols.items()}, index=pd.RangeIndex(n))
+
+
+def _column(values: Any) -> Any:
+    """A report column as ``DataFrame.from_records`` of one dict per batch made it: ints as
+    int64, booleans as bool, ints with None as float64, all None (or strings) as objects."""
+    if isinstance(values, np.ndarray):
+        return values
+    if values and all(v is None for v in values):
+        return np.array(values, dtype=object)
+    return pd.Series(values)._values
 
 
 def _output_frame(operator: Operator, outputs: list[Deferred], out_ids: list[int],
