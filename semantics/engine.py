@@ -150,26 +150,36 @@ class Operator(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class WatermarkState:
-    """Per-input watermarks (None = never had data) and the global watermark (ms)."""
+def global_watermarks(maxima: list[dict[int, int]], delays_ms: list[int], policy: str,
+                      n_ticks: int) -> np.ndarray:
+    """The global watermark (ms) after each of ticks ``0 .. n_ticks - 1``, from each
+    watermarked input's max event time (ms) per tick that holds its rows (``maxima``) and its
+    delay. An input's watermark is the max event time it has seen less its delay (it never
+    goes back; an input that has had no data yet counts as 0); the global one is the
+    ``min`` (``policy`` "min") or ``max`` of the inputs', starts at 0 and never goes back
+    either. Spark's ``markMicroBatchEnd``: a batch runs with the watermark after the ticks
+    before it.
 
-    per_input: tuple[int | None, ...]
-    global_ms: int = 0
-
-    def advance(self, maxima: list[int | None], delays_ms: list[int], policy: str
-                ) -> WatermarkState:
-        """State after a batch whose per-input max event times (ms) are ``maxima``."""
-        per = list(self.per_input)
-        for i, (mx, d) in enumerate(zip(maxima, delays_ms, strict=True)):
-            if mx is None:
-                continue
-            cand = mx - d
-            if per[i] is None or cand > per[i]:
-                per[i] = cand
-        vals = [0 if v is None else v for v in per]
-        chosen = (min(vals) if policy == "min" else max(vals)) if vals else 0
-        return WatermarkState(tuple(per), max(self.global_ms, chosen))
+    >>> global_watermarks([{0: 10, 2: 50}, {1: 30}], [5, 5], "min", 4).tolist()
+    [0, 5, 25, 25]
+    >>> global_watermarks([{0: 10, 2: 50}, {1: 30}], [5, 5], "max", 4).tolist()
+    [5, 25, 45, 45]
+    """
+    none = np.iinfo(np.int64).min  # (no data yet)
+    per = []
+    for m, d in zip(maxima, delays_ms, strict=True):
+        w = np.full(n_ticks, none, dtype=np.int64)
+        if m:
+            w[np.fromiter(m, dtype=np.int64, count=len(m))] = \
+                np.fromiter(m.values(), dtype=np.int64, count=len(m)) - d
+        np.maximum.accumulate(w, out=w)
+        w[w == none] = 0
+        per.append(w)
+    if not per:
+        return np.zeros(n_ticks, dtype=np.int64)
+    chosen = (np.minimum if policy == "min" else np.maximum).reduce(per)
+    np.maximum(chosen, 0, out=chosen)
+    return np.maximum.accumulate(chosen)
 
 
 @dataclass
@@ -217,7 +227,6 @@ def plan_batches(schedule: Schedule, spec: BacktestSpec, candidate: str, operato
     sources = list(spec.query_sources)
     wm_sources = list(cfg.delays_ms)
     has_wm = bool(wm_sources)
-    wms = WatermarkState(tuple(None for _ in wm_sources))
     delays = [cfg.delays_ms[s] for s in wm_sources]
     plan: list[BatchInput] = []
     prev_batch_wm = 0  # batchWatermarkMs of the previous batch (0 before the first)
@@ -228,14 +237,19 @@ def plan_batches(schedule: Schedule, spec: BacktestSpec, candidate: str, operato
     tick_max = {s: _tick_max_ms(et_us[s], tick_bounds[s],
                                 _watermark_input(operator, s, len(et_us[s])))
                 for s in wm_sources}
+    n_ticks = max((t.index for t in schedule.ticks), default=-1) + 1
+    # the global watermark before each tick: after the ticks before it
+    before = np.r_[0, global_watermarks([tick_max[s] for s in wm_sources], delays, cfg.policy,
+                                        n_ticks)[:-1]].tolist()
     empty = {s: schedule.rows[s].iloc[0:0] for s in sources}
     empty_us = np.array([], dtype=np.int64)
 
     for tick in schedule.ticks:
+        w_now = before[tick.index]
         if tick.idle:
             if not (has_wm and cfg.no_data_batches):
                 continue
-            if not operator.wants_another_batch(wms.global_ms, last_evict):
+            if not operator.wants_another_batch(w_now, last_evict):
                 continue
             rows, ev = empty, {s: empty_us for s in sources}
             offsets = {s: 0 for s in sources}
@@ -246,7 +260,6 @@ def plan_batches(schedule: Schedule, spec: BacktestSpec, candidate: str, operato
                 ev[s] = et_us[s][lo:hi]
                 offsets[s] = lo
             rows = BatchRows(schedule.rows, bounds)
-        w_now = wms.global_ms
         if has_wm:
             late = w_now if not cfg.allow_multiple else prev_batch_wm
             late, evict = max(late, 0), max(w_now, 0)
@@ -254,10 +267,6 @@ def plan_batches(schedule: Schedule, spec: BacktestSpec, candidate: str, operato
             late = evict = None
         plan.append(BatchInput(len(plan), tick.index, not tick.idle, rows, ev, late, evict,
                                offsets, w_now if has_wm else None))
-        # after the batch: update watermarks from this batch's data (markMicroBatchEnd)
-        if has_wm and not tick.idle:
-            maxima = [tick_max[s].get(tick.index) for s in wm_sources]
-            wms = wms.advance(maxima, delays, cfg.policy)
         prev_batch_wm = w_now
         last_evict = evict
     return plan
