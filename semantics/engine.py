@@ -354,11 +354,25 @@ def true_per_batch(mask: np.ndarray, counts: np.ndarray) -> np.ndarray:
 
     >>> true_per_batch(np.array([True, False, True, True]), np.array([2, 0, 2])).tolist()
     [1, 0, 2]
+    >>> m = np.arange(10_000) % 3 == 0
+    >>> true_per_batch(m, np.array([9_000, 0, 1_000])).tolist()
+    [3000, 0, 334]
     """
+    counts = np.asarray(counts, dtype=np.int64)
+    if len(counts) * SMALL_BATCH > len(mask):  # (small batches: one pass, not a call each)
+        out = np.zeros(len(counts), dtype=np.int64)
+        held = np.flatnonzero(counts)
+        if len(held):
+            out[held] = np.add.reduceat(mask, (np.cumsum(counts) - counts)[held],
+                                        dtype=np.int64)
+        return out
     ends = np.cumsum(counts).tolist()
     return np.array([np.count_nonzero(mask[a:b]) for a, b in zip([0, *ends[:-1]], ends,
                                                                    strict=True)],
                     dtype=np.int64)
+
+
+SMALL_BATCH = 1 << 12  # rows a batch holds on average, below which a pass beats a call each
 
 
 def watermarks_us(plan: list[BatchInput]) -> tuple[np.ndarray, np.ndarray] | None:
@@ -677,6 +691,9 @@ def _column(values: Any) -> Any:
         return values
     if values and all(v is None for v in values):
         return np.array(values, dtype=object)
+    plain = np.array(values)
+    if plain.dtype.kind in "bi":  # (ints or booleans, no None: numpy's own conversion)
+        return plain
     return pd.Series(values)._values
 
 
