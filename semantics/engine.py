@@ -102,6 +102,25 @@ class Deferred:
 
 
 @dataclass(frozen=True)
+class Span:
+    """Entries ``lo .. hi - 1`` of entries an operator computed for a whole run at once
+    (``whole``: anything with ``take(slice)``), as a batch's ``Deferred`` payload: it costs
+    nothing to make, where taking each batch's entries costs a few dozen µs a batch
+    (thousands of small batches: most of a prediction). The operator's ``materialize``
+    joins the spans (``taken`` gives the entries of one)."""
+
+    whole: Any
+    lo: int
+    hi: int
+
+    def __len__(self) -> int:
+        return self.hi - self.lo
+
+    def taken(self) -> Any:
+        return self.whole.take(slice(self.lo, self.hi))
+
+
+@dataclass(frozen=True)
 class OperatorStep:
     """What one stateful operator did in one batch (Spark's progress + emitted rows)."""
 

@@ -40,6 +40,7 @@ from semantics.engine import (
     BatchInput,
     Deferred,
     OperatorStep,
+    Span,
     late_rows,
     leaving_batch,
     source_counts,
@@ -129,35 +130,23 @@ class AggState:
                         concat_all(*(p.bufs for p in parts)))
 
 
-@dataclass(frozen=True)
-class Span:
-    """Entries ``lo .. hi - 1`` of the entries a whole run emits (``whole``): a batch's
-    payload (``Deferred``) that costs nothing to make, where taking each batch's entries
-    would cost a few dozen µs a batch (thousands of small batches: most of a prediction)."""
+def joined_spans(payloads: list[AggState | Span]) -> AggState:
+    """The entries of ``payloads`` (states, or spans of them) one after the other: one take
+    when they are neighbouring spans of one run's entries, in order.
 
-    whole: AggState
-    lo: int
-    hi: int
-
-    @staticmethod
-    def joined(payloads: list[AggState | Span]) -> AggState:
-        """The entries of ``payloads`` one after the other: one take when they are
-        neighbouring spans of one run's entries, in order.
-
-        >>> e = np.arange(4)
-        >>> whole = AggState(e, e, e, (), ())
-        >>> Span.joined([Span(whole, 1, 2), Span(whole, 2, 4)]).gid.tolist()
-        [1, 2, 3]
-        >>> Span.joined([Span(whole, 2, 4), whole.take(slice(0, 1))]).gid.tolist()
-        [2, 3, 0]
-        """
-        spans = [p for p in payloads if isinstance(p, Span)]
-        if len(spans) == len(payloads) and all(p.whole is spans[0].whole for p in spans) and \
-                all(a.hi == b.lo for a, b in zip(spans[:-1], spans[1:], strict=True)):
-            return spans[0].whole.take(slice(spans[0].lo, spans[-1].hi))
-        parts = [p.whole.take(slice(p.lo, p.hi)) if isinstance(p, Span) else p
-                 for p in payloads]
-        return parts[0] if len(parts) == 1 else AggState.concat(*parts)
+    >>> e = np.arange(4)
+    >>> whole = AggState(e, e, e, (), ())
+    >>> joined_spans([Span(whole, 1, 2), Span(whole, 2, 4)]).gid.tolist()
+    [1, 2, 3]
+    >>> joined_spans([Span(whole, 2, 4), whole.take(slice(0, 1))]).gid.tolist()
+    [2, 3, 0]
+    """
+    spans = [p for p in payloads if isinstance(p, Span)]
+    if len(spans) == len(payloads) and all(p.whole is spans[0].whole for p in spans) and \
+            all(a.hi == b.lo for a, b in zip(spans[:-1], spans[1:], strict=True)):
+        return spans[0].whole.take(slice(spans[0].lo, spans[-1].hi))
+    parts = [p.taken() if isinstance(p, Span) else p for p in payloads]
+    return parts[0] if len(parts) == 1 else AggState.concat(*parts)
 
 
 @dataclass(frozen=True)
@@ -729,7 +718,7 @@ class AggregationOperator:
 
     def materialize(self, payloads: list[AggState | Span], columns: list[str]) -> pd.DataFrame:
         """Output rows of the emitted group entries of every batch (in order), one frame."""
-        st = Span.joined(payloads)
+        st = joined_spans(payloads)
         keys = self._coder.key_values(self._whole()[0], st.keys)
         return result_frame(columns, key_series(self.keys, keys),
                             {"window_start": st.wstart_us,

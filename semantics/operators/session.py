@@ -48,6 +48,7 @@ overlap or touch.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -57,6 +58,7 @@ from semantics.engine import (
     BatchInput,
     Deferred,
     OperatorStep,
+    Span,
     source_rows,
     steps_of,
     watermarks_us,
@@ -150,6 +152,44 @@ def concat_states(*parts: SessionState) -> SessionState:
                         np.concatenate([p.end_us for p in parts]),
                         concat_keys(*(p.keys for p in parts)),
                         concat_all(*(p.bufs for p in parts)))
+
+
+def joined_states(parts: list[SessionState | Span]) -> SessionState:
+    """The entries of ``parts`` (states, or spans of them) one after the other: each array
+    of the result one ``concatenate`` of the parts' slices (no state made per part: a run
+    of thousands of small batches has thousands of spans).
+
+    >>> e = np.arange(4)
+    >>> st = SessionState(e, e * 10, e * 10 + 5, (Values("int", e + 100),), ((e * 2,),))
+    >>> got = joined_states([Span(st, 2, 4), st.take(slice(0, 1)), Span(st, 1, 2)])
+    >>> got.gid.tolist(), got.keys[0].data.tolist(), got.bufs[0][0].tolist()
+    ([2, 3, 0, 1], [102, 103, 100, 101], [4, 6, 0, 2])
+    """
+    if len(parts) == 1:
+        p = parts[0]
+        return p.taken() if isinstance(p, Span) else p
+    states: dict[int, SessionState] = {}  # (the few states the parts come from)
+    cut = []
+    for p in parts:
+        w, lo, hi = (p.whole, p.lo, p.hi) if isinstance(p, Span) else (p, 0, len(p))
+        states.setdefault(id(w), w)
+        cut.append((id(w), lo, hi))
+
+    def cat(get: Callable[[SessionState], np.ndarray]) -> np.ndarray:
+        arrays = {k: get(w) for k, w in states.items()}
+        return np.concatenate([arrays[k][lo:hi] for k, lo, hi in cut])
+
+    first = states[cut[0][0]]
+    keys = []
+    for i, v in enumerate(first.keys):
+        null = None if all(w.keys[i].null is None for w in states.values()) else \
+            ~cat(lambda w, i=i: w.keys[i].valid)
+        tz = next((w.keys[i].tz for w in states.values() if w.keys[i].tz), None)
+        keys.append(Values(v.kind, cat(lambda w, i=i: w.keys[i].data), null, tz))
+    bufs = tuple(tuple(cat(lambda w, i=i, j=j: w.bufs[i][j]) for j in range(len(b)))
+                 for i, b in enumerate(first.bufs))
+    return SessionState(cat(lambda w: w.gid), cat(lambda w: w.start_us),
+                        cat(lambda w: w.end_us), tuple(keys), bufs)
 
 
 def _placed(keep_a: np.ndarray, keep_b: np.ndarray, b_before: np.ndarray) -> np.ndarray:
@@ -438,11 +478,13 @@ class SessionOperator:
             counts += np.array([[s.dropped_by_watermark, s.state_rows, s.state_rows_updated,
                                  s.state_rows_removed, s.state_keys or 0] for s in stepped]).T
         outputs = []
+        bounds = [cuts.tolist() for _, cuts in pieces]
         for b in range(n_b):  # the blocks' evicted sessions of the batch, in key id order
-            parts = tuple(ev.take(slice(cuts[b], cuts[b + 1])) for ev, cuts in pieces
-                          if cuts[b + 1] > cuts[b])
+            parts: tuple[SessionState | Span, ...] = tuple(
+                Span(ev, c[b], c[b + 1]) for (ev, _), c in zip(pieces, bounds, strict=True)
+                if c[b + 1] > c[b])
             if stepped is not None and len(stepped[b].output):
-                parts = (merge_states(concat_states(empty, *parts),
+                parts = (merge_states(concat_states(empty, *(p.taken() for p in parts)),
                                       stepped[b].output.payload)[0],)
             outputs.append(Deferred(parts, sum(len(p) for p in parts)))
         dropped, rows, updated, removed, keys = counts
@@ -748,7 +790,7 @@ class SessionOperator:
         """Output rows of the emitted sessions of every batch (in order), one frame. A batch's
         payload is its sessions, or pieces of them one after the other (``run_all``'s)."""
         parts = [q for p in payloads for q in (p if isinstance(p, tuple) else (p,))]
-        st = parts[0] if len(parts) == 1 else concat_states(*parts)
+        st = joined_states(parts)
         keys = self._coder.key_values(self._whole_keys(), st.keys)
         return result_frame(columns, key_series(self.keys, keys),
                             {"session_start": st.start_us, "session_end": st.end_us},
