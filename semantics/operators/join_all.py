@@ -318,7 +318,8 @@ def _join_range(left: Admitted, right: Admitted, jtype: str, condition: TimeCond
         b, e, code = side.b, side.e, side.code
         if stored is not None:
             b, e, code = b[stored], e[stored], code[stored]
-        came = np.bincount(b, minlength=n_b)
+        # (b is in arrival order, so sorted: a search per batch, no count per row)
+        came = np.diff(np.searchsorted(b, np.arange(n_b + 1, dtype=b.dtype)))
         gone = np.bincount(e, minlength=n_b + 1)[:n_b]
         counts[0] += np.cumsum(came) - np.cumsum(gone)
         counts[1] += came
