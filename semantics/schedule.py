@@ -190,7 +190,15 @@ def cut(
             cell_all = np.r_[cell_all, *(np.asarray(file_batch[s], dtype=np.int64)[
                 emptied[s][ADD_INDEX].to_numpy(dtype=np.int64)] for s in held)]
     else:
-        merged = np.argsort(col(ROW_ID), kind="stable")  # row id order
+        rid = col(ROW_ID)
+        merged = np.argsort(rid, kind="stable")  # row id order
+        repeated = np.flatnonzero(np.diff(rid[merged]) == 0)
+        if len(repeated):  # (one merged order across the sources needs global row ids)
+            at = merged[repeated[0]:repeated[0] + 2]
+            raise ValueError(
+                f"row id {int(rid[at[0]])} is used twice (sources "
+                f"{', '.join(sorted({names[int(i)] for i in src_all[at]}))}): row ids must "
+                "be unique across the sources, in global arrival order")
     # the merged sequence: ``merged`` holds positions in the concatenated sources (rows first,
     # then the emptied files)
     src, version, arr = src_all[merged], version_all[merged], arr_all[merged]

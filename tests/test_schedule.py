@@ -464,3 +464,22 @@ def test_cut_with_emptied_files_against_a_plain_model(log, by, pace) -> None:
     assert [t.idle for t in sched.ticks] == (
         [x for _ in expect for x in (False, True)] if pace == "live" else
         [False] * len(expect) + [True])
+
+
+def test_row_ids_repeated_across_sources_are_refused() -> None:
+    # the merged arrival order across sources is the row ids' order (SPEC §2): a row id used
+    # by two sources leaves it undefined, so cut names the id and the sources instead of
+    # interleaving them row by row
+    from semantics.schedule import cut
+    from semantics.spec import BatchBy
+
+    def rows(ids: list[int], version: list[int]) -> pd.DataFrame:
+        return pd.DataFrame({"row_id": ids, "arrival_ms": version, "commit_version": version,
+                             "ts": pd.to_datetime(ids, unit="s", utc=True)})
+
+    ok = cut("t", {"a": rows([0, 2], [0, 1]), "b": rows([1, 3], [0, 1])}, {"a": "ts", "b": "ts"},
+             BatchBy(commits=1), "backlog")
+    assert sum(not t.idle for t in ok.ticks) == 4
+    with pytest.raises(ValueError, match=r"row id 1 is used twice \(sources a, b\)"):
+        cut("t", {"a": rows([0, 1], [0, 1]), "b": rows([1, 2], [0, 1])},
+            {"a": "ts", "b": "ts"}, BatchBy(commits=1), "backlog")
