@@ -20,7 +20,7 @@ statistics is ``micros / 1000`` truncated toward zero (Java integer division).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -118,6 +118,24 @@ class Span:
 
     def taken(self) -> Any:
         return self.whole.take(slice(self.lo, self.hi))
+
+    @staticmethod
+    def covering(payloads: Sequence[Any]) -> Span | None:
+        """One span for ``payloads`` when each is a span of the same whole, each starting
+        where the one before ends (a run's batches in order); else None.
+
+        >>> w = np.arange(5)
+        >>> Span.covering([Span(w, 0, 2), Span(w, 2, 2), Span(w, 2, 5)])
+        Span(whole=array([0, 1, 2, 3, 4]), lo=0, hi=5)
+        >>> Span.covering([Span(w, 0, 2), Span(w, 3, 5)]) is None
+        True
+        """
+        if not payloads or not all(isinstance(p, Span) and p.whole is payloads[0].whole
+                                   for p in payloads):
+            return None
+        if any(a.hi != b.lo for a, b in zip(payloads[:-1], payloads[1:], strict=True)):
+            return None
+        return Span(payloads[0].whole, payloads[0].lo, payloads[-1].hi)
 
 
 @dataclass(frozen=True)
@@ -253,9 +271,11 @@ def plan_batches(schedule: Schedule, spec: BacktestSpec, candidate: str, operato
     tick_bounds = {s: _tick_bounds(schedule, s) for s in sources}
     et_us = {s: schedule.event_time_us(s) for s in sources}
     # every tick's max event time at once (of the rows that reach the watermark node)
-    tick_max = {s: _tick_max_ms(et_us[s], tick_bounds[s],
+    tick_max = {s: _tick_max_ms(et_us[s], *tick_bounds[s],
                                 _watermark_input(operator, s, len(et_us[s])))
                 for s in wm_sources}
+    tick_lo = {s: tick_bounds[s][0].tolist() for s in sources}  # (ints: read per tick)
+    tick_hi = {s: tick_bounds[s][1].tolist() for s in sources}
     n_ticks = max((t.index for t in schedule.ticks), default=-1) + 1
     # the global watermark before each tick: after the ticks before it
     before = np.r_[0, global_watermarks([tick_max[s] for s in wm_sources], delays, cfg.policy,
@@ -275,7 +295,7 @@ def plan_batches(schedule: Schedule, spec: BacktestSpec, candidate: str, operato
         else:
             ev, offsets, bounds = {}, {}, {}
             for s in sources:
-                lo, hi = bounds[s] = tick_bounds[s][tick.index]
+                lo, hi = bounds[s] = tick_lo[s][tick.index], tick_hi[s][tick.index]
                 ev[s] = et_us[s][lo:hi]
                 offsets[s] = lo
             rows = BatchRows(schedule.rows, bounds)
@@ -753,25 +773,26 @@ def _watermark_input(operator: Operator, source: str, n: int) -> np.ndarray | No
 MASKED = np.iinfo(np.int64).min  # a masked row's event time (below every real one)
 
 
-def _tick_max_ms(event_us: np.ndarray, bounds: dict[int, tuple[int, int]],
+def _tick_max_ms(event_us: np.ndarray, lo: np.ndarray, hi: np.ndarray,
                  mask: np.ndarray | None = None) -> dict[int, int]:
-    """Max event time (ms) of every tick holding rows that reach the watermark (``bounds``:
-    tick -> its rows, in tick order and covering ``event_us``; ``mask``: the rows that reach
-    it, None: all), by one ``reduceat`` over all rows (past 2**20 rows, one over each thread's
-    range of ticks). Micros to ms truncation is monotonic, so the max of the converted values
-    is the converted max.
+    """Max event time (ms) of every tick holding rows that reach the watermark (tick ``t``
+    holds rows ``lo[t]:hi[t]``, in tick order and covering ``event_us``; ``mask``: the rows
+    that reach it, None: all), by one ``reduceat`` over all rows (past 2**20 rows, one over
+    each thread's range of ticks). Micros to ms truncation is monotonic, so the max of the
+    converted values is the converted max.
 
-    >>> _tick_max_ms(np.array([5000, 9999, 2000, 7000]), {0: (0, 2), 1: (2, 2), 2: (2, 4)})
+    >>> lo, hi = np.array([0, 2, 2]), np.array([2, 2, 4])
+    >>> _tick_max_ms(np.array([5000, 9999, 2000, 7000]), lo, hi)
     {0: 9, 2: 7}
-    >>> _tick_max_ms(np.array([5000, 9999, 2000, 7000]), {0: (0, 2), 1: (2, 2), 2: (2, 4)},
+    >>> _tick_max_ms(np.array([5000, 9999, 2000, 7000]), lo, hi,
     ...              np.array([True, False, False, False]))
     {0: 5}
     """
-    held = [(t, lo) for t, (lo, hi) in bounds.items() if hi > lo]
-    assert sum(hi - lo for lo, hi in bounds.values()) == len(event_us)  # (they tile the rows)
-    if not held:
+    assert int((hi - lo).sum()) == len(event_us)  # (they tile the rows)
+    held = np.flatnonzero(hi > lo)
+    if not len(held):
         return {}
-    starts = np.array([lo for _, lo in held], dtype=np.int64)
+    starts = lo[held]
 
     def part(ticks: slice) -> np.ndarray:
         """The maxima of these ticks (neighbours: one range of rows)."""
@@ -782,17 +803,15 @@ def _tick_max_ms(event_us: np.ndarray, bounds: dict[int, tuple[int, int]],
 
     # (past 2**20 rows, each thread a range of ticks)
     top = np.concatenate(map_parts(part, row_parts(len(held), 1 << 20, size=len(event_us))))
-    maxima = micros_to_ms(top).tolist()
-    if mask is None:
-        return {t: m for (t, _), m in zip(held, maxima, strict=True)}
-    # (a tick whose rows are all masked has no max; a source's event times are never null)
-    return {t: m for (t, _), m, x in zip(held, maxima, top.tolist(), strict=True)
-            if x != MASKED}
+    maxima = micros_to_ms(top)
+    if mask is not None:  # (a tick whose rows are all masked has no max; a source's event
+        kept = top != MASKED  # times are never null)
+        held, maxima = held[kept], maxima[kept]
+    return dict(zip(held.tolist(), maxima.tolist(), strict=True))
 
 
-def _tick_bounds(schedule: Schedule, source: str) -> dict[int, tuple[int, int]]:
+def _tick_bounds(schedule: Schedule, source: str) -> tuple[np.ndarray, np.ndarray]:
+    """Where each tick's rows of ``source`` start and end (rows sorted by tick)."""
     ticks = schedule.rows[source]["tick"].to_numpy()
     idx = np.arange(len(schedule.ticks))
-    lo = np.searchsorted(ticks, idx, side="left")
-    hi = np.searchsorted(ticks, idx, side="right")
-    return {int(i): (int(a), int(b)) for i, a, b in zip(idx, lo, hi, strict=True)}
+    return np.searchsorted(ticks, idx, side="left"), np.searchsorted(ticks, idx, side="right")

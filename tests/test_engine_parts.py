@@ -33,7 +33,7 @@ def test_tick_maxima_in_ranges_of_ticks(threads: str, monkeypatch: pytest.Monkey
             rows = event_us[lo:hi] if m is None else event_us[lo:hi][m[lo:hi]]
             if len(rows):
                 want[t] = int(rows.max()) // 1000
-        assert engine._tick_max_ms(event_us, bounds, m) == want
+        assert engine._tick_max_ms(event_us, ends - sizes, ends, m) == want
 
 
 @pytest.mark.parametrize("threads", ["1", "2", "3"])
