@@ -141,10 +141,9 @@ def joined_spans(payloads: list[AggState | Span]) -> AggState:
     >>> joined_spans([Span(whole, 2, 4), whole.take(slice(0, 1))]).gid.tolist()
     [2, 3, 0]
     """
-    spans = [p for p in payloads if isinstance(p, Span)]
-    if len(spans) == len(payloads) and all(p.whole is spans[0].whole for p in spans) and \
-            all(a.hi == b.lo for a, b in zip(spans[:-1], spans[1:], strict=True)):
-        return spans[0].whole.take(slice(spans[0].lo, spans[-1].hi))
+    whole = Span.covering(payloads)
+    if whole is not None:
+        return whole.taken()
     parts = [p.taken() if isinstance(p, Span) else p for p in payloads]
     return parts[0] if len(parts) == 1 else AggState.concat(*parts)
 

@@ -66,6 +66,7 @@ from semantics.engine import (
     BatchInput,
     Deferred,
     OperatorStep,
+    Span,
     late_rows,
     source_counts,
     steps_of,
@@ -269,12 +270,18 @@ class JoinOperator:
             return None
         return ~dropped[start:stop]
 
-    def materialize(self, payloads: list[tuple[np.ndarray, ...]], columns: list[str]
+    def materialize(self, payloads: list[tuple[np.ndarray, ...] | Span], columns: list[str]
                     ) -> pd.DataFrame:
         """Output columns of emitted rows given per batch as (left, right) source positions (-1:
-        the null-padded side of an outer row; left semi: left positions only)."""
-        width = len(payloads[0])
-        positions = [Gather.of(joined([p[i] for p in payloads])) for i in range(width)]
+        the null-padded side of an outer row; left semi: left positions only), or as spans of
+        a whole run's (``run_all``)."""
+        whole = Span.covering(payloads)
+        if whole is not None:  # (a whole run's rows at once: one slice of its positions)
+            sides = whole.taken()
+        else:
+            parts = [p.taken() if isinstance(p, Span) else p for p in payloads]
+            sides = tuple(joined([p[i] for p in parts]) for i in range(len(parts[0])))
+        positions = [Gather.of(side) for side in sides]
         jobs = [(c, src.frame[c]._values, pos)
                 for src, pos in zip((self.sources["left"], self.sources["right"]), positions,
                                     strict=False)
@@ -337,7 +344,6 @@ class JoinOperator:
         are packed (else None: the engine steps)."""
         if self.explain or self.packing is None or not plan:
             return None
-        n_b = len(plan)
         thresholds = [self.plan.thresholds(b.evict_wm_ms) for b in plan]
 
         def admit(i: int) -> tuple[RunSide, np.ndarray] | None:
@@ -356,10 +362,10 @@ class JoinOperator:
         got = join_at_once(left, right, self.query.type, self.condition, self.n_codes)
         if got is None:
             return None
-        sides_out = (got.left,) if got.right is None else (got.left, got.right)
+        pairs = _Pairs((got.left,) if got.right is None else (got.left, got.right))
         cuts = got.cuts.tolist()
-        outputs = [Deferred(tuple(a[cuts[t]:cuts[t + 1]] for a in sides_out),
-                            cuts[t + 1] - cuts[t]) for t in range(n_b)]
+        outputs = [Deferred(Span(pairs, lo, hi), hi - lo)
+                   for lo, hi in zip(cuts[:-1], cuts[1:], strict=True)]
         return steps_of(dropped, got.state_rows, got.updated, got.removed, outputs, got.keys)
 
     def step(self, state: JoinState, batch: BatchInput) -> tuple[JoinState, OperatorStep]:
@@ -585,6 +591,18 @@ class JoinOperator:
                 out.append(self._noted(role, "evicted_unmatched", gone.take(~matched), thr,
                                        f"{where}; never matched: no output"))
         return out
+
+
+@dataclass(frozen=True)
+class _Pairs:
+    """The emitted rows of a whole run as source positions, one array per side (left, and
+    right unless left semi; -1: the null-padded side), in batch order; ``take`` of a slice
+    gives a batch's rows as the tuple of position arrays a stepped batch emits."""
+
+    sides: tuple[np.ndarray, ...]
+
+    def take(self, rows: slice) -> tuple[np.ndarray, ...]:
+        return tuple(a[rows] for a in self.sides)
 
 
 def _inferred_filter(query: JoinQuery, schedule: Schedule, role: str,
