@@ -79,6 +79,7 @@ from semantics.operators.aggfuncs import (
     take_rows,
 )
 from semantics.operators.columns import Values, check_key_columns, key_series, values_of
+from semantics.operators.gather import gather
 from semantics.operators.grouping import (
     count_distinct,
     from_a_mask,
@@ -502,12 +503,14 @@ class SessionOperator:
                           got.comp[r0:r1] - c0, c1 - c0)
         ev_in = got.evicted_in[c0:c1]
         gone = np.flatnonzero(ev_in < n_b)
-        gone = gone[order_of_small(ev_in[gone], n_b)]
-        c = gone + c0
-        head = got.head[c]
-        ev = SessionState(got.gid[c], got.start_us[c], got.end_us[c],
-                          self._coder.entry_keys(kv, head, head), take_all(bufs, gone))
-        return ev, np.r_[0, np.cumsum(np.bincount(ev_in[gone], minlength=n_b))]
+        batch = ev_in[gone]
+        gone = gone[order_of_small(batch, n_b)]
+        # (the components' arrays gathered together, a part of the positions at a time)
+        gid, start, end, head = gather([got.gid, got.start_us, got.end_us, got.head],
+                                       gone + c0)
+        ev = SessionState(gid, start, end, self._coder.entry_keys(kv, head, head),
+                          take_all(bufs, gone))
+        return ev, np.r_[0, np.cumsum(np.bincount(batch, minlength=n_b))]
 
     def _step_rows(self, plan: list[BatchInput], rows: np.ndarray, batch_of: np.ndarray,
                    t_all: np.ndarray) -> list[OperatorStep]:
