@@ -485,7 +485,7 @@ class SessionOperator:
                 Span(ev, c[b], c[b + 1]) for (ev, _), c in zip(pieces, bounds, strict=True)
                 if c[b + 1] > c[b])
             if stepped is not None and len(stepped[b].output):
-                parts = (merge_states(concat_states(empty, *(p.taken() for p in parts)),
+                parts = (merge_states(joined_states([empty, *parts]),
                                       stepped[b].output.payload)[0],)
             outputs.append(Deferred(parts, sum(len(p) for p in parts)))
         dropped, rows, updated, removed, keys = counts
