@@ -174,6 +174,32 @@ def test_by_part_orders_rows_by_part_then_position(n_parts: int) -> None:
         assert piece.tolist() == np.flatnonzero(part == p).tolist()
 
 
+@pytest.mark.parametrize("n_parts", [1, 2, 7, 256, 257])
+def test_split_rows_block_by_block_equal_one_split(n_parts: int,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # grouping.split_rows: past SPLIT_BLOCK rows (13 here) in at most 256 parts, each block's
+    # rows are sorted by part on their own and written to their places: every part's
+    # positions ascending and its values of each array (their dtypes kept), as one Split gives
+    # them; empty parts, blocks of one part and a last short block included (257 parts: the
+    # Split itself)
+    monkeypatch.setattr(grouping, "SPLIT_BLOCK", 13)
+    r = np.random.default_rng(n_parts)
+    for n in (0, 13, 14, 40, 3001):
+        part = r.integers(0, n_parts, n)
+        if n_parts > 2:
+            part[part % 3 == 1] = 0  # (a third of the parts empty)
+        part[:14] = n_parts - 1  # (a first block of one part)
+        arrays = [r.integers(-9, 9, n), r.random(n), (r.random(n) < 0.5),
+                  r.integers(0, 100, n).astype(np.int32)]
+        pos, cols = grouping.split_rows(part, n_parts, arrays)
+        assert len(pos) == len(cols) == n_parts
+        for p in range(n_parts):
+            want = np.flatnonzero(part == p)
+            assert pos[p].tolist() == want.tolist()
+            for a, got in zip(arrays, cols[p], strict=True):
+                assert got.dtype == a.dtype and got.tolist() == a[want].tolist()
+
+
 def test_joined_parts_are_their_concatenation() -> None:
     # grouping.joined: a run's rows split by batch and joined again for the output; the
     # covering slice only when the parts are neighbouring slices of one array in order (else a

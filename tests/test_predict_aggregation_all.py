@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from semantics.operators import aggregation, aggregation_all
+from semantics.operators import aggregation, aggregation_all, grouping
 from semantics.operators.aggregation_all import aggregate_at_once
 from tests.predict_kit import at_once_vs_stepped, run_all_of, schedule_of, spec_of
 
@@ -98,12 +98,13 @@ def test_key_ranges_are_put_together_in_id_order(chunk: int, always_at_once: Non
     # by one, in threads) and put back together: emitted rows in batch, window, key order; one
     # part per run with the default chunk
     monkeypatch.setattr(aggregation_all, "CHUNK", chunk)
+    monkeypatch.setattr(grouping, "SPLIT_BLOCK", 11)  # (ranges split block by block)
     # tumbling windows too (what they take when tumbling_all's grids pass its budget)
     monkeypatch.setattr(aggregation, "tumbling_at_once", lambda *a, **k: None)
     splits, parts = [], []
-    real_ranges, real_part = aggregation_all.id_split, aggregation_all._part
-    monkeypatch.setattr(aggregation_all, "id_split",
-                        lambda *a: splits.append(r := real_ranges(*a)) or r)
+    real_ranges, real_part = aggregation_all.id_parts, aggregation_all._part
+    monkeypatch.setattr(aggregation_all, "id_parts",
+                        lambda *a: splits.append((r := real_ranges(*a), a[-1])) or r)
     monkeypatch.setattr(aggregation_all, "_part",
                         lambda *a: parts.append(len(a[0].b)) or real_part(*a))
     engaged = 0
@@ -114,7 +115,7 @@ def test_key_ranges_are_put_together_in_id_order(chunk: int, always_at_once: Non
     assert engaged > 25
     if chunk < 1000:
         # (a part holds whole keys: with one to three keys a run has at most that many)
-        assert len(splits) > 20 and max(len(s) for s in splits) > 10 and len(parts) > 100
+        assert len(splits) > 20 and max(n for _, n in splits) > 10 and len(parts) > 100
     else:
         assert not splits
 

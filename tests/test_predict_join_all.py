@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from semantics.operators import join_all
+from semantics.operators import grouping, join_all
 from semantics.operators.join_all import keys_alive
 from tests.predict_kit import at_once_vs_stepped, run_all_of
 from tests.test_predict_join import ints, join_run
@@ -45,6 +45,7 @@ def test_key_ranges_computed_one_by_one_equal_stepping(seed: int,
         return real(side, n_parts, n_codes)
 
     monkeypatch.setattr(join_all, "CHUNK", 37)
+    monkeypatch.setattr(grouping, "SPLIT_BLOCK", 11)  # (ranges split block by block)
     monkeypatch.setattr(join_all.RunSide, "key_ranges", spy)
     assert at_once_vs_stepped(run.spec, run.schedule, ordered=False)
     n_keys = len({k for left, right in steps for k, _ in left + right})

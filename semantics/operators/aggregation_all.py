@@ -40,7 +40,7 @@ from functools import cached_property
 import numpy as np
 
 from semantics.operators.aggfuncs import EXTREME, IDENTITY, extreme_at, merge_of
-from semantics.operators.grouping import Split, distinct, divmod_by, id_split, order_of_small
+from semantics.operators.grouping import distinct, divmod_by, id_parts, order_of_small, split_rows
 from semantics.operators.sliding import differences, late_pairs, spread, window_cells
 from semantics.parallel import map_parts
 
@@ -105,9 +105,9 @@ def aggregate_at_once(batch_of: np.ndarray, id_last: np.ndarray, w: np.ndarray, 
     # the many rows it emits from several parts back in that order costs more than the parts
     # save)
     n_parts = 1 if update else min(-(-len(live) // CHUNK), minor)
-    width = (minor - 1) // n_parts + 1  # keys per part (id_split's ranges)
-    parts = [rows] if n_parts == 1 else rows.split(id_split(rows.key, 0, minor - 1, n_parts),
-                                                   width)
+    width = (minor - 1) // n_parts + 1  # keys per part (id_parts' ranges)
+    parts = [rows] if n_parts == 1 else rows.split(id_parts(rows.key, 0, minor - 1, n_parts),
+                                                   n_parts, width)
 
     def one(p: int) -> _Part | None:
         part = parts[p]
@@ -148,11 +148,12 @@ class _Rows:
     a: np.ndarray
     values: tuple[tuple[np.ndarray, str], ...]
 
-    def split(self, parts: Split, width: int) -> list[_Rows]:
-        """The rows of each part (:class:`~semantics.operators.grouping.Split`, one scatter
-        per array), part ``p``'s keys counted from ``p * width``."""
-        cols = parts.columns([self.b, self.dig_hi, self.key, self.a,
-                              *(v for v, _ in self.values)])
+    def split(self, part: np.ndarray, n_parts: int, width: int) -> list[_Rows]:
+        """The rows of each part (``part``: each row's, below ``n_parts``;
+        :func:`~semantics.operators.grouping.split_rows`), part ``p``'s keys counted from
+        ``p * width``."""
+        _, cols = split_rows(part, n_parts, [self.b, self.dig_hi, self.key, self.a,
+                                             *(v for v, _ in self.values)])
         hows = [how for _, how in self.values]
         return [_Rows(b, dig, key - p * width, a, tuple(zip(vals, hows, strict=True)))
                 for p, (b, dig, key, a, *vals) in enumerate(cols)]

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from semantics.engine import ThresholdSearch, leaving_batch
-from semantics.operators.grouping import order_of_small
+from semantics.operators.grouping import order_of_small, split_rows
 from semantics.operators.join_band import band_pairs, band_slices
 from semantics.operators.join_frames import expand
 from semantics.parallel import map_parts
@@ -109,10 +109,9 @@ class RunSide:
 
     def key_ranges(self, n_parts: int, n_codes: int) -> list[SideRange]:
         """The rows that reach the join part by part: ``n_parts`` ranges of equal width of the
-        codes ``0 .. n_codes - 1``, arrival order within a part. One radix sort of the parts
-        (rows not kept: a last part, never gathered) and one gather of each of code, event
-        time (and predicate value) in that order (two gathers cost less than an inverse of the
-        order and two scatters); positions are that order itself. Batches and leaving batches
+        codes ``0 .. n_codes - 1``, arrival order within a part: a
+        :func:`~semantics.operators.grouping.split_rows` of the rows (those not kept: a last part,
+        left out) with their code, event time (and predicate value). Batches and leaving batches
         are found per part, in the part's thread (:meth:`admitted`): where its arrays are about
         to be read again.
 
@@ -132,20 +131,16 @@ class RunSide:
                               None if self.ev is None else gather(self.ev),
                               (0, max(n_codes - 1, 0)))]
         width = (n_codes - 1) // n_parts + 1
-        part = np.floor_divide(self.code, width)
+        # (8 bits when they fit: no 64-bit array of parts written and read again)
+        part = np.floor_divide(self.code, width, casting="unsafe", out=np.empty(
+            len(self), dtype=np.uint8 if n_parts < 1 << 8 else np.int64))
         if keep is not None:
             part[~keep] = n_parts  # (a last part: the rows that never reach the join)
-        sizes = np.bincount(part, minlength=n_parts + 1)  # (of int64 parts: no conversion)
-        # (numpy's stable radix sort of 8- or 16-bit parts)
-        order = np.argsort(part.astype(np.uint8 if n_parts < 1 << 8 else np.uint16
-                                       if n_parts < 1 << 16 else np.int64), kind="stable")
-        kept = order[:len(order) - int(sizes[n_parts])]  # (the dropped part: not gathered)
-        cuts = np.cumsum(sizes[:n_parts - 1])
         arrays = [self.code, self.et] + ([] if self.ev is None else [self.ev])
-        cols = list(zip(*(np.split(a.take(kept), cuts) for a in arrays), strict=True))
+        positions, cols = split_rows(part, n_parts + 1, arrays)
         return [SideRange(pos, c[0], c[1], c[2] if len(c) > 2 else None,
                           (i * width, min((i + 1) * width, n_codes) - 1))
-                for i, (pos, c) in enumerate(zip(np.split(kept, cuts), cols, strict=True))]
+                for i, (pos, c) in enumerate(zip(positions[:n_parts], cols, strict=False))]
 
     @cached_property
     def _ends(self) -> np.ndarray:

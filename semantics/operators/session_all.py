@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from semantics.engine import leaving_batch
-from semantics.operators.grouping import Split, by_key_then_time, distinct, id_split
+from semantics.operators.grouping import by_key_then_time, distinct, id_parts, split_rows
 from semantics.parallel import map_parts
 
 
@@ -89,7 +89,7 @@ def sessions_at_once(kid: np.ndarray, t: np.ndarray, batch_of: np.ndarray, gap_u
     caches, memory stays bounded, and the ranges run on the machine's cores
     (:func:`~semantics.parallel.map_parts`).
     """
-    split = _key_ranges(kid, CHUNK)
+    split = _key_ranges(kid, [kid, t, batch_of], CHUNK)
     if split is None:
         return _at_once(kid, t, batch_of, gap_us, late_us, evict_us, n_b, max_window)
 
@@ -99,8 +99,7 @@ def sessions_at_once(kid: np.ndarray, t: np.ndarray, batch_of: np.ndarray, gap_u
         return None if got is None else replace(got, rows=pos[got.rows], head=pos[got.head],
                                                 stepped=pos[got.stepped])
 
-    parts = zip(split.positions(), split.columns([kid, t, batch_of]), strict=True)
-    got = map_parts(one, [(pos, *cols) for pos, cols in parts if len(pos)])
+    got = map_parts(one, [(pos, *cols) for pos, cols in zip(*split, strict=True) if len(pos)])
     return None if any(g is None for g in got) else _concat(got)  # type: ignore[arg-type]
 
 
@@ -108,14 +107,17 @@ CHUNK = 1 << 18  # rows computed at once, at most (about: a key range's rows)
 STEPPED_AT_MOST = 0.5  # of a key range's rows left to stepping, else the whole run steps
 
 
-def _key_ranges(kid: np.ndarray, chunk: int) -> Split | None:
+def _key_ranges(kid: np.ndarray, arrays: list[np.ndarray], chunk: int
+                ) -> tuple[list[np.ndarray], list[tuple[np.ndarray, ...]]] | None:
     """The rows split into about ``len(kid) / chunk`` ranges of equal width of key ids, in key
-    order; None for a single range."""
+    order: each range's positions and its rows of each of ``arrays``
+    (:func:`~semantics.operators.grouping.split_rows`); None for a single range."""
     n_parts = -(-len(kid) // chunk)
     if n_parts <= 1:
         return None
     lo = int(kid.min())
-    return id_split(kid, lo, int(kid.max()) - lo, min(n_parts, 1 << 16))
+    n_parts = min(n_parts, 1 << 16)
+    return split_rows(id_parts(kid, lo, int(kid.max()) - lo, n_parts), n_parts, arrays)
 
 
 def _concat(parts: list[AllSessions]) -> AllSessions:
