@@ -174,14 +174,14 @@ def test_by_part_orders_rows_by_part_then_position(n_parts: int) -> None:
         assert piece.tolist() == np.flatnonzero(part == p).tolist()
 
 
-@pytest.mark.parametrize("n_parts", [1, 2, 7, 256, 257])
+@pytest.mark.parametrize("n_parts", [1, 2, 7, 256, 257, 2048, 2049])
 def test_split_rows_block_by_block_equal_one_split(n_parts: int,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    # grouping.split_rows: past SPLIT_BLOCK rows (13 here) in at most 256 parts, each block's
-    # rows are sorted by part on their own and written to their places: every part's
-    # positions ascending and its values of each array (their dtypes kept), as one Split gives
-    # them; empty parts, blocks of one part and a last short block included (257 parts: the
-    # Split itself)
+    # grouping.split_rows / arrange_rows: past SPLIT_BLOCK rows (13 here) in at most
+    # SPLIT_PARTS parts (8- or 16-bit), each block's rows are sorted by part on their own and
+    # written to their places: every part's positions ascending and its values of each array
+    # (their dtypes kept), as one Split gives them; empty parts, blocks of one part and a last
+    # short block included (2049 parts: the Split itself)
     monkeypatch.setattr(grouping, "SPLIT_BLOCK", 13)
     r = np.random.default_rng(n_parts)
     for n in (0, 13, 14, 40, 3001):
@@ -198,6 +198,11 @@ def test_split_rows_block_by_block_equal_one_split(n_parts: int,
             assert pos[p].tolist() == want.tolist()
             for a, got in zip(arrays, cols[p], strict=True):
                 assert got.dtype == a.dtype and got.tolist() == a[want].tolist()
+        order, bounds, arranged = grouping.arrange_rows(part, n_parts, arrays[:1],
+                                                        positions=False)
+        assert bounds.tolist() == np.r_[0, np.cumsum(np.bincount(part, minlength=n_parts))
+                                        ].tolist()
+        assert arranged[0].tolist() == arrays[0][np.argsort(part, kind="stable")].tolist()
 
 
 def test_joined_parts_are_their_concatenation() -> None:

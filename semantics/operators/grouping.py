@@ -310,40 +310,60 @@ class Split:
         return list(zip(*map_parts(self.parts, arrays), strict=True))
 
 
-SPLIT_BLOCK = 1 << 15  # rows split_rows sorts at once, past which it goes block by block
+SPLIT_BLOCK = 1 << 15  # rows arrange_rows sorts at once, past which it goes block by block
+SPLIT_PARTS = 1 << 11  # parts it splits block by block, at most (a block's run of a part:
+# 16 rows on average)
 
 
 def split_rows(part: np.ndarray, n_parts: int, arrays: Sequence[np.ndarray]
                ) -> tuple[list[np.ndarray], list[tuple[np.ndarray, ...]]]:
     """``(positions, columns)``: :meth:`Split.positions` and :meth:`Split.columns` of
     ``Split.of(part, n_parts)``, the rows of each part of ``part`` (``0 .. n_parts - 1``)
-    in ascending positions and their values of each of ``arrays``.
-
-    Past ``SPLIT_BLOCK`` rows in at most 256 parts, block by block: every block's rows per
-    part counted first, so each block knows where its rows of a part go (after the earlier
-    blocks' rows of that part); then each block's rows are sorted by part where they fit the
-    cache (a radix sort of a block, not of the whole run out of it) and every array's values
-    written to their places straight from the block (no order or inverse of it over the whole
-    run to read again: half the memory traffic).
+    in ascending positions and their values of each of ``arrays`` (:func:`arrange_rows`).
 
     >>> pos, cols = split_rows(np.array([1, 0, 1, 1, 0, 2]), 3, [np.arange(6) * 10])
     >>> [p.tolist() for p in pos], [c[0].tolist() for c in cols]
     ([[1, 4], [0, 2, 3], [5]], [[10, 40], [0, 20, 30], [50]])
     """
-    if len(part) <= SPLIT_BLOCK or n_parts > 1 << 8:
+    order, bounds, outs = arrange_rows(part, n_parts, arrays)
+    cuts = bounds[1:-1]
+    return np.split(order, cuts), list(zip(*(np.split(out, cuts) for out in outs),
+                                           strict=True))
+
+
+def arrange_rows(part: np.ndarray, n_parts: int, arrays: Sequence[np.ndarray],
+                 positions: bool = True) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    """``(order, bounds, arranged)``: the rows in order of their part (``part``: one per row,
+    ``0 .. n_parts - 1``), positions ascending within a part — ``order`` (``positions``
+    False: left empty), part ``p`` at ``bounds[p]:bounds[p + 1]`` — and each of ``arrays``
+    in that order (``a[order]``).
+
+    Past ``SPLIT_BLOCK`` rows in at most ``SPLIT_PARTS`` parts, block by block: every
+    block's rows per part counted first, so each block knows where its rows of a part go
+    (after the earlier blocks' rows of that part); then each block's rows are sorted by part
+    where they fit the cache (a radix sort of a block, not of the whole run out of it) and
+    every array's values written to their places straight from the block (no order or
+    inverse of it over the whole run to read again). Else by one :class:`Split`.
+
+    >>> order, bounds, (a,) = arrange_rows(np.array([1, 0, 1, 1, 0, 2]), 3, [np.arange(6) * 10])
+    >>> order.tolist(), bounds.tolist(), a.tolist()
+    ([1, 4, 0, 2, 3, 5], [0, 2, 5, 6], [10, 40, 0, 20, 30, 50])
+    """
+    if len(part) <= SPLIT_BLOCK or n_parts > SPLIT_PARTS:
         split = Split.of(part, n_parts)
-        return split.positions(), split.columns(arrays)
-    return _split_blocks(part.astype(np.uint8, copy=False), n_parts, arrays, SPLIT_BLOCK)
+        return split.order, split.bounds, map_parts(split.arranged, list(arrays))
+    small = part.astype(np.uint8 if n_parts <= 1 << 8 else np.uint16, copy=False)
+    return _arrange_blocks(small, n_parts, arrays, SPLIT_BLOCK, positions)
 
 
-def _split_blocks(part: np.ndarray, n_parts: int, arrays: Sequence[np.ndarray], block: int
-                  ) -> tuple[list[np.ndarray], list[tuple[np.ndarray, ...]]]:
-    """:func:`split_rows` ``block`` rows at a time (``part``: 8-bit).
+def _arrange_blocks(part: np.ndarray, n_parts: int, arrays: Sequence[np.ndarray], block: int,
+                    positions: bool) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    """:func:`arrange_rows` ``block`` rows at a time (``part``: 8- or 16-bit).
 
-    >>> pos, cols = _split_blocks(np.array([1, 0, 1, 1, 0, 2], dtype=np.uint8), 3,
-    ...                           [np.arange(6) * 10], 4)
-    >>> [p.tolist() for p in pos], [c[0].tolist() for c in cols]
-    ([[1, 4], [0, 2, 3], [5]], [[10, 40], [0, 20, 30], [50]])
+    >>> order, bounds, (a,) = _arrange_blocks(np.array([1, 0, 1, 1, 0, 2], dtype=np.uint8),
+    ...                                       3, [np.arange(6) * 10], 4, True)
+    >>> order.tolist(), bounds.tolist(), a.tolist()
+    ([1, 4, 0, 2, 3, 5], [0, 2, 5, 6], [10, 40, 0, 20, 30, 50])
     """
     n = len(part)
     n_blocks = -(-n // block)
@@ -358,7 +378,7 @@ def _split_blocks(part: np.ndarray, n_parts: int, arrays: Sequence[np.ndarray], 
     # where block k's rows of part p go, less where they start in the block's own order
     run = bounds[:-1] + np.cumsum(counts, axis=0) - counts
     run -= np.cumsum(counts, axis=1) - counts
-    order = np.empty(n, dtype=np.int64)
+    order = np.empty(n if positions else 0, dtype=np.int64)
     outs = [np.empty(n, dtype=a.dtype) for a in arrays]
 
     def place(rows: slice) -> None:
@@ -370,14 +390,13 @@ def _split_blocks(part: np.ndarray, n_parts: int, arrays: Sequence[np.ndarray], 
             d += np.arange(len(o), dtype=np.int64)  # the places of the block's sorted rows
             dest = to[:len(o)]
             dest[o] = d  # ... and of its rows
-            order[dest] = np.arange(i, i + len(o), dtype=np.int64)
+            if positions:
+                order[dest] = np.arange(i, i + len(o), dtype=np.int64)
             for a, out in zip(arrays, outs, strict=True):
                 out[dest] = a[i:i + len(o)]
 
     map_parts(place, row_parts(n_blocks, 4))
-    cuts = bounds[1:-1]
-    return np.split(order, cuts), list(zip(*(np.split(out, cuts) for out in outs),
-                                           strict=True))
+    return order, bounds, outs
 
 
 def id_parts(ids: np.ndarray, lo: int, top: int, n_parts: int) -> np.ndarray:

@@ -79,15 +79,14 @@ from semantics.operators.aggfuncs import (
     take_rows,
 )
 from semantics.operators.columns import Values, check_key_columns, key_series, values_of
-from semantics.operators.gather import gather
 from semantics.operators.grouping import (
+    arrange_rows,
     count_distinct,
     from_a_mask,
     interleave,
     merge_by_id_then_time,
     merge_positions_at,
     order_by_id_then_time,
-    order_of_small,
     ranges,
     runs_of,
     segmented_cummax,
@@ -501,16 +500,17 @@ class SessionOperator:
         c0, c1, r0, r1 = comps
         bufs = reduce_all(self.aggs, take_rows(init, got.rows[r0:r1], ones),
                           got.comp[r0:r1] - c0, c1 - c0)
-        ev_in = got.evicted_in[c0:c1]
-        gone = np.flatnonzero(ev_in < n_b)
-        batch = ev_in[gone]
-        gone = gone[order_of_small(batch, n_b)]
-        # (the components' arrays gathered together, a part of the positions at a time)
-        gid, start, end, head = gather([got.gid, got.start_us, got.end_us, got.head],
-                                       gone + c0)
+        # (by batch, never evicted last: each array written to its places, block by block)
+        flat = [a for b in bufs for a in b]
+        _, cuts, arranged = arrange_rows(
+            got.evicted_in[c0:c1], n_b + 1,
+            [got.gid[c0:c1], got.start_us[c0:c1], got.end_us[c0:c1], got.head[c0:c1], *flat],
+            positions=False)
+        gid, start, end, head, *vals = (a[:cuts[n_b]] for a in arranged)
+        it = iter(vals)
         ev = SessionState(gid, start, end, self._coder.entry_keys(kv, head, head),
-                          take_all(bufs, gone))
-        return ev, np.r_[0, np.cumsum(np.bincount(batch, minlength=n_b))]
+                          tuple(tuple(next(it) for _ in b) for b in bufs))
+        return ev, cuts
 
     def _step_rows(self, plan: list[BatchInput], rows: np.ndarray, batch_of: np.ndarray,
                    t_all: np.ndarray) -> list[OperatorStep]:
