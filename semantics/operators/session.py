@@ -165,6 +165,9 @@ def joined_states(parts: list[SessionState | Span]) -> SessionState:
     >>> got.gid.tolist(), got.keys[0].data.tolist(), got.bufs[0][0].tolist()
     ([2, 3, 0, 1], [102, 103, 100, 101], [4, 6, 0, 2])
     """
+    whole = Span.covering(parts)
+    if whole is not None:  # (one whole's entries in order: one slice of it)
+        return whole.taken()
     if len(parts) == 1:
         p = parts[0]
         return p.taken() if isinstance(p, Span) else p
@@ -470,19 +473,20 @@ class SessionOperator:
             return None
         init, empty = init_all(self.aggs, self._frame), self._empty()  # (empty: for merging)
         ones = ones_of(init)
-        pieces = map_parts(lambda c: self._evicted(got, c, kv, init, ones, n_b),
+        blocks = map_parts(lambda c: self._reduced(got, c, init, ones),
                            _component_blocks(got.comp, len(got.gid), threads()))
+        ev, cuts = self._evicted(got, blocks[0] if len(blocks) == 1 else concat_all(*blocks),
+                                 kv, n_b)
         counts = np.stack([got.dropped, got.state_rows, got.updated, got.removed, got.keys])
         stepped = self._step_rows(plan, got.stepped, batch_of, t) if len(got.stepped) else None
         if stepped is not None:  # the stepped keys' counts add up with the others'
             counts += np.array([[s.dropped_by_watermark, s.state_rows, s.state_rows_updated,
                                  s.state_rows_removed, s.state_keys or 0] for s in stepped]).T
         outputs = []
-        bounds = [cuts.tolist() for _, cuts in pieces]
-        for b in range(n_b):  # the blocks' evicted sessions of the batch, in key id order
-            parts: tuple[SessionState | Span, ...] = tuple(
-                Span(ev, c[b], c[b + 1]) for (ev, _), c in zip(pieces, bounds, strict=True)
-                if c[b + 1] > c[b])
+        c = cuts.tolist()
+        for b in range(n_b):  # the batch's evicted sessions, in key id order
+            parts: tuple[SessionState | Span, ...] = (Span(ev, c[b], c[b + 1]),) \
+                if c[b + 1] > c[b] else ()
             if stepped is not None and len(stepped[b].output):
                 parts = (merge_states(joined_states([empty, *parts]),
                                       stepped[b].output.payload)[0],)
@@ -490,22 +494,27 @@ class SessionOperator:
         dropped, rows, updated, removed, keys = counts
         return steps_of(dropped, rows, updated, removed, outputs, keys)
 
-    def _evicted(self, got: AllSessions, comps: tuple[int, int, int, int],
-                 kv: tuple[Values, ...], init: Buffers, ones: tuple[tuple[bool, ...], ...],
-                 n_b: int) -> tuple[SessionState, np.ndarray]:
-        """The evicted sessions among the components ``c0 .. c1 - 1`` of ``got`` (their rows:
-        ``r0 .. r1 - 1`` of ``got.rows``; ``init``: every source row's buffers, ``ones``:
-        which of their arrays are only ones) in (batch, key id, start) order with their
-        buffers reduced, and where each batch's sessions start among them (``n_b + 1`` cuts)."""
+    def _reduced(self, got: AllSessions, comps: tuple[int, int, int, int], init: Buffers,
+                 ones: tuple[tuple[bool, ...], ...]) -> Buffers:
+        """The buffers of the components ``c0 .. c1 - 1`` of ``got`` (their rows: ``r0 .. r1 -
+        1`` of ``got.rows``; ``init``: every source row's buffers, ``ones``: which of their
+        arrays are only ones), reduced."""
         c0, c1, r0, r1 = comps
-        bufs = reduce_all(self.aggs, take_rows(init, got.rows[r0:r1], ones),
+        return reduce_all(self.aggs, take_rows(init, got.rows[r0:r1], ones),
                           got.comp[r0:r1] - c0, c1 - c0)
-        # (by batch, never evicted last: each array written to its places, block by block)
+
+    def _evicted(self, got: AllSessions, bufs: Buffers, kv: tuple[Values, ...], n_b: int
+                 ) -> tuple[SessionState, np.ndarray]:
+        """The evicted sessions of ``got`` (``bufs``: every component's buffers) in (batch,
+        key id, start) order, and where each batch's sessions start among them (``n_b + 1``
+        cuts and one more). Arranged by batch block by block (never evicted: last, left
+        out), each array written to its places (:func:`~semantics.operators.grouping.
+        arrange_rows`): one whole for every batch, which the output takes without joining
+        pieces."""
         flat = [a for b in bufs for a in b]
-        _, cuts, arranged = arrange_rows(
-            got.evicted_in[c0:c1], n_b + 1,
-            [got.gid[c0:c1], got.start_us[c0:c1], got.end_us[c0:c1], got.head[c0:c1], *flat],
-            positions=False)
+        _, cuts, arranged = arrange_rows(got.evicted_in, n_b + 1,
+                                         [got.gid, got.start_us, got.end_us, got.head, *flat],
+                                         positions=False)
         gid, start, end, head, *vals = (a[:cuts[n_b]] for a in arranged)
         it = iter(vals)
         ev = SessionState(gid, start, end, self._coder.entry_keys(kv, head, head),
