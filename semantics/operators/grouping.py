@@ -257,17 +257,18 @@ def by_part(part: np.ndarray, n_parts: int) -> tuple[np.ndarray, np.ndarray]:
 class Split:
     """Rows put in order of their part, positions ascending within a part: ``order`` (the
     positions in that order), ``dest`` (its inverse: where each row goes) and ``bounds``
-    (part ``p`` is ``bounds[p]:bounds[p + 1]`` of that order).
+    (part ``p`` is ``bounds[p]:bounds[p + 1]`` of that order); :func:`arrange_rows` of few
+    rows or many parts.
 
-    :meth:`parts` takes an array's values part by part by *scattering* the array once into
-    part order (one sequential read, a sequential write stream per part) rather than gathering
-    each part's positions from it (each part's gather, spread over the whole array, touches
-    nearly all of its cache lines): five arrays of 5 M rows in 38 parts, 58 ms against 286 ms
-    here (the inverse costs one more scatter, 32 ms, once for all arrays).
+    :meth:`arranged` puts an array's values in part order by *scattering* the array once (one
+    sequential read, a sequential write stream per part) rather than gathering each part's
+    positions from it (each part's gather, spread over the whole array, touches nearly all of
+    its cache lines): five arrays of 5 M rows in 38 parts, 58 ms against 286 ms here (the
+    inverse costs one more scatter, 32 ms, once for all arrays).
 
     >>> s = Split.of(np.array([1, 0, 1, 0]), 2)
-    >>> [p.tolist() for p in s.positions()], [p.tolist() for p in s.parts(np.array([4, 5, 6, 7]))]
-    ([[1, 3], [0, 2]], [[5, 7], [4, 6]])
+    >>> s.order.tolist(), s.bounds.tolist(), s.arranged(np.array([4, 5, 6, 7])).tolist()
+    ([1, 3, 0, 2], [0, 2, 4], [5, 7, 4, 6])
     """
 
     order: np.ndarray
@@ -282,32 +283,11 @@ class Split:
         dest[order] = np.arange(len(order), dtype=np.int64)
         return cls(order, dest, np.r_[0, cuts, len(order)].astype(np.int64))
 
-    def __len__(self) -> int:
-        """How many parts (some may be empty)."""
-        return len(self.bounds) - 1
-
-    def positions(self) -> list[np.ndarray]:
-        """Each part's positions (ascending)."""
-        return np.split(self.order, self.bounds[1:-1])
-
     def arranged(self, a: np.ndarray) -> np.ndarray:
         """``a[self.order]``, by one scatter."""
         out = np.empty(len(a), dtype=a.dtype)
         out[self.dest] = a
         return out
-
-    def parts(self, a: np.ndarray) -> list[np.ndarray]:
-        """``[a[p] for p in self.positions()]``: views of :meth:`arranged`."""
-        return np.split(self.arranged(a), self.bounds[1:-1])
-
-    def columns(self, arrays: Sequence[np.ndarray]) -> list[tuple[np.ndarray, ...]]:
-        """Per part, its rows of each of ``arrays`` (:meth:`parts` of each, in threads).
-
-        >>> s = Split.of(np.array([1, 0, 1, 0]), 2)
-        >>> [[c.tolist() for c in p] for p in s.columns([np.array([4, 5, 6, 7]), -np.arange(4)])]
-        [[[5, 7], [-1, -3]], [[4, 6], [0, -2]]]
-        """
-        return list(zip(*map_parts(self.parts, arrays), strict=True))
 
 
 SPLIT_BLOCK = 1 << 15  # rows arrange_rows sorts at once, past which it goes block by block
@@ -317,9 +297,9 @@ SPLIT_PARTS = 1 << 11  # parts it splits block by block, at most (a block's run 
 
 def split_rows(part: np.ndarray, n_parts: int, arrays: Sequence[np.ndarray]
                ) -> tuple[list[np.ndarray], list[tuple[np.ndarray, ...]]]:
-    """``(positions, columns)``: :meth:`Split.positions` and :meth:`Split.columns` of
-    ``Split.of(part, n_parts)``, the rows of each part of ``part`` (``0 .. n_parts - 1``)
-    in ascending positions and their values of each of ``arrays`` (:func:`arrange_rows`).
+    """``(positions, columns)``: per part of ``part`` (one per row, ``0 .. n_parts - 1``),
+    its rows' positions (ascending) and their values of each of ``arrays``
+    (:func:`arrange_rows`, as views of its arrays).
 
     >>> pos, cols = split_rows(np.array([1, 0, 1, 1, 0, 2]), 3, [np.arange(6) * 10])
     >>> [p.tolist() for p in pos], [c[0].tolist() for c in cols]
@@ -399,14 +379,18 @@ def _arrange_blocks(part: np.ndarray, n_parts: int, arrays: Sequence[np.ndarray]
     return order, bounds, outs
 
 
-def id_parts(ids: np.ndarray, lo: int, top: int, n_parts: int) -> np.ndarray:
+def id_parts(ids: np.ndarray, lo: int, top: int, n_parts: int, spare: bool = False
+             ) -> np.ndarray:
     """Each row's part of ``n_parts`` ranges of equal width of the ids ``lo .. lo + top``
-    (8-bit when they fit: no 64-bit array of parts written and read again).
+    (8-bit when they fit: no 64-bit array of parts written and read again; ``spare``: with
+    room for one more, ``n_parts`` itself, which the caller gives rows it sets apart).
 
     >>> id_parts(np.array([9, 0, 5, 1]), 0, 9, 2).tolist()
     [1, 0, 1, 0]
+    >>> id_parts(np.array([9]), 0, 9, 256).dtype, id_parts(np.array([9]), 0, 9, 256, True).dtype
+    (dtype('uint8'), dtype('int64'))
     """
-    out = np.empty(len(ids), dtype=np.uint8 if n_parts <= 1 << 8 else np.int64)
+    out = np.empty(len(ids), dtype=np.uint8 if n_parts + spare <= 1 << 8 else np.int64)
     return np.floor_divide(ids - lo if lo else ids, top // n_parts + 1, out=out,
                            casting="unsafe")
 

@@ -506,11 +506,10 @@ class SessionOperator:
     def _evicted(self, got: AllSessions, bufs: Buffers, kv: tuple[Values, ...], n_b: int
                  ) -> tuple[SessionState, np.ndarray]:
         """The evicted sessions of ``got`` (``bufs``: every component's buffers) in (batch,
-        key id, start) order, and where each batch's sessions start among them (``n_b + 1``
-        cuts and one more). Arranged by batch block by block (never evicted: last, left
-        out), each array written to its places (:func:`~semantics.operators.grouping.
-        arrange_rows`): one whole for every batch, which the output takes without joining
-        pieces."""
+        key id, start) order, and ``cuts``: batch ``t``'s are ``cuts[t]:cuts[t + 1]`` of
+        them. Arranged by batch (the never evicted: a last part, left out) by
+        :func:`~semantics.operators.grouping.arrange_rows`: one whole for every batch, which
+        the output takes as one slice."""
         flat = [a for b in bufs for a in b]
         _, cuts, arranged = arrange_rows(got.evicted_in, n_b + 1,
                                          [got.gid, got.start_us, got.end_us, got.head, *flat],
