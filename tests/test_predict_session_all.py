@@ -87,13 +87,15 @@ def test_at_once_equals_stepping_on_random_streams(monkeypatch: pytest.MonkeyPat
     assert spy.at_once > 20_000 and spy.stepped > 5_000 and spy.mixed > 50
 
 
-@pytest.mark.parametrize("chunk", [session_all.CHUNK, 97])
-def test_at_once_equals_stepping_on_long_streams(chunk: int, monkeypatch: pytest.MonkeyPatch
-                                                 ) -> None:
+@pytest.mark.parametrize(("chunk", "word_bits"), [(session_all.CHUNK, 31), (97, 31), (97, 0)])
+def test_at_once_equals_stepping_on_long_streams(chunk: int, word_bits: int,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     # the same rule on longer streams (many batches, components spread over several of them,
     # keys with long sessions and keys with many short ones); with a small chunk, the rows are
-    # computed by key ranges of about 97 rows each and put together (session_all.CHUNK)
+    # computed by key ranges of about 97 rows each and put together (session_all.CHUNK); the
+    # events counted in 32-bit words, or (word_bits 0) in 64-bit ones
     monkeypatch.setattr(session_all, "CHUNK", chunk)
+    monkeypatch.setattr(session_all, "WORD32_BITS", word_bits)
     monkeypatch.setattr(grouping, "SPLIT_BLOCK", 11)  # (ranges split block by block)
     monkeypatch.setattr(session_all, "STEPPED_AT_MOST", 1.0)
     ranges = []
