@@ -287,7 +287,7 @@ def _updated_and_keys(krank: np.ndarray, bb: np.ndarray, starts: np.ndarray, s_t
     ends <<= bits
     ends |= s_to
     ends <<= 2
-    ends[head] |= 3  # (evicted)
+    ends |= head.view(np.int8) * np.int8(3)  # (evicted: no selection by a mask)
     rows[:] = krank  # a row: (key, its batch, kind)
     rows <<= bits
     rows |= bb
