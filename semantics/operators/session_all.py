@@ -195,15 +195,20 @@ def _components(cut: np.ndarray, bb: np.ndarray
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``(heads, last, b_last, comp)`` of the components that start where ``cut`` is True:
     their first and last rows (by time), the batch of their last arrival (``bb``: the batch of
-    every row), and the component of every row.
+    every row, from 0), and the component of every row.
 
     >>> [a.tolist() for a in _components(np.array([True, False, True]), np.array([0, 2, 1]))]
     [[0, 2], [1, 2], [2, 1], [0, 0, 1]]
     """
     heads = np.flatnonzero(cut)
     last = np.r_[heads[1:], len(cut)][:len(heads)] - 1
-    b_last = np.maximum.reduceat(bb, heads) if len(heads) else heads
-    return heads, last, b_last, np.cumsum(cut) - 1
+    comp = np.cumsum(cut) - 1
+    # (a running maximum of (component, batch) words: it starts again at each component, whose
+    # words are all above the earlier ones; ~2x faster than a reduceat of small segments)
+    w = comp << 32
+    w |= bb
+    np.maximum.accumulate(w, out=w)
+    return heads, last, (w[last] & 0xFFFFFFFF).astype(bb.dtype), comp
 
 
 def _early_evicted_keys(k: np.ndarray, ts: np.ndarray, bb: np.ndarray, cut: np.ndarray,
