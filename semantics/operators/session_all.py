@@ -146,8 +146,9 @@ def _at_once(kid: np.ndarray, t: np.ndarray, batch_of: np.ndarray, gap_us: int,
     order, k, ts = by_key_then_time(kid[acc], t[acc])  # ties by position: by batch
     o = acc[order]
     bb = batch_of.astype(np.int32)[o]  # (a gather from a narrower array)
+    new_key = k[1:] != k[:-1]
     cut = np.ones(len(o), dtype=bool)
-    cut[1:] = (k[1:] != k[:-1]) | (ts[1:] > ts[:-1] + gap_us)
+    cut[1:] = new_key | (ts[1:] > ts[:-1] + gap_us)
     heads, last, b_last, comp = _components(cut, bb)
     stepped_keys = _early_evicted_keys(k, ts, bb, cut, comp, b_last, gap_us, evict_us)
     stepped = np.array([], dtype=np.int64)
@@ -157,6 +158,7 @@ def _at_once(kid: np.ndarray, t: np.ndarray, batch_of: np.ndarray, gap_us: int,
             return None  # stepping them all costs less than both parts
         keep = ~np.isin(k, stepped_keys)
         o, k, ts, bb = o[keep], k[keep], ts[keep], bb[keep]
+        new_key = k[1:] != k[:-1]
         cut = cut[keep]  # a kept row's component is kept whole: the first row is still first
         heads, last, b_last, comp = _components(cut, bb)
         late &= ~np.isin(kid, stepped_keys)
@@ -171,12 +173,14 @@ def _at_once(kid: np.ndarray, t: np.ndarray, batch_of: np.ndarray, gap_us: int,
     ev = leaving_batch(end, evict_us, n_b)
     starts = np.flatnonzero(bb < a)  # rows that start a piece in some batch
     s_from, s_to = bb[starts], a[starts]
-    counts = {name: np.bincount(v[v < n_b], minlength=n_b)[:n_b] for name, v in
+    # (every batch here is at most n_b, never evicted: counted past the end, then cut off)
+    counts = {name: np.bincount(v, minlength=n_b + 1)[:n_b] for name, v in
               (("from", s_from), ("to", s_to), ("ev", ev))}
     state_rows = np.cumsum(counts["from"] - counts["to"] - counts["ev"])
     removed = counts["to"] + counts["ev"]
 
-    krank = np.cumsum(np.r_[True, k[1:] != k[:-1]]) - 1 if len(k) else k
+    krank = np.zeros(len(k), dtype=np.int32)  # (a range's keys: fewer than 2**31)
+    np.cumsum(new_key, out=krank[1:])
     bits = int(n_b).bit_length()  # a key's (batch) codes, n_b included: never evicted
     if len(k) and (int(krank[-1]) + 1) << (bits + 2) >= _PACK_LIMIT:
         return None
