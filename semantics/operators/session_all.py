@@ -305,8 +305,8 @@ def _updated_and_keys(krank: np.ndarray, bb: np.ndarray, starts: np.ndarray, s_t
     rows[starts] -= 1  # (it starts a piece)
     v.sort()
     kind = v & 3
-    start = kind == 1
-    step = start.view(np.int8) << 1  # per event: end -1, start row +1, row 0, eviction -1
+    first = kind == 1  # (rows that start a piece)
+    step = first.view(np.int8) << 1  # per event: end -1, start row +1, row 0, eviction -1
     step -= (kind != 2).view(np.int8)
     level = np.cumsum(step, dtype=word)
     code = v >> 2
@@ -317,8 +317,9 @@ def _updated_and_keys(krank: np.ndarray, bb: np.ndarray, starts: np.ndarray, s_t
     np.equal(kind[1:], 3, out=before[:-1])
     before[-1] = True
     before |= group_end
-    start |= kind == 2  # (a row)
-    q = np.flatnonzero(start & before)  # the last row of a group
+    row = first  # (and the other rows: in place)
+    row |= kind == 2
+    q = np.flatnonzero(row & before)  # the last row of a group
     updated = np.bincount(code[q] & mask, level[q], n_b).astype(np.int64)
     last = np.flatnonzero(group_end)
     stored = level[last] > 0
