@@ -433,8 +433,9 @@ class SessionOperator:
         for b, batch in enumerate(plan):
             rows = batch.rows[self.source]
             if len(rows):
-                units, _, row_unit = self._units(rows, np.asarray(
-                    batch.event_us[self.source], dtype=np.int64), batch.offsets[self.source])
+                units, _, row_unit = self._units(
+                    np.asarray(batch.event_us[self.source], dtype=np.int64),
+                    batch.offsets[self.source], self._buffers_of(rows))
                 late += int(np.count_nonzero((units.end_us <= wms[0][b])[row_unit]))
         return late
 
@@ -478,7 +479,8 @@ class SessionOperator:
         ev, cuts = self._evicted(got, blocks[0] if len(blocks) == 1 else concat_all(*blocks),
                                  kv, n_b)
         counts = np.stack([got.dropped, got.state_rows, got.updated, got.removed, got.keys])
-        stepped = self._step_rows(plan, got.stepped, batch_of, t) if len(got.stepped) else None
+        stepped = self._step_rows(plan, got.stepped, batch_of, t, init, ones) \
+            if len(got.stepped) else None
         if stepped is not None:  # the stepped keys' counts add up with the others'
             counts += np.array([[s.dropped_by_watermark, s.state_rows, s.state_rows_updated,
                                  s.state_rows_removed, s.state_keys or 0] for s in stepped]).T
@@ -521,28 +523,49 @@ class SessionOperator:
         return ev, cuts
 
     def _step_rows(self, plan: list[BatchInput], rows: np.ndarray, batch_of: np.ndarray,
-                   t_all: np.ndarray) -> list[OperatorStep]:
+                   t_all: np.ndarray, init: Buffers, ones: tuple[tuple[bool, ...], ...]
+                   ) -> list[OperatorStep]:
         """Step every batch of ``plan`` on the source rows ``rows`` only (ascending positions:
         the rows of some keys; ``batch_of``, ``t_all``: batch and event time of every source
-        row)."""
+        row; ``init``: every source row's buffers, ``ones`` as for :func:`take_rows`), without
+        explain: each batch's buffers taken from ``init``, no frame of its rows made, and a
+        batch without rows whose eviction watermark reaches no stored session not stepped
+        (a few keys' rows spread over thousands of batches: most of them are such)."""
         cuts = np.searchsorted(batch_of[rows], np.arange(len(plan) + 1), side="left")
         state, steps = self.initial_state(), []
+        keys, first_end = 0, None  # the state's keys and earliest end (gone entries included)
+        nothing = Deferred(self._empty(), 0)
         for b, batch in enumerate(plan):
             pos = rows[cuts[b]:cuts[b + 1]]
-            state, step = self._step(state, batch, self._frame.iloc[pos], t_all[pos], pos)
+            if not len(pos) and (first_end is None or batch.evict_wm_ms is None
+                                 or int(batch.evict_wm_ms) * 1000 < first_end):
+                # no row and no session the watermark reaches: nothing merged, nothing evicted
+                steps.append(OperatorStep(0, len(state), 0, 0, nothing, state_keys=keys))
+                continue
+            state, step = self._step(state, batch, None, t_all[pos], pos,
+                                     lambda order, pos=pos: take_rows(init, pos[order], ones))
+            keys = step.state_keys or 0
+            first_end = min((r.min_end for r in state.runs), default=None)
             steps.append(step)
         return steps
 
     def step(self, state: SessionStore, batch: BatchInput) -> tuple[SessionStore, OperatorStep]:
-        return self._step(state, batch, batch.rows[self.source],
+        rows = batch.rows[self.source]
+        return self._step(state, batch, rows,
                           np.asarray(batch.event_us[self.source], dtype=np.int64),
-                          batch.offsets[self.source])
+                          batch.offsets[self.source], self._buffers_of(rows))
 
-    def _step(self, state: SessionStore, batch: BatchInput, rows: pd.DataFrame, t: np.ndarray,
-              src: int | np.ndarray) -> tuple[SessionStore, OperatorStep]:
-        """:meth:`step` on ``rows`` (event times ``t``; ``src`` as in :meth:`_units`)."""
+    def _buffers_of(self, rows: pd.DataFrame) -> Callable[[np.ndarray], Buffers]:
+        """The per-row buffers of ``rows`` in a given order (:meth:`_units`)."""
+        return lambda order: init_all(self.aggs, rows, order)
+
+    def _step(self, state: SessionStore, batch: BatchInput, rows: pd.DataFrame | None,
+              t: np.ndarray, src: int | np.ndarray, buffers: Callable[[np.ndarray], Buffers]
+              ) -> tuple[SessionStore, OperatorStep]:
+        """:meth:`step` on the rows with event times ``t`` (``src``, ``buffers`` as in
+        :meth:`_units`; ``rows``: their frame, read for explain only)."""
         fates: list[pd.DataFrame] = []
-        units, row_order, row_unit = self._units(rows, t, src)
+        units, row_order, row_unit = self._units(t, src, buffers)
 
         dropped = 0
         if batch.late_wm_ms is not None and len(units):
@@ -550,6 +573,7 @@ class SessionOperator:
             dropped = int(late.sum())
             if dropped:
                 if self.explain:
+                    assert rows is not None  # (explain steps every batch with its frame)
                     m = late[row_unit]
                     u = row_unit[m]
                     rid = rows[ROW_ID].to_numpy(dtype=np.int64)[row_order[m]]
@@ -590,12 +614,14 @@ class SessionOperator:
         )
 
     # -- pieces --------------------------------------------------------------------------------
-    def _units(self, rows: pd.DataFrame, t: np.ndarray, src: int | np.ndarray
+    def _units(self, t: np.ndarray, src: int | np.ndarray,
+               buffers: Callable[[np.ndarray], Buffers]
                ) -> tuple[SessionState, np.ndarray, np.ndarray]:
-        """Local units of the batch sorted by (key id, start), plus ``row_order`` (row indices
-        sorted like the units) and ``row_unit`` (unit of each of those rows). ``src``: the
-        source position of ``rows``' first row (they are contiguous), or of every row."""
-        n = len(rows)
+        """Local units of the batch's rows (event times ``t``) sorted by (key id, start), plus
+        ``row_order`` (row indices sorted like the units) and ``row_unit`` (unit of each of
+        those rows). ``src``: the source position of the first row (they are contiguous), or
+        of every row; ``buffers(order)``: the rows' buffers in that order."""
+        n = len(t)
         at = slice(src, src + n) if isinstance(src, int) else src
         kv = tuple(v.take(at) for v in self._whole_keys())
         kid = self._coder.ids(kv, (), n, fitted=True)
@@ -616,7 +642,7 @@ class SessionOperator:
         if n:  # rows of one key id really share the key
             key_head = np.maximum.accumulate(np.where(np.r_[True, ~same_key], np.arange(n), 0))
             self._coder.check_same(kv, order[key_head], kv, order)
-        bufs = reduce_all(self.aggs, init_all(self.aggs, rows, order), code, u)
+        bufs = reduce_all(self.aggs, buffers(order), code, u)
         units = SessionState(k[heads], ts[heads], ts[last] + self.gap_us,
                              self._coder.entry_keys(kv, order[heads], (
                                  src + order[heads] if isinstance(src, int)
