@@ -145,6 +145,25 @@ def _component_blocks(comp: np.ndarray, n_comps: int, n_blocks: int
             zip(cuts[:-1], cuts[1:], rows[:-1], rows[1:], strict=True)]
 
 
+def _first_end(store: SessionStore, exact_below: int = 1 << 12) -> int | None:
+    """The earliest end of a stored session, or a lower bound of it (None: nothing stored):
+    exact for a store of fewer than ``exact_below`` entries, else its runs' ``min_end``
+    (gone entries included: cheaper to read, never later than the live ones').
+
+    >>> e = np.array([1, 2])
+    >>> st = SessionState(e, e, np.array([30, 20]), (), ())
+    >>> run = Run(st, np.array([True, False]), 1, 20, 30)
+    >>> _first_end(SessionStore((run,))), _first_end(SessionStore((run,)), 1)
+    (30, 20)
+    """
+    runs = [r for r in store.runs if r.live]
+    if not runs:
+        return None
+    if sum(r.size for r in runs) < exact_below:
+        return min(int(r.entries.end_us[r.alive].min()) for r in runs)
+    return min(r.min_end for r in runs)
+
+
 def concat_states(*parts: SessionState) -> SessionState:
     """The entries of ``parts`` one after the other."""
     return SessionState(np.concatenate([p.gid for p in parts]),
@@ -545,7 +564,7 @@ class SessionOperator:
             state, step = self._step(state, batch, None, t_all[pos], pos,
                                      lambda order, pos=pos: take_rows(init, pos[order], ones))
             keys = step.state_keys or 0
-            first_end = min((r.min_end for r in state.runs), default=None)
+            first_end = _first_end(state)
             steps.append(step)
         return steps
 
