@@ -552,7 +552,7 @@ class SessionOperator:
         (a few keys' rows spread over thousands of batches: most of them are such)."""
         cuts = np.searchsorted(batch_of[rows], np.arange(len(plan) + 1), side="left")
         state, steps = self.initial_state(), []
-        keys, first_end = 0, None  # the state's keys and earliest end (gone entries included)
+        keys, first_end = 0, None  # the state's keys and earliest end (:func:`_first_end`)
         nothing = Deferred(self._empty(), 0)
         for b, batch in enumerate(plan):
             pos = rows[cuts[b]:cuts[b + 1]]
