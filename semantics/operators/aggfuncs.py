@@ -418,6 +418,15 @@ def _half_up(a: int, b: int) -> int:
 
 
 def _sum_int(v: np.ndarray, codes: np.ndarray, g: int) -> np.ndarray:
+    """The int64 sum of ``v`` per code ``0 .. g - 1``; of :func:`ones`, a count of the codes
+    (``bincount`` reads only the codes: 5 M rows 12 against 18 ms).
+
+    >>> _sum_int(ones(3), np.array([1, 1, 0]), 3).tolist(), _sum_int(np.array([2, 5]),
+    ...                                                              np.array([1, 1]), 2).tolist()
+    ([1, 2, 0], [0, 7])
+    """
+    if _made_ones(v):
+        return np.bincount(codes, minlength=g).astype(np.int64, copy=False)
     out = np.zeros(g, dtype=np.int64)
     np.add.at(out, codes, v)
     return out
@@ -602,13 +611,14 @@ def _all_ones(a: np.ndarray, part: int = 1 << 16) -> bool:
     return all(bool((a[i:i + part] == 1).all()) for i in range(0, len(a), part))
 
 
-def take_rows(bufs: Buffers, idx: np.ndarray, ones: tuple[tuple[bool, ...], ...]) -> Buffers:
-    """:func:`take_all` of per-row buffers, the arrays of only ones (``ones``, from
-    :func:`ones_of`) made, not gathered (a gather from random rows of a large source costs
-    a cache miss per row and array)."""
-    return tuple(tuple(np.ones(len(idx), dtype=np.int64) if one else a[idx]
+def take_rows(bufs: Buffers, idx: np.ndarray, only_ones: tuple[tuple[bool, ...], ...]
+              ) -> Buffers:
+    """:func:`take_all` of per-row buffers, the arrays of only ones (``only_ones``, from
+    :func:`ones_of`) made by :func:`ones`, not gathered (a gather from random rows of a large
+    source costs a cache miss per row and array)."""
+    return tuple(tuple(ones(len(idx)) if one else a[idx]
                        for a, one in zip(b, o, strict=True))
-                 for b, o in zip(bufs, ones, strict=True))
+                 for b, o in zip(bufs, only_ones, strict=True))
 
 
 def concat_all(*parts: Buffers) -> Buffers:
