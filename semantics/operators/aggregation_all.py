@@ -40,7 +40,14 @@ from functools import cached_property
 import numpy as np
 
 from semantics.operators.aggfuncs import EXTREME, IDENTITY, extreme_at, merge_of
-from semantics.operators.grouping import distinct, divmod_by, id_parts, order_of_small, split_rows
+from semantics.operators.grouping import (
+    distinct,
+    divmod_by,
+    id_parts,
+    order_of_small,
+    part_width,
+    split_rows,
+)
 from semantics.operators.sliding import differences, late_pairs, spread, window_cells
 from semantics.parallel import map_parts
 
@@ -105,7 +112,7 @@ def aggregate_at_once(batch_of: np.ndarray, id_last: np.ndarray, w: np.ndarray, 
     # the many rows it emits from several parts back in that order costs more than the parts
     # save)
     n_parts = 1 if update else min(-(-len(live) // CHUNK), minor)
-    width = (minor - 1) // n_parts + 1  # keys per part (id_parts' ranges)
+    width = part_width(minor - 1, n_parts)  # keys per part
     parts = [rows] if n_parts == 1 else rows.split(id_parts(rows.key, 0, minor - 1, n_parts),
                                                    n_parts, width)
 

@@ -379,6 +379,16 @@ def _arrange_blocks(part: np.ndarray, n_parts: int, arrays: Sequence[np.ndarray]
     return order, bounds, outs
 
 
+def part_width(top: int, n_parts: int) -> int:
+    """How many ids each of :func:`id_parts`' ``n_parts`` ranges of the ids ``lo .. lo + top``
+    holds (the last one may hold fewer).
+
+    >>> part_width(9, 2), part_width(99_999, 39)
+    (5, 2565)
+    """
+    return top // n_parts + 1
+
+
 def id_parts(ids: np.ndarray, lo: int, top: int, n_parts: int, spare: bool = False
              ) -> np.ndarray:
     """Each row's part of ``n_parts`` ranges of equal width of the ids ``lo .. lo + top``
@@ -391,7 +401,7 @@ def id_parts(ids: np.ndarray, lo: int, top: int, n_parts: int, spare: bool = Fal
     (dtype('uint8'), dtype('int64'))
     """
     out = np.empty(len(ids), dtype=np.uint8 if n_parts + spare <= 1 << 8 else np.int64)
-    return np.floor_divide(ids - lo if lo else ids, top // n_parts + 1, out=out,
+    return np.floor_divide(ids - lo if lo else ids, part_width(top, n_parts), out=out,
                            casting="unsafe")
 
 

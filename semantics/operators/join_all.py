@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from semantics.engine import ThresholdSearch, leaving_batch
-from semantics.operators.grouping import id_parts, order_of_small, split_rows
+from semantics.operators.grouping import id_parts, order_of_small, part_width, split_rows
 from semantics.operators.join_band import band_pairs, band_slices
 from semantics.operators.join_frames import expand
 from semantics.parallel import map_parts
@@ -130,7 +130,7 @@ class RunSide:
             return [SideRange(pos, gather(self.code), gather(self.et),
                               None if self.ev is None else gather(self.ev),
                               (0, max(n_codes - 1, 0)))]
-        width = (n_codes - 1) // n_parts + 1  # (id_parts' ranges)
+        width = part_width(n_codes - 1, n_parts)
         part = id_parts(self.code, 0, n_codes - 1, n_parts, spare=True)
         if keep is not None:
             part[~keep] = n_parts  # (a last part: the rows that never reach the join)
