@@ -794,6 +794,12 @@ def test_output_columns_keep_their_types_and_null_padding(explain: bool) -> None
     sched = cut("types", {"l": left, "r": right}, {"l": "ts", "r": "ts"}, spec.batch_by("c"),
                 "live")
     out = predict(sched, spec, "c", explain=explain).outputs
+    # each column owns its values and nulls (a side's columns share no mask): a NULL written
+    # into one column of a row leaves the row's other columns as they were
+    for c in out.columns[1:]:
+        edited = predict(sched, spec, "c", explain=explain).outputs
+        edited.loc[0, c] = None
+        assert edited.drop(columns=c).equals(out.drop(columns=c)), c
     out = out.sort_values("l_row_id", ignore_index=True)
     assert dict(out.dtypes.astype(str)) == {
         "batch_id": "int64",

@@ -192,7 +192,9 @@ def take_values(values: Any, positions: np.ndarray | Gather, data: np.ndarray | 
         return out
     if not isinstance(values, np.ndarray):
         return values.take(g.positions, allow_fill=True)
-    null = np.zeros(n, dtype=bool) if g.null is None else g.null
+    # (a mask of its own: one shared by the side's columns would null them all when a user
+    # writes a NULL into one)
+    null = np.zeros(n, dtype=bool) if g.null is None else g.null.copy()
     if data is None:
         data = values.take(g.safe) if len(values) else np.zeros(n, dtype=values.dtype)
     kind = values.dtype.kind
