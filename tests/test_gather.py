@@ -58,6 +58,27 @@ def test_gather_refuses_positions_outside_the_columns(bad: int,
                 G.gather(which, pos)
 
 
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_gather_pad_takes_the_first_element_at_minus_1(threads: str,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # pad (a join's null-padded side): -1 takes the first element, every other position what
+    # numpy takes; below -1 or past the end still raises, in any part, object columns too
+    monkeypatch.setenv("WMBT_THREADS", threads)
+    monkeypatch.setattr(G, "GATHER_PART", 4)
+    monkeypatch.setattr(G, "THREADS_PAST", 5)
+    cols = _columns(300, 2)
+    pos = np.random.default_rng(3).integers(-1, 300, 50)
+    pos[[0, 7, 49]] = -1
+    for got, a in zip(G.gather(cols, pos, pad=True), cols, strict=True):
+        want = a[np.maximum(pos, 0)]
+        assert np.array_equal(got, want, equal_nan=a.dtype.kind == "f") if a.dtype.kind \
+            != "O" else got.tolist() == want.tolist()
+    for bad in (-2, 300):
+        for which in (cols[:3], cols):
+            with pytest.raises(IndexError):
+                G.gather(which, np.r_[pos, bad], pad=True)
+
+
 def test_take_arrays_equals_pandas_take() -> None:
     # pandas' arrays: numpy-held and datetime columns (any unit, zone) by the parts, masked,
     # arrow, categorical ones by their own take; the result keeps type and dtype

@@ -13,7 +13,8 @@ within a window of batches (key range after key range), and each gather waits on
 
 Invariant: for positions ``0 .. len - 1``, :func:`gather` returns what
 ``[a[positions] for a in arrays]`` returns (and :func:`take_arrays` what ``a.take(positions)``
-does); any other position raises ``IndexError``, a negative one too (no wrap-around).
+does); any other position raises ``IndexError``, a negative one too (no wrap-around), except
+-1 with ``pad``, which takes the first element.
 """
 
 from __future__ import annotations
@@ -32,15 +33,20 @@ THREADS_PAST = 1 << 16  # positions past which each thread takes a range of them
 # 1 M rows: 106-114 against 94-105 ms)
 
 
-def gather(arrays: Sequence[np.ndarray], positions: np.ndarray) -> list[np.ndarray]:
+def gather(arrays: Sequence[np.ndarray], positions: np.ndarray, pad: bool = False
+           ) -> list[np.ndarray]:
     """``[a[positions] for a in arrays]``: 1-d numpy arrays of one length at int64
     ``positions``; arrays of kinds outside ``KINDS`` (objects) by numpy's own gather.
+    ``pad``: a position of -1 (a null the caller masks) takes the first element (numpy's
+    gather would take the last) instead of raising.
 
     >>> [a.tolist() for a in gather([np.arange(5) * 10, np.arange(5) > 2], np.array([4, 0, 3]))]
     [[40, 0, 30], [True, False, True]]
     >>> gather([np.arange(3)], np.array([-1]))
     Traceback (most recent call last):
     IndexError: positions outside 0 .. 2
+    >>> [a.tolist() for a in gather([np.arange(3) + 5], np.array([2, -1]), pad=True)]
+    [[7, 5]]
     """
     positions = np.asarray(positions, dtype=np.int64)
     m = len(positions)
@@ -48,8 +54,11 @@ def gather(arrays: Sequence[np.ndarray], positions: np.ndarray) -> list[np.ndarr
         return []
     n = len(arrays[0])
     assert all(len(a) == n for a in arrays), "the columns must be of one length"
+    least = -1 if pad else 0
     if m and any(a.dtype.kind not in KINDS for a in arrays) and int(positions.min()) < 0:
-        raise IndexError(f"positions outside 0 .. {n - 1}")  # (numpy would wrap around)
+        if not pad or int(positions.min()) < least:  # (numpy would wrap around)
+            raise IndexError(f"positions outside {least} .. {n - 1}")
+        positions = np.maximum(positions, 0)  # (objects: numpy's own gather)
     plain = [i for i, a in enumerate(arrays) if a.dtype.kind in KINDS]
     out: list[np.ndarray] = [np.empty(m, dtype=a.dtype) if i in plain else a[positions]
                              for i, a in enumerate(arrays)]
@@ -59,10 +68,10 @@ def gather(arrays: Sequence[np.ndarray], positions: np.ndarray) -> list[np.ndarr
         for a in range(rows.start, rows.stop, GATHER_PART):
             b = min(a + GATHER_PART, rows.stop)
             part = positions[a:b]
-            if int(part.min()) < 0 or int(part.max()) >= n:
-                raise IndexError(f"positions outside 0 .. {n - 1}")
-            for i in plain:
-                np.take(arrays[i], part, out=out[i][a:b], mode="clip")  # (checked above)
+            if int(part.min()) < least or int(part.max()) >= n:
+                raise IndexError(f"positions outside {least} .. {n - 1}")
+            for i in plain:  # (checked above; -1 clipped to 0)
+                np.take(arrays[i], part, out=out[i][a:b], mode="clip")
 
     if plain and m:
         map_parts(fill, row_parts(m, THREADS_PAST))

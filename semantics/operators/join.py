@@ -286,14 +286,15 @@ class JoinOperator:
                 for src, pos in zip((self.sources["left"], self.sources["right"]), positions,
                                     strict=False)
                 for c in src.layout.columns if c in columns]
-        # a side's numpy-held columns gathered together at its safe positions (``gather``),
-        # then each made a nullable column (its outer rows' nulls) in threads
+        # a side's numpy-held columns gathered together at its positions (``gather``; a null's
+        # -1 takes the first row, masked after), then each made a nullable column (its outer
+        # rows' nulls) in threads
         raw: dict[str, np.ndarray] = {}
         for pos in positions:
             held = [(c, d) for c, v, p in jobs if p is pos and len(v)
                     and (d := numpy_data(v)) is not None]
-            raw.update(zip([c for c, _ in held], gather([d for _, d in held], pos.safe),
-                           strict=True))
+            raw.update(zip([c for c, _ in held],
+                           gather([d for _, d in held], pos.positions, pad=True), strict=True))
         taken = map_parts(lambda job: take_values(job[1], job[2], raw.get(job[0])), jobs)
         data = {c: v for (c, _, _), v in zip(jobs, taken, strict=True)}
         return pd.DataFrame(data, index=pd.RangeIndex(len(positions[0].positions)), columns=columns,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,7 @@ from semantics.operators.columns import Values, nullable_floats, values_of
 from semantics.operators.gather import like
 from semantics.operators.grouping import divmod_by, ranges, stable_argsort
 from semantics.operators.keys import KeyCoder, concat_keys, with_codes
+from semantics.parallel import map_parts, row_parts
 from semantics.schedule import ROW_ID
 
 NEVER_EVICTED_US = np.iinfo(np.int64).max  # a null predicate column: Spark never removes it
@@ -142,8 +144,10 @@ class SideLayout:
 @dataclass(frozen=True)
 class Gather:
     """Source positions to take the columns of one join side at, -1 for a null (the padded
-    side of an outer row; ``positions``), prepared once for all the side's columns: ``safe``
-    has 0 for the nulls, ``null`` is where they go (None: no null).
+    side of an outer row; ``positions``), prepared once for all the side's columns: ``null``
+    is where the nulls go (None: no null; found in threads), ``safe`` the positions with 0
+    for the nulls (made when a column is taken without :func:`~semantics.operators.gather.
+    gather`'s ``pad``).
 
     >>> g = Gather.of(np.array([2, -1, 0]))
     >>> g.safe.tolist(), g.null.tolist(), Gather.of(np.array([1, 0])).null
@@ -151,16 +155,19 @@ class Gather:
     """
 
     positions: np.ndarray
-    safe: np.ndarray
     null: np.ndarray | None
 
     @classmethod
     def of(cls, positions: np.ndarray) -> Gather:
         positions = np.asarray(positions, dtype=np.int64)
-        null = positions < 0
-        if not null.any():
-            return cls(positions, positions, None)
-        return cls(positions, np.where(null, 0, positions), null)
+        null = np.empty(len(positions), dtype=bool)
+        map_parts(lambda rows: np.less(positions[rows], 0, out=null[rows]),
+                  row_parts(len(positions), 1 << 16))
+        return cls(positions, null if null.any() else None)
+
+    @cached_property
+    def safe(self) -> np.ndarray:
+        return self.positions if self.null is None else np.where(self.null, 0, self.positions)
 
 
 def take_values(values: Any, positions: np.ndarray | Gather, data: np.ndarray | None = None
@@ -183,7 +190,7 @@ def take_values(values: Any, positions: np.ndarray | Gather, data: np.ndarray | 
     [NaT, Timestamp('1970-01-01 00:00:00.000006+0000', tz='UTC')]
     """
     g = positions if isinstance(positions, Gather) else Gather.of(positions)
-    n = len(g.safe)
+    n = len(g.positions)
     if isinstance(values, pd.arrays.DatetimeArray) and len(values):
         # (without fill: a plain gather, a third of the time)
         out = values.take(g.safe) if data is None else like(values, data)
