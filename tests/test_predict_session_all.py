@@ -101,7 +101,7 @@ def test_at_once_equals_stepping_on_long_streams(chunk: int, word_bits: int,
     ranges = []
     real = session_all._key_ranges
     monkeypatch.setattr(session_all, "_key_ranges",
-                        lambda kid, a, c: ranges.append(r := real(kid, a, c)) or r)
+                        lambda kid, t, a, c: ranges.append(r := real(kid, t, a, c)) or r)
     spy = Spy(monkeypatch)
     for seed in range(200 if SOAK else 30):
         query, batches, delay, pace = _long_stream(seed)
@@ -109,6 +109,28 @@ def test_at_once_equals_stepping_on_long_streams(chunk: int, word_bits: int,
     assert spy.at_once > 20_000 and spy.stepped > 500
     split = [sum(len(p) > 0 for p in r[0]) for r in ranges if r is not None]
     assert (len(split) > 20 and max(split) > 10) if chunk < 1000 else not split
+
+
+@pytest.mark.parametrize(("span", "least", "want"), [(2**46, 16, 8), (2**20, 16, 2),
+                                                     (2**46, 1024, 4)])
+def test_key_ranges_get_smaller_until_a_range_packs(span: int, least: int, want: int,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # a key range's sort by (key, time) is one sort of packed words when (key, time, position)
+    # fit 64 bits: past CHUNK rows, ranges are halved until they fit (4 096 keys, one row a
+    # key, times spanning `span` µs: 2 ranges of 2 048 keys would need 2**57 values and 11-bit
+    # positions, 8 ranges need 2**55 and 9-bit ones), but not below MIN_RANGE (`least`) rows
+    monkeypatch.setattr(session_all, "MIN_RANGE", least)
+    kid = np.arange(4096, dtype=np.int64)[::-1].copy()
+    t = np.zeros(4096, dtype=np.int64)
+    t[7] = span - 1
+    pos, cols = session_all._key_ranges(kid, t, [kid, t], 2048)
+    assert len(pos) == want
+    assert sorted(np.concatenate(pos).tolist()) == list(range(4096))
+    for p, (k, tt) in zip(pos, cols, strict=True):  # each range's rows, positions ascending
+        assert np.array_equal(k, kid[p]) and np.array_equal(tt, t[p])
+        assert np.all(np.diff(p) > 0)
+    width = grouping.part_width(4095, want)
+    assert grouping.packs(4096 // want, width * span) == (want < 4096 // least)
 
 
 def _at_once_steps(batches: list, watermark: str = "10 seconds", pace: str = "backlog",

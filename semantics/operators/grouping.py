@@ -197,7 +197,7 @@ def _later_by_sort(ids: np.ndarray, bounds: tuple[int, int] | None = None) -> np
         return np.zeros(n, dtype=bool)
     p = position_bits(n)
     lo, hi = bounds if bounds is not None else (int(ids.min()), int(ids.max()))
-    exact = _packs(n, hi - lo + 1)
+    exact = packs(n, hi - lo + 1)
     words = sort_words(_packed_words(ids.view(np.uint64), p, lo if exact else None))
     low = np.uint64((1 << p) - 1)  # the position bits
 
@@ -597,7 +597,7 @@ def by_key_then_time(ids: np.ndarray, t: np.ndarray
     top = int(ids.max()) - lo if n else 0
     t_lo = int(t.min()) if n else 0
     span = int(t.max()) - t_lo + 1 if n else 1
-    if _packs(n, (top + 1) * span):
+    if packs(n, (top + 1) * span):
         order = _packed_order((ids - lo) * span + (t - t_lo))
         return order, ids[order], t[order]
     if top >= 1 << 32 or n * span >= _PACK_LIMIT:
@@ -622,7 +622,7 @@ def order_of_small(v: np.ndarray, top: int) -> np.ndarray:
     [1, 3, 0, 2]
     """
     size = max(int(top), 0) + 1
-    if _packs(len(v), size):
+    if packs(len(v), size):
         return _packed_order(v, size)
     return np.argsort(v.astype(np.uint16) if top < 1 << 16 else v, kind="stable")
 
@@ -644,7 +644,7 @@ def stable_argsort(v: np.ndarray, size: int | None = None) -> np.ndarray:
         lo = 0 if size is not None else int(v.min())
         if size is None:
             size = int(v.max()) - lo + 1
-        if _packs(len(v), size):
+        if packs(len(v), size):
             return _packed_order(v - lo if lo else v, size)
     order = np.argsort(v)
     s = v[order]
@@ -668,18 +668,18 @@ def position_bits(n: int) -> int:
     return max(1, (n - 1).bit_length())
 
 
-def _packs(n: int, size: int) -> bool:
+def packs(n: int, size: int) -> bool:
     """Whether values ``0 .. size - 1`` and positions below ``n`` fit one 64-bit word
     (:func:`_packed_words`).
 
-    >>> _packs(2**20, 2**44), _packs(2**20 + 1, 2**44)
+    >>> packs(2**20, 2**44), packs(2**20 + 1, 2**44)
     (True, False)
     """
     return size <= 1 << (64 - position_bits(n))
 
 
 def _packed_order(v: np.ndarray, size: int | None = None) -> np.ndarray:
-    """The stable order of ``v`` (ints from 0 that :func:`_packs` with their positions) by one
+    """The stable order of ``v`` (ints from 0 that :func:`packs` with their positions) by one
     sort of the words ``v << p | position`` (``p``: the positions' bits). numpy sorts plain
     values with SIMD, several times faster than it argsorts them, and twice as many 32-bit
     ones at once: ``size`` (the values lie below it, when the caller knows) gives 32-bit words
@@ -707,7 +707,7 @@ def _packed_order(v: np.ndarray, size: int | None = None) -> np.ndarray:
 def _packed_words(u: np.ndarray, p: int, lo: int | None) -> np.ndarray:
     """New uint64 words, one per value of ``u``, with its position in the low ``p`` bits
     (:func:`position_bits`) and above them ``u - lo`` (wrapping; the values and positions
-    must :func:`_packs`) or, ``lo`` None, the top ``64 - p`` bits of ``u`` times ``_FIB`` (a
+    must :func:`packs`) or, ``lo`` None, the top ``64 - p`` bits of ``u`` times ``_FIB`` (a
     multiplicative hash: equal values, equal bits). Built ``WORDS_PART`` words at a time, so a
     part's three passes stay in the cache (10 M words: 34 against 76 ms in whole passes);
     past 2**20 words, each thread a range of them.
