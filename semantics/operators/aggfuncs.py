@@ -645,7 +645,8 @@ def result_frame(columns: Sequence[str], keys: Mapping[str, pd.Series],
     cols: dict[str, pd.Series] = {k: v for k, v in keys.items() if k in columns}
     cols.update({k: timestamps(us) for k, us in bounds_us.items() if k in columns})
     cols.update(finish_all(aggs, bufs, columns))
-    return pd.DataFrame({c: cols[c] for c in columns}, index=pd.RangeIndex(n))
+    # (the columns' own arrays, not copied into one block: 34 ms for sessions at 10 M)
+    return pd.DataFrame({c: cols[c] for c in columns}, index=pd.RangeIndex(n), copy=False)
 
 
 def interleave_all(pa: np.ndarray, a: Buffers, pb: np.ndarray, b: Buffers) -> Buffers:
