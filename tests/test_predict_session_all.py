@@ -111,14 +111,16 @@ def test_at_once_equals_stepping_on_long_streams(chunk: int, word_bits: int,
     assert (len(split) > 20 and max(split) > 10) if chunk < 1000 else not split
 
 
-@pytest.mark.parametrize(("span", "least", "want"), [(2**46, 16, 8), (2**20, 16, 2),
-                                                     (2**46, 1024, 4)])
+@pytest.mark.parametrize(("span", "least", "want", "packed"), [
+    (2**46, 16, 8, True), (2**20, 16, 2, True), (2**46, 1024, 2, False)])
 def test_key_ranges_get_smaller_until_a_range_packs(span: int, least: int, want: int,
+                                                    packed: bool,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     # a key range's sort by (key, time) is one sort of packed words when (key, time, position)
     # fit 64 bits: past CHUNK rows, ranges are halved until they fit (4 096 keys, one row a
     # key, times spanning `span` µs: 2 ranges of 2 048 keys would need 2**57 values and 11-bit
-    # positions, 8 ranges need 2**55 and 9-bit ones), but not below MIN_RANGE (`least`) rows
+    # positions, 8 ranges need 2**55 and 9-bit ones), but not below MIN_RANGE (`least`) rows:
+    # when ranges that small would not fit either, they are not halved at all
     monkeypatch.setattr(session_all, "MIN_RANGE", least)
     kid = np.arange(4096, dtype=np.int64)[::-1].copy()
     t = np.zeros(4096, dtype=np.int64)
@@ -129,8 +131,7 @@ def test_key_ranges_get_smaller_until_a_range_packs(span: int, least: int, want:
     for p, (k, tt) in zip(pos, cols, strict=True):  # each range's rows, positions ascending
         assert np.array_equal(k, kid[p]) and np.array_equal(tt, t[p])
         assert np.all(np.diff(p) > 0)
-    width = grouping.part_width(4095, want)
-    assert grouping.packs(4096 // want, width * span) == (want < 4096 // least)
+    assert grouping.packs(4096 // want, grouping.part_width(4095, want) * span) == packed
 
 
 def _at_once_steps(batches: list, watermark: str = "10 seconds", pace: str = "backlog",

@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from semantics.engine import leaving_batch
+from semantics.engine import ThresholdSearch, leaving_batch
 from semantics.operators.columns import min_max
 from semantics.operators.grouping import (
     by_key_then_time,
@@ -100,10 +100,15 @@ def sessions_at_once(kid: np.ndarray, t: np.ndarray, batch_of: np.ndarray, gap_u
     split = _key_ranges(kid, t, [kid, t, batch_of], CHUNK)
     if split is None:
         return _at_once(kid, t, batch_of, gap_us, late_us, evict_us, n_b, max_window)
+    # (one search of the eviction watermarks for every range, through its table however few
+    # rows a range holds: a range's own search would build a table, and below 65 536 values
+    # search without it)
+    search = None if evict_us is None else ThresholdSearch(evict_us, min_values=0)
 
     def one(part: tuple[np.ndarray, ...]) -> AllSessions | None:
         pos, kid_p, t_p, batch_p = part
-        got = _at_once(kid_p, t_p, batch_p, gap_us, late_us, evict_us, n_b, max_window)
+        got = _at_once(kid_p, t_p, batch_p, gap_us, late_us, evict_us, n_b, max_window,
+                       search)
         return None if got is None else replace(got, rows=pos[got.rows], head=pos[got.head],
                                                 stepped=pos[got.stepped])
 
@@ -123,7 +128,7 @@ def _key_ranges(kid: np.ndarray, t: np.ndarray, arrays: list[np.ndarray], chunk:
     order: each range's positions and its rows of each of ``arrays``
     (:func:`~semantics.operators.grouping.split_rows`); None for a single range. More ranges
     (of ``MIN_RANGE`` rows or more) when a range's (key, time ``t``, position) would not fit
-    one word: its sort by (key, time) is then one sort of packed words
+    one word and smaller ranges would: its sort by (key, time) is then one sort of packed words
     (:func:`~semantics.operators.grouping.by_key_then_time`), not two radix passes and a
     merge sort (1 M rows of the bench, whose first batch accepts rows an hour behind the
     rest: 4 ranges of 250 000 rows did not pack, 8 do: 176 -> 156 ms).
@@ -139,9 +144,16 @@ def _key_ranges(kid: np.ndarray, t: np.ndarray, arrays: list[np.ndarray], chunk:
         return None
     lo, hi = min_max(kid)
     t_lo, t_hi = min_max(t)
-    while (2 * n_parts <= n // MIN_RANGE
-           and not packs(n // n_parts, part_width(hi - lo, n_parts) * (t_hi - t_lo + 1))):
-        n_parts *= 2
+    span = t_hi - t_lo + 1
+
+    def fits(k: int) -> bool:
+        return packs(n // k, part_width(hi - lo, k) * span)
+
+    more = n_parts
+    while not fits(more) and 2 * more <= n // MIN_RANGE:
+        more *= 2
+    if fits(more):  # (else as many as the rows ask for: smaller ranges would not pack either)
+        n_parts = more
     n_parts = min(n_parts, 1 << 16)
     return split_rows(id_parts(kid, lo, hi - lo, n_parts), n_parts, arrays)
 
@@ -161,8 +173,9 @@ def _concat(parts: list[AllSessions]) -> AllSessions:
 
 def _at_once(kid: np.ndarray, t: np.ndarray, batch_of: np.ndarray, gap_us: int,
              late_us: np.ndarray | None, evict_us: np.ndarray | None, n_b: int,
-             max_window: int) -> AllSessions | None:
-    """:func:`sessions_at_once` of one key range."""
+             max_window: int, search: ThresholdSearch | None = None) -> AllSessions | None:
+    """:func:`sessions_at_once` of one key range (``search``: of ``evict_us``, shared by the
+    ranges)."""
     if late_us is None:
         late = np.zeros(len(t), dtype=bool)
     else:
@@ -195,7 +208,7 @@ def _at_once(kid: np.ndarray, t: np.ndarray, batch_of: np.ndarray, gap_us: int,
     # evicted in the first batch whose eviction watermark reaches the end: not before the last
     # row's batch (a row that is not late ends after the watermark of the batch before it, and
     # a piece evicted before its component is complete sent the key to stepping)
-    ev = leaving_batch(end, evict_us, n_b)
+    ev = leaving_batch(end, evict_us, n_b, search=search)
     starts = np.flatnonzero(bb < a)  # rows that start a piece in some batch
     s_from, s_to = bb[starts], a[starts]
     # (every batch here is at most n_b, never evicted: counted past the end, then cut off)
