@@ -149,7 +149,8 @@ class RunSide:
     def _search(self) -> ThresholdSearch | None:
         """The search of the thresholds, built once for every part: each part searches
         through its table however few rows it holds (uneven key ranges of skewed keys: below
-        the default 65 536 values, each part would make a binary search, ~4x slower a value)."""
+        the default 65 536 values, each part would make a binary search, several times
+        slower a value)."""
         return None if self.thr_us is None else ThresholdSearch(self.thr_us, min_values=0)
 
     def admitted(self, part: SideRange) -> Admitted:

@@ -167,6 +167,7 @@ class Gather:
 
     @cached_property
     def safe(self) -> np.ndarray:
+        """The positions with 0 for the nulls."""
         return self.positions if self.null is None else np.where(self.null, 0, self.positions)
 
 
