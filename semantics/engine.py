@@ -578,6 +578,18 @@ class ThresholdSearch:
         mixed[0] |= first[0] > 0  # values clipped up to cell 0 may have smaller answers
         self.table = (low, hi + 1, shift, first, mixed)
 
+    @classmethod
+    def for_parts(cls, thresholds: np.ndarray) -> ThresholdSearch:
+        """A search built once and called by many parts of a run (key ranges, chunks of
+        batches): every part searches through the table however few values it holds (its
+        cost is paid once; a part's binary search costs several times more a value, and the
+        parts of skewed keys or small batches can be small).
+
+        >>> ThresholdSearch.for_parts(np.array([5, 10])).min_values
+        0
+        """
+        return cls(thresholds, min_values=0)
+
     def __call__(self, values: np.ndarray) -> np.ndarray:
         values = np.asarray(values, dtype=np.int64)
         if self.table is None or len(values) < self.min_values:

@@ -361,7 +361,7 @@ def _accepted_firsts(counts: np.ndarray, t: np.ndarray, first: np.ndarray,
     assert wms is None or bool((wms[0][1:] >= wms[1][:-1]).all())
     dropped, updated = np.zeros(n_b, dtype=np.int64), np.zeros(n_b, dtype=np.int64)
     evicting = evicts and wms is not None
-    search = ThresholdSearch(wms[1], min_values=0) if evicting else None
+    search = ThresholdSearch.for_parts(wms[1]) if evicting else None
 
     def chunks(group: list[tuple[int, int, int, int]]
                ) -> tuple[list[np.ndarray], np.ndarray | None]:

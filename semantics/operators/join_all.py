@@ -147,11 +147,9 @@ class RunSide:
 
     @cached_property
     def _search(self) -> ThresholdSearch | None:
-        """The search of the thresholds, built once for every part: each part searches
-        through its table however few rows it holds (uneven key ranges of skewed keys: below
-        the default 65 536 values, each part would make a binary search, several times
-        slower a value)."""
-        return None if self.thr_us is None else ThresholdSearch(self.thr_us, min_values=0)
+        """The search of the thresholds, built once for every part (uneven key ranges of
+        skewed keys hold few rows)."""
+        return None if self.thr_us is None else ThresholdSearch.for_parts(self.thr_us)
 
     def admitted(self, part: SideRange) -> Admitted:
         """A part's rows with the batch each arrived in and the one it leaves the state in."""

@@ -100,10 +100,8 @@ def sessions_at_once(kid: np.ndarray, t: np.ndarray, batch_of: np.ndarray, gap_u
     split = _key_ranges(kid, t, [kid, t, batch_of], CHUNK)
     if split is None:
         return _at_once(kid, t, batch_of, gap_us, late_us, evict_us, n_b, max_window)
-    # (one search of the eviction watermarks for every range, through its table however few
-    # rows a range holds: a range's own search would build a table, and below 65 536 values
-    # search without it)
-    search = None if evict_us is None else ThresholdSearch(evict_us, min_values=0)
+    # (one search of the eviction watermarks for every range)
+    search = None if evict_us is None else ThresholdSearch.for_parts(evict_us)
 
     def one(part: tuple[np.ndarray, ...]) -> AllSessions | None:
         pos, kid_p, t_p, batch_p = part
