@@ -198,8 +198,8 @@ def test_split_rows_block_by_block_equal_one_split(n_parts: int,
             assert pos[p].tolist() == want.tolist()
             for a, got in zip(arrays, cols[p], strict=True):
                 assert got.dtype == a.dtype and got.tolist() == a[want].tolist()
-        order, bounds, arranged = grouping.arrange_rows(part, n_parts, arrays[:1],
-                                                        positions=False)
+        order, bounds, arranged = grouping.arrange_rows(part, n_parts, arrays[:1])
+        assert order.tolist() == np.argsort(part, kind="stable").tolist()
         assert bounds.tolist() == np.r_[0, np.cumsum(np.bincount(part, minlength=n_parts))
                                         ].tolist()
         assert arranged[0].tolist() == arrays[0][np.argsort(part, kind="stable")].tolist()

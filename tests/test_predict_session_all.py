@@ -39,9 +39,11 @@ class Spy:
         def spy(*a, **kw):
             got = real(*a, **kw)
             if got is not None:
-                self.at_once += len(got.rows)
-                self.stepped += len(got.stepped)
-                self.mixed += bool(len(got.rows) and len(got.stepped))
+                rows = sum(len(r.rows) for r in got)
+                stepped = sum(len(r.stepped) for r in got)
+                self.at_once += rows
+                self.stepped += stepped
+                self.mixed += bool(rows and stepped)
             return got
 
         monkeypatch.setattr("semantics.operators.session.sessions_at_once", spy)
@@ -179,7 +181,7 @@ def test_a_piece_evicted_before_its_component_is_complete_steps_its_key() -> Non
     got = sessions_at_once(np.array([1, 2, 2, 1, 2]), t, batch_of, op.gap_us,
                            np.array([b.late_wm_ms for b in plan]) * 1000,
                            np.array([b.evict_wm_ms for b in plan]) * 1000, len(plan))
-    assert got is not None and got.stepped.tolist() == [0, 3]
+    assert got is not None and [r.stepped.tolist() for r in got] == [[0, 3]]
     out = out_rows(_predicted(spec, sched), cols=["k", "session_start", "n"])
     assert (1, 100, 1) in out and (1, 105, 1) in out
 

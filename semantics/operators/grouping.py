@@ -311,12 +311,11 @@ def split_rows(part: np.ndarray, n_parts: int, arrays: Sequence[np.ndarray]
                                            strict=True))
 
 
-def arrange_rows(part: np.ndarray, n_parts: int, arrays: Sequence[np.ndarray],
-                 positions: bool = True) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+def arrange_rows(part: np.ndarray, n_parts: int, arrays: Sequence[np.ndarray]
+                 ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
     """``(order, bounds, arranged)``: the rows in order of their part (``part``: one per row,
-    ``0 .. n_parts - 1``), positions ascending within a part — ``order`` (``positions``
-    False: left empty), part ``p`` at ``bounds[p]:bounds[p + 1]`` — and each of ``arrays``
-    in that order (``a[order]``).
+    ``0 .. n_parts - 1``), positions ascending within a part — ``order``, part ``p`` at
+    ``bounds[p]:bounds[p + 1]`` — and each of ``arrays`` in that order (``a[order]``).
 
     Past ``SPLIT_BLOCK`` rows in at most ``SPLIT_PARTS`` parts, block by block: every
     block's rows per part counted first, so each block knows where its rows of a part go
@@ -333,15 +332,15 @@ def arrange_rows(part: np.ndarray, n_parts: int, arrays: Sequence[np.ndarray],
         split = Split.of(part, n_parts)
         return split.order, split.bounds, map_parts(split.arranged, list(arrays))
     small = part.astype(np.uint8 if n_parts <= 1 << 8 else np.uint16, copy=False)
-    return _arrange_blocks(small, n_parts, arrays, SPLIT_BLOCK, positions)
+    return _arrange_blocks(small, n_parts, arrays, SPLIT_BLOCK)
 
 
-def _arrange_blocks(part: np.ndarray, n_parts: int, arrays: Sequence[np.ndarray], block: int,
-                    positions: bool) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+def _arrange_blocks(part: np.ndarray, n_parts: int, arrays: Sequence[np.ndarray], block: int
+                    ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
     """:func:`arrange_rows` ``block`` rows at a time (``part``: 8- or 16-bit).
 
     >>> order, bounds, (a,) = _arrange_blocks(np.array([1, 0, 1, 1, 0, 2], dtype=np.uint8),
-    ...                                       3, [np.arange(6) * 10], 4, True)
+    ...                                       3, [np.arange(6) * 10], 4)
     >>> order.tolist(), bounds.tolist(), a.tolist()
     ([1, 4, 0, 2, 3, 5], [0, 2, 5, 6], [10, 40, 0, 20, 30, 50])
     """
@@ -358,7 +357,7 @@ def _arrange_blocks(part: np.ndarray, n_parts: int, arrays: Sequence[np.ndarray]
     # where block k's rows of part p go, less where they start in the block's own order
     run = bounds[:-1] + np.cumsum(counts, axis=0) - counts
     run -= np.cumsum(counts, axis=1) - counts
-    order = np.empty(n if positions else 0, dtype=np.int64)
+    order = np.empty(n, dtype=np.int64)
     outs = [np.empty(n, dtype=a.dtype) for a in arrays]
 
     def place(rows: slice) -> None:
@@ -370,13 +369,57 @@ def _arrange_blocks(part: np.ndarray, n_parts: int, arrays: Sequence[np.ndarray]
             d += np.arange(len(o), dtype=np.int64)  # the places of the block's sorted rows
             dest = to[:len(o)]
             dest[o] = d  # ... and of its rows
-            if positions:
-                order[dest] = np.arange(i, i + len(o), dtype=np.int64)
+            order[dest] = np.arange(i, i + len(o), dtype=np.int64)
             for a, out in zip(arrays, outs, strict=True):
                 out[dest] = a[i:i + len(o)]
 
     map_parts(place, row_parts(n_blocks, 4))
     return order, bounds, outs
+
+
+def batch_major(per: np.ndarray, parts: Sequence[Sequence[np.ndarray]],
+                orders: Sequence[np.ndarray] | None = None
+                ) -> tuple[np.ndarray, list[np.ndarray]]:
+    """``(cuts, columns)``: the rows of ``parts`` (each a list of equally long columns whose
+    rows are in batch order, ``per[p, t]`` of part ``p``'s in batch ``t``) in batch order, the
+    parts in order within a batch; batch ``t``'s rows are ``cuts[t]:cuts[t + 1]``. With
+    ``orders``, part ``p``'s rows in batch order are ``col[orders[p]]`` of each of its
+    columns: written there through the inverse of that order (one scatter per column, no
+    gather before it: a gather and a scatter cost twice). Each part (key ranges, ordered in
+    their own threads) is written to its places, parts in threads (their places are
+    disjoint): no sort or gather over all the rows at once.
+
+    >>> cuts, (a,) = batch_major(np.array([[1, 2], [1, 0]]),
+    ...                          [[np.array([1, 2, 3])], [np.array([7])]])
+    >>> cuts.tolist(), a.tolist()
+    ([0, 2, 4], [1, 7, 2, 3])
+    >>> batch_major(np.array([[1, 2], [1, 0]]), [[np.array([2, 1, 3])], [np.array([7])]],
+    ...             [np.array([1, 0, 2]), np.array([0])])[1][0].tolist()
+    [1, 7, 2, 3]
+    """
+    per = np.asarray(per, dtype=np.int64)
+    cuts = np.r_[0, np.cumsum(per.sum(axis=0))]
+    if len(parts) == 1 and orders is None:  # one part: its own order is the order
+        return cuts, list(parts[0])
+    # where part p's rows of batch t start: the batch's start, after the earlier parts'
+    at = cuts[:-1] + np.cumsum(per, axis=0) - per
+    outs = [np.empty(int(cuts[-1]), dtype=np.result_type(*(p[j] for p in parts)))
+            for j in range(len(parts[0]))]
+
+    def place(p: int) -> None:
+        n = per[p]
+        if n.any():  # a row's place: its batch's start for this part, plus its rank
+            dest = np.arange(int(n.sum()), dtype=np.int64)
+            dest += np.repeat(at[p] - (np.cumsum(n) - n), n)
+            if orders is not None:
+                inverse = np.empty_like(dest)
+                inverse[orders[p]] = dest
+                dest = inverse
+            for out, col in zip(outs, parts[p], strict=True):
+                out[dest] = col
+
+    map_parts(place, range(len(parts)))
+    return cuts, outs
 
 
 def part_width(top: int, n_parts: int) -> int:

@@ -44,7 +44,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from semantics.engine import ThresholdSearch, leaving_batch
-from semantics.operators.grouping import id_parts, order_of_small, part_width, split_rows
+from semantics.operators.grouping import (
+    batch_major,
+    id_parts,
+    order_of_small,
+    part_width,
+    split_rows,
+)
 from semantics.operators.join_band import band_pairs, band_slices
 from semantics.operators.join_frames import expand
 from semantics.parallel import map_parts
@@ -239,33 +245,22 @@ class _Emitted:
 
 def _by_batch(outs: list[_Emitted], n_b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The emitted rows of every key range as one pair of arrays in batch order (ranges in
-    order within a batch) and the batches' cuts. Each range is in batch order already (sorted
-    in its own thread) and is written to its places, ranges in threads (their places are
-    disjoint): no sort or gather over all the rows at once.
+    order within a batch) and the batches' cuts: each range is in batch order already (sorted
+    in its own thread) and is written to its places (:func:`~semantics.operators.grouping.
+    batch_major`).
 
     >>> one = _Emitted.of(np.array([1, 2, 3]), np.array([4, 5, 6]), np.array([1, 0, 1]), 3)
     >>> two = _Emitted.of(np.array([7]), np.array([8]), np.array([0]), 3)
     >>> [a.tolist() for a in _by_batch([one, two], 3)]
     [[2, 7, 1, 3], [5, 8, 4, 6], [0, 2, 4, 4]]
+    >>> [a.tolist() for a in _by_batch([], 2)]
+    [[], [], [0, 0, 0]]
     """
-    per = np.array([o.per_batch for o in outs], dtype=np.int64).reshape(len(outs), n_b)
-    cuts = np.r_[0, np.cumsum(per.sum(axis=0))]
-    if len(outs) == 1:  # one range: its own order is the order
-        return outs[0].left, outs[0].right, cuts
-    # where range p's rows of batch t start: the batch's start, after the earlier ranges'
-    at = cuts[:-1] + np.cumsum(per, axis=0) - per
-    total = int(cuts[-1])
-    out_l = np.empty(total, dtype=np.int64)
-    out_r = np.empty(total, dtype=np.int64)
-
-    def place(p: int) -> None:
-        o, n = outs[p], per[p]
-        if len(o.left):  # a row's place: its batch's start for this range, plus its rank
-            dest = np.arange(len(o.left), dtype=np.int64) + np.repeat(at[p] - (np.cumsum(n) - n), n)
-            out_l[dest] = o.left
-            out_r[dest] = o.right
-
-    map_parts(place, range(len(outs)))
+    if not outs:
+        none = np.array([], dtype=np.int64)
+        return none, none, np.zeros(n_b + 1, dtype=np.int64)
+    cuts, (out_l, out_r) = batch_major(np.array([o.per_batch for o in outs]),
+                                       [(o.left, o.right) for o in outs])
     return out_l, out_r, cuts
 
 

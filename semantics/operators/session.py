@@ -80,13 +80,14 @@ from semantics.operators.aggfuncs import (
 )
 from semantics.operators.columns import Values, check_key_columns, key_series, values_of
 from semantics.operators.grouping import (
-    arrange_rows,
+    batch_major,
     count_distinct,
     from_a_mask,
     interleave,
     merge_by_id_then_time,
     merge_positions_at,
     order_by_id_then_time,
+    order_of_small,
     ranges,
     runs_of,
     segmented_cummax,
@@ -101,7 +102,7 @@ from semantics.operators.keys import (
 )
 from semantics.operators.runs import compact
 from semantics.operators.session_all import AllSessions, sessions_at_once
-from semantics.parallel import map_parts, threads
+from semantics.parallel import map_parts
 from semantics.report import operator_name
 from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import BacktestSpec, SessionQuery
@@ -128,21 +129,6 @@ class SessionState:
     def take(self, idx: np.ndarray | slice) -> SessionState:
         return SessionState(self.gid[idx], self.start_us[idx], self.end_us[idx],
                             take_keys(self.keys, idx), take_all(self.bufs, idx))
-
-
-def _component_blocks(comp: np.ndarray, n_comps: int, n_blocks: int
-                      ) -> list[tuple[int, int, int, int]]:
-    """``(c0, c1, r0, r1)``: up to ``n_blocks`` runs of whole components (``comp``: the
-    component of every row, non-decreasing) of about equal rows, and their rows.
-
-    >>> _component_blocks(np.array([0, 0, 0, 1, 2, 2]), 3, 2)
-    [(0, 1, 0, 3), (1, 3, 3, 6)]
-    """
-    cuts = np.unique(np.r_[0, comp[np.arange(1, n_blocks) * len(comp) // n_blocks], n_comps]
-                     ) if len(comp) else np.array([0, n_comps])
-    rows = np.searchsorted(comp, cuts)
-    return [(int(a), int(b), int(r), int(s)) for a, b, r, s in
-            zip(cuts[:-1], cuts[1:], rows[:-1], rows[1:], strict=True)]
 
 
 def _first_end(store: SessionStore, exact_below: int = 1 << 12) -> int | None:
@@ -487,19 +473,19 @@ class SessionOperator:
         late_us, evict_us = wms
         batch_of, t = source_rows(plan, self.source)
         n_b = len(plan)
-        got = sessions_at_once(self._coder.ids(kv, (), len(t), fitted=True), t, batch_of,
-                               self.gap_us, late_us, evict_us, n_b)
-        if got is None:
+        ranges = sessions_at_once(self._coder.ids(kv, (), len(t), fitted=True), t, batch_of,
+                                  self.gap_us, late_us, evict_us, n_b)
+        if ranges is None:
             return None
         init, empty = init_all(self.aggs, self._frame), self._empty()  # (empty: for merging)
         ones = ones_of(init)
-        blocks = map_parts(lambda c: self._reduced(got, c, init, ones),
-                           _component_blocks(got.comp, len(got.gid), threads()))
-        ev, cuts = self._evicted(got, blocks[0] if len(blocks) == 1 else concat_all(*blocks),
-                                 kv, n_b)
-        counts = np.stack([got.dropped, got.state_rows, got.updated, got.removed, got.keys])
-        stepped = self._step_rows(plan, got.stepped, batch_of, t, init, ones) \
-            if len(got.stepped) else None
+        ev, cuts = self._evicted(map_parts(lambda r: self._evicted_of(r, init, ones, n_b),
+                                           ranges), kv, n_b)
+        counts = np.sum([np.stack([r.dropped, r.state_rows, r.updated, r.removed, r.keys])
+                         for r in ranges], axis=0)
+        stepped_rows = np.sort(np.concatenate([r.stepped for r in ranges]))
+        stepped = self._step_rows(plan, stepped_rows, batch_of, t, init, ones) \
+            if len(stepped_rows) else None
         if stepped is not None:  # the stepped keys' counts add up with the others'
             counts += np.array([[s.dropped_by_watermark, s.state_rows, s.state_rows_updated,
                                  s.state_rows_removed, s.state_keys or 0] for s in stepped]).T
@@ -515,31 +501,33 @@ class SessionOperator:
         dropped, rows, updated, removed, keys = counts
         return steps_of(dropped, rows, updated, removed, outputs, keys)
 
-    def _reduced(self, got: AllSessions, comps: tuple[int, int, int, int], init: Buffers,
-                 ones: tuple[tuple[bool, ...], ...]) -> Buffers:
-        """The buffers of the components ``c0 .. c1 - 1`` of ``got`` (their rows: ``r0 .. r1 -
-        1`` of ``got.rows``; ``init``: every source row's buffers, ``ones``: which of their
-        arrays are only ones), reduced."""
-        c0, c1, r0, r1 = comps
-        return reduce_all(self.aggs, take_rows(init, got.rows[r0:r1], ones),
-                          got.comp[r0:r1] - c0, c1 - c0)
+    def _evicted_of(self, got: AllSessions, init: Buffers, ones: tuple[tuple[bool, ...], ...],
+                    n_b: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray], list[int]]:
+        """A key range's sessions as columns (key id, start, end, first row, then every
+        aggregate's buffers, reduced from their rows: ``init`` holds every source row's
+        buffers, ``ones`` which of their arrays are only ones), with how many each batch
+        evicts (the never evicted: a last batch ``n_b``), their (batch, key id, start) order
+        and the number of arrays of each aggregate's buffers. In the range's thread, on
+        arrays that fit the caches."""
+        bufs = reduce_all(self.aggs, take_rows(init, got.rows, ones), got.comp, len(got.gid))
+        return np.bincount(got.evicted_in, minlength=n_b + 1), \
+            order_of_small(got.evicted_in, n_b), \
+            [got.gid, got.start_us, got.end_us, got.head, *(a for b in bufs for a in b)], \
+            [len(b) for b in bufs]
 
-    def _evicted(self, got: AllSessions, bufs: Buffers, kv: tuple[Values, ...], n_b: int
-                 ) -> tuple[SessionState, np.ndarray]:
-        """The evicted sessions of ``got`` (``bufs``: every component's buffers) in (batch,
-        key id, start) order, and ``cuts``: batch ``t``'s are ``cuts[t]:cuts[t + 1]`` of
-        them. Arranged by batch (the never evicted: a last part, left out) by
-        :func:`~semantics.operators.grouping.arrange_rows`: one whole for every batch, which
-        the output takes as one slice."""
-        flat = [a for b in bufs for a in b]
-        _, cuts, arranged = arrange_rows(got.evicted_in, n_b + 1,
-                                         [got.gid, got.start_us, got.end_us, got.head, *flat],
-                                         positions=False)
-        gid, start, end, head, *vals = (a[:cuts[n_b]] for a in arranged)
+    def _evicted(self, ranges: list[tuple[np.ndarray, np.ndarray, list[np.ndarray], list[int]]],
+                 kv: tuple[Values, ...], n_b: int) -> tuple[SessionState, np.ndarray]:
+        """The evicted sessions of every key range (:meth:`_evicted_of`) in (batch, key id,
+        start) order, and ``cuts``: batch ``t``'s are ``cuts[t]:cuts[t + 1]`` of them. The
+        ranges are in key order, so within a batch one range's after the other's is key id
+        order (:func:`~semantics.operators.grouping.batch_major`): one whole for every batch,
+        which the output takes as one slice (the never evicted, placed last, left out)."""
+        cuts, cols = batch_major(np.array([r[0] for r in ranges]), [r[2] for r in ranges],
+                                 [r[1] for r in ranges])
+        gid, start, end, head, *vals = (c[:cuts[n_b]] for c in cols)
         it = iter(vals)
-        ev = SessionState(gid, start, end, self._coder.entry_keys(kv, head, head),
-                          tuple(tuple(next(it) for _ in b) for b in bufs))
-        return ev, cuts
+        bufs = tuple(tuple(next(it) for _ in range(w)) for w in ranges[0][3])
+        return SessionState(gid, start, end, self._coder.entry_keys(kv, head, head), bufs), cuts
 
     def _step_rows(self, plan: list[BatchInput], rows: np.ndarray, batch_of: np.ndarray,
                    t_all: np.ndarray, init: Buffers, ones: tuple[tuple[bool, ...], ...]

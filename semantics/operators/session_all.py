@@ -49,8 +49,8 @@ from semantics.parallel import map_parts
 
 @dataclass(frozen=True)
 class AllSessions:
-    """The sessions of the keys computed at once (all but ``stepped``'s keys); per batch
-    arrays have one entry per executed batch."""
+    """The sessions of a key range's keys computed at once (all but ``stepped``'s keys); per
+    batch arrays have one entry per executed batch. Source positions are the whole run's."""
 
     dropped: np.ndarray  # late units (distinct (key, time) of late rows) per batch
     state_rows: np.ndarray  # sessions stored after the batch
@@ -69,37 +69,41 @@ class AllSessions:
 
 def sessions_at_once(kid: np.ndarray, t: np.ndarray, batch_of: np.ndarray, gap_us: int,
                      late_us: np.ndarray | None, evict_us: np.ndarray | None, n_b: int,
-                     max_window: int = 64) -> AllSessions | None:
+                     max_window: int = 64) -> list[AllSessions] | None:
     """Sessions of ``kid`` (exact key id per source row), ``t`` (event time µs) and
     ``batch_of`` (executed batch of each row, non-decreasing, below ``n_b``) with ``late_us``
-    / ``evict_us`` (per batch; None: no watermark). None (stepping is cheaper) when some row
+    / ``evict_us`` (per batch; None: no watermark), one :class:`AllSessions` per key range
+    (in key order; one for few rows). None (stepping is cheaper) when some row
     has more than ``max_window`` rows within ``gap`` before it that all arrived later, or when
     more than ``STEPPED_AT_MOST`` of the rows would be left to stepping.
 
     Rows at 0 and 5 µs in batch 0 and 100 µs in batch 1, gap 10 µs, a no-data batch 2: one
     session [0, 15) evicted in batch 1, one [100, 110) evicted in batch 2.
 
-    >>> s = sessions_at_once(np.array([7, 7, 7]), np.array([0, 5, 100]), np.array([0, 0, 1]),
-    ...                      10, np.array([-1, 0, 50]), np.array([0, 50, 120]), 3)
+    >>> [s] = sessions_at_once(np.array([7, 7, 7]), np.array([0, 5, 100]),
+    ...                        np.array([0, 0, 1]), 10, np.array([-1, 0, 50]),
+    ...                        np.array([0, 50, 120]), 3)
     >>> s.state_rows.tolist(), s.removed.tolist(), s.updated.tolist(), s.evicted_in.tolist()
     ([1, 1, 0], [0, 1, 1], [1, 2, 0], [1, 2])
 
     Without a watermark nothing is late or evicted (eviction batch ``n_b``: never):
 
-    >>> s = sessions_at_once(np.array([7, 7]), np.array([0, 100]), np.array([0, 1]), 10, None,
-    ...                      None, 2)
+    >>> [s] = sessions_at_once(np.array([7, 7]), np.array([0, 100]), np.array([0, 1]), 10,
+    ...                        None, None, 2)
     >>> s.state_rows.tolist(), s.evicted_in.tolist()
     ([1, 2], [2, 2])
 
     More than ``CHUNK`` rows are split into key ranges of about that many rows, each computed
-    on its own (every count is a sum over keys; the ranges' components, concatenated in
-    order, stay sorted by (key id, start)): sorts and gathers then work on arrays that fit the
-    caches, memory stays bounded, and the ranges run on the machine's cores
-    (:func:`~semantics.parallel.map_parts`).
+    on its own (every count is a sum over keys; the ranges' components, one range after the
+    other, are sorted by (key id, start)): sorts and gathers then work on arrays that fit
+    the caches, memory stays bounded, and the ranges run on the machine's cores
+    (:func:`~semantics.parallel.map_parts`). They are returned as they are (not
+    concatenated): what is made of each range's sessions is made in its own thread too.
     """
     split = _key_ranges(kid, t, [kid, t, batch_of], CHUNK)
     if split is None:
-        return _at_once(kid, t, batch_of, gap_us, late_us, evict_us, n_b, max_window)
+        got = _at_once(kid, t, batch_of, gap_us, late_us, evict_us, n_b, max_window)
+        return None if got is None else [got]
     # (one search of the eviction watermarks for every range)
     search = None if evict_us is None else ThresholdSearch.for_parts(evict_us)
 
@@ -111,7 +115,7 @@ def sessions_at_once(kid: np.ndarray, t: np.ndarray, batch_of: np.ndarray, gap_u
                                                 stepped=pos[got.stepped])
 
     got = map_parts(one, [(pos, *cols) for pos, cols in zip(*split, strict=True) if len(pos)])
-    return None if any(g is None for g in got) else _concat(got)  # type: ignore[arg-type]
+    return None if any(g is None for g in got) else got  # type: ignore[return-value]
 
 
 CHUNK = 1 << 18  # rows computed at once, at most (about: a key range's rows)
@@ -154,19 +158,6 @@ def _key_ranges(kid: np.ndarray, t: np.ndarray, arrays: list[np.ndarray], chunk:
         n_parts = more
     n_parts = min(n_parts, 1 << 16)
     return split_rows(id_parts(kid, lo, hi - lo, n_parts), n_parts, arrays)
-
-
-def _concat(parts: list[AllSessions]) -> AllSessions:
-    """One :class:`AllSessions` of the key ranges ``parts`` (in key order)."""
-    comps = np.cumsum([0] + [len(p.gid) for p in parts[:-1]])
-    cat = lambda name: np.concatenate([getattr(p, name) for p in parts])  # noqa: E731
-    total = lambda name: np.sum([getattr(p, name) for p in parts], axis=0)  # noqa: E731
-    return AllSessions(
-        dropped=total("dropped"), state_rows=total("state_rows"), updated=total("updated"),
-        removed=total("removed"), keys=total("keys"), rows=cat("rows"),
-        comp=np.concatenate([p.comp + c for p, c in zip(parts, comps, strict=True)]),
-        gid=cat("gid"), start_us=cat("start_us"), end_us=cat("end_us"),
-        evicted_in=cat("evicted_in"), head=cat("head"), stepped=np.sort(cat("stepped")))
 
 
 def _at_once(kid: np.ndarray, t: np.ndarray, batch_of: np.ndarray, gap_us: int,
