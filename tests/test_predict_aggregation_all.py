@@ -92,6 +92,57 @@ def test_at_once_equals_stepping_on_random_streams(union: bool, always_at_once: 
 
 
 @pytest.mark.parametrize("chunk", [aggregation_all.CHUNK, 97])
+def test_sorted_pairs_equal_stepping_on_random_streams(chunk: int, always_at_once: None,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # the same rule computed from the pairs sorted by group (_sorted_part: what a range of
+    # keys takes when its grid of keys x windows would be mostly empty) for every range of
+    # keys, whole or of about 97 rows each: float sums and extremes merged batch by batch,
+    # update mode's values after each batch, every report column and emitted row equal
+    # stepping's
+    monkeypatch.setattr(aggregation_all, "CHUNK", chunk)
+    monkeypatch.setattr(aggregation, "tumbling_at_once", lambda *a, **k: None)
+    sorted_parts = []
+    real = aggregation_all._sorted_part
+
+    def spy(*a, **kw):  # (every range of keys the sorted way)
+        sorted_parts.append(len(a[0].b))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(aggregation_all, "_part",
+                        lambda rows, m, k0, minor, base, e_row, n_b, budget, update=False:
+                        spy(rows, m, k0, minor, base, e_row, n_b, update))
+    engaged = 0
+    for seed in range(400 if SOAK else 100):
+        query, batches, delay, pace = _random_windows(2000 + seed)
+        engaged += at_once_vs_stepped(spec_of(query, delay, pace), schedule_of(batches, pace),
+                                      exact=True)
+    assert engaged > (300 if SOAK else 70) and len(sorted_parts) >= engaged
+
+
+def test_a_long_tail_of_keys_in_sliding_windows_is_computed_at_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # many keys, each in a few of many windows: the grid of keys x windows would be mostly
+    # empty (past its budget), so the pairs are sorted instead of the run stepping; past
+    # PAIRS_AT_ONCE pairs in a range the run steps (still equal)
+    r = np.random.default_rng(7)
+    n = 3000
+    ts = np.arange(n) * 2.0 - r.random(n) * 30
+    df = pd.DataFrame({"ts": ts, "k": r.integers(0, 20_000, n), "v": r.integers(0, 9, n)})
+    query = {"kind": "aggregation", "keys": ["k"],
+             "window": {"duration": "60 seconds", "slide": "10 seconds"},
+             "aggregates": {"n": "count(*)", "s": "sum(v)", "hi": "max(v)"}}
+    batches = [df.iloc[i:i + 50] for i in range(0, n, 50)]
+    spec, sched = spec_of(query, "20 seconds"), schedule_of(batches)
+    sorted_parts = []
+    real = aggregation_all._sorted_part
+    monkeypatch.setattr(aggregation_all, "_sorted_part",
+                        lambda *a, **kw: sorted_parts.append(len(a[0].b)) or real(*a, **kw))
+    assert at_once_vs_stepped(spec, sched, exact=True) and sorted_parts
+    monkeypatch.setattr(aggregation_all, "PAIRS_AT_ONCE", 100)
+    assert run_all_of(spec, sched) is None
+
+
+@pytest.mark.parametrize("chunk", [aggregation_all.CHUNK, 97])
 def test_key_ranges_are_put_together_in_id_order(chunk: int, always_at_once: None,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     # the same rule with the rows split by ranges of keys of about 97 rows each (computed one
@@ -156,9 +207,15 @@ def test_a_group_leaves_with_all_its_pairs_and_late_pairs_are_counted_per_batch(
     assert g.ids.tolist() == [9, 13] and g.cuts.tolist() == [0, 1, 2]
     assert g.pairs.tolist() == [1, 2]
     assert [a.tolist() for a in g.arrays] == [[5, 12], [5, 7]]
-    # past the budget of cells: None (the caller steps)
-    assert aggregate_at_once(np.array([0, 1]), np.array([13, 13]), np.array([2, 2]),
-                             np.array([2, 1]), 4, (), lambda d: d - 2, 2, 8) is None
+    # past the budget of cells: the same from the pairs sorted by group (_sorted_part)
+    s = aggregate_at_once(np.array([0, 1]), np.array([13, 13]), np.array([2, 2]),
+                          np.array([2, 1]), 4, ((np.array([5, 7]), "sum"),
+                                                (np.array([5, 7]), "max")),
+                          lambda d: d - 2, 2, 8)
+    assert s is not None
+    assert all(np.array_equal(getattr(s, f), getattr(g, f)) for f in
+               ("dropped", "state_rows", "updated", "removed", "ids", "cuts", "pairs"))
+    assert [a.tolist() for a in s.arrays] == [[5, 12], [5, 7]]
 
 
 def test_merged_window_ranges_count_each_batchs_distinct_groups() -> None:

@@ -330,8 +330,8 @@ class AggregationOperator:
         while its grids take at most ``4×`` the run's rows (+ ``GRID_FLOOR``) cells; sliding
         windows (or tumbling ones past that) by ``aggregation_all``, for batches of fewer than
         ``AT_ONCE_ROWS_PER_KEY`` rows per key tuple on average (larger batches step faster:
-        their arrays stay cached) and grids of at most ``4×`` the run's pairs (+
-        ``GRID_FLOOR``) cells."""
+        their arrays stay cached); key ranges whose grids would pass ``4×`` their pairs (+
+        ``GRID_FLOOR``) cells sort their pairs instead, up to ``PAIRS_AT_ONCE`` pairs each."""
         if self.explain or self.mode not in ("append", "update") or self.window is None \
                 or not self.filters_late or not plan:
             return None
