@@ -50,7 +50,9 @@ from semantics.operators.grouping import (
     divmod_by,
     id_parts,
     order_of_small,
+    packs,
     part_width,
+    position_bits,
     ranges,
     split_rows,
     stable_argsort,
@@ -292,13 +294,21 @@ def _sorted_part(rows: _Rows, m: int, k0: int, minor: int, base: int, e_row: np.
     dig_lo = dig_hi - (a - 1)
     lo_d = int(dig_lo.min())
     size = (int(dig_hi.max()) - lo_d + 1) * m
-    row = np.repeat(np.arange(len(b), dtype=np.int64), a)
     # each row's cells, windows ascending (a row's pairs are in different cells: the order
     # among them does not matter, only the rows' order within a cell)
     cell = np.repeat((dig_lo - lo_d) * m + key, a)
     cell += ranges(np.zeros(len(a), dtype=np.int64), a) * m
-    order = stable_argsort(cell, size)
-    cell, row = cell[order], row[order]
+    if packs(len(b), size):  # one sort of the words (cell, row): no order to gather by
+        bits = position_bits(len(b))
+        cell <<= bits
+        cell |= np.repeat(np.arange(len(b), dtype=np.int64), a)
+        cell.sort()
+        row = cell & ((1 << bits) - 1)
+        cell >>= bits
+    else:
+        row = np.repeat(np.arange(len(b), dtype=np.int64), a)
+        order = stable_argsort(cell, size)
+        cell, row = cell[order], row[order]
     pb = b[row]
     head = np.empty(n_pairs, dtype=bool)  # a group's first pair
     head[0] = True
