@@ -91,15 +91,20 @@ def test_at_once_equals_stepping_on_random_streams(union: bool, always_at_once: 
     assert engaged > (600 if SOAK else 90)
 
 
-@pytest.mark.parametrize("chunk", [aggregation_all.CHUNK, 97])
-def test_sorted_pairs_equal_stepping_on_random_streams(chunk: int, always_at_once: None,
+@pytest.mark.parametrize(("chunk", "packed"), [(aggregation_all.CHUNK, True), (97, True),
+                                               (aggregation_all.CHUNK, False)])
+def test_sorted_pairs_equal_stepping_on_random_streams(chunk: int, packed: bool,
+                                                       always_at_once: None,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     # the same rule computed from the pairs sorted by group (_sorted_part: what a range of
     # keys takes when its grid of keys x windows would be mostly empty) for every range of
     # keys, whole or of about 97 rows each: float sums and extremes merged batch by batch,
     # update mode's values after each batch, every report column and emitted row equal
-    # stepping's
+    # stepping's; the pairs sorted as packed words (cell, row) or, when those would not fit
+    # a word, by a stable order of the cells
     monkeypatch.setattr(aggregation_all, "CHUNK", chunk)
+    if not packed:
+        monkeypatch.setattr(aggregation_all, "packs", lambda *a: False)
     monkeypatch.setattr(aggregation, "tumbling_at_once", lambda *a, **k: None)
     sorted_parts = []
     real = aggregation_all._sorted_part
