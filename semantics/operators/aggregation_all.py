@@ -357,11 +357,19 @@ def _merged(partial: np.ndarray, first: np.ndarray, count: np.ndarray, how: str
     ``count`` segments from ``first`` (``partial``: one per segment, groups one after the
     other) merged in order from the identity, as the state merges each batch's partial
     values into a group (``aggfuncs.merge_of``). One vectorised step per segment rank (the
-    batches a group spans).
+    batches a group spans); integer sums, which do not depend on the order, by running sums.
 
     >>> _merged(np.array([1.5, 2.0, 4.0]), np.array([0, 2]), np.array([2, 1]), "ordered").tolist()
     [1.5, 3.5, 4.0]
+    >>> _merged(np.array([3, 2**62, 2**62, 5]), np.array([0, 1]), np.array([1, 3]), "sum").tolist()
+    [3, 4611686018427387904, -9223372036854775808, -9223372036854775803]
     """
+    if how == "sum" and partial.dtype == np.int64:  # (exact in any order: running sums)
+        after = np.cumsum(partial)
+        before = after[first - 1]  # (wrapping int64: the difference is exact)
+        before[first == 0] = 0
+        after -= np.repeat(before, count)
+        return after
     op, identity = merge_of(how, partial.dtype)
     acc = np.full(len(first), identity, dtype=partial.dtype)
     after = np.empty_like(partial)
