@@ -85,8 +85,12 @@ def default_results_dir() -> Path:
 
 def run_backtest(spec: BacktestSpec, candidate: str | None = None, *, predict: bool = True,
                  actual: bool = True, results: Path | None = None, master: str | None = None,
-                 progress: Progress = lambda _m: None, spark: Any = None) -> BacktestResult:
-    """Predict and/or replay every candidate (or one), compare, and store the results."""
+                 progress: Progress = lambda _m: None, spark: Any = None,
+                 explain: bool = True) -> BacktestResult:
+    """Predict and/or replay every candidate (or one), compare, and store the results.
+    ``explain=False``: predictions without the fate of every row (``--explain`` and the late
+    rows' list need them; the tables do not), so the predictor takes its whole-run paths,
+    and counts the input rows dropped as late on its own."""
     store = ResultsStore(results or default_results_dir())
     out: list[CandidateResult] = []
     schedules: dict[str, Schedule] = {}
@@ -104,7 +108,8 @@ def run_backtest(spec: BacktestSpec, candidate: str | None = None, *, predict: b
             from semantics.predict import predict as run_predict
 
             t0 = time.perf_counter()
-            cr.predicted = run_predict(sched, spec, name)
+            cr.predicted = run_predict(sched, spec, name, explain=explain,
+                                       count_late=not explain)
             cr.predicted.info["elapsed_s"] = time.perf_counter() - t0
             progress(f"[{name}] predicted {len(cr.predicted.batches)} batches in "
                      f"{cr.predicted.info['elapsed_s']:.2f}s")

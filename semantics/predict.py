@@ -8,10 +8,10 @@
 ``output_columns(spec)``; ``fates`` (``batch_id, row_id, fate, detail`` plus the structured
 columns of ``semantics.operators.fates``) explains why input rows were dropped and when state
 entries left the state. Its ``detail`` text is rendered on first access (vectorised), so a
-prediction that nobody explains pays nothing for it; ``info["fates"]`` holds JSON-safe counts,
-``info["late_rows"]`` (explained predictions, or ``count_late``) the input rows dropped as
-late and
-``info["never_evicted"]`` the state no watermark ever evicts (``semantics.retention``).
+prediction that nobody explains pays nothing for it; ``info["fates"]`` (explained
+predictions) holds JSON-safe counts, ``info["late_rows"]`` (explained predictions, or
+``count_late``) the input rows dropped as late and ``info["never_evicted"]`` the state no
+watermark ever evicts (``semantics.retention``).
 """
 
 from __future__ import annotations
@@ -101,7 +101,8 @@ def predict(schedule: Schedule, spec: BacktestSpec, candidate: str, *,
     if not (isinstance(outputs.index, pd.RangeIndex) and outputs.index.start == 0
             and outputs.index.step == 1):
         outputs = outputs.reset_index(drop=True)
-    info: dict[str, object] = {"operator": op.name, "fates": summary,
+    info: dict[str, object] = {"operator": op.name,
+                               **({"fates": summary} if explain else {}),
                                "never_evicted": never_evicted(spec, candidate)}
     if explain:  # input rows dropped as late (in at least one of their windows)
         info["late_rows"] = int(raw.loc[raw["fate"] == "late", "row_id"].nunique()) \

@@ -148,6 +148,16 @@ def test_cli_predict_json_and_exit_codes(tmp_path: Path, capsys) -> None:
     batches = pd.DataFrame(c["predicted"]["batches"])
     assert batches["watermark_ms"].iloc[-1] == 29_000  # 31 s − 2 s
     assert isinstance(c["predicted"]["outputs"][0]["window_start"], int)  # epoch ms
+    # without --explain or --late no row's fate is collected (the whole-run paths): the
+    # document is the explained prediction's but for the fates' counts, late rows included
+    from semantics.spec import load_spec
+
+    explained = run_backtest(load_spec(path), predict=True, actual=False,
+                             results=tmp_path / "r2").to_json()["candidates"][0]["predicted"]
+    info = c["predicted"].pop("info")
+    assert "fates" not in info and "fates" in explained["info"]
+    assert info["late_rows"] == explained["info"]["late_rows"] == 3
+    assert c["predicted"] == {k: v for k, v in explained.items() if k != "info"}
     bad = tmp_path / "bad.yaml"
     bad.write_text(path.read_text().replace('"keys"', '"kees"'))
     assert main(["predict", str(bad)]) == 2
