@@ -131,6 +131,20 @@ class SessionState:
                             take_keys(self.keys, idx), take_all(self.bufs, idx))
 
 
+@dataclass(frozen=True)
+class _RangeSessions:
+    """A key range's sessions computed at once, as the output takes them: ``columns`` (key
+    id, start, end, first row, then every aggregate's buffers: ``widths[i]`` arrays of
+    aggregate ``i``), in (key id, start) order; ``order``, their (batch evicted, key id,
+    start) order; ``per_batch``, how many each batch evicts (the never evicted: a last batch
+    ``n_b``)."""
+
+    per_batch: np.ndarray
+    order: np.ndarray
+    columns: list[np.ndarray]
+    widths: list[int]
+
+
 def _first_end(store: SessionStore, exact_below: int = 1 << 12) -> int | None:
     """The earliest end of a stored session, or a lower bound of it (None: nothing stored):
     exact for a store of fewer than ``exact_below`` entries, else its runs' ``min_end``
@@ -502,31 +516,28 @@ class SessionOperator:
         return steps_of(dropped, rows, updated, removed, outputs, keys)
 
     def _evicted_of(self, got: AllSessions, init: Buffers, ones: tuple[tuple[bool, ...], ...],
-                    n_b: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray], list[int]]:
-        """A key range's sessions as columns (key id, start, end, first row, then every
-        aggregate's buffers, reduced from their rows: ``init`` holds every source row's
-        buffers, ``ones`` which of their arrays are only ones), with how many each batch
-        evicts (the never evicted: a last batch ``n_b``), their (batch, key id, start) order
-        and the number of arrays of each aggregate's buffers. In the range's thread, on
-        arrays that fit the caches."""
+                    n_b: int) -> _RangeSessions:
+        """A key range's sessions, their buffers reduced from their rows (``init``: every
+        source row's buffers, ``ones``: which of their arrays are only ones). In the range's
+        thread, on arrays that fit the caches."""
         bufs = reduce_all(self.aggs, take_rows(init, got.rows, ones), got.comp, len(got.gid))
-        return np.bincount(got.evicted_in, minlength=n_b + 1), \
-            order_of_small(got.evicted_in, n_b), \
-            [got.gid, got.start_us, got.end_us, got.head, *(a for b in bufs for a in b)], \
-            [len(b) for b in bufs]
+        return _RangeSessions(
+            np.bincount(got.evicted_in, minlength=n_b + 1), order_of_small(got.evicted_in, n_b),
+            [got.gid, got.start_us, got.end_us, got.head, *(a for b in bufs for a in b)],
+            [len(b) for b in bufs])
 
-    def _evicted(self, ranges: list[tuple[np.ndarray, np.ndarray, list[np.ndarray], list[int]]],
-                 kv: tuple[Values, ...], n_b: int) -> tuple[SessionState, np.ndarray]:
+    def _evicted(self, ranges: list[_RangeSessions], kv: tuple[Values, ...], n_b: int
+                 ) -> tuple[SessionState, np.ndarray]:
         """The evicted sessions of every key range (:meth:`_evicted_of`) in (batch, key id,
         start) order, and ``cuts``: batch ``t``'s are ``cuts[t]:cuts[t + 1]`` of them. The
         ranges are in key order, so within a batch one range's after the other's is key id
         order (:func:`~semantics.operators.grouping.batch_major`): one whole for every batch,
         which the output takes as one slice (the never evicted, placed last, left out)."""
-        cuts, cols = batch_major(np.array([r[0] for r in ranges]), [r[2] for r in ranges],
-                                 [r[1] for r in ranges])
+        cuts, cols = batch_major(np.array([r.per_batch for r in ranges]),
+                                 [r.columns for r in ranges], [r.order for r in ranges])
         gid, start, end, head, *vals = (c[:cuts[n_b]] for c in cols)
         it = iter(vals)
-        bufs = tuple(tuple(next(it) for _ in range(w)) for w in ranges[0][3])
+        bufs = tuple(tuple(next(it) for _ in range(w)) for w in ranges[0].widths)
         return SessionState(gid, start, end, self._coder.entry_keys(kv, head, head), bufs), cuts
 
     def _step_rows(self, plan: list[BatchInput], rows: np.ndarray, batch_of: np.ndarray,
