@@ -147,6 +147,23 @@ def test_a_long_tail_of_keys_in_sliding_windows_is_computed_at_once(
     assert run_all_of(spec, sched) is None
 
 
+def test_sorted_pairs_of_cells_that_fill_the_word(monkeypatch: pytest.MonkeyPatch) -> None:
+    # (cell, row) words whose top bit is set (keys of a wide range: 2**62 key slots, two
+    # windows) sort as unsigned words: the same groups, in id order, as the stable order of
+    # the cells gives
+    m = 1 << 62
+    rows = aggregation_all._Rows(np.array([0, 1]), np.array([1, 1]), np.array([m - 1, 5]),
+                                 np.array([2, 2]), ((np.array([5, 7]), "sum"),))
+    assert aggregation_all.packs(2, 2 * m)  # (cells below 2**63, one bit of rows)
+    got = aggregation_all._sorted_part(rows, m, 0, m, 0, np.array([1, 1]), 2)
+    monkeypatch.setattr(aggregation_all, "packs", lambda *a: False)
+    want = aggregation_all._sorted_part(rows, m, 0, m, 0, np.array([1, 1]), 2)
+    assert got is not None and want is not None
+    assert got.ids.tolist() == want.ids.tolist() == [5, m - 1, m + 5, 2 * m - 1]
+    assert [a.tolist() for a in got.arrays] == [[7, 5, 7, 5]] == [a.tolist() for a in want.arrays]
+    assert got.batch.tolist() == want.batch.tolist() == [1, 1, 1, 1]
+
+
 @pytest.mark.parametrize("chunk", [aggregation_all.CHUNK, 97])
 def test_key_ranges_are_put_together_in_id_order(chunk: int, always_at_once: None,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:

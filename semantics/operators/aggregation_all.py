@@ -299,12 +299,13 @@ def _sorted_part(rows: _Rows, m: int, k0: int, minor: int, base: int, e_row: np.
     cell = np.repeat((dig_lo - lo_d) * m + key, a)
     cell += ranges(np.zeros(len(a), dtype=np.int64), a) * m
     if packs(len(b), size):  # one sort of the words (cell, row): no order to gather by
-        bits = position_bits(len(b))
-        cell <<= bits
-        cell |= np.repeat(np.arange(len(b), dtype=np.int64), a)
-        cell.sort()
-        row = cell & ((1 << bits) - 1)
-        cell >>= bits
+        bits = np.uint64(position_bits(len(b)))
+        w = cell.view(np.uint64)  # (unsigned: a word may use the top bit)
+        w <<= bits
+        w |= np.repeat(np.arange(len(b), dtype=np.uint64), a)
+        w.sort()
+        row = (w & np.uint64((1 << int(bits)) - 1)).view(np.int64)
+        w >>= bits
     else:
         row = np.repeat(np.arange(len(b), dtype=np.int64), a)
         order = stable_argsort(cell, size)
