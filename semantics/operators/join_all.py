@@ -229,25 +229,25 @@ def join_at_once(left: RunSide, right: RunSide, jtype: str, condition: TimeCondi
 
 @dataclass(frozen=True)
 class _Emitted:
-    """A key range's emitted rows in batch order (as found within a batch): left and right
-    source positions, and how many each batch emits."""
+    """A key range's emitted rows as found: left and right source positions, their batch
+    order (as found within a batch) and how many each batch emits."""
 
     left: np.ndarray
     right: np.ndarray
+    order: np.ndarray
     per_batch: np.ndarray
 
     @classmethod
     def of(cls, left: np.ndarray, right: np.ndarray, batch: np.ndarray, n_b: int) -> _Emitted:
         """The rows ``left``, ``right`` emitted in batches ``batch`` (below ``n_b``)."""
-        order = order_of_small(batch, n_b)
-        return cls(left[order], right[order], np.bincount(batch, minlength=n_b))
+        return cls(left, right, order_of_small(batch, n_b), np.bincount(batch, minlength=n_b))
 
 
 def _by_batch(outs: list[_Emitted], n_b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The emitted rows of every key range as one pair of arrays in batch order (ranges in
-    order within a batch) and the batches' cuts: each range is in batch order already (sorted
-    in its own thread) and is written to its places (:func:`~semantics.operators.grouping.
-    batch_major`).
+    order within a batch) and the batches' cuts: each range's batch order is found in its own
+    thread, and its rows are written to their places through it
+    (:func:`~semantics.operators.grouping.batch_major`).
 
     >>> one = _Emitted.of(np.array([1, 2, 3]), np.array([4, 5, 6]), np.array([1, 0, 1]), 3)
     >>> two = _Emitted.of(np.array([7]), np.array([8]), np.array([0]), 3)
@@ -260,7 +260,8 @@ def _by_batch(outs: list[_Emitted], n_b: int) -> tuple[np.ndarray, np.ndarray, n
         none = np.array([], dtype=np.int64)
         return none, none, np.zeros(n_b + 1, dtype=np.int64)
     cuts, (out_l, out_r) = batch_major(np.array([o.per_batch for o in outs]),
-                                       [(o.left, o.right) for o in outs])
+                                       [(o.left, o.right) for o in outs],
+                                       [o.order for o in outs])
     return out_l, out_r, cuts
 
 
