@@ -378,29 +378,23 @@ def _arrange_blocks(part: np.ndarray, n_parts: int, arrays: Sequence[np.ndarray]
 
 
 def batch_major(per: np.ndarray, parts: Sequence[Sequence[np.ndarray]],
-                orders: Sequence[np.ndarray] | None = None
-                ) -> tuple[np.ndarray, list[np.ndarray]]:
-    """``(cuts, columns)``: the rows of ``parts`` (each a list of equally long columns whose
-    rows are in batch order, ``per[p, t]`` of part ``p``'s in batch ``t``) in batch order, the
-    parts in order within a batch; batch ``t``'s rows are ``cuts[t]:cuts[t + 1]``. With
-    ``orders``, part ``p``'s rows in batch order are ``col[orders[p]]`` of each of its
-    columns: written there through the inverse of that order (one scatter per column, no
-    gather before it: a gather and a scatter cost twice). Each part (key ranges, ordered in
-    their own threads) is written to its places, parts in threads (their places are
-    disjoint): no sort or gather over all the rows at once.
+                orders: Sequence[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
+    """``(cuts, columns)``: the rows of ``parts`` (each a list of equally long columns) in
+    batch order, the parts in order within a batch; batch ``t``'s rows are ``cuts[t]:cuts[t +
+    1]``. Part ``p``'s rows in batch order are ``col[orders[p]]`` of each of its columns,
+    ``per[p, t]`` of them in batch ``t``: they are written to their places through the
+    inverse of that order (one scatter per column; a gather in that order first, then a
+    scatter, costs twice). Parts (key ranges, ordered in their own threads) in threads, their
+    places disjoint: no sort or gather over all the rows at once.
 
     >>> cuts, (a,) = batch_major(np.array([[1, 2], [1, 0]]),
-    ...                          [[np.array([1, 2, 3])], [np.array([7])]])
+    ...                          [[np.array([2, 1, 3])], [np.array([7])]],
+    ...                          [np.array([1, 0, 2]), np.array([0])])
     >>> cuts.tolist(), a.tolist()
     ([0, 2, 4], [1, 7, 2, 3])
-    >>> batch_major(np.array([[1, 2], [1, 0]]), [[np.array([2, 1, 3])], [np.array([7])]],
-    ...             [np.array([1, 0, 2]), np.array([0])])[1][0].tolist()
-    [1, 7, 2, 3]
     """
     per = np.asarray(per, dtype=np.int64)
     cuts = np.r_[0, np.cumsum(per.sum(axis=0))]
-    if len(parts) == 1 and orders is None:  # one part: its own order is the order
-        return cuts, list(parts[0])
     # where part p's rows of batch t start: the batch's start, after the earlier parts'
     at = cuts[:-1] + np.cumsum(per, axis=0) - per
     outs = [np.empty(int(cuts[-1]), dtype=np.result_type(*(p[j] for p in parts)))
@@ -409,12 +403,10 @@ def batch_major(per: np.ndarray, parts: Sequence[Sequence[np.ndarray]],
     def place(p: int) -> None:
         n = per[p]
         if n.any():  # a row's place: its batch's start for this part, plus its rank
-            dest = np.arange(int(n.sum()), dtype=np.int64)
-            dest += np.repeat(at[p] - (np.cumsum(n) - n), n)
-            if orders is not None:
-                inverse = np.empty_like(dest)
-                inverse[orders[p]] = dest
-                dest = inverse
+            ranked = np.arange(int(n.sum()), dtype=np.int64)
+            ranked += np.repeat(at[p] - (np.cumsum(n) - n), n)
+            dest = np.empty_like(ranked)
+            dest[orders[p]] = ranked
             for out, col in zip(outs, parts[p], strict=True):
                 out[dest] = col
 
