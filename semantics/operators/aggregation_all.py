@@ -53,7 +53,6 @@ from semantics.operators.grouping import (
     packs,
     part_width,
     position_bits,
-    ranges,
     split_rows,
     stable_argsort,
 )
@@ -294,10 +293,10 @@ def _sorted_part(rows: _Rows, m: int, k0: int, minor: int, base: int, e_row: np.
     dig_lo = dig_hi - (a - 1)
     lo_d = int(dig_lo.min())
     size = (int(dig_hi.max()) - lo_d + 1) * m
-    # each row's cells, windows ascending (a row's pairs are in different cells: the order
-    # among them does not matter, only the rows' order within a cell)
-    cell = np.repeat((dig_lo - lo_d) * m + key, a)
-    cell += ranges(np.zeros(len(a), dtype=np.int64), a) * m
+    # each row's cells (window-major: a window's keys are neighbours), as the pair path
+    # meets them (a row's pairs are in different cells: only the rows' order within a cell
+    # matters)
+    cell = window_cells((dig_hi - lo_d) * m + key, a, m)
     if packs(len(b), size):  # one sort of the words (cell, row): no order to gather by
         bits = np.uint64(position_bits(len(b)))
         w = cell.view(np.uint64)  # (unsigned: a word may use the top bit)
