@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from semantics import engine
-from semantics.operators import grouping
+from semantics.operators import dedup, grouping, time_sorted
 from tests.predict_kit import (
     NEG_NAN,
     at_once_vs_stepped,
@@ -234,3 +234,75 @@ def test_within_watermark_table_equals_stepping() -> None:
             assert keys == ["big"] or not data
             fallback += 1
     assert engaged > 100 and fallback > 30
+
+
+@pytest.mark.parametrize(("shared", "most"), [(1.0, 1.0), (0.0, 1.0), (1.0, 0.0)])
+def test_keys_with_the_event_time_by_one_sort_by_time_equal_stepping(
+        shared: float, most: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    # rule (dedup.run_all, time_sorted): two occurrences of a key holding the event-time column
+    # share their event time, so in the rows sorted by (event time, hash of the other key
+    # columns, position) they are neighbours, the first one first; rows of one event time but
+    # different keys are resolved exactly (by their integer key values, or for a string key by
+    # key ids), and each batch's evictions are the rows its eviction watermark is the first to
+    # reach, but the rows never stored (later and late occurrences). Random streams whose
+    # event times repeat (ids 0-3 over 30 s): shared = 1 without hash bits (every run of one
+    # event time holding two ids is resolved), 0 with them; most = 0 falls back to key ids as
+    # soon as one run must be resolved.
+    monkeypatch.setattr(time_sorted, "SHARED", shared)
+    monkeypatch.setattr(time_sorted, "MOST_RESOLVED", most)
+    monkeypatch.setenv("WMBT_THREADS", "2")
+    monkeypatch.setattr(time_sorted, "WORDS_PART", 4)  # (words built and marked in parts)
+    calls = {"run_all": 0, "leaving": 0}  # (every run_all by time ends in ``leaving``)
+    for cls, fn in ((dedup.DedupOperator, "run_all"), (time_sorted.TimeSorted, "leaving")):
+        def spy(*args: object, _f: object = getattr(cls, fn), _n: str = fn) -> object:
+            calls[_n] += 1
+            return _f(*args)  # type: ignore[operator]
+
+        monkeypatch.setattr(cls, fn, spy)
+    rng = np.random.default_rng(5)
+    for _ in range(150):
+        keys = [["id", "ts"], ["ts", "id", "v"], ["name", "ts"], ["ts"]][int(rng.integers(0, 4))]
+        spec, sched, data = _random_case(rng, {"kind": "deduplication", "keys": keys},
+                                         ["0 seconds", "2 seconds", "5 seconds"])
+        if data:
+            assert at_once_vs_stepped(spec, sched)
+    by_time, by_ids = calls["leaving"], calls["run_all"] - calls["leaving"]
+    assert by_time > (200 if most else 60)
+    assert by_ids == 0 if most else by_ids > 60
+
+
+def test_time_sorted_later_resolves_runs_of_one_event_time_and_two_keys(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # rule (time_sorted.TimeSorted.later): rows of one event time are neighbours in the sorted
+    # words; where neighbours hold different keys, the whole run is resolved by its key
+    # values, so an occurrence separated from its first by another key is still later (no
+    # hash bits, however many rows share event times; no fallback, however many are resolved)
+    monkeypatch.setattr(time_sorted, "SHARED", 1.0)
+    monkeypatch.setattr(time_sorted, "MOST_RESOLVED", 1.0)
+    t = np.array([9, 5, 5, 5, 7, 5], dtype=np.int64)
+    ids = np.array([0, 1, 2, 1, 1, 2], dtype=np.int64)
+    s = time_sorted.TimeSorted.of(t, [ids])
+    assert s is not None
+    assert s.later(lambda pos: np.ones(len(pos), dtype=bool)).tolist() == [
+        False, False, False, True, False, True]
+    # without integer key columns the run goes to the caller's resolver
+    s = time_sorted.TimeSorted.of(t, None)
+    asked = []
+
+    def firsts(pos: np.ndarray) -> np.ndarray:
+        asked.append(pos.tolist())
+        return ~pd.Series(ids[pos]).duplicated().to_numpy()
+
+    assert s is not None and s.later(firsts).tolist() == [
+        False, False, False, True, False, True]
+    assert asked == [[1, 2, 3, 5]]
+
+
+def test_time_sorted_leaving_counts_the_stored_rows_each_threshold_reaches_first() -> None:
+    # rule: an entry leaves in the first batch whose eviction watermark reaches its event time
+    # (t <= threshold, inclusive); rows never stored are not counted
+    t = np.array([10, 20, 20, 30, 40], dtype=np.int64)
+    s = time_sorted.TimeSorted.of(t, [])  # (the event time alone is the key)
+    assert s is not None
+    assert s.leaving(np.array([9, 10, 20, 29, 30, 1 << 40])).tolist() == [0, 1, 2, 0, 1, 1]
+    assert s.leaving(np.array([20, 40]), np.array([20]), np.array([40])).tolist() == [2, 1]

@@ -19,9 +19,10 @@ Rules (spark-watermark-semantics.md §5.2, §5.3, §6), per batch:
    ``numRowsRemoved`` counts removed keys;
 4. another (no-data) batch is wanted when the new watermark exceeds the last eviction watermark.
 
-Without explain, ``run_all`` computes all batches at once (``dropDuplicates``) or through a
-table of ``expiresAt`` by key id (``within_watermark`` with exact key ids); both give what
-stepping gives.
+Without explain, ``run_all`` computes all batches at once (``dropDuplicates``; keys holding
+the event time with a watermark by one sort of the rows by event time,
+:mod:`~semantics.operators.time_sorted`, others by key ids) or through a table of ``expiresAt``
+by key id (``within_watermark`` with exact key ids); both give what stepping gives.
 
 Output rows are the accepted input rows: ``row_id`` and the source's columns.
 State invariant: ``gid`` (key id, see ``keys.KeyCoder``) sorted and unique; the other arrays and
@@ -30,7 +31,7 @@ State invariant: ``gid`` (key id, see ``keys.KeyCoder``) sorted and unique; the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -64,6 +65,7 @@ from semantics.operators.grouping import (
     take_columns,
 )
 from semantics.operators.keys import KeyCoder, key_columns
+from semantics.operators.time_sorted import TimeSorted
 from semantics.parallel import map_parts
 from semantics.report import operator_name
 from semantics.schedule import ROW_ID, Schedule
@@ -129,6 +131,31 @@ class DedupOperator:
                          f[ROW_ID].to_numpy(dtype=np.int64))
         return self._all
 
+    def _int_tags(self) -> list[np.ndarray] | None:
+        """The key columns but the event time as int64 arrays, or None when one is not a
+        numpy integer or boolean column (which holds no NULL)."""
+        tags = []
+        for k in self.keys:
+            if k == self.et:
+                continue
+            col = self._frame[k]
+            if not (isinstance(col.dtype, np.dtype) and col.dtype.kind in "iub"):
+                return None
+            tags.append(col.to_numpy().astype(np.int64, copy=False))
+        return tags
+
+    def _member_firsts(self, positions: np.ndarray) -> np.ndarray:
+        """Which of the source rows at ``positions`` (ascending) hold a key no row before
+        them among those positions holds."""
+        kv = key_columns(self._frame.take(positions), self.keys, bits=True)
+        coder = KeyCoder.fit(kv)
+        ids = coder.ids(kv, (), len(positions), fitted=True)
+        first, repeats, of = first_occurrences(ids, not coder.exact)
+        if of is not None:
+            assert repeats is not None
+            coder.check_same(kv, of, kv, repeats)
+        return first
+
     def materialize(self, payloads: list[np.ndarray], columns: list[str]) -> pd.DataFrame:
         """Output columns of the accepted source rows (payloads: their positions per batch)."""
         return take_columns(self._frame, columns, joined(payloads))
@@ -162,8 +189,20 @@ class DedupOperator:
             return None
         if self.within:
             return self._within_all(plan)
-        kv_all, kid_all, _ = self._whole()
         wms = watermarks_us(plan)
+        if self.et in self.keys and wms is not None:  # (by one sort by event time)
+            by_time = TimeSorted.of(self._et_all, self._int_tags())
+            later = None if by_time is None else by_time.later(self._member_firsts)
+            if later is not None:  # (else: by key ids)
+                assert by_time is not None
+                counts = source_counts(plan, self.source)
+                got = _accepted_firsts(counts, self._et_all, ~later, wms, False,
+                                       late_values=True)
+                assert got.late_firsts is not None
+                # (entries never stored: later occurrences and late first ones)
+                return replace(got, removed=by_time.leaving(
+                    wms[1], self._et_all[later], got.late_firsts)).steps()
+        kv_all, kid_all, _ = self._whole()
         if self.et in self.keys or wms is None:
             # the occurrences of a key that are not late come before those that are (they
             # share the event time, and the late watermark never goes backwards), so the
@@ -175,7 +214,7 @@ class DedupOperator:
                 self._coder.check_same(kv_all, of, kv_all, repeats)
             counts = source_counts(plan, self.source)
             assert int(counts.sum()) == len(kid_all)
-            return _all_steps(*_accepted_firsts(counts, self._et_all, first, wms, self.evicts))
+            return _accepted_firsts(counts, self._et_all, first, wms, self.evicts).steps()
         batch_of, t = source_rows(plan, self.source)
         assert len(t) == len(kid_all)
         dropped, late = _late(plan, source_counts(plan, self.source), t)
@@ -346,17 +385,33 @@ def _all_steps(dropped: np.ndarray, acc: np.ndarray, updated: np.ndarray,
                     [Deferred(o, len(o)) for o in outputs])
 
 
+@dataclass(frozen=True)
+class _Accepted:
+    """A whole run's accepted rows (:func:`_accepted_firsts`)."""
+
+    dropped: np.ndarray  # late rows per batch
+    acc: np.ndarray  # accepted rows' source positions, ascending
+    updated: np.ndarray  # accepted rows per batch
+    removed: np.ndarray | None  # entries leaving per batch (None: not counted)
+    late_firsts: np.ndarray | None  # event times of the late first occurrences (None: not
+    # collected)
+
+    def steps(self) -> list[OperatorStep]:
+        return _all_steps(self.dropped, self.acc, self.updated, self.removed)
+
+
 def _accepted_firsts(counts: np.ndarray, t: np.ndarray, first: np.ndarray,
-                     wms: tuple[np.ndarray, np.ndarray] | None, evicts: bool
-                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
-    """``(dropped, acc, updated, removed)`` of a run whose accepted rows are the first
-    occurrences (``first``) that are not late, chunk by chunk of batches (``batch_chunks``;
-    batch ``b`` holds ``counts[b]`` rows, ``t`` their event times): per batch the late rows
-    (at or behind its late watermark), the accepted rows (ascending positions, ``updated``
-    per batch) and, with ``evicts``, how many entries leave in it: an entry leaves in the
-    first batch, at or after its own, whose eviction watermark reaches its event time. No
-    batch before its own can: its event time is above its batch's late watermark, which is at
-    least the eviction watermark of the batch before (asserted)."""
+                     wms: tuple[np.ndarray, np.ndarray] | None, evicts: bool,
+                     late_values: bool = False) -> _Accepted:
+    """The accepted rows of a run whose accepted rows are the first occurrences (``first``)
+    that are not late, chunk by chunk of batches (``batch_chunks``; batch ``b`` holds
+    ``counts[b]`` rows, ``t`` their event times): per batch the late rows (at or behind its
+    late watermark), the accepted rows (ascending positions, ``updated`` per batch) and, with
+    ``evicts``, how many entries leave in it: an entry leaves in the first batch, at or after
+    its own, whose eviction watermark reaches its event time. No batch before its own can: its
+    event time is above its batch's late watermark, which is at least the eviction watermark
+    of the batch before (asserted). ``late_values``: also the event times of the first
+    occurrences that are late (entries never stored)."""
     n_b = len(counts)
     assert wms is None or bool((wms[0][1:] >= wms[1][:-1]).all())
     dropped, updated = np.zeros(n_b, dtype=np.int64), np.zeros(n_b, dtype=np.int64)
@@ -364,17 +419,19 @@ def _accepted_firsts(counts: np.ndarray, t: np.ndarray, first: np.ndarray,
     search = ThresholdSearch.for_parts(wms[1]) if evicting else None
 
     def chunks(group: list[tuple[int, int, int, int]]
-               ) -> tuple[list[np.ndarray], np.ndarray | None]:
-        """A group of chunks: their accepted rows (chunk positions) and how many leave in
-        each batch (None: none is counted)."""
+               ) -> tuple[list[np.ndarray], np.ndarray | None, list[np.ndarray]]:
+        """A group of chunks: their accepted rows (chunk positions), how many leave in
+        each batch (None: none is counted) and the event times of late first occurrences."""
         removed = np.zeros(n_b + 1, dtype=np.int64) if evicting else None
-        accepted = []
+        accepted, late_firsts = [], []
         for b0, b1, r0, r1 in group:
             cnt = counts[b0:b1]
             tc = t[r0:r1]
             if wms is not None:
                 ok = tc > np.repeat(wms[0][b0:b1], cnt)  # not late
                 dropped[b0:b1] = cnt - true_per_batch(ok, cnt)
+                if late_values:
+                    late_firsts.append(tc[first[r0:r1] > ok])
                 ok &= first[r0:r1]
             else:
                 ok = first[r0:r1]
@@ -384,12 +441,12 @@ def _accepted_firsts(counts: np.ndarray, t: np.ndarray, first: np.ndarray,
                 assert wms is not None
                 leaving_counts(tc[local], wms[1], b0, removed, search)
             accepted.append(local)
-        return accepted, removed
+        return accepted, removed, late_firsts
 
     # (each thread a group of neighbouring chunks: they write disjoint batches' counts)
     groups = chunk_groups(batch_chunks(counts))
     got = map_parts(chunks, groups)
-    sizes = [[len(a) for a in accepted] for accepted, _ in got]
+    sizes = [[len(a) for a in got_g[0]] for got_g in got]
     acc = np.empty(sum(map(sum, sizes)), dtype=np.int64)
     at = np.cumsum([0] + [sum(s) for s in sizes]).tolist()
 
@@ -401,8 +458,10 @@ def _accepted_firsts(counts: np.ndarray, t: np.ndarray, first: np.ndarray,
             k += len(local)
 
     map_parts(place, range(len(groups)))
-    removed = np.sum([r for _, r in got], axis=0)[:n_b] if evicting else None
-    return dropped, acc, updated, removed
+    removed = np.sum([g[1] for g in got], axis=0)[:n_b] if evicting else None
+    late_t = np.concatenate([x for g in got for x in g[2]] or [t[:0]]) if late_values \
+        else None
+    return _Accepted(dropped, acc, updated, removed, late_t)
 
 
 def _per_batch(positions: np.ndarray, ends: np.ndarray) -> np.ndarray:
