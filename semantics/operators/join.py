@@ -219,10 +219,9 @@ class JoinOperator:
         frames = {role: layout.prepare(schedule.rows[src])
                   for role, layout, src in (("left", self.left, q.left),
                                             ("right", self.right, q.right))}
-        lcode, rcode = key_codes(frames["left"], self.left.keys, frames["right"],
-                                 self.right.keys)
-        # (min_max: ranges of the codes in threads)
-        self.n_codes = max((min_max(c)[1] + 1 for c in (lcode, rcode) if len(c)), default=0)
+        lcode, rcode, top = key_codes(frames["left"], self.left.keys, frames["right"],
+                                      self.right.keys)
+        self.n_codes = top + 1
         et = {"left": schedule.event_time_us(q.left), "right": schedule.event_time_us(q.right)}
         self.event_us = et  # event times of every source row, µs
         # (each side's lowest and highest event time, read once)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -376,24 +376,27 @@ def _slices(scode: np.ndarray, st: np.ndarray, qcode: np.ndarray, qt: np.ndarray
 
 
 def key_codes(left: pd.DataFrame, lkeys: Sequence[str], right: pd.DataFrame,
-              rkeys: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Integer codes (0 and up) of the key tuples of both frames: equal tuples, equal codes (a
-    null equals a null, like ``merge`` and Spark's state keys; float keys normalized as Spark
-    normalizes join keys: ``-0.0`` equals ``0.0``, a NaN every NaN, ``keys.with_codes``). The
-    exact ids of :class:`~semantics.operators.keys.KeyCoder` over both sides (integers by
-    their offset, no hashing), renumbered when they spread over more than about four times the
-    rows; key tuples without exact ids are numbered column by column (``factorize``).
+              rkeys: Sequence[str]) -> KeyCodes:
+    """Integer codes (0 and up) of the key tuples of both frames, and the highest: equal
+    tuples, equal codes (a null equals a null, like ``merge`` and Spark's state keys; float
+    keys normalized as Spark normalizes join keys: ``-0.0`` equals ``0.0``, a NaN every NaN,
+    ``keys.with_codes``). The exact ids of :class:`~semantics.operators.keys.KeyCoder` over
+    both sides (integers by their offset, no hashing), renumbered when they spread over more
+    than about four times the rows; key tuples without exact ids are numbered column by column
+    (``factorize``). The highest code comes with them (no pass over the codes for it).
 
     >>> l = pd.DataFrame({"k": pd.array([7, None, 5], dtype="Int64")})
-    >>> [c.tolist() for c in key_codes(l, ["k"], pd.DataFrame({"k": [5, 9]}), ["k"])]
-    [[3, 0, 1], [1, 5]]
+    >>> lc, rc, top = key_codes(l, ["k"], pd.DataFrame({"k": [5, 9]}), ["k"])
+    >>> lc.tolist(), rc.tolist(), top
+    ([3, 0, 1], [1, 5], 5)
     >>> f = pd.DataFrame({"k": pd.arrays.FloatingArray(np.array([np.nan, 0.0, -0.0]),
     ...                                                np.array([False, True, False]))})
-    >>> [c.tolist() for c in key_codes(f, ["k"], pd.DataFrame({"k": [0.0, np.nan]}), ["k"])]
+    >>> [c.tolist() for c in key_codes(f, ["k"], pd.DataFrame({"k": [0.0, np.nan]}), ["k"])[:2]]
     [[1, 0, 2], [2, 1]]
     """
     n = len(left)
     total = n + len(right)
+    most = 4 * total + 1024  # codes past this are renumbered
     sides = [[values_of(df[k]) for k in keys] for df, keys in ((left, lkeys), (right, rkeys))]
     if all(a.kind == b.kind for a, b in zip(*sides, strict=True)):
         # integer-like keys: ids of each side by a coder fitted on both, no concatenation
@@ -402,25 +405,38 @@ def key_codes(left: pd.DataFrame, lkeys: Sequence[str], right: pd.DataFrame,
             lcode, rcode = (coder.ids(cols, (), len(df), fitted=True)
                             for cols, df in zip(sides, (left, right), strict=True))
             _, top = coder.id_range() or (0, 0)  # (every id is at most that: no pass)
-            if top >= 4 * total + 1024:
-                top = max((int(c.max()) for c in (lcode, rcode) if len(c)), default=0)
-            if top < 4 * total + 1024:
-                return lcode, rcode
+            if top >= most or len(sides[0]) > 1:  # (several columns: most tops are no id)
+                top = max((int(c.max()) for c in (lcode, rcode) if len(c)), default=-1)
+            if top < most:
+                return KeyCodes(lcode, rcode, top if total else -1)
     cols = with_codes([_both(lv, rv, left[lk], right[rk]) for lv, rv, lk, rk
                        in zip(*sides, lkeys, rkeys, strict=True)])
     coder = KeyCoder.fit(cols)
     if coder.exact:
         code = coder.ids(cols, (), total, fitted=True)
-        if len(code) and int(code.max()) >= 4 * total + 1024:
-            code = pd.factorize(code)[0].astype(np.int64, copy=False)
-        return code[:n], code[n:]
+        top = int(code.max()) if len(code) else -1
+        if top >= most:
+            code, uniques = pd.factorize(code)
+            code, top = code.astype(np.int64, copy=False), len(uniques) - 1
+        return KeyCodes(code[:n], code[n:], top)
     code = np.zeros(total, dtype=np.int64)
+    top = -1
     for col in cols:
         c, uniques = pd.factorize(col.codes if col.codes is not None else col.data)
         c = np.where(col.valid, c + 1, 0)  # (0: NULL)
         code = code * (len(uniques) + 1) + c
-        code = pd.factorize(code)[0].astype(np.int64, copy=False)  # keep the codes small
-    return code[:n], code[n:]
+        code, uniques = pd.factorize(code)  # keep the codes small
+        code, top = code.astype(np.int64, copy=False), len(uniques) - 1
+    return KeyCodes(code[:n], code[n:], top)
+
+
+class KeyCodes(NamedTuple):
+    """:func:`key_codes`: each side's codes and ``top``, which no code exceeds (the highest
+    code but where every key is NULL; -1: no rows)."""
+
+    left: np.ndarray
+    right: np.ndarray
+    top: int
 
 
 def _both(lv: Values, rv: Values, left: pd.Series, right: pd.Series) -> Values:
