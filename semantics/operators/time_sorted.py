@@ -18,6 +18,7 @@ for the position bits.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -34,7 +35,8 @@ from semantics.operators.grouping import (
 )
 from semantics.parallel import map_parts, row_parts, threads
 
-SAMPLE = 1 << 12  # rows whose event times tell whether rows share them (the first ones)
+SAMPLE = 1 << 12  # rows whose event times tell whether rows share them
+UNITS = (1_000_000, 1_000)  # µs in a second, a millisecond: the event times' unit, if any
 SHARED = 1 / 256  # of the sampled event times repeating another, past which rows get hashes
 MOST_RESOLVED = 1 / 16  # of the rows, at most resolved exactly (else None: by key ids)
 _MUL = np.uint64(0x9E3779B97F4A7C15)  # odd: multiplying by it permutes 64-bit values
@@ -55,7 +57,7 @@ class TimeSorted:
         """The words of event times ``t`` (µs) and the key's other columns ``tags`` (int64,
         one per row each; None when some other column is no plain integer: then rows sharing
         an event time are all resolved exactly); None when they do not pack, or when a sample
-        of the rows (the first ``SAMPLE``) shares its words so often that more than
+        of the rows (``SAMPLE`` in the middle) shares its words so often that more than
         ``MOST_RESOLVED`` of the rows would be resolved exactly (event times in whole seconds,
         say).
 
@@ -72,15 +74,24 @@ class TimeSorted:
         if spare < 0:
             return None
         m = min(n, SAMPLE)
+        a = (n - m) // 2
+        sample = t[a:a + m]
+        # rows sharing event times: those of neighbouring rows (a sample: repeated rows), and
+        # of rows spread evenly over the times the event times' unit allows (a disordered
+        # stream's rows of one time arrive far apart)
+        unit = next((u for u in UNITS if not ((sample - lo) % u).any()), 1)
+        # rows per time the unit allows, on average (the sample holds all rows: no guess)
+        per_time = n * unit / (hi - lo + 1) if n > m else 0.0
         # hash bits only where rows share event times (else comparing the few neighbours of
         # equal times is cheaper than hashing every row; without other columns equal event
         # times are equal keys)
-        h = spare if tags and _shared(t[:m]) > SHARED else 0
-        high = (t[:m] - lo).view(np.uint64)
+        h = spare if tags and max(_shared(sample), _poisson_shared(per_time)) > SHARED else 0
+        high = (sample - lo).view(np.uint64)
         if h:
             assert tags
-            high = high << np.uint64(h) | _tag(tags, 0, m, np.empty(m, dtype=np.uint64), h, 0)
-        if _odd(high, None if tags is None else [c[:m] for c in tags]) > MOST_RESOLVED * m:
+            high = high << np.uint64(h) | _tag(tags, a, a + m, np.empty(m, dtype=np.uint64), h, 0)
+        odd = _odd(high, None if tags is None else [c[a:a + m] for c in tags]) / m
+        if max(odd, _poisson_shared(per_time / (1 << h))) > MOST_RESOLVED:
             return None
         words = np.empty(n, dtype=np.uint64)
         up = np.arange(min(n, WORDS_PART), dtype=np.uint64)
@@ -194,6 +205,16 @@ def _shared(t: np.ndarray) -> float:
     0.5
     """
     return 1 - len(np.unique(t)) / max(len(t), 1)
+
+
+def _poisson_shared(per: float) -> float:
+    """The share of rows spread at random over slots, ``per`` rows a slot on average, that
+    share their slot with another row.
+
+    >>> round(_poisson_shared(1.0), 3), _poisson_shared(0.0)
+    (0.632, 0.0)
+    """
+    return -math.expm1(-per)
 
 
 def _odd(high: np.ndarray, tags: Sequence[np.ndarray] | None) -> int:
