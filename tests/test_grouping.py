@@ -250,10 +250,10 @@ def test_whole_run_passes_in_threads_equal_one_pass(threads: str,
     assert min_max(v) == (-(1 << 50), 1 << 50)
     p = 21
     u = v.view(np.uint64)
-    exact = grouping.packed_words(u, p, -(1 << 50))
+    exact = grouping._packed_words(u, p, -(1 << 50))
     assert np.array_equal(exact, ((u - np.uint64((-(1 << 50)) % (1 << 64))) << np.uint64(p))
                           | np.arange(n, dtype=np.uint64))
-    hashed = grouping.packed_words(u, p, None)
+    hashed = grouping._packed_words(u, p, None)
     assert np.array_equal(hashed, ((u * grouping._FIB) & np.uint64(~((1 << p) - 1) % (1 << 64)))
                           | np.arange(n, dtype=np.uint64))
 

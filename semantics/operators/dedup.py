@@ -403,15 +403,15 @@ class _Accepted:
 def _accepted_firsts(counts: np.ndarray, t: np.ndarray, first: np.ndarray,
                      wms: tuple[np.ndarray, np.ndarray] | None, evicts: bool,
                      late_values: bool = False) -> _Accepted:
-    """The accepted rows of a run whose accepted rows are the first occurrences (``first``)
-    that are not late, chunk by chunk of batches (``batch_chunks``; batch ``b`` holds
-    ``counts[b]`` rows, ``t`` their event times): per batch the late rows (at or behind its
-    late watermark), the accepted rows (ascending positions, ``updated`` per batch) and, with
-    ``evicts``, how many entries leave in it: an entry leaves in the first batch, at or after
-    its own, whose eviction watermark reaches its event time. No batch before its own can: its
-    event time is above its batch's late watermark, which is at least the eviction watermark
-    of the batch before (asserted). ``late_values``: also the event times of the first
-    occurrences that are late (entries never stored)."""
+    """A run's accepted rows, the first occurrences (``first``) that are not late, chunk by
+    chunk of batches (``batch_chunks``; batch ``b`` holds ``counts[b]`` rows, ``t`` their event
+    times): per batch the late rows (at or behind its late watermark), the accepted rows
+    (ascending positions, ``updated`` per batch) and, with ``evicts``, how many entries leave
+    in it: an entry leaves in the first batch, at or after its own, whose eviction watermark
+    reaches its event time. No batch before its own can: its event time is above its batch's
+    late watermark, which is at least the eviction watermark of the batch before (asserted).
+    ``late_values``: also the event times of the first occurrences that are late (entries
+    never stored)."""
     n_b = len(counts)
     assert wms is None or bool((wms[0][1:] >= wms[1][:-1]).all())
     dropped, updated = np.zeros(n_b, dtype=np.int64), np.zeros(n_b, dtype=np.int64)
@@ -446,7 +446,7 @@ def _accepted_firsts(counts: np.ndarray, t: np.ndarray, first: np.ndarray,
     # (each thread a group of neighbouring chunks: they write disjoint batches' counts)
     groups = chunk_groups(batch_chunks(counts))
     got = map_parts(chunks, groups)
-    sizes = [[len(a) for a in got_g[0]] for got_g in got]
+    sizes = [[len(a) for a in accepted] for accepted, _, _ in got]
     acc = np.empty(sum(map(sum, sizes)), dtype=np.int64)
     at = np.cumsum([0] + [sum(s) for s in sizes]).tolist()
 
@@ -458,8 +458,8 @@ def _accepted_firsts(counts: np.ndarray, t: np.ndarray, first: np.ndarray,
             k += len(local)
 
     map_parts(place, range(len(groups)))
-    removed = np.sum([g[1] for g in got], axis=0)[:n_b] if evicting else None
-    late_t = np.concatenate([x for g in got for x in g[2]] or [t[:0]]) if late_values \
+    removed = np.sum([r for _, r, _ in got], axis=0)[:n_b] if evicting else None
+    late_t = np.concatenate([x for _, _, lf in got for x in lf] or [t[:0]]) if late_values \
         else None
     return _Accepted(dropped, acc, updated, removed, late_t)
 

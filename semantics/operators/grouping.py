@@ -198,7 +198,7 @@ def _later_by_sort(ids: np.ndarray, bounds: tuple[int, int] | None = None) -> np
     p = position_bits(n)
     lo, hi = bounds if bounds is not None else (int(ids.min()), int(ids.max()))
     exact = packs(n, hi - lo + 1)
-    words = sort_words(packed_words(ids.view(np.uint64), p, lo if exact else None))
+    words = sort_words(_packed_words(ids.view(np.uint64), p, lo if exact else None))
     low = np.uint64((1 << p) - 1)  # the position bits
 
     def mark(rows: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
@@ -219,7 +219,7 @@ def _later_by_sort(ids: np.ndarray, bounds: tuple[int, int] | None = None) -> np
         rep, prev = (np.concatenate(a) for a in zip(*marked, strict=True))
         clash = ids[rep] != ids[prev]
         if clash.any():  # runs holding two ids (few): by a hash table
-            h = distinct(packed_words(ids[rep[clash]].view(np.uint64), p, None) & ~low)
+            h = distinct(_packed_words(ids[rep[clash]].view(np.uint64), p, None) & ~low)
             start = np.searchsorted(words, h)
             members = np.sort((words[ranges(start, np.searchsorted(words, h | low, "right")
                                             - start)] & low).view(np.int64))
@@ -705,7 +705,7 @@ def position_bits(n: int) -> int:
 
 def packs(n: int, size: int) -> bool:
     """Whether values ``0 .. size - 1`` and positions below ``n`` fit one 64-bit word
-    (:func:`packed_words`).
+    (:func:`_packed_words`).
 
     >>> packs(2**20, 2**44), packs(2**20 + 1, 2**44)
     (True, False)
@@ -720,7 +720,7 @@ def _packed_order(v: np.ndarray, size: int | None = None) -> np.ndarray:
     ones at once: ``size`` (the values lie below it, when the caller knows) gives 32-bit words
     when they fit (130 000 values below 512: 0.6-0.9 against 1.3-2.3 ms for numpy's stable
     radix argsort; 3 M of them in one thread 23 against 40 ms for 64-bit words in two); else
-    64-bit ones (:func:`packed_words`, :func:`sort_words`: past ``SPLIT_SORT``, in threads).
+    64-bit ones (:func:`_packed_words`, :func:`sort_words`: past ``SPLIT_SORT``, in threads).
 
     >>> _packed_order(np.array([2, 0, 2, 1])).tolist(), _packed_order(np.array([2, 0, 2]), 3)
     ([1, 3, 0, 2], array([1, 0, 2]))
@@ -734,12 +734,12 @@ def _packed_order(v: np.ndarray, size: int | None = None) -> np.ndarray:
         w.sort()
         w &= np.uint32((1 << p) - 1)
         return w.astype(np.int64)
-    w = sort_words(packed_words(v.astype(np.uint64, copy=False), p, 0))
+    w = sort_words(_packed_words(v.astype(np.uint64, copy=False), p, 0))
     w &= np.uint64((1 << p) - 1)
     return w.view(np.int64)
 
 
-def packed_words(u: np.ndarray, p: int, lo: int | None) -> np.ndarray:
+def _packed_words(u: np.ndarray, p: int, lo: int | None) -> np.ndarray:
     """New uint64 words, one per value of ``u``, with its position in the low ``p`` bits
     (:func:`position_bits`) and above them ``u - lo`` (wrapping; the values and positions
     must :func:`packs`) or, ``lo`` None, the top ``64 - p`` bits of ``u`` times ``_FIB`` (a
@@ -747,7 +747,7 @@ def packed_words(u: np.ndarray, p: int, lo: int | None) -> np.ndarray:
     part's three passes stay in the cache (10 M words: 34 against 76 ms in whole passes);
     past 2**20 words, each thread a range of them.
 
-    >>> packed_words(np.array([3, 1, 3, 0], dtype=np.uint64), 2, 0).tolist()
+    >>> _packed_words(np.array([3, 1, 3, 0], dtype=np.uint64), 2, 0).tolist()
     [12, 5, 14, 3]
     """
     n = len(u)
@@ -773,7 +773,7 @@ def packed_words(u: np.ndarray, p: int, lo: int | None) -> np.ndarray:
 
 
 def sort_words(w: np.ndarray) -> np.ndarray:
-    """``w`` (distinct words, :func:`packed_words`) sorted in place. Past ``SPLIT_SORT``
+    """``w`` (distinct words, :func:`_packed_words`) sorted in place. Past ``SPLIT_SORT``
     words, with threads, the words are first split about their median in place
     (``np.partition``: the words are distinct, so the halves are exact) and each half is
     sorted in its own thread: 10 M words 19 + 73-82 against 133-150 ms.

@@ -3,14 +3,15 @@
 Two occurrences of such a key share their event time, so in the rows sorted by
 ``(event time, hash of the other key columns, position)`` they are neighbours, the earliest
 first: a row whose event time and hash equal its neighbour's before it, and whose other key
-values do too, is a later occurrence. Rows sharing an event time and a hash but not their key
-(few) are resolved exactly by the caller. The same sorted words count, with one binary search a
-batch, the rows each eviction threshold reaches: what ``dropDuplicates`` evicts per batch.
+values do too, is a later occurrence. The rows of a run of one event time and hash holding
+two keys (few) are resolved exactly: by their integer key values, or by the caller. The same
+sorted words count, with one binary search a batch, the rows each eviction threshold reaches:
+what ``dropDuplicates`` evicts per batch.
 
 The words pack when the event times' range and the positions fit 64 bits (10 M rows: 2**40
-µs, 12 days); the hash takes the bits left, and only when rows share event times (in a sample).
-Else, or when too many rows would be resolved exactly, :meth:`TimeSorted.of` gives None and
-the caller uses key ids.
+µs, 12 days); the hash takes the bits left, and only where rows share event times (in a
+sample, or as the event times' unit over their range lets them). Else, or where too many rows
+would be resolved exactly, :meth:`TimeSorted.of` gives None and the caller uses key ids.
 
 Invariant: ``words`` is sorted and holds every position once; equal keys have equal words but
 for the position bits.
@@ -56,10 +57,10 @@ class TimeSorted:
     def of(cls, t: np.ndarray, tags: Sequence[np.ndarray] | None) -> TimeSorted | None:
         """The words of event times ``t`` (µs) and the key's other columns ``tags`` (int64,
         one per row each; None when some other column is no plain integer: then rows sharing
-        an event time are all resolved exactly); None when they do not pack, or when a sample
-        of the rows (``SAMPLE`` in the middle) shares its words so often that more than
-        ``MOST_RESOLVED`` of the rows would be resolved exactly (event times in whole seconds,
-        say).
+        an event time are all resolved exactly); None when they do not pack, or when more
+        than ``MOST_RESOLVED`` of the rows would be resolved exactly (event times in whole
+        seconds, say), as ``SAMPLE`` rows in the middle show it or, for rows spread evenly,
+        their number over the times the event times' unit allows.
 
         >>> s = TimeSorted.of(np.array([7, 3, 7, 9]), [np.array([1, 2, 1, 1])])
         >>> [int(w) & 3 for w in s.words]  # (positions by event time)
