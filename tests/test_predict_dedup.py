@@ -313,7 +313,8 @@ def test_time_sorted_declines_where_most_rows_would_be_resolved() -> None:
     # out of order by two minutes), so how many share a time is also estimated from the event
     # times' unit (whole ms, whole seconds) over their range, not only from neighbouring rows:
     # without integer key columns (every such row resolved exactly) whole-ms times over
-    # 140 s of 20 000 rows decline (key ids instead); with them the hash bits separate keys
+    # 140 s of 20 000 rows decline (key ids instead); with them the hash bits separate keys;
+    # with the event time alone as the key rows of one time are one key (nothing to resolve)
     rng = np.random.default_rng(3)
     n = 20_000
     t = 10**15 + np.arange(n, dtype=np.int64) * 1000 - rng.integers(0, 120_000_000, n)
@@ -323,5 +324,6 @@ def test_time_sorted_declines_where_most_rows_would_be_resolved() -> None:
         assert time_sorted.TimeSorted.of(coarse, None) is None
         s = time_sorted.TimeSorted.of(coarse, [ids])
         assert s is not None and s.shift > s.p  # (hash bits)
+        assert time_sorted.TimeSorted.of(coarse, []) is not None
     s = time_sorted.TimeSorted.of(t, None)
     assert s is not None and s.shift == s.p  # (µs: few rows share a time, no hash bits)

@@ -92,7 +92,9 @@ class TimeSorted:
             assert tags
             high = high << np.uint64(h) | _tag(tags, a, a + m, np.empty(m, dtype=np.uint64), h, 0)
         odd = _odd(high, None if tags is None else [c[a:a + m] for c in tags]) / m
-        if max(odd, _poisson_shared(per_time / (1 << h))) > MOST_RESOLVED:
+        # (the event time alone as the key: rows of one time are one key, none is resolved)
+        spread = 0.0 if tags is not None and not tags else _poisson_shared(per_time / (1 << h))
+        if max(odd, spread) > MOST_RESOLVED:
             return None
         words = np.empty(n, dtype=np.uint64)
         up = np.arange(min(n, WORDS_PART), dtype=np.uint64)
