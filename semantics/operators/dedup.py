@@ -149,12 +149,7 @@ class DedupOperator:
         them among those positions holds."""
         kv = key_columns(self._frame.take(positions), self.keys, bits=True)
         coder = KeyCoder.fit(kv)
-        ids = coder.ids(kv, (), len(positions), fitted=True)
-        first, repeats, of = first_occurrences(ids, not coder.exact)
-        if of is not None:
-            assert repeats is not None
-            coder.check_same(kv, of, kv, repeats)
-        return first
+        return _firsts(coder, kv, coder.ids(kv, (), len(positions), fitted=True))
 
     def materialize(self, payloads: list[np.ndarray], columns: list[str]) -> pd.DataFrame:
         """Output columns of the accepted source rows (payloads: their positions per batch)."""
@@ -207,11 +202,7 @@ class DedupOperator:
             # the occurrences of a key that are not late come before those that are (they
             # share the event time, and the late watermark never goes backwards), so the
             # first one that is not late is the first one, if that is not late
-            first, repeats, of = first_occurrences(kid_all, not self._coder.exact,
-                                                   self._coder.id_range())
-            if of is not None:  # hashed ids: same keys?
-                assert repeats is not None
-                self._coder.check_same(kv_all, of, kv_all, repeats)
+            first = _firsts(self._coder, kv_all, kid_all, bounds=self._coder.id_range())
             counts = source_counts(plan, self.source)
             assert int(counts.sum()) == len(kid_all)
             return _accepted_firsts(counts, self._et_all, first, wms, self.evicts).steps()
@@ -219,10 +210,7 @@ class DedupOperator:
         assert len(t) == len(kid_all)
         dropped, late = _late(plan, source_counts(plan, self.source), t)
         ok = np.flatnonzero(~late)
-        first, repeats, of = first_occurrences(kid_all[ok], with_of=not self._coder.exact)
-        if of is not None:
-            assert repeats is not None
-            self._coder.check_same(kv_all, ok[of], kv_all, ok[repeats])
+        first = _firsts(self._coder, kv_all, kid_all[ok], rows=ok)
         acc = ok[first]  # ascending: batch order, then row order
         # accepted rows per batch (binary searches: acc is ascending); nothing is evicted
         # (the event-time column is no key)
@@ -362,6 +350,21 @@ class DedupOperator:
         orig = np.where(in_state, rid_all[state.row[np.minimum(pos[g], max(len(state) - 1, 0))]]
                         if len(state) else -1, rid_all[grow[first[g]]])
         return F.duplicate(rid_all[grow[dup]], orig, in_state)
+
+
+def _firsts(coder: KeyCoder, kv: tuple[Values, ...], ids: np.ndarray,
+            rows: np.ndarray | None = None, bounds: tuple[int, int] | None = None
+            ) -> np.ndarray:
+    """Which of ``ids`` (``coder``'s ids of the key values ``kv`` at ``rows``; None: of all
+    rows) occur at no earlier position; the repeats of hashed ids are checked to hold their
+    first occurrence's key values. ``bounds``: the range of exact ids, when known."""
+    first, repeats, of = first_occurrences(ids, not coder.exact, bounds)
+    if of is not None:  # hashed ids: same keys?
+        assert repeats is not None
+        if rows is not None:
+            of, repeats = rows[of], rows[repeats]
+        coder.check_same(kv, of, kv, repeats)
+    return first
 
 
 def _late(plan: list[BatchInput], counts: np.ndarray, t: np.ndarray

@@ -200,23 +200,12 @@ def _later_by_sort(ids: np.ndarray, bounds: tuple[int, int] | None = None) -> np
     exact = packs(n, hi - lo + 1)
     words = sort_words(_packed_words(ids.view(np.uint64), p, lo if exact else None))
     low = np.uint64((1 << p) - 1)  # the position bits
-
-    def mark(rows: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
-        """Mark the later occurrences among sorted words ``a .. b - 1`` (each against the word
-        before it); their positions and those of the words before them."""
-        a, b = rows
-        w = words[max(a - 1, 0):b]
-        same = (w[1:] ^ w[:-1]) <= low  # equal id bits: w[i + 1] continues w[i]'s run
-        rep = (w[1:][same] & low).view(np.int64)
-        later[rep] = True  # (positions are distinct: the parts write disjoint elements)
-        return rep, (w[:-1][same] & low).view(np.int64)
-
+    at = continued(words, low)  # (equal id bits: a later occurrence, or a hash's)
+    rep = (words[at] & low).view(np.int64)
     later = np.zeros(n, dtype=bool)
-    # in two threads past SPLIT_SORT words, like the sort
-    halves = [(0, n // 2), (n // 2, n)] if n >= SPLIT_SORT and threads() > 1 else [(0, n)]
-    marked = map_parts(mark, halves)
+    later[rep] = True
     if not exact:
-        rep, prev = (np.concatenate(a) for a in zip(*marked, strict=True))
+        prev = (words[at - 1] & low).view(np.int64)
         clash = ids[rep] != ids[prev]
         if clash.any():  # runs holding two ids (few): by a hash table
             h = distinct(_packed_words(ids[rep[clash]].view(np.uint64), p, None) & ~low)
@@ -225,6 +214,30 @@ def _later_by_sort(ids: np.ndarray, bounds: tuple[int, int] | None = None) -> np
                                             - start)] & low).view(np.int64))
             later[members] = pd.Series(ids[members], copy=False).duplicated().to_numpy()
     return later
+
+
+def continued(w: np.ndarray, low: np.uint64) -> np.ndarray:
+    """Indices ``i > 0`` of the sorted words ``w`` equal to word ``i - 1`` above the ``low``
+    bits (the position: ``w[i]`` continues the run of ``w[i - 1]``), ascending; ``WORDS_PART``
+    words at a time (each part's passes in the cache), in threads past ``SPLIT_SORT`` words.
+
+    >>> continued(np.array([4, 5, 9, 10, 11], dtype=np.uint64), np.uint64(3)).tolist()
+    [1, 3, 4]
+    """
+    n = len(w)
+
+    def part(rows: slice) -> np.ndarray:
+        a, b = max(rows.start, 1), rows.stop
+        found = [np.array([], dtype=np.int64)]
+        for i in range(a, b, WORDS_PART):
+            j = min(i + WORDS_PART, b)
+            hit = np.flatnonzero((w[i:j] ^ w[i - 1:j - 1]) <= low)
+            if len(hit):
+                found.append(hit + i)
+        return np.concatenate(found)
+
+    parts = row_parts(n, SPLIT_SORT) if threads() > 1 else [slice(0, n)]
+    return np.concatenate(map_parts(part, parts))
 
 
 def _many_distinct(ids: np.ndarray) -> bool:

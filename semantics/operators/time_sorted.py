@@ -27,14 +27,8 @@ import numpy as np
 import pandas as pd
 
 from semantics.operators.columns import min_max
-from semantics.operators.grouping import (
-    SPLIT_SORT,
-    WORDS_PART,
-    position_bits,
-    ranges,
-    sort_words,
-)
-from semantics.parallel import map_parts, row_parts, threads
+from semantics.operators.grouping import WORDS_PART, continued, position_bits, ranges, sort_words
+from semantics.parallel import map_parts, row_parts
 
 SAMPLE = 1 << 12  # rows whose event times tell whether rows share them
 UNITS = (1_000_000, 1_000)  # µs in a second, a millisecond: the event times' unit, if any
@@ -132,7 +126,7 @@ class TimeSorted:
         w, n = self.words, len(self.words)
         low = np.uint64((1 << self.p) - 1)
         later = np.zeros(n, dtype=bool)
-        at = _continued(w, low)  # (words continuing the run of the word before them)
+        at = continued(w, low)  # (words continuing the run of the word before them)
         if not len(at):
             return later
         rep, prev = (w[at] & low).view(np.int64), (w[at - 1] & low).view(np.int64)
@@ -237,23 +231,3 @@ def _odd(high: np.ndarray, tags: Sequence[np.ndarray] | None) -> int:
     for c in tags:
         odd |= c[i] != c[j]
     return int(np.count_nonzero(odd))
-
-
-def _continued(w: np.ndarray, low: np.uint64) -> np.ndarray:
-    """Indices ``i > 0`` of sorted words equal to word ``i - 1`` above the ``low`` bits, part
-    by part (in threads past ``SPLIT_SORT`` words)."""
-    n = len(w)
-
-    def part(rows: slice) -> np.ndarray:
-        a, b = max(rows.start, 1), rows.stop
-        found = []
-        for i in range(a, b, WORDS_PART):
-            j = min(i + WORDS_PART, b)
-            x = w[i:j] ^ w[i - 1:j - 1]
-            hit = np.flatnonzero(x <= low)
-            if len(hit):
-                found.append(hit + i)
-        return np.concatenate(found) if found else np.array([], dtype=np.int64)
-
-    parts = row_parts(n, SPLIT_SORT) if threads() > 1 else [slice(0, n)]
-    return np.concatenate(map_parts(part, parts))
