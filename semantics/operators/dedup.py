@@ -53,7 +53,7 @@ from semantics.engine import (
     watermarks_us,
 )
 from semantics.operators import fates as F
-from semantics.operators.columns import Values, check_key_columns
+from semantics.operators.columns import INT_KINDS, Values, check_key_columns, values_of
 from semantics.operators.grouping import (
     first_occurrences,
     group_sorting,
@@ -132,16 +132,16 @@ class DedupOperator:
         return self._all
 
     def _int_tags(self) -> list[np.ndarray] | None:
-        """The key columns but the event time as int64 arrays, or None when one is not a
-        numpy integer or boolean column (which holds no NULL)."""
+        """The key columns but the event time as int64 arrays (their :func:`values_of`), or
+        None when one is not integer-like or holds a NULL."""
         tags = []
         for k in self.keys:
             if k == self.et:
                 continue
-            col = self._frame[k]
-            if not (isinstance(col.dtype, np.dtype) and col.dtype.kind in "iub"):
+            v = values_of(self._frame[k])
+            if v.kind not in INT_KINDS or v.null is not None:
                 return None
-            tags.append(col.to_numpy().astype(np.int64, copy=False))
+            tags.append(v.data)
         return tags
 
     def _member_firsts(self, positions: np.ndarray) -> np.ndarray:
