@@ -544,14 +544,11 @@ class ThresholdSearch:
     """
 
     def __init__(self, thresholds: np.ndarray, cell_bits: int = 14,
-                 min_values: int = 1 << 16, dtype: type = np.int64) -> None:
+                 min_values: int = 1 << 16) -> None:
         """``cell_bits``: cells of the table, at most (2**14: a table of 128 KiB, which stays
-        cached); ``min_values``: fewer values are searched without the table; ``dtype``: of
-        the answers (``np.int32``: half the bytes for a caller that writes and reads them
-        again; it must hold ``len(thresholds)``)."""
+        cached); ``min_values``: fewer values are searched without the table."""
         self.thr = thresholds
         self.min_values = min_values
-        self.dtype = np.dtype(dtype)
         self.table: tuple[int, int, int, np.ndarray, np.ndarray] | None = None
         if not len(thresholds):
             return
@@ -577,28 +574,26 @@ class ThresholdSearch:
         starts = low + (np.arange(cells, dtype=np.int64) << shift)
         first = np.searchsorted(thresholds, starts, side="left")  # answer of each cell's ...
         last = np.searchsorted(thresholds, starts + ((1 << shift) - 1), side="left")  # ... ends
-        first = first.astype(self.dtype, copy=False)
         mixed = first != last
         mixed[0] |= first[0] > 0  # values clipped up to cell 0 may have smaller answers
         self.table = (low, hi + 1, shift, first, mixed)
 
     @classmethod
-    def for_parts(cls, thresholds: np.ndarray, dtype: type = np.int64) -> ThresholdSearch:
+    def for_parts(cls, thresholds: np.ndarray) -> ThresholdSearch:
         """A search built once and called by many parts of a run (key ranges, chunks of
         batches): every part searches through the table however few values it holds (its
         cost is paid once; a part's binary search costs several times more a value, and the
         parts of skewed keys or small batches can be small).
 
-        >>> s = ThresholdSearch.for_parts(np.array([5, 10]), np.int32)
-        >>> s.min_values, s(np.array([7, 99])).dtype
-        (0, dtype('int32'))
+        >>> ThresholdSearch.for_parts(np.array([5, 10])).min_values
+        0
         """
-        return cls(thresholds, min_values=0, dtype=dtype)
+        return cls(thresholds, min_values=0)
 
     def __call__(self, values: np.ndarray) -> np.ndarray:
         values = np.asarray(values, dtype=np.int64)
         if self.table is None or len(values) < self.min_values:
-            return np.searchsorted(self.thr, values, side="left").astype(self.dtype, copy=False)
+            return np.searchsorted(self.thr, values, side="left")
         low, top, shift, answer, mixed = self.table
         cell = np.clip(values, low, top)
         np.subtract(cell, low, out=cell)

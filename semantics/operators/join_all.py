@@ -155,22 +155,14 @@ class RunSide:
     def _search(self) -> ThresholdSearch | None:
         """The search of the thresholds, built once for every part (uneven key ranges of
         skewed keys hold few rows)."""
-        return None if self.thr_us is None else ThresholdSearch.for_parts(self.thr_us,
-                                                                          self._batch_dtype)
-
-    @property
-    def _batch_dtype(self) -> type:
-        """Of the batch numbers ``b`` and ``e`` (32-bit: half the bytes every count, sort and
-        gather of them reads; measured in one process alternating, 10 M rows of the bench's
-        join 4-6 % faster)."""
-        return np.int32 if len(self.counts) < (1 << 31) - 1 else np.int64
+        return None if self.thr_us is None else ThresholdSearch.for_parts(self.thr_us)
 
     def admitted(self, part: SideRange) -> Admitted:
         """A part's rows with the batch each arrived in and the one it leaves the state in."""
         ends = self._ends
         n_b = len(ends)
         # (each batch's rows: a search per batch among the sorted positions, not per row)
-        b = np.repeat(np.arange(n_b, dtype=self._batch_dtype),
+        b = np.repeat(np.arange(n_b, dtype=np.int64),
                       np.diff(np.searchsorted(part.pos, ends), prepend=0))
         # (in arrival order: nearly sorted, twice as fast as in key order)
         e = leaving_batch(part.et if part.ev is None else part.ev, self.thr_us, n_b, b,
