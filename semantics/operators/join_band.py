@@ -244,8 +244,10 @@ def band_pairs(scode: np.ndarray, st: np.ndarray, qcode: np.ndarray, qt: np.ndar
     own = merged[at]
     qpos = own & pos_mask
     own >>= low_bits  # (code, time)
-    lower = (own + dl) << low_bits  # the least word inside the band
-    upper = ((own + du) << low_bits) | ((1 << low_bits) - 1)  # the greatest
+    # the least word inside the band and the greatest, each only where a walk reads it
+    lower = (own + dl) << low_bits if back or (fwd and dl > 0) else None
+    upper = ((own + du) << low_bits) | ((1 << low_bits) - 1) if fwd or (back and du < 0) \
+        else None
     qs: list[np.ndarray] = []
     ss: list[np.ndarray] = []
     found = 0
@@ -256,6 +258,7 @@ def band_pairs(scode: np.ndarray, st: np.ndarray, qcode: np.ndarray, qt: np.ndar
         # row's own time (then words between the row and the band are walked over)
         stop, other = (lower, upper if du < 0 else None) if step < 0 else \
             (upper, lower if dl > 0 else None)
+        assert stop is not None  # (computed for every walk)
         k, q = at + step, qpos
         for _ in range(STEPS_MAX):
             x = merged[k]
