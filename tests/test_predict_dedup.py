@@ -11,6 +11,7 @@ import pytest
 
 from semantics import engine
 from semantics.operators import dedup, grouping, time_sorted
+from semantics.predict import predict
 from tests.predict_kit import (
     NEG_NAN,
     at_once_vs_stepped,
@@ -182,6 +183,7 @@ def _random_case(rng: np.random.Generator, query: dict, watermarks: list[str | N
     for f in frames:  # a string key (coded ids), a key too wide for exact ids (hashed ids)
         f["name"] = np.array(["a", "b", None, "dd"], dtype=object)[f["id"].to_numpy()]
         f["big"] = f["id"] * (1 << 61)
+        f["word"] = np.array(["a", "b", "c", "dd"], dtype=object)[f["id"].to_numpy()]
     return spec, schedule_of(frames, pace), any(batches)
 
 
@@ -236,9 +238,11 @@ def test_within_watermark_table_equals_stepping() -> None:
     assert engaged > 100 and fallback > 30
 
 
-@pytest.mark.parametrize(("shared", "most"), [(1.0, 1.0), (0.0, 1.0), (1.0, 0.0)])
+@pytest.mark.parametrize(("shared", "most", "collide"),
+                         [(1.0, 1.0, False), (0.0, 1.0, False), (1.0, 0.0, False),
+                          (0.0, 1.0, True)])
 def test_keys_with_the_event_time_by_one_sort_by_time_equal_stepping(
-        shared: float, most: float, monkeypatch: pytest.MonkeyPatch) -> None:
+        shared: float, most: float, collide: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     # rule (dedup.run_all, time_sorted): two occurrences of a key holding the event-time column
     # share their event time, so in the rows sorted by (event time, hash of the other key
     # columns, position) they are neighbours, the first one first; rows of one event time but
@@ -247,8 +251,14 @@ def test_keys_with_the_event_time_by_one_sort_by_time_equal_stepping(
     # reach, but the rows never stored (later and late occurrences). Random streams whose
     # event times repeat (ids 0-3 over 30 s): shared = 1 without hash bits (every run of one
     # event time holding two ids is resolved), 0 with them; most = 0 falls back to key ids as
-    # soon as one run must be resolved.
+    # soon as one run must be resolved. A string key without NULLs (``word``) is tagged by the
+    # strings' hashes, rows of equal tags compared on the strings: collide = True tags them by
+    # their length ("a", "b" and "c" share one), and equal tags of other strings are no later
+    # occurrence.
     monkeypatch.setattr(time_sorted, "SHARED", shared)
+    if collide:
+        monkeypatch.setattr(dedup, "_string_tags", lambda a: np.fromiter(
+            map(len, a), dtype=np.int64, count=len(a)))
     monkeypatch.setattr(time_sorted, "MOST_RESOLVED", most)
     monkeypatch.setenv("WMBT_THREADS", "2")
     monkeypatch.setattr(time_sorted, "WORDS_PART", 4)  # (words built and marked in parts)
@@ -261,7 +271,8 @@ def test_keys_with_the_event_time_by_one_sort_by_time_equal_stepping(
         monkeypatch.setattr(cls, fn, spy)
     rng = np.random.default_rng(5)
     for _ in range(150):
-        keys = [["id", "ts"], ["ts", "id", "v"], ["name", "ts"], ["ts"]][int(rng.integers(0, 4))]
+        keys = [["id", "ts"], ["ts", "id", "v"], ["name", "ts"], ["ts"], ["word", "ts"],
+                ["word", "ts", "id"]][int(rng.integers(0, 6))]
         spec, sched, data = _random_case(rng, {"kind": "deduplication", "keys": keys},
                                          ["0 seconds", "2 seconds", "5 seconds"])
         if data:
@@ -269,6 +280,28 @@ def test_keys_with_the_event_time_by_one_sort_by_time_equal_stepping(
     by_time, by_ids = calls["leaving"], calls["run_all"] - calls["leaving"]
     assert by_time > (200 if most else 60)
     assert by_ids == 0 if most else by_ids > 60
+
+
+def test_string_keys_tagged_by_hashes_are_compared_on_the_strings(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # rule (dedup._tags, time_sorted.TimeSorted.later): a string key column is tagged by the
+    # strings' hashes for the sort by time; two strings of one event time whose tags collide
+    # (here: tagged by their length) are still two keys: both accepted, at once as stepped
+    monkeypatch.setattr(dedup, "_string_tags", lambda a: np.fromiter(
+        map(len, a), dtype=np.int64, count=len(a)))
+    monkeypatch.setattr(time_sorted, "MOST_RESOLVED", 1.0)
+    engaged = []
+    leaving = time_sorted.TimeSorted.leaving
+    monkeypatch.setattr(time_sorted.TimeSorted, "leaving",
+                        lambda *a: engaged.append(1) or leaving(*a))
+    frame = pd.DataFrame({"id": [0, 1, 0, 0], "v": [1, 2, 3, 4], "ts": [5.0, 5.0, 6.0, 5.0]})
+    frame["word"] = np.array(["a", "b"], dtype=object)[frame["id"].to_numpy()]
+    spec = spec_of({"kind": "deduplication", "keys": ["word", "ts"]}, "2 seconds", "backlog",
+                   None)
+    sched = schedule_of([frame], "backlog")
+    assert at_once_vs_stepped(spec, sched) and engaged
+    out = predict(sched, spec, "c", explain=False).outputs
+    assert sorted(out["v"].tolist()) == [1, 2, 3]  # (("a", 5) again: a later occurrence)
 
 
 def test_time_sorted_later_resolves_runs_of_one_event_time_and_two_keys(

@@ -46,15 +46,19 @@ class TimeSorted:
     lo: int  # the lowest event time (µs)
     shift: int  # bits below the event time: tag and position
     p: int  # bits of the position
+    exact: tuple[np.ndarray, ...] = ()  # columns whose ``tags`` are hashes of their values
 
     @classmethod
-    def of(cls, t: np.ndarray, tags: Sequence[np.ndarray] | None) -> TimeSorted | None:
+    def of(cls, t: np.ndarray, tags: Sequence[np.ndarray] | None,
+           exact: Sequence[np.ndarray] = ()) -> TimeSorted | None:
         """The words of event times ``t`` (µs) and the key's other columns ``tags`` (int64,
         one per row each; None when some other column is no plain integer: then rows sharing
         an event time are all resolved exactly); None when they do not pack, or when more
         than ``MOST_RESOLVED`` of the rows would be resolved exactly (event times in whole
         seconds, say), as ``SAMPLE`` rows in the middle show it or, for rows spread evenly,
-        their number over the times the event times' unit allows.
+        their number over the times the event times' unit allows. ``exact``: key columns
+        whose tags are hashes of their values (strings): rows of equal tags are compared on
+        these values too, so equal tags of different values never make a later occurrence.
 
         >>> s = TimeSorted.of(np.array([7, 3, 7, 9]), [np.array([1, 2, 1, 1])])
         >>> [int(w) & 3 for w in s.words]  # (positions by event time)
@@ -109,7 +113,8 @@ class TimeSorted:
                 w += np.uint64(a)  # (positions stay below 2**p: no carry)
 
         map_parts(fill, row_parts(n, 1 << 20))
-        return cls(sort_words(words), None if tags is None else tuple(tags), lo, shift, p)
+        return cls(sort_words(words), None if tags is None else tuple(tags), lo, shift, p,
+                   tuple(exact))
 
     def later(self, firsts_of: Callable[[np.ndarray], np.ndarray]) -> np.ndarray | None:
         """True where a row's key occurs at an earlier position; None when more than
@@ -122,6 +127,15 @@ class TimeSorted:
         >>> s = TimeSorted.of(np.array([5, 5, 6, 5]), [np.array([1, 1, 2, 1])])
         >>> s.later(lambda pos: np.ones(len(pos), dtype=bool)).tolist()
         [False, True, False, True]
+
+        Strings tagged by hashes: rows 0 and 1 share a tag (as colliding hashes would) but not
+        their string, rows 2 and 3 share both:
+
+        >>> t, tags = np.r_[5, 5, 6, 6, 10:40], np.r_[1, 1, 2, 2, 0:30]
+        >>> names = np.array(["a", "b", "c", "c", *map(str, range(30))], dtype=object)
+        >>> s = TimeSorted.of(t, [tags], [names])
+        >>> np.flatnonzero(s.later(lambda pos: np.ones(len(pos), dtype=bool))).tolist()
+        [3]
         """
         w, n = self.words, len(self.words)
         low = np.uint64((1 << self.p) - 1)
@@ -136,6 +150,9 @@ class TimeSorted:
             odd = np.zeros(len(at), dtype=bool)
             for c in self.tags:
                 odd |= c[rep] != c[prev]
+            for v in self.exact:  # (equal hashes: the values themselves, where they are)
+                same = np.flatnonzero(~odd)
+                odd[same[v[rep[same]] != v[prev[same]]]] = True
             later[rep[~odd]] = True
         if not odd.any():
             return later
@@ -157,7 +174,7 @@ class TimeSorted:
             first = firsts_of(members)
         else:  # (a run's rows share their event time: its number stands for it)
             keys = {"run": np.repeat(np.arange(len(size)), size)[order],
-                    **{str(i): c[members] for i, c in enumerate(self.tags)}}
+                    **{str(i): c[members] for i, c in enumerate(self.tags + self.exact)}}
             first = ~pd.DataFrame(keys, copy=False).duplicated().to_numpy()
         later[members] = ~first
         return later
