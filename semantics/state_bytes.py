@@ -155,13 +155,15 @@ def _join_entries(spec: BacktestSpec, schedule: Schedule) -> tuple[int, int]:
     return row, ENTRY_BYTES + _row_bytes(key) + _row_bytes([8])  # keyToNumValues: key -> count
 
 
-def entry_bytes(spec: BacktestSpec, schedule: Schedule) -> tuple[int, int]:
+def entry_bytes(spec: BacktestSpec, schedule: Schedule,
+                lay: tuple[int, int, int] | None = None) -> tuple[int, int]:
     """(bytes per state entry, bytes per distinct key: join keys, session group keys): the
-    model's two slopes."""
+    model's two slopes (``lay``: the :func:`layout`, when the caller has it: string columns'
+    lengths are read once)."""
     q = spec.query
     if isinstance(q, JoinQuery):
         return _join_entries(spec, schedule)
-    _, key, value = layout(spec, schedule)
+    _, key, value = layout(spec, schedule) if lay is None else lay
     if isinstance(q, SessionQuery):
         group = _row_bytes(_cols(schedule, q.source, list(q.keys)))
         return ENTRY_BYTES + key + value + SESSION_INDEX_BYTES, SESSION_KEY_BYTES + group
@@ -199,8 +201,9 @@ def estimate(spec: BacktestSpec, candidate: str, schedule: Schedule,
     provider = spec.conf(candidate).get("spark.sql.streaming.stateStore.providerClass", "")
     if "RocksDB" in provider:
         return pd.Series([None] * len(batches), index=batches.index, dtype="Int64")
-    stores = layout(spec, schedule)[0]
-    per_entry, per_key = entry_bytes(spec, schedule)
+    lay = layout(spec, schedule)
+    stores = lay[0]
+    per_entry, per_key = entry_bytes(spec, schedule, lay)
     rows = held_rows(batches)
     keys = rows
     if per_key and "state_keys" in batches.columns:
