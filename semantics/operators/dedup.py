@@ -136,9 +136,9 @@ class DedupOperator:
         by time (:class:`TimeSorted`), and the string columns among them as they are. An
         integer-like column is its own tag (its :func:`values_of`); a string column's tag is
         Python's hash of each string (equal strings, equal tags; rows of equal tags are
-        compared on the strings too), a pass over the strings instead of a code per distinct
-        string (1 M strings: about 90 against 300 ms). None when a column is neither or
-        holds a NULL."""
+        compared on the strings too): one pass over the strings, where key ids would code
+        every distinct one (the bench's stream with string ids and whole-ms event times, 1 M
+        rows: 233 ms, 691 by key ids). None when a column is neither or holds a NULL."""
         tags, exact = [], []
         for k in self.keys:
             if k == self.et:
