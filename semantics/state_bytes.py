@@ -103,25 +103,40 @@ def _sum_bytes(schedule: Schedule, source: str, col: str | None) -> int:
 WINDOW_STRUCT = 8 + _row_bytes([8, 8])  # struct<start, end>: offset/size word + nested row
 
 
+def stores_per_partition(spec: BacktestSpec) -> int:
+    """State stores of the operator in each partition: a join's four (keyToNumValues and
+    keyWithIndexToValue of each side), one otherwise.
+
+    >>> from semantics.spec import parse_spec
+    >>> stores_per_partition(parse_spec({"name": "d", "sources": {"a": {"table": "t",
+    ...     "event_time": "ts"}}, "query": {"kind": "deduplication", "source": "a",
+    ...     "keys": ["id"]}, "candidates": {"c": {}}}))
+    1
+    """
+    return 4 if isinstance(spec.query, JoinQuery) else 1
+
+
 def layout(spec: BacktestSpec, schedule: Schedule) -> tuple[int, int, int]:
     """(stores per partition, key bytes, value bytes) of one state entry."""
     q = spec.query
+    stores = stores_per_partition(spec)
     if isinstance(q, AggregationQuery):
         key = _cols(schedule, q.source, list(q.keys))
         if q.window is not None:
             key.append(WINDOW_STRUCT)
-        return 1, _row_bytes(key), _row_bytes(_agg_fields(schedule, q.source, q.aggregates))
+        return stores, _row_bytes(key), _row_bytes(_agg_fields(schedule, q.source,
+                                                              q.aggregates))
     if isinstance(q, DeduplicationQuery):
         key = _cols(schedule, q.source, list(q.keys))
-        return 1, _row_bytes(key), _row_bytes([8] if q.within_watermark else [])
+        return stores, _row_bytes(key), _row_bytes([8] if q.within_watermark else [])
     if isinstance(q, SessionQuery):
         key = _cols(schedule, q.source, list(q.keys)) + [8]
         value = _cols(schedule, q.source, list(q.keys)) + [WINDOW_STRUCT]
         value += _agg_fields(schedule, q.source, q.aggregates, minmax_as_column=False)
-        return 1, _row_bytes(key), _row_bytes(value)
+        return stores, _row_bytes(key), _row_bytes(value)
     assert isinstance(q, JoinQuery)
     row, key = _join_entries(spec, schedule)
-    return 4, row - ENTRY_BYTES, key  # one row entry plus one key entry (the upper bound)
+    return stores, row - ENTRY_BYTES, key  # one row entry plus one key entry (the upper bound)
 
 
 def _agg_fields(schedule: Schedule, source: str, aggregates: Mapping[str, str],
@@ -155,15 +170,13 @@ def _join_entries(spec: BacktestSpec, schedule: Schedule) -> tuple[int, int]:
     return row, ENTRY_BYTES + _row_bytes(key) + _row_bytes([8])  # keyToNumValues: key -> count
 
 
-def entry_bytes(spec: BacktestSpec, schedule: Schedule,
-                lay: tuple[int, int, int] | None = None) -> tuple[int, int]:
+def entry_bytes(spec: BacktestSpec, schedule: Schedule) -> tuple[int, int]:
     """(bytes per state entry, bytes per distinct key: join keys, session group keys): the
-    model's two slopes (``lay``: the :func:`layout`, when the caller has it: string columns'
-    lengths are read once)."""
+    model's two slopes."""
     q = spec.query
     if isinstance(q, JoinQuery):
         return _join_entries(spec, schedule)
-    _, key, value = layout(spec, schedule) if lay is None else lay
+    _, key, value = layout(spec, schedule)
     if isinstance(q, SessionQuery):
         group = _row_bytes(_cols(schedule, q.source, list(q.keys)))
         return ENTRY_BYTES + key + value + SESSION_INDEX_BYTES, SESSION_KEY_BYTES + group
@@ -201,9 +214,9 @@ def estimate(spec: BacktestSpec, candidate: str, schedule: Schedule,
     provider = spec.conf(candidate).get("spark.sql.streaming.stateStore.providerClass", "")
     if "RocksDB" in provider:
         return pd.Series([None] * len(batches), index=batches.index, dtype="Int64")
-    lay = layout(spec, schedule)
-    stores = lay[0]
-    per_entry, per_key = entry_bytes(spec, schedule, lay)
+    # (the stores alone: the layout's column sizes are the slopes', read once, there)
+    stores = stores_per_partition(spec)
+    per_entry, per_key = entry_bytes(spec, schedule)
     rows = held_rows(batches)
     keys = rows
     if per_key and "state_keys" in batches.columns:
