@@ -390,21 +390,23 @@ def _arrange_blocks(part: np.ndarray, n_parts: int, arrays: Sequence[np.ndarray]
     return order, bounds, outs
 
 
-def batch_major(per: np.ndarray, parts: Sequence[Sequence[np.ndarray]],
-                orders: Sequence[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
-    """``(cuts, columns)``: the rows of ``parts`` (each a list of equally long columns) in
-    batch order, the parts in order within a batch; batch ``t``'s rows are ``cuts[t]:cuts[t +
-    1]``. Part ``p``'s rows in batch order are ``col[orders[p]]`` of each of its columns,
-    ``per[p, t]`` of them in batch ``t``: they are written to their places through the
-    inverse of that order (one scatter per column; a gather in that order first, then a
-    scatter, costs twice). Parts (key ranges, ordered in their own threads) in threads, their
-    places disjoint: no sort or gather over all the rows at once.
+def batch_major(per: np.ndarray, parts: Sequence[Sequence[np.ndarray | int]],
+                orders: Sequence[np.ndarray | None]) -> tuple[np.ndarray, list[np.ndarray]]:
+    """``(cuts, columns)``: the rows of ``parts`` (each a list of equally long columns; an int
+    stands for a column of that value) in batch order, the parts in order within a batch;
+    batch ``t``'s rows are ``cuts[t]:cuts[t + 1]``. Part ``p``'s rows in batch order are
+    ``col[orders[p]]`` of each of its columns (``orders[p]`` None: ``col`` itself), ``per[p,
+    t]`` of them in batch ``t``: they are written to their places through the inverse of that
+    order (one scatter per column; a gather in that order first, then a scatter, costs twice).
+    Parts (key ranges, ordered in their own threads) in threads, their places disjoint: no sort
+    or gather over all the rows at once.
 
-    >>> cuts, (a,) = batch_major(np.array([[1, 2], [1, 0]]),
-    ...                          [[np.array([2, 1, 3])], [np.array([7])]],
-    ...                          [np.array([1, 0, 2]), np.array([0])])
-    >>> cuts.tolist(), a.tolist()
-    ([0, 2, 4], [1, 7, 2, 3])
+    >>> cuts, (a, b) = batch_major(np.array([[1, 2], [1, 0], [0, 1]]),
+    ...                            [[np.array([2, 1, 3]), np.array([0, 0, 0])],
+    ...                             [np.array([7]), np.array([0])], [np.array([9]), -1]],
+    ...                            [np.array([1, 0, 2]), np.array([0]), None])
+    >>> cuts.tolist(), a.tolist(), b.tolist()
+    ([0, 2, 5], [1, 7, 2, 3, 9], [0, 0, 0, 0, -1])
     """
     per = np.asarray(per, dtype=np.int64)
     cuts = np.r_[0, np.cumsum(per.sum(axis=0))]
@@ -418,8 +420,10 @@ def batch_major(per: np.ndarray, parts: Sequence[Sequence[np.ndarray]],
         if n.any():  # a row's place: its batch's start for this part, plus its rank
             ranked = np.arange(int(n.sum()), dtype=np.int64)
             ranked += np.repeat(at[p] - (np.cumsum(n) - n), n)
-            dest = np.empty_like(ranked)
-            dest[orders[p]] = ranked
+            dest = ranked
+            if orders[p] is not None:
+                dest = np.empty_like(ranked)
+                dest[orders[p]] = ranked
             for out, col in zip(outs, parts[p], strict=True):
                 out[dest] = col
 

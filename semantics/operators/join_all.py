@@ -49,6 +49,8 @@ from semantics.operators.grouping import (
     id_parts,
     order_of_small,
     part_width,
+    position_bits,
+    sort_words,
     split_rows,
 )
 from semantics.operators.join_band import band_pairs, band_slices
@@ -211,30 +213,49 @@ def join_at_once(left: RunSide, right: RunSide, jtype: str, condition: TimeCondi
     key_ranges = list(zip(*map_parts(lambda side: side.key_ranges(n_parts, n_codes),
                                      [left, right]), strict=True))
 
-    def one(rows: tuple[SideRange, SideRange]) -> tuple[np.ndarray, _Emitted] | None:
+    # an outer side's null rows as words (leaving batch, source position): a side's rows of
+    # every key range sorted together give each batch's in source order (cached gathers)
+    p_bits = [position_bits(len(side)) for side in (left, right)]
+    wide = (n_b - 1).bit_length() + max(p_bits) > 32
+    if (n_b - 1).bit_length() + max(p_bits) > 64:  # (never for a run that fits in memory)
+        return None
+
+    def one(rows: tuple[SideRange, SideRange]
+            ) -> tuple[np.ndarray, _Emitted, list[np.ndarray | None]] | None:
         got = _join_range(left.admitted(rows[0]), right.admitted(rows[1]), jtype, condition,
                           n_b)
-        return None if got is None else (got[0], _Emitted.of(*got[1:], n_b))
+        if got is None:
+            return None
+        nulls = [None if n is None else _null_words(*n, p, wide)
+                 for n, p in zip(got[4], p_bits, strict=True)]
+        return got[0], _Emitted.of(*got[1:4], n_b), nulls
 
     counts = np.zeros((4, n_b), dtype=np.int64)
     outs = []
+    nulls: list[list[np.ndarray]] = [[], []]
     for got in map_parts(one, [(lt, rt) for lt, rt in key_ranges if len(lt) or len(rt)]):
         if got is None:
             return None
         counts += got[0]
         outs.append(got[1])
+        for mine, words in zip(nulls, got[2], strict=True):
+            if words is not None:
+                mine.append(words)
+    sides = [(i, words) for i, words in enumerate(nulls) if words]
+    outs += map_parts(lambda side: _Emitted.nulls(np.concatenate(side[1]), side[0] == 0,
+                                                  p_bits[side[0]], n_b), sides)
     out_l, out_r, cuts = _by_batch(outs, n_b)
     return JoinAll(*counts, out_l, None if jtype == "left_semi" else out_r, cuts)
 
 
 @dataclass(frozen=True)
 class _Emitted:
-    """A key range's emitted rows as found: left and right source positions, their batch
-    order (as found within a batch) and how many each batch emits."""
+    """Emitted rows as found: left and right source positions (-1: a null-padded side), their
+    batch order (None: they are in it) and how many each batch emits."""
 
-    left: np.ndarray
-    right: np.ndarray
-    order: np.ndarray
+    left: np.ndarray | int
+    right: np.ndarray | int
+    order: np.ndarray | None
     per_batch: np.ndarray
 
     @classmethod
@@ -242,11 +263,29 @@ class _Emitted:
         """The rows ``left``, ``right`` emitted in batches ``batch`` (below ``n_b``)."""
         return cls(left, right, order_of_small(batch, n_b), np.bincount(batch, minlength=n_b))
 
+    @classmethod
+    def nulls(cls, words: np.ndarray, is_left: bool, p: int, n_b: int) -> _Emitted:
+        """The null rows of one outer side, from :func:`_null_words` (``p``: position bits) of
+        every key range: sorted, they are in batch order, source positions ascending within a
+        batch (where the output's gathers read them).
+
+        >>> words = _null_words(np.array([7, 2, 5]), np.array([1, 0, 1]), 3, False)
+        >>> e = _Emitted.nulls(words, True, 3, 2)
+        >>> e.left.tolist(), e.right, e.order, e.per_batch.tolist()
+        ([2, 5, 7], -1, None, [1, 2])
+        """
+        sort_words(words)
+        per_batch = np.diff(np.searchsorted(words, np.arange(n_b + 1, dtype=words.dtype) << p))
+        pos = np.empty(len(words), dtype=np.int64)
+        np.bitwise_and(words, (1 << p) - 1, out=pos, casting="unsafe")
+        return cls(pos, -1, None, per_batch) if is_left else cls(-1, pos, None, per_batch)
+
 
 def _by_batch(outs: list[_Emitted], n_b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The emitted rows of every key range as one pair of arrays in batch order (ranges in
-    order within a batch) and the batches' cuts: each range's batch order is found in its own
-    thread, and its rows are written to their places through it
+    """The emitted rows of every key range (and the outer sides' null rows, already in batch
+    order: :meth:`_Emitted.nulls`) as one pair of arrays in batch order (in the order of
+    ``outs`` within a batch) and the batches' cuts: each range's batch order is found in its
+    own thread, and its rows are written to their places through it
     (:func:`~semantics.operators.grouping.batch_major`).
 
     >>> one = _Emitted.of(np.array([1, 2, 3]), np.array([4, 5, 6]), np.array([1, 0, 1]), 3)
@@ -265,25 +304,28 @@ def _by_batch(outs: list[_Emitted], n_b: int) -> tuple[np.ndarray, np.ndarray, n
     return out_l, out_r, cuts
 
 
-# a key range's counts (state rows, updated, removed, keys per batch) and emitted rows (left
-# and right source positions, batches)
-_Range = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+# a key range's counts (state rows, updated, removed, keys per batch), emitted pairs (left
+# and right source positions, batches) and each side's null rows (source positions, batches;
+# None: not an outer side)
+_Nulls = tuple[np.ndarray, np.ndarray] | None
+_Range = tuple[np.ndarray, np.ndarray | int, np.ndarray, np.ndarray, list[_Nulls]]
 
 
 def _join_range(left: Admitted, right: Admitted, jtype: str, condition: TimeCondition,
                 n_b: int) -> _Range | None:
-    """(counts: state rows, updated, removed, keys per batch; emitted rows' left and right
-    source positions and batches, unordered) of the rows of some keys; None past the pair
-    budget."""
+    """(counts: state rows, updated, removed, keys per batch; emitted pairs' left and right
+    source positions and batches, unordered; each outer side's null rows) of the rows of some
+    keys; None past the pair budget."""
     li, rj = _candidates(left, right, condition)
     if li is None:
         return None
     bl, br = left.b[li], right.b[rj]
     outer_l = jtype in ("left_outer", "full_outer")
     outer_r = jtype in ("right_outer", "full_outer")
+    nulls: list[_Nulls] = [None, None]
     if jtype == "left_semi":
         stored_l, out_b, out_l = _semi(left, right, li, rj, bl, br, n_b)
-        out_r = np.full(len(out_l), -1, dtype=np.int64)  # (no right side in the output)
+        out_r = -1  # (no right side in the output)
         stored_r = right.e > right.b
     else:
         # emitted iff the row that came first (either when both came together) is still stored
@@ -296,12 +338,11 @@ def _join_range(left: Admitted, right: Admitted, jtype: str, condition: TimeCond
         stored_r = right.e > right.b
         if outer_r:
             stored_r |= ~matched_r  # SPARK-49829: kept so that eviction emits its null row
-        parts = [(left.pos[li], right.pos[rj], out_b)]
+        out_l, out_r = left.pos[li], right.pos[rj]
         if outer_l:  # an unmatched row's null row, when it leaves
-            parts.append(_null_rows(left, ~matched_l, n_b, True))
+            nulls[0] = _null_rows(left, ~matched_l, n_b)
         if outer_r:
-            parts.append(_null_rows(right, stored_r & ~matched_r, n_b, False))
-        out_l, out_r, out_b = (np.concatenate(a) for a in zip(*parts, strict=True))
+            nulls[1] = _null_rows(right, stored_r & ~matched_r, n_b)
     counts = np.zeros((4, n_b), dtype=np.int64)  # state rows, updated, removed, keys
     # numRowsRemoved: only the final cleanup pass; outer sides' rows left while emitting nulls
     for side, stored, counted in ((left, stored_l, not outer_l), (right, stored_r, not outer_r)):
@@ -316,7 +357,7 @@ def _join_range(left: Admitted, right: Admitted, jtype: str, condition: TimeCond
         if counted:
             counts[2] += gone
         counts[3] += keys_alive(code, b, e, n_b, side.codes)
-    return counts, out_l, out_r, out_b
+    return counts, out_l, out_r, out_b, nulls
 
 
 def keys_alive(code: np.ndarray, b: np.ndarray, e: np.ndarray, n_b: int,
@@ -396,13 +437,25 @@ def _candidates(left: Admitted, right: Admitted, condition: TimeCondition
     return li, rj
 
 
-def _null_rows(side: Admitted, unmatched: np.ndarray, n_b: int, is_left: bool
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(left, right, batch) of the null-padded rows of ``side``'s unmatched rows that leave."""
+def _null_rows(side: Admitted, unmatched: np.ndarray, n_b: int
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """(source position, batch) of the null-padded rows of ``side``'s unmatched rows that
+    leave."""
     at = np.flatnonzero(unmatched & (side.e < n_b))
-    pad = np.full(len(at), -1, dtype=np.int64)
-    pos = side.pos[at]
-    return (pos, pad, side.e[at]) if is_left else (pad, pos, side.e[at])
+    return side.pos[at], side.e[at]
+
+
+def _null_words(pos: np.ndarray, batch: np.ndarray, p: int, wide: bool) -> np.ndarray:
+    """Words ``batch << p | pos`` (``p``: bits of a position; ``wide``: 64-bit words, else
+    32-bit), which sort by batch, then position.
+
+    >>> _null_words(np.array([7, 2]), np.array([1, 0]), 3, False).tolist()
+    [15, 2]
+    """
+    words = batch.astype(np.uint64 if wide else np.uint32)
+    words <<= p
+    words |= pos.astype(words.dtype, copy=False)
+    return words
 
 
 def _flags(idx: np.ndarray, n: int) -> np.ndarray:
