@@ -397,9 +397,10 @@ def batch_major(per: np.ndarray, parts: Sequence[Sequence[np.ndarray | int]],
     batch ``t``'s rows are ``cuts[t]:cuts[t + 1]``. Part ``p``'s rows in batch order are
     ``col[orders[p]]`` of each of its columns (``orders[p]`` None: ``col`` itself), ``per[p,
     t]`` of them in batch ``t``: they are written to their places through the inverse of that
-    order (one scatter per column; a gather in that order first, then a scatter, costs twice).
-    Parts (key ranges, ordered in their own threads) in threads, their places disjoint: no sort
-    or gather over all the rows at once.
+    order (one scatter per column; a gather in that order first, then a scatter, costs twice;
+    a part already in batch order is copied a slice a batch). Parts (key ranges, ordered in
+    their own threads) in threads, their places disjoint: no sort or gather over all the rows
+    at once.
 
     >>> cuts, (a, b) = batch_major(np.array([[1, 2], [1, 0], [0, 1]]),
     ...                            [[np.array([2, 1, 3]), np.array([0, 0, 0])],
@@ -417,13 +418,17 @@ def batch_major(per: np.ndarray, parts: Sequence[Sequence[np.ndarray | int]],
 
     def place(p: int) -> None:
         n = per[p]
-        if n.any():  # a row's place: its batch's start for this part, plus its rank
+        if orders[p] is None:  # (in batch order: a slice a batch)
+            first = np.cumsum(n) - n
+            for t in np.flatnonzero(n).tolist():
+                to, src, k = int(at[p, t]), int(first[t]), int(n[t])
+                for out, col in zip(outs, parts[p], strict=True):
+                    out[to:to + k] = col[src:src + k] if isinstance(col, np.ndarray) else col
+        elif n.any():  # a row's place: its batch's start for this part, plus its rank
             ranked = np.arange(int(n.sum()), dtype=np.int64)
             ranked += np.repeat(at[p] - (np.cumsum(n) - n), n)
-            dest = ranked
-            if orders[p] is not None:
-                dest = np.empty_like(ranked)
-                dest[orders[p]] = ranked
+            dest = np.empty_like(ranked)
+            dest[orders[p]] = ranked
             for out, col in zip(outs, parts[p], strict=True):
                 out[dest] = col
 
