@@ -213,37 +213,52 @@ def join_at_once(left: RunSide, right: RunSide, jtype: str, condition: TimeCondi
     key_ranges = list(zip(*map_parts(lambda side: side.key_ranges(n_parts, n_codes),
                                      [left, right]), strict=True))
 
-    # an outer side's null rows as words (leaving batch, source position): a side's rows of
-    # every key range sorted together give each batch's in source order (cached gathers)
+    # the emitted rows as words: pairs (batch, left and right source position) and an outer
+    # side's null rows (leaving batch, source position); those of every key range sorted
+    # together come in batch order, each batch's by source position (the left one for a
+    # pair), where the output's gathers read them
     p_bits = [position_bits(len(side)) for side in (left, right)]
-    wide = (n_b - 1).bit_length() + max(p_bits) > 32
-    if (n_b - 1).bit_length() + max(p_bits) > 64:  # (never for a run that fits in memory)
+    b_bits = (n_b - 1).bit_length()
+    wide = b_bits + max(p_bits) > 32
+    if b_bits + max(p_bits) > 64:  # (never for a run that fits in memory)
         return None
+    paired = jtype != "left_semi" and b_bits + sum(p_bits) <= 64
 
     def one(rows: tuple[SideRange, SideRange]
-            ) -> tuple[np.ndarray, _Emitted, list[np.ndarray | None]] | None:
+            ) -> tuple[np.ndarray, np.ndarray | _Emitted, list[np.ndarray | None]] | None:
         got = _join_range(left.admitted(rows[0]), right.admitted(rows[1]), jtype, condition,
                           n_b)
         if got is None:
             return None
         nulls = [None if n is None else _null_words(*n, p, wide)
                  for n, p in zip(got[4], p_bits, strict=True)]
-        return got[0], _Emitted.of(*got[1:4], n_b), nulls
+        pairs = _pair_words(got[3], got[1], got[2], p_bits) if paired else \
+            _Emitted.of(*got[1:4], n_b)
+        return got[0], pairs, nulls
 
     counts = np.zeros((4, n_b), dtype=np.int64)
-    outs = []
+    pairs: list = []
     nulls: list[list[np.ndarray]] = [[], []]
     for got in map_parts(one, [(lt, rt) for lt, rt in key_ranges if len(lt) or len(rt)]):
         if got is None:
             return None
         counts += got[0]
-        outs.append(got[1])
+        pairs.append(got[1])
         for mine, words in zip(nulls, got[2], strict=True):
             if words is not None:
                 mine.append(words)
-    sides = [(i, words) for i, words in enumerate(nulls) if words]
-    outs += map_parts(lambda side: _Emitted.nulls(np.concatenate(side[1]), side[0] == 0,
-                                                  p_bits[side[0]], n_b), sides)
+    jobs: list = [(i, words) for i, words in enumerate(nulls) if words]
+    if paired and pairs:
+        jobs.insert(0, (-1, pairs))
+
+    def order(job: tuple[int, list[np.ndarray]]) -> _Emitted:
+        """The emitted rows of one kind of word in batch order."""
+        i, words = job
+        if i < 0:
+            return _Emitted.pairs(np.concatenate(words), p_bits, n_b)
+        return _Emitted.nulls(np.concatenate(words), i == 0, p_bits[i], n_b)
+
+    outs = ([] if paired else pairs) + map_parts(order, jobs)
     out_l, out_r, cuts = _by_batch(outs, n_b)
     return JoinAll(*counts, out_l, None if jtype == "left_semi" else out_r, cuts)
 
@@ -262,6 +277,29 @@ class _Emitted:
     def of(cls, left: np.ndarray, right: np.ndarray, batch: np.ndarray, n_b: int) -> _Emitted:
         """The rows ``left``, ``right`` emitted in batches ``batch`` (below ``n_b``)."""
         return cls(left, right, order_of_small(batch, n_b), np.bincount(batch, minlength=n_b))
+
+    @classmethod
+    def pairs(cls, words: np.ndarray, p_bits: list[int], n_b: int) -> _Emitted:
+        """The pairs of :func:`_pair_words` (``p_bits``: the bits of a left and of a right
+        position) of every key range: sorted, they are in batch order, left source positions
+        ascending within a batch.
+
+        >>> words = _pair_words(np.array([1, 0, 1]), np.array([6, 2, 5]), np.array([0, 3, 1]),
+        ...                     [3, 2])
+        >>> e = _Emitted.pairs(words, [3, 2], 2)
+        >>> e.left.tolist(), e.right.tolist(), e.order, e.per_batch.tolist()
+        ([2, 5, 6], [3, 1, 0], None, [1, 2])
+        """
+        sort_words(words)
+        pl, pr = p_bits
+        per_batch = np.diff(np.searchsorted(
+            words, np.arange(n_b + 1, dtype=words.dtype) << np.uint64(pl + pr)))
+        right = np.empty(len(words), dtype=np.int64)
+        np.bitwise_and(words, np.uint64((1 << pr) - 1), out=right, casting="unsafe")
+        words >>= np.uint64(pr)
+        left = np.empty(len(words), dtype=np.int64)
+        np.bitwise_and(words, np.uint64((1 << pl) - 1), out=left, casting="unsafe")
+        return cls(left, right, None, per_batch)
 
     @classmethod
     def nulls(cls, words: np.ndarray, is_left: bool, p: int, n_b: int) -> _Emitted:
@@ -443,6 +481,22 @@ def _null_rows(side: Admitted, unmatched: np.ndarray, n_b: int
     leave."""
     at = np.flatnonzero(unmatched & (side.e < n_b))
     return side.pos[at], side.e[at]
+
+
+def _pair_words(batch: np.ndarray, left: np.ndarray, right: np.ndarray, p_bits: list[int]
+                ) -> np.ndarray:
+    """64-bit words ``(batch << pl | left) << pr | right`` (``p_bits``: ``pl``, ``pr``, the
+    bits of a left and of a right position), which sort by batch, then left position.
+
+    >>> _pair_words(np.array([1]), np.array([6]), np.array([2]), [3, 2]).tolist()
+    [58]
+    """
+    words = batch.astype(np.uint64)
+    words <<= np.uint64(p_bits[0])
+    words |= np.asarray(left, dtype=np.int64).view(np.uint64)  # (positions: no sign)
+    words <<= np.uint64(p_bits[1])
+    words |= np.asarray(right, dtype=np.int64).view(np.uint64)
+    return words
 
 
 def _null_words(pos: np.ndarray, batch: np.ndarray, p: int, wide: bool) -> np.ndarray:
