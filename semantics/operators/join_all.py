@@ -37,6 +37,7 @@ Invariants: the arrays of an :class:`Admitted` are in arrival order (``b`` non-d
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -421,7 +422,10 @@ def keys_alive(code: np.ndarray, b: np.ndarray, e: np.ndarray, n_b: int,
         code, c0, c1 = code.astype(np.int64), 0, len(uniques) - 1
     mask = (1 << bits) - 1
     # (32-bit words when they fit: half the memory, and numpy sorts them twice as fast)
-    w = np.empty(n, dtype=np.int32 if (c1 - c0).bit_length() + 2 * bits <= 31 else np.int64)
+    narrow = (c1 - c0).bit_length() + 2 * bits <= 31
+    w = np.empty(n, dtype=np.int32 if narrow else np.int64)
+    if narrow and c1 < 1 << 31:  # (their low halves: no cast of int64 values)
+        code, b, e = _low_halves(code), _low_halves(b), _low_halves(e)
     np.subtract(code, c0, out=w, casting="unsafe")  # (in 64 bits, the difference fits w)
     w <<= bits
     w |= b
@@ -437,11 +441,28 @@ def keys_alive(code: np.ndarray, b: np.ndarray, e: np.ndarray, n_b: int,
     new[0] = True
     np.greater(cb[1:], reach[:-1], out=new[1:])  # another code, or after every end so far
     first = np.flatnonzero(new)
-    ends = reach[np.r_[first[1:] - 1, n - 1]] & mask
+    last = first - 1  # (each interval's last row; the last interval's at 0, order is moot)
+    last[0] = n - 1
+    ends = reach[last]
+    ends &= mask
+    ends += 1
+    starts = cb[first]
+    starts &= mask
     width = n_b + 2
-    diff = np.bincount(cb[first] & mask, minlength=width) - np.bincount(
-        ends + 1, minlength=width + 1)[:width]
+    diff = np.bincount(starts, minlength=width) - np.bincount(ends, minlength=width + 1)[:width]
     return np.cumsum(diff)[:n_b]
+
+
+def _low_halves(a: np.ndarray) -> np.ndarray:
+    """The int32 low halves of int64 values in ``0 .. 2**31 - 1`` (a strided view, no copy, on
+    a little-endian machine; else a cast).
+
+    >>> _low_halves(np.array([5, 2**31 - 1])).tolist()
+    [5, 2147483647]
+    """
+    if a.dtype == np.int64 and a.flags.c_contiguous and sys.byteorder == "little":
+        return a.view(np.int32)[::2]
+    return a.astype(np.int32)
 
 
 def _candidates(left: Admitted, right: Admitted, condition: TimeCondition
