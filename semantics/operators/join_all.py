@@ -368,7 +368,9 @@ def _join_range(left: Admitted, right: Admitted, jtype: str, condition: TimeCond
         stored_r = right.e > right.b
     else:
         # emitted iff the row that came first (either when both came together) is still stored
-        emit = np.where(bl <= br, br <= left.e[li], bl <= right.e[rj])
+        first = bl <= br
+        emit = first & (br <= left.e[li])  # (no np.where: branches on booleans cost more)
+        emit |= ~first & (bl <= right.e[rj])
         li, rj = li[emit], rj[emit]
         out_b = np.maximum(bl[emit], br[emit])
         matched_l = _flags(li, len(left))
@@ -386,7 +388,7 @@ def _join_range(left: Admitted, right: Admitted, jtype: str, condition: TimeCond
     # numRowsRemoved: only the final cleanup pass; outer sides' rows left while emitting nulls
     for side, stored, counted in ((left, stored_l, not outer_l), (right, stored_r, not outer_r)):
         b, e, code = side.b, side.e, side.code
-        if stored is not None:
+        if stored is not None and not stored.all():  # (a right side: mostly all stored)
             b, e, code = b[stored], e[stored], code[stored]
         # (b is in arrival order, so sorted: a search per batch, no count per row)
         came = np.diff(np.searchsorted(b, np.arange(n_b + 1, dtype=b.dtype)))
