@@ -56,7 +56,7 @@ from semantics.operators.grouping import (
 )
 from semantics.operators.join_band import band_pairs, band_slices
 from semantics.operators.join_frames import expand
-from semantics.parallel import map_parts
+from semantics.parallel import map_parts, threads
 
 if TYPE_CHECKING:
     from semantics.operators.join import TimeCondition
@@ -209,7 +209,10 @@ def join_at_once(left: RunSide, right: RunSide, jtype: str, condition: TimeCondi
     ([], [1, 0], [0, 1], [1, 1])
     """
     n_b = len(left.counts)
-    n_parts = min(-(-(len(left) + len(right)) // CHUNK), max(n_codes, 1), 1 << 16)
+    n_parts = -(-(len(left) + len(right)) // CHUNK)
+    if n_parts > 1:  # (a multiple of the threads: the last ones end together)
+        n_parts = -(-n_parts // threads()) * threads()
+    n_parts = min(n_parts, max(n_codes, 1), 1 << 16)
     # (the two sides in threads)
     key_ranges = list(zip(*map_parts(lambda side: side.key_ranges(n_parts, n_codes),
                                      [left, right]), strict=True))
