@@ -241,8 +241,8 @@ def join_at_once(left: RunSide, right: RunSide, jtype: str, condition: TimeCondi
         return got[0], pairs, nulls
 
     counts = np.zeros((4, n_b), dtype=np.int64)
-    pairs: list = []
-    nulls: list[list[np.ndarray]] = [[], []]
+    pairs: list[np.ndarray | _Emitted] = []  # (words, or as found when not ``paired``)
+    nulls: list[list[np.ndarray]] = [[], []]  # (each side's words)
     for got in map_parts(one, [(lt, rt) for lt, rt in key_ranges if len(lt) or len(rt)]):
         if got is None:
             return None
@@ -251,18 +251,19 @@ def join_at_once(left: RunSide, right: RunSide, jtype: str, condition: TimeCondi
         for mine, words in zip(nulls, got[2], strict=True):
             if words is not None:
                 mine.append(words)
-    jobs: list = [(i, words) for i, words in enumerate(nulls) if words]
+    # (each kind of word: "pairs", or the side of null rows, 0 left, 1 right)
+    kinds: list[tuple[str | int, list]] = [(i, words) for i, words in enumerate(nulls) if words]
     if paired and pairs:
-        jobs.insert(0, (-1, pairs))
+        kinds.insert(0, ("pairs", pairs))
 
-    def order(job: tuple[int, list[np.ndarray]]) -> _Emitted:
-        """The emitted rows of one kind of word in batch order."""
-        i, words = job
-        if i < 0:
+    def order(kind: tuple[str | int, list[np.ndarray]]) -> _Emitted:
+        """The emitted rows of one kind of word, in batch order."""
+        side, words = kind
+        if side == "pairs":
             return _Emitted.pairs(np.concatenate(words), p_bits, n_b)
-        return _Emitted.nulls(np.concatenate(words), i == 0, p_bits[i], n_b)
+        return _Emitted.nulls(np.concatenate(words), side == 0, p_bits[int(side)], n_b)
 
-    outs = ([] if paired else pairs) + map_parts(order, jobs)
+    outs = ([] if paired else pairs) + map_parts(order, kinds)
     out_l, out_r, cuts = _by_batch(outs, n_b)
     return JoinAll(*counts, out_l, None if jtype == "left_semi" else out_r, cuts)
 
@@ -296,8 +297,7 @@ class _Emitted:
         """
         sort_words(words)
         pl, pr = p_bits
-        per_batch = np.diff(np.searchsorted(
-            words, np.arange(n_b + 1, dtype=words.dtype) << np.uint64(pl + pr)))
+        per_batch = _per_batch(words, pl + pr, n_b)
         right = np.empty(len(words), dtype=np.int64)
         np.bitwise_and(words, np.uint64((1 << pr) - 1), out=right, casting="unsafe")
         words >>= np.uint64(pr)
@@ -317,10 +317,21 @@ class _Emitted:
         ([2, 5, 7], -1, None, [1, 2])
         """
         sort_words(words)
-        per_batch = np.diff(np.searchsorted(words, np.arange(n_b + 1, dtype=words.dtype) << p))
+        per_batch = _per_batch(words, p, n_b)
         pos = np.empty(len(words), dtype=np.int64)
         np.bitwise_and(words, (1 << p) - 1, out=pos, casting="unsafe")
         return cls(pos, -1, None, per_batch) if is_left else cls(-1, pos, None, per_batch)
+
+
+def _per_batch(words: np.ndarray, low: int, n_b: int) -> np.ndarray:
+    """How many of the sorted ``words`` (batch above the ``low`` bits) each of the ``n_b``
+    batches holds (the words of batch ``n_b`` itself need not fit: no search for them).
+
+    >>> _per_batch(np.array([3 << 30], dtype=np.uint32), 30, 4).tolist()
+    [0, 0, 0, 1]
+    """
+    starts = np.searchsorted(words, np.arange(n_b, dtype=words.dtype) << words.dtype.type(low))
+    return np.diff(starts, append=len(words))
 
 
 def _by_batch(outs: list[_Emitted], n_b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
