@@ -10,11 +10,14 @@ aggregation, deduplication, deduplication within watermark, session windows) and
 the ratio predictor/Spark measured in this same run (machines here are noisy: compare ratios,
 not seconds).
 The predictor's time is the best of ``--repeat`` runs (the timeit convention: the minimum is
-the least disturbed by other processes); Spark runs once. Every prediction is timed before the
-first Spark replay starts: a JVM left idle by a replay still runs (its collector, the state
-store's maintenance) on the same two cores, and predictions timed after one took 10-30 %
-longer (measured: 1 M aggregation 31-33 against 34-44 ms, 10 M deduplication 395-464 against
-419-438 ms). Batches hold ``--batch-rows`` events
+the least disturbed by other processes); Spark runs once. A replay runs in a child process of
+its own, whose JVM has exited before the next prediction is timed (a JVM left idle by a replay
+still runs its collector and the state store's maintenance on the same two cores: predictions
+timed beside one took 10-30 % longer), and each size's predictions are timed just before and
+just after its replay (the best of both counts): the two sides of a ratio are measured within
+minutes of each other. These machines drift by 10-30 % over the half hour a full run takes: a
+run that timed every prediction first measured the 10 M join at 1.10 s, and three runs right
+after it 0.84-0.85 s. Batches hold ``--batch-rows`` events
 (default 20 000), event times are out of order by up to two minutes, 1 % of events are an hour
 late, watermark delays are two minutes. ``join`` (left outer, 30 s) pairs events over 100 000
 keys (most rows never match: like clicks joined to impressions); ``join_dense`` over 5 000 keys
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import subprocess
 import sys
 import tempfile
 import time
@@ -126,15 +130,28 @@ def time_predict(spec: BacktestSpec, sched: Schedule, repeat: int, count_late: b
     return best, rows
 
 
-def time_spark(spec: BacktestSpec, sched: Schedule) -> float:
+def time_spark(kind: str, n: int, batch_rows: int) -> float:
+    """Seconds the Spark replay of :func:`make`'s schedule takes, in a child process (its JVM
+    gone when this returns; starting Spark is not timed)."""
+    got = subprocess.run([sys.executable, __file__, "--replay-only", kind, str(n),
+                          str(batch_rows)], capture_output=True, text=True)
+    if got.returncode:
+        sys.stderr.write(got.stderr)
+        raise RuntimeError(f"the Spark replay of {kind} at {n} events failed")
+    return float(got.stdout.split()[-1])
+
+
+def _replay_only(kind: str, n: int, batch_rows: int) -> None:
+    """The child of :func:`time_spark`: prints the replay's seconds."""
     from jobs.replay import replay
     from jobs.spark import get_spark
 
+    spec, sched = make(kind, n, batch_rows)
     spark = get_spark()
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
         replay(spec, "c", sched, Path(tmp), spark)
-        return time.perf_counter() - t0
+        print(time.perf_counter() - t0)
 
 
 def main() -> None:
@@ -147,25 +164,28 @@ def main() -> None:
                     help="replay in Spark at these sizes, comma-separated (0: skip Spark)")
     ap.add_argument("--count-late", action="store_true",
                     help="also count the input rows dropped as late (as wmbt sweep does)")
+    ap.add_argument("--replay-only", nargs=3, metavar=("KIND", "N", "BATCH_ROWS"),
+                    help=argparse.SUPPRESS)  # (time_spark's child process)
     args = ap.parse_args()
+    if args.replay_only:
+        kind, n, batch_rows = args.replay_only
+        _replay_only(kind, int(n), int(batch_rows))
+        return
     spark_sizes = {int(x) for x in args.spark_rows.split(",") if int(x) > 0}
     reused = reuse_freed_memory()  # as wmbt does (semantics.memory)
     print(f"predictor threads: {threads()}; freed memory reused: {reused}")
     print(f"{'kind':<14} {'events':>10} {'batches':>8} {'out/event':>9} {'predict s':>10} "
           f"{'events/s':>12} {'spark s':>9} {'speed-up':>9}")
-    runs = [(kind, n) for kind in args.kinds.split(",") for n in map(int, args.sizes.split(","))]
-    predicted = {}  # (kind, n) -> (batches, emitted rows, best seconds): before any JVM starts
-    for kind, n in runs:
-        spec, sched = make(kind, n, args.batch_rows)
-        tp, out = time_predict(spec, sched, args.repeat, args.count_late)
-        predicted[kind, n] = len(sched.ticks), out, tp
-        if n not in spark_sizes:  # (no Spark: its line now)
-            print(_line(kind, n, *predicted[kind, n], None), flush=True)
-        del spec, sched
-    for kind, n in runs:
-        if n in spark_sizes:  # (the schedule again: ``make`` is deterministic)
-            ts = time_spark(*make(kind, n, args.batch_rows))
-            print(_line(kind, n, *predicted[kind, n], ts), flush=True)
+    for kind in args.kinds.split(","):
+        for n in map(int, args.sizes.split(",")):
+            spec, sched = make(kind, n, args.batch_rows)
+            tp, out = time_predict(spec, sched, args.repeat, args.count_late)
+            ts = None
+            if n in spark_sizes:  # (the same schedule: ``make`` is deterministic)
+                ts = time_spark(kind, n, args.batch_rows)
+                tp = min(tp, time_predict(spec, sched, args.repeat, args.count_late)[0])
+            print(_line(kind, n, len(sched.ticks), out, tp, ts), flush=True)
+            del spec, sched
 
 
 def _line(kind: str, n: int, batches: int, out: int, tp: float, ts: float | None) -> str:
