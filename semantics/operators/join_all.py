@@ -335,11 +335,11 @@ def _per_batch(words: np.ndarray, low: int, n_b: int) -> np.ndarray:
 
 
 def _by_batch(outs: list[_Emitted], n_b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The emitted rows of every key range (and the outer sides' null rows, already in batch
-    order: :meth:`_Emitted.nulls`) as one pair of arrays in batch order (in the order of
-    ``outs`` within a batch) and the batches' cuts: each range's batch order is found in its
-    own thread, and its rows are written to their places through it
-    (:func:`~semantics.operators.grouping.batch_major`).
+    """The emitted rows of ``outs`` as one pair of arrays in batch order (in the order of
+    ``outs`` within a batch) and the batches' cuts: a key range's rows as found (left semi),
+    whose batch order was found in its own thread, are written to their places through it; a
+    kind of words already in batch order (:meth:`_Emitted.pairs`, :meth:`_Emitted.nulls`) is
+    copied a slice a batch (:func:`~semantics.operators.grouping.batch_major`).
 
     >>> one = _Emitted.of(np.array([1, 2, 3]), np.array([4, 5, 6]), np.array([1, 0, 1]), 3)
     >>> two = _Emitted.of(np.array([7]), np.array([8]), np.array([0]), 3)
