@@ -324,8 +324,9 @@ class _Emitted:
 
 
 def _per_batch(words: np.ndarray, low: int, n_b: int) -> np.ndarray:
-    """How many of the sorted ``words`` (batch above the ``low`` bits) each of the ``n_b``
-    batches holds (the words of batch ``n_b`` itself need not fit: no search for them).
+    """How many of the sorted ``words`` (batch above the ``low`` bits; 0: batch numbers) each
+    of the ``n_b`` batches holds, by a search per batch (the words of batch ``n_b`` itself need
+    not fit: no search for them).
 
     >>> _per_batch(np.array([3 << 30], dtype=np.uint32), 30, 4).tolist()
     [0, 0, 0, 1]
@@ -404,8 +405,7 @@ def _join_range(left: Admitted, right: Admitted, jtype: str, condition: TimeCond
         b, e, code = side.b, side.e, side.code
         if stored is not None and not stored.all():  # (a right side: mostly all stored)
             b, e, code = b[stored], e[stored], code[stored]
-        # (b is in arrival order, so sorted: a search per batch, no count per row)
-        came = np.diff(np.searchsorted(b, np.arange(n_b + 1, dtype=b.dtype)))
+        came = _per_batch(b, 0, n_b)  # (b is in arrival order, so sorted: no count per row)
         gone = np.bincount(e, minlength=n_b + 1)[:n_b]
         counts[0] += np.cumsum(came) - np.cumsum(gone)
         counts[1] += came
