@@ -107,13 +107,13 @@ def cmd_run(args: argparse.Namespace, predict: bool, actual: bool) -> int:
     spec = load_spec(args.spec)
     # (rows' fates only where they are read: a row explained, the late rows listed, the
     # report of a backtest)
-    explain = actual or getattr(args, "explain", None) is not None \
+    with_fates = actual or getattr(args, "explain", None) is not None \
         or getattr(args, "late", None) is not None
     result = run_backtest(spec, args.candidate, predict=predict, actual=actual,
                           results=Path(args.results) if args.results else None,
                           master=getattr(args, "master", None),
                           progress=_progress(args.json and not sys.stderr.isatty()),
-                          explain=explain)
+                          explain=with_fates)
     if predict and actual:
         from jobs.backtest import default_results_dir
         from jobs.report_html import write_report
