@@ -1,6 +1,6 @@
 """The micro-batch loop: which batches Spark runs and with which watermarks (Spark 4.0 rules).
 
-Rules (spark-watermark-semantics.md §1–§3), each locked by a Spark test:
+Rules (docs/semantics.md §2.1–§2.3), each locked by a Spark test:
 
 * per input: ``max(event_time_ms) − delay`` over the batch's rows; replaced only when greater
   (per-input watermarks never go backwards); an input that never had data is ``None`` = 0;

@@ -63,7 +63,7 @@ def operator_name(spec: BacktestSpec) -> str:
 def late_counts(spec: BacktestSpec) -> str:
     """What ``dropped_by_watermark`` (Spark's ``numRowsDroppedByWatermark``) counts for the
     spec's query: ``rows`` (deduplication, joins), or what the operator drops instead of rows
-    (spark-watermark-semantics.md §6)."""
+    (docs/semantics.md §5)."""
     kind = spec.query.kind
     if kind == "aggregation":
         return "groups (one per key and window in a batch, after partial aggregation)"

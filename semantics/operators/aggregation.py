@@ -1,6 +1,6 @@
 """Streaming aggregation: Spark's ``StateStoreRestoreExec`` → merge → ``StateStoreSaveExec``.
 
-Rules (spark-watermark-semantics.md §4, §5.1, §6), per batch:
+Rules (docs/semantics.md §3, §4.1, §5), per batch:
 
 1. window assignment exactly as ``TimeWindowing`` (a row of a sliding window joins several
    groups), then partial aggregation: one row per group (keys + window) per batch (counts, sums,

@@ -1,7 +1,7 @@
 """Streaming deduplication: ``dropDuplicates`` (``StreamingDeduplicateExec``) and
 ``dropDuplicatesWithinWatermark`` (``StreamingDeduplicateWithinWatermarkExec``).
 
-Rules (spark-watermark-semantics.md §5.2, §5.3, §6), per batch:
+Rules (docs/semantics.md §4.2, §5), per batch:
 
 1. late filter on the event-time column — also when it is not a key: a row with
    ``event_time <= late wm`` (µs vs ms·1000, inclusive) is dropped and counted in

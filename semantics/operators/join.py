@@ -1,8 +1,8 @@
 """Predictor of Spark 4.0's ``StreamingSymmetricHashJoinExec`` (progress name
 ``symmetricHashJoin``) for the join query of SPEC.md §1.
 
-One batch (``StreamingSymmetricHashJoinExec.processPartitions``; spark-watermark-semantics.md
-§5.5), with ``late``/``evict`` the operator's two watermarks from the engine:
+One batch (``StreamingSymmetricHashJoinExec.processPartitions``; docs/semantics.md
+§4.4), with ``late``/``evict`` the operator's two watermarks from the engine:
 
 1. **Late rows**: a row of a side *with a watermark* is dropped iff
    ``event_time_µs <= late·1000``; counted in ``numRowsDroppedByWatermark`` for both sides. A

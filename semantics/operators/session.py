@@ -1,5 +1,5 @@
 """Session windows: ``SessionWindowStateStoreRestoreExec`` → ``MergingSessionsExec`` →
-``SessionWindowStateStoreSaveExec`` (spark-watermark-semantics.md §4, §5.4, §6).
+``SessionWindowStateStoreSaveExec`` (docs/semantics.md §3, §4.3, §5).
 
 Each row starts as the session ``[t, t + gap)``. Per batch:
 

@@ -1,4 +1,4 @@
-"""Time-window assignment exactly as Spark's ``TimeWindowing`` (spark-watermark-semantics §4).
+"""Time-window assignment exactly as Spark's ``TimeWindowing`` (docs/semantics.md §3).
 
 For an event time ``t`` (µs), duration ``d``, slide ``s`` and start offset ``o``
 (``startTime``, ``|o| < s``): ``lastStart = t − ((t − o) mod s)`` with a non-negative modulo
