@@ -59,8 +59,8 @@ class BatchInput:
 
 class BatchRows(Mapping[str, pd.DataFrame]):
     """A batch's rows per source, ``frames[s].iloc[lo:hi]``, each sliced when first read: an
-    operator that computes the whole run at once never reads them (a slice costs about 17 µs,
-    1 000 of them a tenth of a 10 M-event join prediction's serial work).
+    operator that computes the whole run at once never reads them (over a thousand batches,
+    slicing every source's rows would be a noticeable part of a join's serial work).
 
     >>> rows = BatchRows({"a": pd.DataFrame({"x": [1, 2, 3]})}, {"a": (1, 3)})
     >>> rows["a"]["x"].tolist(), list(rows), len(rows)
@@ -323,11 +323,9 @@ def source_counts(plan: list[BatchInput], source: str) -> np.ndarray:
 
 
 # rows of a chunk of batches (batch_chunks): a dozen arrays of it stay in a core's cache. Chunk
-# loops run in threads (chunk_groups), and numpy releases the GIL only within a call: two
-# threads making calls on 2**15 rows wait on each other for it about as long as they compute
-# (measured: a compare and a count over 8 M rows chunk by chunk, 2**15 rows 9.8 ms alone and
-# 10.7 in two threads, 2**17 rows 7.8 and 5.6 ms; deduplication's accepted rows at 10 M
-# 107-123 against 84-88 ms)
+# loops run in threads (chunk_groups), and numpy releases the GIL only within a call: on much
+# smaller chunks two threads wait on each other for it about as long as they compute
+# (docs/benchmarks-archive.md, the twenty-fifth pass)
 PART_CHUNK_ROWS = 1 << 17
 
 
@@ -585,8 +583,8 @@ class ThresholdSearch:
         cost is paid once; a part's binary search costs several times more a value, and the
         parts of skewed keys or small batches can be small). Its table has 2**16 cells (512
         KiB, still cached): built once, the finer cells leave fewer values to search (a key
-        range of the bench's 10 M join: 3 % of its values in cells holding a threshold
-        against 7 %, its search 743 against 1007 µs).
+        range of a large join searches about half as many of its values as with the coarser
+        default; docs/benchmarks-archive.md, the thirty-second pass).
 
         >>> ThresholdSearch.for_parts(np.array([5, 10])).min_values
         0
@@ -612,8 +610,8 @@ class ThresholdSearch:
 class RunSteps:
     """Every batch's step of a whole run, column by column: what ``run_all`` returns
     (:func:`steps_of`). Thousands of small batches would make thousands of
-    :class:`OperatorStep` objects (~10 µs each) and report rows; the engine reads these
-    columns at once. Iterating or indexing gives the batches' :class:`OperatorStep`."""
+    :class:`OperatorStep` objects and report rows, most of a prediction's time; the engine
+    reads these columns at once. Iterating or indexing gives the batches' :class:`OperatorStep`."""
 
     dropped: np.ndarray  # per batch, int64
     state_rows: np.ndarray
@@ -769,7 +767,7 @@ def _output_frame(operator: Operator, outputs: list[Deferred], out_ids: list[int
 
     # (past 2**20 rows, each thread a range of the outputs)
     map_parts(fill, row_parts(len(outputs), 1 << 20, size=len(batch_id)))
-    # (a new frame of the same arrays: ``insert`` would copy every column, 23 ms at 10 M rows)
+    # (a new frame of the same arrays: ``insert`` would copy every column)
     return pd.DataFrame({"batch_id": batch_id, **{c: frame[c]._values for c in frame.columns}},
                         index=pd.RangeIndex(len(batch_id)), copy=False)
 

@@ -94,10 +94,9 @@ from semantics.spec import AggregationQuery, BacktestSpec
 NEVER = np.iinfo(np.int64).max
 # a state grid may hold this many cells more than 4× the groups of the state and the batch
 GRID_FLOOR = 1 << 16
-# rows per batch and key tuple below which a run is computed at once (``run_all``). Measured
-# (bench/predict.py streams of 1 M rows, 1 000 keys): at 2 rows per key a batch, at once
-# takes 0.6× (tumbling) to 0.2× (sliding) the time of stepping; at 5 about the same; at 20
-# stepping takes 0.5×-0.8×
+# rows per batch and key tuple below which a run is computed at once (``run_all``): smaller
+# batches are faster at once, larger ones step faster, their arrays staying in the caches
+# (docs/benchmarks-archive.md, the eighteenth pass)
 AT_ONCE_ROWS_PER_KEY = 4
 
 

@@ -28,8 +28,8 @@ groups' values are folded batch by batch in batch order, as the state merges the
 
 Grids cost keys × windows: a range of keys whose grid would be mostly empty (a long tail of
 keys, each in a few of many windows) sorts its pairs by group instead (:func:`_sorted_part`,
-cost in the pairs; trial nu30, 200 000 rows over 200 000 keys in 10-minute windows sliding
-by a minute: 0.26 s where stepping took 1.4 s).
+cost in the pairs, not in keys × windows: such a run is computed at once several times
+faster than stepped; docs/benchmarks-archive.md, the twenty-ninth pass).
 
 Invariants: group ids are exact and window-major (``keys.KeyCoder``: id = window digit ·
 ``minor`` + key digit); window ends grow with the digit, so the groups a batch emits are whole

@@ -137,8 +137,8 @@ class DedupOperator:
         integer-like column is its own tag (its :func:`values_of`); a string column's tag is
         Python's hash of each string (equal strings, equal tags; rows of equal tags are
         compared on the strings too): one pass over the strings, where key ids would code
-        every distinct one (the bench's stream with string ids and whole-ms event times, 1 M
-        rows: 233 ms, 691 by key ids). None when a column is neither or holds a NULL."""
+        every distinct one, which costs several times more (docs/benchmarks-archive.md, the
+        thirty-first pass). None when a column is neither or holds a NULL."""
         tags, exact = [], []
         for k in self.keys:
             if k == self.et:
