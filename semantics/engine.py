@@ -30,6 +30,13 @@ import pandas as pd
 from semantics.parallel import map_parts, row_parts
 from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import BacktestSpec
+from semantics.tuning import (
+    PART_CHUNK_ROWS,
+    PART_SEARCH_CELL_BITS,
+    SEARCH_PART,
+    SMALL_BATCH,
+    THREAD_RANGE_ROWS,
+)
 
 
 def micros_to_ms(us: np.ndarray) -> np.ndarray:
@@ -322,13 +329,6 @@ def source_counts(plan: list[BatchInput], source: str) -> np.ndarray:
     return lengths
 
 
-# rows of a chunk of batches (batch_chunks): a dozen arrays of it stay in a core's cache. Chunk
-# loops run in threads (chunk_groups), and numpy releases the GIL only within a call: on much
-# smaller chunks two threads wait on each other for it about as long as they compute
-# (docs/benchmarks-archive.md, the twenty-fifth pass)
-PART_CHUNK_ROWS = 1 << 17
-
-
 def batch_chunks(counts: np.ndarray, rows: int | None = None
                  ) -> list[tuple[int, int, int, int]]:
     """The run cut into chunks of whole batches ``(b0, b1, r0, r1)``: batches ``b0 .. b1 - 1``,
@@ -409,9 +409,6 @@ def true_per_batch(mask: np.ndarray, counts: np.ndarray) -> np.ndarray:
                     dtype=np.int64)
 
 
-SMALL_BATCH = 1 << 12  # rows a batch holds on average, below which a pass beats a call each
-
-
 def watermarks_us(plan: list[BatchInput]) -> tuple[np.ndarray, np.ndarray] | None:
     """``(late, eviction)`` watermark of every batch of ``plan`` in µs, what an operator's
     ``run_all`` compares event times with; None when the query has no watermark (then no
@@ -447,9 +444,6 @@ def late_rows(plan: list[BatchInput], counts: np.ndarray, t_us: np.ndarray) -> n
 
     map_parts(fill, chunk_groups(batch_chunks(counts)))
     return out
-
-
-SEARCH_PART = 1 << 18  # values searched at once, at most (more: in parts, in threads)
 
 
 def leaving_batch(values_us: np.ndarray, thresholds_us: np.ndarray | None, n_b: int,
@@ -581,15 +575,16 @@ class ThresholdSearch:
         """A search built once and called by many parts of a run (key ranges, chunks of
         batches): every part searches through the table however few values it holds (its
         cost is paid once; a part's binary search costs several times more a value, and the
-        parts of skewed keys or small batches can be small). Its table has 2**16 cells (512
-        KiB, still cached): built once, the finer cells leave fewer values to search (a key
-        range of a large join searches about half as many of its values as with the coarser
-        default; docs/benchmarks-archive.md, the thirty-second pass).
+        parts of skewed keys or small batches can be small). Its table has
+        ``2**PART_SEARCH_CELL_BITS`` cells (2**16: 512 KiB, still cached): built once, the
+        finer cells leave fewer values to search (a key range of a large join searches about
+        half as many of its values as with the coarser default; docs/benchmarks-archive.md,
+        the thirty-second pass).
 
         >>> ThresholdSearch.for_parts(np.array([5, 10])).min_values
         0
         """
-        return cls(thresholds, cell_bits=16, min_values=0)
+        return cls(thresholds, cell_bits=PART_SEARCH_CELL_BITS, min_values=0)
 
     def __call__(self, values: np.ndarray) -> np.ndarray:
         values = np.asarray(values, dtype=np.int64)
@@ -766,7 +761,7 @@ def _output_frame(operator: Operator, outputs: list[Deferred], out_ids: list[int
             np.repeat(ids[part], sizes[part])
 
     # (past 2**20 rows, each thread a range of the outputs)
-    map_parts(fill, row_parts(len(outputs), 1 << 20, size=len(batch_id)))
+    map_parts(fill, row_parts(len(outputs), THREAD_RANGE_ROWS, size=len(batch_id)))
     # (a new frame of the same arrays: ``insert`` would copy every column)
     return pd.DataFrame({"batch_id": batch_id, **{c: frame[c]._values for c in frame.columns}},
                         index=pd.RangeIndex(len(batch_id)), copy=False)
@@ -815,7 +810,8 @@ def _tick_max_ms(event_us: np.ndarray, lo: np.ndarray, hi: np.ndarray,
         return np.maximum.reduceat(rows, starts[ticks] - a)
 
     # (past 2**20 rows, each thread a range of ticks)
-    top = np.concatenate(map_parts(part, row_parts(len(held), 1 << 20, size=len(event_us))))
+    top = np.concatenate(map_parts(part, row_parts(len(held), THREAD_RANGE_ROWS,
+                                                   size=len(event_us))))
     maxima = micros_to_ms(top)
     if mask is not None:  # (a tick whose rows are all masked has no max; a source's event
         kept = top != MASKED  # times are never null)

@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import ctypes
 
+from semantics.tuning import MMAP_THRESHOLD, TOP_PAD
+
 M_TOP_PAD = -2  # glibc's mallopt parameters (malloc.h)
 M_MMAP_THRESHOLD = -3
 M_MMAP_MAX = -4
-MMAP_THRESHOLD = 32 << 20  # the largest glibc takes: smaller blocks come from the heap
-TOP_PAD = 1 << 30  # freed heap memory kept (and extra asked for when the heap grows)
 
 
 def reuse_freed_memory() -> bool:

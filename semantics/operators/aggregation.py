@@ -90,14 +90,9 @@ from semantics.operators.windows import assign_windows, last_starts
 from semantics.report import operator_name
 from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import AggregationQuery, BacktestSpec
+from semantics.tuning import AT_ONCE_ROWS_PER_KEY, GRID_FLOOR
 
 NEVER = np.iinfo(np.int64).max
-# a state grid may hold this many cells more than 4× the groups of the state and the batch
-GRID_FLOOR = 1 << 16
-# rows per batch and key tuple below which a run is computed at once (``run_all``): smaller
-# batches are faster at once, larger ones step faster, their arrays staying in the caches
-# (docs/benchmarks-archive.md, the eighteenth pass)
-AT_ONCE_ROWS_PER_KEY = 4
 
 
 @dataclass(frozen=True)

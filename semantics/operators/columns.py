@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from semantics.parallel import map_parts, row_parts
+from semantics.tuning import MIN_MAX_PART, THREAD_RANGE_ROWS
 
 INT_KINDS = ("int", "bool", "datetime")
 
@@ -122,9 +123,6 @@ def check_key_columns(path: str, field: str, source: str, frame: pd.DataFrame,
                             "values: array, map and struct keys are not modelled)")
 
 
-MIN_MAX_PART = 1 << 16  # values whose minimum and maximum are taken together (min_max)
-
-
 def min_max(a: np.ndarray) -> tuple[int, int]:
     """``(int(a.min()), int(a.max()))`` of a non-empty int array, part by part: each part's
     maximum is read from the cache its minimum brought it into (one pass over memory, not
@@ -145,7 +143,7 @@ def min_max(a: np.ndarray) -> tuple[int, int]:
             highs.append(part.max())
         return int(min(lows)), int(max(highs))
 
-    got = map_parts(one, row_parts(len(a), 1 << 20))  # (a range of values per thread)
+    got = map_parts(one, row_parts(len(a), THREAD_RANGE_ROWS))  # (a range of values per thread)
     return min(lo for lo, _ in got), max(hi for _, hi in got)
 
 

@@ -26,10 +26,9 @@ import numpy as np
 import pandas as pd
 
 from semantics.parallel import map_parts, row_parts
+from semantics.tuning import GATHER_PART, THREADS_PAST
 
-GATHER_PART = 1 << 17  # positions gathered at once for every column (they stay cached)
 KINDS = "biufcmM"  # numpy kinds gathered by parts (objects: numpy's own gather)
-THREADS_PAST = 1 << 16  # positions past which each thread takes a range of them
 
 
 def gather(arrays: Sequence[np.ndarray], positions: np.ndarray, pad: bool = False

@@ -11,6 +11,16 @@ import pandas as pd
 
 from semantics.operators.gather import take_arrays
 from semantics.parallel import map_parts, row_parts, threads
+from semantics.tuning import (
+    DISTINCT_SAMPLE,
+    HASH_PART,
+    MASK_RATIO,
+    SPLIT_BLOCK,
+    SPLIT_PARTS,
+    SPLIT_SORT,
+    THREAD_RANGE_ROWS,
+    WORDS_PART,
+)
 
 
 def group(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -147,10 +157,6 @@ def first_occurrences(ids: np.ndarray, with_of: bool = True,
     return ~later, repeats, np.flatnonzero(~later)[codes[repeats]]
 
 
-SPLIT_SORT = 1 << 20  # words past which a sort goes in two halves, in threads
-HASH_PART = 1 << 20  # ids per hash table past which it leaves the caches, about
-SAMPLE = 1 << 16  # ids sampled to tell many distinct ids from a few often repeated
-WORDS_PART = 1 << 15  # packed words built at once (a part's passes stay in the cache)
 _FIB = np.uint64(0x9E3779B97F4A7C15)  # odd: multiplying by it permutes 64-bit values
 
 
@@ -161,10 +167,10 @@ def _later_occurrences(ids: np.ndarray, bounds: tuple[int, int] | None = None
     One pandas hash table (``duplicated``) is fastest while few of the ids are new to it: a
     lookup is cheap, an insertion into a table past ~``HASH_PART`` entries is not (pandas sizes
     the table for at most 2**20 ids; then it grows, and leaves the caches). So when a sample of
-    ``SAMPLE`` ids (evenly spaced) repeats less often than ``T = max(HASH_PART / 2, n / 4)``
-    distinct ids would make it (about ``SAMPLE**2 / 2T`` repeats), the ids are sorted instead
-    (:func:`_later_by_sort`): with many distinct ids the sort wins by far, with many repeats
-    the table does (docs/benchmarks-archive.md, the twentieth pass). (Ids
+    ``DISTINCT_SAMPLE`` ids (evenly spaced) repeats less often than ``T = max(HASH_PART / 2,
+    n / 4)`` distinct ids would make it (about ``DISTINCT_SAMPLE**2 / 2T`` repeats), the ids
+    are sorted instead (:func:`_later_by_sort`): with many distinct ids the sort wins by far,
+    with many repeats the table does (docs/benchmarks-archive.md, the twentieth pass). (Ids
     repeated next to each other look distinct to the sample: sorted, at most about twice the
     time of one table.)
 
@@ -242,8 +248,8 @@ def continued(w: np.ndarray, low: np.uint64) -> np.ndarray:
 
 def _many_distinct(ids: np.ndarray) -> bool:
     """Whether ``ids`` likely hold more than ``max(HASH_PART / 2, len(ids) / 4)`` distinct ids,
-    from the repeats in an evenly spaced sample of about ``SAMPLE`` of them."""
-    sample = ids[::max(1, len(ids) // SAMPLE)]
+    from the repeats in an evenly spaced sample of about ``DISTINCT_SAMPLE`` of them."""
+    sample = ids[::max(1, len(ids) // DISTINCT_SAMPLE)]
     many = max(HASH_PART // 2, len(ids) // 4)
     repeats = int(pd.Series(sample, copy=False).duplicated().sum())
     return repeats < len(sample) ** 2 / (2 * many)
@@ -301,11 +307,6 @@ class Split:
         out = np.empty(len(a), dtype=a.dtype)
         out[self.dest] = a
         return out
-
-
-SPLIT_BLOCK = 1 << 15  # rows arrange_rows sorts at once, past which it goes block by block
-SPLIT_PARTS = 1 << 11  # parts it splits block by block, at most (a block's run of a part:
-# 16 rows on average)
 
 
 def split_rows(part: np.ndarray, n_parts: int, arrays: Sequence[np.ndarray]
@@ -540,11 +541,6 @@ def ranges(start: np.ndarray, counts: np.ndarray) -> np.ndarray:
     out = np.arange(int(counts.sum()), dtype=np.int64)
     out += np.repeat(np.asarray(start, dtype=np.int64) - (np.cumsum(counts) - counts), counts)
     return out
-
-
-# merge_positions gives a's places as a mask when a is at least this many times longer than b
-# (masks win from about that ratio on, positions below it)
-MASK_RATIO = 16
 
 
 def merge_positions(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -792,7 +788,7 @@ def _packed_words(u: np.ndarray, p: int, lo: int | None) -> np.ndarray:
             w |= up[:len(w)]
             w += np.uint64(a)  # (positions stay below 2**p: no carry into the value)
 
-    map_parts(fill, row_parts(n, 1 << 20))  # (each thread a range of the words)
+    map_parts(fill, row_parts(n, THREAD_RANGE_ROWS))  # (each thread a range of the words)
     return out
 
 

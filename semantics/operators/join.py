@@ -87,12 +87,13 @@ from semantics.operators.join_frames import (
     take_values,
     to_micros_nullable,
 )
-from semantics.operators.join_store import WHOLE, Gone, SideRows, SideStore, SideWork
+from semantics.operators.join_store import Gone, SideRows, SideStore, SideWork
 from semantics.operators.join_watermarks import JoinEvictionPlan, derive_plan
 from semantics.parallel import map_parts
 from semantics.report import OPERATOR_NAMES, output_columns
 from semantics.schedule import Schedule
 from semantics.spec import BacktestSpec, Candidate, JoinQuery
+from semantics.tuning import WHOLE
 
 # Sides on which Spark's InferFiltersFromConstraints adds isnotnull(key) below the join.
 _NOT_NULL_SIDES = {

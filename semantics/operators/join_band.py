@@ -28,12 +28,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from semantics.operators.grouping import position_bits, sort_words
+from semantics.tuning import STEPS, STEPS_MAX
 
 WORD_BITS = 63  # bits of a packed word (int64, non-negative)
-# a row's matches are counted word by word up to this many, the rest by binary searches
-STEPS = 4
-# band_pairs reads at most this many neighbours of a row in each direction
-STEPS_MAX = 32
 
 
 @dataclass(frozen=True)

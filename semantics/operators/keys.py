@@ -36,8 +36,8 @@ from semantics.operators.columns import INT_KINDS, Values, min_max, values_of
 from semantics.operators.gather import gather
 from semantics.operators.grouping import distinct
 from semantics.parallel import map_parts, row_parts
+from semantics.tuning import IDS_PART
 
-IDS_PART = 1 << 15  # rows whose exact ids are computed at once, at most (KeyCoder.ids)
 _NULL = np.uint64(0x9E3779B97F4A7C15)
 _C1, _C2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 _S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)

@@ -106,6 +106,7 @@ from semantics.parallel import map_parts
 from semantics.report import operator_name
 from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import BacktestSpec, SessionQuery
+from semantics.tuning import DEAD, RATIO, WHOLE
 
 MERGE_LOCAL_CONF = "spark.sql.streaming.sessionWindow.merge.sessions.in.local.partition"
 
@@ -381,12 +382,6 @@ class UnitIndex:
 
 
 _PACK_LIMIT = 1 << 62
-# a run with fewer than 1/DEAD of its entries live is rewritten; the newest run is merged into
-# the one before while that one is at most RATIO times its size; a store of at most WHOLE times
-# the batch's units is one run, rewritten whole each batch (cheaper than runs for small stores)
-DEAD = 4
-RATIO = 2
-WHOLE = 8
 _NO_IDS = np.array([], dtype=np.int64)
 
 

@@ -45,6 +45,8 @@ from semantics.operators.grouping import (
     split_rows,
 )
 from semantics.parallel import map_parts
+from semantics.tuning import KEY_RANGE_ROWS as CHUNK
+from semantics.tuning import MIN_RANGE, STEPPED_AT_MOST
 
 
 @dataclass(frozen=True)
@@ -118,10 +120,7 @@ def sessions_at_once(kid: np.ndarray, t: np.ndarray, batch_of: np.ndarray, gap_u
     return None if any(g is None for g in got) else got  # type: ignore[return-value]
 
 
-CHUNK = 1 << 18  # rows computed at once, at most (about: a key range's rows)
-MIN_RANGE = 1 << 15  # rows of a key range, at least, when ranges are made smaller to pack
 WORD32_BITS = 31  # bits of a 32-bit word (non-negative), for the sort of a range's events
-STEPPED_AT_MOST = 0.5  # of a key range's rows left to stepping, else the whole run steps
 
 
 def _key_ranges(kid: np.ndarray, t: np.ndarray, arrays: list[np.ndarray], chunk: int
