@@ -29,6 +29,7 @@ import pandas as pd
 
 from semantics.parallel import map_parts, row_parts
 from semantics.schedule import ROW_ID, Schedule
+from semantics.spark_conf import ALLOW_MULTIPLE, NO_DATA_BATCHES, spark_bool
 from semantics.spec import BacktestSpec
 from semantics.tuning import (
     PART_CHUNK_ROWS,
@@ -239,13 +240,13 @@ class EngineConfig:
         conf = spec.conf(candidate)
 
         def flag(key: str, default: bool) -> bool:
-            return str(conf.get(key, str(default))).strip().lower() == "true"
+            return spark_bool(conf.get(key, default), key, spec.path)
 
         return cls(
             delays_ms={s: cand.watermark[s].ms for s in spec.query_sources if s in cand.watermark},
             policy=str(conf.get("spark.sql.streaming.multipleWatermarkPolicy", cand.policy)),
-            allow_multiple=flag("spark.sql.streaming.statefulOperator.allowMultiple", True),
-            no_data_batches=flag("spark.sql.streaming.noDataMicroBatches.enabled", True),
+            allow_multiple=flag(ALLOW_MULTIPLE, True),
+            no_data_batches=flag(NO_DATA_BATCHES, True),
         )
 
 

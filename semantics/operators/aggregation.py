@@ -89,6 +89,7 @@ from semantics.operators.window_grid import WindowGrid, merge, span_rows
 from semantics.operators.windows import assign_windows, last_starts
 from semantics.report import operator_name
 from semantics.schedule import ROW_ID, Schedule
+from semantics.spark_conf import ALLOW_MULTIPLE, spark_bool
 from semantics.spec import AggregationQuery, BacktestSpec
 from semantics.tuning import AT_ONCE_ROWS_PER_KEY, GRID_FLOOR
 
@@ -190,8 +191,7 @@ class AggregationOperator:
                                                        frame, schedule.decimals.get(q.source))
         et = spec.sources[q.source].event_time
         conf = spec.conf(candidate)
-        allow_multiple = str(conf.get("spark.sql.streaming.statefulOperator.allowMultiple",
-                                      "true")).lower() == "true"
+        allow_multiple = spark_bool(conf.get(ALLOW_MULTIPLE, True), ALLOW_MULTIPLE, spec.path)
         self.window = q.window
         self.duration_us = q.window.duration.us if q.window else 0
         self.slide_us = q.window.slide_us if q.window else 0

@@ -105,6 +105,7 @@ from semantics.operators.session_all import AllSessions, sessions_at_once
 from semantics.parallel import map_parts
 from semantics.report import operator_name
 from semantics.schedule import ROW_ID, Schedule
+from semantics.spark_conf import spark_bool
 from semantics.spec import BacktestSpec, SessionQuery
 from semantics.tuning import DEAD, RATIO, WHOLE
 
@@ -403,7 +404,8 @@ class SessionOperator:
         self.aggs: tuple[AggFunc, ...] = aggregates_of(spec.path, q.source, q.aggregates,
                                                        frame, schedule.decimals.get(q.source))
         conf = spec.conf(candidate)
-        self.merge_local = str(conf.get(MERGE_LOCAL_CONF, "false")).lower() == "true"
+        self.merge_local = spark_bool(conf.get(MERGE_LOCAL_CONF, False), MERGE_LOCAL_CONF,
+                                      spec.path)
         self._empty_keys = tuple(values_of(frame[k].iloc[0:0]) for k in self.keys)
         self._frame = frame
         self._kv: tuple[Values, ...] | None = None
