@@ -1,18 +1,40 @@
 """``wmbt``: the command line (SPEC.md §4). JSON on stdout with --json; progress on stderr.
 
-Exit codes: 0 success, 1 a validation failed, 2 bad spec or bad data.
+Exit codes: 0 success; 1 a validation failed; 2 bad spec, bad data or a misused command line
+(the message names the file, the field and what was expected); 3 an internal error, said in
+one line (``--debug`` or ``WMBT_DEBUG=1``: with its traceback); 130 interrupted by Ctrl-C
+(SIGINT), 143 by SIGTERM (one line, ``wmbt: interrupted``); 141 when the reader of stdout went
+away (``wmbt ... | head``), silently. No other exit shows a Python traceback. With --json,
+stdout holds one whole JSON document or nothing: a document is written in one piece, a signal
+arriving meanwhile taking effect once it is out.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
+import threading
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from semantics.errors import WmbtError
+from semantics.errors import SpecError, WmbtError
 from semantics.memory import reuse_freed_memory
+
+INTERNAL_ERROR = 3
+INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process Ctrl-C ended
+TERMINATED = 143  # 128 + SIGTERM
+BROKEN_PIPE = 141  # 128 + SIGPIPE
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the program is, as Ctrl-C raises KeyboardInterrupt: whatever
+    cleans up after an interruption (a replay stopping its query) runs for both."""
 
 
 def _progress(quiet: bool):
@@ -76,12 +98,47 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join([line, "  ".join("-" * width[c] for c in cols), *body])
 
 
+def write_document(text: str) -> None:
+    """Write ``text`` (a whole JSON document) to stdout and flush it, in one piece: SIGINT or
+    SIGTERM arriving meanwhile takes effect once it is out, not halfway (a write to a pipe
+    blocks while the reader is behind; an interruption there would leave half a document)."""
+    if threading.current_thread() is not threading.main_thread():
+        _write_all(text)
+        return
+    held: list[int] = []
+    handlers = {sig: signal.signal(sig, lambda n, _f: held.append(n))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        _write_all(text)
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        if held:
+            signal.raise_signal(held[0])
+
+
+def _write_all(text: str) -> None:
+    """``text`` to stdout, flushed. A buffered write that a signal interrupts returns short
+    (and the text layer above drops the rest), hence the bytes written until all are out."""
+    out = sys.stdout
+    binary = getattr(out, "buffer", None)
+    if binary is None:  # (a text-only stream: a test's, say)
+        out.write(text)
+        out.flush()
+        return
+    out.flush()
+    data = memoryview(text.encode(out.encoding or "utf-8", out.errors or "strict"))
+    while data:
+        data = data[binary.write(data):]
+    binary.flush()
+
+
 def _print_result(result: Any, as_json: bool) -> int:
     if as_json:
         from semantics.report import dumps
 
         # (the frames' rows as text built column by column, the rest by json.dumps' C encoder)
-        sys.stdout.write(dumps(result.to_json(records=False)) + "\n")
+        write_document(dumps(result.to_json(records=False)) + "\n")
     else:
         rows = summary_rows(result)
         print(format_table(rows))
@@ -144,13 +201,21 @@ def print_late(result: Any, limit: int, as_json: bool) -> int:
             print(format_table(late.table.drop(columns="event_time_ms").to_dict("records")))
         print()
     if as_json:
-        sys.stdout.write(json.dumps(doc, default=str) + "\n")
+        write_document(json.dumps(doc, default=str) + "\n")
     return 0
 
 
 def explain(result: Any, row_id: int) -> int:
+    """Print the fate of input row ``row_id`` for each candidate. Row ids are 0 .. n - 1 over
+    all the query's sources (one count for every candidate: ``semantics.history.plan``)."""
     from semantics.explain import explain_row
 
+    n = result.candidates[0].schedule.total_rows if result.candidates else 0
+    if not 0 <= row_id < n:
+        sources = ", ".join(result.spec.query_sources)
+        raise SpecError(result.spec.path, "--explain",
+                        f"a row id from 0 to {n - 1} (the {n} input rows of {sources}), "
+                        f"got {row_id}")
     for c in result.candidates:
         print(f"[{c.name}] " + explain_row(c.schedule, c.predicted, row_id, result.spec))
     return 0
@@ -179,12 +244,33 @@ def _count(text: str) -> int:
     return n
 
 
+def _row_id(text: str) -> int:
+    """A row id option value (0 or more; which ids exist is known once the tables are read)."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"expected a row id (0 or more), got {text!r}")
+    return n
+
+
+DEBUG_HELP = "print the traceback of an error (as WMBT_DEBUG=1 does)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="wmbt", description="Backtest Spark watermark configurations "
                                 "on historical Delta tables (Spark 4.0 semantics).")
+    p.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     sub = p.add_subparsers(dest="command", required=True)
 
+    def debug(sp: argparse.ArgumentParser) -> None:
+        # (SUPPRESS: not given after the subcommand, `wmbt --debug CMD`'s value stays)
+        sp.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help=DEBUG_HELP)
+
     def common(sp: argparse.ArgumentParser) -> None:
+        debug(sp)
         sp.add_argument("spec", help="backtest spec YAML (SPEC.md §1)")
         sp.add_argument("--candidate", help="only this candidate")
         sp.add_argument("--json", action="store_true", help="one JSON document on stdout")
@@ -192,7 +278,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("predict", help="prediction only, no Spark")
     common(sp)
-    sp.add_argument("--explain", type=int, metavar="ROW_ID", help="the fate of one input row")
+    sp.add_argument("--explain", type=_row_id, metavar="ROW_ID",
+                    help="the fate of one input row")
     sp.add_argument("--late", type=_count, nargs="?", const=20, metavar="N",
                     help="list the input rows the watermark drops (first N per candidate, "
                     "default 20), with the watermark each missed and by how much")
@@ -214,18 +301,77 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--dir", default="demo", help="folder for the demo (default ./demo)")
     sp.add_argument("--small", action="store_true", help="a smaller, faster demo")
     sp.add_argument("--json", action="store_true")
+    debug(sp)
     sp.set_defaults(func=cmd_demo)
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    reuse_freed_memory()  # the predictor's large arrays: reused, not faulted in again
+@contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """SIGTERM raises :class:`Terminated` while the command runs, in the main thread, unless
+    the process set SIGTERM's handling already (main in another program); restored after."""
+    if threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def terminate(_signum: int, _frame: object) -> None:
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, terminate)
     try:
-        return int(args.func(args))
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _one_line(exc: BaseException) -> str:
+    """``ExcType: the message's first line`` (a Spark or Rust error's message goes on for
+    pages: its stack traces)."""
+    lines = str(exc).strip().splitlines()
+    first = lines[0].strip() if lines else ""
+    if len(first) > 300:
+        first = first[:300] + " ..."
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one command; return its exit code (module docstring). Usage errors exit 2 from the
+    parser (SystemExit, as argparse does), before anything runs."""
+    args = build_parser().parse_args(argv)
+    debug = bool(args.debug) or os.environ.get("WMBT_DEBUG", "") not in ("", "0")
+    try:
+        with _sigterm_raises():
+            reuse_freed_memory()  # the predictor's large arrays: reused, not faulted in again
+            code = int(args.func(args))
+            sys.stdout.flush()  # (here, so that a reader gone is seen here)
+            return code
     except WmbtError as exc:
+        if debug:
+            traceback.print_exc()
         print(f"wmbt: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Terminated)
+        if debug:
+            traceback.print_exc()
+        print("wmbt: interrupted", file=sys.stderr)
+        return TERMINATED if isinstance(exc, Terminated) else INTERRUPTED
+    except BrokenPipeError:
+        # the reader of stdout went away: nothing more to tell it (and no complaint from
+        # Python's exit flushing stdout again)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return BROKEN_PIPE
+    except SystemExit:
+        raise
+    except BaseException as exc:  # also a Rust panic in deltalake: pyo3's PanicException
+        # derives from BaseException, not Exception
+        if debug:
+            traceback.print_exc()
+            print(f"wmbt: internal error: {_one_line(exc)}", file=sys.stderr)
+        else:
+            print(f"wmbt: internal error: {_one_line(exc)} "
+                  "(run with --debug for the traceback)", file=sys.stderr)
+        return INTERNAL_ERROR
 
 
 if __name__ == "__main__":  # pragma: no cover
