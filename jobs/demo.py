@@ -118,7 +118,7 @@ def write_specs(root: Path) -> list[Path]:
 
 def run_demo(root: Path, small: bool = False, as_json: bool = False) -> int:
     from jobs.backtest import run_backtest
-    from jobs.cli import format_table, summary_rows
+    from jobs.cli import format_table, summary_rows, write_document
     from jobs.report_html import write_report
     from semantics.spec import load_spec
 
@@ -147,7 +147,7 @@ def run_demo(root: Path, small: bool = False, as_json: bool = False) -> int:
             print(format_table(summary_rows(result)))
             print(f"report: {result.report}")
     if as_json:
-        print(dumps(docs))
+        write_document(dumps(docs) + "\n")
     else:
         print(textwrap.dedent(f"""
             Specs: {', '.join(str(p) for p in specs)}
