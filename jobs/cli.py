@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import select
 import signal
 import sys
 import threading
@@ -307,22 +308,53 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 @contextmanager
-def _sigterm_raises() -> Iterator[None]:
-    """SIGTERM raises :class:`Terminated` while the command runs, in the main thread, unless
-    the process set SIGTERM's handling already (main in another program); restored after."""
-    if threading.current_thread() is not threading.main_thread() \
-            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+def _signals(received: bytearray) -> Iterator[None]:
+    """While the command runs (in the main thread): SIGTERM raises :class:`Terminated` unless
+    the process set its handling already (main in another program), and ``received`` gets
+    the SIGINT and SIGTERM the process got, whichever Python handler took them: pyspark's
+    SparkContext puts its own on SIGINT, and a Ctrl-C there can surface as a Py4JError."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def terminate(_signum: int, _frame: object) -> None:
         raise Terminated
 
-    previous = signal.signal(signal.SIGTERM, terminate)
+    ours = signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    previous = signal.signal(signal.SIGTERM, terminate) if ours else None
+    read, write = os.pipe()
+    os.set_blocking(read, False)
+    os.set_blocking(write, False)
+    wakeup = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        signal.set_wakeup_fd(wakeup)
+        if ours:
+            signal.signal(signal.SIGTERM, previous)
+        try:
+            received += os.read(read, 1 << 16)  # (one byte a signal)
+        except BlockingIOError:
+            pass
+        os.close(read)
+        os.close(write)
+
+
+def _interruption(exc: BaseException, received: bytes) -> int | None:
+    """The exit code of an interrupted command, or None: ``exc`` is, or was raised while
+    handling, a KeyboardInterrupt (Ctrl-C) or :class:`Terminated` (SIGTERM), or ended a
+    command during which the process got one of these signals."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return TERMINATED if isinstance(cause, Terminated) else INTERRUPTED
+        seen.add(id(cause))
+        cause = cause.__context__
+    for sig in received:
+        if sig in (signal.SIGINT, signal.SIGTERM):
+            return TERMINATED if sig == signal.SIGTERM else INTERRUPTED
+    return None
 
 
 def _one_line(exc: BaseException) -> str:
@@ -340,38 +372,50 @@ def main(argv: list[str] | None = None) -> int:
     parser (SystemExit, as argparse does), before anything runs."""
     args = build_parser().parse_args(argv)
     debug = bool(args.debug) or os.environ.get("WMBT_DEBUG", "") not in ("", "0")
+    received = bytearray()
     try:
-        with _sigterm_raises():
+        with _signals(received):
             reuse_freed_memory()  # the predictor's large arrays: reused, not faulted in again
             code = int(args.func(args))
             sys.stdout.flush()  # (here, so that a reader gone is seen here)
             return code
-    except WmbtError as exc:
-        if debug:
-            traceback.print_exc()
-        print(f"wmbt: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Terminated)
-        if debug:
-            traceback.print_exc()
-        print("wmbt: interrupted", file=sys.stderr)
-        return TERMINATED if isinstance(exc, Terminated) else INTERRUPTED
-    except BrokenPipeError:
-        # the reader of stdout went away: nothing more to tell it (and no complaint from
-        # Python's exit flushing stdout again)
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return BROKEN_PIPE
     except SystemExit:
         raise
     except BaseException as exc:  # also a Rust panic in deltalake: pyo3's PanicException
         # derives from BaseException, not Exception
-        if debug:
-            traceback.print_exc()
-            print(f"wmbt: internal error: {_one_line(exc)}", file=sys.stderr)
-        else:
-            print(f"wmbt: internal error: {_one_line(exc)} "
-                  "(run with --debug for the traceback)", file=sys.stderr)
-        return INTERNAL_ERROR
+        return _failed(exc, bytes(received), debug)
+
+
+def _stdout_gone() -> bool:
+    """Whether stdout is a pipe nobody reads any more."""
+    try:
+        poll = select.poll()
+        poll.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poll.poll(0))
+    except (OSError, ValueError, AttributeError):  # (no file descriptor: a test's stream)
+        return False
+
+
+def _failed(exc: BaseException, received: bytes, debug: bool) -> int:
+    """Say why the command failed in one line on stderr (after the traceback when
+    ``debug``); return the exit code."""
+    if isinstance(exc, BrokenPipeError) and _stdout_gone():
+        # the reader of stdout went away: nothing more to tell it (and no complaint from
+        # Python's exit flushing stdout again)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return BROKEN_PIPE
+    if debug:
+        traceback.print_exception(exc)
+    interrupted = _interruption(exc, received)
+    if interrupted is not None:
+        print("wmbt: interrupted", file=sys.stderr)
+        return interrupted
+    if isinstance(exc, WmbtError):
+        print(f"wmbt: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    hint = "" if debug else " (run with --debug for the traceback)"
+    print(f"wmbt: internal error: {_one_line(exc)}{hint}", file=sys.stderr)
+    return INTERNAL_ERROR
 
 
 if __name__ == "__main__":  # pragma: no cover
