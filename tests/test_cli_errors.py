@@ -308,3 +308,47 @@ def test_a_reader_gone_ends_it_quietly(tmp_path: Path) -> None:
     err = proc.stderr.read() if proc.stderr else ""
     assert proc.wait(timeout=300) == 141
     assert "Error" not in err and "Traceback" not in err, err
+
+
+@pytest.mark.spark
+def test_ctrl_c_during_a_spark_replay_is_an_interruption(tmp_path: Path) -> None:
+    # pyspark's own SIGINT handler (cancelAllJobs, re-entering py4j) can end the command with
+    # a Py4JError instead of a KeyboardInterrupt: still an interruption, exit 130. (The lines
+    # py4j logs meanwhile are the replay's to avoid: only the last line is checked.)
+    rng = np.random.default_rng(3)
+    for c in range(100):  # a batch a commit: a replay of minutes, whatever the machine
+        ts = pd.Timestamp("2024-01-01", tz="UTC") + pd.to_timedelta(
+            c * 60 + rng.uniform(0, 60, 20), unit="s")
+        write_deltalake(str(tmp_path / "clicks"), pd.DataFrame({
+            "ad": rng.integers(0, 5, 20), "ts": ts.astype("datetime64[us, UTC]")}), mode="append")
+    (tmp_path / "spec.yaml").write_text(json.dumps({
+        "name": "long", "sources": {"clicks": {"table": "clicks", "event_time": "ts"}},
+        "query": {"kind": "aggregation", "source": "clicks", "keys": ["ad"],
+                  "window": {"duration": "1 minute"}},
+        "replay": {"batch_by": {"commits": 1}, "pace": "backlog"},
+        "candidates": {"c": {"watermark": {"clicks": "2 minutes"}}},
+    }))
+    proc = subprocess.Popen([*WITH_SIGINT, str(WMBT), "replay", "spec.yaml"], cwd=tmp_path,
+                            env=env_for(tmp_path), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    assert proc.stderr is not None
+    jvm: list[int] = []
+    try:
+        for line in proc.stderr:  # until the session is up and the replay starts
+            if "replaying 100 data ticks in Spark" in line:
+                break
+        time.sleep(3)
+        jvm = children(proc.pid)
+        assert proc.poll() is None and jvm
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 130, err
+        assert err.splitlines()[-1] == "wmbt: interrupted" and "internal error" not in err
+        assert out == ""
+        assert all(gone(pid, 60) for pid in jvm)  # no Spark left running
+    finally:
+        for pid in [proc.pid, *jvm]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
