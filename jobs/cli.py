@@ -14,28 +14,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import select
-import signal
 import sys
-import threading
-import traceback
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from semantics.errors import SpecError, WmbtError
+from jobs.exits import failed, watch_signals, write_document
+from semantics.errors import SpecError
 from semantics.memory import reuse_freed_memory
-
-INTERNAL_ERROR = 3
-INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process Ctrl-C ended
-TERMINATED = 143  # 128 + SIGTERM
-BROKEN_PIPE = 141  # 128 + SIGPIPE
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where the program is, as Ctrl-C raises KeyboardInterrupt: whatever
-    cleans up after an interruption (a replay stopping its query) runs for both."""
 
 
 def _progress(quiet: bool):
@@ -97,41 +82,6 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     line = "  ".join(c.ljust(width[c]) for c in cols)
     body = ["  ".join(str(r[c]).ljust(width[c]) for c in cols) for r in rows]
     return "\n".join([line, "  ".join("-" * width[c] for c in cols), *body])
-
-
-def write_document(text: str) -> None:
-    """Write ``text`` (a whole JSON document) to stdout and flush it, in one piece: SIGINT or
-    SIGTERM arriving meanwhile takes effect once it is out, not halfway (a write to a pipe
-    blocks while the reader is behind; an interruption there would leave half a document)."""
-    if threading.current_thread() is not threading.main_thread():
-        _write_all(text)
-        return
-    held: list[int] = []
-    handlers = {sig: signal.signal(sig, lambda n, _f: held.append(n))
-                for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        _write_all(text)
-    finally:
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
-        if held:
-            signal.raise_signal(held[0])
-
-
-def _write_all(text: str) -> None:
-    """``text`` to stdout, flushed. A buffered write that a signal interrupts returns short
-    (and the text layer above drops the rest), hence the bytes written until all are out."""
-    out = sys.stdout
-    binary = getattr(out, "buffer", None)
-    if binary is None:  # (a text-only stream: a test's, say)
-        out.write(text)
-        out.flush()
-        return
-    out.flush()
-    data = memoryview(text.encode(out.encoding or "utf-8", out.errors or "strict"))
-    while data:
-        data = data[binary.write(data):]
-    binary.flush()
 
 
 def _print_result(result: Any, as_json: bool) -> int:
@@ -307,66 +257,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-@contextmanager
-def _signals(received: bytearray) -> Iterator[None]:
-    """While the command runs (in the main thread): SIGTERM raises :class:`Terminated` unless
-    the process set its handling already (main in another program), and ``received`` gets
-    the SIGINT and SIGTERM the process got, whichever Python handler took them: pyspark's
-    SparkContext puts its own on SIGINT, and a Ctrl-C there can surface as a Py4JError."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def terminate(_signum: int, _frame: object) -> None:
-        raise Terminated
-
-    ours = signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
-    previous = signal.signal(signal.SIGTERM, terminate) if ours else None
-    read, write = os.pipe()
-    os.set_blocking(read, False)
-    os.set_blocking(write, False)
-    wakeup = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
-    try:
-        yield
-    finally:
-        signal.set_wakeup_fd(wakeup)
-        if ours:
-            signal.signal(signal.SIGTERM, previous)
-        try:
-            received += os.read(read, 1 << 16)  # (one byte a signal)
-        except BlockingIOError:
-            pass
-        os.close(read)
-        os.close(write)
-
-
-def _interruption(exc: BaseException, received: bytes) -> int | None:
-    """The exit code of an interrupted command, or None: ``exc`` is, or was raised while
-    handling, a KeyboardInterrupt (Ctrl-C) or :class:`Terminated` (SIGTERM), or ended a
-    command during which the process got one of these signals."""
-    seen: set[int] = set()
-    cause: BaseException | None = exc
-    while cause is not None and id(cause) not in seen:
-        if isinstance(cause, KeyboardInterrupt):
-            return TERMINATED if isinstance(cause, Terminated) else INTERRUPTED
-        seen.add(id(cause))
-        cause = cause.__context__
-    for sig in received:
-        if sig in (signal.SIGINT, signal.SIGTERM):
-            return TERMINATED if sig == signal.SIGTERM else INTERRUPTED
-    return None
-
-
-def _one_line(exc: BaseException) -> str:
-    """``ExcType: the message's first line`` (a Spark or Rust error's message goes on for
-    pages: its stack traces)."""
-    lines = str(exc).strip().splitlines()
-    first = lines[0].strip() if lines else ""
-    if len(first) > 300:
-        first = first[:300] + " ..."
-    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run one command; return its exit code (module docstring). Usage errors exit 2 from the
     parser (SystemExit, as argparse does), before anything runs."""
@@ -374,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     debug = bool(args.debug) or os.environ.get("WMBT_DEBUG", "") not in ("", "0")
     received = bytearray()
     try:
-        with _signals(received):
+        with watch_signals(received):
             reuse_freed_memory()  # the predictor's large arrays: reused, not faulted in again
             code = int(args.func(args))
             sys.stdout.flush()  # (here, so that a reader gone is seen here)
@@ -383,39 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         raise
     except BaseException as exc:  # also a Rust panic in deltalake: pyo3's PanicException
         # derives from BaseException, not Exception
-        return _failed(exc, bytes(received), debug)
-
-
-def _stdout_gone() -> bool:
-    """Whether stdout is a pipe nobody reads any more."""
-    try:
-        poll = select.poll()
-        poll.register(sys.stdout.fileno(), select.POLLOUT)
-        return any(events & select.POLLERR for _, events in poll.poll(0))
-    except (OSError, ValueError, AttributeError):  # (no file descriptor: a test's stream)
-        return False
-
-
-def _failed(exc: BaseException, received: bytes, debug: bool) -> int:
-    """Say why the command failed in one line on stderr (after the traceback when
-    ``debug``); return the exit code."""
-    if isinstance(exc, BrokenPipeError) and _stdout_gone():
-        # the reader of stdout went away: nothing more to tell it (and no complaint from
-        # Python's exit flushing stdout again)
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return BROKEN_PIPE
-    if debug:
-        traceback.print_exception(exc)
-    interrupted = _interruption(exc, received)
-    if interrupted is not None:
-        print("wmbt: interrupted", file=sys.stderr)
-        return interrupted
-    if isinstance(exc, WmbtError):
-        print(f"wmbt: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    hint = "" if debug else " (run with --debug for the traceback)"
-    print(f"wmbt: internal error: {_one_line(exc)}{hint}", file=sys.stderr)
-    return INTERNAL_ERROR
+        return failed(exc, bytes(received), debug)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -241,7 +241,8 @@ def memory(n: int | None) -> str:
 
 def run_sweep(args: argparse.Namespace) -> int:
     from jobs.backtest import default_results_dir
-    from jobs.cli import format_table, late_note, write_document
+    from jobs.cli import format_table, late_note
+    from jobs.exits import write_document
     from semantics.spec import load_spec
 
     spec = load_spec(args.spec)
