@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from jobs.exits import failed, watch_signals, write_document
+from jobs.exits import failed, quiet_logging, watch_signals, write_document
 from semantics.errors import SpecError
 from semantics.memory import reuse_freed_memory
 
@@ -264,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     debug = bool(args.debug) or os.environ.get("WMBT_DEBUG", "") not in ("", "0")
     received = bytearray()
     try:
-        with watch_signals(received):
+        with watch_signals(received), quiet_logging(debug):
             reuse_freed_memory()  # the predictor's large arrays: reused, not faulted in again
             code = int(args.func(args))
             sys.stdout.flush()  # (here, so that a reader gone is seen here)

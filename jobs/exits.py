@@ -4,6 +4,7 @@ not at all."""
 
 from __future__ import annotations
 
+import logging
 import os
 import select
 import signal
@@ -92,6 +93,46 @@ def watch_signals(received: bytearray) -> Iterator[None]:
             pass
         os.close(read)
         os.close(write)
+
+
+class _OneLine(logging.Formatter):
+    """A log record as ``LEVEL:logger:message`` (logging's default), its traceback only for
+    ``--debug``."""
+
+    def __init__(self, debug: bool) -> None:
+        super().__init__(logging.BASIC_FORMAT)
+        self.debug = debug
+
+    def format(self, record: logging.LogRecord) -> str:
+        if record.exc_info and not self.debug:
+            record = logging.makeLogRecord({**record.__dict__, "exc_info": None,
+                                            "exc_text": None})
+        return super().format(record)
+
+
+def _not_interrupted(record: logging.LogRecord) -> bool:
+    """Whether a record is more than an interruption noticed (py4j logs each KeyboardInterrupt
+    that lands in one of its calls, with the traceback): ``failed`` says it once."""
+    exc = record.exc_info[1] if record.exc_info else None
+    return not isinstance(exc, KeyboardInterrupt)
+
+
+@contextmanager
+def quiet_logging(debug: bool) -> Iterator[None]:
+    """Records logged to the root logger while the command runs (py4j logs there, through
+    ``logging.exception``) in one line each, unless the process configured logging already."""
+    root = logging.getLogger()
+    if root.handlers:
+        yield
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(_OneLine(debug))
+    handler.addFilter(_not_interrupted)
+    root.addHandler(handler)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
 
 
 def _interruption(exc: BaseException, received: bytes) -> int | None:
