@@ -106,6 +106,14 @@ def test_explain_of_a_row_that_does_not_exist_says_which_do(tmp_path: Path) -> N
         assert "Traceback" not in done.stderr
 
 
+def test_demo_in_a_folder_it_cannot_create(tmp_path: Path) -> None:
+    (tmp_path / "a_file").write_text("")
+    done = wmbt(tmp_path, "demo", "--dir", "a_file/demo", "--json")
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == ("wmbt: error: a_file/demo: --dir: a folder the demo can create "
+                           "(Not a directory)\n")
+
+
 # --- usage errors (argparse: a short usage message, exit 2, nothing run) ----------------------
 
 @pytest.mark.parametrize(("args", "says"), [
