@@ -34,9 +34,16 @@ WITH_SIGINT = [sys.executable, "-c", "import os, signal, sys; "
                "signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])"]
 
 
-def small_spec(folder: Path, rows: list[list[dict]] | None = None) -> Path:
+@pytest.fixture(autouse=True)
+def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``main`` run here writes (if at all) under the test's folder."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("WMBT_RESULTS", str(tmp_path / "results"))
+
+
+def small_spec(folder: Path) -> Path:
     """A windowed count over a Delta table of 5 rows (ids 0 .. 4) in 3 commits."""
-    write_commits(folder / "clicks", rows or [
+    write_commits(folder / "clicks", [
         [{"ad": 1, "ts": 60}], [{"ad": 1, "ts": 10}, {"ad": 1, "ts": 12}, {"ad": 2, "ts": 20}],
         [{"ad": 2, "ts": 130}],
     ])
@@ -130,10 +137,7 @@ def test_demo_in_a_folder_it_cannot_create(tmp_path: Path) -> None:
     (["predict", "spec.yaml", "--bogus"], "unrecognized arguments: --bogus"),
 ])
 def test_misuse_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                 monkeypatch: pytest.MonkeyPatch, args: list[str],
-                                 says: str) -> None:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("WMBT_RESULTS", str(tmp_path / "results"))
+                                 args: list[str], says: str) -> None:
     small_spec(tmp_path)
     with pytest.raises(SystemExit) as exc:
         main(args)
