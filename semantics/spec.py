@@ -414,6 +414,61 @@ _Loader.add_implicit_resolver(
 )
 
 
+def _read_yaml(p: Path) -> object:
+    """The YAML document of ``p``; a file that is no YAML text, or whose mappings repeat a key
+    (YAML loaders keep the last one silently), is a :class:`SpecError`."""
+    if p.is_dir():
+        raise SpecError(str(p), "<file>", "a YAML file, not a directory")
+    if not p.is_file():
+        raise SpecError(str(p), "<file>", "an existing YAML file")
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise SpecError(str(p), "<file>", f"a readable YAML file ({exc.strerror})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(str(p), "<file>", f"a UTF-8 YAML text file (byte {exc.start} is not "
+                        "UTF-8: a binary file?)") from None
+    if not text.strip():
+        raise SpecError(str(p), "<root>", "a YAML mapping with name, sources, query, "
+                        "candidates (the file is empty)")
+    try:
+        loader = _Loader(text)  # (which refuses control characters)
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _no_repeated_keys(loader, str(p), node, "")
+        return loader.construct_document(node)
+    except yaml.YAMLError as exc:
+        raise SpecError(str(p), "<yaml>", f"valid YAML ({exc})") from None
+    except (ValueError, TypeError) as exc:  # a value its tag cannot hold: 2026-13-45
+        raise SpecError(str(p), "<yaml>", f"valid YAML values ({exc})") from None
+
+
+def _no_repeated_keys(loader: _Loader, file: str, node: yaml.Node, path: str) -> None:
+    """Refuse a mapping that gives a key twice, anywhere in the document (``<<`` merges are
+    overrides, not repeats); ``path`` is the node's field path (``""`` at the root)."""
+    if isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _no_repeated_keys(loader, file, item, f"{path}[{i}]")
+    if not isinstance(node, yaml.MappingNode):
+        return
+    seen: dict[object, int] = {}
+    for key, value in node.value:
+        if key.tag == "tag:yaml.org,2002:merge" or not isinstance(key, yaml.ScalarNode):
+            continue  # (a collection as a key fails construction with its own error)
+        line = key.start_mark.line + 1
+        here = f"{path}.{key.value}" if path else str(key.value)
+        same = loader.construct_object(key)  # the key as the dict holds it: null and ~ are one
+        if same in seen:
+            raise SpecError(file, here, f"each key once in {path or '<root>'}: "
+                            f"{key.value!r} is given on line {seen[same]} and again on line "
+                            f"{line}")
+        seen[same] = line
+        _no_repeated_keys(loader, file, value, here)
+
+
 def _loc(loc: tuple[Any, ...]) -> str:
     parts: list[str] = []
     for p in loc:
@@ -421,7 +476,7 @@ def _loc(loc: tuple[Any, ...]) -> str:
             parts.append(f"[{p}]")
         elif p in QUERY_KINDS and parts == ["query"]:
             continue  # discriminator tag inserted by pydantic
-        elif p.startswith("function-") or p in ("Duration",):
+        elif str(p).startswith("function-") or p in ("Duration",):
             continue
         else:
             parts.append(("." if parts else "") + str(p))
@@ -493,13 +548,7 @@ def parse_spec(data: Any, path: str = "<memory>") -> BacktestSpec:
 def load_spec(path: str | Path) -> BacktestSpec:
     """Read and validate a backtest spec file (SPEC.md §1). Runs nothing."""
     p = Path(path)
-    if not p.is_file():
-        raise SpecError(str(p), "<file>", "an existing YAML file")
-    try:
-        data = yaml.load(p.read_text(), Loader=_Loader)
-    except yaml.YAMLError as exc:
-        raise SpecError(str(p), "<yaml>", f"valid YAML ({exc})") from None
-    return parse_spec(data, str(p.resolve()))
+    return parse_spec(_read_yaml(p), str(p.resolve()))
 
 
 def check_spec(spec: BacktestSpec) -> None:
