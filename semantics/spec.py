@@ -21,6 +21,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
@@ -42,6 +43,7 @@ AGGREGATE_RE = re.compile(
     re.IGNORECASE)
 
 SESSION_TZ = "spark.sql.session.timeZone"
+CASE_SENSITIVE = "spark.sql.caseSensitive"
 # Spark settings the predictor models (value checked where it matters); any other key that starts
 # with one of SEMANTIC_PREFIXES changes semantics we do not model and is rejected.
 MODELED_CONF = {
@@ -172,7 +174,21 @@ def parse_aggregate(expr: str) -> tuple[str, str | None]:
     return "avg" if func == "mean" else func, None if col == "*" or col.isdigit() else col
 
 
-class AggregationQuery(_Model):
+class _Grouped(_Model):
+    """A query whose output carries its group keys, spelt as the spec writes them (Spark's
+    ``groupBy("AD_ID")`` outputs ``AD_ID``), while ``keys`` may be respelt as the table spells
+    them (``semantics.column_names.resolved``)."""
+
+    _written_keys: tuple[str, ...] | None = PrivateAttr(default=None)
+
+    @property
+    def output_keys(self) -> tuple[str, ...]:
+        """The group keys' output column names."""
+        keys: tuple[str, ...] = self.keys  # type: ignore[attr-defined]  # (both subclasses')
+        return self._written_keys if self._written_keys is not None else keys
+
+
+class AggregationQuery(_Grouped):
     kind: Literal["aggregation"]
     source: str
     keys: tuple[Identifier, ...] = ()
@@ -188,7 +204,7 @@ class DeduplicationQuery(_Model):
     within_watermark: bool = False
 
 
-class SessionQuery(_Model):
+class SessionQuery(_Grouped):
     kind: Literal["session"]
     source: str
     keys: tuple[Identifier, ...]
@@ -370,7 +386,20 @@ class BacktestSpec(_Model):
         evicted; without it the watermark changes nothing."""
         q = self.query
         return isinstance(q, AggregationQuery) and (
-            q.window is not None or self.sources[q.source].event_time in q.keys)
+            q.window is not None
+            or any(self.same_column(self.sources[q.source].event_time, k) for k in q.keys))
+
+    @property
+    def case_sensitive(self) -> bool:
+        """``spark.sql.caseSensitive`` of the spec (false, Spark's default, unless set true):
+        whether column names match exactly or in any case."""
+        return str(self.spark_conf.get(CASE_SENSITIVE, "false")).lower() == "true"
+
+    def same_column(self, a: str, b: str) -> bool:
+        """Whether two names of one source denote one column: equal but for case unless
+        :attr:`case_sensitive` (Spark's resolution; a source has no two columns equal but for
+        case then, ``semantics.column_names``)."""
+        return a == b if self.case_sensitive else a.lower() == b.lower()
 
     @property
     def session_time_zone(self) -> str:
@@ -522,7 +551,9 @@ def _unknown_field(loc: tuple[Any, ...]) -> str:
 
 
 def parse_spec(data: Any, path: str = "<memory>") -> BacktestSpec:
-    """Validate a spec given as a mapping; see :func:`load_spec`."""
+    """Validate a spec given as a mapping; see :func:`load_spec`. Where the query's tables
+    exist, every column name is checked against them and spelt as they spell it
+    (``column_names.with_table_columns``, docs/semantics.md "Column names")."""
     if not isinstance(data, dict):
         raise SpecError(path, "<root>", "a YAML mapping with name, sources, query, candidates")
     try:
@@ -542,11 +573,15 @@ def parse_spec(data: Any, path: str = "<memory>") -> BacktestSpec:
         more = f" (and {len(exc.errors()) - 1} more error(s))" if len(exc.errors()) > 1 else ""
         raise SpecError(path, _loc(tuple(err["loc"])), msg + more) from None
     check_spec(spec)
-    return spec
+    from semantics.column_names import check_output_names, with_table_columns
+
+    check_output_names(spec)
+    return with_table_columns(spec)
 
 
 def load_spec(path: str | Path) -> BacktestSpec:
-    """Read and validate a backtest spec file (SPEC.md §1). Runs nothing."""
+    """Read and validate a backtest spec file (SPEC.md §1). Runs nothing; reads the schemas
+    of the tables there are to resolve the column names (see :func:`parse_spec`)."""
     p = Path(path)
     return parse_spec(_read_yaml(p), str(p.resolve()))
 
@@ -620,8 +655,8 @@ def _check_query_for_candidate(spec: BacktestSpec, cname: str) -> None:
         left_bounded = tr is not None and tr.lower is not None and q.right in wm
         right_bounded = tr is not None and tr.upper is not None and q.left in wm
         keyed = any(
-            k == spec.sources[q.left].event_time and q.left in wm
-            or k == spec.sources[q.right].event_time and q.right in wm
+            spec.same_column(k, spec.sources[q.left].event_time) and q.left in wm
+            or spec.same_column(k, spec.sources[q.right].event_time) and q.right in wm
             for k in q.keys
         )
         need = {"left_outer": left_bounded, "left_semi": left_bounded,
