@@ -18,7 +18,7 @@ from semantics.errors import DataError, SpecError
 from semantics.history import plan
 from semantics.predict import predict
 from semantics.spec import BacktestSpec, load_spec, parse_spec
-from tests.deltas import write_commits
+from tests.deltas import ts, write_commits
 
 SPEC = """
 name: names
@@ -283,6 +283,19 @@ def test_names_resolve_in_any_case_as_spark_resolves_them(tmp_path: Path) -> Non
     joined = table_spec(tmp_path, {**JOIN, "keys": ["Ad_Id"]}, right=True, event_time="TS")
     assert joined.query.keys == ("ad_id",)
     assert "clicks_ts" in predict(plan(joined), joined, "c").outputs.columns
+
+
+def test_an_arrival_column_resolves_in_any_case(tmp_path: Path) -> None:
+    write_commits(tmp_path / "clicks", [[{"ad_id": 1, "ts": 1.0, "Ingest": ts(9)},
+                                         {"ad_id": 2, "ts": 2.0, "Ingest": ts(5)}]])
+    spec = parse_spec({
+        "name": "names", "sources": {"clicks": {"table": str(tmp_path / "clicks"),
+                                                "event_time": "ts", "arrival": "column:INGEST"}},
+        "query": {"kind": "deduplication", "source": "clicks", "keys": ["ad_id"]},
+        "replay": {"batch_by": {"rows": 1}},
+        "candidates": {"c": {"watermark": {"clicks": "1 second"}}}})
+    assert spec.sources["clicks"].arrival_column == "Ingest"
+    assert plan(spec).rows["clicks"]["ad_id"].tolist() == [2, 1]  # in arrival order
 
 
 def test_case_sensitive_resolution_refuses_another_case(tmp_path: Path) -> None:
