@@ -16,6 +16,7 @@ from deltalake import write_deltalake
 
 from semantics.errors import DataError, SpecError
 from semantics.history import plan
+from semantics.metrics import reference_event_ms
 from semantics.predict import predict
 from semantics.spec import BacktestSpec, load_spec, parse_spec
 from tests.deltas import ts, write_commits
@@ -283,6 +284,14 @@ def test_names_resolve_in_any_case_as_spark_resolves_them(tmp_path: Path) -> Non
     joined = table_spec(tmp_path, {**JOIN, "keys": ["Ad_Id"]}, right=True, event_time="TS")
     assert joined.query.keys == ("ad_id",)
     assert "clicks_ts" in predict(plan(joined), joined, "c").outputs.columns
+
+
+def test_latency_reads_the_event_time_key_by_its_output_name(tmp_path: Path) -> None:
+    spec = table_spec(tmp_path, {"kind": "aggregation", "keys": ["TS"],
+                                 "aggregates": {"n": "count(*)"}})
+    out = predict(plan(spec), spec, "c").outputs
+    assert list(out.columns) == ["batch_id", "TS", "n"]
+    assert reference_event_ms(spec, out).tolist() == [1000.0]  # ts 1 s, evicted at 3 - 2
 
 
 def test_an_arrival_column_resolves_in_any_case(tmp_path: Path) -> None:
