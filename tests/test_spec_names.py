@@ -15,6 +15,7 @@ import pytest
 from deltalake import write_deltalake
 
 from semantics.errors import DataError, SpecError
+from semantics.explain import explain_row
 from semantics.history import plan
 from semantics.metrics import reference_event_ms
 from semantics.predict import predict
@@ -279,6 +280,8 @@ def test_names_resolve_in_any_case_as_spark_resolves_them(tmp_path: Path) -> Non
     assert got.outputs.values.tolist() == want.outputs.values.tolist()
     assert got.outputs[["AD_ID", "n", "s"]].values.tolist() == [[1, 1, 5], [1, 2, 12]]
     assert got.batches.equals(want.batches)
+    said = explain_row(plan(spec), got, 0, spec)
+    assert "emitted in batch" in said and said == explain_row(plan(exact), want, 0, exact)
     slim = predict(plan(spec), spec, "c", explain=False, columns=["AD_ID", "s"])
     assert list(slim.outputs.columns) == ["batch_id", "AD_ID", "s"]
     joined = table_spec(tmp_path, {**JOIN, "keys": ["Ad_Id"]}, right=True, event_time="TS")
