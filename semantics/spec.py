@@ -473,6 +473,9 @@ def _read_yaml(p: Path) -> object:
         raise SpecError(str(p), "<yaml>", f"valid YAML ({exc})") from None
     except (ValueError, TypeError) as exc:  # a value its tag cannot hold: 2026-13-45
         raise SpecError(str(p), "<yaml>", f"valid YAML values ({exc})") from None
+    except RecursionError:  # (the YAML composer recurses once per level)
+        raise SpecError(str(p), "<yaml>", "a YAML document nested a few levels deep, as a "
+                        "spec is (this one nests too deep to read)") from None
 
 
 def _no_repeated_keys(loader: _Loader, file: str, node: yaml.Node, path: str) -> None:

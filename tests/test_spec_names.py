@@ -64,6 +64,8 @@ def spec_error(path: Path) -> SpecError:
     (b"name: x\0y\n", "<yaml>", "valid YAML"),
     (b"name: 2026-13-45\n", "<yaml>", "month must be in 1..12"),
     (b"name: !!int abc\n", "<yaml>", "valid YAML values"),
+    (b"name: " + b"[" * 5000 + b"]" * 5000, "<yaml>", "nests too deep"),
+    (b"a:\n" + b"".join(b" " * i + b"b:\n" for i in range(1, 2000)), "<yaml>", "nests too deep"),
 ])
 def test_files_that_are_no_spec_are_spec_errors(tmp_path: Path, content: bytes, field: str,
                                                  expected: str) -> None:
