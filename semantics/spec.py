@@ -467,7 +467,7 @@ def _read_yaml(p: Path) -> object:
         node = loader.get_single_node()
         if node is None:
             return None
-        _no_repeated_keys(loader, str(p), node, "")
+        _no_repeated_keys(loader, str(p), node, "", set())
         return loader.construct_document(node)
     except yaml.YAMLError as exc:
         raise SpecError(str(p), "<yaml>", f"valid YAML ({exc})") from None
@@ -478,12 +478,17 @@ def _read_yaml(p: Path) -> object:
                         "spec is (this one nests too deep to read)") from None
 
 
-def _no_repeated_keys(loader: _Loader, file: str, node: yaml.Node, path: str) -> None:
+def _no_repeated_keys(loader: _Loader, file: str, node: yaml.Node, path: str,
+                      seen_nodes: set[int]) -> None:
     """Refuse a mapping that gives a key twice, anywhere in the document (``<<`` merges are
-    overrides, not repeats); ``path`` is the node's field path (``""`` at the root)."""
+    overrides, not repeats); ``path`` is the node's field path (``""`` at the root). Each node
+    is read once, however many aliases name it (aliases of aliases grow exponentially)."""
+    if id(node) in seen_nodes:
+        return
+    seen_nodes.add(id(node))
     if isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _no_repeated_keys(loader, file, item, f"{path}[{i}]")
+            _no_repeated_keys(loader, file, item, f"{path}[{i}]", seen_nodes)
     if not isinstance(node, yaml.MappingNode):
         return
     seen: dict[object, int] = {}
@@ -498,7 +503,7 @@ def _no_repeated_keys(loader: _Loader, file: str, node: yaml.Node, path: str) ->
                             f"{key.value!r} is given on line {seen[same]} and again on line "
                             f"{line}")
         seen[same] = line
-        _no_repeated_keys(loader, file, value, here)
+        _no_repeated_keys(loader, file, value, here, seen_nodes)
 
 
 def _loc(loc: tuple[Any, ...]) -> str:

@@ -339,3 +339,15 @@ def test_a_table_with_two_columns_equal_but_for_case_is_refused(tmp_path: Path) 
     assert (err.value.where, err.value.field) == (str(tmp_path / "clicks"), "sources.clicks")
     assert "no two columns equal but for case: 'a' and 'A'" in err.value.expected
     assert "spark.sql.caseSensitive is false" in err.value.expected
+
+
+def test_aliases_of_aliases_are_read_once(tmp_path: Path) -> None:
+    # 9 ** 12 references to one sequence: read node by node, that never ends
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 12)]
+    p = write(tmp_path, "\n".join([*lines, "name: x", "name: y"]) + "\n")
+    run = subprocess.run([sys.executable, "-m", "jobs.cli", "predict", str(p)],
+                         capture_output=True, text=True, timeout=60,
+                         cwd=Path(__file__).parents[1])
+    assert run.returncode == 2, run.stderr
+    assert f"{p}: name: each key once in <root>: 'name' is given on line 13" in run.stderr
