@@ -1,6 +1,6 @@
 """Column names in another case than the table's, as Spark resolves them
 (``spark.sql.caseSensitive=false``): the replay and the prediction read the same columns and
-output the same names, Spark's (docs/semantics.md, "Column names")."""
+output the same names, Spark's (docs/semantics.md §1.1)."""
 
 from __future__ import annotations
 
