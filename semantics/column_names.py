@@ -1,5 +1,4 @@
-"""The names a spec gives columns, as Spark's analyzer reads them (docs/semantics.md, "Column
-names").
+"""The names a spec gives columns, as Spark's analyzer reads them (docs/semantics.md §1.1).
 
 Spark resolves a column reference case-insensitively unless ``spark.sql.caseSensitive`` is true:
 ``groupBy("AD_ID")`` reads the table's ``ad_id`` and outputs a column spelt ``AD_ID``. The
@@ -22,6 +21,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
 from semantics.errors import DataError, SpecError
+from semantics.spark_conf import spark_bool
 from semantics.spec import (
     CASE_SENSITIVE,
     AggregationQuery,
@@ -45,8 +45,8 @@ def check_output_names(spec: BacktestSpec) -> None:
     both, then refuses the reference as ambiguous or the sink the duplicate column)."""
     exact = spec.case_sensitive
     for cname, cand in spec.candidates.items():
-        if CASE_SENSITIVE in cand.spark_conf and \
-                (str(cand.spark_conf[CASE_SENSITIVE]).lower() == "true") != exact:
+        if CASE_SENSITIVE in cand.spark_conf and spark_bool(
+                cand.spark_conf[CASE_SENSITIVE], f"{CASE_SENSITIVE}", spec.path) != exact:
             raise SpecError(spec.path, f"candidates.{cname}.spark_conf.{CASE_SENSITIVE}",
                             "the spec-level value: column names are resolved once for every "
                             "candidate; set it in the top-level spark_conf")

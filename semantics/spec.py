@@ -29,6 +29,7 @@ from pydantic import (
 
 from semantics.durations import Duration
 from semantics.errors import SpecError
+from semantics.spark_conf import spark_bool
 
 DurationField = Annotated[
     Duration,
@@ -393,7 +394,7 @@ class BacktestSpec(_Model):
     def case_sensitive(self) -> bool:
         """``spark.sql.caseSensitive`` of the spec (false, Spark's default, unless set true):
         whether column names match exactly or in any case."""
-        return str(self.spark_conf.get(CASE_SENSITIVE, "false")).lower() == "true"
+        return spark_bool(self.spark_conf.get(CASE_SENSITIVE, False), CASE_SENSITIVE, self.path)
 
     def same_column(self, a: str, b: str) -> bool:
         """Whether two names of one source denote one column: equal but for case unless
@@ -561,7 +562,7 @@ def _unknown_field(loc: tuple[Any, ...]) -> str:
 def parse_spec(data: Any, path: str = "<memory>") -> BacktestSpec:
     """Validate a spec given as a mapping; see :func:`load_spec`. Where the query's tables
     exist, every column name is checked against them and spelt as they spell it
-    (``column_names.with_table_columns``, docs/semantics.md "Column names")."""
+    (``column_names.with_table_columns``, docs/semantics.md §1.1)."""
     if not isinstance(data, dict):
         raise SpecError(path, "<root>", "a YAML mapping with name, sources, query, candidates")
     try:

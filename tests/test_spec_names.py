@@ -351,3 +351,10 @@ def test_aliases_of_aliases_are_read_once(tmp_path: Path) -> None:
                          cwd=Path(__file__).parents[1])
     assert run.returncode == 2, run.stderr
     assert f"{p}: name: each key once in <root>: 'name' is given on line 13" in run.stderr
+
+
+def test_case_sensitivity_is_read_as_spark_reads_a_boolean() -> None:
+    query = {**WINDOW, "keys": ["ad_id"], "aggregates": {"n": "count(*)", "N": "sum(v)"}}
+    assert parsed(query, {"spark.sql.caseSensitive": " TRUE "}).case_sensitive
+    with pytest.raises(SpecError, match="spark_conf.spark.sql.caseSensitive: true or false"):
+        parsed(query, {"spark.sql.caseSensitive": "yes"})
