@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
 from semantics import predicate
+from semantics.column_names import check_distinct_columns, open_table, spelling
 from semantics.errors import DataError, SpecError
 from semantics.parallel import map_parts
 from semantics.schedule import (
@@ -75,7 +76,7 @@ def read_arrivals(spec: BacktestSpec, source: str) -> Arrivals:
     field = f"sources.{source}.table"
     if not DeltaTable.is_deltatable(str(path)):
         raise SpecError(spec.path, field, f"a Delta table at {path} (no _delta_log found)")
-    dt = DeltaTable(str(path))
+    dt = open_table(spec, source)
     latest = dt.version()
     lo, hi = src.versions if src.versions is not None else (0, latest)
     if hi > latest:
@@ -158,8 +159,9 @@ def read_arrivals(spec: BacktestSpec, source: str) -> Arrivals:
     table = pa.concat_tables(tables) if tables else full_schema.empty_table()
     _check_columns(spec, source, path, table)
     if src.filter:
-        try:
-            mask = predicate.evaluate(src.filter, table, spec.session_time_zone)
+        try:  # (on the table's own columns: the filter cannot read the schedule's)
+            mask = predicate.evaluate(src.filter, table.select(schema.names),
+                                      spec.session_time_zone, spec.case_sensitive)
         except predicate.PredicateError as exc:
             raise SpecError(spec.path, f"sources.{source}.filter", str(exc)) from None
         table = table.filter(mask.fill_null(False))
@@ -211,15 +213,22 @@ _APPENDED = 3  # columns read() appends to a file's own: arrival, version, add i
 
 
 def _check_columns(spec: BacktestSpec, source: str, path: Path, table: pa.Table) -> None:
+    """The table's own columns (``table`` has the schedule's appended) hold every column the
+    spec names, spelt as the spec names them (``parse_spec`` respells them as the table
+    does, ``column_names.resolved``), of the types the query needs."""
     src = spec.sources[source]
     where = str(path)
+    own = table.column_names[:-_APPENDED]
     for col in META_COLUMNS:
-        if col in table.schema.names[:-_APPENDED]:
-            raise DataError(where, f"sources.{source}", f"no column named {col!r} (reserved)")
-    if src.event_time not in table.column_names:
-        raise DataError(where, f"sources.{source}.event_time",
-                        f"column {src.event_time!r} in the table (columns: "
-                        f"{', '.join(table.column_names[:-_APPENDED])})")
+        if col in own:
+            raise DataError(where, f"sources.{source}", f"no column named {col!r} (reserved: "
+                            "the outputs and stored runs carry each input row's id and tick "
+                            "under these names; rename it in a view of the table)")
+    check_distinct_columns(spec, source, where, own)
+    for field, name in spelling(spec, source, own).items():
+        if field[1] != name:  # (the table was not there, or spelt otherwise, at load time)
+            raise DataError(where, field[0], f"column {field[1]!r} spelt as the table spells "
+                            f"it: {name!r} (load the spec again to resolve it)")
     typ = table.schema.field(src.event_time).type
     if not pa.types.is_timestamp(typ):
         raise DataError(where, f"sources.{source}.event_time",
@@ -232,25 +241,10 @@ def _check_columns(spec: BacktestSpec, source: str, path: Path, table: pa.Table)
     if nulls:
         raise DataError(where, f"sources.{source}.event_time",
                         f"no null event times ({nulls} rows have none)")
-    if src.arrival_column:
-        if src.arrival_column not in table.column_names:
-            raise DataError(where, f"sources.{source}.arrival",
-                            f"column {src.arrival_column!r} in the table")
-        if not pa.types.is_timestamp(table.schema.field(src.arrival_column).type):
-            raise DataError(where, f"sources.{source}.arrival",
-                            f"{src.arrival_column!r} to be a timestamp column")
-    q = spec.query
-    needed = set(getattr(q, "keys", ()))
-    if q.kind in ("aggregation", "session"):
-        from semantics.spec import parse_aggregate
-
-        needed |= {c for _, c in map(parse_aggregate, q.aggregates.values()) if c}
-    if q.kind == "aggregation" and q.window is not None:
-        needed.discard(src.event_time)
-    for col in sorted(needed):
-        if col not in table.column_names:
-            raise DataError(where, "query", f"column {col!r} in source {source!r} (columns: "
-                            f"{', '.join(table.column_names[:-_APPENDED])})")
+    if src.arrival_column and \
+            not pa.types.is_timestamp(table.schema.field(src.arrival_column).type):
+        raise DataError(where, f"sources.{source}.arrival",
+                        f"{src.arrival_column!r} to be a timestamp column")
 
 
 def plan(spec: BacktestSpec, candidate: str | None = None) -> Schedule:

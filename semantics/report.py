@@ -83,7 +83,8 @@ def report_columns(spec: BacktestSpec) -> list[str]:
 def output_columns(spec: BacktestSpec, data_columns: dict[str, tuple[str, ...]]) -> list[str]:
     """Emitted-row columns of the query (timestamps as UTC timestamps, ms in JSON).
 
-    * aggregation: keys, ``window_start``, ``window_end`` (with a window), aggregates;
+    * aggregation: keys (spelt as the spec writes them, as Spark outputs them),
+      ``window_start``, ``window_end`` (with a window), aggregates;
     * deduplication: ``row_id`` and the source's columns;
     * session: keys, ``session_start``, ``session_end``, aggregates;
     * join: ``<left>_row_id``, ``<left>_<col>``..., then the same for the right side (left
@@ -92,13 +93,13 @@ def output_columns(spec: BacktestSpec, data_columns: dict[str, tuple[str, ...]])
     q = spec.query
     if isinstance(q, AggregationQuery):
         win = ["window_start", "window_end"] if q.window is not None else []
-        return [*q.keys, *win, *q.aggregates]
+        return [*q.output_keys, *win, *q.aggregates]
     if isinstance(q, DeduplicationQuery):
         return [ROW_ID, *data_columns[q.source]]
     if isinstance(q, JoinQuery):
         sides = [q.left] if q.type == "left_semi" else [q.left, q.right]
         return [f"{s}_{c}" for s in sides for c in (ROW_ID, *data_columns[s])]
-    return [*q.keys, "session_start", "session_end", *q.aggregates]
+    return [*q.output_keys, "session_start", "session_end", *q.aggregates]
 
 
 @dataclass(frozen=True)
