@@ -110,18 +110,15 @@ class ResultsStore:
         a file, a folder that cannot be created or written, something other than a Delta table
         where a table belongs. Then creates the missing tables (empty, race-free)."""
         root = self.root
-        if root.exists() and not root.is_dir():
-            raise ResultsError(root, f"expected a folder for the results (Delta tables "
-                                     f"{', '.join(TABLES)}), found a file")
-        with guarded(root, "creating the results folder"):
-            root.mkdir(parents=True, exist_ok=True)
-        _probe(root)
+        check_folder(root)
         for name in TABLES:  # all checked before any is created: nothing half-made
             path = root / name
             if path.exists() and not path.is_dir():
                 raise ResultsError(path, "expected a Delta table (a folder), found a file")
             with guarded(path, "reading the Delta table"):
                 table = DeltaTable.is_deltatable(str(path))
+                if table:  # (its log must read: a broken one refused before any write)
+                    DeltaTable(str(path))
             # (a folder holding only _delta_log: another process is creating the table)
             if path.is_dir() and not table and set(os.listdir(path)) - {"_delta_log"}:
                 raise ResultsError(path, "expected a Delta table (a folder with _delta_log) "
@@ -293,6 +290,20 @@ def _holds(path: Path, wid: str) -> bool:
 
 def _columns(table: DeltaTable) -> list[str]:
     return [f.name for f in table.schema().fields]
+
+
+def check_folder(root: Path) -> None:
+    """Refuse (``ResultsError``) a results folder that is a file or cannot be created or
+    written; create it if missing."""
+    if root.exists() and not root.is_dir():
+        raise ResultsError(root, f"expected a folder for the results (Delta tables "
+                                 f"{', '.join(TABLES)}), found a file")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ResultsError(root, f"expected a folder for the results that can be created "
+                                 f"({exc.strerror or exc})") from None
+    _probe(root)
 
 
 def _probe(folder: Path) -> None:
