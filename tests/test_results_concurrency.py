@@ -150,3 +150,34 @@ def test_a_writer_killed_at_any_moment_leaves_a_whole_run(tmp_path: Path) -> Non
     for table in ("runs", "batch_reports", "outputs"):  # the leftovers went with it
         raw = DeltaTable(str(tmp_path / table)).to_pandas()
         assert set(raw["run_id"]) == {"last"}, (table, json.dumps(sorted(set(raw["run_id"]))))
+
+
+def test_concurrent_wmbt_predict_runs_lose_nothing(tmp_path: Path) -> None:
+    # the probe's case: `wmbt predict` processes started together on one empty results folder
+    # (here 3, two of all 4 candidates, one of one): every candidate's rows all there
+    from jobs.cli import main
+    from tests.test_backtest import agg_spec
+
+    spec = agg_spec(tmp_path)
+    doc = json.loads(spec.model_dump_json(exclude={"path"}))
+    doc["candidates"] = {f"c{s}": {"watermark": {"clicks": f"{s} seconds"}} for s in range(4)}
+    path = Path(spec.path)
+    path.write_text(json.dumps(doc))
+    assert main(["predict", str(path), "--results", str(tmp_path / "ref")]) == 0  # one alone
+    ref = ResultsStore(tmp_path / "ref")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    wmbt = [sys.executable, "-m", "jobs.cli", "predict", str(path), "--results",
+            str(tmp_path / "res")]
+    procs = [subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              text=True)
+             for argv in (wmbt, wmbt, [*wmbt, "--candidate", "c2"])]
+    errs = [p.communicate(timeout=300)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], errs
+    store = ResultsStore(tmp_path / "res")
+    runs, want = store.runs(spec.name), ref.runs(spec.name)
+    assert runs["run_id"].tolist() == want["run_id"].tolist() and len(runs) == 4
+    for c, rid in zip(want["candidate"], want["run_id"], strict=True):
+        got = store.outputs(spec.name, c, rid, "predicted")
+        pd.testing.assert_frame_equal(got, ref.outputs(spec.name, c, rid, "predicted"))
+        assert len(got) == int(want[want["candidate"] == c]["output_rows"].iloc[0]) > 0
+        pd.testing.assert_frame_equal(store.batches(spec.name, c), ref.batches(spec.name, c))
