@@ -40,6 +40,7 @@ import os
 import secrets
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -239,40 +240,66 @@ class ResultsStore:
         raise ResultsError(self.root, "batch_reports kept changing while read: a writer is "
                                       "replacing runs; read again")
 
-    def outputs(self, backtest: str, candidate: str, run_id: str, side: str) -> pd.DataFrame:
-        """``batch_id`` and the emitted rows' columns, as stored (timestamps in epoch ms), in
-        the order written, of the slot's newest run if its run id is ``run_id`` (else empty).
-        Only this run's rows are read (the filter is pushed down to the Delta scan)."""
-        path = self.root / "outputs"
+    def run(self, backtest: str, candidate: str, run_id: str, side: str) -> StoredRun | None:
+        """The slot's newest run if its run id is ``run_id`` (else None): its ``runs`` row, batch
+        reports and outputs, all of one write (read again if a writer replaced the run between
+        two reads). Only this write's rows are read (filters pushed down to the Delta scans)."""
         for _ in range(READ_ATTEMPTS):
             runs = self.runs(backtest, candidate)
             if runs.empty:
-                return pd.DataFrame()
-            run = runs[(runs["run_id"] == run_id) & (runs["side"] == side)]
-            if run.empty:
-                return pd.DataFrame()
-            wid = run[WRITE_ID].iloc[0]
-            key = {"backtest": backtest, "candidate": candidate, "run_id": run_id, "side": side}
-            where = ds.field("backtest") == backtest
-            for k in KEY[1:]:
-                where &= ds.field(k) == key[k]
-            with guarded(path, "reading the Delta table"):
-                table = DeltaTable(str(path))
-                if WRITE_ID in _columns(table):
-                    where &= ds.field(WRITE_ID).is_null() if wid == "" \
-                        else ds.field(WRITE_ID) == wid
-                t = table.to_pyarrow_dataset().to_table(filter=where)
-            if t.num_rows == run["output_rows"].iloc[0]:
-                break
-            time.sleep(0.05)
-        else:
-            raise ResultsError(path, "outputs kept changing while read: a writer is "
-                                     "replacing runs; read again")
-        if not t.num_rows:
-            return t.drop_columns([WRITE_ID]).to_pandas() if WRITE_ID in t.column_names \
-                else t.to_pandas()
-        batch = pd.DataFrame({"batch_id": t.column("batch_id").to_numpy()})
-        return pd.concat([batch, parsed_rows(t.column("row"))], axis=1)
+                return None
+            row = runs[(runs["run_id"] == run_id) & (runs["side"] == side)]
+            if row.empty:
+                return None
+            r = row.iloc[0]
+            b = self._rows("batch_reports", r)
+            o = self._rows("outputs", r)
+            if len(pc.unique(b.column("batch_id"))) != r["batches"] \
+                    or o.num_rows != r["output_rows"]:
+                time.sleep(0.05)  # (replaced, and the older write's rows deleted, meanwhile)
+                continue
+            batches = b.drop_columns([WRITE_ID]).to_pandas().sort_values("batch_id", kind="stable")
+            return StoredRun(r, batches.reset_index(drop=True), _emitted(o))
+        raise ResultsError(self.root, f"{backtest}/{candidate}/{side}: replaced again at each "
+                                      f"of {READ_ATTEMPTS} reads; read again")
+
+    def _rows(self, table: str, run: pd.Series) -> pa.Table:
+        """The rows of ``table`` that ``run`` (a ``runs`` row) wrote."""
+        path = self.root / table
+        where = ds.field("backtest") == run["backtest"]
+        for k in KEY[1:]:
+            where &= ds.field(k) == run[k]
+        with guarded(path, "reading the Delta table"):
+            dt = DeltaTable(str(path))
+            if WRITE_ID in _columns(dt):
+                where &= ds.field(WRITE_ID).is_null() if run[WRITE_ID] == "" \
+                    else ds.field(WRITE_ID) == run[WRITE_ID]
+            t = dt.to_pyarrow_dataset().to_table(filter=where)
+        return t if WRITE_ID in t.column_names else t.append_column(
+            WRITE_ID, pa.nulls(t.num_rows, pa.string()))
+
+    def outputs(self, backtest: str, candidate: str, run_id: str, side: str) -> pd.DataFrame:
+        """``batch_id`` and the emitted rows' columns, as stored (timestamps in epoch ms), in
+        the order written, of the slot's newest run if its run id is ``run_id`` (else empty)."""
+        run = self.run(backtest, candidate, run_id, side)
+        return pd.DataFrame() if run is None else run.outputs
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    """One run as stored, all of one write: its ``runs`` row, batch reports (as written, in
+    batch order) and emitted rows (``ResultsStore.outputs``' frame)."""
+
+    row: pd.Series
+    batches: pd.DataFrame
+    outputs: pd.DataFrame
+
+
+def _emitted(t: pa.Table) -> pd.DataFrame:
+    if not t.num_rows:
+        return t.drop_columns([WRITE_ID]).to_pandas()
+    batch = pd.DataFrame({"batch_id": t.column("batch_id").to_numpy()})
+    return pd.concat([batch, parsed_rows(t.column("row"))], axis=1)
 
 
 def new_write_id() -> str:

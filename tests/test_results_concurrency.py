@@ -181,3 +181,34 @@ def test_concurrent_wmbt_predict_runs_lose_nothing(tmp_path: Path) -> None:
         pd.testing.assert_frame_equal(got, ref.outputs(spec.name, c, rid, "predicted"))
         assert len(got) == int(want[want["candidate"] == c]["output_rows"].iloc[0]) > 0
         pd.testing.assert_frame_equal(store.batches(spec.name, c), ref.batches(spec.name, c))
+
+
+def test_readers_see_whole_runs_while_a_writer_replaces_them(tmp_path: Path) -> None:
+    # a reader beside a process replacing the slot's run again and again: each read is one
+    # write's batches and rows, whole (read again when the run was replaced between two reads)
+    spec = spec_of({"kind": "deduplication", "keys": ["i"]})
+    store = ResultsStore(tmp_path)
+    store.write(spec, "c", "first", "predicted", result_of("first", 1, 10))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    child = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, str(tmp_path)],
+                             stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        tags: set[str] = set()
+        end = time.monotonic() + (60 if SOAK else 4)
+        while time.monotonic() < end:
+            rid = store.runs("t", "c")["run_id"].iloc[0]
+            run = store.run("t", "c", rid, "predicted")
+            if run is None:  # (replaced by the other run id since)
+                continue
+            tag = run.outputs["tag"].iloc[0]
+            k = 0 if tag == "first" else int(tag[1:])
+            want = (1, 10) if tag == "first" else (2 + k % 2, 40 + k % 2 * 9)
+            assert set(run.outputs["tag"]) == {tag} and len(run.outputs) == want[1]
+            assert run.batches["batch_id"].tolist() == list(range(want[0]))
+            assert run.row["output_rows"] == want[1] and run.row["run_id"] == rid
+            tags.add(tag)
+    finally:
+        child.kill()
+        child.wait()
+    assert len(tags) > 2, tags  # (the writer did replace the run while read)
