@@ -102,6 +102,41 @@ def test_concurrent_writers_to_one_empty_folder_lose_nothing(tmp_path: Path) -> 
         check_round(f)
 
 
+def appender(path: str, p: int, barrier: mp.synchronize.Barrier) -> None:
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    barrier.wait(timeout=120)
+    for i in range(APPENDS):
+        write_deltalake(path, pa.table({"p": [p], "i": [i]}), mode="append")
+
+
+APPENDS = 10
+
+
+def test_delta_rs_commits_from_processes_at_once_all_land(tmp_path: Path) -> None:
+    # what the store builds on: on a local filesystem a Delta commit is put-if-absent, so
+    # appends from several processes at once each get a version of their own, none lost
+    import pyarrow as pa
+
+    DeltaTable.create(str(tmp_path), pa.schema([("p", pa.int64()), ("i", pa.int64())]))
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__])
+    barrier = ctx.Barrier(PROCESSES)
+    procs = [ctx.Process(target=appender, args=(str(tmp_path), p, barrier))
+             for p in range(PROCESSES)]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(timeout=300)
+    assert [proc.exitcode for proc in procs] == [0] * PROCESSES
+    table = DeltaTable(str(tmp_path))
+    assert table.version() == PROCESSES * APPENDS
+    got = table.to_pandas().sort_values(["p", "i"])
+    assert list(zip(got["p"], got["i"], strict=True)) == [
+        (p, i) for p in range(PROCESSES) for i in range(APPENDS)]
+
+
 KILLED_WRITER = """
 import sys
 from jobs.results import ResultsStore
