@@ -1,10 +1,11 @@
 """Delta table operations that several processes can run on one folder at the same moment.
 
 A Delta commit on a local filesystem is a put-if-absent of the next ``_delta_log`` version
-(delta-rs renames its temporary commit file with ``renameat2(RENAME_NOREPLACE)``, or a hard
-link where that is missing): of two writers of one version, exactly one wins. The loser
-gets a conflict, which delta-rs resolves itself where it can (two appends) and raises where it
-cannot (``CommitFailedError``, a delete beside a concurrent write of the rows it read). So:
+(delta-rs moves its temporary commit file there by a rename or hard link that never replaces,
+delta-io/delta-rs#126 and #621; ``tests/test_results_concurrency.py`` checks it): of two
+writers of one version exactly one wins. The loser gets a conflict, which delta-rs resolves
+itself where it can (two appends) and raises where it cannot (``CommitFailedError``: a delete
+beside a concurrent delete or append of rows it read, a first commit beside another). So:
 
 * ``create_table`` makes an empty table with its schema and takes "someone else created it
   first" as success: no writer ever overwrites a table it found missing;
@@ -32,10 +33,10 @@ from semantics.errors import WmbtError
 
 T = TypeVar("T")
 
-ATTEMPTS = 12  # pauses up to 0.05 * 2**k s, capped at 2 s: ~12 s of retrying in the worst case
+ATTEMPTS = 12  # pauses of up to 0.05 * 2**k s, capped at 2 s: at most ~15 s in all
 _BASE_S, _CAP_S = 0.05, 2.0
-# delta-rs' words for a concurrent commit it could not reconcile (not every one is a
-# CommitFailedError: a delete's conflicts come as a DeltaError "Transaction failed: ...")
+# delta-rs' words for a concurrent commit it could not reconcile, matched on a plain DeltaError
+# too, should a code path word a conflict so rather than raise CommitFailedError
 _CONFLICT_WORDS = ("conflict", "concurrent", "version already exists", "transaction failed",
                    "already exists")
 
