@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
+import pytest
 from deltalake import DeltaTable
 
 from jobs.results import ResultsStore
@@ -103,7 +105,6 @@ def test_concurrent_writers_to_one_empty_folder_lose_nothing(tmp_path: Path) -> 
 
 
 def appender(path: str, p: int, barrier: mp.synchronize.Barrier) -> None:
-    import pyarrow as pa
     from deltalake import write_deltalake
 
     barrier.wait(timeout=120)
@@ -117,8 +118,6 @@ APPENDS = 10
 def test_delta_rs_commits_from_processes_at_once_all_land(tmp_path: Path) -> None:
     # what the store builds on: on a local filesystem a Delta commit is put-if-absent, so
     # appends from several processes at once each get a version of their own, none lost
-    import pyarrow as pa
-
     DeltaTable.create(str(tmp_path), pa.schema([("p", pa.int64()), ("i", pa.int64())]))
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload([__name__])
@@ -247,3 +246,28 @@ def test_readers_see_whole_runs_while_a_writer_replaces_them(tmp_path: Path) -> 
         child.kill()
         child.wait()
     assert len(tags) > 2, tags  # (the writer did replace the run while read)
+
+
+def test_a_conflict_is_retried_then_refused_clearly(tmp_path: Path, monkeypatch) -> None:
+    # a real conflict: a delete through a snapshot older than another delete of its rows
+    from deltalake import write_deltalake
+
+    import jobs.delta_writes as dw
+
+    write_deltalake(str(tmp_path), pa.table({"a": [1, 2, 3]}))
+    stale = DeltaTable(str(tmp_path))
+    DeltaTable(str(tmp_path)).delete("a = 1")
+    calls: list[int] = []
+
+    def delete(fresh_after: int) -> None:
+        calls.append(1)
+        (stale if len(calls) <= fresh_after else DeltaTable(str(tmp_path))).delete("a = 1")
+
+    monkeypatch.setattr(dw, "_BASE_S", 0.001)
+    dw.committed(tmp_path, "deleting", lambda: delete(2))  # two conflicts, then done
+    assert len(calls) == 3
+    calls.clear()
+    with pytest.raises(dw.ResultsError, match=f"{tmp_path}: deleting: other processes kept "
+                       f"committing to this table \\({dw.ATTEMPTS} attempts\\)"):
+        dw.committed(tmp_path, "deleting", lambda: delete(100))
+    assert len(calls) == dw.ATTEMPTS
