@@ -1,7 +1,8 @@
 """The results store under concurrent writers and killed writers: real processes writing real
 Delta tables in one folder at the same moment, every row read back and counted.
 
-CI runs one round of each; ``--soak`` runs 30 (concurrent writers) and 30 kills."""
+CI runs one round of each; ``--soak`` runs 30 rounds of concurrent writers, 30 kills and a
+minute of reads beside a writer."""
 
 from __future__ import annotations
 
