@@ -243,6 +243,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     from jobs.backtest import default_results_dir
     from jobs.cli import format_table, late_note
     from jobs.exits import write_document
+    from jobs.results import check_folder
     from semantics.spec import load_spec
 
     spec = load_spec(args.spec)
@@ -251,8 +252,9 @@ def run_sweep(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise SpecError(args.spec, "--delays", str(exc)) from None
     source = swept_source(spec, args.source)
-    rows = sweep(spec, source, delays, args.candidate)
     folder = Path(args.results) if args.results else default_results_dir()
+    check_folder(folder)  # (the plot goes there: refused before the sweep's work)
+    rows = sweep(spec, source, delays, args.candidate)
     png = plot(rows, folder / "reports" / f"{spec.name}-sweep-{source}.png",
                f"{spec.name}: delay of {source}")
     if args.json:
