@@ -16,12 +16,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
 from semantics import predicate
@@ -37,6 +35,7 @@ from semantics.schedule import (
     cut,
 )
 from semantics.spec import BacktestSpec, BatchBy, SourceSpec
+from semantics.storage import TableLocation, is_remote
 
 
 def _normalise(table: pa.Table) -> pa.Table:
@@ -67,15 +66,24 @@ class Arrivals:
     file_bytes: np.ndarray
 
 
+def table_location(spec: BacktestSpec, source: str) -> TableLocation:
+    """Where ``source``'s table is: an s3:// URI with its options, or a local path."""
+    src = spec.sources[source]
+    field = f"sources.{source}.table"
+    if is_remote(src.table):
+        return TableLocation(src.table, field, src.storage_options)
+    return TableLocation(str(spec.table_path(source)), field)
+
+
 def read_arrivals(spec: BacktestSpec, source: str) -> Arrivals:
     """All rows of ``source`` in arrival order, filtered; see :class:`Arrivals` and
     :func:`plan` (which gives them their ``row_id``)."""
     src: SourceSpec = spec.sources[source]
-    path = spec.table_path(source)
-    field = f"sources.{source}.table"
-    if not DeltaTable.is_deltatable(str(path)):
-        raise SpecError(spec.path, field, f"a Delta table at {path} (no _delta_log found)")
-    dt = DeltaTable(str(path))
+    loc = table_location(spec, source)
+    path = loc.where
+    if not loc.remote and not DeltaTable.is_deltatable(loc.uri):
+        raise SpecError(spec.path, loc.field, f"a Delta table at {path} (no _delta_log found)")
+    dt = loc.open()
     latest = dt.version()
     lo, hi = src.versions if src.versions is not None else (0, latest)
     if hi > latest:
@@ -88,19 +96,19 @@ def read_arrivals(spec: BacktestSpec, source: str) -> Arrivals:
                 for f in json.loads(dt.schema().to_json())["fields"]}
     logical = {p: name for name, p in physical.items() if p != name}
     history = {h["version"]: h for h in dt.history()}
-    log = path / "_delta_log"
     files: list[tuple[int, int, dict]] = []  # (version, commit time, add action)
     last_ts: int | None = None  # commit time of the last version read
     for v in range(lo, hi + 1):
-        commit_file = log / f"{v:020d}.json"
-        if not commit_file.exists():
-            raise DataError(str(path), f"sources.{source}.versions",
+        commit_file = f"_delta_log/{v:020d}.json"
+        commit_text = loc.read_text(commit_file)
+        if commit_text is None:
+            raise DataError(path, f"sources.{source}.versions",
                             f"the commit log of version {v} (removed by log retention?); "
                             "choose a later first version")
         ts = int(history.get(v, {}).get("timestamp") or 0)
         adds = []
         changes = False  # removes rows (dataChange): DELETE, UPDATE, MERGE, overwrite
-        for line in commit_file.read_text().splitlines():
+        for line in commit_text.splitlines():
             action = json.loads(line) if line.strip() else {}
             if "commitInfo" in action and not ts:
                 ts = int(action["commitInfo"].get("timestamp") or 0)
@@ -109,7 +117,7 @@ def read_arrivals(spec: BacktestSpec, source: str) -> Arrivals:
             if "remove" in action and action["remove"].get("dataChange", True):
                 changes = True
         if not ts:
-            ts = int(commit_file.stat().st_mtime * 1000)
+            ts = loc.commit_time_fallback(commit_file)
         # commit times as Delta's history reads them: made increasing (a writer's clock
         # behind the last one's would otherwise put a later version's rows first)
         ts = last_ts = ts if last_ts is None or ts > last_ts else last_ts + 1
@@ -117,14 +125,14 @@ def read_arrivals(spec: BacktestSpec, source: str) -> Arrivals:
             if src.skip_change_commits:
                 continue  # skipped whole, its rewritten files too (Delta's skipChangeCommits)
             op = history.get(v, {}).get("operation") or "a change"
-            raise DataError(str(path), f"sources.{source}.skip_change_commits",
+            raise DataError(path, f"sources.{source}.skip_change_commits",
                             f"append-only commits: version {v} ({op}) removes or rewrites rows, "
                             "where a Delta streaming source stops. Set it to true to skip such "
                             "commits as the readStream option skipChangeCommits does, or choose "
                             f"sources.{source}.versions without version {v}")
         for add in adds:
             if add.get("deletionVector"):
-                raise DataError(str(path), f"version {v}",
+                raise DataError(path, f"version {v}",
                                 "append-only data files (deletion vectors are not supported)")
             files.append((v, ts, add))
 
@@ -132,7 +140,7 @@ def read_arrivals(spec: BacktestSpec, source: str) -> Arrivals:
         """One data file's rows, in the table's schema, with their arrival, version and the
         file's position among the source's add actions."""
         index, (v, ts, add) = file
-        t = pq.read_table(path / _unquote(add["path"]))
+        t = loc.read_parquet(_unquote(add["path"]))
         if logical:
             t = t.rename_columns([logical.get(c, c) for c in t.column_names])
         for pcol in partition_cols:
@@ -171,7 +179,7 @@ def read_arrivals(spec: BacktestSpec, source: str) -> Arrivals:
     if src.arrival_column:
         col = src.arrival_column
         if df[col].isna().any():
-            raise DataError(str(path), f"sources.{source}.arrival",
+            raise DataError(path, f"sources.{source}.arrival",
                             f"no null values in arrival column {col!r}")
         df[ARRIVAL_MS] = df[col].astype("datetime64[ms, UTC]").astype("int64")
     return Arrivals(df, decimals, np.array([ts for _, ts, _ in files], dtype=np.int64),
@@ -210,9 +218,8 @@ def _unquote(p: str) -> str:
 _APPENDED = 3  # columns read() appends to a file's own: arrival, version, add index
 
 
-def _check_columns(spec: BacktestSpec, source: str, path: Path, table: pa.Table) -> None:
+def _check_columns(spec: BacktestSpec, source: str, where: str, table: pa.Table) -> None:
     src = spec.sources[source]
-    where = str(path)
     for col in META_COLUMNS:
         if col in table.schema.names[:-_APPENDED]:
             raise DataError(where, f"sources.{source}", f"no column named {col!r} (reserved)")
@@ -264,7 +271,7 @@ def plan(spec: BacktestSpec, candidate: str | None = None) -> Schedule:
     frames = {s: a.frame for s, a in read.items()}
     for s, df in frames.items():
         if len(df) == 0:
-            raise DataError(str(spec.table_path(s)), f"sources.{s}",
+            raise DataError(table_location(spec, s).where, f"sources.{s}",
                             "at least one row in the selected versions (after the filter)")
     sizes = [len(df) for df in frames.values()]
     rid = merged_ranks([df[ARRIVAL_MS].to_numpy(dtype=np.int64) for df in frames.values()],
