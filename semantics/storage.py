@@ -7,8 +7,9 @@ plain HTTP for a local S3-compatible server, ...). Credentials come from the env
 they must be there before anything is read: without them delta-rs would ask the cloud's
 instance metadata service, which is not where a backtest's credentials come from.
 
->>> check_storage_options({"aws_endpoint_url": "http://127.0.0.1:9000", "AWS_ALLOW_HTTP": True})
-{'AWS_ENDPOINT_URL': 'http://127.0.0.1:9000', 'AWS_ALLOW_HTTP': 'true'}
+>>> check_storage_options({"aws_endpoint_url": "http://127.0.0.1:9000", "AWS_ALLOW_HTTP": True,
+...                        "MAX_RETRIES": 5})
+{'AWS_ENDPOINT_URL': 'http://127.0.0.1:9000', 'AWS_ALLOW_HTTP': 'true', 'max_retries': '5'}
 >>> check_storage_options({"AWS_SECRET_ACCESS_KEY": "x"})  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
@@ -43,8 +44,9 @@ _SECRET = re.compile(r"SECRET|TOKEN|PASSWORD|ACCESS_KEY|SESSION|CREDENTIAL")
 ENV_CREDENTIALS_TEXT = ("AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, "
                         "AWS_PROFILE, ...")
 # object_store retries a failing request for up to 3 minutes by default: a wrong endpoint
-# would look like a hang. A spec may set its own (MAX_RETRIES, RETRY_TIMEOUT).
-DEFAULT_OPTIONS = {"MAX_RETRIES": "3", "RETRY_TIMEOUT": "30s"}
+# would look like a hang. A spec may set its own (MAX_RETRIES, RETRY_TIMEOUT). delta-rs reads
+# these client options in lower case only (AWS_* in either).
+DEFAULT_OPTIONS = {"max_retries": "3", "retry_timeout": "30s"}
 
 
 def scheme(table: str) -> str | None:
@@ -81,7 +83,7 @@ def check_storage_options(options: Mapping[str, object]) -> dict[str, str]:
             if url.username or url.password:
                 raise ValueError(f"{key}: a URL without user or password (credentials come "
                                  f"from the environment: {ENV_CREDENTIALS_TEXT})")
-        out[k] = text
+        out[k if k.startswith("AWS_") else k.lower()] = text
     return out
 
 
