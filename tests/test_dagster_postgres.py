@@ -1,8 +1,9 @@
 """A Dagster instance on PostgreSQL (``infra/dagster-postgres.yaml``, the cluster of
-``infra/postgres-local.sh`` on a free 127.0.0.1 port): two candidate runs write to it at the
-same time, each with its own Spark, and both runs, their results and their GX checks land; with
-the run queue (``wmbt/spark`` limit 1) a real ``dagster-daemon run`` starts two submitted Spark
-runs one after the other, as their start and end times in the instance's run records show.
+``infra/postgres-local.sh`` on a free 127.0.0.1 port). Two candidate runs submitted at once go
+through the run queue (``wmbt/spark`` limit 1): a real ``dagster-daemon run`` starts them one
+after the other, as their start and end times in the instance's run records show. Meanwhile a
+third run, of a candidate materialized by another process outside the queue, writes to the
+same instance at the same time. Every run's results and GX check land.
 
 Skipped without Debian's PostgreSQL 15 (``/usr/lib/postgresql/15/bin``). Every process started
 here runs in its own session and is stopped with its process group, also when the test fails.
@@ -100,6 +101,10 @@ def wait_runs(instance: dg.DagsterInstance, job: str, count: int, timeout: float
                        f"{log.read_text()[-3000:]}")
 
 
+def overlaps(a: dg.RunRecord, b: dg.RunRecord) -> bool:
+    return a.start_time < b.end_time and b.start_time < a.end_time
+
+
 def test_postgres_instance_concurrent_runs_and_spark_queue(postgres, tmp_path, monkeypatch):
     home = tmp_path / "dagster_home"
     home.mkdir()
@@ -115,52 +120,67 @@ def test_postgres_instance_concurrent_runs_and_spark_queue(postgres, tmp_path, m
     instance = dg.DagsterInstance.from_config(str(home))
     assert type(instance.run_storage).__name__ == "PostgresRunStorage"
     add_partitions(instance, KEYS)
+    t0 = time.monotonic()
+    phases: dict[str, float] = {}
 
     log = tmp_path / "daemon.log"
-    daemon = subprocess.Popen(  # loads the code location while the concurrent runs go
+    daemon = subprocess.Popen(
         ["env", "--default-signal=INT,TERM", str(BIN / "dagster-daemon"), "run", "-w",
          str(REPO / "workspace.yaml")], cwd=REPO, env=env, stdout=log.open("wb"),
         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    concurrent: subprocess.Popen | None = None
     try:
-        # 1. two candidate runs at once, each its own process and Spark, one instance. Each
-        # writes its own results folder: concurrent writers to one folder are the results
-        # store's own concern (tests/test_results.py)
-        procs = [subprocess.Popen([sys.executable, "-c", MATERIALIZE, str(tmp_path),
-                                   str(tmp_path / f"results-{i}"), key], cwd=REPO, env=env,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  start_new_session=True)
-                 for i, key in enumerate(KEYS)]
-        for p in procs:
-            out, _ = p.communicate(timeout=600)
-            assert p.returncode == 0, out.decode(errors="replace")[-3000:]
-        records = instance.get_run_records(dg.RunsFilter(tags={"wmbt/test": "concurrent"}))
-        assert len(records) == 2 and all(r.dagster_run.is_success for r in records)
-        (s0, e0), (s1, e1) = sorted((r.start_time, r.end_time) for r in records)
-        assert s1 < e0, f"the two runs did not overlap: {(s0, e0)}, {(s1, e1)}"
-        assert check_results(instance, [r.dagster_run.run_id for r in records]) == {
-            k: True for k in KEYS}
-        for i, key in enumerate(KEYS):
-            runs = ResultsStore(tmp_path / f"results-{i}").runs(NAME)
-            actual = runs[(runs["side"] == "actual") & (runs["candidate"] == key.split("|")[1])]
-            assert len(actual) == 1 and actual["success"].all(), runs
-
-        # 2. the queue: two Spark runs submitted at once, started by the daemon one at a time
-        launches = [subprocess.run(
+        # 1. two Spark runs submitted to the queue at once: the daemon starts them one at a time
+        launches = [subprocess.Popen(
             [str(BIN / "dagster"), "job", "launch", "-w", str(REPO / "workspace.yaml"), "-j",
              "backtest_candidates", "--tags", json.dumps({"dagster/partition": key})],
-            cwd=REPO, env=env, capture_output=True, text=True, timeout=300) for key in KEYS]
+            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            start_new_session=True) for key in KEYS]
         for launch in launches:
-            assert launch.returncode == 0, launch.stderr[-3000:]
+            out, _ = launch.communicate(timeout=300)
+            assert launch.returncode == 0, out.decode(errors="replace")[-3000:]
+        phases["submitted"] = time.monotonic() - t0
+        # 2. once the first has started, another process runs a candidate on the same instance
+        # outside the queue (its own Spark, its own results folder: concurrent writers to one
+        # folder are the results store's own concern, tests/test_results.py)
+        while not any(r.dagster_run.status == dg.DagsterRunStatus.STARTED for r in
+                      instance.get_run_records(dg.RunsFilter(job_name="backtest_candidates"))):
+            assert daemon.poll() is None and time.monotonic() - t0 < 600, log.read_text()[-3000:]
+            time.sleep(1)
+        phases["first started"] = time.monotonic() - t0
+        concurrent = subprocess.Popen(
+            [sys.executable, "-c", MATERIALIZE, str(tmp_path), str(tmp_path / "results-2"),
+             KEYS[0]], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            start_new_session=True)
         queued = wait_runs(instance, "backtest_candidates", 2, 600, daemon, log)
-        assert all(r.dagster_run.is_success for r in queued), [r.dagster_run.status
-                                                                for r in queued]
-        assert all(r.dagster_run.tags.get("wmbt/spark") == "replay" for r in queued)
-        (s0, e0), (s1, e1) = sorted((r.start_time, r.end_time) for r in queued)
-        assert e0 <= s1, f"Spark runs overlapped: {(s0, e0)}, {(s1, e1)}"
-        assert check_results(instance, [r.dagster_run.run_id for r in queued]) == {
-            k: True for k in KEYS}
-        runs = ResultsStore(tmp_path / "results").runs(NAME)
-        assert sorted(runs[runs["side"] == "actual"]["candidate"]) == ["loose", "tight"]
+        phases["queue done"] = time.monotonic() - t0
+        out, _ = concurrent.communicate(timeout=600)
+        assert concurrent.returncode == 0, out.decode(errors="replace")[-3000:]
+        phases["concurrent done"] = time.monotonic() - t0
     finally:
+        if concurrent is not None and concurrent.poll() is None:
+            stop_group(concurrent)
         stop_group(daemon)
-        instance.dispose()
+    print(f"phases (s): {phases}")
+
+    # the queue: both succeeded, one after the other
+    assert all(r.dagster_run.is_success for r in queued), [r.dagster_run.status for r in queued]
+    assert all(r.dagster_run.tags.get("wmbt/spark") == "replay" for r in queued)
+    first, second = sorted(queued, key=lambda r: r.start_time)
+    assert not overlaps(first, second), (f"Spark runs overlapped: {first.start_time}-"
+                                         f"{first.end_time}, {second.start_time}-"
+                                         f"{second.end_time}")
+    assert check_results(instance, [r.dagster_run.run_id for r in queued]) == {
+        k: True for k in KEYS}
+    runs = ResultsStore(tmp_path / "results").runs(NAME)
+    actual = runs[runs["side"] == "actual"]
+    assert sorted(actual["candidate"]) == ["loose", "tight"] and actual["success"].all(), runs
+
+    # the run outside the queue ran at the same time as one of them, and landed too
+    (other,) = instance.get_run_records(dg.RunsFilter(tags={"wmbt/test": "concurrent"}))
+    assert other.dagster_run.is_success
+    assert overlaps(other, first) or overlaps(other, second), "no two runs at once"
+    assert check_results(instance, [other.dagster_run.run_id]) == {KEYS[0]: True}
+    runs = ResultsStore(tmp_path / "results-2").runs(NAME)
+    assert list(runs[runs["side"] == "actual"]["success"]) == [True], runs
+    instance.dispose()
