@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -80,9 +81,10 @@ def read_arrivals(spec: BacktestSpec, source: str) -> Arrivals:
     :func:`plan` (which gives them their ``row_id``)."""
     src: SourceSpec = spec.sources[source]
     loc = table_location(spec, source)
-    path = loc.where
-    if not loc.remote and not DeltaTable.is_deltatable(loc.uri):
-        raise SpecError(spec.path, loc.field, f"a Delta table at {path} (no _delta_log found)")
+    path = loc.where  # (a local path or an s3:// URI)
+    field = f"sources.{source}.table"
+    if not loc.remote and not DeltaTable.is_deltatable(str(path)):
+        raise SpecError(spec.path, field, f"a Delta table at {path} (no _delta_log found)")
     dt = loc.open()
     latest = dt.version()
     lo, hi = src.versions if src.versions is not None else (0, latest)
@@ -102,7 +104,7 @@ def read_arrivals(spec: BacktestSpec, source: str) -> Arrivals:
         commit_file = f"_delta_log/{v:020d}.json"
         commit_text = loc.read_text(commit_file)
         if commit_text is None:
-            raise DataError(path, f"sources.{source}.versions",
+            raise DataError(str(path), f"sources.{source}.versions",
                             f"the commit log of version {v} (removed by log retention?); "
                             "choose a later first version")
         ts = int(history.get(v, {}).get("timestamp") or 0)
@@ -125,14 +127,14 @@ def read_arrivals(spec: BacktestSpec, source: str) -> Arrivals:
             if src.skip_change_commits:
                 continue  # skipped whole, its rewritten files too (Delta's skipChangeCommits)
             op = history.get(v, {}).get("operation") or "a change"
-            raise DataError(path, f"sources.{source}.skip_change_commits",
+            raise DataError(str(path), f"sources.{source}.skip_change_commits",
                             f"append-only commits: version {v} ({op}) removes or rewrites rows, "
                             "where a Delta streaming source stops. Set it to true to skip such "
                             "commits as the readStream option skipChangeCommits does, or choose "
                             f"sources.{source}.versions without version {v}")
         for add in adds:
             if add.get("deletionVector"):
-                raise DataError(path, f"version {v}",
+                raise DataError(str(path), f"version {v}",
                                 "append-only data files (deletion vectors are not supported)")
             files.append((v, ts, add))
 
@@ -179,7 +181,7 @@ def read_arrivals(spec: BacktestSpec, source: str) -> Arrivals:
     if src.arrival_column:
         col = src.arrival_column
         if df[col].isna().any():
-            raise DataError(path, f"sources.{source}.arrival",
+            raise DataError(str(path), f"sources.{source}.arrival",
                             f"no null values in arrival column {col!r}")
         df[ARRIVAL_MS] = df[col].astype("datetime64[ms, UTC]").astype("int64")
     return Arrivals(df, decimals, np.array([ts for _, ts, _ in files], dtype=np.int64),
@@ -218,8 +220,9 @@ def _unquote(p: str) -> str:
 _APPENDED = 3  # columns read() appends to a file's own: arrival, version, add index
 
 
-def _check_columns(spec: BacktestSpec, source: str, where: str, table: pa.Table) -> None:
+def _check_columns(spec: BacktestSpec, source: str, path: Path | str, table: pa.Table) -> None:
     src = spec.sources[source]
+    where = str(path)
     for col in META_COLUMNS:
         if col in table.schema.names[:-_APPENDED]:
             raise DataError(where, f"sources.{source}", f"no column named {col!r} (reserved)")

@@ -26,7 +26,6 @@ from pydantic import (
     model_validator,
 )
 
-from semantics import storage
 from semantics.durations import Duration
 from semantics.errors import SpecError
 
@@ -79,6 +78,8 @@ class SourceSpec(_Model):
     @field_validator("table")
     @classmethod
     def _local(cls, table: str) -> str:
+        from semantics import storage
+
         scheme = storage.scheme(table)
         if scheme not in (None, "file", *storage.REMOTE_SCHEMES):
             raise ValueError(f"a local path, file:// URI or s3:// URI ({scheme}:// tables are "
@@ -88,11 +89,15 @@ class SourceSpec(_Model):
     @field_validator("storage_options")
     @classmethod
     def _storage(cls, options: dict[str, str | int | float | bool]) -> dict[str, str]:
-        return storage.check_storage_options(options)
+        from semantics.storage import check_storage_options
+
+        return check_storage_options(options)
 
     @model_validator(mode="after")
     def _check(self) -> SourceSpec:
-        if self.storage_options and not storage.is_remote(self.table):
+        from semantics.storage import is_remote
+
+        if self.storage_options and not is_remote(self.table):
             raise ValueError("storage_options apply to s3:// tables only")
         if self.versions is not None:
             lo, hi = self.versions
