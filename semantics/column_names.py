@@ -31,6 +31,7 @@ from semantics.spec import (
     SourceSpec,
     parse_aggregate,
 )
+from semantics.storage import TableLocation, is_remote
 
 
 def fold(name: str, exact: bool) -> str:
@@ -136,7 +137,7 @@ def spelling(spec: BacktestSpec, source: str,
         col = resolve(name, columns, exact)
         if col is None:
             case = "" if exact else " (in any case)"
-            raise DataError(str(spec.table_path(source)), field,
+            raise DataError(table_location(spec, source).where, field,
                             f"column {name!r}{case} in source {source!r} (columns: "
                             f"{', '.join(columns)})")
         out[field, name] = col
@@ -160,7 +161,7 @@ def resolved(spec: BacktestSpec, columns: Mapping[str, Sequence[str]]) -> Backte
     if isinstance(q, JoinQuery):
         for k in q.keys:  # the operators read both sides' key by one name
             if spelt[q.left][k] != spelt[q.right][k]:
-                raise DataError(str(spec.table_path(q.right)), "query.keys",
+                raise DataError(table_location(spec, q.right).where, "query.keys",
                                 f"key {k!r} spelt alike in both sources (left {q.left!r}: "
                                 f"{spelt[q.left][k]!r}, right {q.right!r}: "
                                 f"{spelt[q.right][k]!r}); the predictor does not model "
@@ -194,21 +195,31 @@ def output_names(spec: BacktestSpec) -> dict[str, str]:
     return {k: w for k, w in zip(q.keys, q.output_keys, strict=True) if k != w}
 
 
+def table_location(spec: BacktestSpec, source: str) -> TableLocation:
+    """Where ``source``'s table is: an s3:// URI with its options, or a local path."""
+    src = spec.sources[source]
+    field = f"sources.{source}.table"
+    if is_remote(src.table):
+        return TableLocation(src.table, field, src.storage_options)
+    return TableLocation(str(spec.table_path(source)), field)
+
+
 def open_table(spec: BacktestSpec, source: str) -> DeltaTable:
-    """``source``'s Delta table; a log that deltalake cannot read is a :class:`DataError` (a
-    schema with two columns equal but for case among them: deltalake refuses it whatever
-    ``spark.sql.caseSensitive`` says)."""
-    path = spec.table_path(source)
+    """``source``'s Delta table (local or on an object store, ``TableLocation.open``); a log
+    that deltalake cannot read is a :class:`DataError` (a schema with two columns equal but
+    for case among them: deltalake refuses it whatever ``spark.sql.caseSensitive`` says)."""
+    loc = table_location(spec, source)
     try:
-        return DeltaTable(str(path))
+        return loc.open()
     except DeltaError as exc:
         if "Duplicate field name (case-insensitive)" in str(exc):
-            pair = _equal_but_case(_logged_columns(path))
-            raise DataError(str(path), f"sources.{source}",
+            pair = (_equal_but_case(_logged_columns(Path(loc.uri))) if not loc.remote
+                    else "two of its columns")
+            raise DataError(loc.where, f"sources.{source}",
                             f"no two columns equal but for case: {pair} (deltalake cannot "
                             f"read such a table; Spark refuses it while {CASE_SENSITIVE} is "
                             "false)") from None
-        raise DataError(str(path), f"sources.{source}.table",
+        raise DataError(loc.where, f"sources.{source}.table",
                         f"a Delta table deltalake can read ({exc})") from None
 
 
@@ -238,7 +249,8 @@ def _equal_but_case(columns: Sequence[str]) -> str:
 def table_columns(spec: BacktestSpec, source: str) -> list[str] | None:
     """The top-level columns of ``source``'s Delta table (its latest schema, logical names),
     or None when there is no table there (yet: ``history.plan`` says so)."""
-    if not DeltaTable.is_deltatable(str(spec.table_path(source))):
+    loc = table_location(spec, source)
+    if not loc.remote and not DeltaTable.is_deltatable(loc.uri):
         return None
     return [f.name for f in open_table(spec, source).schema().fields]
 
@@ -252,6 +264,6 @@ def with_table_columns(spec: BacktestSpec) -> BacktestSpec:
         cols = table_columns(spec, source)
         if cols is None:
             return spec
-        check_distinct_columns(spec, source, str(spec.table_path(source)), cols)
+        check_distinct_columns(spec, source, table_location(spec, source).where, cols)
         columns[source] = cols
     return resolved(spec, columns)

@@ -21,11 +21,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
 from semantics import predicate
-from semantics.column_names import check_distinct_columns, open_table, spelling
+from semantics.column_names import (
+    check_distinct_columns,
+    open_table,
+    spelling,
+    table_location,
+)
 from semantics.errors import DataError, SpecError
 from semantics.parallel import map_parts
 from semantics.schedule import (
@@ -72,9 +76,10 @@ def read_arrivals(spec: BacktestSpec, source: str) -> Arrivals:
     """All rows of ``source`` in arrival order, filtered; see :class:`Arrivals` and
     :func:`plan` (which gives them their ``row_id``)."""
     src: SourceSpec = spec.sources[source]
-    path = spec.table_path(source)
+    loc = table_location(spec, source)
+    path = loc.where  # (a local path or an s3:// URI)
     field = f"sources.{source}.table"
-    if not DeltaTable.is_deltatable(str(path)):
+    if not loc.remote and not DeltaTable.is_deltatable(str(path)):
         raise SpecError(spec.path, field, f"a Delta table at {path} (no _delta_log found)")
     dt = open_table(spec, source)
     latest = dt.version()
@@ -89,19 +94,19 @@ def read_arrivals(spec: BacktestSpec, source: str) -> Arrivals:
                 for f in json.loads(dt.schema().to_json())["fields"]}
     logical = {p: name for name, p in physical.items() if p != name}
     history = {h["version"]: h for h in dt.history()}
-    log = path / "_delta_log"
     files: list[tuple[int, int, dict]] = []  # (version, commit time, add action)
     last_ts: int | None = None  # commit time of the last version read
     for v in range(lo, hi + 1):
-        commit_file = log / f"{v:020d}.json"
-        if not commit_file.exists():
+        commit_file = f"_delta_log/{v:020d}.json"
+        commit_text = loc.read_text(commit_file)
+        if commit_text is None:
             raise DataError(str(path), f"sources.{source}.versions",
                             f"the commit log of version {v} (removed by log retention?); "
                             "choose a later first version")
         ts = int(history.get(v, {}).get("timestamp") or 0)
         adds = []
         changes = False  # removes rows (dataChange): DELETE, UPDATE, MERGE, overwrite
-        for line in commit_file.read_text().splitlines():
+        for line in commit_text.splitlines():
             action = json.loads(line) if line.strip() else {}
             if "commitInfo" in action and not ts:
                 ts = int(action["commitInfo"].get("timestamp") or 0)
@@ -110,7 +115,7 @@ def read_arrivals(spec: BacktestSpec, source: str) -> Arrivals:
             if "remove" in action and action["remove"].get("dataChange", True):
                 changes = True
         if not ts:
-            ts = int(commit_file.stat().st_mtime * 1000)
+            ts = loc.commit_time_fallback(commit_file)
         # commit times as Delta's history reads them: made increasing (a writer's clock
         # behind the last one's would otherwise put a later version's rows first)
         ts = last_ts = ts if last_ts is None or ts > last_ts else last_ts + 1
@@ -133,7 +138,7 @@ def read_arrivals(spec: BacktestSpec, source: str) -> Arrivals:
         """One data file's rows, in the table's schema, with their arrival, version and the
         file's position among the source's add actions."""
         index, (v, ts, add) = file
-        t = pq.read_table(path / _unquote(add["path"]))
+        t = loc.read_parquet(_unquote(add["path"]))
         if logical:
             t = t.rename_columns([logical.get(c, c) for c in t.column_names])
         for pcol in partition_cols:
@@ -212,7 +217,7 @@ def _unquote(p: str) -> str:
 _APPENDED = 3  # columns read() appends to a file's own: arrival, version, add index
 
 
-def _check_columns(spec: BacktestSpec, source: str, path: Path, table: pa.Table) -> None:
+def _check_columns(spec: BacktestSpec, source: str, path: Path | str, table: pa.Table) -> None:
     """The table's own columns (``table`` has the schedule's appended) hold every column the
     spec names, spelt as the spec names them (``parse_spec`` respells them as the table
     does, ``column_names.resolved``), of the types the query needs."""
@@ -258,7 +263,7 @@ def plan(spec: BacktestSpec, candidate: str | None = None) -> Schedule:
     frames = {s: a.frame for s, a in read.items()}
     for s, df in frames.items():
         if len(df) == 0:
-            raise DataError(str(spec.table_path(s)), f"sources.{s}",
+            raise DataError(table_location(spec, s).where, f"sources.{s}",
                             "at least one row in the selected versions (after the filter)")
     sizes = [len(df) for df in frames.values()]
     rid = merged_ranks([df[ARRIVAL_MS].to_numpy(dtype=np.int64) for df in frames.values()],

@@ -75,18 +75,33 @@ class SourceSpec(_Model):
     # UPDATE, MERGE, overwrite) are skipped whole; without it such a commit is an error, as a
     # Delta streaming source stops on it
     skip_change_commits: bool = False
+    # non-secret options of an s3:// table's object store (semantics/storage.py)
+    storage_options: dict[str, str | int | float | bool] = Field(default_factory=dict)
 
     @field_validator("table")
     @classmethod
     def _local(cls, table: str) -> str:
-        scheme = re.match(r"^([A-Za-z][A-Za-z0-9+.-]+)://", table)
-        if scheme and scheme.group(1).lower() != "file":
-            raise ValueError(f"a local path or file:// URI ({scheme.group(1)}:// tables are not "
-                             "read yet: mount or copy the table)")
+        from semantics import storage
+
+        scheme = storage.scheme(table)
+        if scheme not in (None, "file", *storage.REMOTE_SCHEMES):
+            raise ValueError(f"a local path, file:// URI or s3:// URI ({scheme}:// tables are "
+                             "not read: mount or copy the table)")
         return table
+
+    @field_validator("storage_options")
+    @classmethod
+    def _storage(cls, options: dict[str, str | int | float | bool]) -> dict[str, str]:
+        from semantics.storage import check_storage_options
+
+        return check_storage_options(options)
 
     @model_validator(mode="after")
     def _check(self) -> SourceSpec:
+        from semantics.storage import is_remote
+
+        if self.storage_options and not is_remote(self.table):
+            raise ValueError("storage_options apply to s3:// tables only")
         if self.versions is not None:
             lo, hi = self.versions
             if lo < 0 or hi < lo:
