@@ -1,0 +1,267 @@
+"""A sweep's figures for all its delays in one pass (docs/semantics.md §2.6): the figures
+``semantics.metrics.candidate_metrics`` gives a prediction, for every delay, from thresholds on
+the delay sorted once instead of one prediction per delay.
+
+Covered: a single-source windowed aggregation (tumbling or sliding, append or update mode) and
+``dropDuplicates`` with the event time among the keys, under Spark's default
+``allowMultiple`` and ``noDataMicroBatches``. :func:`one_pass` returns None for anything else
+(the caller predicts each delay).
+
+Both hold *entries* (aggregation groups, deduplication keys), each with the data batch of its
+first row and a bound (window end, event time). Invariants (``semantics.delay_timeline``): an
+entry is created iff its first row is not late (``d > a``, ``a`` its late threshold; a later
+row of it is late whenever the first is, the late watermark never going back); a created entry
+leaves at the first point whose eviction watermark reaches its bound, and a point ``p`` evicts
+every created entry of ``e <= x_p - d`` (``e`` = bound in ms, rounded up): such an entry cannot
+be created after ``p``, its first row would be late. So after point ``p`` the state holds the
+created entries of first point ``<= p`` less the created entries of ``e <= x_p - d``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from semantics import quantiles
+from semantics.delay_timeline import ALWAYS, Timeline, ceil_ms, timeline
+from semantics.operators.keys import key_columns
+from semantics.operators.windows import assign_windows
+from semantics.schedule import TICK, Schedule
+from semantics.spark_conf import ALLOW_MULTIPLE, NO_DATA_BATCHES, spark_bool
+from semantics.spec import AggregationQuery, BacktestSpec, DeduplicationQuery
+
+FIGURES = ("batches", "no_data_batches", "input_rows", "late", "late_rows",
+           "peak_state_rows", "final_state_rows", "peak_state_bytes", "final_state_bytes",
+           "output_rows", "latency_p50_s", "latency_p95_s", "latency_p99_s")
+
+
+@dataclass(frozen=True)
+class Entries:
+    """State entries of a run, each created iff ``d > a``: its first point ``point``, its bound
+    ``e`` (ms, rounded up; entries whose bound is at or before the epoch never enter)."""
+
+    point: np.ndarray
+    e: np.ndarray
+    a: np.ndarray
+
+
+def covered(spec: BacktestSpec, candidate: str, source: str) -> bool:
+    """Whether :func:`one_pass` computes this sweep (the module docstring)."""
+    q = spec.query
+    conf = spec.conf(candidate)
+    if list(spec.query_sources) != [source] or \
+            not spark_bool(conf.get(ALLOW_MULTIPLE, True), ALLOW_MULTIPLE, spec.path) or \
+            not spark_bool(conf.get(NO_DATA_BATCHES, True), NO_DATA_BATCHES, spec.path):
+        return False
+    if isinstance(q, AggregationQuery):
+        return q.window is not None and q.output_mode in ("append", "update")
+    if isinstance(q, DeduplicationQuery):
+        keys = q.keys or spec.sources[source].event_time  # (no keys: every column)
+        return not q.within_watermark and spec.sources[source].event_time in keys
+    return False
+
+
+def one_pass(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
+             delays_ms: list[int]) -> dict[str, list[Any]] | None:
+    """Per figure of :data:`FIGURES`, its value for each delay (in the order of ``delays_ms``)
+    of ``candidate`` (``spec``'s, with ``source``'s delay set to each), exactly what
+    predicting each delay gives; None when the sweep is not :func:`covered`."""
+    if not covered(spec, candidate, source):
+        return None
+    tl = timeline(schedule, source)
+    delays = np.asarray(delays_ms, dtype=np.int64)
+    q = spec.query
+    if isinstance(q, AggregationQuery):
+        kind = _aggregation(spec, schedule, tl)
+    else:
+        kind = _dedup(spec, candidate, schedule, tl)
+    entries, late_thr, late_row_thr, emitted = kind
+    n_rows = len(schedule.rows[source])
+    late = _at_least(late_thr, delays)
+    out: dict[str, list[Any]] = {
+        "batches": (tl.data_batches + tl.no_data_batches(delays)).tolist(),
+        "no_data_batches": tl.no_data_batches(delays).tolist(),
+        "input_rows": [n_rows] * len(delays),
+        "late": late.tolist(),
+        "late_rows": _at_least(late_row_thr, delays).tolist(),
+        **_state(spec, candidate, schedule, tl, entries, delays),
+        **emitted(delays),
+    }
+    return out
+
+
+def _at_least(thresholds: np.ndarray, delays: np.ndarray) -> np.ndarray:
+    """How many thresholds each delay is at or below (the late ones: ``d <= threshold``)."""
+    s = np.sort(thresholds)
+    return len(s) - np.searchsorted(s, delays, side="left")
+
+
+def _bytes_model(spec: BacktestSpec, candidate: str, schedule: Schedule
+                 ) -> tuple[int, int] | None:
+    """``(base, per held row)`` of ``state_bytes.estimate`` (linear in the held rows, no
+    per-key term for these operators), or None where it has no estimate (RocksDB)."""
+    from semantics.state_bytes import estimate
+
+    two = estimate(spec, candidate, schedule,
+                   pd.DataFrame({"state_rows": [0, 1], "state_rows_removed": [0, 0]}))
+    if two.isna().any():
+        return None
+    base = int(two.iloc[0])
+    return base, int(two.iloc[1]) - base
+
+
+def _state(spec: BacktestSpec, candidate: str, schedule: Schedule, tl: Timeline,
+           entries: Entries, delays: np.ndarray) -> dict[str, list[Any]]:
+    """Peak and final state rows and bytes of every delay (the module docstring's state after
+    each point; an idle point a delay does not run holds the state of the point before, so
+    it changes no peak; ``held`` is ``state_bytes.held_rows``)."""
+    n_points = len(tl.x)
+    model = _bytes_model(spec, candidate, schedule)
+    lo, hi = (int(delays.min()), int(delays.max())) if len(delays) else (0, 0)
+    always = entries.a < lo
+    some = (entries.a >= lo) & (entries.a < hi)  # created under some of the delays
+    created_always = np.cumsum(np.bincount(entries.point[always], minlength=n_points))
+    e_always = np.sort(entries.e[always])
+    order = np.argsort(entries.e[some], kind="stable")
+    e_some, a_some, p_some = (entries.e[some][order], entries.a[some][order],
+                              entries.point[some][order])
+    out: dict[str, list[Any]] = {k: [] for k in (
+        "peak_state_rows", "final_state_rows", "peak_state_bytes", "final_state_bytes")}
+    for d in delays.tolist():
+        if not n_points:
+            for k in out:
+                out[k].append(0 if k.endswith("rows") else None)
+            continue
+        reach = tl.x - d  # a created entry of e <= reach has left by then
+        made = a_some < d
+        created = created_always + np.cumsum(np.bincount(p_some[made], minlength=n_points))
+        left = np.searchsorted(e_always, reach, side="right") + \
+            np.r_[0, np.cumsum(made)][np.searchsorted(e_some, reach, side="right")]
+        state = created - left
+        out["peak_state_rows"].append(int(state.max()))
+        out["final_state_rows"].append(int(state[-1]))
+        if model is None:
+            out["peak_state_bytes"].append(None)
+            out["final_state_bytes"].append(None)
+            continue
+        removed = np.diff(left, prepend=0)
+        held = state + np.minimum(removed, np.r_[0, state[:-1]])
+        last = n_points - 1 if not tl.idle[-1] or d < tl.x[-1] else n_points - 2
+        base, per_row = model
+        out["peak_state_bytes"].append(base + per_row * int(held.max()))
+        out["final_state_bytes"].append(base + per_row * int(held[last]))
+    return out
+
+
+def _latency_figures(per_delay: list[quantiles.Percentiles]) -> dict[str, list[Any]]:
+    return {f"latency_p{p}_s": [v[i] for v in per_delay]
+            for i, p in enumerate(quantiles.PERCENTILES)}
+
+
+def _latency_s(clock_ms: np.ndarray, bound_us: np.ndarray) -> np.ndarray:
+    """Emission latency as ``metrics.candidate_metrics`` computes it (the reference time in
+    whole ms, floored, as a float)."""
+    return (clock_ms - (np.asarray(bound_us, dtype=np.int64) // 1000).astype(float)) / 1000.0
+
+
+def _aggregation(spec: BacktestSpec, schedule: Schedule, tl: Timeline) -> Any:
+    """Entries, late thresholds (Spark's count: a batch's late groups), late rows' thresholds
+    and the emitted rows' figures of a windowed aggregation."""
+    q = spec.query
+    assert isinstance(q, AggregationQuery) and q.window is not None
+    frame = schedule.rows[q.source]
+    t_us = schedule.event_time_us(q.source)
+    tick = frame[TICK].to_numpy(dtype=np.int64)
+    dur, slide = q.window.duration.us, q.window.slide_us
+    rows, starts = assign_windows(t_us, dur, slide, q.window.start_us)
+    # the rows' earliest window (a row's windows come latest first): late first
+    last = np.searchsorted(rows, np.arange(len(t_us)), side="right") - 1
+    late_row_thr = tl.late_threshold(tick, starts[last] + dur) if len(t_us) else \
+        np.array([], dtype=np.int64)
+    key = _key_ids(frame, list(q.keys))
+    w0 = int(starts.min()) if len(starts) else 0
+    n_windows = (int(starts.max()) - w0) // slide + 1 if len(starts) else 1
+    window = (starts - w0) // slide
+    if (int(key.max()) + 1 if len(key) else 1) * n_windows < 1 << 62:
+        group = key[rows] * n_windows + window
+    else:  # (too many for one word: numbered by a grouping)
+        group = pd.DataFrame({"k": key[rows], "w": window}).groupby(
+            ["k", "w"], sort=False).ngroup().to_numpy(np.int64)
+    pair_tick = tick[rows]
+    order = np.lexsort((pair_tick, group))
+    g, t, ends = group[order], pair_tick[order], starts[order] + dur
+    new_touch = np.r_[True, (g[1:] != g[:-1]) | (t[1:] != t[:-1])] if len(g) else \
+        np.array([], dtype=bool)
+    tg, tt, te = g[new_touch], t[new_touch], ends[new_touch]  # (batch, group) touches
+    touch_thr = tl.late_threshold(tt, te)
+    first = np.r_[True, tg[1:] != tg[:-1]] if len(tg) else np.array([], dtype=bool)
+    entries = Entries(tl.point_of_tick[tt[first]], ceil_ms(te[first]), touch_thr[first])
+    if q.output_mode == "update":  # every batch emits its groups that are not late
+        lat = _latency_s(tl.clock[tl.point_of_tick[tt]], te)
+
+        def emitted(delays: np.ndarray) -> dict[str, list[Any]]:
+            nested = quantiles.Nested(lat, touch_thr, delays)
+            return {"output_rows": [nested.size(i) for i in range(len(delays))],
+                    **_latency_figures([nested.percentiles(i) for i in range(len(delays))])}
+        return entries, touch_thr, late_row_thr, emitted
+
+    end_first = te[first]
+
+    def appended(delays: np.ndarray) -> dict[str, list[Any]]:
+        """Append: a group is emitted when it leaves (the first point reaching its end)."""
+        ends_u, of = np.unique(end_first, return_inverse=True)
+        e_u = ceil_ms(ends_u)
+        n_out, lats = [], []
+        for d in delays.tolist():
+            made = np.bincount(of[entries.a < d], minlength=len(ends_u))
+            at = np.searchsorted(tl.x, d + e_u, side="left")
+            out = (at < len(tl.x)) & (ends_u > 0)
+            n_out.append(int(made[out].sum()))
+            lats.append(quantiles.weighted(_latency_s(tl.clock[at[out]], ends_u[out]),
+                                           made[out]))
+        return {"output_rows": n_out, **_latency_figures(lats)}
+    return entries, touch_thr, late_row_thr, appended
+
+
+def _key_ids(frame: pd.DataFrame, keys: list[str]) -> np.ndarray:
+    """Dense int64 ids of the group key tuples (grouping equality: NULL equals NULL, floats
+    normalized, as ``keys.key_columns`` numbers them)."""
+    if not keys:
+        return np.zeros(len(frame), dtype=np.int64)
+    cols: dict[str, np.ndarray] = {}
+    for i, v in enumerate(key_columns(frame, keys)):
+        data = v.codes if v.codes is not None else v.data
+        null = np.zeros(len(frame), dtype=bool) if v.null is None else v.null
+        cols[f"v{i}"] = np.where(null, 0, np.asarray(data).astype(np.int64))
+        cols[f"n{i}"] = null
+    return pd.DataFrame(cols).groupby(list(cols), sort=False).ngroup().to_numpy(np.int64)
+
+
+def _dedup(spec: BacktestSpec, candidate: str, schedule: Schedule, tl: Timeline) -> Any:
+    """Entries (each key's first row), late thresholds (rows, Spark's count too) and the
+    emitted rows' figures of ``dropDuplicates`` with the event time a key: the first row of a
+    key is emitted in its own batch iff it is not late."""
+    from semantics.operators.dedup import DedupOperator, _firsts
+
+    q = spec.query
+    assert isinstance(q, DeduplicationQuery)
+    op = DedupOperator(spec, candidate, schedule, explain=False)
+    kv, ids, _ = op._whole()
+    first = _firsts(op._coder, kv, ids)
+    t_us = schedule.event_time_us(q.source)
+    tick = schedule.rows[q.source][TICK].to_numpy(dtype=np.int64)
+    thr = tl.late_threshold(tick, t_us)
+    entries = Entries(tl.point_of_tick[tick[first]], ceil_ms(t_us[first]), thr[first])
+    lat = _latency_s(tl.clock[entries.point], t_us[first])
+
+    def emitted(delays: np.ndarray) -> dict[str, list[Any]]:
+        nested = quantiles.Nested(lat, thr[first], delays)
+        return {"output_rows": [nested.size(i) for i in range(len(delays))],
+                **_latency_figures([nested.percentiles(i) for i in range(len(delays))])}
+    return entries, thr, thr, emitted
+
+
+__all__ = ["ALWAYS", "FIGURES", "covered", "one_pass"]
