@@ -76,8 +76,10 @@ class Nested:
     """
 
     def __init__(self, values: np.ndarray, thresholds: np.ndarray, delays_ms: np.ndarray,
-                 block: int = 4096) -> None:
-        order = np.argsort(values, kind="stable")
+                 block: int = 4096, order: np.ndarray | None = None) -> None:
+        """``order``: an order that sorts ``values``, when the caller has a faster one."""
+        if order is None:
+            order = np.argsort(values, kind="stable")
         self.values = values[order]
         self.thr = thresholds[order]
         self.delays = np.asarray(delays_ms, dtype=np.int64)

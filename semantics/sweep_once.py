@@ -27,6 +27,8 @@ import pandas as pd
 
 from semantics import quantiles
 from semantics.delay_timeline import ALWAYS, Timeline, ceil_ms, timeline
+from semantics.growing import Growing
+from semantics.operators.grouping import order_by_id_then_time, stable_argsort
 from semantics.operators.keys import key_columns
 from semantics.operators.windows import assign_windows
 from semantics.schedule import TICK, Schedule
@@ -72,7 +74,8 @@ def one_pass(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str
     if not covered(spec, candidate, source):
         return None
     tl = timeline(schedule, source)
-    delays = np.asarray(delays_ms, dtype=np.int64)
+    order = np.argsort(np.asarray(delays_ms, dtype=np.int64), kind="stable")
+    delays = np.asarray(delays_ms, dtype=np.int64)[order]  # (ascending: entries only join)
     q = spec.query
     if isinstance(q, AggregationQuery):
         kind = _aggregation(spec, schedule, tl)
@@ -90,7 +93,8 @@ def one_pass(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str
         **_state(spec, candidate, schedule, tl, entries, delays),
         **emitted(delays),
     }
-    return out
+    back = np.argsort(order)
+    return {f: [v[i] for i in back.tolist()] for f, v in out.items()}
 
 
 def _at_least(thresholds: np.ndarray, delays: np.ndarray) -> np.ndarray:
@@ -115,32 +119,27 @@ def _bytes_model(spec: BacktestSpec, candidate: str, schedule: Schedule
 
 def _state(spec: BacktestSpec, candidate: str, schedule: Schedule, tl: Timeline,
            entries: Entries, delays: np.ndarray) -> dict[str, list[Any]]:
-    """Peak and final state rows and bytes of every delay (the module docstring's state after
-    each point; an idle point a delay does not run holds the state of the point before, so
-    it changes no peak; ``held`` is ``state_bytes.held_rows``)."""
+    """Peak and final state rows and bytes of every delay (ascending): the module docstring's
+    state after each point, the created entries growing with the delay (:class:`Growing`). An
+    idle point a delay does not run holds the state of the point before, so it changes no
+    peak; ``held`` is ``state_bytes.held_rows``."""
     n_points = len(tl.x)
     model = _bytes_model(spec, candidate, schedule)
-    lo, hi = (int(delays.min()), int(delays.max())) if len(delays) else (0, 0)
-    always = entries.a < lo
-    some = (entries.a >= lo) & (entries.a < hi)  # created under some of the delays
-    created_always = np.cumsum(np.bincount(entries.point[always], minlength=n_points))
-    e_always = np.sort(entries.e[always])
-    order = np.argsort(entries.e[some], kind="stable")
-    e_some, a_some, p_some = (entries.e[some][order], entries.a[some][order],
-                              entries.point[some][order])
+    made = Growing(entries.e, entries.a, int(delays[0]), int(delays[-1])) if len(delays) \
+        else None
+    created = np.zeros(n_points, dtype=np.int64)  # per first point
     out: dict[str, list[Any]] = {k: [] for k in (
         "peak_state_rows", "final_state_rows", "peak_state_bytes", "final_state_bytes")}
     for d in delays.tolist():
+        assert made is not None
+        new = made.advance(d)
         if not n_points:
             for k in out:
                 out[k].append(0 if k.endswith("rows") else None)
             continue
-        reach = tl.x - d  # a created entry of e <= reach has left by then
-        made = a_some < d
-        created = created_always + np.cumsum(np.bincount(p_some[made], minlength=n_points))
-        left = np.searchsorted(e_always, reach, side="right") + \
-            np.r_[0, np.cumsum(made)][np.searchsorted(e_some, reach, side="right")]
-        state = created - left
+        created += np.bincount(entries.point[new], minlength=n_points)
+        left = made.at_most(tl.x - d)  # a created entry of e <= x - d has left by then
+        state = np.cumsum(created) - left
         out["peak_state_rows"].append(int(state.max()))
         out["final_state_rows"].append(int(state[-1]))
         if model is None:
@@ -167,6 +166,12 @@ def _latency_s(clock_ms: np.ndarray, bound_us: np.ndarray) -> np.ndarray:
     return (clock_ms - (np.asarray(bound_us, dtype=np.int64) // 1000).astype(float)) / 1000.0
 
 
+def _latencies(clock_ms: np.ndarray, bound_us: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_latency_s` and an order sorting them (of the whole ms, a sort of integers)."""
+    whole_ms = clock_ms - np.asarray(bound_us, dtype=np.int64) // 1000
+    return _latency_s(clock_ms, bound_us), stable_argsort(whole_ms)
+
+
 def _aggregation(spec: BacktestSpec, schedule: Schedule, tl: Timeline) -> Any:
     """Entries, late thresholds (Spark's count: a batch's late groups), late rows' thresholds
     and the emitted rows' figures of a windowed aggregation."""
@@ -191,7 +196,7 @@ def _aggregation(spec: BacktestSpec, schedule: Schedule, tl: Timeline) -> Any:
         group = pd.DataFrame({"k": key[rows], "w": window}).groupby(
             ["k", "w"], sort=False).ngroup().to_numpy(np.int64)
     pair_tick = tick[rows]
-    order = np.lexsort((pair_tick, group))
+    order = order_by_id_then_time(group, pair_tick)
     g, t, ends = group[order], pair_tick[order], starts[order] + dur
     new_touch = np.r_[True, (g[1:] != g[:-1]) | (t[1:] != t[:-1])] if len(g) else \
         np.array([], dtype=bool)
@@ -200,10 +205,10 @@ def _aggregation(spec: BacktestSpec, schedule: Schedule, tl: Timeline) -> Any:
     first = np.r_[True, tg[1:] != tg[:-1]] if len(tg) else np.array([], dtype=bool)
     entries = Entries(tl.point_of_tick[tt[first]], ceil_ms(te[first]), touch_thr[first])
     if q.output_mode == "update":  # every batch emits its groups that are not late
-        lat = _latency_s(tl.clock[tl.point_of_tick[tt]], te)
+        lat, lat_order = _latencies(tl.clock[tl.point_of_tick[tt]], te)
 
         def emitted(delays: np.ndarray) -> dict[str, list[Any]]:
-            nested = quantiles.Nested(lat, touch_thr, delays)
+            nested = quantiles.Nested(lat, touch_thr, delays, order=lat_order)
             return {"output_rows": [nested.size(i) for i in range(len(delays))],
                     **_latency_figures([nested.percentiles(i) for i in range(len(delays))])}
         return entries, touch_thr, late_row_thr, emitted
@@ -215,8 +220,14 @@ def _aggregation(spec: BacktestSpec, schedule: Schedule, tl: Timeline) -> Any:
         ends_u, of = np.unique(end_first, return_inverse=True)
         e_u = ceil_ms(ends_u)
         n_out, lats = [], []
-        for d in delays.tolist():
-            made = np.bincount(of[entries.a < d], minlength=len(ends_u))
+        by_a = stable_argsort(entries.a)
+        a_sorted = entries.a[by_a]
+        made = np.zeros(len(ends_u), dtype=np.int64)  # created groups per window end
+        joined = 0
+        for d in delays.tolist():  # (ascending: the created groups only grow)
+            stop = int(np.searchsorted(a_sorted, d, side="left"))
+            made += np.bincount(of[by_a[joined:stop]], minlength=len(ends_u))
+            joined = stop
             at = np.searchsorted(tl.x, d + e_u, side="left")
             out = (at < len(tl.x)) & (ends_u > 0)
             n_out.append(int(made[out].sum()))
@@ -255,10 +266,10 @@ def _dedup(spec: BacktestSpec, candidate: str, schedule: Schedule, tl: Timeline)
     tick = schedule.rows[q.source][TICK].to_numpy(dtype=np.int64)
     thr = tl.late_threshold(tick, t_us)
     entries = Entries(tl.point_of_tick[tick[first]], ceil_ms(t_us[first]), thr[first])
-    lat = _latency_s(tl.clock[entries.point], t_us[first])
+    lat, lat_order = _latencies(tl.clock[entries.point], t_us[first])
 
     def emitted(delays: np.ndarray) -> dict[str, list[Any]]:
-        nested = quantiles.Nested(lat, thr[first], delays)
+        nested = quantiles.Nested(lat, thr[first], delays, order=lat_order)
         return {"output_rows": [nested.size(i) for i in range(len(delays))],
                 **_latency_figures([nested.percentiles(i) for i in range(len(delays))])}
     return entries, thr, thr, emitted

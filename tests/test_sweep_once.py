@@ -77,8 +77,9 @@ def random_schedule(rng: np.random.Generator, pace: str) -> Schedule:
 
 
 def delays(rng: np.random.Generator) -> list[Duration]:
-    ms = {0, 1, 999, 1000, 10_000, 10**9, *rng.integers(0, 60_000, 8).tolist()}
-    return [Duration(int(d) * 1000, f"{int(d)} milliseconds") for d in sorted(ms)]
+    """Many delays, 0 and past the whole time range among them, in no order, one twice."""
+    ms = [0, 1, 999, 1000, 10_000, 10**9, *rng.integers(0, 60_000, 8).tolist(), 1000]
+    return [Duration(int(d) * 1000, f"{int(d)} milliseconds") for d in rng.permutation(ms)]
 
 
 def assert_same_sweep(spec, sched, ds) -> None:  # type: ignore[no-untyped-def]
