@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from semantics.operators.grouping import stable_argsort
+from semantics.tuning import SWEEP_COUNT_BLOCK
 
 
 class Growing:
@@ -28,8 +29,10 @@ class Growing:
     ([1, 3], [2, 4])
     """
 
-    def __init__(self, e: np.ndarray, a: np.ndarray, lo: int, hi: int, block: int = 256
-                 ) -> None:
+    def __init__(self, e: np.ndarray, a: np.ndarray, lo: int, hi: int,
+                 block: int | None = None) -> None:
+        """``block``: entries a block holds (default ``tuning.SWEEP_COUNT_BLOCK``)."""
+        block = block or SWEEP_COUNT_BLOCK
         kept = np.flatnonzero(a < hi)
         order = kept[stable_argsort(e[kept])]
         self.order = order  # entry of each value-sorted position

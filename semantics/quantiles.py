@@ -9,6 +9,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from semantics.tuning import SWEEP_RANK_BLOCK
+
 PERCENTILES = (50, 95, 99)
 _Q = np.true_divide(np.asanyarray(PERCENTILES), 100)
 Percentiles = tuple[float, float, float] | tuple[None, None, None]
@@ -76,8 +78,10 @@ class Nested:
     """
 
     def __init__(self, values: np.ndarray, thresholds: np.ndarray, delays_ms: np.ndarray,
-                 block: int = 4096, order: np.ndarray | None = None) -> None:
-        """``order``: an order that sorts ``values``, when the caller has a faster one."""
+                 block: int | None = None, order: np.ndarray | None = None) -> None:
+        """``block``: values a block holds (default ``tuning.SWEEP_RANK_BLOCK``); ``order``:
+        an order that sorts ``values``, when the caller has a faster one."""
+        block = block or SWEEP_RANK_BLOCK
         if order is None:
             order = np.argsort(values, kind="stable")
         self.values = values[order]

@@ -61,8 +61,9 @@ def covered(spec: BacktestSpec, candidate: str, source: str) -> bool:
     if isinstance(q, AggregationQuery):
         return q.window is not None and q.output_mode in ("append", "update")
     if isinstance(q, DeduplicationQuery):
-        keys = q.keys or spec.sources[source].event_time  # (no keys: every column)
-        return not q.within_watermark and spec.sources[source].event_time in keys
+        et = spec.sources[source].event_time
+        # (no keys: every column is a key, the event time too)
+        return not q.within_watermark and (not q.keys or et in q.keys)
     return False
 
 

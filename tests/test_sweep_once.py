@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from jobs import sweep as sw
+from semantics import growing, quantiles
 from semantics.durations import Duration
 from semantics.schedule import Schedule, Tick
 from semantics.sweep_once import FIGURES, covered
@@ -93,9 +94,12 @@ def assert_same_sweep(spec, sched, ds) -> None:  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
-def test_one_pass_equals_a_prediction_per_delay(kind: str) -> None:
+def test_one_pass_equals_a_prediction_per_delay(kind: str, monkeypatch) -> None:
     rng = np.random.default_rng(sorted(KINDS).index(kind))
-    for _ in range(12):
+    for i in range(12):
+        # every other stream in blocks of a few entries and values (searched across blocks)
+        monkeypatch.setattr(growing, "SWEEP_COUNT_BLOCK", 2 if i % 2 else 256)
+        monkeypatch.setattr(quantiles, "SWEEP_RANK_BLOCK", 3 if i % 2 else 4096)
         pace = "live" if rng.random() < 0.5 else "backlog"
         conf = {"spark.sql.shuffle.partitions": "3"} if rng.random() < 0.3 else None
         spec = spec_of(KINDS[kind], pace=pace, spark_conf=conf)
