@@ -29,7 +29,7 @@ from semantics import quantiles
 from semantics.delay_timeline import ALWAYS, Timeline, ceil_ms, timeline
 from semantics.growing import Growing
 from semantics.operators.grouping import order_by_id_then_time, stable_argsort
-from semantics.operators.keys import key_columns
+from semantics.operators.keys import KeyCoder, key_columns
 from semantics.operators.windows import assign_windows
 from semantics.schedule import TICK, Schedule
 from semantics.spark_conf import ALLOW_MULTIPLE, NO_DATA_BATCHES, spark_bool
@@ -99,9 +99,14 @@ def one_pass(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str
 
 
 def _at_least(thresholds: np.ndarray, delays: np.ndarray) -> np.ndarray:
-    """How many thresholds each delay is at or below (the late ones: ``d <= threshold``)."""
-    s = np.sort(thresholds)
-    return len(s) - np.searchsorted(s, delays, side="left")
+    """How many thresholds each delay (ascending) is at or below (the late ones:
+    ``d <= threshold``); only the thresholds between the delays are sorted."""
+    if not len(delays):
+        return np.zeros(0, dtype=np.int64)
+    lo, hi = int(delays[0]), int(delays[-1])
+    between = np.sort(thresholds[(thresholds >= lo) & (thresholds <= hi)])
+    above = int(np.count_nonzero(thresholds > hi))
+    return above + len(between) - np.searchsorted(between, delays, side="left")
 
 
 def _bytes_model(spec: BacktestSpec, candidate: str, schedule: Schedule
@@ -239,12 +244,17 @@ def _aggregation(spec: BacktestSpec, schedule: Schedule, tl: Timeline) -> Any:
 
 
 def _key_ids(frame: pd.DataFrame, keys: list[str]) -> np.ndarray:
-    """Dense int64 ids of the group key tuples (grouping equality: NULL equals NULL, floats
-    normalized, as ``keys.key_columns`` numbers them)."""
+    """int64 ids (>= 0) of the group key tuples (grouping equality: NULL equals NULL, floats
+    normalized, as ``keys.key_columns`` numbers them): ``keys.KeyCoder``'s exact ids, else a
+    grouping's numbers."""
     if not keys:
         return np.zeros(len(frame), dtype=np.int64)
+    kv = key_columns(frame, keys)
+    coder = KeyCoder.fit(kv)
+    if coder.exact:  # (ids from 0, equal iff the keys are: no grouping needed)
+        return coder.ids(kv, (), len(frame), fitted=True)
     cols: dict[str, np.ndarray] = {}
-    for i, v in enumerate(key_columns(frame, keys)):
+    for i, v in enumerate(kv):
         data = v.codes if v.codes is not None else v.data
         null = np.zeros(len(frame), dtype=bool) if v.null is None else v.null
         cols[f"v{i}"] = np.where(null, 0, np.asarray(data).astype(np.int64))

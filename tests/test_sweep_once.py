@@ -29,6 +29,9 @@ KINDS = {
     "sliding_update": {"kind": "aggregation", "keys": [], "output_mode": "update",
                        "window": {"duration": "30 seconds", "slide": "10 seconds"},
                        "aggregates": {"n": "count(*)"}},
+    "wide_keys": {"kind": "aggregation", "keys": ["k", "big"], "output_mode": "append",
+                  "window": {"duration": "15 seconds", "slide": "5 seconds"},
+                  "aggregates": {"n": "count(*)"}},  # (no exact key ids: numbered by pandas)
     "dedup": {"kind": "deduplication", "keys": ["k", "ts"]},
     "dedup_all_columns": {"kind": "deduplication", "keys": []},
 }
@@ -48,7 +51,8 @@ def random_schedule(rng: np.random.Generator, pace: str) -> Schedule:
             ts[0] = -float(rng.integers(0, 3))  # at or before the epoch
         if rows > 1 and rng.random() < 0.4:
             ts[-1] = ts[0]  # a duplicate of the first row's time (and maybe its key)
-        part = [{"ts": float(t), "k": int(rng.integers(0, 3)), "x": int(rng.integers(0, 9))}
+        part = [{"ts": float(t), "k": int(rng.integers(0, 3)), "x": int(rng.integers(0, 9)),
+                 "big": int(rng.choice([-2**62, 0, 2**62])) + int(rng.integers(0, 2))}
                 for t in ts]
         if part:
             batches.append(part)
@@ -57,7 +61,7 @@ def random_schedule(rng: np.random.Generator, pace: str) -> Schedule:
         if rng.random() < 0.3:
             shape.append(("idle", None))
     if not batches:
-        batches.append([{"ts": 3.0, "k": 0, "x": 1}])
+        batches.append([{"ts": 3.0, "k": 0, "x": 1, "big": 0}])
         shape.append(("data", clock + 1))
     base_sched = schedule_of(batches, pace)
     if rng.random() < 0.3:
@@ -139,9 +143,10 @@ def test_the_figures_depend_on_the_delay() -> None:
     """(The streams above are not all flat: a delay changes late rows, state and emissions.)"""
     rng = np.random.default_rng(11)
     spec = spec_of(KINDS["tumbling_append"], pace="live")
-    sched = schedule_of([[{"ts": t, "k": 0, "x": 1} for t in (10, 3, 40)],
-                         [{"ts": 15, "k": 1, "x": 2}], [{"ts": 100, "k": 0, "x": 3}],
-                         [{"ts": 50, "k": 0, "x": 3}]], "live")
+    sched = schedule_of([[{"ts": t, "k": 0, "x": 1, "big": 0} for t in (10, 3, 40)],
+                         [{"ts": 15, "k": 1, "x": 2, "big": 0}],
+                         [{"ts": 100, "k": 0, "x": 3, "big": 0}],
+                         [{"ts": 50, "k": 0, "x": 3, "big": 0}]], "live")
     rows, _ = sw.sweep_figures(spec, sched, "events", delays(rng), "c", processes=False)
     frame = pd.DataFrame(rows)
     for col in ("late", "late_rows", "peak_state_rows", "output_rows", "no_data_batches"):
