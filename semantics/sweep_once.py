@@ -30,7 +30,7 @@ from semantics.delay_timeline import ALWAYS, Timeline, ceil_ms, timeline
 from semantics.growing import Growing
 from semantics.operators.grouping import order_by_id_then_time, stable_argsort
 from semantics.operators.keys import KeyCoder, key_columns
-from semantics.operators.windows import assign_windows
+from semantics.operators.windows import assign_windows, last_starts
 from semantics.schedule import TICK, Schedule
 from semantics.spark_conf import ALLOW_MULTIPLE, NO_DATA_BATCHES, spark_bool
 from semantics.spec import AggregationQuery, BacktestSpec, DeduplicationQuery
@@ -186,13 +186,26 @@ def _aggregation(spec: BacktestSpec, schedule: Schedule, tl: Timeline) -> Any:
     frame = schedule.rows[q.source]
     t_us = schedule.event_time_us(q.source)
     tick = frame[TICK].to_numpy(dtype=np.int64)
-    dur, slide = q.window.duration.us, q.window.slide_us
-    rows, starts = assign_windows(t_us, dur, slide, q.window.start_us)
-    # the rows' earliest window (a row's windows come latest first): late first
-    last = np.searchsorted(rows, np.arange(len(t_us)), side="right") - 1
-    late_row_thr = tl.late_threshold(tick, starts[last] + dur) if len(t_us) else \
-        np.array([], dtype=np.int64)
+    dur, slide, offset = q.window.duration.us, q.window.slide_us, q.window.start_us
+    last = last_starts(t_us, slide, offset)
+    k = -(-dur // slide)
+    # a row's windows: the latest k, less those ending at or before it (§3)
+    n_win = np.minimum(k, -(-(dur - (t_us - last)) // slide))
+    # late first: the earliest window
+    late_row_thr = tl.late_threshold(tick, last - (n_win - 1) * slide + dur)
     key = _key_ids(frame, list(q.keys))
+    rep = np.arange(len(t_us), dtype=np.int64)
+    if k > 1 and len(t_us):  # rows of one key, tick and windows: one row's pairs for all
+        lo = int(last.min())
+        combo = (key * ((int(last.max()) - lo) // slide + 1) + (last - lo) // slide) * k + \
+            n_win - 1 if (int(key.max()) + 1) * ((int(last.max()) - lo) // slide + 1) * k \
+            < 1 << 62 else pd.DataFrame({"k": key, "l": last, "n": n_win}).groupby(
+                ["k", "l", "n"], sort=False).ngroup().to_numpy(np.int64)
+        by = order_by_id_then_time(combo, tick)
+        c, t = combo[by], tick[by]
+        rep = by[np.r_[True, (c[1:] != c[:-1]) | (t[1:] != t[:-1])]]
+    rows, starts = assign_windows(t_us[rep], dur, slide, offset)
+    rows = rep[rows]
     w0 = int(starts.min()) if len(starts) else 0
     n_windows = (int(starts.max()) - w0) // slide + 1 if len(starts) else 1
     window = (starts - w0) // slide
