@@ -19,8 +19,8 @@ created entries of first point ``<= p`` less the created entries of ``e <= x_p -
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -50,6 +50,22 @@ class Entries:
     a: np.ndarray
 
 
+Figure = int | float | None  # one figure of one delay (None: none, e.g. no latency)
+Emitted = Callable[[np.ndarray], dict[str, list[Figure]]]  # ascending delays -> output figures
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """What a query's rows give a sweep: its entries, the late threshold of everything Spark
+    counts as late (groups of a batch, rows) and of every input row, and how its emitted rows'
+    figures follow from the delays."""
+
+    entries: Entries
+    late: np.ndarray
+    late_rows: np.ndarray
+    emitted: Emitted
+
+
 def covered(spec: BacktestSpec, candidate: str, source: str) -> bool:
     """Whether :func:`one_pass` computes this sweep (the module docstring)."""
     q = spec.query
@@ -68,7 +84,7 @@ def covered(spec: BacktestSpec, candidate: str, source: str) -> bool:
 
 
 def one_pass(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
-             delays_ms: list[int]) -> dict[str, list[Any]] | None:
+             delays_ms: list[int]) -> dict[str, list[Figure]] | None:
     """Per figure of :data:`FIGURES`, its value for each delay (in the order of ``delays_ms``)
     of ``candidate`` (``spec``'s, with ``source``'s delay set to each), exactly what
     predicting each delay gives; None when the sweep is not :func:`covered`."""
@@ -77,22 +93,16 @@ def one_pass(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str
     tl = timeline(schedule, source)
     order = np.argsort(np.asarray(delays_ms, dtype=np.int64), kind="stable")
     delays = np.asarray(delays_ms, dtype=np.int64)[order]  # (ascending: entries only join)
-    q = spec.query
-    if isinstance(q, AggregationQuery):
-        kind = _aggregation(spec, schedule, tl)
-    else:
-        kind = _dedup(spec, candidate, schedule, tl)
-    entries, late_thr, late_row_thr, emitted = kind
-    n_rows = len(schedule.rows[source])
-    late = _at_least(late_thr, delays)
-    out: dict[str, list[Any]] = {
+    th = _aggregation(spec, schedule, tl) if isinstance(spec.query, AggregationQuery) else \
+        _dedup(spec, candidate, schedule, tl)
+    out: dict[str, list[Figure]] = {
         "batches": (tl.data_batches + tl.no_data_batches(delays)).tolist(),
         "no_data_batches": tl.no_data_batches(delays).tolist(),
-        "input_rows": [n_rows] * len(delays),
-        "late": late.tolist(),
-        "late_rows": _at_least(late_row_thr, delays).tolist(),
-        **_state(spec, candidate, schedule, tl, entries, delays),
-        **emitted(delays),
+        "input_rows": [len(schedule.rows[source])] * len(delays),
+        "late": _at_least(th.late, delays).tolist(),
+        "late_rows": _at_least(th.late_rows, delays).tolist(),
+        **_state(spec, candidate, schedule, tl, th.entries, delays),
+        **th.emitted(delays),
     }
     back = np.argsort(order)
     return {f: [v[i] for i in back.tolist()] for f, v in out.items()}
@@ -124,7 +134,7 @@ def _bytes_model(spec: BacktestSpec, candidate: str, schedule: Schedule
 
 
 def _state(spec: BacktestSpec, candidate: str, schedule: Schedule, tl: Timeline,
-           entries: Entries, delays: np.ndarray) -> dict[str, list[Any]]:
+           entries: Entries, delays: np.ndarray) -> dict[str, list[Figure]]:
     """Peak and final state rows and bytes of every delay (ascending): the module docstring's
     state after each point, the created entries growing with the delay (:class:`Growing`). An
     idle point a delay does not run holds the state of the point before, so it changes no
@@ -134,7 +144,7 @@ def _state(spec: BacktestSpec, candidate: str, schedule: Schedule, tl: Timeline,
     made = Growing(entries.e, entries.a, int(delays[0]), int(delays[-1])) if len(delays) \
         else None
     created = np.zeros(n_points, dtype=np.int64)  # per first point
-    out: dict[str, list[Any]] = {k: [] for k in (
+    out: dict[str, list[Figure]] = {k: [] for k in (
         "peak_state_rows", "final_state_rows", "peak_state_bytes", "final_state_bytes")}
     for d in delays.tolist():
         assert made is not None
@@ -161,7 +171,7 @@ def _state(spec: BacktestSpec, candidate: str, schedule: Schedule, tl: Timeline,
     return out
 
 
-def _latency_figures(per_delay: list[quantiles.Percentiles]) -> dict[str, list[Any]]:
+def _latency_figures(per_delay: list[quantiles.Percentiles]) -> dict[str, list[Figure]]:
     return {f"latency_p{p}_s": [v[i] for v in per_delay]
             for i, p in enumerate(quantiles.PERCENTILES)}
 
@@ -178,7 +188,7 @@ def _latencies(clock_ms: np.ndarray, bound_us: np.ndarray) -> tuple[np.ndarray, 
     return _latency_s(clock_ms, bound_us), stable_argsort(whole_ms)
 
 
-def _aggregation(spec: BacktestSpec, schedule: Schedule, tl: Timeline) -> Any:
+def _aggregation(spec: BacktestSpec, schedule: Schedule, tl: Timeline) -> Thresholds:
     """Entries, late thresholds (Spark's count: a batch's late groups), late rows' thresholds
     and the emitted rows' figures of a windowed aggregation."""
     q = spec.query
@@ -226,15 +236,15 @@ def _aggregation(spec: BacktestSpec, schedule: Schedule, tl: Timeline) -> Any:
     if q.output_mode == "update":  # every batch emits its groups that are not late
         lat, lat_order = _latencies(tl.clock[tl.point_of_tick[tt]], te)
 
-        def emitted(delays: np.ndarray) -> dict[str, list[Any]]:
+        def emitted(delays: np.ndarray) -> dict[str, list[Figure]]:
             nested = quantiles.Nested(lat, touch_thr, delays, order=lat_order)
             return {"output_rows": [nested.size(i) for i in range(len(delays))],
                     **_latency_figures([nested.percentiles(i) for i in range(len(delays))])}
-        return entries, touch_thr, late_row_thr, emitted
+        return Thresholds(entries, touch_thr, late_row_thr, emitted)
 
     end_first = te[first]
 
-    def appended(delays: np.ndarray) -> dict[str, list[Any]]:
+    def appended(delays: np.ndarray) -> dict[str, list[Figure]]:
         """Append: a group is emitted when it leaves (the first point reaching its end)."""
         ends_u, of = np.unique(end_first, return_inverse=True)
         e_u = ceil_ms(ends_u)
@@ -253,7 +263,7 @@ def _aggregation(spec: BacktestSpec, schedule: Schedule, tl: Timeline) -> Any:
             lats.append(quantiles.weighted(_latency_s(tl.clock[at[out]], ends_u[out]),
                                            made[out]))
         return {"output_rows": n_out, **_latency_figures(lats)}
-    return entries, touch_thr, late_row_thr, appended
+    return Thresholds(entries, touch_thr, late_row_thr, appended)
 
 
 def _key_ids(frame: pd.DataFrame, keys: list[str]) -> np.ndarray:
@@ -275,7 +285,8 @@ def _key_ids(frame: pd.DataFrame, keys: list[str]) -> np.ndarray:
     return pd.DataFrame(cols).groupby(list(cols), sort=False).ngroup().to_numpy(np.int64)
 
 
-def _dedup(spec: BacktestSpec, candidate: str, schedule: Schedule, tl: Timeline) -> Any:
+def _dedup(spec: BacktestSpec, candidate: str, schedule: Schedule, tl: Timeline
+           ) -> Thresholds:
     """Entries (each key's first row), late thresholds (rows, Spark's count too) and the
     emitted rows' figures of ``dropDuplicates`` with the event time a key: the first row of a
     key is emitted in its own batch iff it is not late."""
@@ -292,11 +303,11 @@ def _dedup(spec: BacktestSpec, candidate: str, schedule: Schedule, tl: Timeline)
     entries = Entries(tl.point_of_tick[tick[first]], ceil_ms(t_us[first]), thr[first])
     lat, lat_order = _latencies(tl.clock[entries.point], t_us[first])
 
-    def emitted(delays: np.ndarray) -> dict[str, list[Any]]:
+    def emitted(delays: np.ndarray) -> dict[str, list[Figure]]:
         nested = quantiles.Nested(lat, thr[first], delays, order=lat_order)
         return {"output_rows": [nested.size(i) for i in range(len(delays))],
                 **_latency_figures([nested.percentiles(i) for i in range(len(delays))])}
-    return entries, thr, thr, emitted
+    return Thresholds(entries, thr, thr, emitted)
 
 
 __all__ = ["ALWAYS", "FIGURES", "covered", "one_pass"]
