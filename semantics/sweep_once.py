@@ -28,6 +28,7 @@ import pandas as pd
 from semantics import quantiles
 from semantics.delay_timeline import ALWAYS, Timeline, ceil_ms, timeline
 from semantics.growing import Growing
+from semantics.operators import make_operator
 from semantics.operators.grouping import order_by_id_then_time, stable_argsort
 from semantics.operators.keys import KeyCoder, key_columns
 from semantics.operators.windows import assign_windows, last_starts
@@ -90,6 +91,8 @@ def one_pass(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str
     predicting each delay gives; None when the sweep is not :func:`covered`."""
     if not covered(spec, candidate, source):
         return None
+    # the operator refuses what a prediction refuses (key columns, aggregates), with its error
+    make_operator(spec, candidate, schedule, explain=False)
     tl = timeline(schedule, source)
     order = np.argsort(np.asarray(delays_ms, dtype=np.int64), kind="stable")
     delays = np.asarray(delays_ms, dtype=np.int64)[order]  # (ascending: entries only join)

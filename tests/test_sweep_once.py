@@ -151,3 +151,20 @@ def test_the_figures_depend_on_the_delay() -> None:
     frame = pd.DataFrame(rows)
     for col in ("late", "late_rows", "peak_state_rows", "output_rows", "no_data_batches"):
         assert frame[col].nunique() > 1, col
+
+
+def test_a_query_a_prediction_refuses_is_refused_the_same_way() -> None:
+    from semantics.errors import SpecError
+
+    query = {**KINDS["tumbling_append"], "aggregates": {"s": "sum(name)"}}
+    spec = spec_of(query)
+    sched = schedule_of([[{"ts": 1.0, "k": 0, "name": "a"}], [{"ts": 30.0, "k": 1,
+                                                               "name": "b"}]])
+    ds = delays(np.random.default_rng(1))[:2]
+    errors = []
+    for one_pass in (True, False):
+        with pytest.raises(SpecError) as exc:
+            sw.sweep_schedule(spec, sched, "events", ds, "c", processes=False,
+                              one_pass=one_pass)
+        errors.append(str(exc.value))
+    assert errors[0] == errors[1] and "sum" in errors[0]
