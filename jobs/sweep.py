@@ -74,54 +74,104 @@ def knee_index(late: np.ndarray, state: np.ndarray) -> int:
 def sweep(spec: Any, source: str, delays: list[Duration], base: str | None = None
           ) -> list[dict[str, Any]]:
     """One row of metrics per delay, in the order of ``delays``: the base candidate with
-    ``source``'s delay replaced, predicted without explain. The delays are predicted in
-    processes, one per core (``semantics.parallel.threads``; each predicts in one thread), the
-    schedule shared by fork; the rows are the same as one after the other."""
+    ``source``'s delay replaced, predicted without explain (:func:`sweep_schedule`)."""
+    return sweep_computed(spec, source, delays, base)[0]
+
+
+def sweep_computed(spec: Any, source: str, delays: list[Duration], base: str | None = None
+                   ) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """:func:`sweep`'s rows and how each figure was computed (:func:`sweep_figures`)."""
     from semantics.history import plan
 
     if source not in spec.query_sources:
         raise SpecError(spec.path, "--source", f"a source of the query "
                         f"({', '.join(spec.query_sources)}), got {source!r}")
     base = base or next(iter(spec.candidates))
-    return sweep_schedule(spec, plan(spec, base), source, delays, base)
+    return sweep_figures(spec, plan(spec, base), source, delays, base)
 
 
 def sweep_schedule(spec: Any, schedule: Any, source: str, delays: list[Duration], base: str,
-                   processes: bool = True) -> list[dict[str, Any]]:
-    """:func:`sweep` on a planned ``schedule`` (``processes=False``: one delay after the other
-    in this process, its predictions in threads as usual)."""
+                   processes: bool = True, one_pass: bool = True) -> list[dict[str, Any]]:
+    """:func:`sweep` on a planned ``schedule`` (:func:`sweep_figures`' rows)."""
+    return sweep_figures(spec, schedule, source, delays, base, processes, one_pass)[0]
+
+
+def sweep_figures(spec: Any, schedule: Any, source: str, delays: list[Duration], base: str,
+                  processes: bool = True, one_pass: bool = True
+                  ) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """The rows of :func:`sweep` on a planned ``schedule``, and per figure ``"one_pass"``
+    (all delays at once, ``semantics.sweep_once``; docs/semantics.md §2.6) or ``"per_delay"``
+    (a prediction per delay: the queries and figures the one pass does not cover, or every
+    figure with ``one_pass=False``). Predictions per delay run in processes, one per core
+    (``semantics.parallel.threads``; each predicts in one thread), the schedule shared by fork
+    (``processes=False``: one delay after the other in this process, its predictions in
+    threads as usual); the rows are the same either way."""
+    from semantics.sweep_once import FIGURES
+    from semantics.sweep_once import one_pass as at_once
+
     global _WORK
-    _WORK = (spec, schedule, spec.candidates[base], source)
-    try:
-        ms = [d.ms for d in delays]
-        rows = _map_points(ms) if processes else [_point(d) for d in ms]
-    finally:
-        _WORK = None
+    ms = [d.ms for d in delays]
+    fast = at_once(spec, base, schedule, source, ms) if one_pass else None
+    fast = fast or {}
+    computed = {f: "one_pass" if f in fast else "per_delay" for f in FIGURES}
+    if len(fast) < len(FIGURES):
+        _WORK = (spec, schedule, spec.candidates[base], source)
+        try:
+            rows = _map_points(ms) if processes else [_point(d) for d in ms]
+        finally:
+            _WORK = None
+    else:
+        rows = _rows_of(spec, base, source, ms)
+    for i, r in enumerate(rows):
+        r.update({f: v[i] for f, v in fast.items()})
+        inputs = r["input_rows"]
+        r["late_fraction"] = r["late"] / inputs if inputs else 0.0
+        if r["late_rows"] is not None:
+            r["late_rows_fraction"] = r["late_rows"] / inputs if inputs else 0.0
     # a knee only where the delay changes something (else every point is "the" knee)
     k = knee_index(np.array([r["late_rows_fraction"] for r in rows]),
                    np.array([r["peak_state_rows"] for r in rows], dtype=float)) \
         if len({tuple(r[c] for c in _OUTCOME) for r in rows}) > 1 else -1
     for i, r in enumerate(rows):
         r["knee"] = i == k
-    return rows
+    return rows, computed
+
+
+def _rows_of(spec: Any, base: str, source: str, delays_ms: list[int]) -> list[dict[str, Any]]:
+    """The rows :func:`_point` makes, with the figures of ``sweep_once.FIGURES`` left to fill
+    (None) and those that do not depend on the delay's value set."""
+    from semantics.metrics import METRICS
+    from semantics.retention import never_evicted
+
+    s, name = _swept(spec, spec.candidates[base], source, delays_ms[0]) if delays_ms else \
+        (spec, base)
+    fixed = {"elapsed_s": None, "never_evicted": never_evicted(s, name)}
+    return [{"delay": _label(d), "delay_ms": d, **{m: fixed.get(m) for m in METRICS}}
+            for d in delays_ms]
 
 
 _WORK: tuple[Any, Any, Any, str] | None = None  # (spec, schedule, base candidate, source)
+
+
+def _swept(spec: Any, cand: Any, source: str, delay_ms: int) -> tuple[Any, str]:
+    """``spec`` holding only ``cand`` with ``source``'s delay set, and that candidate's name."""
+    from semantics.spec import Candidate
+
+    d = Duration(delay_ms * 1000, f"{delay_ms} milliseconds")
+    name = f"sweep_{delay_ms}"
+    c = Candidate.model_validate({**cand.model_dump(), "watermark": {
+        **{k: str(v) for k, v in cand.watermark.items()}, source: str(d)}})
+    return spec.model_copy(update={"candidates": {name: c}}), name
 
 
 def _point(delay_ms: int) -> dict[str, Any]:
     """The metrics of one delay (reads ``_WORK``: set by :func:`sweep`, inherited by fork)."""
     from semantics.metrics import candidate_metrics, reference_columns
     from semantics.predict import predict
-    from semantics.spec import Candidate
 
     assert _WORK is not None
     spec, schedule, cand, source = _WORK
-    d = Duration(delay_ms * 1000, f"{delay_ms} milliseconds")
-    name = f"sweep_{delay_ms}"
-    c = Candidate.model_validate({**cand.model_dump(), "watermark": {
-        **{k: str(v) for k, v in cand.watermark.items()}, source: str(d)}})
-    s = spec.model_copy(update={"candidates": {name: c}})
+    s, name = _swept(spec, cand, source, delay_ms)
     # only the output columns the metrics read: no explain table, no full output frame
     m = candidate_metrics(s, schedule, predict(schedule, s, name, explain=False,
                                                columns=reference_columns(s), count_late=True))
@@ -254,12 +304,13 @@ def run_sweep(args: argparse.Namespace) -> int:
     source = swept_source(spec, args.source)
     folder = Path(args.results) if args.results else default_results_dir()
     check_folder(folder)  # (the plot goes there: refused before the sweep's work)
-    rows = sweep(spec, source, delays, args.candidate)
+    rows, computed = sweep_computed(spec, source, delays, args.candidate)
     png = plot(rows, folder / "reports" / f"{spec.name}-sweep-{source}.png",
                f"{spec.name}: delay of {source}")
     if args.json:
-        write_document(json.dumps({"backtest": spec.name, "source": source, "sweep": rows,
-                                   "plot": png}, default=str) + "\n")
+        write_document(json.dumps({"backtest": spec.name, "source": source,
+                                   "computed": computed, "sweep": rows, "plot": png},
+                                  default=str) + "\n")
         return 0
     table = [{"delay": r["delay"], "late": r["late"], "late_rows": r["late_rows"],
               "late_rows_%": f"{100 * r['late_rows_fraction']:.2f}",

@@ -73,6 +73,13 @@ def reference_event_ms(spec: BacktestSpec, outputs: pd.DataFrame) -> np.ndarray:
     return out
 
 
+# the keys of :func:`candidate_metrics`' row, in its order
+METRICS = ("batches", "no_data_batches", "input_rows", "late", "late_fraction", "late_rows",
+           "late_rows_fraction", "peak_state_rows", "final_state_rows", "peak_state_bytes",
+           "final_state_bytes", "output_rows", "latency_p50_s", "latency_p95_s",
+           "latency_p99_s", "elapsed_s", "never_evicted")
+
+
 def candidate_metrics(spec: BacktestSpec, schedule: Schedule, result: RunResult
                       ) -> dict[str, Any]:
     """One row of the comparison table for ``result`` (predicted or actual)."""

@@ -103,3 +103,9 @@ MMAP_THRESHOLD = 32 << 20
 TOP_PAD = 1 << 30
 # rows per arrow chunk of emitted rows' JSON (32-bit offsets: 8 KB a row; fourteenth pass)
 JSON_CHUNK = 1 << 18
+
+# --- the one-pass sweep (semantics/sweep_once.py; docs/benchmarks.md, the one-pass sweep) ---
+# entries of a block whose members a count by value scans (growing.Growing): chosen, not tuned
+SWEEP_COUNT_BLOCK = 1 << 8
+# values of a block whose members an order statistic scans (quantiles.Nested): chosen, not tuned
+SWEEP_RANK_BLOCK = 1 << 12
