@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from predict import make  # noqa: E402
 
+from bench.smoke import tiny  # noqa: E402
 from jobs import sweep as sw  # noqa: E402
 from semantics.parallel import threads  # noqa: E402
 
@@ -39,6 +40,7 @@ def main() -> None:
     ap.add_argument("--delays", type=int, default=40)
     ap.add_argument("--kinds", default="aggregation,deduplication,session,join")
     args = ap.parse_args()
+    args.events, args.delays = tiny(args.events, 2000), tiny(args.delays, 3)  # bench/smoke.py
     cores = threads()
     print(f"processes: {cores} (one thread each) against one process ({cores} threads)")
     print(f"{'kind':<14} {'events':>9} {'delays':>6} {'one s':>8} {'processes s':>11} "
