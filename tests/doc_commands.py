@@ -34,7 +34,7 @@ from pathlib import Path
 SHELL_LANGS = frozenset({"bash", "sh", "shell", "zsh"})
 # first words that make a line of an unlabelled fence a command line
 COMMAND_WORDS = frozenset({"wmbt", "dagster", "python", "python3", "python3.11", "pytest",
-                           "bash", "export", "cp", "mkdir", "cd", ".", "source", "env",
+                           "bash", "export", "cp", "mkdir", "cd", ".", "source", "env", "time",
                            "docker", "java", "pip"})
 SETUP_WORDS = frozenset({".", "source", "export", "cp", "mkdir", "cd"})
 _FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([\w+-]*)")
@@ -50,6 +50,7 @@ class DocCommand:
     setup lines above it in its block, in order (never itself)."""
 
     doc: str  # the document, relative to the repository root: "README.md", "docs/dagster.md"
+    block: int  # 1-based line of its block's first line (a block's commands share a folder)
     line: int  # 1-based line of the command's first line
     text: str
     setup: tuple[str, ...]
@@ -219,7 +220,8 @@ def commands(doc: str, text: str) -> list[DocCommand]:
             continue
         setup: list[str] = []
         for number, line in _logical_lines(fence):
-            found.append(DocCommand(doc, number, line, tuple(setup), is_setup(line)))
+            found.append(DocCommand(doc, fence.first, number, line, tuple(setup),
+                                    is_setup(line)))
             if is_setup(line):
                 setup.append(line)
     return found

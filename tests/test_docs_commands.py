@@ -7,15 +7,17 @@ the property of its output that shows it worked.
 
 How a command runs: ``bash -c`` with ``set -e``, the setup lines above it in its block first
 (``. .venv/bin/activate``, ``export``, ``cp``, ``mkdir``, ``cd``: as the shell would apply
-them), in a fresh folder laid out as the docs assume the repository's root to be: every
+them), in its block's folder, laid out as the docs assume the repository's root to be: every
 top-level entry of this repository linked (``./dev``, ``.venv``, ``workspace.yaml``,
 ``infra/``, ``bench/``, ...), the files the docs show written where they name them (README's
 ```yaml block to ``backtests/clicks_per_ad.yaml``), and the demo's Delta tables
 (``jobs.demo.make_sample``, built once per module) copied to ``data/``, where README's spec
-reads them (``../data/clicks``). PATH starts with ``.venv/bin`` (``wmbt`` is the project's
-console script, as in an activated environment) and PYTHONPATH is this tree; ``WMBT_*`` and
-``DAGSTER_*`` variables are cleared, so the docs' own settings are what counts. Commands do not
-see each other's results: each needs only its block's setup lines.
+reads them (``../data/clicks``). A block's commands run one after the other in one folder, as
+a reader runs them (a command may read what one above it wrote, when that one was selected
+too); each block has a fresh folder.
+PATH starts with ``.venv/bin`` (``wmbt`` is the project's console script, as in an activated
+environment) and PYTHONPATH is this tree; ``WMBT_*`` and ``DAGSTER_*`` variables are cleared,
+so the docs' own settings are what counts.
 
 Not run as shown:
 
@@ -151,7 +153,7 @@ def check_replay(ran: Ran) -> None:
 
 
 def check_backtest(ran: Ran) -> None:
-    """Both sides of every candidate, validated, and the HTML report written."""
+    """Both sides of every candidate and the HTML report written (exit 0: validated)."""
     _table_rows(ran, "predicted")
     _table_rows(ran, "actual")
     assert "<html" in ran.path_after("report").read_text()[:500].lower()
@@ -201,7 +203,7 @@ class Expect:
     check: Callable[[Ran], None]
     code: int = 0
     spark: bool = False  # starts Spark
-    timeout: float = 120.0  # seconds, with the machine shared
+    timeout: float = 120.0  # seconds: a guard against hangs, generous (the machine is shared)
     server: bool = False  # runs until stopped: checked while it serves (dagster dev)
     env: Mapping[str, str] = field(default_factory=dict)
 
@@ -210,18 +212,19 @@ class Expect:
 # (the specific forms before the general ones).
 EXPECTED: list[tuple[str, Expect]] = [
     (r"^wmbt (predict|sweep) .*--json\b", Expect(check_json)),
-    (r"^wmbt (replay|backtest) .*--json\b", Expect(check_json, spark=True, timeout=240)),
+    (r"^wmbt (replay|backtest) .*--json\b", Expect(check_json, spark=True, timeout=600)),
     (r"^wmbt predict .*--explain \d+", Expect(check_explain)),
     (r"^wmbt predict .*--late\b", Expect(check_late)),
     (r"^wmbt predict\b", Expect(check_predict)),
-    (r"^wmbt replay\b", Expect(check_replay, spark=True, timeout=240)),
-    (r"^wmbt backtest\b", Expect(check_backtest, spark=True, timeout=240)),
+    (r"^wmbt replay\b", Expect(check_replay, spark=True, timeout=600)),
+    (r"^wmbt backtest\b", Expect(check_backtest, spark=True, timeout=600)),
     (r"^wmbt sweep\b", Expect(check_sweep)),
-    (r"^(\./dev demo|wmbt demo)\b", Expect(check_demo, spark=True, timeout=420)),
-    (r"^dagster dev\b", Expect(check_serves, server=True, timeout=240)),
+    (r"^(\./dev demo|wmbt demo)\b", Expect(check_demo, spark=True, timeout=900)),
+    (r"^dagster dev\b", Expect(check_serves, server=True, timeout=300)),
     (r"^python bench/state_bytes\.py\b",
-     Expect(check_bench, spark=True, timeout=240, env={"WMBT_BENCH_SMOKE": "1"})),
-    (r"^python bench/\w+\.py\b", Expect(check_bench, env={"WMBT_BENCH_SMOKE": "1"})),
+     Expect(check_bench, spark=True, timeout=600, env={"WMBT_BENCH_SMOKE": "1"})),
+    (r"^python bench/\w+\.py\b",
+     Expect(check_bench, timeout=300, env={"WMBT_BENCH_SMOKE": "1"})),
 ]
 
 LAUNCHERS = {  # a command's first words -> the program they run
@@ -236,13 +239,18 @@ LAUNCHERS = {  # a command's first words -> the program they run
 
 
 def program(text: str) -> list[str]:
-    """The words of a command line without its assignments, launchers spelled one way
-    (``./dev wmbt`` and ``.venv/bin/wmbt`` are ``wmbt``, ``./dev dagster`` is ``dagster dev``).
+    """The words of a command line without its assignments and ``time``/``env`` prefixes,
+    launchers spelled one way (``./dev wmbt`` and ``.venv/bin/wmbt`` are ``wmbt``, ``./dev
+    dagster`` is ``dagster dev``).
 
     >>> program("DAGSTER_HOME=x .venv/bin/dagster dev -w workspace.yaml")
     ['dagster', 'dev', '-w', 'workspace.yaml']
+    >>> program("time env WMBT_THREADS=1 .venv/bin/python bench/predict.py")
+    ['python', 'bench/predict.py']
     """
     argv = without_assignments(words(text))
+    while argv and argv[0] in ("time", "env"):
+        argv = without_assignments(argv[1:])
     for prefix, name in LAUNCHERS.items():
         if tuple(argv[:len(prefix)]) == prefix:
             return name + argv[len(prefix):]
@@ -264,7 +272,7 @@ def expectation(command: DocCommand) -> Expect | str | None:
 def _param(command: DocCommand) -> object:
     found = expectation(command)
     spark = isinstance(found, Expect) and found.spark
-    return pytest.param(command, id=f"{command.where} {command.text[:60]}",
+    return pytest.param(command, id=f"{command.where} {command.text[:100]}",
                         marks=[pytest.mark.spark] if spark else [])
 
 
@@ -307,13 +315,12 @@ def run(command: DocCommand, work: Path, expect: Expect | None) -> Ran:
     return Ran(command, program(command.text), proc.returncode, out, err, work)
 
 
-def serve(command: DocCommand, work: Path, expect: Expect) -> None:
+def serve(command: DocCommand, work: Path, expect: Expect, log: Path) -> None:
     """Start a server command on a free port, wait until it answers and has loaded its code
     location, stop its process group."""
     port = free_port()
     text, n = re.subn(r"(?<=\s)(-p|--port)\s+\d+", f"-p {port}", command.text)
     text = text if n else f"{text} -p {port}"
-    log = work / "server.log"
     with log.open("wb") as sink:
         proc = subprocess.Popen(["env", "--default-signal=INT,TERM", "bash", "-c",
                                  _script(command, text)], cwd=work, env=_env(work, expect.env),
@@ -368,20 +375,31 @@ def tables(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root / "data"
 
 
+@pytest.fixture(scope="module")
+def folders() -> dict[tuple[str, int], Path]:
+    """Each block's folder, made by :func:`folder` when its first command runs."""
+    return {}
+
+
 @pytest.fixture
-def work(tmp_path: Path, tables: Path) -> Path:
-    """A fresh folder laid out as the docs assume the repository's root to be."""
-    work = tmp_path / "checkout"
-    work.mkdir()
-    for entry in REPO.iterdir():
-        if entry.name not in NOT_LINKED:
-            (work / entry.name).symlink_to(entry)
-    shutil.copytree(tables, work / "data")
-    for f in FILES:
-        target = work / f.path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(f.text)
-    return work
+def folder(command: DocCommand, folders: dict[tuple[str, int], Path],
+           tmp_path_factory: pytest.TempPathFactory, tables: Path) -> Path:
+    """The folder of ``command``'s block, laid out as the docs assume the repository's root
+    to be (made fresh for the block's first command)."""
+    key = (command.doc, command.block)
+    if key not in folders:
+        work = tmp_path_factory.mktemp("block") / "checkout"
+        work.mkdir()
+        for entry in REPO.iterdir():
+            if entry.name not in NOT_LINKED:
+                (work / entry.name).symlink_to(entry)
+        shutil.copytree(tables, work / "data")
+        for f in FILES:
+            target = work / f.path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(f.text)
+        folders[key] = work
+    return folders[key]
 
 
 def test_docs_show_commands_and_the_readme_spec() -> None:
@@ -394,7 +412,7 @@ def test_docs_show_commands_and_the_readme_spec() -> None:
 
 
 @pytest.mark.parametrize("command", [_param(c) for c in COMMANDS])
-def test_doc_command(command: DocCommand, work: Path) -> None:
+def test_doc_command(command: DocCommand, folder: Path, tmp_path: Path) -> None:
     found = None if command.is_setup else expectation(command)
     if isinstance(found, str):
         pytest.skip(f"exempt: {found}")
@@ -406,15 +424,16 @@ def test_doc_command(command: DocCommand, work: Path) -> None:
         pytest.fail("./dev would install .venv (not installed for this pyproject.toml and "
                     "constraints.txt): run ./dev once in the repository")
     if found is not None and found.server:
-        serve(command, work, found)
+        serve(command, folder, found, tmp_path / "server.log")
         return
-    ran = run(command, work, found)
+    ran = run(command, folder, found)
     code = found.code if found else 0
-    assert ran.code == code, (f"{command.where}: `{command.text}` exited {ran.code}, expected "
-                              f"{code}\n{ran.out[-2000:]}\n{ran.err[-3000:]}")
+    if ran.code != code:
+        pytest.fail(f"{command.where}: `{command.text}` exited {ran.code}, expected {code}\n"
+                    f"{ran.out[-2000:]}\n{ran.err[-3000:]}", pytrace=False)
     if found is not None:
         try:
             found.check(ran)
         except AssertionError as exc:
-            raise AssertionError(f"{command.where}: `{command.text}`: {exc}\n"
-                                 f"{found.check.__doc__}\n{ran.out[-3000:]}") from None
+            pytest.fail(f"{command.where}: `{command.text}`: {exc}\n(expected: "
+                        f"{found.check.__doc__})\n{ran.out[-3000:]}", pytrace=False)
