@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 from semantics.operators.columns import nullable_floats, values_of
 from semantics.schedule import ROW_ID
 from semantics.spec import AggregationQuery, BacktestSpec, DeduplicationQuery, JoinQuery
+from semantics.tuning import JSON_CHUNK
 
 REPORT_COLUMNS = (
     "batch_id",
@@ -63,7 +64,7 @@ def operator_name(spec: BacktestSpec) -> str:
 def late_counts(spec: BacktestSpec) -> str:
     """What ``dropped_by_watermark`` (Spark's ``numRowsDroppedByWatermark``) counts for the
     spec's query: ``rows`` (deduplication, joins), or what the operator drops instead of rows
-    (spark-watermark-semantics.md §6)."""
+    (docs/semantics.md §5)."""
     kind = spec.query.kind
     if kind == "aggregation":
         return "groups (one per key and window in a batch, after partial aggregation)"
@@ -210,9 +211,6 @@ def json_rows(df: pd.DataFrame, columns: Sequence[str]) -> np.ndarray:
     """
     out = json_texts(df, columns).to_numpy(zero_copy_only=False)
     return out if out.dtype == object else out.astype(object)
-
-
-JSON_CHUNK = 1 << 18  # rows per arrow chunk (string offsets are 32-bit: 8 KB a row on average)
 
 
 def json_texts(df: pd.DataFrame, columns: Sequence[str]) -> pa.ChunkedArray:

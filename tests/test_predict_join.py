@@ -551,9 +551,10 @@ def test_equal_keys_produce_the_cross_product() -> None:
     ("true", 0, 0, [(2, 2, 5, 5)]), ("false", 11_000, 2, [])])
 def test_late_rows_use_previous_batch_watermark_unless_allow_multiple_false(
         allow_multiple: str, late_wm: int, dropped: int, joined: list[Any]) -> None:
-    # rule (engine §3): late rows are filtered with the previous batch's watermark (two-batch
-    # lag: rows at 5 s are still admitted when W is already 11 s; they join, the right row is not
-    # stored and the left one is evicted at once); with allowMultiple=false both are W_N
+    # rule (docs/semantics.md §2.3): late rows are filtered with the previous batch's watermark
+    # (two-batch lag: rows at 5 s are still admitted when W is already 11 s; they join, the
+    # right row is not stored and the left one is evicted at once); with allowMultiple=false
+    # both are W_N
     steps = [(ints(21), ints(22)), ([(2, 5)], [(2, 5)])]
     r = join_run(steps, "inner", pace="backlog",
                  spark_conf={"spark.sql.streaming.statefulOperator.allowMultiple":
