@@ -402,6 +402,48 @@ def folder(command: DocCommand, folders: dict[tuple[str, int], Path],
     return folders[key]
 
 
+SAMPLE = """\
+Run `wmbt replay SPEC --master URL` (grammar, not a command), e.g. `x/spec.yaml`:
+
+```yaml
+name: x
+```
+
+```bash
+export A=1   # a setup line
+wmbt predict x/spec.yaml \\
+    --late 3       # continued
+# a comment line
+```
+
+```console
+$ .venv/bin/python bench/predict.py
+kind  events
+```
+
+```
+wmbt: error: output, not a command
+./dev wmbt sweep x/spec.yaml --delays "1 minute..2 minutes/2"  # why
+```
+
+```python
+wmbt = 1
+```
+"""
+
+
+def test_extraction_rules() -> None:
+    """tests/doc_commands.py's rules on a sample covering each kind of block."""
+    found = commands("S.md", SAMPLE)
+    assert [(c.line, c.text, c.setup, c.is_setup) for c in found] == [
+        (8, "export A=1", (), True),
+        (9, "wmbt predict x/spec.yaml --late 3", ("export A=1",), False),
+        (15, ".venv/bin/python bench/predict.py", (), False),
+        (21, './dev wmbt sweep x/spec.yaml --delays "1 minute..2 minutes/2"', (), False),
+    ]
+    assert files("S.md", SAMPLE) == [DocFile("S.md", 4, "x/spec.yaml", "name: x\n")]
+
+
 def test_docs_show_commands_and_the_readme_spec() -> None:
     """The extraction finds the docs' examples (an extractor that finds nothing tests nothing)."""
     assert any(program(c.text)[:2] == ["wmbt", "predict"] for c in COMMANDS), COMMANDS
