@@ -48,6 +48,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.smoke import smoke, tiny  # noqa: E402
 from semantics.memory import reuse_freed_memory  # noqa: E402
 from semantics.parallel import threads  # noqa: E402
 from semantics.predict import predict  # noqa: E402
@@ -172,6 +173,9 @@ def main() -> None:
         _replay_only(kind, int(n), int(batch_rows))
         return
     spark_sizes = {int(x) for x in args.spark_rows.split(",") if int(x) > 0}
+    if smoke():  # (bench/smoke.py) tiny sizes, one prediction each, no Spark
+        args.sizes = ",".join(dict.fromkeys(str(tiny(int(x), 2000)) for x in args.sizes.split(",")))
+        args.batch_rows, args.repeat, spark_sizes = tiny(args.batch_rows, 200), 1, set()
     reused = reuse_freed_memory()  # as wmbt does (semantics.memory)
     print(f"predictor threads: {threads()}; freed memory reused: {reused}")
     print(f"{'kind':<14} {'events':>10} {'batches':>8} {'out/event':>9} {'predict s':>10} "

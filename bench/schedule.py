@@ -24,6 +24,7 @@ from deltalake import write_deltalake
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.smoke import smoke, tiny  # noqa: E402
 from semantics.history import plan, read_arrivals  # noqa: E402
 from semantics.parallel import threads  # noqa: E402
 from semantics.spec import parse_spec  # noqa: E402
@@ -46,6 +47,8 @@ def main() -> None:
     ap.add_argument("--commits", type=int, default=80)
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
+    if smoke():  # (bench/smoke.py)
+        args.rows, args.commits, args.repeat = tiny(args.rows, 2000), tiny(args.commits, 4), 1
     with tempfile.TemporaryDirectory() as tmp:
         table = Path(tmp) / "clicks"
         write_table(table, args.rows, args.commits)

@@ -49,6 +49,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.smoke import smoke, tiny  # noqa: E402
 from semantics import state_bytes as sb  # noqa: E402
 from semantics.predict import predict  # noqa: E402
 from semantics.schedule import ARRIVAL_MS, VERSION, Schedule, cut  # noqa: E402
@@ -296,6 +297,9 @@ def main() -> None:
     ap.add_argument("--pace", choices=["backlog", "live"], default="backlog")
     ap.add_argument("--per-batch", action="store_true", help="also print every batch")
     args = ap.parse_args()
+    if smoke():  # (bench/smoke.py) the first shape only, a few tiny batches: Spark still runs
+        args.shapes = args.shapes.split(",")[0]
+        args.batches, args.batch_rows = tiny(args.batches, 3), tiny(args.batch_rows, 100)
     started = time.perf_counter()
     rows = []
     sessions = []

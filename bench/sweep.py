@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from predict import make  # noqa: E402
 
+from bench.smoke import tiny  # noqa: E402
 from jobs import sweep as sw  # noqa: E402
 from semantics.memory import reuse_freed_memory  # noqa: E402
 
@@ -44,6 +45,8 @@ def main() -> None:
     ap.add_argument("--kinds", default="aggregation,sliding,deduplication")
     args = ap.parse_args()
     reuse_freed_memory()
+    args.events, args.delays = tiny(args.events, 2000), tiny(args.delays, 3)  # bench/smoke.py
+    args.per_delay = tiny(args.per_delay, 3)
     delays = sw.parse_delays(f"0 seconds..10 minutes/{args.delays}")
     step = max(1, len(delays) // args.per_delay)
     some = delays[::step]
