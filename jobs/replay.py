@@ -10,9 +10,14 @@ Feeding (see ``jobs.feed``): one parquet file per DATA tick, read by ONE file st
   and ``processAllAvailable()`` waits until Spark has run the data batch and, if its rule says
   so, one no-data batch (= the idle tick after it).
 
-The sink (``jobs.sink``) writes each batch's rows to ``<workdir>/<candidate>/outputs``. After the
-run, the checkpoint tells which batches ran on which file (``jobs.checkpoint``), Spark's input is
-verified against the schedule (``jobs.verify``) and the report is built from the progress events.
+The sink (``jobs.sink``) writes each batch's rows to ``<workdir>/<candidate>/outputs`` and saves
+each batch's progress event to ``<workdir>/<candidate>/progress``. After the run, the checkpoint
+tells which batches ran on which file (``jobs.checkpoint``), Spark's input is verified against
+the schedule (``jobs.verify``) and the report is built from the saved progress events.
+
+An interrupted replay (Ctrl-C, SIGTERM, SIGKILL) resumes from its checkpoint when run again
+with the same spec, data and settings, and reports exactly what an uninterrupted run does
+(``jobs.resume`` says how); Ctrl-C and SIGTERM stop the query cleanly (``jobs.interrupts``).
 
 Report conventions (SPEC.md §3): one row per executed batch and stateful operator (Spark's
 ``stateOperators`` order); ``input_rows`` = progress ``numInputRows``; ``output_rows`` = rows the
@@ -70,9 +75,15 @@ def replay(spec: BacktestSpec, candidate: str, schedule: Schedule, workdir: Path
     uninterrupted run makes (``jobs.resume``); ``notify`` gets one line saying it resumes, or
     why an interrupted replay starts afresh. Ctrl-C / SIGTERM stop the query cleanly and raise
     KeyboardInterrupt. Raises :class:`ReplayMismatch` when Spark's batches do not match the
-    schedule.
+    schedule, WmbtError while another process replays the candidate in ``workdir``.
     """
     cdir = Path(workdir) / candidate
+    with resume.exclusive(cdir):
+        return _replay(spec, candidate, schedule, cdir, spark, fresh, notify)
+
+
+def _replay(spec: BacktestSpec, candidate: str, schedule: Schedule, cdir: Path,
+            spark: SparkSession, fresh: bool, notify: Callable[[str], None]) -> RunResult:
     connect = is_connect(spark)
     conf = {**REPLAY_CONF, **spec.conf(candidate)}
     fp = resume.fingerprint(spec, candidate, schedule, conf)
@@ -95,7 +106,7 @@ def replay(spec: BacktestSpec, candidate: str, schedule: Schedule, workdir: Path
     done = _files_written(schedule, input_dir)
     try:
         conf_saved = _apply_conf(spark, conf, spec.path)
-    except BaseException:
+    except Exception:
         resume.write_manifest(cdir, fp, "failed")
         raise
     try:
@@ -135,16 +146,20 @@ def replay(spec: BacktestSpec, candidate: str, schedule: Schedule, workdir: Path
             interrupts.check()  # (a signal during the stop: the folder stays resumable)
     except KeyboardInterrupt:
         _stop_quietly(spark, query)
-        raise KeyboardInterrupt from None  # (the traceback of a py4j wait says nothing)
-    except BaseException:
+        raise KeyboardInterrupt from None  # (a traceback of the wait in the JVM says nothing)
+    except Exception:
         resume.write_manifest(cdir, fp, "failed")
         _stop(query)
         raise
     finally:
         _restore_conf(spark, conf_saved)
     elapsed = time.monotonic() - started
-    result = _result(spec, candidate, schedule, cp, outputs, progress.load_saved(saved),
-                     connect, conf, elapsed)
+    try:
+        result = _result(spec, candidate, schedule, cp, outputs, progress.load_saved(saved),
+                         connect, conf, elapsed)
+    except Exception:  # (a mismatch: running it again gives the same)
+        resume.write_manifest(cdir, fp, "failed")
+        raise
     resume.write_manifest(cdir, fp, "complete")
     return result
 

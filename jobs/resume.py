@@ -36,10 +36,13 @@ Why a resumed replay reports exactly what an uninterrupted one does:
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -48,6 +51,7 @@ import pyspark
 
 from jobs import checkpoint as ckpt
 from jobs import feed, progress, sink
+from semantics.errors import WmbtError
 from semantics.schedule import Schedule
 from semantics.spec import BacktestSpec
 
@@ -100,6 +104,20 @@ class Start:
 
     rerun: int | None
     reason: str | None
+
+
+@contextmanager
+def exclusive(cdir: Path) -> Iterator[None]:
+    """Hold the work folder for one replay at a time (a lock the OS drops with its process,
+    however that ends); a second replay of the candidate there is refused, changing nothing."""
+    cdir.parent.mkdir(parents=True, exist_ok=True)
+    with open(cdir.parent / f".{cdir.name}.lock", "w") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise WmbtError(f"{cdir}: another wmbt process is replaying this candidate there; "
+                            "wait for it, or give another --results folder") from None
+        yield
 
 
 def _read_manifest(cdir: Path) -> dict | None:

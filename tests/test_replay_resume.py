@@ -24,12 +24,11 @@ import pytest
 from jobs import resume
 from jobs.replay import replay
 from jobs.results import ResultsStore
+from semantics.errors import WmbtError
 from semantics.history import plan
 from semantics.spec import parse_spec
 from tests.deltas import write_commits
 from tests.replay_support import make_spec
-
-pytestmark = pytest.mark.spark
 
 ROOT = Path(__file__).resolve().parents[1]
 WMBT = ROOT / ".venv" / "bin" / "wmbt"
@@ -136,6 +135,7 @@ def python_traceback_only(err: str) -> list[str]:
     return lines[:i]
 
 
+@pytest.mark.spark
 def test_killed_replay_resumes_to_the_uninterrupted_report(tmp_path):
     spec = write_case(tmp_path)
     reference, _ = finish(wmbt(spec, tmp_path / "r0"))
@@ -169,10 +169,11 @@ def test_killed_replay_resumes_to_the_uninterrupted_report(tmp_path):
         pd.testing.assert_frame_equal(got, want)
 
 
+@pytest.mark.spark
 def test_resume_or_start_afresh(spark, tmp_path):
-    # A work folder left as a kill after the last commit leaves it (manifest "running"): the
-    # same replay resumes (batch 4 runs again) and reports the same, state_bytes included; a changed spec, several
-    # watermarked inputs or --fresh start afresh, saying why.
+    # A work folder as a kill after the last commit leaves it (manifest "running"): the same
+    # replay resumes (batch 4 runs again) and reports the same, state_bytes included; a
+    # changed spec, several watermarked inputs or --fresh start afresh, saying why.
     commits_ = [("e", [{"k": 1, "ts": t}]) for t in (1, 12, 3, 25, 40)]
     query = {"kind": "aggregation", "source": "e", "keys": ["k"],
              "window": {"duration": "10 seconds"}, "aggregates": {"n": "count(*)"}}
@@ -211,6 +212,25 @@ def test_resume_or_start_afresh(spark, tmp_path):
     said.clear()
     run(tighter, fresh=True)
     assert said == ["starting afresh: a fresh start was asked for (--fresh)"]
+
+    # several watermarked inputs: Spark's restart could move the watermark differently
+    interrupted()
+    fp = resume.Fingerprint(**json.loads((cdir / resume.MANIFEST).read_text())["fingerprint"])
+    start = resume.prepare(cdir, fp, exact=False)
+    assert start.rerun is None and "several watermarked inputs" in (start.reason or "")
+    assert not (cdir / "checkpoint").exists()
+
+
+def test_a_second_replay_of_the_candidate_is_refused(tmp_path):
+    # (no Spark: refused before anything starts, and nothing in the folder changes)
+    spec = make_spec(tmp_path / "src", [("e", [{"k": 1, "ts": 1}])],
+                     {"kind": "aggregation", "source": "e", "keys": ["k"],
+                      "aggregates": {"n": "count(*)"}, "output_mode": "complete"}, {})
+    cdir = tmp_path / "work" / "c"
+    (cdir / "checkpoint").mkdir(parents=True)
+    with resume.exclusive(cdir), pytest.raises(WmbtError, match="another wmbt process"):
+        replay(spec, "c", plan(spec, "c"), tmp_path / "work", None)
+    assert [p.name for p in cdir.iterdir()] == ["checkpoint"]
 
 
 if __name__ == "__main__":  # pragma: no cover
