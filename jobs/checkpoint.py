@@ -136,10 +136,12 @@ def state_bytes_by_batch(checkpoint: Path, batch_ids: list[int]) -> dict[int, in
     Counts the files under ``state/`` whose state-store version is
     ``<= batch_id + 1`` (batch ``b`` commits version ``b + 1``), plus every unversioned file
     (metadata, schemas, RocksDB SST files); hidden files (checksums, temporary files a killed
-    replay left) are not counted. Approximation: measured after the run, so snapshot
-    files that background maintenance wrote later for an old version are counted for that
-    version, and files of old versions are only present because the replay keeps every version
-    (``spark.sql.streaming.minBatchesToRetain`` is raised during the replay).
+    replay left) are not counted, nor the HDFS state store's ``<v>.snapshot`` files: copies of
+    a version that background maintenance writes at times of its own (every minute by
+    default), with which two runs of one replay would report different bytes (a resumed one
+    must report what an uninterrupted one does: ``jobs.resume``). Approximation: measured
+    after the run, and files of old versions are only present because the replay keeps every
+    version (``spark.sql.streaming.minBatchesToRetain`` is raised during the replay).
     """
     root = checkpoint / "state"
     versioned: list[tuple[int, int]] = []
@@ -149,6 +151,8 @@ def state_bytes_by_batch(checkpoint: Path, batch_ids: list[int]) -> dict[int, in
             if not p.is_file() or p.name.startswith(".") or p.name.endswith(".crc"):
                 continue
             m = _VERSIONED.match(p.name)
+            if m and m.group(2) == "snapshot":
+                continue
             size = p.stat().st_size
             if m:
                 versioned.append((int(m.group(1)), size))

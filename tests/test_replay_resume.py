@@ -221,6 +221,41 @@ def test_resume_or_start_afresh(spark, tmp_path):
     assert not (cdir / "checkpoint").exists()
 
 
+@pytest.mark.spark
+def test_ctrl_c_in_a_live_replay_then_resume(spark, tmp_path):
+    # pace live (a no-data batch may follow each data batch): a Ctrl-C (SIGINT to this
+    # process, from a thread, once 7 batches are committed) stops the query and raises
+    # KeyboardInterrupt, the session stays usable, and the next replay resumes: the files not
+    # read yet are fed again one by one, so the no-data batches fall as without the stop.
+    import threading
+
+    times = (1, 12, 3, 25, 40, 41, 55, 70, 66, 90, 91, 120)
+    spec = make_spec(tmp_path / "src", [("e", [{"k": t % 2, "ts": t}]) for t in times],
+                     {"kind": "aggregation", "source": "e", "keys": ["k"],
+                      "window": {"duration": "10 seconds"}, "aggregates": {"n": "count(*)"}},
+                     {"e": "5 seconds"}, pace="live")
+    schedule = plan(spec, "c")
+    reference = replay(spec, "c", schedule, tmp_path / "ref", spark)
+    assert (~reference.batches["has_data"]).sum() >= 3
+
+    cp = tmp_path / "work" / "c" / "checkpoint" / "commits"
+
+    def press_ctrl_c() -> None:
+        while len([p for p in cp.glob("*") if p.name.isdigit()]) < 7:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=press_ctrl_c, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        replay(spec, "c", schedule, tmp_path / "work", spark)
+    assert not spark.streams.active
+    said: list[str] = []
+    resumed = replay(spec, "c", schedule, tmp_path / "work", spark, notify=said.append)
+    assert said and said[0].startswith("resuming the interrupted replay"), said
+    pd.testing.assert_frame_equal(resumed.batches, reference.batches)
+    pd.testing.assert_frame_equal(resumed.outputs, reference.outputs)
+
+
 def test_a_second_replay_of_the_candidate_is_refused(tmp_path):
     # (no Spark: refused before anything starts, and nothing in the folder changes)
     spec = make_spec(tmp_path / "src", [("e", [{"k": 1, "ts": 1}])],
