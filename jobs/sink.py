@@ -62,14 +62,13 @@ def save_progress_before(spark: SparkSession, query_name: str, batch_id: int,
     jq = _active_query(spark, query_name)
     if jq is None:
         return
-    saved = progress.saved_batches(progress_dir)
     recent = jq.recentProgress()
-    for i in reversed(range(len(recent))):
+    for i in reversed(range(len(recent))):  # (newest first: normally one step, two reads)
         raw = recent[i].json()
         b = int(json.loads(raw).get("batchId", -1))
         if b >= batch_id:
             continue
-        if b in saved:
+        if (progress_dir / f"{b}.json").exists():
             break
         progress.save(progress_dir, raw)
 
