@@ -270,3 +270,36 @@ def test_a_second_replay_of_the_candidate_is_refused(tmp_path):
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_reopen_runs_a_committed_batch_again_and_plans_the_rest_anew(tmp_path):
+    # (no Spark: the checkpoint layout jobs.checkpoint reads) batches 0-3 committed, batch 4
+    # planned, the file source's log one entry further (a file logged, no batch planned yet)
+    from jobs import checkpoint
+
+    cp = tmp_path / "cp"
+    for d in ("offsets", "commits", "sources/0"):
+        (cp / d).mkdir(parents=True)
+    for b in range(5):
+        (cp / "offsets" / str(b)).write_text(f'v1\n{{"batchWatermarkMs": 0}}\n{{"logOffset": {b}}}')
+        if b < 4:
+            (cp / "commits" / str(b)).write_text("v1\n{}")
+            (cp / "commits" / f".{b}.crc").write_bytes(b"c")
+    for off in range(6):
+        entry = json.dumps({"path": f"file:///in/tick-{off:06d}.parquet", "timestamp": 0,
+                            "batchId": off})
+        (cp / "sources" / "0" / str(off)).write_text(f"v1\n{entry}")
+    checkpoint.reopen(cp, 2)
+    assert checkpoint.committed_batches(cp) == [0, 1]
+    assert sorted(p.name for p in (cp / "commits").iterdir()) == [".0.crc", ".1.crc", "0", "1"]
+    assert sorted(p.name for p in (cp / "offsets").iterdir()) == ["0", "1", "2"]
+    assert sorted(p.name for p in (cp / "sources" / "0").iterdir()) == ["0", "1", "2"]
+
+    # snapshots (background maintenance, at times of its own) and temporary files of a kill
+    # are not state bytes
+    state = cp / "state" / "0" / "0"
+    state.mkdir(parents=True)
+    for name, size in (("1.delta", 10), ("2.delta", 20), ("2.snapshot", 30),
+                       (".3.delta.0b1c.tmp", 40), ("_metadata", 5)):
+        (state / name).write_bytes(b"x" * size)
+    assert checkpoint.state_bytes_by_batch(cp, [0, 1]) == {0: 15, 1: 35}
