@@ -143,7 +143,7 @@ def _why_not(cdir: Path, fp: Fingerprint, exact: bool, fresh: bool) -> str | Non
         return "a fresh start was asked for (--fresh)"
     doc = _read_manifest(cdir)
     if doc is None:
-        return "its work folder has no manifest"
+        return "the interrupted replay left no manifest (an older wmbt wrote it)"
     old = doc.get("fingerprint") or {}
     for key, what in _CHANGED.items():
         if old.get(key) != getattr(fp, key):
@@ -182,7 +182,10 @@ def _roll_back(cdir: Path) -> Start:
     drop what later batches left: their sink files, their saved progress and the input files
     Spark had not read before (they are fed again, at the replay's pace)."""
     cp = cdir / "checkpoint"
-    executed = ckpt.executed_batches(cp)
+    try:
+        executed = ckpt.executed_batches(cp)
+    except (OSError, ValueError, KeyError) as exc:
+        return Start(None, f"the interrupted replay's checkpoint cannot be read ({exc})")
     if not executed:
         return Start(None, "the interrupted replay had completed no batch")
     first = max(executed[-1].batch_id - 1, 0)
