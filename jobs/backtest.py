@@ -86,11 +86,15 @@ def default_results_dir() -> Path:
 def run_backtest(spec: BacktestSpec, candidate: str | None = None, *, predict: bool = True,
                  actual: bool = True, results: Path | None = None, master: str | None = None,
                  progress: Progress = lambda _m: None, spark: Any = None,
-                 explain: bool = True) -> BacktestResult:
+                 explain: bool = True, fresh: bool = False,
+                 notice: Progress | None = None) -> BacktestResult:
     """Predict and/or replay every candidate (or one), compare, and store the results.
     ``explain=False``: predictions without the fate of every row (``--explain`` and the late
     rows' list need them; the tables do not), so the predictor takes its whole-run paths,
-    and counts the input rows dropped as late on its own."""
+    and counts the input rows dropped as late on its own. An interrupted replay is resumed
+    (``fresh``: never); ``notice`` gets the line saying so, or why it starts afresh (default:
+    stderr, even where progress is quiet: it explains a run's time)."""
+    notice = notice or _to_stderr
     store = ResultsStore(results or default_results_dir())
     store.check_writable()  # a bad results folder refused before any prediction or replay
     out: list[CandidateResult] = []
@@ -123,7 +127,8 @@ def run_backtest(spec: BacktestSpec, candidate: str | None = None, *, predict: b
             progress(f"[{name}] replaying {len(sched.data_ticks)} data ticks in Spark "
                      f"({len(sched.ticks) - len(sched.data_ticks)} idle) ...")
             workdir = store.root / "_work" / spec.name / name
-            cr.actual = replay(spec, name, sched, workdir, session)
+            cr.actual = replay(spec, name, sched, workdir, session, fresh=fresh,
+                               notify=lambda m, name=name: notice(f"{name}: {m}"))
             progress(f"[{name}] Spark ran {cr.actual.batches['batch_id'].nunique()} batches in "
                      f"{float(cr.actual.info.get('elapsed_s', 0)):.1f}s")
         if predict and actual:
@@ -136,6 +141,12 @@ def run_backtest(spec: BacktestSpec, candidate: str | None = None, *, predict: b
                         cr.validation)
         out.append(cr)
     return BacktestResult(spec, out)
+
+
+def _to_stderr(msg: str) -> None:
+    import sys
+
+    print(f"wmbt: {msg}", file=sys.stderr, flush=True)
 
 
 def validate(spec: BacktestSpec, cr: CandidateResult, gx_root: Path) -> dict[str, Any]:

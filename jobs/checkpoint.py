@@ -93,24 +93,66 @@ def executed_batches(checkpoint: Path) -> list[ExecutedBatch]:
     return out
 
 
+def _remove(path: Path) -> None:
+    """``path`` and its checksum file (``.<name>.crc``, written by Hadoop's local file system)."""
+    path.unlink(missing_ok=True)
+    (path.parent / f".{path.name}.crc").unlink(missing_ok=True)
+
+
+def reopen(checkpoint: Path, first: int) -> None:
+    """Make Spark run batch ``first`` again when the query restarts, and plan every later batch
+    anew, as if the query had stopped before committing ``first``.
+
+    Removes, latest first, the commits from ``first`` on and the offsets after it, then the
+    file source's log entries after the offset of ``first`` (their files count as new again;
+    Spark would otherwise put every file it had already logged into the next batch). Spark then
+    re-runs ``first`` from ``offsets/<first>`` (its input, its watermark) on the state the
+    batch read, as after a failure before its commit. Every step leaves a checkpoint Spark
+    restarts from; a kill in between only leaves more to redo.
+    """
+    _, offs = _offset_lines(checkpoint, first)
+    keep = _log_offset(offs, first)
+    for b in sorted(set(_numbered(checkpoint / "offsets")) | set(committed_batches(checkpoint)),
+                    reverse=True):
+        if b >= first:
+            _remove(checkpoint / "commits" / str(b))
+        if b > first:
+            _remove(checkpoint / "offsets" / str(b))
+    log = checkpoint / "sources" / "0"
+    for off in _numbered(log):
+        if keep is None or off > keep:
+            _remove(log / str(off))
+
+
+def compacted(checkpoint: Path) -> bool:
+    """Has the file source's log been compacted (entries of many offsets in one file)?"""
+    d = checkpoint / "sources" / "0"
+    return d.is_dir() and any(p.name.endswith(".compact") for p in d.iterdir())
+
+
 def state_bytes_by_batch(checkpoint: Path, batch_ids: list[int]) -> dict[int, int]:
     """Approximate on-disk state size after each batch.
 
-    Counts the files under ``state/`` (``.crc`` files excluded) whose state-store version is
+    Counts the files under ``state/`` whose state-store version is
     ``<= batch_id + 1`` (batch ``b`` commits version ``b + 1``), plus every unversioned file
-    (metadata, schemas, RocksDB SST files). Approximation: measured after the run, so snapshot
-    files that background maintenance wrote later for an old version are counted for that
-    version, and files of old versions are only present because the replay keeps every version
-    (``spark.sql.streaming.minBatchesToRetain`` is raised during the replay).
+    (metadata, schemas, RocksDB SST files); hidden files (checksums, temporary files a killed
+    replay left) are not counted, nor the HDFS state store's ``<v>.snapshot`` files: copies of
+    a version that background maintenance writes at times of its own (every minute by
+    default), with which two runs of one replay would report different bytes (a resumed one
+    must report what an uninterrupted one does: ``jobs.resume``). Approximation: measured
+    after the run, and files of old versions are only present because the replay keeps every
+    version (``spark.sql.streaming.minBatchesToRetain`` is raised during the replay).
     """
     root = checkpoint / "state"
     versioned: list[tuple[int, int]] = []
     fixed = 0
     if root.is_dir():
         for p in root.rglob("*"):
-            if not p.is_file() or p.name.endswith(".crc"):
+            if not p.is_file() or p.name.startswith(".") or p.name.endswith(".crc"):
                 continue
             m = _VERSIONED.match(p.name)
+            if m and m.group(2) == "snapshot":
+                continue
             size = p.stat().st_size
             if m:
                 versioned.append((int(m.group(1)), size))

@@ -121,7 +121,7 @@ def cmd_run(args: argparse.Namespace, predict: bool, actual: bool) -> int:
                           results=Path(args.results) if args.results else None,
                           master=getattr(args, "master", None),
                           progress=_progress(args.json and not sys.stderr.isatty()),
-                          explain=with_fates)
+                          explain=with_fates, fresh=getattr(args, "fresh", False))
     if predict and actual:
         from jobs.backtest import default_results_dir
         from jobs.report_html import write_report
@@ -241,6 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
         common(sp)
         sp.add_argument("--master", help="Spark master: local[2] (default), spark://host:port, "
                         "or sc://host:port (Spark Connect)")
+        sp.add_argument("--fresh", action="store_true", help="do not resume an interrupted replay")
         sp.set_defaults(func=lambda a, pred=pred: cmd_run(a, pred, True))
     sp = sub.add_parser("sweep", help="prediction-only tradeoff over watermark delays")
     common(sp)

@@ -10,9 +10,14 @@ Feeding (see ``jobs.feed``): one parquet file per DATA tick, read by ONE file st
   and ``processAllAvailable()`` waits until Spark has run the data batch and, if its rule says
   so, one no-data batch (= the idle tick after it).
 
-The sink (``jobs.sink``) writes each batch's rows to ``<workdir>/<candidate>/outputs``. After the
-run, the checkpoint tells which batches ran on which file (``jobs.checkpoint``), Spark's input is
-verified against the schedule (``jobs.verify``) and the report is built from the progress events.
+The sink (``jobs.sink``) writes each batch's rows to ``<workdir>/<candidate>/outputs`` and saves
+each batch's progress event to ``<workdir>/<candidate>/progress``. After the run, the checkpoint
+tells which batches ran on which file (``jobs.checkpoint``), Spark's input is verified against
+the schedule (``jobs.verify``) and the report is built from the saved progress events.
+
+An interrupted replay (Ctrl-C, SIGTERM, SIGKILL) resumes from its checkpoint when run again
+with the same spec, data and settings, and reports exactly what an uninterrupted run does
+(``jobs.resume`` says how); Ctrl-C and SIGTERM stop the query cleanly (``jobs.interrupts``).
 
 Report conventions (SPEC.md §3): one row per executed batch and stateful operator (Spark's
 ``stateOperators`` order); ``input_rows`` = progress ``numInputRows``; ``output_rows`` = rows the
@@ -28,9 +33,9 @@ Without any watermark in the query, ``watermark_ms`` and both operator watermark
 
 from __future__ import annotations
 
-import shutil
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +43,8 @@ import pandas as pd
 from pyspark.sql import SparkSession
 
 from jobs import checkpoint as ckpt
-from jobs import feed, progress, sink
+from jobs import feed, progress, resume, sink
+from jobs.interrupts import Interrupts
 from jobs.query import build_query
 from jobs.spark import is_connect
 from jobs.verify import BatchTick, assign_ticks
@@ -60,66 +66,151 @@ REPLAY_CONF = {
 
 
 def replay(spec: BacktestSpec, candidate: str, schedule: Schedule, workdir: Path,
-           spark: SparkSession) -> RunResult:
+           spark: SparkSession, *, fresh: bool = False,
+           notify: Callable[[str], None] = lambda _m: None) -> RunResult:
     """Run ``candidate`` of ``spec`` over ``schedule`` in Spark; see the module docstring.
 
-    ``workdir/<candidate>`` is wiped first, so a replay is idempotent and every candidate gets a
-    fresh checkpoint. Raises :class:`ReplayMismatch` when Spark's batches do not match the
-    schedule.
+    Works in ``workdir/<candidate>``: a replay interrupted there (Ctrl-C, SIGTERM, SIGKILL)
+    with the same spec, data and settings is resumed from its checkpoint, anything else is
+    wiped first (``fresh``: always), so a replay is idempotent and its report is the one an
+    uninterrupted run makes (``jobs.resume``); ``notify`` gets one line saying it resumes, or
+    why an interrupted replay starts afresh. Ctrl-C / SIGTERM stop the query cleanly and raise
+    KeyboardInterrupt. Raises :class:`ReplayMismatch` when Spark's batches do not match the
+    schedule, WmbtError while another process replays the candidate in ``workdir``.
     """
     cdir = Path(workdir) / candidate
-    if cdir.exists():
-        shutil.rmtree(cdir)
-    input_dir, staging, cp, outputs = (cdir / "input", cdir / "staging", cdir / "checkpoint",
-                                       cdir / "outputs")
-    for d in (input_dir, staging, outputs):
-        d.mkdir(parents=True)
+    with resume.exclusive(cdir):
+        return _replay(spec, candidate, schedule, cdir, spark, fresh, notify)
+
+
+def _replay(spec: BacktestSpec, candidate: str, schedule: Schedule, cdir: Path,
+            spark: SparkSession, fresh: bool, notify: Callable[[str], None]) -> RunResult:
     connect = is_connect(spark)
-    arrow_schema = feed.input_arrow_schema(spec, schedule)
     conf = {**REPLAY_CONF, **spec.conf(candidate)}
-    saved = _apply_conf(spark, conf, spec.path)
+    fp = resume.fingerprint(spec, candidate, schedule, conf)
+    start = resume.prepare(cdir, fp, exact=_watermarked_inputs(spec, candidate) <= 1,
+                           fresh=fresh)
+    if start.reason is not None:
+        notify(f"starting afresh: {start.reason}")
+    if start.rerun is not None:
+        notify(f"resuming the interrupted replay from its checkpoint (batch {start.rerun} "
+               "runs again)")
+    input_dir, staging, cp, outputs, saved = (cdir / "input", cdir / "staging",
+                                              cdir / "checkpoint", cdir / "outputs",
+                                              cdir / "progress")
+    for d in (input_dir, staging, outputs):
+        d.mkdir(parents=True, exist_ok=True)
+    arrow_schema = feed.input_arrow_schema(spec, schedule)
     query_name = f"wmbt_{spec.name}_{candidate}_{uuid.uuid4().hex[:8]}".replace("-", "_")
     started = time.monotonic()
+    query: Any = None
+    done = _files_written(schedule, input_dir)
     try:
-        if schedule.pace == "backlog":
-            for pos, t in enumerate(schedule.data_ticks):
-                feed.write_tick(spec, schedule, t, pos, input_dir, staging, arrow_schema)
-        stream = (spark.readStream.schema(feed.input_spark_schema(spec, schedule))
-                  .option("maxFilesPerTrigger", 1)
-                  .option("maxFileAge", "36500d")
-                  .parquet(str(input_dir)))
-        built = build_query(spec, candidate, stream, schedule.data_columns)
-        writer = (built.df.writeStream.queryName(query_name)
-                  .outputMode(built.output_mode)
-                  .foreachBatch(sink.make_sink(outputs, None if connect else spark, query_name))
-                  .option("checkpointLocation", str(cp)))
-        if schedule.pace == "backlog":
-            query = writer.trigger(availableNow=True).start()
-            try:
-                query.awaitTermination()
-            finally:
-                _stop(query)
-        else:
-            query = writer.start()
-            try:
-                for pos, t in enumerate(schedule.data_ticks):
+        conf_saved = _apply_conf(spark, conf, spec.path)
+    except Exception:
+        resume.write_manifest(cdir, fp, "failed")
+        raise
+    try:
+        with Interrupts() as interrupts:
+            if schedule.pace == "backlog":
+                for pos, t in enumerate(schedule.data_ticks[done:], start=done):
+                    interrupts.check()
                     feed.write_tick(spec, schedule, t, pos, input_dir, staging, arrow_schema)
-                    query.processAllAvailable()
-            finally:
-                _stop(query)
-        exc = query.exception()
-        if exc is not None:
-            raise RuntimeError(f"Spark query failed: {exc}")
-        raw = progress.progress_dicts(query)
+            stream = (spark.readStream.schema(feed.input_spark_schema(spec, schedule))
+                      .option("maxFilesPerTrigger", 1)
+                      .option("maxFileAge", "36500d")
+                      .parquet(str(input_dir)))
+            built = build_query(spec, candidate, stream, schedule.data_columns)
+            writer = (built.df.writeStream.queryName(query_name)
+                      .outputMode(built.output_mode)
+                      .foreachBatch(sink.make_sink(outputs, None if connect else spark,
+                                                   query_name, saved))
+                      .option("checkpointLocation", str(cp)))
+            interrupts.check()
+            if schedule.pace == "backlog":
+                query = writer.trigger(availableNow=True).start()
+                interrupts.wait(query.awaitTermination)
+            else:
+                query = writer.start()
+                if done:  # (a resumed replay: Spark first catches up on the files written)
+                    interrupts.wait(query.processAllAvailable)
+                for pos, t in enumerate(schedule.data_ticks[done:], start=done):
+                    interrupts.check()
+                    feed.write_tick(spec, schedule, t, pos, input_dir, staging, arrow_schema)
+                    interrupts.wait(query.processAllAvailable)
+            _stop(query)
+            exc = query.exception()
+            if exc is not None:
+                raise RuntimeError(f"Spark query failed: {exc}")
+            for text in progress.progress_texts(query):
+                progress.save(saved, text)
+            interrupts.check()  # (a signal during the stop: the folder stays resumable)
+    except KeyboardInterrupt:
+        _stop_quietly(spark, query)
+        raise KeyboardInterrupt from None  # (a traceback of the wait in the JVM says nothing)
+    except Exception:
+        resume.write_manifest(cdir, fp, "failed")
+        _stop(query)
+        raise
     finally:
-        _restore_conf(spark, saved)
+        _restore_conf(spark, conf_saved)
     elapsed = time.monotonic() - started
-    return _result(spec, candidate, schedule, cp, outputs, raw, connect, conf, elapsed)
+    try:
+        result = _result(spec, candidate, schedule, cp, outputs, progress.load_saved(saved),
+                         connect, conf, elapsed)
+    except Exception:  # (a mismatch: running it again gives the same)
+        resume.write_manifest(cdir, fp, "failed")
+        raise
+    resume.write_manifest(cdir, fp, "complete")
+    return result
+
+
+def _watermarked_inputs(spec: BacktestSpec, candidate: str) -> int:
+    """How many of the query's inputs get a watermark (``jobs.query.source_frames``)."""
+    wm = spec.candidates[candidate].watermark
+    return sum(s in wm for s in spec.query_sources)
+
+
+def _files_written(schedule: Schedule, input_dir: Path) -> int:
+    """How many data ticks already have their input file (a resumed replay's; files are
+    written in tick order)."""
+    for pos, t in enumerate(schedule.data_ticks):
+        if not (input_dir / feed.file_name(t)).exists():
+            return pos
+    return len(schedule.data_ticks)
 
 
 def _stop(query: Any) -> None:
-    if query.isActive:
+    if query is not None and query.isActive:
         query.stop()
+
+
+def _stop_quietly(spark: SparkSession, query: Any) -> None:
+    """Stop an interrupted query without the error logs its cancelled batch makes (Spark's
+    loggers and py4j's are silenced meanwhile); a second Ctrl-C is ignored meanwhile."""
+    import logging
+    import signal
+    import threading
+
+    main = threading.current_thread() is threading.main_thread()
+    prev_int = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+    py4j = logging.getLogger("py4j")
+    was_disabled, py4j.disabled = py4j.disabled, True
+    root = None if is_connect(spark) else \
+        spark._jvm.org.apache.logging.log4j.LogManager.getRootLogger()  # noqa: SLF001
+    level = None if root is None else root.getLevel().toString()
+    try:
+        if level is not None:
+            spark.sparkContext.setLogLevel("OFF")
+        _stop(query)
+    except Exception:  # noqa: BLE001 - interrupted anyway; the work folder stays resumable
+        pass
+    finally:
+        if level is not None:
+            spark.sparkContext.setLogLevel(level)
+        py4j.disabled = was_disabled
+        if main:
+            signal.signal(signal.SIGINT, prev_int)
 
 
 def _apply_conf(spark: SparkSession, conf: dict[str, str], spec_path: str = "<memory>"

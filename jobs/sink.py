@@ -1,7 +1,8 @@
 """The replay's foreachBatch sink and reading its output back.
 
 Every micro-batch writes its rows as parquet to ``<outputs>/batch_id=<N>/part-0.parquet``
-(overwrite, so a re-executed batch is idempotent) with ONE action on the batch DataFrame
+(a temporary file renamed over it: a re-executed batch replaces its file, and a kill leaves the
+old file or the new one, never half of one) with ONE action on the batch DataFrame
 (``toArrow``; a second action would recompute the stateful plan). The file is written by the
 Python process running the function (the driver in classic mode, the server's Python worker with
 Spark Connect), so ``outputs`` must be a path on that machine.
@@ -9,13 +10,19 @@ Spark Connect), so ``outputs`` must be a path on that machine.
 In classic (py4j) mode it also records, for each stateful operator of the batch's executed
 plan (plan pre-order = progress ``stateOperators`` order), the two watermarks Spark handed it
 (``eventTimeWatermarkForLateEvents`` / ``...ForEviction``) in
-``<outputs>/_watermarks/batch_id=<N>.json``. Spark Connect has no py4j; there the file is
-absent and the replay derives the values instead.
+``<outputs>/_watermarks/batch_id=<N>.json``, and saves the progress of the batches before this
+one that are not saved yet (``jobs.progress.save``; normally batch ``N - 1``): Spark commits
+batch ``N`` only after its sink returns, so every committed batch but the last has its progress
+on disk (``jobs.resume``). Spark Connect has no py4j; there the watermarks file is absent (the
+replay derives the values instead) and progress is saved when the query ends.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,6 +32,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
+
+from jobs import progress
 
 WATERMARKS_DIR = "_watermarks"
 _STATE_STORE_WRITER = "org.apache.spark.sql.execution.streaming.StateStoreWriter"
@@ -38,16 +47,40 @@ def _option(o: Any) -> int | None:
     return int(o.get()) if o is not None and o.isDefined() else None
 
 
+def _active_query(spark: SparkSession, query_name: str) -> Any:
+    """The JVM object of the active query ``query_name`` (classic mode), or None."""
+    for jq in spark._jsparkSession.streams().active():  # noqa: SLF001 - py4j is the point
+        if jq.name() == query_name:
+            return jq
+    return None
+
+
+def save_progress_before(spark: SparkSession, query_name: str, batch_id: int,
+                         progress_dir: Path) -> None:
+    """Save the progress of the query's batches before ``batch_id`` not saved yet (called from
+    inside foreachBatch: the query's last progress is the previous batch's)."""
+    jq = _active_query(spark, query_name)
+    if jq is None:
+        return
+    recent = jq.recentProgress()
+    for i in reversed(range(len(recent))):  # (newest first: normally one step, two reads)
+        raw = recent[i].json()
+        b = int(json.loads(raw).get("batchId", -1))
+        if b >= batch_id:
+            continue
+        if (progress_dir / f"{b}.json").exists():
+            break
+        progress.save(progress_dir, raw)
+
+
 def operator_watermarks(spark: SparkSession, query_name: str) -> dict[str, Any] | None:
     """Late/eviction watermarks of each stateful operator of the running batch of the active
     query ``query_name`` (classic mode only; called from inside foreachBatch, when the query's
     ``lastExecution`` is the batch being written)."""
-    jspark = spark._jsparkSession  # noqa: SLF001 - py4j access is the point here
     jvm = spark._jvm  # noqa: SLF001
     writer = jvm.java.lang.Class.forName(_STATE_STORE_WRITER)
-    for jq in jspark.streams().active():
-        if jq.name() != query_name:
-            continue
+    jq = _active_query(spark, query_name)
+    if jq is not None:
         ex = jq.streamingQuery().lastExecution()
         if ex is None:
             return None
@@ -68,24 +101,27 @@ def operator_watermarks(spark: SparkSession, query_name: str) -> dict[str, Any] 
     return None
 
 
-def make_sink(outputs: Path, spark: SparkSession | None, query_name: str
-              ) -> Callable[[DataFrame, int], None]:
+def make_sink(outputs: Path, spark: SparkSession | None, query_name: str,
+              progress_dir: Path | None = None) -> Callable[[DataFrame, int], None]:
     """The foreachBatch function. ``spark`` is the classic session to read operator watermarks
-    from, or None (Spark Connect: the function is pickled and runs in a server-side Python
-    worker, so that variant references nothing but the standard library and pyarrow)."""
+    and progress from, or None (Spark Connect: the function is pickled and runs in a
+    server-side Python worker, so that variant references nothing but the standard library
+    and pyarrow). ``progress_dir``: where earlier batches' progress is saved (classic)."""
     out = str(outputs)
 
     def write_rows(df: DataFrame, batch_id: int) -> None:
+        import os as _os
+        import uuid as _uuid
         from pathlib import Path as _Path
 
         import pyarrow.parquet as _pq
 
         target = _Path(out) / f"batch_id={batch_id}"
         target.mkdir(parents=True, exist_ok=True)
-        for old in target.glob("*.parquet"):  # a re-executed batch overwrites
-            old.unlink()
+        tmp = target / f".part-0.parquet.{_uuid.uuid4().hex}.tmp"
         # one action (toArrow collects once); written locally, no Hadoop commit protocol
-        _pq.write_table(df.toArrow(), target / "part-0.parquet")
+        _pq.write_table(df.toArrow(), tmp)
+        _os.replace(tmp, target / "part-0.parquet")  # a re-executed batch replaces its file
 
     if spark is None:
         return write_rows
@@ -99,10 +135,31 @@ def make_sink(outputs: Path, spark: SparkSession | None, query_name: str
         except Exception:  # noqa: BLE001 - never fail the batch; the replay derives them
             wms = None
         if wms is not None:
-            wm_dir.mkdir(parents=True, exist_ok=True)
-            (wm_dir / f"batch_id={batch_id}.json").write_text(json.dumps(wms))
+            _replace_text(wm_dir / f"batch_id={batch_id}.json", json.dumps(wms))
+        if progress_dir is not None:
+            # (a failure here fails the batch: a committed batch must have its progress saved)
+            save_progress_before(spark, query_name, batch_id, progress_dir)
 
     return write_rows_and_watermarks
+
+
+def _replace_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def drop_batches(outputs: Path, first: int) -> None:
+    """Remove the files of batch ``first`` and later ones (they are written again)."""
+    if not outputs.is_dir():
+        return
+    for d in outputs.glob("batch_id=*"):
+        if int(d.name.removeprefix("batch_id=")) >= first:
+            shutil.rmtree(d)
+    for f in (outputs / WATERMARKS_DIR).glob("batch_id=*.json"):
+        if int(f.name.removeprefix("batch_id=").removesuffix(".json")) >= first:
+            f.unlink()
 
 
 def read_watermarks(outputs: Path, batch_id: int) -> dict[str, Any] | None:
