@@ -6,8 +6,9 @@ middle of a py4j call, which leaves that thread's py4j connection out of step (i
 arrives later, as the answer to the next call). During a replay both signals are handled here
 instead: the long, blocking calls (``awaitTermination``, ``processAllAvailable``) run in a
 helper thread while the main thread waits for it, and a signal raises KeyboardInterrupt only in
-that wait, or at the next :meth:`Interrupts.check`. The JVM does not see Ctrl-C (PySpark starts
-it with SIGINT ignored), so the replay can stop the query itself.
+that wait, or at the next :meth:`Interrupts.check` (SIGTERM as ``jobs.exits.Terminated``, the
+KeyboardInterrupt the CLI tells apart: exit 143, not 130). The JVM does not see Ctrl-C
+(PySpark starts it with SIGINT ignored), so the replay can stop the query itself.
 
 Only the main thread can handle signals; elsewhere (e.g. a Dagster worker thread) nothing is
 installed and the waits are plain.
@@ -21,6 +22,8 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
+from jobs.exits import Terminated
+
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -28,7 +31,7 @@ class Interrupts:
     """A context manager installing the handlers; restores the previous ones on exit."""
 
     def __init__(self) -> None:
-        self.pending = False
+        self.pending = 0  # the signal that came (0: none)
         self._waiting = False
         self._previous: dict[int, Any] = {}
 
@@ -44,12 +47,15 @@ class Interrupts:
         self._previous.clear()
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        self.pending = True
+        self.pending = signum
         if self._waiting:
-            raise KeyboardInterrupt
+            self.check()
 
     def check(self) -> None:
-        """Raise KeyboardInterrupt if a signal came since the replay started."""
+        """Raise KeyboardInterrupt (:class:`Terminated` for SIGTERM) if a signal came since the
+        replay started."""
+        if self.pending == signal.SIGTERM:
+            raise Terminated
         if self.pending:
             raise KeyboardInterrupt
 

@@ -145,9 +145,10 @@ def _replay(spec: BacktestSpec, candidate: str, schedule: Schedule, cdir: Path,
             for text in progress.progress_texts(query):
                 progress.save(saved, text)
             interrupts.check()  # (a signal during the stop: the folder stays resumable)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         _stop_quietly(spark, query)
-        raise KeyboardInterrupt from None  # (a traceback of the wait in the JVM says nothing)
+        # the same kind (Ctrl-C or SIGTERM: exits.Terminated), without the wait's traceback
+        raise type(stop)() from None
     except Exception:
         resume.write_manifest(cdir, fp, "failed")
         _stop(query)
