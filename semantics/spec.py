@@ -26,7 +26,7 @@ from pydantic import (
     model_validator,
 )
 
-from semantics.durations import Duration
+from semantics.durations import DAY_US, Duration
 from semantics.errors import SpecError
 
 DurationField = Annotated[
@@ -56,6 +56,20 @@ MODELED_CONF = {
     SESSION_TZ,
 }
 SEMANTIC_PREFIXES = ("spark.sql.streaming.", "spark.sql.session.")
+INT32_MAX, INT64_MAX = 2**31 - 1, 2**63 - 1
+# The longest window duration, slide, start_time, session gap or join bound: an event time of
+# Spark's years 1-9999 (|t| < 2**58 µs) plus three of them stays within 64-bit microseconds
+# (Spark's window and join arithmetic; ANSI mode fails on overflow)
+MAX_SPAN_US = 2**61
+
+
+def _check_spans(**spans: Duration | None) -> None:
+    """Each of ``spans`` (field name: duration) at most ``MAX_SPAN_US`` long either way."""
+    for name, d in spans.items():
+        if d is not None and abs(d.us) > MAX_SPAN_US:
+            raise ValueError(f"{name} must be at most {MAX_SPAN_US // DAY_US:,} days either way "
+                             f"(longer spans can overflow Spark's 64-bit microsecond event times), "
+                             f"got {d}")
 
 
 class _Model(BaseModel):
@@ -110,6 +124,8 @@ class WindowSpec(_Model):
 
     @model_validator(mode="after")
     def _check(self) -> WindowSpec:
+        _check_spans(**{"window.duration": self.duration, "window.slide": self.slide,
+                        "window.start_time": self.start_time})
         if self.duration.us <= 0:
             raise ValueError("window.duration must be positive")
         if any(d is not None and d.has_months for d in (self.duration, self.slide,
@@ -198,6 +214,7 @@ class SessionQuery(_Model):
 
     @model_validator(mode="after")
     def _check(self) -> SessionQuery:
+        _check_spans(gap=self.gap)
         if self.gap.us <= 0 or self.gap.has_months:
             raise ValueError("gap must be a positive duration without months")
         if not self.keys:
@@ -216,6 +233,7 @@ class TimeRange(_Model):
 
     @model_validator(mode="after")
     def _check(self) -> TimeRange:
+        _check_spans(**{"time_range.lower": self.lower, "time_range.upper": self.upper})
         for b in (self.lower, self.upper):
             if b is not None and b.has_months:
                 raise ValueError("join bounds cannot use months or years (no state watermark)")
@@ -287,10 +305,12 @@ class BatchBy(_Model):
     inside a commit; a Delta source without either reads ``files: 1000``), ``rows`` (n rows)
     or ``arrival_interval`` (what arrived in each interval)."""
 
-    commits: int | None = Field(default=None, gt=0)
-    files: int | None = Field(default=None, gt=0)
-    bytes: Annotated[int, BeforeValidator(parse_bytes)] | None = None
-    rows: int | None = Field(default=None, gt=0)
+    # (bounds: Delta reads maxFilesPerTrigger as an Int, maxBytesPerTrigger as a Long; the
+    # schedule counts commits and rows in int64)
+    commits: int | None = Field(default=None, gt=0, le=INT64_MAX)
+    files: int | None = Field(default=None, gt=0, le=INT32_MAX)
+    bytes: Annotated[int, BeforeValidator(parse_bytes), Field(le=INT64_MAX)] | None = None
+    rows: int | None = Field(default=None, gt=0, le=INT64_MAX)
     arrival_interval: DurationField | None = None
 
     @property
@@ -311,8 +331,10 @@ class BatchBy(_Model):
         if len(self.units) != 1:
             raise ValueError("exactly one of commits, files (and/or bytes), rows, "
                              "arrival_interval is required")
-        if self.arrival_interval is not None and self.arrival_interval.us <= 0:
-            raise ValueError("arrival_interval must be positive")
+        if self.arrival_interval is not None and self.arrival_interval.ms <= 0:
+            raise ValueError("arrival_interval must be at least 1 millisecond (arrival times "
+                             f"are commit timestamps in milliseconds), got "
+                             f"{self.arrival_interval}")
         return self
 
 
