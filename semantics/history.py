@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
 from semantics import predicate
+from semantics.budget import check_fits
 from semantics.errors import DataError, SpecError
 from semantics.parallel import map_parts
 from semantics.schedule import (
@@ -278,7 +279,7 @@ def plan(spec: BacktestSpec, candidate: str | None = None) -> Schedule:
         df.insert(0, ROW_ID, ids)  # (read_arrivals' frame, or a copy: nobody else holds it)
         arrivals[s] = df
     batch_by = spec.batch_by(cand)
-    return cut(
+    sched = cut(
         spec.name,
         arrivals,
         {s: spec.sources[s].event_time for s in frames},
@@ -288,6 +289,8 @@ def plan(spec: BacktestSpec, candidate: str | None = None) -> Schedule:
         file_batches(read, batch_by) if batch_by.by_files else None,
         {s: emptied_files(a) for s, a in read.items() if not spec.sources[s].arrival_column},
     )
+    check_fits(spec, sched)  # (before a prediction or a replay expands the rows' windows)
+    return sched
 
 
 def emptied_files(read: Arrivals) -> pd.DataFrame:
