@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
@@ -164,6 +165,7 @@ def read_arrivals(spec: BacktestSpec, source: str) -> Arrivals:
         except predicate.PredicateError as exc:
             raise SpecError(spec.path, f"sources.{source}.filter", str(exc)) from None
         table = table.filter(mask.fill_null(False))
+    _check_event_times(source, path, table, src.event_time)
     df = _to_pandas(table)
     decimals = {f.name: (f.type.precision, f.type.scale) for f in schema
                 if pa.types.is_decimal(f.type)}
@@ -206,6 +208,26 @@ def _unquote(p: str) -> str:
     from urllib.parse import unquote
 
     return unquote(p)
+
+
+# Spark's TimestampType range, 0001-01-01 to 9999-12-31T23:59:59.999999 UTC, in µs: event
+# times past it make window, session and join arithmetic overflow 64-bit microseconds
+_FIRST_US, _LAST_US = -62_135_596_800_000_000, 253_402_300_799_999_999
+_PER_US = {"s": 1_000_000, "ms": 1_000, "us": 1}
+
+
+def _check_event_times(source: str, path: Path, table: pa.Table, column: str) -> None:
+    """The (filtered) rows' event times within Spark's timestamp range (DataError)."""
+    typ = table.schema.field(column).type
+    if not table.num_rows or typ.unit == "ns":  # (nanoseconds cannot leave that range)
+        return
+    lo, hi = (x.as_py() * _PER_US[typ.unit] for x in pc.min_max(
+        table.column(column).cast(pa.int64())).values())
+    if lo < _FIRST_US or hi > _LAST_US:
+        raise DataError(str(path), f"sources.{source}.event_time",
+                        f"event times from 0001-01-01 to 9999-12-31 (Spark's timestamp "
+                        f"range), but {column!r} holds {lo} to {hi} microseconds since the "
+                        "epoch")
 
 
 _APPENDED = 3  # columns read() appends to a file's own: arrival, version, add index

@@ -80,6 +80,7 @@ TABLES: dict[str, Any] = {
                                   pa.timestamp("us"))],
     "extreme_times": lambda: [_rows([-62135596800000000, 253402300799999999, 0, -1],
                                     ["a", "a", "b", "b"], [1.0, 2.0, 3.0, 4.0])],
+    "beyond_times": lambda: [_rows([2**62, -(2**62), 0], ["a", "b", "a"], [1.0] * 3)],
     "years_apart": lambda: [_rows([i * 7 * YEAR_US + c for i in range(-3, 4)],
                                   ["a", "b", "a", "b", "a", "b", "a"], [1.0] * 7)
                             for c in range(2)],

@@ -9,8 +9,10 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 import yaml
+from deltalake import write_deltalake
 
-from semantics.errors import SpecError
+from semantics.errors import DataError, SpecError
+from semantics.history import plan
 from semantics.predicate import PredicateError, check
 from semantics.spec import load_spec
 
@@ -130,3 +132,23 @@ def test_hostile_filters_are_clear_errors(text: str, says: str) -> None:
 ])
 def test_long_and_extreme_filters_are_read(text: str) -> None:
     check(text, SCHEMA)
+
+
+@pytest.mark.parametrize("us,ok", [(2**62, False), (-(2**62), False),
+                                   (253_402_300_799_999_999, True),
+                                   (-62_135_596_800_000_000, True), (253_402_300_800_000_000,
+                                                                     False)])
+def test_event_times_past_sparks_range_are_a_data_error(tmp_path: Path, us: int,
+                                                        ok: bool) -> None:
+    # window, session and join arithmetic on such times overflows 64-bit microseconds
+    table = tmp_path / "data" / "events"
+    write_deltalake(str(table), pa.table({
+        "ts": pa.array([0, us], pa.timestamp("us", tz="UTC")), "k": ["a", "b"]}))
+    spec = load_spec(spec_with(tmp_path, "sources", {"events": {"table": str(table),
+                                                                "event_time": "ts"}}))
+    if ok:
+        assert plan(spec).total_rows == 2
+        return
+    with pytest.raises(DataError, match="event times from 0001-01-01 to 9999-12-31") as info:
+        plan(spec)
+    assert info.value.where == str(table) and info.value.field == "sources.events.event_time"
