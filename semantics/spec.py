@@ -446,8 +446,18 @@ def _loc(loc: tuple[Any, ...]) -> str:
         elif p.startswith("function-") or p in ("Duration",):
             continue
         else:
-            parts.append(("." if parts else "") + str(p))
+            parts.append(("." if parts else "") + _shown(str(p)))
     return "".join(parts) or "<root>"
+
+
+def _shown(name: str) -> str:
+    """A field name as an error shows it: quoted when empty or not printable (a control
+    character would cut or hide the message).
+
+    >>> print(_shown("query"), _shown("a\\x1eb"), _shown(""))
+    query 'a\\x1eb' ''
+    """
+    return name if name and name.isprintable() else repr(name)
 
 
 def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:

@@ -341,7 +341,7 @@ def run_cli(spec: dict[str, Any], text: str | None, tables: Path) -> None:
         assert rc in (0, 2), f"exit {rc}: {said}"
         assert "Traceback" not in said, said
         if rc == 2:
-            lines = said.strip().splitlines()  # (a YAML error goes on with its place)
+            lines = said.strip().split("\n")  # (a YAML error goes on with its place)
             assert lines and lines[0].startswith("wmbt: error: "), said
             where = lines[0].removeprefix("wmbt: error: ")
             files = (str(path.resolve()), str(path), *paths)
