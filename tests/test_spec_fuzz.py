@@ -344,10 +344,10 @@ def run_cli(spec: dict[str, Any], text: str | None, tables: Path) -> None:
             lines = said.strip().split("\n")  # (a YAML error goes on with its place)
             assert lines and lines[0].startswith("wmbt: error: "), said
             where = lines[0].removeprefix("wmbt: error: ")
-            files = (str(path.resolve()), str(path), *paths)
-            assert where.startswith(files), f"no file named: {said}"
-            rest = where[len(next(f for f in files if where.startswith(f))):]
-            assert rest.startswith(": ") and ": " in rest[2:], f"no field named: {said}"
+            named = [f for f in (str(path.resolve()), str(path), *paths)
+                     if where.startswith(f + ": ")]
+            assert named, f"no file named: {said}"
+            assert ": " in where[len(named[0]) + 2:], f"no field named: {said}"
             assert not results.exists() or not any(results.rglob("*")), \
                 f"written on error: {sorted(results.rglob('*'))}"
     finally:
