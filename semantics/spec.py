@@ -543,6 +543,7 @@ def check_spec(spec: BacktestSpec) -> None:
         if src not in spec.sources:
             raise SpecError(f, "query", f"source {src!r} is not defined under sources "
                             f"(defined: {', '.join(spec.sources)})")
+    _check_keys_once(spec)
     used = set(spec.query_sources)
     for name, cand in spec.candidates.items():
         bb = cand.batch_by or spec.replay.batch_by
@@ -575,6 +576,16 @@ def check_spec(spec: BacktestSpec) -> None:
             raise SpecError(f, f"candidates.{name}.spark_conf",
                             "spark.sql.streaming.multipleWatermarkPolicy must be min or max")
         _check_query_for_candidate(spec, name)
+
+
+def _check_keys_once(spec: BacktestSpec) -> None:
+    """Each of the query's keys once: a key named twice would be two output columns of one
+    name (found by the spec fuzzer: ``keys: [ts, ts]`` failed deep in the predictor)."""
+    keys = spec.query.keys
+    twice = sorted({k for k in keys if keys.count(k) > 1})
+    if twice:
+        raise SpecError(spec.path, "query.keys", f"each key once ({', '.join(map(repr, twice))} "
+                        "given more than once)")
 
 
 def _check_query_for_candidate(spec: BacktestSpec, cname: str) -> None:

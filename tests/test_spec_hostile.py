@@ -95,6 +95,18 @@ def test_spans_past_64_bit_event_times_are_refused(tmp_path: Path, query: dict, 
     assert err.field == field and says in err.expected, err
 
 
+@pytest.mark.parametrize("query", [
+    {"kind": "aggregation", "source": "events", "keys": ["ts", "ts"]},
+    {**SESSION, "gap": "1 minute", "keys": ["k", "k"]},
+    {"kind": "deduplication", "source": "events", "keys": ["k", "ts", "k"]},
+    {**JOIN, "keys": ["k", "k"]},
+])
+def test_a_key_given_twice_is_refused(tmp_path: Path, query: dict) -> None:
+    # (found by the fuzzer: the predictor failed on two output columns of one name)
+    err = load_error(spec_with(tmp_path, "query", query))
+    assert err.field == "query.keys" and "each key once" in err.expected, err
+
+
 def test_values_spark_takes_at_the_edges_load(tmp_path: Path) -> None:
     # the longest delay Spark's withWatermark takes (checked on Spark: 106751992 days is a
     # "long overflow"), the shortest arrival interval, the largest rows and files
