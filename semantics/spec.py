@@ -572,10 +572,29 @@ def check_spec(spec: BacktestSpec) -> None:
             raise SpecError(f, f"candidates.{name}.spark_conf.{SESSION_TZ}",
                             "the spec-level session time zone: source filters are read once "
                             "for every candidate; set it in the top-level spark_conf")
+        _check_partitions(spec, name)
         if conf.get("spark.sql.streaming.multipleWatermarkPolicy") not in ("min", "max"):
             raise SpecError(f, f"candidates.{name}.spark_conf",
                             "spark.sql.streaming.multipleWatermarkPolicy must be min or max")
         _check_query_for_candidate(spec, name)
+
+
+PARTITIONS = "spark.sql.shuffle.partitions"
+
+
+def _check_partitions(spec: BacktestSpec, cname: str) -> None:
+    """``spark.sql.shuffle.partitions`` as Spark's ``intConf`` reads it: the trimmed text a
+    32-bit integer (``Integer.parseInt``), positive (its ``checkValue``)."""
+    cand = spec.candidates[cname]
+    value = cand.spark_conf.get(PARTITIONS, spec.spark_conf.get(PARTITIONS))
+    if value is None:
+        return
+    text = _conf_str(value).strip("".join(map(chr, range(0x21))))  # (Java's String.trim)
+    if not (re.fullmatch(r"[+-]?[0-9]+", text) and 0 < int(text) <= INT32_MAX):
+        where = (f"candidates.{cname}.spark_conf.{PARTITIONS}" if PARTITIONS in cand.spark_conf
+                 else f"spark_conf.{PARTITIONS}")
+        raise SpecError(spec.path, where, f"a positive whole number of at most {INT32_MAX} "
+                        f"(Spark reads it as an int), but was {value!r}")
 
 
 def _check_keys_once(spec: BacktestSpec) -> None:

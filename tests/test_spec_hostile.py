@@ -95,6 +95,21 @@ def test_spans_past_64_bit_event_times_are_refused(tmp_path: Path, query: dict, 
     assert err.field == field and says in err.expected, err
 
 
+@pytest.mark.parametrize("value,ok", [
+    (10**30, False), ("abc", False), (0, False), (-1, False), (2.0, False), (True, False),
+    (2**31, False), (3, True), (" 7 ", True), ("+4", True), (2**31 - 1, True)])
+def test_shuffle_partitions_as_spark_reads_an_int(tmp_path: Path, value: object,
+                                                  ok: bool) -> None:
+    key = "spark.sql.shuffle.partitions"
+    p = spec_with(tmp_path, "candidates.c.spark_conf", {key: value})
+    if ok:
+        load_spec(p)
+        return
+    err = load_error(p)
+    assert err.field == f"candidates.c.spark_conf.{key}", err
+    assert "a positive whole number" in err.expected, err
+
+
 @pytest.mark.parametrize("query", [
     {"kind": "aggregation", "source": "events", "keys": ["ts", "ts"]},
     {**SESSION, "gap": "1 minute", "keys": ["k", "k"]},
