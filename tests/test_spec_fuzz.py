@@ -180,6 +180,7 @@ TARGETED = {"duration": DURATION, "slide": DURATION, "start_time": DURATION, "ga
             "files": COUNT, "bytes": COUNT, "filter": FILTER, "event_time": COLUMN,
             "keys": st.lists(COLUMN, max_size=3), "source": COLUMN, "left": COLUMN,
             "right": COLUMN, "versions": st.lists(st.sampled_from(NUMBERS), max_size=3),
+            "spark.sql.shuffle.partitions": COUNT,
             "cnt": st.sampled_from(["count(*)", "sum(k)", "max(ts)", "avg(nope)", "count(1)",
                                     "sum(v) + 1", "min(*)", "mean(n)"])}
 HOSTILE = st.recursive(LEAVES, lambda inner: st.one_of(
