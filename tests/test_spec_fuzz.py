@@ -11,11 +11,13 @@ Run it alone::
 
     .venv/bin/python -m pytest -q -p no:cacheprovider tests/test_spec_fuzz.py
 
-The normal run tries ``EXAMPLES`` (300) derandomized examples in well under a minute;
-``./dev test --soak tests/test_spec_fuzz.py`` (or ``WMBT_SOAK=1``) tries ``SOAK_EXAMPLES``
-(12 000) random ones. Under ``RLIMIT_AS`` (the process's virtual size plus 4 GB, when no
-Spark JVM shares the process) a memory bomb fails as a MemoryError instead of taking the
-machine down.
+The normal run tries ``EXAMPLES`` (300) derandomized examples in well under a minute (20-45 s
+here); the soak run, ``--soak`` (``./dev test --soak tests/test_spec_fuzz.py``; conftest.py sets
+``WMBT_SOAK`` from the flag), tries ``SOAK_EXAMPLES`` (12 000) random ones, 7-13 minutes here:
+run it in the background, e.g. ``nice -n 10 .venv/bin/python -m pytest -q -p no:cacheprovider
+--soak tests/test_spec_fuzz.py -k mutated --hypothesis-show-statistics``. Under ``RLIMIT_AS``
+(the process's virtual size plus 4 GB, when no Spark JVM shares the process) a memory bomb
+fails as a MemoryError instead of taking the machine down.
 """
 
 from __future__ import annotations
