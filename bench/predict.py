@@ -51,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from semantics.memory import reuse_freed_memory  # noqa: E402
 from semantics.parallel import threads  # noqa: E402
 from semantics.predict import predict  # noqa: E402
-from semantics.schedule import Schedule, cut  # noqa: E402
+from semantics.schedule import ARRIVAL_MS, VERSION, Schedule, cut  # noqa: E402
 from semantics.spec import BacktestSpec, BatchBy, parse_spec  # noqa: E402
 
 QUERIES = {
@@ -110,8 +110,8 @@ def make(kind: str, n: int, batch_rows: int) -> tuple[BacktestSpec, Schedule]:
     for i, s in enumerate(sources):
         df = events(per, seed=i, keys=KEYS.get(kind, 1000))
         df.insert(0, "row_id", np.arange(per, dtype=np.int64) * len(sources) + i)
-        df.insert(1, "arrival_ms", df["row_id"].to_numpy() // 1000)
-        df.insert(2, "commit_version", df["row_id"].to_numpy() // batch_rows)
+        df.insert(1, ARRIVAL_MS, df["row_id"].to_numpy() // 1000)
+        df.insert(2, VERSION, df["row_id"].to_numpy() // batch_rows)
         arrivals[s] = df
     sched = cut(spec.name, arrivals, {s: "ts" for s in sources}, BatchBy(rows=batch_rows),
                 "backlog")

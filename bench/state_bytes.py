@@ -51,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from semantics import state_bytes as sb  # noqa: E402
 from semantics.predict import predict  # noqa: E402
-from semantics.schedule import Schedule, cut  # noqa: E402
+from semantics.schedule import ARRIVAL_MS, VERSION, Schedule, cut  # noqa: E402
 from semantics.spec import BacktestSpec, BatchBy, parse_spec  # noqa: E402
 
 T0_US = 1_700_000_000_000_000  # a whole minute (windows start on it)
@@ -167,8 +167,8 @@ def make(shape: Shape, batches: int, batch_rows: int, pace: str = "backlog"
         if shape.shares:
             at = at * (batches * batch_rows) // per
         df.insert(0, "row_id", at * len(sources) + i)
-        df.insert(1, "arrival_ms", df["row_id"].to_numpy() // 1000)
-        df.insert(2, "commit_version", df["row_id"].to_numpy() // batch_rows)
+        df.insert(1, ARRIVAL_MS, df["row_id"].to_numpy() // 1000)
+        df.insert(2, VERSION, df["row_id"].to_numpy() // batch_rows)
         arrivals[s] = df
     sched = cut(spec.name, arrivals, {s: "ts" for s in sources}, BatchBy(rows=batch_rows), pace)
     return spec, sched

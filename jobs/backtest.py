@@ -92,6 +92,7 @@ def run_backtest(spec: BacktestSpec, candidate: str | None = None, *, predict: b
     rows' list need them; the tables do not), so the predictor takes its whole-run paths,
     and counts the input rows dropped as late on its own."""
     store = ResultsStore(results or default_results_dir())
+    store.check_writable()  # a bad results folder refused before any prediction or replay
     out: list[CandidateResult] = []
     schedules: dict[str, Schedule] = {}
     for name in candidates_of(spec, candidate):

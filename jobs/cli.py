@@ -1,17 +1,25 @@
 """``wmbt``: the command line (SPEC.md §4). JSON on stdout with --json; progress on stderr.
 
-Exit codes: 0 success, 1 a validation failed, 2 bad spec or bad data.
+Exit codes: 0 success; 1 a validation failed; 2 bad spec, bad data or a misused command line
+(the message names the file, the field and what was expected); 3 an internal error, said in
+one line (``--debug`` or ``WMBT_DEBUG=1``: with its traceback); 130 interrupted by Ctrl-C
+(SIGINT), 143 by SIGTERM (one line, ``wmbt: interrupted``); 141 when the reader of stdout went
+away (``wmbt ... | head``), silently. No other exit shows a Python traceback. With --json,
+stdout holds one whole JSON document or nothing: a document is written in one piece, a signal
+arriving meanwhile taking effect once it is out.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from semantics.errors import WmbtError
+from jobs.exits import failed, quiet_logging, watch_signals, write_document
+from semantics.errors import SpecError
 from semantics.memory import reuse_freed_memory
 
 
@@ -81,7 +89,7 @@ def _print_result(result: Any, as_json: bool) -> int:
         from semantics.report import dumps
 
         # (the frames' rows as text built column by column, the rest by json.dumps' C encoder)
-        sys.stdout.write(dumps(result.to_json(records=False)) + "\n")
+        write_document(dumps(result.to_json(records=False)) + "\n")
     else:
         rows = summary_rows(result)
         print(format_table(rows))
@@ -144,13 +152,21 @@ def print_late(result: Any, limit: int, as_json: bool) -> int:
             print(format_table(late.table.drop(columns="event_time_ms").to_dict("records")))
         print()
     if as_json:
-        sys.stdout.write(json.dumps(doc, default=str) + "\n")
+        write_document(json.dumps(doc, default=str) + "\n")
     return 0
 
 
 def explain(result: Any, row_id: int) -> int:
+    """Print the fate of input row ``row_id`` for each candidate. Row ids are 0 .. n - 1 over
+    all the query's sources (one count for every candidate: ``semantics.history.plan``)."""
     from semantics.explain import explain_row
 
+    n = result.candidates[0].schedule.total_rows if result.candidates else 0
+    if not 0 <= row_id < n:
+        sources = ", ".join(result.spec.query_sources)
+        raise SpecError(result.spec.path, "--explain",
+                        f"a row id from 0 to {n - 1} (the {n} input rows of {sources}), "
+                        f"got {row_id}")
     for c in result.candidates:
         print(f"[{c.name}] " + explain_row(c.schedule, c.predicted, row_id, result.spec))
     return 0
@@ -179,12 +195,33 @@ def _count(text: str) -> int:
     return n
 
 
+def _row_id(text: str) -> int:
+    """A row id option value (0 or more; which ids exist is known once the tables are read)."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"expected a row id (0 or more), got {text!r}")
+    return n
+
+
+DEBUG_HELP = "print the traceback of an error (as WMBT_DEBUG=1 does)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="wmbt", description="Backtest Spark watermark configurations "
                                 "on historical Delta tables (Spark 4.0 semantics).")
+    p.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     sub = p.add_subparsers(dest="command", required=True)
 
+    def debug(sp: argparse.ArgumentParser) -> None:
+        # (SUPPRESS: not given after the subcommand, `wmbt --debug CMD`'s value stays)
+        sp.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help=DEBUG_HELP)
+
     def common(sp: argparse.ArgumentParser) -> None:
+        debug(sp)
         sp.add_argument("spec", help="backtest spec YAML (SPEC.md §1)")
         sp.add_argument("--candidate", help="only this candidate")
         sp.add_argument("--json", action="store_true", help="one JSON document on stdout")
@@ -192,7 +229,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("predict", help="prediction only, no Spark")
     common(sp)
-    sp.add_argument("--explain", type=int, metavar="ROW_ID", help="the fate of one input row")
+    sp.add_argument("--explain", type=_row_id, metavar="ROW_ID",
+                    help="the fate of one input row")
     sp.add_argument("--late", type=_count, nargs="?", const=20, metavar="N",
                     help="list the input rows the watermark drops (first N per candidate, "
                     "default 20), with the watermark each missed and by how much")
@@ -214,18 +252,28 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--dir", default="demo", help="folder for the demo (default ./demo)")
     sp.add_argument("--small", action="store_true", help="a smaller, faster demo")
     sp.add_argument("--json", action="store_true")
+    debug(sp)
     sp.set_defaults(func=cmd_demo)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; return its exit code (module docstring). Usage errors exit 2 from the
+    parser (SystemExit, as argparse does), before anything runs."""
     args = build_parser().parse_args(argv)
-    reuse_freed_memory()  # the predictor's large arrays: reused, not faulted in again
+    debug = bool(args.debug) or os.environ.get("WMBT_DEBUG", "") not in ("", "0")
+    received = bytearray()
     try:
-        return int(args.func(args))
-    except WmbtError as exc:
-        print(f"wmbt: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+        with watch_signals(received), quiet_logging(debug):
+            reuse_freed_memory()  # the predictor's large arrays: reused, not faulted in again
+            code = int(args.func(args))
+            sys.stdout.flush()  # (here, so that a reader gone is seen here)
+            return code
+    except SystemExit:
+        raise
+    except BaseException as exc:  # also a Rust panic in deltalake: pyo3's PanicException
+        # derives from BaseException, not Exception
+        return failed(exc, bytes(received), debug)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 from deltalake import write_deltalake
 
+from semantics.errors import SpecError
 from semantics.report import dumps
 
 START = pd.Timestamp("2024-06-01 12:00:00", tz="UTC")
@@ -119,10 +120,15 @@ def write_specs(root: Path) -> list[Path]:
 def run_demo(root: Path, small: bool = False, as_json: bool = False) -> int:
     from jobs.backtest import run_backtest
     from jobs.cli import format_table, summary_rows
+    from jobs.exits import write_document
     from jobs.report_html import write_report
     from semantics.spec import load_spec
 
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # (a file in the way, no permission, ...)
+        raise SpecError(str(root), "--dir", f"a folder the demo can create ({exc.strerror})"
+                        ) from None
 
     def say(msg: str) -> None:
         if not as_json:
@@ -147,7 +153,7 @@ def run_demo(root: Path, small: bool = False, as_json: bool = False) -> int:
             print(format_table(summary_rows(result)))
             print(f"report: {result.report}")
     if as_json:
-        print(dumps(docs))
+        write_document(dumps(docs) + "\n")
     else:
         print(textwrap.dedent(f"""
             Specs: {', '.join(str(p) for p in specs)}

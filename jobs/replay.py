@@ -46,6 +46,7 @@ from semantics.errors import ReplayMismatch, SpecError
 from semantics.late_rows import late_rows_under
 from semantics.report import RunResult, output_columns, report_columns
 from semantics.schedule import Schedule
+from semantics.spark_conf import ALLOW_MULTIPLE, spark_bool
 from semantics.spec import BacktestSpec
 
 # Settings the replay itself needs (no semantic effect); restored after the run.
@@ -168,8 +169,7 @@ def _result(spec: BacktestSpec, candidate: str, schedule: Schedule, cp: Path, ou
     out = sink.read_outputs(outputs, batch_ids, cols)
     out_counts = out.groupby("batch_id").size().to_dict() if len(out) else {}
     disk = ckpt.state_bytes_by_batch(cp, batch_ids)
-    allow_multiple = conf.get("spark.sql.streaming.statefulOperator.allowMultiple",
-                              "true").lower() == "true"
+    allow_multiple = spark_bool(conf.get(ALLOW_MULTIPLE, True), ALLOW_MULTIPLE, spec.path)
     measured = 0
     records: list[dict[str, Any]] = []
     prev_wm: int | None = None

@@ -15,7 +15,7 @@ import json
 import multiprocessing as mp
 import os
 import re
-import sys
+import signal
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -128,8 +128,12 @@ def _point(delay_ms: int) -> dict[str, Any]:
     return {"delay": _label(delay_ms), "delay_ms": delay_ms, **m}
 
 
-def _one_thread() -> None:
+def _start_worker() -> None:
     os.environ["WMBT_THREADS"] = "1"  # the processes share the cores already
+    # Ctrl-C reaches the whole process group: the parent alone stops, and ends the workers
+    # (each would print its own traceback); SIGTERM ends a worker, not the parent's handler
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _map_points(delays_ms: list[int]) -> list[dict[str, Any]]:
@@ -144,9 +148,26 @@ def _map_points(delays_ms: list[int]) -> list[dict[str, Any]]:
     schedule = _WORK[1]
     for source in schedule.rows:  # event times converted once, before the fork shares them
         schedule.event_time_us(source)
+    size = max(1, len(delays_ms) // (4 * n))
+    before = set(mp.active_children())
     with ProcessPoolExecutor(n, mp_context=mp.get_context("fork"),
-                             initializer=_one_thread) as pool:
-        return list(pool.map(_point, delays_ms, chunksize=max(1, len(delays_ms) // (4 * n))))
+                             initializer=_start_worker) as pool:
+        # (submitted, not map: map cancels the futures left when it stops, which the pool
+        # then fails to mark broken once its workers are ended; Python 3.11)
+        try:
+            parts = [pool.submit(_points, delays_ms[i:i + size])
+                     for i in range(0, len(delays_ms), size)]
+            return [row for part in parts for row in part.result()]
+        except BaseException:
+            # interrupted (or a point failed): the workers end now, not once each has done
+            # its points (the pool's exit waits for them; a parent gone would leave them on)
+            for worker in set(mp.active_children()) - before:
+                worker.terminate()
+            raise
+
+
+def _points(delays_ms: list[int]) -> list[dict[str, Any]]:
+    return [_point(d) for d in delays_ms]
 
 
 _OUTCOME = ("late", "late_rows", "peak_state_rows", "output_rows", "latency_p95_s")
@@ -221,6 +242,8 @@ def memory(n: int | None) -> str:
 def run_sweep(args: argparse.Namespace) -> int:
     from jobs.backtest import default_results_dir
     from jobs.cli import format_table, late_note
+    from jobs.exits import write_document
+    from jobs.results import check_folder
     from semantics.spec import load_spec
 
     spec = load_spec(args.spec)
@@ -229,14 +252,14 @@ def run_sweep(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise SpecError(args.spec, "--delays", str(exc)) from None
     source = swept_source(spec, args.source)
-    rows = sweep(spec, source, delays, args.candidate)
     folder = Path(args.results) if args.results else default_results_dir()
+    check_folder(folder)  # (the plot goes there: refused before the sweep's work)
+    rows = sweep(spec, source, delays, args.candidate)
     png = plot(rows, folder / "reports" / f"{spec.name}-sweep-{source}.png",
                f"{spec.name}: delay of {source}")
     if args.json:
-        json.dump({"backtest": spec.name, "source": source, "sweep": rows, "plot": png},
-                  sys.stdout, default=str)
-        print()
+        write_document(json.dumps({"backtest": spec.name, "source": source, "sweep": rows,
+                                   "plot": png}, default=str) + "\n")
         return 0
     table = [{"delay": r["delay"], "late": r["late"], "late_rows": r["late_rows"],
               "late_rows_%": f"{100 * r['late_rows_fraction']:.2f}",

@@ -31,36 +31,30 @@ def time_columns(spec: BacktestSpec) -> set[str]:
     return cols
 
 
-def stored_batches(store: ResultsStore, spec: BacktestSpec, candidate: str, rid: str,
-                   side: str) -> pd.DataFrame | None:
-    df = store.batches(spec.name, candidate, rid, side)
-    if df.empty:
-        return None
+def stored_batches(spec: BacktestSpec, df: pd.DataFrame) -> pd.DataFrame:
+    """A run's stored batch reports as the report's columns (inputs per source)."""
     per_source = [json.loads(s) if isinstance(s, str) else {} for s in df["input_rows_by_source"]]
     for src in spec.query_sources:
         df[f"input_rows_{src}"] = [d.get(src) for d in per_source]
     return df.reindex(columns=report_columns(spec)).reset_index(drop=True)
 
 
-def stored_outputs(store: ResultsStore, spec: BacktestSpec, candidate: str, rid: str,
-                   side: str) -> pd.DataFrame:
-    out = store.outputs(spec.name, candidate, rid, side)
+def stored_outputs(spec: BacktestSpec, out: pd.DataFrame) -> pd.DataFrame:
     for c in time_columns(spec) & set(out.columns):
         out[c] = pd.to_datetime(pd.to_numeric(out[c]), unit="ms", utc=True)
     return out
 
 
 def stored_result(store: ResultsStore, spec: BacktestSpec, candidate: str, rid: str,
-                  side: str, runs: pd.DataFrame, sched: Schedule) -> RunResult | None:
-    batches = stored_batches(store, spec, candidate, rid, side)
-    if batches is None:
+                  side: str, sched: Schedule) -> RunResult | None:
+    run = store.run(spec.name, candidate, rid, side)  # (batches and outputs of one write)
+    if run is None or run.batches.empty:
         return None
-    row = runs[(runs["run_id"] == rid) & (runs["side"] == side)]
-    elapsed = float(row["elapsed_s"].iloc[-1]) if len(row) else None
+    batches = stored_batches(spec, run.batches)
     # input rows late under the stored late watermarks (not stored: computed again, cheaply)
     late = late_rows_under(sched, spec, candidate, batches)
-    return RunResult(candidate, batches, stored_outputs(store, spec, candidate, rid, side),
-                     {"elapsed_s": elapsed, "late_rows": late})
+    return RunResult(candidate, batches, stored_outputs(spec, run.outputs),
+                     {"elapsed_s": float(run.row["elapsed_s"]), "late_rows": late})
 
 
 def stored_validation(runs: pd.DataFrame, rid: str) -> dict | None:
@@ -91,8 +85,8 @@ def load_backtest(store: ResultsStore, spec: BacktestSpec
             runs = runs[runs["run_id"] == rid].sort_values("written_at_ms")
         cr = CandidateResult(name, rid, sched)
         if not runs.empty:
-            cr.predicted = stored_result(store, spec, name, rid, "predicted", runs, sched)
-            cr.actual = stored_result(store, spec, name, rid, "actual", runs, sched)
+            cr.predicted = stored_result(store, spec, name, rid, "predicted", sched)
+            cr.actual = stored_result(store, spec, name, rid, "actual", sched)
             cr.validation = stored_validation(runs, rid) if cr.actual is not None else None
         if cr.predicted is None and cr.actual is None:
             missing.append(name)

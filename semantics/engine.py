@@ -1,6 +1,6 @@
 """The micro-batch loop: which batches Spark runs and with which watermarks (Spark 4.0 rules).
 
-Rules (spark-watermark-semantics.md §1–§3), each locked by a Spark test:
+Rules (docs/semantics.md §2.1–§2.3), each locked by a Spark test:
 
 * per input: ``max(event_time_ms) − delay`` over the batch's rows; replaced only when greater
   (per-input watermarks never go backwards); an input that never had data is ``None`` = 0;
@@ -29,7 +29,15 @@ import pandas as pd
 
 from semantics.parallel import map_parts, row_parts
 from semantics.schedule import ROW_ID, Schedule
+from semantics.spark_conf import ALLOW_MULTIPLE, NO_DATA_BATCHES, spark_bool
 from semantics.spec import BacktestSpec
+from semantics.tuning import (
+    PART_CHUNK_ROWS,
+    PART_SEARCH_CELL_BITS,
+    SEARCH_PART,
+    SMALL_BATCH,
+    THREAD_RANGE_ROWS,
+)
 
 
 def micros_to_ms(us: np.ndarray) -> np.ndarray:
@@ -59,8 +67,8 @@ class BatchInput:
 
 class BatchRows(Mapping[str, pd.DataFrame]):
     """A batch's rows per source, ``frames[s].iloc[lo:hi]``, each sliced when first read: an
-    operator that computes the whole run at once never reads them (a slice costs about 17 µs,
-    1 000 of them a tenth of a 10 M-event join prediction's serial work).
+    operator that computes the whole run at once never reads them (over a thousand batches,
+    slicing every source's rows would be a noticeable part of a join's serial work).
 
     >>> rows = BatchRows({"a": pd.DataFrame({"x": [1, 2, 3]})}, {"a": (1, 3)})
     >>> rows["a"]["x"].tolist(), list(rows), len(rows)
@@ -232,13 +240,13 @@ class EngineConfig:
         conf = spec.conf(candidate)
 
         def flag(key: str, default: bool) -> bool:
-            return str(conf.get(key, str(default))).strip().lower() == "true"
+            return spark_bool(conf.get(key, default), key, spec.path)
 
         return cls(
             delays_ms={s: cand.watermark[s].ms for s in spec.query_sources if s in cand.watermark},
             policy=str(conf.get("spark.sql.streaming.multipleWatermarkPolicy", cand.policy)),
-            allow_multiple=flag("spark.sql.streaming.statefulOperator.allowMultiple", True),
-            no_data_batches=flag("spark.sql.streaming.noDataMicroBatches.enabled", True),
+            allow_multiple=flag(ALLOW_MULTIPLE, True),
+            no_data_batches=flag(NO_DATA_BATCHES, True),
         )
 
 
@@ -322,15 +330,6 @@ def source_counts(plan: list[BatchInput], source: str) -> np.ndarray:
     return lengths
 
 
-# rows of a chunk of batches (batch_chunks): a dozen arrays of it stay in a core's cache. Chunk
-# loops run in threads (chunk_groups), and numpy releases the GIL only within a call: two
-# threads making calls on 2**15 rows wait on each other for it about as long as they compute
-# (measured: a compare and a count over 8 M rows chunk by chunk, 2**15 rows 9.8 ms alone and
-# 10.7 in two threads, 2**17 rows 7.8 and 5.6 ms; deduplication's accepted rows at 10 M
-# 107-123 against 84-88 ms)
-PART_CHUNK_ROWS = 1 << 17
-
-
 def batch_chunks(counts: np.ndarray, rows: int | None = None
                  ) -> list[tuple[int, int, int, int]]:
     """The run cut into chunks of whole batches ``(b0, b1, r0, r1)``: batches ``b0 .. b1 - 1``,
@@ -411,9 +410,6 @@ def true_per_batch(mask: np.ndarray, counts: np.ndarray) -> np.ndarray:
                     dtype=np.int64)
 
 
-SMALL_BATCH = 1 << 12  # rows a batch holds on average, below which a pass beats a call each
-
-
 def watermarks_us(plan: list[BatchInput]) -> tuple[np.ndarray, np.ndarray] | None:
     """``(late, eviction)`` watermark of every batch of ``plan`` in µs, what an operator's
     ``run_all`` compares event times with; None when the query has no watermark (then no
@@ -449,9 +445,6 @@ def late_rows(plan: list[BatchInput], counts: np.ndarray, t_us: np.ndarray) -> n
 
     map_parts(fill, chunk_groups(batch_chunks(counts)))
     return out
-
-
-SEARCH_PART = 1 << 18  # values searched at once, at most (more: in parts, in threads)
 
 
 def leaving_batch(values_us: np.ndarray, thresholds_us: np.ndarray | None, n_b: int,
@@ -583,15 +576,16 @@ class ThresholdSearch:
         """A search built once and called by many parts of a run (key ranges, chunks of
         batches): every part searches through the table however few values it holds (its
         cost is paid once; a part's binary search costs several times more a value, and the
-        parts of skewed keys or small batches can be small). Its table has 2**16 cells (512
-        KiB, still cached): built once, the finer cells leave fewer values to search (a key
-        range of the bench's 10 M join: 3 % of its values in cells holding a threshold
-        against 7 %, its search 743 against 1007 µs).
+        parts of skewed keys or small batches can be small). Its table has
+        ``2**PART_SEARCH_CELL_BITS`` cells (2**16: 512 KiB, still cached): built once, the
+        finer cells leave fewer values to search (a key range of a large join searches about
+        half as many of its values as with the coarser default; docs/benchmarks-archive.md,
+        the thirty-second pass).
 
         >>> ThresholdSearch.for_parts(np.array([5, 10])).min_values
         0
         """
-        return cls(thresholds, cell_bits=16, min_values=0)
+        return cls(thresholds, cell_bits=PART_SEARCH_CELL_BITS, min_values=0)
 
     def __call__(self, values: np.ndarray) -> np.ndarray:
         values = np.asarray(values, dtype=np.int64)
@@ -612,8 +606,8 @@ class ThresholdSearch:
 class RunSteps:
     """Every batch's step of a whole run, column by column: what ``run_all`` returns
     (:func:`steps_of`). Thousands of small batches would make thousands of
-    :class:`OperatorStep` objects (~10 µs each) and report rows; the engine reads these
-    columns at once. Iterating or indexing gives the batches' :class:`OperatorStep`."""
+    :class:`OperatorStep` objects and report rows, most of a prediction's time; the engine
+    reads these columns at once. Iterating or indexing gives the batches' :class:`OperatorStep`."""
 
     dropped: np.ndarray  # per batch, int64
     state_rows: np.ndarray
@@ -768,8 +762,8 @@ def _output_frame(operator: Operator, outputs: list[Deferred], out_ids: list[int
             np.repeat(ids[part], sizes[part])
 
     # (past 2**20 rows, each thread a range of the outputs)
-    map_parts(fill, row_parts(len(outputs), 1 << 20, size=len(batch_id)))
-    # (a new frame of the same arrays: ``insert`` would copy every column, 23 ms at 10 M rows)
+    map_parts(fill, row_parts(len(outputs), THREAD_RANGE_ROWS, size=len(batch_id)))
+    # (a new frame of the same arrays: ``insert`` would copy every column)
     return pd.DataFrame({"batch_id": batch_id, **{c: frame[c]._values for c in frame.columns}},
                         index=pd.RangeIndex(len(batch_id)), copy=False)
 
@@ -817,7 +811,8 @@ def _tick_max_ms(event_us: np.ndarray, lo: np.ndarray, hi: np.ndarray,
         return np.maximum.reduceat(rows, starts[ticks] - a)
 
     # (past 2**20 rows, each thread a range of ticks)
-    top = np.concatenate(map_parts(part, row_parts(len(held), 1 << 20, size=len(event_us))))
+    top = np.concatenate(map_parts(part, row_parts(len(held), THREAD_RANGE_ROWS,
+                                                   size=len(event_us))))
     maxima = micros_to_ms(top)
     if mask is not None:  # (a tick whose rows are all masked has no max; a source's event
         kept = top != MASKED  # times are never null)

@@ -10,7 +10,7 @@ import pandas as pd
 from semantics.explain_groups import grouped_by, groups_said, key_value, other_windows_said
 from semantics.operators.fates import LEAVING, WORDS, fmt_us
 from semantics.report import RunResult
-from semantics.schedule import ROW_ID, Schedule
+from semantics.schedule import ROW_ID, VERSION, Schedule
 from semantics.spec import AggregationQuery, BacktestSpec, DeduplicationQuery, JoinQuery
 
 
@@ -56,7 +56,7 @@ def explain_row(schedule: Schedule, result: RunResult | None, row_id: int,
         return f"row {row_id}: no such row in the schedule"
     et = schedule.event_time[source]
     tick = int(row["tick"])
-    text = (f"row {row_id} of {source} (commit version {int(row['commit_version'])}, "
+    text = (f"row {row_id} of {source} (commit version {int(row[VERSION])}, "
             f"{et}={key_value(row[et])}) arrived in tick {tick}")
     if result is None:
         return text

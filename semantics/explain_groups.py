@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from semantics.column_names import output_names
 from semantics.operators.columns import is_nan, null_mask, values_of
 from semantics.operators.fates import LEAVING, WORDS, fmt_us
 from semantics.operators.windows import assign_windows
@@ -229,6 +230,15 @@ def _listed(groups: list[_Group]) -> str:
     return sep.join(g.said() for g in groups)
 
 
+def _table_named(spec: BacktestSpec, outputs: pd.DataFrame | None) -> pd.DataFrame | None:
+    """``outputs`` with the group keys named as the table spells them, as the schedule's rows
+    and the fates name them (Spark outputs them as the spec writes them)."""
+    written = output_names(spec)
+    if outputs is None or not written:
+        return outputs
+    return outputs.rename(columns={w: k for k, w in written.items()})
+
+
 def groups_said(spec: BacktestSpec | None, row: pd.Series, event_time: pd.Timestamp,
                 fates: pd.DataFrame, outputs: pd.DataFrame | None = None, since: int = 0) -> str:
     """``; counted in session [s, e) of k=7, emitted in batch 12`` for an accepted row of
@@ -241,6 +251,7 @@ def groups_said(spec: BacktestSpec | None, row: pd.Series, event_time: pd.Timest
     if what is None:
         return ""
     assert spec is not None
+    outputs = _table_named(spec, outputs)
     keys = list(spec.query.keys)
     of = ("" if not keys else " of " + ", ".join(f"{k}={key_value(row[k])}" for k in keys))
     if what == "group":
@@ -292,5 +303,6 @@ def other_windows_said(spec: BacktestSpec | None, row: pd.Series, event_time: pd
     skip = frozenset(int(v) for v in mine.loc[is_late, "start_us"]) \
         if "start_us" in mine.columns else frozenset()
     assert spec is not None
-    hits = _groups_of("window", spec, row, event_time, fates, outputs, since, skip)
+    hits = _groups_of("window", spec, row, event_time, fates, _table_named(spec, outputs),
+                      since, skip)
     return text + (": " + _listed(hits) if hits else "")

@@ -22,11 +22,16 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
 from semantics import predicate
 from semantics.budget import check_fits
+from semantics.column_names import (
+    check_distinct_columns,
+    open_table,
+    spelling,
+    table_location,
+)
 from semantics.errors import DataError, SpecError
 from semantics.parallel import map_parts
 from semantics.schedule import (
@@ -73,11 +78,12 @@ def read_arrivals(spec: BacktestSpec, source: str) -> Arrivals:
     """All rows of ``source`` in arrival order, filtered; see :class:`Arrivals` and
     :func:`plan` (which gives them their ``row_id``)."""
     src: SourceSpec = spec.sources[source]
-    path = spec.table_path(source)
+    loc = table_location(spec, source)
+    path = loc.where  # (a local path or an s3:// URI)
     field = f"sources.{source}.table"
-    if not DeltaTable.is_deltatable(str(path)):
+    if not loc.remote and not DeltaTable.is_deltatable(str(path)):
         raise SpecError(spec.path, field, f"a Delta table at {path} (no _delta_log found)")
-    dt = DeltaTable(str(path))
+    dt = open_table(spec, source)
     latest = dt.version()
     lo, hi = src.versions if src.versions is not None else (0, latest)
     if hi > latest:
@@ -90,19 +96,19 @@ def read_arrivals(spec: BacktestSpec, source: str) -> Arrivals:
                 for f in json.loads(dt.schema().to_json())["fields"]}
     logical = {p: name for name, p in physical.items() if p != name}
     history = {h["version"]: h for h in dt.history()}
-    log = path / "_delta_log"
     files: list[tuple[int, int, dict]] = []  # (version, commit time, add action)
     last_ts: int | None = None  # commit time of the last version read
     for v in range(lo, hi + 1):
-        commit_file = log / f"{v:020d}.json"
-        if not commit_file.exists():
+        commit_file = f"_delta_log/{v:020d}.json"
+        commit_text = loc.read_text(commit_file)
+        if commit_text is None:
             raise DataError(str(path), f"sources.{source}.versions",
                             f"the commit log of version {v} (removed by log retention?); "
                             "choose a later first version")
         ts = int(history.get(v, {}).get("timestamp") or 0)
         adds = []
         changes = False  # removes rows (dataChange): DELETE, UPDATE, MERGE, overwrite
-        for line in commit_file.read_text().splitlines():
+        for line in commit_text.splitlines():
             action = json.loads(line) if line.strip() else {}
             if "commitInfo" in action and not ts:
                 ts = int(action["commitInfo"].get("timestamp") or 0)
@@ -111,7 +117,7 @@ def read_arrivals(spec: BacktestSpec, source: str) -> Arrivals:
             if "remove" in action and action["remove"].get("dataChange", True):
                 changes = True
         if not ts:
-            ts = int(commit_file.stat().st_mtime * 1000)
+            ts = loc.commit_time_fallback(commit_file)
         # commit times as Delta's history reads them: made increasing (a writer's clock
         # behind the last one's would otherwise put a later version's rows first)
         ts = last_ts = ts if last_ts is None or ts > last_ts else last_ts + 1
@@ -134,7 +140,7 @@ def read_arrivals(spec: BacktestSpec, source: str) -> Arrivals:
         """One data file's rows, in the table's schema, with their arrival, version and the
         file's position among the source's add actions."""
         index, (v, ts, add) = file
-        t = pq.read_table(path / _unquote(add["path"]))
+        t = loc.read_parquet(_unquote(add["path"]))
         if logical:
             t = t.rename_columns([logical.get(c, c) for c in t.column_names])
         for pcol in partition_cols:
@@ -160,8 +166,9 @@ def read_arrivals(spec: BacktestSpec, source: str) -> Arrivals:
     table = pa.concat_tables(tables) if tables else full_schema.empty_table()
     _check_columns(spec, source, path, table)
     if src.filter:
-        try:
-            mask = predicate.evaluate(src.filter, table, spec.session_time_zone)
+        try:  # (on the table's own columns: the filter cannot read the schedule's)
+            mask = predicate.evaluate(src.filter, table.select(schema.names),
+                                      spec.session_time_zone, spec.case_sensitive)
         except predicate.PredicateError as exc:
             raise SpecError(spec.path, f"sources.{source}.filter", str(exc)) from None
         table = table.filter(mask.fill_null(False))
@@ -216,7 +223,7 @@ _FIRST_US, _LAST_US = -62_135_596_800_000_000, 253_402_300_799_999_999
 _PER_US = {"s": 1_000_000, "ms": 1_000, "us": 1}
 
 
-def _check_event_times(source: str, path: Path, table: pa.Table, column: str) -> None:
+def _check_event_times(source: str, path: Path | str, table: pa.Table, column: str) -> None:
     """The (filtered) rows' event times within Spark's timestamp range (DataError)."""
     typ = table.schema.field(column).type
     if not table.num_rows or typ.unit == "ns":  # (nanoseconds cannot leave that range)
@@ -233,16 +240,23 @@ def _check_event_times(source: str, path: Path, table: pa.Table, column: str) ->
 _APPENDED = 3  # columns read() appends to a file's own: arrival, version, add index
 
 
-def _check_columns(spec: BacktestSpec, source: str, path: Path, table: pa.Table) -> None:
+def _check_columns(spec: BacktestSpec, source: str, path: Path | str, table: pa.Table) -> None:
+    """The table's own columns (``table`` has the schedule's appended) hold every column the
+    spec names, spelt as the spec names them (``parse_spec`` respells them as the table
+    does, ``column_names.resolved``), of the types the query needs."""
     src = spec.sources[source]
     where = str(path)
+    own = table.column_names[:-_APPENDED]
     for col in META_COLUMNS:
-        if col in table.schema.names[:-_APPENDED]:
-            raise DataError(where, f"sources.{source}", f"no column named {col!r} (reserved)")
-    if src.event_time not in table.column_names:
-        raise DataError(where, f"sources.{source}.event_time",
-                        f"column {src.event_time!r} in the table (columns: "
-                        f"{', '.join(table.column_names[:-_APPENDED])})")
+        if col in own:
+            raise DataError(where, f"sources.{source}", f"no column named {col!r} (reserved: "
+                            "the outputs and stored runs carry each input row's id and tick "
+                            "under these names; rename it in a view of the table)")
+    check_distinct_columns(spec, source, where, own)
+    for field, name in spelling(spec, source, own).items():
+        if field[1] != name:  # (the table was not there, or spelt otherwise, at load time)
+            raise DataError(where, field[0], f"column {field[1]!r} spelt as the table spells "
+                            f"it: {name!r} (load the spec again to resolve it)")
     typ = table.schema.field(src.event_time).type
     if not pa.types.is_timestamp(typ):
         raise DataError(where, f"sources.{source}.event_time",
@@ -255,25 +269,10 @@ def _check_columns(spec: BacktestSpec, source: str, path: Path, table: pa.Table)
     if nulls:
         raise DataError(where, f"sources.{source}.event_time",
                         f"no null event times ({nulls} rows have none)")
-    if src.arrival_column:
-        if src.arrival_column not in table.column_names:
-            raise DataError(where, f"sources.{source}.arrival",
-                            f"column {src.arrival_column!r} in the table")
-        if not pa.types.is_timestamp(table.schema.field(src.arrival_column).type):
-            raise DataError(where, f"sources.{source}.arrival",
-                            f"{src.arrival_column!r} to be a timestamp column")
-    q = spec.query
-    needed = set(getattr(q, "keys", ()))
-    if q.kind in ("aggregation", "session"):
-        from semantics.spec import parse_aggregate
-
-        needed |= {c for _, c in map(parse_aggregate, q.aggregates.values()) if c}
-    if q.kind == "aggregation" and q.window is not None:
-        needed.discard(src.event_time)
-    for col in sorted(needed):
-        if col not in table.column_names:
-            raise DataError(where, "query", f"column {col!r} in source {source!r} (columns: "
-                            f"{', '.join(table.column_names[:-_APPENDED])})")
+    if src.arrival_column and \
+            not pa.types.is_timestamp(table.schema.field(src.arrival_column).type):
+        raise DataError(where, f"sources.{source}.arrival",
+                        f"{src.arrival_column!r} to be a timestamp column")
 
 
 def plan(spec: BacktestSpec, candidate: str | None = None) -> Schedule:
@@ -287,7 +286,7 @@ def plan(spec: BacktestSpec, candidate: str | None = None) -> Schedule:
     frames = {s: a.frame for s, a in read.items()}
     for s, df in frames.items():
         if len(df) == 0:
-            raise DataError(str(spec.table_path(s)), f"sources.{s}",
+            raise DataError(table_location(spec, s).where, f"sources.{s}",
                             "at least one row in the selected versions (after the filter)")
     sizes = [len(df) for df in frames.values()]
     rid = merged_ranks([df[ARRIVAL_MS].to_numpy(dtype=np.int64) for df in frames.values()],

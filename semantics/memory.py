@@ -3,18 +3,16 @@
 A prediction allocates and frees arrays of millions of elements many times (a gather per
 output column, a sort per run of batches). glibc's malloc serves such sizes by ``mmap`` and
 gives them back on ``free`` (or trims the heap past a small threshold), so the next array of
-the same size is faulted in from the kernel again, a page at a time, zeroed. Measured here
-(bench/predict.py's streams, 2 cores): ``join_dense`` at 1 M events took 20 000 minor page
-faults per prediction and 272 ms; with :func:`reuse_freed_memory` 200 faults and 223 ms; at
-200 000 events 85 -> 53 ms; at 10 M events session, dedup and join 18-20 % faster; the peak
-resident memory grew by about 10-15 % (3.3 -> 3.9 GB at 10 M).
+the same size is faulted in from the kernel again, a page at a time, zeroed. Keeping freed
+memory for the next array (:func:`reuse_freed_memory`) takes most of those page faults away
+and makes predictions markedly faster, for a somewhat larger peak resident memory
+(docs/benchmarks-archive.md, the seventeenth pass).
 
 Arrays past ``MMAP_THRESHOLD`` (the largest glibc allows: 32 MiB, 4 M int64 values) were
 still served by ``mmap`` and faulted in afresh each time; so ``mmap`` is switched off too
 (``M_MMAP_MAX = 0``: every block from the heap, glibc still falls back to ``mmap`` when the
-heap cannot grow). Measured here at 10 M events (best of 4 in one process, two
-alternations): join 1.57 / 1.38 -> 1.21 / 1.31 s, peak resident memory 3.2 -> 3.8 GB; session,
-dedup and aggregation level.
+heap cannot grow): the 10 M-event join gains, the other kinds stay level
+(docs/benchmarks-archive.md, the twentieth pass).
 
 The setting is process-wide, so it is not made on import: the command line (``wmbt``), the
 Dagster assets that predict and ``bench/predict.py`` call :func:`reuse_freed_memory` before
@@ -26,11 +24,11 @@ from __future__ import annotations
 
 import ctypes
 
+from semantics.tuning import MMAP_THRESHOLD, TOP_PAD
+
 M_TOP_PAD = -2  # glibc's mallopt parameters (malloc.h)
 M_MMAP_THRESHOLD = -3
 M_MMAP_MAX = -4
-MMAP_THRESHOLD = 32 << 20  # the largest glibc takes: smaller blocks come from the heap
-TOP_PAD = 1 << 30  # freed heap memory kept (and extra asked for when the heap grows)
 
 
 def reuse_freed_memory() -> bool:

@@ -47,7 +47,8 @@ def reference_columns(spec: BacktestSpec) -> list[str]:
         if q.window is not None:
             return ["window_end"]
         et = spec.sources[q.source].event_time
-        return [et] if et in q.keys else []  # no time in the output: no latency
+        # the key's output name, as the spec writes it; no time in the output: no latency
+        return [w for k, w in zip(q.keys, q.output_keys, strict=True) if k == et][:1]
     if q.kind == "session":
         return ["session_end"]
     if q.kind == "deduplication":

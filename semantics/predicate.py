@@ -126,6 +126,8 @@ def _number(text: str) -> Lit:
 
 
 class _Parser:
+    exact = False  # spark.sql.caseSensitive: column names match exactly
+
     def __init__(self, text: str, table: pa.Table, time_zone: str = "UTC") -> None:
         self.toks = _tokens(text)
         self.i = 0
@@ -299,7 +301,7 @@ class _Parser:
         names = self.table.column_names
         if name in names:
             return name
-        same = [c for c in names if c.lower() == name.lower()]
+        same = [] if self.exact else [c for c in names if c.lower() == name.lower()]
         if len(same) == 1:
             return same[0]
         if same:
@@ -457,12 +459,15 @@ def _nan_aware(op: str, a: Any, b: Any) -> pa.ChunkedArray:
     return {"<": lt, ">": gt, "<=": pc.or_kleene(lt, eq), ">=": pc.or_kleene(gt, eq)}[op]
 
 
-def evaluate(text: str, table: pa.Table, time_zone: str = "UTC") -> pa.ChunkedArray:
+def evaluate(text: str, table: pa.Table, time_zone: str = "UTC",
+             case_sensitive: bool = False) -> pa.ChunkedArray:
     """Boolean mask of ``text`` over ``table`` (NULL counts as false when filtering);
     timestamps written without an offset are wall times in ``time_zone`` (Spark's session
-    time zone)."""
+    time zone); column names match in any case unless ``case_sensitive``."""
     try:
-        res = _Parser(text, table, time_zone).parse()
+        parser = _Parser(text, table, time_zone)
+        parser.exact = case_sensitive
+        res = parser.parse()
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
         raise PredicateError(str(exc)) from None
     if isinstance(res, Lit):

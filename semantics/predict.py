@@ -23,6 +23,7 @@ from functools import cached_property
 import pandas as pd
 
 from semantics import engine, state_bytes
+from semantics.column_names import output_names
 from semantics.operators import fates as F
 from semantics.operators import make_operator
 from semantics.report import RunResult, output_columns, report_columns
@@ -90,14 +91,18 @@ def predict(schedule: Schedule, spec: BacktestSpec, candidate: str, *,
         if unknown:
             raise KeyError(f"no output columns {unknown} (columns: {', '.join(cols)})")
         cols = [c for c in cols if c in columns]
-    res = engine.run(schedule, spec, candidate, op, cols, count_late and not explain)
+    # the operators name a group key as the table spells it, Spark as the spec writes it
+    written = output_names(spec)
+    read_as = {w: k for k, w in written.items()}
+    res = engine.run(schedule, spec, candidate, op, [read_as.get(c, c) for c in cols],
+                     count_late and not explain)
     batches = res.batches.reindex(columns=report_columns(spec))
     if batches["state_bytes"].isna().all() and len(batches):
         batches["state_bytes"] = state_bytes.estimate(spec, candidate, schedule, res.batches)
     raw = res.fates
     summary = ({str(k): int(v) for k, v in raw["fate"].value_counts().items() if v}
                if len(raw) else {})
-    outputs = res.outputs
+    outputs = res.outputs.rename(columns=written) if written else res.outputs
     if not (isinstance(outputs.index, pd.RangeIndex) and outputs.index.start == 0
             and outputs.index.step == 1):
         outputs = outputs.reset_index(drop=True)

@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 from semantics.operators.columns import nullable_floats, values_of
 from semantics.schedule import ROW_ID
 from semantics.spec import AggregationQuery, BacktestSpec, DeduplicationQuery, JoinQuery
+from semantics.tuning import JSON_CHUNK
 
 REPORT_COLUMNS = (
     "batch_id",
@@ -63,7 +64,7 @@ def operator_name(spec: BacktestSpec) -> str:
 def late_counts(spec: BacktestSpec) -> str:
     """What ``dropped_by_watermark`` (Spark's ``numRowsDroppedByWatermark``) counts for the
     spec's query: ``rows`` (deduplication, joins), or what the operator drops instead of rows
-    (spark-watermark-semantics.md §6)."""
+    (docs/semantics.md §5)."""
     kind = spec.query.kind
     if kind == "aggregation":
         return "groups (one per key and window in a batch, after partial aggregation)"
@@ -82,7 +83,8 @@ def report_columns(spec: BacktestSpec) -> list[str]:
 def output_columns(spec: BacktestSpec, data_columns: dict[str, tuple[str, ...]]) -> list[str]:
     """Emitted-row columns of the query (timestamps as UTC timestamps, ms in JSON).
 
-    * aggregation: keys, ``window_start``, ``window_end`` (with a window), aggregates;
+    * aggregation: keys (spelt as the spec writes them, as Spark outputs them),
+      ``window_start``, ``window_end`` (with a window), aggregates;
     * deduplication: ``row_id`` and the source's columns;
     * session: keys, ``session_start``, ``session_end``, aggregates;
     * join: ``<left>_row_id``, ``<left>_<col>``..., then the same for the right side (left
@@ -91,13 +93,13 @@ def output_columns(spec: BacktestSpec, data_columns: dict[str, tuple[str, ...]])
     q = spec.query
     if isinstance(q, AggregationQuery):
         win = ["window_start", "window_end"] if q.window is not None else []
-        return [*q.keys, *win, *q.aggregates]
+        return [*q.output_keys, *win, *q.aggregates]
     if isinstance(q, DeduplicationQuery):
         return [ROW_ID, *data_columns[q.source]]
     if isinstance(q, JoinQuery):
         sides = [q.left] if q.type == "left_semi" else [q.left, q.right]
         return [f"{s}_{c}" for s in sides for c in (ROW_ID, *data_columns[s])]
-    return [*q.keys, "session_start", "session_end", *q.aggregates]
+    return [*q.output_keys, "session_start", "session_end", *q.aggregates]
 
 
 @dataclass(frozen=True)
@@ -210,9 +212,6 @@ def json_rows(df: pd.DataFrame, columns: Sequence[str]) -> np.ndarray:
     """
     out = json_texts(df, columns).to_numpy(zero_copy_only=False)
     return out if out.dtype == object else out.astype(object)
-
-
-JSON_CHUNK = 1 << 18  # rows per arrow chunk (string offsets are 32-bit: 8 KB a row on average)
 
 
 def json_texts(df: pd.DataFrame, columns: Sequence[str]) -> pa.ChunkedArray:

@@ -1,6 +1,6 @@
 """Which state of a candidate no watermark ever evicts: it keeps every key (or row) it has seen.
 
-Read from the spec alone, by the rules the operators follow (spark-watermark-semantics.md §5):
+Read from the spec alone, by the rules the operators follow (docs/semantics.md §4):
 
 * an aggregation evicts groups only in append or update mode, with a watermark on its source and
   the watermarked time among the group keys (a window, or the event-time column);

@@ -31,8 +31,11 @@ import pandas as pd
 
 from semantics.spec import BatchBy
 
-ROW_ID, TICK, ARRIVAL_MS, VERSION = "row_id", "tick", "arrival_ms", "commit_version"
-ADD_INDEX = "add_index"  # the position of the row's data file among its source's add actions
+ROW_ID, TICK = "row_id", "tick"  # (the outputs and stored runs carry these two: reserved)
+# Columns the schedule alone reads, named so that no table column takes the name (a table may
+# well have an ``arrival_ms`` column of its own, which the spec then reads)
+ARRIVAL_MS, VERSION = "__wmbt:arrival_ms", "__wmbt:commit_version"
+ADD_INDEX = "__wmbt:add_index"  # the position of the row's data file among its add actions
 META_COLUMNS = (ROW_ID, TICK, ARRIVAL_MS, VERSION, ADD_INDEX)
 
 

@@ -21,6 +21,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
@@ -28,6 +29,7 @@ from pydantic import (
 
 from semantics.durations import DAY_US, Duration
 from semantics.errors import SpecError
+from semantics.spark_conf import spark_bool
 
 DurationField = Annotated[
     Duration,
@@ -42,6 +44,7 @@ AGGREGATE_RE = re.compile(
     re.IGNORECASE)
 
 SESSION_TZ = "spark.sql.session.timeZone"
+CASE_SENSITIVE = "spark.sql.caseSensitive"
 # Spark settings the predictor models (value checked where it matters); any other key that starts
 # with one of SEMANTIC_PREFIXES changes semantics we do not model and is rejected.
 MODELED_CONF = {
@@ -86,18 +89,33 @@ class SourceSpec(_Model):
     # UPDATE, MERGE, overwrite) are skipped whole; without it such a commit is an error, as a
     # Delta streaming source stops on it
     skip_change_commits: bool = False
+    # non-secret options of an s3:// table's object store (semantics/storage.py)
+    storage_options: dict[str, str | int | float | bool] = Field(default_factory=dict)
 
     @field_validator("table")
     @classmethod
     def _local(cls, table: str) -> str:
-        scheme = re.match(r"^([A-Za-z][A-Za-z0-9+.-]+)://", table)
-        if scheme and scheme.group(1).lower() != "file":
-            raise ValueError(f"a local path or file:// URI ({scheme.group(1)}:// tables are not "
-                             "read yet: mount or copy the table)")
+        from semantics import storage
+
+        scheme = storage.scheme(table)
+        if scheme not in (None, "file", *storage.REMOTE_SCHEMES):
+            raise ValueError(f"a local path, file:// URI or s3:// URI ({scheme}:// tables are "
+                             "not read: mount or copy the table)")
         return table
+
+    @field_validator("storage_options")
+    @classmethod
+    def _storage(cls, options: dict[str, str | int | float | bool]) -> dict[str, str]:
+        from semantics.storage import check_storage_options
+
+        return check_storage_options(options)
 
     @model_validator(mode="after")
     def _check(self) -> SourceSpec:
+        from semantics.storage import is_remote
+
+        if self.storage_options and not is_remote(self.table):
+            raise ValueError("storage_options apply to s3:// tables only")
         if self.versions is not None:
             lo, hi = self.versions
             if lo < 0 or hi < lo:
@@ -188,7 +206,21 @@ def parse_aggregate(expr: str) -> tuple[str, str | None]:
     return "avg" if func == "mean" else func, None if col == "*" or col.isdigit() else col
 
 
-class AggregationQuery(_Model):
+class _Grouped(_Model):
+    """A query whose output carries its group keys, spelt as the spec writes them (Spark's
+    ``groupBy("AD_ID")`` outputs ``AD_ID``), while ``keys`` may be respelt as the table spells
+    them (``semantics.column_names.resolved``)."""
+
+    _written_keys: tuple[str, ...] | None = PrivateAttr(default=None)
+
+    @property
+    def output_keys(self) -> tuple[str, ...]:
+        """The group keys' output column names."""
+        keys: tuple[str, ...] = self.keys  # type: ignore[attr-defined]  # (both subclasses')
+        return self._written_keys if self._written_keys is not None else keys
+
+
+class AggregationQuery(_Grouped):
     kind: Literal["aggregation"]
     source: str
     keys: tuple[Identifier, ...] = ()
@@ -204,7 +236,7 @@ class DeduplicationQuery(_Model):
     within_watermark: bool = False
 
 
-class SessionQuery(_Model):
+class SessionQuery(_Grouped):
     kind: Literal["session"]
     source: str
     keys: tuple[Identifier, ...]
@@ -392,7 +424,20 @@ class BacktestSpec(_Model):
         evicted; without it the watermark changes nothing."""
         q = self.query
         return isinstance(q, AggregationQuery) and (
-            q.window is not None or self.sources[q.source].event_time in q.keys)
+            q.window is not None
+            or any(self.same_column(self.sources[q.source].event_time, k) for k in q.keys))
+
+    @property
+    def case_sensitive(self) -> bool:
+        """``spark.sql.caseSensitive`` of the spec (false, Spark's default, unless set true):
+        whether column names match exactly or in any case."""
+        return spark_bool(self.spark_conf.get(CASE_SENSITIVE, False), CASE_SENSITIVE, self.path)
+
+    def same_column(self, a: str, b: str) -> bool:
+        """Whether two names of one source denote one column: equal but for case unless
+        :attr:`case_sensitive` (Spark's resolution; a source has no two columns equal but for
+        case then, ``semantics.column_names``)."""
+        return a == b if self.case_sensitive else a.lower() == b.lower()
 
     @property
     def session_time_zone(self) -> str:
@@ -436,6 +481,69 @@ _Loader.add_implicit_resolver(
 )
 
 
+def _read_yaml(p: Path) -> object:
+    """The YAML document of ``p``; a file that is no YAML text, or whose mappings repeat a key
+    (YAML loaders keep the last one silently), is a :class:`SpecError`."""
+    if p.is_dir():
+        raise SpecError(str(p), "<file>", "a YAML file, not a directory")
+    if not p.is_file():
+        raise SpecError(str(p), "<file>", "an existing YAML file")
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise SpecError(str(p), "<file>", f"a readable YAML file ({exc.strerror})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(str(p), "<file>", f"a UTF-8 YAML text file (byte {exc.start} is not "
+                        "UTF-8: a binary file?)") from None
+    if not text.strip():
+        raise SpecError(str(p), "<root>", "a YAML mapping with name, sources, query, "
+                        "candidates (the file is empty)")
+    try:
+        loader = _Loader(text)  # (which refuses control characters)
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _no_repeated_keys(loader, str(p), node, "", set())
+        return loader.construct_document(node)
+    except yaml.YAMLError as exc:
+        raise SpecError(str(p), "<yaml>", f"valid YAML ({exc})") from None
+    except (ValueError, TypeError) as exc:  # a value its tag cannot hold: 2026-13-45
+        raise SpecError(str(p), "<yaml>", f"valid YAML values ({exc})") from None
+    except RecursionError:  # (the YAML composer recurses once per level)
+        raise SpecError(str(p), "<yaml>", "a YAML document nested a few levels deep, as a "
+                        "spec is (this one nests too deep to read)") from None
+
+
+def _no_repeated_keys(loader: _Loader, file: str, node: yaml.Node, path: str,
+                      seen_nodes: set[int]) -> None:
+    """Refuse a mapping that gives a key twice, anywhere in the document (``<<`` merges are
+    overrides, not repeats); ``path`` is the node's field path (``""`` at the root). Each node
+    is read once, however many aliases name it (aliases of aliases grow exponentially)."""
+    if id(node) in seen_nodes:
+        return
+    seen_nodes.add(id(node))
+    if isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _no_repeated_keys(loader, file, item, f"{path}[{i}]", seen_nodes)
+    if not isinstance(node, yaml.MappingNode):
+        return
+    seen: dict[object, int] = {}
+    for key, value in node.value:
+        if key.tag == "tag:yaml.org,2002:merge" or not isinstance(key, yaml.ScalarNode):
+            continue  # (a collection as a key fails construction with its own error)
+        line = key.start_mark.line + 1
+        here = f"{path}.{key.value}" if path else str(key.value)
+        same = loader.construct_object(key)  # the key as the dict holds it: null and ~ are one
+        if same in seen:
+            raise SpecError(file, here, f"each key once in {path or '<root>'}: "
+                            f"{key.value!r} is given on line {seen[same]} and again on line "
+                            f"{line}")
+        seen[same] = line
+        _no_repeated_keys(loader, file, value, here, seen_nodes)
+
+
 def _loc(loc: tuple[Any, ...]) -> str:
     parts: list[str] = []
     for p in loc:
@@ -443,7 +551,7 @@ def _loc(loc: tuple[Any, ...]) -> str:
             parts.append(f"[{p}]")
         elif p in QUERY_KINDS and parts == ["query"]:
             continue  # discriminator tag inserted by pydantic
-        elif p.startswith("function-") or p in ("Duration",):
+        elif str(p).startswith("function-") or p in ("Duration",):
             continue
         else:
             parts.append(("." if parts else "") + _shown(str(p)))
@@ -499,7 +607,9 @@ def _unknown_field(loc: tuple[Any, ...]) -> str:
 
 
 def parse_spec(data: Any, path: str = "<memory>") -> BacktestSpec:
-    """Validate a spec given as a mapping; see :func:`load_spec`."""
+    """Validate a spec given as a mapping; see :func:`load_spec`. Where the query's tables
+    exist, every column name is checked against them and spelt as they spell it
+    (``column_names.with_table_columns``, docs/semantics.md §1.1)."""
     if not isinstance(data, dict):
         raise SpecError(path, "<root>", "a YAML mapping with name, sources, query, candidates")
     try:
@@ -519,19 +629,17 @@ def parse_spec(data: Any, path: str = "<memory>") -> BacktestSpec:
         more = f" (and {len(exc.errors()) - 1} more error(s))" if len(exc.errors()) > 1 else ""
         raise SpecError(path, _loc(tuple(err["loc"])), msg + more) from None
     check_spec(spec)
-    return spec
+    from semantics.column_names import check_output_names, with_table_columns
+
+    check_output_names(spec)
+    return with_table_columns(spec)
 
 
 def load_spec(path: str | Path) -> BacktestSpec:
-    """Read and validate a backtest spec file (SPEC.md §1). Runs nothing."""
+    """Read and validate a backtest spec file (SPEC.md §1). Runs nothing; reads the schemas
+    of the tables there are to resolve the column names (see :func:`parse_spec`)."""
     p = Path(path)
-    if not p.is_file():
-        raise SpecError(str(p), "<file>", "an existing YAML file")
-    try:
-        data = yaml.load(p.read_text(), Loader=_Loader)
-    except yaml.YAMLError as exc:
-        raise SpecError(str(p), "<yaml>", f"valid YAML ({exc})") from None
-    return parse_spec(data, str(p.resolve()))
+    return parse_spec(_read_yaml(p), str(p.resolve()))
 
 
 def check_spec(spec: BacktestSpec) -> None:
@@ -633,8 +741,8 @@ def _check_query_for_candidate(spec: BacktestSpec, cname: str) -> None:
         left_bounded = tr is not None and tr.lower is not None and q.right in wm
         right_bounded = tr is not None and tr.upper is not None and q.left in wm
         keyed = any(
-            k == spec.sources[q.left].event_time and q.left in wm
-            or k == spec.sources[q.right].event_time and q.right in wm
+            spec.same_column(k, spec.sources[q.left].event_time) and q.left in wm
+            or spec.same_column(k, spec.sources[q.right].event_time) and q.right in wm
             for k in q.keys
         )
         need = {"left_outer": left_bounded, "left_semi": left_bounded,

@@ -14,6 +14,7 @@ from semantics.compare import compare_outputs, compare_reports
 from semantics.errors import SpecError
 from semantics.history import plan
 from semantics.predict import predict
+from semantics.schedule import ARRIVAL_MS, VERSION
 from semantics.spec import BacktestSpec, parse_spec
 from tests.deltas import write_commits
 
@@ -44,7 +45,7 @@ def explain_failure(spec: BacktestSpec, candidate: str, diffs: list[str], workdi
     cols = ["batch_id", "tick", "has_data", "input_rows", "watermark_ms", "late_watermark_ms",
             "eviction_watermark_ms", "dropped_by_watermark", "state_rows", "state_rows_updated",
             "state_rows_removed", "output_rows"]
-    rows = {s: schedule.rows[s].drop(columns=["arrival_ms", "commit_version"]).to_string()
+    rows = {s: schedule.rows[s].drop(columns=[ARRIVAL_MS, VERSION]).to_string()
             for s in schedule.rows}
     return "\n".join([
         "prediction != Spark:", *diffs[:15],

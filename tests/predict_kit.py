@@ -12,7 +12,7 @@ from semantics.operators import make_operator
 from semantics.operators.columns import nullable_floats
 from semantics.predict import Prediction, predict
 from semantics.report import output_columns
-from semantics.schedule import Schedule, cut
+from semantics.schedule import ARRIVAL_MS, VERSION, Schedule, cut
 from semantics.spec import BacktestSpec, BatchBy, parse_spec
 
 
@@ -64,8 +64,8 @@ def schedule_of(batches: Sequence[Sequence[dict]], pace: str = "backlog",
     parts = []
     for v, rows in enumerate(batches):
         part = rows.copy() if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
-        part.insert(0, "arrival_ms", 1000 * v)
-        part.insert(0, "commit_version", v)
+        part.insert(0, ARRIVAL_MS, 1000 * v)
+        part.insert(0, VERSION, v)
         parts.append(part)
     # a float column nullable in some batches: nullable in all first (concat would turn the
     # NaN of a plain float column into NULL)

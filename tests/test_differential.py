@@ -97,7 +97,7 @@ def test_sliding_window_sums(spark, tmp_path_factory, pace, data, window, replay
     # sums, minima and maxima of sliding windows skip grouping the (row, window) pairs
     # (operators/sliding.py; floats pair by pair in row order); with string keys, min(k) (an
     # object min) keeps the pair path. x holds NaN values: counted, summed to NaN, above every
-    # other value in max (docs/semantics.md, Floats)
+    # other value in max (docs/semantics.md §6)
     data = strings(data, "k", text)
     aggregates = {"n": "count(*)", "s": "sum(v)", "avg_v": "avg(v)", "fs": "sum(x)",
                   "fa": "avg(x)", "hi": "max(x)", "lo": "min(v)", "fc": "count(x)"}

@@ -10,6 +10,7 @@ import pytest
 from semantics.operators import keys as K
 from semantics.operators.columns import Values, values_of
 from semantics.predict import predict
+from semantics.schedule import ARRIVAL_MS, VERSION
 from tests.predict_kit import schedule_of, spec_of
 
 
@@ -232,7 +233,7 @@ def test_array_join_keys_are_refused_with_the_field_named():
         "query": {"kind": "join", "type": "inner", "left": "l", "right": "r", "keys": ["tags"],
                   "time_range": {"lower": "-5 seconds", "upper": "0 seconds"}},
         "candidates": {"c": {"watermark": {"l": "5 seconds", "r": "5 seconds"}}}})
-    sides = {s: pd.DataFrame({"row_id": [i], "arrival_ms": [0], "commit_version": [0],
+    sides = {s: pd.DataFrame({"row_id": [i], ARRIVAL_MS: [0], VERSION: [0],
                               "tags": [np.array(["a"], dtype=object)],
                               "ts": pd.to_datetime([1], unit="s", utc=True)})
              for i, s in enumerate(("l", "r"))}

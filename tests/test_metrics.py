@@ -11,7 +11,7 @@ import pytest
 from jobs.cli import main
 from semantics.metrics import candidate_metrics, check_expectations
 from semantics.predict import predict
-from semantics.schedule import cut
+from semantics.schedule import ARRIVAL_MS, VERSION, cut
 from semantics.spec import BatchBy
 from tests.deltas import write_commits
 from tests.predict_kit import schedule_of, spec_of
@@ -21,8 +21,8 @@ def test_latency_is_emitting_ticks_arrival_minus_window_end() -> None:
     # rule: latency = arrival clock of the emitting batch's tick (a no-data batch takes the data
     # tick before it) - window_end. Commits arrive at 60 s and 120 s; live pace adds an idle tick
     # after each, whose no-data batch emits the windows the new watermark closed.
-    df = pd.DataFrame({"row_id": [0, 1, 2], "commit_version": [0, 0, 1],
-                       "arrival_ms": [60_000, 60_000, 120_000], "ts": [1, 11, 25]})
+    df = pd.DataFrame({"row_id": [0, 1, 2], VERSION: [0, 0, 1],
+                       ARRIVAL_MS: [60_000, 60_000, 120_000], "ts": [1, 11, 25]})
     df["ts"] = (pd.Timestamp(0, tz="UTC") + pd.to_timedelta(df["ts"], unit="s")).astype(
         "datetime64[us, UTC]")
     pace = "live"

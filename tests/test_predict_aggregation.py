@@ -41,7 +41,7 @@ def test_late_is_inclusive_and_compares_the_window_end() -> None:
 
 
 def test_two_batch_lag_in_backlog_admits_and_emits_immediately() -> None:
-    # rule: two-batch lag in backlog (reference §3 worked example). Batch 1 runs with late wm
+    # rule: two-batch lag in backlog (docs/semantics.md §2.3). Batch 1 runs with late wm
     # W0 = 0 and eviction wm W1 = 5 s: row 3 ([0,5)) is not late, is put, evicted and emitted
     # in the same batch.
     r = run(agg(), [[{"ts": 15}], [{"ts": 3}]], pace="backlog")
@@ -55,7 +55,8 @@ def test_two_batch_lag_in_backlog_admits_and_emits_immediately() -> None:
 
 
 def test_live_pace_no_data_batch_makes_the_same_row_late() -> None:
-    # rule: a no-data batch between the data batches advances the late watermark (reference §3)
+    # rule: a no-data batch between the data batches advances the late watermark
+    # (docs/semantics.md §2.3)
     r = run(agg(), [[{"ts": 15}], [{"ts": 3}]], pace="live")
     assert col(r, "has_data") == [True, False, True]
     assert col(r, "dropped_by_watermark") == [0, 0, 1]

@@ -23,7 +23,7 @@ from semantics.explain import explain_row
 from semantics.operators import grouping, join_frames
 from semantics.operators.join_watermarks import ValueBound, derive_plan
 from semantics.predict import Prediction, predict
-from semantics.schedule import Schedule, cut
+from semantics.schedule import ARRIVAL_MS, VERSION, Schedule, cut
 from semantics.spec import BacktestSpec, parse_spec
 from tests.predict_kit import NEG_NAN, assert_same_rows, cell, floats
 
@@ -104,15 +104,15 @@ def join_run(steps: Sequence[tuple[Rows, Rows]], jtype: str = "inner", *,
     for i, (left, right) in enumerate(steps):
         for side, items, mult in (("l", left, 2), ("r", right, 3)):
             for k, sec in items:
-                rows[side].append({"row_id": rid, "arrival_ms": i * 1000, "commit_version": i,
+                rows[side].append({"row_id": rid, ARRIVAL_MS: i * 1000, VERSION: i,
                                    "k": k, "ts": int(round(sec * 1_000_000)),
                                    "v": None if k is None else k * mult})
                 rid += 1
     arrivals = {}
     for s, recs in rows.items():
-        df = pd.DataFrame(recs, columns=["row_id", "arrival_ms", "commit_version", "k", "ts",
+        df = pd.DataFrame(recs, columns=["row_id", ARRIVAL_MS, VERSION, "k", "ts",
                                          "v"])
-        df = df.astype({"row_id": "int64", "arrival_ms": "int64", "commit_version": "int64",
+        df = df.astype({"row_id": "int64", ARRIVAL_MS: "int64", VERSION: "int64",
                         "ts": "int64", "k": "Int64", "v": "Int64"})
         df["ts"] = pd.to_datetime(df["ts"], unit="us", utc=True).astype("datetime64[us, UTC]")
         arrivals[s] = df
@@ -551,9 +551,10 @@ def test_equal_keys_produce_the_cross_product() -> None:
     ("true", 0, 0, [(2, 2, 5, 5)]), ("false", 11_000, 2, [])])
 def test_late_rows_use_previous_batch_watermark_unless_allow_multiple_false(
         allow_multiple: str, late_wm: int, dropped: int, joined: list[Any]) -> None:
-    # rule (engine §3): late rows are filtered with the previous batch's watermark (two-batch
-    # lag: rows at 5 s are still admitted when W is already 11 s; they join, the right row is not
-    # stored and the left one is evicted at once); with allowMultiple=false both are W_N
+    # rule (docs/semantics.md §2.3): late rows are filtered with the previous batch's watermark
+    # (two-batch lag: rows at 5 s are still admitted when W is already 11 s; they join, the
+    # right row is not stored and the left one is evicted at once); with allowMultiple=false
+    # both are W_N
     steps = [(ints(21), ints(22)), ([(2, 5)], [(2, 5)])]
     r = join_run(steps, "inner", pace="backlog",
                  spark_conf={"spark.sql.streaming.statefulOperator.allowMultiple":
@@ -767,8 +768,8 @@ def test_output_columns_keep_their_types_and_null_padding(explain: bool) -> None
         n = len(keys)
         df = pd.DataFrame({
             "row_id": np.arange(row0, row0 + n, dtype=np.int64),
-            "arrival_ms": np.array(arrival_ms, dtype=np.int64),
-            "commit_version": np.arange(n, dtype=np.int64),
+            ARRIVAL_MS: np.array(arrival_ms, dtype=np.int64),
+            VERSION: np.arange(n, dtype=np.int64),
             "k": np.array(keys, dtype=np.int64),
             "f": pd.array([1.5, None, 2.5, 3.5][:n], dtype="Float64"),
             "x": np.array([np.nan, 1.0, np.nan, 2.0][:n]),  # (numpy: a NaN is a NaN)
@@ -834,8 +835,8 @@ def test_float_keys_match_nan_with_nan_and_zero_with_minus_zero(jtype: str, expl
     def side(row0: int, keys: pd.arrays.FloatingArray) -> pd.DataFrame:
         n = len(keys)  # the last row comes a second later, a minute on: the others leave
         df = pd.DataFrame({"row_id": np.arange(row0, row0 + n, dtype=np.int64),
-                           "arrival_ms": np.r_[np.zeros(n - 1), 1000].astype(np.int64),
-                           "commit_version": np.r_[np.zeros(n - 1), 1].astype(np.int64),
+                           ARRIVAL_MS: np.r_[np.zeros(n - 1), 1000].astype(np.int64),
+                           VERSION: np.r_[np.zeros(n - 1), 1].astype(np.int64),
                            "k": keys})
         secs = np.r_[np.arange(1, n), 60]
         df["ts"] = pd.to_datetime(secs * 1_000_000, unit="us", utc=True

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from semantics.predict import predict
-from semantics.schedule import cut
+from semantics.schedule import ARRIVAL_MS, VERSION, cut
 from semantics.spec import BatchBy, parse_spec
 
 AGGS = {"n": "count(*)", "c": "count(v)", "cn": "count(ni)", "s": "sum(v)", "sn": "sum(ni)",
@@ -39,8 +39,8 @@ def _rows(n: int, seed: int) -> pd.DataFrame:
     ts = 1_700_000_000_000_000 + np.arange(n) * 100_000 - r.integers(0, 60_000_000, n)
     return pd.DataFrame({
         "row_id": np.arange(n, dtype=np.int64) * 2 + seed,
-        "arrival_ms": np.arange(n, dtype=np.int64) * 100,
-        "commit_version": np.arange(n, dtype=np.int64) // 200,
+        ARRIVAL_MS: np.arange(n, dtype=np.int64) * 100,
+        VERSION: np.arange(n, dtype=np.int64) // 200,
         "id": r.integers(0, n // 2, n), "k": r.integers(0, 40, n), "v": r.integers(0, 9, n),
         "ni": pd.array(np.where(r.random(n) < 0.1, None, r.integers(0, 9, n)), dtype="Int64"),
         "f": r.random(n),

@@ -1,5 +1,5 @@
 """Randomised cross-check: the vectorised operators against naive row-by-row models of the same
-Spark rules (spark-watermark-semantics.md §4, §5.1–5.4). The watermarks each batch ran with are
+Spark rules (docs/semantics.md §3, §4.1–§4.3). The watermarks each batch ran with are
 taken from the prediction's own report, so this checks the operators, not the engine.
 """
 

@@ -40,7 +40,7 @@ SURPRISE = {
 
 @pytest.mark.parametrize("case", sorted(SURPRISE))
 def test_backlog_vs_live_changes_what_is_dropped(spark, tmp_path, case):
-    # Reference §3 "surprising consequence": window 5 s, delay 10 s, commits [15] then [3].
+    # docs/semantics.md §2.3, a continuous replay: window 5 s, delay 10 s, commits [15] then [3]
     # b0 (tick 0): W=0; window [15,20) stored. After: W = 15 - 10 = 5 s.
     # backlog: b1 (tick 1) runs with late = W0 = 0, evict = W1 = 5000: row 3 -> [0,5) is not
     #   late (5 <= 0 false), stored and evicted at once (5 <= 5) -> emitted (0,5,1).

@@ -2,7 +2,7 @@
 
 Join: imp.ts BETWEEN clk.ts - 5 s AND clk.ts (a click up to 5 s after the impression), key ad,
 both sides watermarked 2 s, global policy min, live pace (data tick, idle tick, ...).
-State watermarks (ref §5.5, inclusive bounds subtract 1 ms): left (imp) = W - 5001,
+State watermarks (docs/semantics.md §4.4, inclusive bounds subtract 1 ms): left (imp) = W - 5001,
 right (clk) = W - 1.
 
   t0: imp r0 (ad1,10) r1 (ad2,11)     t2: clk r2 (ad1,12)
@@ -38,7 +38,7 @@ MATCH = (1, 0, 1, 10.0, 2, 1, 12.0)  # batch 1: imp r0 joined with clk r2
 NULL_R1 = (5, 1, 2, 11.0, None, None, None)  # batch 5: imp r1 null-padded
 
 # join type -> (emitted rows, numRowsRemoved in b5: inner/semi both sides, left outer = right
-# side only, right outer = left side only, full outer = 0 (ref §5.5.7))
+# side only, right outer = left side only, full outer = 0 (docs/semantics.md §4.4))
 EXPECTED = {
     "inner": ([MATCH], 3),
     "left_outer": ([MATCH, NULL_R1], 1),

@@ -196,3 +196,56 @@ def test_stored_rows_parse_back_as_json_loads_makes_them(monkeypatch) -> None:
     got = results.parsed_rows(pa.chunked_array([pa.array(texts)]))
     assert np.isnan(got["f"].to_numpy()).tolist() == frame["f"].isna().tolist()
     assert got["g"].isna().tolist() == frame["g"].isna().tolist()
+
+
+def test_a_rerun_replaces_the_slots_run_whatever_its_run_id(tmp_path: Path) -> None:
+    # the store keeps the newest run of each (backtest, candidate, side): a rerun after the spec
+    # or data changed (a new run id) replaces the old rows instead of adding beside them
+    from deltalake import DeltaTable
+
+    spec = spec_of({"kind": "deduplication", "keys": ["i"]})
+    store = ResultsStore(tmp_path)
+
+    def run(n: int) -> RunResult:
+        return RunResult("c", pd.DataFrame({"batch_id": range(n), "input_rows_events": 1}),
+                         pd.DataFrame({"batch_id": range(n), "i": range(n)}))
+
+    store.write(spec, "c", "old", "predicted", run(3))
+    store.write(spec, "c", "old", "actual", run(3))
+    store.write(spec, "c", "new", "predicted", run(5))
+    store.write(spec, "c", "new", "predicted", run(5))  # (same run id: idempotent)
+    runs = store.runs("t", "c")
+    assert sorted(zip(runs["side"], runs["run_id"], strict=True)) == [("actual", "old"),
+                                                                      ("predicted", "new")]
+    assert store.batches("t", "c", side="predicted")["batch_id"].tolist() == list(range(5))
+    assert len(store.outputs("t", "c", "new", "predicted")) == 5
+    assert store.outputs("t", "c", "old", "predicted").empty
+    for table, n in (("runs", 2), ("batch_reports", 8), ("outputs", 8)):
+        raw = DeltaTable(str(tmp_path / table)).to_pandas()
+        assert len(raw) == n and raw["write_id"].nunique() == 2, table
+
+
+def test_tables_written_before_write_ids_read_and_are_replaced(tmp_path: Path) -> None:
+    # a results folder of the store before write ids: its runs read as before, and the next
+    # write of a slot adds the column and replaces them
+    from deltalake import DeltaTable, write_deltalake
+
+    spec = spec_of({"kind": "deduplication", "keys": ["i"]})
+    new, old = tmp_path / "new", tmp_path / "old"
+    frame = pd.DataFrame({"batch_id": [0, 0, 1], "i": [1, 2, 3]})
+    result = RunResult("c", pd.DataFrame({"batch_id": [0, 1], "input_rows_events": 2}), frame)
+    ResultsStore(new).write(spec, "c", "r1", "predicted", result)
+    ResultsStore(new).write(spec, "d", "r1", "predicted", result)
+    for table in ("runs", "batch_reports", "outputs"):
+        raw = DeltaTable(str(new / table)).to_pyarrow_table().drop_columns(["write_id"])
+        write_deltalake(str(old / table), raw)
+    store = ResultsStore(old)
+    assert sorted(store.runs("t")["candidate"]) == ["c", "d"]
+    assert store.batches("t", "c")["batch_id"].tolist() == [0, 1]
+    assert store.outputs("t", "c", "r1", "predicted")["i"].tolist() == [1, 2, 3]
+    store.write(spec, "c", "r2", "predicted", RunResult("c", result.batches, frame.iloc[:1]))
+    assert store.outputs("t", "c", "r2", "predicted")["i"].tolist() == [1]
+    assert store.outputs("t", "d", "r1", "predicted")["i"].tolist() == [1, 2, 3]
+    raw = DeltaTable(str(old / "outputs")).to_pandas()
+    assert sorted(zip(raw["candidate"], raw["run_id"], strict=True)) == [
+        ("c", "r2"), ("d", "r1"), ("d", "r1"), ("d", "r1")]

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from semantics.errors import DataError, SpecError
 from semantics.history import plan
+from semantics.schedule import ADD_INDEX, ARRIVAL_MS, VERSION
 from semantics.spec import parse_spec
 from tests.deltas import ts, write_commits
 
@@ -46,7 +47,7 @@ def test_backlog_one_commit_per_tick_then_one_idle_tick(tmp_path, three_commits)
     assert [t.idle for t in s.ticks] == [False, False, False, True]
     assert ticks_of(s) == [[1], [2, 3], [4], []]
     assert s.rows["clicks"]["row_id"].tolist() == [0, 1, 2, 3]
-    assert s.rows["clicks"]["commit_version"].tolist() == [0, 1, 1, 2]
+    assert s.rows["clicks"][VERSION].tolist() == [0, 1, 1, 2]
     assert str(s.rows["clicks"]["ts"].dtype) == "datetime64[us, UTC]"
 
 
@@ -84,14 +85,14 @@ def test_files_n_cuts_by_data_files_as_max_files_per_trigger(tmp_path: Path) -> 
     want = [sorted(ids_of_file[0] + ids_of_file[1]), sorted(ids_of_file[2] + ids_of_file[3]),
             sorted(ids_of_file[4] + ids_of_file[5]), []]
     assert [sorted(t) for t in ticks_of(s)] == want
-    assert s.rows["clicks"]["add_index"].tolist() == sorted(s.rows["clicks"]["add_index"])
+    assert s.rows["clicks"][ADD_INDEX].tolist() == sorted(s.rows["clicks"][ADD_INDEX])
     s = plan(spec_for(tmp_path, {"files": 4}))  # the second batch starts inside commit 1
     assert [sorted(t) for t in ticks_of(s)] == [
         sorted(sum(ids_of_file[:4], [])), sorted(sum(ids_of_file[4:], [])), []]
     # three files per commit: files 3 and commits 1 cut alike
     assert ticks_of(plan(spec_for(tmp_path, {"files": 3}))) == \
         ticks_of(plan(spec_for(tmp_path, {"commits": 1})))
-    assert "add_index" not in s.data_columns["clicks"]
+    assert ADD_INDEX not in s.data_columns["clicks"]
 
 
 def test_bytes_cut_as_max_bytes_per_trigger(tmp_path: Path) -> None:
@@ -215,7 +216,7 @@ def test_commit_times_are_made_increasing_as_deltas_history_does(tmp_path: Path)
     assert times == [5_000, 4_000, 9_000]
     s = plan(spec_for(tmp_path, {"commits": 1}))
     assert ticks_of(s) == [[1], [2], [3], []]
-    assert s.rows["clicks"]["arrival_ms"].tolist() == [5_000, 5_001, 9_000]
+    assert s.rows["clicks"][ARRIVAL_MS].tolist() == [5_000, 5_001, 9_000]
 
 
 def test_two_sources_merge_by_commit_time(tmp_path: Path) -> None:
@@ -314,7 +315,7 @@ def test_a_commit_that_removes_rows_stops_the_stream_unless_skipped(tmp_path,
     assert "version 3 (DELETE)" in e.value.expected and "skipChangeCommits" in e.value.expected
     s = plan(spec_for(tmp_path, {"commits": 1}, skip_change_commits=True))
     assert ticks_of(s) == [[1], [2, 3], [4], [5], []]  # not [3] again
-    assert s.rows["clicks"]["commit_version"].tolist() == [0, 1, 1, 2, 4]
+    assert s.rows["clicks"][VERSION].tolist() == [0, 1, 1, 2, 4]
     # a version range without the change needs no option
     assert ticks_of(plan(spec_for(tmp_path, {"commits": 1}, versions=[0, 2]))) == \
         [[1], [2, 3], [4], []]
@@ -474,7 +475,7 @@ def test_row_ids_repeated_across_sources_are_refused() -> None:
     from semantics.spec import BatchBy
 
     def rows(ids: list[int], version: list[int]) -> pd.DataFrame:
-        return pd.DataFrame({"row_id": ids, "arrival_ms": version, "commit_version": version,
+        return pd.DataFrame({"row_id": ids, ARRIVAL_MS: version, VERSION: version,
                              "ts": pd.to_datetime(ids, unit="s", utc=True)})
 
     ok = cut("t", {"a": rows([0, 2], [0, 1]), "b": rows([1, 3], [0, 1])}, {"a": "ts", "b": "ts"},

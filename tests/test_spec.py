@@ -99,9 +99,21 @@ def test_bad_durations_are_rejected(bad: object) -> None:
     # append aggregation without a watermark
     (("current: {watermark: {clicks: 10 minutes}}", "current: {}"),
      "candidates.current.watermark", "append output mode"),
-    # an object-store URI: not read (yet), said before anything runs
-    (("table: data/clicks,", "table: s3://bucket/clicks,"), "sources.clicks.table",
-     "a local path or file:// URI"),
+    # an object store other than S3: not read, said before anything runs
+    (("table: data/clicks,", "table: gs://bucket/clicks,"), "sources.clicks.table",
+     "a local path, file:// URI or s3:// URI"),
+    # credentials never come from a spec
+    (("table: data/clicks,", "table: s3://lake/clicks, storage_options: "
+      "{AWS_SECRET_ACCESS_KEY: abc},"), "sources.clicks.storage_options",
+     "AWS_SECRET_ACCESS_KEY is a credential: credentials come from the environment"),
+    (("table: data/clicks,", "table: s3://lake/clicks, storage_options: "
+      "{AWS_ENDPOINT_URL: 'http://me:pw@127.0.0.1:9000'},"), "sources.clicks.storage_options",
+     "a URL without user or password"),
+    (("table: data/clicks,", "table: s3://lake/clicks, storage_options: {AWS_BUCKET: x},"),
+     "sources.clicks.storage_options", "not an option a spec may set; expected one of: "
+     "AWS_ENDPOINT_URL, AWS_REGION, AWS_ALLOW_HTTP"),
+    (("table: data/clicks,", "table: data/clicks, storage_options: {AWS_REGION: eu-west-1},"),
+     "sources.clicks", "storage_options apply to s3:// tables only"),
     # a semantic Spark setting we do not model
     (("expect:", "spark_conf: {spark.sql.streaming.stateStore.formatValidation.enabled: "
       "false}\nexpect:"), "spark_conf.spark.sql.streaming.stateStore.formatValidation.enabled",

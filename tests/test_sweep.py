@@ -14,7 +14,7 @@ from jobs.cli import main
 from jobs.sweep import knee_index, memory, parse_delays
 from semantics.metrics import reference_columns
 from semantics.predict import predict
-from semantics.schedule import cut
+from semantics.schedule import ARRIVAL_MS, VERSION, cut
 from semantics.spec import BatchBy, parse_spec
 from tests.deltas import write_commits
 from tests.predict_kit import assert_same_rows
@@ -142,8 +142,8 @@ def _two_sources() -> Any:
         n = 60
         frames[s] = pd.DataFrame({
             "row_id": np.arange(n, dtype=np.int64) * 2 + i,
-            "arrival_ms": np.arange(n, dtype=np.int64) * 100,
-            "commit_version": np.arange(n, dtype=np.int64) // 6,
+            ARRIVAL_MS: np.arange(n, dtype=np.int64) * 100,
+            VERSION: np.arange(n, dtype=np.int64) // 6,
             "k": rng.integers(0, 4, n),
             "v": rng.integers(0, 9, n),
             "ts": (pd.Timestamp(0, tz="UTC") + pd.to_timedelta(

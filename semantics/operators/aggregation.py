@@ -1,6 +1,6 @@
 """Streaming aggregation: Spark's ``StateStoreRestoreExec`` → merge → ``StateStoreSaveExec``.
 
-Rules (spark-watermark-semantics.md §4, §5.1, §6), per batch:
+Rules (docs/semantics.md §3, §4.1, §5), per batch:
 
 1. window assignment exactly as ``TimeWindowing`` (a row of a sliding window joins several
    groups), then partial aggregation: one row per group (keys + window) per batch (counts, sums,
@@ -89,16 +89,11 @@ from semantics.operators.window_grid import WindowGrid, merge, span_rows
 from semantics.operators.windows import assign_windows, last_starts
 from semantics.report import operator_name
 from semantics.schedule import ROW_ID, Schedule
+from semantics.spark_conf import ALLOW_MULTIPLE, spark_bool
 from semantics.spec import AggregationQuery, BacktestSpec
+from semantics.tuning import AT_ONCE_ROWS_PER_KEY, GRID_FLOOR
 
 NEVER = np.iinfo(np.int64).max
-# a state grid may hold this many cells more than 4× the groups of the state and the batch
-GRID_FLOOR = 1 << 16
-# rows per batch and key tuple below which a run is computed at once (``run_all``). Measured
-# (bench/predict.py streams of 1 M rows, 1 000 keys): at 2 rows per key a batch, at once
-# takes 0.6× (tumbling) to 0.2× (sliding) the time of stepping; at 5 about the same; at 20
-# stepping takes 0.5×-0.8×
-AT_ONCE_ROWS_PER_KEY = 4
 
 
 @dataclass(frozen=True)
@@ -196,8 +191,7 @@ class AggregationOperator:
                                                        frame, schedule.decimals.get(q.source))
         et = spec.sources[q.source].event_time
         conf = spec.conf(candidate)
-        allow_multiple = str(conf.get("spark.sql.streaming.statefulOperator.allowMultiple",
-                                      "true")).lower() == "true"
+        allow_multiple = spark_bool(conf.get(ALLOW_MULTIPLE, True), ALLOW_MULTIPLE, spec.path)
         self.window = q.window
         self.duration_us = q.window.duration.us if q.window else 0
         self.slide_us = q.window.slide_us if q.window else 0

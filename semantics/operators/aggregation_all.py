@@ -28,8 +28,8 @@ groups' values are folded batch by batch in batch order, as the state merges the
 
 Grids cost keys × windows: a range of keys whose grid would be mostly empty (a long tail of
 keys, each in a few of many windows) sorts its pairs by group instead (:func:`_sorted_part`,
-cost in the pairs; trial nu30, 200 000 rows over 200 000 keys in 10-minute windows sliding
-by a minute: 0.26 s where stepping took 1.4 s).
+cost in the pairs, not in keys × windows: such a run is computed at once several times
+faster than stepped; docs/benchmarks-archive.md, the twenty-ninth pass).
 
 Invariants: group ids are exact and window-major (``keys.KeyCoder``: id = window digit ·
 ``minor`` + key digit); window ends grow with the digit, so the groups a batch emits are whole
@@ -58,8 +58,8 @@ from semantics.operators.grouping import (
 )
 from semantics.operators.sliding import differences, late_pairs, spread, window_cells
 from semantics.parallel import map_parts
-
-CHUNK = 1 << 18  # rows computed at once, at most (about: a range of keys' rows)
+from semantics.tuning import KEY_RANGE_ROWS as CHUNK
+from semantics.tuning import PAIRS_AT_ONCE
 
 
 @dataclass(frozen=True)
@@ -254,9 +254,6 @@ def _part(rows: _Rows, m: int, k0: int, minor: int, base: int, e_row: np.ndarray
             arrays.append(st.fold([st.partial(v, how)], lo_d, rows_p)[0][k[out], row[out]])
     return _Part(_groups_per_batch(st, n_b, budget), made, removed,
                  (row[out] + lo_d) * minor + k[out] + k0, pairs[at[out]], tuple(arrays), e[out])
-
-
-PAIRS_AT_ONCE = 1 << 24  # pairs a range of keys sorts at once, at most (else it steps)
 
 
 def _sorted_part(rows: _Rows, m: int, k0: int, minor: int, base: int, e_row: np.ndarray,

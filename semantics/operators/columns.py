@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from semantics.parallel import map_parts, row_parts
+from semantics.tuning import MIN_MAX_PART, THREAD_RANGE_ROWS
 
 INT_KINDS = ("int", "bool", "datetime")
 
@@ -122,13 +123,10 @@ def check_key_columns(path: str, field: str, source: str, frame: pd.DataFrame,
                             "values: array, map and struct keys are not modelled)")
 
 
-MIN_MAX_PART = 1 << 16  # values whose minimum and maximum are taken together (min_max)
-
-
 def min_max(a: np.ndarray) -> tuple[int, int]:
     """``(int(a.min()), int(a.max()))`` of a non-empty int array, part by part: each part's
     maximum is read from the cache its minimum brought it into (one pass over memory, not
-    two: 10 M values 7-8 against 10-12 ms); past 2**20 values, each thread one range of them.
+    two); past 2**20 values, each thread one range of them.
 
     >>> min_max(np.array([4, -2, 9, 0]))
     (-2, 9)
@@ -145,7 +143,7 @@ def min_max(a: np.ndarray) -> tuple[int, int]:
             highs.append(part.max())
         return int(min(lows)), int(max(highs))
 
-    got = map_parts(one, row_parts(len(a), 1 << 20))  # (a range of values per thread)
+    got = map_parts(one, row_parts(len(a), THREAD_RANGE_ROWS))  # (a range of values per thread)
     return min(lo for lo, _ in got), max(hi for _, hi in got)
 
 
@@ -166,7 +164,7 @@ def values_of(s: pd.Series) -> Values:
     """Flatten a pandas column (any dtype) into :class:`Values`."""
     kind = kind_of(s.dtype)
     if kind in ("int", "bool"):
-        # (a numpy int or bool column holds no NULL: no pass for ``hasnans``, 15 ms at 10 M)
+        # (a numpy int or bool column holds no NULL: no pass for ``hasnans``)
         null = None if isinstance(s.dtype, np.dtype) or not s.hasnans else s.isna().to_numpy()
         data = s.to_numpy(dtype=np.int64, na_value=0) if null is not None else \
             s.to_numpy().astype(np.int64, copy=False)
@@ -278,7 +276,7 @@ _UTC_US = pd.DatetimeTZDtype("us", "UTC")
 def timestamps(us: np.ndarray, name: str | None = None) -> pd.Series:
     """µs since the epoch -> ``datetime64[us, UTC]`` (window and session bounds)."""
     raw = np.ascontiguousarray(us, dtype=np.int64).view("datetime64[us]")
-    try:  # zero-copy construction (pandas 2.x); the public path below is ~100x slower
+    try:  # zero-copy construction (pandas 2.x); the public path below copies and checks
         arr = pd.arrays.DatetimeArray._simple_new(raw, dtype=_UTC_US)
     except (AttributeError, TypeError):  # pragma: no cover - other pandas versions
         return pd.Series(raw, name=name).dt.tz_localize("UTC")

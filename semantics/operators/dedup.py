@@ -1,7 +1,7 @@
 """Streaming deduplication: ``dropDuplicates`` (``StreamingDeduplicateExec``) and
 ``dropDuplicatesWithinWatermark`` (``StreamingDeduplicateWithinWatermarkExec``).
 
-Rules (spark-watermark-semantics.md §5.2, §5.3, §6), per batch:
+Rules (docs/semantics.md §4.2, §5), per batch:
 
 1. late filter on the event-time column — also when it is not a key: a row with
    ``event_time <= late wm`` (µs vs ms·1000, inclusive) is dropped and counted in
@@ -137,8 +137,8 @@ class DedupOperator:
         integer-like column is its own tag (its :func:`values_of`); a string column's tag is
         Python's hash of each string (equal strings, equal tags; rows of equal tags are
         compared on the strings too): one pass over the strings, where key ids would code
-        every distinct one (the bench's stream with string ids and whole-ms event times, 1 M
-        rows: 233 ms, 691 by key ids). None when a column is neither or holds a NULL."""
+        every distinct one, which costs several times more (docs/benchmarks-archive.md, the
+        thirty-first pass). None when a column is neither or holds a NULL."""
         tags, exact = [], []
         for k in self.keys:
             if k == self.et:

@@ -6,10 +6,10 @@ again from memory, and numpy's bounds-checked gather (``a[positions]``) checks e
 each thread takes a range of the positions and gathers them ``GATHER_PART`` at a time for every
 column: a part's positions are read from memory once and from the cache for the other columns;
 they are checked once a part, then gathered without a check per element
-(``np.take(mode="clip")``). Measured here (2 cores): 10 M rows, 5 int64 columns at 99 % of the
-positions (dedup's output) 110-118 against 62-66 ms; 5 M sorted random positions of 11
-columns 71-76 against 59-64 ms. A join's output gains nothing: its positions jump about
-within a window of batches (key range after key range), and each gather waits on memory.
+(``np.take(mode="clip")``). Outputs whose positions are nearly sorted (dedup's) gain most
+(docs/benchmarks-archive.md, the twenty-fifth pass). A join's output gains nothing: its
+positions jump about within a window of batches (key range after key range), and each gather
+waits on memory.
 
 Invariant: for positions ``0 .. len - 1``, :func:`gather` returns what
 ``[a[positions] for a in arrays]`` returns (and :func:`take_arrays` what ``a.take(positions)``
@@ -26,11 +26,9 @@ import numpy as np
 import pandas as pd
 
 from semantics.parallel import map_parts, row_parts
+from semantics.tuning import GATHER_PART, THREADS_PAST
 
-GATHER_PART = 1 << 17  # positions gathered at once for every column (they stay cached)
 KINDS = "biufcmM"  # numpy kinds gathered by parts (objects: numpy's own gather)
-THREADS_PAST = 1 << 16  # positions past which each thread takes a range of them (a join of
-# 1 M rows: 106-114 against 94-105 ms)
 
 
 def gather(arrays: Sequence[np.ndarray], positions: np.ndarray, pad: bool = False
@@ -90,7 +88,7 @@ def numpy_data(values: Any) -> np.ndarray | None:
         return values
     if isinstance(values, pd.arrays.NumpyExtensionArray):
         # (its array as is: ``to_numpy`` looks for nulls first, one Python call per value of
-        # an object column, 40 ms a million strings)
+        # an object column)
         return np.asarray(values)
     if isinstance(values, pd.arrays.DatetimeArray):
         return values.view("i8")

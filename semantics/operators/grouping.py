@@ -11,6 +11,16 @@ import pandas as pd
 
 from semantics.operators.gather import take_arrays
 from semantics.parallel import map_parts, row_parts, threads
+from semantics.tuning import (
+    DISTINCT_SAMPLE,
+    HASH_PART,
+    MASK_RATIO,
+    SPLIT_BLOCK,
+    SPLIT_PARTS,
+    SPLIT_SORT,
+    THREAD_RANGE_ROWS,
+    WORDS_PART,
+)
 
 
 def group(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -45,7 +55,7 @@ def group(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def divmod_by(a: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
     """``(a // m, a % m)`` for an int64 array and an int ``m > 0``: numpy divides by a scalar
-    through libdivide, about 3x faster than its ``%`` (20 000 values: 16 against 57 µs).
+    through libdivide, several times faster than its ``%``.
 
     >>> [x.tolist() for x in divmod_by(np.array([-7, 0, 7]), 5)]
     [[-2, 0, 1], [3, 0, 2]]
@@ -55,8 +65,8 @@ def divmod_by(a: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def count_distinct(ids: np.ndarray, grouped: bool = False) -> int:
-    """How many distinct values ``ids`` holds (a sort: for few ids, ~10× cheaper than
-    :func:`group` or ``np.unique`` at 1 200 ids spread over a wide range; ``grouped``: equal
+    """How many distinct values ``ids`` holds (a sort: for few ids, much cheaper than
+    :func:`group` or ``np.unique`` of ids spread over a wide range; ``grouped``: equal
     values are already adjacent, as in a sorted state, and no sort is needed).
 
     >>> count_distinct(np.array([7, 3, 7, 9])), count_distinct(np.array([3, 3, 9]), grouped=True)
@@ -70,8 +80,8 @@ def count_distinct(ids: np.ndarray, grouped: bool = False) -> int:
 
 def distinct(a: np.ndarray) -> np.ndarray:
     """The distinct values of ``a``, ascending: ``np.unique(a)`` by a sort. numpy 2.4's
-    ``np.unique`` of integers goes through a hash table that costs 20-50× a sort on values
-    spread over a wide range (100 000 values: 26 against 1 ms; 1 M: 680 against 14 ms).
+    ``np.unique`` of integers goes through a hash table that costs many times a sort on values
+    spread over a wide range.
 
     >>> distinct(np.array([7, 3, 7, 9])).tolist()
     [3, 7, 9]
@@ -147,10 +157,6 @@ def first_occurrences(ids: np.ndarray, with_of: bool = True,
     return ~later, repeats, np.flatnonzero(~later)[codes[repeats]]
 
 
-SPLIT_SORT = 1 << 20  # words past which a sort goes in two halves, in threads
-HASH_PART = 1 << 20  # ids per hash table past which it leaves the caches, about
-SAMPLE = 1 << 16  # ids sampled to tell many distinct ids from a few often repeated
-WORDS_PART = 1 << 15  # packed words built at once (a part's passes stay in the cache)
 _FIB = np.uint64(0x9E3779B97F4A7C15)  # odd: multiplying by it permutes 64-bit values
 
 
@@ -161,12 +167,12 @@ def _later_occurrences(ids: np.ndarray, bounds: tuple[int, int] | None = None
     One pandas hash table (``duplicated``) is fastest while few of the ids are new to it: a
     lookup is cheap, an insertion into a table past ~``HASH_PART`` entries is not (pandas sizes
     the table for at most 2**20 ids; then it grows, and leaves the caches). So when a sample of
-    ``SAMPLE`` ids (evenly spaced) repeats less often than ``T = max(HASH_PART / 2, n / 4)``
-    distinct ids would make it (about ``SAMPLE**2 / 2T`` repeats), the ids are sorted instead
-    (:func:`_later_by_sort`). Measured here (2 cores), one table against the sort: 10 M
-    distinct ids 960 against 150 ms (hashed in 64 parts, in threads: 340 ms); 1 M distinct
-    19 against 11 ms; 10 M ids of 1 M 105 ms against 220 ms. (Ids repeated next to each
-    other look distinct to the sample: sorted, at most about twice the time of one table.)
+    ``DISTINCT_SAMPLE`` ids (evenly spaced) repeats less often than ``T = max(HASH_PART / 2,
+    n / 4)`` distinct ids would make it (about ``DISTINCT_SAMPLE**2 / 2T`` repeats), the ids
+    are sorted instead (:func:`_later_by_sort`): with many distinct ids the sort wins by far,
+    with many repeats the table does (docs/benchmarks-archive.md, the twentieth pass). (Ids
+    repeated next to each other look distinct to the sample: sorted, at most about twice the
+    time of one table.)
 
     >>> _later_occurrences(np.array([4, 4, -1, 4, -1])).tolist()
     [False, True, False, True, True]
@@ -181,7 +187,7 @@ def _later_by_sort(ids: np.ndarray, bounds: tuple[int, int] | None = None) -> np
     """:func:`_later_occurrences` by one sort of 64-bit words ``id bits << p | position``
     (``p``: bits of the positions), so equal ids are adjacent, positions ascending, and every
     element of a run but the first is a later occurrence. numpy sorts plain 64-bit values with
-    SIMD, about 6× faster than it argsorts them (10 M: 75 against 540 ms here).
+    SIMD, several times faster than it argsorts them.
 
     The id bits are ``id - min`` when the ids span fewer than ``64 - p`` bits (exact), else the
     top ``64 - p`` bits of the id times an odd constant (a multiplicative hash): equal ids are
@@ -242,8 +248,8 @@ def continued(w: np.ndarray, low: np.uint64) -> np.ndarray:
 
 def _many_distinct(ids: np.ndarray) -> bool:
     """Whether ``ids`` likely hold more than ``max(HASH_PART / 2, len(ids) / 4)`` distinct ids,
-    from the repeats in an evenly spaced sample of about ``SAMPLE`` of them."""
-    sample = ids[::max(1, len(ids) // SAMPLE)]
+    from the repeats in an evenly spaced sample of about ``DISTINCT_SAMPLE`` of them."""
+    sample = ids[::max(1, len(ids) // DISTINCT_SAMPLE)]
     many = max(HASH_PART // 2, len(ids) // 4)
     repeats = int(pd.Series(sample, copy=False).duplicated().sum())
     return repeats < len(sample) ** 2 / (2 * many)
@@ -258,7 +264,7 @@ def by_part(part: np.ndarray, n_parts: int) -> tuple[np.ndarray, np.ndarray]:
     >>> [p.tolist() for p in np.split(order, cuts)]
     [[1, 3], [4], [0, 2], []]
     """
-    # one radix pass over 8-bit parts, two over 16-bit (10 M rows in 38 parts: 54 / 73 ms)
+    # one radix pass over 8-bit parts, two over 16-bit
     small = part.astype(np.uint8) if n_parts <= 1 << 8 else \
         part.astype(np.uint16) if n_parts <= 1 << 16 else part
     order = np.argsort(small, kind="stable")
@@ -276,8 +282,8 @@ class Split:
     :meth:`arranged` puts an array's values in part order by *scattering* the array once (one
     sequential read, a sequential write stream per part) rather than gathering each part's
     positions from it (each part's gather, spread over the whole array, touches nearly all of
-    its cache lines): five arrays of 5 M rows in 38 parts, 58 ms against 286 ms here (the
-    inverse costs one more scatter, 32 ms, once for all arrays).
+    its cache lines), several times cheaper for a few dozen parts (the inverse costs one more
+    scatter, once for all arrays).
 
     >>> s = Split.of(np.array([1, 0, 1, 0]), 2)
     >>> s.order.tolist(), s.bounds.tolist(), s.arranged(np.array([4, 5, 6, 7])).tolist()
@@ -301,11 +307,6 @@ class Split:
         out = np.empty(len(a), dtype=a.dtype)
         out[self.dest] = a
         return out
-
-
-SPLIT_BLOCK = 1 << 15  # rows arrange_rows sorts at once, past which it goes block by block
-SPLIT_PARTS = 1 << 11  # parts it splits block by block, at most (a block's run of a part:
-# 16 rows on average)
 
 
 def split_rows(part: np.ndarray, n_parts: int, arrays: Sequence[np.ndarray]
@@ -381,8 +382,8 @@ def _arrange_blocks(part: np.ndarray, n_parts: int, arrays: Sequence[np.ndarray]
             d = np.repeat(run[k], counts[k])
             d += np.arange(len(o), dtype=np.int64)  # the places of the block's sorted rows
             # (the block's values in that order, gathered in the cache, then written in runs
-            # of neighbouring places: 2-3 % less for a 10 M join than writing the rows as
-            # they come, to the places of their parts in turn)
+            # of neighbouring places: less than writing the rows as they come, to the places
+            # of their parts in turn)
             for a, out in zip(arrays, outs, strict=True):
                 out[d] = a[i:i + len(o)][o]
             o += i
@@ -542,11 +543,6 @@ def ranges(start: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return out
 
 
-# merge_positions gives a's places as a mask when a is at least this many times longer than b
-# (measured: masks win from ~15x, positions below)
-MASK_RATIO = 16
-
-
 def merge_positions(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Where the elements of sorted ``a`` and sorted ``b`` land in their sorted merge (``a``
     first on ties): ``(pa, pb)``, ``pb`` the positions of ``b``'s elements and ``pa`` those of
@@ -639,7 +635,7 @@ def by_key_then_time(ids: np.ndarray, t: np.ndarray
     """``(order, ids[order], t[order])``, ``order`` as :func:`order_by_id_then_time` (stable
     by (id, t)), for rows mostly in time order (a stream's rows in arrival order): by one
     sort of packed words when (id, time, position) fit 64 bits (:func:`_packed_order`, about
-    twice as fast as the rest here: 131 000 rows of a join's key range 1.5 against 2.9 ms);
+    twice as fast as the rest on a join's key range);
     else ids of a range below 2^32 are put in order by numpy's radix sort (two stable passes
     over 16-bit digits), which keeps each id's rows in position order, nearly sorted by
     time; a stable sort (timsort, near linear on such runs) of the packed (id rank, time)
@@ -742,8 +738,8 @@ def _packed_order(v: np.ndarray, size: int | None = None) -> np.ndarray:
     sort of the words ``v << p | position`` (``p``: the positions' bits). numpy sorts plain
     values with SIMD, several times faster than it argsorts them, and twice as many 32-bit
     ones at once: ``size`` (the values lie below it, when the caller knows) gives 32-bit words
-    when they fit (130 000 values below 512: 0.6-0.9 against 1.3-2.3 ms for numpy's stable
-    radix argsort; 3 M of them in one thread 23 against 40 ms for 64-bit words in two); else
+    when they fit (faster than numpy's stable radix argsort of small values, and in one
+    thread than 64-bit words in two); else
     64-bit ones (:func:`_packed_words`, :func:`sort_words`: past ``SPLIT_SORT``, in threads).
 
     >>> _packed_order(np.array([2, 0, 2, 1])).tolist(), _packed_order(np.array([2, 0, 2]), 3)
@@ -768,7 +764,7 @@ def _packed_words(u: np.ndarray, p: int, lo: int | None) -> np.ndarray:
     (:func:`position_bits`) and above them ``u - lo`` (wrapping; the values and positions
     must :func:`packs`) or, ``lo`` None, the top ``64 - p`` bits of ``u`` times ``_FIB`` (a
     multiplicative hash: equal values, equal bits). Built ``WORDS_PART`` words at a time, so a
-    part's three passes stay in the cache (10 M words: 34 against 76 ms in whole passes);
+    part's three passes stay in the cache (about twice as fast as whole passes);
     past 2**20 words, each thread a range of them.
 
     >>> _packed_words(np.array([3, 1, 3, 0], dtype=np.uint64), 2, 0).tolist()
@@ -792,7 +788,7 @@ def _packed_words(u: np.ndarray, p: int, lo: int | None) -> np.ndarray:
             w |= up[:len(w)]
             w += np.uint64(a)  # (positions stay below 2**p: no carry into the value)
 
-    map_parts(fill, row_parts(n, 1 << 20))  # (each thread a range of the words)
+    map_parts(fill, row_parts(n, THREAD_RANGE_ROWS))  # (each thread a range of the words)
     return out
 
 
@@ -800,7 +796,7 @@ def sort_words(w: np.ndarray) -> np.ndarray:
     """``w`` (distinct words, :func:`_packed_words`) sorted in place. Past ``SPLIT_SORT``
     words, with threads, the words are first split about their median in place
     (``np.partition``: the words are distinct, so the halves are exact) and each half is
-    sorted in its own thread: 10 M words 19 + 73-82 against 133-150 ms.
+    sorted in its own thread: the split costs a fraction of the half sort it saves.
 
     >>> sort_words(np.array([14, 5, 12, 3], dtype=np.uint64)).tolist()
     [3, 5, 12, 14]

@@ -1,8 +1,8 @@
 """Predictor of Spark 4.0's ``StreamingSymmetricHashJoinExec`` (progress name
 ``symmetricHashJoin``) for the join query of SPEC.md §1.
 
-One batch (``StreamingSymmetricHashJoinExec.processPartitions``; spark-watermark-semantics.md
-§5.5), with ``late``/``evict`` the operator's two watermarks from the engine:
+One batch (``StreamingSymmetricHashJoinExec.processPartitions``; docs/semantics.md
+§4.4), with ``late``/``evict`` the operator's two watermarks from the engine:
 
 1. **Late rows**: a row of a side *with a watermark* is dropped iff
    ``event_time_µs <= late·1000``; counted in ``numRowsDroppedByWatermark`` for both sides. A
@@ -87,12 +87,13 @@ from semantics.operators.join_frames import (
     take_values,
     to_micros_nullable,
 )
-from semantics.operators.join_store import WHOLE, Gone, SideRows, SideStore, SideWork
+from semantics.operators.join_store import Gone, SideRows, SideStore, SideWork
 from semantics.operators.join_watermarks import JoinEvictionPlan, derive_plan
 from semantics.parallel import map_parts
 from semantics.report import OPERATOR_NAMES, output_columns
 from semantics.schedule import Schedule
 from semantics.spec import BacktestSpec, Candidate, JoinQuery
+from semantics.tuning import WHOLE
 
 # Sides on which Spark's InferFiltersFromConstraints adds isnotnull(key) below the join.
 _NOT_NULL_SIDES = {

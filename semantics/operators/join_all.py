@@ -57,15 +57,11 @@ from semantics.operators.grouping import (
 from semantics.operators.join_band import band_pairs, band_slices
 from semantics.operators.join_frames import expand
 from semantics.parallel import map_parts, threads
+from semantics.tuning import KEY_RANGE_ROWS as CHUNK
+from semantics.tuning import MIN_PAIRS, PAIRS_PER_ROW
 
 if TYPE_CHECKING:
     from semantics.operators.join import TimeCondition
-
-# pairs of rows with equal keys and the time condition true, at most this many per admitted
-# row (and MIN_PAIRS in all) before the run is left to stepping (memory: 16 bytes a pair)
-PAIRS_PER_ROW = 16
-MIN_PAIRS = 1 << 22
-CHUNK = 1 << 18  # rows (both sides) computed at once, at most (about: a key range's rows)
 
 
 @dataclass(frozen=True)

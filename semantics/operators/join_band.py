@@ -10,10 +10,9 @@ its slice starts in the searched rows' sorted order: a running count over the so
 then one scatter, no search and no boolean selection. The slice stops where the searched
 words from its start reach the upper probe ``(code, qt + hi, tag, i)``: counted word by word
 for the rows still matching (in a sparse join most rows meet none or one), by binary searches
-for the few left after ``STEPS`` words. A key range of the bench's join (127 000 rows a
-side), profiled: about 10 against 18 ms for sorting both sides by (code, time) and two
-``searchsorted`` (numpy's binary search costs ~35 ns a needle here even when the needles are
-sorted).
+for the few left after ``STEPS`` words. That is cheaper than sorting both sides by (code,
+time) and two ``searchsorted`` (numpy's binary search is slow per needle even when the needles
+are sorted; docs/benchmarks-archive.md, the twenty-fourth pass).
 
 When (code, time, tag, position) does not fit 63 bits, times are coarsened (shifted right)
 until it does: ties of a coarse time are then broken by the tag towards more rows (a lower
@@ -29,12 +28,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from semantics.operators.grouping import position_bits, sort_words
+from semantics.tuning import STEPS, STEPS_MAX
 
 WORD_BITS = 63  # bits of a packed word (int64, non-negative)
-# a row's matches are counted word by word up to this many, the rest by binary searches
-STEPS = 4
-# band_pairs reads at most this many neighbours of a row in each direction
-STEPS_MAX = 32
 
 
 @dataclass(frozen=True)
@@ -147,7 +143,7 @@ def _merged_counts(words: np.ndarray, p: int) -> np.ndarray:
     [2, 0, 1, 1]
     """
     sort_words(words.view(np.uint64))
-    # (no boolean selection: on interleaved words it costs ~7 ns a word, a scatter ~2 ns)
+    # (no boolean selection: on interleaved words it costs several times a scatter)
     before = np.cumsum((words >> p) & 1)  # searched words so far
     words &= (1 << p) - 1
     at = np.empty(1 << p, dtype=np.int64)
@@ -239,7 +235,7 @@ def band_pairs(scode: np.ndarray, st: np.ndarray, qcode: np.ndarray, qt: np.ndar
     s_side = (1 - q_side) << p  # a searched word's side bit
     # the query rows' places in the sorted words
     bit = merged[1:n + 1] & side_bit
-    at = np.flatnonzero(bit != 0 if q_side else bit == 0)  # (of booleans: 8x faster)
+    at = np.flatnonzero(bit != 0 if q_side else bit == 0)  # (of booleans: faster)
     at += 1
     own = merged[at]
     qpos = own & pos_mask

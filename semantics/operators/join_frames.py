@@ -24,6 +24,7 @@ from semantics.operators.grouping import divmod_by, ranges, stable_argsort
 from semantics.operators.keys import KeyCoder, concat_keys, with_codes
 from semantics.parallel import map_parts, row_parts
 from semantics.schedule import ROW_ID
+from semantics.tuning import THREADS_PAST
 
 NEVER_EVICTED_US = np.iinfo(np.int64).max  # a null predicate column: Spark never removes it
 _LIMIT = 2**61
@@ -162,7 +163,7 @@ class Gather:
         positions = np.asarray(positions, dtype=np.int64)
         null = np.empty(len(positions), dtype=bool)
         map_parts(lambda rows: np.less(positions[rows], 0, out=null[rows]),
-                  row_parts(len(positions), 1 << 16))
+                  row_parts(len(positions), THREADS_PAST))
         return cls(positions, null if null.any() else None)
 
     @cached_property

@@ -32,13 +32,8 @@ import numpy as np
 from semantics.operators.grouping import count_distinct, interleave, merge_positions
 from semantics.operators.key_tally import KeyTally
 from semantics.operators.runs import compact
+from semantics.tuning import DEAD, RATIO
 
-# a run with fewer than 1/DEAD of its rows live is rewritten; the newest run is merged into the
-# one before while that one is at most RATIO times its size; a side of at most WHOLE times the
-# batch's rows is one run
-DEAD = 4
-RATIO = 2
-WHOLE = 8
 _NONE = np.iinfo(np.int64).min  # dead_us of a run no threshold has reached yet
 _EMPTY = np.array([], dtype=np.int64)
 

@@ -6,7 +6,7 @@ Mirrors ``StreamingSymmetricHashJoinHelper.getStateWatermarkPredicates`` and
     left.k = right.k AND left.t >= right.t + lower AND left.t <= right.t + upper
 
 (``>`` / ``<`` when a bound is strict; either conjunct may be absent). ``W`` is the operator's
-**eviction** watermark of the batch (ms). Rules (spark-watermark-semantics.md §5.5):
+**eviction** watermark of the batch (ms). Rules (docs/semantics.md §4.4):
 
 * **Key-based** (case 1/3): if a join key carries watermark metadata — it is the event-time column
   of a watermarked source; left keys are searched first, then right keys, in key order — *both*

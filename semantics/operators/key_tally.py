@@ -18,13 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-# exact key ids index the counts directly when the coder gives at most this many ids, or at most
-# one per source row
-DIRECT_LIMIT = 1 << 20
-# a batch's indices spanning at most RANGE_FACTOR per index + RANGE_SLACK are counted in one
-# pass over their range
-RANGE_FACTOR = 8
-RANGE_SLACK = 4096
+from semantics.tuning import DIRECT_LIMIT, RANGE_FACTOR, RANGE_SLACK
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """Session windows: ``SessionWindowStateStoreRestoreExec`` → ``MergingSessionsExec`` →
-``SessionWindowStateStoreSaveExec`` (spark-watermark-semantics.md §4, §5.4, §6).
+``SessionWindowStateStoreSaveExec`` (docs/semantics.md §3, §4.3, §5).
 
 Each row starts as the session ``[t, t + gap)``. Per batch:
 
@@ -105,7 +105,9 @@ from semantics.operators.session_all import AllSessions, sessions_at_once
 from semantics.parallel import map_parts
 from semantics.report import operator_name
 from semantics.schedule import ROW_ID, Schedule
+from semantics.spark_conf import spark_bool
 from semantics.spec import BacktestSpec, SessionQuery
+from semantics.tuning import DEAD, RATIO, WHOLE
 
 MERGE_LOCAL_CONF = "spark.sql.streaming.sessionWindow.merge.sessions.in.local.partition"
 
@@ -381,12 +383,6 @@ class UnitIndex:
 
 
 _PACK_LIMIT = 1 << 62
-# a run with fewer than 1/DEAD of its entries live is rewritten; the newest run is merged into
-# the one before while that one is at most RATIO times its size; a store of at most WHOLE times
-# the batch's units is one run, rewritten whole each batch (cheaper than runs for small stores)
-DEAD = 4
-RATIO = 2
-WHOLE = 8
 _NO_IDS = np.array([], dtype=np.int64)
 
 
@@ -408,7 +404,8 @@ class SessionOperator:
         self.aggs: tuple[AggFunc, ...] = aggregates_of(spec.path, q.source, q.aggregates,
                                                        frame, schedule.decimals.get(q.source))
         conf = spec.conf(candidate)
-        self.merge_local = str(conf.get(MERGE_LOCAL_CONF, "false")).lower() == "true"
+        self.merge_local = spark_bool(conf.get(MERGE_LOCAL_CONF, False), MERGE_LOCAL_CONF,
+                                      spec.path)
         self._empty_keys = tuple(values_of(frame[k].iloc[0:0]) for k in self.keys)
         self._frame = frame
         self._kv: tuple[Values, ...] | None = None

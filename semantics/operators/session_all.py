@@ -45,6 +45,8 @@ from semantics.operators.grouping import (
     split_rows,
 )
 from semantics.parallel import map_parts
+from semantics.tuning import KEY_RANGE_ROWS as CHUNK
+from semantics.tuning import MIN_RANGE, STEPPED_AT_MOST
 
 
 @dataclass(frozen=True)
@@ -118,10 +120,7 @@ def sessions_at_once(kid: np.ndarray, t: np.ndarray, batch_of: np.ndarray, gap_u
     return None if any(g is None for g in got) else got  # type: ignore[return-value]
 
 
-CHUNK = 1 << 18  # rows computed at once, at most (about: a key range's rows)
-MIN_RANGE = 1 << 15  # rows of a key range, at least, when ranges are made smaller to pack
 WORD32_BITS = 31  # bits of a 32-bit word (non-negative), for the sort of a range's events
-STEPPED_AT_MOST = 0.5  # of a key range's rows left to stepping, else the whole run steps
 
 
 def _key_ranges(kid: np.ndarray, t: np.ndarray, arrays: list[np.ndarray], chunk: int
@@ -132,8 +131,8 @@ def _key_ranges(kid: np.ndarray, t: np.ndarray, arrays: list[np.ndarray], chunk:
     (of ``MIN_RANGE`` rows or more) when a range's (key, time ``t``, position) would not fit
     one word and smaller ranges would: its sort by (key, time) is then one sort of packed words
     (:func:`~semantics.operators.grouping.by_key_then_time`), not two radix passes and a
-    merge sort (1 M rows of the bench, whose first batch accepts rows an hour behind the
-    rest: 4 ranges of 250 000 rows did not pack, 8 do: 155 -> 132 ms in one process).
+    merge sort (a stream whose first batch accepts rows an hour behind the rest packs only in
+    smaller ranges, and is faster so).
 
     >>> pos, cols = _key_ranges(np.array([0, 9, 1, 8]), np.zeros(4, dtype=np.int64),
     ...                         [np.arange(4)], 2)
@@ -235,7 +234,7 @@ def _components(cut: np.ndarray, bb: np.ndarray
     last = np.r_[heads[1:], len(cut)][:len(heads)] - 1
     comp = np.cumsum(cut) - 1
     # (a running maximum of (component, batch) words: it starts again at each component, whose
-    # words are all above the earlier ones; ~2x faster than a reduceat of small segments)
+    # words are all above the earlier ones; faster than a reduceat of small segments)
     w = comp << 32
     w |= bb
     np.maximum.accumulate(w, out=w)
@@ -305,7 +304,7 @@ def _updated_and_keys(krank: np.ndarray, bb: np.ndarray, starts: np.ndarray, s_t
     each (key, batch). Every key's events balance, so the running level is the key's stored
     pieces. The events are 32-bit words when (key rank, batch, kind) fit: numpy sorts them
     with SIMD (equal words are alike: no stable sort needed), and every pass after reads half
-    the bytes (10 M sessions, the bench's arguments: 601-730 against 438-516 ms).
+    the bytes.
 
     >>> u, k = _updated_and_keys(np.array([0, 0, 1]), np.array([0, 1, 1]), np.array([0, 2]),
     ...                          np.array([2, 2]), np.array([True, True]), 3, 2)

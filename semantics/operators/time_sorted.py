@@ -27,13 +27,11 @@ import numpy as np
 import pandas as pd
 
 from semantics.operators.columns import min_max
-from semantics.operators.grouping import WORDS_PART, continued, position_bits, ranges, sort_words
+from semantics.operators.grouping import continued, position_bits, ranges, sort_words
 from semantics.parallel import map_parts, row_parts
+from semantics.tuning import MOST_RESOLVED, SHARED, THREAD_RANGE_ROWS, TIME_SAMPLE, WORDS_PART
 
-SAMPLE = 1 << 12  # rows whose event times tell whether rows share them
 UNITS = (1_000_000, 1_000)  # µs in a second, a millisecond: the event times' unit, if any
-SHARED = 1 / 256  # of the sampled event times repeating another, past which rows get hashes
-MOST_RESOLVED = 1 / 16  # of the rows, at most resolved exactly (else None: by key ids)
 _MUL = np.uint64(0x9E3779B97F4A7C15)  # odd: multiplying by it permutes 64-bit values
 
 
@@ -55,7 +53,7 @@ class TimeSorted:
         one per row each; None when some other column is no plain integer: then rows sharing
         an event time are all resolved exactly); None when they do not pack, or when more
         than ``MOST_RESOLVED`` of the rows would be resolved exactly (event times in whole
-        seconds, say), as ``SAMPLE`` rows in the middle show it or, for rows spread evenly,
+        seconds, say), as ``TIME_SAMPLE`` rows in the middle show it or, for rows spread evenly,
         their number over the times the event times' unit allows. ``exact``: key columns
         whose tags are hashes of their values (strings): rows of equal tags are compared on
         these values too, so equal tags of different values never make a later occurrence.
@@ -72,7 +70,7 @@ class TimeSorted:
         spare = 64 - p - (hi - lo).bit_length()
         if spare < 0:
             return None
-        m = min(n, SAMPLE)
+        m = min(n, TIME_SAMPLE)
         a = (n - m) // 2
         sample = t[a:a + m]
         # rows sharing event times: those of neighbouring rows (a sample: repeated rows), and
@@ -112,7 +110,7 @@ class TimeSorted:
                 w |= up[:b - a]
                 w += np.uint64(a)  # (positions stay below 2**p: no carry)
 
-        map_parts(fill, row_parts(n, 1 << 20))
+        map_parts(fill, row_parts(n, THREAD_RANGE_ROWS))
         return cls(sort_words(words), None if tags is None else tuple(tags), lo, shift, p,
                    tuple(exact))
 

@@ -17,20 +17,18 @@ order, as ``bincount`` adds them) to the state's, as stepping does.
 
 The run is read in chunks of whole batches (``engine.batch_chunks``), each chunk's rows, cells
 and stack computed at once: a chunk's arrays stay in the core's cache, where a pass over the
-whole run's arrays would go to memory and back for every numpy call (at 10 M rows, 170
-against 60 ms). Groups of neighbouring chunks are computed in threads (chunks of
-``engine.PART_CHUNK_ROWS`` rows: on smaller ones two threads wait on each other for the GIL),
-and their stacks merged in batch order after (10 M rows: 198-210 ms with chunks of 2**15
-rows, 173-189 with 2**16 or 2**17; 209-217 in one thread).
+whole run's arrays would go to memory and back for every numpy call. Groups of neighbouring
+chunks are computed in threads (chunks of ``engine.PART_CHUNK_ROWS`` rows: on smaller ones two
+threads wait on each other for the GIL), and their stacks merged in batch order after (the
+figures: docs/benchmarks-archive.md, the twenty-first and twenty-fifth passes).
 
 Small batches over many windows × keys (a commit a minute, late rows half an hour behind)
 would make mostly empty blocks: a chunk whose blocks would pass its share of the budget numbers
 its (batch, group) cells densely instead (one sort; :class:`_Entries`), reduces the same
 partials over them and merges them group by group, still in batch order per group: round
 ``k`` merges every group's ``k``-th entry of the chunk at once (a group appears once a
-round). Weather stations, 412 000 readings in 2 910 batches: 1.3-1.9 s stepped (every block
-past the budget), 0.48 s so (0.31 s with each batch's emitted groups a span of the run's,
-``aggregation.Span``).
+round). A stream of a few readings a batch over thousands of batches, whose blocks would all
+pass the budget, is thus computed at once rather than stepped.
 
 Why it is the same as stepping (see ``aggregation_all``): a group leaves the state in the first
 batch whose eviction watermark reaches its window end and never comes back, since every later
@@ -137,7 +135,7 @@ def tumbling_at_once(rows: Callable[[int, int], tuple[np.ndarray, np.ndarray]],
     else:
         # leaving windows are a prefix of the grid's rows (their batch never decreases)
         gone = int(np.searchsorted(e_row, n_b))
-        ids = np.flatnonzero(pairs[:gone * minor] != 0)  # (of booleans: ~8x faster than ints)
+        ids = np.flatnonzero(pairs[:gone * minor] != 0)  # (of booleans: faster than of ints)
         batch = e_row[ids // minor]
         out = [grid[ids] for grid in grids]
     cuts = np.r_[0, np.cumsum(np.bincount(batch, minlength=n_b)[:n_b])]

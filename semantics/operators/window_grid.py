@@ -52,7 +52,7 @@ class WindowGrid:
 
     def cells(self) -> np.ndarray:
         """Flat positions (row-major) of the groups, ascending."""
-        return np.flatnonzero(self.pairs.ravel() != 0)  # (of booleans: ~8x faster than ints)
+        return np.flatnonzero(self.pairs.ravel() != 0)  # (of booleans: faster than of ints)
 
     def ids(self, cells: np.ndarray | None = None) -> np.ndarray:
         """Group ids of ``cells`` (default: of every group)."""

@@ -1,4 +1,4 @@
-"""Time-window assignment exactly as Spark's ``TimeWindowing`` (spark-watermark-semantics §4).
+"""Time-window assignment exactly as Spark's ``TimeWindowing`` (docs/semantics.md §3).
 
 For an event time ``t`` (µs), duration ``d``, slide ``s`` and start offset ``o``
 (``startTime``, ``|o| < s``): ``lastStart = t − ((t − o) mod s)`` with a non-negative modulo
@@ -20,7 +20,7 @@ def last_starts(t_us: np.ndarray, slide_us: int, start_us: int = 0) -> np.ndarra
     [-2, -2, 3, 13]
     """
     t = np.asarray(t_us, dtype=np.int64)
-    # (a floor division by a scalar is about 3x faster than np.mod's; same result)
+    # (a floor division by a scalar is faster than np.mod's; same result)
     if not start_us:
         return (t // slide_us) * slide_us
     return ((t - start_us) // slide_us) * slide_us + start_us

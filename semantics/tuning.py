@@ -1,0 +1,105 @@
+"""The predictor's performance constants, in one place: sizes of parts and chunks, thresholds
+past which work goes to threads, budgets past which a run steps instead of being computed at
+once. None of them changes a prediction, only how fast it is made (tests set them to extremes
+and compare with stepping). Each says what it tunes and where it was measured: a pass of
+docs/benchmarks-archive.md (today's figures: docs/benchmarks.md).
+
+The modules that use a constant import it by name, so a test may patch it where it is read
+(``monkeypatch.setattr(session_all, "CHUNK", 97)``). Semantic constants (Spark's defaults,
+column names, bit widths of packed words) are not tuning and stay in their modules.
+"""
+
+from __future__ import annotations
+
+# --- threads and chunks (engine, parallel passes) ---
+# rows of a chunk of batches: its arrays stay cached, threads rarely wait on the GIL (25th pass)
+PART_CHUNK_ROWS = 1 << 17
+# rows a batch holds on average, below which one pass beats a call per batch (twenty-sixth pass)
+SMALL_BATCH = 1 << 12
+# values an eviction search takes at once, more in parts in threads (nineteenth pass)
+SEARCH_PART = 1 << 18
+# cells (as bits) of the threshold table a run's parts share (thirty-second pass: for_parts)
+PART_SEARCH_CELL_BITS = 16
+# rows past which a whole-run pass is cut into one range per thread (twenty-fourth pass)
+THREAD_RANGE_ROWS = 1 << 20
+# rows of a key range of sessions, joins and aggregations at once, about (nineteenth pass)
+KEY_RANGE_ROWS = 1 << 18
+
+# --- sorts, splits and hash tables (operators/grouping.py) ---
+# words past which a packed sort goes in two halves, in threads (twenty-first pass)
+SPLIT_SORT = 1 << 20
+# ids per hash table past which it leaves the caches, about (twenty-second pass)
+HASH_PART = 1 << 20
+# ids sampled to tell many distinct ids from a few often repeated (twentieth pass)
+DISTINCT_SAMPLE = 1 << 16
+# packed words built at once, so a part's passes stay in the cache (twenty-fifth pass)
+WORDS_PART = 1 << 15
+# rows arrange_rows sorts at once, past which it goes block by block (twenty-seventh pass)
+SPLIT_BLOCK = 1 << 15
+# parts arrange_rows splits block by block, at most: ~16 rows a part a block (twenty-seventh)
+SPLIT_PARTS = 1 << 11
+# merge_positions gives places as a mask from this length ratio on (tenth pass: merges)
+MASK_RATIO = 16
+
+# --- columns, keys and gathers ---
+# values whose minimum and maximum are taken together in the cache (twenty-second pass)
+MIN_MAX_PART = 1 << 16
+# rows whose exact key ids are computed at once (twenty-second pass: part by part)
+IDS_PART = 1 << 15
+# positions gathered at once for every output column (twenty-fifth pass: gathered together)
+GATHER_PART = 1 << 17
+# positions past which each thread gathers a range of them (twenty-fifth pass)
+THREADS_PAST = 1 << 16
+
+# --- state stores kept as sorted runs (sessions, join sides) ---
+# a run with fewer than 1/DEAD of its entries live is rewritten (eighth and eleventh passes)
+DEAD = 4
+# the newest run merges into the one before while that is at most RATIO times its size (same)
+RATIO = 2
+# a store of at most WHOLE times the batch's entries is one run, rewritten whole (same)
+WHOLE = 8
+# distinct keys counted by direct indexing up to this many ids (key_tally; ninth pass)
+DIRECT_LIMIT = 1 << 20
+# key indices spanning ≤ RANGE_FACTOR per index + RANGE_SLACK: one pass (key_tally; 9th pass)
+RANGE_FACTOR = 8
+RANGE_SLACK = 4096
+
+# --- aggregations ---
+# cells a state grid may hold beyond 4× the groups of the state and the batch (seventh pass)
+GRID_FLOOR = 1 << 16
+# rows per batch and key tuple below which windows are computed at once (eighteenth pass)
+AT_ONCE_ROWS_PER_KEY = 4
+# pairs a range of keys sorts at once, at most, else the run steps (twenty-ninth pass)
+PAIRS_AT_ONCE = 1 << 24
+
+# --- sessions at once (operators/session_all.py) ---
+# rows of a key range, at least, when ranges are made smaller to pack (twenty-eighth pass)
+MIN_RANGE = 1 << 15
+# of a key range's rows left to stepping, at most, else the whole run steps (twelfth pass)
+STEPPED_AT_MOST = 0.5
+
+# --- joins at once (operators/join_all.py, operators/join_band.py) ---
+# candidate pairs per admitted row, at most, before the run steps (thirteenth pass)
+PAIRS_PER_ROW = 16
+# candidate pairs allowed in any case (16 bytes a pair; thirteenth pass)
+MIN_PAIRS = 1 << 22
+# a row's matches counted word by word up to this many, then by binary search (24th pass)
+STEPS = 4
+# neighbours band_pairs reads of a row in each direction, at most (twenty-fourth pass)
+STEPS_MAX = 32
+
+# --- deduplication by one sort by event time (operators/time_sorted.py; thirtieth pass) ---
+# rows whose event times tell whether rows share them
+TIME_SAMPLE = 1 << 12
+# of the sampled event times repeating another, past which rows get hashes
+SHARED = 1 / 256
+# of the rows, at most resolved exactly (else the key ids)
+MOST_RESOLVED = 1 / 16
+
+# --- memory and output ---
+# blocks smaller than this come from the heap: the largest glibc takes (twentieth pass)
+MMAP_THRESHOLD = 32 << 20
+# freed heap memory kept for the next arrays (seventeenth pass: page faults)
+TOP_PAD = 1 << 30
+# rows per arrow chunk of emitted rows' JSON (32-bit offsets: 8 KB a row; fourteenth pass)
+JSON_CHUNK = 1 << 18
