@@ -21,6 +21,7 @@ import yaml
 
 from semantics.budget import PAIR_BYTES, available_bytes
 from tests.deltas import write_commits
+from tests.test_spec_fuzz import written
 
 # the child's address space: the interpreter, pyarrow and delta-rs reserve about 3.5 GB of
 # virtual memory before a prediction starts; this leaves about 2.5 GB for it
@@ -94,7 +95,7 @@ def test_a_slide_of_a_microsecond_is_refused_naming_the_field(tables: Path,
     assert "query.window.slide: a slide of 1 microsecond gives 86,400,000,000 windows per " \
            "row" in run.stderr
     assert str(tmp_path / "spec.yaml") in run.stderr
-    assert not (tmp_path / "results").exists()
+    assert not written(tmp_path / "results")
 
 
 def test_a_slide_that_fits_memory_is_predicted(tables: Path, tmp_path: Path) -> None:
