@@ -223,7 +223,7 @@ def specs(draw: st.DrawFn) -> tuple[dict[str, Any], str | None]:
             del node[key]
         elif action == "rename" and isinstance(node, dict):
             new = draw(st.one_of(st.sampled_from(WORDS), st.text(max_size=6)))
-            if new not in node:  # (duplicate keys: see _skip)
+            if new not in node:  # (a mapping holds a key once)
                 node[new] = node.pop(key)
         elif action == "copy":
             dest, _ = draw(st.sampled_from(slots))
