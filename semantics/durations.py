@@ -156,6 +156,11 @@ def _parse(text: str) -> tuple[int, int, int]:
                 and -_INT64 <= micros < _INT64):
             raise _Bad("the interval is too large")
         pos = m.end()
+    if not -_INT64 <= months * MONTH_US + days * DAY_US + micros < _INT64:
+        # Spark's IntervalUtils.getDuration (withWatermark, window, session_window) adds the
+        # three parts in 64-bit microseconds with addExact: "long overflow"
+        raise _Bad("the interval is too large: Spark holds it as 64-bit microseconds, at most "
+                   "106751991 days")
     if sql and months and (days or micros):
         raise _Bad("after 'interval', Spark's SQL parser does not mix year-month units with "
                    "day-time units; leave out 'interval' or write them apart")

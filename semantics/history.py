@@ -21,9 +21,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import DeltaTable
 
 from semantics import predicate
+from semantics.budget import check_fits
 from semantics.column_names import (
     check_distinct_columns,
     open_table,
@@ -170,6 +172,7 @@ def read_arrivals(spec: BacktestSpec, source: str) -> Arrivals:
         except predicate.PredicateError as exc:
             raise SpecError(spec.path, f"sources.{source}.filter", str(exc)) from None
         table = table.filter(mask.fill_null(False))
+    _check_event_times(source, path, table, src.event_time)
     df = _to_pandas(table)
     decimals = {f.name: (f.type.precision, f.type.scale) for f in schema
                 if pa.types.is_decimal(f.type)}
@@ -212,6 +215,26 @@ def _unquote(p: str) -> str:
     from urllib.parse import unquote
 
     return unquote(p)
+
+
+# Spark's TimestampType range, 0001-01-01 to 9999-12-31T23:59:59.999999 UTC, in µs: event
+# times past it make window, session and join arithmetic overflow 64-bit microseconds
+_FIRST_US, _LAST_US = -62_135_596_800_000_000, 253_402_300_799_999_999
+_PER_US = {"s": 1_000_000, "ms": 1_000, "us": 1}
+
+
+def _check_event_times(source: str, path: Path | str, table: pa.Table, column: str) -> None:
+    """The (filtered) rows' event times within Spark's timestamp range (DataError)."""
+    typ = table.schema.field(column).type
+    if not table.num_rows or typ.unit == "ns":  # (nanoseconds cannot leave that range)
+        return
+    lo, hi = (x.as_py() * _PER_US[typ.unit] for x in pc.min_max(
+        table.column(column).cast(pa.int64())).values())
+    if lo < _FIRST_US or hi > _LAST_US:
+        raise DataError(str(path), f"sources.{source}.event_time",
+                        f"event times from 0001-01-01 to 9999-12-31 (Spark's timestamp "
+                        f"range), but {column!r} holds {lo} to {hi} microseconds since the "
+                        "epoch")
 
 
 _APPENDED = 3  # columns read() appends to a file's own: arrival, version, add index
@@ -277,7 +300,7 @@ def plan(spec: BacktestSpec, candidate: str | None = None) -> Schedule:
         df.insert(0, ROW_ID, ids)  # (read_arrivals' frame, or a copy: nobody else holds it)
         arrivals[s] = df
     batch_by = spec.batch_by(cand)
-    return cut(
+    sched = cut(
         spec.name,
         arrivals,
         {s: spec.sources[s].event_time for s in frames},
@@ -287,6 +310,8 @@ def plan(spec: BacktestSpec, candidate: str | None = None) -> Schedule:
         file_batches(read, batch_by) if batch_by.by_files else None,
         {s: emptied_files(a) for s, a in read.items() if not spec.sources[s].arrival_column},
     )
+    check_fits(spec, sched)  # (before a prediction or a replay expands the rows' windows)
+    return sched
 
 
 def emptied_files(read: Arrivals) -> pd.DataFrame:

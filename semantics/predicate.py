@@ -99,12 +99,30 @@ def _tokens(text: str) -> list[tuple[str, str]]:
     return out
 
 
+MAX_DIGITS = 38  # Spark's largest decimal precision
+MAX_DEPTH = 100  # nested parentheses, NOT and signs (deeper: an error, not a RecursionError)
+
+
 def _number(text: str) -> Lit:
+    """A numeric literal as Spark's parser types it: a double with an exponent (finite), an
+    integer that fits a long, else an exact decimal of at most 38 digits.
+
+    >>> _number("99999999999999999999"), _number("1e3")
+    (Lit(value=Decimal('99999999999999999999'), kind='dec'), Lit(value=1000.0, kind='float'))
+    """
     if "e" in text or "E" in text:
-        return Lit(float(text), "float")
-    if "." in text:
-        return Lit(Decimal(text), "dec")
-    return Lit(int(text), "int")
+        x = float(text)
+        if math.isinf(x):
+            raise PredicateError(f"the number {text} is out of the range of a double")
+        return Lit(x, "float")
+    if "." not in text and int(text) < 2**63:
+        return Lit(int(text), "int")
+    whole, _, frac = text.partition(".")
+    digits = len(whole.lstrip("0")) + len(frac)  # (Spark's precision counts the scale)
+    if digits > MAX_DIGITS:
+        raise PredicateError(f"the number {text[:20]}... has {digits} digits; Spark's decimal "
+                             f"literals have at most {MAX_DIGITS}")
+    return Lit(Decimal(text), "dec")
 
 
 class _Parser:
@@ -115,6 +133,14 @@ class _Parser:
         self.i = 0
         self.table = table
         self.tz = time_zone
+        self.depth = 0
+
+    def nested(self) -> None:
+        """One more level of parentheses, NOT or sign (at most ``MAX_DEPTH``)."""
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise PredicateError(f"the filter is nested more than {MAX_DEPTH} levels deep "
+                                 "(parentheses, NOT, signs)")
 
     def peek(self, upper: bool = True) -> str | None:
         if self.i >= len(self.toks):
@@ -155,7 +181,10 @@ class _Parser:
     def not_(self) -> Value:
         if self.peek() == "NOT":
             self.take()
-            return pc.invert(_bool(self.not_(), self.n))
+            self.nested()
+            e = pc.invert(_bool(self.not_(), self.n))
+            self.depth -= 1
+            return e
         return self.cmp()
 
     @property
@@ -222,7 +251,9 @@ class _Parser:
     def unary(self) -> Value:
         if self.peek() in ("-", "+"):
             sign = self.take()[1]
+            self.nested()
             v = self.unary()
+            self.depth -= 1
             if sign == "+":
                 return v
             if isinstance(v, Lit):
@@ -237,8 +268,10 @@ class _Parser:
     def value(self) -> Value:
         kind, val = self.take()
         if val == "(" and kind == "op":
+            self.nested()
             e = self.or_()
             self.take(")")
+            self.depth -= 1
             return e
         if kind == "num":
             return _number(val)
@@ -284,9 +317,10 @@ def _timestamp_us(text: str, time_zone: str) -> int:
     try:
         ts = pd.Timestamp(text)
         ts = ts.tz_localize(time_zone) if ts.tzinfo is None else ts.tz_convert("UTC")
-    except (ValueError, KeyError) as exc:
+    except (ValueError, KeyError, OverflowError) as exc:
         raise PredicateError(f"not a timestamp in {time_zone}: {text!r}") from exc
-    return int(ts.value // 1000)
+    # (in µs: ``Timestamp.value`` counts nanoseconds, which overflow before year 1678)
+    return int(ts.as_unit("us").asm8.view("i8"))
 
 
 def _day(text: str) -> date:

@@ -27,7 +27,7 @@ from pydantic import (
     model_validator,
 )
 
-from semantics.durations import Duration
+from semantics.durations import DAY_US, Duration
 from semantics.errors import SpecError
 from semantics.spark_conf import spark_bool
 
@@ -59,6 +59,20 @@ MODELED_CONF = {
     SESSION_TZ,
 }
 SEMANTIC_PREFIXES = ("spark.sql.streaming.", "spark.sql.session.")
+INT32_MAX, INT64_MAX = 2**31 - 1, 2**63 - 1
+# The longest window duration, slide, start_time, session gap or join bound: an event time of
+# Spark's years 1-9999 (|t| < 2**58 µs) plus three of them stays within 64-bit microseconds
+# (Spark's window and join arithmetic; ANSI mode fails on overflow)
+MAX_SPAN_US = 2**61
+
+
+def _check_spans(**spans: Duration | None) -> None:
+    """Each of ``spans`` (field name: duration) at most ``MAX_SPAN_US`` long either way."""
+    for name, d in spans.items():
+        if d is not None and abs(d.us) > MAX_SPAN_US:
+            raise ValueError(f"{name} must be at most {MAX_SPAN_US // DAY_US:,} days either way "
+                             f"(longer spans can overflow Spark's 64-bit microsecond event times), "
+                             f"got {d}")
 
 
 class _Model(BaseModel):
@@ -128,6 +142,8 @@ class WindowSpec(_Model):
 
     @model_validator(mode="after")
     def _check(self) -> WindowSpec:
+        _check_spans(**{"window.duration": self.duration, "window.slide": self.slide,
+                        "window.start_time": self.start_time})
         if self.duration.us <= 0:
             raise ValueError("window.duration must be positive")
         if any(d is not None and d.has_months for d in (self.duration, self.slide,
@@ -230,6 +246,7 @@ class SessionQuery(_Grouped):
 
     @model_validator(mode="after")
     def _check(self) -> SessionQuery:
+        _check_spans(gap=self.gap)
         if self.gap.us <= 0 or self.gap.has_months:
             raise ValueError("gap must be a positive duration without months")
         if not self.keys:
@@ -248,6 +265,7 @@ class TimeRange(_Model):
 
     @model_validator(mode="after")
     def _check(self) -> TimeRange:
+        _check_spans(**{"time_range.lower": self.lower, "time_range.upper": self.upper})
         for b in (self.lower, self.upper):
             if b is not None and b.has_months:
                 raise ValueError("join bounds cannot use months or years (no state watermark)")
@@ -319,10 +337,12 @@ class BatchBy(_Model):
     inside a commit; a Delta source without either reads ``files: 1000``), ``rows`` (n rows)
     or ``arrival_interval`` (what arrived in each interval)."""
 
-    commits: int | None = Field(default=None, gt=0)
-    files: int | None = Field(default=None, gt=0)
-    bytes: Annotated[int, BeforeValidator(parse_bytes)] | None = None
-    rows: int | None = Field(default=None, gt=0)
+    # (bounds: Delta reads maxFilesPerTrigger as an Int, maxBytesPerTrigger as a Long; the
+    # schedule counts commits and rows in int64)
+    commits: int | None = Field(default=None, gt=0, le=INT64_MAX)
+    files: int | None = Field(default=None, gt=0, le=INT32_MAX)
+    bytes: Annotated[int, BeforeValidator(parse_bytes), Field(le=INT64_MAX)] | None = None
+    rows: int | None = Field(default=None, gt=0, le=INT64_MAX)
     arrival_interval: DurationField | None = None
 
     @property
@@ -343,8 +363,10 @@ class BatchBy(_Model):
         if len(self.units) != 1:
             raise ValueError("exactly one of commits, files (and/or bytes), rows, "
                              "arrival_interval is required")
-        if self.arrival_interval is not None and self.arrival_interval.us <= 0:
-            raise ValueError("arrival_interval must be positive")
+        if self.arrival_interval is not None and self.arrival_interval.ms <= 0:
+            raise ValueError("arrival_interval must be at least 1 millisecond (arrival times "
+                             f"are commit timestamps in milliseconds), got "
+                             f"{self.arrival_interval}")
         return self
 
 
@@ -532,8 +554,18 @@ def _loc(loc: tuple[Any, ...]) -> str:
         elif str(p).startswith("function-") or p in ("Duration",):
             continue
         else:
-            parts.append(("." if parts else "") + str(p))
+            parts.append(("." if parts else "") + _shown(str(p)))
     return "".join(parts) or "<root>"
+
+
+def _shown(name: str) -> str:
+    """A field name as an error shows it: quoted when empty or not printable (a control
+    character would cut or hide the message).
+
+    >>> print(_shown("query"), _shown("a\\x1eb"), _shown(""))
+    query 'a\\x1eb' ''
+    """
+    return name if name and name.isprintable() else repr(name)
 
 
 def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
@@ -619,6 +651,7 @@ def check_spec(spec: BacktestSpec) -> None:
         if src not in spec.sources:
             raise SpecError(f, "query", f"source {src!r} is not defined under sources "
                             f"(defined: {', '.join(spec.sources)})")
+    _check_keys_once(spec)
     used = set(spec.query_sources)
     for name, cand in spec.candidates.items():
         bb = cand.batch_by or spec.replay.batch_by
@@ -647,10 +680,39 @@ def check_spec(spec: BacktestSpec) -> None:
             raise SpecError(f, f"candidates.{name}.spark_conf.{SESSION_TZ}",
                             "the spec-level session time zone: source filters are read once "
                             "for every candidate; set it in the top-level spark_conf")
+        _check_partitions(spec, name)
         if conf.get("spark.sql.streaming.multipleWatermarkPolicy") not in ("min", "max"):
             raise SpecError(f, f"candidates.{name}.spark_conf",
                             "spark.sql.streaming.multipleWatermarkPolicy must be min or max")
         _check_query_for_candidate(spec, name)
+
+
+PARTITIONS = "spark.sql.shuffle.partitions"
+
+
+def _check_partitions(spec: BacktestSpec, cname: str) -> None:
+    """``spark.sql.shuffle.partitions`` as Spark's ``intConf`` reads it: the trimmed text a
+    32-bit integer (``Integer.parseInt``), positive (its ``checkValue``)."""
+    cand = spec.candidates[cname]
+    value = cand.spark_conf.get(PARTITIONS, spec.spark_conf.get(PARTITIONS))
+    if value is None:
+        return
+    text = _conf_str(value).strip("".join(map(chr, range(0x21))))  # (Java's String.trim)
+    if not (re.fullmatch(r"[+-]?[0-9]+", text) and 0 < int(text) <= INT32_MAX):
+        where = (f"candidates.{cname}.spark_conf.{PARTITIONS}" if PARTITIONS in cand.spark_conf
+                 else f"spark_conf.{PARTITIONS}")
+        raise SpecError(spec.path, where, f"a positive whole number of at most {INT32_MAX} "
+                        f"(Spark reads it as an int), but was {value!r}")
+
+
+def _check_keys_once(spec: BacktestSpec) -> None:
+    """Each of the query's keys once: a key named twice would be two output columns of one
+    name (found by the spec fuzzer: ``keys: [ts, ts]`` failed deep in the predictor)."""
+    keys = spec.query.keys
+    twice = sorted({k for k in keys if keys.count(k) > 1})
+    if twice:
+        raise SpecError(spec.path, "query.keys", f"each key once ({', '.join(map(repr, twice))} "
+                        "given more than once)")
 
 
 def _check_query_for_candidate(spec: BacktestSpec, cname: str) -> None:

@@ -41,23 +41,26 @@ CASES = [
     # limits
     "9223372036854775807 microseconds", "9223372036854775808 microseconds",
     "9223372036854775807 microseconds 1 microsecond", "2147483647 days", "2147483648 days",
-    "200000000000 hours",
+    "200000000000 hours", "106751991 days", "106751992 days", "-106751992 days",
+    "2147483647 months", "106751991 days 4 hours 1 minute", "9223372036854 seconds",
+    "9223372036855 seconds", "-9223372036854775808 microseconds",
 ]
 
 
 def spark_us(spark, text: str) -> int | None:
-    """Spark's delay for ``text`` in µs (``getDelayMs``' 31-day months), None if it rejects it."""
-    from py4j.java_gateway import get_field
+    """Spark's delay for ``text`` in µs (``getDelayMs``' 31-day months), None if it rejects it:
+    the string (``fromIntervalString``) or its total in 64-bit microseconds (``getDuration``,
+    which ``withWatermark`` and ``window`` call: "long overflow")."""
     from py4j.protocol import Py4JJavaError
     from pyspark.errors import PySparkException
 
-    utils = spark._jvm.org.apache.spark.sql.catalyst.util.IntervalUtils
+    jvm = spark._jvm
+    utils = jvm.org.apache.spark.sql.catalyst.util.IntervalUtils
     try:
         ci = utils.fromIntervalString(text)
+        return int(utils.getDuration(ci, jvm.java.util.concurrent.TimeUnit.MICROSECONDS, 31))
     except (Py4JJavaError, PySparkException):  # (pyspark converts Spark's own errors)
         return None
-    return (get_field(ci, "months") * 31 + get_field(ci, "days")) * 86_400_000_000 \
-        + get_field(ci, "microseconds")
 
 
 def ours_us(text: str) -> int | None:

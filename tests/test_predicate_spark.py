@@ -61,6 +61,14 @@ FILTERS = [
     "`country` = 'DE'", "amount >= small", "temp <= small", "- temp > 0", "country = 'nl'",
     "day = DATE '2026-11-20'", "day > '2026-11-19'", "day >= TIMESTAMP '2026-11-19 12:00:00'",
     "day BETWEEN DATE '2026-11-19' AND DATE '2026-11-20'", "day IS NULL", "day IN ('2026-11-18')",
+    # literals at the edges (issue 42): past a long, past 38 digits, past a double, year 1
+    # (an integer column against a decimal past its range with < or <=: Spark's optimizer
+    # answers TRUE for every row here, NULL included, as if the column were not nullable)
+    "amount > 99999999999999999999", "temp < 99999999999999999999", "amount > 9" + "9" * 40,
+    "temp > 1" + "0" * 38, "temp > 1e400", "temp > -1e400", "temp < 1e308",
+    "amount < -99999999999999999999.5", "amount > 0." + "0" * 40 + "1",
+    "ts > '0001-01-01'", "ts > TIMESTAMP '0001-01-01 00:00:00'", "day > DATE '0001-01-01'",
+    "(" * 50 + "amount > 0" + ")" * 50,
 ]
 
 

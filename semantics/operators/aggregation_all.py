@@ -116,6 +116,8 @@ def aggregate_at_once(batch_of: np.ndarray, id_last: np.ndarray, w: np.ndarray, 
     rows = _Rows(batch_of[live], *divmod_by(id_last[live], minor), a[live],
                  tuple((v[live], how) for v, how in values))
     base = int((rows.dig_hi - (rows.a - 1)).min())
+    if int(rows.dig_hi.max()) - base >= budget:  # windows far apart (a tiny slide): steps
+        return None
     e_row = np.asarray(leaving(base + np.arange(int(rows.dig_hi.max()) - base + 1)),
                        dtype=np.int64)
     # (update mode: one part, whose groups come out in batch order, ids ascending; putting
