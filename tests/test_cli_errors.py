@@ -238,7 +238,13 @@ def gone(pid: int, within: float = 10.0) -> bool:
 
 @pytest.fixture(scope="module")
 def sweep_spec(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return generated_spec(tmp_path_factory.mktemp("sweep"), rows=200_000, keys=1000)
+    """Sessions: a sweep of them predicts delay after delay in worker processes (the one-pass
+    sweep covers windows and dedup, and would be done before a signal came)."""
+    spec = generated_spec(tmp_path_factory.mktemp("sweep"), rows=200_000, keys=1000)
+    doc = json.loads(spec.read_text())
+    doc["query"] = {"kind": "session", "source": "clicks", "keys": ["ad"], "gap": "1 minute"}
+    spec.write_text(json.dumps(doc))
+    return spec
 
 
 @pytest.mark.parametrize(("sig", "to_group", "code"), [
