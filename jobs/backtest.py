@@ -96,7 +96,8 @@ def run_backtest(spec: BacktestSpec, candidate: str | None = None, *, predict: b
     stderr, even where progress is quiet: it explains a run's time)."""
     notice = notice or _to_stderr
     store = ResultsStore(results or default_results_dir())
-    store.check_writable()  # a bad results folder refused before any prediction or replay
+    # a bad results folder refused before any prediction or replay (nothing written yet)
+    store.check_writable(create=False)
     out: list[CandidateResult] = []
     schedules: dict[str, Schedule] = {}
     for name in candidates_of(spec, candidate):

@@ -106,12 +106,15 @@ class ResultsStore:
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
 
-    def check_writable(self) -> None:
+    def check_writable(self, create: bool = True) -> None:
         """Refuse (``ResultsError``) a results folder that cannot take a write, before any work:
         a file, a folder that cannot be created or written, something other than a Delta table
-        where a table belongs. Then creates the missing tables (empty, race-free)."""
+        where a table belongs. Then, with ``create``, creates the missing tables (empty,
+        race-free); without it nothing is written (a run that fails later leaves no trace)."""
         root = self.root
-        check_folder(root)
+        check_folder(root, create)
+        if not create and not root.exists():
+            return
         for name in TABLES:  # all checked before any is created: nothing half-made
             path = root / name
             if path.exists() and not path.is_dir():
@@ -124,6 +127,13 @@ class ResultsStore:
             if path.is_dir() and not table and set(os.listdir(path)) - {"_delta_log"}:
                 raise ResultsError(path, "expected a Delta table (a folder with _delta_log) "
                                          "or nothing, found other files")
+        if not create:
+            _probe(root)
+            for name in TABLES:
+                for folder in (root / name, root / name / "_delta_log"):
+                    if folder.is_dir():
+                        _probe(folder)
+            return
         for name, schema in TABLES.items():
             create_table(root / name, schema)
             _probe(root / name)
@@ -319,12 +329,20 @@ def _columns(table: DeltaTable) -> list[str]:
     return [f.name for f in table.schema().fields]
 
 
-def check_folder(root: Path) -> None:
+def check_folder(root: Path, create: bool = True) -> None:
     """Refuse (``ResultsError``) a results folder that is a file or cannot be created or
-    written; create it if missing."""
+    written; create it if missing (without ``create``: check that the nearest folder that
+    exists above it could hold it, and write nothing)."""
     if root.exists() and not root.is_dir():
         raise ResultsError(root, f"expected a folder for the results (Delta tables "
                                  f"{', '.join(TABLES)}), found a file")
+    if not create and not root.exists():
+        above = next(p for p in root.absolute().parents if p.exists())
+        if not above.is_dir():
+            raise ResultsError(root, "expected a folder for the results that can be created "
+                                     "(Not a directory)")
+        _probe(above)
+        return
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -303,7 +303,7 @@ def run_sweep(args: argparse.Namespace) -> int:
         raise SpecError(args.spec, "--delays", str(exc)) from None
     source = swept_source(spec, args.source)
     folder = Path(args.results) if args.results else default_results_dir()
-    check_folder(folder)  # (the plot goes there: refused before the sweep's work)
+    check_folder(folder, create=False)  # (the plot goes there: refused before the sweep)
     rows, computed = sweep_computed(spec, source, delays, args.candidate)
     png = plot(rows, folder / "reports" / f"{spec.name}-sweep-{source}.png",
                f"{spec.name}: delay of {source}")

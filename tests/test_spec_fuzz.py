@@ -5,7 +5,7 @@ wrong type, timestamps at Spark's limits, NaN values). Each goes through the com
 code path, ``jobs.cli.main(["predict", spec, "--results", dir, "--json"])``, in process. The
 only outcomes allowed: success (exit 0), or the documented clean error (exit 2, a line
 ``wmbt: error: <spec or table path>: <field>: <expected>``, no traceback) with no results
-written under the results folder (the store's empty tables aside). Any other outcome (an
+written under the results folder (the folder is not even created). Any other outcome (an
 exception, exit 3) fails the test (hypothesis shrinks it).
 
 Run it alone::
@@ -283,10 +283,10 @@ def _address_space(extra: int) -> Iterator[None]:
 
 
 def written(results: Path) -> list[Path]:
-    """Files under ``results`` that hold results: any but the logs of the empty tables the
-    results store creates when it checks the folder, before any work (jobs/results.py)."""
-    return sorted(p for p in results.rglob("*") if p.is_file() and p.parent.name != "_delta_log"
-                  ) if results.exists() else []
+    """What is under ``results`` (the run's results folder, missing before it): the store
+    checks the folder before any work and creates nothing until a run's results are written
+    (jobs/results.py)."""
+    return sorted(results.rglob("*")) + [results] if results.exists() else []
 
 
 def run_cli(spec: dict[str, Any], text: str | None, tables: Path) -> None:
