@@ -87,13 +87,16 @@ def run_backtest(spec: BacktestSpec, candidate: str | None = None, *, predict: b
                  actual: bool = True, results: Path | None = None, master: str | None = None,
                  progress: Progress = lambda _m: None, spark: Any = None,
                  explain: bool = True, fresh: bool = False,
-                 notice: Progress | None = None) -> BacktestResult:
+                 notice: Progress | None = None,
+                 planned: Callable[[Schedule], None] | None = None) -> BacktestResult:
     """Predict and/or replay every candidate (or one), compare, and store the results.
     ``explain=False``: predictions without the fate of every row (``--explain`` and the late
     rows' list need them; the tables do not), so the predictor takes its whole-run paths,
     and counts the input rows dropped as late on its own. An interrupted replay is resumed
     (``fresh``: never); ``notice`` gets the line saying so, or why it starts afresh (default:
-    stderr, even where progress is quiet: it explains a run's time)."""
+    stderr, even where progress is quiet: it explains a run's time). ``planned`` sees each
+    schedule before anything is predicted, replayed or stored (e.g. to refuse a row id the
+    schedule does not have: it raises, and nothing is written)."""
     notice = notice or _to_stderr
     store = ResultsStore(results or default_results_dir())
     # a bad results folder refused before any prediction or replay (nothing written yet)
@@ -108,6 +111,8 @@ def run_backtest(spec: BacktestSpec, candidate: str | None = None, *, predict: b
             s = schedules[bb]
             progress(f"planned {len(s.ticks)} ticks, {s.total_rows} rows "
                      f"({time.perf_counter() - t0:.1f}s)")
+            if planned is not None:
+                planned(s)
         sched = schedules[bb]
         cr = CandidateResult(name, run_id(spec, name, sched), sched)
         if predict:

@@ -15,12 +15,17 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobs.exits import failed, quiet_logging, watch_signals, write_document
 from semantics.errors import SpecError
 from semantics.memory import reuse_freed_memory
+
+if TYPE_CHECKING:  # (the CLI imports its heavy modules where a command needs them)
+    from semantics.schedule import Schedule
+    from semantics.spec import BacktestSpec
 
 
 def _progress(quiet: bool):
@@ -121,7 +126,8 @@ def cmd_run(args: argparse.Namespace, predict: bool, actual: bool) -> int:
                           results=Path(args.results) if args.results else None,
                           master=getattr(args, "master", None),
                           progress=_progress(args.json and not sys.stderr.isatty()),
-                          explain=with_fates, fresh=getattr(args, "fresh", False))
+                          explain=with_fates, fresh=getattr(args, "fresh", False),
+                          planned=_row_id_check(spec, getattr(args, "explain", None)))
     if predict and actual:
         from jobs.backtest import default_results_dir
         from jobs.report_html import write_report
@@ -156,17 +162,29 @@ def print_late(result: Any, limit: int, as_json: bool) -> int:
     return 0
 
 
+def _row_id_check(spec: BacktestSpec, row_id: int | None) -> Callable[[Schedule], None] | None:
+    """``--explain ROW_ID`` checked against each schedule as soon as it is planned, before
+    anything is predicted or stored. Row ids are 0 .. n - 1 over all the query's sources (one
+    count for every candidate: ``semantics.history.plan``)."""
+    if row_id is None:
+        return None
+
+    def check(schedule: Schedule) -> None:
+        n = schedule.total_rows
+        if not 0 <= row_id < n:
+            sources = ", ".join(spec.query_sources)
+            raise SpecError(spec.path, "--explain",
+                            f"a row id from 0 to {n - 1} (the {n} input rows of {sources}), "
+                            f"got {row_id}")
+
+    return check
+
+
 def explain(result: Any, row_id: int) -> int:
-    """Print the fate of input row ``row_id`` for each candidate. Row ids are 0 .. n - 1 over
-    all the query's sources (one count for every candidate: ``semantics.history.plan``)."""
+    """Print the fate of input row ``row_id`` (checked by :func:`_row_id_check`) for each
+    candidate."""
     from semantics.explain import explain_row
 
-    n = result.candidates[0].schedule.total_rows if result.candidates else 0
-    if not 0 <= row_id < n:
-        sources = ", ".join(result.spec.query_sources)
-        raise SpecError(result.spec.path, "--explain",
-                        f"a row id from 0 to {n - 1} (the {n} input rows of {sources}), "
-                        f"got {row_id}")
     for c in result.candidates:
         print(f"[{c.name}] " + explain_row(c.schedule, c.predicted, row_id, result.spec))
     return 0

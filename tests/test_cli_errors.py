@@ -111,6 +111,7 @@ def test_explain_of_a_row_that_does_not_exist_says_which_do(tmp_path: Path) -> N
             f"wmbt: error: {spec}: --explain: a row id from 0 to 4 (the 5 input rows of "
             "clicks), got 5")
         assert "Traceback" not in done.stderr
+        assert not (tmp_path / "results").exists()  # refused before anything is stored
 
 
 def test_demo_in_a_folder_it_cannot_create(tmp_path: Path) -> None:
