@@ -36,6 +36,9 @@ from pyspark.sql import DataFrame, SparkSession
 from jobs import progress
 
 WATERMARKS_DIR = "_watermarks"
+# what Spark's StreamExecution.isInterruptionException looks for in a Python sink's error
+_INTERRUPTIONS = ("java.lang.InterruptedException", "java.io.InterruptedIOException",
+                  "java.nio.channels.ClosedByInterruptException")
 _STATE_STORE_WRITER = "org.apache.spark.sql.execution.streaming.StateStoreWriter"
 
 
@@ -140,7 +143,32 @@ def make_sink(outputs: Path, spark: SparkSession | None, query_name: str,
             # (a failure here fails the batch: a committed batch must have its progress saved)
             save_progress_before(spark, query_name, batch_id, progress_dir)
 
-    return write_rows_and_watermarks
+    def sink(df: DataFrame, batch_id: int) -> None:
+        try:
+            write_rows_and_watermarks(df, batch_id)
+        except Exception as exc:  # noqa: BLE001 - re-raised, short
+            raise short_error(exc, batch_id) from None
+
+    return sink
+
+
+def short_error(exc: Exception, batch_id: int) -> RuntimeError:
+    """The sink's failure as the JVM should get it: a few lines. py4j hands Spark the Python
+    traceback as the error's message, and Spark tells a stopped query's interrupted batch
+    from a failure by a regular expression over that message (any characters, one group a
+    character, between ``Py4JJavaError: An error occurred while calling`` and an
+    interruption's class name: ``StreamExecution.isInterruptionException``), which overflows
+    the JVM's stack on the pages of Java trace a query stopped mid-batch puts there (a
+    StackOverflowError printed on stderr, seen on Ctrl-C). An interruption keeps the words
+    Spark looks for; any other failure keeps its first line."""
+    text = str(exc)
+    lines = text.strip().splitlines()
+    first = (lines[0] if lines else type(exc).__name__)[:300]
+    hit = next((name for name in _INTERRUPTIONS if name in text), None)
+    if hit is not None:
+        return RuntimeError(f"py4j.protocol.Py4JJavaError: An error occurred while calling the "
+                            f"sink of batch {batch_id}: {hit}")
+    return RuntimeError(f"the sink of batch {batch_id} failed: {type(exc).__name__}: {first}")
 
 
 def _replace_text(path: Path, text: str) -> None:
