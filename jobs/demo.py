@@ -119,9 +119,9 @@ def write_specs(root: Path) -> list[Path]:
 
 def run_demo(root: Path, small: bool = False, as_json: bool = False) -> int:
     from jobs.backtest import run_backtest
-    from jobs.cli import format_table, summary_rows
     from jobs.exits import write_document
     from jobs.report_html import write_report
+    from jobs.tables import format_table, summary_rows
     from semantics.spec import load_spec
 
     try:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from semantics.metrics import candidate_metrics, check_expectations
+from jobs.tables import comparison_rows, unbounded_notes
 
 CSS = """
 body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px;color:#1f2328}
@@ -37,23 +37,6 @@ COLUMNS = [
     ("latency_p95_s", "latency p95 s"), ("latency_p99_s", "latency p99 s"),
     ("batches", "batches"), ("elapsed_s", "run time s"), ("validation", "validation"),
 ]
-
-
-def comparison_rows(result: Any) -> list[dict[str, Any]]:
-    rows = []
-    for c in result.candidates:
-        for side in ("predicted", "actual"):
-            r = getattr(c, side)
-            if r is None:
-                continue
-            m = candidate_metrics(result.spec, c.schedule, r)
-            m["candidate"], m["side"] = c.name, side
-            fails = check_expectations(result.spec, m)
-            m["validation"] = ("-" if c.validation is None else
-                               ("passed" if c.success else "failed"))
-            m["expectations"] = fails
-            rows.append(m)
-    return rows
 
 
 def _fmt(v: Any) -> str:
@@ -176,8 +159,6 @@ def write_report(result: Any, folder: str | Path | None = None) -> str:
             items = "".join(f"<li>{html.escape(f)}</li>" for f in c.validation["failed"][:30])
             fails.append(f"<h3>{html.escape(c.name)}: validation failed</h3><ul class=fail>"
                          f"{items}</ul>")
-    from jobs.cli import unbounded_notes
-
     unbounded = "".join(f"<p class=bad>{html.escape(n)}</p>" for n in unbounded_notes(result))
     docs = next((c.validation.get("data_docs") for c in result.candidates
                  if c.validation and c.validation.get("data_docs")), None)

@@ -291,9 +291,9 @@ def memory(n: int | None) -> str:
 
 def run_sweep(args: argparse.Namespace) -> int:
     from jobs.backtest import default_results_dir
-    from jobs.cli import format_table, late_note
     from jobs.exits import write_document
     from jobs.results import check_folder
+    from jobs.tables import format_table, late_note
     from semantics.spec import load_spec
 
     spec = load_spec(args.spec)
