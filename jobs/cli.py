@@ -17,7 +17,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from jobs.exits import failed, quiet_logging, watch_signals, write_document
 from jobs.tables import format_table, late_note, summary_rows, unbounded_notes
@@ -25,6 +25,7 @@ from semantics.errors import SpecError
 from semantics.memory import reuse_freed_memory
 
 if TYPE_CHECKING:  # (the CLI imports its heavy modules where a command needs them)
+    from jobs.backtest import BacktestResult
     from semantics.schedule import Schedule
     from semantics.spec import BacktestSpec
 
@@ -37,7 +38,7 @@ def _progress(quiet: bool):
     return emit
 
 
-def _print_result(result: Any, as_json: bool) -> int:
+def _print_result(result: BacktestResult, as_json: bool) -> int:
     if as_json:
         from semantics.report import dumps
 
@@ -89,7 +90,7 @@ def cmd_run(args: argparse.Namespace, predict: bool, actual: bool) -> int:
     return _print_result(result, args.json)
 
 
-def print_late(result: Any, limit: int, as_json: bool) -> int:
+def print_late(result: BacktestResult, limit: int, as_json: bool) -> int:
     """The input rows each candidate's watermark drops (the first ``limit`` per candidate)."""
     from semantics.explain import late_rows
 
@@ -128,7 +129,7 @@ def _row_id_check(spec: BacktestSpec, row_id: int | None) -> Callable[[Schedule]
     return check
 
 
-def explain(result: Any, row_id: int) -> int:
+def explain(result: BacktestResult, row_id: int) -> int:
     """Print the fate of input row ``row_id`` (checked by :func:`_row_id_check`) for each
     candidate."""
     from semantics.explain import explain_row

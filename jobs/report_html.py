@@ -9,12 +9,17 @@ import base64
 import html
 import io
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from jobs.tables import comparison_rows, unbounded_notes
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from jobs.backtest import BacktestResult
 
 CSS = """
 body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px;color:#1f2328}
@@ -49,7 +54,7 @@ def _fmt(v: Any) -> str:
     return html.escape(str(v))
 
 
-def _png(fig: Any) -> str:
+def _png(fig: Figure) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
     import matplotlib.pyplot as plt
@@ -58,7 +63,7 @@ def _png(fig: Any) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
-def plots(result: Any) -> list[tuple[str, str]]:
+def plots(result: BacktestResult) -> list[tuple[str, str]]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -113,7 +118,7 @@ def plots(result: Any) -> list[tuple[str, str]]:
     return out
 
 
-def late_sections(result: Any, limit: int = 10) -> str:
+def late_sections(result: BacktestResult, limit: int = 10) -> str:
     """Per candidate with predicted late rows: how many, and the first ``limit`` of them with
     the watermark each missed (``wmbt predict --late`` / ``--explain`` tell the rest)."""
     from semantics.explain import late_rows
@@ -134,7 +139,7 @@ def late_sections(result: Any, limit: int = 10) -> str:
     return ("<h2>Late rows (predicted)</h2>" + "".join(parts)) if parts else ""
 
 
-def write_report(result: Any, folder: str | Path | None = None) -> str:
+def write_report(result: BacktestResult, folder: str | Path | None = None) -> str:
     """Write ``<folder>/<backtest>.html``; returns its path."""
     from jobs.backtest import default_results_dir
 
