@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobs.results import ResultsStore, run_id
 from semantics.compare import Difference, compare_outputs, compare_reports, row_counts
@@ -19,6 +19,9 @@ from semantics.history import plan
 from semantics.report import RunResult
 from semantics.schedule import Schedule
 from semantics.spec import BacktestSpec
+
+if TYPE_CHECKING:  # (pyspark is imported by a replay only)
+    from pyspark.sql import SparkSession
 
 Progress = Callable[[str], None]
 
@@ -85,7 +88,7 @@ def default_results_dir() -> Path:
 
 def run_backtest(spec: BacktestSpec, candidate: str | None = None, *, predict: bool = True,
                  actual: bool = True, results: Path | None = None, master: str | None = None,
-                 progress: Progress = lambda _m: None, spark: Any = None,
+                 progress: Progress = lambda _m: None, spark: SparkSession | None = None,
                  explain: bool = True, fresh: bool = False,
                  notice: Progress | None = None,
                  planned: Callable[[Schedule], None] | None = None) -> BacktestResult:

@@ -17,13 +17,15 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from jobs.exits import failed, quiet_logging, watch_signals, write_document
+from jobs.tables import format_table, late_note, summary_rows, unbounded_notes
 from semantics.errors import SpecError
 from semantics.memory import reuse_freed_memory
 
 if TYPE_CHECKING:  # (the CLI imports its heavy modules where a command needs them)
+    from jobs.backtest import BacktestResult
     from semantics.schedule import Schedule
     from semantics.spec import BacktestSpec
 
@@ -36,60 +38,7 @@ def _progress(quiet: bool):
     return emit
 
 
-def summary_rows(result: Any) -> list[dict[str, Any]]:
-    """One line per candidate and side (the comparison report's figures, abridged)."""
-    from jobs.report_html import comparison_rows
-
-    return [{
-        "candidate": m["candidate"], "side": m["side"], "batches": m["batches"],
-        "input_rows": m["input_rows"], "late": m["late"],
-        "late_rows": "-" if m["late_rows"] is None else m["late_rows"],
-        "late_rows_%": "-" if m["late_rows_fraction"] is None
-        else f"{100 * m['late_rows_fraction']:.2f}",
-        "peak_state": m["peak_state_rows"], "output_rows": m["output_rows"],
-        "end_state": m["final_state_rows"],
-        "p95_latency_s": "-" if m["latency_p95_s"] is None else f"{m['latency_p95_s']:.0f}",
-        "valid": {"-": "", "passed": "yes", "failed": "NO"}[m["validation"]],
-    } for m in comparison_rows(result)]
-
-
-def late_note(spec: Any, rows: list[dict[str, Any]]) -> str | None:
-    """A footer saying what the table's ``late`` column counts, when it is not input rows and
-    some row of the table has late ones (and what ``late_rows`` is, when the table has it)."""
-    from semantics.report import late_counts
-
-    what = late_counts(spec)
-    if what == "rows" or not any(r["late"] for r in rows):
-        return None
-    note = (f"late: Spark's numRowsDroppedByWatermark, which counts late {what},\n"
-            "not input rows")
-    if any(r.get("late_rows") is not None for r in rows):
-        return note + ("; late_rows: the input rows dropped as late\n"
-                       "(Spark does not count them); `wmbt predict --late` lists them")
-    return note + "; `wmbt predict --late` lists the rows"
-
-
-def unbounded_notes(result: Any) -> list[str]:
-    """One line per candidate whose state no watermark ever evicts, saying which state and why
-    (``semantics.retention``): the replay's peak is not where it stops."""
-    from semantics.retention import KEPT, NEVER_EVICTED, never_evicted
-
-    said = ((c.name, never_evicted(result.spec, c.name)) for c in result.candidates)
-    return [f"{name}: {NEVER_EVICTED} ({KEPT}): " + "; ".join(what) for name, what in said
-            if what]
-
-
-def format_table(rows: list[dict[str, Any]]) -> str:
-    if not rows:
-        return ""
-    cols = list(rows[0])
-    width = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in cols}
-    line = "  ".join(c.ljust(width[c]) for c in cols)
-    body = ["  ".join(str(r[c]).ljust(width[c]) for c in cols) for r in rows]
-    return "\n".join([line, "  ".join("-" * width[c] for c in cols), *body])
-
-
-def _print_result(result: Any, as_json: bool) -> int:
+def _print_result(result: BacktestResult, as_json: bool) -> int:
     if as_json:
         from semantics.report import dumps
 
@@ -141,7 +90,7 @@ def cmd_run(args: argparse.Namespace, predict: bool, actual: bool) -> int:
     return _print_result(result, args.json)
 
 
-def print_late(result: Any, limit: int, as_json: bool) -> int:
+def print_late(result: BacktestResult, limit: int, as_json: bool) -> int:
     """The input rows each candidate's watermark drops (the first ``limit`` per candidate)."""
     from semantics.explain import late_rows
 
@@ -180,7 +129,7 @@ def _row_id_check(spec: BacktestSpec, row_id: int | None) -> Callable[[Schedule]
     return check
 
 
-def explain(result: Any, row_id: int) -> int:
+def explain(result: BacktestResult, row_id: int) -> int:
     """Print the fate of input row ``row_id`` (checked by :func:`_row_id_check`) for each
     candidate."""
     from semantics.explain import explain_row

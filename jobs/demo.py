@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -18,6 +18,9 @@ from deltalake import write_deltalake
 
 from semantics.errors import SpecError
 from semantics.report import dumps
+
+if TYPE_CHECKING:
+    from jobs.backtest import BacktestResult
 
 START = pd.Timestamp("2024-06-01 12:00:00", tz="UTC")
 
@@ -119,9 +122,9 @@ def write_specs(root: Path) -> list[Path]:
 
 def run_demo(root: Path, small: bool = False, as_json: bool = False) -> int:
     from jobs.backtest import run_backtest
-    from jobs.cli import format_table, summary_rows
     from jobs.exits import write_document
     from jobs.report_html import write_report
+    from jobs.tables import format_table, summary_rows
     from semantics.spec import load_spec
 
     try:
@@ -165,7 +168,7 @@ def run_demo(root: Path, small: bool = False, as_json: bool = False) -> int:
     return 0 if ok else 1
 
 
-def _first_late_row(result: Any, candidate: str) -> int | None:
+def _first_late_row(result: BacktestResult, candidate: str) -> int | None:
     """The first input row ``candidate``'s prediction drops as late, if any."""
     from semantics.explain import late_rows
 

@@ -9,12 +9,17 @@ import base64
 import html
 import io
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from semantics.metrics import candidate_metrics, check_expectations
+from jobs.tables import comparison_rows, unbounded_notes
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from jobs.backtest import BacktestResult
 
 CSS = """
 body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px;color:#1f2328}
@@ -39,23 +44,6 @@ COLUMNS = [
 ]
 
 
-def comparison_rows(result: Any) -> list[dict[str, Any]]:
-    rows = []
-    for c in result.candidates:
-        for side in ("predicted", "actual"):
-            r = getattr(c, side)
-            if r is None:
-                continue
-            m = candidate_metrics(result.spec, c.schedule, r)
-            m["candidate"], m["side"] = c.name, side
-            fails = check_expectations(result.spec, m)
-            m["validation"] = ("-" if c.validation is None else
-                               ("passed" if c.success else "failed"))
-            m["expectations"] = fails
-            rows.append(m)
-    return rows
-
-
 def _fmt(v: Any) -> str:
     if v is None:
         return "–"
@@ -66,7 +54,7 @@ def _fmt(v: Any) -> str:
     return html.escape(str(v))
 
 
-def _png(fig: Any) -> str:
+def _png(fig: Figure) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
     import matplotlib.pyplot as plt
@@ -75,7 +63,7 @@ def _png(fig: Any) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
-def plots(result: Any) -> list[tuple[str, str]]:
+def plots(result: BacktestResult) -> list[tuple[str, str]]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -130,7 +118,7 @@ def plots(result: Any) -> list[tuple[str, str]]:
     return out
 
 
-def late_sections(result: Any, limit: int = 10) -> str:
+def late_sections(result: BacktestResult, limit: int = 10) -> str:
     """Per candidate with predicted late rows: how many, and the first ``limit`` of them with
     the watermark each missed (``wmbt predict --late`` / ``--explain`` tell the rest)."""
     from semantics.explain import late_rows
@@ -151,7 +139,7 @@ def late_sections(result: Any, limit: int = 10) -> str:
     return ("<h2>Late rows (predicted)</h2>" + "".join(parts)) if parts else ""
 
 
-def write_report(result: Any, folder: str | Path | None = None) -> str:
+def write_report(result: BacktestResult, folder: str | Path | None = None) -> str:
     """Write ``<folder>/<backtest>.html``; returns its path."""
     from jobs.backtest import default_results_dir
 
@@ -176,8 +164,6 @@ def write_report(result: Any, folder: str | Path | None = None) -> str:
             items = "".join(f"<li>{html.escape(f)}</li>" for f in c.validation["failed"][:30])
             fails.append(f"<h3>{html.escape(c.name)}: validation failed</h3><ul class=fail>"
                          f"{items}</ul>")
-    from jobs.cli import unbounded_notes
-
     unbounded = "".join(f"<p class=bad>{html.escape(n)}</p>" for n in unbounded_notes(result))
     docs = next((c.validation.get("data_docs") for c in result.candidates
                  if c.validation and c.validation.get("data_docs")), None)

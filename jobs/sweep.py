@@ -18,12 +18,16 @@ import re
 import signal
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from semantics.durations import Duration
 from semantics.errors import SpecError
+
+if TYPE_CHECKING:
+    from semantics.schedule import Schedule
+    from semantics.spec import BacktestSpec, Candidate
 
 
 def parse_delays(text: str) -> list[Duration]:
@@ -71,14 +75,14 @@ def knee_index(late: np.ndarray, state: np.ndarray) -> int:
     return int(np.argmax(dist))
 
 
-def sweep(spec: Any, source: str, delays: list[Duration], base: str | None = None
+def sweep(spec: BacktestSpec, source: str, delays: list[Duration], base: str | None = None
           ) -> list[dict[str, Any]]:
     """One row of metrics per delay, in the order of ``delays``: the base candidate with
     ``source``'s delay replaced, predicted without explain (:func:`sweep_schedule`)."""
     return sweep_computed(spec, source, delays, base)[0]
 
 
-def sweep_computed(spec: Any, source: str, delays: list[Duration], base: str | None = None
+def sweep_computed(spec: BacktestSpec, source: str, delays: list[Duration], base: str | None = None
                    ) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """:func:`sweep`'s rows and how each figure was computed (:func:`sweep_figures`)."""
     from semantics.history import plan
@@ -90,14 +94,16 @@ def sweep_computed(spec: Any, source: str, delays: list[Duration], base: str | N
     return sweep_figures(spec, plan(spec, base), source, delays, base)
 
 
-def sweep_schedule(spec: Any, schedule: Any, source: str, delays: list[Duration], base: str,
-                   processes: bool = True, one_pass: bool = True) -> list[dict[str, Any]]:
+def sweep_schedule(spec: BacktestSpec, schedule: Schedule, source: str,
+                   delays: list[Duration], base: str, processes: bool = True,
+                   one_pass: bool = True) -> list[dict[str, Any]]:
     """:func:`sweep` on a planned ``schedule`` (:func:`sweep_figures`' rows)."""
     return sweep_figures(spec, schedule, source, delays, base, processes, one_pass)[0]
 
 
-def sweep_figures(spec: Any, schedule: Any, source: str, delays: list[Duration], base: str,
-                  processes: bool = True, one_pass: bool = True
+def sweep_figures(spec: BacktestSpec, schedule: Schedule, source: str,
+                  delays: list[Duration], base: str, processes: bool = True,
+                  one_pass: bool = True
                   ) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """The rows of :func:`sweep` on a planned ``schedule``, and per figure ``"one_pass"``
     (all delays at once, ``semantics.sweep_once``; docs/semantics.md §2.6) or ``"per_delay"``
@@ -137,7 +143,8 @@ def sweep_figures(spec: Any, schedule: Any, source: str, delays: list[Duration],
     return rows, computed
 
 
-def _rows_of(spec: Any, base: str, source: str, delays_ms: list[int]) -> list[dict[str, Any]]:
+def _rows_of(spec: BacktestSpec, base: str, source: str, delays_ms: list[int]
+             ) -> list[dict[str, Any]]:
     """The rows :func:`_point` makes, with the figures of ``sweep_once.FIGURES`` left to fill
     (None) and those that do not depend on the delay's value set."""
     from semantics.metrics import METRICS
@@ -150,10 +157,12 @@ def _rows_of(spec: Any, base: str, source: str, delays_ms: list[int]) -> list[di
             for d in delays_ms]
 
 
-_WORK: tuple[Any, Any, Any, str] | None = None  # (spec, schedule, base candidate, source)
+# (spec, schedule, base candidate, source)
+_WORK: tuple[BacktestSpec, Schedule, Candidate, str] | None = None
 
 
-def _swept(spec: Any, cand: Any, source: str, delay_ms: int) -> tuple[Any, str]:
+def _swept(spec: BacktestSpec, cand: Candidate, source: str, delay_ms: int
+           ) -> tuple[BacktestSpec, str]:
     """``spec`` holding only ``cand`` with ``source``'s delay set, and that candidate's name."""
     from semantics.spec import Candidate
 
@@ -223,7 +232,7 @@ def _points(delays_ms: list[int]) -> list[dict[str, Any]]:
 _OUTCOME = ("late", "late_rows", "peak_state_rows", "output_rows", "latency_p95_s")
 
 
-def flat_note(spec: Any, source: str, base: str | None = None) -> str:
+def flat_note(spec: BacktestSpec, source: str, base: str | None = None) -> str:
     """Why a sweep can come out flat, for the table's footer."""
     others = [s for s in spec.query_sources if s != source]
     why = "no event of this history is near the watermark in this range"
@@ -266,7 +275,7 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> str:
     return str(path)
 
 
-def swept_source(spec: Any, source: str | None) -> str:
+def swept_source(spec: BacktestSpec, source: str | None) -> str:
     """``--source``, or the query's only source when it has one (a join has two: say which)."""
     if source is not None:
         return source
@@ -291,9 +300,9 @@ def memory(n: int | None) -> str:
 
 def run_sweep(args: argparse.Namespace) -> int:
     from jobs.backtest import default_results_dir
-    from jobs.cli import format_table, late_note
     from jobs.exits import write_document
     from jobs.results import check_folder
+    from jobs.tables import format_table, late_note
     from semantics.spec import load_spec
 
     spec = load_spec(args.spec)

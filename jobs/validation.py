@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -28,6 +28,15 @@ import pandas as pd
 from semantics.compare import row_counts
 from semantics.metrics import candidate_metrics, late_fraction_column
 from semantics.report import EXACT_COLUMNS
+
+if TYPE_CHECKING:  # (great_expectations is imported by a validation only; jobs.backtest
+    # imports this module where it validates)
+    from great_expectations.core import ExpectationSuiteValidationResult
+    from great_expectations.data_context import AbstractDataContext
+    from great_expectations.expectations import Expectation
+
+    from jobs.backtest import CandidateResult
+    from semantics.spec import BacktestSpec
 
 STATE_BYTES_TOLERANCE = 0.5  # |predicted − actual| ≤ 50 % of actual + 2 KiB
 STATE_BYTES_SLACK = 2048  # (docs/state-bytes.md: small states are dominated by fixed overhead)
@@ -38,7 +47,7 @@ STATE_BYTES_MOSTLY = 0.98
 _KEY = ["batch_id", "operator"]
 
 
-def _context(root: Path) -> Any:
+def _context(root: Path) -> AbstractDataContext:
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     import great_expectations as gx
 
@@ -83,7 +92,7 @@ def outputs_frame(predicted: pd.DataFrame, actual: pd.DataFrame) -> pd.DataFrame
     return row_counts(predicted, actual)
 
 
-def _messages(res: Any) -> list[str]:
+def _messages(res: ExpectationSuiteValidationResult) -> list[str]:
     out = []
     for r in res.results:
         if r.success:
@@ -121,13 +130,15 @@ def _messages(res: Any) -> list[str]:
     return out
 
 
-def validate(spec: Any, cr: Any, root: Path, counts: pd.DataFrame | None = None
+def validate(spec: BacktestSpec, cr: CandidateResult, root: Path, counts: pd.DataFrame | None = None
              ) -> dict[str, Any]:
     """Run the GX suites for one candidate; returns {success, failed, statistics, data_docs}.
-    ``counts``: the emitted rows' ``row_counts``, when already computed."""
+    ``counts``: the emitted rows' ``row_counts``, when already computed. ``cr`` has both
+    its prediction and its replay."""
     import great_expectations as gx
     import great_expectations.expectations as gxe
 
+    assert cr.predicted is not None and cr.actual is not None
     ctx = _context(root)
     ds = ctx.data_sources.add_or_update_pandas("wmbt")
     b = batches_frame(cr.predicted.batches, cr.actual.batches)
@@ -136,7 +147,7 @@ def validate(spec: Any, cr: Any, root: Path, counts: pd.DataFrame | None = None
     m = pd.DataFrame([{"candidate": cr.name, "batch_id": -1, **metrics}])
     exact = [c for c in EXACT_COLUMNS if c not in _KEY]
     exact += [c for c in cr.predicted.batches.columns if c.startswith("input_rows_")]
-    plans: list[tuple[str, pd.DataFrame, list[Any], list[str]]] = [
+    plans: list[tuple[str, pd.DataFrame, list[Expectation], list[str]]] = [
         ("batches", b,
          [gxe.ExpectColumnPairValuesToBeEqual(column_A=f"predicted_{c}", column_B=f"actual_{c}")
           for c in exact]

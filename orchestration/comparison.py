@@ -16,7 +16,8 @@ from typing import Any
 import dagster as dg
 import pandas as pd
 
-from jobs.report_html import COLUMNS, comparison_rows, plots, write_report
+from jobs.report_html import COLUMNS, plots, write_report
+from jobs.tables import comparison_rows
 from orchestration.assets import GROUP, actual_report, predicted_report
 from orchestration.partitions import BACKTESTS
 from orchestration.resources import ResultsStoreResource, SpecsResource
