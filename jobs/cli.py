@@ -151,26 +151,23 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return run_sweep(args)
 
 
-def _count(text: str) -> int:
-    """A non-negative integer option value."""
-    try:
-        n = int(text)
-    except ValueError:
-        n = -1
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"expected a number of rows (0 or more), got {text!r}")
-    return n
+def _at_least_zero(what: str) -> Callable[[str], int]:
+    """An option's type: an integer, 0 or more, refused by argparse naming ``what``."""
+
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            n = -1
+        if n < 0:
+            raise argparse.ArgumentTypeError(f"expected {what} (0 or more), got {text!r}")
+        return n
+
+    return parse
 
 
-def _row_id(text: str) -> int:
-    """A row id option value (0 or more; which ids exist is known once the tables are read)."""
-    try:
-        n = int(text)
-    except ValueError:
-        n = -1
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"expected a row id (0 or more), got {text!r}")
-    return n
+# (which row ids exist is known once the tables are read: _row_id_check)
+_row_id, _count = _at_least_zero("a row id"), _at_least_zero("a number of rows")
 
 
 DEBUG_HELP = "print the traceback of an error (as WMBT_DEBUG=1 does)"
