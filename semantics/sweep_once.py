@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from semantics import quantiles
+from semantics import quantiles, sweep_session
 from semantics.delay_timeline import ALWAYS, Timeline, ceil_ms, timeline
 from semantics.growing import Growing
 from semantics.operators import make_operator
@@ -34,7 +34,7 @@ from semantics.operators.keys import KeyCoder, key_columns
 from semantics.operators.windows import assign_windows, last_starts
 from semantics.schedule import TICK, Schedule
 from semantics.spark_conf import ALLOW_MULTIPLE, NO_DATA_BATCHES, spark_bool
-from semantics.spec import AggregationQuery, BacktestSpec, DeduplicationQuery
+from semantics.spec import AggregationQuery, BacktestSpec, DeduplicationQuery, SessionQuery
 
 FIGURES = ("batches", "no_data_batches", "input_rows", "late", "late_rows",
            "peak_state_rows", "final_state_rows", "peak_state_bytes", "final_state_bytes",
@@ -81,7 +81,7 @@ def covered(spec: BacktestSpec, candidate: str, source: str) -> bool:
         et = spec.sources[source].event_time
         # (no keys: every column is a key, the event time too)
         return not q.within_watermark and (not q.keys or et in q.keys)
-    return False
+    return sweep_session.covered(spec, candidate)
 
 
 def one_pass(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
@@ -93,9 +93,14 @@ def one_pass(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str
         return None
     # the operator refuses what a prediction refuses (key columns, aggregates), with its error
     make_operator(spec, candidate, schedule, explain=False)
-    tl = timeline(schedule, source)
     order = np.argsort(np.asarray(delays_ms, dtype=np.int64), kind="stable")
     delays = np.asarray(delays_ms, dtype=np.int64)[order]  # (ascending: entries only join)
+    back = np.argsort(order)
+    if isinstance(spec.query, SessionQuery):
+        got, _ = sweep_session.sweep(spec, candidate, schedule, source, delays, _key_ids(
+            schedule.rows[source], list(spec.query.keys)), FIGURES)
+        return {f: [v[i] for i in back.tolist()] for f, v in got.items()}
+    tl = timeline(schedule, source)
     th = _aggregation(spec, schedule, tl) if isinstance(spec.query, AggregationQuery) else \
         _dedup(spec, candidate, schedule, tl)
     out: dict[str, list[Figure]] = {
@@ -107,7 +112,6 @@ def one_pass(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str
         **_state(spec, candidate, schedule, tl, th.entries, delays),
         **th.emitted(delays),
     }
-    back = np.argsort(order)
     return {f: [v[i] for i in back.tolist()] for f, v in out.items()}
 
 

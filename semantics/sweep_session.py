@@ -1,0 +1,202 @@
+"""A sweep of session windows (append mode) over one source's delay, all delays from one sort
+(docs/semantics.md §2.6, §4.3).
+
+Every batch of every delay is a point of the source's timeline (``semantics.delay_timeline``):
+a data batch's late watermark is ``max(0, late_x - d)``, a point's eviction watermark
+``max(0, x - d)``, an idle point runs iff ``d < x``. What does not depend on the delay is
+computed once: each row's late threshold (its unit ends at ``t + gap``: late iff
+``d <= late_x - ceil((t + gap) / 1000)``), the late units' thresholds (Spark's count: distinct
+(batch, key, time)), and the rows sorted by (key, time, batch).
+
+Invariants, per delay ``d``:
+
+* the accepted rows are those of threshold ``< d``, a superset for every larger delay; taken
+  from the sorted rows by a mask, they stay sorted, so no delay sorts again;
+* with no piece evicted before its component is complete, the sessions are those of
+  ``operators/session_all.py`` on the accepted rows: components cut where ``t_next > t + gap``,
+  pieces of the rows arrived so far, a component evicted whole at the first point whose
+  eviction watermark reaches its end. Its helpers compute them from the sorted accepted rows
+  (no sort), with the points as batches: an idle point a delay does not run has eviction
+  watermark 0, as every point before it, so it evicts nothing and changes no count;
+* a delay under which some key may have a piece evicted early (``session_all``'s check: never
+  missed) is predicted on its own (``semantics.sweep_fallback``), every figure of it, and so
+  is a delay whose rows ``session_all`` would not compute at once (a long out-of-order walk).
+
+So every figure of every delay equals a prediction's; the one pass saves the plan, the sort,
+the emitted rows and the per-delay overhead, not the per-delay pass over the accepted rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from semantics.delay_timeline import ALWAYS, Timeline, timeline
+from semantics.engine import leaving_batch
+from semantics.operators.session_all import (
+    _PACK_LIMIT,
+    _components,
+    _early_evicted_keys,
+    _first_arrival_before,
+    _updated_and_keys,
+)
+from semantics.schedule import TICK, Schedule
+from semantics.spark_conf import spark_bool
+from semantics.spec import BacktestSpec, SessionQuery
+from semantics.sweep_fallback import Figure, predicted
+
+MERGE_LOCAL_CONF = "spark.sql.streaming.sessionWindow.merge.sessions.in.local.partition"
+MAX_WINDOW = 64  # as ``session_all.sessions_at_once``: a longer walk back is predicted alone
+
+
+def covered(spec: BacktestSpec, candidate: str) -> bool:
+    """Session windows in append mode without local merging (the caller checks the source and
+    the settings every one-pass sweep needs)."""
+    q = spec.query
+    return isinstance(q, SessionQuery) and q.output_mode == "append" and not spark_bool(
+        spec.conf(candidate).get(MERGE_LOCAL_CONF, False), MERGE_LOCAL_CONF, spec.path)
+
+
+@dataclass(frozen=True)
+class SortedRows:
+    """The source's rows sorted by (key id, time, batch): key id, time (µs), point of the
+    batch that reads it, and late threshold (accepted iff ``d > thr``)."""
+
+    kid: np.ndarray
+    t: np.ndarray
+    point: np.ndarray
+    thr: np.ndarray
+
+
+def bytes_model(spec: BacktestSpec, candidate: str, schedule: Schedule
+                ) -> tuple[int, int, int] | None:
+    """``(base, per held row, per stored key)`` of ``state_bytes.estimate`` (linear in both),
+    or None where it has no estimate (RocksDB)."""
+    from semantics.state_bytes import estimate
+
+    three = estimate(spec, candidate, schedule, pd.DataFrame({
+        "state_rows": [0, 1, 0], "state_rows_removed": [0, 0, 0], "state_keys": [0, 0, 1]}))
+    if three.isna().any():
+        return None
+    base = int(three.iloc[0])
+    # (row 1 holds one row; row 2 holds none of its own but min(removed 0, 1) = 0: one key)
+    return base, int(three.iloc[1]) - base, int(three.iloc[2]) - base
+
+
+def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
+          delays: np.ndarray, key_ids: np.ndarray, figures: tuple[str, ...]
+          ) -> tuple[dict[str, list[Figure]], int]:
+    """Per figure, its value for each of ``delays`` (ascending, ms); and how many delays were
+    predicted on their own (the module docstring). ``key_ids``: per source row, equal iff
+    the grouping keys are (NULL equal to NULL, floats normalized)."""
+    from semantics.sweep_once import _at_least
+
+    q = spec.query
+    assert isinstance(q, SessionQuery)
+    tl = timeline(schedule, source)
+    gap = q.gap.us
+    t_us = np.asarray(schedule.event_time_us(source), dtype=np.int64)
+    tick = schedule.rows[source][TICK].to_numpy(dtype=np.int64)
+    thr = tl.late_threshold(tick, t_us + gap)
+    order = np.lexsort((tick, t_us, key_ids))
+    rows = SortedRows(key_ids[order], t_us[order], tl.point_of_tick[tick[order]], thr[order])
+    # Spark's count: a batch's distinct late units (key, time)
+    unit = np.lexsort((t_us, key_ids, tick))
+    first = np.ones(len(unit), dtype=bool)
+    first[1:] = (tick[unit][1:] != tick[unit][:-1]) | (key_ids[unit][1:] != key_ids[unit][:-1]) \
+        | (t_us[unit][1:] != t_us[unit][:-1])
+    unit_thr = thr[unit[first]]
+    model = bytes_model(spec, candidate, schedule)
+    state_figs = ("peak_state_rows", "final_state_rows", "peak_state_bytes",
+                  "final_state_bytes", "output_rows", "latency_p50_s", "latency_p95_s",
+                  "latency_p99_s")
+    out: dict[str, list[Figure]] = {f: [] for f in state_figs}
+    alone = 0
+    for d in delays.tolist():
+        got = _one_delay(rows, tl, gap, d, model)
+        if got is None:
+            alone += 1
+            got = predicted(spec, candidate, schedule, source, d, state_figs)
+        for f in state_figs:
+            out[f].append(got[f])
+    no_data = tl.no_data_batches(delays)
+    out |= {
+        "batches": (tl.data_batches + no_data).tolist(),
+        "no_data_batches": no_data.tolist(),
+        "input_rows": [len(t_us)] * len(delays),
+        "late": _at_least(unit_thr, delays).tolist(),
+        "late_rows": _at_least(thr, delays).tolist(),
+    }
+    return {f: out[f] for f in figures}, alone
+
+
+def _one_delay(rows: SortedRows, tl: Timeline, gap: int, d: int,
+               model: tuple[int, int, int] | None) -> dict[str, Figure] | None:
+    """The state, emitted rows and latency figures of delay ``d`` from the accepted rows, as
+    ``session_all._at_once`` computes the batches (its helpers, on the points); None when it
+    would step some key (a piece evicted early) or not compute at once."""
+    from semantics.sweep_once import _latency_s
+
+    n_b = len(tl.x)
+    acc = rows.thr < d
+    k, ts, bb = rows.kid[acc], rows.t[acc], rows.point[acc].astype(np.int32)
+    evict_us = np.maximum(tl.x - d, 0) * 1000
+    runs = ~tl.idle | (tl.x > d)
+    if not len(k):
+        zero = np.zeros(n_b, dtype=np.int64)
+        return _figures(zero, zero, zero, runs, model, np.zeros(0))
+    new_key = k[1:] != k[:-1]
+    cut = np.ones(len(k), dtype=bool)
+    cut[1:] = new_key | (ts[1:] > ts[:-1] + gap)
+    heads, last, b_last, comp = _components(cut, bb)
+    if len(_early_evicted_keys(k, ts, bb, cut, comp, b_last, gap, evict_us)):
+        return None
+    a = _first_arrival_before(cut, comp, ts, bb, gap, n_b, MAX_WINDOW)
+    if a is None:
+        return None
+    end = ts[last] + gap
+    ev = leaving_batch(end, evict_us, n_b)
+    starts = np.flatnonzero(bb < a)
+    s_from, s_to = bb[starts].astype(np.int64), a[starts]
+    counts = {name: np.bincount(v, minlength=n_b + 1)[:n_b] for name, v in
+              (("from", s_from), ("to", s_to), ("ev", ev))}
+    state = np.cumsum(counts["from"] - counts["to"] - counts["ev"])
+    removed = counts["to"] + counts["ev"]
+    krank = np.zeros(len(k), dtype=np.int32)
+    np.cumsum(new_key, out=krank[1:])
+    bits = int(n_b).bit_length()
+    if (int(krank[-1]) + 1) << (bits + 2) >= _PACK_LIMIT:
+        return None
+    head = cut[starts]
+    s_to[head] = ev[comp[starts[head]]]
+    _, keys = _updated_and_keys(krank, bb, starts, s_to, head, n_b, bits)
+    out = ev < n_b
+    lat = _latency_s(tl.clock[ev[out]], end[out])
+    return _figures(state, removed, keys, runs, model, lat)
+
+
+def _figures(state: np.ndarray, removed: np.ndarray, keys: np.ndarray, runs: np.ndarray,
+             model: tuple[int, int, int] | None, lat: np.ndarray) -> dict[str, Figure]:
+    """The figures of one delay from its per-point counts (``runs``: the points it runs) and
+    its emitted sessions' latencies (s), as ``metrics.candidate_metrics`` reads a report."""
+    state, removed, keys = state[runs], removed[runs], keys[runs]
+    p50, p95, p99 = (float(x) for x in np.percentile(lat, [50, 95, 99])) if len(lat) else \
+        (None, None, None)
+    out: dict[str, Figure] = {
+        "peak_state_rows": int(state.max()) if len(state) else 0,
+        "final_state_rows": int(state[-1]) if len(state) else 0,
+        "peak_state_bytes": None, "final_state_bytes": None,
+        "output_rows": len(lat), "latency_p50_s": p50, "latency_p95_s": p95,
+        "latency_p99_s": p99}
+    if model is not None and len(state):
+        base, per_row, per_key = model
+        held = state + np.minimum(removed, np.r_[0, state[:-1]])
+        b = base + per_row * held + per_key * keys
+        out["peak_state_bytes"] = int(b.max())
+        out["final_state_bytes"] = int(b[-1])
+    return out
+
+
+__all__ = ["ALWAYS", "covered", "sweep"]
