@@ -40,7 +40,6 @@ from semantics.operators.session_all import (
     _components,
     _early_evicted_keys,
     _first_arrival_before,
-    _updated_and_keys,
 )
 from semantics.schedule import TICK, Schedule
 from semantics.spark_conf import spark_bool
@@ -93,15 +92,10 @@ def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
     the grouping keys are (NULL equal to NULL, floats normalized)."""
     from semantics.sweep_once import _at_least
 
-    q = spec.query
-    assert isinstance(q, SessionQuery)
-    tl = timeline(schedule, source)
-    gap = q.gap.us
+    tl, gap, rows = _prepared(spec, schedule, source, key_ids)
     t_us = np.asarray(schedule.event_time_us(source), dtype=np.int64)
     tick = schedule.rows[source][TICK].to_numpy(dtype=np.int64)
     thr = tl.late_threshold(tick, t_us + gap)
-    order = np.lexsort((tick, t_us, key_ids))
-    rows = SortedRows(key_ids[order], t_us[order], tl.point_of_tick[tick[order]], thr[order])
     # Spark's count: a batch's distinct late units (key, time)
     unit = np.lexsort((t_us, key_ids, tick))
     first = np.ones(len(unit), dtype=bool)
@@ -130,6 +124,28 @@ def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
         "late_rows": _at_least(thr, delays).tolist(),
     }
     return {f: out[f] for f in figures}, alone
+
+
+def _prepared(spec: BacktestSpec, schedule: Schedule, source: str, key_ids: np.ndarray
+              ) -> tuple[Timeline, int, SortedRows]:
+    """The timeline, the gap (µs) and the sorted rows (what no delay changes)."""
+    q = spec.query
+    assert isinstance(q, SessionQuery)
+    tl = timeline(schedule, source)
+    t_us = np.asarray(schedule.event_time_us(source), dtype=np.int64)
+    tick = schedule.rows[source][TICK].to_numpy(dtype=np.int64)
+    thr = tl.late_threshold(tick, t_us + q.gap.us)
+    order = np.lexsort((tick, t_us, key_ids))
+    return tl, q.gap.us, SortedRows(key_ids[order], t_us[order],
+                                    tl.point_of_tick[tick[order]], thr[order])
+
+
+def needs_alone(spec: BacktestSpec, schedule: Schedule, source: str, delays: np.ndarray,
+                key_ids: np.ndarray) -> list[bool]:
+    """Per delay (ascending, ms), whether :func:`sweep` predicts it on its own (for the
+    bench's table)."""
+    tl, gap, rows = _prepared(spec, schedule, source, key_ids)
+    return [_one_delay(rows, tl, gap, d, None) is None for d in delays.tolist()]
 
 
 def _one_delay(rows: SortedRows, tl: Timeline, gap: int, d: int,
@@ -164,24 +180,47 @@ def _one_delay(rows: SortedRows, tl: Timeline, gap: int, d: int,
               (("from", s_from), ("to", s_to), ("ev", ev))}
     state = np.cumsum(counts["from"] - counts["to"] - counts["ev"])
     removed = counts["to"] + counts["ev"]
-    krank = np.zeros(len(k), dtype=np.int32)
-    np.cumsum(new_key, out=krank[1:])
-    bits = int(n_b).bit_length()
-    if (int(krank[-1]) + 1) << (bits + 2) >= _PACK_LIMIT:
+    keys = None if model is None else _stored_keys(new_key, cut, comp, bb, ev, n_b)
+    if model is not None and keys is None:
         return None
-    head = cut[starts]
-    s_to[head] = ev[comp[starts[head]]]
-    _, keys = _updated_and_keys(krank, bb, starts, s_to, head, n_b, bits)
     out = ev < n_b
     lat = _latency_s(tl.clock[ev[out]], end[out])
     return _figures(state, removed, keys, runs, model, lat)
 
 
-def _figures(state: np.ndarray, removed: np.ndarray, keys: np.ndarray, runs: np.ndarray,
+def _stored_keys(new_key: np.ndarray, cut: np.ndarray, comp: np.ndarray, bb: np.ndarray,
+                 ev: np.ndarray, n_b: int) -> np.ndarray | None:
+    """Per point, the keys with a session stored after it (the bytes model's session index).
+    A component is stored from its first arrival to its eviction (its pieces only merge until
+    then), so a key is stored over the union of its components' ``[first, ev)``: one sort of
+    the components by (key, first), a running maximum of their ends per key, and a key's
+    union starts where a component starts after every end before it. None when (key, point)
+    does not fit a word."""
+    heads = np.flatnonzero(cut)
+    krank = np.zeros(len(cut), dtype=np.int64)
+    np.cumsum(new_key, out=krank[1:])
+    bits = int(n_b).bit_length()  # (n_b: never evicted)
+    if (int(krank[-1]) + 1) << (bits + 1) >= _PACK_LIMIT:
+        return None
+    first = np.minimum.reduceat(bb, heads).astype(np.int64)
+    kc = krank[heads] << bits
+    order = np.argsort(kc | first, kind="stable")
+    f, e, kk = first[order], ev[order], kc[order]
+    # (running maximum of the ends per key: a key's words are above every earlier key's)
+    run = np.maximum.accumulate(kk | e) & ((1 << bits) - 1)
+    new = np.ones(len(f), dtype=bool)
+    new[1:] = (kk[1:] != kk[:-1]) | (f[1:] >= run[:-1])
+    block_end = np.r_[np.flatnonzero(new)[1:], len(f)] - 1
+    change = np.bincount(f[new], minlength=n_b + 1) - np.bincount(run[block_end],
+                                                                   minlength=n_b + 1)
+    return np.cumsum(change[:n_b])
+
+
+def _figures(state: np.ndarray, removed: np.ndarray, keys: np.ndarray | None, runs: np.ndarray,
              model: tuple[int, int, int] | None, lat: np.ndarray) -> dict[str, Figure]:
     """The figures of one delay from its per-point counts (``runs``: the points it runs) and
     its emitted sessions' latencies (s), as ``metrics.candidate_metrics`` reads a report."""
-    state, removed, keys = state[runs], removed[runs], keys[runs]
+    state, removed = state[runs], removed[runs]
     p50, p95, p99 = (float(x) for x in np.percentile(lat, [50, 95, 99])) if len(lat) else \
         (None, None, None)
     out: dict[str, Figure] = {
@@ -190,7 +229,8 @@ def _figures(state: np.ndarray, removed: np.ndarray, keys: np.ndarray, runs: np.
         "peak_state_bytes": None, "final_state_bytes": None,
         "output_rows": len(lat), "latency_p50_s": p50, "latency_p95_s": p95,
         "latency_p99_s": p99}
-    if model is not None and len(state):
+    if model is not None and keys is not None and len(state):
+        keys = keys[runs]
         base, per_row, per_key = model
         held = state + np.minimum(removed, np.r_[0, state[:-1]])
         b = base + per_row * held + per_key * keys
@@ -199,4 +239,4 @@ def _figures(state: np.ndarray, removed: np.ndarray, keys: np.ndarray, runs: np.
     return out
 
 
-__all__ = ["ALWAYS", "covered", "sweep"]
+__all__ = ["ALWAYS", "covered", "needs_alone", "sweep"]
