@@ -4,8 +4,9 @@ the delay sorted once instead of one prediction per delay.
 
 Covered: a single-source windowed aggregation (tumbling or sliding, append or update mode) and
 ``dropDuplicates`` with the event time among the keys, under Spark's default
-``allowMultiple`` and ``noDataMicroBatches``. :func:`one_pass` returns None for anything else
-(the caller predicts each delay).
+``allowMultiple`` and ``noDataMicroBatches``; session windows in append mode without local
+merging by ``semantics.sweep_session`` (its own invariants; it predicts some delays on their
+own). :func:`one_pass` returns None for anything else (the caller predicts each delay).
 
 Both hold *entries* (aggregation groups, deduplication keys), each with the data batch of its
 first row and a bound (window end, event time). Invariants (``semantics.delay_timeline``): an
