@@ -193,19 +193,20 @@ def _stored_keys(new_key: np.ndarray, cut: np.ndarray, comp: np.ndarray, bb: np.
     """Per point, the keys with a session stored after it (the bytes model's session index).
     A component is stored from its first arrival to its eviction (its pieces only merge until
     then), so a key is stored over the union of its components' ``[first, ev)``: one sort of
-    the components by (key, first), a running maximum of their ends per key, and a key's
-    union starts where a component starts after every end before it. None when (key, point)
-    does not fit a word."""
+    the components by (key, first, end), a running maximum of their ends per key, and a key's
+    union starts where a component starts after every end before it. None when (key, point,
+    point) does not fit a word."""
     heads = np.flatnonzero(cut)
     krank = np.zeros(len(cut), dtype=np.int64)
     np.cumsum(new_key, out=krank[1:])
     bits = int(n_b).bit_length()  # (n_b: never evicted)
-    if (int(krank[-1]) + 1) << (bits + 1) >= _PACK_LIMIT:
+    if (int(krank[-1]) + 1) << (2 * bits + 1) >= _PACK_LIMIT:
         return None
-    first = np.minimum.reduceat(bb, heads).astype(np.int64)
-    kc = krank[heads] << bits
-    order = np.argsort(kc | first, kind="stable")
-    f, e, kk = first[order], ev[order], kc[order]
+    mask = (1 << bits) - 1
+    # (key, first, end) words: one sort of integers, no order to gather with
+    w = np.sort((krank[heads] << (2 * bits)) | (np.minimum.reduceat(bb, heads).astype(np.int64)
+                                                << bits) | ev)
+    f, e, kk = (w >> bits) & mask, w & mask, (w >> (2 * bits)) << bits
     # (running maximum of the ends per key: a key's words are above every earlier key's)
     run = np.maximum.accumulate(kk | e) & ((1 << bits) - 1)
     new = np.ones(len(f), dtype=bool)
