@@ -9,8 +9,8 @@ minutes: all ``--delays`` in one pass, and every k-th of them (``--per-delay`` d
 one by one, whose time it extrapolates to all the delays (said in the table); it checks that
 both give the same rows for the delays both computed and prints the ratio, measured in this
 one run. A kind the one pass does not cover says so (its sweep is per delay anyway). Session
-windows predict on their own the delays under which a session may be evicted early
-(``semantics.sweep_session``); the table says how many (``alone``).
+windows step the keys that may have a session evicted early under a delay
+(``semantics.sweep_session``); the table says under how many delays (``stepped``).
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ def timed(spec: object, sched: object, source: str, delays: list, one_pass: bool
     return time.perf_counter() - t0, rows, computed
 
 
-def _alone(spec: object, sched: object, source: str, delays: list) -> int:
-    """How many of ``delays`` a session sweep predicts on their own (counted, not timed:
-    the early-eviction check of every delay)."""
+def _stepped(spec: object, sched: object, source: str, delays: list) -> int:
+    """Under how many of ``delays`` a session sweep steps some keys (counted, not timed: the
+    early-eviction check of every delay)."""
     import numpy as np
 
     from semantics import sweep_session
@@ -48,7 +48,7 @@ def _alone(spec: object, sched: object, source: str, delays: list) -> int:
 
     ms = np.array(sorted(d.ms for d in delays), dtype=np.int64)
     kid = _key_ids(sched.rows[source], list(spec.query.keys))
-    return sum(sweep_session.needs_alone(spec, sched, source, ms, kid))
+    return sum(sweep_session.steps_keys(spec, sched, source, ms, kid))
 
 
 def main() -> None:
@@ -66,20 +66,20 @@ def main() -> None:
     delays = sw.parse_delays(f"0 seconds..10 minutes/{args.delays}")
     step = max(1, len(delays) // args.per_delay)
     some = delays[::step]
-    print(f"{'kind':<14} {'events':>10} {'delays':>6} {'one pass s':>10} {'alone':>5} "
+    print(f"{'kind':<14} {'events':>10} {'delays':>6} {'one pass s':>10} {'stepped':>7} "
           f"{'per delay s':>11} {'(of)':>5} {'all, extrapolated s':>19} {'speed-up':>8}")
     for kind in args.kinds.split(","):
         spec, sched = make(kind, args.events, 20_000)
         source = spec.query_sources[0]
         fast, rows, computed = timed(spec, sched, source, delays, one_pass=True)
-        alone = _alone(spec, sched, source, delays) if kind.startswith("session") else 0
+        stepped = _stepped(spec, sched, source, delays) if kind.startswith("session") else 0
         slow, each, _ = timed(spec, sched, source, some, one_pass=False)
         for a, b in zip(rows[::step], each, strict=True):
             assert {k: v for k, v in a.items() if k != "knee"} == \
                 {k: v for k, v in b.items() if k != "knee"}, (kind, a["delay"])
         everything = slow * len(delays) / len(some)
         how = "" if set(computed.values()) == {"one_pass"} else "  (not covered: per delay)"
-        print(f"{kind:<14} {args.events:>10} {len(delays):>6} {fast:>10.2f} {alone:>5} "
+        print(f"{kind:<14} {args.events:>10} {len(delays):>6} {fast:>10.2f} {stepped:>7} "
               f"{slow:>11.2f} "
               f"{len(some):>5} {everything:>19.1f} {everything / fast:>7.0f}×{how}")
 

@@ -98,7 +98,7 @@ def one_pass(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str
     delays = np.asarray(delays_ms, dtype=np.int64)[order]  # (ascending: entries only join)
     back = np.argsort(order)
     if isinstance(spec.query, SessionQuery):
-        got, _ = sweep_session.sweep(spec, candidate, schedule, source, delays, _key_ids(
+        got, _how = sweep_session.sweep(spec, candidate, schedule, source, delays, _key_ids(
             schedule.rows[source], list(spec.query.keys)), FIGURES)
         return {f: [v[i] for i in back.tolist()] for f, v in got.items()}
     tl = timeline(schedule, source)

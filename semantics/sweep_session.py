@@ -18,9 +18,12 @@ Invariants, per delay ``d``:
   eviction watermark reaches its end. Its helpers compute them from the sorted accepted rows
   (no sort), with the points as batches: an idle point a delay does not run has eviction
   watermark 0, as every point before it, so it evicts nothing and changes no count;
-* a delay under which some key may have a piece evicted early (``session_all``'s check: never
-  missed) is predicted on its own (``semantics.sweep_fallback``), every figure of it, and so
-  is a delay whose rows ``session_all`` would not compute at once (a long out-of-order walk).
+* the keys that may have a piece evicted early under a delay (``session_all``'s check: never
+  missed) are stepped on their own rows with that delay's plan, as ``SessionOperator.run_all``
+  steps them, and their counts added (every count is a sum over keys; the plan's batches are
+  the points the delay runs);
+* a delay whose rows ``session_all`` would not compute at once (a long out-of-order walk) is
+  predicted on its own (``semantics.sweep_fallback``), every figure of it.
 
 So every figure of every delay equals a prediction's; the one pass saves the plan, the sort,
 the emitted rows and the per-delay overhead, not the per-delay pass over the accepted rows.
@@ -28,6 +31,7 @@ the emitted rows and the per-delay overhead, not the per-delay pass over the acc
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,7 +48,7 @@ from semantics.operators.session_all import (
 from semantics.schedule import TICK, Schedule
 from semantics.spark_conf import spark_bool
 from semantics.spec import BacktestSpec, SessionQuery
-from semantics.sweep_fallback import Figure, predicted
+from semantics.sweep_fallback import Figure, predicted, swept
 
 MERGE_LOCAL_CONF = "spark.sql.streaming.sessionWindow.merge.sessions.in.local.partition"
 MAX_WINDOW = 64  # as ``session_all.sessions_at_once``: a longer walk back is predicted alone
@@ -67,6 +71,65 @@ class SortedRows:
     t: np.ndarray
     point: np.ndarray
     thr: np.ndarray
+    pos: np.ndarray  # the row's position in the source's rows
+
+
+@dataclass(frozen=True)
+class How:
+    """How a sweep's delays were computed besides the one pass: ``stepped`` delays had some
+    keys stepped, ``alone`` delays were predicted on their own."""
+
+    stepped: int
+    alone: int
+
+
+@dataclass(frozen=True)
+class Stepped:
+    """Some keys' sessions stepped batch by batch under one delay: per batch it runs, their
+    stored sessions, removed sessions and stored keys; per emitted session, its end (µs) and
+    the point that emits it."""
+
+    state: np.ndarray
+    removed: np.ndarray
+    keys: np.ndarray
+    end_us: np.ndarray
+    point: np.ndarray
+
+
+# (delay ms, source positions of the keys' accepted rows, the points the delay runs) -> the
+# keys stepped, or None
+Step = Callable[[int, np.ndarray, np.ndarray], Stepped | None]
+
+
+def stepper(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str) -> Step:
+    """Steps some keys' rows under a delay as ``SessionOperator.run_all`` steps the keys it
+    leaves to stepping (the operator's own step function, on those rows only, with the
+    delay's batch plan)."""
+    from semantics.engine import plan_batches, source_rows
+    from semantics.operators import make_operator
+    from semantics.operators.aggfuncs import init_all, ones_of
+
+    t_all = np.asarray(schedule.event_time_us(source), dtype=np.int64)
+
+    def step(d: int, positions: np.ndarray, runs: np.ndarray) -> Stepped | None:
+        s, name = swept(spec, candidate, source, d)
+        op = make_operator(s, name, schedule, explain=False)
+        plan = plan_batches(schedule, s, name, op)
+        batch_of, t = source_rows(plan, source)
+        if len(plan) != int(runs.sum()) or not np.array_equal(t, t_all):
+            return None  # (not the points, or rows not in the source's order: predict it)
+        op._whole_keys()  # (fits the key coder)
+        init = init_all(op.aggs, op._frame)
+        steps = op._step_rows(plan, positions, batch_of, t, init, ones_of(init))
+        ends = [np.asarray(st.output.payload.end_us, dtype=np.int64) if len(st.output)
+                else np.zeros(0, dtype=np.int64) for st in steps]
+        point = np.flatnonzero(runs)
+        return Stepped(np.array([st.state_rows for st in steps], dtype=np.int64),
+                       np.array([st.state_rows_removed for st in steps], dtype=np.int64),
+                       np.array([st.state_keys or 0 for st in steps], dtype=np.int64),
+                       np.concatenate(ends) if ends else np.zeros(0, dtype=np.int64),
+                       np.repeat(point, [len(e) for e in ends]))
+    return step
 
 
 def bytes_model(spec: BacktestSpec, candidate: str, schedule: Schedule
@@ -86,10 +149,10 @@ def bytes_model(spec: BacktestSpec, candidate: str, schedule: Schedule
 
 def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
           delays: np.ndarray, key_ids: np.ndarray, figures: tuple[str, ...]
-          ) -> tuple[dict[str, list[Figure]], int]:
-    """Per figure, its value for each of ``delays`` (ascending, ms); and how many delays were
-    predicted on their own (the module docstring). ``key_ids``: per source row, equal iff
-    the grouping keys are (NULL equal to NULL, floats normalized)."""
+          ) -> tuple[dict[str, list[Figure]], How]:
+    """Per figure, its value for each of ``delays`` (ascending, ms); and how many delays had
+    keys stepped or were predicted on their own (the module docstring). ``key_ids``: per
+    source row, equal iff the grouping keys are (NULL equal to NULL, floats normalized)."""
     from semantics.sweep_once import _at_least
 
     tl, gap, rows = _prepared(spec, schedule, source, key_ids)
@@ -107,9 +170,15 @@ def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
                   "final_state_bytes", "output_rows", "latency_p50_s", "latency_p95_s",
                   "latency_p99_s")
     out: dict[str, list[Figure]] = {f: [] for f in state_figs}
-    alone = 0
+    alone, stepped = 0, set()
+    step = stepper(spec, candidate, schedule, source)
+
+    def counted(d: int, positions: np.ndarray, runs: np.ndarray) -> Stepped | None:
+        stepped.add(d)
+        return step(d, positions, runs)
+
     for d in delays.tolist():
-        got = _one_delay(rows, tl, gap, d, model)
+        got = _one_delay(rows, tl, gap, d, model, counted)
         if got is None:
             alone += 1
             got = predicted(spec, candidate, schedule, source, d, state_figs)
@@ -123,7 +192,7 @@ def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
         "late": _at_least(unit_thr, delays).tolist(),
         "late_rows": _at_least(thr, delays).tolist(),
     }
-    return {f: out[f] for f in figures}, alone
+    return {f: out[f] for f in figures}, How(len(stepped), alone)
 
 
 def _prepared(spec: BacktestSpec, schedule: Schedule, source: str, key_ids: np.ndarray
@@ -137,22 +206,25 @@ def _prepared(spec: BacktestSpec, schedule: Schedule, source: str, key_ids: np.n
     thr = tl.late_threshold(tick, t_us + q.gap.us)
     order = np.lexsort((tick, t_us, key_ids))
     return tl, q.gap.us, SortedRows(key_ids[order], t_us[order],
-                                    tl.point_of_tick[tick[order]], thr[order])
+                                    tl.point_of_tick[tick[order]], thr[order], order)
 
 
-def needs_alone(spec: BacktestSpec, schedule: Schedule, source: str, delays: np.ndarray,
-                key_ids: np.ndarray) -> list[bool]:
-    """Per delay (ascending, ms), whether :func:`sweep` predicts it on its own (for the
-    bench's table)."""
+def steps_keys(spec: BacktestSpec, schedule: Schedule, source: str, delays: np.ndarray,
+               key_ids: np.ndarray) -> list[bool]:
+    """Per delay (ascending, ms), whether :func:`sweep` steps some keys of it (or predicts it
+    on its own; for the bench's table)."""
     tl, gap, rows = _prepared(spec, schedule, source, key_ids)
     return [_one_delay(rows, tl, gap, d, None) is None for d in delays.tolist()]
 
 
 def _one_delay(rows: SortedRows, tl: Timeline, gap: int, d: int,
-               model: tuple[int, int, int] | None) -> dict[str, Figure] | None:
+               model: tuple[int, int, int] | None, step: Step | None = None
+               ) -> dict[str, Figure] | None:
     """The state, emitted rows and latency figures of delay ``d`` from the accepted rows, as
-    ``session_all._at_once`` computes the batches (its helpers, on the points); None when it
-    would step some key (a piece evicted early) or not compute at once."""
+    ``session_all._at_once`` computes the batches (its helpers, on the points); the keys that
+    may have a piece evicted early by ``step`` (as ``SessionOperator.run_all`` steps them),
+    the counts added up. None when there is no ``step`` for such keys, or it or ``_at_once``
+    would not compute them."""
     from semantics.sweep_once import _latency_s
 
     n_b = len(tl.x)
@@ -167,8 +239,21 @@ def _one_delay(rows: SortedRows, tl: Timeline, gap: int, d: int,
     cut = np.ones(len(k), dtype=bool)
     cut[1:] = new_key | (ts[1:] > ts[:-1] + gap)
     heads, last, b_last, comp = _components(cut, bb)
-    if len(_early_evicted_keys(k, ts, bb, cut, comp, b_last, gap, evict_us)):
-        return None
+    early = _early_evicted_keys(k, ts, bb, cut, comp, b_last, gap, evict_us)
+    stepped = None
+    if len(early):
+        if step is None:
+            return None
+        stepped = step(d, np.sort(rows.pos[acc][np.isin(k, early)]), runs)
+        if stepped is None:
+            return None
+        keep = ~np.isin(k, early)  # (a kept row's component is kept whole, as in _at_once)
+        k, ts, bb, cut = k[keep], ts[keep], bb[keep], cut[keep]
+        if not len(k):
+            zero = np.zeros(n_b, dtype=np.int64)
+            return _figures(zero, zero, zero, runs, model, np.zeros(0), stepped, tl)
+        new_key = k[1:] != k[:-1]
+        heads, last, b_last, comp = _components(cut, bb)
     a = _first_arrival_before(cut, comp, ts, bb, gap, n_b, MAX_WINDOW)
     if a is None:
         return None
@@ -185,7 +270,7 @@ def _one_delay(rows: SortedRows, tl: Timeline, gap: int, d: int,
         return None
     out = ev < n_b
     lat = _latency_s(tl.clock[ev[out]], end[out])
-    return _figures(state, removed, keys, runs, model, lat)
+    return _figures(state, removed, keys, runs, model, lat, stepped, tl)
 
 
 def _stored_keys(new_key: np.ndarray, cut: np.ndarray, comp: np.ndarray, bb: np.ndarray,
@@ -218,10 +303,20 @@ def _stored_keys(new_key: np.ndarray, cut: np.ndarray, comp: np.ndarray, bb: np.
 
 
 def _figures(state: np.ndarray, removed: np.ndarray, keys: np.ndarray | None, runs: np.ndarray,
-             model: tuple[int, int, int] | None, lat: np.ndarray) -> dict[str, Figure]:
+             model: tuple[int, int, int] | None, lat: np.ndarray,
+             stepped: Stepped | None = None, tl: Timeline | None = None) -> dict[str, Figure]:
     """The figures of one delay from its per-point counts (``runs``: the points it runs) and
-    its emitted sessions' latencies (s), as ``metrics.candidate_metrics`` reads a report."""
+    its emitted sessions' latencies (s), with the ``stepped`` keys' (per batch run), as
+    ``metrics.candidate_metrics`` reads a report."""
+    from semantics.sweep_once import _latency_s
+
     state, removed = state[runs], removed[runs]
+    if stepped is not None:
+        assert tl is not None
+        state, removed = state + stepped.state, removed + stepped.removed
+        keys = None if keys is None else keys[runs] + stepped.keys
+        runs = np.ones(len(state), dtype=bool)
+        lat = np.concatenate([lat, _latency_s(tl.clock[stepped.point], stepped.end_us)])
     p50, p95, p99 = (float(x) for x in np.percentile(lat, [50, 95, 99])) if len(lat) else \
         (None, None, None)
     out: dict[str, Figure] = {
@@ -240,4 +335,4 @@ def _figures(state: np.ndarray, removed: np.ndarray, keys: np.ndarray | None, ru
     return out
 
 
-__all__ = ["ALWAYS", "covered", "needs_alone", "sweep"]
+__all__ = ["ALWAYS", "covered", "steps_keys", "sweep"]

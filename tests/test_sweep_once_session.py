@@ -1,7 +1,7 @@
 """The one-pass sweep of session windows (semantics/sweep_session.py, docs/semantics.md §2.6)
 against a prediction per delay: every figure of every delay equal, on seeded random streams
 (out of order, equal times, rows at or before the epoch, idle ticks; rows within the gap of
-rows that arrived earlier, so that small delays evict pieces early and are predicted alone).
+rows that arrived earlier, so that small delays evict pieces early and those keys are stepped).
 CI runs a few streams per case; ``--soak`` (``WMBT_SOAK``) many more."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 
 from jobs import sweep as sw
 from semantics import sweep_session
-from semantics.sweep_once import FIGURES, covered
+from semantics.sweep_once import FIGURES, _key_ids, covered
 from tests.predict_kit import schedule_of, spec_of
 from tests.test_sweep_once import delays, random_schedule
 
@@ -32,6 +32,7 @@ QUERIES = {
 
 
 def assert_same_sweep(spec, sched, ds) -> tuple[list[dict], int]:  # type: ignore[no-untyped-def]
+    """The one-pass rows (every figure computed by it) equal to the rows predicted per delay."""
     one, computed = sw.sweep_figures(spec, sched, "events", ds, "c", processes=False)
     each, _ = sw.sweep_figures(spec, sched, "events", ds, "c", processes=False,
                                one_pass=False)
@@ -52,26 +53,38 @@ def test_one_pass_equals_a_prediction_per_delay(name: str) -> None:
         assert_same_sweep(spec, random_schedule(rng, pace), delays(rng))
 
 
-def test_most_delays_are_computed_in_the_one_pass() -> None:
-    """(Not every delay predicted alone: the early-eviction check leaves most to the pass.)"""
+def test_both_paths_are_taken() -> None:
+    """(The streams above exercise both paths: most delays are computed by the pass alone,
+    some step the keys that may evict a piece early; none is predicted on its own.)"""
     rng = np.random.default_rng(5)
-    alone = total = 0
+    stepped = alone = total = 0
     for _ in range(ROUNDS):
         spec = spec_of(QUERIES["one_key"], pace="backlog")
         sched = random_schedule(rng, "backlog")
         ds = np.array(sorted(d.ms for d in delays(rng)), dtype=np.int64)
-        from semantics.sweep_once import _key_ids
-
-        _, n = sweep_session.sweep(spec, "c", sched, "events", ds,
-                                   _key_ids(sched.rows["events"], ["k"]), FIGURES)
-        alone, total = alone + n, total + len(ds)
-    assert alone < total / 2, (alone, total)
+        _, how = sweep_session.sweep(spec, "c", sched, "events", ds,
+                                     _key_ids(sched.rows["events"], ["k"]), FIGURES)
+        stepped, alone, total = stepped + how.stepped, alone + how.alone, total + len(ds)
+    assert 0 < stepped < total / 2 and alone == 0, (stepped, alone, total)
 
 
-def test_an_early_eviction_is_predicted_alone() -> None:
+def test_the_figures_depend_on_the_delay() -> None:
+    """(The random streams are not flat: a delay changes late rows, state and emissions.)"""
+    rng = np.random.default_rng(21)
+    seen: dict[str, set] = {}
+    for _ in range(5):
+        spec = spec_of(QUERIES["wide_gap"], pace="live")
+        one, _ = assert_same_sweep(spec, random_schedule(rng, "live"), delays(rng))
+        for col in ("late", "late_rows", "peak_state_rows", "output_rows",
+                    "peak_state_bytes", "latency_p50_s"):
+            seen.setdefault(col, set()).update(r[col] for r in one)
+    assert all(len(v) > 1 for v in seen.values()), seen
+
+
+def test_an_early_eviction_is_stepped() -> None:
     """A row within the gap of a session evicted in an earlier batch starts a new session
-    (two sessions of one key that overlap): the delay that does it is predicted alone, and
-    the figures still agree."""
+    (two sessions of one key that overlap): the delay that does it steps that key, and the
+    figures still agree."""
     spec = spec_of(QUERIES["one_key"], pace="backlog")
     sched = schedule_of([[{"ts": 0.5, "k": 0, "x": 1, "big": 0},
                           {"ts": 10.5, "k": 1, "x": 1, "big": 0}],
@@ -80,12 +93,12 @@ def test_an_early_eviction_is_predicted_alone() -> None:
                          [{"ts": 60.0, "k": 1, "x": 1, "big": 0}]], "backlog")
     ds = [sw.Duration(d * 1000, f"{d} milliseconds") for d in (0, 15_000, 100_000)]
     one, _ = assert_same_sweep(spec, sched, ds)
-    got, alone = sweep_session.sweep(spec, "c", sched, "events",
+    got, how = sweep_session.sweep(spec, "c", sched, "events",
                                      np.array([0, 15_000, 100_000]),
                                      np.array([0, 1, 1, 0, 1]), FIGURES)
     # delay 0: the session [0.5 s, 10.5 s) leaves in batch 1 (watermark 10.5 s), 9 s comes in
     # batch 2 (late watermark 10.5 s: not late) and starts [9 s, 19 s)
-    assert alone == 1
+    assert how == sweep_session.How(stepped=1, alone=0)
     assert pd.DataFrame(one)["output_rows"].tolist() == [3, 2, 0]
     assert got["output_rows"] == [3, 2, 0]
 
