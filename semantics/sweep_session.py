@@ -277,28 +277,28 @@ def _stored_keys(new_key: np.ndarray, cut: np.ndarray, comp: np.ndarray, bb: np.
                  ev: np.ndarray, n_b: int) -> np.ndarray | None:
     """Per point, the keys with a session stored after it (the bytes model's session index).
     A component is stored from its first arrival to its eviction (its pieces only merge until
-    then), so a key is stored over the union of its components' ``[first, ev)``: one sort of
-    the components by (key, first, end), a running maximum of their ends per key, and a key's
-    union starts where a component starts after every end before it. None when (key, point,
-    point) does not fit a word."""
+    then), so a key is stored over the union of its components' ``[first, ev)``. In time
+    order a key's components end later and later, so ``ev`` never decreases along them; with
+    ``first`` replaced by its minimum over the key's later components (a point is covered iff
+    the components not yet evicted there arrived by then, the earliest of them counting), both
+    bounds never decrease and a key's union starts where such an interval starts after the
+    end before it: no sort. None when (key, point) does not fit a word."""
     heads = np.flatnonzero(cut)
     krank = np.zeros(len(cut), dtype=np.int64)
     np.cumsum(new_key, out=krank[1:])
     bits = int(n_b).bit_length()  # (n_b: never evicted)
-    if (int(krank[-1]) + 1) << (2 * bits + 1) >= _PACK_LIMIT:
+    if (int(krank[-1]) + 1) << (bits + 1) >= _PACK_LIMIT:
         return None
-    mask = (1 << bits) - 1
-    # (key, first, end) words: one sort of integers, no order to gather with
-    w = np.sort((krank[heads] << (2 * bits)) | (np.minimum.reduceat(bb, heads).astype(np.int64)
-                                                << bits) | ev)
-    f, e, kk = (w >> bits) & mask, w & mask, (w >> (2 * bits)) << bits
-    # (running maximum of the ends per key: a key's words are above every earlier key's)
-    run = np.maximum.accumulate(kk | e) & ((1 << bits) - 1)
-    new = np.ones(len(f), dtype=bool)
-    new[1:] = (kk[1:] != kk[:-1]) | (f[1:] >= run[:-1])
-    block_end = np.r_[np.flatnonzero(new)[1:], len(f)] - 1
-    change = np.bincount(f[new], minlength=n_b + 1) - np.bincount(run[block_end],
-                                                                   minlength=n_b + 1)
+    kh = krank[heads]
+    # (a minimum from the right per key: from the right, every key's words are below the
+    # words of the keys after it, so the running minimum starts again at each key)
+    w = (kh << bits) | np.minimum.reduceat(bb, heads).astype(np.int64)
+    g = np.minimum.accumulate(w[::-1])[::-1] & ((1 << bits) - 1)
+    new = np.ones(len(g), dtype=bool)
+    new[1:] = (kh[1:] != kh[:-1]) | (g[1:] > ev[:-1])
+    block_end = np.r_[np.flatnonzero(new)[1:], len(g)] - 1
+    change = np.bincount(g[new], minlength=n_b + 1) - np.bincount(ev[block_end],
+                                                                  minlength=n_b + 1)
     return np.cumsum(change[:n_b])
 
 
