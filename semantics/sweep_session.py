@@ -284,12 +284,12 @@ def _stored_keys(new_key: np.ndarray, cut: np.ndarray, comp: np.ndarray, bb: np.
     bounds never decrease and a key's union starts where such an interval starts after the
     end before it: no sort. None when (key, point) does not fit a word."""
     heads = np.flatnonzero(cut)
-    krank = np.zeros(len(cut), dtype=np.int64)
-    np.cumsum(new_key, out=krank[1:])
+    starts_key = np.ones(len(heads), dtype=bool)  # (a key's first row is a component's)
+    starts_key[1:] = new_key[heads[1:] - 1]
+    kh = np.cumsum(starts_key, dtype=np.int64) - 1
     bits = int(n_b).bit_length()  # (n_b: never evicted)
-    if (int(krank[-1]) + 1) << (bits + 1) >= _PACK_LIMIT:
+    if (int(kh[-1]) + 1) << (bits + 1) >= _PACK_LIMIT:
         return None
-    kh = krank[heads]
     # (a minimum from the right per key: from the right, every key's words are below the
     # words of the keys after it, so the running minimum starts again at each key)
     w = (kh << bits) | np.minimum.reduceat(bb, heads).astype(np.int64)
