@@ -265,7 +265,7 @@ def _one_delay(rows: SortedRows, tl: Timeline, gap: int, d: int,
               (("from", s_from), ("to", s_to), ("ev", ev))}
     state = np.cumsum(counts["from"] - counts["to"] - counts["ev"])
     removed = counts["to"] + counts["ev"]
-    keys = None if model is None else _stored_keys(new_key, cut, comp, bb, ev, n_b)
+    keys = None if model is None else _stored_keys(new_key, cut, bb, ev, n_b)
     if model is not None and keys is None:
         return None
     out = ev < n_b
@@ -273,8 +273,8 @@ def _one_delay(rows: SortedRows, tl: Timeline, gap: int, d: int,
     return _figures(state, removed, keys, runs, model, lat, stepped, tl)
 
 
-def _stored_keys(new_key: np.ndarray, cut: np.ndarray, comp: np.ndarray, bb: np.ndarray,
-                 ev: np.ndarray, n_b: int) -> np.ndarray | None:
+def _stored_keys(new_key: np.ndarray, cut: np.ndarray, bb: np.ndarray, ev: np.ndarray,
+                 n_b: int) -> np.ndarray | None:
     """Per point, the keys with a session stored after it (the bytes model's session index).
     A component is stored from its first arrival to its eviction (its pieces only merge until
     then), so a key is stored over the union of its components' ``[first, ev)``. In time
