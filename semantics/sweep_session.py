@@ -282,7 +282,14 @@ def _stored_keys(new_key: np.ndarray, cut: np.ndarray, bb: np.ndarray, ev: np.nd
     ``first`` replaced by its minimum over the key's later components (a point is covered iff
     the components not yet evicted there arrived by then, the earliest of them counting), both
     bounds never decrease and a key's union starts where such an interval starts after the
-    end before it: no sort. None when (key, point) does not fit a word."""
+    end before it: no sort. None when (key, point) does not fit a word.
+
+    Key 0's sessions stored over points [0, 1) and [2, 3), key 1's from point 3 on:
+
+    >>> _stored_keys(np.array([False, True]), np.array([True, True, True]),
+    ...              np.array([0, 2, 3]), np.array([1, 3, 4]), 4).tolist()
+    [1, 0, 1, 1]
+    """
     heads = np.flatnonzero(cut)
     starts_key = np.ones(len(heads), dtype=bool)  # (a key's first row is a component's)
     starts_key[1:] = new_key[heads[1:] - 1]
