@@ -45,6 +45,7 @@ from semantics.operators.session_all import (
     _early_evicted_keys,
     _first_arrival_before,
 )
+from semantics.parallel import map_parts, threads
 from semantics.schedule import TICK, Schedule
 from semantics.spark_conf import spark_bool
 from semantics.spec import BacktestSpec, SessionQuery
@@ -177,8 +178,13 @@ def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
         stepped.add(d)
         return step(d, positions, runs)
 
-    for d in delays.tolist():
-        got = _one_delay(rows, tl, gap, d, model, counted)
+    ds = delays.tolist()
+    n = max(1, min(threads(), len(ds)))
+    # (delays in threads, every n-th to each: numpy releases the GIL in most of a pass)
+    parts = map_parts(lambda part: [_one_delay(rows, tl, gap, d, model, counted)
+                                    for d in part], [ds[i::n] for i in range(n)])
+    for i, d in enumerate(ds):
+        got = parts[i % n][i // n]
         if got is None:
             alone += 1
             got = predicted(spec, candidate, schedule, source, d, state_figs)
