@@ -66,8 +66,9 @@ def main() -> None:
     delays = sw.parse_delays(f"0 seconds..10 minutes/{args.delays}")
     step = max(1, len(delays) // args.per_delay)
     some = delays[::step]
-    print(f"{'kind':<14} {'events':>10} {'delays':>6} {'one pass s':>10} {'stepped':>7} "
-          f"{'per delay s':>11} {'(of)':>5} {'all, extrapolated s':>19} {'speed-up':>8}")
+    print(f"{'kind':<14} {'events':>10} {'delays':>6} {'one pass s':>10} "
+          f"{'per delay s':>11} {'(of)':>5} {'all, extrapolated s':>19} {'speed-up':>8} "
+          f"{'stepped':>7}")
     for kind in args.kinds.split(","):
         spec, sched = make(kind, args.events, 20_000)
         source = spec.query_sources[0]
@@ -79,9 +80,8 @@ def main() -> None:
                 {k: v for k, v in b.items() if k != "knee"}, (kind, a["delay"])
         everything = slow * len(delays) / len(some)
         how = "" if set(computed.values()) == {"one_pass"} else "  (not covered: per delay)"
-        print(f"{kind:<14} {args.events:>10} {len(delays):>6} {fast:>10.2f} {stepped:>7} "
-              f"{slow:>11.2f} "
-              f"{len(some):>5} {everything:>19.1f} {everything / fast:>7.0f}×{how}")
+        print(f"{kind:<14} {args.events:>10} {len(delays):>6} {fast:>10.2f} {slow:>11.2f} "
+              f"{len(some):>5} {everything:>19.1f} {everything / fast:>7.0f}× {stepped:>7}{how}")
 
 
 if __name__ == "__main__":
