@@ -39,6 +39,7 @@ import pandas as pd
 
 from semantics.delay_timeline import ALWAYS, Timeline, timeline
 from semantics.engine import leaving_batch
+from semantics.operators.session import MERGE_LOCAL_CONF
 from semantics.operators.session_all import (
     _PACK_LIMIT,
     _components,
@@ -51,7 +52,6 @@ from semantics.spark_conf import spark_bool
 from semantics.spec import BacktestSpec, SessionQuery
 from semantics.sweep_fallback import Figure, predicted, swept
 
-MERGE_LOCAL_CONF = "spark.sql.streaming.sessionWindow.merge.sessions.in.local.partition"
 MAX_WINDOW = 64  # as ``session_all.sessions_at_once``: a longer walk back is predicted alone
 
 
@@ -159,7 +159,8 @@ def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
     tl, gap, rows = _prepared(spec, schedule, source, key_ids)
     t_us = np.asarray(schedule.event_time_us(source), dtype=np.int64)
     tick = schedule.rows[source][TICK].to_numpy(dtype=np.int64)
-    thr = tl.late_threshold(tick, t_us + gap)
+    thr = np.empty_like(rows.thr)
+    thr[rows.pos] = rows.thr  # (each row's, in the source's order)
     # Spark's count: a batch's distinct late units (key, time)
     unit = np.lexsort((t_us, key_ids, tick))
     first = np.ones(len(unit), dtype=bool)
@@ -171,7 +172,7 @@ def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
                   "final_state_bytes", "output_rows", "latency_p50_s", "latency_p95_s",
                   "latency_p99_s")
     out: dict[str, list[Figure]] = {f: [] for f in state_figs}
-    alone, stepped = 0, set()
+    alone, stepped = 0, set[int]()
     step = stepper(spec, candidate, schedule, source)
 
     def counted(d: int, positions: np.ndarray, runs: np.ndarray) -> Stepped | None:
@@ -348,4 +349,4 @@ def _figures(state: np.ndarray, removed: np.ndarray, keys: np.ndarray | None, ru
     return out
 
 
-__all__ = ["ALWAYS", "covered", "steps_keys", "sweep"]
+__all__ = ["ALWAYS", "MERGE_LOCAL_CONF", "covered", "steps_keys", "sweep"]
