@@ -8,7 +8,9 @@ For each kind (the queries of ``bench/predict.py``) it sweeps the source's delay
 minutes: all ``--delays`` in one pass, and every k-th of them (``--per-delay`` delays) predicted
 one by one, whose time it extrapolates to all the delays (said in the table); it checks that
 both give the same rows for the delays both computed and prints the ratio, measured in this
-one run. A kind the one pass does not cover says so (its sweep is per delay anyway).
+one run. A kind the one pass does not cover says so (its sweep is per delay anyway). Session
+windows step the keys that may have a session evicted early under a delay
+(``semantics.sweep_session``); the table says under how many delays (``stepped``).
 """
 
 from __future__ import annotations
@@ -36,13 +38,27 @@ def timed(spec: object, sched: object, source: str, delays: list, one_pass: bool
     return time.perf_counter() - t0, rows, computed
 
 
+def _stepped(spec: object, sched: object, source: str, delays: list) -> int:
+    """Under how many of ``delays`` a session sweep steps some keys (counted, not timed: the
+    early-eviction check of every delay)."""
+    import numpy as np
+
+    from semantics import sweep_session
+    from semantics.sweep_once import _key_ids
+
+    ms = np.array(sorted(d.ms for d in delays), dtype=np.int64)
+    kid = _key_ids(sched.rows[source], list(spec.query.keys))
+    return sum(sweep_session.steps_keys(spec, sched, source, ms, kid))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=200_000)
     ap.add_argument("--delays", type=int, default=1000)
     ap.add_argument("--per-delay", type=int, default=20,
                     help="delays predicted one by one (every k-th), extrapolated to all")
-    ap.add_argument("--kinds", default="aggregation,sliding,deduplication")
+    ap.add_argument("--kinds", default="aggregation,sliding,deduplication,session",
+                    help="of bench/predict.py; join is not covered (its sweep is per delay)")
     args = ap.parse_args()
     reuse_freed_memory()
     args.events, args.delays = tiny(args.events, 2000), tiny(args.delays, 3)  # bench/smoke.py
@@ -51,11 +67,13 @@ def main() -> None:
     step = max(1, len(delays) // args.per_delay)
     some = delays[::step]
     print(f"{'kind':<14} {'events':>10} {'delays':>6} {'one pass s':>10} "
-          f"{'per delay s':>11} {'(of)':>5} {'all, extrapolated s':>19} {'speed-up':>8}")
+          f"{'per delay s':>11} {'(of)':>5} {'all, extrapolated s':>19} {'speed-up':>8} "
+          f"{'stepped':>7}")
     for kind in args.kinds.split(","):
         spec, sched = make(kind, args.events, 20_000)
         source = spec.query_sources[0]
         fast, rows, computed = timed(spec, sched, source, delays, one_pass=True)
+        stepped = _stepped(spec, sched, source, delays) if kind.startswith("session") else 0
         slow, each, _ = timed(spec, sched, source, some, one_pass=False)
         for a, b in zip(rows[::step], each, strict=True):
             assert {k: v for k, v in a.items() if k != "knee"} == \
@@ -63,7 +81,7 @@ def main() -> None:
         everything = slow * len(delays) / len(some)
         how = "" if set(computed.values()) == {"one_pass"} else "  (not covered: per delay)"
         print(f"{kind:<14} {args.events:>10} {len(delays):>6} {fast:>10.2f} {slow:>11.2f} "
-              f"{len(some):>5} {everything:>19.1f} {everything / fast:>7.0f}×{how}")
+              f"{len(some):>5} {everything:>19.1f} {everything / fast:>7.0f}× {stepped:>7}{how}")
 
 
 if __name__ == "__main__":

@@ -4,8 +4,9 @@ the delay sorted once instead of one prediction per delay.
 
 Covered: a single-source windowed aggregation (tumbling or sliding, append or update mode) and
 ``dropDuplicates`` with the event time among the keys, under Spark's default
-``allowMultiple`` and ``noDataMicroBatches``. :func:`one_pass` returns None for anything else
-(the caller predicts each delay).
+``allowMultiple`` and ``noDataMicroBatches``; session windows in append mode without local
+merging by ``semantics.sweep_session`` (its own invariants; it predicts some delays on their
+own). :func:`one_pass` returns None for anything else (the caller predicts each delay).
 
 Both hold *entries* (aggregation groups, deduplication keys), each with the data batch of its
 first row and a bound (window end, event time). Invariants (``semantics.delay_timeline``): an
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from semantics import quantiles
+from semantics import quantiles, sweep_session
 from semantics.delay_timeline import ALWAYS, Timeline, ceil_ms, timeline
 from semantics.growing import Growing
 from semantics.operators import make_operator
@@ -34,7 +35,7 @@ from semantics.operators.keys import KeyCoder, key_columns
 from semantics.operators.windows import assign_windows, last_starts
 from semantics.schedule import TICK, Schedule
 from semantics.spark_conf import ALLOW_MULTIPLE, NO_DATA_BATCHES, spark_bool
-from semantics.spec import AggregationQuery, BacktestSpec, DeduplicationQuery
+from semantics.spec import AggregationQuery, BacktestSpec, DeduplicationQuery, SessionQuery
 
 FIGURES = ("batches", "no_data_batches", "input_rows", "late", "late_rows",
            "peak_state_rows", "final_state_rows", "peak_state_bytes", "final_state_bytes",
@@ -81,7 +82,7 @@ def covered(spec: BacktestSpec, candidate: str, source: str) -> bool:
         et = spec.sources[source].event_time
         # (no keys: every column is a key, the event time too)
         return not q.within_watermark and (not q.keys or et in q.keys)
-    return False
+    return sweep_session.covered(spec, candidate)
 
 
 def one_pass(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
@@ -93,9 +94,14 @@ def one_pass(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str
         return None
     # the operator refuses what a prediction refuses (key columns, aggregates), with its error
     make_operator(spec, candidate, schedule, explain=False)
-    tl = timeline(schedule, source)
     order = np.argsort(np.asarray(delays_ms, dtype=np.int64), kind="stable")
     delays = np.asarray(delays_ms, dtype=np.int64)[order]  # (ascending: entries only join)
+    back = np.argsort(order)
+    if isinstance(spec.query, SessionQuery):
+        got, _how = sweep_session.sweep(spec, candidate, schedule, source, delays, _key_ids(
+            schedule.rows[source], list(spec.query.keys)), FIGURES)
+        return {f: [v[i] for i in back.tolist()] for f, v in got.items()}
+    tl = timeline(schedule, source)
     th = _aggregation(spec, schedule, tl) if isinstance(spec.query, AggregationQuery) else \
         _dedup(spec, candidate, schedule, tl)
     out: dict[str, list[Figure]] = {
@@ -107,7 +113,6 @@ def one_pass(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str
         **_state(spec, candidate, schedule, tl, th.entries, delays),
         **th.emitted(delays),
     }
-    back = np.argsort(order)
     return {f: [v[i] for i in back.tolist()] for f, v in out.items()}
 
 

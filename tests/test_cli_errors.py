@@ -239,11 +239,13 @@ def gone(pid: int, within: float = 10.0) -> bool:
 
 @pytest.fixture(scope="module")
 def sweep_spec(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Sessions: a sweep of them predicts delay after delay in worker processes (the one-pass
-    sweep covers windows and dedup, and would be done before a signal came)."""
+    """Sessions in complete mode: a sweep of them predicts delay after delay in worker
+    processes (the one-pass sweep covers windows, dedup and sessions in append mode, and would
+    be done before a signal came)."""
     spec = generated_spec(tmp_path_factory.mktemp("sweep"), rows=200_000, keys=1000)
     doc = json.loads(spec.read_text())
-    doc["query"] = {"kind": "session", "source": "clicks", "keys": ["ad"], "gap": "1 minute"}
+    doc["query"] = {"kind": "session", "source": "clicks", "keys": ["ad"], "gap": "1 minute",
+                    "output_mode": "complete"}
     spec.write_text(json.dumps(doc))
     return spec
 

@@ -121,8 +121,8 @@ def test_rocksdb_has_no_bytes_estimate_either_way() -> None:
 
 
 @pytest.mark.parametrize("query, conf", [
-    ({"kind": "session", "keys": ["k"], "gap": "10 seconds", "aggregates": {"n": "count(*)"}},
-     None),
+    ({"kind": "session", "keys": ["k"], "gap": "10 seconds", "aggregates": {"n": "count(*)"},
+      "output_mode": "complete"}, None),
     (KINDS["tumbling_append"], {"spark.sql.streaming.noDataMicroBatches.enabled": "false"}),
     (KINDS["dedup"], {"spark.sql.streaming.statefulOperator.allowMultiple": "false"}),
     ({"kind": "deduplication", "keys": ["k"]}, None),

@@ -1,0 +1,110 @@
+"""The one-pass sweep of session windows (semantics/sweep_session.py, docs/semantics.md §2.6)
+against a prediction per delay: every figure of every delay equal, on seeded random streams
+(out of order, equal times, rows at or before the epoch, idle ticks; rows within the gap of
+rows that arrived earlier, so that small delays evict pieces early and those keys are stepped).
+CI runs a few streams per case; ``--soak`` (``WMBT_SOAK``) many more."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from jobs import sweep as sw
+from semantics import sweep_session
+from semantics.sweep_once import FIGURES, _key_ids, covered
+from tests.predict_kit import schedule_of, spec_of
+from tests.test_sweep_once import delays, random_schedule
+
+SOAK = bool(os.environ.get("WMBT_SOAK"))
+ROUNDS = 200 if SOAK else 10
+
+QUERIES = {
+    "one_key": {"kind": "session", "keys": ["k"], "gap": "10 seconds",
+                "aggregates": {"n": "count(*)"}},
+    "wide_gap": {"kind": "session", "keys": ["k"], "gap": "40 seconds",
+                 "aggregates": {"n": "count(*)", "s": "sum(x)"}},
+    "two_keys": {"kind": "session", "keys": ["k", "big"], "gap": "7 seconds",
+                 "aggregates": {"m": "max(x)"}},  # (no exact key ids)
+}
+
+
+def assert_same_sweep(spec, sched, ds) -> tuple[list[dict], int]:  # type: ignore[no-untyped-def]
+    """The one-pass rows (every figure computed by it) equal to the rows predicted per delay."""
+    one, computed = sw.sweep_figures(spec, sched, "events", ds, "c", processes=False)
+    each, _ = sw.sweep_figures(spec, sched, "events", ds, "c", processes=False,
+                               one_pass=False)
+    assert set(computed.values()) == {"one_pass"}
+    for a, b in zip(one, each, strict=True):
+        assert a == b, {k: (a[k], b[k]) for k in b if a[k] != b[k]}
+    return one, 0
+
+
+@pytest.mark.parametrize("name", list(QUERIES))
+def test_one_pass_equals_a_prediction_per_delay(name: str) -> None:
+    rng = np.random.default_rng(100 + sorted(QUERIES).index(name))
+    for _ in range(ROUNDS):
+        pace = "live" if rng.random() < 0.5 else "backlog"
+        conf = {"spark.sql.shuffle.partitions": "3"} if rng.random() < 0.3 else None
+        spec = spec_of(QUERIES[name], pace=pace, spark_conf=conf)
+        assert covered(spec, "c", "events")
+        assert_same_sweep(spec, random_schedule(rng, pace), delays(rng))
+
+
+def test_both_paths_are_taken() -> None:
+    """(The streams above exercise both paths: most delays are computed by the pass alone,
+    some step the keys that may evict a piece early; none is predicted on its own.)"""
+    rng = np.random.default_rng(5)
+    stepped = alone = total = 0
+    for _ in range(ROUNDS):
+        spec = spec_of(QUERIES["one_key"], pace="backlog")
+        sched = random_schedule(rng, "backlog")
+        ds = np.array(sorted(d.ms for d in delays(rng)), dtype=np.int64)
+        _, how = sweep_session.sweep(spec, "c", sched, "events", ds,
+                                     _key_ids(sched.rows["events"], ["k"]), FIGURES)
+        stepped, alone, total = stepped + how.stepped, alone + how.alone, total + len(ds)
+    assert 0 < stepped < total / 2 and alone == 0, (stepped, alone, total)
+
+
+def test_the_figures_depend_on_the_delay() -> None:
+    """(The random streams are not flat: a delay changes late rows, state and emissions.)"""
+    rng = np.random.default_rng(21)
+    seen: dict[str, set] = {}
+    for _ in range(5):
+        spec = spec_of(QUERIES["wide_gap"], pace="live")
+        one, _ = assert_same_sweep(spec, random_schedule(rng, "live"), delays(rng))
+        for col in ("late", "late_rows", "peak_state_rows", "output_rows",
+                    "peak_state_bytes", "latency_p50_s"):
+            seen.setdefault(col, set()).update(r[col] for r in one)
+    assert all(len(v) > 1 for v in seen.values()), seen
+
+
+def test_an_early_eviction_is_stepped() -> None:
+    """A row within the gap of a session evicted in an earlier batch starts a new session
+    (two sessions of one key that overlap): the delay that does it steps that key, and the
+    figures still agree."""
+    spec = spec_of(QUERIES["one_key"], pace="backlog")
+    sched = schedule_of([[{"ts": 0.5, "k": 0, "x": 1, "big": 0},
+                          {"ts": 10.5, "k": 1, "x": 1, "big": 0}],
+                         [{"ts": 12.0, "k": 1, "x": 1, "big": 0}],
+                         [{"ts": 9.0, "k": 0, "x": 1, "big": 0}],
+                         [{"ts": 60.0, "k": 1, "x": 1, "big": 0}]], "backlog")
+    ds = [sw.Duration(d * 1000, f"{d} milliseconds") for d in (0, 15_000, 100_000)]
+    one, _ = assert_same_sweep(spec, sched, ds)
+    got, how = sweep_session.sweep(spec, "c", sched, "events",
+                                     np.array([0, 15_000, 100_000]),
+                                     np.array([0, 1, 1, 0, 1]), FIGURES)
+    # delay 0: the session [0.5 s, 10.5 s) leaves in batch 1 (watermark 10.5 s), 9 s comes in
+    # batch 2 (late watermark 10.5 s: not late) and starts [9 s, 19 s)
+    assert how == sweep_session.How(stepped=1, alone=0)
+    assert pd.DataFrame(one)["output_rows"].tolist() == [3, 2, 0]
+    assert got["output_rows"] == [3, 2, 0]
+
+
+def test_local_merging_and_complete_mode_are_predicted_per_delay() -> None:
+    for query, conf in ((QUERIES["one_key"], {sweep_session.MERGE_LOCAL_CONF: "true"}),
+                        ({**QUERIES["one_key"], "output_mode": "complete"}, None)):
+        spec = spec_of(query, pace="backlog", spark_conf=conf)
+        assert not covered(spec, "c", "events")
