@@ -76,15 +76,10 @@ def knee_index(late: np.ndarray, state: np.ndarray) -> int:
 
 
 def sweep(spec: BacktestSpec, source: str, delays: list[Duration], base: str | None = None
-          ) -> list[dict[str, Any]]:
-    """One row of metrics per delay, in the order of ``delays``: the base candidate with
-    ``source``'s delay replaced, predicted without explain (:func:`sweep_schedule`)."""
-    return sweep_computed(spec, source, delays, base)[0]
-
-
-def sweep_computed(spec: BacktestSpec, source: str, delays: list[Duration], base: str | None = None
-                   ) -> tuple[list[dict[str, Any]], dict[str, str]]:
-    """:func:`sweep`'s rows and how each figure was computed (:func:`sweep_figures`)."""
+          ) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """A spec's sweep: one row of metrics per delay, in the order of ``delays`` (the base
+    candidate, ``base`` or the first, with ``source``'s delay replaced), and how each figure
+    was computed; plans the schedule, then :func:`sweep_figures`."""
     from semantics.history import plan
 
     if source not in spec.query_sources:
@@ -94,24 +89,17 @@ def sweep_computed(spec: BacktestSpec, source: str, delays: list[Duration], base
     return sweep_figures(spec, plan(spec, base), source, delays, base)
 
 
-def sweep_schedule(spec: BacktestSpec, schedule: Schedule, source: str,
-                   delays: list[Duration], base: str, processes: bool = True,
-                   one_pass: bool = True) -> list[dict[str, Any]]:
-    """:func:`sweep` on a planned ``schedule`` (:func:`sweep_figures`' rows)."""
-    return sweep_figures(spec, schedule, source, delays, base, processes, one_pass)[0]
-
-
 def sweep_figures(spec: BacktestSpec, schedule: Schedule, source: str,
                   delays: list[Duration], base: str, processes: bool = True,
                   one_pass: bool = True
                   ) -> tuple[list[dict[str, Any]], dict[str, str]]:
-    """The rows of :func:`sweep` on a planned ``schedule``, and per figure ``"one_pass"``
-    (all delays at once, ``semantics.sweep_once``; docs/semantics.md §2.6) or ``"per_delay"``
-    (a prediction per delay: the queries and figures the one pass does not cover, or every
-    figure with ``one_pass=False``). Predictions per delay run in processes, one per core
-    (``semantics.parallel.threads``; each predicts in one thread), the schedule shared by fork
-    (``processes=False``: one delay after the other in this process, its predictions in
-    threads as usual); the rows are the same either way."""
+    """A planned schedule's sweep: the rows of :func:`sweep` on ``schedule``, and per figure
+    ``"one_pass"`` (all delays at once, ``semantics.sweep_once``; docs/semantics.md §2.6) or
+    ``"per_delay"`` (a prediction per delay: the queries and figures the one pass does not
+    cover, or every figure with ``one_pass=False``). Predictions per delay run in processes,
+    one per core (``semantics.parallel.threads``; each predicts in one thread), the schedule
+    shared by fork (``processes=False``: one delay after the other in this process, its
+    predictions in threads as usual); the rows are the same either way."""
     from semantics.sweep_once import FIGURES
     from semantics.sweep_once import one_pass as at_once
 
@@ -313,7 +301,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     source = swept_source(spec, args.source)
     folder = Path(args.results) if args.results else default_results_dir()
     check_folder(folder, create=False)  # (the plot goes there: refused before the sweep)
-    rows, computed = sweep_computed(spec, source, delays, args.candidate)
+    rows, computed = sweep(spec, source, delays, args.candidate)
     png = plot(rows, folder / "reports" / f"{spec.name}-sweep-{source}.png",
                f"{spec.name}: delay of {source}")
     if args.json:
