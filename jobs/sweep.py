@@ -109,19 +109,17 @@ def sweep_figures(spec: BacktestSpec, schedule: Schedule, source: str,
     fast = fast or {}
     computed = {f: "one_pass" if f in fast else "per_delay" for f in FIGURES}
     if len(fast) < len(FIGURES):
-        _WORK = (spec, schedule, spec.candidates[base], source)
+        _WORK = (spec, schedule, spec.candidates[base], (source,))
         try:
-            rows = _map_points(ms) if processes else [_point(d) for d in ms]
+            points = [(d,) for d in ms]
+            rows = _map_points(points) if processes else _points(points)
         finally:
             _WORK = None
     else:
         rows = _rows_of(spec, base, source, ms)
     for i, r in enumerate(rows):
         r.update({f: v[i] for f, v in fast.items()})
-        inputs = r["input_rows"]
-        r["late_fraction"] = r["late"] / inputs if inputs else 0.0
-        if r["late_rows"] is not None:
-            r["late_rows_fraction"] = r["late_rows"] / inputs if inputs else 0.0
+        _fractions(r)
     # a knee only where the delay changes something (else every point is "the" knee)
     k = knee_index(np.array([r["late_rows_fraction"] for r in rows]),
                    np.array([r["peak_state_rows"] for r in rows], dtype=float)) \
@@ -131,6 +129,49 @@ def sweep_figures(spec: BacktestSpec, schedule: Schedule, source: str,
     return rows, computed
 
 
+def sweep_grid(spec: BacktestSpec, delays: dict[str, list[Duration]], base: str | None = None,
+               schedule: Schedule | None = None, processes: bool = True
+               ) -> list[list[dict[str, Any]]]:
+    """A two-dimensional sweep: the delays of two sources of the query (a join's sides) varied
+    together, the base candidate (``base`` or the first) predicted at every pair. ``grid[i][j]``
+    is the row of the first source's ``i``-th delay and the second's ``j``-th; its ``delay``
+    and ``delay_ms`` map each source to its label and ms, the other figures are
+    :func:`sweep`'s (no knee: a grid has no single one). Every point is a prediction of its
+    own (in a process per core, as :func:`sweep_figures` predicts per delay); ``schedule``:
+    planned here when not given."""
+    from semantics.history import plan
+
+    sources = tuple(delays)
+    if len(sources) != 2:
+        raise SpecError(spec.path, "--source", f"two sources for a grid, got {len(sources)}")
+    for source in sources:
+        if source not in spec.query_sources:
+            raise SpecError(spec.path, "--source", f"a source of the query "
+                            f"({', '.join(spec.query_sources)}), got {source!r}")
+    base = base or next(iter(spec.candidates))
+    schedule = schedule if schedule is not None else plan(spec, base)
+    first, second = (delays[s] for s in sources)
+    points = [(a.ms, b.ms) for a in first for b in second]
+    global _WORK
+    _WORK = (spec, schedule, spec.candidates[base], sources)
+    try:
+        rows = _map_points(points) if processes else _points(points)
+    finally:
+        _WORK = None
+    for r in rows:
+        _fractions(r)
+    n = len(second)
+    return [rows[i * n:(i + 1) * n] for i in range(len(first))]
+
+
+def _fractions(row: dict[str, Any]) -> None:
+    """Set the row's late fractions from its counts (the one pass gives counts only)."""
+    inputs = row["input_rows"]
+    row["late_fraction"] = row["late"] / inputs if inputs else 0.0
+    if row["late_rows"] is not None:
+        row["late_rows_fraction"] = row["late_rows"] / inputs if inputs else 0.0
+
+
 def _rows_of(spec: BacktestSpec, base: str, source: str, delays_ms: list[int]
              ) -> list[dict[str, Any]]:
     """The rows :func:`_point` makes, with the figures of ``sweep_once.FIGURES`` left to fill
@@ -138,41 +179,47 @@ def _rows_of(spec: BacktestSpec, base: str, source: str, delays_ms: list[int]
     from semantics.metrics import METRICS
     from semantics.retention import never_evicted
 
-    s, name = _swept(spec, spec.candidates[base], source, delays_ms[0]) if delays_ms else \
+    s, name = _swept(spec, spec.candidates[base], {source: delays_ms[0]}) if delays_ms else \
         (spec, base)
     fixed = {"elapsed_s": None, "never_evicted": never_evicted(s, name)}
     return [{"delay": _label(d), "delay_ms": d, **{m: fixed.get(m) for m in METRICS}}
             for d in delays_ms]
 
 
-# (spec, schedule, base candidate, source)
-_WORK: tuple[BacktestSpec, Schedule, Candidate, str] | None = None
+# (spec, schedule, base candidate, the swept sources: one, or a grid's two)
+_WORK: tuple[BacktestSpec, Schedule, Candidate, tuple[str, ...]] | None = None
 
 
-def _swept(spec: BacktestSpec, cand: Candidate, source: str, delay_ms: int
+def _swept(spec: BacktestSpec, cand: Candidate, delays_ms: dict[str, int]
            ) -> tuple[BacktestSpec, str]:
-    """``spec`` holding only ``cand`` with ``source``'s delay set, and that candidate's name."""
+    """``spec`` holding only ``cand`` with the delays of ``delays_ms`` (source -> ms) set, and
+    that candidate's name."""
     from semantics.spec import Candidate
 
-    d = Duration(delay_ms * 1000, f"{delay_ms} milliseconds")
-    name = f"sweep_{delay_ms}"
+    name = "sweep_" + "_".join(str(d) for d in delays_ms.values())
     c = Candidate.model_validate({**cand.model_dump(), "watermark": {
-        **{k: str(v) for k, v in cand.watermark.items()}, source: str(d)}})
+        **{k: str(v) for k, v in cand.watermark.items()},
+        **{s: f"{d} milliseconds" for s, d in delays_ms.items()}}})
     return spec.model_copy(update={"candidates": {name: c}}), name
 
 
-def _point(delay_ms: int) -> dict[str, Any]:
-    """The metrics of one delay (reads ``_WORK``: set by :func:`sweep`, inherited by fork)."""
+def _point(point: tuple[int, ...]) -> dict[str, Any]:
+    """The metrics of one point, a delay (ms) per swept source (reads ``_WORK``: set by
+    :func:`sweep_figures` or :func:`sweep_grid`, inherited by fork). One source: ``delay``
+    and ``delay_ms`` are its label and ms; a grid's two: each a mapping source -> value."""
     from semantics.metrics import candidate_metrics, reference_columns
     from semantics.predict import predict
 
     assert _WORK is not None
-    spec, schedule, cand, source = _WORK
-    s, name = _swept(spec, cand, source, delay_ms)
+    spec, schedule, cand, sources = _WORK
+    s, name = _swept(spec, cand, dict(zip(sources, point, strict=True)))
     # only the output columns the metrics read: no explain table, no full output frame
     m = candidate_metrics(s, schedule, predict(schedule, s, name, explain=False,
                                                columns=reference_columns(s), count_late=True))
-    return {"delay": _label(delay_ms), "delay_ms": delay_ms, **m}
+    if len(point) == 1:
+        return {"delay": _label(point[0]), "delay_ms": point[0], **m}
+    return {"delay": {src: _label(d) for src, d in zip(sources, point, strict=True)},
+            "delay_ms": dict(zip(sources, point, strict=True)), **m}
 
 
 def _start_worker() -> None:
@@ -183,14 +230,14 @@ def _start_worker() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def _map_points(delays_ms: list[int]) -> list[dict[str, Any]]:
+def _map_points(delays_ms: list[tuple[int, ...]]) -> list[dict[str, Any]]:
     """:func:`_point` of every delay, in order: in forked processes when there are cores and
     points for more than one (fork shares the schedule without copying it), else here."""
     from semantics.parallel import threads
 
     n = min(threads(), len(delays_ms))
     if n <= 1 or "fork" not in mp.get_all_start_methods():
-        return [_point(d) for d in delays_ms]
+        return _points(delays_ms)
     assert _WORK is not None
     schedule = _WORK[1]
     for source in schedule.rows:  # event times converted once, before the fork shares them
@@ -213,7 +260,7 @@ def _map_points(delays_ms: list[int]) -> list[dict[str, Any]]:
             raise
 
 
-def _points(delays_ms: list[int]) -> list[dict[str, Any]]:
+def _points(delays_ms: list[tuple[int, ...]]) -> list[dict[str, Any]]:
     return [_point(d) for d in delays_ms]
 
 
@@ -263,6 +310,41 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> str:
     return str(path)
 
 
+def plot_grid(grid: list[list[dict[str, Any]]], path: Path, title: str) -> str:
+    """Heat-maps of a grid (:func:`sweep_grid`): input rows late % and peak state rows, the
+    first source's delay up the side, the second's along the bottom."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    first, second = list(grid[0][0]["delay_ms"])
+    ys = [row[0]["delay"][first] for row in grid]
+    xs = [r["delay"][second] for r in grid[0]]
+    panels = [("input rows late %", "Reds", [[100 * r["late_rows_fraction"] for r in row]
+                                            for row in grid]),
+              ("peak state rows", "Blues", [[r["peak_state_rows"] for r in row]
+                                           for row in grid])]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.6))
+    for ax, (label, cmap, values) in zip(axes, panels, strict=True):
+        im = ax.imshow(np.array(values, dtype=float), origin="lower", aspect="auto", cmap=cmap)
+        fig.colorbar(im, ax=ax, label=label)
+        ax.set_title(label)
+        ax.set_xlabel(f"delay of {second}")
+        ax.set_ylabel(f"delay of {first}")
+        # (at most ~8 labels per axis: a 60-delay axis stays readable)
+        for ticks, labels, set_ticks in ((range(len(xs)), xs, ax.set_xticks),
+                                         (range(len(ys)), ys, ax.set_yticks)):
+            step = max(1, len(labels) // 8)
+            set_ticks(list(ticks)[::step], labels[::step], fontsize=7)
+        ax.tick_params(axis="x", labelrotation=45)
+    fig.suptitle(title)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return str(path)
+
+
 def swept_source(spec: BacktestSpec, source: str | None) -> str:
     """``--source``, or the query's only source when it has one (a join has two: say which)."""
     if source is not None:
@@ -286,46 +368,108 @@ def memory(n: int | None) -> str:
     return f"{n / 2**20:.2f} MiB" if n < 2**30 else f"{n / 2**30:.2f} GiB"
 
 
+def swept_delays(spec: BacktestSpec, sources: list[str] | None, delays: list[str],
+                 where: str = "--delays") -> dict[str, list[Duration]]:
+    """What a sweep varies: source -> its delays. One range: that source's curve (the
+    query's only source when ``sources`` is empty); two: a grid, each range the delays of the
+    source given in the same position (``--source A --delays ... --source B --delays ...``).
+    ``where`` names the field an error points at."""
+    sources = list(sources or [])
+    if len(delays) > 2 or len(sources) > len(delays) or \
+            (len(delays) == 2 and len(sources) != 2):
+        raise SpecError(spec.path, where, "one range (a curve), or two each after its "
+                        "--source (a grid: --source A --delays R --source B --delays R), got "
+                        f"{len(delays)} range(s) for {len(sources)} source(s)")
+    if len(sources) == 2 and sources[0] == sources[1]:
+        raise SpecError(spec.path, "--source", f"two different sources, got {sources[0]!r} "
+                        "twice")
+    if len(delays) == 1:
+        sources = [swept_source(spec, sources[0] if sources else None)]
+    out: dict[str, list[Duration]] = {}
+    for source, text in zip(sources, delays, strict=True):
+        try:
+            out[source] = parse_delays(text)
+        except ValueError as exc:
+            raise SpecError(spec.path, where, f"{source}: {exc}") from None
+    return out
+
+
 def run_sweep(args: argparse.Namespace) -> int:
     from jobs.backtest import default_results_dir
-    from jobs.exits import write_document
     from jobs.results import check_folder
-    from jobs.tables import format_table, late_note
     from semantics.spec import load_spec
 
     spec = load_spec(args.spec)
-    try:
-        delays = parse_delays(args.delays)
-    except ValueError as exc:
-        raise SpecError(args.spec, "--delays", str(exc)) from None
-    source = swept_source(spec, args.source)
+    delays = swept_delays(spec, args.source, args.delays)
     folder = Path(args.results) if args.results else default_results_dir()
     check_folder(folder, create=False)  # (the plot goes there: refused before the sweep)
-    rows, computed = sweep(spec, source, delays, args.candidate)
+    if len(delays) == 2:
+        return _run_grid(args, spec, delays, folder)
+    [(source, curve)] = delays.items()
+    rows, computed = sweep(spec, source, curve, args.candidate)
     png = plot(rows, folder / "reports" / f"{spec.name}-sweep-{source}.png",
                f"{spec.name}: delay of {source}")
     if args.json:
+        from jobs.exits import write_document
+
         write_document(json.dumps({"backtest": spec.name, "source": source,
                                    "computed": computed, "sweep": rows, "plot": png},
                                   default=str) + "\n")
         return 0
-    table = [{"delay": r["delay"], "late": r["late"], "late_rows": r["late_rows"],
-              "late_rows_%": f"{100 * r['late_rows_fraction']:.2f}",
-              "peak_state": r["peak_state_rows"],
-              "peak_memory_est": memory(r["peak_state_bytes"]),
-              "output_rows": r["output_rows"], "end_state": r["final_state_rows"],
-              "p95_latency_s": "-" if r["latency_p95_s"] is None else f"{r['latency_p95_s']:.0f}",
-              "": "<- knee" if r["knee"] else ""} for r in rows]
+    _print_table(spec, [{"delay": r["delay"], **_figures(r),
+                         "": "<- knee" if r["knee"] else ""} for r in rows], rows)
+    if not any(r["knee"] for r in rows):
+        print(f"\n{flat_note(spec, source, args.candidate)}")
+    print(f"\nplot: {png}")
+    return 0
+
+
+def _run_grid(args: argparse.Namespace, spec: BacktestSpec, delays: dict[str, list[Duration]],
+              folder: Path) -> int:
+    """``wmbt sweep`` of two sources: the grid as a table (or ``--json``) and a heat-map."""
+    from semantics.sweep_once import FIGURES
+
+    grid = sweep_grid(spec, delays, args.candidate)
+    first, second = delays
+    png = plot_grid(grid, folder / "reports" / f"{spec.name}-sweep-{first}-{second}.png",
+                    f"{spec.name}: delays of {first} and {second}")
+    if args.json:
+        from jobs.exits import write_document
+
+        write_document(json.dumps({
+            "backtest": spec.name, "sources": [first, second],
+            "delays_ms": {s: [d.ms for d in ds] for s, ds in delays.items()},
+            "computed": dict.fromkeys(FIGURES, "per_delay"), "grid": grid, "plot": png},
+            default=str) + "\n")
+        return 0
+    rows = [r for row in grid for r in row]
+    _print_table(spec, [{first: r["delay"][first], second: r["delay"][second], **_figures(r)}
+                        for r in rows], rows)
+    print(f"\nplot: {png}")
+    return 0
+
+
+def _figures(r: dict[str, Any]) -> dict[str, Any]:
+    """The table's columns of one sweep row, after its delay(s)."""
+    return {"late": r["late"], "late_rows": r["late_rows"],
+            "late_rows_%": f"{100 * r['late_rows_fraction']:.2f}",
+            "peak_state": r["peak_state_rows"], "peak_memory_est": memory(r["peak_state_bytes"]),
+            "output_rows": r["output_rows"], "end_state": r["final_state_rows"],
+            "p95_latency_s": "-" if r["latency_p95_s"] is None
+            else f"{r['latency_p95_s']:.0f}"}
+
+
+def _print_table(spec: BacktestSpec, table: list[dict[str, Any]], rows: list[dict[str, Any]]
+                 ) -> None:
+    """The sweep's table and its footnotes (what ``late`` counts, state never evicted)."""
+    from jobs.tables import format_table, late_note
+
     print(format_table(table))
     note = late_note(spec, rows)
     if note:
         print(f"\n{note}")
-    if not any(r["knee"] for r in rows):
-        print(f"\n{flat_note(spec, source, args.candidate)}")
     grows = rows[0]["never_evicted"] if rows else []  # (the delay does not change it)
     if grows:
         from semantics.retention import KEPT, NEVER_EVICTED
 
         print(f"\n{NEVER_EVICTED} at any of these delays ({KEPT}): " + "; ".join(grows))
-    print(f"\nplot: {png}")
-    return 0
