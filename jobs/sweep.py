@@ -14,7 +14,6 @@ import argparse
 import json
 import multiprocessing as mp
 import os
-import re
 import signal
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -24,22 +23,11 @@ import numpy as np
 
 from semantics.durations import Duration
 from semantics.errors import SpecError
+from semantics.sweep_range import parse_delays
 
 if TYPE_CHECKING:
     from semantics.schedule import Schedule
     from semantics.spec import BacktestSpec, Candidate
-
-
-def parse_delays(text: str) -> list[Duration]:
-    """``"1 minute..2 hours/60"`` -> 60 durations from 1 minute to 2 hours (ms precision)."""
-    m = re.fullmatch(r"\s*(.+?)\s*\.\.\s*(.+?)\s*/\s*(\d+)\s*", text)
-    if not m:
-        raise ValueError("expected FROM..TO/N, e.g. '1 minute..2 hours/60'")
-    lo, hi, n = Duration.parse(m.group(1)), Duration.parse(m.group(2)), int(m.group(3))
-    if n < 2 or lo.us < 0 or hi.us <= lo.us:
-        raise ValueError("expected 0 <= FROM < TO and N >= 2")
-    ms = np.linspace(lo.ms, hi.ms, n).round().astype(np.int64)
-    return [Duration(int(v) * 1000, f"{int(v)} milliseconds") for v in ms]
 
 
 def _label(ms: int) -> str:
@@ -394,58 +382,103 @@ def swept_delays(spec: BacktestSpec, sources: list[str] | None, delays: list[str
     return out
 
 
+RECORD = "{name}-sweep.json"  # under <results>/reports: the last sweep, for the HTML report
+
+
+def sweep_and_plot(spec: BacktestSpec, delays: dict[str, list[Duration]], base: str | None,
+                   reports: Path) -> dict[str, Any]:
+    """Sweep ``delays`` (one source: a curve; two: a grid) around ``base`` (or the first
+    candidate), draw it under ``reports`` and record it there (:data:`RECORD`, written
+    atomically: the HTML report shows it while the spec and data are those it was computed
+    on, checked by ``run_id``). Returns ``wmbt sweep --json``'s document."""
+    from jobs.results import run_id
+    from semantics.history import plan
+    from semantics.sweep_once import FIGURES
+
+    for source in delays:  # (before planning)
+        if source not in spec.query_sources:
+            raise SpecError(spec.path, "--source", f"a source of the query "
+                            f"({', '.join(spec.query_sources)}), got {source!r}")
+    base = base or next(iter(spec.candidates))
+    schedule = plan(spec, base)
+    doc: dict[str, Any] = {"backtest": spec.name, "candidate": base}
+    if len(delays) == 2:
+        first, second = delays
+        grid = sweep_grid(spec, delays, base, schedule)
+        png = plot_grid(grid, reports / f"{spec.name}-sweep-{first}-{second}.png",
+                        f"{spec.name}: delays of {first} and {second}")
+        doc.update({"sources": [first, second],
+                    "delays_ms": {s: [d.ms for d in ds] for s, ds in delays.items()},
+                    "computed": dict.fromkeys(FIGURES, "per_delay"), "grid": grid,
+                    "plot": png})
+    else:
+        [(source, curve)] = delays.items()
+        rows, computed = sweep_figures(spec, schedule, source, curve, base)
+        png = plot(rows, reports / f"{spec.name}-sweep-{source}.png",
+                   f"{spec.name}: delay of {source}")
+        doc.update({"source": source, "computed": computed, "sweep": rows, "plot": png})
+    record = reports / RECORD.format(name=spec.name)
+    tmp = record.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps({**doc, "run_id": run_id(spec, base, schedule)}, default=str))
+    tmp.replace(record)
+    return doc
+
+
+def load_record(spec: BacktestSpec, reports: Path, run_ids: dict[str, str]
+                ) -> dict[str, Any] | None:
+    """The sweep recorded under ``reports`` for ``spec`` (:func:`sweep_and_plot`), when its
+    base candidate's run id (spec and data as the sweep saw them) is in ``run_ids``
+    (candidate -> the current run id); None when there is none or it is stale."""
+    path = reports / RECORD.format(name=spec.name)
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or run_ids.get(str(doc.get("candidate"))) != doc.get("run_id"):
+        return None
+    return doc
+
+
+def knee_row(doc: dict[str, Any]) -> dict[str, Any] | None:
+    """The knee of a recorded curve (None for a grid, or a flat curve)."""
+    return next((r for r in doc.get("sweep") or [] if r.get("knee")), None)
+
+
 def run_sweep(args: argparse.Namespace) -> int:
     from jobs.backtest import default_results_dir
     from jobs.results import check_folder
     from semantics.spec import load_spec
 
     spec = load_spec(args.spec)
-    delays = swept_delays(spec, args.source, args.delays)
+    base = args.candidate
+    if args.delays:
+        delays = swept_delays(spec, args.source, args.delays)
+    elif spec.sweep is not None and not args.source:  # the spec's sweep: (docs/dagster.md)
+        delays = {s: parse_delays(r) for s, r in spec.sweep.delays.items()}
+        base = base or spec.sweep.candidate
+    else:
+        raise SpecError(args.spec, "--delays", "a range such as '1 minute..2 hours/60' (or "
+                        "sweep: {delays: ...} in the spec, used when no --delays is given)")
     folder = Path(args.results) if args.results else default_results_dir()
     check_folder(folder, create=False)  # (the plot goes there: refused before the sweep)
-    if len(delays) == 2:
-        return _run_grid(args, spec, delays, folder)
-    [(source, curve)] = delays.items()
-    rows, computed = sweep(spec, source, curve, args.candidate)
-    png = plot(rows, folder / "reports" / f"{spec.name}-sweep-{source}.png",
-               f"{spec.name}: delay of {source}")
+    doc = sweep_and_plot(spec, delays, base, folder / "reports")
     if args.json:
         from jobs.exits import write_document
 
-        write_document(json.dumps({"backtest": spec.name, "source": source,
-                                   "computed": computed, "sweep": rows, "plot": png},
-                                  default=str) + "\n")
+        write_document(json.dumps(doc, default=str) + "\n")
         return 0
-    _print_table(spec, [{"delay": r["delay"], **_figures(r),
-                         "": "<- knee" if r["knee"] else ""} for r in rows], rows)
-    if not any(r["knee"] for r in rows):
-        print(f"\n{flat_note(spec, source, args.candidate)}")
-    print(f"\nplot: {png}")
-    return 0
-
-
-def _run_grid(args: argparse.Namespace, spec: BacktestSpec, delays: dict[str, list[Duration]],
-              folder: Path) -> int:
-    """``wmbt sweep`` of two sources: the grid as a table (or ``--json``) and a heat-map."""
-    from semantics.sweep_once import FIGURES
-
-    grid = sweep_grid(spec, delays, args.candidate)
-    first, second = delays
-    png = plot_grid(grid, folder / "reports" / f"{spec.name}-sweep-{first}-{second}.png",
-                    f"{spec.name}: delays of {first} and {second}")
-    if args.json:
-        from jobs.exits import write_document
-
-        write_document(json.dumps({
-            "backtest": spec.name, "sources": [first, second],
-            "delays_ms": {s: [d.ms for d in ds] for s, ds in delays.items()},
-            "computed": dict.fromkeys(FIGURES, "per_delay"), "grid": grid, "plot": png},
-            default=str) + "\n")
-        return 0
-    rows = [r for row in grid for r in row]
-    _print_table(spec, [{first: r["delay"][first], second: r["delay"][second], **_figures(r)}
-                        for r in rows], rows)
-    print(f"\nplot: {png}")
+    if "grid" in doc:
+        first, second = doc["sources"]
+        rows = [r for row in doc["grid"] for r in row]
+        _print_table(spec, [{first: r["delay"][first], second: r["delay"][second],
+                             **_figures(r)} for r in rows], rows)
+    else:
+        rows = doc["sweep"]
+        _print_table(spec, [{"delay": r["delay"], **_figures(r),
+                             "": "<- knee" if r["knee"] else ""} for r in rows], rows)
+        if not any(r["knee"] for r in rows):
+            print(f"\n{flat_note(spec, doc['source'], base)}")
+    print(f"\nplot: {doc['plot']}")
     return 0
 
 
