@@ -158,3 +158,46 @@ def test_the_sweep_field_changes_no_run_id_or_fingerprint(tmp_path: Path) -> Non
     other = after.model_copy(update={"expect": after.expect.model_copy(
         update={"max_state_rows": 3})})
     assert run_id(other, "tight", sched) != run_id(after, "tight", sched)
+
+
+def test_html_report_shows_the_sweep_while_spec_and_data_are_current(tmp_path: Path) -> None:
+    """The comparison (compare_candidates: the sweep, then the comparison) writes the HTML
+    report with the sweep's plot and knee; a sweep of other data is left out."""
+    from jobs.backtest import run_backtest
+    from orchestration.automation import compare_candidates_job
+    from orchestration.comparison import candidate_comparison
+    from orchestration.definitions import build_definitions
+    from tests.deltas import write_commits
+
+    folder = write_tiny_backtest(tmp_path)
+    spec = load_spec(with_sweep(folder, SWEEP))
+    run_backtest(spec, actual=False, results=tmp_path / "results")
+    job = build_definitions("local").resolve_job_def(compare_candidates_job.name)
+    assert {k.to_user_string() for k in job.asset_layer.selected_asset_keys} == \
+        {"delay_sweep", "candidate_comparison"}
+    with dg.instance_for_test() as instance:
+        add_partitions(instance, [f"{NAME}|tight"])
+        run = dg.materialize([delay_sweep, candidate_comparison], partition_key=NAME,
+                             instance=instance, resources=resources(tmp_path, NoSpark()))
+        order = [e.step_key for e in run.get_step_success_events()]
+    assert order == ["delay_sweep", "candidate_comparison"]
+    meta = run.asset_materializations_for_node("delay_sweep")[0].metadata
+    report = Path(run.asset_materializations_for_node("candidate_comparison")[0]
+                  .metadata["report"].value).read_text()
+    section = report[report.index("<h2>Delay sweep</h2>"):]
+    assert "candidate loose · delay of clicks from 0s to 30s (7 points)" in section
+    assert f"Knee: <b>{meta['knee_delay'].value}</b> — input rows late " \
+           f"{100 * meta['knee_late_rows_fraction'].value:.2f}%" in section
+    assert section.count("<tr>") == 1 + 7 and section.count("<td>knee</td>") == 1
+    assert 'alt="delay sweep" src="data:image/png;base64,iVBOR' in section
+    # new data: the recorded sweep is of other data, and the report leaves it out
+    write_commits(tmp_path / "data" / "clicks", [[{"ad_id": 3, "ts": 50, "price": 1.0}]])
+    run_backtest(load_spec(folder / f"{NAME}.yaml"), actual=False,
+                 results=tmp_path / "results")
+    with dg.instance_for_test() as instance:
+        add_partitions(instance, [f"{NAME}|tight"])
+        run = dg.materialize([candidate_comparison], partition_key=NAME, instance=instance,
+                             resources=resources(tmp_path, NoSpark()))
+    report = Path(run.asset_materializations_for_node("candidate_comparison")[0]
+                  .metadata["report"].value).read_text()
+    assert "<h2>Plots</h2>" in report and "Delay sweep" not in report
