@@ -136,3 +136,25 @@ def test_grid_misuse_is_a_clear_error(tmp_path: Path, capsys, extra: list[str],
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
     assert not (tmp_path / "r" / "reports").exists()  # nothing written
+
+
+def test_without_delays_the_spec_sweep_is_swept(tmp_path: Path, capsys) -> None:
+    spec = join_spec(tmp_path)
+    args = ["sweep", str(spec), "--results", str(tmp_path / "r"), "--json"]
+    assert main(args) == 2  # no --delays and no sweep: in the spec
+    assert "--delays: a range such as '1 minute..2 hours/60' (or sweep:" in \
+        capsys.readouterr().err
+    doc = json.loads(spec.read_text())
+    spec.write_text(json.dumps({**doc, "sweep": {"delays": {"imps": IMPS, "clicks": CLICKS}}}))
+    assert main(args) == 0
+    grid_doc = json.loads(capsys.readouterr().out)
+    assert main(["sweep", str(spec), "--source", "imps", "--delays", IMPS, "--source", "clicks",
+                 "--delays", CLICKS, "--results", str(tmp_path / "r"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == grid_doc
+    # ... and recorded beside the reports (what the HTML report shows)
+    record = json.loads((tmp_path / "r" / "reports" / "grid-sweep.json").read_text())
+    assert record["grid"] == grid_doc["grid"] and record["candidate"] == "c"
+    spec.write_text(json.dumps({**doc, "sweep": {"delays": {"clicks": CLICKS}}}))
+    assert main(args) == 0
+    curve = json.loads(capsys.readouterr().out)
+    assert curve["source"] == "clicks" and len(curve["sweep"]) == 4
