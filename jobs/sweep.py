@@ -451,14 +451,7 @@ def run_sweep(args: argparse.Namespace) -> int:
 
     spec = load_spec(args.spec)
     base = args.candidate
-    if args.delays:
-        delays = swept_delays(spec, args.source, args.delays)
-    elif spec.sweep is not None and not args.source:  # the spec's sweep: (docs/dagster.md)
-        delays = {s: parse_delays(r) for s, r in spec.sweep.delays.items()}
-        base = base or spec.sweep.candidate
-    else:
-        raise SpecError(args.spec, "--delays", "a range such as '1 minute..2 hours/60' (or "
-                        "sweep: {delays: ...} in the spec, used when no --delays is given)")
+    delays = swept_delays(spec, args.source, args.delays)
     folder = Path(args.results) if args.results else default_results_dir()
     check_folder(folder, create=False)  # (the plot goes there: refused before the sweep)
     doc = sweep_and_plot(spec, delays, base, folder / "reports")

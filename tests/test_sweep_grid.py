@@ -138,23 +138,21 @@ def test_grid_misuse_is_a_clear_error(tmp_path: Path, capsys, extra: list[str],
     assert not (tmp_path / "r" / "reports").exists()  # nothing written
 
 
-def test_without_delays_the_spec_sweep_is_swept(tmp_path: Path, capsys) -> None:
+def test_each_sweep_is_recorded_for_the_report(tmp_path: Path, capsys) -> None:
+    """The last sweep of a backtest, curve or grid, lies beside the reports with the run id
+    of its base candidate (what jobs.report_html checks before showing it)."""
+    from jobs.results import run_id
+
     spec = join_spec(tmp_path)
+    record = tmp_path / "r" / "reports" / "grid-sweep.json"
     args = ["sweep", str(spec), "--results", str(tmp_path / "r"), "--json"]
-    assert main(args) == 2  # no --delays and no sweep: in the spec
-    assert "--delays: a range such as '1 minute..2 hours/60' (or sweep:" in \
-        capsys.readouterr().err
-    doc = json.loads(spec.read_text())
-    spec.write_text(json.dumps({**doc, "sweep": {"delays": {"imps": IMPS, "clicks": CLICKS}}}))
-    assert main(args) == 0
-    grid_doc = json.loads(capsys.readouterr().out)
-    assert main(["sweep", str(spec), "--source", "imps", "--delays", IMPS, "--source", "clicks",
-                 "--delays", CLICKS, "--results", str(tmp_path / "r"), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == grid_doc
-    # ... and recorded beside the reports (what the HTML report shows)
-    record = json.loads((tmp_path / "r" / "reports" / "grid-sweep.json").read_text())
-    assert record["grid"] == grid_doc["grid"] and record["candidate"] == "c"
-    spec.write_text(json.dumps({**doc, "sweep": {"delays": {"clicks": CLICKS}}}))
-    assert main(args) == 0
-    curve = json.loads(capsys.readouterr().out)
-    assert curve["source"] == "clicks" and len(curve["sweep"]) == 4
+    assert main([*args, "--source", "imps", "--delays", IMPS, "--source", "clicks",
+                 "--delays", CLICKS]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    loaded = load_spec(spec)
+    assert json.loads(record.read_text()) == {**doc, "run_id": run_id(loaded, "c",
+                                                                       plan(loaded, "c"))}
+    assert main([*args, "--source", "clicks", "--delays", CLICKS]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert json.loads(record.read_text())["sweep"] == doc["sweep"] and "grid" not in doc
+    assert not list(record.parent.glob("*.tmp"))
