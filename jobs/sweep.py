@@ -97,10 +97,9 @@ def sweep_figures(spec: BacktestSpec, schedule: Schedule, source: str,
     fast = fast or {}
     computed = {f: "one_pass" if f in fast else "per_delay" for f in FIGURES}
     if len(fast) < len(FIGURES):
-        _WORK = (spec, schedule, spec.candidates[base], (source,))
+        _WORK = (spec, schedule, spec.candidates[base], source)
         try:
-            points = [(d,) for d in ms]
-            rows = _map_points(points) if processes else _points(points)
+            rows = _map_points(ms) if processes else _points(ms)
         finally:
             _WORK = None
     else:
@@ -119,14 +118,16 @@ def sweep_figures(spec: BacktestSpec, schedule: Schedule, source: str,
 
 def sweep_grid(spec: BacktestSpec, delays: dict[str, list[Duration]], base: str | None = None,
                schedule: Schedule | None = None, processes: bool = True
-               ) -> list[list[dict[str, Any]]]:
+               ) -> tuple[list[list[dict[str, Any]]], dict[str, str]]:
     """A two-dimensional sweep: the delays of two sources of the query (a join's sides) varied
-    together, the base candidate (``base`` or the first) predicted at every pair. ``grid[i][j]``
-    is the row of the first source's ``i``-th delay and the second's ``j``-th; its ``delay``
-    and ``delay_ms`` map each source to its label and ms, the other figures are
-    :func:`sweep`'s (no knee: a grid has no single one). Every point is a prediction of its
-    own (in a process per core, as :func:`sweep_figures` predicts per delay); ``schedule``:
-    planned here when not given."""
+    together around the base candidate (``base`` or the first), and per figure how it was
+    computed (``"per_delay"`` where any row was). ``grid[i][j]`` is the row of the first
+    source's ``i``-th delay and the second's ``j``-th; its ``delay`` and ``delay_ms`` map each
+    source to its label and ms, the other figures are :func:`sweep`'s (no knee: a grid has no
+    single one). Row ``i`` is :func:`sweep_figures` of the second source with the first's
+    delay set, so the one pass covers it wherever it covers that query (docs/semantics.md
+    §2.6), else every point is predicted (in a process per core); ``schedule``: planned here
+    when not given."""
     from semantics.history import plan
 
     sources = tuple(delays)
@@ -138,18 +139,20 @@ def sweep_grid(spec: BacktestSpec, delays: dict[str, list[Duration]], base: str 
                             f"({', '.join(spec.query_sources)}), got {source!r}")
     base = base or next(iter(spec.candidates))
     schedule = schedule if schedule is not None else plan(spec, base)
-    first, second = (delays[s] for s in sources)
-    points = [(a.ms, b.ms) for a in first for b in second]
-    global _WORK
-    _WORK = (spec, schedule, spec.candidates[base], sources)
-    try:
-        rows = _map_points(points) if processes else _points(points)
-    finally:
-        _WORK = None
-    for r in rows:
-        _fractions(r)
-    n = len(second)
-    return [rows[i * n:(i + 1) * n] for i in range(len(first))]
+    first, second = sources
+    grid: list[list[dict[str, Any]]] = []
+    computed: dict[str, str] = {}
+    for a in delays[first]:
+        fixed, name = _swept(spec, spec.candidates[base], {first: a.ms})
+        rows, how = sweep_figures(fixed, schedule, second, delays[second], name, processes)
+        for r in rows:
+            del r["knee"]
+            r["delay"] = {first: _label(a.ms), second: r["delay"]}
+            r["delay_ms"] = {first: a.ms, second: r["delay_ms"]}
+        for f, v in how.items():
+            computed[f] = "per_delay" if "per_delay" in (v, computed.get(f)) else v
+        grid.append(rows)
+    return grid, computed
 
 
 def _fractions(row: dict[str, Any]) -> None:
@@ -174,8 +177,8 @@ def _rows_of(spec: BacktestSpec, base: str, source: str, delays_ms: list[int]
             for d in delays_ms]
 
 
-# (spec, schedule, base candidate, the swept sources: one, or a grid's two)
-_WORK: tuple[BacktestSpec, Schedule, Candidate, tuple[str, ...]] | None = None
+# (spec, schedule, base candidate, source)
+_WORK: tuple[BacktestSpec, Schedule, Candidate, str] | None = None
 
 
 def _swept(spec: BacktestSpec, cand: Candidate, delays_ms: dict[str, int]
@@ -191,23 +194,19 @@ def _swept(spec: BacktestSpec, cand: Candidate, delays_ms: dict[str, int]
     return spec.model_copy(update={"candidates": {name: c}}), name
 
 
-def _point(point: tuple[int, ...]) -> dict[str, Any]:
-    """The metrics of one point, a delay (ms) per swept source (reads ``_WORK``: set by
-    :func:`sweep_figures` or :func:`sweep_grid`, inherited by fork). One source: ``delay``
-    and ``delay_ms`` are its label and ms; a grid's two: each a mapping source -> value."""
+def _point(delay_ms: int) -> dict[str, Any]:
+    """The metrics of one delay (reads ``_WORK``: set by :func:`sweep_figures`, inherited by
+    fork)."""
     from semantics.metrics import candidate_metrics, reference_columns
     from semantics.predict import predict
 
     assert _WORK is not None
-    spec, schedule, cand, sources = _WORK
-    s, name = _swept(spec, cand, dict(zip(sources, point, strict=True)))
+    spec, schedule, cand, source = _WORK
+    s, name = _swept(spec, cand, {source: delay_ms})
     # only the output columns the metrics read: no explain table, no full output frame
     m = candidate_metrics(s, schedule, predict(schedule, s, name, explain=False,
                                                columns=reference_columns(s), count_late=True))
-    if len(point) == 1:
-        return {"delay": _label(point[0]), "delay_ms": point[0], **m}
-    return {"delay": {src: _label(d) for src, d in zip(sources, point, strict=True)},
-            "delay_ms": dict(zip(sources, point, strict=True)), **m}
+    return {"delay": _label(delay_ms), "delay_ms": delay_ms, **m}
 
 
 def _start_worker() -> None:
@@ -218,7 +217,7 @@ def _start_worker() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def _map_points(delays_ms: list[tuple[int, ...]]) -> list[dict[str, Any]]:
+def _map_points(delays_ms: list[int]) -> list[dict[str, Any]]:
     """:func:`_point` of every delay, in order: in forked processes when there are cores and
     points for more than one (fork shares the schedule without copying it), else here."""
     from semantics.parallel import threads
@@ -248,7 +247,7 @@ def _map_points(delays_ms: list[tuple[int, ...]]) -> list[dict[str, Any]]:
             raise
 
 
-def _points(delays_ms: list[tuple[int, ...]]) -> list[dict[str, Any]]:
+def _points(delays_ms: list[int]) -> list[dict[str, Any]]:
     return [_point(d) for d in delays_ms]
 
 
@@ -393,7 +392,6 @@ def sweep_and_plot(spec: BacktestSpec, delays: dict[str, list[Duration]], base: 
     on, checked by ``run_id``). Returns ``wmbt sweep --json``'s document."""
     from jobs.results import run_id
     from semantics.history import plan
-    from semantics.sweep_once import FIGURES
 
     for source in delays:  # (before planning)
         if source not in spec.query_sources:
@@ -404,12 +402,12 @@ def sweep_and_plot(spec: BacktestSpec, delays: dict[str, list[Duration]], base: 
     doc: dict[str, Any] = {"backtest": spec.name, "candidate": base}
     if len(delays) == 2:
         first, second = delays
-        grid = sweep_grid(spec, delays, base, schedule)
+        grid, computed = sweep_grid(spec, delays, base, schedule)
         png = plot_grid(grid, reports / f"{spec.name}-sweep-{first}-{second}.png",
                         f"{spec.name}: delays of {first} and {second}")
         doc.update({"sources": [first, second],
                     "delays_ms": {s: [d.ms for d in ds] for s, ds in delays.items()},
-                    "computed": dict.fromkeys(FIGURES, "per_delay"), "grid": grid,
+                    "computed": computed, "grid": grid,
                     "plot": png})
     else:
         [(source, curve)] = delays.items()

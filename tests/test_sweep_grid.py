@@ -45,7 +45,7 @@ def join_spec(tmp_path: Path) -> Path:
 def test_grid_points_are_the_predictions_of_those_delays(tmp_path: Path) -> None:
     spec = load_spec(join_spec(tmp_path))
     delays = {"imps": parse_delays(IMPS), "clicks": parse_delays(CLICKS)}
-    grid = sweep_grid(spec, delays, processes=False)
+    grid, computed = sweep_grid(spec, delays, processes=False)
     assert [len(row) for row in grid] == [4, 4, 4]
     sched = plan(spec, "c")
     for i, a in enumerate(delays["imps"]):
@@ -62,6 +62,9 @@ def test_grid_points_are_the_predictions_of_those_delays(tmp_path: Path) -> None
     state = np.array([[r["peak_state_rows"] for r in row] for row in grid])
     assert (np.ptp(late, axis=0) > 0).any() and (np.ptp(late, axis=1) > 0).any()
     assert (np.ptp(state, axis=0) > 0).any() or (np.ptp(state, axis=1) > 0).any()
+    # (a row is the second source's sweep with the first's delay set: the one pass's where it
+    # covers the query, and the grid says so as the sweep of one source does)
+    assert computed == sweep(spec, "clicks", delays["clicks"])[1]
     # a column of the grid is the one-source sweep with the other delay fixed
     for j, b in enumerate(delays["clicks"]):
         fixed = spec.model_copy(update={"candidates": {"c": spec.candidates["c"].model_copy(
@@ -77,6 +80,7 @@ def test_grid_in_processes_is_the_grid_of_one_after_the_other(tmp_path: Path,
     spec = load_spec(join_spec(tmp_path))
     delays = {"clicks": parse_delays(CLICKS), "imps": parse_delays(IMPS)}
     monkeypatch.setenv("WMBT_THREADS", "2")
+    monkeypatch.setattr("semantics.sweep_once.one_pass", lambda *a, **k: None)  # (per delay)
     forked = []
     from jobs import sweep as sw
 
@@ -84,10 +88,10 @@ def test_grid_in_processes_is_the_grid_of_one_after_the_other(tmp_path: Path,
     monkeypatch.setattr(sw, "ProcessPoolExecutor",
                         lambda *a, **k: forked.append(a[0]) or real_pool(*a, **k))
     two = sweep_grid(spec, delays)
-    assert forked == [2]
+    assert forked == [2] * 4  # (a pool per row: one per delay of clicks)
     assert two == sweep_grid(spec, delays, processes=False)
     # the first source given is the first axis
-    assert [len(row) for row in two] == [3, 3, 3, 3]
+    assert [len(row) for row in two[0]] == [3, 3, 3, 3]
 
 
 def test_grid_cli_table_json_and_heat_map(tmp_path: Path, capsys) -> None:
@@ -99,7 +103,7 @@ def test_grid_cli_table_json_and_heat_map(tmp_path: Path, capsys) -> None:
     assert doc["sources"] == ["imps", "clicks"]
     assert doc["delays_ms"] == {"imps": [0, 20_000, 40_000],
                                 "clicks": [0, 10_000, 20_000, 30_000]}
-    assert set(doc["computed"].values()) == {"per_delay"}
+    assert doc["computed"] == sweep(load_spec(spec), "clicks", parse_delays(CLICKS))[1]
     grid = doc["grid"]
     assert grid[2][1]["delay_ms"] == {"imps": 40_000, "clicks": 10_000}
     assert grid[2][1]["delay"] == {"imps": "40s", "clicks": "10s"}
