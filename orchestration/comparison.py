@@ -23,7 +23,6 @@ from orchestration.partitions import BACKTESTS
 from orchestration.resources import ResultsStoreResource, SpecsResource
 from orchestration.sparkline import sparkline_markdown
 from orchestration.stored import load_backtest
-from orchestration.sweep import delay_sweep
 from semantics.retention import KEPT, NEVER_EVICTED
 
 _TYPES = {"candidate": "string", "side": "string", "validation": "string"}
@@ -115,8 +114,7 @@ def save_plots(images: list[tuple[str, str]], folder: Path) -> list[Path]:
     group_name=GROUP,
     kinds={"python", "delta"},
     deps=[dg.AssetDep(predicted_report, partition_mapping=dg.AllPartitionMapping()),
-          dg.AssetDep(actual_report, partition_mapping=dg.AllPartitionMapping()),
-          dg.AssetDep(delay_sweep)],  # (its plot goes into the HTML report when run first)
+          dg.AssetDep(actual_report, partition_mapping=dg.AllPartitionMapping())],
     description="All candidates of one backtest side by side (from the results store): "
                 "comparison table, summary, plots and the HTML report.",
 )

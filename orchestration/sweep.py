@@ -3,7 +3,9 @@
 A thin asset over ``jobs.sweep.sweep_and_plot`` (what ``wmbt sweep`` runs): it sweeps what the
 spec's ``sweep:`` says (one source: a curve with its knee; a join's two: a grid), or, without
 it, :func:`default_sweep`. It writes the plot and the sweep's record to the results store's
-``reports/`` folder, where the HTML report (``jobs.report_html``) finds it, and shows in the UI:
+``reports/`` folder, where the HTML report (``jobs.report_html``) finds it, and rewrites that
+report when the backtest has stored results (so the comparison need not wait for the sweep,
+nor fail with it: neither depends on the other), and shows in the UI:
 the curve (two small inline charts, and the full plot behind *Show Markdown*), the knee in the
 metadata (``knee_delay``, ``knee_delay_ms``, the figures there) and every point as a table.
 """
@@ -14,11 +16,13 @@ from typing import Any
 
 import dagster as dg
 
+from jobs.report_html import write_report
 from jobs.sweep import sweep_and_plot
 from orchestration.assets import GROUP
 from orchestration.partitions import BACKTESTS
 from orchestration.resources import ResultsStoreResource, SpecsResource
 from orchestration.sparkline import sparkline_markdown
+from orchestration.stored import load_backtest
 from semantics.durations import Duration
 from semantics.errors import WmbtError
 from semantics.spec import BacktestSpec
@@ -114,9 +118,15 @@ def delay_sweep(context: dg.AssetExecutionContext, specs: SpecsResource,
     reuse_freed_memory()
     spec = specs.spec(context.partition_key)
     delays, base = default_sweep(spec)
+    store = results.store()
     try:
-        doc = sweep_and_plot(spec, delays, base, results.store().root / "reports")
+        doc = sweep_and_plot(spec, delays, base, store.root / "reports")
     except WmbtError as exc:  # (a query the predictor refuses: its message, no traceback)
         raise dg.Failure(str(exc)) from None
-    return dg.MaterializeResult(metadata=sweep_metadata(doc))
+    meta = sweep_metadata(doc)
+    stored, _ = load_backtest(store, spec)
+    if stored.candidates:  # the report with this sweep, whichever of the two ran last
+        meta["report"] = dg.MetadataValue.path(
+            str(Path(write_report(stored, store.root / "reports")).resolve()))
+    return dg.MaterializeResult(metadata=meta)
 

@@ -161,8 +161,8 @@ def test_the_sweep_field_changes_no_run_id_or_fingerprint(tmp_path: Path) -> Non
 
 
 def test_html_report_shows_the_sweep_while_spec_and_data_are_current(tmp_path: Path) -> None:
-    """The comparison (compare_candidates: the sweep, then the comparison) writes the HTML
-    report with the sweep's plot and knee; a sweep of other data is left out."""
+    """The compare_candidates job runs the sweep and the comparison; the HTML report has the
+    sweep's plot and knee whichever ran last, and leaves out a sweep of other data."""
     from jobs.backtest import run_backtest
     from orchestration.automation import compare_candidates_job
     from orchestration.comparison import candidate_comparison
@@ -175,29 +175,57 @@ def test_html_report_shows_the_sweep_while_spec_and_data_are_current(tmp_path: P
     job = build_definitions("local").resolve_job_def(compare_candidates_job.name)
     assert {k.to_user_string() for k in job.asset_layer.selected_asset_keys} == \
         {"delay_sweep", "candidate_comparison"}
+
+    def section(report: str) -> str:
+        return report[report.index("<h2>Delay sweep</h2>"):]
+
     with dg.instance_for_test() as instance:
         add_partitions(instance, [f"{NAME}|tight"])
-        run = dg.materialize([delay_sweep, candidate_comparison], partition_key=NAME,
-                             instance=instance, resources=resources(tmp_path, NoSpark()))
-        order = [e.step_key for e in run.get_step_success_events()]
-    assert order == ["delay_sweep", "candidate_comparison"]
-    meta = run.asset_materializations_for_node("delay_sweep")[0].metadata
-    report = Path(run.asset_materializations_for_node("candidate_comparison")[0]
-                  .metadata["report"].value).read_text()
-    section = report[report.index("<h2>Delay sweep</h2>"):]
-    assert "candidate loose · delay of clicks from 0s to 30s (7 points)" in section
+        # the comparison first (the report without a sweep), then the sweep (rewrites it)
+        first = dg.materialize([candidate_comparison], partition_key=NAME, instance=instance,
+                               resources=resources(tmp_path, NoSpark()))
+        path = Path(first.asset_materializations_for_node("candidate_comparison")[0]
+                    .metadata["report"].value)
+        assert "Delay sweep" not in path.read_text()
+        meta = materialize_sweep(tmp_path)
+        assert meta["report"].value == str(path)
+        swept = section(path.read_text())
+        # ... and the comparison after the sweep keeps it
+        dg.materialize([candidate_comparison], partition_key=NAME, instance=instance,
+                       resources=resources(tmp_path, NoSpark()))
+        assert section(path.read_text()) == swept
+    assert "candidate loose · delay of clicks from 0s to 30s (7 points)" in swept
     assert f"Knee: <b>{meta['knee_delay'].value}</b> — input rows late " \
-           f"{100 * meta['knee_late_rows_fraction'].value:.2f}%" in section
-    assert section.count("<tr>") == 1 + 7 and section.count("<td>knee</td>") == 1
-    assert 'alt="delay sweep" src="data:image/png;base64,iVBOR' in section
+           f"{100 * meta['knee_late_rows_fraction'].value:.2f}%" in swept
+    assert swept.count("<tr>") == 1 + 7 and swept.count("<td>knee</td>") == 1
+    assert 'alt="delay sweep" src="data:image/png;base64,iVBOR' in swept
     # new data: the recorded sweep is of other data, and the report leaves it out
     write_commits(tmp_path / "data" / "clicks", [[{"ad_id": 3, "ts": 50, "price": 1.0}]])
     run_backtest(load_spec(folder / f"{NAME}.yaml"), actual=False,
                  results=tmp_path / "results")
     with dg.instance_for_test() as instance:
         add_partitions(instance, [f"{NAME}|tight"])
-        run = dg.materialize([candidate_comparison], partition_key=NAME, instance=instance,
-                             resources=resources(tmp_path, NoSpark()))
-    report = Path(run.asset_materializations_for_node("candidate_comparison")[0]
-                  .metadata["report"].value).read_text()
-    assert "<h2>Plots</h2>" in report and "Delay sweep" not in report
+        dg.materialize([candidate_comparison], partition_key=NAME, instance=instance,
+                       resources=resources(tmp_path, NoSpark()))
+    assert "<h2>Plots</h2>" in path.read_text() and "Delay sweep" not in path.read_text()
+
+
+def test_a_failed_sweep_does_not_stop_the_comparison(tmp_path: Path, monkeypatch) -> None:
+    from jobs.backtest import run_backtest
+    from orchestration.comparison import candidate_comparison
+
+    folder = write_tiny_backtest(tmp_path)
+    run_backtest(load_spec(folder / f"{NAME}.yaml"), actual=False, results=tmp_path / "results")
+
+    def refuse(*a: object, **k: object) -> None:
+        raise SpecError("x.yaml", "query", "a query the predictor models")
+
+    monkeypatch.setattr("orchestration.sweep.sweep_and_plot", refuse)
+    with dg.instance_for_test() as instance:
+        add_partitions(instance, [f"{NAME}|tight"])
+        run = dg.materialize([delay_sweep, candidate_comparison], partition_key=NAME,
+                             instance=instance, resources=resources(tmp_path, NoSpark()),
+                             raise_on_error=False)
+    assert not run.success
+    assert [e.step_key for e in run.get_step_success_events()] == ["candidate_comparison"]
+    assert [e.step_key for e in run.get_step_failure_events()] == ["delay_sweep"]
