@@ -6,6 +6,12 @@ with that source's delay replaced; the table shows Spark's late count, the input
 late and their fraction, peak state and emission latency, and marks the knee: the delay farthest
 from the straight line between the first and the last point of the (normalised) curve of the
 fraction of input rows late vs peak state.
+
+Two sources (a join's sides: ``--source A --delays R --source B --delays R``) give a grid,
+every pair of delays, drawn as heat-maps (:func:`sweep_grid`). Entry points: :func:`sweep` (a
+spec's curve), :func:`sweep_figures` (a planned schedule's), :func:`sweep_grid`, and
+:func:`sweep_and_plot` (what ``wmbt sweep`` and the Dagster ``delay_sweep`` asset run: the
+sweep, its plot, and its record for the HTML report).
 """
 
 from __future__ import annotations
@@ -355,16 +361,15 @@ def memory(n: int | None) -> str:
     return f"{n / 2**20:.2f} MiB" if n < 2**30 else f"{n / 2**30:.2f} GiB"
 
 
-def swept_delays(spec: BacktestSpec, sources: list[str] | None, delays: list[str],
-                 where: str = "--delays") -> dict[str, list[Duration]]:
+def swept_delays(spec: BacktestSpec, sources: list[str] | None, delays: list[str]
+                 ) -> dict[str, list[Duration]]:
     """What a sweep varies: source -> its delays. One range: that source's curve (the
     query's only source when ``sources`` is empty); two: a grid, each range the delays of the
-    source given in the same position (``--source A --delays ... --source B --delays ...``).
-    ``where`` names the field an error points at."""
+    source given in the same position (``--source A --delays ... --source B --delays ...``)."""
     sources = list(sources or [])
     if len(delays) > 2 or len(sources) > len(delays) or \
             (len(delays) == 2 and len(sources) != 2):
-        raise SpecError(spec.path, where, "one range (a curve), or two each after its "
+        raise SpecError(spec.path, "--delays", "one range (a curve), or two each after its "
                         "--source (a grid: --source A --delays R --source B --delays R), got "
                         f"{len(delays)} range(s) for {len(sources)} source(s)")
     if len(sources) == 2 and sources[0] == sources[1]:
@@ -377,7 +382,7 @@ def swept_delays(spec: BacktestSpec, sources: list[str] | None, delays: list[str
         try:
             out[source] = parse_delays(text)
         except ValueError as exc:
-            raise SpecError(spec.path, where, f"{source}: {exc}") from None
+            raise SpecError(spec.path, "--delays", f"{source}: {exc}") from None
     return out
 
 
@@ -407,8 +412,7 @@ def sweep_and_plot(spec: BacktestSpec, delays: dict[str, list[Duration]], base: 
                         f"{spec.name}: delays of {first} and {second}")
         doc.update({"sources": [first, second],
                     "delays_ms": {s: [d.ms for d in ds] for s, ds in delays.items()},
-                    "computed": computed, "grid": grid,
-                    "plot": png})
+                    "computed": computed, "grid": grid, "plot": png})
     else:
         [(source, curve)] = delays.items()
         rows, computed = sweep_figures(spec, schedule, source, curve, base)
@@ -435,11 +439,6 @@ def load_record(spec: BacktestSpec, reports: Path, run_ids: dict[str, str]
     if not isinstance(doc, dict) or run_ids.get(str(doc.get("candidate"))) != doc.get("run_id"):
         return None
     return doc
-
-
-def knee_row(doc: dict[str, Any]) -> dict[str, Any] | None:
-    """The knee of a recorded curve (None for a grid, or a flat curve)."""
-    return next((r for r in doc.get("sweep") or [] if r.get("knee")), None)
 
 
 def run_sweep(args: argparse.Namespace) -> int:
