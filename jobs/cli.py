@@ -209,9 +209,11 @@ def build_parser() -> argparse.ArgumentParser:
         sp.set_defaults(func=lambda a, pred=pred: cmd_run(a, pred, True))
     sp = sub.add_parser("sweep", help="prediction-only tradeoff over watermark delays")
     common(sp)
-    sp.add_argument("--source", help="the source whose delay is swept (default: the query's "
-                    "only source; a join needs one)")
-    sp.add_argument("--delays", required=True, help='e.g. "1 minute..2 hours/60"')
+    sp.add_argument("--source", action="append", help="the source whose delay is swept "
+                    "(default: the query's only source; a join needs one); twice, each before "
+                    "its --delays, for a grid of two sources")
+    sp.add_argument("--delays", required=True, action="append",
+                    help='e.g. "1 minute..2 hours/60"; twice for a grid')
     sp.set_defaults(func=cmd_sweep)
     sp = sub.add_parser("demo", help="build sample Delta tables and a demo spec, run a backtest")
     sp.add_argument("--dir", default="demo", help="folder for the demo (default ./demo)")

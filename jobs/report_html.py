@@ -139,6 +139,55 @@ def late_sections(result: BacktestResult, limit: int = 10) -> str:
     return ("<h2>Late rows (predicted)</h2>" + "".join(parts)) if parts else ""
 
 
+def sweep_section(result: BacktestResult, folder: Path) -> str:
+    """The delay sweep recorded in ``folder`` (``wmbt sweep`` or the ``delay_sweep`` asset,
+    ``jobs.sweep.sweep_and_plot``), when it was computed on this spec and data: its plot, and
+    for a curve the knee and every point; empty otherwise."""
+    from jobs.results import run_id
+    from jobs.sweep import load_record
+
+    spec = result.spec
+    ids = {c.name: c.run_id for c in result.candidates}
+    for name in spec.candidates:  # a base candidate not in this run: its schedule is one
+        same = next((c for c in result.candidates  # of these when it batches the same way
+                     if spec.batch_by(c.name) == spec.batch_by(name)), None)
+        if name not in ids and same is not None:
+            ids[name] = run_id(spec, name, same.schedule)
+    doc = load_record(spec, folder, ids)
+    png = Path(doc["plot"]) if doc else None
+    if doc is None or png is None or not png.is_file():
+        return ""
+    img = (f'<img alt="delay sweep" src="data:image/png;base64,'
+           f'{base64.b64encode(png.read_bytes()).decode()}">')
+    base = html.escape(str(doc["candidate"]))
+    if "grid" in doc:
+        first, second = (html.escape(s) for s in doc["sources"])
+        shape = f"{len(doc['grid'])} × {len(doc['grid'][0])}"
+        return (f"<h2>Delay sweep</h2><div class=sub>prediction only · candidate {base} · "
+                f"a grid of the delays of {first} and {second} ({shape} points)</div>"
+                f'<div class="plots">{img}</div>')
+    rows = doc["sweep"]
+    knee = next((r for r in rows if r["knee"]), None)
+    if knee is None:
+        verdict = "<p>No knee: every delay gives the same prediction.</p>"
+    else:
+        p95 = "–" if knee["latency_p95_s"] is None else f"{knee['latency_p95_s']:,.0f} s"
+        verdict = (f"<p>Knee: <b>{html.escape(knee['delay'])}</b> — input rows late "
+                   f"{100 * knee['late_rows_fraction']:.2f}%, peak state "
+                   f"{knee['peak_state_rows']:,} rows, p95 emission latency {p95}.</p>")
+    cols = [("delay", "delay"), ("late_rows", "late input rows"),
+            ("late_rows_fraction", "late fraction"), ("peak_state_rows", "peak state rows"),
+            ("output_rows", "output rows"), ("latency_p95_s", "latency p95 s")]
+    head = "".join(f"<th>{label}</th>" for _, label in cols) + "<th></th>"
+    body = "".join(
+        "<tr>" + "".join(f'<td class="num">{_fmt(r[k])}</td>' for k, _ in cols)
+        + f"<td>{'knee' if r['knee'] else ''}</td></tr>" for r in rows)
+    return (f"<h2>Delay sweep</h2><div class=sub>prediction only · candidate {base} · delay of "
+            f"{html.escape(doc['source'])} from {html.escape(rows[0]['delay'])} to "
+            f"{html.escape(rows[-1]['delay'])} ({len(rows)} points)</div>{verdict}"
+            f'<div class="plots">{img}</div><table><tr>{head}</tr>{body}</table>')
+
+
 def write_report(result: BacktestResult, folder: str | Path | None = None) -> str:
     """Write ``<folder>/<backtest>.html``; returns its path."""
     from jobs.backtest import default_results_dir
@@ -171,6 +220,7 @@ def write_report(result: BacktestResult, folder: str | Path | None = None) -> st
                  f'<a href="{html.escape(docs)}">{html.escape(docs)}</a></p>' if docs else "")
     imgs = "".join(f'<img alt="{html.escape(t)}" src="{u}">' for t, u in plots(result))
     late = late_sections(result)
+    swept = sweep_section(result, folder)
     spec = result.spec
     doc = f"""<!doctype html><html><head><meta charset="utf-8">
 <title>{html.escape(spec.name)} – watermark backtest</title><style>{CSS}</style></head><body>
@@ -182,6 +232,7 @@ def write_report(result: BacktestResult, folder: str | Path | None = None) -> st
 {''.join(fails)}
 {docs_link}
 <h2>Plots</h2><div class="plots">{imgs}</div>
+{swept}
 {late}
 </body></html>"""
     path = folder / f"{spec.name}.html"

@@ -83,8 +83,9 @@ TABLES = {"batch_reports": BATCH_SCHEMA, "outputs": OUTPUT_SCHEMA, "runs": RUN_S
 def run_id(spec: BacktestSpec, candidate: str, schedule: Schedule) -> str:
     """Deterministic id of (spec, candidate, schedule): same inputs, same id."""
     h = hashlib.sha256()
-    # without defaults: a field added to the spec later (with a default) changes no id
-    h.update(spec.model_dump_json(exclude={"path"}, exclude_defaults=True).encode())
+    # without defaults: a field added to the spec later (with a default) changes no id; the
+    # sweep asset's settings (``sweep``) change no candidate's result
+    h.update(spec.model_dump_json(exclude={"path", "sweep"}, exclude_defaults=True).encode())
     h.update(candidate.encode())
     h.update(json.dumps(schedule.summary(), sort_keys=True).encode())
     for s, df in schedule.rows.items():

@@ -6,6 +6,12 @@ with that source's delay replaced; the table shows Spark's late count, the input
 late and their fraction, peak state and emission latency, and marks the knee: the delay farthest
 from the straight line between the first and the last point of the (normalised) curve of the
 fraction of input rows late vs peak state.
+
+Two sources (a join's sides: ``--source A --delays R --source B --delays R``) give a grid,
+every pair of delays, drawn as heat-maps (:func:`sweep_grid`). Entry points: :func:`sweep` (a
+spec's curve), :func:`sweep_figures` (a planned schedule's), :func:`sweep_grid`, and
+:func:`sweep_and_plot` (what ``wmbt sweep`` and the Dagster ``delay_sweep`` asset run: the
+sweep, its plot, and its record for the HTML report).
 """
 
 from __future__ import annotations
@@ -14,7 +20,6 @@ import argparse
 import json
 import multiprocessing as mp
 import os
-import re
 import signal
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -24,22 +29,11 @@ import numpy as np
 
 from semantics.durations import Duration
 from semantics.errors import SpecError
+from semantics.sweep_range import parse_delays
 
 if TYPE_CHECKING:
     from semantics.schedule import Schedule
     from semantics.spec import BacktestSpec, Candidate
-
-
-def parse_delays(text: str) -> list[Duration]:
-    """``"1 minute..2 hours/60"`` -> 60 durations from 1 minute to 2 hours (ms precision)."""
-    m = re.fullmatch(r"\s*(.+?)\s*\.\.\s*(.+?)\s*/\s*(\d+)\s*", text)
-    if not m:
-        raise ValueError("expected FROM..TO/N, e.g. '1 minute..2 hours/60'")
-    lo, hi, n = Duration.parse(m.group(1)), Duration.parse(m.group(2)), int(m.group(3))
-    if n < 2 or lo.us < 0 or hi.us <= lo.us:
-        raise ValueError("expected 0 <= FROM < TO and N >= 2")
-    ms = np.linspace(lo.ms, hi.ms, n).round().astype(np.int64)
-    return [Duration(int(v) * 1000, f"{int(v)} milliseconds") for v in ms]
 
 
 def _label(ms: int) -> str:
@@ -76,15 +70,10 @@ def knee_index(late: np.ndarray, state: np.ndarray) -> int:
 
 
 def sweep(spec: BacktestSpec, source: str, delays: list[Duration], base: str | None = None
-          ) -> list[dict[str, Any]]:
-    """One row of metrics per delay, in the order of ``delays``: the base candidate with
-    ``source``'s delay replaced, predicted without explain (:func:`sweep_schedule`)."""
-    return sweep_computed(spec, source, delays, base)[0]
-
-
-def sweep_computed(spec: BacktestSpec, source: str, delays: list[Duration], base: str | None = None
-                   ) -> tuple[list[dict[str, Any]], dict[str, str]]:
-    """:func:`sweep`'s rows and how each figure was computed (:func:`sweep_figures`)."""
+          ) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """A spec's sweep: one row of metrics per delay, in the order of ``delays`` (the base
+    candidate, ``base`` or the first, with ``source``'s delay replaced), and how each figure
+    was computed; plans the schedule, then :func:`sweep_figures`."""
     from semantics.history import plan
 
     if source not in spec.query_sources:
@@ -94,24 +83,17 @@ def sweep_computed(spec: BacktestSpec, source: str, delays: list[Duration], base
     return sweep_figures(spec, plan(spec, base), source, delays, base)
 
 
-def sweep_schedule(spec: BacktestSpec, schedule: Schedule, source: str,
-                   delays: list[Duration], base: str, processes: bool = True,
-                   one_pass: bool = True) -> list[dict[str, Any]]:
-    """:func:`sweep` on a planned ``schedule`` (:func:`sweep_figures`' rows)."""
-    return sweep_figures(spec, schedule, source, delays, base, processes, one_pass)[0]
-
-
 def sweep_figures(spec: BacktestSpec, schedule: Schedule, source: str,
                   delays: list[Duration], base: str, processes: bool = True,
                   one_pass: bool = True
                   ) -> tuple[list[dict[str, Any]], dict[str, str]]:
-    """The rows of :func:`sweep` on a planned ``schedule``, and per figure ``"one_pass"``
-    (all delays at once, ``semantics.sweep_once``; docs/semantics.md §2.6) or ``"per_delay"``
-    (a prediction per delay: the queries and figures the one pass does not cover, or every
-    figure with ``one_pass=False``). Predictions per delay run in processes, one per core
-    (``semantics.parallel.threads``; each predicts in one thread), the schedule shared by fork
-    (``processes=False``: one delay after the other in this process, its predictions in
-    threads as usual); the rows are the same either way."""
+    """A planned schedule's sweep: the rows of :func:`sweep` on ``schedule``, and per figure
+    ``"one_pass"`` (all delays at once, ``semantics.sweep_once``; docs/semantics.md §2.6) or
+    ``"per_delay"`` (a prediction per delay: the queries and figures the one pass does not
+    cover, or every figure with ``one_pass=False``). Predictions per delay run in processes,
+    one per core (``semantics.parallel.threads``; each predicts in one thread), the schedule
+    shared by fork (``processes=False``: one delay after the other in this process, its
+    predictions in threads as usual); the rows are the same either way."""
     from semantics.sweep_once import FIGURES
     from semantics.sweep_once import one_pass as at_once
 
@@ -123,17 +105,14 @@ def sweep_figures(spec: BacktestSpec, schedule: Schedule, source: str,
     if len(fast) < len(FIGURES):
         _WORK = (spec, schedule, spec.candidates[base], source)
         try:
-            rows = _map_points(ms) if processes else [_point(d) for d in ms]
+            rows = _map_points(ms) if processes else _points(ms)
         finally:
             _WORK = None
     else:
         rows = _rows_of(spec, base, source, ms)
     for i, r in enumerate(rows):
         r.update({f: v[i] for f, v in fast.items()})
-        inputs = r["input_rows"]
-        r["late_fraction"] = r["late"] / inputs if inputs else 0.0
-        if r["late_rows"] is not None:
-            r["late_rows_fraction"] = r["late_rows"] / inputs if inputs else 0.0
+        _fractions(r)
     # a knee only where the delay changes something (else every point is "the" knee)
     k = knee_index(np.array([r["late_rows_fraction"] for r in rows]),
                    np.array([r["peak_state_rows"] for r in rows], dtype=float)) \
@@ -143,6 +122,53 @@ def sweep_figures(spec: BacktestSpec, schedule: Schedule, source: str,
     return rows, computed
 
 
+def sweep_grid(spec: BacktestSpec, delays: dict[str, list[Duration]], base: str | None = None,
+               schedule: Schedule | None = None, processes: bool = True
+               ) -> tuple[list[list[dict[str, Any]]], dict[str, str]]:
+    """A two-dimensional sweep: the delays of two sources of the query (a join's sides) varied
+    together around the base candidate (``base`` or the first), and per figure how it was
+    computed (``"per_delay"`` where any row was). ``grid[i][j]`` is the row of the first
+    source's ``i``-th delay and the second's ``j``-th; its ``delay`` and ``delay_ms`` map each
+    source to its label and ms, the other figures are :func:`sweep`'s (no knee: a grid has no
+    single one). Row ``i`` is :func:`sweep_figures` of the second source with the first's
+    delay set, so the one pass covers it wherever it covers that query (docs/semantics.md
+    §2.6), else every point is predicted (in a process per core); ``schedule``: planned here
+    when not given."""
+    from semantics.history import plan
+
+    sources = tuple(delays)
+    if len(sources) != 2:
+        raise SpecError(spec.path, "--source", f"two sources for a grid, got {len(sources)}")
+    for source in sources:
+        if source not in spec.query_sources:
+            raise SpecError(spec.path, "--source", f"a source of the query "
+                            f"({', '.join(spec.query_sources)}), got {source!r}")
+    base = base or next(iter(spec.candidates))
+    schedule = schedule if schedule is not None else plan(spec, base)
+    first, second = sources
+    grid: list[list[dict[str, Any]]] = []
+    computed: dict[str, str] = {}
+    for a in delays[first]:
+        fixed, name = _swept(spec, spec.candidates[base], {first: a.ms})
+        rows, how = sweep_figures(fixed, schedule, second, delays[second], name, processes)
+        for r in rows:
+            del r["knee"]
+            r["delay"] = {first: _label(a.ms), second: r["delay"]}
+            r["delay_ms"] = {first: a.ms, second: r["delay_ms"]}
+        for f, v in how.items():
+            computed[f] = "per_delay" if "per_delay" in (v, computed.get(f)) else v
+        grid.append(rows)
+    return grid, computed
+
+
+def _fractions(row: dict[str, Any]) -> None:
+    """Set the row's late fractions from its counts (the one pass gives counts only)."""
+    inputs = row["input_rows"]
+    row["late_fraction"] = row["late"] / inputs if inputs else 0.0
+    if row["late_rows"] is not None:
+        row["late_rows_fraction"] = row["late_rows"] / inputs if inputs else 0.0
+
+
 def _rows_of(spec: BacktestSpec, base: str, source: str, delays_ms: list[int]
              ) -> list[dict[str, Any]]:
     """The rows :func:`_point` makes, with the figures of ``sweep_once.FIGURES`` left to fill
@@ -150,7 +176,7 @@ def _rows_of(spec: BacktestSpec, base: str, source: str, delays_ms: list[int]
     from semantics.metrics import METRICS
     from semantics.retention import never_evicted
 
-    s, name = _swept(spec, spec.candidates[base], source, delays_ms[0]) if delays_ms else \
+    s, name = _swept(spec, spec.candidates[base], {source: delays_ms[0]}) if delays_ms else \
         (spec, base)
     fixed = {"elapsed_s": None, "never_evicted": never_evicted(s, name)}
     return [{"delay": _label(d), "delay_ms": d, **{m: fixed.get(m) for m in METRICS}}
@@ -161,26 +187,28 @@ def _rows_of(spec: BacktestSpec, base: str, source: str, delays_ms: list[int]
 _WORK: tuple[BacktestSpec, Schedule, Candidate, str] | None = None
 
 
-def _swept(spec: BacktestSpec, cand: Candidate, source: str, delay_ms: int
+def _swept(spec: BacktestSpec, cand: Candidate, delays_ms: dict[str, int]
            ) -> tuple[BacktestSpec, str]:
-    """``spec`` holding only ``cand`` with ``source``'s delay set, and that candidate's name."""
+    """``spec`` holding only ``cand`` with the delays of ``delays_ms`` (source -> ms) set, and
+    that candidate's name."""
     from semantics.spec import Candidate
 
-    d = Duration(delay_ms * 1000, f"{delay_ms} milliseconds")
-    name = f"sweep_{delay_ms}"
+    name = "sweep_" + "_".join(str(d) for d in delays_ms.values())
     c = Candidate.model_validate({**cand.model_dump(), "watermark": {
-        **{k: str(v) for k, v in cand.watermark.items()}, source: str(d)}})
+        **{k: str(v) for k, v in cand.watermark.items()},
+        **{s: f"{d} milliseconds" for s, d in delays_ms.items()}}})
     return spec.model_copy(update={"candidates": {name: c}}), name
 
 
 def _point(delay_ms: int) -> dict[str, Any]:
-    """The metrics of one delay (reads ``_WORK``: set by :func:`sweep`, inherited by fork)."""
+    """The metrics of one delay (reads ``_WORK``: set by :func:`sweep_figures`, inherited by
+    fork)."""
     from semantics.metrics import candidate_metrics, reference_columns
     from semantics.predict import predict
 
     assert _WORK is not None
     spec, schedule, cand, source = _WORK
-    s, name = _swept(spec, cand, source, delay_ms)
+    s, name = _swept(spec, cand, {source: delay_ms})
     # only the output columns the metrics read: no explain table, no full output frame
     m = candidate_metrics(s, schedule, predict(schedule, s, name, explain=False,
                                                columns=reference_columns(s), count_late=True))
@@ -202,7 +230,7 @@ def _map_points(delays_ms: list[int]) -> list[dict[str, Any]]:
 
     n = min(threads(), len(delays_ms))
     if n <= 1 or "fork" not in mp.get_all_start_methods():
-        return [_point(d) for d in delays_ms]
+        return _points(delays_ms)
     assert _WORK is not None
     schedule = _WORK[1]
     for source in schedule.rows:  # event times converted once, before the fork shares them
@@ -275,6 +303,41 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> str:
     return str(path)
 
 
+def plot_grid(grid: list[list[dict[str, Any]]], path: Path, title: str) -> str:
+    """Heat-maps of a grid (:func:`sweep_grid`): input rows late % and peak state rows, the
+    first source's delay up the side, the second's along the bottom."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    first, second = list(grid[0][0]["delay_ms"])
+    ys = [row[0]["delay"][first] for row in grid]
+    xs = [r["delay"][second] for r in grid[0]]
+    panels = [("input rows late %", "Reds", [[100 * r["late_rows_fraction"] for r in row]
+                                            for row in grid]),
+              ("peak state rows", "Blues", [[r["peak_state_rows"] for r in row]
+                                           for row in grid])]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.6))
+    for ax, (label, cmap, values) in zip(axes, panels, strict=True):
+        im = ax.imshow(np.array(values, dtype=float), origin="lower", aspect="auto", cmap=cmap)
+        fig.colorbar(im, ax=ax, label=label)
+        ax.set_title(label)
+        ax.set_xlabel(f"delay of {second}")
+        ax.set_ylabel(f"delay of {first}")
+        # (at most ~8 labels per axis: a 60-delay axis stays readable)
+        for ticks, labels, set_ticks in ((range(len(xs)), xs, ax.set_xticks),
+                                         (range(len(ys)), ys, ax.set_yticks)):
+            step = max(1, len(labels) // 8)
+            set_ticks(list(ticks)[::step], labels[::step], fontsize=7)
+        ax.tick_params(axis="x", labelrotation=45)
+    fig.suptitle(title)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return str(path)
+
+
 def swept_source(spec: BacktestSpec, source: str | None) -> str:
     """``--source``, or the query's only source when it has one (a join has two: say which)."""
     if source is not None:
@@ -298,46 +361,138 @@ def memory(n: int | None) -> str:
     return f"{n / 2**20:.2f} MiB" if n < 2**30 else f"{n / 2**30:.2f} GiB"
 
 
+def swept_delays(spec: BacktestSpec, sources: list[str] | None, delays: list[str]
+                 ) -> dict[str, list[Duration]]:
+    """What a sweep varies: source -> its delays. One range: that source's curve (the
+    query's only source when ``sources`` is empty); two: a grid, each range the delays of the
+    source given in the same position (``--source A --delays ... --source B --delays ...``)."""
+    sources = list(sources or [])
+    if len(delays) > 2 or len(sources) > len(delays) or \
+            (len(delays) == 2 and len(sources) != 2):
+        raise SpecError(spec.path, "--delays", "one range (a curve), or two each after its "
+                        "--source (a grid: --source A --delays R --source B --delays R), got "
+                        f"{len(delays)} range(s) for {len(sources)} source(s)")
+    if len(sources) == 2 and sources[0] == sources[1]:
+        raise SpecError(spec.path, "--source", f"two different sources, got {sources[0]!r} "
+                        "twice")
+    if len(delays) == 1:
+        sources = [swept_source(spec, sources[0] if sources else None)]
+    out: dict[str, list[Duration]] = {}
+    for source, text in zip(sources, delays, strict=True):
+        try:
+            out[source] = parse_delays(text)
+        except ValueError as exc:
+            raise SpecError(spec.path, "--delays", f"{source}: {exc}") from None
+    return out
+
+
+RECORD = "{name}-sweep.json"  # under <results>/reports: the last sweep, for the HTML report
+
+
+def sweep_and_plot(spec: BacktestSpec, delays: dict[str, list[Duration]], base: str | None,
+                   reports: Path) -> dict[str, Any]:
+    """Sweep ``delays`` (one source: a curve; two: a grid) around ``base`` (or the first
+    candidate), draw it under ``reports`` and record it there (:data:`RECORD`, written
+    atomically: the HTML report shows it while the spec and data are those it was computed
+    on, checked by ``run_id``). Returns ``wmbt sweep --json``'s document."""
+    from jobs.results import run_id
+    from semantics.history import plan
+
+    for source in delays:  # (before planning)
+        if source not in spec.query_sources:
+            raise SpecError(spec.path, "--source", f"a source of the query "
+                            f"({', '.join(spec.query_sources)}), got {source!r}")
+    base = base or next(iter(spec.candidates))
+    schedule = plan(spec, base)
+    doc: dict[str, Any] = {"backtest": spec.name, "candidate": base}
+    if len(delays) == 2:
+        first, second = delays
+        grid, computed = sweep_grid(spec, delays, base, schedule)
+        png = plot_grid(grid, reports / f"{spec.name}-sweep-{first}-{second}.png",
+                        f"{spec.name}: delays of {first} and {second}")
+        doc.update({"sources": [first, second],
+                    "delays_ms": {s: [d.ms for d in ds] for s, ds in delays.items()},
+                    "computed": computed, "grid": grid, "plot": png})
+    else:
+        [(source, curve)] = delays.items()
+        rows, computed = sweep_figures(spec, schedule, source, curve, base)
+        png = plot(rows, reports / f"{spec.name}-sweep-{source}.png",
+                   f"{spec.name}: delay of {source}")
+        doc.update({"source": source, "computed": computed, "sweep": rows, "plot": png})
+    record = reports / RECORD.format(name=spec.name)
+    tmp = record.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps({**doc, "run_id": run_id(spec, base, schedule)}, default=str))
+    tmp.replace(record)
+    return doc
+
+
+def load_record(spec: BacktestSpec, reports: Path, run_ids: dict[str, str]
+                ) -> dict[str, Any] | None:
+    """The sweep recorded under ``reports`` for ``spec`` (:func:`sweep_and_plot`), when its
+    base candidate's run id (spec and data as the sweep saw them) is in ``run_ids``
+    (candidate -> the current run id); None when there is none or it is stale."""
+    path = reports / RECORD.format(name=spec.name)
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or run_ids.get(str(doc.get("candidate"))) != doc.get("run_id"):
+        return None
+    return doc
+
+
 def run_sweep(args: argparse.Namespace) -> int:
     from jobs.backtest import default_results_dir
-    from jobs.exits import write_document
     from jobs.results import check_folder
-    from jobs.tables import format_table, late_note
     from semantics.spec import load_spec
 
     spec = load_spec(args.spec)
-    try:
-        delays = parse_delays(args.delays)
-    except ValueError as exc:
-        raise SpecError(args.spec, "--delays", str(exc)) from None
-    source = swept_source(spec, args.source)
+    base = args.candidate
+    delays = swept_delays(spec, args.source, args.delays)
     folder = Path(args.results) if args.results else default_results_dir()
     check_folder(folder, create=False)  # (the plot goes there: refused before the sweep)
-    rows, computed = sweep_computed(spec, source, delays, args.candidate)
-    png = plot(rows, folder / "reports" / f"{spec.name}-sweep-{source}.png",
-               f"{spec.name}: delay of {source}")
+    doc = sweep_and_plot(spec, delays, base, folder / "reports")
     if args.json:
-        write_document(json.dumps({"backtest": spec.name, "source": source,
-                                   "computed": computed, "sweep": rows, "plot": png},
-                                  default=str) + "\n")
+        from jobs.exits import write_document
+
+        write_document(json.dumps(doc, default=str) + "\n")
         return 0
-    table = [{"delay": r["delay"], "late": r["late"], "late_rows": r["late_rows"],
-              "late_rows_%": f"{100 * r['late_rows_fraction']:.2f}",
-              "peak_state": r["peak_state_rows"],
-              "peak_memory_est": memory(r["peak_state_bytes"]),
-              "output_rows": r["output_rows"], "end_state": r["final_state_rows"],
-              "p95_latency_s": "-" if r["latency_p95_s"] is None else f"{r['latency_p95_s']:.0f}",
-              "": "<- knee" if r["knee"] else ""} for r in rows]
+    if "grid" in doc:
+        first, second = doc["sources"]
+        rows = [r for row in doc["grid"] for r in row]
+        _print_table(spec, [{first: r["delay"][first], second: r["delay"][second],
+                             **_figures(r)} for r in rows], rows)
+    else:
+        rows = doc["sweep"]
+        _print_table(spec, [{"delay": r["delay"], **_figures(r),
+                             "": "<- knee" if r["knee"] else ""} for r in rows], rows)
+        if not any(r["knee"] for r in rows):
+            print(f"\n{flat_note(spec, doc['source'], base)}")
+    print(f"\nplot: {doc['plot']}")
+    return 0
+
+
+def _figures(r: dict[str, Any]) -> dict[str, Any]:
+    """The table's columns of one sweep row, after its delay(s)."""
+    return {"late": r["late"], "late_rows": r["late_rows"],
+            "late_rows_%": f"{100 * r['late_rows_fraction']:.2f}",
+            "peak_state": r["peak_state_rows"], "peak_memory_est": memory(r["peak_state_bytes"]),
+            "output_rows": r["output_rows"], "end_state": r["final_state_rows"],
+            "p95_latency_s": "-" if r["latency_p95_s"] is None
+            else f"{r['latency_p95_s']:.0f}"}
+
+
+def _print_table(spec: BacktestSpec, table: list[dict[str, Any]], rows: list[dict[str, Any]]
+                 ) -> None:
+    """The sweep's table and its footnotes (what ``late`` counts, state never evicted)."""
+    from jobs.tables import format_table, late_note
+
     print(format_table(table))
     note = late_note(spec, rows)
     if note:
         print(f"\n{note}")
-    if not any(r["knee"] for r in rows):
-        print(f"\n{flat_note(spec, source, args.candidate)}")
     grows = rows[0]["never_evicted"] if rows else []  # (the delay does not change it)
     if grows:
         from semantics.retention import KEPT, NEVER_EVICTED
 
         print(f"\n{NEVER_EVICTED} at any of these delays ({KEPT}): " + "; ".join(grows))
-    print(f"\nplot: {png}")
-    return 0

@@ -2,7 +2,7 @@
 
 * ``backtest_candidates`` — plan, predict, replay and check one ``"<backtest>|<candidate>"``
   partition (run tag ``wmbt/spark=replay``: ``infra/dagster.yaml`` runs one at a time).
-* ``compare_candidates`` — the comparison of one backtest partition.
+* ``compare_candidates`` — the sweep and the comparison of one backtest partition.
 * ``nightly_backtests`` — every candidate of every spec, every night (02:00 UTC).
 * ``spec_sensor`` — a new or changed spec file or candidate requests exactly the affected
   partitions (cursor: fingerprint per ``backtest|candidate``), adding dynamic partitions.
@@ -19,6 +19,7 @@ from orchestration.comparison import candidate_comparison
 from orchestration.partitions import BACKTESTS, CANDIDATES
 from orchestration.resources import SpecsResource
 from orchestration.specs import Discovery, split_key
+from orchestration.sweep import delay_sweep
 
 SPARK_TAG = "wmbt/spark"
 BACKTEST_TAG = "wmbt/backtest"
@@ -32,9 +33,10 @@ backtest_candidates_job = dg.define_asset_job(
 )
 compare_candidates_job = dg.define_asset_job(
     "compare_candidates",
-    selection=dg.AssetSelection.assets(candidate_comparison),
+    selection=dg.AssetSelection.assets(delay_sweep, candidate_comparison),
     partitions_def=BACKTESTS,
-    description="Compare the stored results of all candidates of one backtest.",
+    description="Sweep one backtest's delays (prediction only) and compare the stored "
+                "results of all its candidates.",
 )
 
 

@@ -20,8 +20,9 @@ from orchestration.automation import (
 from orchestration.checks import gx_prediction_matches_actual
 from orchestration.comparison import candidate_comparison
 from orchestration.resources import resources_for
+from orchestration.sweep import delay_sweep
 
-ASSETS = [replay_schedule, predicted_report, actual_report, candidate_comparison]
+ASSETS = [replay_schedule, predicted_report, actual_report, delay_sweep, candidate_comparison]
 CHECKS = [gx_prediction_matches_actual]
 
 

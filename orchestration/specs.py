@@ -45,8 +45,10 @@ def split_key(key: str) -> tuple[str, str]:
 
 def fingerprint(spec: BacktestSpec, candidate: str) -> str:
     """Hash of what determines one candidate's result (see the module docstring)."""
-    # without defaults: a field added to the spec later (with a default) changes no fingerprint
-    doc = spec.model_dump(mode="json", exclude={"candidates", "path"}, exclude_defaults=True)
+    # without defaults: a field added to the spec later (with a default) changes no fingerprint;
+    # nor does ``sweep`` (what the sweep asset sweeps: no candidate's result)
+    doc = spec.model_dump(mode="json", exclude={"candidates", "path", "sweep"},
+                          exclude_defaults=True)
     doc["candidate"] = spec.candidates[candidate].model_dump(mode="json", exclude_defaults=True)
     doc["candidate_name"] = candidate
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]

@@ -388,6 +388,23 @@ class Expect(_Model):
     max_state_rows: int | None = Field(default=None, ge=0)
 
 
+def _delay_range(text: str) -> str:
+    """A sweep range as ``wmbt sweep --delays`` reads it (``semantics.sweep_range``)."""
+    from semantics.sweep_range import parse_delays
+
+    parse_delays(text)
+    return text
+
+
+class SweepSpec(_Model):
+    """What the Dagster ``delay_sweep`` asset sweeps (docs/dagster.md): ``wmbt sweep``'s
+    ``--source S --delays R`` as ``delays: {S: R}``, one source (a curve) or a join's two (a
+    grid), around ``candidate`` (default: the first)."""
+
+    delays: dict[Identifier, Annotated[str, AfterValidator(_delay_range)]]
+    candidate: Name | None = None
+
+
 class BacktestSpec(_Model):
     name: Name
     sources: dict[Identifier, SourceSpec]
@@ -396,6 +413,7 @@ class BacktestSpec(_Model):
     candidates: dict[Name, Candidate]
     expect: Expect = Expect()
     spark_conf: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    sweep: SweepSpec | None = None
     path: str = Field(default="<memory>", exclude=True)
 
     # -- derived ------------------------------------------------------------------------------
@@ -652,6 +670,7 @@ def check_spec(spec: BacktestSpec) -> None:
             raise SpecError(f, "query", f"source {src!r} is not defined under sources "
                             f"(defined: {', '.join(spec.sources)})")
     _check_keys_once(spec)
+    _check_sweep(spec)
     used = set(spec.query_sources)
     for name, cand in spec.candidates.items():
         bb = cand.batch_by or spec.replay.batch_by
@@ -685,6 +704,22 @@ def check_spec(spec: BacktestSpec) -> None:
             raise SpecError(f, f"candidates.{name}.spark_conf",
                             "spark.sql.streaming.multipleWatermarkPolicy must be min or max")
         _check_query_for_candidate(spec, name)
+
+
+def _check_sweep(spec: BacktestSpec) -> None:
+    """``sweep:`` names one or two sources of the query and a candidate of the spec."""
+    if spec.sweep is None:
+        return
+    f, used = spec.path, spec.query_sources
+    if not 1 <= len(spec.sweep.delays) <= 2:
+        raise SpecError(f, "sweep.delays", "one source's range (a curve) or two (a grid), e.g. "
+                        "{clicks: 1 minute..2 hours/60}")
+    for src in spec.sweep.delays:
+        if src not in used:
+            raise SpecError(f, f"sweep.delays.{src}", f"a source of the query ({', '.join(used)})")
+    if spec.sweep.candidate is not None and spec.sweep.candidate not in spec.candidates:
+        raise SpecError(f, "sweep.candidate", f"a candidate of this spec "
+                        f"({', '.join(spec.candidates)})")
 
 
 PARTITIONS = "spark.sql.shuffle.partitions"

@@ -255,6 +255,13 @@ def test_backtest_from_graphql_to_rendered_comparison(dagster_dev: DagsterDev, t
     # the inline SVG charts, rendered as images with a legend naming the candidates
     assert re.search(r'<img[^>]+src="data:image/svg\+xml', dom), "inline chart not rendered"
     assert "Cumulative late count (Spark's) by batch (red: tight · blue: loose)" in text, text
+    # the delay sweep ran in the same job: its knee in the metadata, its curve inline
+    page = f"{dev.url}/assets/delay_sweep?view=events&partition={NAME}"
+    dom = chromium(["--virtual-time-budget=30000", "--dump-dom", page],
+                   tmp_path / "chrome-sweep").stdout.decode(errors="replace")
+    text = page_text(dom)
+    assert "knee_delay" in text and "knee_peak_state_rows" in text, text
+    assert "Input rows late % by delay of clicks (0s to 1m)" in text, text
 
 
 def page_text(dom: str) -> str:

@@ -214,13 +214,13 @@ def test_sweep_in_processes_gives_the_rows_of_one_after_the_other(tmp_path: Path
     spec = load_spec(path)
     delays = parse_delays("0 seconds..40 seconds/9")
     monkeypatch.setenv("WMBT_THREADS", "1")
-    one = sw.sweep(spec, "clicks", delays)
+    one, _ = sw.sweep(spec, "clicks", delays)
     monkeypatch.setenv("WMBT_THREADS", "2")
     monkeypatch.setattr("semantics.sweep_once.one_pass", lambda *a, **k: None)  # (per delay)
     forked = []
     real_pool = sw.ProcessPoolExecutor
     monkeypatch.setattr(sw, "ProcessPoolExecutor",
                         lambda *a, **k: forked.append(a[0]) or real_pool(*a, **k))
-    two = sw.sweep(spec, "clicks", delays)
+    two, _ = sw.sweep(spec, "clicks", delays)
     assert forked == [2]  # (the second sweep did run in processes)
     assert one == two and len({r["late"] for r in one}) > 1

@@ -135,8 +135,8 @@ def test_what_one_pass_does_not_cover_is_predicted_per_delay(query: dict, conf: 
     ds = delays(rng)[:4]
     rows, computed = sw.sweep_figures(spec, sched, "events", ds, "c", processes=False)
     assert set(computed) == set(FIGURES) and set(computed.values()) == {"per_delay"}
-    assert rows == sw.sweep_schedule(spec, sched, "events", ds, "c", processes=False,
-                                     one_pass=False)
+    assert rows == sw.sweep_figures(spec, sched, "events", ds, "c", processes=False,
+                                    one_pass=False)[0]
 
 
 def test_the_figures_depend_on_the_delay() -> None:
@@ -164,7 +164,7 @@ def test_a_query_a_prediction_refuses_is_refused_the_same_way() -> None:
     errors = []
     for one_pass in (True, False):
         with pytest.raises(SpecError) as exc:
-            sw.sweep_schedule(spec, sched, "events", ds, "c", processes=False,
-                              one_pass=one_pass)
+            sw.sweep_figures(spec, sched, "events", ds, "c", processes=False,
+                             one_pass=one_pass)
         errors.append(str(exc.value))
     assert errors[0] == errors[1] and "sum" in errors[0]
