@@ -107,6 +107,11 @@ def run_backtest(spec: BacktestSpec, candidate: str | None = None, *, predict: b
     store = ResultsStore(results or default_results_dir())
     # a bad results folder refused before any prediction or replay (nothing written yet)
     store.check_writable(create=False)
+    if sample is not None:  # (a query that cannot be sampled: refused before any reading)
+        from semantics.sample import check_rate, sample_keys
+
+        check_rate(spec, sample)
+        sample_keys(spec)
     out: list[CandidateResult] = []
     schedules: dict[str, Schedule] = {}
     for name in candidates_of(spec, candidate):

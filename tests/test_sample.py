@@ -128,3 +128,38 @@ def test_text_key_gets_a_reserved_carrier_value(tmp_path):
     spec = make_spec(tmp_path, [("a", rows)], {**AGG, "keys": ["k"]}, {"a": "5 seconds"})
     s = draw(plan(spec, "c"), spec, 0.5)
     assert s.marker_value == "~wmbt-carrier-1"
+
+
+def _spec_file(spec, path):
+    import json
+
+    import yaml
+
+    doc = json.loads(spec.model_dump_json(exclude={"path"}, exclude_defaults=True))
+    path.write_text(yaml.safe_dump(doc))
+    return str(path)
+
+
+def test_cli_refuses_sampling_a_global_aggregation(tmp_path, capsys):
+    """Exit 2, one line naming the file and --sample, before Spark starts; nothing written."""
+    from jobs.cli import main
+
+    spec = history(tmp_path, {**AGG, "keys": []}, commits=2)
+    path = _spec_file(spec, tmp_path / "spec.yaml")
+    results = tmp_path / "results"
+    assert main(["replay", path, "--sample", "0.1", "--results", str(results)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"wmbt: error: {path}: --sample: "), err
+    assert "global aggregation" in err[0]
+    assert not results.exists() or not any(results.rglob("*.parquet"))
+
+
+@pytest.mark.parametrize("rate", ["0", "1.5", "x"])
+def test_cli_refuses_a_bad_rate(tmp_path, capsys, rate):
+    from jobs.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["backtest", "spec.yaml", "--sample", rate])
+    assert exit_.value.code == 2
+    assert "--sample: expected a fraction of the keys above 0 and at most 1" in \
+        capsys.readouterr().err
