@@ -1,4 +1,4 @@
-"""A key-hash sample of a schedule plus carrier rows (docs/semantics.md §11), and the carrier
+"""A key-hash sample of a schedule plus carrier rows (docs/semantics.md §10), and the carrier
 rows' contribution taken out of a run's figures. Pure: no Spark.
 
 A sampled replay runs in Spark only the rows whose stateful key falls in the sample, so it
@@ -78,20 +78,16 @@ def sample_keys(spec: BacktestSpec) -> tuple[str, ...]:
     (a key column a carrier row can take a value of its own in). SpecError (naming
     ``--sample``) when none is left: a global aggregation has no key to sample by."""
     q = spec.query
-    sources = spec.query_sources
-    if isinstance(q, AggregationQuery | DeduplicationQuery | SessionQuery | JoinQuery):
-        keys = tuple(k for k in q.keys
-                     if not any(spec.same_column(k, spec.sources[s].event_time)
-                                for s in sources))
-    else:  # pragma: no cover - every query kind is above
-        keys = ()
+    times = [spec.sources[s].event_time for s in spec.query_sources]
+    keys = tuple(k for k in q.keys if not any(spec.same_column(k, t) for t in times))
     if not keys:
-        what = ("a global aggregation (no group key besides the window or the event time)"
-                if isinstance(q, AggregationQuery) else
-                "a query whose only key is the event-time column")
-        raise SpecError(spec.path, OPTION, f"a query with a key column to sample by; {what} "
-                        "keeps all its state on one key, so it cannot be sampled: replay it "
-                        "whole (without --sample)")
+        why = ("a global aggregation (no group key besides the window or the event time) "
+               "keeps all its state on one key" if isinstance(q, AggregationQuery) else
+               "a query whose only key is the event-time column leaves carrier rows no key "
+               "of their own")
+        raise SpecError(spec.path, OPTION, f"a query with a key column besides the event time "
+                        f"to sample by; {why}, so it cannot be sampled: replay it whole "
+                        "(without --sample)")
     return keys
 
 
@@ -133,7 +129,7 @@ def check_rate(spec: BacktestSpec, rate: float) -> None:
 def carrier_value(spec: BacktestSpec, frames: list[pd.Series], column: str) -> object:
     """A value of ``column`` that no row of the history has (``frames``: the column of each
     source that has it): below the minimum of a number or a timestamp, a reserved text."""
-    values = pd.concat([f for f in frames], ignore_index=True)
+    values = pd.concat(frames, ignore_index=True)
     dtype = frames[0].dtype
     if pd.api.types.is_bool_dtype(dtype):
         raise _bad_marker(spec, column, "boolean")
