@@ -69,6 +69,12 @@ def main() -> None:
     print(f"{args.shape:<12} {sched.total_rows:>10} {rate:>5g} {s.sampled_rows:>8} "
           f"{s.carrier_rows:>8} {full_s:>7.1f} {sample_s:>8.1f} {full_s / sample_s:>5.1f}× "
           f"{'yes' if not diffs else 'NO':>5} {'yes' if same_wm else 'NO':>7}")
+    for name, run in (("sample", actual), ("full", whole)):
+        durations = [p.get("durationMs", {}) for p in run.info.get("progress", [])]
+        top = {k: sum(d.get(k, 0) for d in durations) / 1000
+               for k in ("triggerExecution", "addBatch", "queryPlanning", "walCommit")}
+        print(f"  {name}: Spark query {run.info.get('elapsed_s')} s; summed over its batches: "
+              + ", ".join(f"{k} {v:.1f} s" for k, v in top.items()))
     for d in diffs[:10]:
         print(f"  {d.message}")
 

@@ -24,15 +24,18 @@ def join(type_: str) -> dict:
 
 
 def history(root: Path, query: dict, seed: int = 1, commits: int = 6, rows: int = 30,
-            keys: int = 25, pace: str = "backlog") -> BacktestSpec:
+            keys: int = 25, pace: str = "backlog", late_commit: int | None = None
+            ) -> BacktestSpec:
     """Out-of-order rows (some late under a 5 s watermark) in ``commits`` Delta commits per
-    source (a join: both sides, interleaved); ``k`` an integer key, ``ts`` seconds."""
+    source (a join: both sides, interleaved); ``k`` an integer key, ``ts`` seconds. Commit
+    ``late_commit`` holds only rows far behind the watermark (its carrier row is late too)."""
     rnd = random.Random(seed)
     sides = ["a", "b"] if query["kind"] == "join" else ["a"]
     out = []
     for c in range(commits):
         for s in sides:
-            out.append((s, [{"k": rnd.randrange(keys), "ts": 100 + c * 10 + rnd.randrange(-25, 8),
+            base = 40 if c == late_commit else 100 + c * 10
+            out.append((s, [{"k": rnd.randrange(keys), "ts": base + rnd.randrange(-25, 8),
                              "v": float(rnd.randrange(100))} for _ in range(rows)]))
     wm = {s: "5 seconds" for s in sides}
     return make_spec(root, out, query, wm, pace=pace)

@@ -50,10 +50,12 @@ def test_sample_keeps_ticks_and_maxima(tmp_path, name):
         assert (sorted_ == np.arange(len(kept))).all()
 
 
+@pytest.mark.parametrize("late", [None, 3], ids=["in_order", "late_batch"])
 @pytest.mark.parametrize("name", sorted(QUERIES))
-def test_rate_one_is_the_full_run(tmp_path, name):
-    """All keys plus carriers, carriers removed: every figure and row of the full run."""
-    spec = history(tmp_path, QUERIES[name])
+def test_rate_one_is_the_full_run(tmp_path, name, late):
+    """All keys plus carriers, carriers removed: every figure and row of the full run (also
+    when a whole batch, its carrier row included, is late)."""
+    spec = history(tmp_path, QUERIES[name], late_commit=late)
     full = plan(spec, "c")
     s = draw(full, spec, 1.0)
     got = predict_sample(s, spec, "c", carrier_prediction(s, spec, "c"))
@@ -64,6 +66,8 @@ def test_rate_one_is_the_full_run(tmp_path, name):
     if name == "aggregation":  # (the test can fail: late rows and evictions happen)
         assert want.batches["dropped_by_watermark"].sum() > 0
         assert want.batches["state_rows_removed"].sum() > 0
+    if late is not None:  # the late batch's carrier is dropped
+        assert predict(s.carriers, spec, "c").batches["dropped_by_watermark"].sum() > 0
 
 
 def _key_outputs(spec, outputs: pd.DataFrame, s) -> pd.DataFrame:
