@@ -93,17 +93,15 @@ def sample_keys(spec: BacktestSpec) -> tuple[str, ...]:
 
 def key_hash(frame: pd.DataFrame, columns: tuple[str, ...]) -> np.ndarray:
     """A stable 64-bit hash of each row's key (pandas' SipHash with its fixed key: the same
-    on every machine and run). Integers hash as int64 and floats as float64 whatever their
-    width, timestamps as microseconds, anything else as text, so both sides of a join agree."""
+    on every machine and run). Numbers hash as float64 whatever their type and width (-0.0
+    as 0.0 and every NaN alike, as Spark normalizes grouping and join keys), timestamps as
+    microseconds, anything else as text, so both sides of a join agree on every key."""
     cols = {}
     for i, c in enumerate(columns):
         v = frame[c]
-        if pd.api.types.is_integer_dtype(v.dtype) and not v.hasnans:
-            cols[i] = v.to_numpy(dtype=np.int64)
-        elif pd.api.types.is_bool_dtype(v.dtype) and not v.hasnans:
-            cols[i] = v.to_numpy(dtype=np.int64)
-        elif pd.api.types.is_numeric_dtype(v.dtype):
-            cols[i] = v.to_numpy(dtype=np.float64, na_value=np.nan)
+        if pd.api.types.is_numeric_dtype(v.dtype):
+            x = v.to_numpy(dtype=np.float64, na_value=np.nan) + 0.0  # (-0.0 + 0.0 is 0.0)
+            cols[i] = np.where(np.isnan(x), np.nan, x)
         elif pd.api.types.is_datetime64_any_dtype(v.dtype):
             cols[i] = v.to_numpy(dtype="datetime64[us]").astype(np.int64)
         else:
