@@ -91,7 +91,8 @@ def run_backtest(spec: BacktestSpec, candidate: str | None = None, *, predict: b
                  progress: Progress = lambda _m: None, spark: SparkSession | None = None,
                  explain: bool = True, fresh: bool = False,
                  notice: Progress | None = None,
-                 planned: Callable[[Schedule], None] | None = None) -> BacktestResult:
+                 planned: Callable[[Schedule], None] | None = None,
+                 sample: float | None = None) -> BacktestResult:
     """Predict and/or replay every candidate (or one), compare, and store the results.
     ``explain=False``: predictions without the fate of every row (``--explain`` and the late
     rows' list need them; the tables do not), so the predictor takes its whole-run paths,
@@ -99,11 +100,18 @@ def run_backtest(spec: BacktestSpec, candidate: str | None = None, *, predict: b
     (``fresh``: never); ``notice`` gets the line saying so, or why it starts afresh (default:
     stderr, even where progress is quiet: it explains a run's time). ``planned`` sees each
     schedule before anything is predicted, replayed or stored (e.g. to refuse a row id the
-    schedule does not have: it raises, and nothing is written)."""
+    schedule does not have: it raises, and nothing is written). ``sample``: predict and
+    replay only that fraction of the keys plus carrier rows (``jobs.sample_replay``); the
+    candidates' figures are then the sampled keys'."""
     notice = notice or _to_stderr
     store = ResultsStore(results or default_results_dir())
     # a bad results folder refused before any prediction or replay (nothing written yet)
     store.check_writable(create=False)
+    if sample is not None:  # (a query that cannot be sampled: refused before any reading)
+        from semantics.sample import check_rate, sample_keys
+
+        check_rate(spec, sample)
+        sample_keys(spec)
     out: list[CandidateResult] = []
     schedules: dict[str, Schedule] = {}
     for name in candidates_of(spec, candidate):
@@ -117,13 +125,28 @@ def run_backtest(spec: BacktestSpec, candidate: str | None = None, *, predict: b
             if planned is not None:
                 planned(s)
         sched = schedules[bb]
+        drawn = carrier = None
+        if sample is not None:
+            from jobs.sample_replay import carrier_prediction
+            from semantics.sample import draw
+
+            drawn = draw(sched, spec, sample)
+            sched = drawn.schedule
+            carrier = carrier_prediction(drawn, spec, name)
+            progress(f"[{name}] sample {sample:g}: {drawn.sampled_rows} of "
+                     f"{drawn.total_rows} rows, {drawn.carrier_rows} carrier rows")
         cr = CandidateResult(name, run_id(spec, name, sched), sched)
         if predict:
             from semantics.predict import predict as run_predict
 
             t0 = time.perf_counter()
-            cr.predicted = run_predict(sched, spec, name, explain=explain,
-                                       count_late=not explain)
+            if drawn is not None and carrier is not None:
+                from jobs.sample_replay import predict_sample
+
+                cr.predicted = predict_sample(drawn, spec, name, carrier, explain=explain)
+            else:
+                cr.predicted = run_predict(sched, spec, name, explain=explain,
+                                           count_late=not explain)
             cr.predicted.info["elapsed_s"] = time.perf_counter() - t0
             progress(f"[{name}] predicted {len(cr.predicted.batches)} batches in "
                      f"{cr.predicted.info['elapsed_s']:.2f}s")
@@ -136,13 +159,23 @@ def run_backtest(spec: BacktestSpec, candidate: str | None = None, *, predict: b
             progress(f"[{name}] replaying {len(sched.data_ticks)} data ticks in Spark "
                      f"({len(sched.ticks) - len(sched.data_ticks)} idle) ...")
             workdir = store.root / "_work" / spec.name / name
-            cr.actual = replay(spec, name, sched, workdir, session, fresh=fresh,
-                               notify=lambda m, name=name: notice(f"{name}: {m}"))
+            if drawn is not None and carrier is not None:
+                from jobs.sample_replay import replay_sample, sample_workdir
+
+                cr.actual = replay_sample(drawn, spec, name, carrier,
+                                          sample_workdir(store.root, spec, drawn.rate),
+                                          session, fresh=fresh,
+                                          notify=lambda m, name=name: notice(f"{name}: {m}"))
+            else:
+                cr.actual = replay(spec, name, sched, workdir, session, fresh=fresh,
+                                   notify=lambda m, name=name: notice(f"{name}: {m}"))
             progress(f"[{name}] Spark ran {cr.actual.batches['batch_id'].nunique()} batches in "
                      f"{float(cr.actual.info.get('elapsed_s', 0)):.1f}s")
         if predict and actual:
             assert cr.predicted is not None and cr.actual is not None
             cr.validation = validate(spec, cr, store.root / "gx")
+            if drawn is not None:  # (the figures validated are the sample's)
+                cr.validation["sample"] = drawn.info()
             progress(f"[{name}] validation {'passed' if cr.success else 'FAILED'}")
         if actual:
             assert cr.actual is not None

@@ -52,6 +52,8 @@ def _print_result(result: BacktestResult, as_json: bool) -> int:
             print(f"\n{note}")
         for line in unbounded_notes(result):
             print(f"\n{line}")
+        for line in sample_notes(result):
+            print(f"\n{line}")
         for c in result.candidates:
             if c.validation and not c.success:
                 print(f"\n{c.name}: validation failed")
@@ -60,6 +62,32 @@ def _print_result(result: BacktestResult, as_json: bool) -> int:
         if result.report:
             print(f"\nreport: {result.report}")
     return 0 if result.success else 1
+
+
+def sample_notes(result: BacktestResult) -> list[str]:
+    """One line per sampled candidate: the rate, the rows and carrier rows, what the figures
+    are (``semantics.sample.Sample.info``)."""
+    out = []
+    for c in result.candidates:
+        run = c.actual if c.actual is not None else c.predicted
+        s = run.info.get("sample") if run is not None else None
+        if isinstance(s, dict):
+            out.append(f"{c.name}: sample of {s['rate']:g} of the keys ({', '.join(s['keys'])}):"
+                       f" {s['sampled_rows']} of {s['total_rows']} rows, {s['carrier_rows']} "
+                       f"carrier rows ({s['carrier_marker']}); {s['note']}")
+    return out
+
+
+def _fraction(text: str) -> float:
+    """``--sample``'s type: a fraction above 0 and at most 1."""
+    try:
+        x = float(text)
+    except ValueError:
+        x = -1.0
+    if not 0.0 < x <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a fraction of the keys above 0 and at most "
+                                         f"1 (e.g. 0.01), got {text!r}")
+    return x
 
 
 def cmd_run(args: argparse.Namespace, predict: bool, actual: bool) -> int:
@@ -76,7 +104,8 @@ def cmd_run(args: argparse.Namespace, predict: bool, actual: bool) -> int:
                           master=getattr(args, "master", None),
                           progress=_progress(args.json and not sys.stderr.isatty()),
                           explain=with_fates, fresh=getattr(args, "fresh", False),
-                          planned=_row_id_check(spec, getattr(args, "explain", None)))
+                          planned=_row_id_check(spec, getattr(args, "explain", None)),
+                          sample=getattr(args, "sample", None))
     if predict and actual:
         from jobs.backtest import default_results_dir
         from jobs.report_html import write_report
@@ -206,6 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--master", help="Spark master: local[2] (default), spark://host:port, "
                         "or sc://host:port (Spark Connect)")
         sp.add_argument("--fresh", action="store_true", help="do not resume an interrupted replay")
+        sp.add_argument("--sample", type=_fraction, metavar="RATE",
+                        help="replay (and predict) only this fraction of the keys, by key "
+                        "hash, plus carrier rows that keep the full history's watermarks")
         sp.set_defaults(func=lambda a, pred=pred: cmd_run(a, pred, True))
     sp = sub.add_parser("sweep", help="prediction-only tradeoff over watermark delays")
     common(sp)

@@ -130,6 +130,12 @@ def _messages(res: ExpectationSuiteValidationResult) -> list[str]:
     return out
 
 
+def _sample_meta(cr: CandidateResult) -> dict[str, Any] | None:
+    """A sampled run's suite says so (rate, rows, carrier rows; Data Docs show it)."""
+    s = cr.predicted.info.get("sample") if cr.predicted is not None else None
+    return {"sample": s} if isinstance(s, dict) else None
+
+
 def validate(spec: BacktestSpec, cr: CandidateResult, root: Path, counts: pd.DataFrame | None = None
              ) -> dict[str, Any]:
     """Run the GX suites for one candidate; returns {success, failed, statistics, data_docs}.
@@ -184,7 +190,7 @@ def validate(spec: BacktestSpec, cr: CandidateResult, root: Path, counts: pd.Dat
             bd = asset.get_batch_definition("whole")
         except (KeyError, LookupError):
             bd = asset.add_batch_definition_whole_dataframe("whole")
-        suite = gx.ExpectationSuite(name=name)
+        suite = gx.ExpectationSuite(name=name, meta=_sample_meta(cr))
         for e in expectations:
             suite.add_expectation(e)
         suite = ctx.suites.add_or_update(suite)

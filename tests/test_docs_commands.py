@@ -161,6 +161,16 @@ def check_backtest(ran: Ran) -> None:
     assert "<html" in ran.path_after("report").read_text()[:500].lower()
 
 
+def check_sample(ran: Ran) -> None:
+    """A sampled backtest: validated (exit 0), both sides' rows, the line saying what the
+    figures are (rate, rows sampled, carrier rows)."""
+    check_backtest(ran)
+    for c in ran.candidates():
+        assert re.search(rf"^{re.escape(c)}: sample of [\d.]+ of the keys \(.*\): \d+ of \d+ "
+                         r"rows, \d+ carrier rows .*figures are for the sampled keys", ran.out,
+                         re.M), f"no sample line for {c}"
+
+
 def check_sweep(ran: Ran) -> None:
     """One delay marked as the knee, and the plot written."""
     assert len(re.findall(r"<- knee\s*$", ran.out, re.M)) == 1, "no single '<- knee' mark"
@@ -187,6 +197,7 @@ BENCH_HEADERS = {  # bench script -> its table's header line
     "schedule": r"^threads: \d+; [\d,]+ rows in \d+ commits, \d+ ticks\n"
                 r"read_arrivals\s.*rows/s\nplan\s",
     "state_bytes": r"^estimate / actual memoryUsedBytes",
+    "sample": r"^shape\s+events\s+rate\s+sampled\s+carriers\s+full s\s+sample s",
 }
 
 
@@ -254,6 +265,7 @@ class Expect:
 EXPECTED: list[tuple[str, Expect]] = [
     (r"^wmbt (predict|sweep) .*--json\b", Expect(check_json)),
     (r"^wmbt (replay|backtest) .*--json\b", Expect(check_json, spark=True, timeout=600)),
+    (r"^wmbt backtest .*--sample\b", Expect(check_sample, spark=True, timeout=600)),
     (r"^wmbt predict .*--explain \d+", Expect(check_explain)),
     (r"^wmbt predict .*--late\b", Expect(check_late)),
     (r"^wmbt predict\b", Expect(check_predict)),
@@ -265,7 +277,7 @@ EXPECTED: list[tuple[str, Expect]] = [
     (r"^infra/postgres-local\.sh start$", Expect(check_pg_started, env=PG_ENV)),
     (r"^eval \S*infra/postgres-local\.sh env", Expect(check_pg_env, env=PG_ENV)),
     (r"^infra/postgres-local\.sh stop$", Expect(check_pg_stopped, env=PG_ENV)),
-    (r"^python bench/state_bytes\.py\b",
+    (r"^python bench/(state_bytes|sample)\.py\b",
      Expect(check_bench, spark=True, timeout=600, env={"WMBT_BENCH_SMOKE": "1"})),
     (r"^python bench/\w+\.py\b",
      Expect(check_bench, timeout=300, env={"WMBT_BENCH_SMOKE": "1"})),

@@ -1,0 +1,83 @@
+"""A sampled replay (``--sample``, docs/replay.md "Validating a sample") against the full replay
+of the same history, in one run.
+
+    SPARK_LOCAL_IP=127.0.0.1 .venv/bin/python bench/sample.py                     # 2 M events
+    SPARK_LOCAL_IP=127.0.0.1 .venv/bin/python bench/sample.py --events 200000 --rate 0.05
+
+The history is ``bench/state_bytes.py``'s aggregation shape (1-minute windows over 3 000 keys,
+events out of order by up to 10 s, 1 % ten minutes late, 30 s delay; ``batch_by: {rows: n}``,
+backlog pace), or its left outer join (``--shape join``). A small replay warms the JVM up
+(untimed); then the sampled replay runs, then the full one, both embedded ``local[2]``.
+The table: the rows each replay read, the carrier rows, the wall time of each (the sampled
+one with its sampling, its carrier rows' prediction and its prediction), their ratio, whether
+the sampled replay equals the prediction for its keys (every batch figure and emitted row)
+and whether its watermarks are the full replay's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.smoke import smoke, tiny  # noqa: E402
+from bench.state_bytes import SHAPES, make  # noqa: E402
+
+HEADER = (f"{'shape':<12} {'events':>10} {'rate':>5} {'sampled':>8} {'carriers':>8} "
+          f"{'full s':>7} {'sample s':>8} {'ratio':>6} {'exact':>5} {'same wm':>7}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=2_000_000)
+    ap.add_argument("--rate", type=float, default=0.01, help="the sample's fraction of keys")
+    ap.add_argument("--batches", type=int, default=20, help="data batches")
+    ap.add_argument("--shape", choices=["aggregation", "join"], default="aggregation")
+    args = ap.parse_args()
+    events = tiny(args.events, 4000)
+    batches = tiny(args.batches, 4)
+    rate = max(args.rate, 0.2) if smoke() else args.rate  # (a tiny history: keys to sample)
+
+    from jobs.replay import replay
+    from jobs.sample_replay import carrier_prediction, predict_sample, replay_sample
+    from jobs.spark import get_spark
+    from semantics.compare import compare_outputs, compare_reports
+    from semantics.sample import draw
+
+    spec, sched = make(SHAPES[args.shape], batches, events // batches)
+    spark = get_spark()
+    with tempfile.TemporaryDirectory() as tmp:
+        warm_spec, warm = make(SHAPES[args.shape], 2, 500)
+        replay(warm_spec, "c", warm, Path(tmp) / "warm-up", spark)
+        t0 = time.perf_counter()
+        s = draw(sched, spec, rate)
+        carrier = carrier_prediction(s, spec, "c")
+        predicted = predict_sample(s, spec, "c", carrier, explain=False)
+        actual = replay_sample(s, spec, "c", carrier, Path(tmp) / "sample", spark)
+        sample_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        whole = replay(spec, "c", sched, Path(tmp) / "full", spark)
+        full_s = time.perf_counter() - t0
+    diffs = compare_reports(predicted.batches, actual.batches) \
+        + compare_outputs(predicted.outputs, actual.outputs)
+    same_wm = actual.batches["watermark_ms"].tolist() == whole.batches["watermark_ms"].tolist()
+    print(HEADER)
+    print(f"{args.shape:<12} {sched.total_rows:>10} {rate:>5g} {s.sampled_rows:>8} "
+          f"{s.carrier_rows:>8} {full_s:>7.1f} {sample_s:>8.1f} {full_s / sample_s:>5.1f}× "
+          f"{'yes' if not diffs else 'NO':>5} {'yes' if same_wm else 'NO':>7}")
+    for name, run in (("sample", actual), ("full", whole)):
+        durations = [p.get("durationMs", {}) for p in run.info.get("progress", [])]
+        top = {k: sum(d.get(k, 0) for d in durations) / 1000
+               for k in ("triggerExecution", "addBatch", "queryPlanning", "walCommit")}
+        print(f"  {name}: Spark query {run.info.get('elapsed_s')} s; summed over its batches: "
+              + ", ".join(f"{k} {v:.1f} s" for k, v in top.items()))
+    for d in diffs[:10]:
+        print(f"  {d.message}")
+
+
+if __name__ == "__main__":
+    main()
