@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import pandas as pd
@@ -183,9 +183,13 @@ class Operator(Protocol):
         frame."""
         ...
 
-    # Optional: ``run_all(plan: list[BatchInput]) -> list[OperatorStep] | None`` computes every
-    # batch's step at once (None: not for this configuration; the engine steps batch by batch).
-    # It must return exactly what stepping from ``initial_state()`` returns.
+    def whole_run(self, plan: list[BatchInput], forced: bool = False) -> RunSteps | Declined:
+        """Every batch's step at once, or :class:`Declined` with the reason this configuration
+        is not for the whole-run path (then the engine steps batch by batch). The steps must be
+        exactly what stepping from ``initial_state()`` returns. ``forced`` (``path=
+        "whole_run"``): decline only where the whole-run path cannot compute the run, not where
+        it would merely be slower than stepping."""
+        ...
 
     def late_input_rows(self, plan: list[BatchInput]) -> int:
         """How many input rows the run drops as late (in at least one of their groups: a
@@ -250,6 +254,22 @@ class EngineConfig:
         )
 
 
+Path = Literal["auto", "step", "whole_run"]
+PATHS: tuple[Path, ...] = ("auto", "step", "whole_run")
+
+
+@dataclass(frozen=True)
+class Declined:
+    """An operator's whole-run path does not apply to this run: ``reason`` says why (e.g.
+    "explain asked for fates"); the engine steps instead (docs/architecture.md)."""
+
+    reason: str
+
+
+class WholeRunDeclined(ValueError):
+    """``path="whole_run"`` was asked of a run whose whole-run path declines."""
+
+
 @dataclass
 class EngineResult:
     batches: pd.DataFrame
@@ -257,6 +277,8 @@ class EngineResult:
     fates: pd.DataFrame
     watermarks: list[int] = field(default_factory=list)
     late_rows: int | None = None  # input rows dropped as late (``run(count_late=True)``)
+    path: str = "step"  # the path that ran: "step" or "whole_run"
+    path_reason: str = ""  # why that one (the whole-run path's decline reason, or its kernel)
 
 
 def plan_batches(schedule: Schedule, spec: BacktestSpec, candidate: str, operator: Operator
@@ -266,7 +288,7 @@ def plan_batches(schedule: Schedule, spec: BacktestSpec, candidate: str, operato
     The plan depends only on the schedule, the candidate's watermark configuration and the
     operator's ``wants_another_batch`` — which reads watermarks, never state (Spark 4.0's
     ``shouldRunAnotherBatch`` of every operator modelled here) — so it is known before any
-    operator runs, and an operator may process all batches at once (``Operator.run_all``).
+    operator runs, and an operator may process all batches at once (``Operator.whole_run``).
     """
     cfg = EngineConfig.from_spec(spec, candidate)
     sources = list(spec.query_sources)
@@ -378,7 +400,7 @@ def chunk_groups(chunks: list[tuple[int, int, int, int]]
 
 def source_rows(plan: list[BatchInput], source: str) -> tuple[np.ndarray, np.ndarray]:
     """``(batch index, event time µs)`` of every row of ``source``, in schedule order — what an
-    operator's ``run_all`` needs (:func:`source_counts`)."""
+    operator's ``whole_run`` needs (:func:`source_counts`)."""
     lengths = source_counts(plan, source)
     batch_of = np.repeat(np.arange(len(plan), dtype=np.int64), lengths)
     event_us = np.concatenate([np.asarray(b.event_us[source], dtype=np.int64) for b in plan]
@@ -412,7 +434,7 @@ def true_per_batch(mask: np.ndarray, counts: np.ndarray) -> np.ndarray:
 
 def watermarks_us(plan: list[BatchInput]) -> tuple[np.ndarray, np.ndarray] | None:
     """``(late, eviction)`` watermark of every batch of ``plan`` in µs, what an operator's
-    ``run_all`` compares event times with; None when the query has no watermark (then no
+    ``whole_run`` compares event times with; None when the query has no watermark (then no
     batch has one). Both never go backwards.
 
     >>> b = BatchInput(0, 0, True, {}, {}, 0, 5, {})
@@ -604,7 +626,7 @@ class ThresholdSearch:
 
 @dataclass(frozen=True)
 class RunSteps:
-    """Every batch's step of a whole run, column by column: what ``run_all`` returns
+    """Every batch's step of a whole run, column by column: what ``whole_run`` returns
     (:func:`steps_of`). Thousands of small batches would make thousands of
     :class:`OperatorStep` objects and report rows, most of a prediction's time; the engine
     reads these columns at once. Iterating or indexing gives the batches' :class:`OperatorStep`."""
@@ -615,6 +637,7 @@ class RunSteps:
     removed: np.ndarray
     keys: np.ndarray | None
     outputs: list[Deferred]
+    by: str = ""  # what computed them (the kernel), for ``info["path_reason"]``
 
     def __len__(self) -> int:
         return len(self.outputs)
@@ -636,9 +659,9 @@ class RunSteps:
 
 
 def steps_of(dropped: np.ndarray, state_rows: np.ndarray, updated: np.ndarray,
-             removed: np.ndarray, outputs: list[Deferred], keys: np.ndarray | None = None
-             ) -> RunSteps:
-    """Every batch's step from per-batch counts and outputs (what ``run_all`` returns).
+             removed: np.ndarray, outputs: list[Deferred], keys: np.ndarray | None = None,
+             by: str = "") -> RunSteps:
+    """Every batch's step from per-batch counts and outputs (what ``whole_run`` returns).
 
     >>> z = np.zeros(2, dtype=np.int64)
     >>> steps = steps_of(z, np.array([3, 1]), z, np.array([0, 2]), [Deferred(None, 0)] * 2)
@@ -650,22 +673,39 @@ def steps_of(dropped: np.ndarray, state_rows: np.ndarray, updated: np.ndarray,
 
     assert all(len(c) == len(outputs) for c in (dropped, state_rows, updated, removed))
     return RunSteps(col(dropped), col(state_rows), col(updated), col(removed),
-                    None if keys is None else col(keys), outputs)
+                    None if keys is None else col(keys), outputs, by)
 
 
 def run(schedule: Schedule, spec: BacktestSpec, candidate: str, operator: Operator,
-        output_columns: list[str], count_late: bool = False) -> EngineResult:
+        output_columns: list[str], count_late: bool = False, path: Path = "auto"
+        ) -> EngineResult:
     """Drive ``operator`` through ``schedule`` exactly as Spark's MicroBatchExecution would
-    (``count_late``: also count the input rows dropped as late, ``late_rows``)."""
+    (``count_late``: also count the input rows dropped as late, ``late_rows``).
+
+    ``path``: "auto" runs the operator's whole-run path unless it declines, then steps;
+    "step" steps; "whole_run" runs the whole-run path and raises :class:`WholeRunDeclined`
+    (with the reason) when it declines. ``EngineResult.path`` and ``path_reason`` say which
+    ran and why."""
+    if path not in PATHS:
+        raise ValueError(f"path must be one of {', '.join(PATHS)}, not {path!r}")
     plan = plan_batches(schedule, spec, candidate, operator)
-    run_all = getattr(operator, "run_all", None)
-    steps = run_all(plan) if run_all is not None else None
-    if steps is None:
+    steps: RunSteps | list[OperatorStep]
+    if path == "step":
+        got: RunSteps | Declined = Declined("path='step' asked for stepping")
+    else:
+        got = operator.whole_run(plan, forced=path == "whole_run")
+    if isinstance(got, Declined):
+        if path == "whole_run":
+            raise WholeRunDeclined(f"the whole-run path of {operator.name} declines this "
+                                   f"run: {got.reason}")
+        ran, reason = "step", got.reason
         state = operator.initial_state()
         steps = []
         for batch in plan:
             state, step = operator.step(state, batch)
             steps.append(step)
+    else:
+        ran, reason, steps = "whole_run", got.by or "the whole-run path applies", got
     outputs: list[Deferred] = []  # non-empty step outputs, batch ids in ``out_ids``
     out_ids: list[int] = []
     fates: list[pd.DataFrame] = []
@@ -701,7 +741,8 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str, operator: Operat
                else pd.DataFrame(columns=[ROW_ID, "fate", "detail", "batch_id"]))
     report = _report(plan, operator.name, counts, sizes, state_bytes, state_keys)
     return EngineResult(report, out_df, fate_df,
-                        late_rows=operator.late_input_rows(plan) if count_late else None)
+                        late_rows=operator.late_input_rows(plan) if count_late else None,
+                        path=ran, path_reason=reason)
 
 
 def _report(plan: list[BatchInput], operator: str, counts: dict[str, Any], sizes: list[int],

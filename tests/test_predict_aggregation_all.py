@@ -13,7 +13,7 @@ import pytest
 
 from semantics.operators import aggregation, aggregation_all, grouping
 from semantics.operators.aggregation_all import aggregate_at_once
-from tests.predict_kit import at_once_vs_stepped, run_all_of, schedule_of, spec_of
+from tests.predict_kit import at_once_vs_stepped, declines, schedule_of, spec_of
 
 SOAK = bool(os.environ.get("WMBT_SOAK"))
 
@@ -144,7 +144,7 @@ def test_a_long_tail_of_keys_in_sliding_windows_is_computed_at_once(
                         lambda *a, **kw: sorted_parts.append(len(a[0].b)) or real(*a, **kw))
     assert at_once_vs_stepped(spec, sched, exact=True) and sorted_parts
     monkeypatch.setattr(aggregation_all, "PAIRS_AT_ONCE", 100)
-    assert run_all_of(spec, sched) is None
+    assert "PAIRS_AT_ONCE" in str(declines(spec, sched))
 
 
 def test_sorted_pairs_of_cells_that_fill_the_word(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -204,12 +204,13 @@ def test_large_batches_and_complete_mode_are_left_to_stepping(monkeypatch: pytes
     batches = [[{"k": i % 2, "ts": 10 * b + i / 2, "x": 0.1 * i} for i in range(20)]
                for b in range(5)]
     spec, sched = spec_of(query), schedule_of(batches)
-    assert run_all_of(spec, sched) is None  # 20 rows a batch, 2 keys: 10 per key
+    # 20 rows a batch, 2 keys: 10 per key
+    assert "AT_ONCE_ROWS_PER_KEY" in str(declines(spec, sched))
     monkeypatch.setattr(aggregation, "AT_ONCE_ROWS_PER_KEY", 12)
     assert at_once_vs_stepped(spec, sched)
     floated = dict(query, aggregates={"n": "count(*)", "s": "sum(x)", "hi": "max(x)"})
     assert at_once_vs_stepped(spec_of(floated), sched)
-    assert run_all_of(spec_of(dict(query, output_mode="complete")), sched) is None
+    assert declines(spec_of(dict(query, output_mode="complete")), sched) == "complete mode"
     assert at_once_vs_stepped(spec_of(dict(query, output_mode="update")), sched)
 
 

@@ -1,9 +1,9 @@
 """Pure-Python models of Spark's single-stream stateful operators (no Spark import here).
 
 Every operator follows :class:`semantics.engine.Operator`: ``initial_state()``, a pure
-``step(state, batch) -> (state, OperatorStep)``, ``wants_another_batch`` (watermarks only) and
-``materialize``, optionally ``run_all(plan)``; constructors take
-``(spec, candidate, schedule)``. :func:`make_operator` picks one by query kind.
+``step(state, batch) -> (state, OperatorStep)``, ``wants_another_batch`` (watermarks only),
+``materialize`` and ``whole_run(plan, forced)`` (every batch at once, or ``Declined``);
+constructors take ``(spec, candidate, schedule)``. :func:`make_operator` picks one by query kind.
 """
 
 from __future__ import annotations

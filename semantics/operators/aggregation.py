@@ -38,8 +38,10 @@ import pandas as pd
 
 from semantics.engine import (
     BatchInput,
+    Declined,
     Deferred,
     OperatorStep,
+    RunSteps,
     Span,
     late_rows,
     leaving_batch,
@@ -317,22 +319,33 @@ class AggregationOperator:
         return int(np.count_nonzero(late_rows(plan, source_counts(plan, self.source),
                                               bound)))
 
-    def run_all(self, plan: list[BatchInput]) -> list[OperatorStep] | None:
+    def whole_run(self, plan: list[BatchInput], forced: bool = False) -> RunSteps | Declined:
         """Every batch at once, for windows in append or update mode without explain, with
         exact key ids and numeric buffers (counts, sums, averages, minima and maxima of numbers
-        and timestamps); else None (the engine steps). Tumbling windows by ``tumbling_all``
-        while its grids take at most ``4×`` the run's rows (+ ``GRID_FLOOR``) cells; sliding
+        and timestamps); else :class:`~semantics.engine.Declined` (the engine steps).
+        Tumbling windows by ``tumbling_all`` while its grids take at most ``4×`` the run's rows
+        (+ ``GRID_FLOOR``) cells; sliding
         windows (or tumbling ones past that) by ``aggregation_all``, for batches of fewer than
         ``AT_ONCE_ROWS_PER_KEY`` rows per key tuple on average (larger batches step faster:
         their arrays stay cached); key ranges whose grids would pass ``4×`` their pairs (+
-        ``GRID_FLOOR``) cells sort their pairs instead, up to ``PAIRS_AT_ONCE`` pairs each."""
-        if self.explain or self.mode not in ("append", "update") or self.window is None \
-                or not self.filters_late or not plan:
-            return None
+        ``GRID_FLOOR``) cells sort their pairs instead, up to ``PAIRS_AT_ONCE`` pairs each.
+        ``forced``: whatever the rows per key tuple."""
+        if self.explain:
+            return Declined("explain asked for fates")
+        if self.mode not in ("append", "update"):
+            return Declined(f"{self.mode} mode")
+        if self.window is None:
+            return Declined("no window")
+        if not self.filters_late or not plan:
+            return Declined("no late filter (no event-time key or no watermark) or no batches")
         kv_all, bufs_all = self._whole()
         layout = self._grid if self._grid is not None else self._buffer_layout()
-        if layout is None or any(b.late_wm_ms is None or b.evict_wm_ms is None for b in plan):
-            return None
+        if layout is None:
+            return Declined("keys are not exact ids" if not self._coder.exact else
+                            "a buffer that is not numeric (min or max of strings or decimals,"
+                            " or float sums of integers past 2**53)")
+        if any(b.late_wm_ms is None or b.evict_wm_ms is None for b in plan):
+            return Declined("a batch without a watermark")
         values: list[tuple[np.ndarray, str]] = []
         for b, lay in zip(bufs_all, layout, strict=True):
             for arr, how in zip(b, lay, strict=True):
@@ -342,12 +355,12 @@ class AggregationOperator:
                                           and arr.dtype in (np.int64, np.float64)):
                     values.append((arr, how))
                 elif how != "pairs":
-                    return None
+                    return Declined(f"a buffer that is not numeric ({how})")
         wms = watermarks_us(plan)
         assert wms is not None  # (every batch has both watermarks)
         late_us, evict_us = wms
         if (late_us[1:] < evict_us[:-1]).any():  # a group could come back after it left
-            return None
+            return Declined("a late watermark below the previous eviction watermark")
         n_b, n_keys = len(plan), len(self.keys)
         minor = self._coder.minor(n_keys)
         d, s = self.duration_us, self.slide_us
@@ -357,6 +370,7 @@ class AggregationOperator:
             return leaving_batch(origin + digits * s + d, evict_us, n_b)
 
         got: RunGrid | None = None
+        by = "tumbling_at_once"
         if d == s:
             t, coder = self._et_all, self._coder.keys_only(n_keys)
 
@@ -375,11 +389,12 @@ class AggregationOperator:
                                    4 * len(t) + GRID_FLOOR, update=self.mode == "update")
         if got is None:
             busy = sum(1 for b in plan if len(b.event_us[self.source]))
-            if len(self._et_all) > busy * AT_ONCE_ROWS_PER_KEY * minor:
-                return None
+            if len(self._et_all) > busy * AT_ONCE_ROWS_PER_KEY * minor and not forced:
+                return Declined("batches of AT_ONCE_ROWS_PER_KEY rows per key tuple or more "
+                                "(they step faster)")
             batch_of, t = source_rows(plan, self.source)
             if not len(t):
-                return None
+                return Declined("no rows")
             last = last_starts(t, s, self.start_us)
             w = windows_per_row(t, last, d, s)
             a = not_late_per_row(last, w, d, s, late_us[batch_of])
@@ -388,7 +403,9 @@ class AggregationOperator:
                                     leaving, n_b, 4 * int(np.minimum(a, w).sum()) + GRID_FLOOR,
                                     update=self.mode == "update")
             if got is None:
-                return None
+                return Declined("aggregate_at_once: windows too far apart or more than "
+                                "PAIRS_AT_ONCE pairs in a key range")
+            by = "aggregate_at_once"
             key = divmod_by(id_last, minor)[1]
 
             def keys(lo: int, hi: int) -> np.ndarray:
@@ -407,7 +424,7 @@ class AggregationOperator:
         outputs = [Deferred(Span(emitted, lo, hi), hi - lo)
                    for lo, hi in zip(got.cuts[:-1].tolist(), got.cuts[1:].tolist(),
                                      strict=True)]
-        return steps_of(got.dropped, got.state_rows, got.updated, got.removed, outputs)
+        return steps_of(got.dropped, got.state_rows, got.updated, got.removed, outputs, by=by)
 
     def step(self, state: AggState | WindowGrid, batch: BatchInput
              ) -> tuple[AggState | WindowGrid, OperatorStep]:

@@ -33,7 +33,7 @@ One batch (``StreamingSymmetricHashJoinExec.processPartitions``; docs/semantics.
 5. Metrics: ``numRowsTotal`` = buffered rows of both sides after eviction, ``numRowsUpdated`` =
    rows appended to state this batch.
 
-Without explain, :meth:`JoinOperator.run_all` computes every batch at once from the rows'
+Without explain, :meth:`JoinOperator.whole_run` computes every batch at once from the rows'
 arrival and eviction batches (:mod:`semantics.operators.join_all`), the same as stepping.
 
 No-data batch: ``wants_another_batch`` iff some side has a state predicate and the new watermark
@@ -64,8 +64,10 @@ import pandas as pd
 
 from semantics.engine import (
     BatchInput,
+    Declined,
     Deferred,
     OperatorStep,
+    RunSteps,
     Span,
     late_rows,
     source_counts,
@@ -274,7 +276,7 @@ class JoinOperator:
                     ) -> pd.DataFrame:
         """Output columns of emitted rows given per batch as (left, right) source positions (-1:
         the null-padded side of an outer row; left semi: left positions only), or as spans of
-        a whole run's (``run_all``)."""
+        a whole run's (``whole_run``)."""
         whole = Span.covering(payloads)
         if whole is not None:  # (a whole run's rows at once: one slice of its positions)
             sides = whole.taken()
@@ -340,11 +342,15 @@ class JoinOperator:
         return RunSide(src.code, et, None if src.ev is et else src.ev, keep, counts,
                         thr_us), dropped
 
-    def run_all(self, plan: list[BatchInput]) -> list[OperatorStep] | None:
+    def whole_run(self, plan: list[BatchInput], forced: bool = False) -> RunSteps | Declined:
         """Every batch at once (:mod:`~semantics.operators.join_all`) without explain, when keys
-        are packed (else None: the engine steps)."""
-        if self.explain or self.packing is None or not plan:
-            return None
+        are packed (else :class:`~semantics.engine.Declined`: the engine steps)."""
+        if self.explain:
+            return Declined("explain asked for fates")
+        if self.packing is None:
+            return Declined("keys that do not pack into one integer")
+        if not plan:
+            return Declined("no batches")
         thresholds = [self.plan.thresholds(b.evict_wm_ms) for b in plan]
 
         def admit(i: int) -> tuple[RunSide, np.ndarray] | None:
@@ -357,17 +363,19 @@ class JoinOperator:
 
         sides = map_parts(admit, [0, 1])  # the two sides in threads
         if sides[0] is None or sides[1] is None:
-            return None
+            return Declined("a state watermark that goes backwards")
         (left, l_late), (right, r_late) = sides
         dropped = l_late + r_late
         got = join_at_once(left, right, self.query.type, self.condition, self.n_codes)
         if got is None:
-            return None
+            return Declined("join_at_once: more candidate pairs than PAIRS_PER_ROW a row "
+                            "(and MIN_PAIRS in all)")
         pairs = _Pairs((got.left,) if got.right is None else (got.left, got.right))
         cuts = got.cuts.tolist()
         outputs = [Deferred(Span(pairs, lo, hi), hi - lo)
                    for lo, hi in zip(cuts[:-1], cuts[1:], strict=True)]
-        return steps_of(dropped, got.state_rows, got.updated, got.removed, outputs, got.keys)
+        return steps_of(dropped, got.state_rows, got.updated, got.removed, outputs, got.keys,
+                        by="join_at_once")
 
     def step(self, state: JoinState, batch: BatchInput) -> tuple[JoinState, OperatorStep]:
         fates: list[pd.DataFrame] = []

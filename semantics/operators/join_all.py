@@ -1,6 +1,6 @@
 """Stream-stream joins of a whole run at once: every batch's counts and emitted rows from the
 admitted rows of both sides, with no state stepped batch by batch. Used by
-``JoinOperator.run_all`` (no explain, packed keys); rules of ``join.py``.
+``JoinOperator.whole_run`` (no explain, packed keys); rules of ``join.py``.
 
 Why it is the same as stepping. The batch plan (which batches run, with which watermarks)
 comes first and does not depend on state, and so do the per-row facts: whether a row is

@@ -36,7 +36,7 @@ log₂(stored / batch) runs). Each batch also reports the distinct keys of its s
 store is rewritten whole, else from a tally of live sessions per key (``key_tally``) that the
 batch updates with the sessions it moved.
 
-Without explain, in append mode with exact key ids and no local merging, ``run_all`` computes
+Without explain, in append mode with exact key ids and no local merging, ``whole_run`` computes
 every batch at once from the rows sorted by (key, time) (``session_all``: the stored sessions are
 the pieces of the rows arrived so far), and steps only the keys for which that does not hold.
 
@@ -56,8 +56,10 @@ import pandas as pd
 
 from semantics.engine import (
     BatchInput,
+    Declined,
     Deferred,
     OperatorStep,
+    RunSteps,
     Span,
     source_rows,
     steps_of,
@@ -467,27 +469,35 @@ class SessionOperator:
     def wants_another_batch(self, new_wm_ms: int, last_evict_wm_ms: int | None) -> bool:
         return self.mode != "complete" and new_wm_ms > (last_evict_wm_ms or 0)
 
-    def run_all(self, plan: list[BatchInput]) -> list[OperatorStep] | None:
+    def whole_run(self, plan: list[BatchInput], forced: bool = False) -> RunSteps | Declined:
         """Every batch at once (:mod:`~semantics.operators.session_all`) in append mode without
-        explain, with exact key ids and without local merging (else None: the engine steps).
+        explain, with exact key ids and without local merging (else
+        :class:`~semantics.engine.Declined`: the engine steps).
         The keys it leaves to stepping are stepped here, on their own rows; the counts of
         the two parts add up and each batch's evicted sessions are merged in (key id, start)
         order, as stepping emits them."""
-        if self.explain or self.mode != "append" or self.merge_local or not plan:
-            return None
+        if self.explain:
+            return Declined("explain asked for fates")
+        if self.mode != "append":
+            return Declined(f"{self.mode} mode")
+        if self.merge_local:
+            return Declined("session local merging is on")
+        if not plan:
+            return Declined("no batches")
         kv = self._whole_keys()
         if not self._coder.exact:
-            return None
+            return Declined("keys are not exact ids")
         wms = watermarks_us(plan)
-        if wms is None:
-            return None  # (append mode needs a watermark: the spec rejects it without one)
+        if wms is None:  # (append mode needs a watermark: the spec rejects it without one)
+            return Declined("no watermark")
         late_us, evict_us = wms
         batch_of, t = source_rows(plan, self.source)
         n_b = len(plan)
         ranges = sessions_at_once(self._coder.ids(kv, (), len(t), fitted=True), t, batch_of,
                                   self.gap_us, late_us, evict_us, n_b)
         if ranges is None:
-            return None
+            return Declined("sessions_at_once: more than STEPPED_AT_MOST of a key range's "
+                            "rows left to stepping, or its packed codes overflow")
         init, empty = init_all(self.aggs, self._frame), self._empty()  # (empty: for merging)
         ones = ones_of(init)
         ev, cuts = self._evicted(map_parts(lambda r: self._evicted_of(r, init, ones, n_b),
@@ -510,7 +520,7 @@ class SessionOperator:
                                       stepped[b].output.payload)[0],)
             outputs.append(Deferred(parts, sum(len(p) for p in parts)))
         dropped, rows, updated, removed, keys = counts
-        return steps_of(dropped, rows, updated, removed, outputs, keys)
+        return steps_of(dropped, rows, updated, removed, outputs, keys, by="sessions_at_once")
 
     def _evicted_of(self, got: AllSessions, init: Buffers, ones: tuple[tuple[bool, ...], ...],
                     n_b: int) -> _RangeSessions:
@@ -840,7 +850,7 @@ class SessionOperator:
     def materialize(self, payloads: list[SessionState | tuple[SessionState, ...]],
                     columns: list[str]) -> pd.DataFrame:
         """Output rows of the emitted sessions of every batch (in order), one frame. A batch's
-        payload is its sessions, or pieces of them one after the other (``run_all``'s)."""
+        payload is its sessions, or pieces of them one after the other (``whole_run``'s)."""
         parts = [q for p in payloads for q in (p if isinstance(p, tuple) else (p,))]
         st = joined_states(parts)
         keys = self._coder.key_values(self._whole_keys(), st.keys)

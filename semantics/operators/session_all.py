@@ -1,6 +1,6 @@
 """Session windows of a whole run at once (append mode, exact key ids, no local merging): every
 batch's counts and evicted sessions from the accepted rows sorted by (key, event time), with no
-state stepped batch by batch. Used by ``SessionOperator.run_all``; rules of ``session.py``.
+state stepped batch by batch. Used by ``SessionOperator.whole_run``; rules of ``session.py``.
 
 Why it is the same as stepping. The batch plan (which batches run, with which watermarks) comes
 first and does not depend on state. A row is late iff ``t + gap <= late wm`` of its batch (its

@@ -1,6 +1,6 @@
 """A tumbling-window aggregation (append or update mode) for a whole run at once, by counting
 every batch's rows into a grid of its own windows × keys. Used by
-``AggregationOperator.run_all`` (no explain, exact key ids, numeric buffers) before the
+``AggregationOperator.whole_run`` (no explain, exact key ids, numeric buffers) before the
 general ``aggregation_all``, whose difference arrays and key ranges serve sliding windows; rules
 of ``aggregation.py``.
 
