@@ -14,11 +14,11 @@ import os
 import pytest
 
 from semantics import reference
+from semantics.engine import WholeRunDeclined
 from semantics.predict import predict
 from semantics.report import output_columns
 from semantics.schedule import Schedule
 from semantics.spec import BacktestSpec
-from tests.predict_kit import run_all_of
 from tests.reference_kit import join_case, predicted_tables, ref_tables, single_case
 
 SOAK = bool(os.environ.get("WMBT_SOAK"))
@@ -29,23 +29,24 @@ KINDS = ["tumbling", "sliding", "keyed", "session", "dedup", "join"]
 WHOLE_RUN = {"tumbling", "sliding", "session", "dedup", "join"}
 
 
-def predicted(schedule: Schedule, spec: BacktestSpec, path: str):
-    """The prediction along ``path`` ("step" or "whole_run") and whether that path ran."""
-    if path == "step":  # (fates are made by stepping only)
-        return predict(schedule, spec, "c", explain=True), True
-    engaged = run_all_of(spec, schedule) is not None
-    return predict(schedule, spec, "c", explain=False), engaged
-
-
 def check(schedule: Schedule, spec: BacktestSpec) -> bool:
-    """Reference == stepping == the whole run (when it engages); whether it engaged."""
+    """Reference == ``path="step"`` == ``path="whole_run"`` (or its decline, with a reason,
+    and then ``path="auto"`` steps); whether the whole run engaged."""
     cols = output_columns(spec, dict(schedule.data_columns))
     want = ref_tables(reference.run(schedule, spec, "c"), cols)
-    step, _ = predicted(schedule, spec, "step")
-    assert predicted_tables(step, cols) == want, "stepping != reference"
-    whole, engaged = predicted(schedule, spec, "whole_run")
-    assert predicted_tables(whole, cols) == want, "whole run != reference"
-    return engaged
+    step = predict(schedule, spec, "c", explain=False, path="step")
+    assert step.info["path"] == "step"
+    assert predicted_tables(step, cols) == want, "path='step' != reference"
+    try:
+        whole = predict(schedule, spec, "c", explain=False, path="whole_run")
+    except WholeRunDeclined as e:
+        assert str(e).split(": ", 1)[1].strip(), "declined without a reason"
+        auto = predict(schedule, spec, "c", explain=False)
+        assert auto.info["path"] == "step" and auto.info["path_reason"]
+        return False
+    assert whole.info["path"] == "whole_run"
+    assert predicted_tables(whole, cols) == want, "path='whole_run' != reference"
+    return True
 
 
 @pytest.mark.parametrize("kind", KINDS)
