@@ -14,7 +14,7 @@ from semantics.reference.batches import ReferenceRun
 from semantics.report import RunResult
 from semantics.schedule import ARRIVAL_MS, VERSION, Schedule, cut
 from semantics.spec import BacktestSpec, parse_spec
-from tests.predict_kit import schedule_of, spec_of
+from tests.predict_kit import NEG_NAN, floats, schedule_of, spec_of
 
 REPORT = ["batch_id", "tick", "has_data", "input_rows", "watermark_ms", "late_watermark_ms",
           "eviction_watermark_ms", "dropped_by_watermark", "state_rows", "state_rows_updated",
@@ -57,15 +57,23 @@ def predicted_tables(result: RunResult, columns: list[str]
 
 # -- random cases ----------------------------------------------------------------------------
 
-def single_rows(r: np.random.Generator) -> list[list[dict]]:
+X_VALUES = [1.5, -2.0, 0.0, -0.0, float("nan"), NEG_NAN, None, 3.25]
+
+
+def single_rows(r: np.random.Generator) -> list[list[dict] | pd.DataFrame]:
     """1-7 commits of 0-8 rows (at least one row): keys a-c, half-second event times out of
-    order, small integer values."""
+    order, small integer values ``v`` and a float ``x`` holding NaN (of two bit patterns),
+    NULL and both zeros (a nullable float column, as the schedule reads one)."""
     while True:
         commits = [[{"k": str(r.choice(["a", "b", "c"])), "ts": int(r.integers(0, 121)) / 2,
-                     "v": int(r.integers(-5, 21))} for _ in range(int(r.integers(0, 9)))]
+                     "v": int(r.integers(-5, 21)),
+                     "x": X_VALUES[int(r.integers(0, len(X_VALUES)))]}
+                    for _ in range(int(r.integers(0, 9)))]
                    for _ in range(int(r.integers(1, 8)))]
         if any(commits):
-            return commits
+            return [pd.DataFrame({**{c: [row[c] for row in rows] for c in ("k", "ts", "v")},
+                                  "x": floats(*(row["x"] for row in rows))}) if rows else []
+                    for rows in commits]
 
 
 def single_case(kind: str, seed: int) -> tuple[Schedule, BacktestSpec] | None:
@@ -73,7 +81,8 @@ def single_case(kind: str, seed: int) -> tuple[Schedule, BacktestSpec] | None:
     ``sliding``, ``keyed`` aggregation without one, ``session``, ``dedup``) and its schedule;
     None when the spec is one Spark rejects."""
     r = np.random.default_rng(seed)
-    aggs = {"n": "count(*)", "s": "sum(v)", "lo": "min(v)", "hi": "max(v)", "a": "avg(v)"}
+    aggs = {"n": "count(*)", "s": "sum(v)", "lo": "min(v)", "hi": "max(v)", "a": "avg(v)",
+            "nx": "count(x)", "sx": "sum(x)", "lx": "min(x)", "hx": "max(x)", "ax": "avg(x)"}
     mode = str(r.choice(["append", "update", "complete"]))
     if kind in ("tumbling", "sliding"):
         d, s = (5, 5) if kind == "tumbling" else [(10, 5), (10, 4), (6, 4), (3, 1)][seed % 4]
@@ -83,14 +92,15 @@ def single_case(kind: str, seed: int) -> tuple[Schedule, BacktestSpec] | None:
         q: dict = {"kind": "aggregation", "keys": ["k"], "window": window,
                    "output_mode": mode, "aggregates": aggs}
     elif kind == "keyed":
-        keys = [["k"], ["k", "ts"], [], ["ts"]][seed % 4]
+        keys = [["k"], ["k", "ts"], [], ["ts"], ["x"]][seed % 5]
         q = {"kind": "aggregation", "keys": keys, "output_mode": mode, "aggregates": aggs}
     elif kind == "session":
         q = {"kind": "session", "keys": ["k"], "gap": f"{[1, 3, 10][seed % 3]} seconds",
              "output_mode": str(r.choice(["append", "complete"])),
-             "aggregates": {"n": "count(*)", "s": "sum(v)", "hi": "max(v)"}}
+             "aggregates": {"n": "count(*)", "s": "sum(v)", "hi": "max(v)", "sx": "sum(x)",
+                            "hx": "max(x)"}}
     else:
-        q = {"kind": "deduplication", "keys": [["k"], ["k", "ts"], ["v"]][seed % 3],
+        q = {"kind": "deduplication", "keys": [["k"], ["k", "ts"], ["v"], ["x"]][seed % 4],
              "within_watermark": bool(r.random() < 0.5)}
     conf = {}
     if r.random() < 0.15:
