@@ -53,13 +53,17 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> ReferenceRun:
     wm = spec.candidates[candidate].watermark
     tr = q.time_range
     both = q.left in wm and q.right in wm and tr is not None
-    bounds = {"left": (tr.lower.us, not tr.lower_inclusive) if both and tr.lower else None,
-              "right": (-tr.upper.us, not tr.upper_inclusive) if both and tr.upper else None}
+    # per side (offset µs, strict) of the conjunct bounding its time from below, if any
+    bounds: dict[str, tuple[int, bool] | None] = {"left": None, "right": None}
+    if both and tr.lower is not None:
+        bounds["left"] = (tr.lower.us, not tr.lower_inclusive)
+    if both and tr.upper is not None:
+        bounds["right"] = (-tr.upper.us, not tr.upper_inclusive)
 
     def threshold(side: str, w: int | None) -> int | None:
         if bounds[side] is None or w is None:
             return None
-        c, strict = bounds[side]  # type: ignore[misc]
+        c, strict = bounds[side]  # type: ignore[misc]  # (not None: checked above)
         return trunc_ms(w * 1000 + c) - (0 if strict else 1)
 
     def keyed(side: str, r: Row) -> bool:
