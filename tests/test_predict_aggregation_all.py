@@ -1,4 +1,4 @@
-"""Windowed aggregations computed for all batches at once (operators/aggregation_all.py, the
+"""Windowed aggregations computed for all batches at once (whole_run/aggregation.py, the
 path of append and update mode without explain) against stepping batch by batch: the same batch
 report and the same emitted rows, row for row, floats to the last bit (no Spark; Spark itself
 checks both in test_differential)."""
@@ -11,8 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from semantics.operators import aggregation, aggregation_all, grouping
-from semantics.operators.aggregation_all import aggregate_at_once
+from semantics.operators import aggregation, grouping
+from semantics.whole_run import aggregation as aggregation_all
+from semantics.whole_run.aggregation import aggregate_at_once
 from tests.predict_kit import at_once_vs_stepped, declines, schedule_of, spec_of
 
 SOAK = bool(os.environ.get("WMBT_SOAK"))

@@ -36,20 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from semantics.engine import (
-    BatchInput,
-    Declined,
-    Deferred,
-    OperatorStep,
-    RunSteps,
-    Span,
-    late_rows,
-    leaving_batch,
-    source_counts,
-    source_rows,
-    steps_of,
-    watermarks_us,
-)
+from semantics.engine import BatchInput, Declined, Deferred, OperatorStep, RunSteps, Span, steps_of
 from semantics.errors import SpecError
 from semantics.operators import fates as F
 from semantics.operators.aggfuncs import (
@@ -67,7 +54,6 @@ from semantics.operators.aggfuncs import (
     result_frame,
     take_all,
 )
-from semantics.operators.aggregation_all import RunGrid, aggregate_at_once
 from semantics.operators.columns import Values, check_key_columns, key_series, values_of
 from semantics.operators.grouping import (
     count_distinct,
@@ -86,7 +72,6 @@ from semantics.operators.keys import (
     take_keys,
 )
 from semantics.operators.sliding import fill_grid, not_late_per_row, windows_per_row
-from semantics.operators.tumbling_all import tumbling_at_once
 from semantics.operators.window_grid import WindowGrid, merge, span_rows
 from semantics.operators.windows import assign_windows, last_starts
 from semantics.report import operator_name
@@ -94,6 +79,15 @@ from semantics.schedule import ROW_ID, Schedule
 from semantics.spark_conf import ALLOW_MULTIPLE, spark_bool
 from semantics.spec import AggregationQuery, BacktestSpec
 from semantics.tuning import AT_ONCE_ROWS_PER_KEY, GRID_FLOOR
+from semantics.whole_run.aggregation import RunGrid, aggregate_at_once
+from semantics.whole_run.kernels import (
+    late_rows,
+    leaving_batch,
+    source_counts,
+    source_rows,
+    watermarks_us,
+)
+from semantics.whole_run.tumbling import tumbling_at_once
 
 NEVER = np.iinfo(np.int64).max
 
@@ -323,12 +317,12 @@ class AggregationOperator:
         """Every batch at once, for windows in append or update mode without explain, with
         exact key ids and numeric buffers (counts, sums, averages, minima and maxima of numbers
         and timestamps); else :class:`~semantics.engine.Declined` (the engine steps).
-        Tumbling windows by ``tumbling_all`` while its grids take at most ``4×`` the run's rows
-        (+ ``GRID_FLOOR``) cells; sliding
-        windows (or tumbling ones past that) by ``aggregation_all``, for batches of fewer than
-        ``AT_ONCE_ROWS_PER_KEY`` rows per key tuple on average (larger batches step faster:
-        their arrays stay cached); key ranges whose grids would pass ``4×`` their pairs (+
-        ``GRID_FLOOR``) cells sort their pairs instead, up to ``PAIRS_AT_ONCE`` pairs each.
+        Tumbling windows by ``whole_run.tumbling`` while its grids take at most ``4×`` the run's
+        rows (+ ``GRID_FLOOR``) cells; sliding windows (or tumbling ones past that) by
+        ``whole_run.aggregation``, for batches of fewer than ``AT_ONCE_ROWS_PER_KEY`` rows per
+        key tuple on average (larger batches step faster: their arrays stay cached); key
+        ranges whose grids would pass ``4×`` their pairs (+ ``GRID_FLOOR``) cells sort their
+        pairs instead, up to ``PAIRS_AT_ONCE`` pairs each.
         ``forced``: whatever the rows per key tuple."""
         if self.explain:
             return Declined("explain asked for fates")

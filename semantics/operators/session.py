@@ -37,8 +37,9 @@ store is rewritten whole, else from a tally of live sessions per key (``key_tall
 batch updates with the sessions it moved.
 
 Without explain, in append mode with exact key ids and no local merging, ``whole_run`` computes
-every batch at once from the rows sorted by (key, time) (``session_all``: the stored sessions are
-the pieces of the rows arrived so far), and steps only the keys for which that does not hold.
+every batch at once from the rows sorted by (key, time) (``whole_run.session``: the stored
+sessions are the pieces of the rows arrived so far), and steps only the keys for which that
+does not hold.
 
 State invariants: every run sorted by (key id, session start), key id = 64-bit key hash (see
 ``keys``); (key id, start) unique among live sessions of all runs; live sessions of one key never
@@ -54,17 +55,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from semantics.engine import (
-    BatchInput,
-    Declined,
-    Deferred,
-    OperatorStep,
-    RunSteps,
-    Span,
-    source_rows,
-    steps_of,
-    watermarks_us,
-)
+from semantics.engine import BatchInput, Declined, Deferred, OperatorStep, RunSteps, Span, steps_of
 from semantics.operators import fates as F
 from semantics.operators.aggfuncs import (
     AggFunc,
@@ -103,13 +94,14 @@ from semantics.operators.keys import (
     take_keys,
 )
 from semantics.operators.runs import compact
-from semantics.operators.session_all import AllSessions, sessions_at_once
 from semantics.parallel import map_parts
 from semantics.report import operator_name
 from semantics.schedule import ROW_ID, Schedule
 from semantics.spark_conf import spark_bool
 from semantics.spec import BacktestSpec, SessionQuery
 from semantics.tuning import DEAD, RATIO, WHOLE
+from semantics.whole_run.kernels import source_rows, watermarks_us
+from semantics.whole_run.session import AllSessions, sessions_at_once
 
 MERGE_LOCAL_CONF = "spark.sql.streaming.sessionWindow.merge.sessions.in.local.partition"
 
@@ -470,7 +462,7 @@ class SessionOperator:
         return self.mode != "complete" and new_wm_ms > (last_evict_wm_ms or 0)
 
     def whole_run(self, plan: list[BatchInput], forced: bool = False) -> RunSteps | Declined:
-        """Every batch at once (:mod:`~semantics.operators.session_all`) in append mode without
+        """Every batch at once (:mod:`~semantics.whole_run.session`) in append mode without
         explain, with exact key ids and without local merging (else
         :class:`~semantics.engine.Declined`: the engine steps).
         The keys it leaves to stepping are stepped here, on their own rows; the counts of
