@@ -27,9 +27,9 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import pandas as pd
 
+from semantics.config import ResolvedCandidate, resolved
 from semantics.parallel import map_parts, row_parts
 from semantics.schedule import ROW_ID, Schedule
-from semantics.spark_conf import ALLOW_MULTIPLE, NO_DATA_BATCHES, spark_bool
 from semantics.spec import BacktestSpec
 from semantics.tuning import (
     THREAD_RANGE_ROWS,
@@ -227,29 +227,6 @@ def global_watermarks(maxima: list[dict[int, int]], delays_ms: list[int], policy
     return np.maximum.accumulate(chosen)
 
 
-@dataclass
-class EngineConfig:
-    delays_ms: dict[str, int]  # watermarked sources only, in spec order
-    policy: str = "min"
-    allow_multiple: bool = True
-    no_data_batches: bool = True
-
-    @classmethod
-    def from_spec(cls, spec: BacktestSpec, candidate: str) -> EngineConfig:
-        cand = spec.candidates[candidate]
-        conf = spec.conf(candidate)
-
-        def flag(key: str, default: bool) -> bool:
-            return spark_bool(conf.get(key, default), key, spec.path)
-
-        return cls(
-            delays_ms={s: cand.watermark[s].ms for s in spec.query_sources if s in cand.watermark},
-            policy=str(conf.get("spark.sql.streaming.multipleWatermarkPolicy", cand.policy)),
-            allow_multiple=flag(ALLOW_MULTIPLE, True),
-            no_data_batches=flag(NO_DATA_BATCHES, True),
-        )
-
-
 Path = Literal["auto", "step", "whole_run"]
 PATHS: tuple[Path, ...] = ("auto", "step", "whole_run")
 
@@ -277,8 +254,8 @@ class EngineResult:
     path_reason: str = ""  # why that one (the whole-run path's decline reason, or its kernel)
 
 
-def plan_batches(schedule: Schedule, spec: BacktestSpec, candidate: str, operator: Operator
-                 ) -> list[BatchInput]:
+def plan_batches(schedule: Schedule, spec: BacktestSpec, candidate: str | ResolvedCandidate,
+                 operator: Operator) -> list[BatchInput]:
     """The micro-batches Spark runs for ``schedule``, in order, with their watermarks.
 
     The plan depends only on the schedule, the candidate's watermark configuration and the
@@ -286,7 +263,7 @@ def plan_batches(schedule: Schedule, spec: BacktestSpec, candidate: str, operato
     ``shouldRunAnotherBatch`` of every operator modelled here) — so it is known before any
     operator runs, and an operator may process all batches at once (``Operator.whole_run``).
     """
-    cfg = EngineConfig.from_spec(spec, candidate)
+    cfg = resolved(spec, candidate)  # (the watermark delays, the policy, the Spark flags)
     sources = list(spec.query_sources)
     wm_sources = list(cfg.delays_ms)
     has_wm = bool(wm_sources)
@@ -389,7 +366,8 @@ def steps_of(dropped: np.ndarray, state_rows: np.ndarray, updated: np.ndarray,
                     None if keys is None else col(keys), outputs, by)
 
 
-def run(schedule: Schedule, spec: BacktestSpec, candidate: str, operator: Operator,
+def run(schedule: Schedule, spec: BacktestSpec, candidate: str | ResolvedCandidate,
+        operator: Operator,
         output_columns: list[str], count_late: bool = False, path: Path = "auto"
         ) -> EngineResult:
     """Drive ``operator`` through ``schedule`` exactly as Spark's MicroBatchExecution would

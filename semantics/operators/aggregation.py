@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from semantics.config import ResolvedCandidate, resolved
 from semantics.engine import BatchInput, Declined, Deferred, OperatorStep, RunSteps, Span, steps_of
 from semantics.errors import SpecError
 from semantics.operators import fates as F
@@ -76,7 +77,6 @@ from semantics.operators.window_grid import WindowGrid, merge, span_rows
 from semantics.operators.windows import assign_windows, last_starts
 from semantics.report import operator_name
 from semantics.schedule import ROW_ID, Schedule
-from semantics.spark_conf import ALLOW_MULTIPLE, spark_bool
 from semantics.spec import AggregationQuery, BacktestSpec
 from semantics.tuning import AT_ONCE_ROWS_PER_KEY, GRID_FLOOR
 from semantics.whole_run.aggregation import RunGrid, aggregate_at_once
@@ -172,7 +172,8 @@ _Done = tuple["AggState | WindowGrid", LatePairs, int, int, AggState, "AggState 
 class AggregationOperator:
     """Streaming (windowed) aggregation; see the module docstring for the rules."""
 
-    def __init__(self, spec: BacktestSpec, candidate: str, schedule: Schedule, *,
+    def __init__(self, spec: BacktestSpec, candidate: str | ResolvedCandidate, schedule: Schedule,
+                 *,
                  explain: bool = True) -> None:
         q = spec.query
         assert isinstance(q, AggregationQuery)
@@ -186,8 +187,8 @@ class AggregationOperator:
         self.aggs: tuple[AggFunc, ...] = aggregates_of(spec.path, q.source, q.aggregates,
                                                        frame, schedule.decimals.get(q.source))
         et = spec.sources[q.source].event_time
-        conf = spec.conf(candidate)
-        allow_multiple = spark_bool(conf.get(ALLOW_MULTIPLE, True), ALLOW_MULTIPLE, spec.path)
+        cfg = resolved(spec, candidate)
+        allow_multiple = cfg.allow_multiple
         self.window = q.window
         self.duration_us = q.window.duration.us if q.window else 0
         self.slide_us = q.window.slide_us if q.window else 0
@@ -201,7 +202,7 @@ class AggregationOperator:
         # late rows are filtered with the watermarked time among the keys, never in complete mode
         self.filters_late = self.time_keyed and self.mode != "complete"
         self.et_key = et if q.window is None and et in self.keys else None
-        self.watermarked = q.source in spec.candidates[candidate].watermark
+        self.watermarked = q.source in cfg.delays_ms
         self.global_agg = not self.keys and q.window is None
         self._empty_keys = tuple(values_of(frame[k].iloc[0:0]) for k in self.keys)
         self._frame = frame

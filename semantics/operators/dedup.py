@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
+from semantics.config import ResolvedCandidate, resolved
 from semantics.engine import BatchInput, Declined, Deferred, OperatorStep, RunSteps, steps_of
 from semantics.operators import fates as F
 from semantics.operators.columns import INT_KINDS, Values, check_key_columns, values_of
@@ -93,7 +94,8 @@ class DedupState:
 class DedupOperator:
     """``dropDuplicates`` / ``dropDuplicatesWithinWatermark``; rules in the module docstring."""
 
-    def __init__(self, spec: BacktestSpec, candidate: str, schedule: Schedule, *,
+    def __init__(self, spec: BacktestSpec, candidate: str | ResolvedCandidate, schedule: Schedule,
+                 *,
                  explain: bool = True) -> None:
         q = spec.query
         assert isinstance(q, DeduplicationQuery)
@@ -107,8 +109,8 @@ class DedupOperator:
         check_key_columns(spec.path, "query.keys", q.source, frame, self.keys)
         self.et = spec.sources[q.source].event_time
         self.within = q.within_watermark
-        wm = spec.candidates[candidate].watermark
-        self.delay_us = wm[q.source].ms * 1000 if q.source in wm else None
+        wm = resolved(spec, candidate).delays_ms
+        self.delay_us = wm[q.source] * 1000 if q.source in wm else None
         # eviction: within-watermark always (it requires a watermark); plain dedup only with the
         # event-time column among the keys
         self.evicts = self.delay_us is not None and (self.within or self.et in self.keys)

@@ -62,6 +62,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from semantics.config import ResolvedCandidate, resolved
 from semantics.engine import BatchInput, Declined, Deferred, OperatorStep, RunSteps, Span, steps_of
 from semantics.operators import fates as F
 from semantics.operators.columns import check_key_columns, min_max
@@ -81,7 +82,7 @@ from semantics.operators.join_watermarks import JoinEvictionPlan, derive_plan
 from semantics.parallel import map_parts
 from semantics.report import OPERATOR_NAMES, output_columns
 from semantics.schedule import Schedule
-from semantics.spec import BacktestSpec, Candidate, JoinQuery
+from semantics.spec import BacktestSpec, JoinQuery
 from semantics.tuning import WHOLE
 from semantics.whole_run.join import RunSide, join_at_once
 from semantics.whole_run.kernels import late_rows, source_counts, true_per_batch, watermarks_us
@@ -185,16 +186,17 @@ class JoinOperator:
 
     name = OPERATOR_NAMES["join"]
 
-    def __init__(self, spec: BacktestSpec, candidate: str | Candidate, schedule: Schedule, *,
+    def __init__(self, spec: BacktestSpec, candidate: str | ResolvedCandidate, schedule: Schedule,
+                 *,
                  explain: bool = True):
         q = spec.query
         if not isinstance(q, JoinQuery):
             raise TypeError(f"JoinOperator needs a join query, got kind {q.kind!r}")
-        cand = spec.candidates[candidate] if isinstance(candidate, str) else candidate
+        delays = resolved(spec, candidate).delays_ms
         self.query = q
         for side in (q.left, q.right):
             check_key_columns(spec.path, "query.keys", side, schedule.rows[side], q.keys)
-        self.watermarked = frozenset(s for s in (q.left, q.right) if s in cand.watermark)
+        self.watermarked = frozenset(s for s in (q.left, q.right) if s in delays)
         self.plan: JoinEvictionPlan = derive_plan(q, schedule.event_time, self.watermarked)
         self.condition = TimeCondition.of(q)
         self.left = SideLayout.build(q.left, schedule.rows[q.left], schedule.data_columns[q.left],

@@ -55,6 +55,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
+from semantics.config import ResolvedCandidate, resolved
 from semantics.engine import BatchInput, Declined, Deferred, OperatorStep, RunSteps, Span, steps_of
 from semantics.operators import fates as F
 from semantics.operators.aggfuncs import (
@@ -97,13 +98,10 @@ from semantics.operators.runs import compact
 from semantics.parallel import map_parts
 from semantics.report import operator_name
 from semantics.schedule import ROW_ID, Schedule
-from semantics.spark_conf import spark_bool
 from semantics.spec import BacktestSpec, SessionQuery
 from semantics.tuning import DEAD, RATIO, WHOLE
 from semantics.whole_run.kernels import source_rows, watermarks_us
 from semantics.whole_run.session import AllSessions, sessions_at_once
-
-MERGE_LOCAL_CONF = "spark.sql.streaming.sessionWindow.merge.sessions.in.local.partition"
 
 
 @dataclass(frozen=True)
@@ -383,7 +381,8 @@ _NO_IDS = np.array([], dtype=np.int64)
 class SessionOperator:
     """Session-window aggregation; rules in the module docstring."""
 
-    def __init__(self, spec: BacktestSpec, candidate: str, schedule: Schedule, *,
+    def __init__(self, spec: BacktestSpec, candidate: str | ResolvedCandidate, schedule: Schedule,
+                 *,
                  explain: bool = True) -> None:
         q = spec.query
         assert isinstance(q, SessionQuery)
@@ -397,9 +396,7 @@ class SessionOperator:
         check_key_columns(spec.path, "query.keys", q.source, frame, self.keys)
         self.aggs: tuple[AggFunc, ...] = aggregates_of(spec.path, q.source, q.aggregates,
                                                        frame, schedule.decimals.get(q.source))
-        conf = spec.conf(candidate)
-        self.merge_local = spark_bool(conf.get(MERGE_LOCAL_CONF, False), MERGE_LOCAL_CONF,
-                                      spec.path)
+        self.merge_local = resolved(spec, candidate).merge_sessions_locally
         self._empty_keys = tuple(values_of(frame[k].iloc[0:0]) for k in self.keys)
         self._frame = frame
         self._kv: tuple[Values, ...] | None = None
