@@ -24,6 +24,7 @@ import pandas as pd
 
 from semantics import engine, state_bytes
 from semantics.column_names import output_names
+from semantics.config import resolve
 from semantics.operators import fates as F
 from semantics.operators import make_operator
 from semantics.report import RunResult, output_columns, report_columns
@@ -87,7 +88,8 @@ def predict(schedule: Schedule, spec: BacktestSpec, candidate: str, *,
     ``info["path_reason"]`` why (docs/architecture.md)."""
     if candidate not in spec.candidates:
         raise KeyError(f"no candidate {candidate!r} (candidates: {', '.join(spec.candidates)})")
-    op = make_operator(spec, candidate, schedule, explain=explain)
+    config = resolve(spec, candidate)  # (once: the engine and the operator read it)
+    op = make_operator(spec, config, schedule, explain=explain)
     cols = output_columns(spec, dict(schedule.data_columns))
     if columns is not None:
         unknown = sorted(set(columns) - set(cols) - {"batch_id"})
@@ -97,7 +99,7 @@ def predict(schedule: Schedule, spec: BacktestSpec, candidate: str, *,
     # the operators name a group key as the table spells it, Spark as the spec writes it
     written = output_names(spec)
     read_as = {w: k for k, w in written.items()}
-    res = engine.run(schedule, spec, candidate, op, [read_as.get(c, c) for c in cols],
+    res = engine.run(schedule, spec, config, op, [read_as.get(c, c) for c in cols],
                      count_late and not explain, path=path)
     batches = res.batches.reindex(columns=report_columns(spec))
     if batches["state_bytes"].isna().all() and len(batches):

@@ -187,6 +187,7 @@ BENCH_HEADERS = {  # bench script -> its table's header line
     "schedule": r"^threads: \d+; [\d,]+ rows in \d+ commits, \d+ ticks\n"
                 r"read_arrivals\s.*rows/s\nplan\s",
     "state_bytes": r"^estimate / actual memoryUsedBytes",
+    "paths": r"^kind\s+events\s+step s\s+whole s\s+ratio\s+auto",
 }
 
 

@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from semantics import engine
-from semantics.operators import dedup, grouping, time_sorted
+from semantics.operators import dedup, grouping
 from semantics.predict import predict
+from semantics.whole_run import kernels, time_sorted
 from tests.predict_kit import (
     NEG_NAN,
     at_once_vs_stepped,
@@ -187,8 +187,8 @@ def _random_case(rng: np.random.Generator, query: dict, watermarks: list[str | N
     return spec, schedule_of(frames, pace), any(batches)
 
 
-@pytest.mark.parametrize(("hash_part", "chunk"), [(grouping.HASH_PART, engine.PART_CHUNK_ROWS),
-                                                   (8, engine.PART_CHUNK_ROWS), (8, 3)])
+@pytest.mark.parametrize(("hash_part", "chunk"), [(grouping.HASH_PART, kernels.PART_CHUNK_ROWS),
+                                                   (8, kernels.PART_CHUNK_ROWS), (8, 3)])
 def test_all_batches_at_once_equals_stepping(hash_part: int, chunk: int,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     # rule (dedup.whole_run): for dropDuplicates a key is accepted at most once (after eviction
@@ -197,11 +197,11 @@ def test_all_batches_at_once_equals_stepping(hash_part: int, chunk: int,
     # the event time (exact and hashed key ids), with and without a watermark, allowMultiple on
     # and off. With hash_part = 8 the first occurrences are found by a sort
     # (grouping._later_by_sort); with chunk = 3 the accepted rows, late rows and evictions
-    # are counted in chunks of a batch or two (engine.batch_chunks, PART_CHUNK_ROWS).
+    # are counted in chunks of a batch or two (kernels.batch_chunks, PART_CHUNK_ROWS).
     # With two threads, runs of two chunks or more go in two groups of chunks
-    # (engine.chunk_groups), each thread counting its own evictions.
+    # (kernels.chunk_groups), each thread counting its own evictions.
     monkeypatch.setattr(grouping, "HASH_PART", hash_part)
-    monkeypatch.setattr(engine, "PART_CHUNK_ROWS", chunk)
+    monkeypatch.setattr(kernels, "PART_CHUNK_ROWS", chunk)
     monkeypatch.setenv("WMBT_THREADS", "2")
     rng = np.random.default_rng(7)
     engaged = 0

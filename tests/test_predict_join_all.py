@@ -1,4 +1,4 @@
-"""Joins computed for all batches at once (operators/join_all.py, the path without explain)
+"""Joins computed for all batches at once (whole_run/join.py, the path without explain)
 against stepping batch by batch: the same batch report and the same emitted rows as multisets
 (no Spark; Spark checks both paths in test_differential, and every hand-written rule of
 test_predict_join runs both)."""
@@ -11,8 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from semantics.operators import grouping, join_all
-from semantics.operators.join_all import keys_alive
+from semantics.operators import grouping
+from semantics.whole_run import join as join_all
+from semantics.whole_run.join import keys_alive
 from tests.predict_kit import at_once_vs_stepped, declines
 from tests.test_predict_join import ints, join_run
 from tests.test_predict_join_store import TYPES, _random_join

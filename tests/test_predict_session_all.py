@@ -1,4 +1,4 @@
-"""Session windows computed for all batches at once (operators/session_all.py, the path of
+"""Session windows computed for all batches at once (whole_run/session.py, the path of
 append mode without explain) against stepping batch by batch: the same batch report and the
 same emitted rows, row for row (no Spark; Spark itself checks both in test_differential)."""
 
@@ -11,9 +11,11 @@ import pandas as pd
 import pytest
 
 from semantics import engine
-from semantics.operators import grouping, make_operator, session_all
-from semantics.operators.session_all import sessions_at_once
+from semantics.operators import grouping, make_operator
 from semantics.predict import predict
+from semantics.whole_run import kernels
+from semantics.whole_run import session as session_all
+from semantics.whole_run.session import sessions_at_once
 from tests.predict_kit import (
     at_once_vs_stepped,
     col,
@@ -179,7 +181,7 @@ def test_a_piece_evicted_before_its_component_is_complete_steps_its_key() -> Non
     assert at_once_vs_stepped(spec, sched)
     op = make_operator(spec, "c", sched, explain=False)
     plan = engine.plan_batches(sched, spec, "c", op)
-    batch_of, t = engine.source_rows(plan, "events")
+    batch_of, t = kernels.source_rows(plan, "events")
     got = sessions_at_once(np.array([1, 2, 2, 1, 2]), t, batch_of, op.gap_us,
                            np.array([b.late_wm_ms for b in plan]) * 1000,
                            np.array([b.evict_wm_ms for b in plan]) * 1000, len(plan))

@@ -36,20 +36,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from semantics.engine import (
-    BatchInput,
-    Declined,
-    Deferred,
-    OperatorStep,
-    RunSteps,
-    Span,
-    late_rows,
-    leaving_batch,
-    source_counts,
-    source_rows,
-    steps_of,
-    watermarks_us,
-)
+from semantics.config import ResolvedCandidate, resolved
+from semantics.engine import BatchInput, Declined, Deferred, OperatorStep, RunSteps, Span, steps_of
 from semantics.errors import SpecError
 from semantics.operators import fates as F
 from semantics.operators.aggfuncs import (
@@ -67,7 +55,6 @@ from semantics.operators.aggfuncs import (
     result_frame,
     take_all,
 )
-from semantics.operators.aggregation_all import RunGrid, aggregate_at_once
 from semantics.operators.columns import Values, check_key_columns, key_series, values_of
 from semantics.operators.grouping import (
     count_distinct,
@@ -86,14 +73,21 @@ from semantics.operators.keys import (
     take_keys,
 )
 from semantics.operators.sliding import fill_grid, not_late_per_row, windows_per_row
-from semantics.operators.tumbling_all import tumbling_at_once
 from semantics.operators.window_grid import WindowGrid, merge, span_rows
 from semantics.operators.windows import assign_windows, last_starts
 from semantics.report import operator_name
 from semantics.schedule import ROW_ID, Schedule
-from semantics.spark_conf import ALLOW_MULTIPLE, spark_bool
 from semantics.spec import AggregationQuery, BacktestSpec
 from semantics.tuning import AT_ONCE_ROWS_PER_KEY, GRID_FLOOR
+from semantics.whole_run.aggregation import RunGrid, aggregate_at_once
+from semantics.whole_run.kernels import (
+    late_rows,
+    leaving_batch,
+    source_counts,
+    source_rows,
+    watermarks_us,
+)
+from semantics.whole_run.tumbling import tumbling_at_once
 
 NEVER = np.iinfo(np.int64).max
 
@@ -178,7 +172,8 @@ _Done = tuple["AggState | WindowGrid", LatePairs, int, int, AggState, "AggState 
 class AggregationOperator:
     """Streaming (windowed) aggregation; see the module docstring for the rules."""
 
-    def __init__(self, spec: BacktestSpec, candidate: str, schedule: Schedule, *,
+    def __init__(self, spec: BacktestSpec, candidate: str | ResolvedCandidate, schedule: Schedule,
+                 *,
                  explain: bool = True) -> None:
         q = spec.query
         assert isinstance(q, AggregationQuery)
@@ -192,8 +187,8 @@ class AggregationOperator:
         self.aggs: tuple[AggFunc, ...] = aggregates_of(spec.path, q.source, q.aggregates,
                                                        frame, schedule.decimals.get(q.source))
         et = spec.sources[q.source].event_time
-        conf = spec.conf(candidate)
-        allow_multiple = spark_bool(conf.get(ALLOW_MULTIPLE, True), ALLOW_MULTIPLE, spec.path)
+        cfg = resolved(spec, candidate)
+        allow_multiple = cfg.allow_multiple
         self.window = q.window
         self.duration_us = q.window.duration.us if q.window else 0
         self.slide_us = q.window.slide_us if q.window else 0
@@ -207,7 +202,7 @@ class AggregationOperator:
         # late rows are filtered with the watermarked time among the keys, never in complete mode
         self.filters_late = self.time_keyed and self.mode != "complete"
         self.et_key = et if q.window is None and et in self.keys else None
-        self.watermarked = q.source in spec.candidates[candidate].watermark
+        self.watermarked = q.source in cfg.delays_ms
         self.global_agg = not self.keys and q.window is None
         self._empty_keys = tuple(values_of(frame[k].iloc[0:0]) for k in self.keys)
         self._frame = frame
@@ -323,12 +318,12 @@ class AggregationOperator:
         """Every batch at once, for windows in append or update mode without explain, with
         exact key ids and numeric buffers (counts, sums, averages, minima and maxima of numbers
         and timestamps); else :class:`~semantics.engine.Declined` (the engine steps).
-        Tumbling windows by ``tumbling_all`` while its grids take at most ``4×`` the run's rows
-        (+ ``GRID_FLOOR``) cells; sliding
-        windows (or tumbling ones past that) by ``aggregation_all``, for batches of fewer than
-        ``AT_ONCE_ROWS_PER_KEY`` rows per key tuple on average (larger batches step faster:
-        their arrays stay cached); key ranges whose grids would pass ``4×`` their pairs (+
-        ``GRID_FLOOR``) cells sort their pairs instead, up to ``PAIRS_AT_ONCE`` pairs each.
+        Tumbling windows by ``whole_run.tumbling`` while its grids take at most ``4×`` the run's
+        rows (+ ``GRID_FLOOR``) cells; sliding windows (or tumbling ones past that) by
+        ``whole_run.aggregation``, for batches of fewer than ``AT_ONCE_ROWS_PER_KEY`` rows per
+        key tuple on average (larger batches step faster: their arrays stay cached); key
+        ranges whose grids would pass ``4×`` their pairs (+ ``GRID_FLOOR``) cells sort their
+        pairs instead, up to ``PAIRS_AT_ONCE`` pairs each.
         ``forced``: whatever the rows per key tuple."""
         if self.explain:
             return Declined("explain asked for fates")

@@ -21,7 +21,7 @@ Rules (docs/semantics.md §4.2, §5), per batch:
 
 Without explain, ``whole_run`` computes all batches at once (``dropDuplicates``; keys holding
 the event time with a watermark by one sort of the rows by event time,
-:mod:`~semantics.operators.time_sorted`, others by key ids) or through a table of ``expiresAt``
+:mod:`~semantics.whole_run.time_sorted`, others by key ids) or through a table of ``expiresAt``
 by key id (``within_watermark`` with exact key ids); both give what stepping gives.
 
 Output rows are the accepted input rows: ``row_id`` and the source's columns.
@@ -36,24 +36,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from semantics.engine import (
-    BatchInput,
-    Declined,
-    Deferred,
-    OperatorStep,
-    RunSteps,
-    ThresholdSearch,
-    batch_chunks,
-    chunk_groups,
-    late_rows,
-    leaving_batch,
-    leaving_counts,
-    source_counts,
-    source_rows,
-    steps_of,
-    true_per_batch,
-    watermarks_us,
-)
+from semantics.config import ResolvedCandidate, resolved
+from semantics.engine import BatchInput, Declined, Deferred, OperatorStep, RunSteps, steps_of
 from semantics.operators import fates as F
 from semantics.operators.columns import INT_KINDS, Values, check_key_columns, values_of
 from semantics.operators.grouping import (
@@ -67,11 +51,23 @@ from semantics.operators.grouping import (
     take_columns,
 )
 from semantics.operators.keys import KeyCoder, key_columns
-from semantics.operators.time_sorted import TimeSorted
 from semantics.parallel import map_parts
 from semantics.report import operator_name
 from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import BacktestSpec, DeduplicationQuery
+from semantics.whole_run.kernels import (
+    ThresholdSearch,
+    batch_chunks,
+    chunk_groups,
+    late_rows,
+    leaving_batch,
+    leaving_counts,
+    source_counts,
+    source_rows,
+    true_per_batch,
+    watermarks_us,
+)
+from semantics.whole_run.time_sorted import TimeSorted
 
 NEVER = np.iinfo(np.int64).max
 
@@ -98,7 +94,8 @@ class DedupState:
 class DedupOperator:
     """``dropDuplicates`` / ``dropDuplicatesWithinWatermark``; rules in the module docstring."""
 
-    def __init__(self, spec: BacktestSpec, candidate: str, schedule: Schedule, *,
+    def __init__(self, spec: BacktestSpec, candidate: str | ResolvedCandidate, schedule: Schedule,
+                 *,
                  explain: bool = True) -> None:
         q = spec.query
         assert isinstance(q, DeduplicationQuery)
@@ -112,8 +109,8 @@ class DedupOperator:
         check_key_columns(spec.path, "query.keys", q.source, frame, self.keys)
         self.et = spec.sources[q.source].event_time
         self.within = q.within_watermark
-        wm = spec.candidates[candidate].watermark
-        self.delay_us = wm[q.source].ms * 1000 if q.source in wm else None
+        wm = resolved(spec, candidate).delays_ms
+        self.delay_us = wm[q.source] * 1000 if q.source in wm else None
         # eviction: within-watermark always (it requires a watermark); plain dedup only with the
         # event-time column among the keys
         self.evicts = self.delay_us is not None and (self.within or self.et in self.keys)

@@ -34,7 +34,7 @@ One batch (``StreamingSymmetricHashJoinExec.processPartitions``; docs/semantics.
    rows appended to state this batch.
 
 Without explain, :meth:`JoinOperator.whole_run` computes every batch at once from the rows'
-arrival and eviction batches (:mod:`semantics.operators.join_all`), the same as stepping.
+arrival and eviction batches (:mod:`semantics.whole_run.join`), the same as stepping.
 
 No-data batch: ``wants_another_batch`` iff some side has a state predicate and the new watermark
 exceeds the eviction watermark of the last batch.
@@ -62,24 +62,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from semantics.engine import (
-    BatchInput,
-    Declined,
-    Deferred,
-    OperatorStep,
-    RunSteps,
-    Span,
-    late_rows,
-    source_counts,
-    steps_of,
-    true_per_batch,
-    watermarks_us,
-)
+from semantics.config import ResolvedCandidate, resolved
+from semantics.engine import BatchInput, Declined, Deferred, OperatorStep, RunSteps, Span, steps_of
 from semantics.operators import fates as F
 from semantics.operators.columns import check_key_columns, min_max
 from semantics.operators.gather import gather, numpy_data
 from semantics.operators.grouping import joined, stable_argsort
-from semantics.operators.join_all import RunSide, join_at_once
 from semantics.operators.join_frames import (
     Gather,
     Packing,
@@ -94,8 +82,10 @@ from semantics.operators.join_watermarks import JoinEvictionPlan, derive_plan
 from semantics.parallel import map_parts
 from semantics.report import OPERATOR_NAMES, output_columns
 from semantics.schedule import Schedule
-from semantics.spec import BacktestSpec, Candidate, JoinQuery
+from semantics.spec import BacktestSpec, JoinQuery
 from semantics.tuning import WHOLE
+from semantics.whole_run.join import RunSide, join_at_once
+from semantics.whole_run.kernels import late_rows, source_counts, true_per_batch, watermarks_us
 
 # Sides on which Spark's InferFiltersFromConstraints adds isnotnull(key) below the join.
 _NOT_NULL_SIDES = {
@@ -196,16 +186,17 @@ class JoinOperator:
 
     name = OPERATOR_NAMES["join"]
 
-    def __init__(self, spec: BacktestSpec, candidate: str | Candidate, schedule: Schedule, *,
+    def __init__(self, spec: BacktestSpec, candidate: str | ResolvedCandidate, schedule: Schedule,
+                 *,
                  explain: bool = True):
         q = spec.query
         if not isinstance(q, JoinQuery):
             raise TypeError(f"JoinOperator needs a join query, got kind {q.kind!r}")
-        cand = spec.candidates[candidate] if isinstance(candidate, str) else candidate
+        delays = resolved(spec, candidate).delays_ms
         self.query = q
         for side in (q.left, q.right):
             check_key_columns(spec.path, "query.keys", side, schedule.rows[side], q.keys)
-        self.watermarked = frozenset(s for s in (q.left, q.right) if s in cand.watermark)
+        self.watermarked = frozenset(s for s in (q.left, q.right) if s in delays)
         self.plan: JoinEvictionPlan = derive_plan(q, schedule.event_time, self.watermarked)
         self.condition = TimeCondition.of(q)
         self.left = SideLayout.build(q.left, schedule.rows[q.left], schedule.data_columns[q.left],
@@ -329,7 +320,7 @@ class JoinOperator:
 
     def _side_rows(self, plan: list[BatchInput], role: str, thr_us: np.ndarray | None
                    ) -> tuple[RunSide, np.ndarray]:
-        """Side ``role``'s rows in a whole run (:class:`~semantics.operators.join_all.RunSide`:
+        """Side ``role``'s rows in a whole run (:class:`~semantics.whole_run.join.RunSide`:
         those neither filtered nor late reach the join, :meth:`_filtered`) and its late rows
         per batch; ``thr_us``: the side's state threshold per batch."""
         src = self.sources[role]
@@ -343,7 +334,7 @@ class JoinOperator:
                         thr_us), dropped
 
     def whole_run(self, plan: list[BatchInput], forced: bool = False) -> RunSteps | Declined:
-        """Every batch at once (:mod:`~semantics.operators.join_all`) without explain, when keys
+        """Every batch at once (:mod:`~semantics.whole_run.join`) without explain, when keys
         are packed (else :class:`~semantics.engine.Declined`: the engine steps)."""
         if self.explain:
             return Declined("explain asked for fates")

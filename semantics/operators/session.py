@@ -37,8 +37,9 @@ store is rewritten whole, else from a tally of live sessions per key (``key_tall
 batch updates with the sessions it moved.
 
 Without explain, in append mode with exact key ids and no local merging, ``whole_run`` computes
-every batch at once from the rows sorted by (key, time) (``session_all``: the stored sessions are
-the pieces of the rows arrived so far), and steps only the keys for which that does not hold.
+every batch at once from the rows sorted by (key, time) (``whole_run.session``: the stored
+sessions are the pieces of the rows arrived so far), and steps only the keys for which that
+does not hold.
 
 State invariants: every run sorted by (key id, session start), key id = 64-bit key hash (see
 ``keys``); (key id, start) unique among live sessions of all runs; live sessions of one key never
@@ -54,17 +55,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from semantics.engine import (
-    BatchInput,
-    Declined,
-    Deferred,
-    OperatorStep,
-    RunSteps,
-    Span,
-    source_rows,
-    steps_of,
-    watermarks_us,
-)
+from semantics.config import ResolvedCandidate, resolved
+from semantics.engine import BatchInput, Declined, Deferred, OperatorStep, RunSteps, Span, steps_of
 from semantics.operators import fates as F
 from semantics.operators.aggfuncs import (
     AggFunc,
@@ -103,15 +95,13 @@ from semantics.operators.keys import (
     take_keys,
 )
 from semantics.operators.runs import compact
-from semantics.operators.session_all import AllSessions, sessions_at_once
 from semantics.parallel import map_parts
 from semantics.report import operator_name
 from semantics.schedule import ROW_ID, Schedule
-from semantics.spark_conf import spark_bool
 from semantics.spec import BacktestSpec, SessionQuery
 from semantics.tuning import DEAD, RATIO, WHOLE
-
-MERGE_LOCAL_CONF = "spark.sql.streaming.sessionWindow.merge.sessions.in.local.partition"
+from semantics.whole_run.kernels import source_rows, watermarks_us
+from semantics.whole_run.session import AllSessions, sessions_at_once
 
 
 @dataclass(frozen=True)
@@ -391,7 +381,8 @@ _NO_IDS = np.array([], dtype=np.int64)
 class SessionOperator:
     """Session-window aggregation; rules in the module docstring."""
 
-    def __init__(self, spec: BacktestSpec, candidate: str, schedule: Schedule, *,
+    def __init__(self, spec: BacktestSpec, candidate: str | ResolvedCandidate, schedule: Schedule,
+                 *,
                  explain: bool = True) -> None:
         q = spec.query
         assert isinstance(q, SessionQuery)
@@ -405,9 +396,7 @@ class SessionOperator:
         check_key_columns(spec.path, "query.keys", q.source, frame, self.keys)
         self.aggs: tuple[AggFunc, ...] = aggregates_of(spec.path, q.source, q.aggregates,
                                                        frame, schedule.decimals.get(q.source))
-        conf = spec.conf(candidate)
-        self.merge_local = spark_bool(conf.get(MERGE_LOCAL_CONF, False), MERGE_LOCAL_CONF,
-                                      spec.path)
+        self.merge_local = resolved(spec, candidate).merge_sessions_locally
         self._empty_keys = tuple(values_of(frame[k].iloc[0:0]) for k in self.keys)
         self._frame = frame
         self._kv: tuple[Values, ...] | None = None
@@ -470,7 +459,7 @@ class SessionOperator:
         return self.mode != "complete" and new_wm_ms > (last_evict_wm_ms or 0)
 
     def whole_run(self, plan: list[BatchInput], forced: bool = False) -> RunSteps | Declined:
-        """Every batch at once (:mod:`~semantics.operators.session_all`) in append mode without
+        """Every batch at once (:mod:`~semantics.whole_run.session`) in append mode without
         explain, with exact key ids and without local merging (else
         :class:`~semantics.engine.Declined`: the engine steps).
         The keys it leaves to stepping are stepped here, on their own rows; the counts of

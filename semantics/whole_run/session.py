@@ -34,7 +34,6 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from semantics.engine import ThresholdSearch, leaving_batch
 from semantics.operators.columns import min_max
 from semantics.operators.grouping import (
     by_key_then_time,
@@ -47,6 +46,7 @@ from semantics.operators.grouping import (
 from semantics.parallel import map_parts
 from semantics.tuning import KEY_RANGE_ROWS as CHUNK
 from semantics.tuning import MIN_RANGE, STEPPED_AT_MOST
+from semantics.whole_run.kernels import ThresholdSearch, leaving_batch
 
 
 @dataclass(frozen=True)
