@@ -1,6 +1,6 @@
 """A sampled replay (``--sample RATE``): Spark replays a key-hash sample of the history plus
 carrier rows (``semantics.sample``), and the predictor runs on the same sampled schedule; both
-are reported for the sampled keys, carrier rows removed (docs/semantics.md §10,
+are reported for the sampled keys, carrier rows removed (docs/semantics.md §11,
 docs/replay.md "Validating a sample").
 
 The carrier keys' figures are the prediction of the carrier rows alone (same ticks, hence the

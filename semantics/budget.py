@@ -7,8 +7,8 @@ windows per row, which no machine holds. :func:`check_fits` refuses such a spec 
 :class:`SpecError` naming the field, from the rows the schedule holds and the memory this
 process can still get (:func:`available_bytes`: the least of the system's available memory,
 the cgroup's room and the address-space limit). Dense grids of the whole-run paths are bounded
-by their own budgets (in the rows' pairs, ``aggregation_all`` / ``tumbling_all``), falling back
-to stepping, whose memory follows the pairs.
+by their own budgets (in the rows' pairs, ``whole_run.aggregation`` /
+``whole_run.tumbling``), falling back to stepping, whose memory follows the pairs.
 """
 
 from __future__ import annotations

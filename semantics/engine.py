@@ -22,20 +22,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import pandas as pd
 
+from semantics.config import ResolvedCandidate, resolved
 from semantics.parallel import map_parts, row_parts
 from semantics.schedule import ROW_ID, Schedule
-from semantics.spark_conf import ALLOW_MULTIPLE, NO_DATA_BATCHES, spark_bool
 from semantics.spec import BacktestSpec
 from semantics.tuning import (
-    PART_CHUNK_ROWS,
-    PART_SEARCH_CELL_BITS,
-    SEARCH_PART,
-    SMALL_BATCH,
     THREAD_RANGE_ROWS,
 )
 
@@ -183,9 +179,13 @@ class Operator(Protocol):
         frame."""
         ...
 
-    # Optional: ``run_all(plan: list[BatchInput]) -> list[OperatorStep] | None`` computes every
-    # batch's step at once (None: not for this configuration; the engine steps batch by batch).
-    # It must return exactly what stepping from ``initial_state()`` returns.
+    def whole_run(self, plan: list[BatchInput], forced: bool = False) -> RunSteps | Declined:
+        """Every batch's step at once, or :class:`Declined` with the reason this configuration
+        is not for the whole-run path (then the engine steps batch by batch). The steps must be
+        exactly what stepping from ``initial_state()`` returns. ``forced`` (``path=
+        "whole_run"``): decline only where the whole-run path cannot compute the run, not where
+        it would merely be slower than stepping."""
+        ...
 
     def late_input_rows(self, plan: list[BatchInput]) -> int:
         """How many input rows the run drops as late (in at least one of their groups: a
@@ -227,27 +227,20 @@ def global_watermarks(maxima: list[dict[int, int]], delays_ms: list[int], policy
     return np.maximum.accumulate(chosen)
 
 
-@dataclass
-class EngineConfig:
-    delays_ms: dict[str, int]  # watermarked sources only, in spec order
-    policy: str = "min"
-    allow_multiple: bool = True
-    no_data_batches: bool = True
+Path = Literal["auto", "step", "whole_run"]
+PATHS: tuple[Path, ...] = ("auto", "step", "whole_run")
 
-    @classmethod
-    def from_spec(cls, spec: BacktestSpec, candidate: str) -> EngineConfig:
-        cand = spec.candidates[candidate]
-        conf = spec.conf(candidate)
 
-        def flag(key: str, default: bool) -> bool:
-            return spark_bool(conf.get(key, default), key, spec.path)
+@dataclass(frozen=True)
+class Declined:
+    """An operator's whole-run path does not apply to this run: ``reason`` says why (e.g.
+    "explain asked for fates"); the engine steps instead (docs/architecture.md)."""
 
-        return cls(
-            delays_ms={s: cand.watermark[s].ms for s in spec.query_sources if s in cand.watermark},
-            policy=str(conf.get("spark.sql.streaming.multipleWatermarkPolicy", cand.policy)),
-            allow_multiple=flag(ALLOW_MULTIPLE, True),
-            no_data_batches=flag(NO_DATA_BATCHES, True),
-        )
+    reason: str
+
+
+class WholeRunDeclined(ValueError):
+    """``path="whole_run"`` was asked of a run whose whole-run path declines."""
 
 
 @dataclass
@@ -257,18 +250,20 @@ class EngineResult:
     fates: pd.DataFrame
     watermarks: list[int] = field(default_factory=list)
     late_rows: int | None = None  # input rows dropped as late (``run(count_late=True)``)
+    path: str = "step"  # the path that ran: "step" or "whole_run"
+    path_reason: str = ""  # why that one (the whole-run path's decline reason, or its kernel)
 
 
-def plan_batches(schedule: Schedule, spec: BacktestSpec, candidate: str, operator: Operator
-                 ) -> list[BatchInput]:
+def plan_batches(schedule: Schedule, spec: BacktestSpec, candidate: str | ResolvedCandidate,
+                 operator: Operator) -> list[BatchInput]:
     """The micro-batches Spark runs for ``schedule``, in order, with their watermarks.
 
     The plan depends only on the schedule, the candidate's watermark configuration and the
     operator's ``wants_another_batch`` — which reads watermarks, never state (Spark 4.0's
     ``shouldRunAnotherBatch`` of every operator modelled here) — so it is known before any
-    operator runs, and an operator may process all batches at once (``Operator.run_all``).
+    operator runs, and an operator may process all batches at once (``Operator.whole_run``).
     """
-    cfg = EngineConfig.from_spec(spec, candidate)
+    cfg = resolved(spec, candidate)  # (the watermark delays, the policy, the Spark flags)
     sources = list(spec.query_sources)
     wm_sources = list(cfg.delays_ms)
     has_wm = bool(wm_sources)
@@ -319,292 +314,9 @@ def plan_batches(schedule: Schedule, spec: BacktestSpec, candidate: str, operato
     return plan
 
 
-def source_counts(plan: list[BatchInput], source: str) -> np.ndarray:
-    """How many rows of ``source`` every batch of ``plan`` holds. Invariant (asserted): the
-    plan's batches tile the source's rows in order, since every data tick runs a batch and a
-    tick's rows are contiguous; so a run's per-row arrays are the source's."""
-    lengths = np.array([len(b.event_us[source]) for b in plan], dtype=np.int64)
-    starts = np.array([b.offsets[source] for b in plan], dtype=np.int64)
-    filled = lengths > 0
-    assert np.array_equal(starts[filled], (np.cumsum(lengths) - lengths)[filled])
-    return lengths
-
-
-def batch_chunks(counts: np.ndarray, rows: int | None = None
-                 ) -> list[tuple[int, int, int, int]]:
-    """The run cut into chunks of whole batches ``(b0, b1, r0, r1)``: batches ``b0 .. b1 - 1``,
-    holding rows ``r0 .. r1 - 1`` (batch ``b`` holds ``counts[b]`` rows, in batch order),
-    each of about ``rows`` rows (default ``PART_CHUNK_ROWS``) or one larger batch, covering every
-    batch. A whole-run computation that goes chunk by chunk keeps each chunk's arrays in a
-    core's cache, where a pass over the whole run's arrays goes to memory and back for every
-    numpy call.
-
-    >>> batch_chunks(np.array([0, 5, 0, 4, 21, 1]), 10)
-    [(0, 4, 0, 9), (4, 5, 9, 30), (5, 6, 30, 31)]
-    """
-    rows = PART_CHUNK_ROWS if rows is None else rows
-    ends = np.cumsum(counts)
-    n_b = len(ends)
-    if not n_b:
-        return []
-    # a chunk ends before the first batch that ends past a multiple of ``rows``
-    cut = np.searchsorted(ends, np.arange(rows, int(ends[-1]), rows), side="right")
-    bounds = np.unique(np.r_[0, cut, n_b]).tolist()
-    starts = np.r_[0, ends].tolist()
-    return [(b0, b1, starts[b0], starts[b1]) for b0, b1 in zip(bounds[:-1], bounds[1:],
-                                                                strict=True)]
-
-
-def chunk_groups(chunks: list[tuple[int, int, int, int]]
-                 ) -> list[list[tuple[int, int, int, int]]]:
-    """:func:`batch_chunks` as :func:`~semantics.parallel.threads` groups of neighbouring
-    chunks holding about equal rows (one group when the run is small), for a chunk loop run
-    in threads, a group each (its chunks of about ``PART_CHUNK_ROWS`` rows).
-
-    >>> chunk_groups([(0, 4, 0, 9), (4, 5, 9, 30), (5, 6, 30, 31)])
-    [[(0, 4, 0, 9), (4, 5, 9, 30), (5, 6, 30, 31)]]
-    """
-    if not chunks:
-        return []
-    parts = row_parts(chunks[-1][3], 2 * PART_CHUNK_ROWS)
-    groups: list[list[tuple[int, int, int, int]]] = [[] for _ in parts]
-    g = 0
-    for c in chunks:  # (a chunk joins the group its first row is in)
-        while g + 1 < len(parts) and c[2] >= parts[g].stop:
-            g += 1
-        groups[g].append(c)
-    return [grp for grp in groups if grp]
-
-
-def source_rows(plan: list[BatchInput], source: str) -> tuple[np.ndarray, np.ndarray]:
-    """``(batch index, event time µs)`` of every row of ``source``, in schedule order — what an
-    operator's ``run_all`` needs (:func:`source_counts`)."""
-    lengths = source_counts(plan, source)
-    batch_of = np.repeat(np.arange(len(plan), dtype=np.int64), lengths)
-    event_us = np.concatenate([np.asarray(b.event_us[source], dtype=np.int64) for b in plan]
-                              ) if plan else np.array([], dtype=np.int64)
-    return batch_of, event_us
-
-
-def true_per_batch(mask: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """How many of each batch's elements of ``mask`` are True (batch ``b`` holds the next
-    ``counts[b]``): one ``count_nonzero`` per batch, no positions.
-
-    >>> true_per_batch(np.array([True, False, True, True]), np.array([2, 0, 2])).tolist()
-    [1, 0, 2]
-    >>> m = np.arange(10_000) % 3 == 0
-    >>> true_per_batch(m, np.array([9_000, 0, 1_000])).tolist()
-    [3000, 0, 334]
-    """
-    counts = np.asarray(counts, dtype=np.int64)
-    if len(counts) * SMALL_BATCH > len(mask):  # (small batches: one pass, not a call each)
-        out = np.zeros(len(counts), dtype=np.int64)
-        held = np.flatnonzero(counts)
-        if len(held):
-            out[held] = np.add.reduceat(mask, (np.cumsum(counts) - counts)[held],
-                                        dtype=np.int64)
-        return out
-    ends = np.cumsum(counts).tolist()
-    return np.array([np.count_nonzero(mask[a:b]) for a, b in zip([0, *ends[:-1]], ends,
-                                                                   strict=True)],
-                    dtype=np.int64)
-
-
-def watermarks_us(plan: list[BatchInput]) -> tuple[np.ndarray, np.ndarray] | None:
-    """``(late, eviction)`` watermark of every batch of ``plan`` in µs, what an operator's
-    ``run_all`` compares event times with; None when the query has no watermark (then no
-    batch has one). Both never go backwards.
-
-    >>> b = BatchInput(0, 0, True, {}, {}, 0, 5, {})
-    >>> [a.tolist() for a in watermarks_us([b, BatchInput(1, 1, True, {}, {}, 5, 9, {})])]
-    [[0, 5000], [5000, 9000]]
-    """
-    if not plan or plan[0].late_wm_ms is None:
-        return None
-    wms = np.array([(b.late_wm_ms, b.evict_wm_ms) for b in plan], dtype=np.int64) * 1000
-    return wms[:, 0], wms[:, 1]
-
-
-def late_rows(plan: list[BatchInput], counts: np.ndarray, t_us: np.ndarray) -> np.ndarray:
-    """Which rows of a whole run (batch ``b`` holds the next ``counts[b]`` rows of ``t_us``, as
-    from :func:`source_counts` and :func:`source_rows`; or a value compared in place of the
-    event time) are late: at or behind the late watermark of their batch (Spark's ``<=``, in
-    µs; each batch's watermark repeated over its rows, no gather per row); none without a
-    watermark. Chunk by chunk of batches (:func:`batch_chunks`: the repeated watermarks stay
-    in the cache), groups of chunks in threads."""
-    wms = watermarks_us(plan)
-    if wms is None:
-        return np.zeros(len(t_us), dtype=bool)
-    assert int(np.sum(counts)) == len(t_us), "the batches must tile the rows"
-    out = np.empty(len(t_us), dtype=bool)
-
-    def fill(group: list[tuple[int, int, int, int]]) -> None:
-        for b0, b1, r0, r1 in group:
-            np.less_equal(t_us[r0:r1], np.repeat(wms[0][b0:b1], counts[b0:b1]),
-                          out=out[r0:r1])
-
-    map_parts(fill, chunk_groups(batch_chunks(counts)))
-    return out
-
-
-def leaving_batch(values_us: np.ndarray, thresholds_us: np.ndarray | None, n_b: int,
-                  arrived: np.ndarray | None = None, search: ThresholdSearch | None = None
-                  ) -> np.ndarray:
-    """The batch each state entry leaves in: the first batch (from ``arrived``, its own, on)
-    whose threshold reaches its value (``value <= threshold``); ``n_b`` when none does or
-    there are no thresholds. Thresholds follow the watermark, so they never go backwards and
-    this is a binary search (``search``: a :class:`ThresholdSearch` of ``thresholds_us``
-    built once by a caller that searches part after part).
-
-    >>> leaving_batch(np.array([3, 10, 99]), np.array([5, 10]), 2, np.array([1, 0, 0])).tolist()
-    [1, 1, 2]
-    """
-    if thresholds_us is None:
-        return np.full(len(values_us), n_b, dtype=np.int64)
-    if search is None:
-        search = ThresholdSearch(np.asarray(thresholds_us, dtype=np.int64))
-    if len(values_us) > SEARCH_PART:  # parts in threads
-        first = np.concatenate(map_parts(
-            search, np.array_split(values_us, -(-len(values_us) // SEARCH_PART))))
-    else:
-        first = search(values_us)
-    if arrived is not None:
-        np.maximum(first, arrived, out=first)
-    return first
-
-
-def leaving_counts(values_us: np.ndarray, thresholds_us: np.ndarray, first: int,
-                   out: np.ndarray, search: ThresholdSearch | None = None,
-                   most: int = 16) -> None:
-    """Add to ``out[b]`` how many of ``values_us`` leave in batch ``b`` (:func:`leaving_batch`:
-    the first batch whose threshold reaches the value; ``len(thresholds_us)``: never), for
-    values that no batch before ``first`` reaches. Values of a few neighbouring batches meet
-    a few thresholds: each is counted by one comparison of all values (a pass in the cache,
-    over 32-bit offsets when the values span less than 2**32 µs), cheaper than a search per
-    value; past ``most`` thresholds, by ``search`` (a
-    :class:`ThresholdSearch` of ``thresholds_us``).
-
-    >>> out = np.zeros(4, dtype=np.int64)
-    >>> leaving_counts(np.array([6, 7, 12, 99]), np.array([5, 7, 10]), 1, out)
-    >>> out.tolist()
-    [0, 2, 0, 2]
-    >>> leaving_counts(np.array([6, 7, 12, 99]), np.array([5, 7, 10]), 1, out, most=0)
-    >>> out.tolist()  # (by the search)
-    [0, 4, 0, 4]
-    """
-    if not len(values_us):
-        return
-    top = int(values_us.max())
-    last = int(np.searchsorted(thresholds_us, top, side="left"))
-    if last - first > most:
-        if search is None:
-            search = ThresholdSearch(thresholds_us, min_values=0)
-        out += np.bincount(search(values_us), minlength=len(out))
-        return
-    thr = thresholds_us[first:last]
-    # (no value is at or below the threshold before ``first``)
-    low = int(thresholds_us[first - 1]) + 1 if first else int(values_us.min())
-    if len(thr) > 2 and top - low < 1 << 32:
-        # as 32-bit offsets from ``low``: each comparison reads half the bytes (the thresholds
-        # searched lie below the largest value; the truncated difference is the difference)
-        values_us = values_us.astype(np.uint32)
-        values_us -= np.uint32(low % (1 << 32))
-        thr = thr - low
-    below = 0
-    for b, x in enumerate(thr.tolist(), first):
-        reached = int(np.count_nonzero(values_us <= x)) if x >= 0 else 0
-        out[b] += reached - below
-        below = reached
-    out[last] += len(values_us) - below
-
-
-class ThresholdSearch:
-    """``np.searchsorted(thresholds, values, side="left")`` for a few sorted thresholds (a
-    run's watermarks) and many values, through a table of cells: the range below the last
-    threshold is cut into at most ``2**cell_bits`` cells of ``2**shift`` values, each about a
-    64th of the median gap between distinct thresholds or less, or wider when such cells
-    would not reach back over the thresholds (about four median gaps a threshold; a first
-    watermark of 0 before epoch times stays below the table); a cell holding no threshold
-    has one answer for all its values, read from the table, and the values in cells that hold
-    a threshold, or below the table's range past a threshold, are searched. Same result as
-    the binary search (values above the last threshold are clipped to one past it and values
-    below the table to its first cell, whose answer is then checked), without its
-    unpredictable branches.
-
-    >>> s = ThresholdSearch(np.array([5, 10, 10, 40]), cell_bits=2, min_values=0)
-    >>> s(np.array([-2**63, 4, 5, 6, 10, 11, 40, 41, 2**63 - 1])).tolist()
-    [0, 0, 0, 1, 1, 3, 3, 4, 4]
-    """
-
-    def __init__(self, thresholds: np.ndarray, cell_bits: int = 14,
-                 min_values: int = 1 << 16) -> None:
-        """``cell_bits``: cells of the table, at most (2**14: a table of 128 KiB, which stays
-        cached); ``min_values``: fewer values are searched without the table."""
-        self.thr = thresholds
-        self.min_values = min_values
-        self.table: tuple[int, int, int, np.ndarray, np.ndarray] | None = None
-        if not len(thresholds):
-            return
-        i64 = np.iinfo(np.int64)
-        lo, hi = int(thresholds[0]), int(thresholds[-1])
-        gaps = np.diff(thresholds)  # between distinct thresholds (they never go backwards)
-        gaps = gaps[gaps != 0]
-        shift, span = 0, hi - lo + 2
-        if len(gaps):
-            median = int(np.median(gaps))
-            shift = max(0, median.bit_length() - 7)
-            # wider cells when that many would not cover the thresholds (a long run: 500
-            # watermarks), else the values below the table would all be searched; but not
-            # for outliers (a first watermark of 0 before epoch times stays below the table)
-            bound = hi - 4 * abs(median) * len(gaps)
-            if bound > lo:
-                span = hi - int(thresholds[np.searchsorted(thresholds, bound)]) + 2
-        shift = max(shift, (span >> cell_bits).bit_length())
-        cells = min(1 << cell_bits, ((hi - lo + 2) >> shift) + 1)
-        low = hi + 2 - (cells << shift)  # cells: low .. hi + 1 (clipped to it), width 2**shift
-        if low <= i64.min or hi + 1 >= i64.max:  # (no room to clip)
-            return
-        starts = low + (np.arange(cells, dtype=np.int64) << shift)
-        first = np.searchsorted(thresholds, starts, side="left")  # answer of each cell's ...
-        last = np.searchsorted(thresholds, starts + ((1 << shift) - 1), side="left")  # ... ends
-        mixed = first != last
-        mixed[0] |= first[0] > 0  # values clipped up to cell 0 may have smaller answers
-        self.table = (low, hi + 1, shift, first, mixed)
-
-    @classmethod
-    def for_parts(cls, thresholds: np.ndarray) -> ThresholdSearch:
-        """A search built once and called by many parts of a run (key ranges, chunks of
-        batches): every part searches through the table however few values it holds (its
-        cost is paid once; a part's binary search costs several times more a value, and the
-        parts of skewed keys or small batches can be small). Its table has
-        ``2**PART_SEARCH_CELL_BITS`` cells (2**16: 512 KiB, still cached): built once, the
-        finer cells leave fewer values to search (a key range of a large join searches about
-        half as many of its values as with the coarser default; docs/benchmarks-archive.md,
-        the thirty-second pass).
-
-        >>> ThresholdSearch.for_parts(np.array([5, 10])).min_values
-        0
-        """
-        return cls(thresholds, cell_bits=PART_SEARCH_CELL_BITS, min_values=0)
-
-    def __call__(self, values: np.ndarray) -> np.ndarray:
-        values = np.asarray(values, dtype=np.int64)
-        if self.table is None or len(values) < self.min_values:
-            return np.searchsorted(self.thr, values, side="left")
-        low, top, shift, answer, mixed = self.table
-        cell = np.clip(values, low, top)
-        np.subtract(cell, low, out=cell)
-        np.right_shift(cell, shift, out=cell)
-        out = answer[cell]
-        search = np.flatnonzero(mixed[cell])
-        if len(search):
-            out[search] = np.searchsorted(self.thr, values[search], side="left")
-        return out
-
-
 @dataclass(frozen=True)
 class RunSteps:
-    """Every batch's step of a whole run, column by column: what ``run_all`` returns
+    """Every batch's step of a whole run, column by column: what ``whole_run`` returns
     (:func:`steps_of`). Thousands of small batches would make thousands of
     :class:`OperatorStep` objects and report rows, most of a prediction's time; the engine
     reads these columns at once. Iterating or indexing gives the batches' :class:`OperatorStep`."""
@@ -615,6 +327,7 @@ class RunSteps:
     removed: np.ndarray
     keys: np.ndarray | None
     outputs: list[Deferred]
+    by: str = ""  # what computed them (the kernel), for ``info["path_reason"]``
 
     def __len__(self) -> int:
         return len(self.outputs)
@@ -636,9 +349,9 @@ class RunSteps:
 
 
 def steps_of(dropped: np.ndarray, state_rows: np.ndarray, updated: np.ndarray,
-             removed: np.ndarray, outputs: list[Deferred], keys: np.ndarray | None = None
-             ) -> RunSteps:
-    """Every batch's step from per-batch counts and outputs (what ``run_all`` returns).
+             removed: np.ndarray, outputs: list[Deferred], keys: np.ndarray | None = None,
+             by: str = "") -> RunSteps:
+    """Every batch's step from per-batch counts and outputs (what ``whole_run`` returns).
 
     >>> z = np.zeros(2, dtype=np.int64)
     >>> steps = steps_of(z, np.array([3, 1]), z, np.array([0, 2]), [Deferred(None, 0)] * 2)
@@ -650,22 +363,40 @@ def steps_of(dropped: np.ndarray, state_rows: np.ndarray, updated: np.ndarray,
 
     assert all(len(c) == len(outputs) for c in (dropped, state_rows, updated, removed))
     return RunSteps(col(dropped), col(state_rows), col(updated), col(removed),
-                    None if keys is None else col(keys), outputs)
+                    None if keys is None else col(keys), outputs, by)
 
 
-def run(schedule: Schedule, spec: BacktestSpec, candidate: str, operator: Operator,
-        output_columns: list[str], count_late: bool = False) -> EngineResult:
+def run(schedule: Schedule, spec: BacktestSpec, candidate: str | ResolvedCandidate,
+        operator: Operator,
+        output_columns: list[str], count_late: bool = False, path: Path = "auto"
+        ) -> EngineResult:
     """Drive ``operator`` through ``schedule`` exactly as Spark's MicroBatchExecution would
-    (``count_late``: also count the input rows dropped as late, ``late_rows``)."""
+    (``count_late``: also count the input rows dropped as late, ``late_rows``).
+
+    ``path``: "auto" runs the operator's whole-run path unless it declines, then steps;
+    "step" steps; "whole_run" runs the whole-run path and raises :class:`WholeRunDeclined`
+    (with the reason) when it declines. ``EngineResult.path`` and ``path_reason`` say which
+    ran and why."""
+    if path not in PATHS:
+        raise ValueError(f"path must be one of {', '.join(PATHS)}, not {path!r}")
     plan = plan_batches(schedule, spec, candidate, operator)
-    run_all = getattr(operator, "run_all", None)
-    steps = run_all(plan) if run_all is not None else None
-    if steps is None:
+    steps: RunSteps | list[OperatorStep]
+    if path == "step":
+        got: RunSteps | Declined = Declined("path='step' asked for stepping")
+    else:
+        got = operator.whole_run(plan, forced=path == "whole_run")
+    if isinstance(got, Declined):
+        if path == "whole_run":
+            raise WholeRunDeclined(f"the whole-run path of {operator.name} declines this "
+                                   f"run: {got.reason}")
+        ran, reason = "step", got.reason
         state = operator.initial_state()
         steps = []
         for batch in plan:
             state, step = operator.step(state, batch)
             steps.append(step)
+    else:
+        ran, reason, steps = "whole_run", got.by or "the whole-run path applies", got
     outputs: list[Deferred] = []  # non-empty step outputs, batch ids in ``out_ids``
     out_ids: list[int] = []
     fates: list[pd.DataFrame] = []
@@ -701,7 +432,8 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str, operator: Operat
                else pd.DataFrame(columns=[ROW_ID, "fate", "detail", "batch_id"]))
     report = _report(plan, operator.name, counts, sizes, state_bytes, state_keys)
     return EngineResult(report, out_df, fate_df,
-                        late_rows=operator.late_input_rows(plan) if count_late else None)
+                        late_rows=operator.late_input_rows(plan) if count_late else None,
+                        path=ran, path_reason=reason)
 
 
 def _report(plan: list[BatchInput], operator: str, counts: dict[str, Any], sizes: list[int],

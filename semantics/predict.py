@@ -24,6 +24,7 @@ import pandas as pd
 
 from semantics import engine, state_bytes
 from semantics.column_names import output_names
+from semantics.config import resolve
 from semantics.operators import fates as F
 from semantics.operators import make_operator
 from semantics.report import RunResult, output_columns, report_columns
@@ -75,16 +76,20 @@ def _rendered(raw: pd.DataFrame) -> pd.DataFrame:
 
 def predict(schedule: Schedule, spec: BacktestSpec, candidate: str, *,
             explain: bool = True, columns: Collection[str] | None = None,
-            count_late: bool = False) -> Prediction:
+            count_late: bool = False, path: engine.Path = "auto") -> Prediction:
     """Predict Spark's batches, emitted rows and row fates for ``candidate`` on ``schedule``.
 
     ``explain=False`` skips collecting fate rows altogether; ``columns`` builds only these
     output columns (plus ``batch_id``; e.g. the reference times a sweep reads), not all;
     ``count_late`` counts the input rows dropped as late (``info["late_rows"]``) without
-    explain too."""
+    explain too. ``path`` picks how the operator computes the run (:func:`semantics.engine.run`:
+    "auto", "step" or "whole_run", which raises :class:`semantics.engine.WholeRunDeclined`
+    when the whole-run path declines); ``info["path"]`` says which ran and
+    ``info["path_reason"]`` why (docs/architecture.md)."""
     if candidate not in spec.candidates:
         raise KeyError(f"no candidate {candidate!r} (candidates: {', '.join(spec.candidates)})")
-    op = make_operator(spec, candidate, schedule, explain=explain)
+    config = resolve(spec, candidate)  # (once: the engine and the operator read it)
+    op = make_operator(spec, config, schedule, explain=explain)
     cols = output_columns(spec, dict(schedule.data_columns))
     if columns is not None:
         unknown = sorted(set(columns) - set(cols) - {"batch_id"})
@@ -94,8 +99,8 @@ def predict(schedule: Schedule, spec: BacktestSpec, candidate: str, *,
     # the operators name a group key as the table spells it, Spark as the spec writes it
     written = output_names(spec)
     read_as = {w: k for k, w in written.items()}
-    res = engine.run(schedule, spec, candidate, op, [read_as.get(c, c) for c in cols],
-                     count_late and not explain)
+    res = engine.run(schedule, spec, config, op, [read_as.get(c, c) for c in cols],
+                     count_late and not explain, path=path)
     batches = res.batches.reindex(columns=report_columns(spec))
     if batches["state_bytes"].isna().all() and len(batches):
         batches["state_bytes"] = state_bytes.estimate(spec, candidate, schedule, res.batches)
@@ -106,7 +111,8 @@ def predict(schedule: Schedule, spec: BacktestSpec, candidate: str, *,
     if not (isinstance(outputs.index, pd.RangeIndex) and outputs.index.start == 0
             and outputs.index.step == 1):
         outputs = outputs.reset_index(drop=True)
-    info: dict[str, object] = {"operator": op.name,
+    info: dict[str, object] = {"operator": op.name, "path": res.path,
+                               "path_reason": res.path_reason,
                                **({"fates": summary} if explain else {}),
                                "never_evicted": never_evicted(spec, candidate)}
     if explain:  # input rows dropped as late (in at least one of their windows)

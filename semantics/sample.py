@@ -1,4 +1,4 @@
-"""A key-hash sample of a schedule plus carrier rows (docs/semantics.md §10), and the carrier
+"""A key-hash sample of a schedule plus carrier rows (docs/semantics.md §11), and the carrier
 rows' contribution taken out of a run's figures. Pure: no Spark.
 
 A sampled replay runs in Spark only the rows whose stateful key falls in the sample, so it

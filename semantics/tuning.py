@@ -72,13 +72,13 @@ AT_ONCE_ROWS_PER_KEY = 4
 # pairs a range of keys sorts at once, at most, else the run steps (twenty-ninth pass)
 PAIRS_AT_ONCE = 1 << 24
 
-# --- sessions at once (operators/session_all.py) ---
+# --- sessions at once (whole_run/session.py) ---
 # rows of a key range, at least, when ranges are made smaller to pack (twenty-eighth pass)
 MIN_RANGE = 1 << 15
 # of a key range's rows left to stepping, at most, else the whole run steps (twelfth pass)
 STEPPED_AT_MOST = 0.5
 
-# --- joins at once (operators/join_all.py, operators/join_band.py) ---
+# --- joins at once (whole_run/join.py, whole_run/join_band.py) ---
 # candidate pairs per admitted row, at most, before the run steps (thirteenth pass)
 PAIRS_PER_ROW = 16
 # candidate pairs allowed in any case (16 bytes a pair; thirteenth pass)
@@ -88,7 +88,7 @@ STEPS = 4
 # neighbours band_pairs reads of a row in each direction, at most (twenty-fourth pass)
 STEPS_MAX = 32
 
-# --- deduplication by one sort by event time (operators/time_sorted.py; thirtieth pass) ---
+# --- deduplication by one sort by event time (whole_run/time_sorted.py; thirtieth pass) ---
 # rows whose event times tell whether rows share them
 TIME_SAMPLE = 1 << 12
 # of the sampled event times repeating another, past which rows get hashes

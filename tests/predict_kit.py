@@ -111,27 +111,37 @@ def out_rows(result: Prediction, batch_id: int | None = None, cols: Sequence[str
     return sorted(out, key=repr)
 
 
-def run_all_of(spec: BacktestSpec, sched: Schedule, explain: bool = False
-               ) -> list[engine.OperatorStep] | None:
-    """What the operator's ``run_all`` returns for candidate ``c`` (None: it steps)."""
+def whole_run_of(spec: BacktestSpec, sched: Schedule, explain: bool = False,
+                 forced: bool = False) -> engine.RunSteps | engine.Declined:
+    """What the operator's ``whole_run`` returns for candidate ``c`` (``Declined``: it steps;
+    ``forced``: as ``path="whole_run"`` asks, declining only where it cannot compute it)."""
     op = make_operator(spec, "c", sched, explain=explain)
-    return op.run_all(engine.plan_batches(sched, spec, "c", op))
+    return op.whole_run(engine.plan_batches(sched, spec, "c", op), forced=forced)
+
+
+def declines(spec: BacktestSpec, sched: Schedule, explain: bool = False,
+             forced: bool = False) -> str | None:
+    """Why the whole-run path declines candidate ``c`` (None: it runs)."""
+    got = whole_run_of(spec, sched, explain, forced)
+    return got.reason if isinstance(got, engine.Declined) else None
 
 
 def at_once_vs_stepped(spec: BacktestSpec, sched: Schedule, ordered: bool = True,
                        exact: bool = False) -> bool:
-    """Whether the operator's ``run_all`` (all batches at once, without explain) engages on
-    ``spec``; when it does, the batch report and the emitted rows must equal stepping's (row
-    for row; ``ordered=False``: as multisets, for operators whose order within a batch is
-    Spark's partitions' and not modelled; ``exact``: floats to the last bit, not within
-    pandas' default tolerance)."""
+    """Whether the operator's whole-run path (all batches at once, without explain) can run
+    ``spec`` (``path="whole_run"``: also where stepping would be faster); when it can, the
+    batch report and the emitted rows must equal stepping's (``path="step"``; row for row;
+    ``ordered=False``: as multisets, for operators whose order within a batch is Spark's
+    partitions' and not modelled; ``exact``: floats to the last bit, not within pandas'
+    default tolerance)."""
     cols = output_columns(spec, dict(sched.data_columns))
-    if run_all_of(spec, sched) is None:
+    if declines(spec, sched, forced=True) is not None:
         return False
-    stepped = make_operator(spec, "c", sched, explain=False)
-    stepped.run_all = lambda _plan: None  # type: ignore[method-assign]
-    want = engine.run(sched, spec, "c", stepped, cols)
-    got = engine.run(sched, spec, "c", make_operator(spec, "c", sched, explain=False), cols)
+    want = engine.run(sched, spec, "c", make_operator(spec, "c", sched, explain=False), cols,
+                      path="step")
+    got = engine.run(sched, spec, "c", make_operator(spec, "c", sched, explain=False), cols,
+                     path="whole_run")
+    assert (want.path, got.path) == ("step", "whole_run")
     pd.testing.assert_frame_equal(got.batches, want.batches)
     if ordered:
         pd.testing.assert_frame_equal(got.outputs, want.outputs, check_exact=exact)

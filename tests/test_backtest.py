@@ -157,6 +157,10 @@ def test_cli_predict_json_and_exit_codes(tmp_path: Path, capsys) -> None:
     info = c["predicted"].pop("info")
     assert "fates" not in info and "fates" in explained["info"]
     assert info["late_rows"] == explained["info"]["late_rows"] == 3
+    # the route each took, and why (docs/architecture.md): stepping with fates
+    assert (info["path"], info["path_reason"]) == ("whole_run", "tumbling_at_once")
+    assert (explained["info"]["path"], explained["info"]["path_reason"]) == \
+        ("step", "explain asked for fates")
     assert c["predicted"] == {k: v for k, v in explained.items() if k != "info"}
     bad = tmp_path / "bad.yaml"
     bad.write_text(path.read_text().replace('"keys"', '"kees"'))

@@ -19,7 +19,7 @@ from semantics.operators import aggfuncs
 from semantics.operators.aggfuncs import DecimalRangeError, decimal_results, limb_count
 from semantics.operators.aggregation import AggregationOperator
 from semantics.predict import predict
-from tests.predict_kit import run_all_of, schedule_of, spec_of
+from tests.predict_kit import declines, schedule_of, spec_of
 
 
 def limbs_of(values: list[int], n: int) -> tuple[np.ndarray, ...]:
@@ -200,7 +200,7 @@ def test_decimal_sums_and_averages_are_exact(p: int, s: int, shape: str, explain
     if shape.startswith("sliding"):  # the grid path (several windows per row) was taken
         assert on_grid and all(on_grid)
     if shape == "session append" and not explain:  # sessions at once
-        assert run_all_of(spec, sched) is not None
+        assert declines(spec, sched) is None
 
 
 SUM = {"s": "sum(x)"}

@@ -74,8 +74,8 @@ def check_aggregation(spark, tmp, pace, data, window, replay, delay, mode, aggre
 def test_aggregation(spark, tmp_path_factory, pace, data, window, replay, delay, mode,
                      at_once) -> None:
     # without explain, tumbling windows in append and update mode compute every batch at
-    # once (operators/tumbling_all.py); at_once: sliding windows too, whatever the rows per
-    # batch (operators/aggregation_all.py; else only for batches of few rows per key)
+    # once (whole_run/tumbling.py); at_once: sliding windows too, whatever the rows per
+    # batch (whole_run/aggregation.py; else only for batches of few rows per key)
     from semantics.operators import aggregation
 
     with pytest.MonkeyPatch.context() as mp:

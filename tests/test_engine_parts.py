@@ -1,5 +1,5 @@
 """Whole-run passes of the engine done part by part in threads (parallel.row_parts,
-engine.chunk_groups) give what one pass gives."""
+kernels.chunk_groups) give what one pass gives."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import pytest
 
 from semantics import engine
 from semantics.engine import BatchInput
+from semantics.whole_run import kernels
 
 
 @pytest.mark.parametrize("threads", ["1", "2", "3"])
@@ -39,20 +40,20 @@ def test_tick_maxima_in_ranges_of_ticks(threads: str, monkeypatch: pytest.Monkey
 @pytest.mark.parametrize("threads", ["1", "2", "3"])
 def test_late_rows_by_groups_of_chunks(threads: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # late_rows compares rows with their batch's late watermark chunk by chunk, groups of
-    # chunks in threads (engine.chunk_groups): every row against its own batch's watermark
+    # chunks in threads (kernels.chunk_groups): every row against its own batch's watermark
     monkeypatch.setenv("WMBT_THREADS", threads)
-    monkeypatch.setattr(engine, "PART_CHUNK_ROWS", 50)
+    monkeypatch.setattr(kernels, "PART_CHUNK_ROWS", 50)
     r = np.random.default_rng(5)
     counts = r.integers(0, 120, 40)
     counts[[3, 17]] = 0
     t = r.integers(0, 1000, int(counts.sum()))
     wm = np.sort(r.integers(0, 1000, len(counts)))
     plan = [BatchInput(b, b, True, {}, {}, int(w), int(w), {}) for b, w in enumerate(wm)]
-    got = engine.late_rows(plan, counts, t * 1000)  # (watermarks in ms, times in µs)
+    got = kernels.late_rows(plan, counts, t * 1000)  # (watermarks in ms, times in µs)
     assert np.array_equal(got, t * 1000 <= np.repeat(wm * 1000, counts))
     assert got.any() and not got.all()
-    chunks = engine.batch_chunks(counts, engine.PART_CHUNK_ROWS)
-    groups = engine.chunk_groups(chunks)  # (neighbouring chunks, one group a thread)
+    chunks = kernels.batch_chunks(counts, kernels.PART_CHUNK_ROWS)
+    groups = kernels.chunk_groups(chunks)  # (neighbouring chunks, one group a thread)
     assert len(groups) == int(threads) and [c for g in groups for c in g] == chunks
 
 

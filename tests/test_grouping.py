@@ -97,7 +97,7 @@ def test_merge_positions_place_both_sides_as_a_stable_merge(seed: int) -> None:
                           (8, grouping.SPLIT_SORT, grouping.WORDS_PART), (8, 5, 7)])
 def test_first_occurrences_against_a_dict(part: int, split: int, words: int,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    # dedup's accepted rows (dedup.run_all): a row is kept iff its id occurs at no position
+    # dedup's accepted rows (dedup.whole_run): a row is kept iff its id occurs at no position
     # before it; every other row is paired with the first row of its id (hashed ids are
     # checked on those pairs). Few, some and many distinct ids, negative and 62-bit ids; with
     # part = 8 the ids are hashed by parts (grouping.HASH_PART), or sorted as packed words

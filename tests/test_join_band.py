@@ -1,4 +1,4 @@
-"""The band search of the join (operators/join_band.py): for every query row, the searched rows
+"""The band search of the join (whole_run/join_band.py): for every query row, the searched rows
 with its key code and a time within the band, against a plain double loop; exact words and
 coarsened ones (forced by a narrow word), inclusive, strict and open bounds."""
 
@@ -7,8 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from semantics.operators import join_all, join_band
-from semantics.operators.join_band import band_slices
+from semantics.whole_run import join as join_all
+from semantics.whole_run import join_band
+from semantics.whole_run.join_band import band_slices
 from tests.predict_kit import at_once_vs_stepped
 from tests.test_predict_join import join_run
 from tests.test_predict_join_store import _random_join

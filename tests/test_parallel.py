@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from semantics import parallel
-from semantics.operators import join_all, session_all
+from semantics.whole_run import join as join_all
+from semantics.whole_run import session as session_all
 from tests.predict_kit import schedule_of, spec_of
 from tests.test_predict_join import join_run
 from tests.test_predict_join_store import _random_join

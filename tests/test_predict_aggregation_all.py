@@ -1,4 +1,4 @@
-"""Windowed aggregations computed for all batches at once (operators/aggregation_all.py, the
+"""Windowed aggregations computed for all batches at once (whole_run/aggregation.py, the
 path of append and update mode without explain) against stepping batch by batch: the same batch
 report and the same emitted rows, row for row, floats to the last bit (no Spark; Spark itself
 checks both in test_differential)."""
@@ -11,18 +11,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from semantics.operators import aggregation, aggregation_all, grouping
-from semantics.operators.aggregation_all import aggregate_at_once
-from tests.predict_kit import at_once_vs_stepped, run_all_of, schedule_of, spec_of
+from semantics.operators import aggregation, grouping
+from semantics.whole_run import aggregation as aggregation_all
+from semantics.whole_run.aggregation import aggregate_at_once
+from tests.predict_kit import at_once_vs_stepped, declines, schedule_of, spec_of
 
 SOAK = bool(os.environ.get("WMBT_SOAK"))
-
-
-@pytest.fixture
-def always_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Engage the whole-run path whatever the rows per batch (small test streams have many
-    rows per key and batch, where it would leave the run to stepping)."""
-    monkeypatch.setattr(aggregation, "AT_ONCE_ROWS_PER_KEY", 1 << 40)
 
 
 def _random_windows(seed: int) -> tuple[dict, list[pd.DataFrame], str, str]:
@@ -67,7 +61,7 @@ def _random_windows(seed: int) -> tuple[dict, list[pd.DataFrame], str, str]:
 
 
 @pytest.mark.parametrize("union", [False, True])
-def test_at_once_equals_stepping_on_random_streams(union: bool, always_at_once: None,
+def test_at_once_equals_stepping_on_random_streams(union: bool,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     # rule (aggregation_all module docstring): a group is created by its first pair that is
     # not late, holds all its pairs when it leaves (eviction watermark reaches its window
@@ -94,7 +88,6 @@ def test_at_once_equals_stepping_on_random_streams(union: bool, always_at_once: 
 @pytest.mark.parametrize(("chunk", "packed"), [(aggregation_all.CHUNK, True), (97, True),
                                                (aggregation_all.CHUNK, False)])
 def test_sorted_pairs_equal_stepping_on_random_streams(chunk: int, packed: bool,
-                                                       always_at_once: None,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     # the same rule computed from the pairs sorted by group (_sorted_part: what a range of
     # keys takes when its grid of keys x windows would be mostly empty) for every range of
@@ -144,7 +137,7 @@ def test_a_long_tail_of_keys_in_sliding_windows_is_computed_at_once(
                         lambda *a, **kw: sorted_parts.append(len(a[0].b)) or real(*a, **kw))
     assert at_once_vs_stepped(spec, sched, exact=True) and sorted_parts
     monkeypatch.setattr(aggregation_all, "PAIRS_AT_ONCE", 100)
-    assert run_all_of(spec, sched) is None
+    assert "PAIRS_AT_ONCE" in str(declines(spec, sched))
 
 
 def test_sorted_pairs_of_cells_that_fill_the_word(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -165,7 +158,7 @@ def test_sorted_pairs_of_cells_that_fill_the_word(monkeypatch: pytest.MonkeyPatc
 
 
 @pytest.mark.parametrize("chunk", [aggregation_all.CHUNK, 97])
-def test_key_ranges_are_put_together_in_id_order(chunk: int, always_at_once: None,
+def test_key_ranges_are_put_together_in_id_order(chunk: int,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     # the same rule with the rows split by ranges of keys of about 97 rows each (computed one
     # by one, in threads) and put back together: emitted rows in batch, window, key order; one
@@ -193,8 +186,7 @@ def test_key_ranges_are_put_together_in_id_order(chunk: int, always_at_once: Non
         assert not splits
 
 
-def test_large_batches_and_complete_mode_are_left_to_stepping(monkeypatch: pytest.MonkeyPatch
-                                                              ) -> None:
+def test_large_batches_and_complete_mode_are_left_to_stepping() -> None:
     # batches of many rows per key step faster; complete mode (no late filter, no eviction)
     # steps; a float sum at once adds each batch's partial sum to the state's, in batch
     # order, as stepping (and Spark) do; update mode emits each batch's groups
@@ -204,12 +196,12 @@ def test_large_batches_and_complete_mode_are_left_to_stepping(monkeypatch: pytes
     batches = [[{"k": i % 2, "ts": 10 * b + i / 2, "x": 0.1 * i} for i in range(20)]
                for b in range(5)]
     spec, sched = spec_of(query), schedule_of(batches)
-    assert run_all_of(spec, sched) is None  # 20 rows a batch, 2 keys: 10 per key
-    monkeypatch.setattr(aggregation, "AT_ONCE_ROWS_PER_KEY", 12)
-    assert at_once_vs_stepped(spec, sched)
+    # 20 rows a batch, 2 keys: 10 per key
+    assert "AT_ONCE_ROWS_PER_KEY" in str(declines(spec, sched))
+    assert at_once_vs_stepped(spec, sched)  # (forced: path="whole_run")
     floated = dict(query, aggregates={"n": "count(*)", "s": "sum(x)", "hi": "max(x)"})
     assert at_once_vs_stepped(spec_of(floated), sched)
-    assert run_all_of(spec_of(dict(query, output_mode="complete")), sched) is None
+    assert declines(spec_of(dict(query, output_mode="complete")), sched) == "complete mode"
     assert at_once_vs_stepped(spec_of(dict(query, output_mode="update")), sched)
 
 

@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from semantics import engine
-from semantics.operators import dedup, grouping, time_sorted
+from semantics.operators import dedup, grouping
 from semantics.predict import predict
+from semantics.whole_run import kernels, time_sorted
 from tests.predict_kit import (
     NEG_NAN,
     at_once_vs_stepped,
@@ -187,21 +187,21 @@ def _random_case(rng: np.random.Generator, query: dict, watermarks: list[str | N
     return spec, schedule_of(frames, pace), any(batches)
 
 
-@pytest.mark.parametrize(("hash_part", "chunk"), [(grouping.HASH_PART, engine.PART_CHUNK_ROWS),
-                                                   (8, engine.PART_CHUNK_ROWS), (8, 3)])
+@pytest.mark.parametrize(("hash_part", "chunk"), [(grouping.HASH_PART, kernels.PART_CHUNK_ROWS),
+                                                   (8, kernels.PART_CHUNK_ROWS), (8, 3)])
 def test_all_batches_at_once_equals_stepping(hash_part: int, chunk: int,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    # rule (dedup.run_all): for dropDuplicates a key is accepted at most once (after eviction
+    # rule (dedup.whole_run): for dropDuplicates a key is accepted at most once (after eviction
     # every repeat is late), so computing all batches at once — the path without explain —
     # gives the stepped answer. Random out-of-order streams, both paces, keys with and without
     # the event time (exact and hashed key ids), with and without a watermark, allowMultiple on
     # and off. With hash_part = 8 the first occurrences are found by a sort
     # (grouping._later_by_sort); with chunk = 3 the accepted rows, late rows and evictions
-    # are counted in chunks of a batch or two (engine.batch_chunks, PART_CHUNK_ROWS).
+    # are counted in chunks of a batch or two (kernels.batch_chunks, PART_CHUNK_ROWS).
     # With two threads, runs of two chunks or more go in two groups of chunks
-    # (engine.chunk_groups), each thread counting its own evictions.
+    # (kernels.chunk_groups), each thread counting its own evictions.
     monkeypatch.setattr(grouping, "HASH_PART", hash_part)
-    monkeypatch.setattr(engine, "PART_CHUNK_ROWS", chunk)
+    monkeypatch.setattr(kernels, "PART_CHUNK_ROWS", chunk)
     monkeypatch.setenv("WMBT_THREADS", "2")
     rng = np.random.default_rng(7)
     engaged = 0
@@ -243,7 +243,7 @@ def test_within_watermark_table_equals_stepping() -> None:
                           (0.0, 1.0, True)])
 def test_keys_with_the_event_time_by_one_sort_by_time_equal_stepping(
         shared: float, most: float, collide: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    # rule (dedup.run_all, time_sorted): two occurrences of a key holding the event-time column
+    # rule (dedup.whole_run, time_sorted): two occurrences of a key holding the event-time column
     # share their event time, so in the rows sorted by (event time, hash of the other key
     # columns, position) they are neighbours, the first one first; rows of one event time but
     # different keys are resolved exactly (by their integer key values, or for a string key by
@@ -262,11 +262,12 @@ def test_keys_with_the_event_time_by_one_sort_by_time_equal_stepping(
     monkeypatch.setattr(time_sorted, "MOST_RESOLVED", most)
     monkeypatch.setenv("WMBT_THREADS", "2")
     monkeypatch.setattr(time_sorted, "WORDS_PART", 4)  # (words built and marked in parts)
-    calls = {"run_all": 0, "leaving": 0}  # (every run_all by time ends in ``leaving``)
-    for cls, fn in ((dedup.DedupOperator, "run_all"), (time_sorted.TimeSorted, "leaving")):
-        def spy(*args: object, _f: object = getattr(cls, fn), _n: str = fn) -> object:
+    calls = {"whole_run": 0, "leaving": 0}  # (every whole run by time ends in ``leaving``)
+    for cls, fn in ((dedup.DedupOperator, "whole_run"), (time_sorted.TimeSorted, "leaving")):
+        def spy(*args: object, _f: object = getattr(cls, fn), _n: str = fn,
+                **kw: object) -> object:
             calls[_n] += 1
-            return _f(*args)  # type: ignore[operator]
+            return _f(*args, **kw)  # type: ignore[operator]
 
         monkeypatch.setattr(cls, fn, spy)
     rng = np.random.default_rng(5)
@@ -277,7 +278,7 @@ def test_keys_with_the_event_time_by_one_sort_by_time_equal_stepping(
                                          ["0 seconds", "2 seconds", "5 seconds"])
         if data:
             assert at_once_vs_stepped(spec, sched)
-    by_time, by_ids = calls["leaving"], calls["run_all"] - calls["leaving"]
+    by_time, by_ids = calls["leaving"], calls["whole_run"] - calls["leaving"]
     assert by_time > (200 if most else 60)
     assert by_ids == 0 if most else by_ids > 60
 

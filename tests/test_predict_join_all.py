@@ -1,4 +1,4 @@
-"""Joins computed for all batches at once (operators/join_all.py, the path without explain)
+"""Joins computed for all batches at once (whole_run/join.py, the path without explain)
 against stepping batch by batch: the same batch report and the same emitted rows as multisets
 (no Spark; Spark checks both paths in test_differential, and every hand-written rule of
 test_predict_join runs both)."""
@@ -11,9 +11,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from semantics.operators import grouping, join_all
-from semantics.operators.join_all import keys_alive
-from tests.predict_kit import at_once_vs_stepped, run_all_of
+from semantics.operators import grouping
+from semantics.whole_run import join as join_all
+from semantics.whole_run.join import keys_alive
+from tests.predict_kit import at_once_vs_stepped, declines
 from tests.test_predict_join import ints, join_run
 from tests.test_predict_join_store import TYPES, _random_join
 
@@ -88,13 +89,13 @@ def test_a_row_meets_rows_that_leave_in_its_own_batch(jtype: str) -> None:
 
 
 def test_pair_budget_leaves_the_run_to_stepping(monkeypatch: pytest.MonkeyPatch) -> None:
-    # past the pair budget run_all declines (None) and the engine steps: same prediction
+    # past the pair budget the whole-run path declines and the engine steps: same prediction
     steps, jtype, kw = _random_join(6)  # a left outer join emitting 859 rows
     run = join_run(steps, jtype, explain=False, **kw)
-    assert run_all_of(run.spec, run.schedule) is not None
+    assert declines(run.spec, run.schedule) is None
     monkeypatch.setattr(join_all, "PAIRS_PER_ROW", 0)
     monkeypatch.setattr(join_all, "MIN_PAIRS", 0)
-    assert len(run.result.outputs) and run_all_of(run.spec, run.schedule) is None
+    assert len(run.result.outputs) and "PAIRS_PER_ROW" in str(declines(run.spec, run.schedule))
     again = join_run(steps, jtype, explain=False, **kw)
     pd.testing.assert_frame_equal(again.batches, run.batches)
 

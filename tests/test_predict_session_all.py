@@ -1,4 +1,4 @@
-"""Session windows computed for all batches at once (operators/session_all.py, the path of
+"""Session windows computed for all batches at once (whole_run/session.py, the path of
 append mode without explain) against stepping batch by batch: the same batch report and the
 same emitted rows, row for row (no Spark; Spark itself checks both in test_differential)."""
 
@@ -11,16 +11,19 @@ import pandas as pd
 import pytest
 
 from semantics import engine
-from semantics.operators import grouping, make_operator, session_all
-from semantics.operators.session_all import sessions_at_once
+from semantics.operators import grouping, make_operator
 from semantics.predict import predict
+from semantics.whole_run import kernels
+from semantics.whole_run import session as session_all
+from semantics.whole_run.session import sessions_at_once
 from tests.predict_kit import (
     at_once_vs_stepped,
     col,
+    declines,
     out_rows,
-    run_all_of,
     schedule_of,
     spec_of,
+    whole_run_of,
 )
 from tests.test_predict_session_store import _random_sessions
 
@@ -137,8 +140,9 @@ def test_key_ranges_get_smaller_until_a_range_packs(span: int, least: int, want:
 
 
 def _at_once_steps(batches: list, watermark: str = "10 seconds", pace: str = "backlog",
-                   query: dict = SESSION) -> list[engine.OperatorStep] | None:
-    return run_all_of(spec_of(query, watermark, pace), schedule_of(batches, pace))
+                   query: dict = SESSION) -> engine.RunSteps | None:
+    got = whole_run_of(spec_of(query, watermark, pace), schedule_of(batches, pace))
+    return None if isinstance(got, engine.Declined) else got
 
 
 def test_a_row_of_the_same_time_in_a_later_batch_replaces_nothing() -> None:
@@ -177,7 +181,7 @@ def test_a_piece_evicted_before_its_component_is_complete_steps_its_key() -> Non
     assert at_once_vs_stepped(spec, sched)
     op = make_operator(spec, "c", sched, explain=False)
     plan = engine.plan_batches(sched, spec, "c", op)
-    batch_of, t = engine.source_rows(plan, "events")
+    batch_of, t = kernels.source_rows(plan, "events")
     got = sessions_at_once(np.array([1, 2, 2, 1, 2]), t, batch_of, op.gap_us,
                            np.array([b.late_wm_ms for b in plan]) * 1000,
                            np.array([b.evict_wm_ms for b in plan]) * 1000, len(plan))
@@ -206,10 +210,10 @@ def test_at_once_engages_only_where_it_holds(monkeypatch: pytest.MonkeyPatch) ->
     assert _at_once_steps(batches) is not None
     assert _at_once_steps(batches, query={**SESSION, "output_mode": "complete"}) is None
     sched, spec = schedule_of(batches), spec_of(SESSION, "10 seconds")
-    assert run_all_of(spec, sched, explain=True) is None
+    assert declines(spec, sched, explain=True) == "explain asked for fates"
     merging = spec_of(SESSION, "10 seconds", spark_conf={
         "spark.sql.streaming.sessionWindow.merge.sessions.in.local.partition": "true"})
-    assert run_all_of(merging, sched) is None
+    assert declines(merging, sched) == "session local merging is on"
     wide = [[{"k": i * (1 << 61), "ts": 100 + i}] for i in range(4)]  # a range over 2^62
     assert _at_once_steps(wide) is None  # hashed key ids
     backwards = [[{"k": 1, "ts": 120 - i}] for i in range(6)]  # each row before the last

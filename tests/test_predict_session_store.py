@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from semantics.config import MERGE_LOCAL_CONF
 from semantics.operators import grouping, key_tally, session
 from semantics.operators.session import SessionOperator
 from semantics.predict import predict
@@ -37,7 +38,7 @@ def _random_sessions(seed: int) -> tuple[dict, list[pd.DataFrame], str, str, dic
     query = {"kind": "session", "keys": ["k"], "gap": str(r.choice(["2 seconds", "5 seconds",
                                                                    "20 seconds"])),
              "aggregates": {"n": "count(*)", "s": "sum(v)", "lo": "min(v)", "t": "max(ts)"}}
-    conf = {session.MERGE_LOCAL_CONF: "true"} if r.random() < 0.3 else None
+    conf = {MERGE_LOCAL_CONF: "true"} if r.random() < 0.3 else None
     return (query, batches, str(r.choice(["0 seconds", "3 seconds", "30 seconds"])),
             str(r.choice(["backlog", "live"])), conf)
 

@@ -1,4 +1,4 @@
-"""Tumbling-window aggregations computed for all batches at once (operators/tumbling_all.py, the
+"""Tumbling-window aggregations computed for all batches at once (whole_run/tumbling.py, the
 path of append and update mode without explain) against stepping batch by batch: the same batch
 report and the same emitted rows, row for row, floats to the last bit (no Spark; Spark itself
 checks both in test_differential)."""
@@ -10,9 +10,10 @@ import os
 import numpy as np
 import pytest
 
-from semantics import engine
-from semantics.operators import aggregation, tumbling_all
+from semantics.operators import aggregation
 from semantics.predict import predict
+from semantics.whole_run import kernels
+from semantics.whole_run import tumbling as tumbling_all
 from tests.predict_kit import at_once_vs_stepped, schedule_of, spec_of
 from tests.test_predict_aggregation_all import _random_windows
 
@@ -37,7 +38,7 @@ def _tumbling(seed: int) -> tuple[dict, list, str, str]:
     return query, batches, delay, pace
 
 
-@pytest.mark.parametrize("chunk", [engine.PART_CHUNK_ROWS, 7])
+@pytest.mark.parametrize("chunk", [kernels.PART_CHUNK_ROWS, 7])
 def test_at_once_equals_stepping_on_random_tumbling_streams(
         chunk: int, engaged: list[bool], monkeypatch: pytest.MonkeyPatch) -> None:
     # rule (tumbling_all module docstring): a row is late iff its window ends at or before its
@@ -47,8 +48,8 @@ def test_at_once_equals_stepping_on_random_tumbling_streams(
     # batch) and never comes back. Windows with a start time, a global window aggregation,
     # NULLs, late rows, empty commits, both paces, float sums in batch order. chunk 7: the
     # run read in chunks of a batch or a few, their blocks computed by groups of chunks in two
-    # threads (engine.chunk_groups) and merged in batch order
-    monkeypatch.setattr(engine, "PART_CHUNK_ROWS", chunk)
+    # threads (kernels.chunk_groups) and merged in batch order
+    monkeypatch.setattr(kernels, "PART_CHUNK_ROWS", chunk)
     monkeypatch.setenv("WMBT_THREADS", "2")
     for seed in range(600 if SOAK else 80):
         query, batches, delay, pace = _tumbling(seed)
@@ -56,7 +57,7 @@ def test_at_once_equals_stepping_on_random_tumbling_streams(
     assert sum(engaged) > (500 if SOAK else 60)
 
 
-@pytest.mark.parametrize(("which", "chunk"), [("every", engine.PART_CHUNK_ROWS),
+@pytest.mark.parametrize(("which", "chunk"), [("every", kernels.PART_CHUNK_ROWS),
                                              ("alternate", 30)])
 def test_chunks_past_their_budget_merge_group_by_group(
         which: str, chunk: int, engaged: list[bool], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -65,7 +66,7 @@ def test_chunks_past_their_budget_merge_group_by_group(
     # their groups' partials are merged entry by entry (tumbling_all._entries), a round per
     # entry of a group, still in batch order per group; "alternate": chunks of both kinds in
     # one run, merged one after the other in batch order (chunks of a few batches)
-    monkeypatch.setattr(engine, "PART_CHUNK_ROWS", chunk)
+    monkeypatch.setattr(kernels, "PART_CHUNK_ROWS", chunk)
     monkeypatch.setenv("WMBT_THREADS", "2")
     real, kinds = tumbling_all._blocks, set()
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from semantics.config import MERGE_LOCAL_CONF
 from semantics.errors import SpecError
-from semantics.operators.session import MERGE_LOCAL_CONF
 from semantics.spark_conf import ALLOW_MULTIPLE, NO_DATA_BATCHES, spark_bool
 from tests.predict_kit import col, run
 

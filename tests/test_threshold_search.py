@@ -1,4 +1,4 @@
-"""The batch an entry leaves in: engine.ThresholdSearch, the table of cells standing for a binary
+"""The batch an entry leaves in: kernels.ThresholdSearch, the table of cells standing for a binary
 search over a run's watermarks."""
 
 from __future__ import annotations
@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from semantics.engine import ThresholdSearch, leaving_batch
+from semantics.whole_run import kernels
+from semantics.whole_run.kernels import ThresholdSearch, leaving_batch
 
 I64 = np.iinfo(np.int64)
 
@@ -40,11 +41,10 @@ def test_threshold_search_at_the_ends_of_int64_searches_plainly(thr: list[int]) 
 
 
 def test_leaving_batch_in_parts_is_the_binary_search(monkeypatch: pytest.MonkeyPatch) -> None:
-    # more values than one part (engine.SEARCH_PART): parts searched in threads, concatenated
+    # more values than one part (kernels.SEARCH_PART): parts searched in threads, concatenated
     # in order; never before the entry's own batch
-    from semantics import engine
 
-    monkeypatch.setattr(engine, "SEARCH_PART", 1 << 12)
+    monkeypatch.setattr(kernels, "SEARCH_PART", 1 << 12)
     r = np.random.default_rng(1)
     thr = np.maximum.accumulate(r.integers(0, 10_000_000, 51))
     values = r.integers(-1_000, 11_000_000, 100_000)
@@ -87,12 +87,12 @@ def test_threshold_search_table_reaches_back_over_a_long_run() -> None:
 @pytest.mark.parametrize("most", [0, 16])
 @pytest.mark.parametrize("seed", range(30))
 def test_leaving_counts_are_the_binary_search_counted(seed: int, most: int) -> None:
-    # engine.leaving_counts: how many values leave in each batch from ``first`` on (values no
+    # kernels.leaving_counts: how many values leave in each batch from ``first`` on (values no
     # batch before ``first`` reaches), by one comparison per threshold (as 32-bit offsets
     # when the values span less than 2**32 µs, with thresholds below the smallest value), or
     # by the search past ``most`` thresholds; values on, next to and past the thresholds,
     # spans of a few µs to 2**40
-    from semantics.engine import leaving_counts
+    from semantics.whole_run.kernels import leaving_counts
 
     r = np.random.default_rng(seed)
     span = int(r.choice([10, 1 << 20, (1 << 32) - 3, 1 << 40]))

@@ -1,22 +1,26 @@
 """Pure-Python models of Spark's single-stream stateful operators (no Spark import here).
 
 Every operator follows :class:`semantics.engine.Operator`: ``initial_state()``, a pure
-``step(state, batch) -> (state, OperatorStep)``, ``wants_another_batch`` (watermarks only) and
-``materialize``, optionally ``run_all(plan)``; constructors take
-``(spec, candidate, schedule)``. :func:`make_operator` picks one by query kind.
+``step(state, batch) -> (state, OperatorStep)``, ``wants_another_batch`` (watermarks only),
+``materialize`` and ``whole_run(plan, forced)`` (every batch at once, or ``Declined``);
+constructors take ``(spec, candidate, schedule)``, the candidate by name or as its settings
+resolved once (:class:`semantics.config.ResolvedCandidate`). :func:`make_operator` picks one
+by query kind.
 """
 
 from __future__ import annotations
 
+from semantics.config import ResolvedCandidate, resolved
 from semantics.engine import Operator
 from semantics.schedule import Schedule
 from semantics.spec import BacktestSpec
 
 
-def make_operator(spec: BacktestSpec, candidate: str, schedule: Schedule, *,
-                  explain: bool = True) -> Operator:
+def make_operator(spec: BacktestSpec, candidate: str | ResolvedCandidate, schedule: Schedule,
+                  *, explain: bool = True) -> Operator:
     """The operator for ``spec.query`` (joins are imported lazily from ``operators.join``)."""
     kind = spec.query.kind
+    candidate = resolved(spec, candidate)
     if kind == "aggregation":
         from semantics.operators.aggregation import AggregationOperator
 

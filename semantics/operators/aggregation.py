@@ -36,18 +36,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from semantics.engine import (
-    BatchInput,
-    Deferred,
-    OperatorStep,
-    Span,
-    late_rows,
-    leaving_batch,
-    source_counts,
-    source_rows,
-    steps_of,
-    watermarks_us,
-)
+from semantics.config import ResolvedCandidate, resolved
+from semantics.engine import BatchInput, Declined, Deferred, OperatorStep, RunSteps, Span, steps_of
 from semantics.errors import SpecError
 from semantics.operators import fates as F
 from semantics.operators.aggfuncs import (
@@ -65,7 +55,6 @@ from semantics.operators.aggfuncs import (
     result_frame,
     take_all,
 )
-from semantics.operators.aggregation_all import RunGrid, aggregate_at_once
 from semantics.operators.columns import Values, check_key_columns, key_series, values_of
 from semantics.operators.grouping import (
     count_distinct,
@@ -84,14 +73,21 @@ from semantics.operators.keys import (
     take_keys,
 )
 from semantics.operators.sliding import fill_grid, not_late_per_row, windows_per_row
-from semantics.operators.tumbling_all import tumbling_at_once
 from semantics.operators.window_grid import WindowGrid, merge, span_rows
 from semantics.operators.windows import assign_windows, last_starts
 from semantics.report import operator_name
 from semantics.schedule import ROW_ID, Schedule
-from semantics.spark_conf import ALLOW_MULTIPLE, spark_bool
 from semantics.spec import AggregationQuery, BacktestSpec
 from semantics.tuning import AT_ONCE_ROWS_PER_KEY, GRID_FLOOR
+from semantics.whole_run.aggregation import RunGrid, aggregate_at_once
+from semantics.whole_run.kernels import (
+    late_rows,
+    leaving_batch,
+    source_counts,
+    source_rows,
+    watermarks_us,
+)
+from semantics.whole_run.tumbling import tumbling_at_once
 
 NEVER = np.iinfo(np.int64).max
 
@@ -176,7 +172,8 @@ _Done = tuple["AggState | WindowGrid", LatePairs, int, int, AggState, "AggState 
 class AggregationOperator:
     """Streaming (windowed) aggregation; see the module docstring for the rules."""
 
-    def __init__(self, spec: BacktestSpec, candidate: str, schedule: Schedule, *,
+    def __init__(self, spec: BacktestSpec, candidate: str | ResolvedCandidate, schedule: Schedule,
+                 *,
                  explain: bool = True) -> None:
         q = spec.query
         assert isinstance(q, AggregationQuery)
@@ -190,8 +187,8 @@ class AggregationOperator:
         self.aggs: tuple[AggFunc, ...] = aggregates_of(spec.path, q.source, q.aggregates,
                                                        frame, schedule.decimals.get(q.source))
         et = spec.sources[q.source].event_time
-        conf = spec.conf(candidate)
-        allow_multiple = spark_bool(conf.get(ALLOW_MULTIPLE, True), ALLOW_MULTIPLE, spec.path)
+        cfg = resolved(spec, candidate)
+        allow_multiple = cfg.allow_multiple
         self.window = q.window
         self.duration_us = q.window.duration.us if q.window else 0
         self.slide_us = q.window.slide_us if q.window else 0
@@ -205,7 +202,7 @@ class AggregationOperator:
         # late rows are filtered with the watermarked time among the keys, never in complete mode
         self.filters_late = self.time_keyed and self.mode != "complete"
         self.et_key = et if q.window is None and et in self.keys else None
-        self.watermarked = q.source in spec.candidates[candidate].watermark
+        self.watermarked = q.source in cfg.delays_ms
         self.global_agg = not self.keys and q.window is None
         self._empty_keys = tuple(values_of(frame[k].iloc[0:0]) for k in self.keys)
         self._frame = frame
@@ -317,22 +314,33 @@ class AggregationOperator:
         return int(np.count_nonzero(late_rows(plan, source_counts(plan, self.source),
                                               bound)))
 
-    def run_all(self, plan: list[BatchInput]) -> list[OperatorStep] | None:
+    def whole_run(self, plan: list[BatchInput], forced: bool = False) -> RunSteps | Declined:
         """Every batch at once, for windows in append or update mode without explain, with
         exact key ids and numeric buffers (counts, sums, averages, minima and maxima of numbers
-        and timestamps); else None (the engine steps). Tumbling windows by ``tumbling_all``
-        while its grids take at most ``4×`` the run's rows (+ ``GRID_FLOOR``) cells; sliding
-        windows (or tumbling ones past that) by ``aggregation_all``, for batches of fewer than
-        ``AT_ONCE_ROWS_PER_KEY`` rows per key tuple on average (larger batches step faster:
-        their arrays stay cached); key ranges whose grids would pass ``4×`` their pairs (+
-        ``GRID_FLOOR``) cells sort their pairs instead, up to ``PAIRS_AT_ONCE`` pairs each."""
-        if self.explain or self.mode not in ("append", "update") or self.window is None \
-                or not self.filters_late or not plan:
-            return None
+        and timestamps); else :class:`~semantics.engine.Declined` (the engine steps).
+        Tumbling windows by ``whole_run.tumbling`` while its grids take at most ``4×`` the run's
+        rows (+ ``GRID_FLOOR``) cells; sliding windows (or tumbling ones past that) by
+        ``whole_run.aggregation``, for batches of fewer than ``AT_ONCE_ROWS_PER_KEY`` rows per
+        key tuple on average (larger batches step faster: their arrays stay cached); key
+        ranges whose grids would pass ``4×`` their pairs (+ ``GRID_FLOOR``) cells sort their
+        pairs instead, up to ``PAIRS_AT_ONCE`` pairs each.
+        ``forced``: whatever the rows per key tuple."""
+        if self.explain:
+            return Declined("explain asked for fates")
+        if self.mode not in ("append", "update"):
+            return Declined(f"{self.mode} mode")
+        if self.window is None:
+            return Declined("no window")
+        if not self.filters_late or not plan:
+            return Declined("no late filter (no event-time key or no watermark) or no batches")
         kv_all, bufs_all = self._whole()
         layout = self._grid if self._grid is not None else self._buffer_layout()
-        if layout is None or any(b.late_wm_ms is None or b.evict_wm_ms is None for b in plan):
-            return None
+        if layout is None:
+            return Declined("keys are not exact ids" if not self._coder.exact else
+                            "a buffer that is not numeric (min or max of strings or decimals,"
+                            " or float sums of integers past 2**53)")
+        if any(b.late_wm_ms is None or b.evict_wm_ms is None for b in plan):
+            return Declined("a batch without a watermark")
         values: list[tuple[np.ndarray, str]] = []
         for b, lay in zip(bufs_all, layout, strict=True):
             for arr, how in zip(b, lay, strict=True):
@@ -342,12 +350,12 @@ class AggregationOperator:
                                           and arr.dtype in (np.int64, np.float64)):
                     values.append((arr, how))
                 elif how != "pairs":
-                    return None
+                    return Declined(f"a buffer that is not numeric ({how})")
         wms = watermarks_us(plan)
         assert wms is not None  # (every batch has both watermarks)
         late_us, evict_us = wms
         if (late_us[1:] < evict_us[:-1]).any():  # a group could come back after it left
-            return None
+            return Declined("a late watermark below the previous eviction watermark")
         n_b, n_keys = len(plan), len(self.keys)
         minor = self._coder.minor(n_keys)
         d, s = self.duration_us, self.slide_us
@@ -357,6 +365,7 @@ class AggregationOperator:
             return leaving_batch(origin + digits * s + d, evict_us, n_b)
 
         got: RunGrid | None = None
+        by = "tumbling_at_once"
         if d == s:
             t, coder = self._et_all, self._coder.keys_only(n_keys)
 
@@ -375,11 +384,12 @@ class AggregationOperator:
                                    4 * len(t) + GRID_FLOOR, update=self.mode == "update")
         if got is None:
             busy = sum(1 for b in plan if len(b.event_us[self.source]))
-            if len(self._et_all) > busy * AT_ONCE_ROWS_PER_KEY * minor:
-                return None
+            if len(self._et_all) > busy * AT_ONCE_ROWS_PER_KEY * minor and not forced:
+                return Declined("batches of AT_ONCE_ROWS_PER_KEY rows per key tuple or more "
+                                "(they step faster)")
             batch_of, t = source_rows(plan, self.source)
             if not len(t):
-                return None
+                return Declined("no rows")
             last = last_starts(t, s, self.start_us)
             w = windows_per_row(t, last, d, s)
             a = not_late_per_row(last, w, d, s, late_us[batch_of])
@@ -388,7 +398,9 @@ class AggregationOperator:
                                     leaving, n_b, 4 * int(np.minimum(a, w).sum()) + GRID_FLOOR,
                                     update=self.mode == "update")
             if got is None:
-                return None
+                return Declined("aggregate_at_once: windows too far apart or more than "
+                                "PAIRS_AT_ONCE pairs in a key range")
+            by = "aggregate_at_once"
             key = divmod_by(id_last, minor)[1]
 
             def keys(lo: int, hi: int) -> np.ndarray:
@@ -407,7 +419,7 @@ class AggregationOperator:
         outputs = [Deferred(Span(emitted, lo, hi), hi - lo)
                    for lo, hi in zip(got.cuts[:-1].tolist(), got.cuts[1:].tolist(),
                                      strict=True)]
-        return steps_of(got.dropped, got.state_rows, got.updated, got.removed, outputs)
+        return steps_of(got.dropped, got.state_rows, got.updated, got.removed, outputs, by=by)
 
     def step(self, state: AggState | WindowGrid, batch: BatchInput
              ) -> tuple[AggState | WindowGrid, OperatorStep]:

@@ -19,9 +19,9 @@ Rules (docs/semantics.md §4.2, §5), per batch:
    ``numRowsRemoved`` counts removed keys;
 4. another (no-data) batch is wanted when the new watermark exceeds the last eviction watermark.
 
-Without explain, ``run_all`` computes all batches at once (``dropDuplicates``; keys holding
+Without explain, ``whole_run`` computes all batches at once (``dropDuplicates``; keys holding
 the event time with a watermark by one sort of the rows by event time,
-:mod:`~semantics.operators.time_sorted`, others by key ids) or through a table of ``expiresAt``
+:mod:`~semantics.whole_run.time_sorted`, others by key ids) or through a table of ``expiresAt``
 by key id (``within_watermark`` with exact key ids); both give what stepping gives.
 
 Output rows are the accepted input rows: ``row_id`` and the source's columns.
@@ -36,22 +36,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from semantics.engine import (
-    BatchInput,
-    Deferred,
-    OperatorStep,
-    ThresholdSearch,
-    batch_chunks,
-    chunk_groups,
-    late_rows,
-    leaving_batch,
-    leaving_counts,
-    source_counts,
-    source_rows,
-    steps_of,
-    true_per_batch,
-    watermarks_us,
-)
+from semantics.config import ResolvedCandidate, resolved
+from semantics.engine import BatchInput, Declined, Deferred, OperatorStep, RunSteps, steps_of
 from semantics.operators import fates as F
 from semantics.operators.columns import INT_KINDS, Values, check_key_columns, values_of
 from semantics.operators.grouping import (
@@ -65,11 +51,23 @@ from semantics.operators.grouping import (
     take_columns,
 )
 from semantics.operators.keys import KeyCoder, key_columns
-from semantics.operators.time_sorted import TimeSorted
 from semantics.parallel import map_parts
 from semantics.report import operator_name
 from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import BacktestSpec, DeduplicationQuery
+from semantics.whole_run.kernels import (
+    ThresholdSearch,
+    batch_chunks,
+    chunk_groups,
+    late_rows,
+    leaving_batch,
+    leaving_counts,
+    source_counts,
+    source_rows,
+    true_per_batch,
+    watermarks_us,
+)
+from semantics.whole_run.time_sorted import TimeSorted
 
 NEVER = np.iinfo(np.int64).max
 
@@ -96,7 +94,8 @@ class DedupState:
 class DedupOperator:
     """``dropDuplicates`` / ``dropDuplicatesWithinWatermark``; rules in the module docstring."""
 
-    def __init__(self, spec: BacktestSpec, candidate: str, schedule: Schedule, *,
+    def __init__(self, spec: BacktestSpec, candidate: str | ResolvedCandidate, schedule: Schedule,
+                 *,
                  explain: bool = True) -> None:
         q = spec.query
         assert isinstance(q, DeduplicationQuery)
@@ -110,8 +109,8 @@ class DedupOperator:
         check_key_columns(spec.path, "query.keys", q.source, frame, self.keys)
         self.et = spec.sources[q.source].event_time
         self.within = q.within_watermark
-        wm = spec.candidates[candidate].watermark
-        self.delay_us = wm[q.source].ms * 1000 if q.source in wm else None
+        wm = resolved(spec, candidate).delays_ms
+        self.delay_us = wm[q.source] * 1000 if q.source in wm else None
         # eviction: within-watermark always (it requires a watermark); plain dedup only with the
         # event-time column among the keys
         self.evicts = self.delay_us is not None and (self.within or self.et in self.keys)
@@ -182,9 +181,9 @@ class DedupOperator:
     def wants_another_batch(self, new_wm_ms: int, last_evict_wm_ms: int | None) -> bool:
         return new_wm_ms > (last_evict_wm_ms or 0)
 
-    def run_all(self, plan: list[BatchInput]) -> list[OperatorStep] | None:
-        """Every batch at once, for ``dropDuplicates`` without explain (else None: the engine
-        steps).
+    def whole_run(self, plan: list[BatchInput], forced: bool = False) -> RunSteps | Declined:
+        """Every batch at once, for ``dropDuplicates`` without explain (else
+        :class:`~semantics.engine.Declined`: the engine steps).
 
         Same as stepping because a key is never accepted twice: it is accepted at its first
         occurrence that is not late; its entry leaves in the first batch, at or after its own,
@@ -194,7 +193,7 @@ class DedupOperator:
         entry never leaves. So: accepted = first non-late occurrence of each key.
         """
         if self.explain:
-            return None
+            return Declined("explain asked for fates")
         if self.within:
             return self._within_all(plan)
         wms = watermarks_us(plan)
@@ -211,7 +210,8 @@ class DedupOperator:
                 assert got.late_firsts is not None
                 # (entries never stored: later occurrences and late first ones)
                 return replace(got, removed=by_time.leaving(
-                    wms[1], self._et_all[later], got.late_firsts)).steps()
+                    wms[1], self._et_all[later], got.late_firsts)).steps(
+                    "first occurrences by event time (time_sorted.TimeSorted)")
         kv_all, kid_all, _ = self._whole()
         if self.et in self.keys or wms is None:
             # the occurrences of a key that are not late come before those that are (they
@@ -220,7 +220,8 @@ class DedupOperator:
             first = _firsts(self._coder, kv_all, kid_all, bounds=self._coder.id_range())
             counts = source_counts(plan, self.source)
             assert int(counts.sum()) == len(kid_all)
-            return _accepted_firsts(counts, self._et_all, first, wms, self.evicts).steps()
+            return _accepted_firsts(counts, self._et_all, first, wms, self.evicts).steps(
+                "first occurrences by key id")
         batch_of, t = source_rows(plan, self.source)
         assert len(t) == len(kid_all)
         dropped, late = _late(plan, source_counts(plan, self.source), t)
@@ -230,11 +231,11 @@ class DedupOperator:
         # accepted rows per batch (binary searches: acc is ascending); nothing is evicted
         # (the event-time column is no key)
         updated = _per_batch(acc, np.searchsorted(batch_of, np.arange(1, len(plan) + 1)))
-        return _all_steps(dropped, acc, updated, None)
+        return _all_steps(dropped, acc, updated, None, "first non-late occurrences by key id")
 
-    def _within_all(self, plan: list[BatchInput]) -> list[OperatorStep] | None:
+    def _within_all(self, plan: list[BatchInput]) -> RunSteps | Declined:
         """Every batch of ``dropDuplicatesWithinWatermark`` at once, for exact key ids of a
-        bounded range (else None: the engine steps).
+        bounded range (else :class:`~semantics.engine.Declined`: the engine steps).
 
         A key may be accepted again after each expiry, so batches are still taken in order, but
         the state is a table indexed by key id holding the ``expiresAt`` of the key's latest
@@ -247,14 +248,16 @@ class DedupOperator:
         """
         _, kid_all, _ = self._whole()
         n_b = len(plan)
-        if not (self._coder.exact and n_b and self.delay_us is not None) \
+        if not self._coder.exact:
+            return Declined("keys are not exact ids")
+        if not (n_b and self.delay_us is not None) \
                 or any(b.late_wm_ms is None or b.evict_wm_ms is None for b in plan):
-            return None
+            return Declined("no batches or no watermark")
         n = len(kid_all)
         lo = int(kid_all.min()) if n else 0
         size = int(kid_all.max()) - lo + 1 if n else 1
         if size > 2 * n + (1 << 20):  # the table would outgrow the state it replaces
-            return None
+            return Declined("the key ids' range would outgrow the state (a table of expiresAt)")
         batch_of, t = source_rows(plan, self.source)
         wms = watermarks_us(plan)
         assert wms is not None  # (checked above: every batch has both watermarks)
@@ -287,7 +290,8 @@ class DedupOperator:
         # is at least the eviction watermark of the batch before
         leaves = leaving_batch(t[acc] + self.delay_us, evict_us, n_b)
         return _all_steps(dropped, acc, updated,
-                          np.bincount(leaves, minlength=n_b + 1)[:n_b])  # (leaves <= n_b)
+                          np.bincount(leaves, minlength=n_b + 1)[:n_b],  # (leaves <= n_b)
+                          "a table of expiresAt by key id, batch by batch")
 
     def step(self, state: DedupState, batch: BatchInput) -> tuple[DedupState, OperatorStep]:
         kv_all, kid_all, rid_all = self._whole()
@@ -402,7 +406,7 @@ def _late(plan: list[BatchInput], counts: np.ndarray, t: np.ndarray
 
 
 def _all_steps(dropped: np.ndarray, acc: np.ndarray, updated: np.ndarray,
-               removed: np.ndarray | None) -> list[OperatorStep]:
+               removed: np.ndarray | None, by: str) -> RunSteps:
     """Every batch's step from the accepted rows: ``acc`` (source positions, ascending,
     ``updated[b]`` of them in batch ``b``) and how many entries leave the state in each batch
     (None: entries never leave)."""
@@ -411,7 +415,7 @@ def _all_steps(dropped: np.ndarray, acc: np.ndarray, updated: np.ndarray,
         removed = np.zeros(n_b, dtype=np.int64)
     outputs = np.split(acc, np.cumsum(updated)[:-1]) if n_b else []
     return steps_of(dropped, np.cumsum(updated - removed), updated, removed,
-                    [Deferred(o, len(o)) for o in outputs])
+                    [Deferred(o, len(o)) for o in outputs], by=by)
 
 
 @dataclass(frozen=True)
@@ -425,8 +429,8 @@ class _Accepted:
     late_firsts: np.ndarray | None  # event times of the late first occurrences (None: not
     # collected)
 
-    def steps(self) -> list[OperatorStep]:
-        return _all_steps(self.dropped, self.acc, self.updated, self.removed)
+    def steps(self, by: str) -> RunSteps:
+        return _all_steps(self.dropped, self.acc, self.updated, self.removed, by)
 
 
 def _accepted_firsts(counts: np.ndarray, t: np.ndarray, first: np.ndarray,

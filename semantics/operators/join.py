@@ -33,8 +33,8 @@ One batch (``StreamingSymmetricHashJoinExec.processPartitions``; docs/semantics.
 5. Metrics: ``numRowsTotal`` = buffered rows of both sides after eviction, ``numRowsUpdated`` =
    rows appended to state this batch.
 
-Without explain, :meth:`JoinOperator.run_all` computes every batch at once from the rows'
-arrival and eviction batches (:mod:`semantics.operators.join_all`), the same as stepping.
+Without explain, :meth:`JoinOperator.whole_run` computes every batch at once from the rows'
+arrival and eviction batches (:mod:`semantics.whole_run.join`), the same as stepping.
 
 No-data batch: ``wants_another_batch`` iff some side has a state predicate and the new watermark
 exceeds the eviction watermark of the last batch.
@@ -62,22 +62,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from semantics.engine import (
-    BatchInput,
-    Deferred,
-    OperatorStep,
-    Span,
-    late_rows,
-    source_counts,
-    steps_of,
-    true_per_batch,
-    watermarks_us,
-)
+from semantics.config import ResolvedCandidate, resolved
+from semantics.engine import BatchInput, Declined, Deferred, OperatorStep, RunSteps, Span, steps_of
 from semantics.operators import fates as F
 from semantics.operators.columns import check_key_columns, min_max
 from semantics.operators.gather import gather, numpy_data
 from semantics.operators.grouping import joined, stable_argsort
-from semantics.operators.join_all import RunSide, join_at_once
 from semantics.operators.join_frames import (
     Gather,
     Packing,
@@ -92,8 +82,10 @@ from semantics.operators.join_watermarks import JoinEvictionPlan, derive_plan
 from semantics.parallel import map_parts
 from semantics.report import OPERATOR_NAMES, output_columns
 from semantics.schedule import Schedule
-from semantics.spec import BacktestSpec, Candidate, JoinQuery
+from semantics.spec import BacktestSpec, JoinQuery
 from semantics.tuning import WHOLE
+from semantics.whole_run.join import RunSide, join_at_once
+from semantics.whole_run.kernels import late_rows, source_counts, true_per_batch, watermarks_us
 
 # Sides on which Spark's InferFiltersFromConstraints adds isnotnull(key) below the join.
 _NOT_NULL_SIDES = {
@@ -194,16 +186,17 @@ class JoinOperator:
 
     name = OPERATOR_NAMES["join"]
 
-    def __init__(self, spec: BacktestSpec, candidate: str | Candidate, schedule: Schedule, *,
+    def __init__(self, spec: BacktestSpec, candidate: str | ResolvedCandidate, schedule: Schedule,
+                 *,
                  explain: bool = True):
         q = spec.query
         if not isinstance(q, JoinQuery):
             raise TypeError(f"JoinOperator needs a join query, got kind {q.kind!r}")
-        cand = spec.candidates[candidate] if isinstance(candidate, str) else candidate
+        delays = resolved(spec, candidate).delays_ms
         self.query = q
         for side in (q.left, q.right):
             check_key_columns(spec.path, "query.keys", side, schedule.rows[side], q.keys)
-        self.watermarked = frozenset(s for s in (q.left, q.right) if s in cand.watermark)
+        self.watermarked = frozenset(s for s in (q.left, q.right) if s in delays)
         self.plan: JoinEvictionPlan = derive_plan(q, schedule.event_time, self.watermarked)
         self.condition = TimeCondition.of(q)
         self.left = SideLayout.build(q.left, schedule.rows[q.left], schedule.data_columns[q.left],
@@ -274,7 +267,7 @@ class JoinOperator:
                     ) -> pd.DataFrame:
         """Output columns of emitted rows given per batch as (left, right) source positions (-1:
         the null-padded side of an outer row; left semi: left positions only), or as spans of
-        a whole run's (``run_all``)."""
+        a whole run's (``whole_run``)."""
         whole = Span.covering(payloads)
         if whole is not None:  # (a whole run's rows at once: one slice of its positions)
             sides = whole.taken()
@@ -327,7 +320,7 @@ class JoinOperator:
 
     def _side_rows(self, plan: list[BatchInput], role: str, thr_us: np.ndarray | None
                    ) -> tuple[RunSide, np.ndarray]:
-        """Side ``role``'s rows in a whole run (:class:`~semantics.operators.join_all.RunSide`:
+        """Side ``role``'s rows in a whole run (:class:`~semantics.whole_run.join.RunSide`:
         those neither filtered nor late reach the join, :meth:`_filtered`) and its late rows
         per batch; ``thr_us``: the side's state threshold per batch."""
         src = self.sources[role]
@@ -340,11 +333,15 @@ class JoinOperator:
         return RunSide(src.code, et, None if src.ev is et else src.ev, keep, counts,
                         thr_us), dropped
 
-    def run_all(self, plan: list[BatchInput]) -> list[OperatorStep] | None:
-        """Every batch at once (:mod:`~semantics.operators.join_all`) without explain, when keys
-        are packed (else None: the engine steps)."""
-        if self.explain or self.packing is None or not plan:
-            return None
+    def whole_run(self, plan: list[BatchInput], forced: bool = False) -> RunSteps | Declined:
+        """Every batch at once (:mod:`~semantics.whole_run.join`) without explain, when keys
+        are packed (else :class:`~semantics.engine.Declined`: the engine steps)."""
+        if self.explain:
+            return Declined("explain asked for fates")
+        if self.packing is None:
+            return Declined("keys that do not pack into one integer")
+        if not plan:
+            return Declined("no batches")
         thresholds = [self.plan.thresholds(b.evict_wm_ms) for b in plan]
 
         def admit(i: int) -> tuple[RunSide, np.ndarray] | None:
@@ -357,17 +354,19 @@ class JoinOperator:
 
         sides = map_parts(admit, [0, 1])  # the two sides in threads
         if sides[0] is None or sides[1] is None:
-            return None
+            return Declined("a state watermark that goes backwards")
         (left, l_late), (right, r_late) = sides
         dropped = l_late + r_late
         got = join_at_once(left, right, self.query.type, self.condition, self.n_codes)
         if got is None:
-            return None
+            return Declined("join_at_once: more candidate pairs than PAIRS_PER_ROW a row "
+                            "(and MIN_PAIRS in all)")
         pairs = _Pairs((got.left,) if got.right is None else (got.left, got.right))
         cuts = got.cuts.tolist()
         outputs = [Deferred(Span(pairs, lo, hi), hi - lo)
                    for lo, hi in zip(cuts[:-1], cuts[1:], strict=True)]
-        return steps_of(dropped, got.state_rows, got.updated, got.removed, outputs, got.keys)
+        return steps_of(dropped, got.state_rows, got.updated, got.removed, outputs, got.keys,
+                        by="join_at_once")
 
     def step(self, state: JoinState, batch: BatchInput) -> tuple[JoinState, OperatorStep]:
         fates: list[pd.DataFrame] = []

@@ -36,9 +36,10 @@ log₂(stored / batch) runs). Each batch also reports the distinct keys of its s
 store is rewritten whole, else from a tally of live sessions per key (``key_tally``) that the
 batch updates with the sessions it moved.
 
-Without explain, in append mode with exact key ids and no local merging, ``run_all`` computes
-every batch at once from the rows sorted by (key, time) (``session_all``: the stored sessions are
-the pieces of the rows arrived so far), and steps only the keys for which that does not hold.
+Without explain, in append mode with exact key ids and no local merging, ``whole_run`` computes
+every batch at once from the rows sorted by (key, time) (``whole_run.session``: the stored
+sessions are the pieces of the rows arrived so far), and steps only the keys for which that
+does not hold.
 
 State invariants: every run sorted by (key id, session start), key id = 64-bit key hash (see
 ``keys``); (key id, start) unique among live sessions of all runs; live sessions of one key never
@@ -54,15 +55,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from semantics.engine import (
-    BatchInput,
-    Deferred,
-    OperatorStep,
-    Span,
-    source_rows,
-    steps_of,
-    watermarks_us,
-)
+from semantics.config import ResolvedCandidate, resolved
+from semantics.engine import BatchInput, Declined, Deferred, OperatorStep, RunSteps, Span, steps_of
 from semantics.operators import fates as F
 from semantics.operators.aggfuncs import (
     AggFunc,
@@ -101,15 +95,13 @@ from semantics.operators.keys import (
     take_keys,
 )
 from semantics.operators.runs import compact
-from semantics.operators.session_all import AllSessions, sessions_at_once
 from semantics.parallel import map_parts
 from semantics.report import operator_name
 from semantics.schedule import ROW_ID, Schedule
-from semantics.spark_conf import spark_bool
 from semantics.spec import BacktestSpec, SessionQuery
 from semantics.tuning import DEAD, RATIO, WHOLE
-
-MERGE_LOCAL_CONF = "spark.sql.streaming.sessionWindow.merge.sessions.in.local.partition"
+from semantics.whole_run.kernels import source_rows, watermarks_us
+from semantics.whole_run.session import AllSessions, sessions_at_once
 
 
 @dataclass(frozen=True)
@@ -389,7 +381,8 @@ _NO_IDS = np.array([], dtype=np.int64)
 class SessionOperator:
     """Session-window aggregation; rules in the module docstring."""
 
-    def __init__(self, spec: BacktestSpec, candidate: str, schedule: Schedule, *,
+    def __init__(self, spec: BacktestSpec, candidate: str | ResolvedCandidate, schedule: Schedule,
+                 *,
                  explain: bool = True) -> None:
         q = spec.query
         assert isinstance(q, SessionQuery)
@@ -403,9 +396,7 @@ class SessionOperator:
         check_key_columns(spec.path, "query.keys", q.source, frame, self.keys)
         self.aggs: tuple[AggFunc, ...] = aggregates_of(spec.path, q.source, q.aggregates,
                                                        frame, schedule.decimals.get(q.source))
-        conf = spec.conf(candidate)
-        self.merge_local = spark_bool(conf.get(MERGE_LOCAL_CONF, False), MERGE_LOCAL_CONF,
-                                      spec.path)
+        self.merge_local = resolved(spec, candidate).merge_sessions_locally
         self._empty_keys = tuple(values_of(frame[k].iloc[0:0]) for k in self.keys)
         self._frame = frame
         self._kv: tuple[Values, ...] | None = None
@@ -467,27 +458,35 @@ class SessionOperator:
     def wants_another_batch(self, new_wm_ms: int, last_evict_wm_ms: int | None) -> bool:
         return self.mode != "complete" and new_wm_ms > (last_evict_wm_ms or 0)
 
-    def run_all(self, plan: list[BatchInput]) -> list[OperatorStep] | None:
-        """Every batch at once (:mod:`~semantics.operators.session_all`) in append mode without
-        explain, with exact key ids and without local merging (else None: the engine steps).
+    def whole_run(self, plan: list[BatchInput], forced: bool = False) -> RunSteps | Declined:
+        """Every batch at once (:mod:`~semantics.whole_run.session`) in append mode without
+        explain, with exact key ids and without local merging (else
+        :class:`~semantics.engine.Declined`: the engine steps).
         The keys it leaves to stepping are stepped here, on their own rows; the counts of
         the two parts add up and each batch's evicted sessions are merged in (key id, start)
         order, as stepping emits them."""
-        if self.explain or self.mode != "append" or self.merge_local or not plan:
-            return None
+        if self.explain:
+            return Declined("explain asked for fates")
+        if self.mode != "append":
+            return Declined(f"{self.mode} mode")
+        if self.merge_local:
+            return Declined("session local merging is on")
+        if not plan:
+            return Declined("no batches")
         kv = self._whole_keys()
         if not self._coder.exact:
-            return None
+            return Declined("keys are not exact ids")
         wms = watermarks_us(plan)
-        if wms is None:
-            return None  # (append mode needs a watermark: the spec rejects it without one)
+        if wms is None:  # (append mode needs a watermark: the spec rejects it without one)
+            return Declined("no watermark")
         late_us, evict_us = wms
         batch_of, t = source_rows(plan, self.source)
         n_b = len(plan)
         ranges = sessions_at_once(self._coder.ids(kv, (), len(t), fitted=True), t, batch_of,
                                   self.gap_us, late_us, evict_us, n_b)
         if ranges is None:
-            return None
+            return Declined("sessions_at_once: more than STEPPED_AT_MOST of a key range's "
+                            "rows left to stepping, or its packed codes overflow")
         init, empty = init_all(self.aggs, self._frame), self._empty()  # (empty: for merging)
         ones = ones_of(init)
         ev, cuts = self._evicted(map_parts(lambda r: self._evicted_of(r, init, ones, n_b),
@@ -510,7 +509,7 @@ class SessionOperator:
                                       stepped[b].output.payload)[0],)
             outputs.append(Deferred(parts, sum(len(p) for p in parts)))
         dropped, rows, updated, removed, keys = counts
-        return steps_of(dropped, rows, updated, removed, outputs, keys)
+        return steps_of(dropped, rows, updated, removed, outputs, keys, by="sessions_at_once")
 
     def _evicted_of(self, got: AllSessions, init: Buffers, ones: tuple[tuple[bool, ...], ...],
                     n_b: int) -> _RangeSessions:
@@ -840,7 +839,7 @@ class SessionOperator:
     def materialize(self, payloads: list[SessionState | tuple[SessionState, ...]],
                     columns: list[str]) -> pd.DataFrame:
         """Output rows of the emitted sessions of every batch (in order), one frame. A batch's
-        payload is its sessions, or pieces of them one after the other (``run_all``'s)."""
+        payload is its sessions, or pieces of them one after the other (``whole_run``'s)."""
         parts = [q for p in payloads for q in (p if isinstance(p, tuple) else (p,))]
         st = joined_states(parts)
         keys = self._coder.key_values(self._whole_keys(), st.keys)

@@ -1,6 +1,6 @@
 """Stream-stream joins of a whole run at once: every batch's counts and emitted rows from the
 admitted rows of both sides, with no state stepped batch by batch. Used by
-``JoinOperator.run_all`` (no explain, packed keys); rules of ``join.py``.
+``JoinOperator.whole_run`` (no explain, packed keys); rules of ``join.py``.
 
 Why it is the same as stepping. The batch plan (which batches run, with which watermarks)
 comes first and does not depend on state, and so do the per-row facts: whether a row is
@@ -29,7 +29,7 @@ those with ``e`` (on the sides the join type counts), and the state keys (counte
 eviction) the key codes with a stored row in ``[b, e]``.
 
 The pairs themselves come from one sort of packed words per key range
-(:mod:`~semantics.operators.join_band`); no side is ever sorted as a whole.
+(:mod:`~semantics.whole_run.join_band`); no side is ever sorted as a whole.
 
 Invariants: the arrays of an :class:`Admitted` are in arrival order (``b`` non-decreasing);
 ``b <= e``; an ``e`` of ``n_b`` (the number of executed batches) means never evicted.
@@ -44,7 +44,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from semantics.engine import ThresholdSearch, leaving_batch
 from semantics.operators.grouping import (
     batch_major,
     id_parts,
@@ -54,11 +53,12 @@ from semantics.operators.grouping import (
     sort_words,
     split_rows,
 )
-from semantics.operators.join_band import band_pairs, band_slices
 from semantics.operators.join_frames import expand
 from semantics.parallel import map_parts, threads
 from semantics.tuning import KEY_RANGE_ROWS as CHUNK
 from semantics.tuning import MIN_PAIRS, PAIRS_PER_ROW
+from semantics.whole_run.join_band import band_pairs, band_slices
+from semantics.whole_run.kernels import ThresholdSearch, leaving_batch
 
 if TYPE_CHECKING:
     from semantics.operators.join import TimeCondition
@@ -482,8 +482,8 @@ def _candidates(left: Admitted, right: Admitted, condition: TimeCondition
     """(left index, right index) of every pair with equal codes and the time condition true;
     (None, None) past the pair budget or when codes and positions do not pack. The smaller
     side's rows are the queries. The pairs come from neighbours in one sort of both sides
-    (:func:`~semantics.operators.join_band.band_pairs`); where a band is open or dense, from
-    slices of the searched side (:func:`~semantics.operators.join_band.band_slices`)."""
+    (:func:`~semantics.whole_run.join_band.band_pairs`); where a band is open or dense, from
+    slices of the searched side (:func:`~semantics.whole_run.join_band.band_slices`)."""
     query_left = len(left) <= len(right)
     query, searched = (left, right) if query_left else (right, left)
     around = condition.around(query_left)

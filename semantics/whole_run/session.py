@@ -1,6 +1,6 @@
 """Session windows of a whole run at once (append mode, exact key ids, no local merging): every
 batch's counts and evicted sessions from the accepted rows sorted by (key, event time), with no
-state stepped batch by batch. Used by ``SessionOperator.run_all``; rules of ``session.py``.
+state stepped batch by batch. Used by ``SessionOperator.whole_run``; rules of ``session.py``.
 
 Why it is the same as stepping. The batch plan (which batches run, with which watermarks) comes
 first and does not depend on state. A row is late iff ``t + gap <= late wm`` of its batch (its
@@ -34,7 +34,6 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from semantics.engine import ThresholdSearch, leaving_batch
 from semantics.operators.columns import min_max
 from semantics.operators.grouping import (
     by_key_then_time,
@@ -47,6 +46,7 @@ from semantics.operators.grouping import (
 from semantics.parallel import map_parts
 from semantics.tuning import KEY_RANGE_ROWS as CHUNK
 from semantics.tuning import MIN_RANGE, STEPPED_AT_MOST
+from semantics.whole_run.kernels import ThresholdSearch, leaving_batch
 
 
 @dataclass(frozen=True)

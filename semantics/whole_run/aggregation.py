@@ -1,6 +1,6 @@
 """A windowed aggregation in append mode for a whole run at once: every batch's counts and
 emitted groups from the rows' windows, with no state stepped batch by batch. Used by
-``AggregationOperator.run_all`` (no explain, exact key ids, numeric buffers); rules of
+``AggregationOperator.whole_run`` (no explain, exact key ids, numeric buffers); rules of
 ``aggregation.py``.
 
 Why it is the same as stepping. The batch plan (which batches run, with which watermarks)

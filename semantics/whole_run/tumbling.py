@@ -1,8 +1,8 @@
 """A tumbling-window aggregation (append or update mode) for a whole run at once, by counting
 every batch's rows into a grid of its own windows × keys. Used by
-``AggregationOperator.run_all`` (no explain, exact key ids, numeric buffers) before the
-general ``aggregation_all``, whose difference arrays and key ranges serve sliding windows; rules
-of ``aggregation.py``.
+``AggregationOperator.whole_run`` (no explain, exact key ids, numeric buffers) before the
+general ``whole_run.aggregation``, whose difference arrays and key ranges serve sliding
+windows; rules of ``aggregation.py``.
 
 A row of a tumbling window is in one window (digit ``d``: its start is the grid's ``d``-th),
 its group id is ``d · minor + key``. In batch ``b`` it is late iff its window ends at or before
@@ -15,10 +15,10 @@ then merged into the run's grid of windows × keys batch by batch, in batch orde
 merges partial aggregates: a float sum adds each batch's partial sum (its rows added in row
 order, as ``bincount`` adds them) to the state's, as stepping does.
 
-The run is read in chunks of whole batches (``engine.batch_chunks``), each chunk's rows, cells
+The run is read in chunks of whole batches (``kernels.batch_chunks``), each chunk's rows, cells
 and stack computed at once: a chunk's arrays stay in the core's cache, where a pass over the
 whole run's arrays would go to memory and back for every numpy call. Groups of neighbouring
-chunks are computed in threads (chunks of ``engine.PART_CHUNK_ROWS`` rows: on smaller ones two
+chunks are computed in threads (chunks of ``kernels.PART_CHUNK_ROWS`` rows: on smaller ones two
 threads wait on each other for the GIL), and their stacks merged in batch order after (the
 figures: docs/benchmarks-archive.md, the twenty-first and twenty-fifth passes).
 
@@ -30,11 +30,11 @@ partials over them and merges them group by group, still in batch order per grou
 round). A stream of a few readings a batch over thousands of batches, whose blocks would all
 pass the budget, is thus computed at once rather than stepped.
 
-Why it is the same as stepping (see ``aggregation_all``): a group leaves the state in the first
-batch whose eviction watermark reaches its window end and never comes back, since every later
-batch's late watermark is at least that (the caller checks); so a group is created in the
-first batch with one of its rows, emitted (append mode) with all of them in the batch it
-leaves, and the batches emit whole rows of windows, in id order.
+Why it is the same as stepping (see ``whole_run.aggregation``): a group leaves the state in the
+first batch whose eviction watermark reaches its window end and never comes back, since every later
+batch's late watermark is at least that (the caller checks); so a group is created in the first
+batch with one of its rows, emitted (append mode) with all of them in the batch it leaves, and the
+batches emit whole rows of windows, in id order.
 
 Invariants: ``0 <= key < minor``, digits ``>= 0``; the batch a window's groups leave in never
 decreases with its digit (window ends grow with it, watermarks never go backwards).
@@ -47,11 +47,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from semantics.engine import batch_chunks, chunk_groups
 from semantics.operators.aggfuncs import merge_of, reduce_at
-from semantics.operators.aggregation_all import RunGrid, late_groups
 from semantics.operators.grouping import stable_argsort
 from semantics.parallel import map_parts
+from semantics.whole_run.aggregation import RunGrid, late_groups
+from semantics.whole_run.kernels import batch_chunks, chunk_groups
 
 
 def tumbling_at_once(rows: Callable[[int, int], tuple[np.ndarray, np.ndarray]],
