@@ -206,6 +206,10 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--master", help="Spark master: local[2] (default), spark://host:port, "
                         "or sc://host:port (Spark Connect)")
         sp.add_argument("--fresh", action="store_true", help="do not resume an interrupted replay")
+        sp.add_argument("--spark", metavar="VERSION",
+                        help="replay on this pyspark (3.5, 3.5.3, 4.1, 4.3, ...: its own "
+                        "environment in .venvs/, made on first use; default: the installed "
+                        "4.0.5); the prediction uses its profile unless the spec pins one")
         sp.set_defaults(func=lambda a, pred=pred: cmd_run(a, pred, True))
     sp = sub.add_parser("sweep", help="prediction-only tradeoff over watermark delays")
     common(sp)
@@ -222,6 +226,30 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _on_other_spark(version: str, argv: list[str]) -> int | None:
+    """``--spark VERSION``: the exit code of the same command run under that pyspark's
+    environment (``jobs.spark_envs``), or None when this process already runs it."""
+    from jobs import spark_envs
+    from semantics.profiles import profile_name
+
+    try:
+        profile_name(version)
+    except ValueError as exc:
+        raise spark_envs.SparkEnvError(f"--spark: {exc}") from None
+    exact = spark_envs.resolve(version)
+    if exact == spark_envs.running_version():
+        return None
+    rest, skip = [], False
+    for a in argv:  # (the command again, without --spark)
+        if skip:
+            skip = False
+        elif a == "--spark":
+            skip = True
+        elif not a.startswith("--spark="):
+            rest.append(a)
+    return spark_envs.reexec(exact or version, rest)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command; return its exit code (module docstring). Usage errors exit 2 from the
     parser (SystemExit, as argparse does), before anything runs."""
@@ -229,6 +257,10 @@ def main(argv: list[str] | None = None) -> int:
     debug = bool(args.debug) or os.environ.get("WMBT_DEBUG", "") not in ("", "0")
     received = bytearray()
     try:
+        if getattr(args, "spark", None):
+            code = _on_other_spark(args.spark, sys.argv[1:] if argv is None else argv)
+            if code is not None:
+                return code
         with watch_signals(received), quiet_logging(debug):
             reuse_freed_memory()  # the predictor's large arrays: reused, not faulted in again
             code = int(args.func(args))
