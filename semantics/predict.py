@@ -22,7 +22,7 @@ from functools import cached_property
 
 import pandas as pd
 
-from semantics import engine, state_bytes
+from semantics import engine, profiles, state_bytes
 from semantics.column_names import output_names
 from semantics.operators import fates as F
 from semantics.operators import make_operator
@@ -107,6 +107,8 @@ def predict(schedule: Schedule, spec: BacktestSpec, candidate: str, *,
             and outputs.index.step == 1):
         outputs = outputs.reset_index(drop=True)
     info: dict[str, object] = {"operator": op.name,
+                               # the Spark release's rules predicted (semantics/profiles.py)
+                               "spark_profile": profiles.of_candidate(spec, candidate).name,
                                **({"fates": summary} if explain else {}),
                                "never_evicted": never_evicted(spec, candidate)}
     if explain:  # input rows dropped as late (in at least one of their windows)

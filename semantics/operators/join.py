@@ -90,6 +90,7 @@ from semantics.operators.join_frames import (
 from semantics.operators.join_store import Gone, SideRows, SideStore, SideWork
 from semantics.operators.join_watermarks import JoinEvictionPlan, derive_plan
 from semantics.parallel import map_parts
+from semantics.profiles import SparkProfile, of_candidate
 from semantics.report import OPERATOR_NAMES, output_columns
 from semantics.schedule import Schedule
 from semantics.spec import BacktestSpec, Candidate, JoinQuery
@@ -217,6 +218,8 @@ class JoinOperator:
         self.columns = output_columns(spec, schedule.data_columns)
         self.not_null = _NOT_NULL_SIDES[q.type]
         self.explain = explain  # False: no fate rows (faster on large inputs)
+        # the Spark release's rule switches (semantics.profiles; default: the installed pyspark)
+        self.profile: SparkProfile = of_candidate(spec, cand)
         frames = {role: layout.prepare(schedule.rows[src])
                   for role, layout, src in (("left", self.left, q.left),
                                             ("right", self.right, q.right))}
@@ -343,8 +346,8 @@ class JoinOperator:
     def run_all(self, plan: list[BatchInput]) -> list[OperatorStep] | None:
         """Every batch at once (:mod:`~semantics.operators.join_all`) without explain, when keys
         are packed (else None: the engine steps)."""
-        if self.explain or self.packing is None or not plan:
-            return None
+        if self.explain or self.packing is None or not plan or not self.profile.reference_rules:
+            return None  # (other profiles' rules: stepped only)
         thresholds = [self.plan.thresholds(b.evict_wm_ms) for b in plan]
 
         def admit(i: int) -> tuple[RunSide, np.ndarray] | None:
@@ -381,7 +384,7 @@ class JoinOperator:
         small = None if self.packing is None else WHOLE * (len(lin) + len(rin))
         packed = self.packing is not None
         left, right = SideWork(state.left, packed), SideWork(state.right, packed)
-        stored_left = self._left_input(left, right, lin, small, outputs, fates)
+        stored_left = self._left_input(left, right, lin, lthr, small, outputs, fates, batch)
         stored_right = self._right_input(left, right, rin, rthr, small, outputs, fates, batch)
         (lkeys, ltally), (rkeys, rtally) = left.count_keys(self.n_codes), \
             right.count_keys(self.n_codes)  # before eviction
@@ -410,10 +413,13 @@ class JoinOperator:
         )
 
     # -- the three phases of one batch -----------------------------------------------------------
-    def _left_input(self, left: SideWork, right: SideWork, lin: SideRows, small: int | None,
-                    outputs: list[tuple[np.ndarray, ...]], fates: list[pd.DataFrame]) -> int:
+    def _left_input(self, left: SideWork, right: SideWork, lin: SideRows, lthr: int | None,
+                    small: int | None, outputs: list[tuple[np.ndarray, ...]],
+                    fates: list[pd.DataFrame], batch: BatchInput) -> int:
         """New left rows x right state of earlier batches: flags matches on both sides, stores
-        the new left rows as a run of ``left``; returns the rows stored."""
+        the new left rows as a run of ``left``; returns the rows stored. Profile ``3.5.0``
+        (``join_skips_evictable_inputs``): rows at or behind the left state watermark are not
+        stored (so this batch's right rows do not see them either)."""
         semi = self.query.type == "left_semi"
         if len(lin):
             span = int(lin.et.min()), int(lin.et.max())
@@ -437,6 +443,16 @@ class JoinOperator:
                                          "emitted once; never buffered"))
         else:
             stored = lin
+        if self.profile.join_skips_evictable_inputs and len(stored):
+            gone = _evictable(stored, lthr)
+            if gone.any():
+                if self.explain:
+                    fates.append(self._noted(
+                        "left", "not_stored", stored.take(gone), lthr,
+                        f"at or behind the {self.left.source} state watermark {_ms_text(lthr)} "
+                        f"(eviction watermark {_ms_text(batch.evict_wm_ms)}): not buffered "
+                        "(Spark 3.5.0-3.5.3, before SPARK-49829)"))
+                stored = stored.take(~gone)
         left.add(stored, small)
         return len(stored)
 
@@ -469,7 +485,8 @@ class JoinOperator:
                 left.set_matched(i, pi)
                 rin.matched[qj] = True  # rin is this step's own arrays
         matched = rin.matched
-        outer = self.query.type in ("right_outer", "full_outer")
+        outer = self.query.type in ("right_outer", "full_outer") \
+            and not self.profile.join_skips_evictable_inputs
         store = ~_evictable(rin, rthr) | (outer & ~matched)  # SPARK-49829
         if self.explain and (~store).any():
             where = (f"at or behind the {self.right.source} state watermark "
