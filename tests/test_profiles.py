@@ -121,3 +121,15 @@ def test_cli_reports_the_profile_and_refuses_unknown_ones(scenario, capsys, monk
     assert main(["replay", str(scenario), "--spark", "3.4"]) == 2
     err = capsys.readouterr().err
     assert "--spark:" in err and "3.4" in err and "Traceback" not in err
+
+
+def test_backtest_predicts_for_the_session_spark(scenario):
+    # `--master` on a cluster: its spark.version picks the profile unless the spec pins one
+    from jobs.backtest import replay_version
+
+    spec = load_spec(scenario)
+    assert replay_version(spec, "3.5.2", "spark://h:7077").spark_version == "3.5.2"
+    pinned = spec.model_copy(update={"spark_version": "4.3"})
+    assert replay_version(pinned, "3.5.2", None) is pinned
+    with pytest.raises(SpecError, match="spark://h:7077 is 3.3.0"):
+        replay_version(spec, "3.3.0", "spark://h:7077")
