@@ -44,18 +44,25 @@ class SparkProfile:
     #: rows against the whole right state; a left row emitted on arrival is never stored.
     #: Locked by tests/test_profiles_spark.py (pyspark 4.3.0).
     left_semi_right_first: bool = False
+    #: Spark 4.2+ (observed on pyspark 4.3.0 against 4.0.5 and 4.1.4): ``numRowsRemoved``
+    #: counts every row evicted from the join state, the outer sides' rows removed while
+    #: emitting their null rows too (4.0 counts only the final cleanup pass: left outer the
+    #: right side, right outer the left side, full outer nothing). Locked by
+    #: tests/test_profiles_spark.py (pyspark 4.3.0, full outer scenarios).
+    join_counts_every_removal: bool = False
 
     @property
     def reference_rules(self) -> bool:
         """No switch on: Spark 4.0's rules (docs/semantics.md as written)."""
-        return not (self.join_skips_evictable_inputs or self.left_semi_right_first)
+        return not (self.join_skips_evictable_inputs or self.left_semi_right_first
+                    or self.join_counts_every_removal)
 
 
 PROFILES: dict[str, SparkProfile] = {
     "3.5.0": SparkProfile("3.5.0", join_skips_evictable_inputs=True),
     "3.5": SparkProfile("3.5"),
     "4.0": SparkProfile("4.0"),
-    "4.2": SparkProfile("4.2", left_semi_right_first=True),
+    "4.2": SparkProfile("4.2", left_semi_right_first=True, join_counts_every_removal=True),
 }
 DEFAULT = "4.0"  # the project's pinned pyspark 4.0.5
 ACCEPTED = ("a Spark release the predictor has a profile for: 3.5.x, 4.0.x, 4.1.x, 4.2.x or "

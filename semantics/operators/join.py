@@ -87,7 +87,7 @@ from semantics.operators.join_frames import (
     take_values,
     to_micros_nullable,
 )
-from semantics.operators.join_store import Gone, SideRows, SideStore, SideWork
+from semantics.operators.join_store import Gone, Run, SideRows, SideStore, SideWork
 from semantics.operators.join_watermarks import JoinEvictionPlan, derive_plan
 from semantics.parallel import map_parts
 from semantics.profiles import SparkProfile, of_candidate
@@ -384,8 +384,16 @@ class JoinOperator:
         small = None if self.packing is None else WHOLE * (len(lin) + len(rin))
         packed = self.packing is not None
         left, right = SideWork(state.left, packed), SideWork(state.right, packed)
-        stored_left = self._left_input(left, right, lin, lthr, small, outputs, fates, batch)
-        stored_right = self._right_input(left, right, rin, rthr, small, outputs, fates, batch)
+        eager = 0
+        if self.profile.left_semi_right_first and self.query.type == "left_semi":
+            left, stored_right, eager = self._semi_right_first(left, right, rin, rthr, small,
+                                                               outputs, fates, batch)
+            stored_left = self._left_input(left, right, lin, lthr, small, outputs, fates, batch)
+        else:
+            stored_left = self._left_input(left, right, lin, lthr, small, outputs, fates,
+                                           batch)
+            stored_right = self._right_input(left, right, rin, rthr, small, outputs, fates,
+                                             batch)
         (lkeys, ltally), (rkeys, rtally) = left.count_keys(self.n_codes), \
             right.count_keys(self.n_codes)  # before eviction
         (lgone, rgone), removed = self._evict(left, right, lthr, rthr, small, outputs, fates,
@@ -405,7 +413,7 @@ class JoinOperator:
             dropped_by_watermark=ldropped + rdropped,
             state_rows=new_state.rows,
             state_rows_updated=stored_left + stored_right,
-            state_rows_removed=removed,
+            state_rows_removed=removed + eager,
             output=Deferred(refs, len(refs[0])),
             state_bytes=None,
             state_keys=lkeys + rkeys,
@@ -499,6 +507,56 @@ class JoinOperator:
         right.add(rin if store.all() else rin.take(store), small)
         return int(store.sum())
 
+    def _semi_right_first(self, left: SideWork, right: SideWork, rin: SideRows,
+                          rthr: int | None, small: int | None,
+                          outputs: list[tuple[np.ndarray, ...]], fates: list[pd.DataFrame],
+                          batch: BatchInput) -> tuple[SideWork, int, int]:
+        """Profile ``4.2``, left semi (SPARK-55973): the right input first, against the left
+        state of earlier batches; each left row it matches is emitted once and removed from
+        the state at once. A right row at or behind the right state watermark is not stored
+        (as in Spark 4.0), so the left input, joined next, does not meet it. Returns (the left
+        side without those rows, right rows stored, left rows removed)."""
+        hit: list[np.ndarray] = []
+        if len(rin):
+            span = int(rin.et.min()), int(rin.et.max())
+            for run in left.runs:
+                if not self.condition.may_match((run.min_et, run.max_et), span):
+                    continue
+                rows = run.rows
+                pi, qj = self._pairs(rows, rin)
+                if run.live < len(rows) and len(pi):  # gone rows do not match
+                    ok = run.alive(pi)
+                    pi, qj = pi[ok], qj[ok]
+                if not len(pi):
+                    continue
+                pi = _first_occurrence(pi, qj)
+                outputs.append((rows.pos[pi],))
+                hit.append(rows.pos[pi])
+        store = ~_evictable(rin, rthr)
+        if self.explain and (~store).any():
+            fates.append(self._noted("right", "not_stored", rin.take(~store), rthr,
+                                     f"not buffered: at or behind the {self.right.source} state "
+                                     f"watermark {_ms_text(rthr)} (eviction watermark "
+                                     f"{_ms_text(batch.evict_wm_ms)})"))
+        right.add(rin if store.all() else rin.take(store), small)
+        stored = int(store.sum())
+        if not hit:
+            return left, stored, 0
+        gone = np.concatenate(hit)
+        live = left.store.live_rows() if not left.runs else \
+            SideRows.concat([r.live_rows() for r in left.runs])
+        out = np.isin(live.pos, gone)
+        if self.explain:
+            fates.append(self._noted("left", "evicted", live.take(out), None,
+                                     "left semi: matched a right row of this batch, emitted "
+                                     "and removed from the state at once (Spark 4.2+, "
+                                     "SPARK-55973)"))
+        kept = live.take(~out)
+        if left.packed and len(kept):
+            kept = kept.take(stable_argsort(kept.comp))
+        runs = (Run.of(kept),) if len(kept) else ()
+        return SideWork(SideStore(runs), left.packed), stored, len(gone)
+
     def _evict(self, left: SideWork, right: SideWork, lthr: int | None, rthr: int | None,
                small: int | None, outputs: list[tuple[np.ndarray, ...]],
                fates: list[pd.DataFrame], batch: BatchInput
@@ -515,8 +573,10 @@ class JoinOperator:
                 null = np.full(len(pos), -1, dtype=np.int64)
                 outputs.append((pos, null) if left_side else (null, pos))
         # only the final cleanup pass counts: outer sides were removed while emitting null rows
-        removed = (0 if louter else sum(map(len, lparts))) + \
-            (0 if router else sum(map(len, rparts)))
+        # (profile 4.2: every removal counts)
+        every = self.profile.join_counts_every_removal
+        removed = (0 if louter and not every else sum(map(len, lparts))) + \
+            (0 if router and not every else sum(map(len, rparts)))
         if self.explain:
             fates += self._eviction_fates("left", SideRows.concat([g.take() for g in lparts]),
                                           lthr, louter, batch)
