@@ -133,3 +133,31 @@ def test_backtest_predicts_for_the_session_spark(scenario):
     assert replay_version(pinned, "3.5.2", None) is pinned
     with pytest.raises(SpecError, match="spark://h:7077 is 3.3.0"):
         replay_version(spec, "3.3.0", "spark://h:7077")
+
+
+def _figures(spec_file: Path, version: str, explain: bool) -> list[list[int]]:
+    cols = ["batch_id", "state_rows", "state_rows_updated", "state_rows_removed", "output_rows"]
+    return _predicted(spec_file, version, explain).batches[cols].to_numpy().tolist()
+
+
+# (join type, seed of tests/profile_scenarios.draw) -> per batch (batch, state rows, updated,
+# removed, output rows) as pyspark 4.0.5 and 4.3.0 reported them (tests/test_profiles_spark.py)
+SPARK_4_2 = {
+    # a left semi join's right rows match left rows stored earlier: emitted and removed at once
+    ("left_semi", 1): ([[0, 1, 1, 0, 0], [1, 2, 1, 0, 0], [2, 2, 0, 0, 0], [3, 5, 3, 0, 1]],
+                       [[0, 1, 1, 0, 0], [1, 2, 1, 0, 0], [2, 2, 0, 0, 0], [3, 4, 3, 1, 1]]),
+    # full outer: 4.0 counts no removal, 4.2 every evicted row
+    ("full_outer", 0): ([[0, 2, 2, 0, 0], [1, 2, 2, 0, 2], [2, 1, 1, 0, 2]],
+                        [[0, 2, 2, 0, 0], [1, 2, 2, 2, 2], [2, 1, 1, 2, 2]]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SPARK_4_2))
+@pytest.mark.parametrize("explain", [True, False])
+def test_spark_4_2_left_semi_and_removal_counts(tmp_path, case, explain):
+    spec_file = write(tmp_path / "s", draw(case[1], case[0]))
+    assert spec_file is not None
+    spark_4_0, spark_4_3 = SPARK_4_2[case]
+    assert _figures(spec_file, "4.0.5", explain) == spark_4_0
+    assert _figures(spec_file, "4.3.0", explain) == spark_4_3
+    assert _figures(spec_file, "4.1", explain) == spark_4_0
