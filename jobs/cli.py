@@ -90,6 +90,43 @@ def cmd_run(args: argparse.Namespace, predict: bool, actual: bool) -> int:
     return _print_result(result, args.json)
 
 
+def cmd_versions(args: argparse.Namespace) -> int:
+    """``predict --spark-version 3.5,4.0,4.2``: the same candidates predicted under each
+    release's profile (the spec's own ``spark_version`` settings replaced), one table each."""
+    from jobs.backtest import run_backtest
+    from semantics.profiles import profile_name
+    from semantics.report import dumps
+    from semantics.spec import load_spec
+
+    spec = load_spec(args.spec)
+    versions = [v.strip() for v in args.spark_version.split(",") if v.strip()]
+    for v in versions or [args.spark_version]:
+        try:
+            profile_name(v)
+        except ValueError as exc:
+            raise SpecError(spec.path, "--spark-version", str(exc)) from None
+    docs, code = [], 0
+    for v in versions:
+        cands = {n: c.model_copy(update={"spark_version": None})
+                 for n, c in spec.candidates.items()}
+        sv = spec.model_copy(update={"spark_version": v, "candidates": cands})
+        result = run_backtest(sv, args.candidate, predict=True, actual=False,
+                              results=Path(args.results) if args.results else None,
+                              progress=_progress(args.json and not sys.stderr.isatty()),
+                              explain=False)
+        if args.json:
+            docs.append({"spark_version": v, "spark_profile": profile_name(v),
+                         **result.to_json(records=False)})
+            continue
+        print(f"[Spark {v}: profile {profile_name(v)}]")
+        print(format_table(summary_rows(result)))
+        print()
+        code = max(code, 0 if result.success else 1)
+    if args.json:
+        write_document(dumps({"backtest": spec.name, "versions": docs}) + "\n")
+    return code
+
+
 def print_late(result: BacktestResult, limit: int, as_json: bool) -> int:
     """The input rows each candidate's watermark drops (the first ``limit`` per candidate)."""
     from semantics.explain import late_rows
@@ -198,7 +235,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--late", type=_count, nargs="?", const=20, metavar="N",
                     help="list the input rows the watermark drops (first N per candidate, "
                     "default 20), with the watermark each missed and by how much")
-    sp.set_defaults(func=lambda a: cmd_run(a, True, False))
+    sp.add_argument("--spark-version", metavar="V1,V2,...",
+                    help="predict once per Spark release (e.g. 3.5,4.0,4.2: what an upgrade "
+                    "alone changes; docs/semantics.md §10)")
+    sp.set_defaults(func=lambda a: cmd_versions(a) if a.spark_version
+                    else cmd_run(a, True, False))
     for name, helptext, pred in (("replay", "Spark replay only (actual)", False),
                                  ("backtest", "predict + replay + validate + report", True)):
         sp = sub.add_parser(name, help=helptext)

@@ -161,3 +161,22 @@ def test_spark_4_2_left_semi_and_removal_counts(tmp_path, case, explain):
     assert _figures(spec_file, "4.0.5", explain) == spark_4_0
     assert _figures(spec_file, "4.3.0", explain) == spark_4_3
     assert _figures(spec_file, "4.1", explain) == spark_4_0
+
+
+def test_predict_over_versions_shows_what_an_upgrade_changes(tmp_path, capsys, monkeypatch):
+    # `wmbt predict SPEC --spark-version 3.5.3,4.0,4.3`: one prediction per release's profile
+    spec_file = write(tmp_path / "s", draw(0, "full_outer"))
+    monkeypatch.chdir(tmp_path)
+    assert main(["predict", str(spec_file), "--spark-version", "3.5.3,4.0,4.3", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    got = {d["spark_version"]: d for d in doc["versions"]}
+    assert [got[v]["spark_profile"] for v in ("3.5.3", "4.0", "4.3")] == ["3.5.0", "4.0", "4.2"]
+    outputs = {v: sum(b["output_rows"] for b in got[v]["candidates"][0]["predicted"]["batches"])
+               for v in got}
+    assert outputs["3.5.3"] == outputs["4.0"] - 1  # the null row 3.5.3 never emits
+    assert main(["predict", str(spec_file), "--spark-version", "3.5,4.0"]) == 0
+    out = capsys.readouterr().out
+    assert "[Spark 3.5: profile 3.5]" in out and "[Spark 4.0: profile 4.0]" in out
+    assert main(["predict", str(spec_file), "--spark-version", "4.0,3.4"]) == 2
+    assert "--spark-version: a Spark release the predictor has a profile for" in \
+        capsys.readouterr().err
