@@ -114,6 +114,14 @@ def run_backtest(spec: BacktestSpec, candidate: str | None = None, *, predict: b
         sample_keys(spec)
     out: list[CandidateResult] = []
     schedules: dict[str, Schedule] = {}
+    if predict and actual:  # predicted for the Spark the replay runs on (SPEC.md §1.4)
+        from jobs.spark import get_spark
+
+        spark = spark or get_spark(master)
+        # (only the prediction reads it: the replay's own spec, its resume fingerprint, stays)
+        pspec = replay_version(spec, spark.version, master)
+    else:
+        pspec = spec
     for name in candidates_of(spec, candidate):
         bb = spec.batch_by(name).model_dump_json()
         if bb not in schedules:
@@ -143,9 +151,9 @@ def run_backtest(spec: BacktestSpec, candidate: str | None = None, *, predict: b
             if drawn is not None and carrier is not None:
                 from jobs.sample_replay import predict_sample
 
-                cr.predicted = predict_sample(drawn, spec, name, carrier, explain=explain)
+                cr.predicted = predict_sample(drawn, pspec, name, carrier, explain=explain)
             else:
-                cr.predicted = run_predict(sched, spec, name, explain=explain,
+                cr.predicted = run_predict(sched, pspec, name, explain=explain,
                                            count_late=not explain)
             cr.predicted.info["elapsed_s"] = time.perf_counter() - t0
             progress(f"[{name}] predicted {len(cr.predicted.batches)} batches in "
@@ -183,6 +191,23 @@ def run_backtest(spec: BacktestSpec, candidate: str | None = None, *, predict: b
                         cr.validation)
         out.append(cr)
     return BacktestResult(spec, out)
+
+
+def replay_version(spec: BacktestSpec, version: str, master: str | None) -> BacktestSpec:
+    """``spec`` predicted for Spark ``version`` (the session's, e.g. a cluster's) where it
+    pins no ``spark_version`` itself; a release without a profile is an error (exit 2)."""
+    from semantics.errors import SpecError
+    from semantics.profiles import profile_name
+
+    if spec.spark_version is not None:
+        return spec
+    try:
+        profile_name(version)
+    except ValueError as exc:
+        raise SpecError(spec.path, "spark_version",
+                        f"set (the Spark at {master or 'the local master'} is {version}, "
+                        f"which the predictor has no profile for): {exc}") from None
+    return spec.model_copy(update={"spark_version": version})
 
 
 def _to_stderr(msg: str) -> None:

@@ -119,6 +119,43 @@ def cmd_run(args: argparse.Namespace, predict: bool, actual: bool) -> int:
     return _print_result(result, args.json)
 
 
+def cmd_versions(args: argparse.Namespace) -> int:
+    """``predict --spark-version 3.5,4.0,4.2``: the same candidates predicted under each
+    release's profile (the spec's own ``spark_version`` settings replaced), one table each."""
+    from jobs.backtest import run_backtest
+    from semantics.profiles import profile_name
+    from semantics.report import dumps
+    from semantics.spec import load_spec
+
+    spec = load_spec(args.spec)
+    versions = [v.strip() for v in args.spark_version.split(",") if v.strip()]
+    for v in versions or [args.spark_version]:
+        try:
+            profile_name(v)
+        except ValueError as exc:
+            raise SpecError(spec.path, "--spark-version", str(exc)) from None
+    docs, code = [], 0
+    for v in versions:
+        cands = {n: c.model_copy(update={"spark_version": None})
+                 for n, c in spec.candidates.items()}
+        sv = spec.model_copy(update={"spark_version": v, "candidates": cands})
+        result = run_backtest(sv, args.candidate, predict=True, actual=False,
+                              results=Path(args.results) if args.results else None,
+                              progress=_progress(args.json and not sys.stderr.isatty()),
+                              explain=False)
+        if args.json:
+            docs.append({"spark_version": v, "spark_profile": profile_name(v),
+                         **result.to_json(records=False)})
+            continue
+        print(f"[Spark {v}: profile {profile_name(v)}]")
+        print(format_table(summary_rows(result)))
+        print()
+        code = max(code, 0 if result.success else 1)
+    if args.json:
+        write_document(dumps({"backtest": spec.name, "versions": docs}) + "\n")
+    return code
+
+
 def print_late(result: BacktestResult, limit: int, as_json: bool) -> int:
     """The input rows each candidate's watermark drops (the first ``limit`` per candidate)."""
     from semantics.explain import late_rows
@@ -227,7 +264,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--late", type=_count, nargs="?", const=20, metavar="N",
                     help="list the input rows the watermark drops (first N per candidate, "
                     "default 20), with the watermark each missed and by how much")
-    sp.set_defaults(func=lambda a: cmd_run(a, True, False))
+    sp.add_argument("--spark-version", metavar="V1,V2,...",
+                    help="predict once per Spark release (e.g. 3.5,4.0,4.2: what an upgrade "
+                    "alone changes; docs/semantics.md §12)")
+    sp.set_defaults(func=lambda a: cmd_versions(a) if a.spark_version
+                    else cmd_run(a, True, False))
     for name, helptext, pred in (("replay", "Spark replay only (actual)", False),
                                  ("backtest", "predict + replay + validate + report", True)):
         sp = sub.add_parser(name, help=helptext)
@@ -238,6 +279,10 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--sample", type=_fraction, metavar="RATE",
                         help="replay (and predict) only this fraction of the keys, by key "
                         "hash, plus carrier rows that keep the full history's watermarks")
+        sp.add_argument("--spark", metavar="VERSION",
+                        help="replay on this pyspark (3.5, 3.5.3, 4.1, 4.3, ...: its own "
+                        "environment in .venvs/, made on first use; default: the installed "
+                        "4.0.5); the prediction uses its profile unless the spec pins one")
         sp.set_defaults(func=lambda a, pred=pred: cmd_run(a, pred, True))
     sp = sub.add_parser("sweep", help="prediction-only tradeoff over watermark delays")
     common(sp)
@@ -256,6 +301,30 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _on_other_spark(version: str, argv: list[str]) -> int | None:
+    """``--spark VERSION``: the exit code of the same command run under that pyspark's
+    environment (``jobs.spark_envs``), or None when this process already runs it."""
+    from jobs import spark_envs
+    from semantics.profiles import profile_name
+
+    try:
+        profile_name(version)
+    except ValueError as exc:
+        raise spark_envs.SparkEnvError(f"--spark: {exc}") from None
+    exact = spark_envs.resolve(version)
+    if exact == spark_envs.running_version():
+        return None
+    rest, skip = [], False
+    for a in argv:  # (the command again, without --spark)
+        if skip:
+            skip = False
+        elif a == "--spark":
+            skip = True
+        elif not a.startswith("--spark="):
+            rest.append(a)
+    return spark_envs.reexec(exact or version, rest)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command; return its exit code (module docstring). Usage errors exit 2 from the
     parser (SystemExit, as argparse does), before anything runs."""
@@ -263,6 +332,10 @@ def main(argv: list[str] | None = None) -> int:
     debug = bool(args.debug) or os.environ.get("WMBT_DEBUG", "") not in ("", "0")
     received = bytearray()
     try:
+        if getattr(args, "spark", None):
+            code = _on_other_spark(args.spark, sys.argv[1:] if argv is None else argv)
+            if code is not None:
+                return code
         with watch_signals(received), quiet_logging(debug):
             reuse_freed_memory()  # the predictor's large arrays: reused, not faulted in again
             code = int(args.func(args))

@@ -292,6 +292,7 @@ def _result(spec: BacktestSpec, candidate: str, schedule: Schedule, cp: Path, ou
         "outputs_dir": str(outputs),
         "pace": schedule.pace,
         "operator_watermarks": how,
+        "spark_version": _spark_version(),  # the pyspark that replayed (jobs.spark_envs)
         "spark_conf": conf,
         "progress": [per_batch[b] for b in batch_ids],
         # the input rows late under Spark's own late watermarks (Spark counts groups for
@@ -299,6 +300,12 @@ def _result(spec: BacktestSpec, candidate: str, schedule: Schedule, cp: Path, ou
         "late_rows": late_rows_under(schedule, spec, candidate, batches),
     }
     return RunResult(candidate, batches, out, info)
+
+
+def _spark_version() -> str:
+    import pyspark
+
+    return pyspark.__version__
 
 
 def _derived(wm: int | None, prev: int | None, allow_multiple: bool

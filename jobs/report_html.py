@@ -188,6 +188,20 @@ def sweep_section(result: BacktestResult, folder: Path) -> str:
             f'<div class="plots">{img}</div><table><tr>{head}</tr>{body}</table>')
 
 
+def _versions(result: BacktestResult) -> str:
+    """Which Spark rules the predictions followed (docs/semantics.md §12) and which pyspark
+    replayed, e.g. ``predicted with Spark profile 3.5 · replayed on pyspark 3.5.9``."""
+    def seen(side: str, key: str) -> str:
+        runs = [getattr(c, side) for c in result.candidates]
+        return ", ".join(dict.fromkeys(str(r.info[key]) for r in runs
+                                       if r is not None and key in r.info))
+
+    profiles, spark = seen("predicted", "spark_profile"), seen("actual", "spark_version")
+    parts = [f"predicted with Spark profile {profiles}" if profiles else "",
+             f"replayed on pyspark {spark}" if spark else ""]
+    return " · ".join(p for p in parts if p)
+
+
 def write_report(result: BacktestResult, folder: str | Path | None = None) -> str:
     """Write ``<folder>/<backtest>.html``; returns its path."""
     from jobs.backtest import default_results_dir
@@ -226,7 +240,7 @@ def write_report(result: BacktestResult, folder: str | Path | None = None) -> st
 <title>{html.escape(spec.name)} – watermark backtest</title><style>{CSS}</style></head><body>
 <h1>Watermark backtest: {html.escape(spec.name)}</h1>
 <div class="sub">query: {html.escape(spec.query.kind)} · candidates:
-{html.escape(', '.join(spec.candidates))} · predictions follow Spark 4.0 semantics</div>
+{html.escape(', '.join(spec.candidates))} · {html.escape(_versions(result))}</div>
 <h2>Candidates</h2><table><tr>{head}</tr>{''.join(body)}</table>
 {unbounded}
 {''.join(fails)}

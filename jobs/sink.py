@@ -39,7 +39,10 @@ WATERMARKS_DIR = "_watermarks"
 # what Spark's StreamExecution.isInterruptionException looks for in a Python sink's error
 _INTERRUPTIONS = ("java.lang.InterruptedException", "java.io.InterruptedIOException",
                   "java.nio.channels.ClosedByInterruptException")
-_STATE_STORE_WRITER = "org.apache.spark.sql.execution.streaming.StateStoreWriter"
+# the stateful operators' trait: its package moved in Spark 4.1 (operators.stateful)
+_STATE_STORE_WRITERS = ("org.apache.spark.sql.execution.streaming.StateStoreWriter",
+                        "org.apache.spark.sql.execution.streaming.operators.stateful."
+                        "StateStoreWriter")
 
 
 def batch_dir(outputs: Path, batch_id: int) -> Path:
@@ -81,7 +84,7 @@ def operator_watermarks(spark: SparkSession, query_name: str) -> dict[str, Any] 
     query ``query_name`` (classic mode only; called from inside foreachBatch, when the query's
     ``lastExecution`` is the batch being written)."""
     jvm = spark._jvm  # noqa: SLF001
-    writer = jvm.java.lang.Class.forName(_STATE_STORE_WRITER)
+    writer = _first_class(jvm, _STATE_STORE_WRITERS)
     jq = _active_query(spark, query_name)
     if jq is not None:
         ex = jq.streamingQuery().lastExecution()
@@ -104,6 +107,28 @@ def operator_watermarks(spark: SparkSession, query_name: str) -> dict[str, Any] 
     return None
 
 
+def _first_class(jvm: Any, names: tuple[str, ...]) -> Any:
+    """The first of ``names`` this JVM has (a class some Spark release moved)."""
+    for name in names[:-1]:
+        try:
+            return jvm.java.lang.Class.forName(name)
+        except Exception:  # noqa: BLE001 - py4j's ClassNotFoundException
+            continue
+    return jvm.java.lang.Class.forName(names[-1])
+
+
+def to_arrow(df: DataFrame) -> pa.Table:
+    """The rows of ``df`` as one Arrow table, in one action (``toArrow`` from Spark 4.0; 3.5
+    has the same collection as ``_collect_as_arrow``)."""
+    if hasattr(df, "toArrow"):
+        return df.toArrow()
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    batches = df._collect_as_arrow()  # noqa: SLF001 - Spark 3.5's toArrow
+    schema = to_arrow_schema(df.schema)
+    return pa.Table.from_batches(batches, schema) if batches else schema.empty_table()
+
+
 def make_sink(outputs: Path, spark: SparkSession | None, query_name: str,
               progress_dir: Path | None = None) -> Callable[[DataFrame, int], None]:
     """The foreachBatch function. ``spark`` is the classic session to read operator watermarks
@@ -111,6 +136,9 @@ def make_sink(outputs: Path, spark: SparkSession | None, query_name: str,
     server-side Python worker, so that variant references nothing but the standard library
     and pyarrow). ``progress_dir``: where earlier batches' progress is saved (classic)."""
     out = str(outputs)
+    # classic sessions collect through ``to_arrow`` (Spark 3.5 has no ``toArrow``); the Connect
+    # variant is pickled to a server-side worker, so it references no project function
+    collect = to_arrow if spark is not None else None
 
     def write_rows(df: DataFrame, batch_id: int) -> None:
         import os as _os
@@ -123,7 +151,8 @@ def make_sink(outputs: Path, spark: SparkSession | None, query_name: str,
         target.mkdir(parents=True, exist_ok=True)
         tmp = target / f".part-0.parquet.{_uuid.uuid4().hex}.tmp"
         # one action (toArrow collects once); written locally, no Hadoop commit protocol
-        _pq.write_table(df.toArrow(), tmp)
+        table = df.toArrow() if collect is None else collect(df)
+        _pq.write_table(table, tmp)
         _os.replace(tmp, target / "part-0.parquet")  # a re-executed batch replaces its file
 
     if spark is None:

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from semantics.profiles import SparkProfile, of_candidate
 from semantics.spark_conf import ALLOW_MULTIPLE, NO_DATA_BATCHES, spark_bool
 from semantics.spec import BacktestSpec
 
@@ -44,7 +45,7 @@ class ResolvedCandidate:
     merge_sessions_locally: bool  # sessionWindow.merge.sessions.in.local.partition (§4.3)
     state_store_provider: str  # "" for Spark's default (HDFS-backed) provider
     time_zone: str  # spark.sql.session.timeZone of the spec (UTC by default)
-    spark_version: str | None  # the spec's Spark profile, when it names one (carried as is)
+    profile: SparkProfile  # the Spark release's rule switches (docs/semantics.md §12)
     conf: Mapping[str, str]  # every setting: spec-level, the candidate's overrides, the policy
     file: str  # the spec's path, for errors naming a setting
 
@@ -67,8 +68,7 @@ def resolve(spec: BacktestSpec, candidate: str) -> ResolvedCandidate:
         merge_sessions_locally=flag(MERGE_LOCAL_CONF, False),
         state_store_provider=str(conf.get(PROVIDER, "")),
         time_zone=spec.session_time_zone,
-        # (no spec field yet: a Spark version profile, once the spec has one, is carried here)
-        spark_version=getattr(spec, "spark_version", None),
+        profile=of_candidate(spec, candidate),
         conf=MappingProxyType(dict(conf)),
         file=spec.path,
     )

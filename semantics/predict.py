@@ -113,6 +113,8 @@ def predict(schedule: Schedule, spec: BacktestSpec, candidate: str, *,
         outputs = outputs.reset_index(drop=True)
     info: dict[str, object] = {"operator": op.name, "path": res.path,
                                "path_reason": res.path_reason,
+                               # the Spark release's rules predicted (semantics/profiles.py)
+                               "spark_profile": config.profile.name,
                                **({"fates": summary} if explain else {}),
                                "never_evicted": never_evicted(spec, candidate)}
     if explain:  # input rows dropped as late (in at least one of their windows)

@@ -381,6 +381,10 @@ class Candidate(_Model):
     policy: Literal["min", "max"] = "min"
     spark_conf: dict[str, str | int | float | bool] = Field(default_factory=dict)
     batch_by: BatchBy | None = None
+    spark_version: str | None = None  # §1.4; overrides the spec's
+
+    _version_text = field_validator("spark_version", mode="before")(
+        lambda v: _version_text(v))
 
 
 class Expect(_Model):
@@ -414,7 +418,11 @@ class BacktestSpec(_Model):
     expect: Expect = Expect()
     spark_conf: dict[str, str | int | float | bool] = Field(default_factory=dict)
     sweep: SweepSpec | None = None
+    spark_version: str | None = None  # §1.4: the predictor's profile (semantics.profiles)
     path: str = Field(default="<memory>", exclude=True)
+
+    _version_text = field_validator("spark_version", mode="before")(
+        lambda v: _version_text(v))
 
     # -- derived ------------------------------------------------------------------------------
     @property
@@ -465,6 +473,11 @@ class BacktestSpec(_Model):
 
     def batch_by(self, candidate: str) -> BatchBy:
         return self.candidates[candidate].batch_by or self.replay.batch_by
+
+    def spark_version_of(self, candidate: str) -> str | None:
+        """The Spark version the candidate is predicted for (SPEC.md §1.4): its own
+        ``spark_version``, else the spec's; None: the version the replay runs on."""
+        return self.candidates[candidate].spark_version or self.spark_version
 
     def conf(self, candidate: str) -> dict[str, str]:
         """Spark settings for a candidate: spec-level, then the candidate's overrides, then the
@@ -704,6 +717,27 @@ def check_spec(spec: BacktestSpec) -> None:
             raise SpecError(f, f"candidates.{name}.spark_conf",
                             "spark.sql.streaming.multipleWatermarkPolicy must be min or max")
         _check_query_for_candidate(spec, name)
+        _check_spark_version(spec, name)
+
+
+def _version_text(v: object) -> object:
+    """``spark_version: 3.5`` in YAML is a number: read it as the text written."""
+    return str(v) if isinstance(v, int | float) and not isinstance(v, bool) else v
+
+
+def _check_spark_version(spec: BacktestSpec, cname: str) -> None:
+    """A ``spark_version`` names a release the predictor has a profile for."""
+    from semantics.profiles import profile_for
+
+    own = spec.candidates[cname].spark_version
+    version = spec.spark_version_of(cname)
+    if version is None:
+        return
+    try:
+        profile_for(version)
+    except ValueError as exc:
+        raise SpecError(spec.path, f"candidates.{cname}.spark_version" if own
+                        else "spark_version", str(exc)) from None
 
 
 def _check_sweep(spec: BacktestSpec) -> None:

@@ -13,7 +13,7 @@ Invariants, per delay ``d``:
 * the accepted rows are those of threshold ``< d``, a superset for every larger delay; taken
   from the sorted rows by a mask, they stay sorted, so no delay sorts again;
 * with no piece evicted before its component is complete, the sessions are those of
-  ``operators/session_all.py`` on the accepted rows: components cut where ``t_next > t + gap``,
+  ``whole_run/session.py`` on the accepted rows: components cut where ``t_next > t + gap``,
   pieces of the rows arrived so far, a component evicted whole at the first point whose
   eviction watermark reaches its end. Its helpers compute them from the sorted accepted rows
   (no sort), with the points as batches: an idle point a delay does not run has eviction
@@ -37,30 +37,29 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from semantics.config import resolve
 from semantics.delay_timeline import ALWAYS, Timeline, timeline
-from semantics.engine import leaving_batch
-from semantics.operators.session import MERGE_LOCAL_CONF
-from semantics.operators.session_all import (
+from semantics.parallel import map_parts, threads
+from semantics.schedule import TICK, Schedule
+from semantics.spec import BacktestSpec, SessionQuery
+from semantics.sweep_fallback import Figure, predicted, swept
+from semantics.whole_run.kernels import leaving_batch
+from semantics.whole_run.session import (
     _PACK_LIMIT,
     _components,
     _early_evicted_keys,
     _first_arrival_before,
 )
-from semantics.parallel import map_parts, threads
-from semantics.schedule import TICK, Schedule
-from semantics.spark_conf import spark_bool
-from semantics.spec import BacktestSpec, SessionQuery
-from semantics.sweep_fallback import Figure, predicted, swept
 
-MAX_WINDOW = 64  # as ``session_all.sessions_at_once``: a longer walk back is predicted alone
+MAX_WINDOW = 64  # as ``whole_run.session.sessions_at_once``: a longer walk back is predicted alone
 
 
 def covered(spec: BacktestSpec, candidate: str) -> bool:
     """Session windows in append mode without local merging (the caller checks the source and
     the settings every one-pass sweep needs)."""
     q = spec.query
-    return isinstance(q, SessionQuery) and q.output_mode == "append" and not spark_bool(
-        spec.conf(candidate).get(MERGE_LOCAL_CONF, False), MERGE_LOCAL_CONF, spec.path)
+    return (isinstance(q, SessionQuery) and q.output_mode == "append"
+            and not resolve(spec, candidate).merge_sessions_locally)
 
 
 @dataclass(frozen=True)
@@ -106,9 +105,10 @@ def stepper(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str)
     """Steps some keys' rows under a delay as ``SessionOperator.run_all`` steps the keys it
     leaves to stepping (the operator's own step function, on those rows only, with the
     delay's batch plan)."""
-    from semantics.engine import plan_batches, source_rows
+    from semantics.engine import plan_batches
     from semantics.operators import make_operator
     from semantics.operators.aggfuncs import init_all, ones_of
+    from semantics.whole_run.kernels import source_rows
 
     t_all = np.asarray(schedule.event_time_us(source), dtype=np.int64)
 
@@ -349,4 +349,4 @@ def _figures(state: np.ndarray, removed: np.ndarray, keys: np.ndarray | None, ru
     return out
 
 
-__all__ = ["ALWAYS", "MERGE_LOCAL_CONF", "covered", "steps_keys", "sweep"]
+__all__ = ["ALWAYS", "covered", "steps_keys", "sweep"]

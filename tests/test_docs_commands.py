@@ -49,6 +49,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from semantics.profiles import profile_name
 from tests.doc_commands import (
     DocCommand,
     DocFile,
@@ -132,6 +133,17 @@ def check_json(ran: Ran) -> None:
     names = ran.candidates()[:1] if ran.argv[1] == "sweep" else ran.candidates()
     for c in names:
         assert f'"{c}"' in text, f"candidate {c} not in the JSON document"
+
+
+def check_other_spark(ran: Ran) -> None:
+    """The JSON document; every candidate replayed by the ``--spark`` release and predicted
+    with its profile (docs/replay.md)."""
+    check_json(ran)
+    want = ran.argv[ran.argv.index("--spark") + 1]
+    for c in json.loads(ran.out)["candidates"]:
+        ran_on = c["actual"]["info"]["spark_version"]
+        assert ran_on == want or ran_on.startswith(want + "."), (ran_on, want)
+        assert c["predicted"]["info"]["spark_profile"] == profile_name(ran_on)
 
 
 def check_late(ran: Ran) -> None:
@@ -265,6 +277,9 @@ class Expect:
 # (the specific forms before the general ones).
 EXPECTED: list[tuple[str, Expect]] = [
     (r"^wmbt (predict|sweep) .*--json\b", Expect(check_json)),
+    # (first use: the release's environment is made from the package registry)
+    (r"^wmbt (replay|backtest) .*--spark \S+ --json\b",
+     Expect(check_other_spark, spark=True, timeout=1200)),
     (r"^wmbt (replay|backtest) .*--json\b", Expect(check_json, spark=True, timeout=600)),
     (r"^wmbt backtest .*--sample\b", Expect(check_sample, spark=True, timeout=600)),
     (r"^wmbt predict .*--explain \d+", Expect(check_explain)),

@@ -14,6 +14,7 @@ import pytest
 
 from jobs import sweep as sw
 from semantics import sweep_session
+from semantics.config import MERGE_LOCAL_CONF
 from semantics.sweep_once import FIGURES, _key_ids, covered
 from tests.predict_kit import schedule_of, spec_of
 from tests.test_sweep_once import delays, random_schedule
@@ -104,7 +105,7 @@ def test_an_early_eviction_is_stepped() -> None:
 
 
 def test_local_merging_and_complete_mode_are_predicted_per_delay() -> None:
-    for query, conf in ((QUERIES["one_key"], {sweep_session.MERGE_LOCAL_CONF: "true"}),
+    for query, conf in ((QUERIES["one_key"], {MERGE_LOCAL_CONF: "true"}),
                         ({**QUERIES["one_key"], "output_mode": "complete"}, None)):
         spec = spec_of(query, pace="backlog", spark_conf=conf)
         assert not covered(spec, "c", "events")

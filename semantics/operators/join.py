@@ -77,9 +77,10 @@ from semantics.operators.join_frames import (
     take_values,
     to_micros_nullable,
 )
-from semantics.operators.join_store import Gone, SideRows, SideStore, SideWork
+from semantics.operators.join_store import Gone, Run, SideRows, SideStore, SideWork
 from semantics.operators.join_watermarks import JoinEvictionPlan, derive_plan
 from semantics.parallel import map_parts
+from semantics.profiles import SparkProfile
 from semantics.report import OPERATOR_NAMES, output_columns
 from semantics.schedule import Schedule
 from semantics.spec import BacktestSpec, JoinQuery
@@ -192,7 +193,8 @@ class JoinOperator:
         q = spec.query
         if not isinstance(q, JoinQuery):
             raise TypeError(f"JoinOperator needs a join query, got kind {q.kind!r}")
-        delays = resolved(spec, candidate).delays_ms
+        settings = resolved(spec, candidate)
+        delays = settings.delays_ms
         self.query = q
         for side in (q.left, q.right):
             check_key_columns(spec.path, "query.keys", side, schedule.rows[side], q.keys)
@@ -210,6 +212,8 @@ class JoinOperator:
         self.columns = output_columns(spec, schedule.data_columns)
         self.not_null = _NOT_NULL_SIDES[q.type]
         self.explain = explain  # False: no fate rows (faster on large inputs)
+        # the Spark release's rule switches (semantics.profiles; default: the installed pyspark)
+        self.profile: SparkProfile = settings.profile
         frames = {role: layout.prepare(schedule.rows[src])
                   for role, layout, src in (("left", self.left, q.left),
                                             ("right", self.right, q.right))}
@@ -342,6 +346,8 @@ class JoinOperator:
             return Declined("keys that do not pack into one integer")
         if not plan:
             return Declined("no batches")
+        if not self.profile.reference_rules:
+            return Declined(f"Spark profile {self.profile.name}'s join rules are stepped only")
         thresholds = [self.plan.thresholds(b.evict_wm_ms) for b in plan]
 
         def admit(i: int) -> tuple[RunSide, np.ndarray] | None:
@@ -380,8 +386,16 @@ class JoinOperator:
         small = None if self.packing is None else WHOLE * (len(lin) + len(rin))
         packed = self.packing is not None
         left, right = SideWork(state.left, packed), SideWork(state.right, packed)
-        stored_left = self._left_input(left, right, lin, small, outputs, fates)
-        stored_right = self._right_input(left, right, rin, rthr, small, outputs, fates, batch)
+        eager = 0
+        if self.profile.left_semi_right_first and self.query.type == "left_semi":
+            left, stored_right, eager = self._semi_right_first(left, right, rin, rthr, small,
+                                                               outputs, fates, batch)
+            stored_left = self._left_input(left, right, lin, lthr, small, outputs, fates, batch)
+        else:
+            stored_left = self._left_input(left, right, lin, lthr, small, outputs, fates,
+                                           batch)
+            stored_right = self._right_input(left, right, rin, rthr, small, outputs, fates,
+                                             batch)
         (lkeys, ltally), (rkeys, rtally) = left.count_keys(self.n_codes), \
             right.count_keys(self.n_codes)  # before eviction
         (lgone, rgone), removed = self._evict(left, right, lthr, rthr, small, outputs, fates,
@@ -401,7 +415,7 @@ class JoinOperator:
             dropped_by_watermark=ldropped + rdropped,
             state_rows=new_state.rows,
             state_rows_updated=stored_left + stored_right,
-            state_rows_removed=removed,
+            state_rows_removed=removed + eager,
             output=Deferred(refs, len(refs[0])),
             state_bytes=None,
             state_keys=lkeys + rkeys,
@@ -409,10 +423,13 @@ class JoinOperator:
         )
 
     # -- the three phases of one batch -----------------------------------------------------------
-    def _left_input(self, left: SideWork, right: SideWork, lin: SideRows, small: int | None,
-                    outputs: list[tuple[np.ndarray, ...]], fates: list[pd.DataFrame]) -> int:
+    def _left_input(self, left: SideWork, right: SideWork, lin: SideRows, lthr: int | None,
+                    small: int | None, outputs: list[tuple[np.ndarray, ...]],
+                    fates: list[pd.DataFrame], batch: BatchInput) -> int:
         """New left rows x right state of earlier batches: flags matches on both sides, stores
-        the new left rows as a run of ``left``; returns the rows stored."""
+        the new left rows as a run of ``left``; returns the rows stored. Profile ``3.5.0``
+        (``join_skips_evictable_inputs``): rows at or behind the left state watermark are not
+        stored (so this batch's right rows do not see them either)."""
         semi = self.query.type == "left_semi"
         if len(lin):
             span = int(lin.et.min()), int(lin.et.max())
@@ -436,6 +453,16 @@ class JoinOperator:
                                          "emitted once; never buffered"))
         else:
             stored = lin
+        if self.profile.join_skips_evictable_inputs and len(stored):
+            gone = _evictable(stored, lthr)
+            if gone.any():
+                if self.explain:
+                    fates.append(self._noted(
+                        "left", "not_stored", stored.take(gone), lthr,
+                        f"at or behind the {self.left.source} state watermark {_ms_text(lthr)} "
+                        f"(eviction watermark {_ms_text(batch.evict_wm_ms)}): not buffered "
+                        "(Spark 3.5.0-3.5.3, before SPARK-49829)"))
+                stored = stored.take(~gone)
         left.add(stored, small)
         return len(stored)
 
@@ -468,7 +495,8 @@ class JoinOperator:
                 left.set_matched(i, pi)
                 rin.matched[qj] = True  # rin is this step's own arrays
         matched = rin.matched
-        outer = self.query.type in ("right_outer", "full_outer")
+        outer = self.query.type in ("right_outer", "full_outer") \
+            and not self.profile.join_skips_evictable_inputs
         store = ~_evictable(rin, rthr) | (outer & ~matched)  # SPARK-49829
         if self.explain and (~store).any():
             where = (f"at or behind the {self.right.source} state watermark "
@@ -480,6 +508,56 @@ class JoinOperator:
                                              f"{what}; not buffered: {where}"))
         right.add(rin if store.all() else rin.take(store), small)
         return int(store.sum())
+
+    def _semi_right_first(self, left: SideWork, right: SideWork, rin: SideRows,
+                          rthr: int | None, small: int | None,
+                          outputs: list[tuple[np.ndarray, ...]], fates: list[pd.DataFrame],
+                          batch: BatchInput) -> tuple[SideWork, int, int]:
+        """Profile ``4.2``, left semi (SPARK-55973): the right input first, against the left
+        state of earlier batches; each left row it matches is emitted once and removed from
+        the state at once. A right row at or behind the right state watermark is not stored
+        (as in Spark 4.0), so the left input, joined next, does not meet it. Returns (the left
+        side without those rows, right rows stored, left rows removed)."""
+        hit: list[np.ndarray] = []
+        if len(rin):
+            span = int(rin.et.min()), int(rin.et.max())
+            for run in left.runs:
+                if not self.condition.may_match((run.min_et, run.max_et), span):
+                    continue
+                rows = run.rows
+                pi, qj = self._pairs(rows, rin)
+                if run.live < len(rows) and len(pi):  # gone rows do not match
+                    ok = run.alive(pi)
+                    pi, qj = pi[ok], qj[ok]
+                if not len(pi):
+                    continue
+                pi = _first_occurrence(pi, qj)
+                outputs.append((rows.pos[pi],))
+                hit.append(rows.pos[pi])
+        store = ~_evictable(rin, rthr)
+        if self.explain and (~store).any():
+            fates.append(self._noted("right", "not_stored", rin.take(~store), rthr,
+                                     f"not buffered: at or behind the {self.right.source} state "
+                                     f"watermark {_ms_text(rthr)} (eviction watermark "
+                                     f"{_ms_text(batch.evict_wm_ms)})"))
+        right.add(rin if store.all() else rin.take(store), small)
+        stored = int(store.sum())
+        if not hit:
+            return left, stored, 0
+        gone = np.concatenate(hit)
+        live = left.store.live_rows() if not left.runs else \
+            SideRows.concat([r.live_rows() for r in left.runs])
+        out = np.isin(live.pos, gone)
+        if self.explain:
+            fates.append(self._noted("left", "evicted", live.take(out), None,
+                                     "left semi: matched a right row of this batch, emitted "
+                                     "and removed from the state at once (Spark 4.2+, "
+                                     "SPARK-55973)"))
+        kept = live.take(~out)
+        if left.packed and len(kept):
+            kept = kept.take(stable_argsort(kept.comp))
+        runs = (Run.of(kept),) if len(kept) else ()
+        return SideWork(SideStore(runs), left.packed), stored, len(gone)
 
     def _evict(self, left: SideWork, right: SideWork, lthr: int | None, rthr: int | None,
                small: int | None, outputs: list[tuple[np.ndarray, ...]],
@@ -497,8 +575,10 @@ class JoinOperator:
                 null = np.full(len(pos), -1, dtype=np.int64)
                 outputs.append((pos, null) if left_side else (null, pos))
         # only the final cleanup pass counts: outer sides were removed while emitting null rows
-        removed = (0 if louter else sum(map(len, lparts))) + \
-            (0 if router else sum(map(len, rparts)))
+        # (profile 4.2: every removal counts)
+        every = self.profile.join_counts_every_removal
+        removed = (0 if louter and not every else sum(map(len, lparts))) + \
+            (0 if router and not every else sum(map(len, rparts)))
         if self.explain:
             fates += self._eviction_fates("left", SideRows.concat([g.take() for g in lparts]),
                                           lthr, louter, batch)

@@ -1,0 +1,130 @@
+"""Join scenarios replayed on several pyspark releases (tests/test_profiles_spark.py).
+
+Scenarios are drawn from a seeded generator (the same draws as ``tests/differential.py``'s
+``test_join``: a few small out-of-order commits per side, every join type, time ranges with
+either bound, watermarks on one or both sides, both paces), written as real Delta tables plus a
+spec file each, so that another process, running under another pyspark
+(``jobs.spark_envs``), can replay them:
+
+    python -m tests.profile_scenarios DIR      # replays DIR/*/spec.yaml, writes reports there
+
+Each scenario folder gets ``batches.parquet`` and ``outputs.parquet`` (Spark's batch report
+and emitted rows) and ``spark.txt`` (the pyspark version that made them).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from tests.deltas import write_commits
+
+JOIN_TYPES = ("inner", "left_outer", "right_outer", "full_outer", "left_semi")
+
+
+def _commits(rng: random.Random, max_commits: int = 3, max_rows: int = 4) -> list[list[dict]]:
+    return [[{"k": rng.randint(1, 2), "ts": rng.randint(0, 40) + rng.choice([0, 0, 0, 0.5])}
+             for _ in range(rng.randint(1, max_rows))] for _ in range(rng.randint(1, max_commits))]
+
+
+def draw(seed: int, jtype: str) -> dict:
+    """One scenario (as plain data) of join type ``jtype``."""
+    rng = random.Random(f"{seed}-{jtype}")
+    while True:
+        lower = rng.choice([None, "-5 seconds", "-10 seconds", "0 seconds"])
+        upper = rng.choice([None, "0 seconds", "5 seconds"])
+        if lower or upper:
+            break
+    tr = {k: v for k, v in (("lower", lower), ("upper", upper)) if v is not None}
+    tr.update(lower_inclusive=rng.random() < 0.5, upper_inclusive=rng.random() < 0.5)
+    delays = [None, "0 seconds", "3 seconds", "10 seconds"]
+    # outer sides need a watermark; both sides watermarked is the common case
+    wm = {"left": rng.choice(delays[1:]), "right": rng.choice(delays)}
+    if jtype in ("right_outer", "full_outer") and wm["right"] is None:
+        wm["right"] = "0 seconds"
+    return {"type": jtype, "time_range": tr,
+            "watermark": {k: v for k, v in wm.items() if v},
+            "policy": rng.choice(["min", "max"]), "pace": rng.choice(["backlog", "live"]),
+            "left": _commits(rng), "right": _commits(rng),
+            "order": [rng.random() < 0.5 for _ in range(6)]}
+
+
+def write(root: Path, scenario: dict) -> Path | None:
+    """Delta sources and ``spec.yaml`` (JSON text) of ``scenario`` under ``root``; None (and
+    nothing left) when Spark would reject the query (the spec checker's rules)."""
+    import shutil
+
+    from semantics.errors import SpecError
+    from semantics.spec import load_spec
+
+    root.mkdir(parents=True, exist_ok=True)
+    li, ri = iter(scenario["left"]), iter(scenario["right"])
+    for take_left in scenario["order"]:
+        side, it = ("left", li) if take_left else ("right", ri)
+        rows = next(it, None)
+        if rows is not None:
+            write_commits(root / side, [rows])
+    for rows in li:
+        write_commits(root / "left", [rows])
+    for rows in ri:
+        write_commits(root / "right", [rows])
+    spec = {
+        "name": "profile",
+        "sources": {s: {"table": str(root / s), "event_time": "ts"} for s in ("left", "right")},
+        "query": {"kind": "join", "type": scenario["type"], "left": "left", "right": "right",
+                  "keys": ["k"], "time_range": scenario["time_range"]},
+        "replay": {"pace": scenario["pace"], "batch_by": {"commits": 1}},
+        "candidates": {"c": {"watermark": scenario["watermark"],
+                             "policy": scenario["policy"]}},
+    }
+    (root / "spec.yaml").write_text(json.dumps(spec, indent=1))
+    (root / "scenario.json").write_text(json.dumps(scenario))
+    try:
+        load_spec(root / "spec.yaml")
+    except SpecError:
+        shutil.rmtree(root)
+        return None
+    return root / "spec.yaml"
+
+
+def make_set(folder: Path, seeds: range, types: tuple[str, ...] = JOIN_TYPES) -> list[Path]:
+    """The valid scenarios of ``seeds`` x ``types`` under ``folder`` (``<type>-<seed>/``)."""
+    made = [write(folder / f"{t}-{s}", draw(s, t)) for s in seeds for t in types]
+    return [m.parent for m in made if m is not None]
+
+
+def replay_all(folder: Path) -> None:
+    """Replay every ``folder/*/spec.yaml`` in this process's pyspark (one session)."""
+    import pyspark
+
+    from jobs.replay import replay
+    from jobs.spark import get_spark
+    from semantics.history import plan
+    from semantics.spec import load_spec
+
+    spark = get_spark()
+    try:
+        for spec_file in sorted(folder.glob("*/spec.yaml")):
+            d = spec_file.parent
+            if (d / "spark.txt").exists():  # (replayed already: a rerun continues)
+                continue
+            spec = load_spec(spec_file)
+            r = replay(spec, "c", plan(spec, "c"), d / "work", spark, fresh=True)
+            r.batches.to_parquet(d / "batches.parquet")
+            r.outputs.to_parquet(d / "outputs.parquet")
+            (d / "spark.txt").write_text(pyspark.__version__ + "\n")
+    finally:
+        spark.stop()
+
+
+def load(d: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A replayed scenario's (batches, outputs)."""
+    return pd.read_parquet(d / "batches.parquet"), pd.read_parquet(d / "outputs.parquet")
+
+
+if __name__ == "__main__":
+    replay_all(Path(sys.argv[1]))
