@@ -1,4 +1,4 @@
-"""Predict the bytes the HDFS-backed state store writes to the checkpoint, per batch (§9.4).
+"""Predict the bytes the HDFS-backed state store writes to the checkpoint, per batch (§9.1).
 
 What Spark 4.0 writes (read in ``HDFSBackedStateStoreProvider`` and checked byte for byte on
 replay checkpoints, docs/state-bytes.md):
@@ -26,7 +26,8 @@ first rows, encoded as Spark lays them out), so the compressed bytes per record 
 data, not from a constant. Approximations, each measured in docs/state-bytes.md: puts and
 removes are split evenly over the partitions (Spark hashes the key with Murmur3; not modelled),
 the sample's values (counts, sums) are those of the first rows, and the records' order is the
-sample's, not the hash map's. Aggregation and deduplication only; other kinds: ``None``.
+sample's, not the hash map's. Aggregations, deduplications and sessions; joins (four stores
+per partition, rows rewritten when matched) are not modelled yet: ``None``.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from semantics.spec import (
     AggregationQuery,
     BacktestSpec,
     DeduplicationQuery,
+    SessionQuery,
     parse_aggregate,
 )
 from semantics.tuning import CHECKPOINT_SAMPLE_ROWS
@@ -298,7 +300,7 @@ def sample_records(spec: BacktestSpec, candidate: str, schedule: Schedule,
     columns in the order Spark's state schema has them: the window first, then the group
     keys), or ``None`` for a query kind not modelled."""
     q = spec.query
-    if not isinstance(q, (AggregationQuery, DeduplicationQuery)):
+    if not isinstance(q, (AggregationQuery, DeduplicationQuery, SessionQuery)):
         return None
     df = schedule.rows[q.source].head(rows)
     dec = dict(schedule.decimals.get(q.source, {}))
@@ -319,6 +321,8 @@ def sample_records(spec: BacktestSpec, candidate: str, schedule: Schedule,
             puts.append(put_record(key, value))
             removes.append(remove_record(key))
         return Sample(tuple(puts), tuple(removes))
+    if isinstance(q, SessionQuery):
+        return _session_sample(df, schedule.event_time_us(q.source)[:len(df)], q, dec)
     key_rows = _fields(df, keys, dec)
     if q.window is not None:
         ts = schedule.event_time_us(q.source)[:len(df)]
@@ -329,6 +333,40 @@ def sample_records(spec: BacktestSpec, candidate: str, schedule: Schedule,
     values = _buffers(df, group, dict(q.aggregates), dec)
     puts = tuple(put_record(k, unsafe_row(v)) for k, v in zip(number, values, strict=True))
     return Sample(puts, tuple(remove_record(k) for k in number))
+
+
+def _session_sample(df: pd.DataFrame, ts: np.ndarray, q: SessionQuery,
+                    dec: dict[str, tuple[int, int]]) -> Sample:
+    """Sessions of the sample's rows (per key, a new one where a row starts ``gap`` or more
+    after the session's last row): key = group keys + session start, value = the session
+    window, the group keys and the aggregation buffers."""
+    keys = list(q.keys)
+    frame = df.assign(_ts=ts, _pos=np.arange(len(df))).sort_values([*keys, "_ts"],
+                                                                   kind="stable")
+    t = frame["_ts"].to_numpy()
+    same = np.ones(len(frame), dtype=bool)
+    for k in keys:
+        col = frame[k].to_numpy()
+        same[1:] &= col[1:] == col[:-1]
+    same[0] = False
+    new = ~same
+    new[1:] |= t[1:] - t[:-1] >= q.gap.us  # (rows of a key in event-time order)
+    group = np.cumsum(new) - 1
+    firsts = np.flatnonzero(new)
+    starts = t[firsts]
+    ends = pd.Series(t).groupby(group).max().to_numpy() + q.gap.us
+    key_fields = _fields(frame.iloc[firsts], keys, dec)
+    buffers = _buffers(frame, group, dict(q.aggregates), dec)
+    puts, removes = [], []
+    for kf, start, end, buf in zip(key_fields, starts.tolist(), ends.tolist(), buffers,
+                                   strict=True):
+        key = unsafe_row([*kf, ("long", start)])
+        window = ("struct", unsafe_row([("long", start), ("long", end)]))
+        puts.append(put_record(key, unsafe_row([window, *kf, *buf])))
+        removes.append(remove_record(key))
+    # in the order of the sessions' first rows, as the rows came (not sorted by key)
+    order = np.argsort(frame["_pos"].to_numpy()[firsts], kind="stable").tolist()
+    return Sample(tuple(puts[i] for i in order), tuple(removes[i] for i in order))
 
 
 # --- compressed bytes of a delta file, from the sample ---
@@ -430,27 +468,32 @@ def fixed_bytes(spec: BacktestSpec, candidate: str, schedule: Schedule) -> int |
     """The operator's ``metadata`` file and its store's schema file (approximate: the types
     from the schedule's columns; the names of aggregation buffers as Spark's)."""
     q = spec.query
-    if not isinstance(q, (AggregationQuery, DeduplicationQuery)):
+    if not isinstance(q, (AggregationQuery, DeduplicationQuery, SessionQuery)):
         return None
     parts = partitions(spec, candidate)
+    prefix = len(q.keys) if isinstance(q, SessionQuery) else 0
     meta = json.dumps({"operatorInfo": {"operatorId": 0, "operatorName": operator_name(spec)},
-                       "stateStoreInfo": [{"storeName": "default", "numColsPrefixKey": 0,
+                       "stateStoreInfo": [{"storeName": "default", "numColsPrefixKey": prefix,
                                            "numPartitions": parts}]}, separators=(",", ":"))
     delay = spec.candidates[candidate].watermark.get(q.source)
     wm_meta = {"spark.watermarkDelayMs": delay.us // 1000} if delay is not None else {}
     ev = schedule.event_time[q.source]
     key = [_json_field(k, _col_type(schedule, q.source, k),
                        metadata=wm_meta if k == ev else None) for k in q.keys]
+    window = {"type": "struct", "fields": [_json_field("start", "timestamp"),
+                                           _json_field("end", "timestamp")]}
     if isinstance(q, DeduplicationQuery):
         value = ([_json_field("expiresAtMicros", "long", False)] if q.within_watermark
                  else [_json_field("__dummy__", "void")])
     else:
-        if q.window is not None:
-            ts = {"type": "struct", "fields": [_json_field("start", "timestamp"),
-                                               _json_field("end", "timestamp")]}
-            key.insert(0, _json_field("window", ts, False,
-                                      {"spark.timeWindow": True, **wm_meta}))
         value = []
+        if isinstance(q, SessionQuery):
+            value = [_json_field("session_window", window, False,
+                                 {"spark.sessionWindow": True, **wm_meta}), *key]
+            key = [*key, _json_field("sessionStartTime", "timestamp", False)]
+        elif q.window is not None:
+            key.insert(0, _json_field("window", window, False,
+                                      {"spark.timeWindow": True, **wm_meta}))
         for expr in q.aggregates.values():
             fn, col = parse_aggregate(expr)
             t = _col_type(schedule, q.source, col) if col else "long"
