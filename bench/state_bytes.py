@@ -83,6 +83,15 @@ SHAPES: dict[str, Shape] = {s.name: s for s in [
     Shape("aggregation", {"kind": "aggregation", "source": "a", "keys": ["k"], **AGG_QUERY},
           keys=3000),
     Shape("dedup", {"kind": "deduplication", "source": "a", "keys": ["id", "ts"]}),
+    # wide rows: a string and a long key, a double (avg) and a string (max) in the buffer
+    Shape("aggregation_wide", {"kind": "aggregation", "source": "a", "keys": ["s", "k"],
+                               "window": {"duration": "1 minute"},
+                               "aggregates": {"n": "count(*)", "s_v": "sum(v)",
+                                              "a_v": "avg(v)", "last": "max(s)"}},
+          keys=3000, strings=True),
+    # a larger state: 200 000 keys at 2 000 events/s (run with --batch-rows 50000)
+    Shape("aggregation_large", {"kind": "aggregation", "source": "a", "keys": ["k"],
+                                **AGG_QUERY}, keys=200_000, rate=2000.0),
     Shape("dedup_within", {"kind": "deduplication", "source": "a", "keys": ["id"],
                            "within_watermark": True}),
     Shape("dedup_string", {"kind": "deduplication", "source": "a", "keys": ["s", "ts"]},
