@@ -63,14 +63,21 @@ _MFLIMIT, _LASTLITERALS, _HASHLOG, _SKIP = 12, 5, 13, 6
 
 
 def lz4_block_bytes(src: bytes) -> int:
-    """Size of lz4's compressed block of ``src`` (< 64 KiB), without the stream's header:
-    the greedy matcher of ``LZ4_compress_generic`` (4-byte hash, 13-bit table, acceleration
-    1, skip step growing every 64 misses, match catch-up backwards, last 5 bytes literals).
+    """Size of lz4's compressed block of ``src`` (< 64 KiB); see :func:`_lz4`.
 
     >>> lz4_block_bytes(b"")
     1
     >>> lz4_block_bytes(bytes(1000))  # a literal, a long match, the last five literals
     14
+    """
+    return _lz4(src, None)
+
+
+def _lz4(src: bytes, trace: list[tuple[int, int]] | None) -> int:
+    """Size of lz4's compressed block of ``src`` (< 64 KiB), without the stream's header:
+    the greedy matcher of ``LZ4_compress_generic`` (4-byte hash, 13-bit table, acceleration
+    1, skip step growing every 64 misses, match catch-up backwards, last 5 bytes literals).
+    ``trace`` (if given) gets (input bytes consumed, output bytes so far) after each match.
     """
     n = len(src)
 
@@ -113,6 +120,8 @@ def lz4_block_bytes(src: bytes) -> int:
             extra = a - ip - 4
             out += 2 + (0 if extra < 15 else (extra - 15) // 255 + 1)
             ip = anchor = a
+            if trace is not None:
+                trace.append((ip, out))
             if ip >= limit:
                 return out + 1 + lit(n - anchor)
             table[h(ip - 2)] = ip - 2
@@ -269,8 +278,11 @@ def _buffers(df: pd.DataFrame, group: np.ndarray, aggregates: dict[str, str],
             continue
         dec = decimals.get(col)
         kind = _kind(df[col], dec)
-        if fn in ("min", "max"):
-            add(kind, [_value(kind, v, dec) for v in getattr(g[col], fn)().tolist()])
+        if fn in ("min", "max"):  # (sorted, then the first or last: fast on strings too)
+            tmp = pd.DataFrame({"g": group, "v": df[col].to_numpy()}).dropna()
+            tmp = tmp.sort_values("v", kind="stable").groupby("g")["v"]
+            got = (tmp.first() if fn == "min" else tmp.last()).reindex(range(n))
+            add(kind, [_value(kind, v, dec) for v in got.tolist()])
             continue
         if dec is not None:
             p, sc = dec
@@ -402,16 +414,29 @@ class StreamCost:
         return full * self.full_block + part
 
 
-def stream_cost(records: Sequence[bytes], blocks: int = 3) -> StreamCost:
+def stream_cost(records: Sequence[bytes], blocks: int = 2) -> StreamCost:
     """:class:`StreamCost` of ``records`` repeated as needed to fill ``blocks`` blocks (the
-    full-block cost: their mean)."""
+    full-block cost: their mean). A prefix of ``L`` bytes costs what lz4 wrote for the first
+    block up to its last match ending at most 5 bytes before ``L``, plus the rest as literals
+    (lz4 compresses a prefix so, but for a match the prefix's end would cut short)."""
     one = b"".join(records) or bytes(8)
     reps = -(-blocks * BLOCK // len(one))
     stream = one * reps
-    comp = tuple(min(L, lz4_block_bytes(stream[:L])) for L in _GRID)
-    full = [min(BLOCK, lz4_block_bytes(stream[i * BLOCK:(i + 1) * BLOCK])) for i in range(blocks)]
+    full = []
+    trace: list[tuple[int, int]] = [(0, 0)]
+    for i in range(blocks):
+        full.append(min(BLOCK, _lz4(stream[i * BLOCK:(i + 1) * BLOCK],
+                                    trace if i == 0 else None)))
+    ends = [t[0] for t in trace]
+    comp = []
+    for length in _GRID:
+        j = bisect.bisect_right(ends, length - _LASTLITERALS) - 1
+        at, out = trace[max(j, 0)]
+        rest = length - at
+        comp.append(min(length, out + 1 + rest + (0 if rest < 15 else (rest - 15) // 255 + 1)))
+    comp[-1] = full[0]
     per = len(one) / max(len(records), 1)
-    return StreamCost(per, _GRID, comp, float(np.mean(full)))
+    return StreamCost(per, _GRID, tuple(comp), float(np.mean(full)))
 
 
 @dataclass(frozen=True)

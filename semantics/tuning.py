@@ -110,4 +110,4 @@ SWEEP_COUNT_BLOCK = 1 << 8
 # values of a block whose members an order statistic scans (quantiles.Nested): chosen, not tuned
 SWEEP_RANK_BLOCK = 1 << 12
 # input rows checkpoint_bytes encodes as its sample of state records (bench/state_bytes.py)
-CHECKPOINT_SAMPLE_ROWS = 4096
+CHECKPOINT_SAMPLE_ROWS = 2048
