@@ -297,6 +297,29 @@ def _buffers(df: pd.DataFrame, group: np.ndarray, aggregates: dict[str, str],
     return out
 
 
+def _names(q: AggregationQuery | DeduplicationQuery | SessionQuery) -> list[str]:
+    """The columns the state holds: keys and aggregated columns, as the spec writes them."""
+    cols = [*q.keys]
+    if not isinstance(q, DeduplicationQuery):
+        cols += [c for _, c in map(parse_aggregate, q.aggregates.values()) if c]
+    return cols
+
+
+def _spelled(schedule: Schedule, source: str, names: Sequence[str]
+             ) -> tuple[pd.DataFrame, dict[str, tuple[int, int]]]:
+    """The source's rows and decimal types with ``names`` spelled as the spec writes them
+    (Spark resolves column names case-insensitively; the table may spell them otherwise)."""
+    df = schedule.rows[source]
+    dec = dict(schedule.decimals.get(source, {}))
+    table = {c.lower(): c for c in df.columns}
+    renames = {table[n.lower()]: n for n in names
+               if n not in df.columns and n.lower() in table}
+    if renames:
+        df = df.rename(columns=renames)
+        dec = {renames.get(c, c): t for c, t in dec.items()}
+    return df, dec
+
+
 @dataclass(frozen=True)
 class Sample:
     """Records of the query's state built from its first rows: ``puts`` (key and value) and
@@ -314,8 +337,8 @@ def sample_records(spec: BacktestSpec, candidate: str, schedule: Schedule,
     q = spec.query
     if not isinstance(q, (AggregationQuery, DeduplicationQuery, SessionQuery)):
         return None
-    df = schedule.rows[q.source].head(rows)
-    dec = dict(schedule.decimals.get(q.source, {}))
+    df, dec = _spelled(schedule, q.source, _names(q))
+    df = df.head(rows)
     keys = [*q.keys]
     if isinstance(q, DeduplicationQuery):
         # dropDuplicates: a value of one null field (``__dummy__: void``); within the
@@ -470,10 +493,11 @@ _SPARK_TYPES = {"long": "long", "bool": "boolean", "double": "double", "string":
 
 
 def _col_type(schedule: Schedule, source: str, col: str) -> str:
-    dec = schedule.decimals.get(source, {}).get(col)
+    df, decimals = _spelled(schedule, source, [col])
+    dec = decimals.get(col)
     if dec is not None:
         return f"decimal({dec[0]},{dec[1]})"
-    s = schedule.rows[source][col]
+    s = df[col]
     if pd.api.types.is_datetime64_any_dtype(s):
         return "timestamp"
     return _SPARK_TYPES[_kind(s, None)]
