@@ -443,6 +443,8 @@ def stream_cost(records: Sequence[bytes], blocks: int = 2) -> StreamCost:
     block up to its last match ending at most 5 bytes before ``L``, plus the rest as literals
     (lz4 compresses a prefix so, but for a match the prefix's end would cut short)."""
     one = b"".join(records) or bytes(8)
+    if len(one) < BLOCK:  # (the sample repeated: its blocks would all compress alike)
+        blocks = 1
     reps = -(-blocks * BLOCK // len(one))
     stream = one * reps
     full = []
