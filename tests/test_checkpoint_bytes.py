@@ -105,6 +105,8 @@ CASES = {
                        "window": {"duration": "1 minute"},
                        "aggregates": {"n": "count(*)", "s": "sum(v)"}}, 2),
     "dedup_4": ({"kind": "deduplication", "source": "e", "keys": ["id", "ts"]}, 4),
+    "session_2": ({"kind": "session", "source": "e", "keys": ["k"], "gap": "30 seconds",
+                   "aggregates": {"n": "count(*)", "s": "sum(v)"}}, 2),
 }
 
 
