@@ -111,3 +111,5 @@ SWEEP_COUNT_BLOCK = 1 << 8
 SWEEP_RANK_BLOCK = 1 << 12
 # input rows checkpoint_bytes encodes as its sample of state records (bench/state_bytes.py)
 CHECKPOINT_SAMPLE_ROWS = 2048
+# sample sizes of rows whose groups' buffers the checkpoint-bytes sample accumulates (same)
+CHECKPOINT_HISTORY_ROWS = 64
