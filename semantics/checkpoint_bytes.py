@@ -21,12 +21,12 @@ that maintenance writes at times of its own and without Hadoop's ``.crc`` files.
 
 The prediction: the codec is exact (:func:`lz4_block_bytes` reproduces lz4's
 ``LZ4_compress_default`` sizes byte for byte); the records are not the real ones but a sample
-built from the schedule's rows (:func:`sample_records`: the state key and value of the query's
-first rows, encoded as Spark lays them out), so the compressed bytes per record come from the
+built from the schedule's rows (:func:`sample_records`: state keys and values of some of its
+rows, encoded as Spark lays them out), so the compressed bytes per record come from the
 data, not from a constant. Approximations, each measured in docs/state-bytes.md: puts and
 removes are split evenly over the partitions (Spark hashes the key with Murmur3; not modelled),
-the sample's values (counts, sums) are those of the first rows, and the records' order is the
-sample's, not the hash map's. Aggregations, deduplications and sessions; joins (four stores
+the sample's values are one stretch of the run's, and the records' order is the sample's, not
+the hash map's. Aggregations, deduplications and sessions; joins (four stores
 per partition, rows rewritten when matched) are not modelled yet: ``None``.
 """
 
@@ -323,7 +323,7 @@ def _spelled(schedule: Schedule, source: str, names: Sequence[str]
 
 @dataclass(frozen=True)
 class Sample:
-    """Records of the query's state built from its first rows: ``puts`` (key and value) and
+    """Records of the query's state built from its rows: ``puts`` (key and value) and
     ``removes`` (key only), framed as in a delta file."""
 
     puts: tuple[bytes, ...]
@@ -332,9 +332,10 @@ class Sample:
 
 def sample_records(spec: BacktestSpec, candidate: str, schedule: Schedule,
                    rows: int = CHECKPOINT_SAMPLE_ROWS) -> Sample | None:
-    """State records of the first ``rows`` input rows, as Spark lays them out (the key
-    columns in the order Spark's state schema has them: the window first, then the group
-    keys), or ``None`` for a query kind not modelled."""
+    """State records of ``rows`` input rows (aggregations: :func:`_aggregation_sample`; else
+    the first rows), as Spark lays them out (the key columns in the order Spark's state
+    schema has them: the window first, then the group keys), or ``None`` for a query kind
+    not modelled."""
     q = spec.query
     if not isinstance(q, (AggregationQuery, DeduplicationQuery, SessionQuery)):
         return None
