@@ -83,6 +83,15 @@ SHAPES: dict[str, Shape] = {s.name: s for s in [
     Shape("aggregation", {"kind": "aggregation", "source": "a", "keys": ["k"], **AGG_QUERY},
           keys=3000),
     Shape("dedup", {"kind": "deduplication", "source": "a", "keys": ["id", "ts"]}),
+    # wide rows: a string and a long key, a double (avg) and a string (max) in the buffer
+    Shape("aggregation_wide", {"kind": "aggregation", "source": "a", "keys": ["s", "k"],
+                               "window": {"duration": "1 minute"},
+                               "aggregates": {"n": "count(*)", "s_v": "sum(v)",
+                                              "a_v": "avg(v)", "last": "max(s)"}},
+          keys=3000, strings=True),
+    # a larger state: 200 000 keys at 2 000 events/s (run with --batch-rows 50000)
+    Shape("aggregation_large", {"kind": "aggregation", "source": "a", "keys": ["k"],
+                                **AGG_QUERY}, keys=200_000, rate=2000.0),
     Shape("dedup_within", {"kind": "deduplication", "source": "a", "keys": ["id"],
                            "within_watermark": True}),
     Shape("dedup_string", {"kind": "deduplication", "source": "a", "keys": ["s", "ts"]},
@@ -145,8 +154,8 @@ def events(n: int, seed: int, shape: Shape, rate: float | None = None) -> pd.Dat
     return df
 
 
-def make(shape: Shape, batches: int, batch_rows: int, pace: str = "backlog"
-         ) -> tuple[BacktestSpec, Schedule]:
+def make(shape: Shape, batches: int, batch_rows: int, pace: str = "backlog",
+         partitions: int = 2) -> tuple[BacktestSpec, Schedule]:
     """Spec + schedule as in ``bench/predict.py`` (``rows`` batches; ``pace``: backlog, or
     live: every data batch followed by an idle tick, where Spark may run a no-data batch)."""
     sources = list(shape.sources)
@@ -156,6 +165,7 @@ def make(shape: Shape, batches: int, batch_rows: int, pace: str = "backlog"
         "query": shape.query,
         "replay": {"batch_by": {"rows": batch_rows}, "pace": pace},
         "candidates": {"c": {"watermark": {s: shape.delay for s in sources}}},
+        "spark_conf": {"spark.sql.shuffle.partitions": partitions},
     })
     shares = shape.shares or (1.0,) * len(sources)
     arrivals = {}
@@ -185,16 +195,40 @@ def run_spark(spec: BacktestSpec, sched: Schedule) -> pd.DataFrame:
 
 
 COLS = ["batch_id", "state_rows", "state_rows_removed", "state_bytes"]
+CKPT_COLS = ["batch_id", "state_rows_updated", "state_rows_removed", "checkpoint_bytes"]
 
 
-def compare(shape: Shape, batches: int, batch_rows: int, pace: str = "backlog"
-            ) -> tuple[pd.DataFrame, dict[str, Any]]:
+def checkpoint(actual: pd.DataFrame, pred: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Predicted over actual ``checkpoint_bytes`` per batch (cumulated, as reported) and of
+    the bytes each batch adds (``inc``); the actual is the replay's measure of the state files
+    (``jobs.checkpoint.state_bytes_by_batch``)."""
+    df = actual[CKPT_COLS].merge(pred[CKPT_COLS], on="batch_id", suffixes=("", "_pred"))
+    df = df.apply(pd.to_numeric).astype("float64").sort_values("batch_id", ignore_index=True)
+    df["ratio"] = df["checkpoint_bytes_pred"] / df["checkpoint_bytes"]
+    inc = df["checkpoint_bytes"].diff().fillna(df["checkpoint_bytes"])
+    inc_pred = df["checkpoint_bytes_pred"].diff().fillna(df["checkpoint_bytes_pred"])
+    df["inc_ratio"] = inc_pred / inc
+    err = (df["ratio"] - 1).abs()
+    return df, {"ck_min": df["ratio"].min(), "ck_med": df["ratio"].median(),
+                "ck_max": df["ratio"].max(), "ck_worst": err.max(),
+                "ck_inc_med": df["inc_ratio"].median(),
+                "ck_inc_worst": (df["inc_ratio"] - 1).abs().max(),
+                "ck_final": df["checkpoint_bytes"].iloc[-1] if len(df) else float("nan"),
+                "ck_updates_differ": int((df["state_rows_updated"]
+                                          != df["state_rows_updated_pred"]).sum())}
+
+
+def compare(shape: Shape, batches: int, batch_rows: int, pace: str = "backlog",
+            partitions: int = 2) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Per-batch table (predicted vs actual) and the shape's summary."""
-    spec, sched = make(shape, batches, batch_rows, pace)
+    spec, sched = make(shape, batches, batch_rows, pace, partitions)
     t0 = time.perf_counter()
-    actual = run_spark(spec, sched)[COLS]
+    actual_all = run_spark(spec, sched)
+    actual = actual_all[COLS]
     spark_s = time.perf_counter() - t0
-    pred = predict(sched, spec, "c", explain=False).batches[COLS]
+    pred_full = predict(sched, spec, "c", explain=False).batches
+    pred = pred_full[COLS]
+    ck_df, ck = checkpoint(actual_all, pred_full)
     pred_all = _engine_batches(spec, sched)
     df = actual.merge(pred, on="batch_id", how="outer", suffixes=("", "_pred"))
     df = df.apply(pd.to_numeric).astype("float64")
@@ -239,8 +273,11 @@ def compare(shape: Shape, batches: int, batch_rows: int, pace: str = "backlog"
         "bpe_med": fit["bytes_per_entry"].median(), "model_bpe": per_entry,
         "key": key, "value": value, "stores": stores, "model_a": base,
         "fit_a": a, "fit_b": b, "r2": r2, "spark_s": spark_s, "b_at_a": b_at_a,
-        "b_rows": b_rows, "b_removed": b_removed,
+        "b_rows": b_rows, "b_removed": b_removed, **ck,
     }
+    df = df.merge(ck_df[["batch_id", "checkpoint_bytes", "checkpoint_bytes_pred", "ratio",
+                         "inc_ratio"]].rename(columns={"ratio": "ck_ratio"}),
+                  on="batch_id", how="left")
     return df, summary
 
 
@@ -288,6 +325,19 @@ def print_tables(rows: list[dict[str, Any]]) -> None:
               f"{r['b_removed']:>9.1f} {r['spark_s']:>7.1f}")
 
 
+def print_checkpoint(rows: list[dict[str, Any]]) -> None:
+    print("\npredicted / actual checkpoint_bytes (state files, cumulated; inc: per batch)")
+    print(f"{'shape':<13} {'P':>2} {'min':>5} {'median':>6} {'max':>5} {'worst':>5} "
+          f"{'inc med':>7} {'inc worst':>9} {'final bytes':>11} {'upd≠':>4}")
+    for r in rows:
+        if "ck_med" not in r or pd.isna(r["ck_med"]):
+            print(f"{r['shape']:<13} {r['partitions']:>2}  (not modelled)")
+            continue
+        print(f"{r['shape']:<13} {r['partitions']:>2} {r['ck_min']:>5.3f} {r['ck_med']:>6.3f} "
+              f"{r['ck_max']:>5.3f} {r['ck_worst']:>5.3f} {r['ck_inc_med']:>7.3f} "
+              f"{r['ck_inc_worst']:>9.3f} {r['ck_final']:>11,.0f} {r['ck_updates_differ']:>4}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated, of: "
@@ -296,6 +346,8 @@ def main() -> None:
     ap.add_argument("--batch-rows", type=int, default=2000)
     ap.add_argument("--pace", choices=["backlog", "live"], default="backlog")
     ap.add_argument("--per-batch", action="store_true", help="also print every batch")
+    ap.add_argument("--partitions", default="2",
+                    help="spark.sql.shuffle.partitions, comma-separated (each a run)")
     args = ap.parse_args()
     if smoke():  # (bench/smoke.py) the first shape only, a few tiny batches: Spark still runs
         args.shapes = args.shapes.split(",")[0]
@@ -303,8 +355,10 @@ def main() -> None:
     started = time.perf_counter()
     rows = []
     sessions = []
-    for name in args.shapes.split(","):
-        df, summary = compare(SHAPES[name], args.batches, args.batch_rows, args.pace)
+    for name, parts in [(n, int(p)) for n in args.shapes.split(",")
+                        for p in args.partitions.split(",")]:
+        df, summary = compare(SHAPES[name], args.batches, args.batch_rows, args.pace, parts)
+        summary["partitions"] = parts
         rows.append(summary)
         if SHAPES[name].query["kind"] == "session":
             sessions.append(df)
@@ -313,10 +367,12 @@ def main() -> None:
         if args.per_batch:
             show = ["batch_id", "state_rows", "state_rows_pred", "state_rows_removed",
                     "state_rows_removed_pred", "state_bytes", "state_bytes_pred", "ratio",
-                    "ratio_at_actual", "bytes_per_entry"]
+                    "ratio_at_actual", "bytes_per_entry", "checkpoint_bytes",
+                    "checkpoint_bytes_pred", "ck_ratio", "inc_ratio"]
             with pd.option_context("display.width", 200, "display.max_rows", 1000):
                 print(df[show].round(2).to_string(index=False))
     print_tables(rows)
+    print_checkpoint(rows)
     if sessions:
         print("\n" + session_index_fit(sessions))
     print(f"\ntotal {time.perf_counter() - started:.0f} s")

@@ -71,17 +71,21 @@ def plots(result: BacktestResult) -> list[tuple[str, str]]:
 
     out = []
     specs = [("state_rows", "State rows per batch", False),
-             ("dropped_by_watermark", "Cumulative late (dropped by watermark)", True)]
+             ("dropped_by_watermark", "Cumulative late (dropped by watermark)", True),
+             ("checkpoint_bytes", "Checkpoint bytes on disk (state files, all versions)", False)]
     for col, title, cumulative in specs:
         fig, ax = plt.subplots(figsize=(8, 3.2))
         for c in result.candidates:
             for side, style in (("predicted", "-"), ("actual", "--")):
                 r = getattr(c, side)
-                if r is None:
-                    continue
+                if r is None or col not in r.batches or r.batches[col].isna().all():
+                    continue  # (checkpoint bytes: not predicted for every query kind)
                 s = pd.to_numeric(r.batches.groupby("batch_id")[col].sum())
                 ax.plot(s.index, s.cumsum() if cumulative else s, style,
                         label=f"{c.name} ({side})")
+        if not ax.lines:
+            plt.close(fig)
+            continue
         ax.set_xlabel("batch id")
         ax.set_title(title)
         ax.legend(fontsize=8)

@@ -6,7 +6,9 @@ Per candidate, one validation definition over three small frames:
   (batch_id, operator); ``ExpectColumnPairValuesToBeEqual`` for every exact column (watermark,
   late/eviction watermark, dropped_by_watermark, state rows, output rows, ...), and the state-bytes
   estimate within ``STATE_BYTES_TOLERANCE`` of Spark's memoryUsedBytes plus
-  ``STATE_BYTES_SLACK`` (when both exist) in at least ``STATE_BYTES_MOSTLY`` of the batches;
+  ``STATE_BYTES_SLACK`` (when both exist) in at least ``STATE_BYTES_MOSTLY`` of the batches,
+  and the predicted checkpoint bytes within ``CHECKPOINT_BYTES_TOLERANCE`` of the replay's in
+  every batch (when both exist);
 * ``<backtest>.<candidate>.outputs`` — emitted rows counted per (batch, row) on both sides;
   the counts must be equal (row for row, as a multiset);
 * ``<backtest>.<candidate>.expect`` — the spec's ``expect`` thresholds on the actual run.
@@ -44,6 +46,9 @@ STATE_BYTES_SLACK = 2048  # (docs/state-bytes.md: small states are dominated by 
 # (SizeEstimator samples the hash table) that moves ±20 % between batches holding the same rows,
 # so a run of hundreds of batches meets a few outliers of a sound estimate (docs/state-bytes.md)
 STATE_BYTES_MOSTLY = 0.98
+# predicted checkpoint bytes (state files on disk, semantics/checkpoint_bytes.py) within 25 % of
+# the replay's in every batch: the evaluation's worst batch (docs/state-bytes.md)
+CHECKPOINT_BYTES_TOLERANCE = 0.25
 _KEY = ["batch_id", "operator"]
 
 
@@ -67,8 +72,10 @@ def _context(root: Path) -> AbstractDataContext:
 def batches_frame(predicted: pd.DataFrame, actual: pd.DataFrame) -> pd.DataFrame:
     cols = [c for c in EXACT_COLUMNS if c not in _KEY]
     extra = [c for c in predicted.columns if c.startswith("input_rows_")]
-    p = predicted[_KEY + cols + extra + ["state_bytes"]].add_prefix("predicted_")
-    a = actual[_KEY + cols + extra + ["state_bytes"]].add_prefix("actual_")
+    sizes = ["state_bytes"] + [c for c in ["checkpoint_bytes"]
+                               if c in predicted.columns and c in actual.columns]
+    p = predicted[_KEY + cols + extra + sizes].add_prefix("predicted_")
+    a = actual[_KEY + cols + extra + sizes].add_prefix("actual_")
     m = p.merge(a, left_on=["predicted_" + k for k in _KEY],
                 right_on=["actual_" + k for k in _KEY], how="outer")
     m["batch_id"] = m["predicted_batch_id"].fillna(m["actual_batch_id"]).astype("int64")
@@ -84,6 +91,15 @@ def batches_frame(predicted: pd.DataFrame, actual: pd.DataFrame) -> pd.DataFrame
     m["state_bytes_excess"] = np.where(
         pb.notna() & ab.notna(),
         (pb - ab).abs() - (STATE_BYTES_TOLERANCE * ab + STATE_BYTES_SLACK), np.nan)
+    if "checkpoint_bytes" not in sizes:
+        m["checkpoint_bytes_ratio"] = m["checkpoint_bytes_excess"] = np.nan
+    else:
+        pc = pd.to_numeric(m["predicted_checkpoint_bytes"], errors="coerce")
+        ac = pd.to_numeric(m["actual_checkpoint_bytes"], errors="coerce")
+        m["checkpoint_bytes_ratio"] = np.where((ac > 0) & pc.notna(), pc / ac.where(ac > 0),
+                                               np.nan)
+        m["checkpoint_bytes_excess"] = np.where(
+            pc.notna() & ac.notna(), (pc - ac).abs() - CHECKPOINT_BYTES_TOLERANCE * ac, np.nan)
     return m.sort_values("batch_id").reset_index(drop=True)
 
 
@@ -121,6 +137,15 @@ def _messages(res: ExpectationSuiteValidationResult) -> list[str]:
                 out.append(f"batch {u['batch_id']} ({u.get('operator')}): state_bytes "
                            f"estimate is {u['state_bytes_excess']:.0f} bytes outside "
                            f"{STATE_BYTES_TOLERANCE:.0%} of actual + {STATE_BYTES_SLACK} B")
+        elif cfg.type == "expect_column_values_to_be_between" and kw["column"] == \
+                "checkpoint_bytes_excess":
+            out.append(f"checkpoint_bytes: the prediction is outside "
+                       f"{CHECKPOINT_BYTES_TOLERANCE:.0%} of actual in "
+                       f"{r.result.get('unexpected_count')} batches")
+            for u in idx[:20]:
+                out.append(f"batch {u['batch_id']} ({u.get('operator')}): checkpoint_bytes "
+                           f"predicted {u['checkpoint_bytes_excess']:.0f} bytes outside "
+                           f"{CHECKPOINT_BYTES_TOLERANCE:.0%} of actual")
         else:
             obs = r.result.get("observed_value")
             if obs is None and r.result.get("partial_unexpected_list"):
@@ -159,7 +184,9 @@ def validate(spec: BacktestSpec, cr: CandidateResult, root: Path, counts: pd.Dat
           for c in exact]
          + ([gxe.ExpectColumnValuesToBeBetween(column="state_bytes_excess", max_value=0,
                                                 mostly=STATE_BYTES_MOSTLY)]
-            if b["state_bytes_excess"].notna().any() else []),
+            if b["state_bytes_excess"].notna().any() else [])
+         + ([gxe.ExpectColumnValuesToBeBetween(column="checkpoint_bytes_excess", max_value=0)]
+            if b["checkpoint_bytes_excess"].notna().any() else []),
          ["batch_id", "operator"]),
         ("outputs", o,
          [gxe.ExpectColumnPairValuesToBeEqual(column_A="predicted_count",

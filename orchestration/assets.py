@@ -64,8 +64,20 @@ def report_metadata(planned: Planned, result: RunResult) -> dict[str, Any]:
     for k in ("latency_p50_s", "latency_p95_s", "peak_state_bytes", "elapsed_s"):
         if m.get(k) is not None:
             meta[k] = float(m[k])
+    disk = final_checkpoint_bytes(result)
+    if disk is not None:  # (predicted: aggregations, dedups and sessions on HDFS-backed state)
+        meta["checkpoint_bytes"] = disk
     meta["batch_report"] = dg.MetadataValue.md(markdown_table(result.batches, limit=40))
     return meta
+
+
+def final_checkpoint_bytes(result: RunResult) -> int | None:
+    """The state files on disk after the last batch (docs/state-bytes.md), if known."""
+    b = result.batches
+    if "checkpoint_bytes" not in b.columns:
+        return None
+    disk = pd.to_numeric(b.groupby("batch_id")["checkpoint_bytes"].sum(min_count=1)).dropna()
+    return int(disk.iloc[-1]) if len(disk) else None
 
 
 def markdown_table(df: Any, limit: int = 40) -> str:

@@ -22,7 +22,7 @@ from functools import cached_property
 
 import pandas as pd
 
-from semantics import engine, state_bytes
+from semantics import checkpoint_bytes, engine, state_bytes
 from semantics.column_names import output_names
 from semantics.config import resolve
 from semantics.operators import fates as F
@@ -104,6 +104,9 @@ def predict(schedule: Schedule, spec: BacktestSpec, candidate: str, *,
     batches = res.batches.reindex(columns=report_columns(spec))
     if batches["state_bytes"].isna().all() and len(batches):
         batches["state_bytes"] = state_bytes.estimate(spec, candidate, schedule, res.batches)
+    if batches["checkpoint_bytes"].isna().all() and len(batches):
+        batches["checkpoint_bytes"] = checkpoint_bytes.estimate(spec, candidate, schedule,
+                                                                res.batches)
     raw = res.fates
     summary = ({str(k): int(v) for k, v in raw["fate"].value_counts().items() if v}
                if len(raw) else {})

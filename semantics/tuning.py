@@ -109,3 +109,7 @@ JSON_CHUNK = 1 << 18
 SWEEP_COUNT_BLOCK = 1 << 8
 # values of a block whose members an order statistic scans (quantiles.Nested): chosen, not tuned
 SWEEP_RANK_BLOCK = 1 << 12
+# input rows checkpoint_bytes encodes as its sample of state records (bench/state_bytes.py)
+CHECKPOINT_SAMPLE_ROWS = 2048
+# sample sizes of rows whose groups' buffers the checkpoint-bytes sample accumulates (same)
+CHECKPOINT_HISTORY_ROWS = 64
