@@ -367,9 +367,8 @@ def steps_of(dropped: np.ndarray, state_rows: np.ndarray, updated: np.ndarray,
 
 
 def run(schedule: Schedule, spec: BacktestSpec, candidate: str | ResolvedCandidate,
-        operator: Operator,
-        output_columns: list[str], count_late: bool = False, path: Path = "auto"
-        ) -> EngineResult:
+        operator: Operator, output_columns: list[str], count_late: bool = False,
+        path: Path = "auto") -> EngineResult:
     """Drive ``operator`` through ``schedule`` exactly as Spark's MicroBatchExecution would
     (``count_late``: also count the input rows dropped as late, ``late_rows``).
 

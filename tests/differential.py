@@ -11,6 +11,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from semantics.compare import compare_outputs, compare_reports
+from semantics.engine import WholeRunDeclined
 from semantics.errors import SpecError
 from semantics.history import plan
 from semantics.predict import predict
@@ -28,11 +29,19 @@ def run_both(spec: BacktestSpec, candidate: str, workdir: Path, spark: Any) -> l
     actual = replay(spec, candidate, schedule, workdir / f"replay-{candidate}", spark)
     diffs = compare_reports(predicted.batches, actual.batches)
     diffs += compare_outputs(predicted.outputs, actual.outputs)
-    # without explain some operators take another path (dedup computes all batches at once)
-    plain = predict(schedule, spec, candidate, explain=False)
-    plain_diffs = [*compare_reports(plain.batches, actual.batches),
-                   *compare_outputs(plain.outputs, actual.outputs)]
-    return [d.message for d in diffs] + [f"explain=False: {d.message}" for d in plain_diffs]
+    # explained predictions step; without explain the operator's whole-run path runs where it
+    # applies (path="auto"), and path="whole_run" forces it where only speed would decline it
+    # (e.g. sliding windows of many rows per key a batch): every path is checked against Spark
+    out = [d.message for d in diffs]
+    for path in ("auto", "whole_run"):
+        try:
+            plain = predict(schedule, spec, candidate, explain=False, path=path)
+        except WholeRunDeclined:  # (it cannot compute this run: the engine steps)
+            continue
+        out += [f"explain=False, path={path}: {d.message}" for d in
+                [*compare_reports(plain.batches, actual.batches),
+                 *compare_outputs(plain.outputs, actual.outputs)]]
+    return out
 
 
 def explain_failure(spec: BacktestSpec, candidate: str, diffs: list[str], workdir: Path,

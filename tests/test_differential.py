@@ -69,31 +69,23 @@ def check_aggregation(spark, tmp, pace, data, window, replay, delay, mode, aggre
 
 @pytest.mark.parametrize("pace", ["backlog", "live"])
 @examples(4)
-@given(data=commits(keys), window=windows, replay=replays, delay=delays, mode=modes,
-       at_once=st.booleans())
-def test_aggregation(spark, tmp_path_factory, pace, data, window, replay, delay, mode,
-                     at_once) -> None:
+@given(data=commits(keys), window=windows, replay=replays, delay=delays, mode=modes)
+def test_aggregation(spark, tmp_path_factory, pace, data, window, replay, delay, mode) -> None:
     # without explain, tumbling windows in append and update mode compute every batch at
-    # once (whole_run/tumbling.py); at_once: sliding windows too, whatever the rows per
-    # batch (whole_run/aggregation.py; else only for batches of few rows per key)
-    from semantics.operators import aggregation
-
-    with pytest.MonkeyPatch.context() as mp:
-        if at_once:
-            mp.setattr(aggregation, "AT_ONCE_ROWS_PER_KEY", 1 << 40)
-        check_aggregation(spark, tmp_path_factory.mktemp("agg"), pace, data, window, replay,
-                          delay, mode,
-                          {"n": "count(*)", "s": "sum(v)", "lo": "min(v)", "avg_v": "avg(v)"})
+    # once (whole_run/tumbling.py), sliding windows too, whatever the rows per batch, with
+    # path="whole_run" (whole_run/aggregation.py; tests/differential.run_both checks it)
+    check_aggregation(spark, tmp_path_factory.mktemp("agg"), pace, data, window, replay,
+                      delay, mode,
+                      {"n": "count(*)", "s": "sum(v)", "lo": "min(v)", "avg_v": "avg(v)"})
 
 
 @pytest.mark.parametrize("pace", ["backlog", "live"])
 @examples(4)
 @given(data=commits({**keys, "x": st.one_of(st.floats(-100, 100, allow_nan=False),
                                              st.just(float("nan")))}),
-       window=sliding, replay=replays, delay=delays, mode=modes, text=st.booleans(),
-       at_once=st.booleans())
+       window=sliding, replay=replays, delay=delays, mode=modes, text=st.booleans())
 def test_sliding_window_sums(spark, tmp_path_factory, pace, data, window, replay, delay,
-                             mode, text, at_once) -> None:
+                             mode, text) -> None:
     # sums, minima and maxima of sliding windows skip grouping the (row, window) pairs
     # (operators/sliding.py; floats pair by pair in row order); with string keys, min(k) (an
     # object min) keeps the pair path. x holds NaN values: counted, summed to NaN, above every
@@ -101,17 +93,12 @@ def test_sliding_window_sums(spark, tmp_path_factory, pace, data, window, replay
     data = strings(data, "k", text)
     aggregates = {"n": "count(*)", "s": "sum(v)", "avg_v": "avg(v)", "fs": "sum(x)",
                   "fa": "avg(x)", "hi": "max(x)", "lo": "min(v)", "fc": "count(x)"}
-    # at_once: append mode without explain computes every batch at once (float sums and
-    # maxima folded batch by batch, as the state merges them; test_aggregation)
-    from semantics.operators import aggregation
-
+    # path="whole_run" (run_both): append mode without explain computes every batch at once
+    # (float sums and maxima folded batch by batch, as the state merges them)
     if text:
         aggregates["first_k"] = "min(k)"
-    with pytest.MonkeyPatch.context() as mp:
-        if at_once:
-            mp.setattr(aggregation, "AT_ONCE_ROWS_PER_KEY", 1 << 40)
-        check_aggregation(spark, tmp_path_factory.mktemp("sliding"), pace, data, window,
-                          replay, delay, mode, aggregates)
+    check_aggregation(spark, tmp_path_factory.mktemp("sliding"), pace, data, window, replay,
+                      delay, mode, aggregates)
 
 
 @pytest.mark.parametrize("pace", ["backlog", "live"])
