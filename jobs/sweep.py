@@ -29,11 +29,12 @@ import numpy as np
 
 from semantics.durations import Duration
 from semantics.errors import SpecError
+from semantics.sweep_fallback import swept
 from semantics.sweep_range import parse_delays
 
 if TYPE_CHECKING:
     from semantics.schedule import Schedule
-    from semantics.spec import BacktestSpec, Candidate
+    from semantics.spec import BacktestSpec
 
 
 def _label(ms: int) -> str:
@@ -103,7 +104,7 @@ def sweep_figures(spec: BacktestSpec, schedule: Schedule, source: str,
     fast = fast or {}
     computed = {f: "one_pass" if f in fast else "per_delay" for f in FIGURES}
     if len(fast) < len(FIGURES):
-        _WORK = (spec, schedule, spec.candidates[base], source)
+        _WORK = (spec, schedule, base, source)
         try:
             rows = _map_points(ms) if processes else _points(ms)
         finally:
@@ -149,7 +150,7 @@ def sweep_grid(spec: BacktestSpec, delays: dict[str, list[Duration]], base: str 
     grid: list[list[dict[str, Any]]] = []
     computed: dict[str, str] = {}
     for a in delays[first]:
-        fixed, name = _swept(spec, spec.candidates[base], {first: a.ms})
+        fixed, name = swept(spec, base, {first: a.ms})
         rows, how = sweep_figures(fixed, schedule, second, delays[second], name, processes)
         for r in rows:
             del r["knee"]
@@ -176,7 +177,7 @@ def _rows_of(spec: BacktestSpec, base: str, source: str, delays_ms: list[int]
     from semantics.metrics import METRICS
     from semantics.retention import never_evicted
 
-    s, name = _swept(spec, spec.candidates[base], {source: delays_ms[0]}) if delays_ms else \
+    s, name = swept(spec, base, {source: delays_ms[0]}) if delays_ms else \
         (spec, base)
     fixed = {"elapsed_s": None, "never_evicted": never_evicted(s, name)}
     return [{"delay": _label(d), "delay_ms": d, **{m: fixed.get(m) for m in METRICS}}
@@ -184,35 +185,18 @@ def _rows_of(spec: BacktestSpec, base: str, source: str, delays_ms: list[int]
 
 
 # (spec, schedule, base candidate, source)
-_WORK: tuple[BacktestSpec, Schedule, Candidate, str] | None = None
-
-
-def _swept(spec: BacktestSpec, cand: Candidate, delays_ms: dict[str, int]
-           ) -> tuple[BacktestSpec, str]:
-    """``spec`` holding only ``cand`` with the delays of ``delays_ms`` (source -> ms) set, and
-    that candidate's name."""
-    from semantics.spec import Candidate
-
-    name = "sweep_" + "_".join(str(d) for d in delays_ms.values())
-    c = Candidate.model_validate({**cand.model_dump(), "watermark": {
-        **{k: str(v) for k, v in cand.watermark.items()},
-        **{s: f"{d} milliseconds" for s, d in delays_ms.items()}}})
-    return spec.model_copy(update={"candidates": {name: c}}), name
+_WORK: tuple[BacktestSpec, Schedule, str, str] | None = None
 
 
 def _point(delay_ms: int) -> dict[str, Any]:
     """The metrics of one delay (reads ``_WORK``: set by :func:`sweep_figures`, inherited by
     fork)."""
-    from semantics.metrics import candidate_metrics, reference_columns
-    from semantics.predict import predict
+    from semantics.sweep_fallback import metrics
 
     assert _WORK is not None
-    spec, schedule, cand, source = _WORK
-    s, name = _swept(spec, cand, {source: delay_ms})
-    # only the output columns the metrics read: no explain table, no full output frame
-    m = candidate_metrics(s, schedule, predict(schedule, s, name, explain=False,
-                                               columns=reference_columns(s), count_late=True))
-    return {"delay": _label(delay_ms), "delay_ms": delay_ms, **m}
+    spec, schedule, base, source = _WORK
+    return {"delay": _label(delay_ms), "delay_ms": delay_ms,
+            **metrics(spec, base, schedule, {source: delay_ms})}
 
 
 def _start_worker() -> None:

@@ -76,7 +76,8 @@ def _rendered(raw: pd.DataFrame) -> pd.DataFrame:
 
 def predict(schedule: Schedule, spec: BacktestSpec, candidate: str, *,
             explain: bool = True, columns: Collection[str] | None = None,
-            count_late: bool = False, path: engine.Path = "auto") -> Prediction:
+            count_late: bool = False, path: engine.Path = "auto",
+            checkpoint: bool = True) -> Prediction:
     """Predict Spark's batches, emitted rows and row fates for ``candidate`` on ``schedule``.
 
     ``explain=False`` skips collecting fate rows altogether; ``columns`` builds only these
@@ -85,7 +86,9 @@ def predict(schedule: Schedule, spec: BacktestSpec, candidate: str, *,
     explain too. ``path`` picks how the operator computes the run (:func:`semantics.engine.run`:
     "auto", "step" or "whole_run", which raises :class:`semantics.engine.WholeRunDeclined`
     when the whole-run path declines); ``info["path"]`` says which ran and
-    ``info["path_reason"]`` why (docs/architecture.md)."""
+    ``info["path_reason"]`` why (docs/architecture.md). ``checkpoint=False`` leaves the
+    ``checkpoint_bytes`` column empty (its estimate encodes and compresses a sample of state
+    records: a fixed cost a sweep's predictions skip)."""
     if candidate not in spec.candidates:
         raise KeyError(f"no candidate {candidate!r} (candidates: {', '.join(spec.candidates)})")
     config = resolve(spec, candidate)  # (once: the engine and the operator read it)
@@ -104,7 +107,7 @@ def predict(schedule: Schedule, spec: BacktestSpec, candidate: str, *,
     batches = res.batches.reindex(columns=report_columns(spec))
     if batches["state_bytes"].isna().all() and len(batches):
         batches["state_bytes"] = state_bytes.estimate(spec, candidate, schedule, res.batches)
-    if batches["checkpoint_bytes"].isna().all() and len(batches):
+    if checkpoint and batches["checkpoint_bytes"].isna().all() and len(batches):
         batches["checkpoint_bytes"] = checkpoint_bytes.estimate(spec, candidate, schedule,
                                                                 res.batches)
     raw = res.fates

@@ -113,7 +113,7 @@ def stepper(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str)
     t_all = np.asarray(schedule.event_time_us(source), dtype=np.int64)
 
     def step(d: int, positions: np.ndarray, runs: np.ndarray) -> Stepped | None:
-        s, name = swept(spec, candidate, source, d)
+        s, name = swept(spec, candidate, {source: d})
         op = make_operator(s, name, schedule, explain=False)
         plan = plan_batches(schedule, s, name, op)
         batch_of, t = source_rows(plan, source)
