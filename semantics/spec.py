@@ -373,6 +373,19 @@ class BatchBy(_Model):
 class ReplaySpec(_Model):
     batch_by: BatchBy = BatchBy(commits=1)
     pace: Literal["backlog", "live"] = "backlog"
+    # ticks after which the query stops and restarts from its checkpoint (SPEC.md §1.3,
+    # docs/semantics.md §2.7; checked against the schedule by ``restarts.check_schedule``)
+    restarts: tuple[int, ...] = ()
+
+    @field_validator("restarts")
+    @classmethod
+    def _restarts(cls, ticks: tuple[int, ...]) -> tuple[int, ...]:
+        if any(t < 0 for t in ticks):
+            raise ValueError(f"restart ticks must be tick numbers >= 0, got {list(ticks)}")
+        if any(b <= a for a, b in zip(ticks[:-1], ticks[1:], strict=True)):
+            raise ValueError(f"restart ticks must be distinct and in increasing order, got "
+                             f"{list(ticks)}")
+        return ticks
 
 
 class Candidate(_Model):
@@ -381,6 +394,9 @@ class Candidate(_Model):
     policy: Literal["min", "max"] = "min"
     spark_conf: dict[str, str | int | float | bool] = Field(default_factory=dict)
     batch_by: BatchBy | None = None
+    # the candidate's configuration from the first restart on (SPEC.md §1.3; the rules:
+    # semantics/restarts.py)
+    after_restart: Candidate | None = None
 
 
 class Expect(_Model):
@@ -685,6 +701,9 @@ def check_spec(spec: BacktestSpec) -> None:
             raise SpecError(f, f"candidates.{name}.spark_conf",
                             "spark.sql.streaming.multipleWatermarkPolicy must be min or max")
         _check_query_for_candidate(spec, name)
+    from semantics.restarts import check_restarts
+
+    check_restarts(spec)
 
 
 PARTITIONS = "spark.sql.shuffle.partitions"
