@@ -22,6 +22,8 @@ restart on; later restarts keep it.
 
 from __future__ import annotations
 
+import pandas as pd
+
 from semantics.errors import SpecError
 from semantics.schedule import Schedule
 from semantics.spec import (
@@ -147,3 +149,25 @@ def segment(spec: BacktestSpec, tick: int) -> int:
     """Which run of the query tick ``tick`` belongs to: 0 before the first restart, ``i``
     after the ``i``-th."""
     return sum(t < tick for t in spec.replay.restarts)
+
+
+def describe(spec: BacktestSpec, candidate: str, schedule: Schedule, batches: pd.DataFrame
+             ) -> dict[str, object]:
+    """The restarts of a run for its report's ``info`` (nothing without restarts): after
+    which tick each happened and the first batch after it (None: no batch ran after it), and
+    the candidate's switch (its delays and settings from the first restart on, and what Spark
+    ignores of them)."""
+    if not schedule.restarts:
+        return {}
+    ticks = batches["tick"].to_numpy()
+    ids = batches["batch_id"].to_numpy()
+    first = [int(ids[ticks > t][0]) if (ticks > t).any() else None for t in schedule.restarts]
+    out: dict[str, object] = {"restarts": [{"after_tick": t, "first_batch": b} for t, b
+                                           in zip(schedule.restarts, first, strict=True)]}
+    after = spec.candidates[candidate].after_restart
+    if after is not None:
+        out["switch"] = {"after_tick": schedule.restarts[0], "first_batch": first[0],
+                         "watermark": {s: str(d) for s, d in after.watermark.items()},
+                         "spark_conf": {k: str(v) for k, v in after.spark_conf.items()},
+                         "ignored": ignored(spec, candidate)}
+    return out
