@@ -169,12 +169,13 @@ def _runs(spec: BacktestSpec, candidate: str, schedule: Schedule
 
 def _run_conf(spec: BacktestSpec, candidate: str, schedule: Schedule, i: int, n: int
               ) -> dict[str, str]:
-    """The settings of run ``i`` of ``n``. At ``backlog`` pace a run that a restart ends runs
-    no no-data batch: its last tick is a data tick, which the next data tick follows at once
-    without a restart (``availableNow`` would end the run with one)."""
+    """The settings of run ``i`` of ``n``. A run that a restart ends after a data tick runs no
+    no-data batch (at ``backlog`` pace the next data tick follows at once without a restart;
+    ``availableNow`` would end the run with one); after the final idle tick it may."""
     conf = {**REPLAY_CONF, **spec.conf(candidate)}
     if n > 1:
-        conf[NO_DATA_BATCHES] = ("false" if schedule.pace == "backlog" and i < n - 1
+        ends_on_data = i < n - 1 and not schedule.ticks[schedule.restarts[i]].idle
+        conf[NO_DATA_BATCHES] = ("false" if ends_on_data
                                  else conf.get(NO_DATA_BATCHES, "true"))
     return conf
 
