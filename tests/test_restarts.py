@@ -15,7 +15,7 @@ from semantics.history import plan
 from semantics.predict import predict
 from semantics.spec import BacktestSpec, parse_spec
 from tests.deltas import write_commits
-from tests.differential import commits, delays, explain_failure, run_both
+from tests.differential import commits, delays, explain_failure, join_spec, run_both
 
 pytestmark = pytest.mark.spark
 
@@ -160,6 +160,35 @@ def test_random_restarts(spark, tmp_path_factory, data, query, pace, delay, afte
         **spec.replay.model_dump(), "restarts": restarts}}
     d["candidates"]["c"] = {"watermark": {"events": delay},
                             "after_restart": {"watermark": {"events": after}}}
+    spec = parse_spec(d, spec.path)
+    diffs = run_both(spec, "c", tmp, spark)
+    if diffs:
+        pytest.fail(explain_failure(spec, "c", diffs, tmp, spark))
+
+
+@settings(max_examples=3, deadline=None, derandomize=True, database=None,
+          suppress_health_check=list(HealthCheck))
+@given(left=commits({"k": st.integers(1, 2)}, max_commits=4),
+       right=commits({"k": st.integers(1, 2)}, max_commits=4),
+       order=st.lists(st.booleans(), min_size=8, max_size=8),
+       pace=st.sampled_from(["backlog", "live"]), policy=st.sampled_from(["min", "max"]),
+       delays2=st.tuples(delays, delays, delays, delays),
+       where=st.lists(st.floats(0, 1), min_size=1, max_size=2))
+def test_random_join_restarts(spark, tmp_path_factory, left, right, order, pace, policy,
+                              delays2, where) -> None:
+    """A band join with a watermark on both sides, restarted at random ticks with both delays
+    switched: the per-input watermarks Spark forgets, under either policy."""
+    tmp = tmp_path_factory.mktemp("joinrestarts")
+    spec = join_spec(tmp, {"type": "inner", "time_range": {"lower": "-5 seconds",
+                                                           "upper": "5 seconds"}},
+                     {"pace": pace, "batch_by": {"commits": 1}}, delays2[0], delays2[1],
+                     policy, left, right, order)
+    ticks = [t.index for t in plan(spec, "c").ticks if pace == "backlog" or t.idle]
+    restarts = sorted({ticks[min(int(w * len(ticks)), len(ticks) - 1)] for w in where})
+    d = {**spec.model_dump(exclude={"path"}), "replay": {
+        **spec.replay.model_dump(), "restarts": restarts}}
+    d["candidates"]["c"]["after_restart"] = {"watermark": {"left": delays2[2],
+                                                           "right": delays2[3]}}
     spec = parse_spec(d, spec.path)
     diffs = run_both(spec, "c", tmp, spark)
     if diffs:
