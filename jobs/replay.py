@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from jobs import checkpoint as ckpt
@@ -48,11 +49,12 @@ from jobs.interrupts import Interrupts
 from jobs.query import build_query
 from jobs.spark import is_connect
 from jobs.verify import BatchTick, assign_ticks
+from semantics import restarts
 from semantics.errors import ReplayMismatch, SpecError
 from semantics.late_rows import late_rows_under
 from semantics.report import RunResult, output_columns, report_columns
 from semantics.schedule import Schedule
-from semantics.spark_conf import ALLOW_MULTIPLE, spark_bool
+from semantics.spark_conf import ALLOW_MULTIPLE, NO_DATA_BATCHES, spark_bool
 from semantics.spec import BacktestSpec
 
 # Settings the replay itself needs (no semantic effect); restored after the run.
@@ -89,7 +91,7 @@ def _replay(spec: BacktestSpec, candidate: str, schedule: Schedule, cdir: Path,
     conf = {**REPLAY_CONF, **spec.conf(candidate)}
     fp = resume.fingerprint(spec, candidate, schedule, conf)
     start = resume.prepare(cdir, fp, exact=_watermarked_inputs(spec, candidate) <= 1,
-                           fresh=fresh)
+                           fresh=fresh, restarts=bool(schedule.restarts))
     if start.reason is not None:
         notify(f"starting afresh: {start.reason}")
     if start.rerun is not None:
@@ -101,60 +103,47 @@ def _replay(spec: BacktestSpec, candidate: str, schedule: Schedule, cdir: Path,
     for d in (input_dir, staging, outputs):
         d.mkdir(parents=True, exist_ok=True)
     arrow_schema = feed.input_arrow_schema(spec, schedule)
+    runs = _runs(spec, candidate, schedule)
     query_name = f"wmbt_{spec.name}_{candidate}_{uuid.uuid4().hex[:8]}".replace("-", "_")
     started = time.monotonic()
-    query: Any = None
+    queries: list[Any] = []  # (the runs' queries: the last one may be running)
     done = _files_written(schedule, input_dir)
     try:
         conf_saved = _apply_conf(spark, conf, spec.path)
     except Exception:
         resume.write_manifest(cdir, fp, "failed")
         raise
+    saved_confs = [conf_saved]
     try:
         with Interrupts() as interrupts:
-            if schedule.pace == "backlog":
-                for pos, t in enumerate(schedule.data_ticks[done:], start=done):
-                    interrupts.check()
-                    feed.write_tick(spec, schedule, t, pos, input_dir, staging, arrow_schema)
-            stream = (spark.readStream.schema(feed.input_spark_schema(spec, schedule))
-                      .option("maxFilesPerTrigger", 1)
-                      .option("maxFileAge", "36500d")
-                      .parquet(str(input_dir)))
-            built = build_query(spec, candidate, stream, schedule.data_columns)
-            writer = (built.df.writeStream.queryName(query_name)
-                      .outputMode(built.output_mode)
-                      .foreachBatch(sink.make_sink(outputs, None if connect else spark,
-                                                   query_name, saved))
-                      .option("checkpointLocation", str(cp)))
-            interrupts.check()
-            if schedule.pace == "backlog":
-                query = writer.trigger(availableNow=True).start()
-                interrupts.wait(query.awaitTermination)
-            else:
-                query = writer.start()
-                if done:  # (a resumed replay: Spark first catches up on the files written)
-                    interrupts.wait(query.processAllAvailable)
-                for pos, t in enumerate(schedule.data_ticks[done:], start=done):
-                    interrupts.check()
-                    feed.write_tick(spec, schedule, t, pos, input_dir, staging, arrow_schema)
-                    interrupts.wait(query.processAllAvailable)
-            _stop(query)
-            exc = query.exception()
-            if exc is not None:
-                raise RuntimeError(f"Spark query failed: {exc}")
-            for text in progress.progress_texts(query):
-                progress.save(saved, text)
-            interrupts.check()  # (a signal during the stop: the folder stays resumable)
+            for i, (run_spec, ticks) in enumerate(runs):
+                if i:  # a restart from the checkpoint (docs/semantics.md §2.7)
+                    notify(f"restarting the query from its checkpoint after tick "
+                           f"{schedule.restarts[i - 1]}")
+                saved_confs.append(_apply_conf(spark, _run_conf(run_spec, candidate, schedule,
+                                                                i, len(runs)), spec.path))
+                if not ticks and i:
+                    continue  # (a restart after the last data tick: nothing to run)
+                query = _run(run_spec, candidate, schedule, ticks, done, cdir, arrow_schema,
+                             query_name, spark, connect, interrupts, queries)
+                _stop(query)
+                exc = query.exception()
+                if exc is not None:
+                    raise RuntimeError(f"Spark query failed: {exc}")
+                for text in progress.progress_texts(query):
+                    progress.save(saved, text)
+                interrupts.check()  # (a signal during the stop: the folder stays resumable)
     except KeyboardInterrupt as stop:
-        _stop_quietly(spark, query)
+        _stop_quietly(spark, queries[-1] if queries else None)
         # the same kind (Ctrl-C or SIGTERM: exits.Terminated), without the wait's traceback
         raise type(stop)() from None
     except Exception:
         resume.write_manifest(cdir, fp, "failed")
-        _stop(query)
+        _stop(queries[-1] if queries else None)
         raise
     finally:
-        _restore_conf(spark, conf_saved)
+        for prev in reversed(saved_confs):
+            _restore_conf(spark, prev)
     elapsed = time.monotonic() - started
     try:
         result = _result(spec, candidate, schedule, cp, outputs, progress.load_saved(saved),
@@ -164,6 +153,71 @@ def _replay(spec: BacktestSpec, candidate: str, schedule: Schedule, cdir: Path,
         raise
     resume.write_manifest(cdir, fp, "complete")
     return result
+
+
+def _runs(spec: BacktestSpec, candidate: str, schedule: Schedule
+          ) -> list[tuple[BacktestSpec, list[tuple[int, int]]]]:
+    """The query's runs between restarts: the spec each starts with (the candidate's
+    ``after_restart`` as written from the first restart on: Spark itself keeps the settings
+    the checkpoint holds) and its data ticks as ``(position, tick)``, the position in the
+    schedule's data ticks."""
+    data = list(enumerate(schedule.data_ticks))
+    switched = restarts.requested(spec, candidate)
+    return [(spec if i == 0 else switched, [(p, t) for p, t in data if a <= t < b])
+            for i, (a, b) in enumerate(schedule.runs())]
+
+
+def _run_conf(spec: BacktestSpec, candidate: str, schedule: Schedule, i: int, n: int
+              ) -> dict[str, str]:
+    """The settings of run ``i`` of ``n``. A run that a restart ends after a data tick runs no
+    no-data batch (at ``backlog`` pace the next data tick follows at once without a restart;
+    ``availableNow`` would end the run with one); after the final idle tick it may."""
+    conf = {**REPLAY_CONF, **spec.conf(candidate)}
+    if n > 1:
+        ends_on_data = i < n - 1 and not schedule.ticks[schedule.restarts[i]].idle
+        conf[NO_DATA_BATCHES] = ("false" if ends_on_data
+                                 else conf.get(NO_DATA_BATCHES, "true"))
+    return conf
+
+
+def _run(spec: BacktestSpec, candidate: str, schedule: Schedule, ticks: list[tuple[int, int]],
+         done: int, cdir: Path, arrow_schema: pa.Schema, query_name: str, spark: SparkSession,
+         connect: bool, interrupts: Interrupts, started: list[Any]
+         ) -> Any:
+    """Start the query on the checkpoint in ``cdir``, feed it ``ticks`` (those from position
+    ``done`` on: a resumed replay wrote the others) at the schedule's pace and return it once
+    it has processed them."""
+    input_dir, staging = cdir / "input", cdir / "staging"
+    todo = [(p, t) for p, t in ticks if p >= done]
+    if schedule.pace == "backlog":
+        for pos, t in todo:
+            interrupts.check()
+            feed.write_tick(spec, schedule, t, pos, input_dir, staging, arrow_schema)
+    stream = (spark.readStream.schema(feed.input_spark_schema(spec, schedule))
+              .option("maxFilesPerTrigger", 1)
+              .option("maxFileAge", "36500d")
+              .parquet(str(input_dir)))
+    built = build_query(spec, candidate, stream, schedule.data_columns)
+    writer = (built.df.writeStream.queryName(query_name)
+              .outputMode(built.output_mode)
+              .foreachBatch(sink.make_sink(cdir / "outputs", None if connect else spark,
+                                           query_name, cdir / "progress"))
+              .option("checkpointLocation", str(cdir / "checkpoint")))
+    interrupts.check()
+    if schedule.pace == "backlog":
+        query = writer.trigger(availableNow=True).start()
+        started.append(query)
+        interrupts.wait(query.awaitTermination)
+        return query
+    query = writer.start()
+    started.append(query)
+    if done:  # (a resumed replay: Spark first catches up on the files written)
+        interrupts.wait(query.processAllAvailable)
+    for pos, t in todo:
+        interrupts.check()
+        feed.write_tick(spec, schedule, t, pos, input_dir, staging, arrow_schema)
+        interrupts.wait(query.processAllAvailable)
+    return query
 
 
 def _watermarked_inputs(spec: BacktestSpec, candidate: str) -> int:
@@ -298,6 +352,7 @@ def _result(spec: BacktestSpec, candidate: str, schedule: Schedule, cp: Path, ou
         # the input rows late under Spark's own late watermarks (Spark counts groups for
         # windows, local sessions for sessions: semantics.late_rows)
         "late_rows": late_rows_under(schedule, spec, candidate, batches),
+        **restarts.describe(spec, candidate, schedule, batches),
     }
     return RunResult(candidate, batches, out, info)
 

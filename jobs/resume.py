@@ -137,10 +137,14 @@ def write_manifest(cdir: Path, fp: Fingerprint, state: str) -> None:
     os.replace(tmp, cdir / MANIFEST)
 
 
-def _why_not(cdir: Path, fp: Fingerprint, exact: bool, fresh: bool) -> str | None:
+def _why_not(cdir: Path, fp: Fingerprint, exact: bool, fresh: bool,
+             restarts: bool = False) -> str | None:
     """Why the interrupted replay in ``cdir`` cannot be resumed (None: it can)."""
     if fresh:
         return "a fresh start was asked for (--fresh)"
+    if restarts:  # (which run it was in, and with which settings, is not kept)
+        return "the replay restarts the query (replay.restarts): an interrupted one starts " \
+               "afresh"
     doc = _read_manifest(cdir)
     if doc is None:
         return "the interrupted replay left no manifest (an older wmbt wrote it)"
@@ -157,16 +161,18 @@ def _why_not(cdir: Path, fp: Fingerprint, exact: bool, fresh: bool) -> str | Non
     return None
 
 
-def prepare(cdir: Path, fp: Fingerprint, *, exact: bool, fresh: bool = False) -> Start:
+def prepare(cdir: Path, fp: Fingerprint, *, exact: bool, fresh: bool = False,
+            restarts: bool = False) -> Start:
     """Make ``cdir`` ready for a replay with fingerprint ``fp``: keep an interrupted replay's
     checkpoint when it can be resumed exactly (``exact``: the query has at most one
-    watermarked input), else wipe the folder; then mark the manifest ``running``."""
+    watermarked input; ``restarts``: the replay restarts the query, never resumed), else wipe
+    the folder; then mark the manifest ``running``."""
     doc = _read_manifest(cdir) if cdir.exists() else None
     interrupted = cdir.exists() and (doc is None or doc.get("state") == "running") \
         and (cdir / "checkpoint").exists()
     start = Start(None, None)
     if interrupted:
-        reason = _why_not(cdir, fp, exact, fresh)
+        reason = _why_not(cdir, fp, exact, fresh, restarts)
         if reason is None:
             start = _roll_back(cdir)
         else:

@@ -385,7 +385,8 @@ def _aggregation_sample(schedule: Schedule, q: AggregationQuery, df: pd.DataFram
     if q.window is not None:
         slide, off = q.window.slide_us, q.window.start_us
         frame.insert(0, "_window", (ts - off) // slide * slide + off)  # the last window
-    group = frame.groupby(list(frame.columns), sort=False, dropna=False).ngroup().to_numpy()
+    group = (frame.groupby(list(frame.columns), sort=False, dropna=False).ngroup().to_numpy()
+             if len(frame.columns) else np.zeros(len(frame), dtype=np.int64))  # (one group)
     tick = hist[TICK].to_numpy()
     # a record per (group, batch): the group's last row in the batch, from ``lo`` on
     last = ~pd.DataFrame({"g": group, "t": tick}).duplicated(keep="last").to_numpy()

@@ -27,7 +27,8 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import pandas as pd
 
-from semantics.config import ResolvedCandidate, resolved
+from semantics import restarts
+from semantics.config import ResolvedCandidate, resolve, resolved
 from semantics.parallel import map_parts, row_parts
 from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import BacktestSpec
@@ -227,6 +228,31 @@ def global_watermarks(maxima: list[dict[int, int]], delays_ms: list[int], policy
     return np.maximum.accumulate(chosen)
 
 
+def restarted_watermarks(maxima: list[dict[int, int]], delays_ms: list[int],
+                         after_ms: list[int], policy: str, runs: list[tuple[int, int]]
+                         ) -> np.ndarray:
+    """:func:`global_watermarks` of a query restarted from its checkpoint between ``runs``
+    (``Schedule.runs``; docs/semantics.md §2.7): each run starts with the global watermark
+    the run before it ended with and with no per-input watermark (an input counts as 0 until
+    it has rows in the run), and runs after the first use the delays ``after_ms``.
+
+    >>> restarted_watermarks([{0: 10, 2: 50}, {1: 30, 3: 60}], [5, 5], [5, 5], "min",
+    ...                      [(0, 2), (2, 4)]).tolist()
+    [0, 5, 5, 45]
+    >>> restarted_watermarks([{0: 10, 2: 50}], [5], [20], "min", [(0, 2), (2, 4)]).tolist()
+    [5, 5, 30, 30]
+    """
+    parts, restored = [], 0
+    for i, (a, b) in enumerate(runs):
+        own = [{t - a: m for t, m in mx.items() if a <= t < b} for mx in maxima]
+        w = np.maximum(global_watermarks(own, delays_ms if i == 0 else after_ms, policy, b - a),
+                       restored)
+        parts.append(w)
+        restored = int(w[-1]) if b > a else restored
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+
 Path = Literal["auto", "step", "whole_run"]
 PATHS: tuple[Path, ...] = ("auto", "step", "whole_run")
 
@@ -262,8 +288,16 @@ def plan_batches(schedule: Schedule, spec: BacktestSpec, candidate: str | Resolv
     operator's ``wants_another_batch`` — which reads watermarks, never state (Spark 4.0's
     ``shouldRunAnotherBatch`` of every operator modelled here) — so it is known before any
     operator runs, and an operator may process all batches at once (``Operator.whole_run``).
+    Restarts (``schedule.restarts``) follow docs/semantics.md §2.7: the candidate's
+    ``after_restart`` from the first one on, and no no-data batch before a restarted query's
+    first data batch.
     """
     cfg = resolved(spec, candidate)  # (the watermark delays, the policy, the Spark flags)
+    after = cfg
+    if schedule.restarts:
+        restarts.check_predictable(spec, cfg.name)
+        after = resolve(restarts.switched(spec, cfg.name), cfg.name)
+    first_after = {a for a, _ in schedule.runs()[1:]}  # first tick after each restart
     sources = list(spec.query_sources)
     wm_sources = list(cfg.delays_ms)
     has_wm = bool(wm_sources)
@@ -281,15 +315,21 @@ def plan_batches(schedule: Schedule, spec: BacktestSpec, candidate: str | Resolv
     tick_hi = {s: tick_bounds[s][1].tolist() for s in sources}
     n_ticks = max((t.index for t in schedule.ticks), default=-1) + 1
     # the global watermark before each tick: after the ticks before it
-    before = np.r_[0, global_watermarks([tick_max[s] for s in wm_sources], delays, cfg.policy,
-                                        n_ticks)[:-1]].tolist()
+    maxima = [tick_max[s] for s in wm_sources]
+    glob = (restarted_watermarks(maxima, delays, [after.delays_ms[s] for s in wm_sources],
+                                 cfg.policy, schedule.runs()) if schedule.restarts
+            else global_watermarks(maxima, delays, cfg.policy, n_ticks))
+    before = np.r_[0, glob[:-1]].tolist()
     empty = {s: schedule.rows[s].iloc[0:0] for s in sources}
     empty_us = np.array([], dtype=np.int64)
 
+    fresh = False  # a restarted query that has run no batch yet: no last execution
     for tick in schedule.ticks:
+        if tick.index in first_after:
+            cfg, fresh = after, True
         w_now = before[tick.index]
         if tick.idle:
-            if not (has_wm and cfg.no_data_batches):
+            if fresh or not (has_wm and cfg.no_data_batches):
                 continue
             if not operator.wants_another_batch(w_now, last_evict):
                 continue
@@ -311,6 +351,7 @@ def plan_batches(schedule: Schedule, spec: BacktestSpec, candidate: str | Resolv
                                offsets, w_now if has_wm else None))
         prev_batch_wm = w_now
         last_evict = evict
+        fresh = False
     return plan
 
 

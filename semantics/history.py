@@ -15,7 +15,7 @@ add actions in the log and their order inside each file.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -311,6 +311,11 @@ def plan(spec: BacktestSpec, candidate: str | None = None) -> Schedule:
         {s: emptied_files(a) for s, a in read.items() if not spec.sources[s].arrival_column},
     )
     check_fits(spec, sched)  # (before a prediction or a replay expands the rows' windows)
+    if spec.replay.restarts:
+        from semantics.restarts import check_schedule
+
+        check_schedule(spec, sched)
+        sched = replace(sched, restarts=spec.replay.restarts)
     return sched
 
 

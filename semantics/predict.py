@@ -22,7 +22,7 @@ from functools import cached_property
 
 import pandas as pd
 
-from semantics import checkpoint_bytes, engine, state_bytes
+from semantics import checkpoint_bytes, engine, restarts, state_bytes
 from semantics.column_names import output_names
 from semantics.config import resolve
 from semantics.operators import fates as F
@@ -128,4 +128,5 @@ def predict(schedule: Schedule, spec: BacktestSpec, candidate: str, *,
             if len(raw) else 0
     elif res.late_rows is not None:
         info["late_rows"] = res.late_rows
+    info.update(restarts.describe(spec, candidate, schedule, batches))
     return Prediction(candidate, batches, outputs, info, raw)

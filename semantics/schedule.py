@@ -63,12 +63,26 @@ class Schedule:
     # declared (precision, scale) of each decimal column, by source (the frames hold Python
     # decimals, which do not carry the table's type)
     decimals: Mapping[str, Mapping[str, tuple[int, int]]] = field(default_factory=dict)
+    # ticks after which the query restarts from its checkpoint (``replay.restarts``, checked
+    # by ``restarts.check_schedule``; docs/semantics.md §2.7)
+    restarts: tuple[int, ...] = ()
     _event_us: dict[str, np.ndarray] = field(default_factory=dict, init=False, repr=False,
                                              compare=False)
 
     @property
     def data_ticks(self) -> list[int]:
         return [t.index for t in self.ticks if not t.idle]
+
+    def runs(self) -> list[tuple[int, int]]:
+        """The ticks ``[first, stop)`` of each run of the query between restarts, in order
+        (one run without restarts; a run may hold no tick).
+
+        >>> Schedule("t", tuple(Tick(i, i == 3) for i in range(4)), {}, {}, "backlog",
+        ...          BatchBy(commits=1), restarts=(1,)).runs()
+        [(0, 2), (2, 4)]
+        """
+        ends = [t + 1 for t in self.restarts]
+        return list(zip([0, *ends], [*ends, len(self.ticks)], strict=True))
 
     def tick_rows(self, source: str, tick: int) -> pd.DataFrame:
         df = self.rows[source]

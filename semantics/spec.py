@@ -373,6 +373,19 @@ class BatchBy(_Model):
 class ReplaySpec(_Model):
     batch_by: BatchBy = BatchBy(commits=1)
     pace: Literal["backlog", "live"] = "backlog"
+    # ticks after which the query stops and restarts from its checkpoint (SPEC.md §1.3,
+    # docs/semantics.md §2.7; checked against the schedule by ``restarts.check_schedule``)
+    restarts: tuple[int, ...] = ()
+
+    @field_validator("restarts")
+    @classmethod
+    def _restarts(cls, ticks: tuple[int, ...]) -> tuple[int, ...]:
+        if any(t < 0 for t in ticks):
+            raise ValueError(f"restart ticks must be tick numbers >= 0, got {list(ticks)}")
+        if any(b <= a for a, b in zip(ticks[:-1], ticks[1:], strict=True)):
+            raise ValueError(f"restart ticks must be distinct and in increasing order, got "
+                             f"{list(ticks)}")
+        return ticks
 
 
 class Candidate(_Model):
@@ -385,6 +398,9 @@ class Candidate(_Model):
 
     _version_text = field_validator("spark_version", mode="before")(
         lambda v: _version_text(v))
+    # the candidate's configuration from the first restart on (SPEC.md §1.3; the rules:
+    # semantics/restarts.py)
+    after_restart: Candidate | None = None
 
 
 class Expect(_Model):
@@ -718,6 +734,9 @@ def check_spec(spec: BacktestSpec) -> None:
                             "spark.sql.streaming.multipleWatermarkPolicy must be min or max")
         _check_query_for_candidate(spec, name)
         _check_spark_version(spec, name)
+    from semantics.restarts import check_restarts
+
+    check_restarts(spec)
 
 
 def _version_text(v: object) -> object:

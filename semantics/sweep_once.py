@@ -90,8 +90,8 @@ def one_pass(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str
     """Per figure of :data:`FIGURES`, its value for each delay (in the order of ``delays_ms``)
     of ``candidate`` (``spec``'s, with ``source``'s delay set to each), exactly what
     predicting each delay gives; None when the sweep is not :func:`covered`."""
-    if not covered(spec, candidate, source):
-        return None
+    if not covered(spec, candidate, source) or schedule.restarts:
+        return None  # (restarts: each delay is predicted, docs/semantics.md §2.7)
     # the operator refuses what a prediction refuses (key columns, aggregates), with its error
     make_operator(spec, candidate, schedule, explain=False)
     order = np.argsort(np.asarray(delays_ms, dtype=np.int64), kind="stable")

@@ -146,6 +146,15 @@ def check_other_spark(ran: Ran) -> None:
         assert c["predicted"]["info"]["spark_profile"] == profile_name(ran_on)
 
 
+def check_switch(ran: Ran) -> None:
+    """One JSON document naming every candidate, whose info shows the switch at the first
+    restart and the first batch after it (docs/replay.md, SPEC.md §1.3)."""
+    check_json(ran)
+    found = re.findall(r'"switch": \{"after_tick": (\d+), "first_batch": (\d+)',
+                       json.dumps(json.loads(ran.out)))
+    assert found, "no info.switch with the restart's tick and first batch"
+
+
 def check_late(ran: Ran) -> None:
     """A ``[candidate] N input rows dropped as late`` headline per candidate."""
     for c in ran.candidates():
@@ -276,6 +285,7 @@ class Expect:
 # Keyed by a pattern of the command's program words (:func:`program`): the first match counts
 # (the specific forms before the general ones).
 EXPECTED: list[tuple[str, Expect]] = [
+    (r"^wmbt predict \S*switch\S*\.yaml --json\b", Expect(check_switch)),
     (r"^wmbt (predict|sweep) .*--json\b", Expect(check_json)),
     # (first use: the release's environment is made from the package registry)
     (r"^wmbt (replay|backtest) .*--spark \S+ --json\b",
