@@ -80,11 +80,16 @@ def restart_marks(result: BacktestResult) -> dict[str, tuple[list[int], list[int
     return out
 
 
-def _mark(ax: Axes, at: list[int] | list[float], label: str) -> None:
-    """Dotted vertical lines at ``at`` (a restart), labelled once in the legend."""
-    for i, x in enumerate(at):
-        ax.axvline(x, color="#8250df", linestyle=":", linewidth=1.2,
-                   label=label if i == 0 else None)
+def _mark(ax: Axes, at: dict[str, list[int]] | dict[str, list[float]], what: str) -> None:
+    """A dotted vertical line at each position of ``at`` (candidate → positions), one per
+    position, labelled with ``what`` and the candidates there."""
+    where: dict[float, list[str]] = {}
+    for name, xs in at.items():
+        for x in xs:
+            where.setdefault(x, []).append(name)
+    for x, names in sorted(where.items()):
+        ax.axvline(x, color="#8250df", linestyle=":", linewidth=1.4,
+                   label=f"{what} ({', '.join(names)})")
 
 
 def plots(result: BacktestResult) -> list[tuple[str, str]]:
@@ -119,8 +124,7 @@ def figures(result: BacktestResult) -> list[tuple[str, Figure]]:
         if not ax.lines:
             plt.close(fig)
             continue
-        for name, (_, batches) in marks.items():
-            _mark(ax, batches, f"{name}: first batch after restart")
+        _mark(ax, {n: b for n, (_, b) in marks.items()}, "first batch after restart")
         ax.set_xlabel("batch id")
         ax.set_title(title)
         ax.legend(fontsize=8)
@@ -148,8 +152,8 @@ def figures(result: BacktestResult) -> list[tuple[str, Figure]]:
         wm[wm <= 0] = np.nan  # 0 = no watermark yet (Spark's initial value)
         ax.step(b["tick"], pd.to_datetime(wm, unit="ms"), where="post",
                 label=f"{c.name} watermark")
-    for name, (ticks, _) in marks.items():  # (between tick t and t + 1)
-        _mark(ax, [t + 0.5 for t in ticks], f"{name}: restart")
+    # (between tick t and tick t + 1)
+    _mark(ax, {n: [t + 0.5 for t in ts] for n, (ts, _) in marks.items()}, "restart")
     ax.set_xlabel("tick")
     ax.set_ylabel("event time (UTC)")
     ax.set_title("Watermark vs max event time")

@@ -82,10 +82,9 @@ def test_plots_mark_the_restart(tmp_path: Path) -> None:
                     for ln in figs[title].axes[0].lines if "restart" in ln.get_label()}
 
         assert marks("State rows per batch") == {
-            "switch: first batch after restart": [2.0, 2.0],
-            "tight: first batch after restart": [2.0, 2.0]}
-        assert marks("Watermark vs max event time") == {"switch: restart": [1.5, 1.5],
-                                                        "tight: restart": [1.5, 1.5]}
+            "first batch after restart (switch, tight)": [2.0, 2.0]}
+        assert marks("Watermark vs max event time") == {
+            "restart (switch, tight)": [1.5, 1.5]}
     finally:
         for fig in figs.values():
             plt.close(fig)
