@@ -11,7 +11,7 @@ written by the CLI (``wmbt backtest``) show up too.
 import base64
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 import pandas as pd
@@ -24,6 +24,9 @@ from orchestration.resources import ResultsStoreResource, SpecsResource
 from orchestration.sparkline import sparkline_markdown
 from orchestration.stored import load_backtest
 from semantics.retention import KEPT, NEVER_EVICTED
+
+if TYPE_CHECKING:
+    from jobs.backtest import BacktestResult
 
 _TYPES = {"candidate": "string", "side": "string", "validation": "string",
           "restart_batches": "string", "switch": "string"}
@@ -82,7 +85,8 @@ def summary_markdown(spec: Any, rows: list[dict[str, Any]], missing: list[str]) 
              if r.get("never_evicted")]
     if grows:
         lines += ["", f"{NEVER_EVICTED.capitalize()} ({KEPT}): " + " · ".join(grows) + "."]
-    switches = [f"**{n}** from batch {r['restart_batches']}: {r['switch']}"
+    # (the switch is at the first restart)
+    switches = [f"**{n}** from batch {r['restart_batches'].split(', ')[0]}: {r['switch']}"
                 for n, r in best.items() if r.get("switch") and r.get("restart_batches")]
     if switches:
         lines += ["", "Delays switched at a restart from the checkpoint: "
@@ -93,7 +97,7 @@ def summary_markdown(spec: Any, rows: list[dict[str, Any]], missing: list[str]) 
     return "\n".join(lines)
 
 
-def switch_metadata(result: Any) -> dict[str, Any]:
+def switch_metadata(result: "BacktestResult") -> dict[str, Any]:
     """Per candidate run with restarts (docs/semantics.md §2.7), per side: after which ticks
     the query restarted and the first batch after each; with a switch, the delays before and
     after it and the ``after_restart`` settings Spark ignores (the checkpoint holds them)."""

@@ -110,5 +110,6 @@ def test_dagster_comparison_metadata_has_the_switch(tmp_path: Path) -> None:
     assert rows[("switch", "predicted")]["restart_batches"] == "2, 4"
     assert rows[("switch", "predicted")]["switch"] == "clicks 30 seconds → 5 seconds"
     assert rows[("tight", "predicted")]["switch"] is None
-    assert "Delays switched at a restart" in meta["summary"].value
+    assert ("Delays switched at a restart from the checkpoint: **switch** from batch 2: "
+            "clicks 30 seconds → 5 seconds.") in meta["summary"].value
     assert "after tick 1, 3" in meta["restarts"].value
