@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jobs.exits import failed, quiet_logging, watch_signals, write_document
-from jobs.tables import format_table, late_note, summary_rows, unbounded_notes
+from jobs.tables import format_table, late_note, restart_notes, summary_rows, unbounded_notes
 from semantics.errors import SpecError
 from semantics.memory import reuse_freed_memory
 
@@ -51,6 +51,8 @@ def _print_result(result: BacktestResult, as_json: bool) -> int:
         if note:
             print(f"\n{note}")
         for line in unbounded_notes(result):
+            print(f"\n{line}")
+        for line in restart_notes(result):
             print(f"\n{line}")
         for line in sample_notes(result):
             print(f"\n{line}")

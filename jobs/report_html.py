@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from jobs.tables import comparison_rows, unbounded_notes
+from jobs.tables import comparison_rows, restart_info, restart_notes, unbounded_notes
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
     from jobs.backtest import BacktestResult
@@ -41,6 +42,8 @@ COLUMNS = [
     ("output_rows", "output rows"), ("latency_p50_s", "latency p50 s"),
     ("latency_p95_s", "latency p95 s"), ("latency_p99_s", "latency p99 s"),
     ("batches", "batches"), ("elapsed_s", "run time s"), ("validation", "validation"),
+    ("restart_batches", "first batch after restart"),
+    ("switch", "switch (delays before → after)"),
 ]
 
 
@@ -63,13 +66,48 @@ def _png(fig: Figure) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
+def restart_marks(result: BacktestResult) -> dict[str, tuple[list[int], list[int]]]:
+    """Per candidate run with restarts: the ticks each restart followed and the first batch
+    after each (Spark's run where it ran, else the prediction; none where no batch ran)."""
+    out = {}
+    for c in result.candidates:
+        r = c.actual if c.actual is not None else c.predicted
+        info = restart_info(result.spec, c, r) if r is not None else {}
+        if info:
+            rs = info["restarts"]
+            out[c.name] = ([x["after_tick"] for x in rs],
+                           [x["first_batch"] for x in rs if x["first_batch"] is not None])
+    return out
+
+
+def _mark(ax: Axes, at: dict[str, list[int]] | dict[str, list[float]], what: str) -> None:
+    """A dotted vertical line at each position of ``at`` (candidate → positions), one per
+    position, labelled with ``what`` and the candidates there."""
+    where: dict[float, list[str]] = {}
+    for name, xs in at.items():
+        for x in xs:
+            where.setdefault(x, []).append(name)
+    for x, names in sorted(where.items()):
+        ax.axvline(x, color="#8250df", linestyle=":", linewidth=1.4,
+                   label=f"{what} ({', '.join(names)})")
+
+
 def plots(result: BacktestResult) -> list[tuple[str, str]]:
+    """The report's plots: title and PNG data URI each."""
+    return [(title, _png(fig)) for title, fig in figures(result)]
+
+
+def figures(result: BacktestResult) -> list[tuple[str, Figure]]:
+    """The report's plots as matplotlib figures (closed by :func:`plots`): per batch id, state
+    rows, cumulative late and checkpoint bytes; per tick, the watermarks against the max event
+    time. Restarts are dotted vertical lines (:func:`restart_marks`)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     out = []
+    marks = restart_marks(result)
     specs = [("state_rows", "State rows per batch", False),
              ("dropped_by_watermark", "Cumulative late (dropped by watermark)", True),
              ("checkpoint_bytes", "Checkpoint bytes on disk (state files, all versions)", False)]
@@ -86,11 +124,12 @@ def plots(result: BacktestResult) -> list[tuple[str, str]]:
         if not ax.lines:
             plt.close(fig)
             continue
+        _mark(ax, {n: b for n, (_, b) in marks.items()}, "first batch after restart")
         ax.set_xlabel("batch id")
         ax.set_title(title)
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
-        out.append((title, _png(fig)))
+        out.append((title, fig))
     fig, ax = plt.subplots(figsize=(8, 3.2))
     first = result.candidates[0]
     sched = first.schedule
@@ -113,13 +152,26 @@ def plots(result: BacktestResult) -> list[tuple[str, str]]:
         wm[wm <= 0] = np.nan  # 0 = no watermark yet (Spark's initial value)
         ax.step(b["tick"], pd.to_datetime(wm, unit="ms"), where="post",
                 label=f"{c.name} watermark")
+    # (between tick t and tick t + 1)
+    _mark(ax, {n: [t + 0.5 for t in ts] for n, (ts, _) in marks.items()}, "restart")
     ax.set_xlabel("tick")
     ax.set_ylabel("event time (UTC)")
     ax.set_title("Watermark vs max event time")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    out.append(("Watermark vs max event time", _png(fig)))
+    out.append(("Watermark vs max event time", fig))
     return out
+
+
+def restart_section(result: BacktestResult) -> str:
+    """The restarts of each candidate's run and its switch (``jobs.tables.restart_notes``):
+    empty without restarts."""
+    notes = restart_notes(result)
+    if not notes:
+        return ""
+    items = "".join(f"<li>{html.escape(n).replace(chr(10), '<br>')}</li>" for n in notes)
+    return ("<h2>Restarts from the checkpoint</h2><div class=sub>the dotted lines in the "
+            f"plots</div><ul>{items}</ul>")
 
 
 def late_sections(result: BacktestResult, limit: int = 10) -> str:
@@ -247,6 +299,7 @@ def write_report(result: BacktestResult, folder: str | Path | None = None) -> st
 {html.escape(', '.join(spec.candidates))} · {html.escape(_versions(result))}</div>
 <h2>Candidates</h2><table><tr>{head}</tr>{''.join(body)}</table>
 {unbounded}
+{restart_section(result)}
 {''.join(fails)}
 {docs_link}
 <h2>Plots</h2><div class="plots">{imgs}</div>

@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from jobs.backtest import BacktestResult
+    from jobs.backtest import BacktestResult, CandidateResult
+    from semantics.report import RunResult
     from semantics.spec import BacktestSpec
 
 
@@ -33,12 +34,73 @@ def comparison_rows(result: BacktestResult) -> list[dict[str, Any]]:
             m["validation"] = ("-" if c.validation is None else
                                ("passed" if c.success else "failed"))
             m["expectations"] = fails
+            m.update(switch_cells(result.spec, c.name, restart_info(result.spec, c, r)))
             rows.append(m)
     return rows
 
 
+def restart_info(spec: BacktestSpec, c: CandidateResult, r: RunResult) -> dict[str, Any]:
+    """``semantics.restarts.describe`` of one side's run (``restarts``, ``switch``; empty
+    without restarts), from its batches: results read back from the store have no ``info``."""
+    from semantics.restarts import describe
+
+    return describe(spec, c.name, c.schedule, r.batches)
+
+
+def delays_switched(spec: BacktestSpec, candidate: str) -> str:
+    """``clicks 10 minutes → 2 minutes`` per watermarked source of ``candidate``'s
+    ``after_restart`` (``""`` without one)."""
+    cand = spec.candidates[candidate]
+    if cand.after_restart is None:
+        return ""
+    after = cand.after_restart.watermark
+    return ", ".join(f"{s} {cand.watermark[s]} → {after[s]}" for s in sorted(cand.watermark))
+
+
+def switch_cells(spec: BacktestSpec, candidate: str, info: dict[str, Any]
+                 ) -> dict[str, str | None]:
+    """The comparison row's restart columns: ``restart_batches``, the first batch after each
+    restart (``–`` where none ran after it), and ``switch``, the delays before → after."""
+    firsts = [r["first_batch"] for r in info.get("restarts", [])]
+    return {"restart_batches": ", ".join("–" if b is None else str(b) for b in firsts) or None,
+            "switch": delays_switched(spec, candidate) or None}
+
+
+def restart_notes(result: BacktestResult) -> list[str]:
+    """One line per candidate run with restarts (docs/semantics.md §2.7): after which ticks
+    the query restarted from its checkpoint and the first batch after each (per side run), the
+    delays before → after its switch, and each ``after_restart`` setting Spark ignores because
+    the checkpoint holds it."""
+    out = []
+    for c in result.candidates:
+        sides = [(side, restart_info(result.spec, c, r)) for side in ("predicted", "actual")
+                 if (r := getattr(c, side)) is not None]
+        sides = [(side, info) for side, info in sides if info]
+        if not sides:
+            continue
+        ticks = [r["after_tick"] for r in sides[0][1]["restarts"]]
+        firsts = "; ".join(f"{side}: " + ", ".join(
+            "none" if r["first_batch"] is None else str(r["first_batch"])
+            for r in info["restarts"]) for side, info in sides)
+        line = (f"{c.name}: restarted from its checkpoint after tick "
+                f"{', '.join(map(str, ticks))}; first batch after ({firsts})")
+        switch = sides[0][1].get("switch")
+        if switch is not None:
+            delays = delays_switched(result.spec, c.name)
+            line += f"\n  switched at the first restart: {delays or 'same delays'}"
+            if switch["spark_conf"]:
+                line += "; " + ", ".join(f"{k}={v}" for k, v in switch["spark_conf"].items())
+            for why in switch["ignored"]:
+                line += f"\n  ignored: {why}"
+        out.append(line)
+    return out
+
+
 def summary_rows(result: BacktestResult) -> list[dict[str, Any]]:
-    """One line per candidate and side (the comparison report's figures, abridged)."""
+    """One line per candidate and side (the comparison report's figures, abridged); with
+    restarts, ``restart_batches``: the first batch after each (``restart_notes`` say more)."""
+    rows = comparison_rows(result)
+    restarted = any(m["restart_batches"] for m in rows)
     return [{
         "candidate": m["candidate"], "side": m["side"], "batches": m["batches"],
         "input_rows": m["input_rows"], "late": m["late"],
@@ -49,7 +111,8 @@ def summary_rows(result: BacktestResult) -> list[dict[str, Any]]:
         "end_state": m["final_state_rows"],
         "p95_latency_s": "-" if m["latency_p95_s"] is None else f"{m['latency_p95_s']:.0f}",
         "valid": {"-": "", "passed": "yes", "failed": "NO"}[m["validation"]],
-    } for m in comparison_rows(result)]
+        **({"restart_batches": m["restart_batches"] or "-"} if restarted else {}),
+    } for m in rows]
 
 
 def late_note(spec: BacktestSpec, rows: list[dict[str, Any]]) -> str | None:

@@ -11,13 +11,13 @@ written by the CLI (``wmbt backtest``) show up too.
 import base64
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 import pandas as pd
 
 from jobs.report_html import COLUMNS, plots, write_report
-from jobs.tables import comparison_rows
+from jobs.tables import comparison_rows, restart_info, restart_notes
 from orchestration.assets import GROUP, actual_report, predicted_report
 from orchestration.partitions import BACKTESTS
 from orchestration.resources import ResultsStoreResource, SpecsResource
@@ -25,7 +25,11 @@ from orchestration.sparkline import sparkline_markdown
 from orchestration.stored import load_backtest
 from semantics.retention import KEPT, NEVER_EVICTED
 
-_TYPES = {"candidate": "string", "side": "string", "validation": "string"}
+if TYPE_CHECKING:
+    from jobs.backtest import BacktestResult
+
+_TYPES = {"candidate": "string", "side": "string", "validation": "string",
+          "restart_batches": "string", "switch": "string"}
 
 
 def _cell(v: Any) -> str | int | float | bool | None:
@@ -81,10 +85,41 @@ def summary_markdown(spec: Any, rows: list[dict[str, Any]], missing: list[str]) 
              if r.get("never_evicted")]
     if grows:
         lines += ["", f"{NEVER_EVICTED.capitalize()} ({KEPT}): " + " · ".join(grows) + "."]
+    # (the switch is at the first restart)
+    switches = [f"**{n}** from batch {r['restart_batches'].split(', ')[0]}: {r['switch']}"
+                for n, r in best.items() if r.get("switch") and r.get("restart_batches")]
+    if switches:
+        lines += ["", "Delays switched at a restart from the checkpoint: "
+                  + " · ".join(switches) + "."]
     if missing:
         lines += ["", "Not run yet on the current spec and data: "
                   + ", ".join(f"`{m}`" for m in missing) + "."]
     return "\n".join(lines)
+
+
+def switch_metadata(result: "BacktestResult") -> dict[str, Any]:
+    """Per candidate run with restarts (docs/semantics.md §2.7), per side: after which ticks
+    the query restarted and the first batch after each; with a switch, the delays before and
+    after it and the ``after_restart`` settings Spark ignores (the checkpoint holds them)."""
+    out: dict[str, Any] = {}
+    for c in result.candidates:
+        for side in ("predicted", "actual"):
+            r = getattr(c, side)
+            info = restart_info(result.spec, c, r) if r is not None else {}
+            if not info:
+                continue
+            entry: dict[str, Any] = {"restarts": info["restarts"]}
+            if "switch" in info:
+                cand = result.spec.candidates[c.name]
+                entry["switch"] = {
+                    "first_batch": info["switch"]["first_batch"],
+                    "after_tick": info["switch"]["after_tick"],
+                    "delays_before": {s: str(d) for s, d in cand.watermark.items()},
+                    "delays_after": info["switch"]["watermark"],
+                    "spark_conf": info["switch"]["spark_conf"],
+                    "ignored": info["switch"]["ignored"]}
+            out.setdefault(c.name, {})[side] = entry
+    return out
 
 
 def per_batch_series(result: Any, column: str, cumulative: bool) -> dict[str, list[float]]:
@@ -143,6 +178,9 @@ def candidate_comparison(context: dg.AssetExecutionContext, specs: SpecsResource
         "plots": dg.MetadataValue.md(gallery),
         "plot_state_rows": dg.MetadataValue.path(str(pngs[0].resolve())),
         "report": dg.MetadataValue.path(str(Path(report).resolve())),
+        "switch": dg.MetadataValue.json(switch_metadata(result)),
+        "restarts": dg.MetadataValue.md("\n\n".join(
+            n.replace("\n", "  \n") for n in restart_notes(result)) or "no restarts"),
         "candidates": len(result.candidates),
         "missing_candidates": ", ".join(missing) or "none",
         "run_ids": dg.MetadataValue.json({c.name: c.run_id for c in result.candidates}),

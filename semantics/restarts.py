@@ -126,7 +126,8 @@ def ignored(spec: BacktestSpec, candidate: str) -> list[str]:
     if spec.candidates[candidate].after_restart is None:
         return []
     was, asked = spec.conf(candidate), requested(spec, candidate).conf(candidate)
-    return [f"after_restart sets {k}={asked[k]}, but the checkpoint holds {was.get(k)}: "
+    return [f"after_restart sets {k}={asked[k]}, but the checkpoint holds "
+            f"{was.get(k, 'the session value it started with (unset in the spec)')}: "
             f"Spark keeps the checkpoint's value" for k in CHECKPOINT_CONF
             if k in asked and asked[k] != was.get(k)]
 
