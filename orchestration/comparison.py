@@ -4,14 +4,16 @@ It shows the candidates side by side in the UI: a comparison table (``MetadataVa
 one row per candidate and side), a markdown summary, two small inline SVG charts (cumulative
 late count, Spark's ``numRowsDroppedByWatermark``, and state rows by batch, one line per
 candidate), the full plots (PNG embedded in markdown, and the PNG files by path) and the
-offline HTML report (``jobs.report_html.write_report``). It reads the results store, so results
-written by the CLI (``wmbt backtest``) show up too.
+offline HTML report (``jobs.report_html.write_report``). Each row names the Spark rules behind
+it (docs/semantics.md §12): a prediction its profile (``info["spark_profile"]``), a replay the
+profile of the pyspark that ran it; ``spark_profiles`` repeats the predictions'. It reads the
+results store, so results written by the CLI (``wmbt backtest``) show up too.
 """
 
 import base64
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 import pandas as pd
@@ -23,9 +25,16 @@ from orchestration.partitions import BACKTESTS
 from orchestration.resources import ResultsStoreResource, SpecsResource
 from orchestration.sparkline import sparkline_markdown
 from orchestration.stored import load_backtest
+from semantics.profiles import of_candidate, profile_name
 from semantics.retention import KEPT, NEVER_EVICTED
 
-_TYPES = {"candidate": "string", "side": "string", "validation": "string"}
+if TYPE_CHECKING:
+    from jobs.backtest import BacktestResult
+
+_TYPES = {"candidate": "string", "side": "string", "validation": "string",
+          "spark_profile": "string"}
+# the comparison table's columns: the HTML report's, then the Spark profile of each row
+_COLUMNS = [*COLUMNS, ("spark_profile", "Spark profile (docs/semantics.md §12)")]
 
 
 def _cell(v: Any) -> str | int | float | bool | None:
@@ -38,12 +47,38 @@ def _cell(v: Any) -> str | int | float | bool | None:
     return str(v)
 
 
-def comparison_table(rows: list[dict[str, Any]]) -> dg.TableMetadataValue:
-    """``MetadataValue.table`` of the comparison rows (the HTML report's columns)."""
+def spark_profiles(result: "BacktestResult") -> dict[tuple[str, str], str]:
+    """Per (candidate, side), the Spark profile its figures follow. A prediction: its own
+    (``info["spark_profile"]``); read back from the results store (which keeps no ``info``),
+    the one the spec selects for the candidate (``semantics.profiles.of_candidate``, as the
+    prediction did: the spec's ``spark_version`` is part of the run id). A replay: the profile
+    of the pyspark it ran on when known (``info["spark_version"]``), else left out."""
+    out = {}
+    for c in result.candidates:
+        if c.predicted is not None:
+            out[(c.name, "predicted")] = str(c.predicted.info.get("spark_profile")
+                                             or of_candidate(result.spec, c.name).name)
+        version = None if c.actual is None else c.actual.info.get("spark_version")
+        if version is not None:
+            try:
+                out[(c.name, "actual")] = profile_name(str(version))
+            except ValueError:  # (a pyspark outside the profiles: named as it is)
+                out[(c.name, "actual")] = f"pyspark {version}"
+    return out
+
+
+def comparison_table(rows: list[dict[str, Any]],
+                     profiles: dict[tuple[str, str], str] | None = None
+                     ) -> dg.TableMetadataValue:
+    """``MetadataValue.table`` of the comparison rows (the HTML report's columns, then the
+    Spark profile of each row from ``profiles``, see :func:`spark_profiles`)."""
+    profiles = profiles or {}
     schema = dg.TableSchema(columns=[
         dg.TableColumn(key, _TYPES.get(key, "float"), description=label)
-        for key, label in COLUMNS])
-    records = [dg.TableRecord({key: _cell(r.get(key)) for key, _ in COLUMNS}) for r in rows]
+        for key, label in _COLUMNS])
+    records = [dg.TableRecord({
+        **{key: _cell(r.get(key)) for key, _ in COLUMNS},
+        "spark_profile": profiles.get((r["candidate"], r["side"]))}) for r in rows]
     return dg.MetadataValue.table(records=records, schema=schema)
 
 
@@ -128,12 +163,15 @@ def candidate_comparison(context: dg.AssetExecutionContext, specs: SpecsResource
                          f"data: materialize its candidate partitions first",
                          metadata={"missing": ", ".join(missing)})
     rows = comparison_rows(result)
+    profiles = spark_profiles(result)
     images = plots(result)
     pngs = save_plots(images, store.root / "reports" / spec.name)
     report = write_report(result, store.root / "reports")
     gallery = "\n\n".join(f"**{title}**\n\n![{title}]({uri})" for title, uri in images)
     return dg.MaterializeResult(metadata={
-        "comparison": comparison_table(rows),
+        "comparison": comparison_table(rows, profiles),
+        "spark_profiles": dg.MetadataValue.json(
+            {cand: p for (cand, side), p in profiles.items() if side == "predicted"}),
         "summary": dg.MetadataValue.md(summary_markdown(spec, rows, missing)),
         "late_rows_chart": dg.MetadataValue.md(sparkline_markdown(
             "Cumulative late count (Spark's) by batch",
