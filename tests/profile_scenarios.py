@@ -53,6 +53,28 @@ def draw(seed: int, jtype: str) -> dict:
             "order": [rng.random() < 0.5 for _ in range(6)]}
 
 
+# Spark's own StreamingJoinSuite scenario "join with watermark range condition" (the left semi,
+# left/right/full outer suites run it; setupJoinWithRangeCondition): key = key AND leftTime
+# BETWEEN rightTime - 5 seconds AND rightTime + 5 seconds, a 10 seconds watermark on both
+# sides; each AddData is one commit (rows (key, seconds)), each followed by an idle tick as
+# CheckNewAnswer lets the no-data batch run. The left semi suite expects the rows (1, 5) and
+# (1, 7) and, from Spark 4.2 (SPARK-55973), fewer left state rows: (1, 5) leaves the state when
+# (1, 10) matches it, (1, 7) is emitted on arrival and never stored.
+RANGE_CONDITION = [("left", [(1, 5), (3, 5)]), ("right", [(1, 10), (2, 5)]), ("right", [(1, 9)]),
+                   ("left", [(1, 7), (1, 30)]), ("right", [(0, 30)])]
+
+
+def spark_suite(jtype: str) -> dict:
+    """Spark's range-condition join scenario (:data:`RANGE_CONDITION`) as join type ``jtype``."""
+    return {"type": jtype,
+            "time_range": {"lower": "-5 seconds", "upper": "5 seconds",
+                           "lower_inclusive": True, "upper_inclusive": True},
+            "watermark": {"left": "10 seconds", "right": "10 seconds"},
+            "policy": "min", "pace": "live",
+            "commits": [(side, [{"k": k, "ts": t} for k, t in rows])
+                        for side, rows in RANGE_CONDITION]}
+
+
 def write(root: Path, scenario: dict) -> Path | None:
     """Delta sources and ``spec.yaml`` (JSON text) of ``scenario`` under ``root``; None (and
     nothing left) when Spark would reject the query (the spec checker's rules)."""
@@ -62,8 +84,11 @@ def write(root: Path, scenario: dict) -> Path | None:
     from semantics.spec import load_spec
 
     root.mkdir(parents=True, exist_ok=True)
-    li, ri = iter(scenario["left"]), iter(scenario["right"])
-    for take_left in scenario["order"]:
+    if "commits" in scenario:  # (a transcribed scenario: its commits in order)
+        for side, rows in scenario["commits"]:
+            write_commits(root / side, [rows])
+    li, ri = iter(scenario.get("left", [])), iter(scenario.get("right", []))
+    for take_left in scenario.get("order", []):
         side, it = ("left", li) if take_left else ("right", ri)
         rows = next(it, None)
         if rows is not None:

@@ -27,7 +27,7 @@ from semantics.history import plan
 from semantics.predict import predict
 from semantics.profiles import profile_name
 from semantics.spec import load_spec
-from tests.profile_scenarios import JOIN_TYPES, load, make_set
+from tests.profile_scenarios import JOIN_TYPES, load, make_set, spark_suite, write
 
 pytestmark = pytest.mark.spark
 SOAK = bool(os.environ.get("WMBT_SOAK"))
@@ -100,3 +100,24 @@ def test_profile_predicts_the_release(tmp_path, release):
     assert not failures, f"profile {profile_name(ran)} vs pyspark {ran}:\n" + "\n".join(failures)
     # the release's own rules are what match: Spark 4.0's would not
     assert (apart > 0) == differs, f"{apart} scenarios differ from the 4.0 profile"
+
+
+@pytest.mark.parametrize("release", ["4.3.0", "4.0.5"])
+def test_spark_suite_range_condition(tmp_path, release):
+    """Spark's own range-condition scenario (StreamingJoinSuite's left semi and outer suites;
+    tests/profile_scenarios.py RANGE_CONDITION) in every join type: the release's profile
+    predicts what that pyspark reports, batch by batch and row by row; the left semi rows are
+    the suite's; on 4.3.0 the ``4.0`` profile misses the left semi state figures."""
+    dirs = {t: write(tmp_path / t, spark_suite(t)).parent for t in JOIN_TYPES}
+    ran = _replay_under(release, tmp_path)
+    assert ran == release
+    failures = [f"{t} (explain={e}): " + "; ".join(diffs[:6])
+                for t, d in dirs.items() for e in (True, False)
+                if (diffs := _diffs(d, ran, e))]
+    assert not failures, f"profile {profile_name(ran)} vs pyspark {ran}:\n" + "\n".join(failures)
+    _, outputs = load(dirs["left_semi"])
+    got = sorted((int(k), t.timestamp()) for k, t in zip(outputs["left_k"], outputs["left_ts"],
+                                                          strict=True))
+    assert got == [(1, 5.0), (1, 7.0)]
+    apart = {t for t, d in dirs.items() if _diffs(d, "4.0", True)}
+    assert ("left_semi" in apart) == (profile_name(ran) == "4.2"), apart
