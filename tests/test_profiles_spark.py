@@ -27,7 +27,7 @@ from semantics.history import plan
 from semantics.predict import predict
 from semantics.profiles import profile_name
 from semantics.spec import load_spec
-from tests.profile_scenarios import JOIN_TYPES, load, make_set, spark_suite, write
+from tests.profile_scenarios import JOIN_TYPES, SPARK_SUITE, load, make_set, spark_suite, write
 
 pytestmark = pytest.mark.spark
 SOAK = bool(os.environ.get("WMBT_SOAK"))
@@ -102,22 +102,30 @@ def test_profile_predicts_the_release(tmp_path, release):
     assert (apart > 0) == differs, f"{apart} scenarios differ from the 4.0 profile"
 
 
+# the left semi rows Spark's suite expects (key, seconds)
+SUITE_LEFT_SEMI = {"range": [(1, 5.0), (1, 7.0)],
+                   "self": [(i, float(i)) for i in (2, 4, 6, 8, 10, 12, 14)]}
+
+
 @pytest.mark.parametrize("release", ["4.3.0", "4.0.5"])
-def test_spark_suite_range_condition(tmp_path, release):
-    """Spark's own range-condition scenario (StreamingJoinSuite's left semi and outer suites;
-    tests/profile_scenarios.py RANGE_CONDITION) in every join type: the release's profile
+def test_spark_suite_scenarios(tmp_path, release):
+    """Spark's own join scenarios (StreamingJoinSuite's left semi and outer suites;
+    tests/profile_scenarios.py SPARK_SUITE) in every join type: the release's profile
     predicts what that pyspark reports, batch by batch and row by row; the left semi rows are
     the suite's; on 4.3.0 the ``4.0`` profile misses the left semi state figures."""
-    dirs = {t: write(tmp_path / t, spark_suite(t)).parent for t in JOIN_TYPES}
+    dirs = {(n, t): write(tmp_path / f"{n}-{t}", spark_suite(t, n)).parent
+            for n in SPARK_SUITE for t in JOIN_TYPES}
     ran = _replay_under(release, tmp_path)
     assert ran == release
-    failures = [f"{t} (explain={e}): " + "; ".join(diffs[:6])
-                for t, d in dirs.items() for e in (True, False)
+    failures = [f"{n} {t} (explain={e}): " + "; ".join(diffs[:6])
+                for (n, t), d in dirs.items() for e in (True, False)
                 if (diffs := _diffs(d, ran, e))]
     assert not failures, f"profile {profile_name(ran)} vs pyspark {ran}:\n" + "\n".join(failures)
-    _, outputs = load(dirs["left_semi"])
-    got = sorted((int(k), t.timestamp()) for k, t in zip(outputs["left_k"], outputs["left_ts"],
-                                                          strict=True))
-    assert got == [(1, 5.0), (1, 7.0)]
-    apart = {t for t, d in dirs.items() if _diffs(d, "4.0", True)}
-    assert ("left_semi" in apart) == (profile_name(ran) == "4.2"), apart
+    for name in SPARK_SUITE:
+        _, outputs = load(dirs[(name, "left_semi")])
+        got = sorted((int(k), t.timestamp())
+                     for k, t in zip(outputs["left_k"], outputs["left_ts"], strict=True))
+        assert got == SUITE_LEFT_SEMI[name], name
+    apart = {d.name for d in dirs.values() if _diffs(d, "4.0", True)}
+    want = {f"{n}-left_semi" for n in SPARK_SUITE} if profile_name(ran) == "4.2" else set()
+    assert want <= apart if want else not apart, apart
