@@ -25,7 +25,7 @@ from orchestration.partitions import BACKTESTS
 from orchestration.resources import ResultsStoreResource, SpecsResource
 from orchestration.sparkline import sparkline_markdown
 from orchestration.stored import load_backtest
-from semantics.profiles import of_candidate, profile_name
+from semantics.profiles import profile_name
 from semantics.retention import KEPT, NEVER_EVICTED
 
 if TYPE_CHECKING:
@@ -48,22 +48,20 @@ def _cell(v: Any) -> str | int | float | bool | None:
 
 
 def spark_profiles(result: "BacktestResult") -> dict[tuple[str, str], str]:
-    """Per (candidate, side), the Spark profile its figures follow. A prediction: its own
-    (``info["spark_profile"]``); read back from the results store (which keeps no ``info``),
-    the one the spec selects for the candidate (``semantics.profiles.of_candidate``, as the
-    prediction did: the spec's ``spark_version`` is part of the run id). A replay: the profile
-    of the pyspark it ran on when known (``info["spark_version"]``), else left out."""
+    """Per (candidate, side), the Spark profile its figures follow: a prediction's own
+    (``info["spark_profile"]``, which ``orchestration.stored`` sets for a stored one), a
+    replay's that of the pyspark it ran on when known (``info["spark_version"]``)."""
     out = {}
     for c in result.candidates:
-        if c.predicted is not None:
-            out[(c.name, "predicted")] = str(c.predicted.info.get("spark_profile")
-                                             or of_candidate(result.spec, c.name).name)
-        version = None if c.actual is None else c.actual.info.get("spark_version")
-        if version is not None:
+        for side, key in (("predicted", "spark_profile"), ("actual", "spark_version")):
+            r = getattr(c, side)
+            v = None if r is None else r.info.get(key)
+            if v is None:
+                continue
             try:
-                out[(c.name, "actual")] = profile_name(str(version))
+                out[(c.name, side)] = str(v) if key == "spark_profile" else profile_name(str(v))
             except ValueError:  # (a pyspark outside the profiles: named as it is)
-                out[(c.name, "actual")] = f"pyspark {version}"
+                out[(c.name, side)] = f"pyspark {v}"
     return out
 
 

@@ -1,7 +1,10 @@
 """The Dagster comparison names the Spark profile of each prediction (docs/semantics.md §12):
-a ``spark_profile`` column in the comparison table and ``spark_profiles`` metadata."""
+a ``spark_profile`` column in the comparison table, ``spark_profiles`` metadata and the HTML
+report's line."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import dagster as dg
 
@@ -30,3 +33,7 @@ def test_comparison_shows_each_predictions_profile(tmp_path):
     assert rows[("tight", "predicted")]["spark_profile"] == "3.5.0"
     assert rows[("loose", "predicted")]["spark_profile"] == "4.2"
     assert meta["spark_profiles"].value == {"tight": "3.5.0", "loose": "4.2"}
+    # the HTML report written from the store names them too
+    html = Path(meta["report"].value).read_text()
+    assert "predicted with Spark profile 3.5.0, 4.2" in html or \
+        "predicted with Spark profile 4.2, 3.5.0" in html
