@@ -110,7 +110,9 @@ SUITE_LEFT_SEMI = {"range": [(1, 5.0), (1, 7.0)],
                    "self": [(i, float(i)) for i in (2, 4, 6, 8, 10, 12, 14)]}
 
 
-@pytest.mark.parametrize("release", ["4.3.0", "4.0.5"])
+@pytest.mark.parametrize("release", [
+    "4.3.0", "4.0.5",
+    pytest.param("4.1.4", marks=pytest.mark.skipif(not SOAK, reason="--soak only"))])
 def test_spark_suite_scenarios(tmp_path, release):
     """Spark's own join scenarios (StreamingJoinSuite's left semi and outer suites;
     tests/profile_scenarios.py SPARK_SUITE) in every join type: the release's profile
