@@ -4,8 +4,10 @@ It shows the candidates side by side in the UI: a comparison table (``MetadataVa
 one row per candidate and side), a markdown summary, two small inline SVG charts (cumulative
 late count, Spark's ``numRowsDroppedByWatermark``, and state rows by batch, one line per
 candidate), the full plots (PNG embedded in markdown, and the PNG files by path) and the
-offline HTML report (``jobs.report_html.write_report``). It reads the results store, so results
-written by the CLI (``wmbt backtest``) show up too.
+offline HTML report (``jobs.report_html.write_report``). Each row names the Spark rules behind
+it (docs/semantics.md §12): a prediction its profile (``info["spark_profile"]``), a replay the
+profile of the pyspark that ran it; ``spark_profiles`` repeats the predictions'. It reads the
+results store, so results written by the CLI (``wmbt backtest``) show up too.
 """
 
 import base64
@@ -23,13 +25,16 @@ from orchestration.partitions import BACKTESTS
 from orchestration.resources import ResultsStoreResource, SpecsResource
 from orchestration.sparkline import sparkline_markdown
 from orchestration.stored import load_backtest
+from semantics.profiles import profile_name
 from semantics.retention import KEPT, NEVER_EVICTED
 
 if TYPE_CHECKING:
     from jobs.backtest import BacktestResult
 
 _TYPES = {"candidate": "string", "side": "string", "validation": "string",
-          "restart_batches": "string", "switch": "string"}
+          "restart_batches": "string", "switch": "string", "spark_profile": "string"}
+# the comparison table's columns: the HTML report's, then the Spark profile of each row
+_COLUMNS = [*COLUMNS, ("spark_profile", "Spark profile (docs/semantics.md §12)")]
 
 
 def _cell(v: Any) -> str | int | float | bool | None:
@@ -42,12 +47,36 @@ def _cell(v: Any) -> str | int | float | bool | None:
     return str(v)
 
 
-def comparison_table(rows: list[dict[str, Any]]) -> dg.TableMetadataValue:
-    """``MetadataValue.table`` of the comparison rows (the HTML report's columns)."""
+def spark_profiles(result: "BacktestResult") -> dict[tuple[str, str], str]:
+    """Per (candidate, side), the Spark profile its figures follow: a prediction's own
+    (``info["spark_profile"]``, which ``orchestration.stored`` sets for a stored one), a
+    replay's that of the pyspark it ran on when known (``info["spark_version"]``)."""
+    out = {}
+    for c in result.candidates:
+        for side, key in (("predicted", "spark_profile"), ("actual", "spark_version")):
+            r = getattr(c, side)
+            v = None if r is None else r.info.get(key)
+            if v is None:
+                continue
+            try:
+                out[(c.name, side)] = str(v) if key == "spark_profile" else profile_name(str(v))
+            except ValueError:  # (a pyspark outside the profiles: named as it is)
+                out[(c.name, side)] = f"pyspark {v}"
+    return out
+
+
+def comparison_table(rows: list[dict[str, Any]],
+                     profiles: dict[tuple[str, str], str] | None = None
+                     ) -> dg.TableMetadataValue:
+    """``MetadataValue.table`` of the comparison rows (the HTML report's columns, then the
+    Spark profile of each row from ``profiles``, see :func:`spark_profiles`)."""
+    profiles = profiles or {}
     schema = dg.TableSchema(columns=[
         dg.TableColumn(key, _TYPES.get(key, "float"), description=label)
-        for key, label in COLUMNS])
-    records = [dg.TableRecord({key: _cell(r.get(key)) for key, _ in COLUMNS}) for r in rows]
+        for key, label in _COLUMNS])
+    records = [dg.TableRecord({
+        **{key: _cell(r.get(key)) for key, _ in COLUMNS},
+        "spark_profile": profiles.get((r["candidate"], r["side"]))}) for r in rows]
     return dg.MetadataValue.table(records=records, schema=schema)
 
 
@@ -163,12 +192,15 @@ def candidate_comparison(context: dg.AssetExecutionContext, specs: SpecsResource
                          f"data: materialize its candidate partitions first",
                          metadata={"missing": ", ".join(missing)})
     rows = comparison_rows(result)
+    profiles = spark_profiles(result)
     images = plots(result)
     pngs = save_plots(images, store.root / "reports" / spec.name)
     report = write_report(result, store.root / "reports")
     gallery = "\n\n".join(f"**{title}**\n\n![{title}]({uri})" for title, uri in images)
     return dg.MaterializeResult(metadata={
-        "comparison": comparison_table(rows),
+        "comparison": comparison_table(rows, profiles),
+        "spark_profiles": dg.MetadataValue.json(
+            {cand: p for (cand, side), p in profiles.items() if side == "predicted"}),
         "summary": dg.MetadataValue.md(summary_markdown(spec, rows, missing)),
         "late_rows_chart": dg.MetadataValue.md(sparkline_markdown(
             "Cumulative late count (Spark's) by batch",

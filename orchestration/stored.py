@@ -13,6 +13,7 @@ import pandas as pd
 from jobs.backtest import BacktestResult, CandidateResult
 from jobs.results import ResultsStore, run_id
 from semantics.late_rows import late_rows_under
+from semantics.profiles import of_candidate
 from semantics.report import RunResult, report_columns
 from semantics.schedule import Schedule
 from semantics.spec import BacktestSpec, DeduplicationQuery, JoinQuery
@@ -53,8 +54,12 @@ def stored_result(store: ResultsStore, spec: BacktestSpec, candidate: str, rid: 
     batches = stored_batches(spec, run.batches)
     # input rows late under the stored late watermarks (not stored: computed again, cheaply)
     late = late_rows_under(sched, spec, candidate, batches)
-    return RunResult(candidate, batches, stored_outputs(spec, run.outputs),
-                     {"elapsed_s": float(run.row["elapsed_s"]), "late_rows": late})
+    info: dict[str, object] = {"elapsed_s": float(run.row["elapsed_s"]), "late_rows": late}
+    if side == "predicted":
+        # the store keeps no info: the profile is the one the spec selects, as it was for the
+        # prediction (the spec's spark_version is part of the run id); docs/semantics.md §12
+        info["spark_profile"] = of_candidate(spec, candidate).name
+    return RunResult(candidate, batches, stored_outputs(spec, run.outputs), info)
 
 
 def stored_validation(runs: pd.DataFrame, rid: str) -> dict | None:

@@ -39,16 +39,21 @@ class SparkProfile:
     #: From 3.5.4 left rows are always stored and right rows of right/full outer joins
     #: that did not match are stored. Locked by tests/test_profiles_spark.py (pyspark 3.5.3).
     join_skips_evictable_inputs: bool = False
-    #: Spark 4.2+ (SPARK-55973): a left-semi stream-stream join processes the right input
-    #: first (new right rows against the left state of earlier batches), then the new left
-    #: rows against the whole right state; a left row emitted on arrival is never stored.
-    #: Locked by tests/test_profiles_spark.py (pyspark 4.3.0).
+    #: Spark 4.2+ (SPARK-55973, apache/spark PR 54769, whose description names both parts:
+    #: left semi joins take the right input before the left one, and drop a stored left row
+    #: as soon as a new right row matches it, not at the watermark): new right rows meet the
+    #: left state of earlier batches first, each left row they match is removed at once; then
+    #: the new left rows meet the whole right state; a left row emitted on arrival is never
+    #: stored. Locked by tests/test_profiles_spark.py (pyspark 4.3.0: random scenarios and
+    #: Spark's own StreamingJoinSuite left semi scenarios, test_spark_suite_scenarios).
     left_semi_right_first: bool = False
-    #: Spark 4.2+ (observed on pyspark 4.3.0 against 4.0.5 and 4.1.4): ``numRowsRemoved``
-    #: counts every row evicted from the join state, the outer sides' rows removed while
-    #: emitting their null rows too (4.0 counts only the final cleanup pass: left outer the
-    #: right side, right outer the left side, full outer nothing). Locked by
-    #: tests/test_profiles_spark.py (pyspark 4.3.0, full outer scenarios).
+    #: Spark 4.2+ (observed on pyspark 4.3.0 against 4.0.5 and 4.1.4; no release note names
+    #: it: SPARK-55144, 4.2's join state rework, changed how this metric is summed, unverified
+    #: in source): ``numRowsRemoved`` counts every row evicted from the join state, the outer
+    #: sides' rows removed while emitting their null rows too (4.0 counts only the final
+    #: cleanup pass: left outer the right side, right outer the left side, full outer
+    #: nothing). Locked by tests/test_profiles_spark.py (pyspark 4.3.0: random full outer
+    #: scenarios and Spark's own range-condition scenario in every outer join type).
     join_counts_every_removal: bool = False
 
     @property

@@ -53,6 +53,41 @@ def draw(seed: int, jtype: str) -> dict:
             "order": [rng.random() < 0.5 for _ in range(6)]}
 
 
+# Spark's own StreamingJoinSuite scenarios (each AddData one commit, rows (key, seconds), each
+# followed by an idle tick as CheckNewAnswer lets the no-data batch run; a commit that feeds both
+# sides of a self join is two commits, left then right):
+# - "range": "join with watermark range condition" (its left semi and left/right/full outer
+#   suites; setupJoinWithRangeCondition): key = key AND leftTime BETWEEN rightTime - 5 seconds
+#   AND rightTime + 5 seconds, a 10 seconds watermark on both sides. The left semi suite
+#   expects the rows (1, 5) and (1, 7) and, from Spark 4.2 (SPARK-55973), fewer left state rows:
+#   (1, 5) leaves the state when (1, 10) matches it, (1, 7) is emitted on arrival, never stored.
+# - "self": the self joins (setupSelfJoin): one stream, the right side its even ids only,
+#   leftId = rightId AND rightTime BETWEEN leftTime AND leftTime + 5 seconds, 5 seconds
+#   watermarks; ids 1-15 at the second of their id in three commits of five.
+_SELF = [[(i, i) for i in range(j, j + 5)] for j in (1, 6, 11)]
+SPARK_SUITE = {
+    "range": {"time_range": {"lower": "-5 seconds", "upper": "5 seconds"},
+              "delay": "10 seconds", "right_filter": None,
+              "commits": [("left", [(1, 5), (3, 5)]), ("right", [(1, 10), (2, 5)]),
+                          ("right", [(1, 9)]), ("left", [(1, 7), (1, 30)]),
+                          ("right", [(0, 30)])]},
+    "self": {"time_range": {"lower": "-5 seconds", "upper": "0 seconds"},
+             "delay": "5 seconds", "right_filter": "k IN (2, 4, 6, 8, 10, 12, 14)",
+             "commits": [(side, rows) for rows in _SELF for side in ("left", "right")]},
+}
+
+
+def spark_suite(jtype: str, name: str = "range") -> dict:
+    """Spark's join scenario ``name`` (:data:`SPARK_SUITE`) as join type ``jtype``."""
+    sc = SPARK_SUITE[name]
+    return {"type": jtype,
+            "time_range": {**sc["time_range"], "lower_inclusive": True, "upper_inclusive": True},
+            "watermark": {"left": sc["delay"], "right": sc["delay"]},
+            "policy": "min", "pace": "live", "right_filter": sc["right_filter"],
+            "commits": [(side, [{"k": k, "ts": t} for k, t in rows])
+                        for side, rows in sc["commits"]]}
+
+
 def write(root: Path, scenario: dict) -> Path | None:
     """Delta sources and ``spec.yaml`` (JSON text) of ``scenario`` under ``root``; None (and
     nothing left) when Spark would reject the query (the spec checker's rules)."""
@@ -62,8 +97,11 @@ def write(root: Path, scenario: dict) -> Path | None:
     from semantics.spec import load_spec
 
     root.mkdir(parents=True, exist_ok=True)
-    li, ri = iter(scenario["left"]), iter(scenario["right"])
-    for take_left in scenario["order"]:
+    if "commits" in scenario:  # (a transcribed scenario: its commits in order)
+        for side, rows in scenario["commits"]:
+            write_commits(root / side, [rows])
+    li, ri = iter(scenario.get("left", [])), iter(scenario.get("right", []))
+    for take_left in scenario.get("order", []):
         side, it = ("left", li) if take_left else ("right", ri)
         rows = next(it, None)
         if rows is not None:
@@ -81,6 +119,8 @@ def write(root: Path, scenario: dict) -> Path | None:
         "candidates": {"c": {"watermark": scenario["watermark"],
                              "policy": scenario["policy"]}},
     }
+    if scenario.get("right_filter"):
+        spec["sources"]["right"]["filter"] = scenario["right_filter"]
     (root / "spec.yaml").write_text(json.dumps(spec, indent=1))
     (root / "scenario.json").write_text(json.dumps(scenario))
     try:

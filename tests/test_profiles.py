@@ -16,7 +16,7 @@ from semantics.history import plan
 from semantics.predict import predict
 from semantics.profiles import PROFILES, installed_profile, profile_for, profile_name
 from semantics.spec import load_spec, parse_spec
-from tests.profile_scenarios import draw, write
+from tests.profile_scenarios import draw, spark_suite, write
 
 
 @pytest.mark.parametrize("version,profile", [
@@ -180,3 +180,28 @@ def test_predict_over_versions_shows_what_an_upgrade_changes(tmp_path, capsys, m
     assert main(["predict", str(spec_file), "--spark-version", "4.0,3.4"]) == 2
     assert "--spark-version: a Spark release the predictor has a profile for" in \
         capsys.readouterr().err
+
+
+# Spark's own range-condition scenario (tests/profile_scenarios.py SPARK_SUITE["range"]) by join
+# type -> per batch figures as above, as pyspark 4.0.5 and 4.3.0 reported them
+SUITE_4_2 = {
+    # the suite's left semi: (1, 5) leaves the state in batch 1 on 4.3, (1, 7) is never stored
+    "left_semi": ([[0, 2, 2, 0, 0], [1, 4, 2, 0, 1], [2, 5, 1, 0, 0], [3, 6, 1, 0, 1],
+                   [4, 7, 1, 0, 0], [5, 2, 0, 5, 0]],
+                  [[0, 2, 2, 0, 0], [1, 3, 2, 1, 1], [2, 4, 1, 0, 0], [3, 5, 1, 0, 1],
+                   [4, 6, 1, 0, 0], [5, 2, 0, 4, 0]]),
+    "full_outer": ([[0, 2, 2, 0, 0], [1, 4, 2, 0, 1], [2, 5, 1, 0, 1], [3, 7, 2, 0, 2],
+                    [4, 8, 1, 0, 0], [5, 2, 0, 0, 2]],
+                   [[0, 2, 2, 0, 0], [1, 4, 2, 0, 1], [2, 5, 1, 0, 1], [3, 7, 2, 0, 2],
+                    [4, 8, 1, 0, 0], [5, 2, 0, 6, 2]]),
+}
+
+
+@pytest.mark.parametrize("jtype", sorted(SUITE_4_2))
+@pytest.mark.parametrize("explain", [True, False])
+def test_spark_suite_range_condition_figures(tmp_path, jtype, explain):
+    spec_file = write(tmp_path / "s", spark_suite(jtype, "range"))
+    assert spec_file is not None
+    spark_4_0, spark_4_3 = SUITE_4_2[jtype]
+    assert _figures(spec_file, "4.0.5", explain) == spark_4_0
+    assert _figures(spec_file, "4.3.0", explain) == spark_4_3

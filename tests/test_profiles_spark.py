@@ -8,6 +8,9 @@ release's profile must reproduce every batch-report figure and every emitted row
 scenario must also *differ* from the ``4.0`` profile's prediction: the profile's switch is what
 makes it pass.
 
+``test_spark_suite_scenarios`` does the same with Spark's own StreamingJoinSuite scenarios
+(``tests/profile_scenarios.py`` SPARK_SUITE) on 4.0.5 and 4.3.0.
+
 CI replays a few scenarios on 3.5.3 (profile ``3.5.0``) and 4.3.0 (profile ``4.2``), the two
 profiles whose rules differ (the default 4.0.5 runs the whole differential suite in-process);
 ``--soak`` replays every join type of six seeds on those and on the newest 3.5.x and 4.1.x.
@@ -27,7 +30,7 @@ from semantics.history import plan
 from semantics.predict import predict
 from semantics.profiles import profile_name
 from semantics.spec import load_spec
-from tests.profile_scenarios import JOIN_TYPES, load, make_set
+from tests.profile_scenarios import JOIN_TYPES, SPARK_SUITE, load, make_set, spark_suite, write
 
 pytestmark = pytest.mark.spark
 SOAK = bool(os.environ.get("WMBT_SOAK"))
@@ -100,3 +103,38 @@ def test_profile_predicts_the_release(tmp_path, release):
     assert not failures, f"profile {profile_name(ran)} vs pyspark {ran}:\n" + "\n".join(failures)
     # the release's own rules are what match: Spark 4.0's would not
     assert (apart > 0) == differs, f"{apart} scenarios differ from the 4.0 profile"
+
+
+# the left semi rows Spark's suite expects (key, seconds)
+SUITE_LEFT_SEMI = {"range": [(1, 5.0), (1, 7.0)],
+                   "self": [(i, float(i)) for i in (2, 4, 6, 8, 10, 12, 14)]}
+
+
+@pytest.mark.parametrize("release", [
+    "4.3.0",  # (4.0.5: the default suite's rules; its replay here only under --soak)
+    pytest.param("4.0.5", marks=pytest.mark.skipif(not SOAK, reason="--soak only")),
+    pytest.param("4.1.4", marks=pytest.mark.skipif(not SOAK, reason="--soak only"))])
+def test_spark_suite_scenarios(tmp_path, release):
+    """Spark's own join scenarios (StreamingJoinSuite's left semi and outer suites;
+    tests/profile_scenarios.py SPARK_SUITE) in every join type: the release's profile
+    predicts what that pyspark reports, batch by batch and row by row; the left semi rows are
+    the suite's; on 4.3.0 the ``4.0`` profile misses every left semi and outer scenario (state
+    rows, rows removed), on 4.0.5 none."""
+    dirs = {(n, t): write(tmp_path / f"{n}-{t}", spark_suite(t, n)).parent
+            for n in SPARK_SUITE for t in JOIN_TYPES}
+    ran = _replay_under(release, tmp_path)
+    assert ran == release
+    failures = [f"{n} {t} (explain={e}): " + "; ".join(diffs[:6])
+                for (n, t), d in dirs.items() for e in (True, False)
+                if (diffs := _diffs(d, ran, e))]
+    assert not failures, f"profile {profile_name(ran)} vs pyspark {ran}:\n" + "\n".join(failures)
+    for name in SPARK_SUITE:
+        _, outputs = load(dirs[(name, "left_semi")])
+        got = sorted((int(k), t.timestamp())
+                     for k, t in zip(outputs["left_k"], outputs["left_ts"], strict=True))
+        assert got == SUITE_LEFT_SEMI[name], name
+    apart = {d.name for d in dirs.values() if _diffs(d, "4.0", True)}
+    # 4.2: left semi state (SPARK-55973) and the outer joins' removal counts; inner: none
+    want = ({d.name for (n, t), d in dirs.items() if t != "inner"}
+            if profile_name(ran) == "4.2" else set())
+    assert apart == want, apart
