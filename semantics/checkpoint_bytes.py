@@ -42,6 +42,7 @@ from decimal import Decimal
 import numpy as np
 import pandas as pd
 
+from semantics.config import resolve
 from semantics.report import operator_name
 from semantics.schedule import TICK, Schedule
 from semantics.spec import (
@@ -638,11 +639,11 @@ def fixed_bytes(spec: BacktestSpec, candidate: str, schedule: Schedule) -> int |
 
 
 def partitions(spec: BacktestSpec, candidate: str) -> int:
-    return int(spec.conf(candidate).get("spark.sql.shuffle.partitions", 2))
+    return resolve(spec, candidate).shuffle_partitions
 
 
 def hdfs_backed(spec: BacktestSpec, candidate: str) -> bool:
-    provider = spec.conf(candidate).get("spark.sql.streaming.stateStore.providerClass", "")
+    provider = resolve(spec, candidate).state_store_provider
     return not provider or provider.endswith(HDFS_PROVIDER)
 
 

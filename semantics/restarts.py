@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from semantics.config import resolve
 from semantics.errors import SpecError
 from semantics.schedule import Schedule
 from semantics.spec import (
@@ -125,7 +126,7 @@ def ignored(spec: BacktestSpec, candidate: str) -> list[str]:
     keeps the checkpoint's value; it logs the same)."""
     if spec.candidates[candidate].after_restart is None:
         return []
-    was, asked = spec.conf(candidate), requested(spec, candidate).conf(candidate)
+    was, asked = resolve(spec, candidate).conf, resolve(requested(spec, candidate), candidate).conf
     return [f"after_restart sets {k}={asked[k]}, but the checkpoint holds {was.get(k)}: "
             f"Spark keeps the checkpoint's value" for k in CHECKPOINT_CONF
             if k in asked and asked[k] != was.get(k)]
