@@ -11,7 +11,7 @@ written by the CLI (``wmbt backtest``) show up too.
 import base64
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 import pandas as pd
@@ -24,6 +24,10 @@ from orchestration.resources import ResultsStoreResource, SpecsResource
 from orchestration.sparkline import sparkline_markdown
 from orchestration.stored import load_backtest
 from semantics.retention import KEPT, NEVER_EVICTED
+from semantics.spec import BacktestSpec
+
+if TYPE_CHECKING:
+    from jobs.backtest import BacktestResult
 
 _TYPES = {"candidate": "string", "side": "string", "validation": "string"}
 
@@ -51,7 +55,7 @@ def _num(v: Any, fmt: str = "{:,.0f}") -> str:
     return "–" if v is None else fmt.format(v)
 
 
-def summary_markdown(spec: Any, rows: list[dict[str, Any]], missing: list[str]) -> str:
+def summary_markdown(spec: BacktestSpec, rows: list[dict[str, Any]], missing: list[str]) -> str:
     """One line per candidate (Spark's figures where it ran, else the prediction)."""
     best: dict[str, dict[str, Any]] = {}
     for r in rows:
@@ -87,7 +91,8 @@ def summary_markdown(spec: Any, rows: list[dict[str, Any]], missing: list[str]) 
     return "\n".join(lines)
 
 
-def per_batch_series(result: Any, column: str, cumulative: bool) -> dict[str, list[float]]:
+def per_batch_series(result: "BacktestResult", column: str, cumulative: bool
+                     ) -> dict[str, list[float]]:
     """Per candidate, ``column`` summed per batch (Spark's run where it ran, else predicted)."""
     out = {}
     for c in result.candidates:

@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import pandas as pd
 
-from semantics.config import resolve
+from semantics.config import POLICY, PROVIDER, resolve
 from semantics.errors import SpecError
 from semantics.schedule import Schedule
 from semantics.spec import (
     MODELED_CONF,
+    PARTITIONS,
     SEMANTIC_PREFIXES,
     BacktestSpec,
     Candidate,
@@ -38,12 +39,7 @@ from semantics.spec import (
 # Settings Spark stores in the offset log's metadata (``OffsetSeqMetadata.relevantSQLConfs``)
 # and restores from it on a restart, overriding the session's: of those a spec may set (the
 # others are internal format versions)
-POLICY = "spark.sql.streaming.multipleWatermarkPolicy"
-CHECKPOINT_CONF = (
-    "spark.sql.shuffle.partitions",
-    "spark.sql.streaming.stateStore.providerClass",
-    POLICY,
-)
+CHECKPOINT_CONF = (PARTITIONS, PROVIDER, POLICY)
 
 
 def check_restarts(spec: BacktestSpec) -> None:
