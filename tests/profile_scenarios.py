@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tests.deltas import write_commits
+from tests.deltas import write_interleaved
 
 JOIN_TYPES = ("inner", "left_outer", "right_outer", "full_outer", "left_semi")
 
@@ -62,16 +62,7 @@ def write(root: Path, scenario: dict) -> Path | None:
     from semantics.spec import load_spec
 
     root.mkdir(parents=True, exist_ok=True)
-    li, ri = iter(scenario["left"]), iter(scenario["right"])
-    for take_left in scenario["order"]:
-        side, it = ("left", li) if take_left else ("right", ri)
-        rows = next(it, None)
-        if rows is not None:
-            write_commits(root / side, [rows])
-    for rows in li:
-        write_commits(root / "left", [rows])
-    for rows in ri:
-        write_commits(root / "right", [rows])
+    write_interleaved(root, scenario["left"], scenario["right"], scenario["order"])
     spec = {
         "name": "profile",
         "sources": {s: {"table": str(root / s), "event_time": "ts"} for s in ("left", "right")},
