@@ -604,8 +604,8 @@ def fixed_bytes(spec: BacktestSpec, candidate: str, schedule: Schedule) -> int |
     meta = json.dumps({"operatorInfo": {"operatorId": 0, "operatorName": operator_name(spec)},
                        "stateStoreInfo": [{"storeName": "default", "numColsPrefixKey": prefix,
                                            "numPartitions": parts}]}, separators=(",", ":"))
-    delay = spec.candidates[candidate].watermark.get(q.source)
-    wm_meta = {"spark.watermarkDelayMs": delay.us // 1000} if delay is not None else {}
+    delay_ms = resolve(spec, candidate).delays_ms.get(q.source)
+    wm_meta = {"spark.watermarkDelayMs": delay_ms} if delay_ms is not None else {}
     ev = schedule.event_time[q.source]
     key = [_json_field(k, _col_type(schedule, q.source, k),
                        metadata=wm_meta if k == ev else None) for k in q.keys]
