@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from semantics.config import resolve
 from semantics.durations import Duration
 from semantics.errors import SpecError
 from semantics.sweep_fallback import swept
@@ -35,6 +36,11 @@ from semantics.sweep_range import parse_delays
 if TYPE_CHECKING:
     from semantics.schedule import Schedule
     from semantics.spec import BacktestSpec
+
+# One delay's row of a sweep: ``delay`` (its label), ``delay_ms``, the figures of
+# ``semantics.metrics.METRICS`` (ints, floats, None, the never-evicted notes) and ``knee``; a
+# grid's ``delay`` and ``delay_ms`` map each source to its value. JSON of mixed values, so Any.
+SweepRow = dict[str, Any]
 
 
 def _label(ms: int) -> str:
@@ -71,7 +77,7 @@ def knee_index(late: np.ndarray, state: np.ndarray) -> int:
 
 
 def sweep(spec: BacktestSpec, source: str, delays: list[Duration], base: str | None = None
-          ) -> tuple[list[dict[str, Any]], dict[str, str]]:
+          ) -> tuple[list[SweepRow], dict[str, str]]:
     """A spec's sweep: one row of metrics per delay, in the order of ``delays`` (the base
     candidate, ``base`` or the first, with ``source``'s delay replaced), and how each figure
     was computed; plans the schedule, then :func:`sweep_figures`."""
@@ -87,7 +93,7 @@ def sweep(spec: BacktestSpec, source: str, delays: list[Duration], base: str | N
 def sweep_figures(spec: BacktestSpec, schedule: Schedule, source: str,
                   delays: list[Duration], base: str, processes: bool = True,
                   one_pass: bool = True
-                  ) -> tuple[list[dict[str, Any]], dict[str, str]]:
+                  ) -> tuple[list[SweepRow], dict[str, str]]:
     """A planned schedule's sweep: the rows of :func:`sweep` on ``schedule``, and per figure
     ``"one_pass"`` (all delays at once, ``semantics.sweep_once``; docs/semantics.md §2.6) or
     ``"per_delay"`` (a prediction per delay: the queries and figures the one pass does not
@@ -125,7 +131,7 @@ def sweep_figures(spec: BacktestSpec, schedule: Schedule, source: str,
 
 def sweep_grid(spec: BacktestSpec, delays: dict[str, list[Duration]], base: str | None = None,
                schedule: Schedule | None = None, processes: bool = True
-               ) -> tuple[list[list[dict[str, Any]]], dict[str, str]]:
+               ) -> tuple[list[list[SweepRow]], dict[str, str]]:
     """A two-dimensional sweep: the delays of two sources of the query (a join's sides) varied
     together around the base candidate (``base`` or the first), and per figure how it was
     computed (``"per_delay"`` where any row was). ``grid[i][j]`` is the row of the first
@@ -147,7 +153,7 @@ def sweep_grid(spec: BacktestSpec, delays: dict[str, list[Duration]], base: str 
     base = base or next(iter(spec.candidates))
     schedule = schedule if schedule is not None else plan(spec, base)
     first, second = sources
-    grid: list[list[dict[str, Any]]] = []
+    grid: list[list[SweepRow]] = []
     computed: dict[str, str] = {}
     for a in delays[first]:
         fixed, name = swept(spec, base, {first: a.ms})
@@ -162,7 +168,7 @@ def sweep_grid(spec: BacktestSpec, delays: dict[str, list[Duration]], base: str 
     return grid, computed
 
 
-def _fractions(row: dict[str, Any]) -> None:
+def _fractions(row: SweepRow) -> None:
     """Set the row's late fractions from its counts (the one pass gives counts only)."""
     inputs = row["input_rows"]
     row["late_fraction"] = row["late"] / inputs if inputs else 0.0
@@ -171,7 +177,7 @@ def _fractions(row: dict[str, Any]) -> None:
 
 
 def _rows_of(spec: BacktestSpec, base: str, source: str, delays_ms: list[int]
-             ) -> list[dict[str, Any]]:
+             ) -> list[SweepRow]:
     """The rows :func:`_point` makes, with the figures of ``sweep_once.FIGURES`` left to fill
     (None) and those that do not depend on the delay's value set."""
     from semantics.metrics import METRICS
@@ -188,7 +194,7 @@ def _rows_of(spec: BacktestSpec, base: str, source: str, delays_ms: list[int]
 _WORK: tuple[BacktestSpec, Schedule, str, str] | None = None
 
 
-def _point(delay_ms: int) -> dict[str, Any]:
+def _point(delay_ms: int) -> SweepRow:
     """The metrics of one delay (reads ``_WORK``: set by :func:`sweep_figures`, inherited by
     fork)."""
     from semantics.sweep_fallback import metrics
@@ -207,7 +213,7 @@ def _start_worker() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def _map_points(delays_ms: list[int]) -> list[dict[str, Any]]:
+def _map_points(delays_ms: list[int]) -> list[SweepRow]:
     """:func:`_point` of every delay, in order: in forked processes when there are cores and
     points for more than one (fork shares the schedule without copying it), else here."""
     from semantics.parallel import threads
@@ -237,7 +243,7 @@ def _map_points(delays_ms: list[int]) -> list[dict[str, Any]]:
             raise
 
 
-def _points(delays_ms: list[int]) -> list[dict[str, Any]]:
+def _points(delays_ms: list[int]) -> list[SweepRow]:
     return [_point(d) for d in delays_ms]
 
 
@@ -249,14 +255,13 @@ def flat_note(spec: BacktestSpec, source: str, base: str | None = None) -> str:
     others = [s for s in spec.query_sources if s != source]
     why = "no event of this history is near the watermark in this range"
     if others:
-        policy = spec.conf(base or next(iter(spec.candidates)))[
-            "spark.sql.streaming.multipleWatermarkPolicy"]
+        policy = resolve(spec, base or next(iter(spec.candidates))).policy
         why = (f"with policy {policy!r} the global watermark may be held by "
                f"{', '.join(others)} (try --source {others[0]}), or {why}")
     return f"every delay gives the same prediction: {why}"
 
 
-def plot(rows: list[dict[str, Any]], path: Path, title: str) -> str:
+def plot(rows: list[SweepRow], path: Path, title: str) -> str:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -287,7 +292,7 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> str:
     return str(path)
 
 
-def plot_grid(grid: list[list[dict[str, Any]]], path: Path, title: str) -> str:
+def plot_grid(grid: list[list[SweepRow]], path: Path, title: str) -> str:
     """Heat-maps of a grid (:func:`sweep_grid`): input rows late % and peak state rows, the
     first source's delay up the side, the second's along the bottom."""
     import matplotlib
@@ -456,7 +461,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-def _figures(r: dict[str, Any]) -> dict[str, Any]:
+def _figures(r: SweepRow) -> dict[str, Any]:
     """The table's columns of one sweep row, after its delay(s)."""
     return {"late": r["late"], "late_rows": r["late_rows"],
             "late_rows_%": f"{100 * r['late_rows_fraction']:.2f}",
@@ -466,7 +471,7 @@ def _figures(r: dict[str, Any]) -> dict[str, Any]:
             else f"{r['latency_p95_s']:.0f}"}
 
 
-def _print_table(spec: BacktestSpec, table: list[dict[str, Any]], rows: list[dict[str, Any]]
+def _print_table(spec: BacktestSpec, table: list[dict[str, Any]], rows: list[SweepRow]
                  ) -> None:
     """The sweep's table and its footnotes (what ``late`` counts, state never evicted)."""
     from jobs.tables import format_table, late_note

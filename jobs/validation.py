@@ -49,7 +49,7 @@ STATE_BYTES_MOSTLY = 0.98
 # predicted checkpoint bytes (state files on disk, semantics/checkpoint_bytes.py) within 25 % of
 # the replay's in every batch: the evaluation's worst batch (docs/state-bytes.md)
 CHECKPOINT_BYTES_TOLERANCE = 0.25
-_KEY = ["batch_id", "operator"]
+BATCH_KEY = ["batch_id", "operator"]
 
 
 def _context(root: Path) -> AbstractDataContext:
@@ -70,14 +70,14 @@ def _context(root: Path) -> AbstractDataContext:
 
 
 def batches_frame(predicted: pd.DataFrame, actual: pd.DataFrame) -> pd.DataFrame:
-    cols = [c for c in EXACT_COLUMNS if c not in _KEY]
+    cols = [c for c in EXACT_COLUMNS if c not in BATCH_KEY]
     extra = [c for c in predicted.columns if c.startswith("input_rows_")]
     sizes = ["state_bytes"] + [c for c in ["checkpoint_bytes"]
                                if c in predicted.columns and c in actual.columns]
-    p = predicted[_KEY + cols + extra + sizes].add_prefix("predicted_")
-    a = actual[_KEY + cols + extra + sizes].add_prefix("actual_")
-    m = p.merge(a, left_on=["predicted_" + k for k in _KEY],
-                right_on=["actual_" + k for k in _KEY], how="outer")
+    p = predicted[BATCH_KEY + cols + extra + sizes].add_prefix("predicted_")
+    a = actual[BATCH_KEY + cols + extra + sizes].add_prefix("actual_")
+    m = p.merge(a, left_on=["predicted_" + k for k in BATCH_KEY],
+                right_on=["actual_" + k for k in BATCH_KEY], how="outer")
     m["batch_id"] = m["predicted_batch_id"].fillna(m["actual_batch_id"]).astype("int64")
     m["operator"] = m["predicted_operator"].fillna(m["actual_operator"])
     for c in cols + extra:
@@ -176,7 +176,7 @@ def validate(spec: BacktestSpec, cr: CandidateResult, root: Path, counts: pd.Dat
     o = counts if counts is not None else outputs_frame(cr.predicted.outputs, cr.actual.outputs)
     metrics = candidate_metrics(spec, cr.schedule, cr.actual)
     m = pd.DataFrame([{"candidate": cr.name, "batch_id": -1, **metrics}])
-    exact = [c for c in EXACT_COLUMNS if c not in _KEY]
+    exact = [c for c in EXACT_COLUMNS if c not in BATCH_KEY]
     exact += [c for c in cr.predicted.batches.columns if c.startswith("input_rows_")]
     plans: list[tuple[str, pd.DataFrame, list[Expectation], list[str]]] = [
         ("batches", b,

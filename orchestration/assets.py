@@ -80,7 +80,7 @@ def final_checkpoint_bytes(result: RunResult) -> int | None:
     return int(disk.iloc[-1]) if len(disk) else None
 
 
-def markdown_table(df: Any, limit: int = 40) -> str:
+def markdown_table(df: pd.DataFrame, limit: int = 40) -> str:
     """A small markdown table (first ``limit`` rows) without extra dependencies."""
     cols = list(df.columns)
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]

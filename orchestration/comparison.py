@@ -27,6 +27,7 @@ from orchestration.sparkline import sparkline_markdown
 from orchestration.stored import load_backtest
 from semantics.profiles import profile_name
 from semantics.retention import KEPT, NEVER_EVICTED
+from semantics.spec import BacktestSpec
 
 if TYPE_CHECKING:
     from jobs.backtest import BacktestResult
@@ -84,7 +85,7 @@ def _num(v: Any, fmt: str = "{:,.0f}") -> str:
     return "–" if v is None else fmt.format(v)
 
 
-def summary_markdown(spec: Any, rows: list[dict[str, Any]], missing: list[str]) -> str:
+def summary_markdown(spec: BacktestSpec, rows: list[dict[str, Any]], missing: list[str]) -> str:
     """One line per candidate (Spark's figures where it ran, else the prediction)."""
     best: dict[str, dict[str, Any]] = {}
     for r in rows:
@@ -151,7 +152,8 @@ def switch_metadata(result: "BacktestResult") -> dict[str, Any]:
     return out
 
 
-def per_batch_series(result: Any, column: str, cumulative: bool) -> dict[str, list[float]]:
+def per_batch_series(result: "BacktestResult", column: str, cumulative: bool
+                     ) -> dict[str, list[float]]:
     """Per candidate, ``column`` summed per batch (Spark's run where it ran, else predicted)."""
     out = {}
     for c in result.candidates:

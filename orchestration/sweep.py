@@ -29,7 +29,7 @@ from semantics.spec import BacktestSpec
 from semantics.sweep_range import parse_delays
 
 DEFAULT_POINTS = 21  # a spec without sweep: gets this many delays
-COLUMNS = [("delay", "string"), ("delay_ms", "int"), ("late", "int"), ("late_rows", "int"),
+SWEEP_COLUMNS = [("delay", "string"), ("delay_ms", "int"), ("late", "int"), ("late_rows", "int"),
            ("late_rows_fraction", "float"), ("peak_state_rows", "int"),
            ("peak_state_bytes", "int"), ("output_rows", "int"), ("final_state_rows", "int"),
            ("latency_p95_s", "float"), ("knee", "bool")]
@@ -56,8 +56,8 @@ def _cell(v: Any) -> Any:
 def points_table(rows: list[dict[str, Any]], sources: list[str] | None
                  ) -> dg.TableMetadataValue:
     """Every point of the sweep (a grid's: a delay column per source) as a table."""
-    first = [(f"delay_{s}", "string") for s in sources] if sources else COLUMNS[:2]
-    cols = first + [c for c in COLUMNS[2:] if not (sources and c[0] == "knee")]
+    first = [(f"delay_{s}", "string") for s in sources] if sources else SWEEP_COLUMNS[:2]
+    cols = first + [c for c in SWEEP_COLUMNS[2:] if not (sources and c[0] == "knee")]
     records = []
     for r in rows:
         delay = {f"delay_{s}": r["delay"][s] for s in sources} if sources else \

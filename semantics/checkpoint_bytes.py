@@ -42,6 +42,7 @@ from decimal import Decimal
 import numpy as np
 import pandas as pd
 
+from semantics.config import resolve
 from semantics.report import operator_name
 from semantics.schedule import TICK, Schedule
 from semantics.spec import (
@@ -440,7 +441,8 @@ def _running_buffers(df: pd.DataFrame, group: np.ndarray, aggregates: dict[str, 
         else:
             total = by.cumsum().to_numpy()[at]
             add("long" if fn == "sum" and kind == "long" else "double",
-                [int(x) if fn == "sum" and kind == "long" else float(x)
+                # (NaN: no value summed yet, a null buffer: its field is 8 bytes all the same)
+                [None if x != x else int(x) if fn == "sum" and kind == "long" else float(x)
                  for x in total.tolist()])
             if fn == "avg":
                 add("long", count.tolist())
@@ -603,8 +605,8 @@ def fixed_bytes(spec: BacktestSpec, candidate: str, schedule: Schedule) -> int |
     meta = json.dumps({"operatorInfo": {"operatorId": 0, "operatorName": operator_name(spec)},
                        "stateStoreInfo": [{"storeName": "default", "numColsPrefixKey": prefix,
                                            "numPartitions": parts}]}, separators=(",", ":"))
-    delay = spec.candidates[candidate].watermark.get(q.source)
-    wm_meta = {"spark.watermarkDelayMs": delay.us // 1000} if delay is not None else {}
+    delay_ms = resolve(spec, candidate).delays_ms.get(q.source)
+    wm_meta = {"spark.watermarkDelayMs": delay_ms} if delay_ms is not None else {}
     ev = schedule.event_time[q.source]
     key = [_json_field(k, _col_type(schedule, q.source, k),
                        metadata=wm_meta if k == ev else None) for k in q.keys]
@@ -638,11 +640,11 @@ def fixed_bytes(spec: BacktestSpec, candidate: str, schedule: Schedule) -> int |
 
 
 def partitions(spec: BacktestSpec, candidate: str) -> int:
-    return int(spec.conf(candidate).get("spark.sql.shuffle.partitions", 2))
+    return resolve(spec, candidate).shuffle_partitions
 
 
 def hdfs_backed(spec: BacktestSpec, candidate: str) -> bool:
-    provider = spec.conf(candidate).get("spark.sql.streaming.stateStore.providerClass", "")
+    provider = resolve(spec, candidate).state_store_provider
     return not provider or provider.endswith(HDFS_PROVIDER)
 
 

@@ -23,11 +23,12 @@ from types import MappingProxyType
 
 from semantics.profiles import SparkProfile, of_candidate
 from semantics.spark_conf import ALLOW_MULTIPLE, NO_DATA_BATCHES, spark_bool
-from semantics.spec import BacktestSpec
+from semantics.spec import PARTITIONS, BacktestSpec
 
 POLICY = "spark.sql.streaming.multipleWatermarkPolicy"
 MERGE_LOCAL_CONF = "spark.sql.streaming.sessionWindow.merge.sessions.in.local.partition"
 PROVIDER = "spark.sql.streaming.stateStore.providerClass"
+DEFAULT_PARTITIONS = 2  # the replay's spark.sql.shuffle.partitions (jobs/spark.py)
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class ResolvedCandidate:
     no_data_batches: bool  # noDataMicroBatches.enabled (§2.2)
     merge_sessions_locally: bool  # sessionWindow.merge.sessions.in.local.partition (§4.3)
     state_store_provider: str  # "" for Spark's default (HDFS-backed) provider
+    shuffle_partitions: int  # spark.sql.shuffle.partitions: state stores per operator
     time_zone: str  # spark.sql.session.timeZone of the spec (UTC by default)
     profile: SparkProfile  # the Spark release's rule switches (docs/semantics.md §12)
     conf: Mapping[str, str]  # every setting: spec-level, the candidate's overrides, the policy
@@ -67,6 +69,7 @@ def resolve(spec: BacktestSpec, candidate: str) -> ResolvedCandidate:
         no_data_batches=flag(NO_DATA_BATCHES, True),
         merge_sessions_locally=flag(MERGE_LOCAL_CONF, False),
         state_store_provider=str(conf.get(PROVIDER, "")),
+        shuffle_partitions=int(conf.get(PARTITIONS, DEFAULT_PARTITIONS)),
         time_zone=spec.session_time_zone,
         profile=of_candidate(spec, candidate),
         conf=MappingProxyType(dict(conf)),

@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import pandas as pd
 
+from semantics.config import POLICY, PROVIDER, resolve
 from semantics.errors import SpecError
 from semantics.schedule import Schedule
 from semantics.spec import (
     MODELED_CONF,
+    PARTITIONS,
     SEMANTIC_PREFIXES,
     BacktestSpec,
     Candidate,
@@ -37,12 +39,7 @@ from semantics.spec import (
 # Settings Spark stores in the offset log's metadata (``OffsetSeqMetadata.relevantSQLConfs``)
 # and restores from it on a restart, overriding the session's: of those a spec may set (the
 # others are internal format versions)
-POLICY = "spark.sql.streaming.multipleWatermarkPolicy"
-CHECKPOINT_CONF = (
-    "spark.sql.shuffle.partitions",
-    "spark.sql.streaming.stateStore.providerClass",
-    POLICY,
-)
+CHECKPOINT_CONF = (PARTITIONS, PROVIDER, POLICY)
 
 
 def check_restarts(spec: BacktestSpec) -> None:
@@ -125,7 +122,7 @@ def ignored(spec: BacktestSpec, candidate: str) -> list[str]:
     keeps the checkpoint's value; it logs the same)."""
     if spec.candidates[candidate].after_restart is None:
         return []
-    was, asked = spec.conf(candidate), requested(spec, candidate).conf(candidate)
+    was, asked = resolve(spec, candidate).conf, resolve(requested(spec, candidate), candidate).conf
     return [f"after_restart sets {k}={asked[k]}, but the checkpoint holds "
             f"{was.get(k, 'the session value it started with (unset in the spec)')}: "
             f"Spark keeps the checkpoint's value" for k in CHECKPOINT_CONF

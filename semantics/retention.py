@@ -24,6 +24,7 @@ say it next to the figures.
 
 from __future__ import annotations
 
+from semantics.config import resolve
 from semantics.operators.join_watermarks import derive_plan
 from semantics.spec import (
     AggregationQuery,
@@ -42,7 +43,7 @@ def never_evicted(spec: BacktestSpec, candidate: str) -> list[str]:
     """The state ``candidate`` never evicts, each as ``what (why)``; empty when all of it can
     leave the state once the watermark passes it."""
     q = spec.query
-    wm = spec.candidates[candidate].watermark
+    wm = resolve(spec, candidate).delays_ms
     if isinstance(q, AggregationQuery):
         if q.output_mode == "complete":
             return ["every group (complete mode keeps them all)"]

@@ -42,6 +42,7 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
+from semantics.config import resolve
 from semantics.operators.columns import first_values
 from semantics.schedule import Schedule
 from semantics.spec import (
@@ -59,7 +60,6 @@ MAP_BYTES = 470  # per store and partition, fitted (bench/state_bytes.py)
 # distinct group key besides the key's own UnsafeRow (a long key: 264 + 16 = 280)
 SESSION_INDEX_BYTES = 120
 SESSION_KEY_BYTES = 264
-DEFAULT_PARTITIONS = 2
 
 
 def _decimal_bytes(precision: int) -> int:
@@ -184,7 +184,7 @@ def entry_bytes(spec: BacktestSpec, schedule: Schedule) -> tuple[int, int]:
 
 
 def partitions(spec: BacktestSpec, candidate: str) -> int:
-    return int(spec.conf(candidate).get("spark.sql.shuffle.partitions", DEFAULT_PARTITIONS))
+    return resolve(spec, candidate).shuffle_partitions
 
 
 def held_rows(batches: pd.DataFrame) -> pd.Series:
@@ -211,8 +211,7 @@ def estimate(spec: BacktestSpec, candidate: str, schedule: Schedule,
     """Estimated memoryUsedBytes for each batch-report row (None with RocksDB). A join's or
     session's ``batches`` may carry ``state_keys`` (join: distinct keys per side, summed;
     session: distinct group keys); else rows count as keys."""
-    provider = spec.conf(candidate).get("spark.sql.streaming.stateStore.providerClass", "")
-    if "RocksDB" in provider:
+    if "RocksDB" in resolve(spec, candidate).state_store_provider:
         return pd.Series([None] * len(batches), index=batches.index, dtype="Int64")
     # (the stores alone: the layout's column sizes are the slopes', read once, there)
     stores = stores_per_partition(spec)

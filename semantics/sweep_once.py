@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from semantics import quantiles, sweep_session
+from semantics.config import resolve
 from semantics.delay_timeline import ALWAYS, Timeline, ceil_ms, timeline
 from semantics.growing import Growing
 from semantics.operators import make_operator
@@ -34,7 +35,6 @@ from semantics.operators.grouping import order_by_id_then_time, stable_argsort
 from semantics.operators.keys import KeyCoder, key_columns
 from semantics.operators.windows import assign_windows, last_starts
 from semantics.schedule import TICK, Schedule
-from semantics.spark_conf import ALLOW_MULTIPLE, NO_DATA_BATCHES, spark_bool
 from semantics.spec import AggregationQuery, BacktestSpec, DeduplicationQuery, SessionQuery
 
 FIGURES = ("batches", "no_data_batches", "input_rows", "late", "late_rows",
@@ -71,10 +71,8 @@ class Thresholds:
 def covered(spec: BacktestSpec, candidate: str, source: str) -> bool:
     """Whether :func:`one_pass` computes this sweep (the module docstring)."""
     q = spec.query
-    conf = spec.conf(candidate)
-    if list(spec.query_sources) != [source] or \
-            not spark_bool(conf.get(ALLOW_MULTIPLE, True), ALLOW_MULTIPLE, spec.path) or \
-            not spark_bool(conf.get(NO_DATA_BATCHES, True), NO_DATA_BATCHES, spec.path):
+    r = resolve(spec, candidate)
+    if list(spec.query_sources) != [source] or not r.allow_multiple or not r.no_data_batches:
         return False
     if isinstance(q, AggregationQuery):
         return q.window is not None and q.output_mode in ("append", "update")

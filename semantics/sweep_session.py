@@ -39,19 +39,18 @@ import pandas as pd
 
 from semantics.config import resolve
 from semantics.delay_timeline import ALWAYS, Timeline, timeline
+from semantics.operators.grouping import PACK_LIMIT
 from semantics.parallel import map_parts, threads
 from semantics.schedule import TICK, Schedule
 from semantics.spec import BacktestSpec, SessionQuery
 from semantics.sweep_fallback import Figure, predicted, swept
 from semantics.whole_run.kernels import leaving_batch
 from semantics.whole_run.session import (
-    _PACK_LIMIT,
-    _components,
-    _early_evicted_keys,
-    _first_arrival_before,
+    MAX_WINDOW,
+    components,
+    early_evicted_keys,
+    first_arrival_before,
 )
-
-MAX_WINDOW = 64  # as ``whole_run.session.sessions_at_once``: a longer walk back is predicted alone
 
 
 def covered(spec: BacktestSpec, candidate: str) -> bool:
@@ -107,7 +106,6 @@ def stepper(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str)
     delay's batch plan)."""
     from semantics.engine import plan_batches
     from semantics.operators import make_operator
-    from semantics.operators.aggfuncs import init_all, ones_of
     from semantics.whole_run.kernels import source_rows
 
     t_all = np.asarray(schedule.event_time_us(source), dtype=np.int64)
@@ -119,9 +117,7 @@ def stepper(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str)
         batch_of, t = source_rows(plan, source)
         if len(plan) != int(runs.sum()) or not np.array_equal(t, t_all):
             return None  # (not the points, or rows not in the source's order: predict it)
-        op._whole_keys()  # (fits the key coder)
-        init = init_all(op.aggs, op._frame)
-        steps = op._step_rows(plan, positions, batch_of, t, init, ones_of(init))
+        steps = op.step_some_rows(plan, positions, batch_of, t)
         ends = [np.asarray(st.output.payload.end_us, dtype=np.int64) if len(st.output)
                 else np.zeros(0, dtype=np.int64) for st in steps]
         point = np.flatnonzero(runs)
@@ -245,8 +241,8 @@ def _one_delay(rows: SortedRows, tl: Timeline, gap: int, d: int,
     new_key = k[1:] != k[:-1]
     cut = np.ones(len(k), dtype=bool)
     cut[1:] = new_key | (ts[1:] > ts[:-1] + gap)
-    heads, last, b_last, comp = _components(cut, bb)
-    early = _early_evicted_keys(k, ts, bb, cut, comp, b_last, gap, evict_us)
+    heads, last, b_last, comp = components(cut, bb)
+    early = early_evicted_keys(k, ts, bb, cut, comp, b_last, gap, evict_us)
     stepped = None
     if len(early):
         if step is None:
@@ -260,8 +256,8 @@ def _one_delay(rows: SortedRows, tl: Timeline, gap: int, d: int,
             zero = np.zeros(n_b, dtype=np.int64)
             return _figures(zero, zero, zero, runs, model, np.zeros(0), stepped, tl)
         new_key = k[1:] != k[:-1]
-        heads, last, b_last, comp = _components(cut, bb)
-    a = _first_arrival_before(cut, comp, ts, bb, gap, n_b, MAX_WINDOW)
+        heads, last, b_last, comp = components(cut, bb)
+    a = first_arrival_before(cut, comp, ts, bb, gap, n_b, MAX_WINDOW)
     if a is None:
         return None
     end = ts[last] + gap
@@ -302,7 +298,7 @@ def _stored_keys(new_key: np.ndarray, cut: np.ndarray, bb: np.ndarray, ev: np.nd
     starts_key[1:] = new_key[heads[1:] - 1]
     kh = np.cumsum(starts_key, dtype=np.int64) - 1
     bits = int(n_b).bit_length()  # (n_b: never evicted)
-    if (int(kh[-1]) + 1) << (bits + 1) >= _PACK_LIMIT:
+    if (int(kh[-1]) + 1) << (bits + 1) >= PACK_LIMIT:
         return None
     # (a minimum from the right per key: from the right, every key's words are below the
     # words of the keys after it, so the running minimum starts again at each key)

@@ -41,6 +41,22 @@ def write_commits(path: Path | str, commits: Sequence[Sequence[dict]],
     return path
 
 
+def write_interleaved(root: Path, left: Sequence[Sequence[dict]],
+                      right: Sequence[Sequence[dict]], order: Sequence[bool]) -> None:
+    """The commits of ``root/left`` and ``root/right`` interleaved in ``order`` (True: the next
+    left commit), then whatever ``order`` leaves of each side, left first."""
+    li, ri = iter(left), iter(right)
+    for take_left in order:
+        side, it = ("left", li) if take_left else ("right", ri)
+        rows = next(it, None)
+        if rows is not None:
+            write_commits(root / side, [rows])
+    for rows in li:
+        write_commits(root / "left", [rows])
+    for rows in ri:
+        write_commits(root / "right", [rows])
+
+
 def _nan_kept(df: pd.DataFrame, rows: Sequence[dict], event_time: str) -> pd.DataFrame:
     """``df`` (made of ``rows``) with each float column as a nullable ``Float64`` masked where
     the row held no value: its NaN stay NaN in arrow (a numpy column's NaN become NULL)."""

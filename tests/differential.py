@@ -17,7 +17,7 @@ from semantics.history import plan
 from semantics.predict import predict
 from semantics.schedule import ARRIVAL_MS, VERSION
 from semantics.spec import BacktestSpec, parse_spec
-from tests.deltas import write_commits
+from tests.deltas import write_commits, write_interleaved
 
 
 def run_both(spec: BacktestSpec, candidate: str, workdir: Path, spark: Any) -> list[str]:
@@ -117,16 +117,7 @@ def join_spec(tmp: Path, query: dict, replay: dict, left_delay: str | None,
               ) -> BacktestSpec:
     """Commits of both sides interleaved in ``order`` (True = next left commit); ``filter``
     on both sources."""
-    li, ri = iter(left), iter(right)
-    for take_left in order:
-        side, it = ("left", li) if take_left else ("right", ri)
-        rows = next(it, None)
-        if rows is not None:
-            write_commits(tmp / side, [rows])
-    for rows in li:
-        write_commits(tmp / "left", [rows])
-    for rows in ri:
-        write_commits(tmp / "right", [rows])
+    write_interleaved(tmp, left, right, order)
     wm = {k: v for k, v in (("left", left_delay), ("right", right_delay)) if v}
     return parse_spec({
         "name": "diffjoin",

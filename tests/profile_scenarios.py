@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tests.deltas import write_commits
+from tests.deltas import write_commits, write_interleaved
 
 JOIN_TYPES = ("inner", "left_outer", "right_outer", "full_outer", "left_semi")
 
@@ -100,16 +100,8 @@ def write(root: Path, scenario: dict) -> Path | None:
     if "commits" in scenario:  # (a transcribed scenario: its commits in order)
         for side, rows in scenario["commits"]:
             write_commits(root / side, [rows])
-    li, ri = iter(scenario.get("left", [])), iter(scenario.get("right", []))
-    for take_left in scenario.get("order", []):
-        side, it = ("left", li) if take_left else ("right", ri)
-        rows = next(it, None)
-        if rows is not None:
-            write_commits(root / side, [rows])
-    for rows in li:
-        write_commits(root / "left", [rows])
-    for rows in ri:
-        write_commits(root / "right", [rows])
+    write_interleaved(root, scenario.get("left", []), scenario.get("right", []),
+                      scenario.get("order", []))
     spec = {
         "name": "profile",
         "sources": {s: {"table": str(root / s), "event_time": "ts"} for s in ("left", "right")},

@@ -19,6 +19,7 @@ from semantics.spec import BatchBy, parse_spec
 from tests.deltas import write_commits
 from tests.predict_kit import assert_same_rows
 from tests.replay_support import write_sources
+from tests.sweep_support import join_spec_file, per_delay_in_pools
 
 
 def test_parse_delays_is_inclusive_and_exact() -> None:
@@ -111,15 +112,7 @@ def test_flat_sweep_marks_no_knee_and_says_why(tmp_path: Path, capsys) -> None:
                              ("imps", [{"id": 2, "ts": 100}]), ("imps", [{"id": 3, "ts": 50}]),
                              ("clicks", [{"id": 1, "ts": 200}]),
                              ("clicks", [{"id": 3, "ts": 280}])])
-    spec = tmp_path / "join.yaml"
-    spec.write_text(json.dumps({
-        "name": "flat", "sources": {"imps": {"table": "imps", "event_time": "ts"},
-                                    "clicks": {"table": "clicks", "event_time": "ts"}},
-        "query": {"kind": "join", "type": "left_outer", "left": "imps", "right": "clicks",
-                  "keys": ["id"], "time_range": {"lower": "-10 minutes", "upper": "0 seconds"}},
-        "replay": {"batch_by": {"commits": 1}, "pace": "live"},
-        "candidates": {"c": {"watermark": {"imps": "1 minute", "clicks": "1 minute"}}},
-    }))
+    spec = join_spec_file(tmp_path, "flat", "-10 minutes")
     args = ["sweep", str(spec), "--delays", "0 seconds..1 minute/3", "--results",
             str(tmp_path / "r")]
     assert main(args) == 2  # a join has two sources: which one?
@@ -215,12 +208,7 @@ def test_sweep_in_processes_gives_the_rows_of_one_after_the_other(tmp_path: Path
     delays = parse_delays("0 seconds..40 seconds/9")
     monkeypatch.setenv("WMBT_THREADS", "1")
     one, _ = sw.sweep(spec, "clicks", delays)
-    monkeypatch.setenv("WMBT_THREADS", "2")
-    monkeypatch.setattr("semantics.sweep_once.one_pass", lambda *a, **k: None)  # (per delay)
-    forked = []
-    real_pool = sw.ProcessPoolExecutor
-    monkeypatch.setattr(sw, "ProcessPoolExecutor",
-                        lambda *a, **k: forked.append(a[0]) or real_pool(*a, **k))
+    forked = per_delay_in_pools(monkeypatch)
     two, _ = sw.sweep(spec, "clicks", delays)
     assert forked == [2]  # (the second sweep did run in processes)
     assert one == two and len({r["late"] for r in one}) > 1

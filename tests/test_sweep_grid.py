@@ -15,6 +15,7 @@ from semantics.metrics import candidate_metrics
 from semantics.predict import predict
 from semantics.spec import load_spec
 from tests.replay_support import write_sources
+from tests.sweep_support import join_spec_file, per_delay_in_pools
 
 IMPS = "0 seconds..40 seconds/3"
 CLICKS = "0 seconds..30 seconds/4"
@@ -30,16 +31,7 @@ def join_spec(tmp_path: Path) -> Path:
             commits.append((side, [{"id": int(k % 7), "ts": int(10 * i - rng.integers(0, 30))}
                                    for k in ids]))
     write_sources(tmp_path, commits)
-    spec = tmp_path / "join.yaml"
-    spec.write_text(json.dumps({
-        "name": "grid", "sources": {"imps": {"table": "imps", "event_time": "ts"},
-                                    "clicks": {"table": "clicks", "event_time": "ts"}},
-        "query": {"kind": "join", "type": "left_outer", "left": "imps", "right": "clicks",
-                  "keys": ["id"], "time_range": {"lower": "-20 seconds", "upper": "0 seconds"}},
-        "replay": {"batch_by": {"commits": 1}, "pace": "live"},
-        "candidates": {"c": {"watermark": {"imps": "1 minute", "clicks": "1 minute"}}},
-    }))
-    return spec
+    return join_spec_file(tmp_path, "grid", "-20 seconds")
 
 
 def test_grid_points_are_the_predictions_of_those_delays(tmp_path: Path) -> None:
@@ -79,14 +71,7 @@ def test_grid_in_processes_is_the_grid_of_one_after_the_other(tmp_path: Path,
                                                                 monkeypatch) -> None:
     spec = load_spec(join_spec(tmp_path))
     delays = {"clicks": parse_delays(CLICKS), "imps": parse_delays(IMPS)}
-    monkeypatch.setenv("WMBT_THREADS", "2")
-    monkeypatch.setattr("semantics.sweep_once.one_pass", lambda *a, **k: None)  # (per delay)
-    forked = []
-    from jobs import sweep as sw
-
-    real_pool = sw.ProcessPoolExecutor
-    monkeypatch.setattr(sw, "ProcessPoolExecutor",
-                        lambda *a, **k: forked.append(a[0]) or real_pool(*a, **k))
+    forked = per_delay_in_pools(monkeypatch)
     two = sweep_grid(spec, delays)
     assert forked == [2] * 4  # (a pool per row: one per delay of clicks)
     assert two == sweep_grid(spec, delays, processes=False)

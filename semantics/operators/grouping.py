@@ -600,7 +600,7 @@ def interleave(pa: np.ndarray, xa: np.ndarray, pb: np.ndarray, xb: np.ndarray) -
     return out
 
 
-_PACK_LIMIT = 1 << 62
+PACK_LIMIT = 1 << 62  # packed int64 codes stay below it (room for a sign and a carry)
 
 
 def _rank(ids: np.ndarray, keys: np.ndarray) -> np.ndarray:
@@ -618,13 +618,13 @@ def order_by_id_then_time(ids: np.ndarray, t: np.ndarray) -> np.ndarray:
     t_lo = int(t.min())
     span = int(t.max()) - t_lo + 1
     id_lo = int(ids.min())
-    if (int(ids.max()) - id_lo + 1) * span < _PACK_LIMIT:
+    if (int(ids.max()) - id_lo + 1) * span < PACK_LIMIT:
         comp = (ids - id_lo) * span + (t - t_lo)
         n_ids = int(ids.max()) - id_lo + 1
     else:
         codes, uniq = pd.factorize(ids, sort=True)
         n_ids = len(uniq)
-        if n_ids * span >= _PACK_LIMIT:
+        if n_ids * span >= PACK_LIMIT:
             return np.lexsort((t, ids))
         comp = np.asarray(codes, dtype=np.int64) * span + (t - t_lo)
     return stable_argsort(comp, n_ids * span)
@@ -655,7 +655,7 @@ def by_key_then_time(ids: np.ndarray, t: np.ndarray
     if packs(n, (top + 1) * span):
         order = _packed_order((ids - lo) * span + (t - t_lo))
         return order, ids[order], t[order]
-    if top >= 1 << 32 or n * span >= _PACK_LIMIT:
+    if top >= 1 << 32 or n * span >= PACK_LIMIT:
         order = order_by_id_then_time(ids, t)
         return order, ids[order], t[order]
     d = ids - lo
@@ -828,10 +828,10 @@ def merge_by_id_then_time(ids_a: np.ndarray, t_a: np.ndarray, ids_b: np.ndarray,
     # sorted by id: the first and last ids are the extremes
     id_lo = int(keys[0]) if keys is not None else min(int(ids_a[0]), int(ids_b[0]))
     id_hi = int(keys[-1]) if keys is not None else max(int(ids_a[-1]), int(ids_b[-1]))
-    if (id_hi - id_lo + 1) * span < _PACK_LIMIT:  # ids of a small range: as they are
+    if (id_hi - id_lo + 1) * span < PACK_LIMIT:  # ids of a small range: as they are
         return merge_positions((ids_a - id_lo) * span + (t_a - lo),
                                (ids_b - id_lo) * span + (t_b - lo))
-    if keys is None or len(keys) * span >= _PACK_LIMIT:
+    if keys is None or len(keys) * span >= PACK_LIMIT:
         return None
     ca = _rank(ids_a, keys) * span + (t_a - lo)
     cb = _rank(ids_b, keys) * span + (t_b - lo)
@@ -849,7 +849,7 @@ def segmented_cummax(seg_sorted_ids: np.ndarray, v: np.ndarray) -> np.ndarray:
     seg = np.cumsum(new) - 1
     lo = int(v.min())
     span = int(v.max()) - lo + 1
-    if int(seg[-1] + 1) * span >= _PACK_LIMIT:
+    if int(seg[-1] + 1) * span >= PACK_LIMIT:
         return pd.Series(v).groupby(seg, sort=False).cummax().to_numpy(dtype=np.int64)
     comp = seg * span + (v - lo)
     return np.maximum.accumulate(comp) - seg * span + lo

@@ -74,6 +74,7 @@ from semantics.operators.aggfuncs import (
 )
 from semantics.operators.columns import Values, check_key_columns, key_series, values_of
 from semantics.operators.grouping import (
+    PACK_LIMIT,
     batch_major,
     count_distinct,
     from_a_mask,
@@ -345,7 +346,7 @@ class UnitIndex:
         s = units.start_us
         lo = int(s.min())
         span = int(s.max()) - lo + 1
-        packed = rank * span + (s - lo) if len(heads) * span < _PACK_LIMIT else None
+        packed = rank * span + (s - lo) if len(heads) * span < PACK_LIMIT else None
         return cls(rank, s[heads], s[lasts], units.end_us[lasts], units.end_us, packed, lo,
                    span), g[heads]
 
@@ -374,7 +375,6 @@ class UnitIndex:
         return out
 
 
-_PACK_LIMIT = 1 << 62
 _NO_IDS = np.array([], dtype=np.int64)
 
 
@@ -535,6 +535,16 @@ class SessionOperator:
         it = iter(vals)
         bufs = tuple(tuple(next(it) for _ in range(w)) for w in ranges[0].widths)
         return SessionState(gid, start, end, self._coder.entry_keys(kv, head, head), bufs), cuts
+
+    def step_some_rows(self, plan: list[BatchInput], rows: np.ndarray, batch_of: np.ndarray,
+                       t_all: np.ndarray) -> list[OperatorStep]:
+        """Step every batch of ``plan`` on the source rows ``rows`` only, as :meth:`run_all`
+        steps the keys it leaves to stepping (``rows``: ascending positions in the source, the
+        rows of some keys; ``batch_of``, ``t_all``: batch and event time of every source row).
+        For a sweep that steps some keys under one delay (``semantics.sweep_session``)."""
+        self._whole_keys()  # (fits the key coder)
+        init = init_all(self.aggs, self._frame)
+        return self._step_rows(plan, rows, batch_of, t_all, init, ones_of(init))
 
     def _step_rows(self, plan: list[BatchInput], rows: np.ndarray, batch_of: np.ndarray,
                    t_all: np.ndarray, init: Buffers, ones: tuple[tuple[bool, ...], ...]

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from semantics.config import resolve
 from semantics.schedule import Schedule
-from semantics.spark_conf import ALLOW_MULTIPLE, NO_DATA_BATCHES, spark_bool
 from semantics.spec import BacktestSpec
 
 EVENT_US = "__wmbt:event_us"  # a row's event time in µs, added to each row dict
@@ -85,13 +85,10 @@ def plan(schedule: Schedule, spec: BacktestSpec, candidate: str,
     """The batches Spark runs. ``another(new_wm, last_evict)`` is the operator's
     ``shouldRunAnotherBatch``; ``reaches(source, row)``: does the row reach the watermark node
     (a filter pushed below ``withWatermark`` removes it first, §2.1)."""
-    cand = spec.candidates[candidate]
-    conf = spec.conf(candidate)
-    delays = {s: cand.watermark[s].ms for s in spec.query_sources if s in cand.watermark}
-    policy = min if conf.get("spark.sql.streaming.multipleWatermarkPolicy", "min") == "min" \
-        else max
-    allow_multiple = spark_bool(conf.get(ALLOW_MULTIPLE, True), ALLOW_MULTIPLE)
-    no_data = spark_bool(conf.get(NO_DATA_BATCHES, True), NO_DATA_BATCHES)
+    r = resolve(spec, candidate)
+    delays = dict(r.delays_ms)
+    policy = min if r.policy == "min" else max
+    allow_multiple, no_data = r.allow_multiple, r.no_data_batches
     per_input: dict[str, int] = {}  # inputs that have had rows
     wm = prev = 0
     last_evict: int | None = None

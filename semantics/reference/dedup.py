@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import struct
 
+from semantics.config import resolve
 from semantics.reference.batches import EVENT_US, Metrics, ReferenceRun, plan
 from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import BacktestSpec, DeduplicationQuery
@@ -30,8 +31,8 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> ReferenceRun:
     q = spec.query
     assert isinstance(q, DeduplicationQuery)
     et = schedule.event_time[q.source]
-    wm = spec.candidates[candidate].watermark
-    delay_us = wm[q.source].ms * 1000 if q.source in wm else None
+    wm = resolve(spec, candidate).delays_ms
+    delay_us = wm[q.source] * 1000 if q.source in wm else None
     evicts = delay_us is not None and (q.within_watermark or et in q.keys)
     batches = plan(schedule, spec, candidate, lambda new, last: new > (last or 0))
     state: dict[tuple, int] = {}  # key -> the eviction watermark (µs) that removes it

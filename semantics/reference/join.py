@@ -28,6 +28,7 @@ Not modelled here: a join key that is an event-time column (key-based state wate
 
 from __future__ import annotations
 
+from semantics.config import resolve
 from semantics.reference.batches import EVENT_US, Metrics, ReferenceRun, Row, norm, plan
 from semantics.schedule import Schedule
 from semantics.spec import BacktestSpec, JoinQuery
@@ -50,7 +51,7 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> ReferenceRun:
     src = {"left": q.left, "right": q.right}
     if any(k == schedule.event_time[s] for k in q.keys for s in src.values()):
         raise NotImplementedError("a join key that is an event-time column")
-    wm = spec.candidates[candidate].watermark
+    wm = resolve(spec, candidate).delays_ms
     tr = q.time_range
     both = q.left in wm and q.right in wm and tr is not None
     # per side (offset µs, strict) of the conjunct bounding its time from below, if any

@@ -13,13 +13,12 @@
 
 from __future__ import annotations
 
+from semantics.config import resolve
 from semantics.reference import aggregates as A
 from semantics.reference.batches import EVENT_US, Metrics, ReferenceRun, Row, norm, plan
 from semantics.schedule import Schedule
-from semantics.spark_conf import spark_bool
 from semantics.spec import BacktestSpec, SessionQuery
 
-MERGE_LOCAL = "spark.sql.streaming.sessionWindow.merge.sessions.in.local.partition"
 Session = list  # [start µs, end µs, buffer]
 
 
@@ -39,7 +38,7 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> ReferenceRun:
     q = spec.query
     assert isinstance(q, SessionQuery)
     aggs, gap = A.parse(q.aggregates), q.gap.us
-    merge_local = spark_bool(spec.conf(candidate).get(MERGE_LOCAL, False), MERGE_LOCAL)
+    merge_local = resolve(spec, candidate).merge_sessions_locally
     batches = plan(schedule, spec, candidate,
                    lambda new, last: q.output_mode != "complete" and new > (last or 0))
     state: dict[tuple, list[Session]] = {}  # key -> its sessions, by start

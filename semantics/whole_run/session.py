@@ -19,7 +19,7 @@ one before (a unit merges with every stored session it overlaps or touches). So
 
 That holds while no piece is evicted before its component is complete: a row arriving after
 such an eviction starts a new session instead of joining the evicted one. Such keys are found
-(:func:`_early_evicted_keys`: never missed, rarely a key without one) and left to the step
+(:func:`early_evicted_keys`: never missed, rarely a key without one) and left to the step
 function (``stepped``); the counts of the two parts add up, since every count is a sum over
 keys.
 
@@ -36,6 +36,7 @@ import numpy as np
 
 from semantics.operators.columns import min_max
 from semantics.operators.grouping import (
+    PACK_LIMIT,
     by_key_then_time,
     distinct,
     id_parts,
@@ -48,6 +49,9 @@ from semantics.tuning import KEY_RANGE_ROWS as CHUNK
 from semantics.tuning import MIN_RANGE, STEPPED_AT_MOST
 from semantics.whole_run.kernels import ThresholdSearch, leaving_batch
 
+# out-of-order rows a row walks back over before its range is declined (a longer walk back:
+# the range is stepped, or a sweep's delay predicted alone)
+MAX_WINDOW = 64
 
 @dataclass(frozen=True)
 class AllSessions:
@@ -71,7 +75,7 @@ class AllSessions:
 
 def sessions_at_once(kid: np.ndarray, t: np.ndarray, batch_of: np.ndarray, gap_us: int,
                      late_us: np.ndarray | None, evict_us: np.ndarray | None, n_b: int,
-                     max_window: int = 64) -> list[AllSessions] | None:
+                     max_window: int = MAX_WINDOW) -> list[AllSessions] | None:
     """Sessions of ``kid`` (exact key id per source row), ``t`` (event time µs) and
     ``batch_of`` (executed batch of each row, non-decreasing, below ``n_b``) with ``late_us``
     / ``evict_us`` (per batch; None: no watermark), one :class:`AllSessions` per key range
@@ -175,8 +179,8 @@ def _at_once(kid: np.ndarray, t: np.ndarray, batch_of: np.ndarray, gap_us: int,
     new_key = k[1:] != k[:-1]
     cut = np.ones(len(o), dtype=bool)
     cut[1:] = new_key | (ts[1:] > ts[:-1] + gap_us)
-    heads, last, b_last, comp = _components(cut, bb)
-    stepped_keys = _early_evicted_keys(k, ts, bb, cut, comp, b_last, gap_us, evict_us)
+    heads, last, b_last, comp = components(cut, bb)
+    stepped_keys = early_evicted_keys(k, ts, bb, cut, comp, b_last, gap_us, evict_us)
     stepped = np.array([], dtype=np.int64)
     if len(stepped_keys):
         stepped = np.flatnonzero(np.isin(kid, stepped_keys))
@@ -186,9 +190,9 @@ def _at_once(kid: np.ndarray, t: np.ndarray, batch_of: np.ndarray, gap_us: int,
         o, k, ts, bb = o[keep], k[keep], ts[keep], bb[keep]
         new_key = k[1:] != k[:-1]
         cut = cut[keep]  # a kept row's component is kept whole: the first row is still first
-        heads, last, b_last, comp = _components(cut, bb)
+        heads, last, b_last, comp = components(cut, bb)
         late &= ~np.isin(kid, stepped_keys)
-    a = _first_arrival_before(cut, comp, ts, bb, gap_us, n_b, max_window)
+    a = first_arrival_before(cut, comp, ts, bb, gap_us, n_b, max_window)
     if a is None:
         return None
 
@@ -208,7 +212,7 @@ def _at_once(kid: np.ndarray, t: np.ndarray, batch_of: np.ndarray, gap_us: int,
     krank = np.zeros(len(k), dtype=np.int32)  # (a range's keys: fewer than 2**31)
     np.cumsum(new_key, out=krank[1:])
     bits = int(n_b).bit_length()  # a key's (batch) codes, n_b included: never evicted
-    if len(k) and (int(krank[-1]) + 1) << (bits + 2) >= _PACK_LIMIT:
+    if len(k) and (int(krank[-1]) + 1) << (bits + 2) >= PACK_LIMIT:
         return None
     # a piece start is stored in [b_s, a_s); a component's first row until its eviction batch
     head = cut[starts]
@@ -221,13 +225,13 @@ def _at_once(kid: np.ndarray, t: np.ndarray, batch_of: np.ndarray, gap_us: int,
         head=o[heads], stepped=stepped)
 
 
-def _components(cut: np.ndarray, bb: np.ndarray
+def components(cut: np.ndarray, bb: np.ndarray
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``(heads, last, b_last, comp)`` of the components that start where ``cut`` is True:
     their first and last rows (by time), the batch of their last arrival (``bb``: the batch of
     every row, from 0), and the component of every row.
 
-    >>> [a.tolist() for a in _components(np.array([True, False, True]), np.array([0, 2, 1]))]
+    >>> [a.tolist() for a in components(np.array([True, False, True]), np.array([0, 2, 1]))]
     [[0, 2], [1, 2], [2, 1], [0, 0, 1]]
     """
     heads = np.flatnonzero(cut)
@@ -241,7 +245,7 @@ def _components(cut: np.ndarray, bb: np.ndarray
     return heads, last, (w[last] & 0xFFFFFFFF).astype(bb.dtype), comp
 
 
-def _early_evicted_keys(k: np.ndarray, ts: np.ndarray, bb: np.ndarray, cut: np.ndarray,
+def early_evicted_keys(k: np.ndarray, ts: np.ndarray, bb: np.ndarray, cut: np.ndarray,
                         comp: np.ndarray, b_last: np.ndarray, gap_us: int,
                         evict_us: np.ndarray | None) -> np.ndarray:
     """The keys (sorted, distinct) with a piece evicted before its component is complete, and
@@ -266,7 +270,7 @@ def _early_evicted_keys(k: np.ndarray, ts: np.ndarray, bb: np.ndarray, cut: np.n
     return distinct(k[early])
 
 
-def _first_arrival_before(cut: np.ndarray, comp: np.ndarray, ts: np.ndarray, bb: np.ndarray,
+def first_arrival_before(cut: np.ndarray, comp: np.ndarray, ts: np.ndarray, bb: np.ndarray,
                           gap_us: int, n_b: int, max_window: int) -> np.ndarray | None:
     """Per row (sorted by (key, time, batch)): the earliest batch of the rows before it within
     ``gap_us`` (``n_b`` when there are none), or any value not above the row's own batch when
@@ -354,8 +358,6 @@ def _updated_and_keys(krank: np.ndarray, bb: np.ndarray, starts: np.ndarray, s_t
     keys = np.cumsum(np.bincount(code[last] & mask, change, mask + 1)[:n_b]).astype(np.int64)
     return updated, keys
 
-
-_PACK_LIMIT = 1 << 62
 
 
 def _late_units(kid: np.ndarray, t: np.ndarray, batch_of: np.ndarray, late: np.ndarray,
