@@ -34,14 +34,19 @@ def with_sweep(folder: Path, sweep_field: dict | None, name: str = NAME) -> Path
     return path
 
 
-def materialize_sweep(root: Path, partition: str = NAME) -> dict:
-    with dg.instance_for_test() as instance:
-        add_partitions(instance, [f"{partition}|x"])
-        run = dg.materialize([delay_sweep], partition_key=partition, instance=instance,
-                             resources=resources(root, NoSpark()))
-        assert run.success
-        [mat] = run.asset_materializations_for_node("delay_sweep")
-        return mat.metadata
+def materialize_sweep(root: Path, partition: str = NAME,
+                      instance: dg.DagsterInstance | None = None) -> dict:
+    """The delay_sweep's metadata, materialized on ``instance`` (a test instance of its own when
+    None: a second test instance inside another's ``with`` loses the first one's weakref)."""
+    if instance is None:
+        with dg.instance_for_test() as own:
+            return materialize_sweep(root, partition, own)
+    add_partitions(instance, [f"{partition}|x"])
+    run = dg.materialize([delay_sweep], partition_key=partition, instance=instance,
+                         resources=resources(root, NoSpark()))
+    assert run.success
+    [mat] = run.asset_materializations_for_node("delay_sweep")
+    return mat.metadata
 
 
 def test_sweep_asset_shows_the_curve_and_its_knee(tmp_path: Path) -> None:
@@ -187,7 +192,7 @@ def test_html_report_shows_the_sweep_while_spec_and_data_are_current(tmp_path: P
         path = Path(first.asset_materializations_for_node("candidate_comparison")[0]
                     .metadata["report"].value)
         assert "Delay sweep" not in path.read_text()
-        meta = materialize_sweep(tmp_path)
+        meta = materialize_sweep(tmp_path, instance=instance)
         assert meta["report"].value == str(path)
         swept = section(path.read_text())
         # ... and the comparison after the sweep keeps it
