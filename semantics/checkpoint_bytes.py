@@ -666,7 +666,7 @@ def estimate(spec: BacktestSpec, candidate: str, schedule: Schedule,
     none = pd.Series([None] * len(batches), index=batches.index, dtype="Int64")
     if not len(batches) or not hdfs_backed(spec, candidate):
         return none
-    if resolve(spec, candidate).profile.name.startswith("3."):
+    if resolve(spec, candidate).profile.checkpoint_layout_unmodelled:
         return none
     if "operator" in batches.columns and batches["operator"].nunique() > 1:
         return none

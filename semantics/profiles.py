@@ -55,6 +55,10 @@ class SparkProfile:
     #: nothing). Locked by tests/test_profiles_spark.py (pyspark 4.3.0: random full outer
     #: scenarios and Spark's own range-condition scenario in every outer join type).
     join_counts_every_removal: bool = False
+    #: Spark 3.5: the checkpoint layout ``semantics.checkpoint_bytes`` models is Spark 4's
+    #: (checked on 4.0.5 by tests/test_checkpoint_bytes.py); a 3.5.9 replay's first batch
+    #: differed by more than its tolerance (docs/replay.md's 3.5 command), so not predicted.
+    checkpoint_layout_unmodelled: bool = False
 
     @property
     def reference_rules(self) -> bool:
@@ -64,8 +68,9 @@ class SparkProfile:
 
 
 PROFILES: dict[str, SparkProfile] = {
-    "3.5.0": SparkProfile("3.5.0", join_skips_evictable_inputs=True),
-    "3.5": SparkProfile("3.5"),
+    "3.5.0": SparkProfile("3.5.0", join_skips_evictable_inputs=True,
+                          checkpoint_layout_unmodelled=True),
+    "3.5": SparkProfile("3.5", checkpoint_layout_unmodelled=True),
     "4.0": SparkProfile("4.0"),
     "4.2": SparkProfile("4.2", left_semi_right_first=True, join_counts_every_removal=True),
 }
