@@ -28,9 +28,11 @@ from tests.test_orchestration import CANDIDATES_YAML, spec_text, write_tiny_back
 
 def evaluate(instance: dg.DagsterInstance, folder: Path, cursor: str | None):
     """One sensor tick; applies its partition requests like the daemon would."""
-    ctx = dg.build_sensor_context(instance=instance, cursor=cursor,
-                                  resources={"specs": SpecsResource(folder=str(folder))})
-    result = spec_sensor(ctx)
+    # (contexts used as ``with``: one left open restores a dead instance's storage into
+    # Dagster's context variable when it closes later, breaking the next test's definitions)
+    with dg.build_sensor_context(instance=instance, cursor=cursor,
+                                 resources={"specs": SpecsResource(folder=str(folder))}) as ctx:
+        result = spec_sensor(ctx)
     if isinstance(result, dg.SensorResult):
         for req in result.dynamic_partitions_requests or []:
             if isinstance(req, dg.AddDynamicPartitionsRequest):
@@ -134,18 +136,20 @@ def test_schedule_requests_every_partition(tmp_path):
     write_tiny_backtest(tmp_path, name="other_clicks", candidates={"only": "{watermark: "
                                                                     "{clicks: 1 minute}}"})
     with dg.instance_for_test() as instance:
-        ctx = dg.build_schedule_context(instance=instance,
-                                        resources={"specs": SpecsResource(folder=str(folder))})
-        requests = nightly_backtests(ctx)
+        with dg.build_schedule_context(
+                instance=instance,
+                resources={"specs": SpecsResource(folder=str(folder))}) as ctx:
+            requests = nightly_backtests(ctx)
         assert sorted(r.partition_key for r in requests) == [
             "other_clicks|only", "tiny_clicks|loose", "tiny_clicks|tight"]
         assert sorted(instance.get_dynamic_partitions(CANDIDATES.name)) == [
             "other_clicks|only", "tiny_clicks|loose", "tiny_clicks|tight"]
         assert sorted(instance.get_dynamic_partitions(BACKTESTS.name)) == [
             "other_clicks", "tiny_clicks"]
-        empty = dg.build_schedule_context(
-            instance=instance, resources={"specs": SpecsResource(folder=str(tmp_path / "no"))})
-        assert isinstance(nightly_backtests(empty), dg.SkipReason)
+        with dg.build_schedule_context(
+                instance=instance,
+                resources={"specs": SpecsResource(folder=str(tmp_path / "no"))}) as empty:
+            assert isinstance(nightly_backtests(empty), dg.SkipReason)
 
 
 def _run(instance: dg.DagsterInstance, key: str, status: dg.DagsterRunStatus) -> dg.DagsterRun:
@@ -162,13 +166,12 @@ def test_comparison_refresh_waits_for_the_last_candidate():
         _run(instance, "other|x", dg.DagsterRunStatus.STARTED)  # another backtest: ignored
         event = dg.DagsterEvent(event_type_value="PIPELINE_SUCCESS",
                                 job_name=backtest_candidates_job.name)
-        ctx = dg.build_run_status_sensor_context(
-            sensor_name="compare_after_success", dagster_instance=instance,
-            dagster_run=done, dagster_event=event)
-        assert isinstance(compare_after_success(ctx), dg.SkipReason)
-
-        instance.report_run_canceled(running)
-        req = compare_after_success(ctx)
+        with dg.build_run_status_sensor_context(
+                sensor_name="compare_after_success", dagster_instance=instance,
+                dagster_run=done, dagster_event=event) as ctx:
+            assert isinstance(compare_after_success(ctx), dg.SkipReason)
+            instance.report_run_canceled(running)
+            req = compare_after_success(ctx)
         assert isinstance(req, dg.RunRequest)
         assert req.partition_key == "tiny_clicks"
         assert instance.get_dynamic_partitions(BACKTESTS.name) == ["tiny_clicks"]
