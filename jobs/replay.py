@@ -249,8 +249,12 @@ def _stop_quietly(spark: SparkSession, query: Any) -> None:
 
     main = threading.current_thread() is threading.main_thread()
     prev_int = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
-    py4j = logging.getLogger("py4j")
-    was_disabled, py4j.disabled = py4j.disabled, True
+    # (each py4j logger by name: ``disabled`` is not inherited, and the callback server
+    # logs a cancelled foreachBatch call on ``py4j.clientserver``)
+    py4j = [logging.getLogger(n) for n in ("py4j", "py4j.clientserver", "py4j.java_gateway")]
+    was_disabled = [lg.disabled for lg in py4j]
+    for lg in py4j:
+        lg.disabled = True
     root = None if is_connect(spark) else \
         spark._jvm.org.apache.logging.log4j.LogManager.getRootLogger()  # noqa: SLF001
     level = None if root is None else root.getLevel().toString()
@@ -258,12 +262,15 @@ def _stop_quietly(spark: SparkSession, query: Any) -> None:
         if level is not None:
             spark.sparkContext.setLogLevel("OFF")
         _stop(query)
+        if not is_connect(spark):
+            sink.wait_idle(30.0)
     except Exception:  # noqa: BLE001 - interrupted anyway; the work folder stays resumable
         pass
     finally:
         if level is not None:
             spark.sparkContext.setLogLevel(level)
-        py4j.disabled = was_disabled
+        for lg, was in zip(py4j, was_disabled, strict=True):
+            lg.disabled = was
         if main:
             signal.signal(signal.SIGINT, prev_int)
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -36,6 +37,9 @@ from pyspark.sql import DataFrame, SparkSession
 from jobs import progress
 
 WATERMARKS_DIR = "_watermarks"
+# classic foreachBatch calls running now (py4j runs them on callback-server threads)
+_running = threading.Condition()
+_calls = 0
 # what Spark's StreamExecution.isInterruptionException looks for in a Python sink's error
 _INTERRUPTIONS = ("java.lang.InterruptedException", "java.io.InterruptedIOException",
                   "java.nio.channels.ClosedByInterruptException")
@@ -173,12 +177,28 @@ def make_sink(outputs: Path, spark: SparkSession | None, query_name: str,
             save_progress_before(spark, query_name, batch_id, progress_dir)
 
     def sink(df: DataFrame, batch_id: int) -> None:
+        global _calls
+        with _running:
+            _calls += 1
         try:
             write_rows_and_watermarks(df, batch_id)
         except Exception as exc:  # noqa: BLE001 - re-raised, short
             raise short_error(exc, batch_id) from None
+        finally:
+            with _running:
+                _calls -= 1
+                _running.notify_all()
 
     return sink
+
+
+def wait_idle(timeout_s: float) -> bool:
+    """Wait until no classic foreachBatch call runs (at most ``timeout_s``); False on timeout.
+    A query stopped mid-batch returns from ``stop`` before its cancelled Python call has
+    failed and been logged by py4j: an interrupted replay waits for it while py4j's loggers
+    are silenced."""
+    with _running:
+        return _running.wait_for(lambda: _calls == 0, timeout_s)
 
 
 def short_error(exc: Exception, batch_id: int) -> RuntimeError:
