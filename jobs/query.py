@@ -95,6 +95,10 @@ def build_query(
 ) -> BuiltQuery:
     """The query of ``spec`` over the tagged input ``stream``; columns = ``output_columns``."""
     q = spec.query
+    if q.kind == "pipeline":  # (several stages: jobs.pipeline_query)
+        from jobs.pipeline_query import build_pipeline
+
+        return build_pipeline(spec, candidate, stream, data_columns)
     cols = output_columns(spec, dict(data_columns))
     if isinstance(q, JoinQuery):
         df = _join(spec, candidate, stream, data_columns, q)

@@ -293,14 +293,25 @@ class JoinQuery(_Model):
         return self
 
 
+from semantics.pipeline.spec import STAGES, PipelineQuery  # noqa: E402 (it uses the above)
+
+
+def _pipeline_kind(data: object) -> object:
+    """A ``query`` with ``pipeline:`` is the pipeline kind (it is written without ``kind``)."""
+    if isinstance(data, dict) and "pipeline" in data and "kind" not in data:
+        return {"kind": "pipeline", **data}
+    return data
+
+
 Query = Annotated[
-    AggregationQuery | DeduplicationQuery | SessionQuery | JoinQuery,
+    AggregationQuery | DeduplicationQuery | SessionQuery | JoinQuery | PipelineQuery,
+    BeforeValidator(_pipeline_kind),
     Field(discriminator="kind"),
 ]
 # the query models by their ``kind`` (pydantic's discriminator tag in error locations)
 QUERY_KINDS: dict[str, type[_Model]] = {
     "aggregation": AggregationQuery, "deduplication": DeduplicationQuery,
-    "session": SessionQuery, "join": JoinQuery}
+    "session": SessionQuery, "join": JoinQuery, "pipeline": PipelineQuery}
 
 
 _BYTE_UNITS = {"": 0, "b": 0, "k": 1, "kb": 1, "m": 2, "mb": 2, "g": 3, "gb": 3, "t": 4,
@@ -457,6 +468,8 @@ class BacktestSpec(_Model):
     @property
     def query_sources(self) -> tuple[str, ...]:
         q = self.query
+        if isinstance(q, PipelineQuery):  # (no source named: the spec's only one)
+            return q.sources or tuple(self.sources)[:1]
         return (q.left, q.right) if isinstance(q, JoinQuery) else (q.source,)
 
     @property
@@ -598,6 +611,8 @@ def _loc(loc: tuple[Any, ...]) -> str:
             parts.append(f"[{p}]")
         elif p in QUERY_KINDS and parts == ["query"]:
             continue  # discriminator tag inserted by pydantic
+        elif p in STAGES and parts[:2] == ["query", ".pipeline"] and parts[-1].startswith("["):
+            continue  # (a pipeline stage's tag, before its one key)
         elif str(p).startswith("function-") or p in ("Duration",):
             continue
         else:
