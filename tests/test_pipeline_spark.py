@@ -53,3 +53,47 @@ def test_dedup_then_window_aggregation(spark, tmp_path):
     assert list(actual.batches["operator"].iloc[:2]) == ["stateStoreSave", "dedupe"]
     assert list(actual.outputs.columns) == ["batch_id", "window_start", "window_end", "n"]
     assert actual.batches["dropped_by_watermark"].sum() > 0
+
+
+def test_aggregation_then_aggregation_over_window_time(spark, tmp_path):
+    # 10 s counts per key, then 30 s sums of them over window_time (window end − 1 µs);
+    # delay 5 s, live pace: a 10 s window emitted in a batch reaches the 30 s window in the
+    # same batch, and that one is emitted once the watermark passes its end.
+    spec = make_spec(
+        tmp_path / "src",
+        [("e", [{"k": "a", "ts": 1}, {"k": "b", "ts": 4}, {"k": "a", "ts": 12}]),
+         ("e", [{"k": "a", "ts": 22}, {"k": "b", "ts": 9}]),
+         ("e", [{"k": "a", "ts": 33}, {"k": "a", "ts": 3}]),
+         ("e", [{"k": "b", "ts": 47}]),
+         ("e", [{"k": "b", "ts": 75}])],
+        {"pipeline": [{"aggregate": {"window": {"duration": "10 seconds"}, "keys": ["k"],
+                                     "aggregates": {"n": "count(*)"}}},
+                      {"aggregate": {"window": {"duration": "30 seconds", "time": "window_time"},
+                                     "keys": [], "aggregates": {"total": "sum(n)"}}}]},
+        {"e": "5 seconds"}, pace="live")
+    predicted, actual = both(spark, spec, tmp_path)
+    assert set(actual.batches["operator"]) == {"stateStoreSave"}
+    assert list(actual.outputs.columns) == ["batch_id", "window_start", "window_end", "total"]
+    assert actual.outputs["total"].sum() > 0
+
+
+@pytest.mark.parametrize("policy", ["min", "max"])
+def test_union_then_aggregation(spark, tmp_path, policy):
+    # two sources unioned, each with its own withWatermark (a: 5 s, b: 20 s); the global
+    # watermark is their min or max, and every operator's input watermark is the global one.
+    commits = [("a", [{"k": "x", "ts": 10}]), ("b", [{"k": "y", "ts": 40}]),
+               ("a", [{"k": "x", "ts": 31}, {"k": "y", "ts": 2}]),
+               ("b", [{"k": "x", "ts": 12}, {"k": "y", "ts": 61}]),
+               ("a", [{"k": "x", "ts": 25}, {"k": "y", "ts": 90}]),
+               ("b", [{"k": "y", "ts": 44}])]
+    spec = make_spec(
+        tmp_path / "src", commits,
+        {"pipeline": [{"union": ["a", "b"]},
+                      {"deduplicate": {"keys": ["k", "ts"]}},
+                      {"aggregate": {"window": {"duration": "10 seconds"}, "keys": ["k"],
+                                     "aggregates": {"n": "count(*)"}}}]},
+        {"a": "5 seconds", "b": "20 seconds"}, pace="live", policy=policy)
+    predicted, actual = both(spark, spec, tmp_path)
+    assert actual.batches["dropped_by_watermark"].sum() > 0
+    assert list(actual.batches.columns[:6]) == ["batch_id", "tick", "has_data", "input_rows",
+                                                "input_rows_a", "input_rows_b"]
