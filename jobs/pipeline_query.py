@@ -1,4 +1,5 @@
-"""A pipeline query (SPEC.md §1.2) compiled to PySpark over ``jobs.query.source_frames``.
+"""A pipeline query (SPEC.md §1.2) compiled to PySpark over the frames of
+``jobs.query.source_frames`` (which ``jobs.query.build_query`` hands it: no import back).
 
 Stage by stage, as docs/semantics.md §13 describes it: the sources (each with its own
 ``withWatermark``) unioned by name; ``filter`` as ``DataFrame.filter(sql)``; ``select`` as
@@ -18,7 +19,7 @@ from collections.abc import Mapping
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from jobs.query import BuiltQuery, interval, source_frames
+from semantics.durations import Duration
 from semantics.pipeline.columns import WINDOW_TIME, flow
 from semantics.pipeline.spec import (
     AggregateStage,
@@ -30,13 +31,17 @@ from semantics.pipeline.spec import (
 from semantics.spec import BacktestSpec
 
 
-def build_pipeline(spec: BacktestSpec, candidate: str, stream: DataFrame,
-                   data_columns: Mapping[str, tuple[str, ...]]) -> BuiltQuery:
-    """The pipeline of ``spec`` over the tagged input ``stream`` (append mode)."""
+def interval(d: Duration) -> str:
+    """A Spark interval string with exactly ``d``'s value (as ``jobs.query.interval``)."""
+    return f"{d.us} microseconds"
+
+
+def build_pipeline(spec: BacktestSpec, frames: Mapping[str, DataFrame],
+                   data_columns: Mapping[str, tuple[str, ...]]) -> DataFrame:
+    """The pipeline of ``spec`` over its sources' watermarked ``frames`` (append mode)."""
     q = spec.query
     assert isinstance(q, PipelineQuery)
     views, out_cols = flow(spec, data_columns)
-    frames = source_frames(spec, candidate, stream, data_columns)
     df = frames[spec.query_sources[0]]
     for s in spec.query_sources[1:]:
         df = df.unionByName(frames[s])
@@ -53,7 +58,7 @@ def build_pipeline(spec: BacktestSpec, candidate: str, stream: DataFrame,
         else:
             assert isinstance(stage, AggregateStage)
             df = _aggregate(df, stage, views[i].event_time, i < last)
-    return BuiltQuery(df.select(*out_cols), q.output_mode)
+    return df.select(*out_cols)
 
 
 def _aggregate(df: DataFrame, stage: AggregateStage, event_time: str | None,

@@ -98,7 +98,8 @@ def build_query(
     if q.kind == "pipeline":  # (several stages: jobs.pipeline_query)
         from jobs.pipeline_query import build_pipeline
 
-        return build_pipeline(spec, candidate, stream, data_columns)
+        frames = source_frames(spec, candidate, stream, data_columns)
+        return BuiltQuery(build_pipeline(spec, frames, data_columns), q.output_mode)
     cols = output_columns(spec, dict(data_columns))
     if isinstance(q, JoinQuery):
         df = _join(spec, candidate, stream, data_columns, q)

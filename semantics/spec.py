@@ -293,7 +293,11 @@ class JoinQuery(_Model):
         return self
 
 
-from semantics.pipeline.spec import STAGES, PipelineQuery  # noqa: E402 (it uses the above)
+from semantics.pipeline.spec import (  # noqa: E402 (it uses the above)
+    STAGES,
+    PipelineQuery,
+    check_pipeline,
+)
 
 
 def _pipeline_kind(data: object) -> object:
@@ -606,12 +610,12 @@ def _no_repeated_keys(loader: _Loader, file: str, node: yaml.Node, path: str,
 
 def _loc(loc: tuple[Any, ...]) -> str:
     parts: list[str] = []
-    for p in loc:
+    for i, p in enumerate(loc):
         if isinstance(p, int):
             parts.append(f"[{p}]")
-        elif p in QUERY_KINDS and parts == ["query"]:
+        elif p in QUERY_KINDS and parts == ["query"] and i == 1:
             continue  # discriminator tag inserted by pydantic
-        elif p in STAGES and parts[:2] == ["query", ".pipeline"] and parts[-1].startswith("["):
+        elif p in STAGES and parts[:2] == ["query", ".pipeline"] and loc[i + 1:i + 2] == (p,):
             continue  # (a pipeline stage's tag, before its one key)
         elif str(p).startswith("function-") or p in ("Duration",):
             continue
@@ -714,6 +718,7 @@ def check_spec(spec: BacktestSpec) -> None:
             raise SpecError(f, "query", f"source {src!r} is not defined under sources "
                             f"(defined: {', '.join(spec.sources)})")
     _check_keys_once(spec)
+    check_pipeline(spec)
     _check_sweep(spec)
     used = set(spec.query_sources)
     for name, cand in spec.candidates.items():

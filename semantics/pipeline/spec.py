@@ -11,7 +11,7 @@ be the first stage; a pipeline holds at least one stateful stage (deduplicate or
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import (
     BaseModel,
@@ -23,7 +23,11 @@ from pydantic import (
     model_validator,
 )
 
+from semantics.errors import SpecError
 from semantics.spec import Aggregates, Identifier, WindowSpec
+
+if TYPE_CHECKING:
+    from semantics.spec import BacktestSpec
 
 
 class _Model(BaseModel):
@@ -169,3 +173,21 @@ class PipelineQuery(_Model):
     def stateful(self) -> tuple[DeduplicateStage | AggregateStage, ...]:
         return tuple(s for s in self.stages  # type: ignore[misc]
                      if isinstance(s, DeduplicateStage | AggregateStage))
+
+
+def check_pipeline(spec: BacktestSpec) -> None:
+    """Cross-field rules of a pipeline query (the columns are checked where the tables are
+    read: ``semantics.pipeline.columns.flow``)."""
+    q = spec.query
+    if not isinstance(q, PipelineQuery):
+        return
+    if not q.sources and len(spec.sources) != 1:
+        raise SpecError(spec.path, "query.pipeline[0]", "a first stage {source: name} or "
+                        "{union: [names]}: the spec defines several sources "
+                        f"({', '.join(spec.sources)})")
+    for cname, cand in spec.candidates.items():
+        if any(isinstance(s, AggregateStage) for s in q.stages) and not any(
+                s in cand.watermark for s in spec.query_sources):
+            raise SpecError(spec.path, f"candidates.{cname}.watermark", "a watermark on a "
+                            "source of the pipeline: Spark rejects append output mode for an "
+                            "aggregation without one")
