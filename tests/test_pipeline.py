@@ -148,3 +148,27 @@ def test_spec_errors_name_file_field_and_expectation():
     e = error({"pipeline": [{"aggregate": {"window": {"duration": "1 minute"}}}]},
               watermark=None)
     assert e.field == "candidates.c.watermark"
+
+
+def test_spark_suite_agg_agg_agg():
+    # MultiStatefulOperatorsSuite "agg -> agg -> agg, append mode": delay 0, windows of 5 s,
+    # then 10 s and 20 s over window_time; each AddData a batch, each followed by a no-data
+    # batch. Spark's figures are listed top-down (the last operator first), as the report.
+    w = {"duration": "5 seconds"}
+    q = {"pipeline": [
+        {"aggregate": {"window": w, "aggregates": {"count": "count(*)"}}},
+        {"aggregate": {"window": {"duration": "10 seconds", "time": "window_time"},
+                       "aggregates": {"count": "count(*)", "sum": "sum(count)"}}},
+        {"aggregate": {"window": {"duration": "20 seconds", "time": "window_time"},
+                       "aggregates": {"count": "count(*)", "sum": "sum(sum)"}}}]}
+    sched = schedule_of([[{"ts": v} for v in range(0, 38)], [{"ts": v} for v in range(30, 61)]],
+                        pace="live")
+    r = predict(sched, spec(q, watermark="0 seconds"), "c")
+    by_batch = r.batches.groupby("batch_id")
+    assert [list(g["state_rows"]) for _, g in by_batch] == [[0, 0, 8], [1, 1, 1], [1, 1, 6],
+                                                           [0, 0, 1]]
+    assert [list(g["dropped_by_watermark"]) for _, g in by_batch] == [[0, 0, 0], [0, 0, 0],
+                                                                     [0, 0, 1], [0, 0, 0]]
+    out = [(b, s.value // 10**9, e.value // 10**9, c, t) for b, s, e, c, t in r.outputs[
+        ["batch_id", "window_start", "window_end", "count", "sum"]].itertuples(index=False)]
+    assert sorted(out) == [(1, 0, 20, 2, 20), (3, 20, 40, 2, 23), (3, 40, 60, 2, 20)]
