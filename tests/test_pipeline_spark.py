@@ -30,7 +30,8 @@ def both(spark, spec, tmp_path):
     return predicted, actual
 
 
-def test_dedup_then_window_aggregation(spark, tmp_path):
+@pytest.mark.parametrize("allow_multiple", [True, False])
+def test_dedup_then_window_aggregation(spark, tmp_path, allow_multiple):
     # dedup on (id, ts), then 10 s tumbling counts; delay 5 s, live pace (no-data batches).
     #   c0: (1,1) (1,1) (2,3)   c1: (3,12) (1,1)   c2: (4,2) (5,25)   c3: (6,40)
     # b0: dedup keeps (1,1) (2,3): window [0,10) gets 2. W after: 3-5 < 0 -> 0.
@@ -48,7 +49,8 @@ def test_dedup_then_window_aggregation(spark, tmp_path):
         {"pipeline": [{"deduplicate": {"keys": ["id", "ts"]}},
                       {"aggregate": {"window": {"duration": "10 seconds"},
                                      "aggregates": {"n": "count(*)"}}}]},
-        {"e": "5 seconds"}, pace="live")
+        {"e": "5 seconds"}, pace="live", spark_conf={
+            "spark.sql.streaming.statefulOperator.allowMultiple": allow_multiple})
     predicted, actual = both(spark, spec, tmp_path)
     assert list(actual.batches["operator"].iloc[:2]) == ["stateStoreSave", "dedupe"]
     assert list(actual.outputs.columns) == ["batch_id", "window_start", "window_end", "n"]
