@@ -38,13 +38,17 @@ def interval(d: Duration) -> str:
 
 def build_pipeline(spec: BacktestSpec, frames: Mapping[str, DataFrame],
                    data_columns: Mapping[str, tuple[str, ...]]) -> DataFrame:
-    """The pipeline of ``spec`` over its sources' watermarked ``frames`` (append mode)."""
+    """The pipeline of ``spec`` over its sources' watermarked ``frames`` (append mode; a
+    first join stage: ``frames`` is the joined frame alone, built by ``jobs.query``)."""
     q = spec.query
     assert isinstance(q, PipelineQuery)
     views, out_cols = flow(spec, data_columns)
-    df = frames[spec.query_sources[0]]
-    for s in spec.query_sources[1:]:
-        df = df.unionByName(frames[s])
+    if q.join is not None:
+        (df,) = frames.values()
+    else:
+        df = frames[spec.query_sources[0]]
+        for s in spec.query_sources[1:]:
+            df = df.unionByName(frames[s])
     last = len(q.stages) - 1
     for i, stage in enumerate(q.stages):
         if isinstance(stage, FilterStage):

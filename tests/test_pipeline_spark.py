@@ -99,3 +99,29 @@ def test_union_then_aggregation(spark, tmp_path, policy):
     assert actual.batches["dropped_by_watermark"].sum() > 0
     assert list(actual.batches.columns[:6]) == ["batch_id", "tick", "has_data", "input_rows",
                                                 "input_rows_a", "input_rows_b"]
+
+
+@pytest.mark.parametrize("join_type", ["inner", "left_outer"])
+def test_join_then_aggregation(spark, tmp_path, join_type):
+    # impressions i join clicks c on ad, c.ts BETWEEN i.ts AND i.ts + 10 s (left: c), then
+    # 10 s counts over the left event time. The aggregation's watermarks are the join's
+    # output watermark (its state watermarks' min), not the global one (§13.2).
+    commits = [("c", [{"ad": 1, "ts": 5}, {"ad": 2, "ts": 8}]),
+               ("i", [{"ad": 1, "ts": 1}, {"ad": 2, "ts": 3}]),
+               ("c", [{"ad": 1, "ts": 25}, {"ad": 3, "ts": 30}]),
+               ("i", [{"ad": 1, "ts": 20}, {"ad": 3, "ts": 26}, {"ad": 9, "ts": 2}]),
+               ("c", [{"ad": 1, "ts": 48}]),
+               ("i", [{"ad": 1, "ts": 45}, {"ad": 4, "ts": 70}]),
+               ("c", [{"ad": 4, "ts": 75}, {"ad": 2, "ts": 9}])]
+    spec = make_spec(
+        tmp_path / "src", commits,
+        {"pipeline": [{"join": {"type": join_type, "left": "c", "right": "i", "keys": ["ad"],
+                                "time_range": {"lower": "0 seconds", "upper": "10 seconds"}}},
+                      {"aggregate": {"window": {"duration": "10 seconds"},
+                                     "aggregates": {"n": "count(*)"}}}]},
+        {"c": "5 seconds", "i": "5 seconds"}, pace="live")
+    predicted, actual = both(spark, spec, tmp_path)
+    assert list(actual.batches["operator"].iloc[:2]) == ["stateStoreSave", "symmetricHashJoin"]
+    aggs = actual.batches[actual.batches["operator"] == "stateStoreSave"]
+    assert (aggs["eviction_watermark_ms"] != aggs["watermark_ms"]).any()
+    assert actual.outputs["n"].sum() > 0

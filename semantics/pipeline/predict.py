@@ -35,16 +35,18 @@ def report(spec: BacktestSpec, res: PipelineRun) -> pd.DataFrame:
         emitted[bid] = emitted.get(bid, 0) + 1
     records = []
     order = spark_order(len(res.names))
-    for b, ms in zip(res.plan, res.metrics, strict=True):
+    for n, (b, ms) in enumerate(zip(res.plan, res.metrics, strict=True)):
         for index, pos in enumerate(order):
             m = ms[pos]
+            # (operators after a join: the join's output watermark, §13.2)
+            late, evict = res.below[n] if res.below and pos else (b.late_ms, b.evict_ms)
             records.append({
                 "batch_id": b.batch_id, "tick": b.tick, "has_data": b.has_data,
                 "input_rows": sum(len(r) for r in b.rows.values()),
                 **{f"input_rows_{s}": len(b.rows[s]) for s in spec.query_sources},
                 "watermark_ms": b.watermark_ms, "operator": res.names[pos],
-                "operator_index": index, "late_watermark_ms": b.late_ms,
-                "eviction_watermark_ms": b.evict_ms,
+                "operator_index": index, "late_watermark_ms": late,
+                "eviction_watermark_ms": evict,
                 "dropped_by_watermark": m.dropped_by_watermark, "state_rows": m.state_rows,
                 "state_rows_updated": m.state_rows_updated,
                 "state_rows_removed": m.state_rows_removed,

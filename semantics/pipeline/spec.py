@@ -24,7 +24,7 @@ from pydantic import (
 )
 
 from semantics.errors import SpecError
-from semantics.spec import Aggregates, Identifier, WindowSpec
+from semantics.spec import Aggregates, Identifier, JoinQuery, TimeRange, WindowSpec
 
 if TYPE_CHECKING:
     from semantics.spec import BacktestSpec
@@ -49,6 +49,30 @@ class UnionStage(_Model):
     union: tuple[Identifier, ...] = Field(min_length=2)
 
     kind = property(lambda self: "union")
+
+
+class JoinArgs(_Model):
+    """The fields of ``kind: join`` (SPEC.md §1): a stream-stream join of two sources."""
+
+    type: Literal["inner", "left_outer", "right_outer", "full_outer", "left_semi"] = "inner"
+    left: Identifier
+    right: Identifier
+    keys: tuple[Identifier, ...] = Field(min_length=1)
+    time_range: TimeRange | None = None
+
+    @property
+    def query(self) -> JoinQuery:
+        """The same join as a ``kind: join`` query (its rules and its PySpark)."""
+        return JoinQuery(kind="join", **self.model_dump())
+
+
+class JoinStage(_Model):
+    """``{join: {type, left, right, keys, time_range}}``: first stage only; its output columns
+    are ``<left>_<col>``..., ``<right>_<col>``... as for ``kind: join``."""
+
+    join: JoinArgs
+
+    kind = property(lambda self: "join")
 
 
 class FilterStage(_Model):
@@ -104,9 +128,10 @@ class AggregateStage(_Model):
 
 Stage = SourceStage | UnionStage | FilterStage | SelectStage | DeduplicateStage | AggregateStage
 STAGES: dict[str, type[_Model]] = {
-    "source": SourceStage, "union": UnionStage, "filter": FilterStage,
+    "source": SourceStage, "union": UnionStage, "join": JoinStage, "filter": FilterStage,
     "select": SelectStage, "deduplicate": DeduplicateStage, "aggregate": AggregateStage}
 STATEFUL = ("deduplicate", "aggregate")
+FIRST = ("source", "union", "join")  # (first stage only)
 
 
 def _tag(value: object) -> str | None:
@@ -121,13 +146,14 @@ def _tag(value: object) -> str | None:
 def _check_shape(value: object) -> object:
     if _tag(value) is None:
         got = list(value) if isinstance(value, dict) else type(value).__name__
-        raise ValueError(f"a stage is a mapping of exactly one of {', '.join(STAGES)} "
-                         f"(join stages are not built yet), got {got}")
+        raise ValueError(f"a stage is a mapping of exactly one of {', '.join(STAGES)}, "
+                         f"got {got}")
     return value
 
 
 AnyStage = Annotated[
     Annotated[SourceStage, Tag("source")] | Annotated[UnionStage, Tag("union")]
+    | Annotated[JoinStage, Tag("join")]
     | Annotated[FilterStage, Tag("filter")] | Annotated[SelectStage, Tag("select")]
     | Annotated[DeduplicateStage, Tag("deduplicate")]
     | Annotated[AggregateStage, Tag("aggregate")],
@@ -144,16 +170,17 @@ class PipelineQuery(_Model):
     @model_validator(mode="after")
     def _check(self) -> PipelineQuery:
         for i, s in enumerate(self.pipeline):
-            if i and s.kind in ("source", "union"):
+            if i and s.kind in FIRST:
                 raise ValueError(f"pipeline[{i}]: {s.kind} may only be the first stage")
         if not any(s.kind in STATEFUL for s in self.pipeline):
-            raise ValueError("a pipeline needs at least one deduplicate or aggregate stage")
+            raise ValueError("a pipeline needs at least one deduplicate or aggregate stage "
+                             "(a join alone is kind: join)")
         return self
 
     @property
     def stages(self) -> tuple[Stage, ...]:
         """The stages after the first ``source``/``union`` one."""
-        first = self.pipeline[0].kind in ("source", "union")
+        first = self.pipeline[0].kind in FIRST
         return self.pipeline[1:] if first else self.pipeline
 
     @property
@@ -162,12 +189,20 @@ class PipelineQuery(_Model):
         s = self.pipeline[0]
         if isinstance(s, SourceStage):
             return (s.source,)
+        if isinstance(s, JoinStage):
+            return (s.join.left, s.join.right)
         return s.union if isinstance(s, UnionStage) else ()
 
     @property
     def keys(self) -> tuple[str, ...]:
         """(No query-level keys: each stateful stage has its own.)"""
         return ()
+
+    @property
+    def join(self) -> JoinArgs | None:
+        """The first stage's join, if it is one."""
+        s = self.pipeline[0]
+        return s.join if isinstance(s, JoinStage) else None
 
     @property
     def stateful(self) -> tuple[DeduplicateStage | AggregateStage, ...]:
