@@ -10,6 +10,7 @@ import pytest
 from semantics import reference
 from semantics.errors import SpecError
 from semantics.predict import predict
+from semantics.schedule import cut
 from semantics.spec import parse_spec
 from tests.predict_kit import schedule_of
 from tests.reference_kit import plain
@@ -172,3 +173,33 @@ def test_spark_suite_agg_agg_agg():
     out = [(b, s.value // 10**9, e.value // 10**9, c, t) for b, s, e, c, t in r.outputs[
         ["batch_id", "window_start", "window_end", "count", "sum"]].itertuples(index=False)]
     assert sorted(out) == [(1, 0, 20, 2, 20), (3, 20, 40, 2, 23), (3, 40, 60, 2, 20)]
+
+
+def test_operators_after_a_join_use_its_output_watermark():
+    # join c.ts BETWEEN i.ts AND i.ts + 10 s: state watermarks W − 1 ms (left, lower 0) and
+    # W − 10 s − 1 ms (right, upper 10 s); the aggregation after the join gets their min, at
+    # least 0 (0 while W is 0), late from the previous batch and eviction from this one.
+    s = parse_spec({
+        "name": "t", "sources": {"c": {"table": "u", "event_time": "ts"},
+                                 "i": {"table": "u", "event_time": "ts"}},
+        "query": {"pipeline": [
+            {"join": {"left": "c", "right": "i", "keys": ["ad"],
+                      "time_range": {"lower": "0 seconds", "upper": "10 seconds"}}},
+            {"aggregate": {"window": {"duration": "10 seconds"}}}]},
+        "replay": {"batch_by": {"commits": 1}, "pace": "live"},
+        "candidates": {"c": {"watermark": {"c": "5 seconds", "i": "5 seconds"}}}})
+    one = schedule_of([[{"ad": 1, "ts": 12}], [{"ad": 1, "ts": 30}], [{"ad": 1, "ts": 41}]])
+    rows = one.rows["events"]
+    sched = cut("t", {"c": rows.iloc[[0, 2]], "i": rows.iloc[[1]]}, {"c": "ts", "i": "ts"},
+                one.batch_by, "live")
+    r = predict(sched, s, "c")
+    b = r.batches
+    join, agg = b[b["operator"] == "symmetricHashJoin"], b[b["operator"] == "stateStoreSave"]
+    assert list(agg["operator_index"].unique()) == [0]
+
+    def below(w: int) -> int:
+        return max(min(w - 1, w - 10_000 - 1), 0) if w else 0
+
+    assert list(agg["eviction_watermark_ms"]) == [below(w) for w in join["watermark_ms"]]
+    assert list(agg["late_watermark_ms"]) == [below(w) for w in join["late_watermark_ms"]]
+    assert (agg["eviction_watermark_ms"] != agg["watermark_ms"]).any()
