@@ -203,3 +203,19 @@ def test_operators_after_a_join_use_its_output_watermark():
     assert list(agg["eviction_watermark_ms"]) == [below(w) for w in join["watermark_ms"]]
     assert list(agg["late_watermark_ms"]) == [below(w) for w in join["late_watermark_ms"]]
     assert (agg["eviction_watermark_ms"] != agg["watermark_ms"]).any()
+
+
+@pytest.mark.parametrize("args", [["predict", "--explain", "0"], ["predict", "--late"],
+                                  ["sweep", "--source", "events", "--delays",
+                                   "1 second..5 seconds/2"]])
+def test_options_not_built_for_pipelines_are_refused(tmp_path, capsys, args):
+    from jobs.cli import main
+
+    path = tmp_path / "spec.yaml"
+    path.write_text("name: t\nsources: {events: {table: nowhere, event_time: ts}}\n"
+                    "query: {pipeline: [{deduplicate: {keys: [id]}}]}\n"
+                    "candidates: {c: {watermark: {events: 5 seconds}}}\n")
+    code = main([args[0], str(path), *args[1:]])
+    err = capsys.readouterr().err
+    assert code == 2 and "query.pipeline: a single-operator query for" in err
+    assert "Traceback" not in err and not (tmp_path / "results").exists()

@@ -226,3 +226,10 @@ def check_pipeline(spec: BacktestSpec) -> None:
             raise SpecError(spec.path, f"candidates.{cname}.watermark", "a watermark on a "
                             "source of the pipeline: Spark rejects append output mode for an "
                             "aggregation without one")
+
+
+def refuse_for_pipelines(spec: BacktestSpec, feature: str) -> None:
+    """A command option not built for pipelines yet: a SpecError naming it (exit code 2)."""
+    if isinstance(spec.query, PipelineQuery):
+        raise SpecError(spec.path, "query.pipeline", f"a single-operator query for {feature} "
+                        "(not built for pipelines yet)")
