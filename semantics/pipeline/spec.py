@@ -220,7 +220,17 @@ def check_pipeline(spec: BacktestSpec) -> None:
         raise SpecError(spec.path, "query.pipeline[0]", "a first stage {source: name} or "
                         "{union: [names]}: the spec defines several sources "
                         f"({', '.join(spec.sources)})")
+    if spec.replay.restarts:
+        raise SpecError(spec.path, "replay.restarts", "no restarts for a pipeline (what a "
+                        "restart restores for several operators is not modelled yet)")
     for cname, cand in spec.candidates.items():
+        if q.join is not None:
+            from semantics.profiles import of_candidate
+
+            if not of_candidate(spec, cname).reference_rules:
+                raise SpecError(spec.path, f"candidates.{cname}.spark_version", "a Spark "
+                                "release with the reference join rules (4.0, 4.1) for a "
+                                "pipeline with a join (other profiles: kind: join only)")
         if any(isinstance(s, AggregateStage) for s in q.stages) and not any(
                 s in cand.watermark for s in spec.query_sources):
             raise SpecError(spec.path, f"candidates.{cname}.watermark", "a watermark on a "
