@@ -4,10 +4,15 @@ batch per stateful operator, and the emitted rows equal Spark's replay of the sa
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from semantics.compare import compare_outputs, compare_reports
 from semantics.history import plan
 from semantics.predict import predict
+from semantics.spec import parse_spec
+from tests.deltas import write_commits
+from tests.differential import commits, delays, replays
 from tests.replay_support import make_spec, run
 
 pytestmark = pytest.mark.spark
@@ -125,3 +130,37 @@ def test_join_then_aggregation(spark, tmp_path, join_type):
     aggs = actual.batches[actual.batches["operator"] == "stateStoreSave"]
     assert (aggs["eviction_watermark_ms"] != aggs["watermark_ms"]).any()
     assert actual.outputs["n"].sum() > 0
+
+
+# -- randomized: chains on random out-of-order streams (tests/differential.py's strategies) ---
+
+CHAINS = {
+    "dedup_agg": [{"deduplicate": {"keys": ["k", "ts"]}},
+                  {"aggregate": {"window": {"duration": "5 seconds"}, "keys": ["k"],
+                                 "aggregates": {"n": "count(*)", "s": "sum(v)"}}}],
+    "within_agg": [{"deduplicate": {"keys": ["k", "v"], "within_watermark": True}},
+                   {"aggregate": {"window": {"duration": "10 seconds", "slide": "5 seconds"},
+                                  "aggregates": {"n": "count(*)"}}}],
+    "agg_agg": [{"aggregate": {"window": {"duration": "5 seconds"}, "keys": ["k"],
+                               "aggregates": {"n": "count(*)"}}},
+                {"aggregate": {"window": {"duration": "10 seconds", "time": "window_time"},
+                               "aggregates": {"total": "sum(n)", "m": "max(n)"}}}],
+}
+
+
+@pytest.mark.parametrize("chain", sorted(CHAINS))
+@settings(max_examples=2, deadline=None, derandomize=True,
+          suppress_health_check=list(HealthCheck), database=None)
+@given(data=commits({"k": st.integers(1, 2), "v": st.integers(0, 3)}), replay=replays,
+       delay=delays, pace=st.sampled_from(["backlog", "live"]))
+def test_random_chains(spark, tmp_path_factory, chain, data, replay, delay, pace):
+    tmp = tmp_path_factory.mktemp("chain")
+    write_commits(tmp / "events", data)
+    spec = parse_spec({
+        "name": "diffchain",
+        "sources": {"events": {"table": str(tmp / "events"), "event_time": "ts"}},
+        "query": {"pipeline": CHAINS[chain]},
+        "replay": {**replay, "pace": pace},
+        "candidates": {"c": {"watermark": {"events": delay}}},
+    }, str(tmp / "spec.yaml"))
+    both(spark, spec, tmp)
