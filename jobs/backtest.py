@@ -156,7 +156,7 @@ def run_backtest(spec: BacktestSpec, candidate: str | None = None, *, predict: b
                 cr.predicted = run_predict(sched, pspec, name, explain=explain,
                                            count_late=not explain)
             cr.predicted.info["elapsed_s"] = time.perf_counter() - t0
-            progress(f"[{name}] predicted {len(cr.predicted.batches)} batches in "
+            progress(f"[{name}] predicted {cr.predicted.batches['batch_id'].nunique()} batches in "
                      f"{cr.predicted.info['elapsed_s']:.2f}s")
             store.write(spec, name, cr.run_id, "predicted", cr.predicted)
         if actual:

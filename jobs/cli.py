@@ -97,6 +97,11 @@ def cmd_run(args: argparse.Namespace, predict: bool, actual: bool) -> int:
     from semantics.spec import load_spec
 
     spec = load_spec(args.spec)
+    for option in ("explain", "late", "sample"):
+        if getattr(args, option, None) is not None:
+            from semantics.pipeline.spec import refuse_for_pipelines
+
+            refuse_for_pipelines(spec, f"--{option}")
     # (rows' fates only where they are read: a row explained, the late rows listed, the
     # report of a backtest)
     with_fates = actual or getattr(args, "explain", None) is not None \

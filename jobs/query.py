@@ -95,6 +95,14 @@ def build_query(
 ) -> BuiltQuery:
     """The query of ``spec`` over the tagged input ``stream``; columns = ``output_columns``."""
     q = spec.query
+    if q.kind == "pipeline":  # (several stages: jobs.pipeline_query)
+        from jobs.pipeline_query import build_pipeline
+
+        if q.join is not None:  # (a first join stage: as kind: join)
+            frames = {"joined": _join(spec, candidate, stream, data_columns, q.join.query)}
+        else:
+            frames = source_frames(spec, candidate, stream, data_columns)
+        return BuiltQuery(build_pipeline(spec, frames, data_columns), q.output_mode)
     cols = output_columns(spec, dict(data_columns))
     if isinstance(q, JoinQuery):
         df = _join(spec, candidate, stream, data_columns, q)

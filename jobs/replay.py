@@ -341,7 +341,7 @@ def _result(spec: BacktestSpec, candidate: str, schedule: Schedule, cp: Path, ou
                 evict = plan_wms["operators"][i]["eviction"]
                 measured += 1
             records.append(_record(spec, bt, wm, op, late, evict,
-                                   int(out_counts.get(bt.batch_id, 0)), disk[bt.batch_id]))
+                                   int(out_counts.get(bt.batch_id, 0)), disk[bt.batch_id], i))
         prev_wm = wm
     batches = pd.DataFrame.from_records(records, columns=report_columns(spec))
     n_wm = sum(r["watermark_ms"] is not None for r in records)
@@ -382,7 +382,7 @@ def _derived(wm: int | None, prev: int | None, allow_multiple: bool
 
 def _record(spec: BacktestSpec, bt: BatchTick, wm: int | None, op: dict[str, Any],
             late: int | None, evict: int | None, output_rows: int,
-            checkpoint_bytes: int) -> dict[str, Any]:
+            checkpoint_bytes: int, index: int = 0) -> dict[str, Any]:
     def metric(key: str) -> int | None:
         v = op.get(key)
         return None if v is None else int(v)
@@ -395,6 +395,7 @@ def _record(spec: BacktestSpec, bt: BatchTick, wm: int | None, op: dict[str, Any
         **{f"input_rows_{s}": n for s, n in bt.input_rows_by_source.items()},
         "watermark_ms": wm,
         "operator": op.get("operatorName"),
+        "operator_index": index,
         "late_watermark_ms": late,
         "eviction_watermark_ms": evict,
         "dropped_by_watermark": metric("numRowsDroppedByWatermark"),

@@ -436,6 +436,9 @@ def run_sweep(args: argparse.Namespace) -> int:
     from semantics.spec import load_spec
 
     spec = load_spec(args.spec)
+    from semantics.pipeline.spec import refuse_for_pipelines
+
+    refuse_for_pipelines(spec, "wmbt sweep")
     base = args.candidate
     delays = swept_delays(spec, args.source, args.delays)
     folder = Path(args.results) if args.results else default_results_dir()

@@ -47,9 +47,11 @@ def _norm(v: object) -> object:
 
 def compare_reports(predicted: pd.DataFrame, actual: pd.DataFrame,
                     columns: tuple[str, ...] = EXACT_COLUMNS) -> list[Difference]:
-    """Differences in the exact columns, matched on (batch_id, operator)."""
+    """Differences in the exact columns, matched on (batch_id, operator), or on (batch_id,
+    operator_index) where both reports have it (a pipeline's operators may share a name)."""
     diffs: list[Difference] = []
-    key = ["batch_id", "operator"]
+    key = ["batch_id", "operator_index" if "operator_index" in predicted.columns
+           and "operator_index" in actual.columns else "operator"]
     p = predicted.set_index(key)
     a = actual.set_index(key)
     for k in p.index.difference(a.index):
@@ -64,7 +66,7 @@ def compare_reports(predicted: pd.DataFrame, actual: pd.DataFrame,
                 continue
             pv, av = _norm(p.at[k, c]), _norm(a.at[k, c])
             if pv != av:
-                diffs.append(Difference(int(k[0]), c, pv, av, k[1]))
+                diffs.append(Difference(int(k[0]), c, pv, av, str(k[1])))
     return diffs
 
 

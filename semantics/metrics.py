@@ -51,6 +51,9 @@ def reference_columns(spec: BacktestSpec) -> list[str]:
         return [w for k, w in zip(q.keys, q.output_keys, strict=True) if k == et][:1]
     if q.kind == "session":
         return ["session_end"]
+    if q.kind == "pipeline":  # (a last windowed aggregation's end; otherwise none yet)
+        last = q.stateful[-1]
+        return ["window_end"] if last.kind == "aggregate" and last.aggregate.window else []
     if q.kind == "deduplication":
         return [spec.sources[q.source].event_time]
     assert isinstance(q, JoinQuery)

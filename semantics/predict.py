@@ -91,6 +91,11 @@ def predict(schedule: Schedule, spec: BacktestSpec, candidate: str, *,
     records: a fixed cost a sweep's predictions skip)."""
     if candidate not in spec.candidates:
         raise KeyError(f"no candidate {candidate!r} (candidates: {', '.join(spec.candidates)})")
+    if spec.query.kind == "pipeline":  # (several operators: semantics.pipeline)
+        from semantics.pipeline.predict import predict_pipeline
+
+        res = predict_pipeline(schedule, spec, candidate)
+        return Prediction(candidate, res.batches, res.outputs, res.info)
     config = resolve(spec, candidate)  # (once: the engine and the operator read it)
     op = make_operator(spec, config, schedule, explain=explain)
     cols = output_columns(spec, dict(schedule.data_columns))

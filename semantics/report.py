@@ -76,6 +76,8 @@ def late_counts(spec: BacktestSpec) -> str:
 def report_columns(spec: BacktestSpec) -> list[str]:
     """Report columns for ``spec``, with ``input_rows_<source>`` after ``input_rows``."""
     cols = list(REPORT_COLUMNS)
+    if spec.query.kind == "pipeline":  # several operators: each one's place in Spark's list
+        cols.insert(cols.index("operator") + 1, "operator_index")
     i = cols.index("input_rows") + 1
     return cols[:i] + [f"input_rows_{s}" for s in spec.query_sources] + cols[i:]
 
@@ -91,6 +93,10 @@ def output_columns(spec: BacktestSpec, data_columns: dict[str, tuple[str, ...]])
       semi: the left side only).
     """
     q = spec.query
+    if q.kind == "pipeline":  # (the last stage's columns: docs/semantics.md §13.1)
+        from semantics.pipeline.columns import flow
+
+        return list(flow(spec, data_columns)[1])
     if isinstance(q, AggregationQuery):
         win = ["window_start", "window_end"] if q.window is not None else []
         return [*q.output_keys, *win, *q.aggregates]

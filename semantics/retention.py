@@ -65,6 +65,8 @@ def never_evicted(spec: BacktestSpec, candidate: str) -> list[str]:
             return [f"every key (the event-time column {et!r} is not among the keys; "
                     "dropDuplicatesWithinWatermark would expire them)"]
         return []
+    if q.kind == "pipeline":  # (docs/semantics.md §13: per stateful stage)
+        return _pipeline_never_evicted(spec, bool(wm))
     assert isinstance(q, JoinQuery)
     event_time = {s: spec.sources[s].event_time for s in (q.left, q.right)}
     plan = derive_plan(q, event_time, [s for s in (q.left, q.right) if s in wm])
@@ -83,4 +85,20 @@ def never_evicted(spec: BacktestSpec, candidate: str) -> list[str]:
         else:  # (derive_plan gives a value bound in every other case)
             why = "no state watermark"
         out.append(f"every buffered {side} row ({why})")
+    return out
+
+
+def _pipeline_never_evicted(spec: BacktestSpec, watermarked: bool) -> list[str]:
+    """A pipeline's stages whose state no watermark evicts: all of them without a watermark, a
+    ``dropDuplicates`` whose keys hold no event time (the sources' or ``window_time``)."""
+    q = spec.query
+    times = {spec.sources[s].event_time for s in spec.query_sources} | {"window_time"}
+    out = []
+    for i, s in enumerate(q.stateful):
+        if not watermarked:
+            out.append(f"every entry of stateful stage {i} (no watermark)")
+        elif s.kind == "deduplicate" and not s.deduplicate.within_watermark and not (
+                times & set(s.deduplicate.keys)):
+            out.append(f"every key of stateful stage {i} (dropDuplicates without the event "
+                       "time among its keys)")
     return out

@@ -293,14 +293,29 @@ class JoinQuery(_Model):
         return self
 
 
+from semantics.pipeline.spec import (  # noqa: E402 (it uses the above)
+    STAGES,
+    PipelineQuery,
+    check_pipeline,
+)
+
+
+def _pipeline_kind(data: object) -> object:
+    """A ``query`` with ``pipeline:`` is the pipeline kind (it is written without ``kind``)."""
+    if isinstance(data, dict) and "pipeline" in data and "kind" not in data:
+        return {"kind": "pipeline", **data}
+    return data
+
+
 Query = Annotated[
-    AggregationQuery | DeduplicationQuery | SessionQuery | JoinQuery,
+    AggregationQuery | DeduplicationQuery | SessionQuery | JoinQuery | PipelineQuery,
+    BeforeValidator(_pipeline_kind),
     Field(discriminator="kind"),
 ]
 # the query models by their ``kind`` (pydantic's discriminator tag in error locations)
 QUERY_KINDS: dict[str, type[_Model]] = {
     "aggregation": AggregationQuery, "deduplication": DeduplicationQuery,
-    "session": SessionQuery, "join": JoinQuery}
+    "session": SessionQuery, "join": JoinQuery, "pipeline": PipelineQuery}
 
 
 _BYTE_UNITS = {"": 0, "b": 0, "k": 1, "kb": 1, "m": 2, "mb": 2, "g": 3, "gb": 3, "t": 4,
@@ -457,6 +472,8 @@ class BacktestSpec(_Model):
     @property
     def query_sources(self) -> tuple[str, ...]:
         q = self.query
+        if isinstance(q, PipelineQuery):  # (no source named: the spec's only one)
+            return q.sources or tuple(self.sources)[:1]
         return (q.left, q.right) if isinstance(q, JoinQuery) else (q.source,)
 
     @property
@@ -593,11 +610,13 @@ def _no_repeated_keys(loader: _Loader, file: str, node: yaml.Node, path: str,
 
 def _loc(loc: tuple[Any, ...]) -> str:
     parts: list[str] = []
-    for p in loc:
+    for i, p in enumerate(loc):
         if isinstance(p, int):
             parts.append(f"[{p}]")
-        elif p in QUERY_KINDS and parts == ["query"]:
+        elif p in QUERY_KINDS and parts == ["query"] and i == 1:
             continue  # discriminator tag inserted by pydantic
+        elif p in STAGES and parts[:2] == ["query", ".pipeline"] and loc[i + 1:i + 2] == (p,):
+            continue  # (a pipeline stage's tag, before its one key)
         elif str(p).startswith("function-") or p in ("Duration",):
             continue
         else:
@@ -699,6 +718,7 @@ def check_spec(spec: BacktestSpec) -> None:
             raise SpecError(f, "query", f"source {src!r} is not defined under sources "
                             f"(defined: {', '.join(spec.sources)})")
     _check_keys_once(spec)
+    check_pipeline(spec)
     _check_sweep(spec)
     used = set(spec.query_sources)
     for name, cand in spec.candidates.items():
