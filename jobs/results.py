@@ -67,7 +67,10 @@ BATCH_SCHEMA = pa.schema(
     _IDS
     + [pa.field(c, {"has_data": pa.bool_(), "operator": pa.string()}.get(c, _INT))
        for c in REPORT_COLUMNS]
-    + [pa.field("input_rows_by_source", pa.string())]
+    + [pa.field("input_rows_by_source", pa.string()),
+       # a pipeline's operator position in Spark's list (SPEC §3); null for one operator.
+       # Last, and added to an older table by the writes' schema merge.
+       pa.field("operator_index", _INT)]
 )
 # ``row``: Delta's string; large_string in arrow, so the rows are one array of any size
 OUTPUT_SCHEMA = pa.schema(_IDS + [pa.field("batch_id", _INT),
@@ -245,8 +248,10 @@ class ResultsStore:
             seen = got.groupby(list(SLOT))["batch_id"].nunique() if len(got) else pd.Series()
             want = done.set_index(list(SLOT))["_batches"]
             if all(seen.get(s, 0) == n for s, n in want.items()):
+                order = ["candidate", "side", "batch_id"] + \
+                    (["operator_index"] if "operator_index" in got else [])
                 return (got.drop(columns=["_batches", WRITE_ID])
-                        .sort_values(["candidate", "side", "batch_id"]))
+                        .sort_values(order, kind="stable"))
             time.sleep(0.05)
         raise ResultsError(self.root, "batch_reports kept changing while read: a writer is "
                                       "replacing runs; read again")
@@ -269,7 +274,9 @@ class ResultsStore:
                     or o.num_rows != r["output_rows"]:
                 time.sleep(0.05)  # (replaced, and the older write's rows deleted, meanwhile)
                 continue
-            batches = b.drop_columns([WRITE_ID]).to_pandas().sort_values("batch_id", kind="stable")
+            batches = b.drop_columns([WRITE_ID]).to_pandas()
+            order = ["batch_id"] + (["operator_index"] if "operator_index" in batches else [])
+            batches = batches.sort_values(order, kind="stable")
             return StoredRun(r, batches.reset_index(drop=True), _emitted(o))
         raise ResultsError(self.root, f"{backtest}/{candidate}/{side}: replaced again at each "
                                       f"of {READ_ATTEMPTS} reads; read again")

@@ -223,3 +223,19 @@ def test_options_not_built_for_pipelines_are_refused(tmp_path, capsys, args):
     err = capsys.readouterr().err
     assert code == 2 and "query.pipeline: a single-operator query for" in err
     assert "Traceback" not in err and not (tmp_path / "results").exists()
+
+
+def test_the_results_store_keeps_each_operators_row(tmp_path):
+    """Two operators of one batch stay apart when stored: ``operator_index`` is stored too
+    and the rows read back in Spark's order (SPEC §3)."""
+    from jobs.results import ResultsStore
+
+    sched = schedule_of([[{"id": 1, "ts": 1}, {"id": 2, "ts": 3}], [{"id": 3, "ts": 12}],
+                         [{"id": 5, "ts": 25}]], pace="live")
+    s = spec(DEDUP_AGG)
+    r = predict(sched, s, "c")
+    store = ResultsStore(tmp_path)
+    store.write(s, "c", "r1", "predicted", r)
+    back = store.run(s.name, "c", "r1", "predicted")
+    assert back is not None
+    assert table(back) == table(r) and len(r.batches) == 2 * r.batches.batch_id.nunique()
