@@ -90,6 +90,8 @@ def output_columns(spec: BacktestSpec, data_columns: dict[str, tuple[str, ...]])
     * join: ``<left>_row_id``, ``<left>_<col>``..., then the same for the right side (left
       semi: the left side only).
     """
+    if spec._output_columns is not None:  # (a pyspark query's own columns, SPEC.md §1.1)
+        return list(spec._output_columns)
     q = spec.query
     if isinstance(q, AggregationQuery):
         win = ["window_start", "window_end"] if q.window is not None else []

@@ -19,9 +19,11 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    Discriminator,
     Field,
     PlainSerializer,
     PrivateAttr,
+    Tag,
     ValidationError,
     field_validator,
     model_validator,
@@ -29,6 +31,7 @@ from pydantic import (
 
 from semantics.durations import DAY_US, Duration
 from semantics.errors import SpecError
+from semantics.pyspark_spec import PySparkQuery, check_pyspark_query
 from semantics.spark_conf import spark_bool
 
 DurationField = Annotated[
@@ -81,7 +84,8 @@ class _Model(BaseModel):
 
 class SourceSpec(_Model):
     table: str
-    event_time: Identifier
+    # required but for a ``pyspark`` query, whose code names its event times (SPEC.md §1.1)
+    event_time: Identifier | None = None
     versions: tuple[int, int] | None = None
     arrival: str = "commit"
     filter: str | None = None
@@ -293,14 +297,24 @@ class JoinQuery(_Model):
         return self
 
 
+def _query_tag(data: Any) -> str | None:
+    """The query model's tag: ``pyspark`` for the job's own code, else its ``kind``."""
+    if isinstance(data, dict):
+        return "pyspark" if "pyspark" in data and "kind" not in data else data.get("kind")
+    return getattr(data, "kind", None)
+
+
 Query = Annotated[
-    AggregationQuery | DeduplicationQuery | SessionQuery | JoinQuery,
-    Field(discriminator="kind"),
+    Annotated[AggregationQuery, Tag("aggregation")] | Annotated[DeduplicationQuery,
+                                                                Tag("deduplication")]
+    | Annotated[SessionQuery, Tag("session")] | Annotated[JoinQuery, Tag("join")]
+    | Annotated[PySparkQuery, Tag("pyspark")],
+    Discriminator(_query_tag),
 ]
 # the query models by their ``kind`` (pydantic's discriminator tag in error locations)
-QUERY_KINDS: dict[str, type[_Model]] = {
+QUERY_KINDS: dict[str, type[BaseModel]] = {
     "aggregation": AggregationQuery, "deduplication": DeduplicationQuery,
-    "session": SessionQuery, "join": JoinQuery}
+    "session": SessionQuery, "join": JoinQuery, "pyspark": PySparkQuery}
 
 
 _BYTE_UNITS = {"": 0, "b": 0, "k": 1, "kb": 1, "m": 2, "mb": 2, "g": 3, "gb": 3, "t": 4,
@@ -436,6 +450,8 @@ class BacktestSpec(_Model):
     sweep: SweepSpec | None = None
     spark_version: str | None = None  # §1.4: the predictor's profile (semantics.profiles)
     path: str = Field(default="<memory>", exclude=True)
+    # a spec lowered from a ``pyspark`` query (jobs.pyspark_query): the code's output columns
+    _output_columns: tuple[str, ...] | None = PrivateAttr(default=None)
 
     _version_text = field_validator("spark_version", mode="before")(
         lambda v: _version_text(v))
@@ -457,6 +473,8 @@ class BacktestSpec(_Model):
     @property
     def query_sources(self) -> tuple[str, ...]:
         q = self.query
+        if isinstance(q, PySparkQuery):  # (the code receives every source)
+            return tuple(self.sources)
         return (q.left, q.right) if isinstance(q, JoinQuery) else (q.source,)
 
     @property
@@ -669,13 +687,16 @@ def parse_spec(data: Any, path: str = "<memory>") -> BacktestSpec:
             msg = _unknown_field(tuple(err["loc"]))
         elif err["type"] == "missing":
             msg = "required field is missing"
-        elif err["type"] == "union_tag_invalid":
-            msg = f"kind must be one of {', '.join(QUERY_KINDS)}"
+        elif err["type"] in ("union_tag_invalid", "union_tag_not_found"):
+            msg = (f"kind must be one of {', '.join(k for k in QUERY_KINDS if k != 'pyspark')}"
+                   " (or pyspark: file.py:function)")
         elif err["type"] == "string_pattern_mismatch":
             msg = f"{msg} (got {err.get('input')!r})"
         more = f" (and {len(exc.errors()) - 1} more error(s))" if len(exc.errors()) > 1 else ""
         raise SpecError(path, _loc(tuple(err["loc"])), msg + more) from None
     check_spec(spec)
+    if isinstance(spec.query, PySparkQuery):  # (the code names its columns: SPEC.md §1.1)
+        return spec
     from semantics.column_names import check_output_names, with_table_columns
 
     check_output_names(spec)
@@ -701,6 +722,13 @@ def check_spec(spec: BacktestSpec) -> None:
     _check_keys_once(spec)
     _check_sweep(spec)
     used = set(spec.query_sources)
+    pyspark = isinstance(spec.query, PySparkQuery)
+    if pyspark:
+        check_pyspark_query(f, spec.base_dir, spec.query)  # type: ignore[arg-type]
+    for src in sorted(used):
+        if spec.sources[src].event_time is None and not pyspark:
+            raise SpecError(f, f"sources.{src}.event_time", "the source's event-time column "
+                            "(optional only for a pyspark query)")
     for name, cand in spec.candidates.items():
         bb = cand.batch_by or spec.replay.batch_by
         unit = bb.units[0]
@@ -713,7 +741,7 @@ def check_spec(spec: BacktestSpec) -> None:
                                     f"{sname!r} uses {spec.sources[sname].arrival}; use rows or "
                                     "arrival_interval")
         for src in cand.watermark:
-            if src not in used:
+            if src not in used and not pyspark:  # (pyspark: event-time columns, §1.1)
                 raise SpecError(f, f"candidates.{name}.watermark.{src}",
                                 f"a source of the query ({', '.join(sorted(used))})")
         for key in (*spec.spark_conf, *cand.spark_conf):
