@@ -94,6 +94,10 @@ def build_query(
     data_columns: Mapping[str, tuple[str, ...]],
 ) -> BuiltQuery:
     """The query of ``spec`` over the tagged input ``stream``; columns = ``output_columns``."""
+    if spec._pyspark is not None:  # the job's own code (SPEC.md §1.1)
+        from jobs.pyspark_query import build_user_query
+
+        return build_user_query(spec, candidate, stream, data_columns)
     q = spec.query
     cols = output_columns(spec, dict(data_columns))
     if isinstance(q, JoinQuery):

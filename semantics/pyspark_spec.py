@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -77,3 +79,13 @@ def check_pyspark_query(spec_path: str, base_dir: Path, query: PySparkQuery) -> 
         raise SpecError(spec_path, "query.pyspark",
                         f"a function {query.function!r} defined at the top of {p} (defined: "
                         f"{', '.join(sorted(defined)) or 'none'})")
+
+
+@dataclass(frozen=True)
+class PySparkOrigin:
+    """What a spec lowered from a pyspark query keeps of it (``jobs.pyspark_query.lower``): the
+    query, and per source the event-time column its ``withWatermark`` names (the candidate's
+    delay of the source replaces that call's delay in the replay)."""
+
+    query: PySparkQuery
+    watermark_columns: Mapping[str, str]

@@ -31,7 +31,7 @@ from pydantic import (
 
 from semantics.durations import DAY_US, Duration
 from semantics.errors import SpecError
-from semantics.pyspark_spec import PySparkQuery, check_pyspark_query
+from semantics.pyspark_spec import PySparkOrigin, PySparkQuery, check_pyspark_query
 from semantics.spark_conf import spark_bool
 
 DurationField = Annotated[
@@ -452,6 +452,7 @@ class BacktestSpec(_Model):
     path: str = Field(default="<memory>", exclude=True)
     # a spec lowered from a ``pyspark`` query (jobs.pyspark_query): the code's output columns
     _output_columns: tuple[str, ...] | None = PrivateAttr(default=None)
+    _pyspark: PySparkOrigin | None = PrivateAttr(default=None)
 
     _version_text = field_validator("spark_version", mode="before")(
         lambda v: _version_text(v))

@@ -1,0 +1,619 @@
+"""The job's own PySpark query (SPEC.md §1.1; docs/semantics.md §13): replay it, plan it, lower it.
+
+* **Replay** (:func:`build_user_query`): the user's ``build(sources)`` gets one streaming
+  DataFrame per source with exactly the table's columns (no ``row_id``, no watermark) and
+  returns the job's DataFrame; a candidate's delays replace the code's ``withWatermark`` delays
+  by event-time column while the function runs (``DataFrame.withWatermark`` wrapped).
+* **Plan** (:func:`lower`): the same function over empty streaming frames in a local planning
+  session; its analyzed plan must hold exactly one stateful node, which maps onto a query kind
+  the predictor models (``AggregationQuery`` with or without a window, ``DeduplicationQuery``).
+  What it cannot model is refused with the plan node named, before anything runs.
+* **Predict** (:func:`predict`): the stateless nodes below the stateful one are evaluated by
+  Spark itself, over all of the schedule's rows in one batch query (they do not depend on batch
+  boundaries), each row keeping its ``row_id`` and tick; the existing predictor runs on those
+  derived rows, and the nodes above the stateful one are applied to its emitted rows, again by
+  Spark in one batch query (``info["expressions"] == "spark-batch"``).
+
+Invariants: the predicted and the replayed outputs have the same columns, the DataFrame's own
+(a struct column flattened to ``<name>_<field>``, a repeated name numbered ``#2``, ``#3``); the
+watermark of each tick is the max event time of the rows that reach the ``withWatermark`` node
+(rows a filter above it removes still count: ``Schedule.watermark_ms``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from jobs.query import TAG, BuiltQuery, input_column, interval
+from jobs.sink import _to_pandas
+from semantics.column_names import open_table
+from semantics.durations import Duration
+from semantics.engine import micros_to_ms
+from semantics.errors import SpecError
+from semantics.predict import Prediction
+from semantics.predict import predict as run_predict
+from semantics.pyspark_spec import PySparkOrigin, PySparkQuery, code_path
+from semantics.schedule import ROW_ID, TICK, Schedule
+from semantics.spec import (
+    AggregationQuery,
+    BacktestSpec,
+    DeduplicationQuery,
+    WindowSpec,
+)
+
+# hidden columns of the batch evaluation (no user column takes these names)
+H_ROW, H_TICK, H_BATCH = "__wmbt_row_id", "__wmbt_tick", "__wmbt_batch_id"
+STATELESS = {"Project", "Filter", "SubqueryAlias"}
+STATEFUL = {"Aggregate", "Deduplicate", "DeduplicateWithinWatermark", "Join",
+            "FlatMapGroupsWithState", "TransformWithState", "FlatMapGroupsInPandasWithState"}
+AGG_FUNCS = {"count", "sum", "min", "max", "avg"}
+CHAINS = "chains: pipeline engine, issue 47 item 3"
+
+
+class Refused(SpecError):
+    """A plan node the predictor does not model (named, with the reason)."""
+
+
+# -- the code's calls, recorded while it runs -------------------------------------------------
+
+@dataclass(frozen=True)
+class WindowCall:
+    column: str
+    duration: str
+    slide: str | None
+    start: str | None
+    session: bool = False
+
+
+@dataclass
+class _Recorder:
+    watermarks: list[tuple[str, str]] = field(default_factory=list)  # (column, delay as written)
+    windows: list[WindowCall] = field(default_factory=list)
+    delays: Mapping[str, str] = field(default_factory=dict)  # column -> candidate's delay
+
+
+_LOCK = threading.Lock()
+_ACTIVE: list[_Recorder] = []
+
+
+def _name(col: Column | str) -> str:
+    return col if isinstance(col, str) else str(col._jc.toString()).strip("`'")
+
+
+@contextmanager
+def _recording(frame_class: type, delays: Mapping[str, str]) -> Iterator[_Recorder]:
+    """Wrap ``withWatermark`` (delays replaced by column) and ``window`` / ``session_window``
+    (their arguments recorded) while the user's code is loaded and run."""
+    import pyspark.sql.functions as funcs
+
+    rec = _Recorder(delays=delays)
+    orig_wm = frame_class.withWatermark
+    orig_window, orig_session = funcs.window, funcs.session_window
+
+    def with_watermark(self: DataFrame, eventTime: str, delayThreshold: str) -> DataFrame:
+        rec.watermarks.append((eventTime, delayThreshold))
+        return orig_wm(self, eventTime, rec.delays.get(eventTime, delayThreshold))
+
+    def window(timeColumn: Column | str, windowDuration: str, slideDuration: str | None = None,
+               startTime: str | None = None) -> Column:
+        if _ACTIVE:
+            _ACTIVE[-1].windows.append(WindowCall(_name(timeColumn), windowDuration,
+                                                  slideDuration, startTime))
+        return orig_window(timeColumn, windowDuration, slideDuration, startTime)
+
+    def session_window(timeColumn: Column | str, gapDuration: Column | str) -> Column:
+        if _ACTIVE:
+            gap = gapDuration if isinstance(gapDuration, str) else "<dynamic>"
+            _ACTIVE[-1].windows.append(WindowCall(_name(timeColumn), gap, None, None, True))
+        return orig_session(timeColumn, gapDuration)
+
+    with _LOCK:
+        frame_class.withWatermark = with_watermark
+        funcs.window, funcs.session_window = window, session_window
+        _ACTIVE.append(rec)
+        try:
+            yield rec
+        finally:
+            _ACTIVE.pop()
+            frame_class.withWatermark = orig_wm
+            funcs.window, funcs.session_window = orig_window, orig_session
+
+
+_COUNTER = itertools.count()
+
+
+def _load(spec: BacktestSpec, query: PySparkQuery) -> Callable[..., DataFrame]:
+    """The user's function, from a fresh import of its file (errors name ``query.pyspark``)."""
+    path = code_path(spec.base_dir, query)
+    name = f"wmbt_user_query_{next(_COUNTER)}"
+    mspec = importlib.util.spec_from_file_location(name, path)
+    if mspec is None or mspec.loader is None:
+        raise SpecError(spec.path, "query.pyspark", f"an importable Python file ({path})")
+    module: ModuleType = importlib.util.module_from_spec(mspec)
+    sys.path.insert(0, str(path.parent))
+    try:
+        mspec.loader.exec_module(module)
+    except Exception as exc:  # (the user's code: any error it raises is theirs)
+        raise SpecError(spec.path, "query.pyspark", f"a Python file that imports ({path}: "
+                        f"{type(exc).__name__}: {exc})") from None
+    finally:
+        sys.path.remove(str(path.parent))
+    fn = getattr(module, query.function, None)
+    if not callable(fn):
+        raise SpecError(spec.path, "query.pyspark", f"a function {query.function!r} in {path}")
+    return fn
+
+
+def _call(spec: BacktestSpec, query: PySparkQuery, frames: dict[str, DataFrame],
+          delays: Mapping[str, str]) -> tuple[DataFrame, _Recorder]:
+    frame_class = type(next(iter(frames.values())))
+    with _recording(frame_class, delays) as rec:
+        fn = _load(spec, query)
+        try:
+            df = fn(frames)
+        except Exception as exc:
+            raise SpecError(spec.path, "query.pyspark", f"a function that builds the query "
+                            f"({query.function} raised {type(exc).__name__}: {exc})") from None
+    if not isinstance(df, DataFrame) or not df.isStreaming:
+        raise SpecError(spec.path, "query.pyspark", f"{query.function}(sources) returning a "
+                        "streaming DataFrame")
+    return df, rec
+
+
+# -- output columns -----------------------------------------------------------------------------
+
+def flat_columns(df: DataFrame) -> tuple[list[Column], list[str]]:
+    """The DataFrame's columns with a struct column flattened to ``<name>_<field>`` and a
+    repeated name numbered ``name#2``, ``name#3`` (SPEC.md §3): the selection and its names."""
+    cols: list[Column] = []
+    names: list[str] = []
+    seen: dict[str, int] = {}
+    jcols = df._jdf.queryExecution().analyzed().output()
+    for i in range(jcols.size()):
+        attr = jcols.apply(i)
+        base = df[i] if hasattr(df, "__getitem__") else F.col(attr.name())
+        dt = df.schema.fields[i].dataType
+        parts: list[tuple[Column, str]]
+        if dt.typeName() == "struct":
+            parts = [(base.getField(f.name), f"{attr.name()}_{f.name}")
+                     for f in dt.fields]  # type: ignore[attr-defined]
+        else:
+            parts = [(base, str(attr.name()))]
+        for c, n in parts:
+            seen[n] = seen.get(n, 0) + 1
+            out = n if seen[n] == 1 else f"{n}#{seen[n]}"
+            cols.append(c.alias(out))
+            names.append(out)
+    return cols, names
+
+
+# -- replay -----------------------------------------------------------------------------------
+
+def build_user_query(spec: BacktestSpec, candidate: str, stream: DataFrame,
+                     data_columns: Mapping[str, tuple[str, ...]]) -> BuiltQuery:
+    """The user's query over the tagged replay stream (``jobs.query``), with the candidate's
+    delays; its columns are ``spec._output_columns``."""
+    origin = spec._pyspark
+    assert origin is not None
+    frames = {s: stream.filter(F.col(TAG) == F.lit(i)).select(
+        *[F.col(input_column(i, c)).alias(c) for c in data_columns[s]])
+        for i, s in enumerate(spec.query_sources)}
+    wm = spec.candidates[candidate].watermark
+    delays = {col: interval(wm[src]) for src, col in origin.watermark_columns.items()
+              if src in wm}
+    df, _ = _call(spec, origin.query, frames, delays)
+    cols, names = flat_columns(df)
+    assert tuple(names) == spec._output_columns, (names, spec._output_columns)
+    return BuiltQuery(df.select(*cols), origin.query.output_mode)
+
+
+# -- planning ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Step:
+    """A stateless plan node re-applied by Spark: ``filter`` (one SQL condition) or
+    ``project`` (SQL expressions), or ``watermark`` (where the code's ``withWatermark`` is)."""
+
+    kind: str
+    sql: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Lowered:
+    """A pyspark query lowered onto a query kind: ``spec`` (the replay's and the results'),
+    the source, the stateless steps below the stateful node (bottom up) and above it (bottom
+    up), the operator input's columns and the mapping of the kind's outputs to the node's."""
+
+    spec: BacktestSpec
+    source: str
+    below: tuple[Step, ...]
+    above: tuple[Step, ...]
+    input_columns: tuple[str, ...]
+    event_time: str | None  # the watermarked column at the operator's input
+    watermark_column: str | None  # the column withWatermark names (its table column)
+    node_outputs: tuple[tuple[str, str], ...]  # (node output name, SQL over the kind's outputs)
+    std_query: AggregationQuery | DeduplicationQuery
+    planning_s: float
+
+    @property
+    def schedule_spec(self) -> BacktestSpec:
+        """``spec`` with a query over the table's own columns, for planning the schedule
+        (which checks the query's columns against the table; the code's are derived)."""
+        src = self.spec.sources[self.source]
+        assert src.event_time is not None
+        return self.spec.model_copy(update={"query": DeduplicationQuery(
+            kind="deduplication", source=self.source, keys=(src.event_time,))})
+
+
+def _node(plan: object) -> str:
+    return str(plan.nodeName())  # type: ignore[attr-defined]
+
+
+def _children(plan: object) -> list[object]:
+    seq = plan.children()  # type: ignore[attr-defined]
+    return [seq.apply(i) for i in range(seq.size())]
+
+
+def _seq(seq: object) -> list[object]:
+    return [seq.apply(i) for i in range(seq.size())]  # type: ignore[attr-defined]
+
+
+def _walk(plan: object) -> Iterator[object]:
+    yield plan
+    for c in _children(plan):
+        yield from _walk(c)
+
+
+def _exprs(plan: object) -> list[object]:
+    return _seq(plan.expressions())  # type: ignore[attr-defined]
+
+
+def _refuse(spec: BacktestSpec, node: object, why: str) -> Refused:
+    text = str(node.simpleString(200)).splitlines()[0]  # type: ignore[attr-defined]
+    return Refused(spec.path, "query.pyspark", f"a plan the predictor models; plan node "
+                   f"{_node(node)} ({text[:160]}): {why}")
+
+
+def _check_expressions(spec: BacktestSpec, node: object) -> None:
+    for e in _exprs(node):
+        if not e.deterministic():  # type: ignore[attr-defined]
+            raise _refuse(spec, node, "a non-deterministic expression (its values would differ "
+                          "between the replay and the prediction)")
+        if "PythonUDF" in str(e.getClass().getName()) or any(  # type: ignore[attr-defined]
+                "PythonUDF" in str(x.getClass().getName())
+                for x in _seq(e.collectLeaves())):  # type: ignore[attr-defined]
+            raise _refuse(spec, node, "a Python UDF (not evaluated here yet)")
+        if "PythonUDF" in str(e.toString()) or "pythonUDF" in str(e.toString()):  # type: ignore
+            raise _refuse(spec, node, "a Python UDF (not evaluated here yet)")
+
+
+def _step(spec: BacktestSpec, node: object) -> Step | None:
+    name = _node(node)
+    if name == "SubqueryAlias":
+        return None
+    _check_expressions(spec, node)
+    if name == "Filter":
+        return Step("filter", (str(node.condition().sql()),))  # type: ignore[attr-defined]
+    if name == "Project":
+        return Step("project", tuple(str(e.sql()) for e in
+                                     _seq(node.projectList())))  # type: ignore[attr-defined]
+    raise _refuse(spec, node, "a node the predictor does not model")
+
+
+def _is_window_node(node: object) -> bool:
+    return _node(node) in ("Project", "Expand", "Filter") and \
+        "precisetimestampconversion" in str(node.toString())  # type: ignore[attr-defined]
+
+
+def _planning_frames(spark: SparkSession, spec: BacktestSpec, tmp: Path
+                     ) -> dict[str, DataFrame]:
+    """Empty streaming frames with each source table's columns (schema of its Delta table)."""
+    frames: dict[str, DataFrame] = {}
+    for s in spec.sources:
+        schema = pa.schema(open_table(spec, s).schema().to_arrow())
+        d = tmp / s
+        d.mkdir()
+        pq.write_table(schema.empty_table(), d / "empty.parquet")
+        sschema = spark.read.parquet(str(d)).schema
+        frames[s] = spark.readStream.schema(sschema).parquet(str(d))
+    return frames
+
+
+def lower(spec: BacktestSpec, spark: SparkSession | None = None) -> Lowered:
+    """Plan ``spec``'s pyspark query and map it onto a query kind (see the module doc)."""
+    from jobs.spark import get_spark
+
+    q = spec.query
+    assert isinstance(q, PySparkQuery)
+    t0 = time.perf_counter()
+    spark = spark or get_spark()
+    planning_s = time.perf_counter() - t0
+    with tempfile.TemporaryDirectory(prefix="wmbt-plan-") as tmp:
+        frames = _planning_frames(spark, spec, Path(tmp))
+        df, rec = _call(spec, q, frames, {})
+        plan = df._jdf.queryExecution().analyzed()
+        ids = {s: {int(a.exprId().id()) for a in _seq(f._jdf.queryExecution().analyzed().output())}
+               for s, f in frames.items()}
+        _, out_names = flat_columns(df)
+        return _lower_plan(spec, q, plan, ids, rec, tuple(out_names), planning_s)
+
+
+def _lower_plan(spec: BacktestSpec, q: PySparkQuery, plan: object, ids: dict[str, set[int]],
+                rec: _Recorder, out_names: tuple[str, ...], planning_s: float) -> Lowered:
+    stateful = [n for n in _walk(plan) if _node(n) in STATEFUL]
+    if not stateful:
+        raise _refuse(spec, plan, "no stateful operator (nothing for a watermark to do)")
+    if len(stateful) > 1:
+        raise _refuse(spec, stateful[1], f"a second stateful operator ({CHAINS})")
+    op = stateful[0]
+    if _node(op) in ("FlatMapGroupsWithState", "TransformWithState",
+                     "FlatMapGroupsInPandasWithState"):
+        raise _refuse(spec, op, "arbitrary stateful processing is not modelled")
+    if _node(op) == "Join":
+        raise _refuse(spec, op, "a stream-stream join from pyspark code is not lowered yet "
+                      "(write it as kind: join)")
+    # above the stateful node: stateless steps, collected top down
+    above: list[Step] = []
+    node = plan
+    while not node.equals(op):  # type: ignore[attr-defined]
+        step = _step(spec, node)
+        if step is not None:
+            above.append(step)
+        (node,) = _children(node)
+    # below: skip the window's own nodes (the predictor computes windows), then stateless
+    (child,) = _children(op)
+    while _is_window_node(child):
+        (child,) = _children(child)
+    input_attrs = [(str(a.name()), a) for a in _seq(child.output())]  # type: ignore
+    below: list[Step] = []
+    node, wm_col, et_col = child, None, None
+    source: str | None = None
+    while True:
+        name = _node(node)
+        if name == "EventTimeWatermark":
+            if wm_col is not None:
+                raise _refuse(spec, node, "two withWatermark calls on one input")
+            wm_col = str(node.eventTime().name())  # type: ignore[attr-defined]
+            below.append(Step("watermark", (wm_col,)))
+        elif name == "Union":
+            raise _refuse(spec, node, "a union of sources (pipelines: issue 47 item 2)")
+        elif not _children(node):
+            out = {int(a.exprId().id()) for a in _seq(node.output())}  # type: ignore
+            source = next((s for s, i in ids.items() if out <= i), None)
+            if source is None:
+                raise _refuse(spec, node, "an input that is not a source of the spec")
+            break
+        else:
+            step = _step(spec, node)
+            if step is not None:
+                below.append(step)
+        kids = _children(node)
+        if len(kids) != 1:
+            raise _refuse(spec, node, "a node with several inputs")
+        node = kids[0]
+    below.reverse()
+    for n, a in input_attrs:
+        if a.metadata().contains("spark.watermarkDelayMs"):  # type: ignore[attr-defined]
+            et_col = n
+    names = [n for n, _ in input_attrs]
+    if len(set(names)) != len(names) or not all(n.isidentifier() for n in names):
+        raise _refuse(spec, child, f"input columns {names} that are not distinct identifiers")
+    assert source is not None
+    lowered_spec, std_query, node_outputs = _kind(spec, q, op, source, wm_col, et_col, rec,
+                                                  names)
+    lowered_spec._output_columns = out_names
+    lowered_spec._pyspark = PySparkOrigin(
+        q, {source: wm_col} if wm_col is not None else {})
+    return Lowered(lowered_spec, source, tuple(below), tuple(reversed(above)), tuple(names),
+                   et_col, wm_col, node_outputs, std_query, planning_s)
+
+
+def _delays(spec: BacktestSpec, rec: _Recorder, source: str, wm_col: str | None
+            ) -> dict[str, dict[str, Duration]]:
+    """Each candidate's watermark by source: its delay for the code's column, else the code's."""
+    written = {c: d for c, d in rec.watermarks}
+    out: dict[str, dict[str, Duration]] = {}
+    for cname, cand in spec.candidates.items():
+        for col in cand.watermark:
+            if col not in written:
+                raise SpecError(spec.path, f"candidates.{cname}.watermark.{col}",
+                                f"an event-time column of the code's withWatermark calls "
+                                f"({', '.join(written) or 'none'})")
+            if [c for c, _ in rec.watermarks].count(col) > 1:
+                raise SpecError(spec.path, f"candidates.{cname}.watermark.{col}",
+                                "a column only one withWatermark call names (two do)")
+        if cand.after_restart is not None:
+            raise SpecError(spec.path, f"candidates.{cname}.after_restart",
+                            "no after_restart for a pyspark query (not modelled yet)")
+        out[cname] = ({} if wm_col is None else
+                      {source: cand.watermark.get(wm_col, Duration.parse(written[wm_col]))})
+    return out
+
+
+def _kind(spec: BacktestSpec, q: PySparkQuery, op: object, source: str, wm_col: str | None,
+          et_col: str | None, rec: _Recorder, names: list[str]
+          ) -> tuple[BacktestSpec, AggregationQuery | DeduplicationQuery,
+                     tuple[tuple[str, str], ...]]:
+    delays = _delays(spec, rec, source, wm_col)
+    src = spec.sources[source]
+    table_et = src.event_time or wm_col
+    if table_et is None:
+        raise _refuse(spec, op, f"no event time: give sources.{source}.event_time or call "
+                      "withWatermark")
+    sources = {**spec.sources, source: src.model_copy(update={"event_time": table_et})}
+    candidates = {c: cand.model_copy(update={"watermark": delays[c]})
+                  for c, cand in spec.candidates.items()}
+    name = _node(op)
+    node_outputs: list[tuple[str, str]] = []
+    std: AggregationQuery | DeduplicationQuery
+    if name in ("Deduplicate", "DeduplicateWithinWatermark"):
+        keys = tuple(str(k.name()) for k in _seq(op.keys()))  # type: ignore[attr-defined]
+        std = DeduplicationQuery(kind="deduplication", source=source, keys=keys,
+                                 within_watermark=name == "DeduplicateWithinWatermark")
+        node_outputs = [(n, f"`{n}`") for n in names]
+    else:
+        assert name == "Aggregate"
+        windows = rec.windows
+        if any(w.session for w in windows):
+            raise _refuse(spec, op, "a session window from pyspark code is not lowered yet "
+                          "(write it as kind: session)")
+        group = [g for g in _seq(op.groupingExpressions())]  # type: ignore[attr-defined]
+        window: WindowSpec | None = None
+        win_name: str | None = None
+        keys_l: list[str] = []
+        for g in group:
+            if str(g.getClass().getSimpleName()) != "AttributeReference":
+                raise _refuse(spec, op, f"a grouping expression {g.sql()} that is not a column")
+            if g.dataType().typeName() == "struct" and \
+                    "start" in str(g.dataType().simpleString()):
+                if len(windows) != 1:
+                    raise _refuse(spec, op, "a window column the predictor cannot read (one "
+                                  "F.window call expected)")
+                w = windows[0]
+                if et_col is None or w.column != et_col:
+                    raise _refuse(spec, op, f"a window over {w.column!r}, not the watermarked "
+                                  f"column {et_col!r}")
+                window = WindowSpec(duration=w.duration, slide=w.slide, start_time=w.start)
+                win_name = str(g.name())
+            else:
+                keys_l.append(str(g.name()))
+        aggs: dict[str, str] = {}
+        for i, e in enumerate(_seq(op.aggregateExpressions())):  # type: ignore[attr-defined]
+            cls = str(e.getClass().getSimpleName())
+            if cls == "AttributeReference" and str(e.name()) == win_name:
+                node_outputs.append((win_name, "named_struct('start', `window_start`, 'end', "
+                                     "`window_end`)"))
+            elif cls == "AttributeReference" and str(e.name()) in keys_l:
+                node_outputs.append((str(e.name()), f"`{e.name()}`"))
+            elif cls == "Alias" and str(e.child().getClass().getSimpleName()) == \
+                    "AggregateExpression":
+                ae = e.child()
+                fn = ae.aggregateFunction()
+                fname = str(fn.prettyName()).lower()
+                args = _seq(fn.children())
+                if fname not in AGG_FUNCS or ae.isDistinct() or ae.filter().isDefined():
+                    raise _refuse(spec, op, f"an aggregate {e.sql()} (count, sum, min, max, "
+                                  "avg of a column)")
+                if fname == "count" and all(str(a.getClass().getSimpleName()) == "Literal"
+                                            for a in args):
+                    text = "count(*)"
+                elif len(args) == 1 and str(args[0].getClass().getSimpleName()) == \
+                        "AttributeReference":
+                    text = f"{fname}({args[0].name()})"
+                else:
+                    raise _refuse(spec, op, f"an aggregate of an expression, {e.sql()} (compute "
+                                  "it as a column first)")
+                safe = f"_a{i}"
+                aggs[safe] = text
+                node_outputs.append((str(e.name()), f"CAST(`{safe}` AS "
+                                     f"{e.dataType().sql()})"))
+            else:
+                raise _refuse(spec, op, f"an output expression {e.sql()} the predictor does "
+                              "not model")
+        std = AggregationQuery(kind="aggregation", source=source, keys=tuple(keys_l),
+                               window=window, aggregates=aggs, output_mode=q.output_mode)
+    lowered = spec.model_copy(update={"sources": sources, "candidates": candidates,
+                                      "query": std})
+    return lowered, std, tuple(node_outputs)
+
+
+# -- prediction -------------------------------------------------------------------------------
+
+def _batch_rows(spark: SparkSession, schedule: Schedule, source: str) -> DataFrame:
+    df = schedule.rows[source]
+    cols = list(schedule.data_columns[source])
+    table = pa.Table.from_pandas(df[[ROW_ID, TICK, *cols]].rename(
+        columns={ROW_ID: H_ROW, TICK: H_TICK}), preserve_index=False)
+    return spark.createDataFrame(table.to_pandas())  # (arrow-backed conversion)
+
+
+def _apply(df: DataFrame, steps: tuple[Step, ...], keep: list[str]) -> DataFrame:
+    for st in steps:
+        if st.kind == "filter":
+            df = df.where(F.expr(st.sql[0]))
+        elif st.kind == "project":
+            df = df.select(*[F.expr(s) for s in st.sql], *keep)
+    return df
+
+
+def predict(lowered: Lowered, schedule: Schedule, candidate: str, spark: SparkSession, *,
+            explain: bool = True, count_late: bool = False) -> Prediction:
+    """The prediction for the lowered query: stateless steps by Spark in one batch query each
+    way, the stateful operator by the predictor (module doc)."""
+    t0 = time.perf_counter()
+    src = lowered.source
+    df = _batch_rows(spark, schedule, src)
+    keep = [H_ROW, H_TICK]
+    maxima: dict[int, int] = {}
+    for st in lowered.below:
+        if st.kind == "watermark":
+            got = df.groupBy(H_TICK).agg(F.max(F.unix_micros(F.col(f"`{st.sql[0]}`")))
+                                         .alias("m")).toPandas()
+            ms = micros_to_ms(got["m"].to_numpy(dtype=np.int64))
+            maxima = dict(zip(got[H_TICK].astype(int).tolist(), ms.tolist(), strict=True))
+        else:
+            df = _apply(df, (st,), keep)
+    inp = df.select(*[F.col(f"`{c}`") for c in lowered.input_columns], *keep)
+    rows = _to_pandas(inp.toArrow()).rename(columns={H_ROW: ROW_ID, H_TICK: TICK})
+    rows = rows.sort_values([TICK, ROW_ID], kind="stable").reset_index(drop=True)
+    rows = rows[[ROW_ID, TICK, *lowered.input_columns]]
+    et = lowered.event_time or lowered.spec.sources[src].event_time
+    assert et is not None
+    if lowered.event_time is None:  # (no watermark: the schedule's own event time column)
+        rows[et] = schedule.rows[src].set_index(ROW_ID).loc[rows[ROW_ID], et].to_numpy()
+    derived = replace(schedule, rows={src: rows}, event_time={src: et},
+                      data_columns={src: lowered.input_columns}, decimals={},
+                      watermark_ms={src: maxima} if lowered.watermark_column else {})
+    std_spec = lowered.spec.model_copy(update={
+        "sources": {src: lowered.spec.sources[src].model_copy(update={"event_time": et})},
+        "query": lowered.std_query})
+    std_spec._output_columns = None
+    std_spec._pyspark = None
+    expressions_s = time.perf_counter() - t0
+    pred = run_predict(derived, std_spec, candidate, explain=explain, count_late=count_late)
+    t1 = time.perf_counter()
+    outputs = _map_outputs(spark, lowered, pred.outputs)
+    batches = pred.batches.copy()
+    # Spark counts the rows the source read, before the code's filters
+    per_tick = schedule.rows_per_tick(src)
+    n = np.where(batches["has_data"].to_numpy(dtype=bool),
+                 per_tick[batches["tick"].to_numpy(dtype=np.int64)], 0)
+    batches["input_rows"] = n
+    batches[f"input_rows_{src}"] = n
+    info = {**pred.info, "expressions": "spark-batch", "planning_session_s": lowered.planning_s,
+            "expressions_s": expressions_s + time.perf_counter() - t1,
+            "lowered_to": lowered.std_query.model_dump(mode="json")}
+    return Prediction(candidate, batches, outputs, info, pred.raw_fates)
+
+
+def _map_outputs(spark: SparkSession, lowered: Lowered, outputs: pd.DataFrame) -> pd.DataFrame:
+    cols = list(lowered.spec._output_columns or ())
+    if not len(outputs):
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in ["batch_id", *cols]})
+    out = outputs.rename(columns={"batch_id": H_BATCH})
+    df = spark.createDataFrame(out)
+    df = df.select(*[F.expr(sql).alias(n) for n, sql in lowered.node_outputs], H_BATCH)
+    df = _apply(df, lowered.above, [H_BATCH])
+    flat, names = flat_columns(df.drop(H_BATCH))
+    df = df.select(F.col(H_BATCH).alias("batch_id"), *flat)
+    got = _to_pandas(df.toArrow())
+    assert names == cols, (names, cols)
+    got = got.sort_values("batch_id", kind="stable").reset_index(drop=True)
+    return got[["batch_id", *cols]]
