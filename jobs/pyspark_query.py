@@ -251,6 +251,9 @@ class Lowered:
     node_outputs: tuple[tuple[str, str], ...]  # (node output name, SQL over the kind's outputs)
     std_query: AggregationQuery | DeduplicationQuery
     planning_s: float
+    # the optimized plan's steps below its withWatermark node (Spark's optimizer pushes a
+    # filter that does not read the event time below it): the rows the watermark sees
+    watermark_steps: tuple[Step, ...] = ()
 
     @property
     def schedule_spec(self) -> BacktestSpec:
@@ -352,7 +355,31 @@ def lower(spec: BacktestSpec, spark: SparkSession | None = None) -> Lowered:
         ids = {s: {int(a.exprId().id()) for a in _seq(f._jdf.queryExecution().analyzed().output())}
                for s, f in frames.items()}
         _, out_names = flat_columns(df)
-        return _lower_plan(spec, q, plan, ids, rec, tuple(out_names), planning_s)
+        lowered = _lower_plan(spec, q, plan, ids, rec, tuple(out_names), planning_s)
+        if lowered.watermark_column is None:
+            return lowered
+        return replace(lowered, watermark_steps=_watermark_steps(
+            spec, spark._jsparkSession.sessionState().optimizer().execute(plan)))
+
+
+def _watermark_steps(spec: BacktestSpec, optimized: object) -> tuple[Step, ...]:
+    """The stateless steps below the optimized plan's ``EventTimeWatermark``, bottom up, and
+    last a ``watermark`` step naming its column."""
+    nodes = [n for n in _walk(optimized) if _node(n) == "EventTimeWatermark"]
+    if len(nodes) != 1:
+        raise _refuse(spec, optimized, f"{len(nodes)} withWatermark nodes after optimization "
+                      "(one expected)")
+    steps = [Step("watermark", (str(nodes[0].eventTime().name()),))]  # type: ignore
+    (node,) = _children(nodes[0])
+    while _children(node):
+        step = _step(spec, node)
+        if step is not None:
+            steps.append(step)
+        kids = _children(node)
+        if len(kids) != 1:
+            raise _refuse(spec, node, "a node with several inputs below withWatermark")
+        node = kids[0]
+    return tuple(reversed(steps))
 
 
 def _lower_plan(spec: BacktestSpec, q: PySparkQuery, plan: object, ids: dict[str, set[int]],
@@ -559,17 +586,16 @@ def predict(lowered: Lowered, schedule: Schedule, candidate: str, spark: SparkSe
     way, the stateful operator by the predictor (module doc)."""
     t0 = time.perf_counter()
     src = lowered.source
-    df = _batch_rows(spark, schedule, src)
+    raw = _batch_rows(spark, schedule, src)
     keep = [H_ROW, H_TICK]
     maxima: dict[int, int] = {}
-    for st in lowered.below:
-        if st.kind == "watermark":
-            got = df.groupBy(H_TICK).agg(F.max(F.unix_micros(F.col(f"`{st.sql[0]}`")))
-                                         .alias("m")).toPandas()
-            ms = micros_to_ms(got["m"].to_numpy(dtype=np.int64))
-            maxima = dict(zip(got[H_TICK].astype(int).tolist(), ms.tolist(), strict=True))
-        else:
-            df = _apply(df, (st,), keep)
+    if lowered.watermark_steps:
+        seen = _apply(raw, lowered.watermark_steps[:-1], keep)
+        col = F.col(f"`{lowered.watermark_steps[-1].sql[0]}`")
+        got = seen.groupBy(H_TICK).agg(F.max(F.unix_micros(col)).alias("m")).toPandas()
+        ms = micros_to_ms(got["m"].to_numpy(dtype=np.int64))
+        maxima = dict(zip(got[H_TICK].astype(int).tolist(), ms.tolist(), strict=True))
+    df = _apply(raw, lowered.below, keep)
     inp = df.select(*[F.col(f"`{c}`") for c in lowered.input_columns], *keep)
     rows = _to_pandas(inp.toArrow()).rename(columns={H_ROW: ROW_ID, H_TICK: TICK})
     rows = rows.sort_values([TICK, ROW_ID], kind="stable").reset_index(drop=True)
