@@ -612,10 +612,10 @@ def _no_repeated_keys(loader: _Loader, file: str, node: yaml.Node, path: str,
 
 def _loc(loc: tuple[Any, ...]) -> str:
     parts: list[str] = []
-    for p in loc:
+    for i, p in enumerate(loc):
         if isinstance(p, int):
             parts.append(f"[{p}]")
-        elif p in QUERY_KINDS and parts == ["query"]:
+        elif i == 1 and p in QUERY_KINDS and parts == ["query"]:
             continue  # discriminator tag inserted by pydantic
         elif str(p).startswith("function-") or p in ("Duration",):
             continue
