@@ -55,6 +55,7 @@ from semantics.spec import (
     AggregationQuery,
     BacktestSpec,
     DeduplicationQuery,
+    SessionQuery,
     WindowSpec,
 )
 
@@ -249,7 +250,7 @@ class Lowered:
     event_time: str | None  # the watermarked column at the operator's input
     watermark_column: str | None  # the column withWatermark names (its table column)
     node_outputs: tuple[tuple[str, str], ...]  # (node output name, SQL over the kind's outputs)
-    std_query: AggregationQuery | DeduplicationQuery
+    std_query: AggregationQuery | DeduplicationQuery | SessionQuery
     planning_s: float
     # the optimized plan's steps below its withWatermark node (Spark's optimizer pushes a
     # filter that does not read the event time below it): the rows the watermark sees
@@ -321,8 +322,15 @@ def _step(spec: BacktestSpec, node: object) -> Step | None:
 
 
 def _is_window_node(node: object) -> bool:
-    return _node(node) in ("Project", "Expand", "Filter") and \
-        "precisetimestampconversion" in str(node.toString())  # type: ignore[attr-defined]
+    """Is ``node`` one the analyzer adds for ``window`` / ``session_window`` (the struct's
+    Project or Expand, and the ``isnotnull(time)`` Filter above it)? The predictor computes
+    windows itself."""
+    own = str(node.simpleString(100000))  # type: ignore[attr-defined]
+    if _node(node) in ("Project", "Expand") and "precisetimestampconversion" in own:
+        return True
+    kids = _children(node)
+    return _node(node) == "Filter" and own.lstrip("~").startswith("Filter isnotnull(") and \
+        len(kids) == 1 and _is_window_node(kids[0])
 
 
 def _planning_frames(spark: SparkSession, spec: BacktestSpec, tmp: Path
@@ -476,7 +484,7 @@ def _delays(spec: BacktestSpec, rec: _Recorder, source: str, wm_col: str | None
 
 def _kind(spec: BacktestSpec, q: PySparkQuery, op: object, source: str, wm_col: str | None,
           et_col: str | None, rec: _Recorder, names: list[str]
-          ) -> tuple[BacktestSpec, AggregationQuery | DeduplicationQuery,
+          ) -> tuple[BacktestSpec, AggregationQuery | DeduplicationQuery | SessionQuery,
                      tuple[tuple[str, str], ...]]:
     delays = _delays(spec, rec, source, wm_col)
     src = spec.sources[source]
@@ -489,7 +497,7 @@ def _kind(spec: BacktestSpec, q: PySparkQuery, op: object, source: str, wm_col: 
                   for c, cand in spec.candidates.items()}
     name = _node(op)
     node_outputs: list[tuple[str, str]] = []
-    std: AggregationQuery | DeduplicationQuery
+    std: AggregationQuery | DeduplicationQuery | SessionQuery
     if name in ("Deduplicate", "DeduplicateWithinWatermark"):
         keys = tuple(str(k.name()) for k in _seq(op.keys()))  # type: ignore[attr-defined]
         std = DeduplicationQuery(kind="deduplication", source=source, keys=keys,
@@ -498,9 +506,7 @@ def _kind(spec: BacktestSpec, q: PySparkQuery, op: object, source: str, wm_col: 
     else:
         assert name == "Aggregate"
         windows = rec.windows
-        if any(w.session for w in windows):
-            raise _refuse(spec, op, "a session window from pyspark code is not lowered yet "
-                          "(write it as kind: session)")
+        session: WindowCall | None = None
         group = [g for g in _seq(op.groupingExpressions())]  # type: ignore[attr-defined]
         window: WindowSpec | None = None
         win_name: str | None = None
@@ -517,7 +523,13 @@ def _kind(spec: BacktestSpec, q: PySparkQuery, op: object, source: str, wm_col: 
                 if et_col is None or w.column != et_col:
                     raise _refuse(spec, op, f"a window over {w.column!r}, not the watermarked "
                                   f"column {et_col!r}")
-                window = WindowSpec(duration=w.duration, slide=w.slide, start_time=w.start)
+                if w.session and w.duration == "<dynamic>":
+                    raise _refuse(spec, op, "a session window with a dynamic gap (pipelines: "
+                                  "issue 47 item 2)")
+                if w.session:
+                    session = w
+                else:
+                    window = WindowSpec(duration=w.duration, slide=w.slide, start_time=w.start)
                 win_name = str(g.name())
             else:
                 keys_l.append(str(g.name()))
@@ -525,8 +537,9 @@ def _kind(spec: BacktestSpec, q: PySparkQuery, op: object, source: str, wm_col: 
         for i, e in enumerate(_seq(op.aggregateExpressions())):  # type: ignore[attr-defined]
             cls = str(e.getClass().getSimpleName())
             if cls == "AttributeReference" and str(e.name()) == win_name:
-                node_outputs.append((win_name, "named_struct('start', `window_start`, 'end', "
-                                     "`window_end`)"))
+                part = "session" if session is not None else "window"
+                node_outputs.append((win_name, f"named_struct('start', `{part}_start`, 'end', "
+                                     f"`{part}_end`)"))
             elif cls == "AttributeReference" and str(e.name()) in keys_l:
                 node_outputs.append((str(e.name()), f"`{e.name()}`"))
             elif cls == "Alias" and str(e.child().getClass().getSimpleName()) == \
@@ -554,8 +567,12 @@ def _kind(spec: BacktestSpec, q: PySparkQuery, op: object, source: str, wm_col: 
             else:
                 raise _refuse(spec, op, f"an output expression {e.sql()} the predictor does "
                               "not model")
-        std = AggregationQuery(kind="aggregation", source=source, keys=tuple(keys_l),
-                               window=window, aggregates=aggs, output_mode=q.output_mode)
+        if session is not None:
+            std = SessionQuery(kind="session", source=source, keys=tuple(keys_l),
+                               gap=session.duration, aggregates=aggs, output_mode=q.output_mode)
+        else:
+            std = AggregationQuery(kind="aggregation", source=source, keys=tuple(keys_l),
+                                   window=window, aggregates=aggs, output_mode=q.output_mode)
     lowered = spec.model_copy(update={"sources": sources, "candidates": candidates,
                                       "query": std})
     return lowered, std, tuple(node_outputs)

@@ -45,6 +45,12 @@ def chain(sources):
     return df.groupBy(F.window("ts", "10 seconds")).count()
 
 
+def session(sources):
+    df = sources["clicks"].withWatermark("ts", "5 seconds")
+    return (df.withColumn("user", F.col("k") % 2)
+            .groupBy("user", F.session_window("ts", "4 seconds")).agg(F.count("id").alias("n")))
+
+
 def no_state(sources):
     return sources["clicks"].where("value > 1")
 '''
@@ -148,3 +154,10 @@ def test_spec_errors_name_file_field_and_expectation(tmp_path: Path) -> None:
     with pytest.raises(SpecError) as exc:
         load_spec(path)
     assert exc.value.field == "sources.clicks.event_time"
+
+
+def test_session_window_with_a_static_gap(tmp_path: Path, spark) -> None:
+    (c,) = backtest(make(tmp_path, "session"), tmp_path, spark)
+    assert c.predicted.info["lowered_to"]["kind"] == "session"
+    assert list(c.actual.outputs.columns) == ["batch_id", "user", "session_window_start",
+                                               "session_window_end", "n"]
