@@ -10,6 +10,7 @@ import yaml
 
 from jobs.backtest import run_backtest
 from jobs.cli import main
+from jobs.report_html import write_report
 from semantics.errors import SpecError
 from semantics.spec import load_spec
 from tests.deltas import write_commits
@@ -38,6 +39,12 @@ def dedup(sources):
     return (sources["clicks"].withWatermark("ts", "10 seconds")
             .select("id", "ts", (F.col("value") * 2).alias("v2"))
             .where("v2 > 2").dropDuplicates(["id"]))
+
+
+def dedup_within(sources):
+    return (sources["clicks"].withWatermark("ts", "3 seconds")
+            .withColumn("user", F.col("k") % 2).dropDuplicatesWithinWatermark(["user"])
+            .select("user", "ts"))
 
 
 def chain(sources):
@@ -80,6 +87,8 @@ def make(tmp: Path, function: str, candidates: dict | None = None, **query: obje
 
 def backtest(path: Path, tmp: Path, spark) -> list:
     result = run_backtest(load_spec(path), results=tmp / "results", spark=spark)
+    report = Path(write_report(result, tmp / "reports")).read_text()
+    assert "pq" in report
     for c in result.candidates:
         assert c.validation is not None
         assert c.validation["success"], (c.name, c.validation["failed"])
@@ -118,6 +127,12 @@ def test_drop_duplicates_after_a_projection_and_filter(tmp_path: Path, spark) ->
     (c,) = backtest(make(tmp_path, "dedup"), tmp_path, spark)
     assert list(c.actual.outputs.columns) == ["batch_id", "id", "ts", "v2"]
     assert sorted(c.actual.outputs["id"]) == [1, 2, 5, 8]
+
+
+def test_drop_duplicates_within_watermark_on_a_computed_key(tmp_path: Path, spark) -> None:
+    (c,) = backtest(make(tmp_path, "dedup_within"), tmp_path, spark)
+    assert c.predicted.info["lowered_to"]["within_watermark"] is True
+    assert list(c.actual.outputs.columns) == ["batch_id", "user", "ts"]
 
 
 def _refused(path: Path, capsys) -> str:
