@@ -1,9 +1,9 @@
 """The job's own PySpark query (SPEC.md §1.1; docs/semantics.md §13): replay it, plan it, lower it.
 
-* **Replay** (:func:`build_user_query`): the user's ``build(sources)`` gets one streaming
-  DataFrame per source with exactly the table's columns (no ``row_id``, no watermark) and
-  returns the job's DataFrame; a candidate's delays replace the code's ``withWatermark`` delays
-  by event-time column while the function runs (``DataFrame.withWatermark`` wrapped).
+* **Replay** (``jobs.query``'s branch for a lowered spec, with ``jobs.pyspark_code``): the
+  user's ``build(sources)`` gets one streaming DataFrame per source with exactly the table's
+  columns (no ``row_id``, no watermark) and returns the job's DataFrame; a candidate's delays
+  replace the code's ``withWatermark`` delays by event-time column while the function runs.
 * **Plan** (:func:`lower`): the same function over empty streaming frames in a local planning
   session; its analyzed plan must hold exactly one stateful node, which maps onto a query kind
   the predictor models (``AggregationQuery`` with or without a window, ``DeduplicationQuery``).
@@ -22,26 +22,20 @@ watermark of each tick is the max event time of the rows that reach the ``withWa
 
 from __future__ import annotations
 
-import importlib.util
-import itertools
-import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs.query import TAG, BuiltQuery, input_column, interval
+from jobs.pyspark_code import Recorder, WindowCall, call_user, flat_columns
 from jobs.sink import _to_pandas
 from semantics.column_names import open_table
 from semantics.durations import Duration
@@ -49,7 +43,7 @@ from semantics.engine import micros_to_ms
 from semantics.errors import SpecError
 from semantics.predict import Prediction
 from semantics.predict import predict as run_predict
-from semantics.pyspark_spec import PySparkOrigin, PySparkQuery, code_path
+from semantics.pyspark_spec import PySparkOrigin, PySparkQuery
 from semantics.schedule import ROW_ID, TICK, Schedule
 from semantics.spec import (
     AggregationQuery,
@@ -70,159 +64,6 @@ CHAINS = "chains: pipeline engine, issue 47 item 3"
 
 class Refused(SpecError):
     """A plan node the predictor does not model (named, with the reason)."""
-
-
-# -- the code's calls, recorded while it runs -------------------------------------------------
-
-@dataclass(frozen=True)
-class WindowCall:
-    column: str
-    duration: str
-    slide: str | None
-    start: str | None
-    session: bool = False
-
-
-@dataclass
-class _Recorder:
-    watermarks: list[tuple[str, str]] = field(default_factory=list)  # (column, delay as written)
-    windows: list[WindowCall] = field(default_factory=list)
-    delays: Mapping[str, str] = field(default_factory=dict)  # column -> candidate's delay
-
-
-_LOCK = threading.Lock()
-_ACTIVE: list[_Recorder] = []
-
-
-def _name(col: Column | str) -> str:
-    return col if isinstance(col, str) else str(col._jc.toString()).strip("`'")
-
-
-@contextmanager
-def _recording(frame_class: type, delays: Mapping[str, str]) -> Iterator[_Recorder]:
-    """Wrap ``withWatermark`` (delays replaced by column) and ``window`` / ``session_window``
-    (their arguments recorded) while the user's code is loaded and run."""
-    import pyspark.sql.functions as funcs
-
-    rec = _Recorder(delays=delays)
-    orig_wm = frame_class.withWatermark
-    orig_window, orig_session = funcs.window, funcs.session_window
-
-    def with_watermark(self: DataFrame, eventTime: str, delayThreshold: str) -> DataFrame:
-        rec.watermarks.append((eventTime, delayThreshold))
-        return orig_wm(self, eventTime, rec.delays.get(eventTime, delayThreshold))
-
-    def window(timeColumn: Column | str, windowDuration: str, slideDuration: str | None = None,
-               startTime: str | None = None) -> Column:
-        if _ACTIVE:
-            _ACTIVE[-1].windows.append(WindowCall(_name(timeColumn), windowDuration,
-                                                  slideDuration, startTime))
-        return orig_window(timeColumn, windowDuration, slideDuration, startTime)
-
-    def session_window(timeColumn: Column | str, gapDuration: Column | str) -> Column:
-        if _ACTIVE:
-            gap = gapDuration if isinstance(gapDuration, str) else "<dynamic>"
-            _ACTIVE[-1].windows.append(WindowCall(_name(timeColumn), gap, None, None, True))
-        return orig_session(timeColumn, gapDuration)
-
-    with _LOCK:
-        frame_class.withWatermark = with_watermark
-        funcs.window, funcs.session_window = window, session_window
-        _ACTIVE.append(rec)
-        try:
-            yield rec
-        finally:
-            _ACTIVE.pop()
-            frame_class.withWatermark = orig_wm
-            funcs.window, funcs.session_window = orig_window, orig_session
-
-
-_COUNTER = itertools.count()
-
-
-def _load(spec: BacktestSpec, query: PySparkQuery) -> Callable[..., DataFrame]:
-    """The user's function, from a fresh import of its file (errors name ``query.pyspark``)."""
-    path = code_path(spec.base_dir, query)
-    name = f"wmbt_user_query_{next(_COUNTER)}"
-    mspec = importlib.util.spec_from_file_location(name, path)
-    if mspec is None or mspec.loader is None:
-        raise SpecError(spec.path, "query.pyspark", f"an importable Python file ({path})")
-    module: ModuleType = importlib.util.module_from_spec(mspec)
-    sys.path.insert(0, str(path.parent))
-    try:
-        mspec.loader.exec_module(module)
-    except Exception as exc:  # (the user's code: any error it raises is theirs)
-        raise SpecError(spec.path, "query.pyspark", f"a Python file that imports ({path}: "
-                        f"{type(exc).__name__}: {exc})") from None
-    finally:
-        sys.path.remove(str(path.parent))
-    fn = getattr(module, query.function, None)
-    if not callable(fn):
-        raise SpecError(spec.path, "query.pyspark", f"a function {query.function!r} in {path}")
-    return fn
-
-
-def _call(spec: BacktestSpec, query: PySparkQuery, frames: dict[str, DataFrame],
-          delays: Mapping[str, str]) -> tuple[DataFrame, _Recorder]:
-    frame_class = type(next(iter(frames.values())))
-    with _recording(frame_class, delays) as rec:
-        fn = _load(spec, query)
-        try:
-            df = fn(frames)
-        except Exception as exc:
-            raise SpecError(spec.path, "query.pyspark", f"a function that builds the query "
-                            f"({query.function} raised {type(exc).__name__}: {exc})") from None
-    if not isinstance(df, DataFrame) or not df.isStreaming:
-        raise SpecError(spec.path, "query.pyspark", f"{query.function}(sources) returning a "
-                        "streaming DataFrame")
-    return df, rec
-
-
-# -- output columns -----------------------------------------------------------------------------
-
-def flat_columns(df: DataFrame) -> tuple[list[Column], list[str]]:
-    """The DataFrame's columns with a struct column flattened to ``<name>_<field>`` and a
-    repeated name numbered ``name#2``, ``name#3`` (SPEC.md §3): the selection and its names."""
-    cols: list[Column] = []
-    names: list[str] = []
-    seen: dict[str, int] = {}
-    jcols = df._jdf.queryExecution().analyzed().output()
-    for i in range(jcols.size()):
-        attr = jcols.apply(i)
-        base = df[i] if hasattr(df, "__getitem__") else F.col(attr.name())
-        dt = df.schema.fields[i].dataType
-        parts: list[tuple[Column, str]]
-        if dt.typeName() == "struct":
-            parts = [(base.getField(f.name), f"{attr.name()}_{f.name}")
-                     for f in dt.fields]  # type: ignore[attr-defined]
-        else:
-            parts = [(base, str(attr.name()))]
-        for c, n in parts:
-            seen[n] = seen.get(n, 0) + 1
-            out = n if seen[n] == 1 else f"{n}#{seen[n]}"
-            cols.append(c.alias(out))
-            names.append(out)
-    return cols, names
-
-
-# -- replay -----------------------------------------------------------------------------------
-
-def build_user_query(spec: BacktestSpec, candidate: str, stream: DataFrame,
-                     data_columns: Mapping[str, tuple[str, ...]]) -> BuiltQuery:
-    """The user's query over the tagged replay stream (``jobs.query``), with the candidate's
-    delays; its columns are ``spec._output_columns``."""
-    origin = spec._pyspark
-    assert origin is not None
-    frames = {s: stream.filter(F.col(TAG) == F.lit(i)).select(
-        *[F.col(input_column(i, c)).alias(c) for c in data_columns[s]])
-        for i, s in enumerate(spec.query_sources)}
-    wm = spec.candidates[candidate].watermark
-    delays = {col: interval(wm[src]) for src, col in origin.watermark_columns.items()
-              if src in wm}
-    df, _ = _call(spec, origin.query, frames, delays)
-    cols, names = flat_columns(df)
-    assert tuple(names) == spec._output_columns, (names, spec._output_columns)
-    return BuiltQuery(df.select(*cols), origin.query.output_mode)
 
 
 # -- planning ---------------------------------------------------------------------------------
@@ -358,7 +199,7 @@ def lower(spec: BacktestSpec, spark: SparkSession | None = None) -> Lowered:
     planning_s = time.perf_counter() - t0
     with tempfile.TemporaryDirectory(prefix="wmbt-plan-") as tmp:
         frames = _planning_frames(spark, spec, Path(tmp))
-        df, rec = _call(spec, q, frames, {})
+        df, rec = call_user(spec, q, frames, {})
         plan = df._jdf.queryExecution().analyzed()
         ids = {s: {int(a.exprId().id()) for a in _seq(f._jdf.queryExecution().analyzed().output())}
                for s, f in frames.items()}
@@ -391,7 +232,7 @@ def _watermark_steps(spec: BacktestSpec, optimized: object) -> tuple[Step, ...]:
 
 
 def _lower_plan(spec: BacktestSpec, q: PySparkQuery, plan: object, ids: dict[str, set[int]],
-                rec: _Recorder, out_names: tuple[str, ...], planning_s: float) -> Lowered:
+                rec: Recorder, out_names: tuple[str, ...], planning_s: float) -> Lowered:
     stateful = [n for n in _walk(plan) if _node(n) in STATEFUL]
     if not stateful:
         raise _refuse(spec, plan, "no stateful operator (nothing for a watermark to do)")
@@ -460,7 +301,7 @@ def _lower_plan(spec: BacktestSpec, q: PySparkQuery, plan: object, ids: dict[str
                    et_col, wm_col, node_outputs, std_query, planning_s)
 
 
-def _delays(spec: BacktestSpec, rec: _Recorder, source: str, wm_col: str | None
+def _delays(spec: BacktestSpec, rec: Recorder, source: str, wm_col: str | None
             ) -> dict[str, dict[str, Duration]]:
     """Each candidate's watermark by source: its delay for the code's column, else the code's."""
     written = {c: d for c, d in rec.watermarks}
@@ -483,7 +324,7 @@ def _delays(spec: BacktestSpec, rec: _Recorder, source: str, wm_col: str | None
 
 
 def _kind(spec: BacktestSpec, q: PySparkQuery, op: object, source: str, wm_col: str | None,
-          et_col: str | None, rec: _Recorder, names: list[str]
+          et_col: str | None, rec: Recorder, names: list[str]
           ) -> tuple[BacktestSpec, AggregationQuery | DeduplicationQuery | SessionQuery,
                      tuple[tuple[str, str], ...]]:
     delays = _delays(spec, rec, source, wm_col)
