@@ -22,6 +22,7 @@ watermark of each tick is the max event time of the rows that reach the ``withWa
 
 from __future__ import annotations
 
+import hashlib
 import tempfile
 import time
 from collections.abc import Iterator
@@ -43,7 +44,7 @@ from semantics.engine import micros_to_ms
 from semantics.errors import SpecError
 from semantics.predict import Prediction
 from semantics.predict import predict as run_predict
-from semantics.pyspark_spec import PySparkOrigin, PySparkQuery
+from semantics.pyspark_spec import PySparkOrigin, PySparkQuery, code_path
 from semantics.schedule import ROW_ID, TICK, Schedule
 from semantics.spec import (
     AggregationQuery,
@@ -295,8 +296,9 @@ def _lower_plan(spec: BacktestSpec, q: PySparkQuery, plan: object, ids: dict[str
     lowered_spec, std_query, node_outputs = _kind(spec, q, op, source, wm_col, et_col, rec,
                                                   names)
     lowered_spec._output_columns = out_names
+    text = code_path(spec.base_dir, q).read_bytes()
     lowered_spec._pyspark = PySparkOrigin(
-        q, {source: wm_col} if wm_col is not None else {})
+        q, {source: wm_col} if wm_col is not None else {}, hashlib.sha256(text).hexdigest())
     return Lowered(lowered_spec, source, tuple(below), tuple(reversed(above)), tuple(names),
                    et_col, wm_col, node_outputs, std_query, planning_s)
 

@@ -89,3 +89,4 @@ class PySparkOrigin:
 
     query: PySparkQuery
     watermark_columns: Mapping[str, str]
+    digest: str = ""  # sha256 of the code file's text (a changed job is another run)

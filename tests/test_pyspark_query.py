@@ -3,6 +3,7 @@ written, predicted from the plan Spark builds, both compared batch by batch and 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -149,6 +150,12 @@ def test_refusals_name_the_plan_node_or_field(tmp_path: Path, spark, capsys) -> 
     err = _refused(make(tmp_path, "agg", {"c": {"watermark": {"click_ts": "1 second"}}}), capsys)
     assert "candidates.c.watermark.click_ts" in err and "withWatermark calls (ts)" in err
     assert "Traceback" not in err
+    # and a prediction alone, on the command line: no replay
+    path = make(tmp_path, "agg")
+    assert main(["predict", str(path), "--json", "--results", str(tmp_path / "results")]) == 0
+    (c,) = json.loads(capsys.readouterr().out)["candidates"]
+    assert "actual" not in c and c["predicted"]["info"]["expressions"] == "spark-batch"
+    assert [r["window_start"] for r in c["predicted"]["outputs"]] == [0, 0, 10000]
 
 
 def test_spec_errors_name_file_field_and_expectation(tmp_path: Path) -> None:
