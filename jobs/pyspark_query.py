@@ -137,17 +137,20 @@ def _refuse(spec: BacktestSpec, node: object, why: str) -> Refused:
                    f"{_node(node)} ({text[:160]}): {why}")
 
 
+def _classes(expr: object) -> Iterator[str]:
+    """The class names of ``expr`` and every expression inside it."""
+    yield str(expr.getClass().getSimpleName())  # type: ignore[attr-defined]
+    for c in _children(expr):
+        yield from _classes(c)
+
+
 def _check_expressions(spec: BacktestSpec, node: object) -> None:
     for e in _exprs(node):
+        if any("PythonUDF" in c or "PythonFunction" in c for c in _classes(e)):
+            raise _refuse(spec, node, "a Python UDF (not evaluated here yet)")
         if not e.deterministic():  # type: ignore[attr-defined]
             raise _refuse(spec, node, "a non-deterministic expression (its values would differ "
                           "between the replay and the prediction)")
-        if "PythonUDF" in str(e.getClass().getName()) or any(  # type: ignore[attr-defined]
-                "PythonUDF" in str(x.getClass().getName())
-                for x in _seq(e.collectLeaves())):  # type: ignore[attr-defined]
-            raise _refuse(spec, node, "a Python UDF (not evaluated here yet)")
-        if "PythonUDF" in str(e.toString()) or "pythonUDF" in str(e.toString()):  # type: ignore
-            raise _refuse(spec, node, "a Python UDF (not evaluated here yet)")
 
 
 def _step(spec: BacktestSpec, node: object) -> Step | None:

@@ -59,6 +59,16 @@ def session(sources):
             .groupBy("user", F.session_window("ts", "4 seconds")).agg(F.count("id").alias("n")))
 
 
+def random_filter(sources):
+    return sources["clicks"].where(F.rand() > 0.5).dropDuplicates(["id"])
+
+
+def udf_key(sources):
+    bucket = F.udf(lambda k: k % 3, "long")
+    return (sources["clicks"].withWatermark("ts", "1 second").withColumn("b", bucket("k"))
+            .groupBy(F.window("ts", "5 seconds"), "b").count())
+
+
 def no_state(sources):
     return sources["clicks"].where("value > 1")
 '''
@@ -147,6 +157,10 @@ def test_refusals_name_the_plan_node_or_field(tmp_path: Path, spark, capsys) -> 
     assert "issue 47 item 3" in err
     err = _refused(make(tmp_path, "no_state"), capsys)
     assert "no stateful operator" in err
+    err = _refused(make(tmp_path, "random_filter"), capsys)
+    assert "plan node Filter" in err and "non-deterministic" in err
+    err = _refused(make(tmp_path, "udf_key"), capsys)
+    assert "plan node Project" in err and "Python UDF" in err
     err = _refused(make(tmp_path, "agg", {"c": {"watermark": {"click_ts": "1 second"}}}), capsys)
     assert "candidates.c.watermark.click_ts" in err and "withWatermark calls (ts)" in err
     assert "Traceback" not in err
