@@ -429,9 +429,8 @@ def _kind(spec: BacktestSpec, q: PySparkQuery, op: object, source: str, wm_col: 
 def _batch_rows(spark: SparkSession, schedule: Schedule, source: str) -> DataFrame:
     df = schedule.rows[source]
     cols = list(schedule.data_columns[source])
-    table = pa.Table.from_pandas(df[[ROW_ID, TICK, *cols]].rename(
-        columns={ROW_ID: H_ROW, TICK: H_TICK}), preserve_index=False)
-    return spark.createDataFrame(table.to_pandas())  # (arrow-backed conversion)
+    return spark.createDataFrame(df[[ROW_ID, TICK, *cols]].rename(
+        columns={ROW_ID: H_ROW, TICK: H_TICK}))
 
 
 def _apply(df: DataFrame, steps: tuple[Step, ...], keep: list[str]) -> DataFrame:
