@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from jobs.results import ResultsStore, run_id
 from semantics.compare import Difference, compare_outputs, compare_reports, row_counts
 from semantics.history import plan
+from semantics.pyspark_spec import PySparkQuery
 from semantics.report import RunResult
 from semantics.schedule import Schedule
 from semantics.spec import BacktestSpec
@@ -112,6 +113,14 @@ def run_backtest(spec: BacktestSpec, candidate: str | None = None, *, predict: b
 
         check_rate(spec, sample)
         sample_keys(spec)
+    lowered = None
+    if isinstance(spec.query, PySparkQuery):  # the job's own code: planned by Spark first
+        from jobs.pyspark_query import lower
+        from jobs.spark import get_spark
+
+        spark = spark or get_spark(master)
+        lowered = lower(spec, spark)
+        spec = lowered.spec
     out: list[CandidateResult] = []
     schedules: dict[str, Schedule] = {}
     if predict and actual:  # predicted for the Spark the replay runs on (SPEC.md §1.4)
@@ -126,7 +135,7 @@ def run_backtest(spec: BacktestSpec, candidate: str | None = None, *, predict: b
         bb = spec.batch_by(name).model_dump_json()
         if bb not in schedules:
             t0 = time.perf_counter()
-            schedules[bb] = plan(spec, name)
+            schedules[bb] = plan(spec if lowered is None else lowered.schedule_spec, name)
             s = schedules[bb]
             progress(f"planned {len(s.ticks)} ticks, {s.total_rows} rows "
                      f"({time.perf_counter() - t0:.1f}s)")
@@ -148,7 +157,16 @@ def run_backtest(spec: BacktestSpec, candidate: str | None = None, *, predict: b
             from semantics.predict import predict as run_predict
 
             t0 = time.perf_counter()
-            if drawn is not None and carrier is not None:
+            if lowered is not None:
+                from dataclasses import replace
+
+                from jobs.pyspark_query import predict as predict_lowered
+                from jobs.spark import get_spark
+
+                cr.predicted = predict_lowered(replace(lowered, spec=pspec), sched, name,
+                                               spark or get_spark(master), explain=explain,
+                                               count_late=not explain)
+            elif drawn is not None and carrier is not None:
                 from jobs.sample_replay import predict_sample
 
                 cr.predicted = predict_sample(drawn, pspec, name, carrier, explain=explain)

@@ -94,6 +94,8 @@ def build_query(
     data_columns: Mapping[str, tuple[str, ...]],
 ) -> BuiltQuery:
     """The query of ``spec`` over the tagged input ``stream``; columns = ``output_columns``."""
+    if spec._pyspark is not None:  # the job's own code (SPEC.md §1.1)
+        return _user_query(spec, candidate, stream, data_columns)
     q = spec.query
     if q.kind == "pipeline":  # (several stages: jobs.pipeline_query)
         from jobs.pipeline_query import build_pipeline
@@ -160,3 +162,25 @@ def _join(spec: BacktestSpec, candidate: str, stream: DataFrame,
     frames = source_frames(spec, candidate, stream, data_columns,
                            prefix={q.left: f"{q.left}_", q.right: f"{q.right}_"})
     return frames[q.left].join(frames[q.right], join_condition(spec, q), q.type)
+
+
+def _user_query(spec: BacktestSpec, candidate: str, stream: DataFrame,
+                data_columns: Mapping[str, tuple[str, ...]]) -> BuiltQuery:
+    """The job's own query (``spec`` lowered by ``jobs.pyspark_query.lower``) over the tagged
+    stream: its function gets each source's table columns (no ``row_id``, no watermark) and
+    the candidate's delay replaces the code's by event-time column; the columns are
+    ``spec._output_columns``."""
+    from jobs.pyspark_code import call_user, flat_columns
+
+    origin = spec._pyspark
+    assert origin is not None
+    frames = {s: stream.filter(F.col(TAG) == F.lit(i)).select(
+        *[F.col(input_column(i, c)).alias(c) for c in data_columns[s]])
+        for i, s in enumerate(spec.query_sources)}
+    wm = spec.candidates[candidate].watermark
+    delays = {col: interval(wm[src]) for src, col in origin.watermark_columns.items()
+              if src in wm}
+    df, _ = call_user(spec, origin.query, frames, delays)
+    cols, names = flat_columns(df)
+    assert tuple(names) == spec._output_columns, (names, spec._output_columns)
+    return BuiltQuery(df.select(*cols), origin.query.output_mode)

@@ -358,7 +358,9 @@ def _result(spec: BacktestSpec, candidate: str, schedule: Schedule, cp: Path, ou
         "progress": [per_batch[b] for b in batch_ids],
         # the input rows late under Spark's own late watermarks (Spark counts groups for
         # windows, local sessions for sessions: semantics.late_rows)
-        "late_rows": late_rows_under(schedule, spec, candidate, batches),
+        # (a pyspark query's own rows: computed on the prediction's derived rows only)
+        "late_rows": None if spec._pyspark is not None else
+        late_rows_under(schedule, spec, candidate, batches),
         **restarts.describe(spec, candidate, schedule, batches),
     }
     return RunResult(candidate, batches, out, info)

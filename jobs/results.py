@@ -89,6 +89,8 @@ def run_id(spec: BacktestSpec, candidate: str, schedule: Schedule) -> str:
     # without defaults: a field added to the spec later (with a default) changes no id; the
     # sweep asset's settings (``sweep``) change no candidate's result
     h.update(spec.model_dump_json(exclude={"path", "sweep"}, exclude_defaults=True).encode())
+    if spec._pyspark is not None:  # (the job's own code: its text is part of the query)
+        h.update(spec._pyspark.digest.encode())
     h.update(candidate.encode())
     h.update(json.dumps(schedule.summary(), sort_keys=True).encode())
     for s, df in schedule.rows.items():

@@ -85,6 +85,8 @@ def fingerprint(spec: BacktestSpec, candidate: str, schedule: Schedule,
                 conf: dict[str, str]) -> Fingerprint:
     """Other candidates and ``expect`` are left out: they change nothing in this replay."""
     own = spec.model_dump_json(exclude={"path", "candidates", "expect"})
+    if spec._pyspark is not None:  # (the job's own code: its text is part of the query)
+        own += spec._pyspark.digest
     cand = spec.candidates[candidate].model_dump_json()
     data = [json.dumps(schedule.summary(), sort_keys=True, default=str).encode()]
     for s, df in sorted(schedule.rows.items()):

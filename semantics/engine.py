@@ -311,6 +311,7 @@ def plan_batches(schedule: Schedule, spec: BacktestSpec, candidate: str | Resolv
     tick_max = {s: _tick_max_ms(et_us[s], *tick_bounds[s],
                                 _watermark_input(operator, s, len(et_us[s])))
                 for s in wm_sources}
+    tick_max.update({s: dict(m) for s, m in schedule.watermark_ms.items() if s in tick_max})
     tick_lo = {s: tick_bounds[s][0].tolist() for s in sources}  # (ints: read per tick)
     tick_hi = {s: tick_bounds[s][1].tolist() for s in sources}
     n_ticks = max((t.index for t in schedule.ticks), default=-1) + 1

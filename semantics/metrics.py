@@ -68,7 +68,8 @@ def reference_event_ms(spec: BacktestSpec, outputs: pd.DataFrame) -> np.ndarray:
     if outputs.empty:
         return np.array([], dtype=float)
     cols = reference_columns(spec)
-    if not cols:
+    # (a pyspark query's own columns may not hold them: no latency then)
+    if not cols or not set(cols) <= set(outputs.columns):
         return np.full(len(outputs), np.nan)
     out = _ms(outputs[cols[0]])
     for c in cols[1:]:

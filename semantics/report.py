@@ -92,6 +92,8 @@ def output_columns(spec: BacktestSpec, data_columns: dict[str, tuple[str, ...]])
     * join: ``<left>_row_id``, ``<left>_<col>``..., then the same for the right side (left
       semi: the left side only).
     """
+    if spec._output_columns is not None:  # (a pyspark query's own columns, SPEC.md §1.1)
+        return list(spec._output_columns)
     q = spec.query
     if q.kind == "pipeline":  # (the last stage's columns: docs/semantics.md §13.1)
         from semantics.pipeline.columns import flow

@@ -66,6 +66,10 @@ class Schedule:
     # ticks after which the query restarts from its checkpoint (``replay.restarts``, checked
     # by ``restarts.check_schedule``; docs/semantics.md §2.7)
     restarts: tuple[int, ...] = ()
+    # per source, each tick's max event time (ms) at the watermark node where that is not the
+    # max of ``rows`` (a derived schedule of a pyspark query: rows a filter above the
+    # ``withWatermark`` removes still count for it, docs/semantics.md §13)
+    watermark_ms: Mapping[str, Mapping[int, int]] = field(default_factory=dict)
     _event_us: dict[str, np.ndarray] = field(default_factory=dict, init=False, repr=False,
                                              compare=False)
 

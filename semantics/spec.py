@@ -19,9 +19,11 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    Discriminator,
     Field,
     PlainSerializer,
     PrivateAttr,
+    Tag,
     ValidationError,
     field_validator,
     model_validator,
@@ -29,6 +31,7 @@ from pydantic import (
 
 from semantics.durations import DAY_US, Duration
 from semantics.errors import SpecError
+from semantics.pyspark_spec import PySparkOrigin, PySparkQuery, check_pyspark_query
 from semantics.spark_conf import spark_bool
 
 DurationField = Annotated[
@@ -81,7 +84,8 @@ class _Model(BaseModel):
 
 class SourceSpec(_Model):
     table: str
-    event_time: Identifier
+    # required but for a ``pyspark`` query, whose code names its event times (SPEC.md §1.1)
+    event_time: Identifier | None = None
     versions: tuple[int, int] | None = None
     arrival: str = "commit"
     filter: str | None = None
@@ -300,22 +304,29 @@ from semantics.pipeline.spec import (  # noqa: E402 (it uses the above)
 )
 
 
-def _pipeline_kind(data: object) -> object:
-    """A ``query`` with ``pipeline:`` is the pipeline kind (it is written without ``kind``)."""
-    if isinstance(data, dict) and "pipeline" in data and "kind" not in data:
-        return {"kind": "pipeline", **data}
-    return data
+def _query_tag(data: Any) -> str | None:
+    """The query model's tag: ``pyspark`` for the job's own code, ``pipeline`` for stages
+    (both written without ``kind``), else its ``kind``."""
+    if isinstance(data, dict):
+        for tag in ("pyspark", "pipeline"):
+            if tag in data and "kind" not in data:
+                return tag
+        return data.get("kind")
+    return getattr(data, "kind", None)
 
 
 Query = Annotated[
-    AggregationQuery | DeduplicationQuery | SessionQuery | JoinQuery | PipelineQuery,
-    BeforeValidator(_pipeline_kind),
-    Field(discriminator="kind"),
+    Annotated[AggregationQuery, Tag("aggregation")] | Annotated[DeduplicationQuery,
+                                                                Tag("deduplication")]
+    | Annotated[SessionQuery, Tag("session")] | Annotated[JoinQuery, Tag("join")]
+    | Annotated[PipelineQuery, Tag("pipeline")] | Annotated[PySparkQuery, Tag("pyspark")],
+    Discriminator(_query_tag),
 ]
 # the query models by their ``kind`` (pydantic's discriminator tag in error locations)
-QUERY_KINDS: dict[str, type[_Model]] = {
+QUERY_KINDS: dict[str, type[BaseModel]] = {
     "aggregation": AggregationQuery, "deduplication": DeduplicationQuery,
-    "session": SessionQuery, "join": JoinQuery, "pipeline": PipelineQuery}
+    "session": SessionQuery, "join": JoinQuery, "pipeline": PipelineQuery,
+    "pyspark": PySparkQuery}
 
 
 _BYTE_UNITS = {"": 0, "b": 0, "k": 1, "kb": 1, "m": 2, "mb": 2, "g": 3, "gb": 3, "t": 4,
@@ -451,6 +462,9 @@ class BacktestSpec(_Model):
     sweep: SweepSpec | None = None
     spark_version: str | None = None  # §1.4: the predictor's profile (semantics.profiles)
     path: str = Field(default="<memory>", exclude=True)
+    # a spec lowered from a ``pyspark`` query (jobs.pyspark_query): the code's output columns
+    _output_columns: tuple[str, ...] | None = PrivateAttr(default=None)
+    _pyspark: PySparkOrigin | None = PrivateAttr(default=None)
 
     _version_text = field_validator("spark_version", mode="before")(
         lambda v: _version_text(v))
@@ -474,6 +488,8 @@ class BacktestSpec(_Model):
         q = self.query
         if isinstance(q, PipelineQuery):  # (no source named: the spec's only one)
             return q.sources or tuple(self.sources)[:1]
+        if isinstance(q, PySparkQuery):  # (the code receives every source)
+            return tuple(self.sources)
         return (q.left, q.right) if isinstance(q, JoinQuery) else (q.source,)
 
     @property
@@ -613,7 +629,7 @@ def _loc(loc: tuple[Any, ...]) -> str:
     for i, p in enumerate(loc):
         if isinstance(p, int):
             parts.append(f"[{p}]")
-        elif p in QUERY_KINDS and parts == ["query"] and i == 1:
+        elif i == 1 and p in QUERY_KINDS and parts == ["query"]:
             continue  # discriminator tag inserted by pydantic
         elif p in STAGES and parts[:2] == ["query", ".pipeline"] and loc[i + 1:i + 2] == (p,):
             continue  # (a pipeline stage's tag, before its one key)
@@ -688,13 +704,16 @@ def parse_spec(data: Any, path: str = "<memory>") -> BacktestSpec:
             msg = _unknown_field(tuple(err["loc"]))
         elif err["type"] == "missing":
             msg = "required field is missing"
-        elif err["type"] == "union_tag_invalid":
-            msg = f"kind must be one of {', '.join(QUERY_KINDS)}"
+        elif err["type"] in ("union_tag_invalid", "union_tag_not_found"):
+            msg = (f"kind must be one of {', '.join(k for k in QUERY_KINDS if k != 'pyspark')}"
+                   " (or pyspark: file.py:function)")
         elif err["type"] == "string_pattern_mismatch":
             msg = f"{msg} (got {err.get('input')!r})"
         more = f" (and {len(exc.errors()) - 1} more error(s))" if len(exc.errors()) > 1 else ""
         raise SpecError(path, _loc(tuple(err["loc"])), msg + more) from None
     check_spec(spec)
+    if isinstance(spec.query, PySparkQuery):  # (the code names its columns: SPEC.md §1.1)
+        return spec
     from semantics.column_names import check_output_names, with_table_columns
 
     check_output_names(spec)
@@ -721,6 +740,13 @@ def check_spec(spec: BacktestSpec) -> None:
     check_pipeline(spec)
     _check_sweep(spec)
     used = set(spec.query_sources)
+    pyspark = isinstance(spec.query, PySparkQuery)
+    if pyspark:
+        check_pyspark_query(f, spec.base_dir, spec.query)  # type: ignore[arg-type]
+    for src in sorted(used):
+        if spec.sources[src].event_time is None and not pyspark:
+            raise SpecError(f, f"sources.{src}.event_time", "the source's event-time column "
+                            "(optional only for a pyspark query)")
     for name, cand in spec.candidates.items():
         bb = cand.batch_by or spec.replay.batch_by
         unit = bb.units[0]
@@ -733,7 +759,7 @@ def check_spec(spec: BacktestSpec) -> None:
                                     f"{sname!r} uses {spec.sources[sname].arrival}; use rows or "
                                     "arrival_interval")
         for src in cand.watermark:
-            if src not in used:
+            if src not in used and not pyspark:  # (pyspark: event-time columns, §1.1)
                 raise SpecError(f, f"candidates.{name}.watermark.{src}",
                                 f"a source of the query ({', '.join(sorted(used))})")
         for key in (*spec.spark_conf, *cand.spark_conf):

@@ -1,0 +1,507 @@
+"""The job's own PySpark query (SPEC.md §1.1; docs/semantics.md §14): replay it, plan it, lower it.
+
+* **Replay** (``jobs.query``'s branch for a lowered spec, with ``jobs.pyspark_code``): the
+  user's ``build(sources)`` gets one streaming DataFrame per source with exactly the table's
+  columns (no ``row_id``, no watermark) and returns the job's DataFrame; a candidate's delays
+  replace the code's ``withWatermark`` delays by event-time column while the function runs.
+* **Plan** (:func:`lower`): the same function over empty streaming frames in a local planning
+  session; its analyzed plan must hold exactly one stateful node, which maps onto a query kind
+  the predictor models (``AggregationQuery`` with or without a window, ``DeduplicationQuery``).
+  What it cannot model is refused with the plan node named, before anything runs.
+* **Predict** (:func:`predict`): the stateless nodes below the stateful one are evaluated by
+  Spark itself, over all of the schedule's rows in one batch query (they do not depend on batch
+  boundaries), each row keeping its ``row_id`` and tick; the existing predictor runs on those
+  derived rows, and the nodes above the stateful one are applied to its emitted rows, again by
+  Spark in one batch query (``info["expressions"] == "spark-batch"``).
+
+Invariants: the predicted and the replayed outputs have the same columns, the DataFrame's own
+(a struct column flattened to ``<name>_<field>``, a repeated name numbered ``#2``, ``#3``); the
+watermark of each tick is the max event time of the rows that reach the ``withWatermark`` node
+(rows a filter above it removes still count: ``Schedule.watermark_ms``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from jobs.pyspark_code import Recorder, WindowCall, call_user, flat_columns
+from jobs.sink import _to_pandas
+from semantics.column_names import open_table
+from semantics.durations import Duration
+from semantics.engine import micros_to_ms
+from semantics.errors import SpecError
+from semantics.predict import Prediction
+from semantics.predict import predict as run_predict
+from semantics.pyspark_spec import PySparkOrigin, PySparkQuery, code_path
+from semantics.schedule import ROW_ID, TICK, Schedule
+from semantics.spec import (
+    AggregationQuery,
+    BacktestSpec,
+    DeduplicationQuery,
+    SessionQuery,
+    WindowSpec,
+)
+
+# hidden columns of the batch evaluation (no user column takes these names)
+H_ROW, H_TICK, H_BATCH = "__wmbt_row_id", "__wmbt_tick", "__wmbt_batch_id"
+STATELESS = {"Project", "Filter", "SubqueryAlias"}
+STATEFUL = {"Aggregate", "Deduplicate", "DeduplicateWithinWatermark", "Join",
+            "FlatMapGroupsWithState", "TransformWithState", "FlatMapGroupsInPandasWithState"}
+AGG_FUNCS = {"count", "sum", "min", "max", "avg"}
+CHAINS = "not read from code yet; write the chain as a `pipeline:` query, docs/SPEC.md §1.2"
+
+
+class Refused(SpecError):
+    """A plan node the predictor does not model (named, with the reason)."""
+
+
+# -- planning ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Step:
+    """A stateless plan node re-applied by Spark: ``filter`` (one SQL condition) or
+    ``project`` (SQL expressions), or ``watermark`` (where the code's ``withWatermark`` is)."""
+
+    kind: str
+    sql: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Lowered:
+    """A pyspark query lowered onto a query kind: ``spec`` (the replay's and the results'),
+    the source, the stateless steps below the stateful node (bottom up) and above it (bottom
+    up), the operator input's columns and the mapping of the kind's outputs to the node's."""
+
+    spec: BacktestSpec
+    source: str
+    below: tuple[Step, ...]
+    above: tuple[Step, ...]
+    input_columns: tuple[str, ...]
+    event_time: str | None  # the watermarked column at the operator's input
+    watermark_column: str | None  # the column withWatermark names (its table column)
+    node_outputs: tuple[tuple[str, str], ...]  # (node output name, SQL over the kind's outputs)
+    std_query: AggregationQuery | DeduplicationQuery | SessionQuery
+    planning_s: float
+    # the optimized plan's steps below its withWatermark node (Spark's optimizer pushes a
+    # filter that does not read the event time below it): the rows the watermark sees
+    watermark_steps: tuple[Step, ...] = ()
+
+    @property
+    def schedule_spec(self) -> BacktestSpec:
+        """``spec`` with a query over the table's own columns, for planning the schedule
+        (which checks the query's columns against the table; the code's are derived)."""
+        src = self.spec.sources[self.source]
+        assert src.event_time is not None
+        return self.spec.model_copy(update={"query": DeduplicationQuery(
+            kind="deduplication", source=self.source, keys=(src.event_time,))})
+
+
+def _node(plan: object) -> str:
+    return str(plan.nodeName())  # type: ignore[attr-defined]
+
+
+def _children(plan: object) -> list[object]:
+    seq = plan.children()  # type: ignore[attr-defined]
+    return [seq.apply(i) for i in range(seq.size())]
+
+
+def _seq(seq: object) -> list[object]:
+    return [seq.apply(i) for i in range(seq.size())]  # type: ignore[attr-defined]
+
+
+def _walk(plan: object) -> Iterator[object]:
+    yield plan
+    for c in _children(plan):
+        yield from _walk(c)
+
+
+def _exprs(plan: object) -> list[object]:
+    return _seq(plan.expressions())  # type: ignore[attr-defined]
+
+
+def _refuse(spec: BacktestSpec, node: object, why: str) -> Refused:
+    text = str(node.simpleString(200)).splitlines()[0]  # type: ignore[attr-defined]
+    return Refused(spec.path, "query.pyspark", f"a plan the predictor models; plan node "
+                   f"{_node(node)} ({text[:160]}): {why}")
+
+
+def _classes(expr: object) -> Iterator[str]:
+    """The class names of ``expr`` and every expression inside it."""
+    yield str(expr.getClass().getSimpleName())  # type: ignore[attr-defined]
+    for c in _children(expr):
+        yield from _classes(c)
+
+
+def _check_expressions(spec: BacktestSpec, node: object) -> None:
+    for e in _exprs(node):
+        if any("PythonUDF" in c or "PythonFunction" in c for c in _classes(e)):
+            raise _refuse(spec, node, "a Python UDF (not evaluated here yet)")
+        if not e.deterministic():  # type: ignore[attr-defined]
+            raise _refuse(spec, node, "a non-deterministic expression (its values would differ "
+                          "between the replay and the prediction)")
+
+
+def _step(spec: BacktestSpec, node: object) -> Step | None:
+    name = _node(node)
+    if name == "SubqueryAlias":
+        return None
+    _check_expressions(spec, node)
+    if name == "Filter":
+        return Step("filter", (str(node.condition().sql()),))  # type: ignore[attr-defined]
+    if name == "Project":
+        return Step("project", tuple(str(e.sql()) for e in
+                                     _seq(node.projectList())))  # type: ignore[attr-defined]
+    raise _refuse(spec, node, "a node the predictor does not model")
+
+
+def _is_window_node(node: object) -> bool:
+    """Is ``node`` one the analyzer adds for ``window`` / ``session_window`` (the struct's
+    Project or Expand, and the ``isnotnull(time)`` Filter above it)? The predictor computes
+    windows itself."""
+    own = str(node.simpleString(100000))  # type: ignore[attr-defined]
+    if _node(node) in ("Project", "Expand") and "precisetimestampconversion" in own:
+        return True
+    kids = _children(node)
+    return _node(node) == "Filter" and own.lstrip("~").startswith("Filter isnotnull(") and \
+        len(kids) == 1 and _is_window_node(kids[0])
+
+
+def _planning_frames(spark: SparkSession, spec: BacktestSpec, tmp: Path
+                     ) -> dict[str, DataFrame]:
+    """Empty streaming frames with each source table's columns (schema of its Delta table)."""
+    frames: dict[str, DataFrame] = {}
+    for s in spec.sources:
+        schema = pa.schema(open_table(spec, s).schema().to_arrow())
+        d = tmp / s
+        d.mkdir()
+        pq.write_table(schema.empty_table(), d / "empty.parquet")
+        sschema = spark.read.parquet(str(d)).schema
+        frames[s] = spark.readStream.schema(sschema).parquet(str(d))
+    return frames
+
+
+def lower(spec: BacktestSpec, spark: SparkSession | None = None) -> Lowered:
+    """Plan ``spec``'s pyspark query and map it onto a query kind (see the module doc)."""
+    from jobs.spark import get_spark
+
+    q = spec.query
+    assert isinstance(q, PySparkQuery)
+    t0 = time.perf_counter()
+    spark = spark or get_spark()
+    planning_s = time.perf_counter() - t0
+    with tempfile.TemporaryDirectory(prefix="wmbt-plan-") as tmp:
+        frames = _planning_frames(spark, spec, Path(tmp))
+        df, rec = call_user(spec, q, frames, {})
+        plan = df._jdf.queryExecution().analyzed()
+        ids = {s: {int(a.exprId().id()) for a in _seq(f._jdf.queryExecution().analyzed().output())}
+               for s, f in frames.items()}
+        _, out_names = flat_columns(df)
+        lowered = _lower_plan(spec, q, plan, ids, rec, tuple(out_names), planning_s)
+        if lowered.watermark_column is None:
+            return lowered
+        return replace(lowered, watermark_steps=_watermark_steps(
+            spec, spark._jsparkSession.sessionState().optimizer().execute(plan)))
+
+
+def _watermark_steps(spec: BacktestSpec, optimized: object) -> tuple[Step, ...]:
+    """The stateless steps below the optimized plan's ``EventTimeWatermark``, bottom up, and
+    last a ``watermark`` step naming its column."""
+    nodes = [n for n in _walk(optimized) if _node(n) == "EventTimeWatermark"]
+    if len(nodes) != 1:
+        raise _refuse(spec, optimized, f"{len(nodes)} withWatermark nodes after optimization "
+                      "(one expected)")
+    steps = [Step("watermark", (str(nodes[0].eventTime().name()),))]  # type: ignore
+    (node,) = _children(nodes[0])
+    while _children(node):
+        step = _step(spec, node)
+        if step is not None:
+            steps.append(step)
+        kids = _children(node)
+        if len(kids) != 1:
+            raise _refuse(spec, node, "a node with several inputs below withWatermark")
+        node = kids[0]
+    return tuple(reversed(steps))
+
+
+def _lower_plan(spec: BacktestSpec, q: PySparkQuery, plan: object, ids: dict[str, set[int]],
+                rec: Recorder, out_names: tuple[str, ...], planning_s: float) -> Lowered:
+    stateful = [n for n in _walk(plan) if _node(n) in STATEFUL]
+    if not stateful:
+        raise _refuse(spec, plan, "no stateful operator (nothing for a watermark to do)")
+    if len(stateful) > 1:
+        raise _refuse(spec, stateful[1], f"a second stateful operator ({CHAINS})")
+    op = stateful[0]
+    if _node(op) in ("FlatMapGroupsWithState", "TransformWithState",
+                     "FlatMapGroupsInPandasWithState"):
+        raise _refuse(spec, op, "arbitrary stateful processing is not modelled")
+    if _node(op) == "Join":
+        raise _refuse(spec, op, "a stream-stream join from pyspark code is not lowered yet "
+                      "(write it as kind: join)")
+    # above the stateful node: stateless steps, collected top down
+    above: list[Step] = []
+    node = plan
+    while not node.equals(op):  # type: ignore[attr-defined]
+        step = _step(spec, node)
+        if step is not None:
+            above.append(step)
+        (node,) = _children(node)
+    # below: skip the window's own nodes (the predictor computes windows), then stateless
+    (child,) = _children(op)
+    while _is_window_node(child):
+        (child,) = _children(child)
+    input_attrs = [(str(a.name()), a) for a in _seq(child.output())]  # type: ignore
+    below: list[Step] = []
+    node, wm_col, et_col = child, None, None
+    source: str | None = None
+    while True:
+        name = _node(node)
+        if name == "EventTimeWatermark":
+            if wm_col is not None:
+                raise _refuse(spec, node, "two withWatermark calls on one input")
+            wm_col = str(node.eventTime().name())  # type: ignore[attr-defined]
+            below.append(Step("watermark", (wm_col,)))
+        elif name == "Union":
+            raise _refuse(spec, node, f"a union of sources ({CHAINS})")
+        elif not _children(node):
+            out = {int(a.exprId().id()) for a in _seq(node.output())}  # type: ignore
+            source = next((s for s, i in ids.items() if out <= i), None)
+            if source is None:
+                raise _refuse(spec, node, "an input that is not a source of the spec")
+            break
+        else:
+            step = _step(spec, node)
+            if step is not None:
+                below.append(step)
+        kids = _children(node)
+        if len(kids) != 1:
+            raise _refuse(spec, node, "a node with several inputs")
+        node = kids[0]
+    below.reverse()
+    for n, a in input_attrs:
+        if a.metadata().contains("spark.watermarkDelayMs"):  # type: ignore[attr-defined]
+            et_col = n
+    names = [n for n, _ in input_attrs]
+    if len(set(names)) != len(names) or not all(n.isidentifier() for n in names):
+        raise _refuse(spec, child, f"input columns {names} that are not distinct identifiers")
+    assert source is not None
+    lowered_spec, std_query, node_outputs = _kind(spec, q, op, source, wm_col, et_col, rec,
+                                                  names)
+    lowered_spec._output_columns = out_names
+    text = code_path(spec.base_dir, q).read_bytes()
+    lowered_spec._pyspark = PySparkOrigin(
+        q, {source: wm_col} if wm_col is not None else {}, hashlib.sha256(text).hexdigest())
+    return Lowered(lowered_spec, source, tuple(below), tuple(reversed(above)), tuple(names),
+                   et_col, wm_col, node_outputs, std_query, planning_s)
+
+
+def _delays(spec: BacktestSpec, rec: Recorder, source: str, wm_col: str | None
+            ) -> dict[str, dict[str, Duration]]:
+    """Each candidate's watermark by source: its delay for the code's column, else the code's."""
+    written = {c: d for c, d in rec.watermarks}
+    out: dict[str, dict[str, Duration]] = {}
+    for cname, cand in spec.candidates.items():
+        for col in cand.watermark:
+            if col not in written:
+                raise SpecError(spec.path, f"candidates.{cname}.watermark.{col}",
+                                f"an event-time column of the code's withWatermark calls "
+                                f"({', '.join(written) or 'none'})")
+            if [c for c, _ in rec.watermarks].count(col) > 1:
+                raise SpecError(spec.path, f"candidates.{cname}.watermark.{col}",
+                                "a column only one withWatermark call names (two do)")
+        if cand.after_restart is not None:
+            raise SpecError(spec.path, f"candidates.{cname}.after_restart",
+                            "no after_restart for a pyspark query (not modelled yet)")
+        out[cname] = ({} if wm_col is None else
+                      {source: cand.watermark.get(wm_col, Duration.parse(written[wm_col]))})
+    return out
+
+
+def _kind(spec: BacktestSpec, q: PySparkQuery, op: object, source: str, wm_col: str | None,
+          et_col: str | None, rec: Recorder, names: list[str]
+          ) -> tuple[BacktestSpec, AggregationQuery | DeduplicationQuery | SessionQuery,
+                     tuple[tuple[str, str], ...]]:
+    delays = _delays(spec, rec, source, wm_col)
+    src = spec.sources[source]
+    table_et = src.event_time or wm_col
+    if table_et is None:
+        raise _refuse(spec, op, f"no event time: give sources.{source}.event_time or call "
+                      "withWatermark")
+    sources = {**spec.sources, source: src.model_copy(update={"event_time": table_et})}
+    candidates = {c: cand.model_copy(update={"watermark": delays[c]})
+                  for c, cand in spec.candidates.items()}
+    name = _node(op)
+    node_outputs: list[tuple[str, str]] = []
+    std: AggregationQuery | DeduplicationQuery | SessionQuery
+    if name in ("Deduplicate", "DeduplicateWithinWatermark"):
+        keys = tuple(str(k.name()) for k in _seq(op.keys()))  # type: ignore[attr-defined]
+        std = DeduplicationQuery(kind="deduplication", source=source, keys=keys,
+                                 within_watermark=name == "DeduplicateWithinWatermark")
+        node_outputs = [(n, f"`{n}`") for n in names]
+    else:
+        assert name == "Aggregate"
+        windows = rec.windows
+        session: WindowCall | None = None
+        group = [g for g in _seq(op.groupingExpressions())]  # type: ignore[attr-defined]
+        window: WindowSpec | None = None
+        win_name: str | None = None
+        keys_l: list[str] = []
+        for g in group:
+            if str(g.getClass().getSimpleName()) != "AttributeReference":
+                raise _refuse(spec, op, f"a grouping expression {g.sql()} that is not a column")
+            if g.dataType().typeName() == "struct" and \
+                    "start" in str(g.dataType().simpleString()):
+                if len(windows) != 1:
+                    raise _refuse(spec, op, "a window column the predictor cannot read (one "
+                                  "F.window call expected)")
+                w = windows[0]
+                if et_col is None or w.column != et_col:
+                    raise _refuse(spec, op, f"a window over {w.column!r}, not the watermarked "
+                                  f"column {et_col!r}")
+                if w.session and w.duration == "<dynamic>":
+                    raise _refuse(spec, op, "a session window with a dynamic gap (not modelled "
+                                  "yet)")
+                if w.session:
+                    session = w
+                else:
+                    window = WindowSpec(duration=w.duration, slide=w.slide, start_time=w.start)
+                win_name = str(g.name())
+            else:
+                keys_l.append(str(g.name()))
+        aggs: dict[str, str] = {}
+        for i, e in enumerate(_seq(op.aggregateExpressions())):  # type: ignore[attr-defined]
+            cls = str(e.getClass().getSimpleName())
+            if cls == "AttributeReference" and str(e.name()) == win_name:
+                part = "session" if session is not None else "window"
+                node_outputs.append((win_name, f"named_struct('start', `{part}_start`, 'end', "
+                                     f"`{part}_end`)"))
+            elif cls == "AttributeReference" and str(e.name()) in keys_l:
+                node_outputs.append((str(e.name()), f"`{e.name()}`"))
+            elif cls == "Alias" and str(e.child().getClass().getSimpleName()) == \
+                    "AggregateExpression":
+                ae = e.child()
+                fn = ae.aggregateFunction()
+                fname = str(fn.prettyName()).lower()
+                args = _seq(fn.children())
+                if fname not in AGG_FUNCS or ae.isDistinct() or ae.filter().isDefined():
+                    raise _refuse(spec, op, f"an aggregate {e.sql()} (count, sum, min, max, "
+                                  "avg of a column)")
+                if fname == "count" and all(str(a.getClass().getSimpleName()) == "Literal"
+                                            for a in args):
+                    text = "count(*)"
+                elif len(args) == 1 and str(args[0].getClass().getSimpleName()) == \
+                        "AttributeReference":
+                    text = f"{fname}({args[0].name()})"
+                else:
+                    raise _refuse(spec, op, f"an aggregate of an expression, {e.sql()} (compute "
+                                  "it as a column first)")
+                safe = f"_a{i}"
+                aggs[safe] = text
+                node_outputs.append((str(e.name()), f"CAST(`{safe}` AS "
+                                     f"{e.dataType().sql()})"))
+            else:
+                raise _refuse(spec, op, f"an output expression {e.sql()} the predictor does "
+                              "not model")
+        if session is not None:
+            std = SessionQuery(kind="session", source=source, keys=tuple(keys_l),
+                               gap=session.duration, aggregates=aggs, output_mode=q.output_mode)
+        else:
+            std = AggregationQuery(kind="aggregation", source=source, keys=tuple(keys_l),
+                                   window=window, aggregates=aggs, output_mode=q.output_mode)
+    lowered = spec.model_copy(update={"sources": sources, "candidates": candidates,
+                                      "query": std})
+    return lowered, std, tuple(node_outputs)
+
+
+# -- prediction -------------------------------------------------------------------------------
+
+def _batch_rows(spark: SparkSession, schedule: Schedule, source: str) -> DataFrame:
+    df = schedule.rows[source]
+    cols = list(schedule.data_columns[source])
+    return spark.createDataFrame(df[[ROW_ID, TICK, *cols]].rename(
+        columns={ROW_ID: H_ROW, TICK: H_TICK}))
+
+
+def _apply(df: DataFrame, steps: tuple[Step, ...], keep: list[str]) -> DataFrame:
+    for st in steps:
+        if st.kind == "filter":
+            df = df.where(F.expr(st.sql[0]))
+        elif st.kind == "project":
+            df = df.select(*[F.expr(s) for s in st.sql], *keep)
+    return df
+
+
+def predict(lowered: Lowered, schedule: Schedule, candidate: str, spark: SparkSession, *,
+            explain: bool = True, count_late: bool = False) -> Prediction:
+    """The prediction for the lowered query: stateless steps by Spark in one batch query each
+    way, the stateful operator by the predictor (module doc)."""
+    t0 = time.perf_counter()
+    src = lowered.source
+    raw = _batch_rows(spark, schedule, src)
+    keep = [H_ROW, H_TICK]
+    maxima: dict[int, int] = {}
+    if lowered.watermark_steps:
+        seen = _apply(raw, lowered.watermark_steps[:-1], keep)
+        col = F.col(f"`{lowered.watermark_steps[-1].sql[0]}`")
+        got = seen.groupBy(H_TICK).agg(F.max(F.unix_micros(col)).alias("m")).toPandas()
+        ms = micros_to_ms(got["m"].to_numpy(dtype=np.int64))
+        maxima = dict(zip(got[H_TICK].astype(int).tolist(), ms.tolist(), strict=True))
+    df = _apply(raw, lowered.below, keep)
+    inp = df.select(*[F.col(f"`{c}`") for c in lowered.input_columns], *keep)
+    rows = _to_pandas(inp.toArrow()).rename(columns={H_ROW: ROW_ID, H_TICK: TICK})
+    rows = rows.sort_values([TICK, ROW_ID], kind="stable").reset_index(drop=True)
+    rows = rows[[ROW_ID, TICK, *lowered.input_columns]]
+    et = lowered.event_time or lowered.spec.sources[src].event_time
+    assert et is not None
+    if lowered.event_time is None:  # (no watermark: the schedule's own event time column)
+        rows[et] = schedule.rows[src].set_index(ROW_ID).loc[rows[ROW_ID], et].to_numpy()
+    derived = replace(schedule, rows={src: rows}, event_time={src: et},
+                      data_columns={src: lowered.input_columns}, decimals={},
+                      watermark_ms={src: maxima} if lowered.watermark_column else {})
+    std_spec = lowered.spec.model_copy(update={
+        "sources": {src: lowered.spec.sources[src].model_copy(update={"event_time": et})},
+        "query": lowered.std_query})
+    std_spec._output_columns = None
+    std_spec._pyspark = None
+    expressions_s = time.perf_counter() - t0
+    pred = run_predict(derived, std_spec, candidate, explain=explain, count_late=count_late)
+    t1 = time.perf_counter()
+    outputs = _map_outputs(spark, lowered, pred.outputs)
+    batches = pred.batches.copy()
+    # Spark counts the rows the source read, before the code's filters
+    per_tick = schedule.rows_per_tick(src)
+    n = np.where(batches["has_data"].to_numpy(dtype=bool),
+                 per_tick[batches["tick"].to_numpy(dtype=np.int64)], 0)
+    batches["input_rows"] = n
+    batches[f"input_rows_{src}"] = n
+    info = {**pred.info, "expressions": "spark-batch", "planning_session_s": lowered.planning_s,
+            "expressions_s": expressions_s + time.perf_counter() - t1,
+            "lowered_to": lowered.std_query.model_dump(mode="json")}
+    return Prediction(candidate, batches, outputs, info, pred.raw_fates)
+
+
+def _map_outputs(spark: SparkSession, lowered: Lowered, outputs: pd.DataFrame) -> pd.DataFrame:
+    cols = list(lowered.spec._output_columns or ())
+    if not len(outputs):
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in ["batch_id", *cols]})
+    out = outputs.rename(columns={"batch_id": H_BATCH})
+    df = spark.createDataFrame(out)
+    df = df.select(*[F.expr(sql).alias(n) for n, sql in lowered.node_outputs], H_BATCH)
+    df = _apply(df, lowered.above, [H_BATCH])
+    flat, names = flat_columns(df.drop(H_BATCH))
+    df = df.select(F.col(H_BATCH).alias("batch_id"), *flat)
+    got = _to_pandas(df.toArrow())
+    assert names == cols, (names, cols)
+    got = got.sort_values("batch_id", kind="stable").reset_index(drop=True)
+    return got[["batch_id", *cols]]

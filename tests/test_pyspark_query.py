@@ -1,0 +1,199 @@
+"""The job's own PySpark query (SPEC.md §1.1, docs/semantics.md §14): replayed in Spark as
+written, predicted from the plan Spark builds, both compared batch by batch and row by row."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from jobs.backtest import run_backtest
+from jobs.cli import main
+from jobs.report_html import write_report
+from semantics.errors import SpecError
+from semantics.spec import load_spec
+from tests.deltas import write_commits
+
+JOB = '''
+from pyspark.sql import functions as F
+from pyspark.sql.functions import window
+
+
+def agg(sources):
+    df = sources["clicks"].withWatermark("ts", "10 seconds")
+    return (df.where("value % 2 = 0").withColumn("kk", F.col("k") % 3)
+            .groupBy(window("ts", "10 seconds"), "kk")
+            .agg(F.count("*").alias("n"), F.sum("value").alias("total"))
+            .select("window", "kk", "n", F.col("total").alias("sum_value")))
+
+
+def sliding(sources):
+    df = sources["clicks"].withWatermark("ts", "10 seconds")
+    return (df.select("ts", F.expr("CASE WHEN k > 2 THEN 'big' ELSE 'small' END").alias("size"))
+            .groupBy(F.window("ts", "10 seconds", "5 seconds"), "size").count()
+            .where("count > 0"))
+
+
+def dedup(sources):
+    return (sources["clicks"].withWatermark("ts", "10 seconds")
+            .select("id", "ts", (F.col("value") * 2).alias("v2"))
+            .where("v2 > 2").dropDuplicates(["id"]))
+
+
+def dedup_within(sources):
+    return (sources["clicks"].withWatermark("ts", "3 seconds")
+            .withColumn("user", F.col("k") % 2).dropDuplicatesWithinWatermark(["user"])
+            .select("user", "ts"))
+
+
+def chain(sources):
+    df = sources["clicks"].withWatermark("ts", "10 seconds").dropDuplicates(["id", "ts"])
+    return df.groupBy(F.window("ts", "10 seconds")).count()
+
+
+def session(sources):
+    df = sources["clicks"].withWatermark("ts", "5 seconds")
+    return (df.withColumn("user", F.col("k") % 2)
+            .groupBy("user", F.session_window("ts", "4 seconds")).agg(F.count("id").alias("n")))
+
+
+def random_filter(sources):
+    return sources["clicks"].where(F.rand() > 0.5).dropDuplicates(["id"])
+
+
+def udf_key(sources):
+    bucket = F.udf(lambda k: k % 3, "long")
+    return (sources["clicks"].withWatermark("ts", "1 second").withColumn("b", bucket("k"))
+            .groupBy(F.window("ts", "5 seconds"), "b").count())
+
+
+def no_state(sources):
+    return sources["clicks"].where("value > 1")
+'''
+
+COMMITS = [
+    [{"id": 1, "k": 1, "value": 2, "ts": 15}, {"id": 2, "k": 4, "value": 3, "ts": 16}],
+    [{"id": 3, "k": 1, "value": 4, "ts": 3}, {"id": 4, "k": 2, "value": 4, "ts": 4}],
+    [{"id": 5, "k": 2, "value": 6, "ts": 31}, {"id": 1, "k": 1, "value": 2, "ts": 40}],
+    [{"id": 6, "k": 1, "value": 8, "ts": 12}, {"id": 7, "k": 5, "value": 1, "ts": 60}],
+    [{"id": 8, "k": 7, "value": 10, "ts": 41}],
+]
+
+
+def make(tmp: Path, function: str, candidates: dict | None = None, **query: object) -> Path:
+    if not (tmp / "clicks").exists():
+        write_commits(tmp / "clicks", COMMITS)
+    (tmp / "jobs").mkdir(exist_ok=True)
+    (tmp / "jobs" / "job.py").write_text(JOB)
+    spec = {"name": "pq", "sources": {"clicks": {"table": "clicks"}},
+            "query": {"pyspark": f"jobs/job.py:{function}", **query},
+            "replay": {"batch_by": {"commits": 1}, "pace": "live"},
+            "candidates": candidates or {"as_written": {}}}
+    path = tmp / f"{function}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def backtest(path: Path, tmp: Path, spark) -> list:
+    result = run_backtest(load_spec(path), results=tmp / "results", spark=spark)
+    report = Path(write_report(result, tmp / "reports")).read_text()
+    assert "pq" in report
+    for c in result.candidates:
+        assert c.validation is not None
+        assert c.validation["success"], (c.name, c.validation["failed"])
+        assert c.predicted is not None and c.actual is not None
+        assert c.predicted.info["expressions"] == "spark-batch"
+        # the emitted rows themselves, not only their counts
+        cols = list(c.actual.outputs.columns)
+        assert list(c.predicted.outputs.columns) == cols
+        key = lambda df: sorted(map(tuple, df.astype(str).to_numpy().tolist()))  # noqa: E731
+        assert key(c.predicted.outputs) == key(c.actual.outputs)
+    return result.candidates
+
+
+def test_window_aggregation_with_a_filter_a_computed_key_and_a_delay_override(
+        tmp_path: Path, spark) -> None:
+    path = make(tmp_path, "agg", {"as_written": {}, "tight": {"watermark": {"ts": "2 seconds"}}})
+    code, tight = backtest(path, tmp_path, spark)
+    assert list(code.actual.outputs.columns) == ["batch_id", "window_start", "window_end", "kk",
+                                                  "n", "sum_value"]
+    # the filter runs above withWatermark in the code, below it in Spark's optimized plan: the
+    # odd value at 16 s does not move the watermark (15 s - 10 s)
+    assert code.actual.batches["watermark_ms"].tolist()[1] == 5000
+    assert tight.actual.batches["watermark_ms"].tolist()[1] == 13000  # the candidate's delay
+    assert code.predicted.info["lowered_to"]["kind"] == "aggregation"
+    assert code.actual.outputs["n"].sum() != tight.actual.outputs["n"].sum()
+
+
+def test_sliding_window_with_case_key_and_a_final_filter(tmp_path: Path, spark) -> None:
+    (c,) = backtest(make(tmp_path, "sliding"), tmp_path, spark)
+    assert list(c.actual.outputs.columns) == ["batch_id", "window_start", "window_end", "size",
+                                               "count"]
+    assert set(c.actual.outputs["size"]) == {"big", "small"}
+
+
+def test_drop_duplicates_after_a_projection_and_filter(tmp_path: Path, spark) -> None:
+    (c,) = backtest(make(tmp_path, "dedup"), tmp_path, spark)
+    assert list(c.actual.outputs.columns) == ["batch_id", "id", "ts", "v2"]
+    assert sorted(c.actual.outputs["id"]) == [1, 2, 5, 8]
+
+
+def test_drop_duplicates_within_watermark_on_a_computed_key(tmp_path: Path, spark) -> None:
+    (c,) = backtest(make(tmp_path, "dedup_within"), tmp_path, spark)
+    assert c.predicted.info["lowered_to"]["within_watermark"] is True
+    assert list(c.actual.outputs.columns) == ["batch_id", "user", "ts"]
+
+
+def _refused(path: Path, capsys) -> str:
+    assert main(["predict", str(path), "--results", str(path.parent / "results")]) == 2
+    return capsys.readouterr().err
+
+
+def test_refusals_name_the_plan_node_or_field(tmp_path: Path, spark, capsys) -> None:
+    err = _refused(make(tmp_path, "chain"), capsys)
+    assert "plan node Deduplicate" in err and "a second stateful operator" in err
+    assert "`pipeline:` query" in err
+    err = _refused(make(tmp_path, "no_state"), capsys)
+    assert "no stateful operator" in err
+    err = _refused(make(tmp_path, "random_filter"), capsys)
+    assert "plan node Filter" in err and "non-deterministic" in err
+    err = _refused(make(tmp_path, "udf_key"), capsys)
+    assert "plan node Project" in err and "Python UDF" in err
+    err = _refused(make(tmp_path, "agg", {"c": {"watermark": {"click_ts": "1 second"}}}), capsys)
+    assert "candidates.c.watermark.click_ts" in err and "withWatermark calls (ts)" in err
+    assert "Traceback" not in err
+    # and a prediction alone, on the command line: no replay
+    path = make(tmp_path, "agg")
+    assert main(["predict", str(path), "--json", "--results", str(tmp_path / "results")]) == 0
+    (c,) = json.loads(capsys.readouterr().out)["candidates"]
+    assert "actual" not in c and c["predicted"]["info"]["expressions"] == "spark-batch"
+    assert [r["window_start"] for r in c["predicted"]["outputs"]] == [0, 0, 10000]
+
+
+def test_spec_errors_name_file_field_and_expectation(tmp_path: Path) -> None:
+    path = make(tmp_path, "agg")
+    for ref, want in [("jobs/missing.py:agg", "an existing Python file"),
+                      ("jobs/job.py:nope", "a function 'nope' defined at the top"),
+                      ("jobs/job.py", "'file.py:function'")]:
+        path.write_text(path.read_text().replace("jobs/job.py:agg", ref))
+        with pytest.raises(SpecError) as exc:
+            load_spec(path)
+        assert exc.value.field == "query.pyspark" and want in str(exc.value)
+        path.write_text(path.read_text().replace(ref, "jobs/job.py:agg"))
+    load_spec(path)
+    # event_time stays required for the other kinds
+    doc = yaml.safe_load(path.read_text())
+    doc["query"] = {"kind": "deduplication", "source": "clicks", "keys": ["id"]}
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(SpecError) as exc:
+        load_spec(path)
+    assert exc.value.field == "sources.clicks.event_time"
+
+
+def test_session_window_with_a_static_gap(tmp_path: Path, spark) -> None:
+    (c,) = backtest(make(tmp_path, "session"), tmp_path, spark)
+    assert c.predicted.info["lowered_to"]["kind"] == "session"
+    assert list(c.actual.outputs.columns) == ["batch_id", "user", "session_window_start",
+                                               "session_window_end", "n"]
