@@ -56,8 +56,8 @@ from semantics.spec import (
 
 # hidden columns of the batch evaluation (no user column takes these names)
 H_ROW, H_TICK, H_BATCH = "__wmbt_row_id", "__wmbt_tick", "__wmbt_batch_id"
-STATELESS = {"Project", "Filter", "SubqueryAlias"}
-STATEFUL = {"Aggregate", "Deduplicate", "DeduplicateWithinWatermark", "Join",
+STATELESS_NODES = {"Project", "Filter", "SubqueryAlias"}
+STATEFUL_NODES = {"Aggregate", "Deduplicate", "DeduplicateWithinWatermark", "Join",
             "FlatMapGroupsWithState", "TransformWithState", "FlatMapGroupsInPandasWithState"}
 AGG_FUNCS = {"count", "sum", "min", "max", "avg"}
 CHAINS = "not read from code yet; write the chain as a `pipeline:` query, docs/SPEC.md §1.2"
@@ -237,7 +237,7 @@ def _watermark_steps(spec: BacktestSpec, optimized: object) -> tuple[Step, ...]:
 
 def _lower_plan(spec: BacktestSpec, q: PySparkQuery, plan: object, ids: dict[str, set[int]],
                 rec: Recorder, out_names: tuple[str, ...], planning_s: float) -> Lowered:
-    stateful = [n for n in _walk(plan) if _node(n) in STATEFUL]
+    stateful = [n for n in _walk(plan) if _node(n) in STATEFUL_NODES]
     if not stateful:
         raise _refuse(spec, plan, "no stateful operator (nothing for a watermark to do)")
     if len(stateful) > 1:
