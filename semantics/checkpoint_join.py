@@ -1,0 +1,319 @@
+"""Checkpoint bytes of a stream-stream join's state stores, per batch (§9.1).
+
+Spark 4.0's ``SymmetricHashJoinStateManager`` (state format v2, HDFS-backed) keeps two stores
+per side, each a delta file per partition and batch (four per partition in all):
+
+* ``<side>-keyToNumValues``: join key → the key's value count (a long);
+* ``<side>-keyWithIndexToValue``: (join key, index) → the side's row and its ``matched`` flag
+  (every join type carries the flag).
+
+What each batch writes to them (every ``put`` and every ``remove`` of a present key is one
+record of the delta file):
+
+* a stored row (``append``): a count put and a value put at index ``count``;
+* a buffered row matched for the first time by the other side's input (``getJoinedRows``):
+  its value put again with ``matched`` true (a row matched as it is stored carries the flag
+  from the start: a left row matched by the right state, a right row matched by the left
+  state, which holds this batch's left rows);
+* eviction by value (``evictAndReturnByValueCondition``): per removed row a value remove, and
+  a put moving the key's last value into the hole unless the hole is the last index; per key
+  touched a count put, or a count remove when no value is left. Eviction by key (a join key
+  that is the event time): a value remove per row and a count remove per key, no moves.
+
+:func:`store_ops` derives these per batch from the whole-run facts of the join
+(:mod:`semantics.whole_run.join`: each admitted row's batch ``b``, leaving batch ``e``, key and
+pairs); :func:`estimate` sizes them with the delta model of :mod:`semantics.checkpoint_bytes`
+from a sample of each store's records encoded as Spark lays them out. Approximations
+(measured in docs/state-bytes.md): the index of an evicted value is not tracked, so a key
+whose values all leave costs one move less and any other eviction one move per row (out of
+order event times put fewer holes before the last index); records split evenly over
+partitions; the sample's ``matched`` flags and indexes are the first rows'.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from semantics import checkpoint_bytes as cb
+from semantics.config import resolve
+from semantics.engine import plan_batches
+from semantics.operators.join import JoinOperator
+from semantics.schedule import ROW_ID, Schedule
+from semantics.spec import BacktestSpec, JoinQuery
+from semantics.tuning import CHECKPOINT_JOIN_SCAN_VALUES as JOIN_SCAN_VALUES
+from semantics.tuning import CHECKPOINT_SAMPLE_ROWS
+from semantics.whole_run.join import Admitted, join_at_once
+
+SIDES = ("left", "right")
+COUNT, VALUES = "keyToNumValues", "keyWithIndexToValue"
+STORES = tuple(f"{s}-{k}" for s in SIDES for k in (COUNT, VALUES))
+
+
+@dataclass(frozen=True)
+class StoreOps:
+    """Records per batch of one store (all partitions): ``puts`` and ``removes``."""
+
+    puts: np.ndarray
+    removes: np.ndarray
+
+
+@dataclass(frozen=True)
+class SideFacts:
+    """One side's stored rows (arrival order): batch stored ``b``, batch left ``e`` (``n_b``:
+    never), key code, and the batch of the put that sets ``matched`` (``n_b``: none)."""
+
+    b: np.ndarray
+    e: np.ndarray
+    code: np.ndarray
+    flip: np.ndarray
+
+
+def side_ops(f: SideFacts, n_b: int, by_key: bool) -> tuple[StoreOps, StoreOps]:
+    """(count store, value store) records per batch of one side (module docstring).
+
+    Invariant: removes of the value store = rows leaving; count-store records per key that
+    eviction touches = 1.
+
+    >>> f = SideFacts(np.array([0, 0, 0, 1]), np.array([1, 1, 2, 2]), np.array([0, 0, 1, 1]),
+    ...               np.array([1, 3, 3, 3]))
+    >>> count, values = side_ops(f, 3, by_key=False)
+    >>> count.puts.tolist(), count.removes.tolist(), values.puts.tolist(), values.removes.tolist()
+    ([3, 1, 0], [0, 1, 1], [3, 3, 1], [0, 2, 2])
+    """
+    def per_batch(t: np.ndarray, w: np.ndarray | None = None) -> np.ndarray:
+        return np.bincount(t, weights=w, minlength=n_b + 1)[:n_b].astype(np.int64)
+
+    appends = per_batch(f.b)
+    flips = per_batch(f.flip)
+    left = f.e < n_b
+    t_out, c_out = f.e[left], f.code[left]
+    width = int(f.code.max()) + 1 if len(f.code) else 1
+    groups, k = np.unique(t_out * width + c_out, return_counts=True)
+    t, c = groups // width, groups % width
+    # values of key c in the state when batch t evicts: stored by t, not gone before t
+    span = n_b + 1
+    sb = np.sort(f.code * span + f.b)
+    se = np.sort(f.code * span + f.e)
+    base = c * span
+    n = (np.searchsorted(sb, base + t, "right") - np.searchsorted(sb, base, "left")
+         - (np.searchsorted(se, base + t, "left") - np.searchsorted(se, base, "left")))
+    if by_key:
+        moves = np.zeros(len(k))
+    else:  # a removal moves the last value into its hole unless the hole is the last index
+        moves = k - _tail_removals(f, n_b, t, c, k, n)
+    full = k >= n
+    count = StoreOps(appends + per_batch(t, ~full), per_batch(t, full))
+    values = StoreOps(appends + flips + per_batch(t, moves.astype(float)), per_batch(t_out))
+    return count, values
+
+
+def _tail_removals(f: SideFacts, n_b: int, t: np.ndarray, c: np.ndarray, k: np.ndarray,
+                   n: np.ndarray) -> np.ndarray:
+    """Per eviction (batch ``t``, key ``c``: ``k`` of ``n`` values leave), the removals at the
+    key's last index, which move nothing (0 or 1: Spark's scan stops there).
+
+    Exact while the values the scans visit stay within ``CHECKPOINT_JOIN_SCAN_VALUES``: each
+    key's values kept in index order (appends in arrival order, each hole filled by the last
+    value, as Spark does). Beyond, the chance for values in random index order: ``k / n``
+    (1 when every value leaves), an upper bound where old values are evicted first.
+
+    >>> f = SideFacts(np.array([0, 0, 0]), np.array([1, 2, 1]), np.zeros(3, np.int64),
+    ...               np.full(3, 3))
+    >>> _tail_removals(f, 3, np.array([1, 2]), np.array([0, 0]), np.array([2, 1]),
+    ...                np.array([3, 1])).tolist()
+    [0.0, 1.0]
+    """
+    if int(n.sum()) > JOIN_SCAN_VALUES:
+        return np.where(k >= n, 1.0, k / n)
+    out = np.zeros(len(t))
+    lists: dict[int, list[int]] = {}
+    codes, leave = f.code.tolist(), f.e.tolist()
+    ends = np.searchsorted(f.b, np.arange(n_b), "right").tolist()  # (b: non-decreasing)
+    at = np.searchsorted(t, np.arange(n_b + 1)).tolist()  # (t: sorted)
+    row = 0
+    for batch in range(n_b):
+        for i in range(row, ends[batch]):
+            lists.setdefault(codes[i], []).append(leave[i])
+        row = ends[batch]
+        for g in range(at[batch], at[batch + 1]):
+            values = lists[int(c[g])]
+            i = 0
+            while i < len(values):
+                if values[i] > batch:
+                    i += 1
+                elif i == len(values) - 1:
+                    values.pop()
+                    out[g] = 1.0
+                else:
+                    values[i] = values.pop()
+    return out
+
+
+def _first(t: np.ndarray, row: np.ndarray, n: int, n_b: int) -> np.ndarray:
+    """Per row ``0..n-1``, the least ``t`` among its entries (``n_b``: none)."""
+    out = np.full(n, n_b, dtype=np.int64)
+    np.minimum.at(out, row, t)
+    return out
+
+
+def join_facts(spec: BacktestSpec, candidate: str, schedule: Schedule
+               ) -> tuple[int, SideFacts, SideFacts, bool, bool] | None:
+    """Both sides' :class:`SideFacts` (with ``n_b`` and whether each side is evicted by key),
+    or ``None`` where not modelled (left semi, unpacked keys, a profile not Spark 4.0's
+    rules). Joins the run once more (pairs are needed): only with checkpoint bytes asked."""
+    q = spec.query
+    if not isinstance(q, JoinQuery) or q.type == "left_semi":
+        return None
+    op = JoinOperator(spec, candidate, schedule, explain=False)
+    if op.packing is None or not op.profile.reference_rules \
+            or op.profile.join_skips_evictable_inputs:
+        return None
+    plan = plan_batches(schedule, spec, candidate, op)
+    if not plan:
+        return None
+    n_b = len(plan)
+    sides = op.run_sides(plan)
+    if sides is None:
+        return None
+    got = join_at_once(*sides, q.type, op.condition, op.n_codes)
+    if got is None or got.right is None:
+        return None
+    adm: list[Admitted] = [s.admitted(s.key_ranges(1, op.n_codes)[0]) for s in sides]
+    # pairs: (batch, left row, right row) as indexes into the admitted rows
+    t = np.repeat(np.arange(n_b, dtype=np.int64), np.diff(got.cuts))
+    both = (got.left >= 0) & (got.right >= 0)
+    idx = []
+    for a, pos, side in zip(adm, (got.left[both], got.right[both]), sides, strict=True):
+        at = np.full(len(side), -1, dtype=np.int64)
+        at[a.pos] = np.arange(len(a))
+        idx.append(at[pos])
+    li, ri = idx
+    t = t[both]
+    lb, rb = adm[0].b[li], adm[1].b[ri]
+    la, ra = adm
+    # a left row carries the flag from the start if the right state matched it (b_r < b_l);
+    # else its first pair with a right row of its batch or later puts it (in that batch)
+    l_start = np.zeros(len(la), dtype=bool)
+    l_start[li[rb < lb]] = True
+    l_flip = _first(t[rb >= lb], li[rb >= lb], len(la), n_b)
+    l_flip[l_start] = n_b
+    # a right row: matched on arrival by any left row of its batch or before, else flipped by
+    # the first later left row
+    r_start = np.zeros(len(ra), dtype=bool)
+    r_start[ri[lb <= rb]] = True
+    r_flip = _first(t[lb > rb], ri[lb > rb], len(ra), n_b)
+    r_flip[r_start] = n_b
+    r_outer = q.type in ("right_outer", "full_outer")
+    r_kept = (ra.e > ra.b) | (r_outer & ~r_start)  # SPARK-49829: unmatched outer rows stored
+    left = SideFacts(la.b, la.e, la.code, l_flip)
+    right = SideFacts(ra.b[r_kept], ra.e[r_kept], ra.code[r_kept], r_flip[r_kept])
+    return n_b, left, right, op.plan.left.kind == "key", op.plan.right.kind == "key"
+
+
+def store_ops(spec: BacktestSpec, candidate: str, schedule: Schedule
+              ) -> dict[str, StoreOps] | None:
+    """Records per batch of each of the four stores (:data:`STORES`), or ``None``."""
+    got = join_facts(spec, candidate, schedule)
+    if got is None:
+        return None
+    n_b, left, right, lkey, rkey = got
+    out: dict[str, StoreOps] = {}
+    for side, facts, by_key in (("left", left, lkey), ("right", right, rkey)):
+        count, values = side_ops(facts, n_b, by_key)
+        out[f"{side}-{COUNT}"], out[f"{side}-{VALUES}"] = count, values
+    return out
+
+
+# --- the records' bytes: a sample of each store's keys and values ---
+def _side_sample(spec: BacktestSpec, schedule: Schedule, source: str, other: str,
+                 rows: int) -> tuple[cb.Sample, cb.Sample]:
+    """(count store, value store) records of the side's first ``rows`` rows: keys are the
+    join keys (+ the index: the key's rows so far), values the count, or the row (row id,
+    data columns) and ``matched`` (true where the other side's first rows have the key)."""
+    q = spec.query
+    assert isinstance(q, JoinQuery)
+    df, dec = cb._spelled(schedule, source, list(q.keys))
+    df = df.head(rows)
+    cols = [ROW_ID, *schedule.data_columns[source]]
+    keys = cb._fields(df, list(q.keys), dec)
+    values = cb._fields(df, cols, dec)
+    odf, _ = cb._spelled(schedule, other, list(q.keys))
+    seen = set(odf.head(rows)[list(q.keys)].itertuples(index=False, name=None))
+    kcols = df[list(q.keys)].itertuples(index=False, name=None)
+    tally: dict[bytes, int] = {}
+    c_puts, c_rm, v_puts, v_rm = [], [], [], []
+    for kf, vf, kt in zip(keys, values, kcols, strict=True):
+        key = cb.unsafe_row(kf)
+        i = tally.get(key, 0)
+        tally[key] = i + 1
+        c_puts.append(cb.put_record(key, cb.unsafe_row([("long", i + 1)])))
+        c_rm.append(cb.remove_record(key))
+        kidx = cb.unsafe_row([*kf, ("long", i)])
+        v_puts.append(cb.put_record(kidx, cb.unsafe_row([*vf, ("bool", kt in seen)])))
+        v_rm.append(cb.remove_record(kidx))
+    return cb.Sample(tuple(c_puts), tuple(c_rm)), cb.Sample(tuple(v_puts), tuple(v_rm))
+
+
+def fixed_bytes(spec: BacktestSpec, candidate: str, schedule: Schedule) -> int:
+    """``_metadata/metadata`` (four stores) and the four schema files: the key as ``field0``,
+    ...; the count as ``value``; the row's columns (``<source>_<col>``, the event time not
+    nullable, with its watermark delay) and ``matched``."""
+    q = spec.query
+    assert isinstance(q, JoinQuery)
+    parts = cb.partitions(spec, candidate)
+    meta = json.dumps({"operatorInfo": {"operatorId": 0, "operatorName": "symmetricHashJoin"},
+                       "stateStoreInfo": [{"storeName": s, "numColsPrefixKey": 0,
+                                           "numPartitions": parts} for s in STORES]},
+                      separators=(",", ":"))
+    delays = resolve(spec, candidate).delays_ms
+    size = len(b"v1\n") + len(meta.encode())
+    for source in (q.left, q.right):
+        key = [cb._json_field(f"field{i}", cb._col_type(schedule, source, k))
+               for i, k in enumerate(q.keys)]
+        size += cb._schema_bytes(key, [cb._json_field("value", "long")])
+        ev = schedule.event_time[source]
+        row = [cb._json_field(f"{source}_{ROW_ID}", "long")]
+        for c in schedule.data_columns[source]:
+            if c == ev:
+                d = delays.get(source)
+                row.append(cb._json_field(f"{source}_{c}", "timestamp", False,
+                                          {"spark.watermarkDelayMs": d} if d is not None
+                                          else None))
+            else:
+                row.append(cb._json_field(f"{source}_{c}", cb._col_type(schedule, source, c)))
+        size += cb._schema_bytes([*key, cb._json_field("index", "long")],
+                                 [*row, cb._json_field("matched", "boolean")])
+    return size
+
+
+def estimate(spec: BacktestSpec, candidate: str, schedule: Schedule, n: int,
+             rows: int = CHECKPOINT_SAMPLE_ROWS) -> np.ndarray | None:
+    """Predicted ``checkpoint_bytes`` after each of the run's ``n`` batches, or ``None``."""
+    ops = store_ops(spec, candidate, schedule)
+    if ops is None or len(next(iter(ops.values())).puts) != n:
+        return None
+    q = spec.query
+    assert isinstance(q, JoinQuery)
+    models: dict[str, cb.DeltaModel] = {}
+    for side, source, other in (("left", q.left, q.right), ("right", q.right, q.left)):
+        count, values = _side_sample(spec, schedule, source, other, rows)
+        models[f"{side}-{COUNT}"] = cb.delta_model(count)
+        models[f"{side}-{VALUES}"] = cb.delta_model(values)
+    parts = cb.partitions(spec, candidate)
+    per_batch = np.zeros(n)
+    for store, o in ops.items():
+        m = models[store]
+        per_batch += [sum(m.file_bytes(p, r) for p, r in
+                          zip(cb.split(pu, parts), cb.split(rm, parts), strict=True))
+                      for pu, rm in zip(o.puts.tolist(), o.removes.tolist(), strict=True)]
+    return np.round(fixed_bytes(spec, candidate, schedule) + np.cumsum(per_batch))
+
+
+def frame(ops: dict[str, StoreOps]) -> pd.DataFrame:
+    """The records per batch as a table (columns ``<store> puts`` / ``<store> removes``)."""
+    return pd.DataFrame({f"{s} {w}": getattr(o, w) for s, o in ops.items()
+                         for w in ("puts", "removes")})
