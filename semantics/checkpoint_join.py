@@ -33,6 +33,7 @@ partitions; the sample's ``matched`` flags and indexes are the first rows'.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,10 +56,12 @@ STORES = tuple(f"{s}-{k}" for s in SIDES for k in (COUNT, VALUES))
 
 @dataclass(frozen=True)
 class StoreOps:
-    """Records per batch of one store (all partitions): ``puts`` and ``removes``."""
+    """Records per batch of one store (all partitions): ``puts`` and ``removes``; ``echoes``:
+    puts among them that repeat a value the same batch wrote before (moves)."""
 
     puts: np.ndarray
     removes: np.ndarray
+    echoes: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -76,16 +79,22 @@ def side_ops(f: SideFacts, n_b: int, by_key: bool) -> tuple[StoreOps, StoreOps]:
     """(count store, value store) records per batch of one side (module docstring).
 
     Invariant: removes of the value store = rows leaving; count-store records per key that
-    eviction touches = 1.
+    eviction touches = 1; echoes <= puts.
 
-    >>> f = SideFacts(np.array([0, 0, 0, 1]), np.array([1, 1, 2, 2]), np.array([0, 0, 1, 1]),
+    Rows 0, 1 of key 0 stored in batch 0, both leave in 1 (row 0 matched in 1); rows 2, 3 of
+    key 1 stored in batches 0 and 2, both leave in 2 (row 3 moves into row 2's hole: an echo
+    of its append in the same file):
+
+    >>> f = SideFacts(np.array([0, 0, 0, 2]), np.array([1, 1, 2, 2]), np.array([0, 0, 1, 1]),
     ...               np.array([1, 3, 3, 3]))
     >>> count, values = side_ops(f, 3, by_key=False)
     >>> count.puts.tolist(), count.removes.tolist(), values.puts.tolist(), values.removes.tolist()
-    ([3, 1, 0], [0, 1, 1], [3, 3, 1], [0, 2, 2])
+    ([3, 0, 1], [0, 1, 1], [3, 2, 2], [0, 2, 2])
+    >>> values.echoes.tolist()
+    [0, 0, 1]
     """
     def per_batch(t: np.ndarray, w: np.ndarray | None = None) -> np.ndarray:
-        return np.bincount(t, weights=w, minlength=n_b + 1)[:n_b].astype(np.int64)
+        return np.round(np.bincount(t, weights=w, minlength=n_b + 1)[:n_b]).astype(np.int64)
 
     appends = per_batch(f.b)
     flips = per_batch(f.flip)
@@ -102,55 +111,71 @@ def side_ops(f: SideFacts, n_b: int, by_key: bool) -> tuple[StoreOps, StoreOps]:
     n = (np.searchsorted(sb, base + t, "right") - np.searchsorted(sb, base, "left")
          - (np.searchsorted(se, base + t, "left") - np.searchsorted(se, base, "left")))
     if by_key:
-        moves = np.zeros(len(k))
+        moves = echoes = np.zeros(len(k))
     else:  # a removal moves the last value into its hole unless the hole is the last index
-        moves = k - _tail_removals(f, n_b, t, c, k, n)
+        tail, echoes = _scan(f, n_b, t, c, k, n)
+        moves = k - tail
     full = k >= n
-    count = StoreOps(appends + per_batch(t, ~full), per_batch(t, full))
-    values = StoreOps(appends + flips + per_batch(t, moves.astype(float)), per_batch(t_out))
+    zero = np.zeros(n_b, dtype=np.int64)
+    count = StoreOps(appends + per_batch(t, ~full), per_batch(t, full), zero)
+    values = StoreOps(appends + flips + per_batch(t, moves), per_batch(t_out),
+                      per_batch(t, echoes))
     return count, values
 
 
-def _tail_removals(f: SideFacts, n_b: int, t: np.ndarray, c: np.ndarray, k: np.ndarray,
-                   n: np.ndarray) -> np.ndarray:
-    """Per eviction (batch ``t``, key ``c``: ``k`` of ``n`` values leave), the removals at the
-    key's last index, which move nothing (0 or 1: Spark's scan stops there).
+def _scan(f: SideFacts, n_b: int, t: np.ndarray, c: np.ndarray, k: np.ndarray,
+          n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per eviction (batch ``t``, key ``c``: ``k`` of ``n`` values leave): the removals at the
+    key's last index, which move nothing (0 or 1: Spark's scan stops there), and the moves of
+    a value the batch wrote already (appended or flagged: an echo of a record of the same
+    file, which lz4 finds when it is in the same block).
 
     Exact while the values the scans visit stay within ``CHECKPOINT_JOIN_SCAN_VALUES``: each
     key's values kept in index order (appends in arrival order, each hole filled by the last
-    value, as Spark does). Beyond, the chance for values in random index order: ``k / n``
-    (1 when every value leaves), an upper bound where old values are evicted first.
+    value, as Spark does). Beyond, values in random index order: a tail removal with chance
+    ``k / n`` (1 when every value leaves; an upper bound where old values are evicted
+    first), echoes in the share of the batch's state rows the batch wrote.
 
     >>> f = SideFacts(np.array([0, 0, 0]), np.array([1, 2, 1]), np.zeros(3, np.int64),
     ...               np.full(3, 3))
-    >>> _tail_removals(f, 3, np.array([1, 2]), np.array([0, 0]), np.array([2, 1]),
-    ...                np.array([3, 1])).tolist()
-    [0.0, 1.0]
+    >>> [a.tolist() for a in _scan(f, 3, np.array([1, 2]), np.array([0, 0]), np.array([2, 1]),
+    ...                            np.array([3, 1]))]
+    [[0.0, 1.0], [0.0, 0.0]]
     """
     if int(n.sum()) > JOIN_SCAN_VALUES:
-        return np.where(k >= n, 1.0, k / n)
-    out = np.zeros(len(t))
+        tail = np.where(k >= n, 1.0, k / n)
+        added = np.bincount(f.b, minlength=n_b + 1)[:n_b] + \
+            np.bincount(f.flip, minlength=n_b + 1)[:n_b]
+        held = np.cumsum(np.bincount(f.b, minlength=n_b + 1)[:n_b]) - \
+            np.cumsum(np.bincount(f.e, minlength=n_b + 1)[:n_b]) + \
+            np.bincount(f.e, minlength=n_b + 1)[:n_b]  # (before eviction)
+        share = np.minimum(1.0, added / np.maximum(held, 1))
+        return tail, (k - tail) * share[t]
+    tail, echo = np.zeros(len(t)), np.zeros(len(t))
     lists: dict[int, list[int]] = {}
     codes, leave = f.code.tolist(), f.e.tolist()
+    born, flip = f.b.tolist(), f.flip.tolist()
     ends = np.searchsorted(f.b, np.arange(n_b), "right").tolist()  # (b: non-decreasing)
     at = np.searchsorted(t, np.arange(n_b + 1)).tolist()  # (t: sorted)
     row = 0
     for batch in range(n_b):
         for i in range(row, ends[batch]):
-            lists.setdefault(codes[i], []).append(leave[i])
+            lists.setdefault(codes[i], []).append(i)
         row = ends[batch]
         for g in range(at[batch], at[batch + 1]):
             values = lists[int(c[g])]
             i = 0
             while i < len(values):
-                if values[i] > batch:
+                if leave[values[i]] > batch:
                     i += 1
                 elif i == len(values) - 1:
                     values.pop()
-                    out[g] = 1.0
+                    tail[g] = 1.0
                 else:
-                    values[i] = values.pop()
-    return out
+                    last = values.pop()
+                    values[i] = last
+                    echo[g] += born[last] == batch or flip[last] == batch
+    return tail, echo
 
 
 def _first(t: np.ndarray, row: np.ndarray, n: int, n_b: int) -> np.ndarray:
@@ -230,10 +255,11 @@ def store_ops(spec: BacktestSpec, candidate: str, schedule: Schedule
 
 # --- the records' bytes: a sample of each store's keys and values ---
 def _side_sample(spec: BacktestSpec, schedule: Schedule, source: str, other: str,
-                 rows: int) -> tuple[cb.Sample, cb.Sample]:
+                 rows: int) -> tuple[cb.Sample, cb.Sample, tuple[bytes, ...]]:
     """(count store, value store) records of the side's first ``rows`` rows: keys are the
     join keys (+ the index: the key's rows so far), values the count, or the row (row id,
-    data columns) and ``matched`` (true where the other side's first rows have the key)."""
+    data columns) and ``matched`` (true where the other side's first rows have the key); and
+    the value puts as moves write them (each value under index 0)."""
     q = spec.query
     assert isinstance(q, JoinQuery)
     df, dec = cb._spelled(schedule, source, list(q.keys))
@@ -245,7 +271,7 @@ def _side_sample(spec: BacktestSpec, schedule: Schedule, source: str, other: str
     seen = set(odf.head(rows)[list(q.keys)].itertuples(index=False, name=None))
     kcols = df[list(q.keys)].itertuples(index=False, name=None)
     tally: dict[bytes, int] = {}
-    c_puts, c_rm, v_puts, v_rm = [], [], [], []
+    c_puts, c_rm, v_puts, v_rm, moved = [], [], [], [], []
     for kf, vf, kt in zip(keys, values, kcols, strict=True):
         key = cb.unsafe_row(kf)
         i = tally.get(key, 0)
@@ -253,15 +279,19 @@ def _side_sample(spec: BacktestSpec, schedule: Schedule, source: str, other: str
         c_puts.append(cb.put_record(key, cb.unsafe_row([("long", i + 1)])))
         c_rm.append(cb.remove_record(key))
         kidx = cb.unsafe_row([*kf, ("long", i)])
-        v_puts.append(cb.put_record(kidx, cb.unsafe_row([*vf, ("bool", kt in seen)])))
+        value = cb.unsafe_row([*vf, ("bool", kt in seen)])
+        v_puts.append(cb.put_record(kidx, value))
+        moved.append(cb.put_record(cb.unsafe_row([*kf, ("long", 0)]), value))
         v_rm.append(cb.remove_record(kidx))
-    return cb.Sample(tuple(c_puts), tuple(c_rm)), cb.Sample(tuple(v_puts), tuple(v_rm))
+    return (cb.Sample(tuple(c_puts), tuple(c_rm)), cb.Sample(tuple(v_puts), tuple(v_rm)),
+            tuple(moved))
 
 
 def fixed_bytes(spec: BacktestSpec, candidate: str, schedule: Schedule) -> int:
     """``_metadata/metadata`` (four stores) and the four schema files: the key as ``field0``,
     ...; the count as ``value``; the row's columns (``<source>_<col>``, the event time not
-    nullable, with its watermark delay) and ``matched``."""
+    nullable on a side where Spark infers ``isnotnull`` from the time range, with its watermark
+    delay) and ``matched``."""
     q = spec.query
     assert isinstance(q, JoinQuery)
     parts = cb.partitions(spec, candidate)
@@ -270,6 +300,10 @@ def fixed_bytes(spec: BacktestSpec, candidate: str, schedule: Schedule) -> int:
                                            "numPartitions": parts} for s in STORES]},
                       separators=(",", ":"))
     delays = resolve(spec, candidate).delays_ms
+    # (nullable unless the optimizer infers isnotnull from the time range on that side)
+    inferred = {"inner": (q.left, q.right), "left_outer": (q.right,),
+                "right_outer": (q.left,)}.get(q.type, ()) if q.time_range else ()
+    nullable = {s: s not in inferred for s in (q.left, q.right)}
     size = len(b"v1\n") + len(meta.encode())
     for source in (q.left, q.right):
         key = [cb._json_field(f"field{i}", cb._col_type(schedule, source, k))
@@ -280,7 +314,7 @@ def fixed_bytes(spec: BacktestSpec, candidate: str, schedule: Schedule) -> int:
         for c in schedule.data_columns[source]:
             if c == ev:
                 d = delays.get(source)
-                row.append(cb._json_field(f"{source}_{c}", "timestamp", False,
+                row.append(cb._json_field(f"{source}_{c}", "timestamp", nullable[source],
                                           {"spark.watermarkDelayMs": d} if d is not None
                                           else None))
             else:
@@ -288,6 +322,37 @@ def fixed_bytes(spec: BacktestSpec, candidate: str, schedule: Schedule) -> int:
         size += cb._schema_bytes([*key, cb._json_field("index", "long")],
                                  [*row, cb._json_field("matched", "boolean")])
     return size
+
+
+@dataclass(frozen=True)
+class StoreModel:
+    """A store's delta files: the records' :class:`~semantics.checkpoint_bytes.DeltaModel`
+    and what an echo costs (bytes of a put repeating a value its block holds already)."""
+
+    delta: cb.DeltaModel
+    echo: float
+
+    def file_bytes(self, puts: int, removes: int, echoes: float) -> float:
+        """One delta file; an echo is cheap only when its value is in the same 32 KiB block
+        (lz4-java compresses blocks apart): all of them in a file of one block, else about
+        one block's share."""
+        raw = puts * self.delta.puts.raw_per_record + removes * self.delta.removes.raw_per_record
+        near = echoes * min(1.0, cb.BLOCK / raw) if raw > 0 else 0.0
+        full = self.delta.file_bytes(puts, removes)
+        per_put = (full - self.delta.file_bytes(0, removes)) / puts if puts else 0.0
+        return full - near * max(0.0, per_put - self.echo)
+
+
+def echo_bytes(puts: Sequence[bytes], echoes: Sequence[bytes]) -> float:
+    """Compressed bytes of an echo: records ``echoes`` (the ``puts``' values again, under
+    other keys) after the ``puts`` in one block, less the ``puts`` alone, per echo."""
+    if not puts:
+        return 0.0
+    per = len(puts[0]) + len(echoes[0])
+    k = max(1, min(len(puts), cb.BLOCK // max(per, 1) - 1))
+    head = b"".join(puts[:k])
+    both = head + b"".join(reversed(echoes[:k]))
+    return (cb.lz4_block_bytes(both) - cb.lz4_block_bytes(head)) / k
 
 
 def estimate(spec: BacktestSpec, candidate: str, schedule: Schedule, n: int,
@@ -298,18 +363,20 @@ def estimate(spec: BacktestSpec, candidate: str, schedule: Schedule, n: int,
         return None
     q = spec.query
     assert isinstance(q, JoinQuery)
-    models: dict[str, cb.DeltaModel] = {}
+    models: dict[str, StoreModel] = {}
     for side, source, other in (("left", q.left, q.right), ("right", q.right, q.left)):
-        count, values = _side_sample(spec, schedule, source, other, rows)
-        models[f"{side}-{COUNT}"] = cb.delta_model(count)
-        models[f"{side}-{VALUES}"] = cb.delta_model(values)
+        count, values, moved = _side_sample(spec, schedule, source, other, rows)
+        models[f"{side}-{COUNT}"] = StoreModel(cb.delta_model(count), 0.0)
+        models[f"{side}-{VALUES}"] = StoreModel(cb.delta_model(values),
+                                                echo_bytes(values.puts, moved))
     parts = cb.partitions(spec, candidate)
     per_batch = np.zeros(n)
     for store, o in ops.items():
         m = models[store]
-        per_batch += [sum(m.file_bytes(p, r) for p, r in
+        per_batch += [sum(m.file_bytes(p, r, ec / parts) for p, r in
                           zip(cb.split(pu, parts), cb.split(rm, parts), strict=True))
-                      for pu, rm in zip(o.puts.tolist(), o.removes.tolist(), strict=True)]
+                      for pu, rm, ec in zip(o.puts.tolist(), o.removes.tolist(),
+                                            o.echoes.tolist(), strict=True)]
     return np.round(fixed_bytes(spec, candidate, schedule) + np.cumsum(per_batch))
 
 
