@@ -33,6 +33,7 @@ partitions; the sample's ``matched`` flags and indexes are the first rows'.
 from __future__ import annotations
 
 import json
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -43,7 +44,7 @@ from semantics import checkpoint_bytes as cb
 from semantics.config import resolve
 from semantics.engine import plan_batches
 from semantics.operators.join import JoinOperator
-from semantics.schedule import ROW_ID, Schedule
+from semantics.schedule import ROW_ID, TICK, Schedule
 from semantics.spec import BacktestSpec, JoinQuery
 from semantics.tuning import CHECKPOINT_JOIN_SCAN_VALUES as JOIN_SCAN_VALUES
 from semantics.tuning import CHECKPOINT_SAMPLE_ROWS
@@ -56,12 +57,15 @@ STORES = tuple(f"{s}-{k}" for s in SIDES for k in (COUNT, VALUES))
 
 @dataclass(frozen=True)
 class StoreOps:
-    """Records per batch of one store (all partitions): ``puts`` and ``removes``; ``echoes``:
-    puts among them that repeat a value the same batch wrote before (moves)."""
+    """Records per batch of one store (all partitions): ``puts`` and ``removes``; among the
+    puts, ``appends`` (new rows), ``echoes`` (moves of a value the batch wrote already) and
+    ``flagged`` (the ``matched`` flag set on a row the same batch appended)."""
 
     puts: np.ndarray
     removes: np.ndarray
+    appends: np.ndarray
     echoes: np.ndarray
+    flagged: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -117,9 +121,9 @@ def side_ops(f: SideFacts, n_b: int, by_key: bool) -> tuple[StoreOps, StoreOps]:
         moves = k - tail
     full = k >= n
     zero = np.zeros(n_b, dtype=np.int64)
-    count = StoreOps(appends + per_batch(t, ~full), per_batch(t, full), zero)
-    values = StoreOps(appends + flips + per_batch(t, moves), per_batch(t_out),
-                      per_batch(t, echoes))
+    count = StoreOps(appends + per_batch(t, ~full), per_batch(t, full), appends, zero, zero)
+    values = StoreOps(appends + flips + per_batch(t, moves), per_batch(t_out), appends,
+                      per_batch(t, echoes), per_batch(f.b[f.flip == f.b]))
     return count, values
 
 
@@ -255,36 +259,49 @@ def store_ops(spec: BacktestSpec, candidate: str, schedule: Schedule
 
 # --- the records' bytes: a sample of each store's keys and values ---
 def _side_sample(spec: BacktestSpec, schedule: Schedule, source: str, other: str,
-                 rows: int) -> tuple[cb.Sample, cb.Sample, tuple[bytes, ...]]:
+                 rows: int, parts: int
+                 ) -> tuple[cb.Sample, cb.Sample, tuple[bytes, ...], tuple[bytes, ...]]:
     """(count store, value store) records of the side's first ``rows`` rows: keys are the
     join keys (+ the index: the key's rows so far), values the count, or the row (row id,
     data columns) and ``matched`` (true where the other side's first rows have the key); and
-    the value puts as moves write them (each value under index 0)."""
+    the value puts as moves write them (each value under index 0) and with the flag set.
+
+    The records come file by file, as Spark writes them: per batch and partition (a stand-in
+    hash of the key for Spark's Murmur3), where a key repeats as often as in one delta file,
+    not as in the whole sample; a count is removed once per key and file."""
     q = spec.query
     assert isinstance(q, JoinQuery)
     df, dec = cb._spelled(schedule, source, list(q.keys))
     df = df.head(rows)
     cols = [ROW_ID, *schedule.data_columns[source]]
-    keys = cb._fields(df, list(q.keys), dec)
+    keys = [cb.unsafe_row(kf) for kf in cb._fields(df, list(q.keys), dec)]
+    key_fields = cb._fields(df, list(q.keys), dec)
     values = cb._fields(df, cols, dec)
     odf, _ = cb._spelled(schedule, other, list(q.keys))
     seen = set(odf.head(rows)[list(q.keys)].itertuples(index=False, name=None))
-    kcols = df[list(q.keys)].itertuples(index=False, name=None)
+    matched = [kt in seen for kt in df[list(q.keys)].itertuples(index=False, name=None)]
+    part = [zlib.crc32(k) % parts for k in keys]
+    order = sorted(range(len(df)), key=lambda i: (int(df[TICK].iloc[i]), part[i]))
     tally: dict[bytes, int] = {}
-    c_puts, c_rm, v_puts, v_rm, moved = [], [], [], [], []
-    for kf, vf, kt in zip(keys, values, kcols, strict=True):
-        key = cb.unsafe_row(kf)
-        i = tally.get(key, 0)
-        tally[key] = i + 1
-        c_puts.append(cb.put_record(key, cb.unsafe_row([("long", i + 1)])))
-        c_rm.append(cb.remove_record(key))
-        kidx = cb.unsafe_row([*kf, ("long", i)])
-        value = cb.unsafe_row([*vf, ("bool", kt in seen)])
+    file: set[tuple[int, int, bytes]] = set()
+    c_puts, c_rm, v_puts, v_rm, moved, flagged = [], [], [], [], [], []
+    for i in order:
+        key, kf = keys[i], key_fields[i]
+        n = tally.get(key, 0)
+        tally[key] = n + 1
+        c_puts.append(cb.put_record(key, cb.unsafe_row([("long", n + 1)])))
+        where = (int(df[TICK].iloc[i]), part[i], key)
+        if where not in file:
+            file.add(where)
+            c_rm.append(cb.remove_record(key))
+        kidx = cb.unsafe_row([*kf, ("long", n)])
+        value = cb.unsafe_row([*values[i], ("bool", matched[i])])
         v_puts.append(cb.put_record(kidx, value))
         moved.append(cb.put_record(cb.unsafe_row([*kf, ("long", 0)]), value))
+        flagged.append(cb.put_record(kidx, cb.unsafe_row([*values[i], ("bool", True)])))
         v_rm.append(cb.remove_record(kidx))
     return (cb.Sample(tuple(c_puts), tuple(c_rm)), cb.Sample(tuple(v_puts), tuple(v_rm)),
-            tuple(moved))
+            tuple(moved), tuple(flagged))
 
 
 def fixed_bytes(spec: BacktestSpec, candidate: str, schedule: Schedule) -> int:
@@ -326,21 +343,44 @@ def fixed_bytes(spec: BacktestSpec, candidate: str, schedule: Schedule) -> int:
 
 @dataclass(frozen=True)
 class StoreModel:
-    """A store's delta files: the records' :class:`~semantics.checkpoint_bytes.DeltaModel`
-    and what an echo costs (bytes of a put repeating a value its block holds already)."""
+    """A store's delta files: the records' :class:`~semantics.checkpoint_bytes.DeltaModel`,
+    what a moved value the block holds already costs (``echo``), and what a row's value put
+    again with its flag set costs after ``distance`` raw bytes of appends (``flagged``:
+    (distance, bytes) on a grid; lz4 finds the earlier record less often the farther it
+    is, and never in another 32 KiB block)."""
 
     delta: cb.DeltaModel
     echo: float
+    flagged: tuple[tuple[int, float], ...] = ()
 
-    def file_bytes(self, puts: int, removes: int, echoes: float) -> float:
-        """One delta file; an echo is cheap only when its value is in the same 32 KiB block
+    def flagged_bytes(self, distance: float) -> float | None:
+        """Bytes of a flagged put ``distance`` raw bytes after its append (None: as any)."""
+        if not self.flagged or distance >= self.flagged[-1][0]:
+            return None
+        xs, ys = zip(*self.flagged, strict=True)
+        return float(np.interp(distance, xs, ys))
+
+    def file_bytes(self, o: StoreOps, b: int, parts: int) -> float:
+        """Batch ``b``'s delta file in one of ``parts`` partitions (records split evenly);
+        echoes of moves are cheap only when their value is in the same 32 KiB block
         (lz4-java compresses blocks apart): all of them in a file of one block, else about
         one block's share."""
+        puts, removes = o.puts[b] / parts, o.removes[b] / parts
+        full = self.delta.file_bytes(int(round(puts)), int(round(removes)))
+        if not puts:
+            return full
+        per_put = (full - self.delta.file_bytes(0, int(round(removes)))) / puts
         raw = puts * self.delta.puts.raw_per_record + removes * self.delta.removes.raw_per_record
-        near = echoes * min(1.0, cb.BLOCK / raw) if raw > 0 else 0.0
-        full = self.delta.file_bytes(puts, removes)
-        per_put = (full - self.delta.file_bytes(0, removes)) / puts if puts else 0.0
-        return full - near * max(0.0, per_put - self.echo)
+        near = o.echoes[b] / parts * min(1.0, cb.BLOCK / raw)
+        saved = near * max(0.0, per_put - self.echo)
+        appended = o.appends[b] / parts * self.delta.puts.raw_per_record
+        flag = self.flagged_bytes(appended)
+        if flag is not None and o.flagged[b]:
+            # (the flagged puts follow the appends: those past the first block find nothing)
+            flagged = o.flagged[b] / parts
+            first = min(1.0, (cb.BLOCK - appended) / (flagged * self.delta.puts.raw_per_record))
+            saved += flagged * first * max(0.0, per_put - flag)
+        return full - saved
 
 
 def echo_bytes(puts: Sequence[bytes], echoes: Sequence[bytes]) -> float:
@@ -355,6 +395,31 @@ def echo_bytes(puts: Sequence[bytes], echoes: Sequence[bytes]) -> float:
     return (cb.lz4_block_bytes(both) - cb.lz4_block_bytes(head)) / k
 
 
+_DISTANCES = (512, 1024, 2048, 4096, 8192, 12288, 16384, 24576, 28672)
+
+
+def flagged_bytes(puts: Sequence[bytes], flagged: Sequence[bytes]
+                  ) -> tuple[tuple[int, float], ...]:
+    """(distance, bytes per flagged put) on a grid of distances: ``puts`` filling
+    ``distance`` raw bytes, then the same rows ``flagged`` in another order (a fixed random
+    one) up to the block's end,
+    less the ``puts`` alone; at the end of the grid an echo is as costly as any put."""
+    if not puts:
+        return ()
+    out = []
+    for d in _DISTANCES:
+        m = max(1, d // len(puts[0]))
+        head = b"".join(puts[:m])
+        room = cb.BLOCK - len(head)
+        j = min(m, room // max(len(flagged[0]), 1))
+        if m > len(puts) or j < 1:
+            break
+        # (in another order than stored: a right row meets the left rows of its key)
+        both = head + b"".join(flagged[i] for i in np.random.default_rng(0).permutation(m)[:j])
+        out.append((len(head), (cb.lz4_block_bytes(both) - cb.lz4_block_bytes(head)) / j))
+    return tuple(out)
+
+
 def estimate(spec: BacktestSpec, candidate: str, schedule: Schedule, n: int,
              rows: int = CHECKPOINT_SAMPLE_ROWS) -> np.ndarray | None:
     """Predicted ``checkpoint_bytes`` after each of the run's ``n`` batches, or ``None``."""
@@ -364,19 +429,18 @@ def estimate(spec: BacktestSpec, candidate: str, schedule: Schedule, n: int,
     q = spec.query
     assert isinstance(q, JoinQuery)
     models: dict[str, StoreModel] = {}
+    parts = cb.partitions(spec, candidate)
     for side, source, other in (("left", q.left, q.right), ("right", q.right, q.left)):
-        count, values, moved = _side_sample(spec, schedule, source, other, rows)
+        count, values, moved, flagged = _side_sample(spec, schedule, source, other, rows,
+                                                     parts)
         models[f"{side}-{COUNT}"] = StoreModel(cb.delta_model(count), 0.0)
         models[f"{side}-{VALUES}"] = StoreModel(cb.delta_model(values),
-                                                echo_bytes(values.puts, moved))
-    parts = cb.partitions(spec, candidate)
+                                                echo_bytes(values.puts, moved),
+                                                flagged_bytes(values.puts, flagged))
     per_batch = np.zeros(n)
     for store, o in ops.items():
         m = models[store]
-        per_batch += [sum(m.file_bytes(p, r, ec / parts) for p, r in
-                          zip(cb.split(pu, parts), cb.split(rm, parts), strict=True))
-                      for pu, rm, ec in zip(o.puts.tolist(), o.removes.tolist(),
-                                            o.echoes.tolist(), strict=True)]
+        per_batch += [parts * m.file_bytes(o, b, parts) for b in range(n)]
     return np.round(fixed_bytes(spec, candidate, schedule) + np.cumsum(per_batch))
 
 
