@@ -22,12 +22,16 @@ record of the delta file):
 
 :func:`store_ops` derives these per batch from the whole-run facts of the join
 (:mod:`semantics.whole_run.join`: each admitted row's batch ``b``, leaving batch ``e``, key and
-pairs); :func:`estimate` sizes them with the delta model of :mod:`semantics.checkpoint_bytes`
-from a sample of each store's records encoded as Spark lays them out. Approximations
-(measured in docs/state-bytes.md): the index of an evicted value is not tracked, so a key
-whose values all leave costs one move less and any other eviction one move per row (out of
-order event times put fewer holes before the last index); records split evenly over
-partitions; the sample's ``matched`` flags and indexes are the first rows'.
+pairs, from a second whole-run join: only when checkpoint bytes are asked for) and a replay of
+the eviction scan per key (:func:`_scan`); they equal Spark's records in every store and batch
+of the replays checked. :func:`estimate` sizes them with the delta model of
+:mod:`semantics.checkpoint_bytes` from a sample of each store's records encoded as Spark lays
+them out, file by file (batch, then partition). Approximations (measured in
+docs/state-bytes.md): records split evenly over partitions; a put that repeats a value the
+same file holds (a moved value the batch wrote, a flag set on a row the batch appended) costs
+what lz4 makes of such repeats in the sample; the sample's ``matched`` flags and indexes are
+its first rows'. Not modelled: left semi joins, keys that do not pack (the whole-run join
+declines), Spark 3.5's rules.
 """
 
 from __future__ import annotations
