@@ -48,7 +48,7 @@ from semantics import checkpoint_bytes as cb
 from semantics.config import resolve
 from semantics.engine import plan_batches
 from semantics.operators.join import JoinOperator
-from semantics.schedule import ROW_ID, TICK, Schedule
+from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import BacktestSpec, JoinQuery
 from semantics.tuning import CHECKPOINT_JOIN_SCAN_VALUES as JOIN_SCAN_VALUES
 from semantics.tuning import CHECKPOINT_SAMPLE_ROWS
@@ -75,12 +75,34 @@ class StoreOps:
 @dataclass(frozen=True)
 class SideFacts:
     """One side's stored rows (arrival order): batch stored ``b``, batch left ``e`` (``n_b``:
-    never), key code, and the batch of the put that sets ``matched`` (``n_b``: none)."""
+    never), key code, the batch of the put that sets ``matched`` (``n_b``: none); and their
+    source positions and whether they are ``matched`` when stored (``start``)."""
 
     b: np.ndarray
     e: np.ndarray
     code: np.ndarray
     flip: np.ndarray
+    pos: np.ndarray | None = None
+    start: np.ndarray | None = None
+
+
+def append_index(f: SideFacts, n_b: int) -> np.ndarray:
+    """Per stored row, the values its key holds as it is appended (its index; its count put
+    is one more): the key's rows stored before it less those gone in an earlier batch.
+
+    >>> append_index(SideFacts(np.array([0, 0, 1, 2]), np.array([0, 3, 3, 3]),
+    ...                        np.array([5, 5, 5, 5]), np.full(4, 3)), 3).tolist()
+    [0, 1, 1, 2]
+    """
+    span = n_b + 1
+    order = np.argsort(f.code, kind="stable")
+    ranked = f.code[order]
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order)) - np.searchsorted(ranked, ranked, "left")
+    se = np.sort(f.code * span + f.e)
+    gone = np.searchsorted(se, f.code * span + f.b, "left") - \
+        np.searchsorted(se, f.code * span, "left")
+    return rank - gone
 
 
 def side_ops(f: SideFacts, n_b: int, by_key: bool) -> tuple[StoreOps, StoreOps]:
@@ -242,8 +264,9 @@ def join_facts(spec: BacktestSpec, candidate: str, schedule: Schedule
     r_flip[r_start] = n_b
     r_outer = q.type in ("right_outer", "full_outer")
     r_kept = (ra.e > ra.b) | (r_outer & ~r_start)  # SPARK-49829: unmatched outer rows stored
-    left = SideFacts(la.b, la.e, la.code, l_flip)
-    right = SideFacts(ra.b[r_kept], ra.e[r_kept], ra.code[r_kept], r_flip[r_kept])
+    left = SideFacts(la.b, la.e, la.code, l_flip, la.pos, l_start)
+    right = SideFacts(ra.b[r_kept], ra.e[r_kept], ra.code[r_kept], r_flip[r_kept],
+                      ra.pos[r_kept], r_start[r_kept])
     return n_b, left, right, op.plan.left.kind == "key", op.plan.right.kind == "key"
 
 
@@ -251,9 +274,11 @@ def store_ops(spec: BacktestSpec, candidate: str, schedule: Schedule
               ) -> dict[str, StoreOps] | None:
     """Records per batch of each of the four stores (:data:`STORES`), or ``None``."""
     got = join_facts(spec, candidate, schedule)
-    if got is None:
-        return None
-    n_b, left, right, lkey, rkey = got
+    return None if got is None else _ops(*got)
+
+
+def _ops(n_b: int, left: SideFacts, right: SideFacts, lkey: bool, rkey: bool
+         ) -> dict[str, StoreOps]:
     out: dict[str, StoreOps] = {}
     for side, facts, by_key in (("left", left, lkey), ("right", right, rkey)):
         count, values = side_ops(facts, n_b, by_key)
@@ -262,48 +287,45 @@ def store_ops(spec: BacktestSpec, candidate: str, schedule: Schedule
 
 
 # --- the records' bytes: a sample of each store's keys and values ---
-def _side_sample(spec: BacktestSpec, schedule: Schedule, source: str, other: str,
-                 rows: int, parts: int
+def _side_sample(spec: BacktestSpec, schedule: Schedule, source: str, facts: SideFacts,
+                 n_b: int, rows: int, parts: int
                  ) -> tuple[cb.Sample, cb.Sample, tuple[bytes, ...], tuple[bytes, ...]]:
-    """(count store, value store) records of the side's first ``rows`` rows: keys are the
-    join keys (+ the index: the key's rows so far), values the count, or the row (row id,
-    data columns) and ``matched`` (true where the other side's first rows have the key); and
-    the value puts as moves write them (each value under index 0) and with the flag set.
+    """(count store, value store) records of the side's first ``rows`` stored rows, from
+    their facts: keys are the join keys (+ the row's index as appended), values the count, or
+    the row (row id, data columns) and its ``matched`` flag as stored; and the value puts as
+    moves write them (each value under index 0) and with the flag set.
 
     The records come file by file, as Spark writes them: per batch and partition (a stand-in
     hash of the key for Spark's Murmur3), where a key repeats as often as in one delta file,
     not as in the whole sample; a count is removed once per key and file."""
     q = spec.query
-    assert isinstance(q, JoinQuery)
+    assert isinstance(q, JoinQuery) and facts.pos is not None and facts.start is not None
     df, dec = cb._spelled(schedule, source, list(q.keys))
-    df = df.head(rows)
+    df = df.iloc[facts.pos[:rows]]
+    index = append_index(facts, n_b)[:rows].tolist()
+    matched = facts.start[:rows].tolist()
+    batch = facts.b[:rows].tolist()
     cols = [ROW_ID, *schedule.data_columns[source]]
-    keys = [cb.unsafe_row(kf) for kf in cb._fields(df, list(q.keys), dec)]
     key_fields = cb._fields(df, list(q.keys), dec)
+    keys = [cb.unsafe_row(kf) for kf in key_fields]
     values = cb._fields(df, cols, dec)
-    odf, _ = cb._spelled(schedule, other, list(q.keys))
-    seen = set(odf.head(rows)[list(q.keys)].itertuples(index=False, name=None))
-    matched = [kt in seen for kt in df[list(q.keys)].itertuples(index=False, name=None)]
     part = [zlib.crc32(k) % parts for k in keys]
-    order = sorted(range(len(df)), key=lambda i: (int(df[TICK].iloc[i]), part[i]))
-    tally: dict[bytes, int] = {}
+    order = sorted(range(len(df)), key=lambda i: (batch[i], part[i]))  # (stable)
     file: set[tuple[int, int, bytes]] = set()
     c_puts, c_rm, v_puts, v_rm, moved, flagged = [], [], [], [], [], []
     for i in order:
-        key, kf = keys[i], key_fields[i]
-        n = tally.get(key, 0)
-        tally[key] = n + 1
+        key, kf, n = keys[i], key_fields[i], index[i]
         c_puts.append(cb.put_record(key, cb.unsafe_row([("long", n + 1)])))
-        where = (int(df[TICK].iloc[i]), part[i], key)
+        where = (batch[i], part[i], key)
         if where not in file:
             file.add(where)
             c_rm.append(cb.remove_record(key))
         kidx = cb.unsafe_row([*kf, ("long", n)])
-        value = cb.unsafe_row([*values[i], ("bool", matched[i])])
-        v_puts.append(cb.put_record(kidx, value))
-        moved.append(cb.put_record(cb.unsafe_row([*kf, ("long", 0)]), value))
-        flagged.append(cb.put_record(kidx, cb.unsafe_row([*values[i], ("bool", True)])))
+        v_puts.append(cb.put_record(kidx, cb.unsafe_row([*values[i], ("bool", matched[i])])))
         v_rm.append(cb.remove_record(kidx))
+        moved.append(cb.put_record(cb.unsafe_row([*kf, ("long", 0)]),
+                                   cb.unsafe_row([*values[i], ("bool", matched[i])])))
+        flagged.append(cb.put_record(kidx, cb.unsafe_row([*values[i], ("bool", True)])))
     return (cb.Sample(tuple(c_puts), tuple(c_rm)), cb.Sample(tuple(v_puts), tuple(v_rm)),
             tuple(moved), tuple(flagged))
 
@@ -427,15 +449,16 @@ def flagged_bytes(puts: Sequence[bytes], flagged: Sequence[bytes]
 def estimate(spec: BacktestSpec, candidate: str, schedule: Schedule, n: int,
              rows: int = CHECKPOINT_SAMPLE_ROWS) -> np.ndarray | None:
     """Predicted ``checkpoint_bytes`` after each of the run's ``n`` batches, or ``None``."""
-    ops = store_ops(spec, candidate, schedule)
-    if ops is None or len(next(iter(ops.values())).puts) != n:
+    facts = join_facts(spec, candidate, schedule)
+    if facts is None or facts[0] != n:
         return None
+    ops = _ops(*facts)
     q = spec.query
     assert isinstance(q, JoinQuery)
     models: dict[str, StoreModel] = {}
     parts = cb.partitions(spec, candidate)
-    for side, source, other in (("left", q.left, q.right), ("right", q.right, q.left)):
-        count, values, moved, flagged = _side_sample(spec, schedule, source, other, rows,
+    for side, source, f in (("left", q.left, facts[1]), ("right", q.right, facts[2])):
+        count, values, moved, flagged = _side_sample(spec, schedule, source, f, n, rows,
                                                      parts)
         models[f"{side}-{COUNT}"] = StoreModel(cb.delta_model(count), 0.0)
         models[f"{side}-{VALUES}"] = StoreModel(cb.delta_model(values),
