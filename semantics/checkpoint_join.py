@@ -63,13 +63,15 @@ STORES = tuple(f"{s}-{k}" for s in SIDES for k in (COUNT, VALUES))
 class StoreOps:
     """Records per batch of one store (all partitions): ``puts`` and ``removes``; among the
     puts, ``appends`` (new rows), ``echoes`` (moves of a value the batch wrote already) and
-    ``flagged`` (the ``matched`` flag set on a row the same batch appended)."""
+    ``flagged`` (the ``matched`` flag set on a row the same batch appended), ``keyed`` (count
+    puts of eviction: distinct keys, where appends repeat a key)."""
 
     puts: np.ndarray
     removes: np.ndarray
     appends: np.ndarray
     echoes: np.ndarray
     flagged: np.ndarray
+    keyed: np.ndarray | None = None  # count store: the puts of eviction, one per key
 
 
 @dataclass(frozen=True)
@@ -147,7 +149,8 @@ def side_ops(f: SideFacts, n_b: int, by_key: bool) -> tuple[StoreOps, StoreOps]:
         moves = k - tail
     full = k >= n
     zero = np.zeros(n_b, dtype=np.int64)
-    count = StoreOps(appends + per_batch(t, ~full), per_batch(t, full), appends, zero, zero)
+    count = StoreOps(appends + per_batch(t, ~full), per_batch(t, full), appends, zero, zero,
+                     per_batch(t, ~full))
     values = StoreOps(appends + flips + per_batch(t, moves), per_batch(t_out), appends,
                       per_batch(t, echoes), per_batch(f.b[f.flip == f.b]))
     return count, values
@@ -289,11 +292,13 @@ def _ops(n_b: int, left: SideFacts, right: SideFacts, lkey: bool, rkey: bool
 # --- the records' bytes: a sample of each store's keys and values ---
 def _side_sample(spec: BacktestSpec, schedule: Schedule, source: str, facts: SideFacts,
                  n_b: int, rows: int, parts: int
-                 ) -> tuple[cb.Sample, cb.Sample, tuple[bytes, ...], tuple[bytes, ...]]:
+                 ) -> tuple[cb.Sample, cb.Sample, tuple[bytes, ...], tuple[bytes, ...],
+                            tuple[bytes, ...]]:
     """(count store, value store) records of the side's first ``rows`` stored rows, from
     their facts: keys are the join keys (+ the row's index as appended), values the count, or
     the row (row id, data columns) and its ``matched`` flag as stored; and the value puts as
-    moves write them (each value under index 0) and with the flag set.
+    moves write them (each value under index 0) and with the flag set; and count puts of
+    distinct keys (a key's last count in its file), as eviction writes them.
 
     The records come file by file, as Spark writes them: per batch and partition (a stand-in
     hash of the key for Spark's Murmur3), where a key repeats as often as in one delta file,
@@ -311,23 +316,24 @@ def _side_sample(spec: BacktestSpec, schedule: Schedule, source: str, facts: Sid
     values = cb._fields(df, cols, dec)
     part = [zlib.crc32(k) % parts for k in keys]
     order = sorted(range(len(df)), key=lambda i: (batch[i], part[i]))  # (stable)
-    file: set[tuple[int, int, bytes]] = set()
+    file: dict[tuple[int, int, bytes], int] = {}
     c_puts, c_rm, v_puts, v_rm, moved, flagged = [], [], [], [], [], []
     for i in order:
         key, kf, n = keys[i], key_fields[i], index[i]
         c_puts.append(cb.put_record(key, cb.unsafe_row([("long", n + 1)])))
         where = (batch[i], part[i], key)
         if where not in file:
-            file.add(where)
             c_rm.append(cb.remove_record(key))
+        file[where] = n
         kidx = cb.unsafe_row([*kf, ("long", n)])
         v_puts.append(cb.put_record(kidx, cb.unsafe_row([*values[i], ("bool", matched[i])])))
         v_rm.append(cb.remove_record(kidx))
         moved.append(cb.put_record(cb.unsafe_row([*kf, ("long", 0)]),
                                    cb.unsafe_row([*values[i], ("bool", matched[i])])))
         flagged.append(cb.put_record(kidx, cb.unsafe_row([*values[i], ("bool", True)])))
+    keyed = tuple(cb.put_record(k, cb.unsafe_row([("long", n)])) for (_, _, k), n in file.items())
     return (cb.Sample(tuple(c_puts), tuple(c_rm)), cb.Sample(tuple(v_puts), tuple(v_rm)),
-            tuple(moved), tuple(flagged))
+            tuple(moved), tuple(flagged), keyed)
 
 
 def fixed_bytes(spec: BacktestSpec, candidate: str, schedule: Schedule) -> int:
@@ -378,6 +384,7 @@ class StoreModel:
     delta: cb.DeltaModel
     echo: float
     flagged: tuple[tuple[int, float], ...] = ()
+    keyed: cb.StreamCost | None = None  # count puts of distinct keys (eviction's)
 
     def flagged_bytes(self, distance: float) -> float | None:
         """Bytes of a flagged put ``distance`` raw bytes after its append (None: as any)."""
@@ -392,6 +399,10 @@ class StoreModel:
         (lz4-java compresses blocks apart): all of them in a file of one block, else about
         one block's share."""
         puts, removes = o.puts[b] / parts, o.removes[b] / parts
+        if self.keyed is not None and o.keyed is not None and o.keyed[b]:
+            keyed = o.keyed[b] / parts  # (priced as a stream of their own)
+            return self.delta.file_bytes(int(round(puts - keyed)), int(round(removes))) \
+                + self.keyed.bytes_for(keyed * self.keyed.raw_per_record)
         full = self.delta.file_bytes(int(round(puts)), int(round(removes)))
         if not puts:
             return full
@@ -458,9 +469,10 @@ def estimate(spec: BacktestSpec, candidate: str, schedule: Schedule, n: int,
     models: dict[str, StoreModel] = {}
     parts = cb.partitions(spec, candidate)
     for side, source, f in (("left", q.left, facts[1]), ("right", q.right, facts[2])):
-        count, values, moved, flagged = _side_sample(spec, schedule, source, f, n, rows,
-                                                     parts)
-        models[f"{side}-{COUNT}"] = StoreModel(cb.delta_model(count), 0.0)
+        count, values, moved, flagged, keyed = _side_sample(spec, schedule, source, f, n,
+                                                            rows, parts)
+        models[f"{side}-{COUNT}"] = StoreModel(cb.delta_model(count), 0.0,
+                                               keyed=cb.stream_cost(keyed))
         models[f"{side}-{VALUES}"] = StoreModel(cb.delta_model(values),
                                                 echo_bytes(values.puts, moved),
                                                 flagged_bytes(values.puts, flagged))
