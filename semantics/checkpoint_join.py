@@ -42,7 +42,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from semantics import checkpoint_bytes as cb
 from semantics.config import resolve
@@ -482,8 +481,3 @@ def estimate(spec: BacktestSpec, candidate: str, schedule: Schedule, n: int,
         per_batch += [parts * m.file_bytes(o, b, parts) for b in range(n)]
     return np.round(fixed_bytes(spec, candidate, schedule) + np.cumsum(per_batch))
 
-
-def frame(ops: dict[str, StoreOps]) -> pd.DataFrame:
-    """The records per batch as a table (columns ``<store> puts`` / ``<store> removes``)."""
-    return pd.DataFrame({f"{s} {w}": getattr(o, w) for s, o in ops.items()
-                         for w in ("puts", "removes")})
