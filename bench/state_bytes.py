@@ -128,6 +128,11 @@ SHAPES: dict[str, Shape] = {s.name: s for s in [
                           "keys": ["k"],
                           "time_range": {"lower": "-30 seconds", "upper": "0 seconds"}},
           keys=1_000_000, rate=50.0, sources=("a", "b")),
+    # full outer, few keys (many rows per key: eviction moves values into holes), a string
+    Shape("join_full", {"kind": "join", "type": "full_outer", "left": "a", "right": "b",
+                        "keys": ["k"],
+                        "time_range": {"lower": "-30 seconds", "upper": "0 seconds"}},
+          keys=50, rate=50.0, sources=("a", "b"), strings=True),
 ]}
 
 

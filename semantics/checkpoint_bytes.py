@@ -26,8 +26,8 @@ rows, encoded as Spark lays them out), so the compressed bytes per record come f
 data, not from a constant. Approximations, each measured in docs/state-bytes.md: puts and
 removes are split evenly over the partitions (Spark hashes the key with Murmur3; not modelled),
 the sample's values are one stretch of the run's, and the records' order is the sample's, not
-the hash map's. Aggregations, deduplications and sessions; joins (four stores
-per partition, rows rewritten when matched) are not modelled yet: ``None``.
+the hash map's. Aggregations, deduplications and sessions here; stream-stream joins (four
+stores per partition, rows rewritten when matched) in :mod:`semantics.checkpoint_join`.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ from semantics.spec import (
     AggregationQuery,
     BacktestSpec,
     DeduplicationQuery,
+    JoinQuery,
     SessionQuery,
     parse_aggregate,
 )
@@ -661,8 +662,9 @@ def estimate(spec: BacktestSpec, candidate: str, schedule: Schedule,
              batches: pd.DataFrame) -> pd.Series:
     """Predicted ``checkpoint_bytes`` after each batch of the report ``batches`` (cumulated
     delta files of every partition, plus the fixed files), or all ``None`` where not
-    modelled (RocksDB, joins, several operators, Spark 3.5: the layout is Spark 4's, checked
-    on 4.0.5 — a 3.5.9 replay's first batch differed by more than the tolerance)."""
+    modelled (RocksDB, left semi joins, several operators, Spark 3.5: the layout is Spark
+    4's, checked on 4.0.5 — a 3.5.9 replay's first batch differed by more than the
+    tolerance)."""
     none = pd.Series([None] * len(batches), index=batches.index, dtype="Int64")
     if not len(batches) or not hdfs_backed(spec, candidate):
         return none
@@ -670,6 +672,11 @@ def estimate(spec: BacktestSpec, candidate: str, schedule: Schedule,
         return none
     if "operator" in batches.columns and batches["operator"].nunique() > 1:
         return none
+    if isinstance(spec.query, JoinQuery):  # four stores, records from the join's bookkeeping
+        from semantics import checkpoint_join  # (it builds on this module)
+        got = checkpoint_join.estimate(spec, candidate, schedule, len(batches))
+        return none if got is None else pd.Series(got.astype("int64"), index=batches.index
+                                                  ).astype("Int64")
     sample = sample_records(spec, candidate, schedule)
     fixed = fixed_bytes(spec, candidate, schedule)
     if sample is None or fixed is None:

@@ -374,6 +374,19 @@ class JoinOperator:
         return steps_of(dropped, got.state_rows, got.updated, got.removed, outputs, got.keys,
                         by="join_at_once")
 
+    def run_sides(self, plan: list[BatchInput]) -> tuple[RunSide, RunSide] | None:
+        """Both sides' rows in a whole run with their state thresholds, as :meth:`whole_run`
+        reads them (None: a state watermark that goes backwards). For the bookkeeping of
+        :mod:`semantics.checkpoint_join`."""
+        sides = []
+        for i, role in enumerate(("left", "right")):
+            thr = [self.plan.thresholds(b.evict_wm_ms)[i] for b in plan]
+            thr_us = None if None in thr else np.asarray(thr, dtype=np.int64) * 1000
+            if thr_us is not None and np.any(thr_us[1:] < thr_us[:-1]):
+                return None
+            sides.append(self._side_rows(plan, role, thr_us)[0])
+        return sides[0], sides[1]
+
     def step(self, state: JoinState, batch: BatchInput) -> tuple[JoinState, OperatorStep]:
         fates: list[pd.DataFrame] = []
         lin, ldropped = self._admit("left", batch, fates)

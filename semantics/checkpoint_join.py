@@ -1,0 +1,483 @@
+"""Checkpoint bytes of a stream-stream join's state stores, per batch (§9.1).
+
+Spark 4.0's ``SymmetricHashJoinStateManager`` (state format v2, HDFS-backed) keeps two stores
+per side, each a delta file per partition and batch (four per partition in all):
+
+* ``<side>-keyToNumValues``: join key → the key's value count (a long);
+* ``<side>-keyWithIndexToValue``: (join key, index) → the side's row and its ``matched`` flag
+  (every join type carries the flag).
+
+What each batch writes to them (every ``put`` and every ``remove`` of a present key is one
+record of the delta file):
+
+* a stored row (``append``): a count put and a value put at index ``count``;
+* a buffered row matched for the first time by the other side's input (``getJoinedRows``):
+  its value put again with ``matched`` true (a row matched as it is stored carries the flag
+  from the start: a left row matched by the right state, a right row matched by the left
+  state, which holds this batch's left rows);
+* eviction by value (``evictAndReturnByValueCondition``): per removed row a value remove, and
+  a put moving the key's last value into the hole unless the hole is the last index; per key
+  touched a count put, or a count remove when no value is left. Eviction by key (a join key
+  that is the event time): a value remove per row and a count remove per key, no moves.
+
+:func:`store_ops` derives these per batch from the whole-run facts of the join
+(:mod:`semantics.whole_run.join`: each admitted row's batch ``b``, leaving batch ``e``, key and
+pairs, from a second whole-run join: only when checkpoint bytes are asked for) and a replay of
+the eviction scan per key (:func:`_scan`); they equal Spark's records in every store and batch
+of the replays checked. :func:`estimate` sizes them with the delta model of
+:mod:`semantics.checkpoint_bytes` from a sample of each store's records encoded as Spark lays
+them out, file by file (batch, then partition). Approximations (measured in
+docs/state-bytes.md): records split evenly over partitions; a put that repeats a value the
+same file holds (a moved value the batch wrote, a flag set on a row the batch appended) costs
+what lz4 makes of such repeats in the sample; the sample's ``matched`` flags and indexes are
+its first rows'. Not modelled: left semi joins, keys that do not pack (the whole-run join
+declines), Spark 3.5's rules.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from semantics import checkpoint_bytes as cb
+from semantics.config import resolve
+from semantics.engine import plan_batches
+from semantics.operators.join import JoinOperator
+from semantics.schedule import ROW_ID, Schedule
+from semantics.spec import BacktestSpec, JoinQuery
+from semantics.tuning import CHECKPOINT_JOIN_SCAN_VALUES as JOIN_SCAN_VALUES
+from semantics.tuning import CHECKPOINT_SAMPLE_ROWS
+from semantics.whole_run.join import Admitted, join_at_once
+
+SIDES = ("left", "right")
+COUNT, VALUES = "keyToNumValues", "keyWithIndexToValue"
+STORES = tuple(f"{s}-{k}" for s in SIDES for k in (COUNT, VALUES))
+
+
+@dataclass(frozen=True)
+class StoreOps:
+    """Records per batch of one store (all partitions): ``puts`` and ``removes``; among the
+    puts, ``appends`` (new rows), ``echoes`` (moves of a value the batch wrote already) and
+    ``flagged`` (the ``matched`` flag set on a row the same batch appended), ``keyed`` (count
+    puts of eviction: distinct keys, where appends repeat a key)."""
+
+    puts: np.ndarray
+    removes: np.ndarray
+    appends: np.ndarray
+    echoes: np.ndarray
+    flagged: np.ndarray
+    keyed: np.ndarray | None = None  # count store: the puts of eviction, one per key
+
+
+@dataclass(frozen=True)
+class SideFacts:
+    """One side's stored rows (arrival order): batch stored ``b``, batch left ``e`` (``n_b``:
+    never), key code, the batch of the put that sets ``matched`` (``n_b``: none); and their
+    source positions and whether they are ``matched`` when stored (``start``)."""
+
+    b: np.ndarray
+    e: np.ndarray
+    code: np.ndarray
+    flip: np.ndarray
+    pos: np.ndarray | None = None
+    start: np.ndarray | None = None
+
+
+def append_index(f: SideFacts, n_b: int) -> np.ndarray:
+    """Per stored row, the values its key holds as it is appended (its index; its count put
+    is one more): the key's rows stored before it less those gone in an earlier batch.
+
+    >>> append_index(SideFacts(np.array([0, 0, 1, 2]), np.array([0, 3, 3, 3]),
+    ...                        np.array([5, 5, 5, 5]), np.full(4, 3)), 3).tolist()
+    [0, 1, 1, 2]
+    """
+    span = n_b + 1
+    order = np.argsort(f.code, kind="stable")
+    ranked = f.code[order]
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order)) - np.searchsorted(ranked, ranked, "left")
+    se = np.sort(f.code * span + f.e)
+    gone = np.searchsorted(se, f.code * span + f.b, "left") - \
+        np.searchsorted(se, f.code * span, "left")
+    return rank - gone
+
+
+def side_ops(f: SideFacts, n_b: int, by_key: bool) -> tuple[StoreOps, StoreOps]:
+    """(count store, value store) records per batch of one side (module docstring).
+
+    Invariant: removes of the value store = rows leaving; count-store records per key that
+    eviction touches = 1; echoes <= puts.
+
+    Rows 0, 1 of key 0 stored in batch 0, both leave in 1 (row 0 matched in 1); rows 2, 3 of
+    key 1 stored in batches 0 and 2, both leave in 2 (row 3 moves into row 2's hole: an echo
+    of its append in the same file):
+
+    >>> f = SideFacts(np.array([0, 0, 0, 2]), np.array([1, 1, 2, 2]), np.array([0, 0, 1, 1]),
+    ...               np.array([1, 3, 3, 3]))
+    >>> count, values = side_ops(f, 3, by_key=False)
+    >>> count.puts.tolist(), count.removes.tolist(), values.puts.tolist(), values.removes.tolist()
+    ([3, 0, 1], [0, 1, 1], [3, 2, 2], [0, 2, 2])
+    >>> values.echoes.tolist()
+    [0, 0, 1]
+    """
+    def per_batch(t: np.ndarray, w: np.ndarray | None = None) -> np.ndarray:
+        return np.round(np.bincount(t, weights=w, minlength=n_b + 1)[:n_b]).astype(np.int64)
+
+    appends = per_batch(f.b)
+    flips = per_batch(f.flip)
+    left = f.e < n_b
+    t_out, c_out = f.e[left], f.code[left]
+    width = int(f.code.max()) + 1 if len(f.code) else 1
+    groups, k = np.unique(t_out * width + c_out, return_counts=True)
+    t, c = groups // width, groups % width
+    # values of key c in the state when batch t evicts: stored by t, not gone before t
+    span = n_b + 1
+    sb = np.sort(f.code * span + f.b)
+    se = np.sort(f.code * span + f.e)
+    base = c * span
+    n = (np.searchsorted(sb, base + t, "right") - np.searchsorted(sb, base, "left")
+         - (np.searchsorted(se, base + t, "left") - np.searchsorted(se, base, "left")))
+    if by_key:
+        moves = echoes = np.zeros(len(k))
+    else:  # a removal moves the last value into its hole unless the hole is the last index
+        tail, echoes = _scan(f, n_b, t, c, k, n)
+        moves = k - tail
+    full = k >= n
+    zero = np.zeros(n_b, dtype=np.int64)
+    count = StoreOps(appends + per_batch(t, ~full), per_batch(t, full), appends, zero, zero,
+                     per_batch(t, ~full))
+    values = StoreOps(appends + flips + per_batch(t, moves), per_batch(t_out), appends,
+                      per_batch(t, echoes), per_batch(f.b[f.flip == f.b]))
+    return count, values
+
+
+def _scan(f: SideFacts, n_b: int, t: np.ndarray, c: np.ndarray, k: np.ndarray,
+          n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per eviction (batch ``t``, key ``c``: ``k`` of ``n`` values leave): the removals at the
+    key's last index, which move nothing (0 or 1: Spark's scan stops there), and the moves of
+    a value the batch wrote already (appended or flagged: an echo of a record of the same
+    file, which lz4 finds when it is in the same block).
+
+    Exact while the values the scans visit stay within ``CHECKPOINT_JOIN_SCAN_VALUES``: each
+    key's values kept in index order (appends in arrival order, each hole filled by the last
+    value, as Spark does). Beyond, values in random index order: a tail removal with chance
+    ``k / n`` (1 when every value leaves; an upper bound where old values are evicted
+    first), echoes in the share of the batch's state rows the batch wrote.
+
+    >>> f = SideFacts(np.array([0, 0, 0]), np.array([1, 2, 1]), np.zeros(3, np.int64),
+    ...               np.full(3, 3))
+    >>> [a.tolist() for a in _scan(f, 3, np.array([1, 2]), np.array([0, 0]), np.array([2, 1]),
+    ...                            np.array([3, 1]))]
+    [[0.0, 1.0], [0.0, 0.0]]
+    """
+    if int(n.sum()) > JOIN_SCAN_VALUES:
+        tail = np.where(k >= n, 1.0, k / n)
+        added = np.bincount(f.b, minlength=n_b + 1)[:n_b] + \
+            np.bincount(f.flip, minlength=n_b + 1)[:n_b]
+        held = np.cumsum(np.bincount(f.b, minlength=n_b + 1)[:n_b]) - \
+            np.cumsum(np.bincount(f.e, minlength=n_b + 1)[:n_b]) + \
+            np.bincount(f.e, minlength=n_b + 1)[:n_b]  # (before eviction)
+        share = np.minimum(1.0, added / np.maximum(held, 1))
+        return tail, (k - tail) * share[t]
+    tail, echo = np.zeros(len(t)), np.zeros(len(t))
+    lists: dict[int, list[int]] = {}
+    codes, leave = f.code.tolist(), f.e.tolist()
+    born, flip = f.b.tolist(), f.flip.tolist()
+    ends = np.searchsorted(f.b, np.arange(n_b), "right").tolist()  # (b: non-decreasing)
+    at = np.searchsorted(t, np.arange(n_b + 1)).tolist()  # (t: sorted)
+    row = 0
+    for batch in range(n_b):
+        for i in range(row, ends[batch]):
+            lists.setdefault(codes[i], []).append(i)
+        row = ends[batch]
+        for g in range(at[batch], at[batch + 1]):
+            values = lists[int(c[g])]
+            i = 0
+            while i < len(values):
+                if leave[values[i]] > batch:
+                    i += 1
+                elif i == len(values) - 1:
+                    values.pop()
+                    tail[g] = 1.0
+                else:
+                    last = values.pop()
+                    values[i] = last
+                    echo[g] += born[last] == batch or flip[last] == batch
+    return tail, echo
+
+
+def _first(t: np.ndarray, row: np.ndarray, n: int, n_b: int) -> np.ndarray:
+    """Per row ``0..n-1``, the least ``t`` among its entries (``n_b``: none)."""
+    out = np.full(n, n_b, dtype=np.int64)
+    np.minimum.at(out, row, t)
+    return out
+
+
+def join_facts(spec: BacktestSpec, candidate: str, schedule: Schedule
+               ) -> tuple[int, SideFacts, SideFacts, bool, bool] | None:
+    """Both sides' :class:`SideFacts` (with ``n_b`` and whether each side is evicted by key),
+    or ``None`` where not modelled (left semi, unpacked keys, a profile not Spark 4.0's
+    rules). Joins the run once more (pairs are needed): only with checkpoint bytes asked."""
+    q = spec.query
+    if not isinstance(q, JoinQuery) or q.type == "left_semi":
+        return None
+    op = JoinOperator(spec, candidate, schedule, explain=False)
+    if op.packing is None or not op.profile.reference_rules \
+            or op.profile.join_skips_evictable_inputs:
+        return None
+    plan = plan_batches(schedule, spec, candidate, op)
+    if not plan:
+        return None
+    n_b = len(plan)
+    sides = op.run_sides(plan)
+    if sides is None:
+        return None
+    got = join_at_once(*sides, q.type, op.condition, op.n_codes)
+    if got is None or got.right is None:
+        return None
+    adm: list[Admitted] = [s.admitted(s.key_ranges(1, op.n_codes)[0]) for s in sides]
+    # pairs: (batch, left row, right row) as indexes into the admitted rows
+    t = np.repeat(np.arange(n_b, dtype=np.int64), np.diff(got.cuts))
+    both = (got.left >= 0) & (got.right >= 0)
+    idx = []
+    for a, pos, side in zip(adm, (got.left[both], got.right[both]), sides, strict=True):
+        at = np.full(len(side), -1, dtype=np.int64)
+        at[a.pos] = np.arange(len(a))
+        idx.append(at[pos])
+    li, ri = idx
+    t = t[both]
+    lb, rb = adm[0].b[li], adm[1].b[ri]
+    la, ra = adm
+    # a left row carries the flag from the start if the right state matched it (b_r < b_l);
+    # else its first pair with a right row of its batch or later puts it (in that batch)
+    l_start = np.zeros(len(la), dtype=bool)
+    l_start[li[rb < lb]] = True
+    l_flip = _first(t[rb >= lb], li[rb >= lb], len(la), n_b)
+    l_flip[l_start] = n_b
+    # a right row: matched on arrival by any left row of its batch or before, else flipped by
+    # the first later left row
+    r_start = np.zeros(len(ra), dtype=bool)
+    r_start[ri[lb <= rb]] = True
+    r_flip = _first(t[lb > rb], ri[lb > rb], len(ra), n_b)
+    r_flip[r_start] = n_b
+    r_outer = q.type in ("right_outer", "full_outer")
+    r_kept = (ra.e > ra.b) | (r_outer & ~r_start)  # SPARK-49829: unmatched outer rows stored
+    left = SideFacts(la.b, la.e, la.code, l_flip, la.pos, l_start)
+    right = SideFacts(ra.b[r_kept], ra.e[r_kept], ra.code[r_kept], r_flip[r_kept],
+                      ra.pos[r_kept], r_start[r_kept])
+    return n_b, left, right, op.plan.left.kind == "key", op.plan.right.kind == "key"
+
+
+def store_ops(spec: BacktestSpec, candidate: str, schedule: Schedule
+              ) -> dict[str, StoreOps] | None:
+    """Records per batch of each of the four stores (:data:`STORES`), or ``None``."""
+    got = join_facts(spec, candidate, schedule)
+    return None if got is None else _ops(*got)
+
+
+def _ops(n_b: int, left: SideFacts, right: SideFacts, lkey: bool, rkey: bool
+         ) -> dict[str, StoreOps]:
+    out: dict[str, StoreOps] = {}
+    for side, facts, by_key in (("left", left, lkey), ("right", right, rkey)):
+        count, values = side_ops(facts, n_b, by_key)
+        out[f"{side}-{COUNT}"], out[f"{side}-{VALUES}"] = count, values
+    return out
+
+
+# --- the records' bytes: a sample of each store's keys and values ---
+def _side_sample(spec: BacktestSpec, schedule: Schedule, source: str, facts: SideFacts,
+                 n_b: int, rows: int, parts: int
+                 ) -> tuple[cb.Sample, cb.Sample, tuple[bytes, ...], tuple[bytes, ...],
+                            tuple[bytes, ...]]:
+    """(count store, value store) records of the side's first ``rows`` stored rows, from
+    their facts: keys are the join keys (+ the row's index as appended), values the count, or
+    the row (row id, data columns) and its ``matched`` flag as stored; and the value puts as
+    moves write them (each value under index 0) and with the flag set; and count puts of
+    distinct keys (a key's last count in its file), as eviction writes them.
+
+    The records come file by file, as Spark writes them: per batch and partition (a stand-in
+    hash of the key for Spark's Murmur3), where a key repeats as often as in one delta file,
+    not as in the whole sample; a count is removed once per key and file."""
+    q = spec.query
+    assert isinstance(q, JoinQuery) and facts.pos is not None and facts.start is not None
+    df, dec = cb._spelled(schedule, source, list(q.keys))
+    df = df.iloc[facts.pos[:rows]]
+    index = append_index(facts, n_b)[:rows].tolist()
+    matched = facts.start[:rows].tolist()
+    batch = facts.b[:rows].tolist()
+    cols = [ROW_ID, *schedule.data_columns[source]]
+    key_fields = cb._fields(df, list(q.keys), dec)
+    keys = [cb.unsafe_row(kf) for kf in key_fields]
+    values = cb._fields(df, cols, dec)
+    part = [zlib.crc32(k) % parts for k in keys]
+    order = sorted(range(len(df)), key=lambda i: (batch[i], part[i]))  # (stable)
+    file: dict[tuple[int, int, bytes], int] = {}
+    c_puts, c_rm, v_puts, v_rm, moved, flagged = [], [], [], [], [], []
+    for i in order:
+        key, kf, n = keys[i], key_fields[i], index[i]
+        c_puts.append(cb.put_record(key, cb.unsafe_row([("long", n + 1)])))
+        where = (batch[i], part[i], key)
+        if where not in file:
+            c_rm.append(cb.remove_record(key))
+        file[where] = n
+        kidx = cb.unsafe_row([*kf, ("long", n)])
+        v_puts.append(cb.put_record(kidx, cb.unsafe_row([*values[i], ("bool", matched[i])])))
+        v_rm.append(cb.remove_record(kidx))
+        moved.append(cb.put_record(cb.unsafe_row([*kf, ("long", 0)]),
+                                   cb.unsafe_row([*values[i], ("bool", matched[i])])))
+        flagged.append(cb.put_record(kidx, cb.unsafe_row([*values[i], ("bool", True)])))
+    keyed = tuple(cb.put_record(k, cb.unsafe_row([("long", n)])) for (_, _, k), n in file.items())
+    return (cb.Sample(tuple(c_puts), tuple(c_rm)), cb.Sample(tuple(v_puts), tuple(v_rm)),
+            tuple(moved), tuple(flagged), keyed)
+
+
+def fixed_bytes(spec: BacktestSpec, candidate: str, schedule: Schedule) -> int:
+    """``_metadata/metadata`` (four stores) and the four schema files: the key as ``field0``,
+    ...; the count as ``value``; the row's columns (``<source>_<col>``, the event time not
+    nullable on a side where Spark infers ``isnotnull`` from the time range, with its watermark
+    delay) and ``matched``."""
+    q = spec.query
+    assert isinstance(q, JoinQuery)
+    parts = cb.partitions(spec, candidate)
+    meta = json.dumps({"operatorInfo": {"operatorId": 0, "operatorName": "symmetricHashJoin"},
+                       "stateStoreInfo": [{"storeName": s, "numColsPrefixKey": 0,
+                                           "numPartitions": parts} for s in STORES]},
+                      separators=(",", ":"))
+    delays = resolve(spec, candidate).delays_ms
+    # (nullable unless the optimizer infers isnotnull from the time range on that side)
+    inferred = {"inner": (q.left, q.right), "left_outer": (q.right,),
+                "right_outer": (q.left,)}.get(q.type, ()) if q.time_range else ()
+    nullable = {s: s not in inferred for s in (q.left, q.right)}
+    size = len(b"v1\n") + len(meta.encode())
+    for source in (q.left, q.right):
+        key = [cb._json_field(f"field{i}", cb._col_type(schedule, source, k))
+               for i, k in enumerate(q.keys)]
+        size += cb._schema_bytes(key, [cb._json_field("value", "long")])
+        ev = schedule.event_time[source]
+        row = [cb._json_field(f"{source}_{ROW_ID}", "long")]
+        for c in schedule.data_columns[source]:
+            if c == ev:
+                d = delays.get(source)
+                row.append(cb._json_field(f"{source}_{c}", "timestamp", nullable[source],
+                                          {"spark.watermarkDelayMs": d} if d is not None
+                                          else None))
+            else:
+                row.append(cb._json_field(f"{source}_{c}", cb._col_type(schedule, source, c)))
+        size += cb._schema_bytes([*key, cb._json_field("index", "long")],
+                                 [*row, cb._json_field("matched", "boolean")])
+    return size
+
+
+@dataclass(frozen=True)
+class StoreModel:
+    """A store's delta files: the records' :class:`~semantics.checkpoint_bytes.DeltaModel`,
+    what a moved value the block holds already costs (``echo``), and what a row's value put
+    again with its flag set costs after ``distance`` raw bytes of appends (``flagged``:
+    (distance, bytes) on a grid; lz4 finds the earlier record less often the farther it
+    is, and never in another 32 KiB block)."""
+
+    delta: cb.DeltaModel
+    echo: float
+    flagged: tuple[tuple[int, float], ...] = ()
+    keyed: cb.StreamCost | None = None  # count puts of distinct keys (eviction's)
+
+    def flagged_bytes(self, distance: float) -> float | None:
+        """Bytes of a flagged put ``distance`` raw bytes after its append (None: as any)."""
+        if not self.flagged or distance >= self.flagged[-1][0]:
+            return None
+        xs, ys = zip(*self.flagged, strict=True)
+        return float(np.interp(distance, xs, ys))
+
+    def file_bytes(self, o: StoreOps, b: int, parts: int) -> float:
+        """Batch ``b``'s delta file in one of ``parts`` partitions (records split evenly);
+        echoes of moves are cheap only when their value is in the same 32 KiB block
+        (lz4-java compresses blocks apart): all of them in a file of one block, else about
+        one block's share."""
+        puts, removes = o.puts[b] / parts, o.removes[b] / parts
+        if self.keyed is not None and o.keyed is not None and o.keyed[b]:
+            keyed = o.keyed[b] / parts  # (priced as a stream of their own)
+            return self.delta.file_bytes(int(round(puts - keyed)), int(round(removes))) \
+                + self.keyed.bytes_for(keyed * self.keyed.raw_per_record)
+        full = self.delta.file_bytes(int(round(puts)), int(round(removes)))
+        if not puts:
+            return full
+        per_put = (full - self.delta.file_bytes(0, int(round(removes)))) / puts
+        raw = puts * self.delta.puts.raw_per_record + removes * self.delta.removes.raw_per_record
+        near = o.echoes[b] / parts * min(1.0, cb.BLOCK / raw)
+        saved = near * max(0.0, per_put - self.echo)
+        appended = o.appends[b] / parts * self.delta.puts.raw_per_record
+        flag = self.flagged_bytes(appended)
+        if flag is not None and o.flagged[b]:
+            # (the flagged puts follow the appends: those past the first block find nothing)
+            flagged = o.flagged[b] / parts
+            first = min(1.0, (cb.BLOCK - appended) / (flagged * self.delta.puts.raw_per_record))
+            saved += flagged * first * max(0.0, per_put - flag)
+        return full - saved
+
+
+def echo_bytes(puts: Sequence[bytes], echoes: Sequence[bytes]) -> float:
+    """Compressed bytes of an echo: records ``echoes`` (the ``puts``' values again, under
+    other keys) after the ``puts`` in one block, less the ``puts`` alone, per echo."""
+    if not puts:
+        return 0.0
+    per = len(puts[0]) + len(echoes[0])
+    k = max(1, min(len(puts), cb.BLOCK // max(per, 1) - 1))
+    head = b"".join(puts[:k])
+    both = head + b"".join(reversed(echoes[:k]))
+    return (cb.lz4_block_bytes(both) - cb.lz4_block_bytes(head)) / k
+
+
+_DISTANCES = (512, 1024, 2048, 4096, 8192, 12288, 16384, 24576, 28672)
+
+
+def flagged_bytes(puts: Sequence[bytes], flagged: Sequence[bytes]
+                  ) -> tuple[tuple[int, float], ...]:
+    """(distance, bytes per flagged put) on a grid of distances: ``puts`` filling
+    ``distance`` raw bytes, then the same rows ``flagged`` in another order (a fixed random
+    one) up to the block's end,
+    less the ``puts`` alone; at the end of the grid an echo is as costly as any put."""
+    if not puts:
+        return ()
+    out = []
+    for d in _DISTANCES:
+        m = max(1, d // len(puts[0]))
+        head = b"".join(puts[:m])
+        room = cb.BLOCK - len(head)
+        j = min(m, room // max(len(flagged[0]), 1))
+        if m > len(puts) or j < 1:
+            break
+        # (in another order than stored: a right row meets the left rows of its key)
+        both = head + b"".join(flagged[i] for i in np.random.default_rng(0).permutation(m)[:j])
+        out.append((len(head), (cb.lz4_block_bytes(both) - cb.lz4_block_bytes(head)) / j))
+    return tuple(out)
+
+
+def estimate(spec: BacktestSpec, candidate: str, schedule: Schedule, n: int,
+             rows: int = CHECKPOINT_SAMPLE_ROWS) -> np.ndarray | None:
+    """Predicted ``checkpoint_bytes`` after each of the run's ``n`` batches, or ``None``."""
+    facts = join_facts(spec, candidate, schedule)
+    if facts is None or facts[0] != n:
+        return None
+    ops = _ops(*facts)
+    q = spec.query
+    assert isinstance(q, JoinQuery)
+    models: dict[str, StoreModel] = {}
+    parts = cb.partitions(spec, candidate)
+    for side, source, f in (("left", q.left, facts[1]), ("right", q.right, facts[2])):
+        count, values, moved, flagged, keyed = _side_sample(spec, schedule, source, f, n,
+                                                            rows, parts)
+        models[f"{side}-{COUNT}"] = StoreModel(cb.delta_model(count), 0.0,
+                                               keyed=cb.stream_cost(keyed))
+        models[f"{side}-{VALUES}"] = StoreModel(cb.delta_model(values),
+                                                echo_bytes(values.puts, moved),
+                                                flagged_bytes(values.puts, flagged))
+    per_batch = np.zeros(n)
+    for store, o in ops.items():
+        m = models[store]
+        per_batch += [parts * m.file_bytes(o, b, parts) for b in range(n)]
+    return np.round(fixed_bytes(spec, candidate, schedule) + np.cumsum(per_batch))
+
