@@ -1,0 +1,1324 @@
+"""Spark SQL value expressions, evaluated over a pyarrow table exactly as Spark 4.0 does (ANSI on).
+
+docs/semantics.md §6.1. ``parse(text)`` reads an expression (raising ExpressionError naming what is
+not supported); ``evaluate(text, table, time_zone=...)`` returns a pyarrow array of Spark's result
+type: ``int`` int32, ``bigint`` int64, ``double`` float64, ``decimal(p,s)`` decimal128(p, s),
+``string``, ``boolean``, ``date`` date32, ``timestamp`` timestamp[us, UTC].
+``tests/test_expressions_spark.py`` compares values and types with Spark's own ``selectExpr``.
+
+Supported: everything of ``semantics.predicate`` (comparisons, AND/OR/NOT, IN, BETWEEN, LIKE,
+IS NULL, literals), ``+ - * / %`` and ``div``, ``CASE WHEN ... THEN ... [ELSE ...] END``,
+``CAST(x AS int|bigint|smallint|tinyint|double|float|string|boolean|date|timestamp|decimal(p,s))``
+and the functions in ``FUNCTIONS``. Spark's rules kept here:
+
+* integers widen to the wider operand (int + int is an int); an integer meets a decimal as
+  decimal(10,0) (a bigint as decimal(20,0); an integer literal as the fewest digits it needs),
+  anything meets a double as a double; ``/`` is a double division unless a decimal takes part;
+  ``div`` truncates to a bigint; ``%`` takes the dividend's sign;
+* decimal results: ``+ -`` scale max(s1, s2), precision max(p1-s1, p2-s2) + scale + 1;
+  ``*`` p1 + p2 + 1, s1 + s2; ``/`` scale max(6, s1 + p2 + 1), precision p1 - s1 + s2 + scale;
+  ``%`` min(p1-s1, p2-s2) + max(s1, s2), max(s1, s2); past 38 digits the scale gives way down to
+  6 (``adjustPrecisionScale``); products and quotients are rounded to 38 significant digits, then
+  HALF_UP to the result's scale (``Decimal.*``, ``Decimal./``);
+* ANSI: integer overflow, a decimal past its precision, a division or remainder by zero (of a
+  row whose dividend is not NULL) and an invalid cast raise in Spark; here they raise
+  ExpressionError naming the expression. Doubles overflow to infinity as in Spark;
+* NULL in, NULL out; CASE, COALESCE, AND and OR evaluate a part only for the rows that reach it
+  (``CASE WHEN d = 0 THEN 0 ELSE n / d END`` does not raise), as Spark's evaluation does.
+
+>>> t = pa.table({"value": pa.array([1, 2, None, -7], pa.int64())})
+>>> evaluate("value % 2", t).to_pylist()
+[1, 0, None, -1]
+>>> evaluate("CASE WHEN value > 1 THEN 'big' ELSE 'small' END", t).to_pylist()
+['small', 'big', 'small', 'small']
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from decimal import ROUND_DOWN, ROUND_HALF_UP, Context, Decimal, InvalidOperation
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from semantics.predicate import (
+    _COMPARE,
+    MAX_DEPTH,
+    Lit,
+    PredicateError,
+    _compare,
+    _day,
+    _nan_aware,
+    _number,
+    _timestamp_us,
+    _unescape,
+)
+
+
+class ExpressionError(PredicateError):
+    """An expression Spark rejects, or one this evaluator does not model (the message says
+    which)."""
+
+
+_TOKEN = re.compile(
+    r"\s*(?:(?P<num>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)"
+    r"|(?P<str>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")"
+    r"|(?P<op><=|>=|<>|!=|==|\|\||=|<|>|\(|\)|,|-|\+|\*|/|%)"
+    r"|(?P<word>[A-Za-z_][A-Za-z0-9_]*|`(?:[^`]|``)+`))", re.S)
+
+FUNCTIONS = ("abs", "coalesce", "concat", "date_trunc", "day", "dayofmonth", "hour", "length",
+             "lower", "minute", "month", "second", "substring", "substr", "timestamp_millis",
+             "to_date", "unix_millis", "unix_seconds", "upper", "year")
+CAST_TYPES = ("int", "bigint", "smallint", "tinyint", "double", "float", "string", "boolean",
+              "date", "timestamp", "decimal(p,s)")
+SUPPORTED = ("columns, literals, + - * / % div, comparisons, AND OR NOT, IN, BETWEEN, LIKE, "
+             "IS [NOT] NULL, CASE WHEN, CAST(x AS " + "|".join(CAST_TYPES) + "), "
+             + ", ".join(FUNCTIONS))
+
+TS = pa.timestamp("us", tz="UTC")
+_BLANK = "".join(map(chr, range(33)))
+_INTS = (pa.int8(), pa.int16(), pa.int32(), pa.int64())
+_BITS = {pa.int8(): 7, pa.int16(): 15, pa.int32(): 31, pa.int64(): 63}
+_INT_DIGITS = {pa.int8(): 3, pa.int16(): 5, pa.int32(): 10, pa.int64(): 20}
+_MAX = 38  # Spark's largest decimal precision
+_DEC = Context(prec=_MAX, rounding=ROUND_HALF_UP)  # Decimal.MATH_CONTEXT
+_WIDE = Context(prec=200, rounding=ROUND_HALF_UP, Emax=999999, Emin=-999999)
+
+
+# ---------------------------------------------------------------- the syntax tree
+
+
+@dataclass(frozen=True)
+class Col:
+    name: str
+
+
+@dataclass(frozen=True)
+class Neg:
+    x: Node
+
+
+@dataclass(frozen=True)
+class Bin:
+    """Arithmetic: ``op`` one of + - * / % div ||."""
+
+    op: str
+    a: Node
+    b: Node
+
+
+@dataclass(frozen=True)
+class Cmp:
+    op: str
+    a: Node
+    b: Node
+
+
+@dataclass(frozen=True)
+class Logic:
+    """AND or OR over ``items`` (flat: long chains never recurse)."""
+
+    op: str
+    items: tuple[Node, ...]
+
+
+@dataclass(frozen=True)
+class Not:
+    x: Node
+
+
+@dataclass(frozen=True)
+class In:
+    x: Node
+    items: tuple[Node, ...]
+    negate: bool
+
+
+@dataclass(frozen=True)
+class Between:
+    x: Node
+    lo: Node
+    hi: Node
+    negate: bool
+
+
+@dataclass(frozen=True)
+class Like:
+    x: Node
+    pattern: Node
+    negate: bool
+
+
+@dataclass(frozen=True)
+class IsNull:
+    x: Node
+    negate: bool
+
+
+@dataclass(frozen=True)
+class Case:
+    whens: tuple[tuple[Node, Node], ...]
+    other: Node | None
+
+
+@dataclass(frozen=True)
+class Cast:
+    x: Node
+    to: pa.DataType
+
+
+@dataclass(frozen=True)
+class Call:
+    name: str
+    args: tuple[Node, ...]
+
+
+Node = Lit | Col | Neg | Bin | Cmp | Logic | Not | In | Between | Like | IsNull | Case | Cast | Call
+
+
+def show(node: Node) -> str:
+    """The expression as SQL text (for messages)."""
+    match node:
+        case Lit(value=v, kind=k):
+            if k == "str":
+                return "'" + str(v).replace("\\", "\\\\").replace("'", "\\'") + "'"
+            if k == "null":
+                return "NULL"
+            if k == "bool":
+                return "TRUE" if v else "FALSE"
+            if k == "ts":
+                return f"TIMESTAMP '{datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=v)}'"
+            if k == "date":
+                return f"DATE '{v}'"
+            if k == "ts_text":
+                return f"TIMESTAMP '{v}'"
+            return str(v)
+        case Col(name=n):
+            return n if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n) else f"`{n}`"
+        case Neg(x=x):
+            return f"-{show(x)}"
+        case Bin(op=op, a=a, b=b) | Cmp(op=op, a=a, b=b):
+            return f"({show(a)} {op} {show(b)})"
+        case Logic(op=op, items=items):
+            return "(" + f" {op} ".join(show(i) for i in items) + ")"
+        case Not(x=x):
+            return f"(NOT {show(x)})"
+        case In(x=x, items=items, negate=neg):
+            return f"({show(x)} {'NOT ' if neg else ''}IN ({', '.join(show(i) for i in items)}))"
+        case Between(x=x, lo=lo, hi=hi, negate=neg):
+            return f"({show(x)} {'NOT ' if neg else ''}BETWEEN {show(lo)} AND {show(hi)})"
+        case Like(x=x, pattern=p, negate=neg):
+            return f"({show(x)} {'NOT ' if neg else ''}LIKE {show(p)})"
+        case IsNull(x=x, negate=neg):
+            return f"({show(x)} IS {'NOT ' if neg else ''}NULL)"
+        case Case(whens=whens, other=other):
+            parts = " ".join(f"WHEN {show(c)} THEN {show(v)}" for c, v in whens)
+            return f"CASE {parts}" + (f" ELSE {show(other)}" if other is not None else "") + " END"
+        case Cast(x=x, to=to):
+            return f"CAST({show(x)} AS {_type_name(to)})"
+        case Call(name=name, args=args):
+            return f"{name}({', '.join(show(a) for a in args)})"
+    raise AssertionError(node)
+
+
+def _type_name(t: pa.DataType) -> str:
+    if pa.types.is_decimal(t):
+        return f"decimal({t.precision},{t.scale})"
+    return {pa.int8(): "tinyint", pa.int16(): "smallint", pa.int32(): "int", pa.int64(): "bigint",
+            pa.float32(): "float", pa.float64(): "double", pa.string(): "string",
+            pa.bool_(): "boolean", pa.date32(): "date", TS: "timestamp",
+            pa.null(): "void"}.get(t, str(t))
+
+
+# ---------------------------------------------------------------- parsing
+
+
+def _tokens(text: str) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    pos = 0
+    text = text.rstrip()
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if not m or m.end() == pos:
+            raise ExpressionError(f"cannot parse at position {pos}: {text[pos:pos + 20]!r}")
+        kind = m.lastgroup or ""
+        val = m.group(kind)
+        if kind == "str":
+            val = _unescape(val[1:-1])
+            if out and out[-1][0] == "str":  # 'a' 'b' is 'ab', as in Spark SQL
+                val = out.pop()[1] + val
+        out.append((kind, val))
+        pos = m.end()
+    return out
+
+
+# binary operators and their precedence (Spark's grammar: OR < AND < NOT < comparison <
+# + - || < * / % div); NOT is a prefix, IN/BETWEEN/LIKE/IS postfix at the comparison level
+_PREC = {"OR": 1, "AND": 2, **{op: 4 for op in _COMPARE}, "IN": 4, "BETWEEN": 4, "LIKE": 4,
+         "IS": 4, "NOT": 4, "+": 6, "-": 6, "||": 6, "*": 7, "/": 7, "%": 7, "DIV": 7}
+_TYPES: dict[str, pa.DataType] = {
+    "INT": pa.int32(), "INTEGER": pa.int32(), "BIGINT": pa.int64(), "LONG": pa.int64(),
+    "SMALLINT": pa.int16(), "SHORT": pa.int16(), "TINYINT": pa.int8(), "BYTE": pa.int8(),
+    "DOUBLE": pa.float64(), "FLOAT": pa.float32(), "REAL": pa.float32(), "STRING": pa.string(),
+    "BOOLEAN": pa.bool_(), "DATE": pa.date32(), "TIMESTAMP": TS}
+
+
+class _Parser:
+    def __init__(self, text: str) -> None:
+        self.toks = _tokens(text)
+        self.i = 0
+        self.depth = 0
+
+    def nested(self, by: int) -> None:
+        self.depth += by
+        if self.depth > MAX_DEPTH:
+            raise ExpressionError(f"the expression is nested more than {MAX_DEPTH} levels deep "
+                                  "(parentheses, NOT, signs)")
+
+    def peek(self, ahead: int = 0) -> str | None:
+        if self.i + ahead >= len(self.toks):
+            return None
+        kind, val = self.toks[self.i + ahead]
+        return val.upper() if kind == "word" else val if kind == "op" else None
+
+    def take(self, expected: str | None = None) -> tuple[str, str]:
+        if self.i >= len(self.toks):
+            raise ExpressionError(f"unexpected end of the expression, expected "
+                                  f"{expected or 'a value'}")
+        tok = self.toks[self.i]
+        if expected is not None and (tok[1].upper() if tok[0] == "word" else tok[1]) != expected:
+            raise ExpressionError(f"expected {expected!r}, got {tok[1]!r}")
+        self.i += 1
+        return tok
+
+    def parse(self) -> Node:
+        e = self.binary(0)
+        if self.i != len(self.toks):
+            raise ExpressionError(f"unexpected {self.toks[self.i][1]!r} (supported: {SUPPORTED})")
+        return e
+
+    def binary(self, min_prec: int) -> Node:
+        left = self.prefix()
+        while True:
+            op = self.peek()
+            prec = _PREC.get(op or "")
+            if op is None or prec is None or prec < min_prec:
+                return left
+            if op == "NOT" and self.peek(1) not in ("IN", "BETWEEN", "LIKE"):
+                raise ExpressionError("NOT must be followed by IN, BETWEEN or LIKE here")
+            self.take()
+            if op in ("OR", "AND"):
+                items = [left, self.binary(prec + 1)]
+                while self.peek() == op:
+                    self.take()
+                    items.append(self.binary(prec + 1))
+                left = Logic(op, tuple(items))
+            elif op in _COMPARE:
+                left = Cmp(op, left, self.binary(prec + 1))
+            elif op in ("NOT", "IN", "BETWEEN", "LIKE", "IS"):
+                left = self.postfix(op, left)
+            else:
+                left = Bin(op.lower(), left, self.binary(prec + 1))
+
+    def postfix(self, op: str, left: Node) -> Node:
+        negate = op == "NOT"
+        if negate:
+            op = self.take()[1].upper()
+        if op == "IN":
+            self.take("(")
+            items = [self.binary(5)]
+            while self.peek() == ",":
+                self.take()
+                items.append(self.binary(5))
+            self.take(")")
+            return In(left, tuple(items), negate)
+        if op == "BETWEEN":
+            lo = self.binary(5)
+            self.take("AND")
+            return Between(left, lo, self.binary(5), negate)
+        if op == "LIKE":
+            return Like(left, self.binary(5), negate)
+        neg = False  # IS [NOT] NULL
+        if self.peek() == "NOT":
+            self.take()
+            neg = True
+        self.take("NULL")
+        return IsNull(left, neg)
+
+    def prefix(self) -> Node:
+        op = self.peek()
+        if op == "NOT":
+            self.take()
+            self.nested(1)
+            e: Node = Not(self.binary(3))
+            self.nested(-1)
+            return e
+        if op in ("-", "+"):
+            self.take()
+            self.nested(1)
+            v = self.prefix()
+            self.nested(-1)
+            if op == "+":
+                return v
+            if isinstance(v, Lit) and v.kind != "null":
+                if v.kind not in ("int", "dec", "float"):
+                    raise ExpressionError(f"cannot negate {v.value!r}")
+                return Lit(-v.value, v.kind)
+            return Neg(v)
+        return self.primary()
+
+    def primary(self) -> Node:
+        kind, val = self.take()
+        if kind == "op":
+            if val != "(":
+                raise ExpressionError(f"unexpected {val!r}")
+            self.nested(1)
+            e = self.binary(0)
+            self.take(")")
+            self.nested(-1)
+            return e
+        if kind == "num":
+            try:
+                return _number(val)
+            except PredicateError as exc:
+                raise ExpressionError(str(exc)) from None
+        if kind == "str":
+            return Lit(val, "str")
+        up = val.upper()
+        if up in ("TRUE", "FALSE"):
+            return Lit(up == "TRUE", "bool")
+        if up == "NULL":
+            return Lit(None, "null")
+        if up in ("TIMESTAMP", "DATE") and self.i < len(self.toks) and \
+                self.toks[self.i][0] == "str":
+            text = self.take()[1]
+            return Lit(text, "date" if up == "DATE" else "ts_text")
+        if up == "CASE":
+            return self.case()
+        if up == "CAST" and self.peek() == "(":
+            self.take()
+            x = self.binary(0)
+            self.take("AS")
+            to = self.cast_type()
+            self.take(")")
+            return Cast(x, to)
+        if self.peek() == "(" and not val.startswith("`"):
+            return self.call(val.lower())
+        return Col(val[1:-1].replace("``", "`") if val.startswith("`") else val)
+
+    def case(self) -> Node:
+        whens: list[tuple[Node, Node]] = []
+        subject = None
+        if self.peek() != "WHEN":
+            subject = self.binary(0)  # CASE x WHEN v THEN ...: x = v
+        while self.peek() == "WHEN":
+            self.take()
+            cond = self.binary(0)
+            if subject is not None:
+                cond = Cmp("=", subject, cond)
+            self.take("THEN")
+            whens.append((cond, self.binary(0)))
+        if not whens:
+            raise ExpressionError("CASE needs at least one WHEN ... THEN ...")
+        other = None
+        if self.peek() == "ELSE":
+            self.take()
+            other = self.binary(0)
+        self.take("END")
+        return Case(tuple(whens), other)
+
+    def cast_type(self) -> pa.DataType:
+        name = self.take()[1].upper()
+        if name in ("DECIMAL", "DEC", "NUMERIC"):
+            p, s = 10, 0
+            if self.peek() == "(":
+                self.take()
+                p, s = int(self.take()[1]), 0
+                if self.peek() == ",":
+                    self.take()
+                    s = int(self.take()[1])
+                self.take(")")
+            if not (1 <= p <= _MAX and 0 <= s <= p):
+                raise ExpressionError(f"decimal({p},{s}): precision 1..38, scale 0..precision")
+            return pa.decimal128(p, s)
+        if name not in _TYPES:
+            raise ExpressionError(f"CAST to {name.lower()} is not supported (supported: "
+                                  f"{', '.join(CAST_TYPES)})")
+        return _TYPES[name]
+
+    def call(self, name: str) -> Node:
+        if name not in FUNCTIONS:
+            raise ExpressionError(f"{name}(...) is not supported (supported: {SUPPORTED})")
+        self.take("(")
+        self.nested(1)
+        args: list[Node] = []
+        if self.peek() != ")":
+            args.append(self.binary(0))
+            while self.peek() == ",":
+                self.take()
+                args.append(self.binary(0))
+        self.take(")")
+        self.nested(-1)
+        lo, hi = _ARITY[name]
+        if not lo <= len(args) <= hi:
+            most = "" if hi == lo else " or more" if hi > 9 else f" to {hi}"
+            raise ExpressionError(f"{name} takes {lo}{most} arguments, got {len(args)}")
+        return Call({"dayofmonth": "day", "substr": "substring"}.get(name, name), tuple(args))
+
+
+_ARITY = {"abs": (1, 1), "coalesce": (1, 99), "concat": (1, 99), "date_trunc": (2, 2),
+          "day": (1, 1), "dayofmonth": (1, 1), "hour": (1, 1), "length": (1, 1), "lower": (1, 1),
+          "minute": (1, 1), "month": (1, 1), "second": (1, 1), "substring": (2, 3),
+          "substr": (2, 3), "timestamp_millis": (1, 1), "to_date": (1, 1),
+          "unix_millis": (1, 1), "unix_seconds": (1, 1), "upper": (1, 1), "year": (1, 1)}
+
+
+def parse(text: str) -> Node:
+    """The syntax tree of ``text`` (ExpressionError: not Spark SQL this module models)."""
+    return _Parser(text).parse()
+
+
+# ---------------------------------------------------------------- evaluation helpers
+
+
+def _is_int(t: pa.DataType) -> bool:
+    return t in _INTS
+
+
+def _is_num(t: pa.DataType) -> bool:
+    return _is_int(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
+
+
+def _lit_decimal_type(x: Decimal) -> pa.Decimal128Type:
+    """Spark's type of a decimal literal: ``1.50`` decimal(3,2), ``0.05`` decimal(2,2)."""
+    _sign, digits, exp = x.as_tuple()
+    scale = max(-int(exp), 0)
+    unscaled = len(str(int("".join(map(str, digits)) or "0")))
+    return pa.decimal128(max(unscaled, scale, 1), scale)
+
+
+def _lit_type(lit: Lit) -> pa.DataType:
+    if lit.kind == "int":
+        return pa.int32() if -2**31 <= lit.value < 2**31 else pa.int64()
+    if lit.kind == "dec":
+        return _lit_decimal_type(lit.value)
+    return {"float": pa.float64(), "str": pa.string(), "bool": pa.bool_(), "null": pa.null(),
+            "ts": TS, "date": pa.date32()}[lit.kind]
+
+
+def _const(lit: Lit, n: int) -> pa.Array:
+    typ = _lit_type(lit)
+    if lit.kind == "null":
+        return pa.nulls(n)
+    if lit.kind == "date":
+        return pa.array([_day(lit.value)] * n, pa.date32())
+    return pa.array([lit.value] * n, typ)
+
+
+def _adjust(p: int, s: int) -> pa.Decimal128Type:
+    """``DecimalType.adjustPrecisionScale`` (precision loss allowed, the default)."""
+    if p <= _MAX:
+        return pa.decimal128(p, s)
+    int_digits = p - s
+    return pa.decimal128(_MAX, max(_MAX - int_digits, min(s, 6)))
+
+
+def _as_decimal_type(t: pa.DataType) -> pa.Decimal128Type:
+    if pa.types.is_decimal(t):
+        return t
+    return pa.decimal128(_INT_DIGITS[t], 0)
+
+
+def _common(types: Sequence[pa.DataType], what: str) -> pa.DataType:
+    """Spark's wider common type of CASE branches and COALESCE arguments."""
+    ts = [pa.string() if pa.types.is_large_string(t) else t for t in types if t != pa.null()]
+    if not ts:
+        return pa.null()
+    out = ts[0]
+    for t in ts[1:]:
+        if t == out:
+            continue
+        if _is_num(t) and _is_num(out):
+            if pa.types.is_floating(t) or pa.types.is_floating(out):
+                both_small = all(x == pa.float32() or _is_int(x) for x in (t, out))
+                out = pa.float32() if both_small else pa.float64()
+            elif pa.types.is_decimal(t) or pa.types.is_decimal(out):
+                a, b = _as_decimal_type(t), _as_decimal_type(out)
+                scale = max(a.scale, b.scale)
+                out = _adjust(max(a.precision - a.scale, b.precision - b.scale) + scale, scale)
+            else:
+                out = max(t, out, key=_INTS.index)
+        elif {t, out} == {pa.date32(), TS}:
+            out = TS
+        else:
+            raise ExpressionError(f"{what}: no common type of {_type_name(out)} and "
+                                  f"{_type_name(t)} (Spark needs an explicit CAST)")
+    return out
+
+
+def _np(a: pa.Array, dtype: type | str) -> np.ndarray:
+    """Values of ``a`` as numpy (NULL slots: 0)."""
+    return np.asarray(a.fill_null(0).to_numpy(zero_copy_only=False), dtype=dtype)
+
+
+def _double(a: pa.Array, typ: pa.DataType = pa.float64()) -> pa.Array:
+    """Numbers as doubles (a long rounds to the nearest double, as Java's ``(double)``)."""
+    if pa.types.is_decimal(a.type):
+        return pa.array([None if v is None else float(v) for v in a.to_pylist()], typ)
+    return a.cast(typ, safe=False)
+
+
+def _valid(a: pa.Array) -> np.ndarray:
+    return np.asarray(a.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _from_np(values: np.ndarray, valid: np.ndarray, typ: pa.DataType) -> pa.Array:
+    return pa.array(values, type=typ, mask=~valid)
+
+
+def _dec_values(a: pa.Array) -> list[Decimal | None]:
+    if _is_int(a.type):
+        return [None if v is None else Decimal(v) for v in a.to_pylist()]
+    return a.to_pylist()
+
+
+def _fit(x: Decimal, typ: pa.Decimal128Type, what: str) -> Decimal:
+    """``x`` rounded HALF_UP to ``typ``'s scale; past its precision: Spark's ANSI error."""
+    q = x.quantize(Decimal(1).scaleb(-typ.scale), rounding=ROUND_HALF_UP, context=_WIDE)
+    if q.adjusted() >= typ.precision - typ.scale and q != 0:
+        raise ExpressionError(f"{what}: the value {x} does not fit {_type_name(typ)} (Spark in "
+                              "ANSI mode raises NUMERIC_VALUE_OUT_OF_RANGE too)")
+    return q
+
+
+def _floordiv(a: np.ndarray, b: int) -> np.ndarray:
+    return np.floor_divide(a, b)
+
+
+# ---------------------------------------------------------------- the evaluator
+
+
+class _Eval:
+    def __init__(self, time_zone: str, case_sensitive: bool) -> None:
+        self.tz = time_zone
+        self.exact = case_sensitive
+
+    # -- plumbing
+
+    def column(self, name: str, t: pa.Table) -> pa.Array:
+        names = t.column_names
+        if name not in names:
+            same = [] if self.exact else [c for c in names if c.lower() == name.lower()]
+            if len(same) > 1:
+                raise ExpressionError(f"column {name!r} is ambiguous: {', '.join(same)}")
+            if not same:
+                raise ExpressionError(f"unknown column {name!r} (columns: {', '.join(names)})")
+            name = same[0]
+        col = t.column(name).combine_chunks()
+        if pa.types.is_large_string(col.type):
+            col = col.cast(pa.string())
+        if pa.types.is_timestamp(col.type) and col.type != TS:
+            if col.type.tz is None:
+                raise ExpressionError(f"column {name!r} is a timestamp without a time zone")
+            col = col.cast(TS)
+        return col
+
+    def value(self, node: Node, t: pa.Table) -> pa.Array:
+        """``node`` over every row of ``t``."""
+        n = t.num_rows
+        match node:
+            case Lit():
+                return _const(self.lit(node), n)
+            case Col(name=name):
+                return self.column(name, t)
+            case Neg(x=x):
+                return self.negate(self.value(x, t), node)
+            case Bin(op=op, a=a, b=b):
+                return self.arith(op, a, b, t, node)
+            case Cast(x=x, to=to):
+                return self.cast(self.value(x, t), to, node)
+            case Call():
+                return self.call(node, t)
+            case Case():
+                return self.case(node, t)
+            case Logic():
+                return self.logic(node, t)
+            case Not(x=x):
+                return pc.invert(self.boolean(x, t))
+            case Cmp(op=op, a=a, b=b):
+                return self.compare(op, a, b, t)
+            case In(x=x, items=items, negate=neg):
+                res = self.is_in(x, items, t)
+                return pc.invert(res) if neg else res
+            case Between(x=x, lo=lo, hi=hi, negate=neg):
+                res = pc.and_kleene(self.compare(">=", x, lo, t), self.compare("<=", x, hi, t))
+                return pc.invert(res) if neg else res
+            case Like(x=x, pattern=p, negate=neg):
+                if not (isinstance(p, Lit) and p.kind == "str"):
+                    raise ExpressionError("LIKE needs a string pattern")
+                col = self.value(x, t)
+                if not pa.types.is_string(col.type):
+                    raise ExpressionError("LIKE needs a string column")
+                res = pc.match_like(col, p.value)
+                return pc.invert(res) if neg else res
+            case IsNull(x=x, negate=neg):
+                res = pc.is_null(self.value(x, t))
+                return pc.invert(res) if neg else res
+        raise AssertionError(node)
+
+    def lit(self, lit: Lit) -> Lit:
+        """A TIMESTAMP literal's text read in the session time zone."""
+        if lit.kind == "ts_text":
+            try:
+                return Lit(_timestamp_us(lit.value, self.tz), "ts")
+            except PredicateError as exc:
+                raise ExpressionError(str(exc)) from None
+        return lit
+
+    def boolean(self, node: Node, t: pa.Table) -> pa.Array:
+        a = self.value(node, t)
+        if a.type == pa.null():
+            return pa.nulls(len(a), pa.bool_())
+        if not pa.types.is_boolean(a.type):
+            raise ExpressionError(f"{show(node)} is not a boolean condition")
+        return a
+
+    def on_rows(self, node: Node, t: pa.Table, rows: np.ndarray) -> pa.Array:
+        """``node`` over the rows ``rows`` of ``t`` only (Spark evaluates it for those alone)."""
+        return self.value(node, t.take(pa.array(rows, pa.int64())))
+
+    def where(self, node: Node, t: pa.Table, rows: np.ndarray) -> pa.Array:
+        """``node`` for the rows where ``rows`` holds, NULL elsewhere: Spark evaluates a
+        binary expression's second operand only when the first is not NULL."""
+        if rows.all():
+            return self.value(node, t)
+        idx = np.flatnonzero(rows)
+        sub = self.on_rows(node, t, idx)
+        rest = np.flatnonzero(~rows)
+        return self.scatter([(idx, sub), (rest, pa.nulls(len(rest), sub.type))], t.num_rows,
+                            sub.type)
+
+    @staticmethod
+    def scatter(parts: list[tuple[np.ndarray, pa.Array]], n: int, typ: pa.DataType) -> pa.Array:
+        if not parts:
+            return pa.nulls(n, typ)
+        rows = np.concatenate([r for r, _ in parts])
+        values = pa.concat_arrays([a.cast(typ) if a.type != typ else a for _, a in parts])
+        return values.take(pa.array(np.argsort(rows, kind="stable"), pa.int64()))
+
+    # -- booleans and comparisons
+
+    def logic(self, node: Logic, t: pa.Table) -> pa.Array:
+        """AND/OR from left to right: a row whose answer is settled (FALSE for AND, TRUE for
+        OR) does not evaluate the rest, as Spark's ``And``/``Or`` do."""
+        n = t.num_rows
+        settle = node.op == "OR"
+        res = self.boolean(node.items[0], t)
+        for item in node.items[1:]:
+            open_rows = np.flatnonzero(~np.asarray(
+                pc.equal(res, settle).fill_null(False).to_numpy(zero_copy_only=False), bool))
+            if len(open_rows) == n:
+                right = self.boolean(item, t)
+            else:
+                sub = self.on_rows(item, t, open_rows)
+                if sub.type == pa.null():
+                    sub = sub.cast(pa.bool_())
+                if not pa.types.is_boolean(sub.type):
+                    raise ExpressionError(f"{show(item)} is not a boolean condition")
+                done = np.setdiff1d(np.arange(n), open_rows)
+                right = self.scatter([(open_rows, sub),
+                                      (done, pa.array([settle] * len(done), pa.bool_()))],
+                                     n, pa.bool_())
+            res = pc.or_kleene(res, right) if settle else pc.and_kleene(res, right)
+        return res
+
+    def is_in(self, x: Node, items: tuple[Node, ...], t: pa.Table) -> pa.Array:
+        """``In.eval``: NULL for a NULL value; the items in order, up to the first equal one."""
+        res = self.compare("=", x, items[0], t)
+        for item in items[1:]:
+            open_rows = ~np.asarray(res.fill_null(False).to_numpy(zero_copy_only=False), bool)
+            if not isinstance(x, Lit):
+                open_rows &= _valid(self.value(x, t))
+            idx = np.flatnonzero(open_rows)
+            sub = self.compare("=", x, item, t.take(pa.array(idx, pa.int64())))
+            done = np.flatnonzero(~open_rows)
+            nxt = self.scatter([(idx, sub), (done, pa.nulls(len(done), pa.bool_()))],
+                               t.num_rows, pa.bool_())
+            res = pc.or_kleene(res, nxt)
+        return res
+
+    def leaf(self, node: Node, t: pa.Table) -> Lit | pa.ChunkedArray:
+        if isinstance(node, Lit):
+            return self.lit(node)
+        return pa.chunked_array([self.value(node, t)])
+
+    def compare(self, op: str, a: Node, b: Node, t: pa.Table) -> pa.Array:
+        """As ``semantics.predicate`` compares a column with a literal (its rules kept); computed
+        values of two types compare in their common type."""
+        n = t.num_rows
+        x = self.leaf(a, t)
+        if isinstance(x, Lit) or isinstance(b, Lit):
+            y = self.leaf(b, t)
+        else:  # (the right side only where the left is not NULL)
+            y = pa.chunked_array([self.where(b, t, _valid(x.combine_chunks()))])
+        if any(isinstance(v, Lit) and v.kind == "null" for v in (x, y)):
+            return pa.nulls(n, pa.bool_())
+        if isinstance(x, Lit) != isinstance(y, Lit):  # (a narrow integer meets a long literal)
+            x, y = (v if isinstance(v, Lit) or not _is_int(v.type) else v.cast(pa.int64())
+                    for v in (x, y))
+        decimal = any(not isinstance(v, Lit) and pa.types.is_decimal(v.type) for v in (x, y))
+        if decimal or not (isinstance(x, Lit) or isinstance(y, Lit)):
+            xa = x.combine_chunks() if not isinstance(x, Lit) else _const(x, n)
+            ya = y.combine_chunks() if not isinstance(y, Lit) else _const(y, n)
+            return self.compare_arrays(op, xa, ya, a, b)
+        try:
+            res = _compare(op, x, y, n, self.tz)
+        except PredicateError as exc:
+            raise ExpressionError(str(exc)) from None
+        return res.combine_chunks() if isinstance(res, pa.ChunkedArray) else res
+
+    def compare_arrays(self, op: str, x: pa.Array, y: pa.Array, a: Node, b: Node) -> pa.Array:
+        tx, ty = x.type, y.type
+        if tx == pa.null() or ty == pa.null():
+            return pa.nulls(len(x), pa.bool_())
+        if _is_num(tx) and _is_num(ty):
+            if pa.types.is_floating(tx) or pa.types.is_floating(ty):
+                return _nan_aware(op, _double(x), _double(y))
+            if pa.types.is_decimal(tx) or pa.types.is_decimal(ty):
+                x, y = x.cast(_as_decimal_type(tx)), y.cast(_as_decimal_type(ty))
+            else:
+                x, y = x.cast(pa.int64()), y.cast(pa.int64())
+        elif {tx, ty} == {pa.date32(), TS}:
+            x, y = (self.cast(v, TS, a) if v.type == pa.date32() else v for v in (x, y))
+        elif tx != ty:
+            raise ExpressionError(f"cannot compare {_type_name(tx)} ({show(a)}) with "
+                                  f"{_type_name(ty)} ({show(b)}) (supported: one type, numbers, "
+                                  "a date with a timestamp)")
+        fn = {"=": pc.equal, "==": pc.equal, "!=": pc.not_equal, "<>": pc.not_equal,
+              "<": pc.less, "<=": pc.less_equal, ">": pc.greater, ">=": pc.greater_equal}[op]
+        return fn(x, y)
+
+    # -- arithmetic
+
+    def negate(self, a: pa.Array, node: Node) -> pa.Array:
+        if _is_int(a.type):
+            try:
+                return pc.negate_checked(a)
+            except pa.ArrowInvalid:
+                raise _overflow(node) from None
+        if pa.types.is_floating(a.type) or pa.types.is_decimal(a.type):
+            return pc.negate(a)
+        if a.type == pa.null():  # (NULL meets a number as a double)
+            return a.cast(pa.float64())
+        raise ExpressionError(f"{show(node)}: only numbers can be negated")
+
+    def arith(self, op: str, an: Node, bn: Node, t: pa.Table, node: Node) -> pa.Array:
+        if op == "||":  # (Concat evaluates every argument)
+            return self.concat([self.value(an, t), self.value(bn, t)], node)
+        if op in ("/", "%", "div"):  # (DivModLike: the divisor first)
+            b = self.value(bn, t)
+            a = self.where(an, t, _valid(b))
+        else:
+            a = self.value(an, t)
+            b = self.where(bn, t, _valid(a))
+        if a.type == pa.null() and b.type == pa.null():
+            a = b = pa.nulls(len(a), pa.float64() if op == "/" else pa.int32())
+        elif a.type == pa.null():
+            a = a.cast(b.type)
+        elif b.type == pa.null():
+            b = b.cast(a.type)
+        ta, tb = a.type, b.type
+        if not (_is_num(ta) and _is_num(tb)):
+            raise ExpressionError(f"{show(node)}: {op} needs numbers, got {_type_name(ta)} and "
+                                  f"{_type_name(tb)} (date and string arithmetic is not "
+                                  "supported)")
+        floating = pa.types.is_floating(ta) or pa.types.is_floating(tb)
+        decimal = pa.types.is_decimal(ta) or pa.types.is_decimal(tb)
+        if op == "div":
+            if floating:
+                raise ExpressionError(f"{show(node)}: div takes integers and decimals (Spark "
+                                      "refuses a double too)")
+            return self.int_divide(a, b, node) if not decimal else self.dec_div(a, b, an, bn, node)
+        if floating or (op == "/" and not decimal):
+            small = op != "/" and all(x == pa.float32() or _is_int(x) for x in (ta, tb))
+            typ = pa.float32() if small else pa.float64()
+            return self.float_op(op, _double(a, typ), _double(b, typ), node)
+        if decimal:
+            return self.decimal_op(op, a, b, an, bn, node)
+        typ = max(ta, tb, key=_INTS.index)
+        return self.int_op(op, a.cast(typ), b.cast(typ), node)
+
+    def zero_divisor(self, a: pa.Array, b: pa.Array, node: Node) -> None:
+        """ANSI: a zero divisor of a row whose dividend is not NULL raises (``DIVIDE_BY_ZERO``)."""
+        zero = pc.and_kleene(pc.equal(b.cast(pa.float64(), safe=False), 0.0), pc.is_valid(a))
+        if pc.any(zero.fill_null(False)).as_py():
+            raise ExpressionError(f"{show(node)}: division by zero (Spark in ANSI mode raises "
+                                  "DIVIDE_BY_ZERO too)")
+
+    def int_op(self, op: str, a: pa.Array, b: pa.Array, node: Node) -> pa.Array:
+        if op in ("+", "-", "*"):
+            fn = {"+": pc.add_checked, "-": pc.subtract_checked, "*": pc.multiply_checked}[op]
+            try:
+                return fn(a, b)
+            except pa.ArrowInvalid:
+                raise _overflow(node) from None
+        self.zero_divisor(a, b, node)  # % (Java's remainder: the dividend's sign)
+        valid = _valid(a) & _valid(b)
+        x, y = _np(a, np.int64), _np(b, np.int64)
+        y = np.where((y == 0) | (y == -1), 1, y)  # (x % -1 is 0; MIN % -1 would trap)
+        return _from_np(np.fmod(x, y), valid, a.type)
+
+    def int_divide(self, a: pa.Array, b: pa.Array, node: Node) -> pa.Array:
+        """``div``: the quotient truncated toward zero, a bigint; MIN div -1 overflows."""
+        a, b = a.cast(pa.int64()), b.cast(pa.int64())
+        self.zero_divisor(a, b, node)
+        valid = _valid(a) & _valid(b)
+        x, y = _np(a, np.int64), _np(b, np.int64)
+        if np.any(valid & (x == -2**63) & (y == -1)):
+            raise _overflow(node)
+        y = np.where(y == 0, 1, y)
+        safe_x = np.where((x == -2**63) & (y == -1), 0, x)
+        q = np.floor_divide(safe_x, y)
+        q = q + ((np.fmod(safe_x, y) != 0) & ((safe_x < 0) != (y < 0)))
+        return _from_np(q.astype(np.int64), valid, pa.int64())
+
+    def float_op(self, op: str, a: pa.Array, b: pa.Array, node: Node) -> pa.Array:
+        if op in ("/", "%"):
+            self.zero_divisor(a, b, node)
+        dtype = np.float32 if a.type == pa.float32() else np.float64
+        valid = _valid(a) & _valid(b)
+        x, y = _np(a, dtype), _np(b, dtype)
+        with np.errstate(all="ignore"):
+            if op == "/":
+                y = np.where(y == 0, 1, y)
+            r = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide,
+                 "%": np.fmod}[op](x, y)
+        return _from_np(r.astype(dtype), valid, a.type)
+
+    def decimal_types(self, a: pa.Array, b: pa.Array, an: Node,
+                      bn: Node) -> tuple[pa.Decimal128Type, pa.Decimal128Type]:
+        """Operand decimal types; an integer literal next to a decimal takes the digits it
+        needs (``DecimalPrecision``'s literal rule)."""
+        def one(arr: pa.Array, node: Node, other: pa.DataType) -> pa.Decimal128Type:
+            if isinstance(node, Lit) and node.kind == "int" and pa.types.is_decimal(other):
+                return pa.decimal128(max(len(str(abs(node.value))), 1), 0)
+            return _as_decimal_type(arr.type)
+        return one(a, an, b.type), one(b, bn, a.type)
+
+    def decimal_op(self, op: str, a: pa.Array, b: pa.Array, an: Node, bn: Node,
+                   node: Node) -> pa.Array:
+        da, db = self.decimal_types(a, b, an, bn)
+        p1, s1, p2, s2 = da.precision, da.scale, db.precision, db.scale
+        if op in ("+", "-"):
+            scale = max(s1, s2)
+            typ = _adjust(max(p1 - s1, p2 - s2) + scale + 1, scale)
+        elif op == "*":
+            typ = _adjust(p1 + p2 + 1, s1 + s2)
+        elif op == "/":
+            scale = max(6, s1 + p2 + 1)
+            typ = _adjust(p1 - s1 + s2 + scale, scale)
+        else:
+            typ = _adjust(min(p1 - s1, p2 - s2) + max(s1, s2), max(s1, s2))
+        if op in ("/", "%"):
+            self.zero_divisor(a, b, node)
+        fn: Callable[[Decimal, Decimal], Decimal] = {
+            "+": lambda x, y: _WIDE.add(x, y), "-": lambda x, y: _WIDE.subtract(x, y),
+            "*": _DEC.multiply, "/": _DEC.divide, "%": _DEC.remainder}[op]
+        out = []
+        for x, y in zip(_dec_values(a), _dec_values(b), strict=True):
+            out.append(None if x is None or y is None else _fit(fn(x, y), typ, show(node)))
+        return pa.array(out, typ)
+
+    def dec_div(self, a: pa.Array, b: pa.Array, an: Node, bn: Node, node: Node) -> pa.Array:
+        """``div`` with a decimal: the quotient truncated, a bigint (past a bigint: overflow)."""
+        self.zero_divisor(a, b, node)
+        out: list[int | None] = []
+        for x, y in zip(_dec_values(a), _dec_values(b), strict=True):
+            if x is None or y is None:
+                out.append(None)
+                continue
+            q = int(_DEC.divide_int(x, y))
+            if not -2**63 <= q < 2**63:
+                raise _overflow(node)
+            out.append(q)
+        return pa.array(out, pa.int64())
+
+    # -- CASE, functions, casts
+
+    def case(self, node: Case, t: pa.Table) -> pa.Array:
+        n = t.num_rows
+        rest = np.arange(n)
+        parts: list[tuple[np.ndarray, pa.Array]] = []
+        for cond, then in node.whens:
+            sub = t.take(pa.array(rest, pa.int64()))
+            c = self.boolean(cond, sub)
+            hit = np.asarray(c.fill_null(False).to_numpy(zero_copy_only=False), bool)
+            parts.append((rest[hit], self.on_rows(then, t, rest[hit])))
+            rest = rest[~hit]
+        if node.other is not None:
+            parts.append((rest, self.on_rows(node.other, t, rest)))
+        else:
+            parts.append((rest, pa.nulls(len(rest))))
+        typ = _common([a.type for _, a in parts], "CASE")
+        if typ == pa.null():
+            return pa.nulls(n)
+        return self.scatter([(r, self.cast(a, typ, node)) for r, a in parts], n, typ)
+
+    def call(self, node: Call, t: pa.Table) -> pa.Array:
+        name, args = node.name, node.args
+        if name == "coalesce":
+            return self.coalesce(node, t)
+        if name == "date_trunc":
+            unit = args[0]
+            if not (isinstance(unit, Lit) and unit.kind == "str"):
+                raise ExpressionError("date_trunc needs a string literal unit, as "
+                                      "date_trunc('HOUR', ts)")
+            return self.date_trunc(unit.value, self.timestamp(self.value(args[1], t), node), node)
+        vals = [self.value(args[0], t)]
+        for a in args[1:]:  # (each argument only where the ones before are not NULL)
+            if name == "concat":
+                vals.append(self.value(a, t))
+            else:
+                vals.append(self.where(a, t, np.logical_and.reduce([_valid(v) for v in vals])))
+        x = vals[0]
+        if name == "abs":
+            if _is_int(x.type):
+                try:
+                    return pc.abs_checked(x)
+                except pa.ArrowInvalid:
+                    raise _overflow(node) from None
+            if x.type == pa.null():
+                return x.cast(pa.float64())
+            if not _is_num(x.type):
+                raise ExpressionError(f"{show(node)}: abs needs a number")
+            return pc.abs(x)
+        if name in ("lower", "upper", "length"):
+            x = self.string(x, node)
+            if name == "length":
+                return pc.utf8_length(x).cast(pa.int32())
+            return pc.utf8_lower(x) if name == "lower" else pc.utf8_upper(x)
+        if name == "concat":
+            return self.concat(vals, node)
+        if name == "substring":
+            return self.substring(vals, node)
+        if name in ("hour", "minute", "second"):
+            local = self.local(self.timestamp(x, node))
+            return {"hour": pc.hour, "minute": pc.minute, "second": pc.second}[name](
+                local).cast(pa.int32())
+        if name in ("day", "month", "year"):
+            d = self.date(x, node)
+            return {"day": pc.day, "month": pc.month, "year": pc.year}[name](d).cast(pa.int32())
+        if name == "to_date":
+            return self.date(x, node)
+        if name == "timestamp_millis":
+            if x.type == pa.null():
+                return x.cast(TS)
+            if not _is_int(x.type):
+                raise ExpressionError(f"{show(node)}: timestamp_millis needs an integer")
+            try:
+                us = pc.multiply_checked(x.cast(pa.int64()), 1000)
+            except pa.ArrowInvalid:
+                raise _overflow(node) from None
+            return us.cast(TS)
+        if name in ("unix_millis", "unix_seconds"):
+            if x.type not in (TS, pa.null()):  # (no implicit cast here in Spark)
+                raise ExpressionError(f"{show(node)} needs a timestamp, got "
+                                      f"{_type_name(x.type)}")
+            ts = x.cast(TS)
+            per = 1000 if name == "unix_millis" else 1_000_000
+            us = ts.cast(pa.int64())
+            return _from_np(_floordiv(_np(us, np.int64), per), _valid(us), pa.int64())
+        raise AssertionError(name)
+
+    def coalesce(self, node: Call, t: pa.Table) -> pa.Array:
+        """The first non-NULL argument; later ones only for the rows still NULL."""
+        n = t.num_rows
+        rest = np.arange(n)
+        parts: list[tuple[np.ndarray, pa.Array]] = []
+        for arg in node.args:
+            v = self.on_rows(arg, t, rest) if len(rest) != n else self.value(arg, t)
+            ok = _valid(v)
+            parts.append((rest[ok], v.filter(pa.array(ok))))
+            rest = rest[~ok]
+        parts.append((rest, pa.nulls(len(rest))))
+        typ = _common([a.type for _, a in parts], "coalesce")
+        if typ == pa.null():
+            return pa.nulls(n)
+        return self.scatter([(r, self.cast(a, typ, node)) for r, a in parts], n, typ)
+
+    def string(self, x: pa.Array, node: Node) -> pa.Array:
+        if x.type == pa.null():
+            return x.cast(pa.string())
+        if not pa.types.is_string(x.type):
+            return self.cast(x, pa.string(), node)
+        return x
+
+    def concat(self, vals: list[pa.Array], node: Node) -> pa.Array:
+        strs = [self.string(v, node) for v in vals]
+        return pc.binary_join_element_wise(*strs, "", null_handling="emit_null")
+
+    def substring(self, vals: list[pa.Array], node: Node) -> pa.Array:
+        """``UTF8String.substringSQL``: 1-based, 0 as 1, negative from the end."""
+        s = self.string(vals[0], node)
+        for v in vals[1:]:
+            if not (_is_int(v.type) or v.type == pa.null()):
+                raise ExpressionError(f"{show(node)}: substring's position and length are "
+                                      "integers")
+        pos = vals[1].to_pylist()
+        length = vals[2].to_pylist() if len(vals) > 2 else [2**31 - 1] * len(s)
+        out: list[str | None] = []
+        for text, p, ln in zip(s.to_pylist(), pos, length, strict=True):
+            if text is None or p is None or ln is None:
+                out.append(None)
+                continue
+            n = len(text)
+            start = p - 1 if p > 0 else n + p if p < 0 else 0
+            end = min(max(start + ln, -2**31), 2**31 - 1)
+            start = max(start, 0)
+            out.append("" if start >= end else text[start:end])
+        return pa.array(out, pa.string())
+
+    def timestamp(self, x: pa.Array, node: Node) -> pa.Array:
+        if x.type == TS:
+            return x
+        if x.type in (pa.null(), pa.date32(), pa.string()):
+            return self.cast(x, TS, node)
+        raise ExpressionError(f"{show(node)} needs a timestamp, got {_type_name(x.type)}")
+
+    def date(self, x: pa.Array, node: Node) -> pa.Array:
+        if x.type == pa.date32():
+            return x
+        if x.type in (pa.null(), TS, pa.string()):
+            return self.cast(x, pa.date32(), node)
+        raise ExpressionError(f"{show(node)} needs a date or timestamp, got "
+                              f"{_type_name(x.type)}")
+
+    def local(self, ts: pa.Array) -> pa.Array:
+        """Wall-clock times in the session time zone (naive timestamps)."""
+        if self.tz == "UTC":
+            return ts.cast(pa.timestamp("us"))
+        return pc.local_timestamp(ts.cast(pa.timestamp("us", tz=self.tz)))
+
+    def from_local(self, wall: pa.Array) -> pa.Array:
+        if self.tz == "UTC":
+            return wall.cast(TS)
+        # (a wall time twice: the earlier instant; in a gap: past it, as ZonedDateTime.of)
+        return pc.assume_timezone(wall, self.tz, ambiguous="earliest",
+                                  nonexistent="latest").cast(TS)
+
+    def date_trunc(self, unit: str, ts: pa.Array, node: Node) -> pa.Array:
+        """``date_trunc``: in the session time zone; an unknown unit gives NULL, as in Spark."""
+        units = {"YEAR": "year", "YYYY": "year", "YY": "year", "QUARTER": "quarter",
+                 "MONTH": "month", "MM": "month", "MON": "month", "WEEK": "week",
+                 "DAY": "day", "DD": "day", "HOUR": "hour", "MINUTE": "minute",
+                 "SECOND": "second", "MILLISECOND": "millisecond", "MICROSECOND": "microsecond"}
+        u = units.get(unit.strip().upper())
+        if u is None:
+            return pa.nulls(len(ts), TS)
+        if u == "microsecond":
+            return ts
+        wall = self.local(ts)
+        if u in ("second", "millisecond", "minute"):  # (Spark: on the instant, not the wall)
+            us = _np(ts.cast(pa.int64()), np.int64)
+            per = {"second": 1_000_000, "millisecond": 1000, "minute": 60_000_000}[u]
+            if self.tz == "UTC" or u != "minute":
+                return _from_np(_floordiv(us, per) * per, _valid(ts), pa.int64()).cast(TS)
+        floored = pc.floor_temporal(wall, unit=u, week_starts_monday=True)
+        return self.from_local(floored)
+
+    def cast(self, x: pa.Array, to: pa.DataType, node: Node) -> pa.Array:
+        """``CAST`` with ANSI rules: a value that does not fit, or text that is not one, raises."""
+        src = x.type
+        if src == to:
+            return x
+        if src == pa.null():
+            return pa.nulls(len(x), to)
+        what = f"{show(node)}: cannot cast {_type_name(src)} to {_type_name(to)}"
+        if _is_num(src) and _is_num(to):
+            return self.cast_number(x, to, node)
+        if to == pa.string():
+            return self.to_string(x, node)
+        if src == pa.string():
+            return self.from_string(x, to, node)
+        if to == pa.bool_() and _is_num(src):
+            return pc.not_equal(x.cast(pa.float64(), safe=False), 0.0)
+        if src == pa.bool_() and _is_num(to):
+            return x.cast(pa.int8()).cast(to)
+        if src == pa.date32() and to == TS:  # the day's midnight in the session time zone
+            return self.from_local(x.cast(pa.timestamp("us")))
+        if src == TS and to == pa.date32():
+            return self.local(x).cast(pa.date32())
+        raise ExpressionError(f"{what} (not supported)")
+
+    def cast_number(self, x: pa.Array, to: pa.DataType, node: Node) -> pa.Array:
+        src = x.type
+        bad = f"{show(node)}: the value does not fit {_type_name(to)} (Spark in ANSI mode " \
+              "raises CAST_OVERFLOW too)"
+        if pa.types.is_floating(to):
+            if pa.types.is_decimal(src):
+                vals = [None if v is None else float(v) for v in x.to_pylist()]
+                return pa.array(vals, pa.float64()).cast(to)
+            return x.cast(to, safe=False)
+        if _is_int(to):
+            lo, hi = -2 ** _BITS[to], 2 ** _BITS[to] - 1
+            if _is_int(src):
+                v = _np(x, np.int64)
+                if np.any(_valid(x) & ((v < lo) | (v > hi))):
+                    raise ExpressionError(bad)
+                return x.cast(to, safe=False)
+            if pa.types.is_floating(src):
+                f = _np(x, np.float64)
+                ok = _valid(x)
+                with np.errstate(invalid="ignore"):
+                    fits = (np.floor(f) <= float(hi)) & (np.ceil(f) >= float(lo))
+                if np.any(ok & ~fits):
+                    raise ExpressionError(bad)
+                v = np.clip(np.trunc(np.where(ok, f, 0)), lo, hi)
+                out = np.array([int(min(max(int(e), lo), hi)) for e in v], dtype=np.int64)
+                return _from_np(out, ok, pa.int64()).cast(to)
+            vals = []
+            for d in x.to_pylist():
+                if d is None:
+                    vals.append(None)
+                    continue
+                i = int(d.to_integral_value(rounding=ROUND_DOWN))
+                if not lo <= i <= hi:
+                    raise ExpressionError(bad)
+                vals.append(i)
+            return pa.array(vals, to)
+        # to a decimal
+        out: list[Decimal | None] = []
+        for v in x.to_pylist():
+            if v is None:
+                out.append(None)
+                continue
+            if isinstance(v, float):
+                if not math.isfinite(v):
+                    raise ExpressionError(bad)
+                v = Decimal(repr(v))  # (Decimal(double): the double's shortest text)
+            out.append(_fit(Decimal(v), to, show(node)))
+        return pa.array(out, to)
+
+    def to_string(self, x: pa.Array, node: Node) -> pa.Array:
+        src = x.type
+        if _is_int(src):
+            return x.cast(pa.string())
+        if src == pa.bool_():
+            return pc.if_else(x, "true", "false")
+        if src == pa.date32():
+            return pa.array([None if d is None else _date_text(d) for d in x.to_pylist()],
+                            pa.string())
+        if src == TS:
+            wall = self.local(x).cast(pa.int64()).to_pylist()
+            return pa.array([None if us is None else _ts_text(us) for us in wall], pa.string())
+        if pa.types.is_decimal(src):
+            return pa.array([None if d is None else _plain(d) for d in x.to_pylist()],
+                            pa.string())
+        raise ExpressionError(f"{show(node)}: casting {_type_name(src)} to string is not "
+                              "modelled (Java's number formatting)")
+
+    def from_string(self, x: pa.Array, to: pa.DataType, node: Node) -> pa.Array:
+        def bad(s: str) -> ExpressionError:
+            return ExpressionError(f"{show(node)}: {s!r} is not a valid {_type_name(to)} (Spark "
+                                   "in ANSI mode raises CAST_INVALID_INPUT too)")
+        out: list[object] = []
+        for s in x.to_pylist():
+            if s is None:
+                out.append(None)
+                continue
+            v = s.strip(_BLANK)  # (UTF8String.trimAll: every char up to U+0020)
+            if _is_int(to):
+                if not re.fullmatch(r"[+-]?\d+", v):
+                    raise bad(s)
+                i = int(v)
+                if not -2 ** _BITS[to] <= i < 2 ** _BITS[to]:
+                    raise bad(s)
+                out.append(i)
+            elif pa.types.is_decimal(to):
+                if not re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", v):
+                    raise bad(s)
+                out.append(_fit(Decimal(v), to, show(node)))
+            elif pa.types.is_floating(to):
+                special = {"nan": math.nan, "infinity": math.inf, "+infinity": math.inf,
+                           "-infinity": -math.inf, "inf": math.inf, "+inf": math.inf,
+                           "-inf": -math.inf}
+                if v.lower() in special:
+                    out.append(special[v.lower()])
+                elif re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", v):
+                    out.append(float(v))
+                else:
+                    raise bad(s)
+            elif to == pa.bool_():
+                low = v.lower()
+                if low in ("t", "true", "y", "yes", "1"):
+                    out.append(True)
+                elif low in ("f", "false", "n", "no", "0"):
+                    out.append(False)
+                else:
+                    raise bad(s)
+            elif to == pa.date32():
+                m = re.fullmatch(r"(\d{4})(?:-(\d{1,2})(?:-(\d{1,2})(?:[ T].*)?)?)?", v, re.S)
+                try:
+                    if not m:
+                        raise ValueError
+                    out.append(date(int(m[1]), int(m[2] or 1), int(m[3] or 1)))
+                except ValueError:
+                    raise bad(s) from None
+            elif to == TS:
+                if not re.fullmatch(r"\d{4}-\d{1,2}-\d{1,2}([ T]\d{1,2}:\d{2}(:\d{2}(\.\d{1,6})?)?"
+                                    r"(Z|[+-]\d{2}:\d{2})?)?", v):
+                    raise bad(s)
+                try:
+                    out.append(_timestamp_us(v, self.tz))
+                except PredicateError:
+                    raise bad(s) from None
+            else:
+                raise ExpressionError(f"{show(node)}: cannot cast string to {_type_name(to)}")
+        if to == TS:
+            return pa.array(out, pa.int64()).cast(TS)
+        return pa.array(out, to)
+
+
+def _overflow(node: Node) -> ExpressionError:
+    return ExpressionError(f"{show(node)}: integer overflow (Spark in ANSI mode raises "
+                           "ARITHMETIC_OVERFLOW too)")
+
+
+def _plain(d: Decimal) -> str:
+    """A decimal as Spark writes it (every digit of its scale, no exponent)."""
+    return f"{d:f}"
+
+
+def _date_text(d: date) -> str:
+    return f"{d.year:04d}-{d.month:02d}-{d.day:02d}"
+
+
+def _ts_text(wall_us: int) -> str:
+    """A wall time as Spark writes a timestamp: fraction without trailing zeros."""
+    days, rest = divmod(wall_us, 86_400_000_000)
+    d = date(1970, 1, 1) + timedelta(days=days)
+    secs, frac = divmod(rest, 1_000_000)
+    h, m, s = secs // 3600, secs // 60 % 60, secs % 60
+    text = f"{_date_text(d)} {h:02d}:{m:02d}:{s:02d}"
+    return text + (f".{frac:06d}".rstrip("0") if frac else "")
+
+
+def evaluate(text: str, table: pa.Table, time_zone: str = "UTC",
+             case_sensitive: bool = False) -> pa.Array:
+    """``text`` over every row of ``table``, as Spark's ``selectExpr(text)`` computes it;
+    timestamps written without an offset are wall times in ``time_zone``."""
+    return evaluate_node(parse(text), table, time_zone, case_sensitive)
+
+
+def evaluate_node(node: Node, table: pa.Table, time_zone: str = "UTC",
+                  case_sensitive: bool = False) -> pa.Array:
+    try:
+        return _Eval(time_zone, case_sensitive).value(node, table)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError,
+            InvalidOperation) as exc:
+        raise ExpressionError(f"{show(node)}: {exc}") from None
