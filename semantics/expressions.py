@@ -1,6 +1,6 @@
 """Spark SQL value expressions, evaluated over a pyarrow table exactly as Spark 4.0 does (ANSI on).
 
-docs/semantics.md §6.1. ``parse(text)`` reads an expression (raising ExpressionError naming what is
+docs/semantics.md §1.2. ``parse(text)`` reads an expression (raising ExpressionError naming what is
 not supported); ``evaluate(text, table, time_zone=...)`` returns a pyarrow array of Spark's result
 type: ``int`` int32, ``bigint`` int64, ``double`` float64, ``decimal(p,s)`` decimal128(p, s),
 ``string``, ``boolean``, ``date`` date32, ``timestamp`` timestamp[us, UTC].

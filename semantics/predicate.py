@@ -9,7 +9,7 @@ adjacent strings concatenated, ``TRUE``/``FALSE``/``NULL``, ``TIMESTAMP '...'``,
 unary ``-``/``+``, ``= == != <> < <= > >=``, ``AND OR NOT``, ``[NOT] IN (...)``,
 ``[NOT] BETWEEN a AND b``, ``[NOT] LIKE 'pattern'``, ``IS [NOT] NULL`` and parentheses; an operand
 may be any value expression ``semantics.expressions`` evaluates (``value % 2 = 0``,
-``date_trunc('HOUR', ts) = TIMESTAMP '...'``, docs/semantics.md §6.1). Other SQL is a clear
+``date_trunc('HOUR', ts) = TIMESTAMP '...'``, docs/semantics.md §1.2). Other SQL is a clear
 error. Spark's rules kept here:
 
 * a comparison with NULL is unknown, and an unknown row is filtered out;
