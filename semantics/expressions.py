@@ -71,6 +71,8 @@ _TOKEN = re.compile(
     r"|(?P<op><=|>=|<>|!=|==|\|\||=|<|>|\(|\)|,|-|\+|\*|/|%)"
     r"|(?P<word>[A-Za-z_][A-Za-z0-9_]*|`(?:[^`]|``)+`))", re.S)
 
+_COMMENT = re.compile(r"\s*(?:--[^\n]*(?:\n|$)|/\*.*?\*/)", re.S)
+
 FUNCTIONS = ("abs", "coalesce", "concat", "date_trunc", "day", "dayofmonth", "hour", "length",
              "lower", "minute", "month", "second", "substring", "substr", "timestamp_millis",
              "to_date", "unix_millis", "unix_seconds", "upper", "year")
@@ -243,6 +245,10 @@ def _tokens(text: str) -> list[tuple[str, str]]:
     pos = 0
     text = text.rstrip()
     while pos < len(text):
+        comment = _COMMENT.match(text, pos)
+        if comment:  # (-- to the end of the line, /* ... */: Spark's comments)
+            pos = comment.end()
+            continue
         m = _TOKEN.match(text, pos)
         if not m or m.end() == pos:
             raise ExpressionError(f"cannot parse at position {pos}: {text[pos:pos + 20]!r}")
@@ -762,12 +768,16 @@ class _Eval:
         values of two types compare in their common type."""
         n = t.num_rows
         x = self.leaf(a, t)
+        if isinstance(x, Lit) and x.kind == "null":  # (the right side is not evaluated)
+            return pa.nulls(n, pa.bool_())
         if isinstance(x, Lit) or isinstance(b, Lit):
             y = self.leaf(b, t)
         else:  # (the right side only where the left is not NULL)
             y = pa.chunked_array([self.where(b, t, _valid(x.combine_chunks()))])
-        if any(isinstance(v, Lit) and v.kind == "null" for v in (x, y)):
+        if isinstance(y, Lit) and y.kind == "null":
             return pa.nulls(n, pa.bool_())
+        if isinstance(x, Lit) and isinstance(y, Lit):  # (two constants: in their types)
+            return self.compare_arrays(op, _const(x, n), _const(y, n), a, b)
         if isinstance(x, Lit) != isinstance(y, Lit):  # (a narrow integer meets a long literal)
             x, y = (v if isinstance(v, Lit) or not _is_int(v.type) else v.cast(pa.int64())
                     for v in (x, y))
@@ -790,7 +800,7 @@ class _Eval:
             if pa.types.is_floating(tx) or pa.types.is_floating(ty):
                 return _nan_aware(op, _double(x), _double(y))
             if pa.types.is_decimal(tx) or pa.types.is_decimal(ty):
-                x, y = x.cast(_as_decimal_type(tx)), y.cast(_as_decimal_type(ty))
+                return _compare_exact(op, x, y)
             else:
                 x, y = x.cast(pa.int64()), y.cast(pa.int64())
         elif {tx, ty} == {pa.date32(), TS}:
@@ -826,8 +836,10 @@ class _Eval:
         else:
             a = self.value(an, t)
             b = self.where(bn, t, _valid(a))
+        if op == "/" and pa.null() in (a.type, b.type):  # (Divide casts a NULL to double)
+            a, b = (v.cast(pa.float64()) if v.type == pa.null() else v for v in (a, b))
         if a.type == pa.null() and b.type == pa.null():
-            a = b = pa.nulls(len(a), pa.float64() if op == "/" else pa.int32())
+            a = b = pa.nulls(len(a), pa.int32())
         elif a.type == pa.null():
             a = a.cast(b.type)
         elif b.type == pa.null():
@@ -1282,6 +1294,16 @@ class _Eval:
         if to == TS:
             return pa.array(out, pa.int64()).cast(TS)
         return pa.array(out, to)
+
+
+def _compare_exact(op: str, x: pa.Array, y: pa.Array) -> pa.Array:
+    """Decimals and integers compared exactly (in any precision and scale)."""
+    fn: Callable[[Decimal, Decimal], bool] = {
+        "=": Decimal.__eq__, "==": Decimal.__eq__, "!=": Decimal.__ne__, "<>": Decimal.__ne__,
+        "<": Decimal.__lt__, "<=": Decimal.__le__, ">": Decimal.__gt__,
+        ">=": Decimal.__ge__}[op]
+    return pa.array([None if u is None or v is None else fn(u, v)
+                     for u, v in zip(_dec_values(x), _dec_values(y), strict=True)], pa.bool_())
 
 
 def _overflow(node: Node) -> ExpressionError:
