@@ -36,7 +36,7 @@ and the functions in ``FUNCTIONS``. Spark's rules kept here:
 from __future__ import annotations
 
 from collections.abc import Callable
-from decimal import Decimal, InvalidOperation
+from decimal import ROUND_HALF_EVEN, Context, Decimal, InvalidOperation
 
 import numpy as np
 import pyarrow as pa
@@ -90,6 +90,9 @@ from semantics.predicate import (
     _nan_aware,
     _timestamp_us,
 )
+
+_SCALA_DIGITS = 34
+_SCALA = Context(prec=_SCALA_DIGITS, rounding=ROUND_HALF_EVEN)  # (Scala's default MathContext)
 
 __all__ = ["SUPPORTED", "ExpressionError", "Node", "evaluate", "evaluate_node", "parse", "show"]
 
@@ -309,7 +312,9 @@ class _Eval(Casts):
                 return pc.negate_checked(a)
             except pa.ArrowInvalid:
                 raise _overflow(node) from None
-        if pa.types.is_floating(a.type) or pa.types.is_decimal(a.type):
+        if pa.types.is_decimal(a.type):
+            return _negate_decimal(a)
+        if pa.types.is_floating(a.type):
             return pc.negate(a)
         if a.type == pa.null():  # (NULL meets a number as a double)
             return a.cast(pa.float64())
@@ -326,8 +331,8 @@ class _Eval(Casts):
             b = self.where(bn, t, _valid(a))
         if op == "/" and pa.null() in (a.type, b.type):  # (Divide casts a NULL to double)
             a, b = (v.cast(pa.float64()) if v.type == pa.null() else v for v in (a, b))
-        if a.type == pa.null() and b.type == pa.null():
-            a = b = pa.nulls(len(a), pa.int32())
+        if a.type == pa.null() and b.type == pa.null():  # (two NULLs meet as doubles)
+            a = b = pa.nulls(len(a), pa.int64() if op == "div" else pa.float64())
         elif a.type == pa.null():
             a = a.cast(b.type)
         elif b.type == pa.null():
@@ -496,6 +501,8 @@ class _Eval(Casts):
                 return x.cast(pa.float64())
             if not _is_num(x.type):
                 raise ExpressionError(f"{show(node)}: abs needs a number")
+            if pa.types.is_decimal(x.type):  # (a negative one negated, as Decimal.abs does)
+                return pc.if_else(pc.less(_double(x), 0.0), _negate_decimal(x), x)
             return pc.abs(x)
         if name in ("lower", "upper", "length"):
             x = self.string(x, node)
@@ -617,6 +624,17 @@ class _Eval(Casts):
                 return _from_np(_floordiv(us, per) * per, _valid(ts), pa.int64()).cast(TS)
         floored = pc.floor_temporal(wall, unit=u, week_starts_monday=True)
         return self.from_local(floored)
+
+def _negate_decimal(a: pa.Array) -> pa.Array:
+    """``Decimal.unary_-``: a value of more than 34 digits is negated as a Scala BigDecimal,
+    which rounds it to 34 significant digits (``MathContext.DECIMAL128``, half even)."""
+    typ = a.type
+    if typ.precision <= _SCALA_DIGITS:
+        return pc.negate(a)
+    quantum = Decimal(1).scaleb(-typ.scale)
+    return pa.array([None if d is None else _SCALA.minus(d).quantize(quantum, context=_WIDE)
+                     for d in a.to_pylist()], typ)
+
 
 def _compare_exact(op: str, x: pa.Array, y: pa.Array) -> pa.Array:
     """Decimals and integers compared exactly (in any precision and scale)."""

@@ -167,7 +167,9 @@ def _lit_as(lit: Lit, typ: pa.DataType, tz: str) -> Any:
         raise PredicateError(f"cannot compare a string column with {lit.value!r}: Spark casts "
                              "every value to a number, quote the literal")
     try:
-        return pa.scalar(lit.value if lit.kind != "dec" else float(lit.value)).cast(typ)
+        # (a long literal against doubles: the nearest double, as Spark casts it)
+        return pa.scalar(lit.value if lit.kind != "dec" else float(lit.value)).cast(
+            typ, safe=not pa.types.is_floating(typ))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise PredicateError(f"cannot compare {typ} with {lit.value!r}") from exc
 
