@@ -64,9 +64,8 @@ def _const(lit: Lit, n: int) -> pa.Array:
     typ = _lit_type(lit)
     if lit.kind == "null":
         return pa.nulls(n)
-    if lit.kind == "date":
-        return pa.array([_day(lit.value)] * n, pa.date32())
-    return pa.array([lit.value] * n, typ)
+    value = _day(lit.value) if lit.kind == "date" else lit.value
+    return pa.repeat(pa.scalar(value, typ), n)
 
 
 def _adjust(p: int, s: int) -> pa.Decimal128Type:

@@ -204,33 +204,27 @@ class _Eval(Casts):
     def scatter(parts: list[tuple[np.ndarray, pa.Array]], n: int, typ: pa.DataType) -> pa.Array:
         if not parts:
             return pa.nulls(n, typ)
-        rows = np.concatenate([r for r, _ in parts])
+        rows = np.concatenate([r for r, _ in parts])  # (each row of 0..n-1 once)
         values = pa.concat_arrays([a.cast(typ) if a.type != typ else a for _, a in parts])
-        return values.take(pa.array(np.argsort(rows, kind="stable"), pa.int64()))
+        where = np.empty(n, np.int64)
+        where[rows] = np.arange(n)
+        return values.take(pa.array(where, pa.int64()))
 
     # -- booleans and comparisons
 
     def logic(self, node: Logic, t: pa.Table) -> pa.Array:
         """AND/OR from left to right: a row whose answer is settled (FALSE for AND, TRUE for
         OR) does not evaluate the rest, as Spark's ``And``/``Or`` do."""
-        n = t.num_rows
         settle = node.op == "OR"
         res = self.boolean(node.items[0], t)
         for item in node.items[1:]:
-            open_rows = np.flatnonzero(~np.asarray(
-                pc.equal(res, settle).fill_null(False).to_numpy(zero_copy_only=False), bool))
-            if len(open_rows) == n:
-                right = self.boolean(item, t)
-            else:
-                sub = self.on_rows(item, t, open_rows)
-                if sub.type == pa.null():
-                    sub = sub.cast(pa.bool_())
-                if not pa.types.is_boolean(sub.type):
-                    raise ExpressionError(f"{show(item)} is not a boolean condition")
-                done = np.setdiff1d(np.arange(n), open_rows)
-                right = self.scatter([(open_rows, sub),
-                                      (done, pa.array([settle] * len(done), pa.bool_()))],
-                                     n, pa.bool_())
+            open_rows = ~np.asarray(pc.equal(res, settle).fill_null(False)
+                                    .to_numpy(zero_copy_only=False), bool)
+            right = self.where(item, t, open_rows)  # (NULL where settled: AND/OR ignore it)
+            if right.type == pa.null():
+                right = right.cast(pa.bool_())
+            if not pa.types.is_boolean(right.type):
+                raise ExpressionError(f"{show(item)} is not a boolean condition")
             res = pc.or_kleene(res, right) if settle else pc.and_kleene(res, right)
         return res
 
