@@ -137,8 +137,11 @@ def _dec_values(a: pa.Array) -> list[Decimal | None]:
 
 def _fit(x: Decimal, typ: pa.Decimal128Type, what: str) -> Decimal:
     """``x`` rounded HALF_UP to ``typ``'s scale; past its precision: Spark's ANSI error."""
-    q = x.quantize(Decimal(1).scaleb(-typ.scale), rounding=ROUND_HALF_UP, context=_WIDE)
-    if q.adjusted() >= typ.precision - typ.scale and q != 0:
+    digits = typ.precision - typ.scale  # (the integer digits it holds)
+    big = x != 0 and x.adjusted() >= digits
+    q = x if big else x.quantize(Decimal(1).scaleb(-typ.scale), rounding=ROUND_HALF_UP,
+                                 context=_WIDE)
+    if big or (q != 0 and q.adjusted() >= digits):
         raise ExpressionError(f"{what}: the value {x} does not fit {_type_name(typ)} (Spark in "
                               "ANSI mode raises NUMERIC_VALUE_OUT_OF_RANGE too)")
     return q
@@ -234,8 +237,9 @@ class Casts:
                 out.append(None)
                 continue
             if isinstance(v, float):
-                if not math.isfinite(v):
-                    raise ExpressionError(bad)
+                if not math.isfinite(v):  # (Decimal(NaN) fails and Cast catches it: NULL,
+                    out.append(None)     # in ANSI mode too)
+                    continue
                 v = Decimal(repr(v))  # (Decimal(double): the double's shortest text)
             out.append(_fit(Decimal(v), to, show(node)))
         return pa.array(out, to)

@@ -153,7 +153,8 @@ class _Eval(Casts):
                 res = self.is_in(x, items, t)
                 return pc.invert(res) if neg else res
             case Between(x=x, lo=lo, hi=hi, negate=neg):
-                res = pc.and_kleene(self.compare(">=", x, lo, t), self.compare("<=", x, hi, t))
+                # (Spark's parser writes it as x >= lo AND x <= hi: AND evaluates lazily)
+                res = self.logic(Logic("AND", (Cmp(">=", x, lo), Cmp("<=", x, hi))), t)
                 return pc.invert(res) if neg else res
             case Like(x=x, pattern=p, negate=neg):
                 if not (isinstance(p, Lit) and p.kind == "str"):
