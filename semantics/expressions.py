@@ -9,7 +9,7 @@ type: ``int`` int32, ``bigint`` int64, ``double`` float64, ``decimal(p,s)`` deci
 Supported: everything of ``semantics.predicate`` (comparisons, AND/OR/NOT, IN, BETWEEN, LIKE,
 IS NULL, literals), ``+ - * / %`` and ``div``, ``CASE WHEN ... THEN ... [ELSE ...] END``,
 ``CAST(x AS int|bigint|smallint|tinyint|double|float|string|boolean|date|timestamp|decimal(p,s))``
-and the functions in ``FUNCTIONS``. Spark's rules kept here:
+and the functions in ``expression_syntax.FUNCTIONS``. Spark's rules kept here:
 
 * integers widen to the wider operand (int + int is an int); an integer meets a decimal as
   decimal(10,0) (a bigint as decimal(20,0); an integer literal as the fewest digits it needs),
@@ -23,7 +23,8 @@ and the functions in ``FUNCTIONS``. Spark's rules kept here:
 * ANSI: integer overflow, a decimal past its precision, a division or remainder by zero (of a
   row whose dividend is not NULL) and an invalid cast raise in Spark; here they raise
   ExpressionError naming the expression. Doubles overflow to infinity as in Spark;
-* NULL in, NULL out; CASE, COALESCE, AND and OR evaluate a part only for the rows that reach it
+* NULL in, NULL out; CASE, COALESCE, AND, OR, IN and a binary operator's second operand are
+  evaluated only for the rows that reach them
   (``CASE WHEN d = 0 THEN 0 ELSE n / d END`` does not raise), as Spark's evaluation does.
 
 >>> t = pa.table({"value": pa.array([1, 2, None, -7], pa.int64())})
