@@ -194,7 +194,7 @@ class _Eval(Casts):
     def where(self, node: Node, t: pa.Table, rows: np.ndarray) -> pa.Array:
         """``node`` for the rows where ``rows`` holds, NULL elsewhere: Spark evaluates a
         binary expression's second operand only when the first is not NULL."""
-        if rows.all():
+        if rows.all() or _cannot_raise(node):  # (then every row's value does as well)
             return self.value(node, t)
         idx = np.flatnonzero(rows)
         sub = self.on_rows(node, t, idx)
@@ -620,6 +620,24 @@ class _Eval(Casts):
                 return _from_np(_floordiv(us, per) * per, _valid(ts), pa.int64()).cast(TS)
         floored = pc.floor_temporal(wall, unit=u, week_starts_monday=True)
         return self.from_local(floored)
+
+def _cannot_raise(node: Node) -> bool:
+    """True if ``node`` raises for no row's values (columns, literals, comparisons, AND/OR/NOT,
+    IN, BETWEEN, LIKE, IS NULL of those): evaluating it for more rows changes nothing."""
+    match node:
+        case Lit() | Col():
+            return True
+        case Cmp(a=a, b=b):
+            return _cannot_raise(a) and _cannot_raise(b)
+        case Logic(items=items) | In(items=items):
+            return all(map(_cannot_raise, items)) and (not isinstance(node, In)
+                                                      or _cannot_raise(node.x))
+        case Not(x=x) | IsNull(x=x) | Like(x=x):
+            return _cannot_raise(x)
+        case Between(x=x, lo=lo, hi=hi):
+            return _cannot_raise(x) and _cannot_raise(lo) and _cannot_raise(hi)
+    return False
+
 
 def _negate_decimal(a: pa.Array) -> pa.Array:
     """``Decimal.unary_-``: a value of more than 34 digits is negated as a Scala BigDecimal,
