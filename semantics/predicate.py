@@ -7,8 +7,10 @@ keep exactly the rows ``DataFrame.filter(text)`` keeps in Spark (ANSI mode, the 
 decimals ``1.5``, doubles ``1e3``, strings in single or double quotes with backslash escapes,
 adjacent strings concatenated, ``TRUE``/``FALSE``/``NULL``, ``TIMESTAMP '...'``, ``DATE '...'``),
 unary ``-``/``+``, ``= == != <> < <= > >=``, ``AND OR NOT``, ``[NOT] IN (...)``,
-``[NOT] BETWEEN a AND b``, ``[NOT] LIKE 'pattern'``, ``IS [NOT] NULL`` and parentheses. Other
-SQL (arithmetic, functions) is a clear error. Spark's rules kept here:
+``[NOT] BETWEEN a AND b``, ``[NOT] LIKE 'pattern'``, ``IS [NOT] NULL`` and parentheses; an operand
+may be any value expression ``semantics.expressions`` evaluates (``value % 2 = 0``,
+``date_trunc('HOUR', ts) = TIMESTAMP '...'``, docs/semantics.md §1.2). Other SQL is a clear
+error. Spark's rules kept here:
 
 * a comparison with NULL is unknown, and an unknown row is filtered out;
 * ``NaN`` equals ``NaN`` and is larger than any other double;
@@ -80,25 +82,6 @@ def _unescape(body: str) -> str:
     return "".join(out)
 
 
-def _tokens(text: str) -> list[tuple[str, str]]:
-    out: list[tuple[str, str]] = []
-    pos = 0
-    text = text.rstrip()
-    while pos < len(text):
-        m = _TOKEN.match(text, pos)
-        if not m or m.end() == pos:
-            raise PredicateError(f"cannot parse filter at position {pos}: {text[pos:pos + 20]!r}")
-        kind = m.lastgroup or ""
-        val = m.group(kind)
-        if kind == "str":
-            val = _unescape(val[1:-1])
-            if out and out[-1][0] == "str":  # 'a' 'b' is 'ab', as in Spark SQL
-                val = out.pop()[1] + val
-        out.append((kind, val))
-        pos = m.end()
-    return out
-
-
 MAX_DIGITS = 38  # Spark's largest decimal precision
 MAX_DEPTH = 100  # nested parentheses, NOT and signs (deeper: an error, not a RecursionError)
 
@@ -123,190 +106,6 @@ def _number(text: str) -> Lit:
         raise PredicateError(f"the number {text[:20]}... has {digits} digits; Spark's decimal "
                              f"literals have at most {MAX_DIGITS}")
     return Lit(Decimal(text), "dec")
-
-
-class _Parser:
-    exact = False  # spark.sql.caseSensitive: column names match exactly
-
-    def __init__(self, text: str, table: pa.Table, time_zone: str = "UTC") -> None:
-        self.toks = _tokens(text)
-        self.i = 0
-        self.table = table
-        self.tz = time_zone
-        self.depth = 0
-
-    def nested(self) -> None:
-        """One more level of parentheses, NOT or sign (at most ``MAX_DEPTH``)."""
-        self.depth += 1
-        if self.depth > MAX_DEPTH:
-            raise PredicateError(f"the filter is nested more than {MAX_DEPTH} levels deep "
-                                 "(parentheses, NOT, signs)")
-
-    def peek(self, upper: bool = True) -> str | None:
-        if self.i >= len(self.toks):
-            return None
-        kind, val = self.toks[self.i]
-        return val.upper() if upper and kind == "word" else val
-
-    def take(self, expected: str | None = None) -> tuple[str, str]:
-        if self.i >= len(self.toks):
-            raise PredicateError(f"unexpected end of filter, expected {expected or 'a value'}")
-        tok = self.toks[self.i]
-        if expected is not None and (tok[1].upper() if tok[0] == "word" else tok[1]) != expected:
-            raise PredicateError(f"expected {expected!r}, got {tok[1]!r}")
-        self.i += 1
-        return tok
-
-    def parse(self) -> Value:
-        e = self.or_()
-        if self.i != len(self.toks):
-            raise PredicateError(f"unexpected {self.toks[self.i][1]!r} (arithmetic and "
-                                 "functions are not supported in filters)")
-        return e
-
-    def or_(self) -> Value:
-        e = self.and_()
-        while self.peek() == "OR":
-            self.take()
-            e = pc.or_kleene(_bool(e, self.n), _bool(self.and_(), self.n))
-        return e
-
-    def and_(self) -> Value:
-        e = self.not_()
-        while self.peek() == "AND":
-            self.take()
-            e = pc.and_kleene(_bool(e, self.n), _bool(self.not_(), self.n))
-        return e
-
-    def not_(self) -> Value:
-        if self.peek() == "NOT":
-            self.take()
-            self.nested()
-            e = pc.invert(_bool(self.not_(), self.n))
-            self.depth -= 1
-            return e
-        return self.cmp()
-
-    @property
-    def n(self) -> int:
-        return self.table.num_rows
-
-    def compare(self, op: str, a: Value, b: Value) -> pa.ChunkedArray:
-        return _compare(op, a, b, self.n, self.tz)
-
-    def cmp(self) -> Value:
-        left = self.unary()
-        op = self.peek()
-        if op in _COMPARE:
-            self.take()
-            return self.compare(op, left, self.unary())
-        negate = False
-        if op == "NOT":
-            self.take()
-            negate = True
-            op = self.peek()
-        if op == "IN":
-            self.take()
-            self.take("(")
-            values = [self.unary()]
-            while self.peek() == ",":
-                self.take()
-                values.append(self.unary())
-            self.take(")")
-            res = self.compare("=", left, values[0])
-            for v in values[1:]:
-                res = pc.or_kleene(res, self.compare("=", left, v))
-            return pc.invert(res) if negate else res
-        if op == "BETWEEN":
-            self.take()
-            lo = self.unary()
-            self.take("AND")
-            hi = self.unary()
-            res = pc.and_kleene(self.compare(">=", left, lo),
-                                self.compare("<=", left, hi))
-            return pc.invert(res) if negate else res
-        if op == "LIKE":
-            self.take()
-            pattern = self.unary()
-            if not (isinstance(pattern, Lit) and pattern.kind == "str"):
-                raise PredicateError("LIKE needs a string pattern")
-            col = _array(left, self.n)
-            if not pa.types.is_string(col.type):
-                raise PredicateError("LIKE needs a string column")
-            res = pc.match_like(col, pattern.value)
-            return pc.invert(res) if negate else res
-        if op == "IS":
-            self.take()
-            neg = False
-            if self.peek() == "NOT":
-                self.take()
-                neg = True
-            self.take("NULL")
-            res = pc.is_null(_array(left, self.n))
-            return pc.invert(res) if neg else res
-        if negate:
-            raise PredicateError("NOT must be followed by IN, BETWEEN or LIKE here")
-        return left
-
-    def unary(self) -> Value:
-        if self.peek() in ("-", "+"):
-            sign = self.take()[1]
-            self.nested()
-            v = self.unary()
-            self.depth -= 1
-            if sign == "+":
-                return v
-            if isinstance(v, Lit):
-                if v.kind not in ("int", "dec", "float"):
-                    raise PredicateError(f"cannot negate {v.value!r}")
-                return Lit(-v.value, v.kind)
-            if not (pa.types.is_integer(v.type) or pa.types.is_floating(v.type)):
-                raise PredicateError("only numbers can be negated")
-            return pc.negate_checked(v)
-        return self.value()
-
-    def value(self) -> Value:
-        kind, val = self.take()
-        if val == "(" and kind == "op":
-            self.nested()
-            e = self.or_()
-            self.take(")")
-            self.depth -= 1
-            return e
-        if kind == "num":
-            return _number(val)
-        if kind == "str":
-            return Lit(val, "str")
-        if kind == "op":
-            raise PredicateError(f"unexpected {val!r}")
-        up = val.upper()
-        if up in ("TRUE", "FALSE"):
-            return Lit(up == "TRUE", "bool")
-        if up == "NULL":
-            return Lit(None, "null")
-        if up in ("TIMESTAMP", "DATE") and self.i < len(self.toks) and \
-                self.toks[self.i][0] == "str":
-            text = self.take()[1]
-            if up == "DATE":  # (a day; against a timestamp: its midnight in the time zone)
-                return Lit(text, "date")
-            return Lit(_timestamp_us(text, self.tz), "ts")
-        if self.peek() == "(":
-            raise PredicateError(f"{val}(...): arithmetic and functions are not supported in "
-                                 "filters")
-        return self.table.column(self.column(val))
-
-    def column(self, word: str) -> str:
-        """Spark's case-insensitive resolution (an exact match first)."""
-        name = word[1:-1].replace("``", "`") if word.startswith("`") else word
-        names = self.table.column_names
-        if name in names:
-            return name
-        same = [] if self.exact else [c for c in names if c.lower() == name.lower()]
-        if len(same) == 1:
-            return same[0]
-        if same:
-            raise PredicateError(f"column {name!r} is ambiguous: {', '.join(same)}")
-        raise PredicateError(f"unknown column {name!r} (columns: {', '.join(names)})")
 
 
 def _timestamp_us(text: str, time_zone: str) -> int:
@@ -345,13 +144,6 @@ def _array(v: Value, n: int) -> pa.ChunkedArray:
     return pa.chunked_array([pa.array([value] * n)])
 
 
-def _bool(v: Value, n: int) -> pa.ChunkedArray:
-    a = _array(v, n)
-    if not pa.types.is_boolean(a.type):
-        raise PredicateError("AND, OR and NOT need boolean conditions")
-    return a
-
-
 def _lit_as(lit: Lit, typ: pa.DataType, tz: str) -> Any:
     """A string/number literal cast to a column's type, as Spark's implicit cast does."""
     if pa.types.is_timestamp(typ):
@@ -375,7 +167,9 @@ def _lit_as(lit: Lit, typ: pa.DataType, tz: str) -> Any:
         raise PredicateError(f"cannot compare a string column with {lit.value!r}: Spark casts "
                              "every value to a number, quote the literal")
     try:
-        return pa.scalar(lit.value if lit.kind != "dec" else float(lit.value)).cast(typ)
+        # (a long literal against doubles: the nearest double, as Spark casts it)
+        return pa.scalar(lit.value if lit.kind != "dec" else float(lit.value)).cast(
+            typ, safe=not pa.types.is_floating(typ))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise PredicateError(f"cannot compare {typ} with {lit.value!r}") from exc
 
@@ -463,20 +257,14 @@ def evaluate(text: str, table: pa.Table, time_zone: str = "UTC",
              case_sensitive: bool = False) -> pa.ChunkedArray:
     """Boolean mask of ``text`` over ``table`` (NULL counts as false when filtering);
     timestamps written without an offset are wall times in ``time_zone`` (Spark's session
-    time zone); column names match in any case unless ``case_sensitive``."""
-    try:
-        parser = _Parser(text, table, time_zone)
-        parser.exact = case_sensitive
-        res = parser.parse()
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-        raise PredicateError(str(exc)) from None
-    if isinstance(res, Lit):
-        if res.kind != "bool":
-            raise PredicateError("the filter must be a boolean condition")
-        res = _array(res, table.num_rows)
-    if not pa.types.is_boolean(res.type):
+    time zone); column names match in any case unless ``case_sensitive``. Operands are value
+    expressions (``semantics.expressions``: ``value % 2 = 0``)."""
+    from semantics import expressions  # (it builds on this module's comparisons)
+
+    res = expressions.evaluate(text, table, time_zone, case_sensitive)
+    if not pa.types.is_boolean(res.type):  # (a bare NULL too: Spark refuses it)
         raise PredicateError("the filter must be a boolean condition")
-    return res
+    return pa.chunked_array([res])
 
 
 def check(text: str, schema: pa.Schema, time_zone: str = "UTC") -> None:

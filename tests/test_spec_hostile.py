@@ -140,7 +140,7 @@ SCHEMA = pa.schema([("v", pa.float64()), ("n", pa.int64()),
 @pytest.mark.parametrize("text,says", [
     ("(" * 5000 + "v > 1" + ")" * 5000, "nested more than 100 levels"),
     ("NOT " * 3000 + "v > 1", "nested more than 100 levels"),
-    ("v > " + "-" * 3000 + "1", "nested more than 100 levels"),
+    ("v > " + "- " * 3000 + "1", "nested more than 100 levels"),  # ("--": a comment)
     ("v > 9" * 1 + "9" * 40, "at most 38"),
     ("n > 0." + "0" * 40 + "1", "at most 38"),
     ("v > 1e400", "out of the range of a double"),
