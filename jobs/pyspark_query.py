@@ -56,6 +56,7 @@ from semantics.spec import (
 
 # hidden columns of the batch evaluation (no user column takes these names)
 H_ROW, H_TICK, H_BATCH = "__wmbt_row_id", "__wmbt_tick", "__wmbt_batch_id"
+H_KEY = "__wmbt_key"  # + its position: a grouping expression's value
 STATELESS_NODES = {"Project", "Filter", "SubqueryAlias"}
 STATEFUL_NODES = {"Aggregate", "Deduplicate", "DeduplicateWithinWatermark", "Join",
             "FlatMapGroupsWithState", "TransformWithState", "FlatMapGroupsInPandasWithState"}
@@ -296,8 +297,12 @@ def _lower_plan(spec: BacktestSpec, q: PySparkQuery, plan: object, ids: dict[str
     if len(set(names)) != len(names) or not all(n.isidentifier() for n in names):
         raise _refuse(spec, child, f"input columns {names} that are not distinct identifiers")
     assert source is not None
-    lowered_spec, std_query, node_outputs = _kind(spec, q, op, source, wm_col, et_col, rec,
-                                                  names)
+    lowered_spec, std_query, node_outputs, computed = _kind(spec, q, op, source, wm_col,
+                                                            et_col, rec, names)
+    if computed:  # (grouping expressions: columns of the operator's input, computed by Spark)
+        below.append(Step("project", (*(f"`{n}`" for n in names),
+                                      *(f"{sql} AS `{k}`" for k, sql in computed))))
+        names = [*names, *(k for k, _ in computed)]
     lowered_spec._output_columns = out_names
     text = code_path(spec.base_dir, q).read_bytes()
     lowered_spec._pyspark = PySparkOrigin(
@@ -331,7 +336,10 @@ def _delays(spec: BacktestSpec, rec: Recorder, source: str, wm_col: str | None
 def _kind(spec: BacktestSpec, q: PySparkQuery, op: object, source: str, wm_col: str | None,
           et_col: str | None, rec: Recorder, names: list[str]
           ) -> tuple[BacktestSpec, AggregationQuery | DeduplicationQuery | SessionQuery,
-                     tuple[tuple[str, str], ...]]:
+                     tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
+    """The query kind of the stateful node ``op``, the node's outputs as SQL over the kind's,
+    and the grouping expressions that are not columns (hidden name, SQL), which the caller
+    adds to the operator's input."""
     delays = _delays(spec, rec, source, wm_col)
     src = spec.sources[source]
     table_et = src.event_time or wm_col
@@ -343,6 +351,7 @@ def _kind(spec: BacktestSpec, q: PySparkQuery, op: object, source: str, wm_col: 
                   for c, cand in spec.candidates.items()}
     name = _node(op)
     node_outputs: list[tuple[str, str]] = []
+    computed: list[tuple[str, object]] = []  # (hidden key column, its grouping expression)
     std: AggregationQuery | DeduplicationQuery | SessionQuery
     if name in ("Deduplicate", "DeduplicateWithinWatermark"):
         keys = tuple(str(k.name()) for k in _seq(op.keys()))  # type: ignore[attr-defined]
@@ -359,7 +368,13 @@ def _kind(spec: BacktestSpec, q: PySparkQuery, op: object, source: str, wm_col: 
         keys_l: list[str] = []
         for g in group:
             if str(g.getClass().getSimpleName()) != "AttributeReference":
-                raise _refuse(spec, op, f"a grouping expression {g.sql()} that is not a column")
+                if not g.deterministic():
+                    raise _refuse(spec, op, f"a non-deterministic grouping expression "
+                                  f"{g.sql()}")
+                key = f"{H_KEY}{len(computed)}"
+                computed.append((key, g))
+                keys_l.append(key)
+                continue
             if g.dataType().typeName() == "struct" and \
                     "start" in str(g.dataType().simpleString()):
                 if len(windows) != 1:
@@ -388,6 +403,9 @@ def _kind(spec: BacktestSpec, q: PySparkQuery, op: object, source: str, wm_col: 
                                      f"`{part}_end`)"))
             elif cls == "AttributeReference" and str(e.name()) in keys_l:
                 node_outputs.append((str(e.name()), f"`{e.name()}`"))
+            elif cls == "Alias" and any(e.child().semanticEquals(g) for _, g in computed):
+                key = next(k for k, g in computed if e.child().semanticEquals(g))
+                node_outputs.append((str(e.name()), f"`{key}`"))
             elif cls == "Alias" and str(e.child().getClass().getSimpleName()) == \
                     "AggregateExpression":
                 ae = e.child()
@@ -421,7 +439,8 @@ def _kind(spec: BacktestSpec, q: PySparkQuery, op: object, source: str, wm_col: 
                                    window=window, aggregates=aggs, output_mode=q.output_mode)
     lowered = spec.model_copy(update={"sources": sources, "candidates": candidates,
                                       "query": std})
-    return lowered, std, tuple(node_outputs)
+    return lowered, std, tuple(node_outputs), tuple((k, str(g.sql()))  # type: ignore[attr-defined]
+                                                    for k, g in computed)
 
 
 # -- prediction -------------------------------------------------------------------------------

@@ -20,7 +20,8 @@ Setup lines (:data:`SETUP_WORDS`: ``. .venv/bin/activate``, ``source``, ``export
 stands for: every command records the setup lines above it in its block, which run before it.
 
 A ```yaml block right after a paragraph that ends with ``:`` and whose last inline code span is a
-``.yaml``/``.yml`` path (README: "e.g. `backtests/clicks_per_ad.yaml`:") is that file's text.
+``.yaml``/``.yml`` path (README: "e.g. `backtests/clicks_per_ad.yaml`:") is that file's text; a
+```python block introduced the same way by a ``.py`` path (the job's own code a spec names).
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ SETUP_WORDS = frozenset({".", "source", "export", "cp", "mkdir", "cd"})
 _FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([\w+-]*)")
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _YAML_PATH = re.compile(r"`([^`\s]+\.ya?ml)`")
+# a fenced file's language -> the code spans naming such a file
+_FILE_PATHS = {"yaml": _YAML_PATH, "yml": _YAML_PATH, "python": re.compile(r"`([^`\s:]+\.py)`")}
 
 
 @dataclass(frozen=True)
@@ -228,13 +231,13 @@ def commands(doc: str, text: str) -> list[DocCommand]:
 
 
 def files(doc: str, text: str) -> list[DocFile]:
-    """The files whose text the Markdown ``text`` of document ``doc`` shows (```yaml blocks
-    introduced by a paragraph ending ``:`` whose last code span is their path)."""
+    """The files whose text the Markdown ``text`` of document ``doc`` shows (```yaml and
+    ```python blocks introduced by a paragraph ending ``:`` whose last code span is their path)."""
     found = []
     for fence in fences(text):
-        if fence.lang not in ("yaml", "yml") or not fence.before.rstrip().endswith(":"):
+        if fence.lang not in _FILE_PATHS or not fence.before.rstrip().endswith(":"):
             continue
-        paths = _YAML_PATH.findall(fence.before)
+        paths = _FILE_PATHS[fence.lang].findall(fence.before)
         if paths:
             found.append(DocFile(doc, fence.first, paths[-1], "\n".join(fence.lines) + "\n"))
     return found
