@@ -1,9 +1,11 @@
 """Per-candidate assets, partitioned by ``"<backtest>|<candidate>"``.
 
 ``replay_schedule`` (plan, no Spark) -> ``predicted_report`` (pure-Python predictor) and
-``actual_report`` (the real query in Spark). Both reports are written to the results store,
-keyed like the CLI's (same run id), so ``wmbt`` and Dagster share results. The blocking GX check
-on ``actual_report`` lives in ``orchestration.checks``.
+``actual_report`` (the real query in Spark). A spec naming the job's own PySpark code is read
+by Spark first (``jobs.pyspark_query.lower``, in ``replay_schedule``), and its prediction
+evaluates the code's stateless expressions by Spark (docs/semantics.md §14). Both reports are
+written to the results store, keyed like the CLI's (same run id), so ``wmbt`` and Dagster share
+results. The blocking GX check on ``actual_report`` lives in ``orchestration.checks``.
 """
 
 import time
@@ -13,6 +15,7 @@ from typing import Any
 import dagster as dg
 import pandas as pd
 
+from jobs.pyspark_query import Lowered
 from jobs.results import run_id
 from orchestration.partitions import CANDIDATES
 from orchestration.resources import ResultsStoreResource, SparkResource, SpecsResource
@@ -34,6 +37,7 @@ class Planned:
     candidate: str
     schedule: Schedule
     run_id: str
+    lowered: Lowered | None = None  # a pyspark query's plan, read by Spark (``spec`` is its)
 
 
 def load_candidate(specs: SpecsResource, key: str) -> tuple[BacktestSpec, str]:
@@ -100,13 +104,21 @@ def _missing(v: Any) -> bool:
 
 @dg.asset(partitions_def=CANDIDATES, group_name=GROUP, kinds={"python", "delta"},
           description="The replay schedule (SPEC.md §2): Delta history cut into micro-batch ticks.")
-def replay_schedule(context: dg.AssetExecutionContext, specs: SpecsResource) -> Planned:
+def replay_schedule(context: dg.AssetExecutionContext, specs: SpecsResource,
+                    spark: SparkResource) -> Planned:
     from semantics.history import plan
+    from semantics.pyspark_spec import PySparkQuery
 
     spec, candidate = load_candidate(specs, context.partition_key)
     t0 = time.perf_counter()
-    schedule = plan(spec, candidate)
-    planned = Planned(spec, candidate, schedule, run_id(spec, candidate, schedule))
+    lowered = None
+    if isinstance(spec.query, PySparkQuery):  # (the code's plan, read by Spark: as the CLI)
+        from jobs.pyspark_query import lower
+
+        lowered = lower(spec, spark.session())
+        spec = lowered.spec
+    schedule = plan(spec if lowered is None else lowered.schedule_spec, candidate)
+    planned = Planned(spec, candidate, schedule, run_id(spec, candidate, schedule), lowered)
     summary = schedule.summary()
     context.add_output_metadata({
         "run_id": planned.run_id,
@@ -126,14 +138,19 @@ def replay_schedule(context: dg.AssetExecutionContext, specs: SpecsResource) -> 
 @dg.asset(partitions_def=CANDIDATES, group_name=GROUP, kinds={"python"},
           description="The predicted batch report (pure-Python predictor, no Spark).")
 def predicted_report(context: dg.AssetExecutionContext, replay_schedule: Planned,
-                     results: ResultsStoreResource) -> RunResult:
+                     results: ResultsStoreResource, spark: SparkResource) -> RunResult:
     from semantics.memory import reuse_freed_memory
     from semantics.predict import predict
 
     reuse_freed_memory()  # (this run's process: freed arrays are reused, not faulted in again)
     p = replay_schedule
     t0 = time.perf_counter()
-    result = predict(p.schedule, p.spec, p.candidate)
+    if p.lowered is not None:  # (Spark evaluates the code's stateless expressions only)
+        from jobs.pyspark_query import predict as predict_lowered
+
+        result: RunResult = predict_lowered(p.lowered, p.schedule, p.candidate, spark.session())
+    else:
+        result = predict(p.schedule, p.spec, p.candidate)
     result.info["elapsed_s"] = time.perf_counter() - t0
     results.store().write(p.spec, p.candidate, p.run_id, "predicted", result)
     context.add_output_metadata(report_metadata(p, result))

@@ -197,3 +197,29 @@ def test_session_window_with_a_static_gap(tmp_path: Path, spark) -> None:
     assert c.predicted.info["lowered_to"]["kind"] == "session"
     assert list(c.actual.outputs.columns) == ["batch_id", "user", "session_window_start",
                                                "session_window_end", "n"]
+
+
+def test_dagster_assets_backtest_the_code_as_the_cli_does(tmp_path: Path, spark) -> None:
+    """The per-candidate assets read the code's plan in replay_schedule, predict it with the
+    code's expressions evaluated by Spark, replay the code itself and pass the GX check."""
+    import dagster as dg
+
+    from orchestration.resources import ResultsStoreResource, SparkResource, SpecsResource
+    from tests.test_orchestration import CANDIDATE_ASSETS, add_partitions, check_evaluation
+
+    folder = tmp_path / "backtests"
+    folder.mkdir()
+    make(folder, "agg", {"tight": {"watermark": {"ts": "2 seconds"}}})
+    (folder / "agg.yaml").rename(folder / "pq.yaml")
+    res = {"spark": SparkResource(), "specs": SpecsResource(folder=str(folder)),
+           "results": ResultsStoreResource(root=str(tmp_path / "results"))}
+    with dg.instance_for_test() as instance:
+        add_partitions(instance, ["pq|tight"])
+        run = dg.materialize(CANDIDATE_ASSETS, partition_key="pq|tight", instance=instance,
+                             resources=res)
+    assert run.success
+    ev = check_evaluation(run)
+    assert ev.passed, ev.metadata["failed"].value
+    meta = run.asset_materializations_for_node("predicted_report")[0].metadata
+    assert meta["late"].value == \
+        run.asset_materializations_for_node("actual_report")[0].metadata["late"].value
