@@ -388,8 +388,9 @@ def _stateless(spec: BacktestSpec, schedule: Schedule, stages: tuple
         df = schedule.rows[s]
         data = (ROW_ID, *schedule.data_columns[s])
         view = df[list(data)]
-        origin: dict[str, str | None] = {c: c for c in data}  # name -> source column (None:
-        for i, stage in enumerate(stages):                     # computed)
+        # each current column -> the source column it renames (None: computed)
+        origin: dict[str, str | None] = {c: c for c in data}
+        for i, stage in enumerate(stages):
             at = f"query.pipeline[{i + offset}].{stage.kind}"
             if isinstance(stage, SelectStage):
                 view, origin = _select(spec, stage, view, origin, at)
