@@ -3,10 +3,11 @@
 
 Stage by stage, as docs/semantics.md §13 describes it: the sources (each with its own
 ``withWatermark``) unioned by name; ``filter`` as ``DataFrame.filter(sql)``; ``select`` as
-column renames; ``deduplicate`` as ``dropDuplicates`` or ``dropDuplicatesWithinWatermark``;
-``aggregate`` as ``groupBy(window(event_time, ...), *keys).agg(...)`` whose output is the keys,
-``window_start``, ``window_end``, (before another stage) ``window_time(window)``, which carries
-the watermark to the next window, and the aggregates.
+column renames and ``F.expr(text).alias(new)`` for computed columns; ``deduplicate`` as
+``dropDuplicates`` or ``dropDuplicatesWithinWatermark``; ``aggregate`` as
+``groupBy(window(event_time, ...), *keys).agg(...)`` whose output is the keys,
+``window_start``, ``window_end``, (before another stage) ``window_time(window)``, which
+carries the watermark to the next window, and the aggregates.
 
 Invariant: the result's columns are exactly ``semantics.pipeline.columns.flow``'s output
 columns (``semantics.report.output_columns``).
@@ -54,7 +55,8 @@ def build_pipeline(spec: BacktestSpec, frames: Mapping[str, DataFrame],
         if isinstance(stage, FilterStage):
             df = df.filter(F.expr(stage.filter))
         elif isinstance(stage, SelectStage):
-            df = df.select(*[F.col(old).alias(new) for new, old in stage.select.items()])
+            df = df.select(*[F.expr(text).alias(new) if stage.column(new) is None
+                             else F.col(text).alias(new) for new, text in stage.select.items()])
         elif isinstance(stage, DeduplicateStage):
             keys = list(stage.deduplicate.keys)
             df = (df.dropDuplicatesWithinWatermark(keys) if stage.deduplicate.within_watermark

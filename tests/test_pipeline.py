@@ -123,9 +123,9 @@ def test_filter_before_the_watermark_removes_rows_from_it():
     assert list(r.outputs["id"]) == [1, 2]
 
 
-def error(query: dict, **kw: object) -> SpecError:
+def error(query: dict, rows: list[dict] | None = None, **kw: object) -> SpecError:
     with pytest.raises(SpecError) as e:
-        sched = schedule_of([[{"id": 1, "ts": 1}]])
+        sched = schedule_of([rows or [{"id": 1, "ts": 1}]])
         predict(sched, spec(query, **kw), "c")
     return e.value
 
@@ -239,3 +239,48 @@ def test_the_results_store_keeps_each_operators_row(tmp_path):
     back = store.run(s.name, "c", "r1", "predicted")
     assert back is not None
     assert table(back) == table(r) and len(r.batches) == 2 * r.batches.batch_id.nunique()
+
+
+def test_a_computed_key_feeds_an_aggregation():
+    # select {bucket: id % 2, ts: ts}, then 10 s counts per bucket; delay 5 s, live.
+    # b0: [0,10): bucket 1 <- ids 1, 3; bucket 0 <- id 2. W after: 0 (4 s − 5 s).
+    # b1: id 5 at 30 s -> bucket 1, [30,40). W after 25 s: the no-data b2 emits [0,10)'s two.
+    q = {"pipeline": [{"select": {"bucket": "id % 2", "ts": "ts"}},
+                      {"aggregate": {"window": {"duration": "10 seconds"}, "keys": ["bucket"],
+                                     "aggregates": {"n": "count(*)"}}}]}
+    sched = schedule_of([[{"id": 1, "ts": 1}, {"id": 2, "ts": 2}, {"id": 3, "ts": 4}],
+                         [{"id": 5, "ts": 30}]], pace="live")
+    r = predict(sched, spec(q), "c")
+    assert list(r.outputs.columns) == ["batch_id", "bucket", "window_start", "window_end", "n"]
+    out = [(b, k, s.value // 10**9, n) for b, k, s, n in
+           r.outputs[["batch_id", "bucket", "window_start", "n"]].itertuples(index=False)]
+    assert sorted(out) == [(2, 0, 0, 1), (2, 1, 0, 2)]
+    assert list(r.batches["state_rows"]) == [2, 3, 1]
+
+
+def test_a_computed_value_sees_only_the_rows_a_filter_kept():
+    # 10 div id raises for id 0 (ANSI), but the filter before it removes that row, as in
+    # Spark; a later filter reads the computed column, and the deduplication keys on it.
+    q = {"pipeline": [{"filter": "id <> 0"}, {"select": {"q": "10 div id", "ts": "ts"}},
+                      {"filter": "q < 10"}, {"deduplicate": {"keys": ["q"]}}]}
+    sched = schedule_of([[{"id": 0, "ts": 1}, {"id": 1, "ts": 2}, {"id": 2, "ts": 3},
+                          {"id": 3, "ts": 4}, {"id": 4, "ts": 5}]])
+    r = predict(sched, spec(q), "c")
+    assert sorted(r.outputs["q"]) == [2, 3, 5]
+    e = error({"pipeline": [{"select": {"q": "10 div id", "ts": "ts"}},
+                            {"deduplicate": {"keys": ["q"]}}]},
+              rows=[{"id": 0, "ts": 1}])
+    assert e.field == "query.pipeline[0].select.q" and "division by zero" in e.expected
+
+
+def test_select_errors_name_the_column_and_the_expectation():
+    dedup = {"deduplicate": {"keys": ["k"]}}
+    e = error({"pipeline": [{"select": {"k": "ts + 1", "ts": "ts"}}, dedup]})
+    assert e.field == "query.pipeline[0].select.k" and "value expression" in e.expected
+    e = error({"pipeline": [{"select": {"k": "id +", "ts": "ts"}}, dedup]})
+    assert e.field == "query.pipeline[0].select.k" and "value expression" in e.expected
+    e = error({"pipeline": [{"select": {"k": "nope * 2", "ts": "ts"}}, dedup]})
+    assert e.field == "query.pipeline[0].select.k" and "'nope'" in e.expected
+    e = error({"pipeline": [{"select": {"k": "id", "t": "date_trunc('second', ts)"}},
+                            dedup]})
+    assert e.field == "query.pipeline[0].select" and "plain column" in e.expected

@@ -62,6 +62,29 @@ def test_dedup_then_window_aggregation(spark, tmp_path, allow_multiple):
     assert actual.batches["dropped_by_watermark"].sum() > 0
 
 
+def test_computed_key_then_dedup_then_window_aggregation(spark, tmp_path):
+    # select {g: id % 3, ts: ts} (F.expr in the replay, semantics.expressions in the
+    # prediction), dedup on (g, ts), 10 s counts per g; delay 5 s, live pace. Ids 1 and 4
+    # at 1 s share g = 1: the second is a duplicate; so is id 7 at 1 s in the next commit.
+    spec = make_spec(
+        tmp_path / "src",
+        [("e", [{"id": 1, "ts": 1}, {"id": 4, "ts": 1}, {"id": 2, "ts": 3}]),
+         ("e", [{"id": 3, "ts": 12}, {"id": 7, "ts": 1}]),
+         ("e", [{"id": 5, "ts": 2}, {"id": 6, "ts": 25}]),
+         ("e", [{"id": 9, "ts": 40}, {"id": 8, "ts": 8}])],
+        {"pipeline": [{"select": {"g": "id % 3", "ts": "ts"}},
+                      {"deduplicate": {"keys": ["g", "ts"]}},
+                      {"aggregate": {"window": {"duration": "10 seconds"}, "keys": ["g"],
+                                     "aggregates": {"n": "count(*)"}}}]},
+        {"e": "5 seconds"}, pace="live")
+    predicted, actual = both(spark, spec, tmp_path)
+    assert list(actual.outputs.columns) == ["batch_id", "g", "window_start", "window_end", "n"]
+    assert sorted(set(actual.outputs["g"])) == [0, 1, 2]
+    # some rows were neither new nor late: duplicates by the computed key (ids differ)
+    d = actual.batches[actual.batches["operator"] == "dedupe"]
+    assert d["state_rows_updated"].sum() + d["dropped_by_watermark"].sum() < d["input_rows"].sum()
+
+
 def test_aggregation_then_aggregation_over_window_time(spark, tmp_path):
     # 10 s counts per key, then 30 s sums of them over window_time (window end − 1 µs);
     # delay 5 s, live pace: a 10 s window emitted in a batch reaches the 30 s window in the

@@ -3,8 +3,9 @@
 
 * the input: ``row_id`` and the source's data columns (a union: every source has the same
   columns and the same ``event_time`` column, as ``unionByName`` needs);
-* ``filter`` and ``deduplicate`` keep the columns; ``select`` keeps and renames (the event-time
-  column must stay: a later stateful stage needs its watermark);
+* ``filter`` and ``deduplicate`` keep the columns; ``select`` outputs its columns: renames of
+  plain column names and values computed by Spark SQL expressions (the event-time column must
+  stay a plain column: a later stateful stage needs its watermark);
 * ``aggregate``: its keys, ``window_start``, ``window_end`` (with a window), then the
   aggregates; before another stage also ``window_time`` (window end − 1 µs), which is then the
   event-time column (Spark's ``window_time``); without a window the event time survives only
@@ -66,14 +67,18 @@ def flow(spec: BacktestSpec, data_columns: Mapping[str, tuple[str, ...]]
         if isinstance(stage, SelectStage):
             if q.join is not None:
                 raise SpecError(f, where, "no select or filter after a join (not modelled yet)")
-            for new, old in stage.select.items():
-                if old not in cols:
+            renames = {new: stage.column(new) for new in stage.select}
+            for new, old in renames.items():
+                if old is None:
+                    _check_expression(f, f"{where}.{new}", stage.select[new])
+                elif old not in cols:
                     raise SpecError(f, f"{where}.{new}", f"a column of the stage's input "
                                     f"({', '.join(cols)}), got {old!r}")
-            if et is not None and et not in stage.select.values():
-                raise SpecError(f, where, f"the event-time column {et!r} kept (its watermark "
-                                "is what the stateful stages use)")
-            et = next((n for n, o in stage.select.items() if o == et), None)
+            if et is not None and et not in renames.values():
+                raise SpecError(f, where, f"the event-time column {et!r} kept as a plain "
+                                f"column ({et}: {et}): its watermark is what the stateful "
+                                "stages use, and a computed column has none")
+            et = next((n for n, o in renames.items() if o == et), None)
             cols = tuple(stage.select)
         elif q.join is not None and i == 0 and not (isinstance(stage, AggregateStage)
                                                     and stage.aggregate.window is not None):
@@ -117,6 +122,17 @@ def joined(spec: BacktestSpec, data_columns: Mapping[str, tuple[str, ...]]
               "full_outer": {j.left, j.right}}.get(j.type, set())
     times = tuple(f"{s}_{spec.sources[s].event_time}" for s in sides if s not in padded)
     return cols, times
+
+
+def _check_expression(file: str, where: str, text: str) -> None:
+    """A select's computed value parses as a Spark SQL value expression (its types are checked
+    where the rows are: ``semantics.pipeline.runner``)."""
+    from semantics.expression_syntax import ExpressionError, parse
+
+    try:
+        parse(text)
+    except ExpressionError as exc:
+        raise SpecError(file, where, f"a Spark SQL value expression ({exc})") from None
 
 
 def _aggs(aggregates: Mapping[str, str]) -> list[tuple[str, str, str | None]]:

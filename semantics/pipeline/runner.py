@@ -13,7 +13,8 @@ operator kind (state in, state out, one batch), the operators chained within eac
   the event time ``window_time`` = window end − 1 µs (§13.1);
 * stateless stages (``select``, ``filter``) come before the first stateful one and act like a
   source filter: Spark pushes such a filter below ``withWatermark`` (§2.1), so the rows it
-  removes never move the watermark.
+  removes never move the watermark; a select's computed columns (``semantics.expressions``)
+  are values of the rows, which a later deduplicate or aggregate may key on.
 
 >>> run(schedule, spec, "c").metrics[0][0].state_rows  # doctest: +SKIP
 """
@@ -28,6 +29,7 @@ import pyarrow as pa
 
 from semantics.config import resolve
 from semantics.errors import SpecError
+from semantics.expressions import evaluate as evaluate_expression
 from semantics.pipeline.columns import WINDOW_TIME, flow
 from semantics.pipeline.spec import (
     AggregateStage,
@@ -287,7 +289,7 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> PipelineRun:
             raise SpecError(spec.path, f"query.pipeline[{i + len(q.pipeline) - len(q.stages)}]"
                             f".{s.kind}", "a stateless stage before the first deduplicate or "
                             "aggregate stage (later ones are not modelled yet)")
-    passing, renames = _stateless(spec, schedule, q.stages[:first])
+    passing, values = _stateless(spec, schedule, q.stages[:first])
     jr = None if q.join is None else join_rules(spec, schedule, q.join.query, delays)
 
     def below(w: int | None) -> int | None:
@@ -325,8 +327,8 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> PipelineRun:
             time_col = _window_time_column(ops[0], views[0].event_time)
             rows = [{**row, EVENT_US: row[time_col].value // 1000} for row in rows]
         else:
-            rows = [{renames.get(k, k): v for k, v in row.items()} for s in spec.query_sources
-                    for row in b.rows[s] if row[ROW_ID] in passing[s]]
+            rows = [{ROW_ID: row[ROW_ID], EVENT_US: row[EVENT_US], **values[s][row[ROW_ID]]}
+                    for s in spec.query_sources for row in b.rows[s] if row[ROW_ID] in passing[s]]
         late_ms, evict_ms = below(b.late_ms), below(b.evict_ms)
         late = None if late_ms is None else late_ms * 1000
         evict = None if evict_ms is None else evict_ms * 1000
@@ -373,51 +375,77 @@ def _delay_us(spec: BacktestSpec, delays: Mapping[str, int], stage: DeduplicateS
 
 
 def _stateless(spec: BacktestSpec, schedule: Schedule, stages: tuple
-               ) -> tuple[dict[str, set[int]], dict[str, str]]:
+               ) -> tuple[dict[str, set[int]], dict[str, dict[int, Row]]]:
     """The row ids of each source that pass the stateless stages before the first stateful one,
-    and the renames of their selects (old name -> new name)."""
+    and per passing row id its values after them (the selects' columns: renamed or computed).
+
+    Each stage sees only the rows the ones before it kept, as in Spark: a computed value or a
+    filter is never evaluated (nor raises, ANSI) for a row an earlier filter removed."""
     passing: dict[str, set[int]] = {}
-    names: dict[str, str] = {}
+    values: dict[str, dict[int, Row]] = {}
+    offset = len(spec.query.pipeline) - len(spec.query.stages)
     for s in spec.query_sources:
         df = schedule.rows[s]
-        cols = {c: c for c in (ROW_ID, *schedule.data_columns[s])}  # current name -> original
-        keep = pd.Series(True, index=df.index)
+        data = (ROW_ID, *schedule.data_columns[s])
+        view = df[list(data)]
+        # each current column -> the source column it renames (None: computed)
+        origin: dict[str, str | None] = {c: c for c in data}
         for i, stage in enumerate(stages):
+            at = f"query.pipeline[{i + offset}].{stage.kind}"
             if isinstance(stage, SelectStage):
-                cols = {new: cols[old] for new, old in stage.select.items()}
+                view, origin = _select(spec, stage, view, origin, at)
                 continue
             assert isinstance(stage, FilterStage)
-            at = f"query.pipeline[{i + len(spec.query.pipeline) - len(spec.query.stages)}]"
-            et = next((n for n, o in cols.items() if o == spec.sources[s].event_time), None)
-            if et is not None and _references(stage.filter, df, cols, et, spec):
-                raise SpecError(spec.path, f"{at}.filter", f"a filter without the event-time "
+            et = next((n for n, o in origin.items() if o == spec.sources[s].event_time), None)
+            if et is not None and _references(stage.filter, view.drop(columns=[et]), spec):
+                raise SpecError(spec.path, at, f"a filter without the event-time "
                                 f"column {et!r} before the first stateful stage (Spark pushes "
                                 "the conjuncts without it below withWatermark: not modelled "
                                 "yet; use sources.<s>.filter)")
-            view = df[list(cols.values())].set_axis(list(cols), axis=1)
-            table = pa.Table.from_pandas(view.reset_index(drop=True), preserve_index=False)
             try:
-                mask = evaluate(stage.filter, table, spec.session_time_zone,
+                mask = evaluate(stage.filter, _arrow(view), spec.session_time_zone,
                                 spec.case_sensitive).to_pandas()
             except PredicateError as exc:
-                raise SpecError(spec.path, f"{at}.filter", f"a Spark SQL predicate over "
-                                f"{', '.join(cols)} ({exc})") from None
-            keep &= mask.fillna(False).to_numpy(dtype=bool)
-        passing[s] = set(df.loc[keep.to_numpy(), ROW_ID].tolist())
-        names = {orig: new for new, orig in cols.items()}
-    return passing, names
+                raise SpecError(spec.path, at, f"a Spark SQL predicate over "
+                                f"{', '.join(view.columns)} ({exc})") from None
+            view = view[mask.fillna(False).to_numpy(dtype=bool)]
+        ids = df.loc[view.index, ROW_ID].tolist()
+        passing[s] = set(ids)
+        values[s] = dict(zip(ids, view.to_dict("records"), strict=True))
+    return passing, values
 
 
+def _select(spec: BacktestSpec, stage: SelectStage, view: pd.DataFrame,
+            origin: Mapping[str, str | None], at: str
+            ) -> tuple[pd.DataFrame, dict[str, str | None]]:
+    """A select over ``view``: its columns renamed or computed by ``semantics.expressions``
+    (Spark's ``F.expr(text).alias(new)``), same rows, same index."""
+    table = _arrow(view)
+    out: dict[str, pd.Series] = {}
+    names: dict[str, str | None] = {}
+    for new, text in stage.select.items():
+        old = stage.column(new)
+        if old is not None:
+            out[new], names[new] = view[old], origin[old]
+            continue
+        try:
+            arr = evaluate_expression(text, table, spec.session_time_zone, spec.case_sensitive)
+        except PredicateError as exc:
+            raise SpecError(spec.path, f"{at}.{new}", f"a Spark SQL value expression over "
+                            f"{', '.join(view.columns)} ({exc})") from None
+        out[new] = arr.to_pandas().set_axis(view.index)
+        names[new] = None
+    return pd.DataFrame(out, index=view.index), names
 
-def _references(text: str, df: pd.DataFrame, cols: Mapping[str, str], et: str,
-                spec: BacktestSpec) -> bool:
-    """Whether predicate ``text`` reads column ``et``: it parses with it, not without it."""
-    without = {n: o for n, o in cols.items() if n != et}
-    empty = df.iloc[:0]
+
+def _arrow(view: pd.DataFrame) -> pa.Table:
+    return pa.Table.from_pandas(view.reset_index(drop=True), preserve_index=False)
+
+
+def _references(text: str, without: pd.DataFrame, spec: BacktestSpec) -> bool:
+    """Whether predicate ``text`` reads a column ``without`` lacks: it does not parse over it."""
     try:
-        evaluate(text, pa.Table.from_pandas(empty[list(without.values())].set_axis(
-            list(without), axis=1), preserve_index=False), spec.session_time_zone,
-            spec.case_sensitive)
+        evaluate(text, _arrow(without.iloc[:0]), spec.session_time_zone, spec.case_sensitive)
     except PredicateError:
         return True
     return False

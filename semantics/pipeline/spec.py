@@ -84,11 +84,32 @@ class FilterStage(_Model):
 
 
 class SelectStage(_Model):
-    """``{select: {new: old}}``: the columns kept, renamed; values are column names."""
+    """``{select: {new: value}}``: the columns output, in order; a value is a Spark SQL value
+    expression (``semantics.expressions``), a plain column name being a rename.
 
-    select: dict[Identifier, Identifier] = Field(min_length=1)
+    >>> SelectStage(select={"ad": "ad_id", "bucket": "ad_id % 4"}).column("bucket") is None
+    True
+    """
+
+    select: dict[Identifier, Annotated[str, Field(min_length=1)]] = Field(min_length=1)
 
     kind = property(lambda self: "select")
+
+    def column(self, new: str) -> str | None:
+        """The input column ``new`` renames, or None: ``new`` is computed."""
+        return plain_column(self.select[new])
+
+
+def plain_column(text: str) -> str | None:
+    """The column ``text`` names when it is nothing but a column reference (else None; text
+    that does not parse is not one either: the evaluator says what is wrong with it)."""
+    from semantics.expression_syntax import Col, ExpressionError, parse
+
+    try:
+        node = parse(text)
+    except ExpressionError:
+        return None
+    return node.name if isinstance(node, Col) else None
 
 
 class DedupArgs(_Model):
