@@ -661,7 +661,8 @@ def _lower_join(spec: BacktestSpec, q: PySparkQuery, op: object, ids: dict[str, 
     for a in _seq(op.output()):  # type: ignore[attr-defined]
         i = int(a.exprId().id())
         side_i = 0 if i in exprs[0] else 1
-        node_outputs.append((str(a.name()), f"`{sources[side_i]}_{exprs[side_i][i]}`"))
+        node_outputs.append((str(a.name()), f"CAST(`{sources[side_i]}_{exprs[side_i][i]}` "
+                             f"AS {a.dataType().sql()})"))
     candidates = {c: cand.model_copy(update={"watermark": delays[c]})
                   for c, cand in spec.candidates.items()}
     lowered_spec = spec.model_copy(update={"sources": table_sources, "candidates": candidates,
@@ -765,7 +766,17 @@ def _map_outputs(spark: SparkSession, lowered: Lowered, outputs: pd.DataFrame) -
     if not len(outputs):
         return pd.DataFrame({c: pd.Series(dtype="object") for c in ["batch_id", *cols]})
     out = outputs.rename(columns={"batch_id": H_BATCH})
-    df = spark.createDataFrame(out)
+    for side in lowered.sides:  # (an outer join's NULL side: NULL, not a float NaN)
+        null = out[f"{side.source}_{ROW_ID}"].isna()
+        if null.any():
+            for c in (f"{side.source}_{n}" for n in side.input_columns):
+                if out[c].dtype.kind == "f":
+                    # (masked, so that a NaN the side's own row holds stays NaN)
+                    out[c] = pd.Series(pd.arrays.FloatingArray(
+                        out[c].to_numpy(dtype=np.float64), null.to_numpy()), index=out.index)
+    # (through arrow for a join: pandas' own path turns a masked NULL back into NaN)
+    df = spark.createDataFrame(pa.Table.from_pandas(out, preserve_index=False)
+                               if lowered.sides else out)
     df = df.select(*[F.expr(sql).alias(n) for n, sql in lowered.node_outputs], H_BATCH)
     df = _apply(df, lowered.above, [H_BATCH])
     flat, names = flat_columns(df.drop(H_BATCH))
