@@ -6,7 +6,9 @@
   replace the code's ``withWatermark`` delays by event-time column while the function runs.
 * **Plan** (:func:`lower`): the same function over empty streaming frames in a local planning
   session; its analyzed plan must hold exactly one stateful node, which maps onto a query kind
-  the predictor models (``AggregationQuery`` with or without a window, ``DeduplicationQuery``).
+  the predictor models (``AggregationQuery`` with or without a window, ``SessionQuery``,
+  ``DeduplicationQuery``, ``JoinQuery`` for a ``Join`` of two watermarked sources whose
+  condition is equi keys and a time range).
   What it cannot model is refused with the plan node named, before anything runs.
 * **Predict** (:func:`predict`): the stateless nodes below the stateful one are evaluated by
   Spark itself, over all of the schedule's rows in one batch query (they do not depend on batch
