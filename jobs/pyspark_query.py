@@ -659,6 +659,10 @@ def _lower_join(spec: BacktestSpec, q: PySparkQuery, op: object, ids: dict[str, 
         table_sources[src] = tsrc.model_copy(update={"event_time": tsrc.event_time or wm})
     std = JoinQuery(kind="join", type=jtype, left=sources[0], right=sources[1],  # type: ignore
                     keys=tuple(hidden), time_range=time_range)
+    outs = [str(a.name()) for a in _seq(op.output())]  # type: ignore[attr-defined]
+    if above and len(set(outs)) != len(outs):  # (the steps above re-read them by name)
+        raise _refuse(spec, op, f"output columns {outs} with a name from both sides under a "
+                      "projection or filter (rename one side's column below the join)")
     node_outputs: list[tuple[str, str]] = []
     for a in _seq(op.output()):  # type: ignore[attr-defined]
         i = int(a.exprId().id())

@@ -91,6 +91,12 @@ def join_extra(sources):
     c = sources["clicks"].withWatermark("ts", "10 seconds")
     v = sources["views"].withWatermark("vts", "5 seconds")
     return c.join(v, (c.k == v.ad) & (c.value > v.vid), "inner")
+
+
+def join_same_names(sources):
+    c = sources["clicks"].withWatermark("ts", "10 seconds").alias("c")
+    v = sources["views"].withColumnRenamed("ad", "k").withWatermark("vts", "5 seconds")
+    return c.join(v.alias("v"), "k").select("c.k", "vid")
 '''
 
 COMMITS = [
@@ -274,6 +280,8 @@ def test_left_outer_join_with_strict_and_subtracted_bounds(tmp_path: Path, spark
 def test_join_with_an_extra_predicate_is_refused(tmp_path: Path, spark, capsys) -> None:
     err = _refused(make_two(tmp_path, "join_extra"), capsys)
     assert "plan node Join" in err and "(value > vid)" in err
+    err = _refused(make_two(tmp_path, "join_same_names"), capsys)
+    assert "plan node Join" in err and "rename one side's column" in err
     assert "Traceback" not in err
 
 
