@@ -6,7 +6,9 @@
   replace the code's ``withWatermark`` delays by event-time column while the function runs.
 * **Plan** (:func:`lower`): the same function over empty streaming frames in a local planning
   session; its analyzed plan must hold exactly one stateful node, which maps onto a query kind
-  the predictor models (``AggregationQuery`` with or without a window, ``DeduplicationQuery``).
+  the predictor models (``AggregationQuery`` with or without a window, ``SessionQuery``,
+  ``DeduplicationQuery``, ``JoinQuery`` for a ``Join`` of two watermarked sources whose
+  condition is equi keys and a time range).
   What it cannot model is refused with the plan node named, before anything runs.
 * **Predict** (:func:`predict`): the stateless nodes below the stateful one are evaluated by
   Spark itself, over all of the schedule's rows in one batch query (they do not depend on batch
@@ -50,7 +52,9 @@ from semantics.spec import (
     AggregationQuery,
     BacktestSpec,
     DeduplicationQuery,
+    JoinQuery,
     SessionQuery,
+    TimeRange,
     WindowSpec,
 )
 
@@ -80,6 +84,20 @@ class Step:
 
 
 @dataclass(frozen=True)
+class Side:
+    """One input of the stateful operator: its source, the stateless steps below the operator
+    (bottom up), the operator input's columns, the watermarked column there, the column
+    withWatermark names and the optimized plan's steps below withWatermark (``Lowered``)."""
+
+    source: str
+    below: tuple[Step, ...]
+    input_columns: tuple[str, ...]
+    event_time: str | None
+    watermark_column: str | None
+    watermark_steps: tuple[Step, ...] = ()
+
+
+@dataclass(frozen=True)
 class Lowered:
     """A pyspark query lowered onto a query kind: ``spec`` (the replay's and the results'),
     the source, the stateless steps below the stateful node (bottom up) and above it (bottom
@@ -93,16 +111,26 @@ class Lowered:
     event_time: str | None  # the watermarked column at the operator's input
     watermark_column: str | None  # the column withWatermark names (its table column)
     node_outputs: tuple[tuple[str, str], ...]  # (node output name, SQL over the kind's outputs)
-    std_query: AggregationQuery | DeduplicationQuery | SessionQuery
+    std_query: AggregationQuery | DeduplicationQuery | SessionQuery | JoinQuery
     planning_s: float
     # the optimized plan's steps below its withWatermark node (Spark's optimizer pushes a
     # filter that does not read the event time below it): the rows the watermark sees
     watermark_steps: tuple[Step, ...] = ()
+    sides: tuple[Side, ...] = ()  # a join's two inputs (left, right); else empty
+
+    @property
+    def all_sides(self) -> tuple[Side, ...]:
+        """The operator's inputs: a join's two sides, else the one source's."""
+        return self.sides or (Side(self.source, self.below, self.input_columns, self.event_time,
+                                   self.watermark_column, self.watermark_steps),)
 
     @property
     def schedule_spec(self) -> BacktestSpec:
         """``spec`` with a query over the table's own columns, for planning the schedule
         (which checks the query's columns against the table; the code's are derived)."""
+        if self.sides:  # (a join: the code's own query, over every source's event time)
+            assert self.spec._pyspark is not None
+            return self.spec.model_copy(update={"query": self.spec._pyspark.query})
         src = self.spec.sources[self.source]
         assert src.event_time is not None
         return self.spec.model_copy(update={"query": DeduplicationQuery(
@@ -212,8 +240,12 @@ def lower(spec: BacktestSpec, spark: SparkSession | None = None) -> Lowered:
         lowered = _lower_plan(spec, q, plan, ids, rec, tuple(out_names), planning_s)
         if lowered.watermark_column is None:
             return lowered
-        return replace(lowered, watermark_steps=_watermark_steps(
-            spec, spark._jsparkSession.sessionState().optimizer().execute(plan)))
+        optimized = spark._jsparkSession.sessionState().optimizer().execute(plan)
+        if lowered.sides:
+            by = _watermark_steps_by_source(spec, optimized, ids)
+            return replace(lowered, sides=tuple(replace(sd, watermark_steps=by[sd.source])
+                                                for sd in lowered.sides))
+        return replace(lowered, watermark_steps=_watermark_steps(spec, optimized))
 
 
 def _watermark_steps(spec: BacktestSpec, optimized: object) -> tuple[Step, ...]:
@@ -223,8 +255,28 @@ def _watermark_steps(spec: BacktestSpec, optimized: object) -> tuple[Step, ...]:
     if len(nodes) != 1:
         raise _refuse(spec, optimized, f"{len(nodes)} withWatermark nodes after optimization "
                       "(one expected)")
-    steps = [Step("watermark", (str(nodes[0].eventTime().name()),))]  # type: ignore
-    (node,) = _children(nodes[0])
+    return _steps_below_watermark(spec, nodes[0])[0]
+
+
+def _watermark_steps_by_source(spec: BacktestSpec, optimized: object,
+                               ids: dict[str, set[int]]) -> dict[str, tuple[Step, ...]]:
+    """``_watermark_steps`` for each source of a join (one withWatermark node each)."""
+    out: dict[str, tuple[Step, ...]] = {}
+    for wm in (n for n in _walk(optimized) if _node(n) == "EventTimeWatermark"):
+        steps, leaf = _steps_below_watermark(spec, wm)
+        got = {int(a.exprId().id()) for a in _seq(leaf.output())}  # type: ignore
+        src = next((s for s, i in ids.items() if got <= i), None)
+        if src is None or src in out:
+            raise _refuse(spec, wm, "a withWatermark node not over exactly one source")
+        out[src] = steps
+    return out
+
+
+def _steps_below_watermark(spec: BacktestSpec, wm: object) -> tuple[tuple[Step, ...], object]:
+    """The stateless steps below the withWatermark node ``wm``, bottom up, then a
+    ``watermark`` step naming its column; and the leaf below them."""
+    steps = [Step("watermark", (str(wm.eventTime().name()),))]  # type: ignore
+    (node,) = _children(wm)
     while _children(node):
         step = _step(spec, node)
         if step is not None:
@@ -233,7 +285,7 @@ def _watermark_steps(spec: BacktestSpec, optimized: object) -> tuple[Step, ...]:
         if len(kids) != 1:
             raise _refuse(spec, node, "a node with several inputs below withWatermark")
         node = kids[0]
-    return tuple(reversed(steps))
+    return tuple(reversed(steps)), node
 
 
 def _lower_plan(spec: BacktestSpec, q: PySparkQuery, plan: object, ids: dict[str, set[int]],
@@ -247,9 +299,6 @@ def _lower_plan(spec: BacktestSpec, q: PySparkQuery, plan: object, ids: dict[str
     if _node(op) in ("FlatMapGroupsWithState", "TransformWithState",
                      "FlatMapGroupsInPandasWithState"):
         raise _refuse(spec, op, "arbitrary stateful processing is not modelled")
-    if _node(op) == "Join":
-        raise _refuse(spec, op, "a stream-stream join from pyspark code is not lowered yet "
-                      "(write it as kind: join)")
     # above the stateful node: stateless steps, collected top down
     above: list[Step] = []
     node = plan
@@ -258,14 +307,41 @@ def _lower_plan(spec: BacktestSpec, q: PySparkQuery, plan: object, ids: dict[str
         if step is not None:
             above.append(step)
         (node,) = _children(node)
+    if _node(op) == "Join":
+        return _lower_join(spec, q, op, ids, rec, out_names, tuple(reversed(above)), planning_s)
     # below: skip the window's own nodes (the predictor computes windows), then stateless
     (child,) = _children(op)
     while _is_window_node(child):
         (child,) = _children(child)
     input_attrs = [(str(a.name()), a) for a in _seq(child.output())]  # type: ignore
+    source, below, wm_col = _side_below(spec, child, ids)
+    et_col = None
+    for n, a in input_attrs:
+        if a.metadata().contains("spark.watermarkDelayMs"):  # type: ignore[attr-defined]
+            et_col = n
+    names = [n for n, _ in input_attrs]
+    if len(set(names)) != len(names) or not all(n.isidentifier() for n in names):
+        raise _refuse(spec, child, f"input columns {names} that are not distinct identifiers")
+    lowered_spec, std_query, node_outputs, computed = _kind(spec, q, op, source, wm_col,
+                                                            et_col, rec, names)
+    if computed:  # (grouping expressions: columns of the operator's input, computed by Spark)
+        below.append(Step("project", (*(f"`{n}`" for n in names),
+                                      *(f"{sql} AS `{k}`" for k, sql in computed))))
+        names = [*names, *(k for k, _ in computed)]
+    lowered_spec._output_columns = out_names
+    text = code_path(spec.base_dir, q).read_bytes()
+    lowered_spec._pyspark = PySparkOrigin(
+        q, {source: wm_col} if wm_col is not None else {}, hashlib.sha256(text).hexdigest())
+    return Lowered(lowered_spec, source, tuple(below), tuple(reversed(above)), tuple(names),
+                   et_col, wm_col, node_outputs, std_query, planning_s)
+
+
+def _side_below(spec: BacktestSpec, child: object, ids: dict[str, set[int]]
+                ) -> tuple[str, list[Step], str | None]:
+    """The source below ``child`` (one input of the stateful node), the stateless steps
+    between them (bottom up) and the column its withWatermark names, if any."""
     below: list[Step] = []
-    node, wm_col, et_col = child, None, None
-    source: str | None = None
+    node, wm_col = child, None
     while True:
         name = _node(node)
         if name == "EventTimeWatermark":
@@ -290,25 +366,7 @@ def _lower_plan(spec: BacktestSpec, q: PySparkQuery, plan: object, ids: dict[str
             raise _refuse(spec, node, "a node with several inputs")
         node = kids[0]
     below.reverse()
-    for n, a in input_attrs:
-        if a.metadata().contains("spark.watermarkDelayMs"):  # type: ignore[attr-defined]
-            et_col = n
-    names = [n for n, _ in input_attrs]
-    if len(set(names)) != len(names) or not all(n.isidentifier() for n in names):
-        raise _refuse(spec, child, f"input columns {names} that are not distinct identifiers")
-    assert source is not None
-    lowered_spec, std_query, node_outputs, computed = _kind(spec, q, op, source, wm_col,
-                                                            et_col, rec, names)
-    if computed:  # (grouping expressions: columns of the operator's input, computed by Spark)
-        below.append(Step("project", (*(f"`{n}`" for n in names),
-                                      *(f"{sql} AS `{k}`" for k, sql in computed))))
-        names = [*names, *(k for k, _ in computed)]
-    lowered_spec._output_columns = out_names
-    text = code_path(spec.base_dir, q).read_bytes()
-    lowered_spec._pyspark = PySparkOrigin(
-        q, {source: wm_col} if wm_col is not None else {}, hashlib.sha256(text).hexdigest())
-    return Lowered(lowered_spec, source, tuple(below), tuple(reversed(above)), tuple(names),
-                   et_col, wm_col, node_outputs, std_query, planning_s)
+    return source, below, wm_col
 
 
 def _delays(spec: BacktestSpec, rec: Recorder, source: str, wm_col: str | None
@@ -443,6 +501,188 @@ def _kind(spec: BacktestSpec, q: PySparkQuery, op: object, source: str, wm_col: 
                                                     for k, g in computed)
 
 
+# -- a stream-stream join (docs/semantics.md §14) ----------------------------------------------
+
+JOIN_TYPES = {"Inner": "inner", "LeftOuter": "left_outer", "RightOuter": "right_outer",
+              "FullOuter": "full_outer", "LeftSemi": "left_semi"}
+# a comparison ``a OP b`` as a bound on ``left.t - right.t`` (``a`` on the left side)
+COMPARISONS = {"GreaterThanOrEqual": ("lower", True), "GreaterThan": ("lower", False),
+               "LessThanOrEqual": ("upper", True), "LessThan": ("upper", False)}
+FLIPPED = {"lower": "upper", "upper": "lower"}
+
+
+def _cls(expr: object) -> str:
+    return str(expr.getClass().getSimpleName())  # type: ignore[attr-defined]
+
+
+def _conjuncts(expr: object, defs: dict[str, object]) -> Iterator[object]:
+    """The ``AND``-ed parts of a join condition; ``BETWEEN`` (analyzed as ``With`` over a
+    common expression) is split into its two comparisons, its references resolved."""
+    cls = _cls(expr)
+    if cls in ("And", "Between"):  # (a Between's child is its replacement, a With)
+        for c in _children(expr):
+            yield from _conjuncts(c, defs)
+    elif cls == "With":
+        body, *parts = _children(expr)
+        for d in parts:
+            defs[str(d.id())] = d.child()  # type: ignore[attr-defined]
+        yield from _conjuncts(body, defs)
+    else:
+        yield expr
+
+
+def _interval_us(lit: object) -> int | None:
+    """A literal interval's microseconds (day-time, or a calendar interval without months)."""
+    if _cls(lit) != "Literal":
+        return None
+    v = lit.value()  # type: ignore[attr-defined]
+    kind = _cls(lit.dataType())  # type: ignore[attr-defined]
+    if kind.startswith("DayTimeIntervalType") and v is not None:
+        return int(v)
+    if kind.startswith("CalendarIntervalType") and v is not None and int(v.months) == 0:
+        return int(v.days) * 86_400_000_000 + int(v.microseconds)
+    return None
+
+
+def _time_term(expr: object, defs: dict[str, object]) -> tuple[int, int] | None:
+    """``expr`` as (an attribute's expression id, microseconds added), or None."""
+    cls = _cls(expr)
+    if cls == "CommonExpressionRef":
+        return _time_term(defs[str(expr.id())], defs)  # type: ignore[attr-defined]
+    if cls == "AttributeReference":
+        return int(expr.exprId().id()), 0  # type: ignore[attr-defined]
+    if cls in ("Cast", "DatetimeSub"):  # (a DatetimeSub's child is its TimeAdd)
+        return _time_term(_children(expr)[-1], defs)
+    if cls in ("TimeAdd", "Add", "Subtract", "TimestampAddInterval"):
+        a, b = _children(expr)
+        sign = -1 if cls == "Subtract" else 1
+        if _cls(b) == "UnaryMinus":
+            sign, (b,) = -sign, _children(b)
+        us, term = _interval_us(b), _time_term(a, defs)
+        if us is None or term is None:
+            return None
+        return term[0], term[1] + sign * us
+    return None
+
+
+def _join_condition(spec: BacktestSpec, op: object, left: set[int], right: set[int],
+                    times: tuple[int, int]) -> tuple[list[tuple[object, object]], TimeRange | None]:
+    """The equi keys (left attribute, right attribute) and the time range of the join
+    ``op``'s condition; ``times`` are the expression ids of the two watermarked columns."""
+    cond = op.condition()  # type: ignore[attr-defined]
+    if not cond.isDefined():
+        raise _refuse(spec, op, "a join without a condition (an equi key is needed)")
+    keys: list[tuple[object, object]] = []
+    bounds: dict[str, tuple[int, bool]] = {}
+    defs: dict[str, object] = {}
+    for c in _conjuncts(cond.get(), defs):
+        kids = _children(c)
+        cls = _cls(c)
+        if cls == "EqualTo" and all(_cls(k) == "AttributeReference" for k in kids):
+            a, b = kids
+            ia, ib = (int(k.exprId().id()) for k in kids)  # type: ignore[attr-defined]
+            if ia in left and ib in right:
+                keys.append((a, b))
+                continue
+            if ia in right and ib in left:
+                keys.append((b, a))
+                continue
+        if cls in COMPARISONS:
+            ta, tb = (_time_term(k, defs) for k in kids)
+            if ta is not None and tb is not None and {ta[0], tb[0]} == set(times):
+                side, inclusive = COMPARISONS[cls]
+                # a + oa OP b + ob: left.t - right.t OP ob - oa (flipped if a is the right)
+                c_us = tb[1] - ta[1] if ta[0] == times[0] else ta[1] - tb[1]
+                side = side if ta[0] == times[0] else FLIPPED[side]
+                if side in bounds:
+                    raise _refuse(spec, op, f"a second {side} time bound {c.sql()}")
+                bounds[side] = (c_us, inclusive)
+                continue
+        raise _refuse(spec, op, f"a join condition part {c.sql()} the predictor does not model "
+                      "(equi keys of columns, and bounds between the two watermarked columns)")
+    if not keys:
+        raise _refuse(spec, op, "a join without an equi key of columns")
+    if not bounds:
+        return keys, None
+    lo, hi = bounds.get("lower"), bounds.get("upper")
+    return keys, TimeRange(
+        lower=None if lo is None else Duration.parse(f"{lo[0]} microseconds"),
+        upper=None if hi is None else Duration.parse(f"{hi[0]} microseconds"),
+        lower_inclusive=True if lo is None else lo[1],
+        upper_inclusive=True if hi is None else hi[1])
+
+
+def _lower_join(spec: BacktestSpec, q: PySparkQuery, op: object, ids: dict[str, set[int]],
+                rec: Recorder, out_names: tuple[str, ...], above: tuple[Step, ...],
+                planning_s: float) -> Lowered:
+    """A ``Join`` of two streams onto ``JoinQuery``: each side's source and stateless steps,
+    the join type, equi keys (hidden columns ``__wmbt_key<i>`` on both sides), the time range
+    and the node's outputs as SQL over ``<source>_<column>``."""
+    jtype = JOIN_TYPES.get(str(op.joinType().toString()))  # type: ignore[attr-defined]
+    if jtype is None:
+        raise _refuse(spec, op, f"a join type {op.joinType().sql()} (inner, left/right/full "  # type: ignore[attr-defined]
+                      "outer or left semi)")
+    kids = _children(op)
+    parts = [_side_below(spec, k, ids) for k in kids]
+    sources = [p[0] for p in parts]
+    if sources[0] == sources[1]:
+        raise _refuse(spec, op, "a self-join (one source on both sides)")
+    attrs = [[(str(a.name()), a) for a in _seq(k.output())] for k in kids]  # type: ignore
+    exprs = [{int(a.exprId().id()): n for n, a in side} for side in attrs]
+    et: list[str] = []
+    et_ids: list[int] = []
+    for side, (src, _, wm) in zip(attrs, parts, strict=True):
+        marked = [(n, a) for n, a in side if a.metadata().contains("spark.watermarkDelayMs")]
+        if wm is None or len(marked) != 1:
+            raise _refuse(spec, op, f"the input from {src} without one watermarked column "
+                          "(call withWatermark on each side)")
+        et.append(marked[0][0])
+        et_ids.append(int(marked[0][1].exprId().id()))
+    keys, time_range = _join_condition(spec, op, set(exprs[0]), set(exprs[1]),
+                                       (et_ids[0], et_ids[1]))
+    for side in attrs:
+        names = [n for n, _ in side]
+        if len(set(names)) != len(names) or not all(n.isidentifier() for n in names):
+            raise _refuse(spec, op, f"input columns {names} that are not distinct identifiers")
+    hidden = [f"{H_KEY}{i}" for i in range(len(keys))]
+    sides: list[Side] = []
+    delays: dict[str, dict[str, Duration]] = {c: {} for c in spec.candidates}
+    table_sources = dict(spec.sources)
+    for i, ((src, below, wm), side) in enumerate(zip(parts, attrs, strict=True)):
+        names = [n for n, _ in side]
+        key_sql = [f"`{k[i].name()}` AS `{h}`" for k, h in zip(keys, hidden, strict=True)]  # type: ignore
+        steps = (*below, Step("project", (*(f"`{n}`" for n in names), *key_sql)))
+        sides.append(Side(src, steps, (*names, *hidden), et[i], wm))
+        for c, d in _delays(spec, rec, src, wm).items():
+            delays[c].update(d)
+        tsrc = spec.sources[src]
+        table_sources[src] = tsrc.model_copy(update={"event_time": tsrc.event_time or wm})
+    std = JoinQuery(kind="join", type=jtype, left=sources[0], right=sources[1],  # type: ignore
+                    keys=tuple(hidden), time_range=time_range)
+    outs = [str(a.name()) for a in _seq(op.output())]  # type: ignore[attr-defined]
+    if above and len(set(outs)) != len(outs):  # (the steps above re-read them by name)
+        raise _refuse(spec, op, f"output columns {outs} with a name from both sides under a "
+                      "projection or filter (rename one side's column below the join)")
+    node_outputs: list[tuple[str, str]] = []
+    for a in _seq(op.output()):  # type: ignore[attr-defined]
+        i = int(a.exprId().id())
+        side_i = 0 if i in exprs[0] else 1
+        node_outputs.append((str(a.name()), f"CAST(`{sources[side_i]}_{exprs[side_i][i]}` "
+                             f"AS {a.dataType().sql()})"))
+    candidates = {c: cand.model_copy(update={"watermark": delays[c]})
+                  for c, cand in spec.candidates.items()}
+    lowered_spec = spec.model_copy(update={"sources": table_sources, "candidates": candidates,
+                                           "query": std})
+    lowered_spec._output_columns = out_names
+    text = code_path(spec.base_dir, q).read_bytes()
+    lowered_spec._pyspark = PySparkOrigin(
+        q, {p[0]: p[2] for p in parts if p[2] is not None}, hashlib.sha256(text).hexdigest())
+    left = sides[0]
+    return Lowered(lowered_spec, left.source, left.below, above, left.input_columns,
+                   left.event_time, left.watermark_column, tuple(node_outputs), std, planning_s,
+                   sides=tuple(sides))
+
+
 # -- prediction -------------------------------------------------------------------------------
 
 def _batch_rows(spark: SparkSession, schedule: Schedule, source: str) -> DataFrame:
@@ -461,35 +701,49 @@ def _apply(df: DataFrame, steps: tuple[Step, ...], keep: list[str]) -> DataFrame
     return df
 
 
+def _side_rows(spark: SparkSession, side: Side, schedule: Schedule
+               ) -> tuple[pd.DataFrame, dict[int, int], str]:
+    """One input's rows at the operator (Spark's batch evaluation of the steps below it),
+    each tick's max event time at its withWatermark node, and its event-time column."""
+    src = side.source
+    raw = _batch_rows(spark, schedule, src)
+    keep = [H_ROW, H_TICK]
+    maxima: dict[int, int] = {}
+    if side.watermark_steps:
+        seen = _apply(raw, side.watermark_steps[:-1], keep)
+        col = F.col(f"`{side.watermark_steps[-1].sql[0]}`")
+        got = seen.groupBy(H_TICK).agg(F.max(F.unix_micros(col)).alias("m")).toPandas()
+        ms = micros_to_ms(got["m"].to_numpy(dtype=np.int64))
+        maxima = dict(zip(got[H_TICK].astype(int).tolist(), ms.tolist(), strict=True))
+    df = _apply(raw, side.below, keep)
+    inp = df.select(*[F.col(f"`{c}`") for c in side.input_columns], *keep)
+    rows = _to_pandas(inp.toArrow()).rename(columns={H_ROW: ROW_ID, H_TICK: TICK})
+    rows = rows.sort_values([TICK, ROW_ID], kind="stable").reset_index(drop=True)
+    rows = rows[[ROW_ID, TICK, *side.input_columns]]
+    et = side.event_time or schedule.event_time[src]
+    if side.event_time is None:  # (no watermark: the schedule's own event time column)
+        rows[et] = schedule.rows[src].set_index(ROW_ID).loc[rows[ROW_ID], et].to_numpy()
+    return rows, maxima, et
+
+
 def predict(lowered: Lowered, schedule: Schedule, candidate: str, spark: SparkSession, *,
             explain: bool = True, count_late: bool = False) -> Prediction:
     """The prediction for the lowered query: stateless steps by Spark in one batch query each
     way, the stateful operator by the predictor (module doc)."""
     t0 = time.perf_counter()
-    src = lowered.source
-    raw = _batch_rows(spark, schedule, src)
-    keep = [H_ROW, H_TICK]
-    maxima: dict[int, int] = {}
-    if lowered.watermark_steps:
-        seen = _apply(raw, lowered.watermark_steps[:-1], keep)
-        col = F.col(f"`{lowered.watermark_steps[-1].sql[0]}`")
-        got = seen.groupBy(H_TICK).agg(F.max(F.unix_micros(col)).alias("m")).toPandas()
-        ms = micros_to_ms(got["m"].to_numpy(dtype=np.int64))
-        maxima = dict(zip(got[H_TICK].astype(int).tolist(), ms.tolist(), strict=True))
-    df = _apply(raw, lowered.below, keep)
-    inp = df.select(*[F.col(f"`{c}`") for c in lowered.input_columns], *keep)
-    rows = _to_pandas(inp.toArrow()).rename(columns={H_ROW: ROW_ID, H_TICK: TICK})
-    rows = rows.sort_values([TICK, ROW_ID], kind="stable").reset_index(drop=True)
-    rows = rows[[ROW_ID, TICK, *lowered.input_columns]]
-    et = lowered.event_time or lowered.spec.sources[src].event_time
-    assert et is not None
-    if lowered.event_time is None:  # (no watermark: the schedule's own event time column)
-        rows[et] = schedule.rows[src].set_index(ROW_ID).loc[rows[ROW_ID], et].to_numpy()
-    derived = replace(schedule, rows={src: rows}, event_time={src: et},
-                      data_columns={src: lowered.input_columns}, decimals={},
-                      watermark_ms={src: maxima} if lowered.watermark_column else {})
+    rows: dict[str, pd.DataFrame] = {}
+    ets: dict[str, str] = {}
+    maxima: dict[str, dict[int, int]] = {}
+    for side in lowered.all_sides:
+        rows[side.source], wm, ets[side.source] = _side_rows(spark, side, schedule)
+        if side.watermark_column:
+            maxima[side.source] = wm
+    srcs = list(rows)
+    derived = replace(schedule, rows=rows, event_time=ets, decimals={}, watermark_ms=maxima,
+                      data_columns={sd.source: sd.input_columns for sd in lowered.all_sides})
     std_spec = lowered.spec.model_copy(update={
-        "sources": {src: lowered.spec.sources[src].model_copy(update={"event_time": et})},
+        "sources": {s: lowered.spec.sources[s].model_copy(update={"event_time": ets[s]})
+                    for s in srcs},
         "query": lowered.std_query})
     std_spec._output_columns = None
     std_spec._pyspark = None
@@ -499,11 +753,14 @@ def predict(lowered: Lowered, schedule: Schedule, candidate: str, spark: SparkSe
     outputs = _map_outputs(spark, lowered, pred.outputs)
     batches = pred.batches.copy()
     # Spark counts the rows the source read, before the code's filters
-    per_tick = schedule.rows_per_tick(src)
-    n = np.where(batches["has_data"].to_numpy(dtype=bool),
-                 per_tick[batches["tick"].to_numpy(dtype=np.int64)], 0)
-    batches["input_rows"] = n
-    batches[f"input_rows_{src}"] = n
+    has = batches["has_data"].to_numpy(dtype=bool)
+    ticks = batches["tick"].to_numpy(dtype=np.int64)
+    total = np.zeros(len(batches), dtype=np.int64)
+    for s in srcs:
+        n = np.where(has, schedule.rows_per_tick(s)[ticks], 0)
+        batches[f"input_rows_{s}"] = n
+        total += n
+    batches["input_rows"] = total
     info = {**pred.info, "expressions": "spark-batch", "planning_session_s": lowered.planning_s,
             "expressions_s": expressions_s + time.perf_counter() - t1,
             "lowered_to": lowered.std_query.model_dump(mode="json")}
@@ -515,7 +772,17 @@ def _map_outputs(spark: SparkSession, lowered: Lowered, outputs: pd.DataFrame) -
     if not len(outputs):
         return pd.DataFrame({c: pd.Series(dtype="object") for c in ["batch_id", *cols]})
     out = outputs.rename(columns={"batch_id": H_BATCH})
-    df = spark.createDataFrame(out)
+    for side in lowered.sides:  # (an outer join's NULL side: NULL, not a float NaN)
+        null = out[f"{side.source}_{ROW_ID}"].isna()
+        if null.any():
+            for c in (f"{side.source}_{n}" for n in side.input_columns):
+                if out[c].dtype.kind == "f":
+                    # (masked, so that a NaN the side's own row holds stays NaN)
+                    out[c] = pd.Series(pd.arrays.FloatingArray(
+                        out[c].to_numpy(dtype=np.float64), null.to_numpy()), index=out.index)
+    # (through arrow for a join: pandas' own path turns a masked NULL back into NaN)
+    df = spark.createDataFrame(pa.Table.from_pandas(out, preserve_index=False)
+                               if lowered.sides else out)
     df = df.select(*[F.expr(sql).alias(n) for n, sql in lowered.node_outputs], H_BATCH)
     df = _apply(df, lowered.above, [H_BATCH])
     flat, names = flat_columns(df.drop(H_BATCH))

@@ -13,7 +13,7 @@ from jobs.backtest import run_backtest
 from jobs.cli import main
 from jobs.report_html import write_report
 from semantics.errors import SpecError
-from semantics.spec import load_spec
+from semantics.spec import JoinQuery, load_spec
 from tests.deltas import write_commits
 
 JOB = '''
@@ -71,6 +71,32 @@ def udf_key(sources):
 
 def no_state(sources):
     return sources["clicks"].where("value > 1")
+
+
+def join_inner(sources):
+    c = sources["clicks"].withWatermark("ts", "10 seconds")
+    v = sources["views"].withWatermark("vts", "5 seconds").where("ad > 0")
+    return (c.join(v, F.expr("k = ad AND ts BETWEEN vts AND vts + interval 10 seconds"))
+            .select("id", "ts", "vid", (F.col("value") + 1).alias("v1")))
+
+
+def join_left(sources):
+    c = sources["clicks"].withWatermark("ts", "10 seconds")
+    v = sources["views"].withWatermark("vts", "5 seconds")
+    return c.join(v, (c.k == v.ad) & (c.ts >= v.vts - F.expr("INTERVAL '5' SECOND"))
+                  & (v.vts + F.expr("interval 15 seconds") > c.ts), "left_outer")
+
+
+def join_extra(sources):
+    c = sources["clicks"].withWatermark("ts", "10 seconds")
+    v = sources["views"].withWatermark("vts", "5 seconds")
+    return c.join(v, (c.k == v.ad) & (c.value > v.vid), "inner")
+
+
+def join_same_names(sources):
+    c = sources["clicks"].withWatermark("ts", "10 seconds").alias("c")
+    v = sources["views"].withColumnRenamed("ad", "k").withWatermark("vts", "5 seconds")
+    return c.join(v.alias("v"), "k").select("c.k", "vid")
 '''
 
 COMMITS = [
@@ -93,6 +119,31 @@ def make(tmp: Path, function: str, candidates: dict | None = None, **query: obje
             "candidates": candidates or {"as_written": {}}}
     path = tmp / f"{function}.yaml"
     path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+VIEWS = [
+    [{"vid": 1, "ad": 1, "vts": 10}, {"vid": 2, "ad": 4, "vts": 14}],
+    [{"vid": 3, "ad": 2, "vts": 1}],
+    [{"vid": 4, "ad": 2, "vts": 28}, {"vid": 5, "ad": 1, "vts": 38}],
+    [{"vid": 6, "ad": 5, "vts": 55}, {"vid": 7, "ad": 1, "vts": 9}],
+    [{"vid": 8, "ad": 7, "vts": 45}, {"vid": 9, "ad": 0, "vts": 41}],
+]
+
+
+def make_two(tmp: Path, function: str, candidates: dict | None = None) -> Path:
+    """``make`` over two sources, clicks and views, their commits interleaved (one of each
+    in turn, so a batch of one commit holds one side's rows)."""
+    if not (tmp / "clicks").exists():
+        # (one more click, id 9, that no view matches: a left outer join's NULL row)
+        clicks = [[*COMMITS[0], {"id": 9, "k": 9, "value": 1, "ts": 14}], *COMMITS[1:]]
+        for c, v in zip(clicks, VIEWS, strict=True):
+            write_commits(tmp / "clicks", [c])
+            write_commits(tmp / "views", [v], event_time="vts")
+    path = make(tmp, function, candidates)
+    doc = yaml.safe_load(path.read_text())
+    doc["sources"]["views"] = {"table": "views"}
+    path.write_text(yaml.safe_dump(doc))
     return path
 
 
@@ -197,6 +248,41 @@ def test_session_window_with_a_static_gap(tmp_path: Path, spark) -> None:
     assert c.predicted.info["lowered_to"]["kind"] == "session"
     assert list(c.actual.outputs.columns) == ["batch_id", "user", "session_window_start",
                                                "session_window_end", "n"]
+
+
+def test_inner_join_with_a_between_range_below_a_projection(tmp_path: Path, spark) -> None:
+    tight = {"watermark": {"ts": "0 seconds", "vts": "0 seconds"}}
+    path = make_two(tmp_path, "join_inner", {"as_written": {}, "tight": tight})
+    code, tight = backtest(path, tmp_path, spark)
+    low = JoinQuery.model_validate(code.predicted.info["lowered_to"])
+    assert (low.type, low.left, low.right) == ("inner", "clicks", "views")
+    assert low.time_range is not None and low.time_range.lower is not None
+    assert low.time_range.upper is not None
+    assert (low.time_range.lower.us, low.time_range.upper.us) == (0, 10_000_000)
+    assert low.time_range.lower_inclusive and low.time_range.upper_inclusive
+    assert list(code.actual.outputs.columns) == ["batch_id", "id", "ts", "vid", "v1"]
+    assert len(code.actual.outputs) > 0
+    # the candidate's delays reach both sides: the global watermark (their min) moves
+    wm = [c.actual.batches["watermark_ms"].tolist() for c in (code, tight)]
+    assert wm[0] != wm[1]
+
+
+def test_left_outer_join_with_strict_and_subtracted_bounds(tmp_path: Path, spark) -> None:
+    (c,) = backtest(make_two(tmp_path, "join_left"), tmp_path, spark)
+    assert c.predicted.info["lowered_to"]["type"] == "left_outer"
+    assert list(c.actual.outputs.columns) == ["batch_id", "id", "k", "value", "ts", "vid", "ad",
+                                               "vts"]
+    # unmatched clicks come out with NULLs once the watermark passes them
+    nulls = c.actual.outputs[c.actual.outputs["vid"].isna()]
+    assert nulls["id"].tolist() == [9] and c.actual.outputs["vid"].notna().any()
+
+
+def test_join_with_an_extra_predicate_is_refused(tmp_path: Path, spark, capsys) -> None:
+    err = _refused(make_two(tmp_path, "join_extra"), capsys)
+    assert "plan node Join" in err and "(value > vid)" in err
+    err = _refused(make_two(tmp_path, "join_same_names"), capsys)
+    assert "plan node Join" in err and "rename one side's column" in err
+    assert "Traceback" not in err
 
 
 def test_dagster_assets_backtest_the_code_as_the_cli_does(tmp_path: Path, spark) -> None:
