@@ -28,9 +28,12 @@ Not modelled here: a join key that is an event-time column (key-based state wate
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+
 from semantics.config import resolve
 from semantics.reference.batches import EVENT_US, Metrics, ReferenceRun, Row, norm, plan
-from semantics.schedule import Schedule
+from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import BacktestSpec, JoinQuery
 
 NOT_NULL = {"inner": ("left", "right"), "left_semi": ("left", "right"),
@@ -45,36 +48,41 @@ def trunc_ms(us: int) -> int:
     return -(-us // 1000) if us < 0 else us // 1000
 
 
-def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> ReferenceRun:
-    q = spec.query
-    assert isinstance(q, JoinQuery)
-    src = {"left": q.left, "right": q.right}
-    if any(k == schedule.event_time[s] for k in q.keys for s in src.values()):
-        raise NotImplementedError("a join key that is an event-time column")
-    wm = resolve(spec, candidate).delays_ms
-    tr = q.time_range
-    both = q.left in wm and q.right in wm and tr is not None
-    # per side (offset µs, strict) of the conjunct bounding its time from below, if any
-    bounds: dict[str, tuple[int, bool] | None] = {"left": None, "right": None}
-    if both and tr.lower is not None:
-        bounds["left"] = (tr.lower.us, not tr.lower_inclusive)
-    if both and tr.upper is not None:
-        bounds["right"] = (-tr.upper.us, not tr.upper_inclusive)
+JoinState = dict[str, list[list]]  # side -> [row, matched] entries
 
-    def threshold(side: str, w: int | None) -> int | None:
-        if bounds[side] is None or w is None:
+
+@dataclass(frozen=True)
+class JoinRules:
+    """A join stage's fixed parts: the query, each side's source and data columns, and per
+    side the (offset µs, strict) of the conjunct that bounds its state (§4.4)."""
+
+    q: JoinQuery
+    src: Mapping[str, str]
+    columns: Mapping[str, tuple[str, ...]]
+    bounds: Mapping[str, tuple[int, bool] | None]
+
+    def threshold(self, side: str, w_ms: int | None) -> int | None:
+        """The side's state watermark (ms) under watermark ``w_ms``: ``trunc(W + c) − 1``
+        (no −1 when strict), or None."""
+        b = self.bounds[side]
+        if b is None or w_ms is None:
             return None
-        c, strict = bounds[side]  # type: ignore[misc]  # (not None: checked above)
-        return trunc_ms(w * 1000 + c) - (0 if strict else 1)
+        c, strict = b
+        return trunc_ms(w_ms * 1000 + c) - (0 if strict else 1)
 
-    def keyed(side: str, r: Row) -> bool:
-        return side not in NOT_NULL[q.type] or all(norm(r[k]) is not None for k in q.keys)
+    def output_watermark(self, w_ms: int) -> int | None:
+        """``produceOutputWatermark``: the min of the state watermarks (the input watermark
+        of the operators after the join, §13.2), None without one."""
+        ts = [t for t in (self.threshold("left", w_ms), self.threshold("right", w_ms))
+              if t is not None]
+        return min(ts) if ts else None
 
-    def reaches(source: str, r: Row) -> bool:
-        return keyed("left" if source == q.left else "right", r)
+    def keyed(self, side: str, r: Row) -> bool:
+        return side not in NOT_NULL[self.q.type] or all(
+            norm(r[k]) is not None for k in self.q.keys)
 
-    def pairs(left: Row, right: Row) -> bool:
-        # (tuples compare items by identity first: the one NaN equals itself, NULL NULL)
+    def pairs(self, left: Row, right: Row) -> bool:
+        q, tr = self.q, self.q.time_range
         if tuple(norm(left[k]) for k in q.keys) != tuple(norm(right[k]) for k in q.keys):
             return False
         d = int(left[EVENT_US]) - int(right[EVENT_US])  # type: ignore[call-overload]
@@ -83,66 +91,108 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> ReferenceRun:
             and (tr.upper is None or (d <= tr.upper.us if tr.upper_inclusive
                                       else d < tr.upper.us)))
 
-    def out(left: Row | None, right: Row | None) -> Row:
+    def out(self, left: Row | None, right: Row | None) -> Row:
         row: Row = {}
         for side, r in (("left", left), ("right", right)):
-            if side == "right" and q.type == "left_semi":
+            if side == "right" and self.q.type == "left_semi":
                 break
-            cols = schedule.data_columns[src[side]]
-            row.update({f"{src[side]}_{c}": None if r is None else r[c]
-                        for c in ("row_id", *cols)})
+            row.update({f"{self.src[side]}_{c}": None if r is None else r[c]
+                        for c in (ROW_ID, *self.columns[side])})
         return row
 
-    batches = plan(schedule, spec, candidate, lambda new, last: (
-        (bounds["left"] or bounds["right"]) is not None and last is not None and new > last),
-        reaches)
-    state: dict[str, list[list]] = {"left": [], "right": []}  # [row, matched]
-    metrics, outputs = [], []
-    for b in batches:
-        emitted: list[Row] = []
-        dropped = stored = 0
-        arriving = {}
-        for side in ("left", "right"):
-            rows = [r for r in b.rows[src[side]] if keyed(side, r)]
-            if src[side] in wm and b.late_ms is not None:
-                kept = [r for r in rows if int(r[EVENT_US]) > b.late_ms * 1000]  # type: ignore
-                dropped += len(rows) - len(kept)
-                rows = kept
-            arriving[side] = rows
-        for lr in arriving["left"]:
-            hit = [e for e in state["right"] if pairs(lr, e[0])]
-            for e in hit:
-                e[1] = True
-                if q.type != "left_semi":
-                    emitted.append(out(lr, e[0]))
-            if q.type == "left_semi" and hit:
-                emitted.append(out(lr, None))
+
+def join_rules(spec: BacktestSpec, schedule: Schedule, q: JoinQuery,
+               delays: Mapping[str, int]) -> JoinRules:
+    src = {"left": q.left, "right": q.right}
+    tr = q.time_range
+    both = q.left in delays and q.right in delays and tr is not None
+    bounds: dict[str, tuple[int, bool] | None] = {"left": None, "right": None}
+    if both and tr.lower is not None:
+        bounds["left"] = (tr.lower.us, not tr.lower_inclusive)
+    if both and tr.upper is not None:
+        bounds["right"] = (-tr.upper.us, not tr.upper_inclusive)
+    return JoinRules(q, src, {side: schedule.data_columns[s] for side, s in src.items()},
+                     bounds)
+
+
+def join_step(j: JoinRules, watermarked: Mapping[str, bool], state: JoinState,
+              rows: Mapping[str, list[Row]], late_ms: int | None, evict_ms: int | None
+              ) -> tuple[JoinState, list[Row], Metrics]:
+    """Spark's ``StreamingSymmetricHashJoinExec`` for one batch (the steps of the module
+    docstring): state in, state out. ``watermarked``: per side, whether its source has a
+    watermark (its late rows are dropped)."""
+    q = j.q
+    state = {side: [list(e) for e in entries] for side, entries in state.items()}
+    emitted: list[Row] = []
+    dropped = stored = 0
+    arriving: dict[str, list[Row]] = {}
+    for side in ("left", "right"):
+        kept = [r for r in rows[side] if j.keyed(side, r)]
+        if watermarked[side] and late_ms is not None:
+            on_time = [r for r in kept if int(r[EVENT_US]) > late_ms * 1000]  # type: ignore
+            dropped += len(kept) - len(on_time)
+            kept = on_time
+        arriving[side] = kept
+    for lr in arriving["left"]:
+        hit = [e for e in state["right"] if j.pairs(lr, e[0])]
+        for e in hit:
+            e[1] = True
+            if q.type != "left_semi":
+                emitted.append(j.out(lr, e[0]))
+        if q.type == "left_semi" and hit:
+            emitted.append(j.out(lr, None))
+            continue
+        state["left"].append([lr, bool(hit)])
+        stored += 1
+    thr = {side: j.threshold(side, evict_ms) for side in ("left", "right")}
+    for rr in arriving["right"]:
+        matched = False
+        for e in state["left"]:
+            if not j.pairs(e[0], rr) or (q.type == "left_semi" and e[1]):
                 continue
-            state["left"].append([lr, bool(hit)])
+            matched = e[1] = True
+            emitted.append(j.out(e[0], None if q.type == "left_semi" else rr))
+        covered = thr["right"] is not None and int(rr[EVENT_US]) <= thr["right"] * 1000
+        if not covered or (not matched and "right" in OUTER.get(q.type, ())):
+            state["right"].append([rr, matched])
             stored += 1
-        thr = {s: threshold(s, b.evict_ms) for s in ("left", "right")}
-        for rr in arriving["right"]:
-            matched = False
-            for e in state["left"]:
-                if not pairs(e[0], rr) or (q.type == "left_semi" and e[1]):
-                    continue
-                matched = e[1] = True
-                emitted.append(out(e[0], None if q.type == "left_semi" else rr))
-            covered = thr["right"] is not None and int(rr[EVENT_US]) <= thr["right"] * 1000
-            if not covered or (not matched and "right" in OUTER.get(q.type, ())):
-                state["right"].append([rr, matched])
-                stored += 1
-        removed = 0
-        for side in ("left", "right"):
-            if thr[side] is None:
-                continue
-            gone = [e for e in state[side] if int(e[0][EVENT_US]) <= thr[side] * 1000]
-            state[side] = [e for e in state[side] if int(e[0][EVENT_US]) > thr[side] * 1000]
-            if side in OUTER.get(q.type, ()):
-                emitted += [out(e[0], None) if side == "left" else out(None, e[0])
-                            for e in gone if not e[1]]
-            removed += len(gone) if side in REMOVED[q.type] else 0
+    removed = 0
+    for side in ("left", "right"):
+        t = thr[side]
+        if t is None:
+            continue
+        gone = [e for e in state[side] if int(e[0][EVENT_US]) <= t * 1000]
+        state[side] = [e for e in state[side] if int(e[0][EVENT_US]) > t * 1000]
+        if side in OUTER.get(q.type, ()):
+            emitted += [j.out(e[0], None) if side == "left" else j.out(None, e[0])
+                        for e in gone if not e[1]]
+        removed += len(gone) if side in REMOVED[q.type] else 0
+    total = len(state["left"]) + len(state["right"])
+    return state, emitted, Metrics(dropped, total, stored, removed, len(emitted))
+
+
+def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> ReferenceRun:
+    q = spec.query
+    assert isinstance(q, JoinQuery)
+    src = {"left": q.left, "right": q.right}
+    if any(k == schedule.event_time[s] for k in q.keys for s in src.values()):
+        raise NotImplementedError("a join key that is an event-time column")
+    wm = resolve(spec, candidate).delays_ms
+    rules = join_rules(spec, schedule, q, wm)
+
+    def reaches(source: str, r: Row) -> bool:
+        return rules.keyed("left" if source == q.left else "right", r)
+
+    bounded = (rules.bounds["left"] or rules.bounds["right"]) is not None
+    batches = plan(schedule, spec, candidate,
+                   lambda new, last: bounded and last is not None and new > last, reaches)
+    state: JoinState = {"left": [], "right": []}
+    metrics, outputs = [], []
+    watermarked = {side: s in wm for side, s in src.items()}
+    for b in batches:
+        state, emitted, m = join_step(rules, watermarked, state,
+                                      {side: b.rows[s] for side, s in src.items()},
+                                      b.late_ms, b.evict_ms)
         outputs += [(b.batch_id, r) for r in emitted]
-        metrics.append(Metrics(dropped, len(state["left"]) + len(state["right"]), stored,
-                               removed, len(emitted)))
+        metrics.append(m)
     return ReferenceRun(batches, metrics, outputs)
