@@ -4,6 +4,8 @@
     .venv/bin/python bench/predict.py --sizes 100000 --spark-rows 100000   # quick look
     .venv/bin/python bench/predict.py --kinds aggregation,deduplication,join \
         --spark-rows 1000000,10000000    # Spark at both sizes (10 M: 2-6 minutes a kind)
+    .venv/bin/python bench/predict.py --kinds dedup_agg,union_agg --sizes 200000 \
+        --spark-rows 200000              # the chains (pipelines)
 
 Prints events/s of the predictor for every single-stream operator (tumbling and sliding-window
 aggregation, deduplication, deduplication within watermark, session windows) and two joins, and
@@ -27,6 +29,10 @@ the same with minima and maxima (of an integer and a timestamp column); ``sessio
 groups events of 100 000 keys with a 30-second gap (most sessions hold one or two events),
 ``session_long`` the same with a 30-minute watermark delay (about 750 000 sessions stored), and
 ``join_long`` is ``join`` with 30-minute delays (about 1 000 000 rows buffered).
+Two chains run only when ``--kinds`` names them (the pipeline's reference runner, rows as
+dicts, has no fast path yet): ``dedup_agg`` (``dropDuplicates`` on ``[id, ts]``, then
+``aggregation``'s counts) and ``union_agg`` (two sources unioned, each with its own watermark,
+then the same counts).
 The predictor runs independent parts in threads (``WMBT_THREADS``, default: the cores this
 process may use; the first line printed says how many), the Spark replay on ``local[2]``. Like
 ``wmbt``, the bench has malloc keep freed memory for the next array (semantics.memory; the first
@@ -73,6 +79,16 @@ QUERIES = {
     "join": {"kind": "join", "type": "left_outer", "left": "a", "right": "b", "keys": ["k"],
              "time_range": {"lower": "-30 seconds", "upper": "0 seconds"}},
 }
+# chains (docs/semantics.md §13): run by the pipeline's reference runner, no fast path yet
+QUERIES["dedup_agg"] = {"pipeline": [
+    {"deduplicate": {"keys": ["id", "ts"]}},
+    {"aggregate": {"window": {"duration": "1 minute"}, "keys": ["k"],
+                   "aggregates": {"n": "count(*)", "s": "sum(v)"}}}]}
+QUERIES["union_agg"] = {"pipeline": [
+    {"union": ["a", "b"]},
+    {"aggregate": {"window": {"duration": "1 minute"}, "keys": ["k"],
+                   "aggregates": {"n": "count(*)", "s": "sum(v)"}}}]}
+CHAINS = ("dedup_agg", "union_agg")  # (not in the default run: --kinds names them)
 QUERIES["join_dense"] = QUERIES["join"]
 QUERIES["session_long"] = QUERIES["session"]
 QUERIES["join_long"] = QUERIES["join"]
@@ -98,7 +114,7 @@ def events(n: int, seed: int, keys: int = 1000, t0: int = 1_700_000_000_000_000
 
 
 def make(kind: str, n: int, batch_rows: int) -> tuple[BacktestSpec, Schedule]:
-    sources = ["a", "b"] if kind.startswith("join") else ["a"]
+    sources = ["a", "b"] if kind.startswith(("join", "union")) else ["a"]
     spec = parse_spec({
         "name": f"bench_{kind}",
         "sources": {s: {"table": f"/nonexistent/{s}", "event_time": "ts"} for s in sources},
@@ -158,7 +174,7 @@ def _replay_only(kind: str, n: int, batch_rows: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="1000000,10000000")
-    ap.add_argument("--kinds", default=",".join(QUERIES))
+    ap.add_argument("--kinds", default=",".join(k for k in QUERIES if k not in CHAINS))
     ap.add_argument("--repeat", type=int, default=3, help="predictor runs, best one counts")
     ap.add_argument("--batch-rows", type=int, default=20_000)
     ap.add_argument("--spark-rows", default="1000000",
