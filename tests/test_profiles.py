@@ -99,9 +99,12 @@ def test_before_spark_49829_evictable_inputs_are_not_stored(scenario, explain):
     if explain:
         note = old.fates.query("fate == 'not_stored'")
         assert note["detail"].str.contains("SPARK-49829").any()
-    # 3.5.4 and later: Spark 4.0's rules
+    # 3.5.4 and later: Spark 4.0's rules (checkpoint bytes aside: a 3.5 profile's checkpoint
+    # layout is not modelled, so they are left empty there)
     same = _predicted(scenario, "3.5.4", explain)
-    pd.testing.assert_frame_equal(same.batches, new.batches)
+    assert same.batches["checkpoint_bytes"].isna().all()
+    pd.testing.assert_frame_equal(same.batches.drop(columns="checkpoint_bytes"),
+                                  new.batches.drop(columns="checkpoint_bytes"))
     pd.testing.assert_frame_equal(same.outputs, new.outputs)
 
 
