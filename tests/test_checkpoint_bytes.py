@@ -14,6 +14,7 @@ import struct
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from semantics import checkpoint_bytes as cb
@@ -166,3 +167,14 @@ def test_predicted_checkpoint_bytes_follow_sparks_delta_files(spark, tmp_path, c
              / actual["checkpoint_bytes"].astype("float64"))
     assert 0.9 <= ratio.median() <= 1.1, ratio.tolist()
     assert ((ratio - 1).abs() <= 0.25).all(), ratio.tolist()
+
+
+def test_sample_fields_take_timestamps_beyond_the_nanosecond_range() -> None:
+    """Event times of year 1 or 9999 (µs timestamps pandas cannot hold in ns) are encoded as
+    their µs, not an overflow (found by tests/test_spec_fuzz.py on a full outer join)."""
+    from semantics.checkpoint_bytes import _fields
+
+    us = [-62135596800000000, 253402300799999999, -1]
+    rows = pd.DataFrame({"ts": pd.Series(np.array(us, dtype="datetime64[us]"))
+                         .dt.tz_localize("UTC")})
+    assert [f[0][1] for f in _fields(rows, ["ts"], {})] == us
