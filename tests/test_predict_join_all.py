@@ -97,7 +97,11 @@ def test_pair_budget_leaves_the_run_to_stepping(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(join_all, "MIN_PAIRS", 0)
     assert len(run.result.outputs) and "PAIRS_PER_ROW" in str(declines(run.spec, run.schedule))
     again = join_run(steps, jtype, explain=False, **kw)
-    pd.testing.assert_frame_equal(again.batches, run.batches)
+    # (the checkpoint-bytes estimate reads the whole run's pairs: past the budget it is left
+    # empty, not approximated)
+    assert again.batches["checkpoint_bytes"].isna().all()
+    pd.testing.assert_frame_equal(again.batches.drop(columns="checkpoint_bytes"),
+                                  run.batches.drop(columns="checkpoint_bytes"))
 
 
 @pytest.mark.parametrize("seed", range(40))
