@@ -39,7 +39,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.pyspark_code import Recorder, WindowCall, call_user, flat_columns
-from jobs.sink import _to_pandas
+from jobs.sink import spark_rows_frame
 from semantics.column_names import open_table
 from semantics.durations import Duration
 from semantics.engine import micros_to_ms
@@ -717,7 +717,7 @@ def _side_rows(spark: SparkSession, side: Side, schedule: Schedule
         maxima = dict(zip(got[H_TICK].astype(int).tolist(), ms.tolist(), strict=True))
     df = _apply(raw, side.below, keep)
     inp = df.select(*[F.col(f"`{c}`") for c in side.input_columns], *keep)
-    rows = _to_pandas(inp.toArrow()).rename(columns={H_ROW: ROW_ID, H_TICK: TICK})
+    rows = spark_rows_frame(inp.toArrow()).rename(columns={H_ROW: ROW_ID, H_TICK: TICK})
     rows = rows.sort_values([TICK, ROW_ID], kind="stable").reset_index(drop=True)
     rows = rows[[ROW_ID, TICK, *side.input_columns]]
     et = side.event_time or schedule.event_time[src]
@@ -787,7 +787,7 @@ def _map_outputs(spark: SparkSession, lowered: Lowered, outputs: pd.DataFrame) -
     df = _apply(df, lowered.above, [H_BATCH])
     flat, names = flat_columns(df.drop(H_BATCH))
     df = df.select(F.col(H_BATCH).alias("batch_id"), *flat)
-    got = _to_pandas(df.toArrow())
+    got = spark_rows_frame(df.toArrow())
     assert names == cols, (names, cols)
     got = got.sort_values("batch_id", kind="stable").reset_index(drop=True)
     return got[["batch_id", *cols]]

@@ -262,14 +262,18 @@ def read_outputs(outputs: Path, batch_ids: list[int], columns: list[str]) -> pd.
         return pd.DataFrame({c: pd.Series(dtype="object") for c in ["batch_id", *columns]})
     # one table, converted once: frames of batches with and without a NULL would concatenate
     # a nullable float column with a numpy one, which turns the NaN into NULL
-    df = _to_pandas(pa.concat_tables(tables, promote_options="default"))
+    df = spark_rows_frame(pa.concat_tables(tables, promote_options="default"))
     return df[["batch_id", *columns]]
 
 
 _FLOATS = {pa.float32(): pd.Float32Dtype(), pa.float64(): pd.Float64Dtype()}
 
 
-def _to_pandas(t: pa.Table) -> pd.DataFrame:
+def spark_rows_frame(t: pa.Table) -> pd.DataFrame:
+    """Rows Spark collected (``toArrow``) as the replay's frames hold them: integers as int64
+    (nullable ``Int64`` with NULLs), timestamps as UTC µs, a float column with NULLs nullable
+    (its NaN kept apart from NULL). The emitted rows read back, and the pyspark planner's rows
+    evaluated by Spark (``jobs.pyspark_query``), both go through it."""
     df = t.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype(), pa.int32(): pd.Int64Dtype(),
                                    pa.int16(): pd.Int64Dtype(), pa.int8(): pd.Int64Dtype()}.get)
     for f, col in zip(t.schema, t.columns, strict=True):
