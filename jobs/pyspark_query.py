@@ -30,6 +30,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -58,6 +59,10 @@ from semantics.spec import (
     WindowSpec,
 )
 
+if TYPE_CHECKING:
+    from jobs.pyspark_pipeline import Chain
+    from semantics.pipeline.spec import PipelineQuery
+
 # hidden columns of the batch evaluation (no user column takes these names)
 H_ROW, H_TICK, H_BATCH = "__wmbt_row_id", "__wmbt_tick", "__wmbt_batch_id"
 H_KEY = "__wmbt_key"  # + its position: a grouping expression's value
@@ -65,7 +70,8 @@ STATELESS_NODES = {"Project", "Filter", "SubqueryAlias"}
 STATEFUL_NODES = {"Aggregate", "Deduplicate", "DeduplicateWithinWatermark", "Join",
             "FlatMapGroupsWithState", "TransformWithState", "FlatMapGroupsInPandasWithState"}
 AGG_FUNCS = {"count", "sum", "min", "max", "avg"}
-CHAINS = "not read from code yet; write the chain as a `pipeline:` query, docs/SPEC.md §1.2"
+CHAINS = ("not modelled: call withWatermark on each source before the union "
+          "(docs/semantics.md §14)")
 
 
 class Refused(SpecError):
@@ -111,12 +117,14 @@ class Lowered:
     event_time: str | None  # the watermarked column at the operator's input
     watermark_column: str | None  # the column withWatermark names (its table column)
     node_outputs: tuple[tuple[str, str], ...]  # (node output name, SQL over the kind's outputs)
-    std_query: AggregationQuery | DeduplicationQuery | SessionQuery | JoinQuery
+    std_query: AggregationQuery | DeduplicationQuery | SessionQuery | JoinQuery | PipelineQuery
     planning_s: float
     # the optimized plan's steps below its withWatermark node (Spark's optimizer pushes a
     # filter that does not read the event time below it): the rows the watermark sees
     watermark_steps: tuple[Step, ...] = ()
     sides: tuple[Side, ...] = ()  # a join's two inputs (left, right); else empty
+    # several stateful operators or a union: the pipeline it is lowered onto (sides: its inputs)
+    chain: Chain | None = None
 
     @property
     def all_sides(self) -> tuple[Side, ...]:
@@ -237,6 +245,10 @@ def lower(spec: BacktestSpec, spark: SparkSession | None = None) -> Lowered:
         ids = {s: {int(a.exprId().id()) for a in _seq(f._jdf.queryExecution().analyzed().output())}
                for s, f in frames.items()}
         _, out_names = flat_columns(df)
+        from jobs.pyspark_pipeline import is_chain
+
+        if is_chain(plan):  # (several operators or a union: jobs.pyspark_pipeline)
+            return _lowered_chain(spark, spec, q, plan, ids, rec, tuple(out_names), planning_s)
         lowered = _lower_plan(spec, q, plan, ids, rec, tuple(out_names), planning_s)
         if lowered.watermark_column is None:
             return lowered
@@ -246,6 +258,24 @@ def lower(spec: BacktestSpec, spark: SparkSession | None = None) -> Lowered:
             return replace(lowered, sides=tuple(replace(sd, watermark_steps=by[sd.source])
                                                 for sd in lowered.sides))
         return replace(lowered, watermark_steps=_watermark_steps(spec, optimized))
+
+
+def _lowered_chain(spark: SparkSession, spec: BacktestSpec, q: PySparkQuery, plan: object,
+                   ids: dict[str, set[int]], rec: Recorder, out_names: tuple[str, ...],
+                   planning_s: float) -> Lowered:
+    """A chain or union lowered onto the pipeline model (``jobs.pyspark_pipeline``), each
+    input with the optimized plan's steps below its withWatermark."""
+    from jobs.pyspark_pipeline import lower_chain
+
+    lowered_spec, chain = lower_chain(spec, q, plan, ids, rec, out_names)
+    optimized = spark._jsparkSession.sessionState().optimizer().execute(plan)
+    by = _watermark_steps_by_source(spec, optimized, ids)
+    sides = tuple(replace(sd, watermark_steps=by.get(sd.source, ())) for sd in chain.sides)
+    chain = replace(chain, sides=sides)
+    first = sides[0]
+    return Lowered(lowered_spec, first.source, first.below, chain.above, first.input_columns,
+                   first.event_time, first.watermark_column, chain.node_outputs, chain.query,
+                   planning_s, first.watermark_steps, sides, chain)
 
 
 def _watermark_steps(spec: BacktestSpec, optimized: object) -> tuple[Step, ...]:
@@ -369,9 +399,10 @@ def _side_below(spec: BacktestSpec, child: object, ids: dict[str, set[int]]
     return source, below, wm_col
 
 
-def _delays(spec: BacktestSpec, rec: Recorder, source: str, wm_col: str | None
-            ) -> dict[str, dict[str, Duration]]:
-    """Each candidate's watermark by source: its delay for the code's column, else the code's."""
+def _delays(spec: BacktestSpec, rec: Recorder, source: str, wm_col: str | None,
+            as_written: Duration | None = None) -> dict[str, dict[str, Duration]]:
+    """Each candidate's watermark by source: its delay for the code's column, else the code's
+    (``as_written``: this source's own call's, where two calls name one column)."""
     written = {c: d for c, d in rec.watermarks}
     out: dict[str, dict[str, Duration]] = {}
     for cname, cand in spec.candidates.items():
@@ -387,7 +418,8 @@ def _delays(spec: BacktestSpec, rec: Recorder, source: str, wm_col: str | None
             raise SpecError(spec.path, f"candidates.{cname}.after_restart",
                             "no after_restart for a pyspark query (not modelled yet)")
         out[cname] = ({} if wm_col is None else
-                      {source: cand.watermark.get(wm_col, Duration.parse(written[wm_col]))})
+                      {source: cand.watermark.get(wm_col, as_written or
+                                                  Duration.parse(written[wm_col]))})
     return out
 
 
@@ -730,6 +762,10 @@ def predict(lowered: Lowered, schedule: Schedule, candidate: str, spark: SparkSe
             explain: bool = True, count_late: bool = False) -> Prediction:
     """The prediction for the lowered query: stateless steps by Spark in one batch query each
     way, the stateful operator by the predictor (module doc)."""
+    if lowered.chain is not None:  # (several operators: the pipeline predictor)
+        from jobs.pyspark_pipeline import predict_chain
+
+        return predict_chain(lowered, schedule, candidate, spark)
     t0 = time.perf_counter()
     rows: dict[str, pd.DataFrame] = {}
     ets: dict[str, str] = {}

@@ -11,7 +11,8 @@ operator kind (state in, state out, one batch), the operators chained within eac
   current one (``allowMultiple=false``: both the current one);
 * rows an operator emits feed the next one in the same batch; an aggregation's output row has
   the event time ``window_time`` = window end − 1 µs (§13.1);
-* stateless stages (``select``, ``filter``) come before the first stateful one and act like a
+* a ``filter`` after a stateful stage filters the rows it emits in the batch; other
+  stateless stages (``select``, ``filter``) come before the first stateful one and act like a
   source filter: Spark pushes such a filter below ``withWatermark`` (§2.1), so the rows it
   removes never move the watermark; a select's computed columns (``semantics.expressions``)
   are values of the rows, which a later deduplicate or aggregate may key on.
@@ -30,7 +31,7 @@ import pyarrow as pa
 from semantics.config import resolve
 from semantics.errors import SpecError
 from semantics.expressions import evaluate as evaluate_expression
-from semantics.pipeline.columns import WINDOW_TIME, flow
+from semantics.pipeline.columns import WINDOW_COLUMNS, WINDOW_TIME, flow
 from semantics.pipeline.spec import (
     AggregateStage,
     DeduplicateStage,
@@ -164,11 +165,12 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> PipelineRun:
     delays = {s: r.delays_ms[s] for s in spec.query_sources if s in r.delays_ms}
     first = next(i for i, s in enumerate(q.stages) if isinstance(s, DeduplicateStage
                                                                   | AggregateStage))
+    offset = len(q.pipeline) - len(q.stages)
     for i, s in enumerate(q.stages[first:], first):
-        if isinstance(s, FilterStage | SelectStage):
-            raise SpecError(spec.path, f"query.pipeline[{i + len(q.pipeline) - len(q.stages)}]"
-                            f".{s.kind}", "a stateless stage before the first deduplicate or "
-                            "aggregate stage (later ones are not modelled yet)")
+        if isinstance(s, SelectStage):
+            raise SpecError(spec.path, f"query.pipeline[{i + offset}].select", "a select "
+                            "before the first deduplicate or aggregate stage (later ones are "
+                            "not modelled yet; a filter is)")
     passing, values = _stateless(spec, schedule, q.stages[:first])
     jr = None if q.join is None else join_rules(spec, schedule, q.join.query, delays)
 
@@ -214,6 +216,10 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> PipelineRun:
         evict = None if evict_ms is None else evict_ms * 1000
         for j, stage in enumerate(ops):
             view = views[first + j]
+            if isinstance(stage, FilterStage):  # (between stateful stages: on their rows)
+                rows = _filter_rows(spec, stage, rows, view.columns,
+                                    f"query.pipeline[{first + j + offset}].filter")
+                continue
             if isinstance(stage, DeduplicateStage):
                 evicts = bool(delays) and (stage.deduplicate.within_watermark
                                            or view.event_time in stage.deduplicate.keys)
@@ -231,6 +237,25 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> PipelineRun:
     return PipelineRun(batches, metrics, outputs, operator_names(q), out_cols,
                        [(below(b.late_ms), below(b.evict_ms)) for b in batches]
                        if jr is not None else [])
+
+
+def _filter_rows(spec: BacktestSpec, stage: FilterStage, rows: list[Row],
+                 columns: tuple[str, ...], at: str) -> list[Row]:
+    """The rows an operator emitted that pass a filter after it (Spark's ``Filter`` on the
+    operator's output in the same batch, §13.1); window columns are timestamps there."""
+    cols = [c for c in columns if c != ROW_ID]
+    if not rows:
+        return rows
+    arrays = {c: pa.array([r[c] for r in rows], pa.timestamp("us", tz="UTC"))
+              if c in (*WINDOW_COLUMNS, WINDOW_TIME) else pa.array([r[c] for r in rows])
+              for c in cols}
+    try:
+        mask = evaluate(stage.filter, pa.table(arrays), spec.session_time_zone,
+                        spec.case_sensitive).to_pylist()
+    except PredicateError as exc:
+        raise SpecError(spec.path, at, f"a Spark SQL predicate over {', '.join(cols)} "
+                        f"({exc})") from None
+    return [r for r, keep in zip(rows, mask, strict=True) if keep]
 
 
 def _window_time_column(stage: object, default: str | None) -> str:
