@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import time
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -36,13 +37,12 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from jobs.pyspark_code import Recorder, WindowCall, flat_columns
-from jobs.pyspark_query import (
+from jobs.pyspark_plan import (
     AGG_FUNCS,
     H_BATCH,
     H_KEY,
     JOIN_TYPES,
     STATEFUL_NODES,
-    Lowered,
     Side,
     Step,
     _apply,
@@ -82,6 +82,9 @@ from semantics.predict import predict as run_predict
 from semantics.pyspark_spec import PySparkOrigin, PySparkQuery, code_path
 from semantics.schedule import Schedule
 from semantics.spec import BacktestSpec
+
+if TYPE_CHECKING:
+    from jobs.pyspark_query import Lowered
 
 MidStage = FilterStage | DeduplicateStage | AggregateStage
 
