@@ -103,6 +103,7 @@ class _Cols:
     names: dict[int, str] = field(default_factory=dict)
     windows: set[int] = field(default_factory=set)
     event_time: str | None = None
+    window_names: set[str] = field(default_factory=set)  # the code's names of ``windows``
 
 
 @dataclass(frozen=True)
@@ -388,7 +389,8 @@ def _aggregate(spec: BacktestSpec, node: object, cols: _Cols, windows: list[Wind
                 raise _refuse(spec, node, "a window the predictor reads in a chain (tumbling "
                               "or sliding F.window calls, in order; no session windows)")
             w = windows.pop(0)
-            if w.column not in (cols.event_time, WINDOW_TIME) and \
+            # (a window over the previous window struct reads its window_time, as Spark)
+            if w.column not in (cols.event_time, WINDOW_TIME, *cols.window_names) and \
                     not w.column.startswith("window_time(") and \
                     cols.event_time is not None and not cols.event_time.endswith(f"_{w.column}"):
                 raise _refuse(spec, node, f"a window over {w.column!r}, not the watermarked "
@@ -404,10 +406,13 @@ def _aggregate(spec: BacktestSpec, node: object, cols: _Cols, windows: list[Wind
     aggs: dict[str, str] = {}
     outs: dict[int, str] = {}
     out_windows: set[int] = set()
+    window_names: set[str] = set()
     for e in _seq(node.aggregateExpressions()):  # type: ignore[attr-defined]
         cls = _cls(e)
-        if cls == "AttributeReference" and _id(e) == win_id:
-            out_windows.add(_id(e))
+        ref = e.child() if cls == "Alias" else e  # type: ignore[attr-defined]
+        if _cls(ref) == "AttributeReference" and _id(ref) == win_id:
+            out_windows.add(_id(e))  # (the window struct, maybe renamed: .alias("window"))
+            window_names.add(str(e.name()))  # type: ignore[attr-defined]
         elif cls == "AttributeReference" and _id(e) in key_ids:
             outs[_id(e)] = cols.names[_id(e)]
         elif cls == "Alias" and _cls(e.child()) == "AggregateExpression":  # type: ignore
@@ -435,7 +440,7 @@ def _aggregate(spec: BacktestSpec, node: object, cols: _Cols, windows: list[Wind
             raise _refuse(spec, node, f"an output expression {e.sql()} the predictor does "  # type: ignore
                           "not model")
     cols.names = outs
-    cols.windows = out_windows
+    cols.windows, cols.window_names = out_windows, window_names
     cols.event_time = WINDOW_TIME if window is not None and later else None
     return AggregateStage(aggregate=AggregateArgs(window=window, keys=tuple(keys),
                                                   aggregates=aggs))
@@ -493,6 +498,7 @@ def _project(spec: BacktestSpec, node: object, cols: _Cols) -> None:
                           "operators (not modelled yet: compute it below the first one)")
         if _id(ref) in cols.windows:
             windows.add(_id(e))
+            cols.window_names.add(str(e.name()))  # type: ignore[attr-defined]
         elif _id(ref) in cols.names:
             names[_id(e)] = cols.names[_id(ref)]
     cols.names, cols.windows = names, windows

@@ -56,6 +56,14 @@ def join_agg(sources):
     return j.groupBy(F.window("ts", "10 seconds")).agg(F.count("*").alias("n"))
 
 
+def agg_agg_struct(sources):
+    # (as Spark's MultiStatefulOperatorsSuite writes it: a window over the window struct)
+    df = sources["e"].withWatermark("ts", "5 seconds")
+    a = df.groupBy(F.window("ts", "5 seconds").alias("window")).agg(F.count("*").alias("count"))
+    return (a.groupBy(F.window("window", "10 seconds"))
+            .agg(F.count("*").alias("count"), F.sum("count").alias("sum")))
+
+
 def agg_computed_between(sources):
     df = sources["e"].withWatermark("ts", "5 seconds")
     a = df.groupBy(F.window("ts", "10 seconds"), "k").agg(F.count("*").alias("n"))
@@ -174,6 +182,13 @@ def test_aggregation_then_aggregation_over_window_time(tmp_path: Path, spark) ->
     assert [next(iter(s)) for s in stages] == ["source", "aggregate", "aggregate"]
     assert list(c.actual.outputs.columns) == ["batch_id", "window_start", "window_end", "total"]
     assert c.actual.outputs["total"].sum() > 0
+
+
+def test_a_window_over_the_previous_window_struct(tmp_path: Path, spark) -> None:
+    (c,) = both(make(tmp_path, "agg_agg_struct", ONE), tmp_path, spark)
+    assert list(c.actual.outputs.columns) == ["batch_id", "window_start", "window_end", "count",
+                                               "sum"]
+    assert (c.actual.outputs["sum"] > c.actual.outputs["count"]).any()
 
 
 def test_a_filter_between_two_aggregations(tmp_path: Path, spark) -> None:
