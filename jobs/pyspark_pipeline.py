@@ -10,8 +10,9 @@ one source, a ``Union`` of sources (each with its own ``withWatermark``) or a ``
   its row id and tick; a union's sides are each projected onto the union's column names;
 * **between operators**: a ``Filter`` becomes a pipeline ``filter`` stage (its Spark SQL text,
   ``expr.sql()``, evaluated by ``semantics.expressions``); a ``Project`` of columns and
-  renames is followed (no stage); ``window_time(window)`` and the next window's own nodes are
-  the pipeline's ``window_time`` and window (§13.1); anything else is refused, node named;
+  renames is followed (no stage), one with computed columns is a ``select`` stage;
+  ``window_time(window)`` and the next window's own nodes are the pipeline's ``window_time``
+  and window (§13.1); anything else is refused, node named;
 * **after the last operator**: Spark applies the stateless nodes to the emitted rows in one
   batch query (as for one operator);
 * one function per plan-node kind: :func:`_dedup`, :func:`_aggregate`, :func:`_filter`,
@@ -73,6 +74,7 @@ from semantics.pipeline.spec import (
     JoinStage,
     PipelineQuery,
     PipelineWindow,
+    SelectStage,
     SourceStage,
     UnionStage,
     check_pipeline,
@@ -86,7 +88,7 @@ from semantics.spec import BacktestSpec
 if TYPE_CHECKING:
     from jobs.pyspark_query import Lowered
 
-MidStage = FilterStage | DeduplicateStage | AggregateStage
+MidStage = FilterStage | SelectStage | DeduplicateStage | AggregateStage
 
 
 def is_chain(plan: object) -> bool:
@@ -117,7 +119,7 @@ class Chain:
     sides: tuple[Side, ...]
     node_outputs: tuple[tuple[str, str], ...]
     above: tuple[Step, ...]
-    between_filters: int
+    evaluated: int  # filter/select stages between operators
 
     @property
     def query(self) -> PipelineQuery:
@@ -171,7 +173,7 @@ def lower_chain(spec: BacktestSpec, q: PySparkQuery, plan: object, ids: dict[str
         first, sides, wms = _union_first(spec, first_op, ids, rec, cols, delays)
         stages = []
         rest = list(reversed(spine[tops[0]:]))
-    filters = 0
+    evaluated = 0
     for k, n in enumerate(rest):
         name = _node(n)
         if _is_time_check(n, rest[k + 1] if k + 1 < len(rest) else None):
@@ -187,9 +189,12 @@ def lower_chain(spec: BacktestSpec, q: PySparkQuery, plan: object, ids: dict[str
             _window_time(n, cols)
         elif name == "Filter":
             stages.append(_filter(spec, n, cols))
-            filters += 1
+            evaluated += 1
         elif name == "Project":
-            _project(spec, n, cols)
+            sel = _project(spec, n, cols)
+            if sel is not None:
+                stages.append(sel)
+                evaluated += 1
         else:
             raise _refuse(spec, n, "a node the predictor does not model between stateful "
                           "operators")
@@ -204,7 +209,7 @@ def lower_chain(spec: BacktestSpec, q: PySparkQuery, plan: object, ids: dict[str
         else:
             outs.append((str(a.name()), f"CAST(`{cols.names[i]}` AS "  # type: ignore
                          f"{a.dataType().sql()})"))  # type: ignore[attr-defined]
-    chain = Chain(first, tuple(stages), tuple(sides), tuple(outs), above, filters)
+    chain = Chain(first, tuple(stages), tuple(sides), tuple(outs), above, evaluated)
     table_sources = dict(spec.sources)
     for sd in sides:
         tsrc = spec.sources[sd.source]
@@ -432,8 +437,7 @@ def _aggregate(spec: BacktestSpec, node: object, cols: _Cols, windows: list[Wind
                               "it as a column first)")
             name = str(e.name())  # type: ignore[attr-defined]
             if not name.isidentifier() or name in keys or name in aggs:
-                raise _refuse(spec, node, f"an aggregate named {name!r} (a distinct "
-                              "identifier is needed in a chain)")
+                name = f"agg_{len(aggs)}_"  # (``sum(n)``: the code's name comes back above)
             aggs[name] = text
             outs[_id(e)] = name
         else:
@@ -485,24 +489,50 @@ def _filter(spec: BacktestSpec, node: object, cols: _Cols) -> FilterStage:
     return FilterStage(filter=text)
 
 
-def _project(spec: BacktestSpec, node: object, cols: _Cols) -> None:
-    """A ``Project`` between operators: columns kept or renamed (followed by id), nothing
-    computed."""
+def _project(spec: BacktestSpec, node: object, cols: _Cols) -> SelectStage | None:
+    """A ``Project`` between operators: columns kept or renamed are followed by id (no
+    stage); with a computed column, a ``select`` stage of the columns the pipeline holds, the
+    event-time column and the window kept, the computed ones by their Spark SQL text."""
+    from semantics.expression_syntax import ExpressionError, parse
+
     _check_expressions(spec, node)
     names: dict[int, str] = {}
     windows: set[int] = set()
+    computed: dict[str, str] = {}
     for e in _seq(node.projectList()):  # type: ignore[attr-defined]
         ref = e if _cls(e) == "AttributeReference" else e.child()  # type: ignore[attr-defined]
-        if _cls(ref) != "AttributeReference":
-            raise _refuse(spec, node, f"a computed column {e.sql()} between stateful "  # type: ignore
-                          "operators (not modelled yet: compute it below the first one)")
-        if _id(ref) in cols.windows:
+        if _cls(ref) == "AttributeReference" and _id(ref) in cols.windows:
             windows.add(_id(e))
             cols.window_names.add(str(e.name()))  # type: ignore[attr-defined]
-        elif _id(ref) in cols.names:
-            names[_id(e)] = cols.names[_id(ref)]
+        elif _cls(ref) == "AttributeReference":
+            if _id(ref) in cols.names:
+                names[_id(e)] = cols.names[_id(ref)]
+        else:
+            new = str(e.name())  # type: ignore[attr-defined]
+            for r in _seq(ref.references().toSeq()):  # type: ignore[attr-defined]
+                if _column(spec, node, cols, r) != str(r.name()):  # type: ignore[attr-defined]
+                    raise _refuse(spec, node, f"a computed column {new} over {r.name()}, "  # type: ignore
+                                  f"which the pipeline holds as {cols.names[_id(r)]}")
+            text = str(ref.sql())  # type: ignore[attr-defined]
+            try:
+                parse(text)
+            except ExpressionError as exc:
+                raise _refuse(spec, node, f"a computed column between operators that "
+                              f"semantics.expressions evaluates ({exc})") from None
+            if not new.isidentifier() or new in computed or new in names.values():
+                raise _refuse(spec, node, f"a computed column named {new!r} (a new "
+                              "identifier is needed)")
+            computed[new] = text
+            names[_id(e)] = new
+    held = [n for n in names.values() if n not in computed]
+    if cols.event_time is not None and cols.event_time not in held:
+        held.append(cols.event_time)  # (kept: a later window or dedup reads its watermark)
     cols.names, cols.windows = names, windows
-
+    if not computed:
+        return None
+    win = ["window_start", "window_end"] if windows else []
+    select = {c: c for c in (*win, *dict.fromkeys(held))}
+    return SelectStage(select={**select, **computed})
 
 
 # -- prediction --------------------------------------------------------------------------------
@@ -547,7 +577,7 @@ def predict_chain(lowered: Lowered, schedule: Schedule, candidate: str, spark: S
     batches["input_rows"] = total
     per_batch = outputs.groupby("batch_id").size()
     batches["output_rows"] = batches["batch_id"].map(per_batch).fillna(0).astype("int64")
-    how = "spark-batch" if not chain.between_filters else \
+    how = "spark-batch" if not chain.evaluated else \
         "spark-batch; between operators semantics.expressions"
     info = {**pred.info, "expressions": how, "planning_session_s": lowered.planning_s,
             "expressions_s": expressions_s + time.perf_counter() - t1,

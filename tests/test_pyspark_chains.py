@@ -67,8 +67,14 @@ def agg_agg_struct(sources):
 def agg_computed_between(sources):
     df = sources["e"].withWatermark("ts", "5 seconds")
     a = df.groupBy(F.window("ts", "10 seconds"), "k").agg(F.count("*").alias("n"))
-    return (a.withColumn("n2", F.col("n") * 2)
+    return (a.withColumn("n2", F.col("n") * 2 + F.when(F.col("k") == "a", 1).otherwise(0))
             .groupBy(F.window(F.window_time("window"), "30 seconds")).agg(F.sum("n2")))
+
+
+def agg_computed_key(sources):
+    df = sources["e"].withWatermark("ts", "5 seconds")
+    a = df.groupBy(F.window("ts", "10 seconds"), "k").agg(F.count("*").alias("n"))
+    return a.groupBy(F.window(F.window_time("window"), "30 seconds"), F.col("n") % 2).count()
 
 
 def union_one_watermark(sources):
@@ -202,6 +208,15 @@ def test_a_filter_between_two_aggregations(tmp_path: Path, spark) -> None:
     assert c.actual.outputs["m"].min() > 1
 
 
+def test_a_computed_column_between_two_aggregations(tmp_path: Path, spark) -> None:
+    (c,) = both(make(tmp_path, "agg_computed_between", ONE), tmp_path, spark)
+    stages = c.predicted.info["lowered_to"]["pipeline"]
+    assert [next(iter(s)) for s in stages] == ["source", "aggregate", "select", "aggregate"]
+    assert list(c.actual.outputs.columns) == ["batch_id", "window_start", "window_end",
+                                               "sum(n2)"]
+    assert c.actual.outputs["sum(n2)"].sum() > 0
+
+
 def test_inner_join_then_window_aggregation(tmp_path: Path, spark) -> None:
     (c,) = both(make(tmp_path, "join_agg", JOIN), tmp_path, spark)
     assert _ops(c) == ["stateStoreSave", "symmetricHashJoin"]
@@ -219,8 +234,8 @@ def test_what_a_chain_cannot_model_is_refused_naming_the_node(tmp_path: Path, sp
         assert "Traceback" not in err
         return err
 
-    err = refused(make(tmp_path, "agg_computed_between", ONE))
-    assert "plan node Project" in err and "computed column" in err
+    err = refused(make(tmp_path, "agg_computed_key", ONE))
+    assert "plan node Aggregate" in err and "computed grouping expression" in err
     err = refused(make(tmp_path / "u", "union_one_watermark", UNION))
     assert "plan node Union" in err and "withWatermark on each source" in err
     # and a chain predicted alone, on the command line

@@ -11,11 +11,11 @@ operator kind (state in, state out, one batch), the operators chained within eac
   current one (``allowMultiple=false``: both the current one);
 * rows an operator emits feed the next one in the same batch; an aggregation's output row has
   the event time ``window_time`` = window end − 1 µs (§13.1);
-* a ``filter`` after a stateful stage filters the rows it emits in the batch; other
-  stateless stages (``select``, ``filter``) come before the first stateful one and act like a
-  source filter: Spark pushes such a filter below ``withWatermark`` (§2.1), so the rows it
-  removes never move the watermark; a select's computed columns (``semantics.expressions``)
-  are values of the rows, which a later deduplicate or aggregate may key on.
+* a ``filter`` or ``select`` after a stateful stage works on the rows it emits in the
+  batch; before the first stateful one they act like a source filter: Spark pushes such a
+  filter below ``withWatermark`` (§2.1), so the rows it removes never move the watermark; a
+  select's computed columns (``semantics.expressions``) are values of the rows, which a later
+  deduplicate or aggregate may key on.
 
 >>> run(schedule, spec, "c").metrics[0][0].state_rows  # doctest: +SKIP
 """
@@ -166,11 +166,6 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> PipelineRun:
     first = next(i for i, s in enumerate(q.stages) if isinstance(s, DeduplicateStage
                                                                   | AggregateStage))
     offset = len(q.pipeline) - len(q.stages)
-    for i, s in enumerate(q.stages[first:], first):
-        if isinstance(s, SelectStage):
-            raise SpecError(spec.path, f"query.pipeline[{i + offset}].select", "a select "
-                            "before the first deduplicate or aggregate stage (later ones are "
-                            "not modelled yet; a filter is)")
     passing, values = _stateless(spec, schedule, q.stages[:first])
     jr = None if q.join is None else join_rules(spec, schedule, q.join.query, delays)
 
@@ -220,6 +215,10 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> PipelineRun:
                 rows = _filter_rows(spec, stage, rows, view.columns,
                                     f"query.pipeline[{first + j + offset}].filter")
                 continue
+            if isinstance(stage, SelectStage):
+                rows = _select_rows(spec, stage, rows, view.columns,
+                                    f"query.pipeline[{first + j + offset}].select")
+                continue
             if isinstance(stage, DeduplicateStage):
                 evicts = bool(delays) and (stage.deduplicate.within_watermark
                                            or view.event_time in stage.deduplicate.keys)
@@ -246,16 +245,44 @@ def _filter_rows(spec: BacktestSpec, stage: FilterStage, rows: list[Row],
     cols = [c for c in columns if c != ROW_ID]
     if not rows:
         return rows
-    arrays = {c: pa.array([r[c] for r in rows], pa.timestamp("us", tz="UTC"))
-              if c in (*WINDOW_COLUMNS, WINDOW_TIME) else pa.array([r[c] for r in rows])
-              for c in cols}
     try:
-        mask = evaluate(stage.filter, pa.table(arrays), spec.session_time_zone,
+        mask = evaluate(stage.filter, _row_table(rows, cols), spec.session_time_zone,
                         spec.case_sensitive).to_pylist()
     except PredicateError as exc:
         raise SpecError(spec.path, at, f"a Spark SQL predicate over {', '.join(cols)} "
                         f"({exc})") from None
     return [r for r, keep in zip(rows, mask, strict=True) if keep]
+
+
+def _select_rows(spec: BacktestSpec, stage: SelectStage, rows: list[Row],
+                 columns: tuple[str, ...], at: str) -> list[Row]:
+    """A select after a stateful stage, on the rows it emitted: renames keep the values,
+    computed columns are evaluated by ``semantics.expressions`` (as ``F.expr(text)``)."""
+    if not rows:
+        return rows
+    table = _row_table(rows, [c for c in columns if c != ROW_ID])
+    out: list[Row] = [{EVENT_US: r[EVENT_US]} for r in rows]
+    for new, text in stage.select.items():
+        old = stage.column(new)
+        if old is not None:
+            values = [r[old] for r in rows]
+        else:
+            try:
+                values = evaluate_expression(text, table, spec.session_time_zone,
+                                             spec.case_sensitive).to_pylist()
+            except PredicateError as exc:
+                raise SpecError(spec.path, f"{at}.{new}", f"a Spark SQL value expression over "
+                                f"{', '.join(table.column_names)} ({exc})") from None
+        for r, v in zip(out, values, strict=True):
+            r[new] = v
+    return out
+
+
+def _row_table(rows: list[Row], cols: list[str]) -> pa.Table:
+    """Emitted rows as a table of ``cols`` (window columns as the timestamps Spark has)."""
+    return pa.table({c: pa.array([r[c] for r in rows], pa.timestamp("us", tz="UTC"))
+                     if c in (*WINDOW_COLUMNS, WINDOW_TIME) else pa.array([r[c] for r in rows])
+                     for c in cols})
 
 
 def _window_time_column(stage: object, default: str | None) -> str:
