@@ -181,8 +181,16 @@ def lower_chain(spec: BacktestSpec, q: PySparkQuery, plan: object, ids: dict[str
         if name in ("Deduplicate", "DeduplicateWithinWatermark"):
             stages.append(_dedup(spec, n, cols))
         elif name == "Aggregate":
-            stages.append(_aggregate(spec, n, cols, windows,
-                                     later=n is not spine[tops[0]]))
+            at_input = n is first_op and not isinstance(first, JoinStage)
+            pre = _held(cols)  # (the columns at the aggregation's input)
+            stage, computed = _aggregate(spec, n, cols, windows,
+                                         later=n is not spine[tops[0]], at_input=at_input)
+            if computed and at_input:  # (computed by Spark with the rest of the input)
+                sides = [_with_keys(sd, computed) for sd in sides]
+            elif computed:
+                stages.append(SelectStage(select={**pre, **computed}))
+                evaluated += 1
+            stages.append(stage)
         elif name == "SubqueryAlias":
             continue
         elif _is_window_node(n):
@@ -378,17 +386,28 @@ def _dedup(spec: BacktestSpec, node: object, cols: _Cols) -> DeduplicateStage:
 
 
 def _aggregate(spec: BacktestSpec, node: object, cols: _Cols, windows: list[WindowCall],
-               later: bool) -> AggregateStage:
+               later: bool, at_input: bool = False) -> tuple[AggregateStage, dict[str, str]]:
     """``groupBy(window(...) or keys).agg(count, sum, min, max, avg of columns)`` (§4.1);
-    ``later``: a stage follows (its window's ``window_time`` is the next event time)."""
+    ``later``: a stage follows (its window's ``window_time`` is the next event time). Also
+    the grouping expressions that are not columns (hidden key name -> Spark SQL), which the
+    caller computes before the stage (``at_input``: Spark does, any deterministic one)."""
     window: PipelineWindow | None = None
     keys: list[str] = []
     key_ids: set[int] = set()
     win_id: int | None = None
+    computed: dict[str, str] = {}
+    computed_exprs: list[tuple[str, object]] = []
     for g in _seq(node.groupingExpressions()):  # type: ignore[attr-defined]
         if _cls(g) != "AttributeReference":
-            raise _refuse(spec, node, f"a computed grouping expression {g.sql()} in a chain "  # type: ignore
-                          "(compute it as a column below the first operator)")
+            key = f"{H_KEY}{len(computed)}"
+            if at_input:
+                _check_expressions(spec, node)
+                computed[key] = str(g.sql())  # type: ignore[attr-defined]
+            else:
+                computed[key] = _expression_sql(spec, node, cols, g)
+            computed_exprs.append((key, g))
+            keys.append(key)
+            continue
         if g.dataType().typeName() == "struct" and "start" in str(g.dataType().simpleString()):  # type: ignore
             if not windows or windows[0].session:
                 raise _refuse(spec, node, "a window the predictor reads in a chain (tumbling "
@@ -420,6 +439,10 @@ def _aggregate(spec: BacktestSpec, node: object, cols: _Cols, windows: list[Wind
             window_names.add(str(e.name()))  # type: ignore[attr-defined]
         elif cls == "AttributeReference" and _id(e) in key_ids:
             outs[_id(e)] = cols.names[_id(e)]
+        elif cls == "Alias" and any(e.child().semanticEquals(g)  # type: ignore[attr-defined]
+                                    for _, g in computed_exprs):
+            outs[_id(e)] = next(k for k, g in computed_exprs
+                                if e.child().semanticEquals(g))  # type: ignore[attr-defined]
         elif cls == "Alias" and _cls(e.child()) == "AggregateExpression":  # type: ignore
             ae = e.child()  # type: ignore[attr-defined]
             fn = ae.aggregateFunction()
@@ -447,7 +470,44 @@ def _aggregate(spec: BacktestSpec, node: object, cols: _Cols, windows: list[Wind
     cols.windows, cols.window_names = out_windows, window_names
     cols.event_time = WINDOW_TIME if window is not None and later else None
     return AggregateStage(aggregate=AggregateArgs(window=window, keys=tuple(keys),
-                                                  aggregates=aggs))
+                                                  aggregates=aggs)), computed
+
+
+def _expression_sql(spec: BacktestSpec, node: object, cols: _Cols, expr: object) -> str:
+    """A computed value's Spark SQL text, over columns the pipeline holds by the same names
+    and parsed by ``semantics.expressions`` (Spark evaluates it below the first operator; the
+    pipeline between operators)."""
+    from semantics.expression_syntax import ExpressionError, parse
+
+    if not expr.deterministic():  # type: ignore[attr-defined]
+        raise _refuse(spec, node, f"a non-deterministic expression {expr.sql()}")  # type: ignore
+    for r in _seq(expr.references().toSeq()):  # type: ignore[attr-defined]
+        if _column(spec, node, cols, r) != str(r.name()):  # type: ignore[attr-defined]
+            raise _refuse(spec, node, f"an expression {expr.sql()} over {r.name()}, which "  # type: ignore
+                          f"the pipeline holds as {cols.names[_id(r)]}")
+    text = str(expr.sql())  # type: ignore[attr-defined]
+    try:
+        parse(text)
+    except ExpressionError as exc:
+        raise _refuse(spec, node, f"an expression between operators that "
+                      f"semantics.expressions evaluates ({exc})") from None
+    return text
+
+
+def _with_keys(side: Side, computed: dict[str, str]) -> Side:
+    """``side`` with the first operator's computed keys as hidden columns (Spark)."""
+    step = Step("project", (*(f"`{n}`" for n in side.input_columns),
+                            *(f"{sql} AS `{k}`" for k, sql in computed.items())))
+    return Side(side.source, (*side.below, step), (*side.input_columns, *computed),
+                side.event_time, side.watermark_column)
+
+
+def _held(cols: _Cols) -> dict[str, str]:
+    """A select stage's plain columns: those the pipeline holds, the window and the event time
+    kept (a later window or dedup reads its watermark)."""
+    win = ["window_start", "window_end"] if cols.windows else []
+    held = [*win, *cols.names.values(), *([cols.event_time] if cols.event_time else [])]
+    return {c: c for c in dict.fromkeys(held)}
 
 
 def _is_time_check(node: object, parent: object | None) -> bool:
@@ -491,10 +551,7 @@ def _filter(spec: BacktestSpec, node: object, cols: _Cols) -> FilterStage:
 
 def _project(spec: BacktestSpec, node: object, cols: _Cols) -> SelectStage | None:
     """A ``Project`` between operators: columns kept or renamed are followed by id (no
-    stage); with a computed column, a ``select`` stage of the columns the pipeline holds, the
-    event-time column and the window kept, the computed ones by their Spark SQL text."""
-    from semantics.expression_syntax import ExpressionError, parse
-
+    stage); with a computed column, a ``select`` stage (:func:`_held`, then the computed ones)."""
     _check_expressions(spec, node)
     names: dict[int, str] = {}
     windows: set[int] = set()
@@ -509,30 +566,15 @@ def _project(spec: BacktestSpec, node: object, cols: _Cols) -> SelectStage | Non
                 names[_id(e)] = cols.names[_id(ref)]
         else:
             new = str(e.name())  # type: ignore[attr-defined]
-            for r in _seq(ref.references().toSeq()):  # type: ignore[attr-defined]
-                if _column(spec, node, cols, r) != str(r.name()):  # type: ignore[attr-defined]
-                    raise _refuse(spec, node, f"a computed column {new} over {r.name()}, "  # type: ignore
-                                  f"which the pipeline holds as {cols.names[_id(r)]}")
-            text = str(ref.sql())  # type: ignore[attr-defined]
-            try:
-                parse(text)
-            except ExpressionError as exc:
-                raise _refuse(spec, node, f"a computed column between operators that "
-                              f"semantics.expressions evaluates ({exc})") from None
             if not new.isidentifier() or new in computed or new in names.values():
                 raise _refuse(spec, node, f"a computed column named {new!r} (a new "
                               "identifier is needed)")
-            computed[new] = text
+            computed[new] = _expression_sql(spec, node, cols, ref)
             names[_id(e)] = new
-    held = [n for n in names.values() if n not in computed]
-    if cols.event_time is not None and cols.event_time not in held:
-        held.append(cols.event_time)  # (kept: a later window or dedup reads its watermark)
+    held = {c: c for c in _held(replace(cols, names=names, windows=windows))
+            if c not in computed}
     cols.names, cols.windows = names, windows
-    if not computed:
-        return None
-    win = ["window_start", "window_end"] if windows else []
-    select = {c: c for c in (*win, *dict.fromkeys(held))}
-    return SelectStage(select={**select, **computed})
+    return SelectStage(select={**held, **computed}) if computed else None
 
 
 # -- prediction --------------------------------------------------------------------------------

@@ -71,10 +71,17 @@ def agg_computed_between(sources):
             .groupBy(F.window(F.window_time("window"), "30 seconds")).agg(F.sum("n2")))
 
 
-def agg_computed_key(sources):
+def computed_keys(sources):
     df = sources["e"].withWatermark("ts", "5 seconds")
-    a = df.groupBy(F.window("ts", "10 seconds"), "k").agg(F.count("*").alias("n"))
-    return a.groupBy(F.window(F.window_time("window"), "30 seconds"), F.col("n") % 2).count()
+    a = (df.groupBy(F.window("ts", "10 seconds"), F.upper("k").alias("kk"))
+         .agg(F.count("*").alias("n")))
+    return (a.groupBy(F.window(F.window_time("window"), "30 seconds"),
+                      (F.col("n") % 2).alias("odd")).count())
+
+
+def dedup_session(sources):
+    df = sources["e"].withWatermark("ts", "5 seconds").dropDuplicates(["id", "ts"])
+    return df.groupBy(F.session_window("ts", "4 seconds")).count()
 
 
 def union_one_watermark(sources):
@@ -217,6 +224,17 @@ def test_a_computed_column_between_two_aggregations(tmp_path: Path, spark) -> No
     assert c.actual.outputs["sum(n2)"].sum() > 0
 
 
+def test_computed_grouping_keys_of_the_first_and_the_second_aggregation(tmp_path: Path,
+                                                                        spark) -> None:
+    (c,) = both(make(tmp_path, "computed_keys", ONE), tmp_path, spark)
+    stages = c.predicted.info["lowered_to"]["pipeline"]
+    # the first key by Spark with the operator's input, the second by a select stage
+    assert [next(iter(s)) for s in stages] == ["source", "aggregate", "select", "aggregate"]
+    assert list(c.actual.outputs.columns) == ["batch_id", "window_start", "window_end", "odd",
+                                               "count"]
+    assert set(c.actual.outputs["odd"]) == {0, 1}
+
+
 def test_inner_join_then_window_aggregation(tmp_path: Path, spark) -> None:
     (c,) = both(make(tmp_path, "join_agg", JOIN), tmp_path, spark)
     assert _ops(c) == ["stateStoreSave", "symmetricHashJoin"]
@@ -234,8 +252,8 @@ def test_what_a_chain_cannot_model_is_refused_naming_the_node(tmp_path: Path, sp
         assert "Traceback" not in err
         return err
 
-    err = refused(make(tmp_path, "agg_computed_key", ONE))
-    assert "plan node Aggregate" in err and "computed grouping expression" in err
+    err = refused(make(tmp_path, "dedup_session", ONE))
+    assert "plan node Aggregate" in err and "no session windows" in err
     err = refused(make(tmp_path / "u", "union_one_watermark", UNION))
     assert "plan node Union" in err and "withWatermark on each source" in err
     # and a chain predicted alone, on the command line
