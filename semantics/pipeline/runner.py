@@ -30,7 +30,7 @@ import pyarrow as pa
 from semantics.config import resolve
 from semantics.errors import SpecError
 from semantics.expressions import evaluate as evaluate_expression
-from semantics.pipeline.columns import WINDOW_TIME, flow
+from semantics.pipeline.columns import WINDOW_COLUMNS, WINDOW_TIME, flow
 from semantics.pipeline.spec import (
     AggregateStage,
     DeduplicateStage,
@@ -47,6 +47,7 @@ from semantics.reference.join import JoinState, join_rules, join_step
 from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import BacktestSpec
 
+TIME_COLUMNS = (*WINDOW_COLUMNS, WINDOW_TIME)
 OPERATOR_NAMES = {"aggregate": "stateStoreSave", "deduplicate": "dedupe",
                   "join": "symmetricHashJoin",
                   "deduplicate_within_watermark": "dedupeWithinWatermark"}
@@ -73,6 +74,8 @@ class PipelineRun:
     columns: tuple[str, ...] = ()
     # after a join: per batch the (late, eviction) watermarks (ms) of the operators after it
     below: list[tuple[int | None, int | None]] = field(default_factory=list)
+    # the output columns holding timestamps as µs (an aggregate's window, maybe renamed)
+    micros: frozenset[str] = frozenset(("window_start", "window_end", "window_time"))
 
 
 # -- one step per operator kind: (state, rows, late µs, evict µs) -> (state, emitted, metrics)
@@ -162,14 +165,10 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> PipelineRun:
     views, out_cols = flow(spec, dict(schedule.data_columns))
     r = resolve(spec, candidate)
     delays = {s: r.delays_ms[s] for s in spec.query_sources if s in r.delays_ms}
-    first = next(i for i, s in enumerate(q.stages) if isinstance(s, DeduplicateStage
-                                                                  | AggregateStage))
-    for i, s in enumerate(q.stages[first:], first):
-        if isinstance(s, FilterStage | SelectStage):
-            raise SpecError(spec.path, f"query.pipeline[{i + len(q.pipeline) - len(q.stages)}]"
-                            f".{s.kind}", "a stateless stage before the first deduplicate or "
-                            "aggregate stage (later ones are not modelled yet)")
+    first = 0 if q.join is not None else next(
+        i for i, s in enumerate(q.stages) if isinstance(s, DeduplicateStage | AggregateStage))
     passing, values = _stateless(spec, schedule, q.stages[:first])
+    out_micros = _output_micros(q)
     jr = None if q.join is None else join_rules(spec, schedule, q.join.query, delays)
 
     def below(w: int | None) -> int | None:
@@ -192,6 +191,9 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> PipelineRun:
 
     batches = plan(schedule, spec, candidate, another, reaches)
     ops = q.stages[first:]
+    first_op = next(j for j, s in enumerate(ops) if isinstance(s, DeduplicateStage
+                                                                  | AggregateStage))
+    offset = len(q.pipeline) - len(q.stages)
     states: list[dict] = [{} for _ in ops]
     join_state: JoinState = {"left": [], "right": []}
     metrics: list[list[Metrics]] = []
@@ -204,16 +206,23 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> PipelineRun:
                 jr, {side: s in delays for side, s in jr.src.items()}, join_state,
                 {side: b.rows[s] for side, s in jr.src.items()}, b.late_ms, b.evict_ms)
             per_op.append(m)
-            time_col = _window_time_column(ops[0], views[0].event_time)
-            rows = [{**row, EVENT_US: row[time_col].value // 1000} for row in rows]
         else:
             rows = [{ROW_ID: row[ROW_ID], EVENT_US: row[EVENT_US], **values[s][row[ROW_ID]]}
                     for s in spec.query_sources for row in b.rows[s] if row[ROW_ID] in passing[s]]
         late_ms, evict_ms = below(b.late_ms), below(b.evict_ms)
         late = None if late_ms is None else late_ms * 1000
         evict = None if evict_ms is None else evict_ms * 1000
+        micros: frozenset[str] = frozenset()  # columns holding µs (an aggregate's window)
         for j, stage in enumerate(ops):
             view = views[first + j]
+            if isinstance(stage, FilterStage | SelectStage):
+                rows, micros = stateless_step(spec, stage, view.columns, micros, rows,
+                                              f"query.pipeline[{first + j + offset}]")
+                continue
+            if jr is not None and j == first_op:
+                # the window's time column after the join is the next operator's event time
+                time_col = _window_time_column(stage, view.event_time)
+                rows = [{**row, EVENT_US: _micros(row[time_col])} for row in rows]
             if isinstance(stage, DeduplicateStage):
                 evicts = bool(delays) and (stage.deduplicate.within_watermark
                                            or view.event_time in stage.deduplicate.keys)
@@ -225,12 +234,78 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> PipelineRun:
                 timed = view.event_time in stage.aggregate.keys
                 states[j], rows, m = aggregate_step(stage, timed, states[j], rows, late, evict,
                                                     j < last)
+                micros = frozenset(TIME_COLUMNS)
             per_op.append(m)
         metrics.append(per_op)
         outputs += [(b.batch_id, {c: row[c] for c in out_cols}) for row in rows]
     return PipelineRun(batches, metrics, outputs, operator_names(q), out_cols,
                        [(below(b.late_ms), below(b.evict_ms)) for b in batches]
-                       if jr is not None else [])
+                       if jr is not None else [], out_micros)
+
+
+def stateless_step(spec: BacktestSpec, stage: FilterStage | SelectStage,
+                   columns: tuple[str, ...], micros: frozenset[str], rows: list[Row], at: str
+                   ) -> tuple[list[Row], frozenset[str]]:
+    """A filter or select on the rows an operator emitted, in the same batch (§13.3): it moves
+    no watermark (those come from the sources' ``withWatermark``); ``micros`` names the
+    columns holding timestamps as µs (an aggregate's window columns), which the expressions
+    see as timestamps. Each row keeps its event time (``EVENT_US``)."""
+    if not rows:
+        return rows, micros if isinstance(stage, FilterStage) else _renamed(stage, micros)
+    table = pa.Table.from_pylist([{c: _as_time(row[c]) if c in micros else row[c]
+                                   for c in columns} for row in rows])
+    if isinstance(stage, FilterStage):
+        try:
+            mask = evaluate(stage.filter, table, spec.session_time_zone, spec.case_sensitive)
+        except PredicateError as exc:
+            raise SpecError(spec.path, f"{at}.filter", f"a Spark SQL predicate over "
+                            f"{', '.join(columns)} ({exc})") from None
+        keep = mask.to_pylist()
+        return [row for row, k in zip(rows, keep, strict=True) if k], micros
+    out: list[Row] = [{EVENT_US: row.get(EVENT_US)} for row in rows]
+    for new, text in stage.select.items():
+        old = stage.column(new)
+        if old is not None:
+            for o, row in zip(out, rows, strict=True):
+                o[new] = row[old]
+            continue
+        try:
+            arr = evaluate_expression(text, table, spec.session_time_zone, spec.case_sensitive)
+        except PredicateError as exc:
+            raise SpecError(spec.path, f"{at}.select.{new}", f"a Spark SQL value expression "
+                            f"over {', '.join(columns)} ({exc})") from None
+        values = arr.to_pylist()
+        if pa.types.is_timestamp(arr.type):
+            values = [None if v is None else pd.Timestamp(v) for v in values]
+        for o, v in zip(out, values, strict=True):
+            o[new] = v
+    return out, _renamed(stage, micros)
+
+
+def _renamed(stage: SelectStage, micros: frozenset[str]) -> frozenset[str]:
+    return frozenset(new for new in stage.select if stage.column(new) in micros)
+
+
+def _output_micros(q: PipelineQuery) -> frozenset[str]:
+    """The output columns holding µs: the last aggregate's window columns, through renames."""
+    micros: frozenset[str] = frozenset()
+    for s in q.stages:
+        if isinstance(s, AggregateStage):
+            micros = frozenset(TIME_COLUMNS)
+        elif isinstance(s, DeduplicateStage):
+            pass
+        elif isinstance(s, SelectStage):
+            micros = _renamed(s, micros)
+    return micros
+
+
+def _as_time(v: object) -> object:
+    return None if v is None else pd.Timestamp(int(v), unit="us", tz="UTC")  # type: ignore[call-overload]
+
+
+def _micros(v: object) -> int:
+    """A timestamp value (``pd.Timestamp`` or ``datetime``) as µs."""
+    return int(pd.Timestamp(v).value // 1000)  # type: ignore[arg-type]
 
 
 def _window_time_column(stage: object, default: str | None) -> str:
