@@ -284,3 +284,59 @@ def test_select_errors_name_the_column_and_the_expectation():
     e = error({"pipeline": [{"select": {"k": "id", "t": "date_trunc('second', ts)"}},
                             dedup]})
     assert e.field == "query.pipeline[0].select" and "plain column" in e.expected
+
+
+def test_filters_spark_would_push_down_are_refused():
+    # Spark's optimizer pushes a conjunct over an aggregation's keys or window below it, and a
+    # conjunct over one join side into that side (or turns an outer join into an inner one):
+    # such a filter would change the operators' state, so it is refused naming the stage.
+    agg = {"aggregate": {"window": {"duration": "10 seconds"}, "keys": ["id"],
+                         "aggregates": {"n": "count(*)"}}}
+    e = error({"pipeline": [agg, {"filter": "n > 1 AND id = 2"},
+                            {"deduplicate": {"keys": ["id", "window_time"]}}]})
+    assert e.field == "query.pipeline[1].filter" and "reads an aggregate" in e.expected
+    e = error({"pipeline": [agg, {"select": {"m": "n + 1", "j": "id"}}, {"filter": "j > 1"}]})
+    assert e.field == "query.pipeline[2].filter" and "reads an aggregate" in e.expected
+    # through a select, a conjunct computed from the aggregate stays above it
+    ok = {"pipeline": [agg, {"select": {"m": "n + 1", "j": "id"}}, {"filter": "m > j"}]}
+    assert predict(schedule_of([[{"id": 1, "ts": 1}], [{"id": 1, "ts": 40}]]), spec(ok),
+                   "c").outputs.columns.tolist() == ["batch_id", "m", "j"]
+
+    def join(kind: str, text: str) -> SpecError:
+        with pytest.raises(SpecError) as e:
+            s = parse_spec({
+                "name": "t", "sources": {"c": {"table": "u", "event_time": "ts"},
+                                         "i": {"table": "u", "event_time": "ts"}},
+                "query": {"pipeline": [
+                    {"join": {"type": kind, "left": "c", "right": "i", "keys": ["ad"],
+                              "time_range": {"lower": "0 seconds", "upper": "10 seconds"}}},
+                    {"filter": text}, {"aggregate": {"window": {"duration": "10 seconds"}}}]},
+                "replay": {"batch_by": {"commits": 1}, "pace": "live"},
+                "candidates": {"c": {"watermark": {"c": "5 seconds", "i": "5 seconds"}}}})
+            one = schedule_of([[{"ad": 1, "ts": 12}], [{"ad": 1, "ts": 30}]])
+            rows = one.rows["events"]
+            sched = cut("t", {"c": rows.iloc[[0]], "i": rows.iloc[[1]]}, {"c": "ts", "i": "ts"},
+                        one.batch_by, "live")
+            predict(sched, s, "c")
+        return e.value
+
+    for kind, text in [("inner", "c_ad > 1"), ("inner", "c_ts < i_ts"),
+                       ("left_outer", "c_ad = i_ad")]:
+        e = join(kind, text)
+        assert e.field == "query.pipeline[1].filter" and "both sides" in e.expected, text
+
+
+def test_a_filter_after_an_operator_moves_no_watermark():
+    # dedup then a filter dropping every row of id 9, then 10 s counts. The id-9 row at 50 s
+    # still reaches the dedup (which sits under the source's withWatermark), so the global
+    # watermark moves to 45 s and the window [0,10) is emitted; a filter before the dedup
+    # would have been pushed below withWatermark and kept the watermark at 0.
+    q = {"pipeline": [{"deduplicate": {"keys": ["id", "ts"]}}, {"filter": "id <> 9"},
+                      {"aggregate": {"window": {"duration": "10 seconds"},
+                                     "aggregates": {"n": "count(*)"}}}]}
+    sched = schedule_of([[{"id": 1, "ts": 1}], [{"id": 9, "ts": 50}]], pace="live")
+    r = predict(sched, spec(q), "c")
+    assert r.batches["watermark_ms"].max() == 45_000
+    d = r.batches[r.batches["operator"] == "dedupe"]
+    assert d["state_rows_updated"].sum() == 2
+    assert [(b, n) for b, n in r.outputs[["batch_id", "n"]].itertuples(index=False)] == [(2, 1)]

@@ -187,3 +187,92 @@ def test_random_chains(spark, tmp_path_factory, chain, data, replay, delay, pace
         "candidates": {"c": {"watermark": {"events": delay}}},
     }, str(tmp / "spec.yaml"))
     both(spark, spec, tmp)
+
+
+# -- stateless stages between stateful ones, after a join and at the end (§13.3) -------------
+
+def test_dedup_then_filter_then_aggregation(spark, tmp_path):
+    # dedup on (id, ts), keep even ids, 10 s counts; delay 5 s, live pace. The filter sits
+    # above the deduplication (Spark does not push a filter through it): odd ids still enter
+    # the dedup state, and a late odd id is dropped by the dedup, never reaching the filter.
+    spec = make_spec(
+        tmp_path / "src",
+        [("e", [{"id": 1, "ts": 1}, {"id": 2, "ts": 1}, {"id": 2, "ts": 1}, {"id": 4, "ts": 3}]),
+         ("e", [{"id": 3, "ts": 12}, {"id": 6, "ts": 14}]),
+         ("e", [{"id": 5, "ts": 2}, {"id": 8, "ts": 25}]),
+         ("e", [{"id": 10, "ts": 40}])],
+        {"pipeline": [{"deduplicate": {"keys": ["id", "ts"]}},
+                      {"filter": "id % 2 = 0"},
+                      {"aggregate": {"window": {"duration": "10 seconds"},
+                                     "aggregates": {"n": "count(*)"}}}]},
+        {"e": "5 seconds"}, pace="live")
+    predicted, actual = both(spark, spec, tmp_path)
+    d = actual.batches[actual.batches["operator"] == "dedupe"]
+    a = actual.batches[actual.batches["operator"] == "stateStoreSave"]
+    # the odd ids are in the dedup's state but never in a window
+    assert d["state_rows_updated"].sum() > a["state_rows_updated"].sum()
+    assert actual.outputs["n"].sum() == 4
+
+
+def test_aggregation_then_computed_select_then_aggregation(spark, tmp_path):
+    # 10 s counts per k, then a select computing big = n > 1 (and keeping window_time as a
+    # plain column: it carries the watermark), then 30 s counts per big over window_time.
+    spec = make_spec(
+        tmp_path / "src",
+        [("e", [{"k": "a", "ts": 1}, {"k": "b", "ts": 4}, {"k": "a", "ts": 2}]),
+         ("e", [{"k": "a", "ts": 22}, {"k": "b", "ts": 9}]),
+         ("e", [{"k": "a", "ts": 33}, {"k": "a", "ts": 3}]),
+         ("e", [{"k": "b", "ts": 47}]),
+         ("e", [{"k": "b", "ts": 95}])],
+        {"pipeline": [{"aggregate": {"window": {"duration": "10 seconds"}, "keys": ["k"],
+                                     "aggregates": {"n": "count(*)"}}},
+                      {"select": {"big": "n > 1", "wt": "window_time", "n": "n"}},
+                      {"aggregate": {"window": {"duration": "30 seconds", "time": "wt"},
+                                     "keys": ["big"],
+                                     "aggregates": {"groups": "count(*)", "total": "sum(n)"}}}]},
+        {"e": "5 seconds"}, pace="live")
+    predicted, actual = both(spark, spec, tmp_path)
+    assert list(actual.outputs.columns) == ["batch_id", "big", "window_start", "window_end",
+                                            "groups", "total"]
+    assert set(actual.outputs["big"]) == {True, False}
+
+
+def test_join_then_filter_then_aggregation(spark, tmp_path):
+    # an inner join of clicks c and impressions i on ad within 10 s, a filter reading both
+    # sides (it stays above the join's state), then 10 s counts over the left event time.
+    commits = [("c", [{"ad": 1, "v": 1, "ts": 5}, {"ad": 2, "v": 5, "ts": 8}]),
+               ("i", [{"ad": 1, "v": 2, "ts": 1}, {"ad": 2, "v": 1, "ts": 3}]),
+               ("c", [{"ad": 1, "v": 3, "ts": 25}, {"ad": 3, "v": 0, "ts": 30}]),
+               ("i", [{"ad": 1, "v": 1, "ts": 20}, {"ad": 3, "v": 4, "ts": 26}]),
+               ("c", [{"ad": 1, "v": 0, "ts": 48}]),
+               ("i", [{"ad": 1, "v": 9, "ts": 45}, {"ad": 4, "v": 0, "ts": 70}]),
+               ("c", [{"ad": 4, "v": 1, "ts": 75}])]
+    spec = make_spec(
+        tmp_path / "src", commits,
+        {"pipeline": [{"join": {"type": "inner", "left": "c", "right": "i", "keys": ["ad"],
+                                "time_range": {"lower": "0 seconds", "upper": "10 seconds"}}},
+                      {"filter": "c_v < i_v"},
+                      {"aggregate": {"window": {"duration": "10 seconds"},
+                                     "aggregates": {"n": "count(*)"}}}]},
+        {"c": "5 seconds", "i": "5 seconds"}, pace="live")
+    predicted, actual = both(spark, spec, tmp_path)
+    assert list(actual.batches["operator"].iloc[:2]) == ["stateStoreSave", "symmetricHashJoin"]
+    assert 0 < actual.outputs["n"].sum() < 5
+
+
+def test_trailing_filter_and_select(spark, tmp_path):
+    # 10 s counts per k, a HAVING-like filter on the count, then a select renaming the
+    # window's start and computing a label: the sink gets the select's columns.
+    spec = make_spec(
+        tmp_path / "src",
+        [("e", [{"k": 1, "ts": 1}, {"k": 2, "ts": 4}, {"k": 1, "ts": 2}]),
+         ("e", [{"k": 1, "ts": 22}, {"k": 2, "ts": 12}, {"k": 2, "ts": 13}]),
+         ("e", [{"k": 1, "ts": 45}])],
+        {"pipeline": [{"aggregate": {"window": {"duration": "10 seconds"}, "keys": ["k"],
+                                     "aggregates": {"n": "count(*)"}}},
+                      {"filter": "n >= 2"},
+                      {"select": {"start": "window_start", "label": "k * 100 + n"}}]},
+        {"e": "5 seconds"}, pace="live")
+    predicted, actual = both(spark, spec, tmp_path)
+    assert list(actual.outputs.columns) == ["batch_id", "start", "label"]
+    assert sorted(actual.outputs["label"]) == [102, 202]
