@@ -85,7 +85,7 @@ def test_window_time_feeds_the_next_window():
     assert list(r.outputs.columns) == ["batch_id", "window_start", "window_end", "total"]
 
 
-@pytest.mark.parametrize("kind", ["aggregation", "deduplication"])
+@pytest.mark.parametrize("kind", ["aggregation", "deduplication", "session"])
 def test_one_stage_pipeline_is_the_single_operator_reference(kind):
     rng = np.random.default_rng(7)
     for _ in range(20):
@@ -100,6 +100,11 @@ def test_one_stage_pipeline_is_the_single_operator_reference(kind):
                                    "aggregates": {"n": "count(*)", "s": "sum(v)"}}}
             single = {"kind": "aggregation", "source": "events", "keys": ["k"],
                       "window": {"duration": "10 seconds"},
+                      "aggregates": {"n": "count(*)", "s": "sum(v)"}}
+        elif kind == "session":
+            stage = {"aggregate": {"session": {"gap": "5 seconds"}, "keys": ["k"],
+                                   "aggregates": {"n": "count(*)", "s": "sum(v)"}}}
+            single = {"kind": "session", "source": "events", "keys": ["k"], "gap": "5 seconds",
                       "aggregates": {"n": "count(*)", "s": "sum(v)"}}
         else:
             stage = {"deduplicate": {"keys": ["k", "ts"]}}
@@ -340,3 +345,43 @@ def test_a_filter_after_an_operator_moves_no_watermark():
     d = r.batches[r.batches["operator"] == "dedupe"]
     assert d["state_rows_updated"].sum() == 2
     assert [(b, n) for b, n in r.outputs[["batch_id", "n"]].itertuples(index=False)] == [(2, 1)]
+
+
+def test_a_dynamic_session_gap_per_row():
+    # gap 2 s for k = 1, 10 s otherwise, NULL for k = 3 and '-1 second' for k = 4 (both rows
+    # dropped before the operator, counted nowhere); delay 5 s, live pace.
+    # b0: k1 at 1 s and 2 s -> [1,3) [2,4) merge to [1,4); k2 at 1 s -> [1,11). W after 0.
+    # b1: k1 at 20 s -> [20,22); the key's two sessions are rewritten (numRowsUpdated 2).
+    # W = 20 - 5 = 15 s: its no-data batch evicts [1,4) and [1,11) (ends <= 15 s).
+    gap = "CASE WHEN k = 1 THEN '2 seconds' WHEN k = 3 THEN NULL WHEN k = 4 " \
+          "THEN '-1 second' ELSE '10 seconds' END"
+    q = {"pipeline": [{"aggregate": {"session": {"gap_expression": gap}, "keys": ["k"],
+                                     "aggregates": {"n": "count(*)"}}}]}
+    sched = schedule_of([[{"k": 1, "ts": 1}, {"k": 1, "ts": 2}, {"k": 2, "ts": 1},
+                          {"k": 3, "ts": 1}, {"k": 4, "ts": 2}],
+                         [{"k": 1, "ts": 20}]], pace="live")
+    r = predict(sched, spec(q), "c")
+    assert set(r.batches["operator"]) == {"sessionWindowStateStoreSaveExec"}
+    assert list(r.batches["state_rows_updated"]) == [2, 2, 0]
+    assert list(r.batches["state_rows"]) == [2, 3, 1]
+    rows = sorted((b, k, s.value // 10**6, e.value // 10**6, n) for b, k, s, e, n in
+                  r.outputs[["batch_id", "k", "session_start", "session_end", "n"]]
+                  .itertuples(index=False))
+    assert rows == [(2, 1, 1000, 4000, 2), (2, 2, 1000, 11000, 1)]
+    assert list(r.outputs.columns) == ["batch_id", "k", "session_start", "session_end", "n"]
+
+
+def test_session_spec_errors():
+    ses = {"keys": ["id"], "aggregates": {"n": "count(*)"}}
+    e = error({"pipeline": [{"aggregate": {"session": {}, **ses}}]})
+    assert "exactly one of gap" in e.expected
+    e = error({"pipeline": [{"aggregate": {"session": {"gap": "5 seconds"}}}]})
+    assert "at least one key" in e.expected
+    e = error({"pipeline": [{"aggregate": {"session": {"gap_expression": "id + 1"}, **ses}}]})
+    assert e.field == "query.pipeline[0].aggregate.session.gap_expression"
+    assert "interval string" in e.expected
+    e = error({"pipeline": [{"aggregate": {"session": {"gap_expression": "'5 sec'"}, **ses}}]})
+    assert "'sec'" in e.expected
+    e = error({"pipeline": [{"aggregate": {"session": {"gap": "5 seconds"}, **ses}},
+                            {"deduplicate": {"keys": ["id"]}}]})
+    assert e.field == "query.pipeline[0].aggregate" and "last stateful" in e.expected

@@ -9,7 +9,9 @@
 * ``aggregate``: its keys, ``window_start``, ``window_end`` (with a window), then the
   aggregates; before another stage also ``window_time`` (window end − 1 µs), which is then the
   event-time column (Spark's ``window_time``); without a window the event time survives only
-  as a group key.
+  as a group key. With a session: its keys, ``session_start``, ``session_end``, the aggregates
+  (the last stateful stage: no event time after it);
+* a ``filter`` after a stateful stage must stay where Spark's optimizer leaves it (§13.3).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from semantics.spec import BacktestSpec
 
 WINDOW_COLUMNS = ("window_start", "window_end")
 WINDOW_TIME = "window_time"
+SESSION_COLUMNS = ("session_start", "session_end")
 AGGREGATE = "\x00aggregate"  # (a lineage mark: the column reads an aggregate)
 
 
@@ -109,18 +112,35 @@ def flow(spec: BacktestSpec, data_columns: Mapping[str, tuple[str, ...]]
             need = [*a.keys, *(c for _, _, c in _aggs(a.aggregates) if c is not None)]
             if a.window is not None and a.window.time is not None:
                 need.append(a.window.time)
+            if a.session is not None:
+                need += [a.session.time] if a.session.time is not None else []
+                if a.session.gap_expression is not None:
+                    need += sorted(_check_expression(f, f"{where}.session.gap_expression",
+                                                     a.session.gap_expression))
+                if stateful_after[i]:
+                    raise SpecError(f, where, "a session window as the last stateful stage "
+                                    "(operators after one are not modelled yet)")
             for c in need:
                 if c not in cols:
                     raise SpecError(f, where, f"columns of the stage's input "
                                     f"({', '.join(cols)}), got {c!r}")
-            if et is None or (a.window is None and et not in a.keys):
+            timed = a.window if a.window is not None else a.session
+            if et is None or (timed is None and et not in a.keys):
                 raise SpecError(f, where, "a window, or the event-time column among the keys, "
                                 "over a watermarked event time (Spark rejects append mode "
                                 f"otherwise); the stage's event time is {et!r}")
-            if a.window is not None and a.window.time not in (None, *times):
-                raise SpecError(f, f"{where}.window.time", f"an event-time column "
-                                f"({', '.join(times)}): a window on another column has no "
+            if timed is not None and timed.time not in (None, *times):
+                kind = "window" if a.window is not None else "session"
+                raise SpecError(f, f"{where}.{kind}.time", f"an event-time column "
+                                f"({', '.join(times)}): a {kind} on another column has no "
                                 "watermark")
+            if a.session is not None:
+                cols = (*a.keys, *SESSION_COLUMNS, *a.aggregates)
+                et, times = None, ()
+                after = stage.kind
+                lineage = {c: frozenset((c, AGGREGATE)) if c in a.aggregates
+                           else frozenset((c,)) for c in cols}
+                continue
             win = WINDOW_COLUMNS if a.window is not None else ()
             wt = (WINDOW_TIME,) if a.window is not None and i < last else ()
             cols = (*a.keys, *win, *wt, *a.aggregates)

@@ -28,9 +28,10 @@ import pandas as pd
 import pyarrow as pa
 
 from semantics.config import resolve
+from semantics.durations import Duration
 from semantics.errors import SpecError
 from semantics.expressions import evaluate as evaluate_expression
-from semantics.pipeline.columns import WINDOW_COLUMNS, WINDOW_TIME, flow
+from semantics.pipeline.columns import SESSION_COLUMNS, WINDOW_COLUMNS, WINDOW_TIME, flow
 from semantics.pipeline.spec import (
     AggregateStage,
     DeduplicateStage,
@@ -40,6 +41,7 @@ from semantics.pipeline.spec import (
 )
 from semantics.predicate import PredicateError, evaluate
 from semantics.reference import aggregates as A
+from semantics.reference import session as S
 from semantics.reference.aggregation import windows
 from semantics.reference.batches import EVENT_US, Batch, Metrics, Row, norm, plan
 from semantics.reference.dedup import key_bytes
@@ -49,6 +51,7 @@ from semantics.spec import BacktestSpec
 
 TIME_COLUMNS = (*WINDOW_COLUMNS, WINDOW_TIME)
 OPERATOR_NAMES = {"aggregate": "stateStoreSave", "deduplicate": "dedupe",
+                  "session": "sessionWindowStateStoreSaveExec",
                   "join": "symmetricHashJoin",
                   "deduplicate_within_watermark": "dedupeWithinWatermark"}
 
@@ -59,6 +62,8 @@ def operator_names(q: PipelineQuery) -> list[str]:
     joins = [OPERATOR_NAMES["join"]] if q.join is not None else []
     return joins + [OPERATOR_NAMES["deduplicate_within_watermark"]
                     if isinstance(s, DeduplicateStage) and s.deduplicate.within_watermark
+                    else OPERATOR_NAMES["session"]
+                    if isinstance(s, AggregateStage) and s.aggregate.session is not None
                     else OPERATOR_NAMES[s.kind] for s in q.stateful]
 
 
@@ -229,6 +234,11 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> PipelineRun:
                 delay_us = _delay_us(spec, delays, stage, f"query.pipeline[{first + j}]")
                 states[j], rows, m = dedup_step(stage, evicts, delay_us, states[j], rows,
                                                 late, evict)
+            elif stage.aggregate.session is not None:
+                states[j], rows, m = session_step(
+                    spec, stage, view.columns, micros, r.merge_sessions_locally, states[j],
+                    rows, late, evict, f"query.pipeline[{first + j + offset}]")
+                micros = frozenset(SESSION_COLUMNS)
             else:
                 assert isinstance(stage, AggregateStage)
                 timed = view.event_time in stage.aggregate.keys
@@ -241,6 +251,77 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> PipelineRun:
     return PipelineRun(batches, metrics, outputs, operator_names(q), out_cols,
                        [(below(b.late_ms), below(b.evict_ms)) for b in batches]
                        if jr is not None else [], out_micros)
+
+
+def session_step(spec: BacktestSpec, stage: AggregateStage, columns: tuple[str, ...],
+                 micros: frozenset[str], merge_local: bool, state: dict, rows: list[Row],
+                 late_us: int | None, evict_us: int | None, at: str
+                 ) -> tuple[dict, list[Row], Metrics]:
+    """Spark's session window operators in append mode (``semantics.reference.session``,
+    §4.3) on the rows the stages before emitted, each with its own gap (§13.5): a row whose gap
+    is NULL or not positive is dropped before the operator (Spark's ``SessionWindowing``
+    filter ``session_window.end > session_window.start``), counted nowhere."""
+    a = stage.aggregate
+    assert a.session is not None
+    aggs = A.parse(a.aggregates)
+    units: S.Units = {}
+    for row, gap in zip(rows, session_gaps(spec, stage, columns, micros, rows, at),
+                        strict=True):
+        if gap is not None and gap > 0:
+            S.add_unit(units, tuple(norm(row[k]) for k in a.keys),
+                       int(row[EVENT_US]), gap, row, aggs)  # type: ignore[call-overload]
+    state, emitted, m = S.step(state, units, late_us, evict_us, aggs, merge_local, False)
+    out: list[Row] = [{**dict(zip(a.keys, k, strict=True)), "session_start": s[0],
+                       "session_end": s[1], **A.finish(aggs, s[2]), EVENT_US: s[1] - 1}
+                      for k, s in emitted]
+    return state, out, m
+
+
+def session_gaps(spec: BacktestSpec, stage: AggregateStage, columns: tuple[str, ...],
+                 micros: frozenset[str], rows: list[Row], at: str) -> list[int | None]:
+    """Each row's session gap in µs (None: NULL). A ``gap_expression`` must yield interval
+    strings (Spark casts a string to an interval; other types it rejects); a string Spark's
+    interval parser would not read, months, or days outside UTC (a calendar day there) are
+    refused rather than guessed."""
+    ses = stage.aggregate.session
+    assert ses is not None
+    if ses.gap is not None:
+        return [ses.gap.us] * len(rows)
+    if not rows:
+        return []
+    where = f"{at}.aggregate.session.gap_expression"
+    table = pa.Table.from_pylist([{c: _as_time(row[c]) if c in micros else row[c]
+                                   for c in columns} for row in rows])
+    try:
+        arr = evaluate_expression(ses.gap_expression or "", table, spec.session_time_zone,
+                                  spec.case_sensitive)
+    except PredicateError as exc:
+        raise SpecError(spec.path, where, f"a Spark SQL value expression over "
+                        f"{', '.join(columns)} ({exc})") from None
+    if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)
+            or pa.types.is_null(arr.type)):
+        raise SpecError(spec.path, where, f"an interval string per row such as '5 seconds' "
+                        f"(Spark casts only strings to a session gap), got type {arr.type}")
+    gaps: list[int | None] = []
+    cache: dict[str, int] = {}
+    for text in arr.to_pylist():
+        if text is None:
+            gaps.append(None)
+            continue
+        if text not in cache:
+            try:
+                d = Duration.parse(text)
+            except ValueError as exc:
+                raise SpecError(spec.path, where, f"interval strings Spark reads ({exc})"
+                                ) from None
+            calendar = d.has_months or (spec.session_time_zone.upper() not in ("UTC", "Z")
+                                        and any(w in text.lower() for w in ("day", "week")))
+            if calendar:
+                raise SpecError(spec.path, where, f"a gap without months (or days outside "
+                                f"UTC: a calendar day), got {text!r}")
+            cache[text] = d.us
+        gaps.append(cache[text])
+    return gaps
 
 
 def stateless_step(spec: BacktestSpec, stage: FilterStage | SelectStage,
@@ -291,7 +372,8 @@ def _output_micros(q: PipelineQuery) -> frozenset[str]:
     micros: frozenset[str] = frozenset()
     for s in q.stages:
         if isinstance(s, AggregateStage):
-            micros = frozenset(TIME_COLUMNS)
+            micros = frozenset(SESSION_COLUMNS if s.aggregate.session is not None
+                               else TIME_COLUMNS)
         elif isinstance(s, DeduplicateStage):
             pass
         elif isinstance(s, SelectStage):
