@@ -276,3 +276,68 @@ def test_trailing_filter_and_select(spark, tmp_path):
     predicted, actual = both(spark, spec, tmp_path)
     assert list(actual.outputs.columns) == ["batch_id", "start", "label"]
     assert sorted(actual.outputs["label"]) == [102, 202]
+
+
+# -- session windows (§13.5) ------------------------------------------------------------------
+
+SESSION_COMMITS = [
+    ("e", [{"k": 1, "ts": 1}, {"k": 1, "ts": 3}, {"k": 2, "ts": 2}, {"k": 3, "ts": 4},
+           {"k": 2, "ts": 2}]),
+    ("e", [{"k": 1, "ts": 12}, {"k": 2, "ts": 9}, {"k": 4, "ts": 10}]),
+    ("e", [{"k": 1, "ts": 2}, {"k": 2, "ts": 30}, {"k": 3, "ts": 31}]),
+    ("e", [{"k": 1, "ts": 50}, {"k": 2, "ts": 33}, {"k": 4, "ts": 12}]),
+    ("e", [{"k": 1, "ts": 80}])]
+
+
+def test_session_window_static_gap(spark, tmp_path):
+    # session_window(ts, "5 seconds") per k, first stage; delay 5 s, live pace: sessions
+    # merge across batches, late units are dropped, sessions are evicted as W passes them.
+    spec = make_spec(
+        tmp_path / "src", SESSION_COMMITS,
+        {"pipeline": [{"aggregate": {"session": {"gap": "5 seconds"}, "keys": ["k"],
+                                     "aggregates": {"n": "count(*)"}}}]},
+        {"e": "5 seconds"}, pace="live")
+    predicted, actual = both(spark, spec, tmp_path)
+    assert set(actual.batches["operator"]) == {"sessionWindowStateStoreSaveExec"}
+    assert list(actual.outputs.columns) == ["batch_id", "k", "session_start", "session_end",
+                                            "n"]
+    assert actual.batches["dropped_by_watermark"].sum() > 0
+
+
+@pytest.mark.parametrize("allow_multiple", [True, False])
+def test_session_window_dynamic_gap_after_dedup(spark, tmp_path, allow_multiple):
+    # dedup on (k, ts), then session_window(ts, CASE k ...) as Spark's SessionWindowSuite
+    # writes a dynamic gap: k = 1 -> 3 s, k = 3 -> NULL and k = 4 -> '-1 seconds' (those rows
+    # are dropped before the operator), else 10 s. The session operator's watermarks follow
+    # the chain's rules (§13.2), checked with allowMultiple on and off.
+    gap = ("CASE WHEN k = 1 THEN '3 seconds' WHEN k = 3 THEN NULL "
+           "WHEN k = 4 THEN '-1 seconds' ELSE '10 seconds' END")
+    spec = make_spec(
+        tmp_path / "src", SESSION_COMMITS,
+        {"pipeline": [{"deduplicate": {"keys": ["k", "ts"]}},
+                      {"aggregate": {"session": {"gap_expression": gap}, "keys": ["k"],
+                                     "aggregates": {"n": "count(*)"}}}]},
+        {"e": "5 seconds"}, pace="live", spark_conf={
+            "spark.sql.streaming.statefulOperator.allowMultiple": allow_multiple})
+    predicted, actual = both(spark, spec, tmp_path)
+    assert list(actual.batches["operator"].iloc[:2]) == ["sessionWindowStateStoreSaveExec",
+                                                        "dedupe"]
+    assert set(actual.outputs["k"]) == {1, 2}
+    s = actual.batches[actual.batches["operator"] == "sessionWindowStateStoreSaveExec"]
+    assert (s["late_watermark_ms"] != s["eviction_watermark_ms"]).any() == allow_multiple
+
+
+def test_session_window_dynamic_gap_first_then_select(spark, tmp_path):
+    # a dynamic gap as the first stage, then a trailing select computing the length.
+    gap = "CASE WHEN k % 2 = 1 THEN '2 seconds' ELSE '6 seconds' END"
+    secs = "unix_seconds(session_end) - unix_seconds(session_start)"
+    spec = make_spec(
+        tmp_path / "src", SESSION_COMMITS,
+        {"pipeline": [{"aggregate": {"session": {"gap_expression": gap}, "keys": ["k"],
+                                     "aggregates": {"n": "count(*)"}}},
+                      {"select": {"k": "k", "start": "session_start", "n": "n",
+                                  "secs": secs}}]},
+        {"e": "5 seconds"}, pace="backlog")
+    predicted, actual = both(spark, spec, tmp_path)
+    assert list(actual.outputs.columns) == ["batch_id", "k", "start", "n", "secs"]
+    assert actual.outputs["secs"].min() >= 2
