@@ -168,6 +168,18 @@ CHAINS = {
                                "aggregates": {"n": "count(*)"}}},
                 {"aggregate": {"window": {"duration": "10 seconds", "time": "window_time"},
                                "aggregates": {"total": "sum(n)", "m": "max(n)"}}}],
+    "dedup_filter_session": [
+        {"deduplicate": {"keys": ["k", "ts"]}}, {"filter": "v < 3"},
+        {"aggregate": {"session": {"gap_expression":
+                                   "CASE WHEN v = 0 THEN NULL WHEN k = 1 THEN '2 seconds' "
+                                   "ELSE '4 seconds' END"},
+                       "keys": ["k"], "aggregates": {"n": "count(*)", "s": "sum(v)"}}}],
+    "agg_having_select_agg": [
+        {"aggregate": {"window": {"duration": "5 seconds"}, "keys": ["k"],
+                       "aggregates": {"n": "count(*)"}}},
+        {"filter": "n > 1"}, {"select": {"t": "window_time", "big": "n > 2"}},
+        {"aggregate": {"window": {"duration": "10 seconds", "time": "t"}, "keys": ["big"],
+                       "aggregates": {"c": "count(*)"}}}],
 }
 
 
@@ -258,6 +270,29 @@ def test_join_then_filter_then_aggregation(spark, tmp_path):
     predicted, actual = both(spark, spec, tmp_path)
     assert list(actual.batches["operator"].iloc[:2]) == ["stateStoreSave", "symmetricHashJoin"]
     assert 0 < actual.outputs["n"].sum() < 5
+
+
+def test_join_then_select_then_filter_then_aggregation(spark, tmp_path):
+    # after an inner join: a select renaming the left event time and computing d from both
+    # sides, a filter on d (it reads both sides: it stays above the join), then 10 s counts
+    # over the renamed event time (an alias keeps its watermark).
+    commits = [("c", [{"ad": 1, "v": 1, "ts": 5}, {"ad": 2, "v": 5, "ts": 8}]),
+               ("i", [{"ad": 1, "v": 2, "ts": 1}, {"ad": 2, "v": 1, "ts": 3}]),
+               ("c", [{"ad": 1, "v": 3, "ts": 25}, {"ad": 3, "v": 0, "ts": 30}]),
+               ("i", [{"ad": 1, "v": 1, "ts": 20}, {"ad": 3, "v": 4, "ts": 26}]),
+               ("c", [{"ad": 1, "v": 0, "ts": 48}]),
+               ("i", [{"ad": 1, "v": 9, "ts": 45}])]
+    spec = make_spec(
+        tmp_path / "src", commits,
+        {"pipeline": [{"join": {"type": "inner", "left": "c", "right": "i", "keys": ["ad"],
+                                "time_range": {"lower": "0 seconds", "upper": "10 seconds"}}},
+                      {"select": {"t": "c_ts", "ad": "c_ad", "d": "i_v - c_v"}},
+                      {"filter": "d > 0"},
+                      {"aggregate": {"window": {"duration": "10 seconds"}, "keys": ["ad"],
+                                     "aggregates": {"n": "count(*)", "d": "sum(d)"}}}]},
+        {"c": "5 seconds", "i": "5 seconds"}, pace="live")
+    predicted, actual = both(spark, spec, tmp_path)
+    assert actual.outputs["d"].min() > 0
 
 
 def test_trailing_filter_and_select(spark, tmp_path):
