@@ -11,10 +11,13 @@ operator kind (state in, state out, one batch), the operators chained within eac
   current one (``allowMultiple=false``: both the current one);
 * rows an operator emits feed the next one in the same batch; an aggregation's output row has
   the event time ``window_time`` = window end − 1 µs (§13.1);
-* stateless stages (``select``, ``filter``) come before the first stateful one and act like a
-  source filter: Spark pushes such a filter below ``withWatermark`` (§2.1), so the rows it
-  removes never move the watermark; a select's computed columns (``semantics.expressions``)
-  are values of the rows, which a later deduplicate or aggregate may key on.
+* stateless stages (``select``, ``filter``) before the first stateful one act like a source
+  filter: Spark pushes such a filter below ``withWatermark`` (§2.1), so the rows it removes
+  never move the watermark; later ones (and any after a join) act on the rows the stage before
+  emitted, in the same batch, and move no watermark either (§13.3; ``columns`` refuses a
+  filter Spark would push below an operator); a select's computed columns
+  (``semantics.expressions``) are values of the rows, which a later stage may key on;
+* a session window (§13.5) is ``semantics.reference.session``'s step with a gap per row.
 
 >>> run(schedule, spec, "c").metrics[0][0].state_rows  # doctest: +SKIP
 """
