@@ -33,6 +33,7 @@ import pyarrow as pa
 from semantics.config import resolve
 from semantics.durations import Duration
 from semantics.errors import SpecError
+from semantics.expression_syntax import TS
 from semantics.expressions import evaluate as evaluate_expression
 from semantics.pipeline.columns import SESSION_COLUMNS, WINDOW_COLUMNS, WINDOW_TIME, flow
 from semantics.pipeline.spec import (
@@ -177,6 +178,7 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> PipelineRun:
         i for i, s in enumerate(q.stages) if isinstance(s, DeduplicateStage | AggregateStage))
     passing, values = _stateless(spec, schedule, q.stages[:first])
     out_micros = _output_micros(q)
+    input_types = _input_types(spec, schedule, views[first].columns)
     jr = None if q.join is None else join_rules(spec, schedule, q.join.query, delays)
 
     def below(w: int | None) -> int | None:
@@ -221,11 +223,13 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> PipelineRun:
         late = None if late_ms is None else late_ms * 1000
         evict = None if evict_ms is None else evict_ms * 1000
         micros: frozenset[str] = frozenset()  # columns holding µs (an aggregate's window)
+        types = dict(input_types)  # the Arrow type of each column known to have one
         for j, stage in enumerate(ops):
             view = views[first + j]
             if isinstance(stage, FilterStage | SelectStage):
-                rows, micros = stateless_step(spec, stage, view.columns, micros, rows,
-                                              f"query.pipeline[{first + j + offset}]")
+                rows, micros, types = stateless_step(
+                    spec, stage, view.columns, micros, types, rows,
+                    f"query.pipeline[{first + j + offset}]")
                 continue
             if jr is not None and j == first_op:
                 # the window's time column after the join is the next operator's event time
@@ -239,15 +243,17 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> PipelineRun:
                                                 late, evict)
             elif stage.aggregate.session is not None:
                 states[j], rows, m = session_step(
-                    spec, stage, view.columns, micros, r.merge_sessions_locally, states[j],
-                    rows, late, evict, f"query.pipeline[{first + j + offset}]")
+                    spec, stage, view.columns, micros, types, r.merge_sessions_locally,
+                    states[j], rows, late, evict, f"query.pipeline[{first + j + offset}]")
                 micros = frozenset(SESSION_COLUMNS)
+                types = {k: types[k] for k in stage.aggregate.keys if k in types}
             else:
                 assert isinstance(stage, AggregateStage)
                 timed = view.event_time in stage.aggregate.keys
                 states[j], rows, m = aggregate_step(stage, timed, states[j], rows, late, evict,
                                                     j < last)
                 micros = frozenset(TIME_COLUMNS)
+                types = {k: types[k] for k in stage.aggregate.keys if k in types}
             per_op.append(m)
         metrics.append(per_op)
         outputs += [(b.batch_id, {c: row[c] for c in out_cols}) for row in rows]
@@ -257,7 +263,8 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> PipelineRun:
 
 
 def session_step(spec: BacktestSpec, stage: AggregateStage, columns: tuple[str, ...],
-                 micros: frozenset[str], merge_local: bool, state: dict, rows: list[Row],
+                 micros: frozenset[str], types: Mapping[str, pa.DataType],
+                 merge_local: bool, state: dict, rows: list[Row],
                  late_us: int | None, evict_us: int | None, at: str
                  ) -> tuple[dict, list[Row], Metrics]:
     """Spark's session window operators in append mode (``semantics.reference.session``,
@@ -268,8 +275,9 @@ def session_step(spec: BacktestSpec, stage: AggregateStage, columns: tuple[str, 
     assert a.session is not None
     aggs = A.parse(a.aggregates)
     units: S.Units = {}
-    for row, gap in zip(rows, session_gaps(spec, stage, columns, micros, rows, at),
-                        strict=True):
+    gaps = ([a.session.gap.us] * len(rows) if a.session.gap is not None
+            else session_gaps(spec, stage, _table(rows, columns, micros, types), at))
+    for row, gap in zip(rows, gaps, strict=True):
         if gap is not None and gap > 0:
             S.add_unit(units, tuple(norm(row[k]) for k in a.keys),
                        int(row[EVENT_US]), gap, row, aggs)  # type: ignore[call-overload]
@@ -280,21 +288,18 @@ def session_step(spec: BacktestSpec, stage: AggregateStage, columns: tuple[str, 
     return state, out, m
 
 
-def session_gaps(spec: BacktestSpec, stage: AggregateStage, columns: tuple[str, ...],
-                 micros: frozenset[str], rows: list[Row], at: str) -> list[int | None]:
-    """Each row's session gap in µs (None: NULL). A ``gap_expression`` must yield interval
-    strings (Spark casts a string to an interval; other types it rejects); a string Spark's
-    interval parser would not read, months, or days outside UTC (a calendar day there) are
-    refused rather than guessed."""
+def session_gaps(spec: BacktestSpec, stage: AggregateStage, table: pa.Table, at: str
+                 ) -> list[int | None]:
+    """Each row's session gap in µs (None: NULL) by ``gap_expression`` over ``table`` (the
+    rows). It must yield interval strings (Spark casts a string to an interval; other types
+    it rejects); a string Spark's interval parser would not read, months, or days outside UTC
+    (a calendar day there) are refused rather than guessed."""
     ses = stage.aggregate.session
     assert ses is not None
-    if ses.gap is not None:
-        return [ses.gap.us] * len(rows)
-    if not rows:
+    if not table.num_rows:
         return []
     where = f"{at}.aggregate.session.gap_expression"
-    table = pa.Table.from_pylist([{c: _as_time(row[c]) if c in micros else row[c]
-                                   for c in columns} for row in rows])
+    columns = table.column_names
     try:
         arr = evaluate_expression(ses.gap_expression or "", table, spec.session_time_zone,
                                   spec.case_sensitive)
@@ -328,16 +333,22 @@ def session_gaps(spec: BacktestSpec, stage: AggregateStage, columns: tuple[str, 
 
 
 def stateless_step(spec: BacktestSpec, stage: FilterStage | SelectStage,
-                   columns: tuple[str, ...], micros: frozenset[str], rows: list[Row], at: str
-                   ) -> tuple[list[Row], frozenset[str]]:
+                   columns: tuple[str, ...], micros: frozenset[str],
+                   types: Mapping[str, pa.DataType], rows: list[Row], at: str
+                   ) -> tuple[list[Row], frozenset[str], dict[str, pa.DataType]]:
     """A filter or select on the rows an operator emitted, in the same batch (§13.3): it moves
     no watermark (those come from the sources' ``withWatermark``); ``micros`` names the
     columns holding timestamps as µs (an aggregate's window columns), which the expressions
-    see as timestamps. Each row keeps its event time (``EVENT_US``)."""
+    see as timestamps, and ``types`` the Arrow types known (the sources', kept through renames
+    and computed by the evaluator). Each row keeps its event time (``EVENT_US``)."""
+    if isinstance(stage, SelectStage):
+        renamed = {new: types[old] for new in stage.select
+                   if (old := stage.column(new)) is not None and old in types}
     if not rows:
-        return rows, micros if isinstance(stage, FilterStage) else _renamed(stage, micros)
-    table = pa.Table.from_pylist([{c: _as_time(row[c]) if c in micros else row[c]
-                                   for c in columns} for row in rows])
+        if isinstance(stage, FilterStage):
+            return rows, micros, dict(types)
+        return rows, _renamed(stage, micros), renamed
+    table = _table(rows, columns, micros, types)
     if isinstance(stage, FilterStage):
         try:
             mask = evaluate(stage.filter, table, spec.session_time_zone, spec.case_sensitive)
@@ -345,7 +356,7 @@ def stateless_step(spec: BacktestSpec, stage: FilterStage | SelectStage,
             raise SpecError(spec.path, f"{at}.filter", f"a Spark SQL predicate over "
                             f"{', '.join(columns)} ({exc})") from None
         keep = mask.to_pylist()
-        return [row for row, k in zip(rows, keep, strict=True) if k], micros
+        return [row for row, k in zip(rows, keep, strict=True) if k], micros, dict(types)
     out: list[Row] = [{EVENT_US: row.get(EVENT_US)} for row in rows]
     for new, text in stage.select.items():
         old = stage.column(new)
@@ -359,11 +370,38 @@ def stateless_step(spec: BacktestSpec, stage: FilterStage | SelectStage,
             raise SpecError(spec.path, f"{at}.select.{new}", f"a Spark SQL value expression "
                             f"over {', '.join(columns)} ({exc})") from None
         values = arr.to_pylist()
+        renamed[new] = arr.type
         if pa.types.is_timestamp(arr.type):
             values = [None if v is None else pd.Timestamp(v) for v in values]
         for o, v in zip(out, values, strict=True):
             o[new] = v
-    return out, _renamed(stage, micros)
+    return out, _renamed(stage, micros), renamed
+
+
+def _table(rows: list[Row], columns: tuple[str, ...], micros: frozenset[str],
+           types: Mapping[str, pa.DataType]) -> pa.Table:
+    """The rows' ``columns`` as an Arrow table for the evaluator: µs columns as timestamps,
+    known types kept (an ``int`` stays 32-bit, as Spark's arithmetic on it), others inferred."""
+    return pa.table({c: pa.array([_as_time(row[c]) for row in rows], TS) if c in micros
+                     else pa.array([row[c] for row in rows], types.get(c), from_pandas=True)
+                     for c in columns})
+
+
+def _input_types(spec: BacktestSpec, schedule: Schedule, columns: tuple[str, ...]
+                 ) -> dict[str, pa.DataType]:
+    """The Arrow types of the first operator's input columns that come from a source as they
+    are (a join's ``<side>_<column>``)."""
+    q = spec.query
+    assert isinstance(q, PipelineQuery)
+    types: dict[str, pa.DataType] = {}
+    named = ([(f"{s}_", s) for s in q.sources] if q.join is not None
+             else [("", spec.query_sources[0])])
+    for prefix, s in named:
+        df = schedule.rows[s]
+        data = [ROW_ID, *schedule.data_columns[s]]
+        for fld in pa.Schema.from_pandas(df[data], preserve_index=False):
+            types[prefix + fld.name] = fld.type
+    return {c: t for c, t in types.items() if c in columns}
 
 
 def _renamed(stage: SelectStage, micros: frozenset[str]) -> frozenset[str]:
