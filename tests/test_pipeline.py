@@ -385,3 +385,21 @@ def test_session_spec_errors():
     e = error({"pipeline": [{"aggregate": {"session": {"gap": "5 seconds"}, **ses}},
                             {"deduplicate": {"keys": ["id"]}}]})
     assert e.field == "query.pipeline[0].aggregate" and "last stateful" in e.expected
+
+
+def test_stages_after_an_operator_keep_the_column_types():
+    # an int (32-bit) id doubled after a dedup overflows as Spark's int arithmetic does (ANSI:
+    # an error naming the select), where a 64-bit one would not; bigint stays exact.
+    import pandas as pd
+
+    def run(dtype: str) -> object:
+        rows = pd.DataFrame({"id": pd.array([2_000_000_000], dtype=dtype), "ts": [1]})
+        q = {"pipeline": [{"deduplicate": {"keys": ["id", "ts"]}},
+                          {"select": {"x": "id * 2", "id": "id"}},
+                          {"filter": "x > 0"}]}
+        return predict(schedule_of([rows]), spec(q), "c")
+
+    with pytest.raises(SpecError) as e:
+        run("int32")
+    assert e.value.field == "query.pipeline[1].select.x" and "overflow" in e.value.expected
+    assert run("int64").outputs["x"].tolist() == [4_000_000_000]
