@@ -5,10 +5,11 @@
   columns (no ``row_id``, no watermark) and returns the job's DataFrame; a candidate's delays
   replace the code's ``withWatermark`` delays by event-time column while the function runs.
 * **Plan** (:func:`lower`): the same function over empty streaming frames in a local planning
-  session; its analyzed plan must hold exactly one stateful node, which maps onto a query kind
+  session; a plan with one stateful node maps onto a query kind
   the predictor models (``AggregationQuery`` with or without a window, ``SessionQuery``,
   ``DeduplicationQuery``, ``JoinQuery`` for a ``Join`` of two watermarked sources whose
   condition is equi keys and a time range).
+  Several stateful nodes or a union: ``jobs.pyspark_pipeline`` (a pipeline, §13).
   What it cannot model is refused with the plan node named, before anything runs.
 * **Predict** (:func:`predict`): the stateless nodes below the stateful one are evaluated by
   Spark itself, over all of the schedule's rows in one batch query (they do not depend on batch
@@ -27,9 +28,9 @@ from __future__ import annotations
 import hashlib
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -39,62 +40,55 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.pyspark_code import Recorder, WindowCall, call_user, flat_columns
+from jobs.pyspark_plan import (
+    AGG_FUNCS,
+    H_BATCH,
+    H_KEY,
+    JOIN_TYPES,
+    STATEFUL_NODES,
+    Side,
+    Step,
+    _apply,
+    _children,
+    _delays,
+    _is_window_node,
+    _join_condition,
+    _node,
+    _refuse,
+    _seq,
+    _side_below,
+    _side_rows,
+    _step,
+    _walk,
+)
 from jobs.sink import spark_rows_frame
 from semantics.column_names import open_table
 from semantics.durations import Duration
-from semantics.engine import micros_to_ms
-from semantics.errors import SpecError
 from semantics.predict import Prediction
 from semantics.predict import predict as run_predict
 from semantics.pyspark_spec import PySparkOrigin, PySparkQuery, code_path
-from semantics.schedule import ROW_ID, TICK, Schedule
+from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import (
     AggregationQuery,
     BacktestSpec,
     DeduplicationQuery,
     JoinQuery,
     SessionQuery,
-    TimeRange,
     WindowSpec,
 )
 
-# hidden columns of the batch evaluation (no user column takes these names)
-H_ROW, H_TICK, H_BATCH = "__wmbt_row_id", "__wmbt_tick", "__wmbt_batch_id"
-H_KEY = "__wmbt_key"  # + its position: a grouping expression's value
-STATELESS_NODES = {"Project", "Filter", "SubqueryAlias"}
-STATEFUL_NODES = {"Aggregate", "Deduplicate", "DeduplicateWithinWatermark", "Join",
-            "FlatMapGroupsWithState", "TransformWithState", "FlatMapGroupsInPandasWithState"}
-AGG_FUNCS = {"count", "sum", "min", "max", "avg"}
-CHAINS = "not read from code yet; write the chain as a `pipeline:` query, docs/SPEC.md §1.2"
+if TYPE_CHECKING:
+    from jobs.pyspark_pipeline import Chain
+    from semantics.pipeline.spec import PipelineQuery
 
 
-class Refused(SpecError):
-    """A plan node the predictor does not model (named, with the reason)."""
+
 
 
 # -- planning ---------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Step:
-    """A stateless plan node re-applied by Spark: ``filter`` (one SQL condition) or
-    ``project`` (SQL expressions), or ``watermark`` (where the code's ``withWatermark`` is)."""
-
-    kind: str
-    sql: tuple[str, ...]
 
 
-@dataclass(frozen=True)
-class Side:
-    """One input of the stateful operator: its source, the stateless steps below the operator
-    (bottom up), the operator input's columns, the watermarked column there, the column
-    withWatermark names and the optimized plan's steps below withWatermark (``Lowered``)."""
-
-    source: str
-    below: tuple[Step, ...]
-    input_columns: tuple[str, ...]
-    event_time: str | None
-    watermark_column: str | None
-    watermark_steps: tuple[Step, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -111,12 +105,14 @@ class Lowered:
     event_time: str | None  # the watermarked column at the operator's input
     watermark_column: str | None  # the column withWatermark names (its table column)
     node_outputs: tuple[tuple[str, str], ...]  # (node output name, SQL over the kind's outputs)
-    std_query: AggregationQuery | DeduplicationQuery | SessionQuery | JoinQuery
+    std_query: AggregationQuery | DeduplicationQuery | SessionQuery | JoinQuery | PipelineQuery
     planning_s: float
     # the optimized plan's steps below its withWatermark node (Spark's optimizer pushes a
     # filter that does not read the event time below it): the rows the watermark sees
     watermark_steps: tuple[Step, ...] = ()
     sides: tuple[Side, ...] = ()  # a join's two inputs (left, right); else empty
+    # several stateful operators or a union: the pipeline it is lowered onto (sides: its inputs)
+    chain: Chain | None = None
 
     @property
     def all_sides(self) -> tuple[Side, ...]:
@@ -137,74 +133,24 @@ class Lowered:
             kind="deduplication", source=self.source, keys=(src.event_time,))})
 
 
-def _node(plan: object) -> str:
-    return str(plan.nodeName())  # type: ignore[attr-defined]
 
 
-def _children(plan: object) -> list[object]:
-    seq = plan.children()  # type: ignore[attr-defined]
-    return [seq.apply(i) for i in range(seq.size())]
 
 
-def _seq(seq: object) -> list[object]:
-    return [seq.apply(i) for i in range(seq.size())]  # type: ignore[attr-defined]
 
 
-def _walk(plan: object) -> Iterator[object]:
-    yield plan
-    for c in _children(plan):
-        yield from _walk(c)
 
 
-def _exprs(plan: object) -> list[object]:
-    return _seq(plan.expressions())  # type: ignore[attr-defined]
 
 
-def _refuse(spec: BacktestSpec, node: object, why: str) -> Refused:
-    text = str(node.simpleString(200)).splitlines()[0]  # type: ignore[attr-defined]
-    return Refused(spec.path, "query.pyspark", f"a plan the predictor models; plan node "
-                   f"{_node(node)} ({text[:160]}): {why}")
 
 
-def _classes(expr: object) -> Iterator[str]:
-    """The class names of ``expr`` and every expression inside it."""
-    yield str(expr.getClass().getSimpleName())  # type: ignore[attr-defined]
-    for c in _children(expr):
-        yield from _classes(c)
 
 
-def _check_expressions(spec: BacktestSpec, node: object) -> None:
-    for e in _exprs(node):
-        if any("PythonUDF" in c or "PythonFunction" in c for c in _classes(e)):
-            raise _refuse(spec, node, "a Python UDF (not evaluated here yet)")
-        if not e.deterministic():  # type: ignore[attr-defined]
-            raise _refuse(spec, node, "a non-deterministic expression (its values would differ "
-                          "between the replay and the prediction)")
 
 
-def _step(spec: BacktestSpec, node: object) -> Step | None:
-    name = _node(node)
-    if name == "SubqueryAlias":
-        return None
-    _check_expressions(spec, node)
-    if name == "Filter":
-        return Step("filter", (str(node.condition().sql()),))  # type: ignore[attr-defined]
-    if name == "Project":
-        return Step("project", tuple(str(e.sql()) for e in
-                                     _seq(node.projectList())))  # type: ignore[attr-defined]
-    raise _refuse(spec, node, "a node the predictor does not model")
 
 
-def _is_window_node(node: object) -> bool:
-    """Is ``node`` one the analyzer adds for ``window`` / ``session_window`` (the struct's
-    Project or Expand, and the ``isnotnull(time)`` Filter above it)? The predictor computes
-    windows itself."""
-    own = str(node.simpleString(100000))  # type: ignore[attr-defined]
-    if _node(node) in ("Project", "Expand") and "precisetimestampconversion" in own:
-        return True
-    kids = _children(node)
-    return _node(node) == "Filter" and own.lstrip("~").startswith("Filter isnotnull(") and \
-        len(kids) == 1 and _is_window_node(kids[0])
 
 
 def _planning_frames(spark: SparkSession, spec: BacktestSpec, tmp: Path
@@ -237,6 +183,10 @@ def lower(spec: BacktestSpec, spark: SparkSession | None = None) -> Lowered:
         ids = {s: {int(a.exprId().id()) for a in _seq(f._jdf.queryExecution().analyzed().output())}
                for s, f in frames.items()}
         _, out_names = flat_columns(df)
+        from jobs.pyspark_pipeline import is_chain
+
+        if is_chain(plan):  # (several operators or a union: jobs.pyspark_pipeline)
+            return _lowered_chain(spark, spec, q, plan, ids, rec, tuple(out_names), planning_s)
         lowered = _lower_plan(spec, q, plan, ids, rec, tuple(out_names), planning_s)
         if lowered.watermark_column is None:
             return lowered
@@ -246,6 +196,24 @@ def lower(spec: BacktestSpec, spark: SparkSession | None = None) -> Lowered:
             return replace(lowered, sides=tuple(replace(sd, watermark_steps=by[sd.source])
                                                 for sd in lowered.sides))
         return replace(lowered, watermark_steps=_watermark_steps(spec, optimized))
+
+
+def _lowered_chain(spark: SparkSession, spec: BacktestSpec, q: PySparkQuery, plan: object,
+                   ids: dict[str, set[int]], rec: Recorder, out_names: tuple[str, ...],
+                   planning_s: float) -> Lowered:
+    """A chain or union lowered onto the pipeline model (``jobs.pyspark_pipeline``), each
+    input with the optimized plan's steps below its withWatermark."""
+    from jobs.pyspark_pipeline import lower_chain
+
+    lowered_spec, chain = lower_chain(spec, q, plan, ids, rec, out_names)
+    optimized = spark._jsparkSession.sessionState().optimizer().execute(plan)
+    by = _watermark_steps_by_source(spec, optimized, ids)
+    sides = tuple(replace(sd, watermark_steps=by.get(sd.source, ())) for sd in chain.sides)
+    chain = replace(chain, sides=sides)
+    first = sides[0]
+    return Lowered(lowered_spec, first.source, first.below, chain.above, first.input_columns,
+                   first.event_time, first.watermark_column, chain.node_outputs, chain.query,
+                   planning_s, first.watermark_steps, sides, chain)
 
 
 def _watermark_steps(spec: BacktestSpec, optimized: object) -> tuple[Step, ...]:
@@ -294,7 +262,7 @@ def _lower_plan(spec: BacktestSpec, q: PySparkQuery, plan: object, ids: dict[str
     if not stateful:
         raise _refuse(spec, plan, "no stateful operator (nothing for a watermark to do)")
     if len(stateful) > 1:
-        raise _refuse(spec, stateful[1], f"a second stateful operator ({CHAINS})")
+        raise _refuse(spec, stateful[1], "a second stateful operator (read as a chain)")
     op = stateful[0]
     if _node(op) in ("FlatMapGroupsWithState", "TransformWithState",
                      "FlatMapGroupsInPandasWithState"):
@@ -336,59 +304,8 @@ def _lower_plan(spec: BacktestSpec, q: PySparkQuery, plan: object, ids: dict[str
                    et_col, wm_col, node_outputs, std_query, planning_s)
 
 
-def _side_below(spec: BacktestSpec, child: object, ids: dict[str, set[int]]
-                ) -> tuple[str, list[Step], str | None]:
-    """The source below ``child`` (one input of the stateful node), the stateless steps
-    between them (bottom up) and the column its withWatermark names, if any."""
-    below: list[Step] = []
-    node, wm_col = child, None
-    while True:
-        name = _node(node)
-        if name == "EventTimeWatermark":
-            if wm_col is not None:
-                raise _refuse(spec, node, "two withWatermark calls on one input")
-            wm_col = str(node.eventTime().name())  # type: ignore[attr-defined]
-            below.append(Step("watermark", (wm_col,)))
-        elif name == "Union":
-            raise _refuse(spec, node, f"a union of sources ({CHAINS})")
-        elif not _children(node):
-            out = {int(a.exprId().id()) for a in _seq(node.output())}  # type: ignore
-            source = next((s for s, i in ids.items() if out <= i), None)
-            if source is None:
-                raise _refuse(spec, node, "an input that is not a source of the spec")
-            break
-        else:
-            step = _step(spec, node)
-            if step is not None:
-                below.append(step)
-        kids = _children(node)
-        if len(kids) != 1:
-            raise _refuse(spec, node, "a node with several inputs")
-        node = kids[0]
-    below.reverse()
-    return source, below, wm_col
 
 
-def _delays(spec: BacktestSpec, rec: Recorder, source: str, wm_col: str | None
-            ) -> dict[str, dict[str, Duration]]:
-    """Each candidate's watermark by source: its delay for the code's column, else the code's."""
-    written = {c: d for c, d in rec.watermarks}
-    out: dict[str, dict[str, Duration]] = {}
-    for cname, cand in spec.candidates.items():
-        for col in cand.watermark:
-            if col not in written:
-                raise SpecError(spec.path, f"candidates.{cname}.watermark.{col}",
-                                f"an event-time column of the code's withWatermark calls "
-                                f"({', '.join(written) or 'none'})")
-            if [c for c, _ in rec.watermarks].count(col) > 1:
-                raise SpecError(spec.path, f"candidates.{cname}.watermark.{col}",
-                                "a column only one withWatermark call names (two do)")
-        if cand.after_restart is not None:
-            raise SpecError(spec.path, f"candidates.{cname}.after_restart",
-                            "no after_restart for a pyspark query (not modelled yet)")
-        out[cname] = ({} if wm_col is None else
-                      {source: cand.watermark.get(wm_col, Duration.parse(written[wm_col]))})
-    return out
 
 
 def _kind(spec: BacktestSpec, q: PySparkQuery, op: object, source: str, wm_col: str | None,
@@ -503,113 +420,16 @@ def _kind(spec: BacktestSpec, q: PySparkQuery, op: object, source: str, wm_col: 
 
 # -- a stream-stream join (docs/semantics.md §14) ----------------------------------------------
 
-JOIN_TYPES = {"Inner": "inner", "LeftOuter": "left_outer", "RightOuter": "right_outer",
-              "FullOuter": "full_outer", "LeftSemi": "left_semi"}
-# a comparison ``a OP b`` as a bound on ``left.t - right.t`` (``a`` on the left side)
-COMPARISONS = {"GreaterThanOrEqual": ("lower", True), "GreaterThan": ("lower", False),
-               "LessThanOrEqual": ("upper", True), "LessThan": ("upper", False)}
-FLIPPED = {"lower": "upper", "upper": "lower"}
 
 
-def _cls(expr: object) -> str:
-    return str(expr.getClass().getSimpleName())  # type: ignore[attr-defined]
 
 
-def _conjuncts(expr: object, defs: dict[str, object]) -> Iterator[object]:
-    """The ``AND``-ed parts of a join condition; ``BETWEEN`` (analyzed as ``With`` over a
-    common expression) is split into its two comparisons, its references resolved."""
-    cls = _cls(expr)
-    if cls in ("And", "Between"):  # (a Between's child is its replacement, a With)
-        for c in _children(expr):
-            yield from _conjuncts(c, defs)
-    elif cls == "With":
-        body, *parts = _children(expr)
-        for d in parts:
-            defs[str(d.id())] = d.child()  # type: ignore[attr-defined]
-        yield from _conjuncts(body, defs)
-    else:
-        yield expr
 
 
-def _interval_us(lit: object) -> int | None:
-    """A literal interval's microseconds (day-time, or a calendar interval without months)."""
-    if _cls(lit) != "Literal":
-        return None
-    v = lit.value()  # type: ignore[attr-defined]
-    kind = _cls(lit.dataType())  # type: ignore[attr-defined]
-    if kind.startswith("DayTimeIntervalType") and v is not None:
-        return int(v)
-    if kind.startswith("CalendarIntervalType") and v is not None and int(v.months) == 0:
-        return int(v.days) * 86_400_000_000 + int(v.microseconds)
-    return None
 
 
-def _time_term(expr: object, defs: dict[str, object]) -> tuple[int, int] | None:
-    """``expr`` as (an attribute's expression id, microseconds added), or None."""
-    cls = _cls(expr)
-    if cls == "CommonExpressionRef":
-        return _time_term(defs[str(expr.id())], defs)  # type: ignore[attr-defined]
-    if cls == "AttributeReference":
-        return int(expr.exprId().id()), 0  # type: ignore[attr-defined]
-    if cls in ("Cast", "DatetimeSub"):  # (a DatetimeSub's child is its TimeAdd)
-        return _time_term(_children(expr)[-1], defs)
-    if cls in ("TimeAdd", "Add", "Subtract", "TimestampAddInterval"):
-        a, b = _children(expr)
-        sign = -1 if cls == "Subtract" else 1
-        if _cls(b) == "UnaryMinus":
-            sign, (b,) = -sign, _children(b)
-        us, term = _interval_us(b), _time_term(a, defs)
-        if us is None or term is None:
-            return None
-        return term[0], term[1] + sign * us
-    return None
 
 
-def _join_condition(spec: BacktestSpec, op: object, left: set[int], right: set[int],
-                    times: tuple[int, int]) -> tuple[list[tuple[object, object]], TimeRange | None]:
-    """The equi keys (left attribute, right attribute) and the time range of the join
-    ``op``'s condition; ``times`` are the expression ids of the two watermarked columns."""
-    cond = op.condition()  # type: ignore[attr-defined]
-    if not cond.isDefined():
-        raise _refuse(spec, op, "a join without a condition (an equi key is needed)")
-    keys: list[tuple[object, object]] = []
-    bounds: dict[str, tuple[int, bool]] = {}
-    defs: dict[str, object] = {}
-    for c in _conjuncts(cond.get(), defs):
-        kids = _children(c)
-        cls = _cls(c)
-        if cls == "EqualTo" and all(_cls(k) == "AttributeReference" for k in kids):
-            a, b = kids
-            ia, ib = (int(k.exprId().id()) for k in kids)  # type: ignore[attr-defined]
-            if ia in left and ib in right:
-                keys.append((a, b))
-                continue
-            if ia in right and ib in left:
-                keys.append((b, a))
-                continue
-        if cls in COMPARISONS:
-            ta, tb = (_time_term(k, defs) for k in kids)
-            if ta is not None and tb is not None and {ta[0], tb[0]} == set(times):
-                side, inclusive = COMPARISONS[cls]
-                # a + oa OP b + ob: left.t - right.t OP ob - oa (flipped if a is the right)
-                c_us = tb[1] - ta[1] if ta[0] == times[0] else ta[1] - tb[1]
-                side = side if ta[0] == times[0] else FLIPPED[side]
-                if side in bounds:
-                    raise _refuse(spec, op, f"a second {side} time bound {c.sql()}")
-                bounds[side] = (c_us, inclusive)
-                continue
-        raise _refuse(spec, op, f"a join condition part {c.sql()} the predictor does not model "
-                      "(equi keys of columns, and bounds between the two watermarked columns)")
-    if not keys:
-        raise _refuse(spec, op, "a join without an equi key of columns")
-    if not bounds:
-        return keys, None
-    lo, hi = bounds.get("lower"), bounds.get("upper")
-    return keys, TimeRange(
-        lower=None if lo is None else Duration.parse(f"{lo[0]} microseconds"),
-        upper=None if hi is None else Duration.parse(f"{hi[0]} microseconds"),
-        lower_inclusive=True if lo is None else lo[1],
-        upper_inclusive=True if hi is None else hi[1])
 
 
 def _lower_join(spec: BacktestSpec, q: PySparkQuery, op: object, ids: dict[str, set[int]],
@@ -685,51 +505,20 @@ def _lower_join(spec: BacktestSpec, q: PySparkQuery, op: object, ids: dict[str, 
 
 # -- prediction -------------------------------------------------------------------------------
 
-def _batch_rows(spark: SparkSession, schedule: Schedule, source: str) -> DataFrame:
-    df = schedule.rows[source]
-    cols = list(schedule.data_columns[source])
-    return spark.createDataFrame(df[[ROW_ID, TICK, *cols]].rename(
-        columns={ROW_ID: H_ROW, TICK: H_TICK}))
 
 
-def _apply(df: DataFrame, steps: tuple[Step, ...], keep: list[str]) -> DataFrame:
-    for st in steps:
-        if st.kind == "filter":
-            df = df.where(F.expr(st.sql[0]))
-        elif st.kind == "project":
-            df = df.select(*[F.expr(s) for s in st.sql], *keep)
-    return df
 
 
-def _side_rows(spark: SparkSession, side: Side, schedule: Schedule
-               ) -> tuple[pd.DataFrame, dict[int, int], str]:
-    """One input's rows at the operator (Spark's batch evaluation of the steps below it),
-    each tick's max event time at its withWatermark node, and its event-time column."""
-    src = side.source
-    raw = _batch_rows(spark, schedule, src)
-    keep = [H_ROW, H_TICK]
-    maxima: dict[int, int] = {}
-    if side.watermark_steps:
-        seen = _apply(raw, side.watermark_steps[:-1], keep)
-        col = F.col(f"`{side.watermark_steps[-1].sql[0]}`")
-        got = seen.groupBy(H_TICK).agg(F.max(F.unix_micros(col)).alias("m")).toPandas()
-        ms = micros_to_ms(got["m"].to_numpy(dtype=np.int64))
-        maxima = dict(zip(got[H_TICK].astype(int).tolist(), ms.tolist(), strict=True))
-    df = _apply(raw, side.below, keep)
-    inp = df.select(*[F.col(f"`{c}`") for c in side.input_columns], *keep)
-    rows = spark_rows_frame(inp.toArrow()).rename(columns={H_ROW: ROW_ID, H_TICK: TICK})
-    rows = rows.sort_values([TICK, ROW_ID], kind="stable").reset_index(drop=True)
-    rows = rows[[ROW_ID, TICK, *side.input_columns]]
-    et = side.event_time or schedule.event_time[src]
-    if side.event_time is None:  # (no watermark: the schedule's own event time column)
-        rows[et] = schedule.rows[src].set_index(ROW_ID).loc[rows[ROW_ID], et].to_numpy()
-    return rows, maxima, et
 
 
 def predict(lowered: Lowered, schedule: Schedule, candidate: str, spark: SparkSession, *,
             explain: bool = True, count_late: bool = False) -> Prediction:
     """The prediction for the lowered query: stateless steps by Spark in one batch query each
     way, the stateful operator by the predictor (module doc)."""
+    if lowered.chain is not None:  # (several operators: the pipeline predictor)
+        from jobs.pyspark_pipeline import predict_chain
+
+        return predict_chain(lowered, schedule, candidate, spark)
     t0 = time.perf_counter()
     rows: dict[str, pd.DataFrame] = {}
     ets: dict[str, str] = {}

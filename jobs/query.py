@@ -178,8 +178,10 @@ def _user_query(spec: BacktestSpec, candidate: str, stream: DataFrame,
         *[F.col(input_column(i, c)).alias(c) for c in data_columns[s]])
         for i, s in enumerate(spec.query_sources)}
     wm = spec.candidates[candidate].watermark
+    # (a column two sources' calls name keeps each call's own delay: no candidate sets it)
+    shared = list(origin.watermark_columns.values())
     delays = {col: interval(wm[src]) for src, col in origin.watermark_columns.items()
-              if src in wm}
+              if src in wm and shared.count(col) == 1}
     df, _ = call_user(spec, origin.query, frames, delays)
     cols, names = flat_columns(df)
     assert tuple(names) == spec._output_columns, (names, spec._output_columns)

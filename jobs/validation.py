@@ -76,10 +76,13 @@ def batches_frame(predicted: pd.DataFrame, actual: pd.DataFrame) -> pd.DataFrame
     extra = [c for c in predicted.columns if c.startswith("input_rows_")]
     sizes = ["state_bytes"] + [c for c in ["checkpoint_bytes"]
                                if c in predicted.columns and c in actual.columns]
-    p = predicted[BATCH_KEY + cols + extra + sizes].add_prefix("predicted_")
-    a = actual[BATCH_KEY + cols + extra + sizes].add_prefix("actual_")
-    m = p.merge(a, left_on=["predicted_" + k for k in BATCH_KEY],
-                right_on=["actual_" + k for k in BATCH_KEY], how="outer")
+    # (a pipeline's operators may share a name: matched on their index too)
+    key = BATCH_KEY + (["operator_index"] if "operator_index" in predicted.columns
+                       and "operator_index" in actual.columns else [])
+    p = predicted[key + cols + extra + sizes].add_prefix("predicted_")
+    a = actual[key + cols + extra + sizes].add_prefix("actual_")
+    m = p.merge(a, left_on=["predicted_" + k for k in key],
+                right_on=["actual_" + k for k in key], how="outer")
     m["batch_id"] = m["predicted_batch_id"].fillna(m["actual_batch_id"]).astype("int64")
     m["operator"] = m["predicted_operator"].fillna(m["actual_operator"])
     for c in cols + extra:

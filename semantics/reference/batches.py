@@ -106,7 +106,12 @@ def plan(schedule: Schedule, spec: BacktestSpec, candidate: str,
                          late, evict))
         prev, last_evict = wm, evict
         for s, delay in delays.items():
-            seen = [to_ms(int(r[EVENT_US])) for r in rows[s] if reaches(s, r)]  # type: ignore
+            # (a derived schedule gives each tick's max at the watermark node: rows a filter
+            # above withWatermark removes still count, docs/semantics.md §14)
+            given = schedule.watermark_ms.get(s)
+            seen = ([] if tick.idle or tick.index not in given else [given[tick.index]]) \
+                if given is not None else \
+                [to_ms(int(r[EVENT_US])) for r in rows[s] if reaches(s, r)]  # type: ignore
             if seen:
                 per_input[s] = max(per_input.get(s, max(seen) - delay), max(seen) - delay)
         if delays:

@@ -1,0 +1,355 @@
+"""Reading a PySpark plan (docs/semantics.md §14): plan-node helpers, the stateless steps
+Spark re-applies, one input of a stateful operator (``Side``) and a join's condition; and the
+rows at an operator's input, evaluated by Spark over all of a schedule's rows in one batch
+query. Shared by ``jobs.pyspark_query`` (one operator) and ``jobs.pyspark_pipeline`` (chains).
+
+Invariants: a refusal names the plan node (``_refuse``); a ``Step`` holds Spark SQL text
+(``expr.sql()``), re-applied as ``where(expr(...))`` / ``select(expr(...))``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from jobs.pyspark_code import Recorder
+from jobs.sink import spark_rows_frame
+from semantics.durations import Duration
+from semantics.engine import micros_to_ms
+from semantics.errors import SpecError
+from semantics.schedule import ROW_ID, TICK, Schedule
+from semantics.spec import BacktestSpec, TimeRange
+
+# hidden columns of the batch evaluation (no user column takes these names)
+H_ROW, H_TICK, H_BATCH = "__wmbt_row_id", "__wmbt_tick", "__wmbt_batch_id"
+
+
+H_KEY = "__wmbt_key"  # + its position: a grouping expression's value
+
+
+STATELESS_NODES = {"Project", "Filter", "SubqueryAlias"}
+
+
+STATEFUL_NODES = {"Aggregate", "Deduplicate", "DeduplicateWithinWatermark", "Join",
+            "FlatMapGroupsWithState", "TransformWithState", "FlatMapGroupsInPandasWithState"}
+
+
+AGG_FUNCS = {"count", "sum", "min", "max", "avg"}
+
+
+CHAINS = ("not modelled: call withWatermark on each source before the union "
+          "(docs/semantics.md §14)")
+
+
+class Refused(SpecError):
+    """A plan node the predictor does not model (named, with the reason)."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """A stateless plan node re-applied by Spark: ``filter`` (one SQL condition) or
+    ``project`` (SQL expressions), or ``watermark`` (where the code's ``withWatermark`` is)."""
+
+    kind: str
+    sql: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Side:
+    """One input of the stateful operator: its source, the stateless steps below the operator
+    (bottom up), the operator input's columns, the watermarked column there, the column
+    withWatermark names and the optimized plan's steps below withWatermark (``Lowered``)."""
+
+    source: str
+    below: tuple[Step, ...]
+    input_columns: tuple[str, ...]
+    event_time: str | None
+    watermark_column: str | None
+    watermark_steps: tuple[Step, ...] = ()
+
+
+def _node(plan: object) -> str:
+    return str(plan.nodeName())  # type: ignore[attr-defined]
+
+
+def _children(plan: object) -> list[object]:
+    seq = plan.children()  # type: ignore[attr-defined]
+    return [seq.apply(i) for i in range(seq.size())]
+
+
+def _seq(seq: object) -> list[object]:
+    return [seq.apply(i) for i in range(seq.size())]  # type: ignore[attr-defined]
+
+
+def _walk(plan: object) -> Iterator[object]:
+    yield plan
+    for c in _children(plan):
+        yield from _walk(c)
+
+
+def _exprs(plan: object) -> list[object]:
+    return _seq(plan.expressions())  # type: ignore[attr-defined]
+
+
+def _refuse(spec: BacktestSpec, node: object, why: str) -> Refused:
+    text = str(node.simpleString(200)).splitlines()[0]  # type: ignore[attr-defined]
+    return Refused(spec.path, "query.pyspark", f"a plan the predictor models; plan node "
+                   f"{_node(node)} ({text[:160]}): {why}")
+
+
+def _classes(expr: object) -> Iterator[str]:
+    """The class names of ``expr`` and every expression inside it."""
+    yield str(expr.getClass().getSimpleName())  # type: ignore[attr-defined]
+    for c in _children(expr):
+        yield from _classes(c)
+
+
+def _check_expressions(spec: BacktestSpec, node: object) -> None:
+    for e in _exprs(node):
+        if any("PythonUDF" in c or "PythonFunction" in c for c in _classes(e)):
+            raise _refuse(spec, node, "a Python UDF (not evaluated here yet)")
+        if not e.deterministic():  # type: ignore[attr-defined]
+            raise _refuse(spec, node, "a non-deterministic expression (its values would differ "
+                          "between the replay and the prediction)")
+
+
+def _step(spec: BacktestSpec, node: object) -> Step | None:
+    name = _node(node)
+    if name == "SubqueryAlias":
+        return None
+    _check_expressions(spec, node)
+    if name == "Filter":
+        return Step("filter", (str(node.condition().sql()),))  # type: ignore[attr-defined]
+    if name == "Project":
+        return Step("project", tuple(str(e.sql()) for e in
+                                     _seq(node.projectList())))  # type: ignore[attr-defined]
+    raise _refuse(spec, node, "a node the predictor does not model")
+
+
+def _is_window_node(node: object) -> bool:
+    """Is ``node`` one the analyzer adds for ``window`` / ``session_window`` (the struct's
+    Project or Expand, and the ``isnotnull(time)`` Filter above it)? The predictor computes
+    windows itself."""
+    own = str(node.simpleString(100000))  # type: ignore[attr-defined]
+    if _node(node) in ("Project", "Expand") and "precisetimestampconversion" in own:
+        return True
+    kids = _children(node)
+    return _node(node) == "Filter" and own.lstrip("~").startswith("Filter isnotnull(") and \
+        len(kids) == 1 and _is_window_node(kids[0])
+
+
+def _side_below(spec: BacktestSpec, child: object, ids: dict[str, set[int]]
+                ) -> tuple[str, list[Step], str | None]:
+    """The source below ``child`` (one input of the stateful node), the stateless steps
+    between them (bottom up) and the column its withWatermark names, if any."""
+    below: list[Step] = []
+    node, wm_col = child, None
+    while True:
+        name = _node(node)
+        if name == "EventTimeWatermark":
+            if wm_col is not None:
+                raise _refuse(spec, node, "two withWatermark calls on one input")
+            wm_col = str(node.eventTime().name())  # type: ignore[attr-defined]
+            below.append(Step("watermark", (wm_col,)))
+        elif name == "Union":
+            raise _refuse(spec, node, f"a union of sources ({CHAINS})")
+        elif not _children(node):
+            out = {int(a.exprId().id()) for a in _seq(node.output())}  # type: ignore
+            source = next((s for s, i in ids.items() if out <= i), None)
+            if source is None:
+                raise _refuse(spec, node, "an input that is not a source of the spec")
+            break
+        else:
+            step = _step(spec, node)
+            if step is not None:
+                below.append(step)
+        kids = _children(node)
+        if len(kids) != 1:
+            raise _refuse(spec, node, "a node with several inputs")
+        node = kids[0]
+    below.reverse()
+    return source, below, wm_col
+
+
+def _delays(spec: BacktestSpec, rec: Recorder, source: str, wm_col: str | None,
+            as_written: Duration | None = None) -> dict[str, dict[str, Duration]]:
+    """Each candidate's watermark by source: its delay for the code's column, else the code's
+    (``as_written``: this source's own call's, where two calls name one column)."""
+    written = {c: d for c, d in rec.watermarks}
+    out: dict[str, dict[str, Duration]] = {}
+    for cname, cand in spec.candidates.items():
+        for col in cand.watermark:
+            if col not in written:
+                raise SpecError(spec.path, f"candidates.{cname}.watermark.{col}",
+                                f"an event-time column of the code's withWatermark calls "
+                                f"({', '.join(written) or 'none'})")
+            if [c for c, _ in rec.watermarks].count(col) > 1:
+                raise SpecError(spec.path, f"candidates.{cname}.watermark.{col}",
+                                "a column only one withWatermark call names (two do)")
+        if cand.after_restart is not None:
+            raise SpecError(spec.path, f"candidates.{cname}.after_restart",
+                            "no after_restart for a pyspark query (not modelled yet)")
+        out[cname] = ({} if wm_col is None else
+                      {source: cand.watermark.get(wm_col, as_written or
+                                                  Duration.parse(written[wm_col]))})
+    return out
+
+
+JOIN_TYPES = {"Inner": "inner", "LeftOuter": "left_outer", "RightOuter": "right_outer",
+              "FullOuter": "full_outer", "LeftSemi": "left_semi"}
+
+
+# a comparison ``a OP b`` as a bound on ``left.t - right.t`` (``a`` on the left side)
+COMPARISONS = {"GreaterThanOrEqual": ("lower", True), "GreaterThan": ("lower", False),
+               "LessThanOrEqual": ("upper", True), "LessThan": ("upper", False)}
+
+
+FLIPPED = {"lower": "upper", "upper": "lower"}
+
+
+def _cls(expr: object) -> str:
+    return str(expr.getClass().getSimpleName())  # type: ignore[attr-defined]
+
+
+def _conjuncts(expr: object, defs: dict[str, object]) -> Iterator[object]:
+    """The ``AND``-ed parts of a join condition; ``BETWEEN`` (analyzed as ``With`` over a
+    common expression) is split into its two comparisons, its references resolved."""
+    cls = _cls(expr)
+    if cls in ("And", "Between"):  # (a Between's child is its replacement, a With)
+        for c in _children(expr):
+            yield from _conjuncts(c, defs)
+    elif cls == "With":
+        body, *parts = _children(expr)
+        for d in parts:
+            defs[str(d.id())] = d.child()  # type: ignore[attr-defined]
+        yield from _conjuncts(body, defs)
+    else:
+        yield expr
+
+
+def _interval_us(lit: object) -> int | None:
+    """A literal interval's microseconds (day-time, or a calendar interval without months)."""
+    if _cls(lit) != "Literal":
+        return None
+    v = lit.value()  # type: ignore[attr-defined]
+    kind = _cls(lit.dataType())  # type: ignore[attr-defined]
+    if kind.startswith("DayTimeIntervalType") and v is not None:
+        return int(v)
+    if kind.startswith("CalendarIntervalType") and v is not None and int(v.months) == 0:
+        return int(v.days) * 86_400_000_000 + int(v.microseconds)
+    return None
+
+
+def _time_term(expr: object, defs: dict[str, object]) -> tuple[int, int] | None:
+    """``expr`` as (an attribute's expression id, microseconds added), or None."""
+    cls = _cls(expr)
+    if cls == "CommonExpressionRef":
+        return _time_term(defs[str(expr.id())], defs)  # type: ignore[attr-defined]
+    if cls == "AttributeReference":
+        return int(expr.exprId().id()), 0  # type: ignore[attr-defined]
+    if cls in ("Cast", "DatetimeSub"):  # (a DatetimeSub's child is its TimeAdd)
+        return _time_term(_children(expr)[-1], defs)
+    if cls in ("TimeAdd", "Add", "Subtract", "TimestampAddInterval"):
+        a, b = _children(expr)
+        sign = -1 if cls == "Subtract" else 1
+        if _cls(b) == "UnaryMinus":
+            sign, (b,) = -sign, _children(b)
+        us, term = _interval_us(b), _time_term(a, defs)
+        if us is None or term is None:
+            return None
+        return term[0], term[1] + sign * us
+    return None
+
+
+def _join_condition(spec: BacktestSpec, op: object, left: set[int], right: set[int],
+                    times: tuple[int, int]) -> tuple[list[tuple[object, object]], TimeRange | None]:
+    """The equi keys (left attribute, right attribute) and the time range of the join
+    ``op``'s condition; ``times`` are the expression ids of the two watermarked columns."""
+    cond = op.condition()  # type: ignore[attr-defined]
+    if not cond.isDefined():
+        raise _refuse(spec, op, "a join without a condition (an equi key is needed)")
+    keys: list[tuple[object, object]] = []
+    bounds: dict[str, tuple[int, bool]] = {}
+    defs: dict[str, object] = {}
+    for c in _conjuncts(cond.get(), defs):
+        kids = _children(c)
+        cls = _cls(c)
+        if cls == "EqualTo" and all(_cls(k) == "AttributeReference" for k in kids):
+            a, b = kids
+            ia, ib = (int(k.exprId().id()) for k in kids)  # type: ignore[attr-defined]
+            if ia in left and ib in right:
+                keys.append((a, b))
+                continue
+            if ia in right and ib in left:
+                keys.append((b, a))
+                continue
+        if cls in COMPARISONS:
+            ta, tb = (_time_term(k, defs) for k in kids)
+            if ta is not None and tb is not None and {ta[0], tb[0]} == set(times):
+                side, inclusive = COMPARISONS[cls]
+                # a + oa OP b + ob: left.t - right.t OP ob - oa (flipped if a is the right)
+                c_us = tb[1] - ta[1] if ta[0] == times[0] else ta[1] - tb[1]
+                side = side if ta[0] == times[0] else FLIPPED[side]
+                if side in bounds:
+                    raise _refuse(spec, op, f"a second {side} time bound {c.sql()}")
+                bounds[side] = (c_us, inclusive)
+                continue
+        raise _refuse(spec, op, f"a join condition part {c.sql()} the predictor does not model "
+                      "(equi keys of columns, and bounds between the two watermarked columns)")
+    if not keys:
+        raise _refuse(spec, op, "a join without an equi key of columns")
+    if not bounds:
+        return keys, None
+    lo, hi = bounds.get("lower"), bounds.get("upper")
+    return keys, TimeRange(
+        lower=None if lo is None else Duration.parse(f"{lo[0]} microseconds"),
+        upper=None if hi is None else Duration.parse(f"{hi[0]} microseconds"),
+        lower_inclusive=True if lo is None else lo[1],
+        upper_inclusive=True if hi is None else hi[1])
+
+
+def _batch_rows(spark: SparkSession, schedule: Schedule, source: str) -> DataFrame:
+    df = schedule.rows[source]
+    cols = list(schedule.data_columns[source])
+    return spark.createDataFrame(df[[ROW_ID, TICK, *cols]].rename(
+        columns={ROW_ID: H_ROW, TICK: H_TICK}))
+
+
+def _apply(df: DataFrame, steps: tuple[Step, ...], keep: list[str]) -> DataFrame:
+    for st in steps:
+        if st.kind == "filter":
+            df = df.where(F.expr(st.sql[0]))
+        elif st.kind == "project":
+            df = df.select(*[F.expr(s) for s in st.sql], *keep)
+    return df
+
+
+def _side_rows(spark: SparkSession, side: Side, schedule: Schedule
+               ) -> tuple[pd.DataFrame, dict[int, int], str]:
+    """One input's rows at the operator (Spark's batch evaluation of the steps below it),
+    each tick's max event time at its withWatermark node, and its event-time column."""
+    src = side.source
+    raw = _batch_rows(spark, schedule, src)
+    keep = [H_ROW, H_TICK]
+    maxima: dict[int, int] = {}
+    if side.watermark_steps:
+        seen = _apply(raw, side.watermark_steps[:-1], keep)
+        col = F.col(f"`{side.watermark_steps[-1].sql[0]}`")
+        got = seen.groupBy(H_TICK).agg(F.max(F.unix_micros(col)).alias("m")).toPandas()
+        ms = micros_to_ms(got["m"].to_numpy(dtype=np.int64))
+        maxima = dict(zip(got[H_TICK].astype(int).tolist(), ms.tolist(), strict=True))
+    df = _apply(raw, side.below, keep)
+    inp = df.select(*[F.col(f"`{c}`") for c in side.input_columns], *keep)
+    rows = spark_rows_frame(inp.toArrow()).rename(columns={H_ROW: ROW_ID, H_TICK: TICK})
+    rows = rows.sort_values([TICK, ROW_ID], kind="stable").reset_index(drop=True)
+    rows = rows[[ROW_ID, TICK, *side.input_columns]]
+    et = side.event_time or schedule.event_time[src]
+    if side.event_time is None:  # (no watermark: the schedule's own event time column)
+        rows[et] = schedule.rows[src].set_index(ROW_ID).loc[rows[ROW_ID], et].to_numpy()
+    return rows, maxima, et
+
