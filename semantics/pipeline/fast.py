@@ -1,0 +1,538 @@
+"""A pipeline's whole run at once, column by column (docs/semantics.md §13): the same batches,
+per-operator figures and emitted rows as the reference runner (``semantics.pipeline.runner``,
+the definition), for chains of ``deduplicate`` (both kinds) and ``aggregate`` stages over one
+source or a union, stateless stages before the first stateful one.
+
+Why a whole run per operator is exact (§2.1–§2.3, §13.2):
+
+* the batches and their global watermarks depend only on the source rows that reach the
+  watermark node (``semantics.engine.plan_batches``), never on state: computed once;
+* along a chain of deduplications and aggregations every operator drops late rows with the
+  batch's late watermark and evicts with its eviction watermark (the global ones, §13.2), so
+  operator ``j`` needs only the rows operator ``j - 1`` emitted, each tagged with its batch;
+* watermarks never go back, so an aggregation group or a ``dropDuplicates`` key on the event
+  time is late in every batch after the one that evicts it: its value is that of all its
+  non-late rows, and it leaves in the first batch, from its first, whose eviction watermark
+  reaches its bound (a search over the batches' watermarks);
+* a ``dropDuplicatesWithinWatermark`` key may come back after it left: its accepted rows are
+  a chain per key (the first non-late row, then the first in a batch after the one the entry
+  left in, ...), followed for all keys at once, one link a round;
+* order is kept where it shows: rows in (batch, source, row) order as the reference feeds
+  them, an aggregation's emitted rows in the order its groups entered the state, and sums
+  added in the reference's order (row by row within a batch, then batch by batch), so even a
+  float sum is the same number.
+
+What it does not cover it declines with the reason (``Declined``): a join stage, aggregate
+functions over columns that are not numbers or timestamps, a schedule whose watermark maxima
+come precomputed (``Schedule.watermark_ms``: the reference runner reads the rows).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from semantics.config import resolve
+from semantics.engine import BatchInput, Declined, plan_batches
+from semantics.pipeline.columns import WINDOW_TIME, StageColumns, flow
+from semantics.pipeline.runner import _delay_us, operator_names, stateless_views
+from semantics.pipeline.spec import AggregateStage, DeduplicateStage, PipelineQuery
+from semantics.schedule import Schedule
+from semantics.spec import BacktestSpec, parse_aggregate
+
+NAT = np.iinfo(np.int64).min  # a timestamp column's NULL (NaT's int64 value)
+
+
+@dataclass(frozen=True)
+class Col:
+    """One column of a stream: ``values`` (a timestamp as int64 in its ``dtype``'s unit, an
+    object array for anything else not a number), ``null`` (True: NULL; None: none)."""
+
+    values: np.ndarray
+    null: np.ndarray | None
+    dtype: object  # the pandas dtype it came as (to rebuild the output column)
+
+    @property
+    def is_time(self) -> bool:
+        return isinstance(self.dtype, pd.DatetimeTZDtype) or (
+            isinstance(self.dtype, np.dtype) and self.dtype.kind == "M")
+
+    def take(self, idx: np.ndarray) -> Col:
+        return Col(self.values[idx], None if self.null is None else self.null[idx], self.dtype)
+
+    def series(self) -> pd.Series:
+        """The column as the reference's output frame holds it."""
+        if self.is_time:
+            tz = getattr(self.dtype, "tz", None)
+            unit = self.dtype.unit if tz is not None else np.datetime_data(self.dtype)[0]  # type: ignore[union-attr, arg-type]
+            s = pd.Series(self.values.view(f"M8[{unit}]"))
+            return s.dt.tz_localize(tz) if tz is not None else s
+        if self.null is not None and self.null.any():
+            v = self.values.astype(object)
+            v[self.null] = None
+            return pd.Series(v)
+        return pd.Series(self.values)
+
+
+def col_of(s: pd.Series) -> Col | None:
+    """A frame's column as a ``Col`` (None: a kind not modelled here)."""
+    dt = s.dtype
+    if isinstance(dt, pd.DatetimeTZDtype) or (isinstance(dt, np.dtype) and dt.kind == "M"):
+        v = s.to_numpy()
+        if v.dtype.kind == "M":
+            v = v.view(np.int64)
+        else:  # (tz-aware: an object array of Timestamps)
+            v = s.array.asi8  # type: ignore[union-attr]
+        return Col(np.ascontiguousarray(v), None, dt)
+    if isinstance(dt, np.dtype) and dt.kind in "biuf":
+        return Col(s.to_numpy(), None, dt)
+    if isinstance(dt, pd.api.extensions.ExtensionDtype) and getattr(dt, "kind", "O") in "biuf":
+        null = s.isna().to_numpy()
+        np_dt = np.float64 if dt.kind == "f" else np.int64 if dt.kind in "iu" else np.bool_
+        return Col(s.to_numpy(dtype=np_dt, na_value=0), null, dt)
+    v = s.to_numpy(dtype=object)
+    null = np.fromiter((x is None or x is pd.NA or x is pd.NaT for x in v), bool, len(v))
+    return Col(v, null, np.dtype(object))
+
+
+@dataclass(frozen=True)
+class Stream:
+    """Rows in the order an operator reads them: (batch, then as the reference feeds them);
+    ``batch`` the position of each row's batch in the plan, ``t_us`` its event time."""
+
+    batch: np.ndarray
+    t_us: np.ndarray
+    cols: dict[str, Col]
+
+    def take(self, idx: np.ndarray) -> Stream:
+        return Stream(self.batch[idx], self.t_us[idx],
+                      {c: v.take(idx) for c, v in self.cols.items()})
+
+
+@dataclass(frozen=True)
+class Figures:
+    """One operator's ``stateOperators`` figures, an int64 array per batch each."""
+
+    dropped: np.ndarray
+    state_rows: np.ndarray
+    updated: np.ndarray
+    removed: np.ndarray
+
+
+@dataclass(frozen=True)
+class FastRun:
+    """The plan, per stateful stage (pipeline order) its figures, and the last stage's rows."""
+
+    plan: list[BatchInput]
+    figures: list[Figures]
+    outputs: Stream
+    names: list[str]
+    columns: tuple[str, ...]
+
+
+# -- whether it applies ----------------------------------------------------------------------
+
+def declines(spec: BacktestSpec, schedule: Schedule) -> Declined | None:
+    """Why the whole run does not apply to this pipeline (None: it does)."""
+    q = spec.query
+    assert isinstance(q, PipelineQuery)
+    if q.join is not None:
+        return Declined("a join stage (the whole-run pipeline covers deduplicate and "
+                        "aggregate stages only)")
+    if schedule.watermark_ms:
+        return Declined("the schedule's watermark maxima come precomputed")
+    stages = q.stages
+    first = next(i for i, s in enumerate(stages)
+                 if isinstance(s, DeduplicateStage | AggregateStage))
+    if any(not isinstance(s, DeduplicateStage | AggregateStage) for s in stages[first:]):
+        return Declined("a stateless stage after the first stateful one")
+    return None
+
+
+# -- the run ---------------------------------------------------------------------------------
+
+class _Planner:
+    """What ``plan_batches`` asks of an operator: a no-data batch when the watermark passes the
+    last eviction watermark (every deduplication and aggregation here, §2.2), and the rows
+    that reach the watermark node (a stateless stage is pushed below it, §2.1)."""
+
+    def __init__(self, reach: Mapping[str, np.ndarray]) -> None:
+        self.reach = reach
+
+    def wants_another_batch(self, new_wm_ms: int, last_evict_wm_ms: int | None) -> bool:
+        return new_wm_ms > (last_evict_wm_ms or 0)
+
+    def watermark_input_mask(self, source: str, start: int, stop: int) -> np.ndarray:
+        return self.reach[source][start:stop]
+
+
+def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> FastRun | Declined:
+    """The pipeline's batches, per-operator figures and emitted rows, as
+    ``semantics.pipeline.runner.run`` computes them (or why not: ``Declined``)."""
+    why = declines(spec, schedule)
+    if why is not None:
+        return why
+    q = spec.query
+    assert isinstance(q, PipelineQuery)
+    views, out_cols = flow(spec, dict(schedule.data_columns))
+    r = resolve(spec, candidate)
+    delays = {s: r.delays_ms[s] for s in spec.query_sources if s in r.delays_ms}
+    first = next(i for i, s in enumerate(q.stages)
+                 if isinstance(s, DeduplicateStage | AggregateStage))
+    frames = stateless_views(spec, schedule, q.stages[:first])
+    reach = {}
+    for s, f in frames.items():
+        m = np.zeros(len(schedule.rows[s]), dtype=bool)
+        m[f.index.to_numpy()] = True
+        reach[s] = m
+    plan = plan_batches(schedule, spec, r, _Planner(reach))  # type: ignore[arg-type]
+    stream = _input(schedule, spec, frames, plan)
+    if isinstance(stream, Declined):
+        return stream
+    n_b = len(plan)
+    late_us = evict_us = None
+    if delays:
+        late_us = np.array([b.late_wm_ms for b in plan], dtype=np.int64) * 1000
+        evict_us = np.array([b.evict_wm_ms for b in plan], dtype=np.int64) * 1000
+    ops = q.stages[first:]
+    figures: list[Figures] = []
+    last = len(ops) - 1
+    for j, stage in enumerate(ops):
+        view = views[first + j]
+        if isinstance(stage, DeduplicateStage):
+            evicts = bool(delays) and (stage.deduplicate.within_watermark
+                                       or view.event_time in stage.deduplicate.keys)
+            delay_us = _delay_us(spec, delays, stage, f"query.pipeline[{first + j}]")
+            stream, fig = deduplicate(stream, stage, evicts, delay_us, late_us, evict_us, n_b)
+        else:
+            assert isinstance(stage, AggregateStage)
+            got = aggregate(stream, stage, view, late_us, evict_us, n_b, j < last)
+            if isinstance(got, Declined):
+                return got
+            stream, fig = got
+        figures.append(fig)
+    stream = Stream(stream.batch, stream.t_us, {c: stream.cols[c] for c in out_cols})
+    return FastRun(plan, figures, stream, operator_names(q), out_cols)
+
+
+def _input(schedule: Schedule, spec: BacktestSpec, frames: Mapping[str, pd.DataFrame],
+           plan: list[BatchInput]) -> Stream | Declined:
+    """The first stateful stage's rows: every source's passing rows, batch by batch, sources
+    in the query's order (as the reference feeds them)."""
+    n_ticks = max((t.index for t in schedule.ticks), default=-1) + 1
+    batch_of_tick = np.full(n_ticks, -1, dtype=np.int64)
+    for b in plan:
+        if b.has_data:
+            batch_of_tick[b.tick] = b.batch_id
+    parts, batches, times = [], [], []
+    for s in spec.query_sources:
+        f = frames[s]
+        pos = f.index.to_numpy()
+        batches.append(batch_of_tick[schedule.rows[s]["tick"].to_numpy()[pos]])
+        times.append(schedule.event_time_us(s)[pos])
+        parts.append(f.reset_index(drop=True))
+    frame = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
+    batch = np.concatenate(batches)
+    order = np.argsort(batch, kind="stable")
+    cols = {}
+    for c in frame.columns:
+        col = col_of(frame[c])
+        if col is None:
+            return Declined(f"column {c!r} of a kind not modelled here")
+        cols[c] = col
+    s = Stream(batch, np.concatenate(times).astype(np.int64), cols)
+    return s.take(order) if len(order) and (np.diff(batch) < 0).any() else s
+
+
+# -- keys ------------------------------------------------------------------------------------
+
+def _codes(col: Col, exact_bits: bool) -> np.ndarray:
+    """A code per row, equal iff the values are one key: for a deduplication a float by its
+    bits (``key_bytes``, §4.2), for an aggregation every NaN one value and -0.0 = 0.0 (§6);
+    NULL a code of its own."""
+    v = col.values
+    if v.dtype.kind == "f":
+        v = v.view(np.int64) if exact_bits else v + 0.0
+    elif v.dtype == object:
+        v = v.copy()
+        for i, x in enumerate(v):  # (object columns: strings mostly)
+            if isinstance(x, float):
+                v[i] = ("\0f", x.hex() if exact_bits else "nan" if x != x else x + 0.0)
+    codes = pd.factorize(v, use_na_sentinel=False)[0].astype(np.int64) if len(v) else \
+        np.zeros(0, dtype=np.int64)
+    if col.null is not None and col.null.any():
+        codes = np.where(col.null, codes.max(initial=0) + 1, codes)
+    return codes
+
+
+def _combine(parts: Sequence[np.ndarray], n: int) -> np.ndarray:
+    """One code per row for several code columns (codes in order of first appearance)."""
+    if not parts:
+        return np.zeros(n, dtype=np.int64)
+    out = parts[0]
+    for p in parts[1:]:
+        width = int(p.max(initial=0)) + 1
+        out = pd.factorize(out * width + p)[0].astype(np.int64)
+    return pd.factorize(out)[0].astype(np.int64) if len(parts) == 1 else out
+
+
+# -- deduplication ---------------------------------------------------------------------------
+
+def _late(s: Stream, late_us: np.ndarray | None) -> np.ndarray:
+    if late_us is None or not len(s.t_us):
+        return np.zeros(len(s.t_us), dtype=bool)
+    return s.t_us <= late_us[s.batch]
+
+
+def deduplicate(s: Stream, stage: DeduplicateStage, evicts: bool, delay_us: int,
+                late_us: np.ndarray | None, evict_us: np.ndarray | None, n_b: int
+                ) -> tuple[Stream, Figures]:
+    """``StreamingDeduplicateExec`` / ``...WithinWatermarkExec`` (§4.2) over the whole run:
+    the rows it emits (a subset of ``s``, same order) and its figures."""
+    d = stage.deduplicate
+    late = _late(s, late_us)
+    dropped = np.bincount(s.batch[late], minlength=n_b)
+    idx = np.flatnonzero(~late)
+    code = _combine([_codes(s.cols[k].take(idx), True) for k in d.keys], len(idx))
+    batch = s.batch[idx]
+    if not evicts or evict_us is None:
+        _, firsts = np.unique(code, return_index=True)
+        kept = np.sort(firsts)
+        leaves = np.full(len(kept), n_b, dtype=np.int64)
+    else:
+        at = s.t_us[idx] + (delay_us if d.within_watermark else 0)
+        kept, leaves = _chains(code, batch, at, evict_us, n_b)
+    inserted = np.bincount(batch[kept], minlength=n_b)
+    removed = np.bincount(leaves[leaves < n_b], minlength=n_b)
+    fig = Figures(dropped, np.cumsum(inserted) - np.cumsum(removed), inserted, removed)
+    return s.take(idx[kept]), fig
+
+
+def _chains(code: np.ndarray, batch: np.ndarray, at: np.ndarray, evict_us: np.ndarray,
+            n_b: int) -> tuple[np.ndarray, np.ndarray]:
+    """The rows a deduplication with eviction accepts (ascending) and the batch each one's
+    state entry leaves in (``n_b``: never): per key its first row; then its first row in a
+    batch after the one the entry left in; and so on (all keys one link a round)."""
+    order = np.lexsort((np.arange(len(code)), code))  # by key, then row order
+    sk = code[order] * (n_b + 1) + batch[order]  # (ascending: key, then batch)
+    seg_end = np.searchsorted(code[order], code[order], side="right")
+    starts = np.flatnonzero(np.r_[True, code[order][1:] != code[order][:-1]]) \
+        if len(code) else np.zeros(0, dtype=np.int64)
+    kept, leaves = [], []
+    cur = starts
+    while len(cur):
+        rows = order[cur]
+        leave = np.maximum(batch[rows], np.searchsorted(evict_us, at[rows], side="left"))
+        kept.append(rows)
+        leaves.append(leave)
+        nxt = np.searchsorted(sk, code[rows] * (n_b + 1) + leave + 1, side="left")
+        ok = (leave < n_b) & (nxt < seg_end[cur])
+        cur = nxt[ok]
+    if not kept:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    k, lv = np.concatenate(kept), np.concatenate(leaves)
+    o = np.argsort(k, kind="stable")
+    return k[o], lv[o]
+
+
+# -- aggregation -----------------------------------------------------------------------------
+
+def aggregate(s: Stream, stage: AggregateStage, view: StageColumns,
+              late_us: np.ndarray | None, evict_us: np.ndarray | None, n_b: int,
+              keep_window_time: bool) -> tuple[Stream, Figures] | Declined:
+    """``StateStoreSaveExec`` in append mode (§4.1) over the whole run: the rows it emits
+    (batch by batch in the order its groups entered the state) and its figures."""
+    a = stage.aggregate
+    aggs = [(name, *parse_aggregate(e)) for name, e in a.aggregates.items()]
+    for _, f, c in aggs:
+        if c is not None and (s.cols[c].values.dtype.kind not in "biufM"
+                              and not s.cols[c].is_time):
+            return Declined(f"{f}({c}) over a column that is not a number or a timestamp")
+        if c is not None and f in ("sum", "avg") and s.cols[c].is_time:
+            return Declined(f"{f}({c}) over a timestamp")
+    win = a.window
+    n = len(s.t_us)
+    if win is not None:
+        dur, slide = win.duration.us, win.slide_us
+        k = -(-dur // slide)
+        last = s.t_us - (s.t_us - win.start_us) % slide
+        w = last[:, None] - np.arange(k, dtype=np.int64)[None, :] * slide
+        inside = (w <= s.t_us[:, None]) & (s.t_us[:, None] < w + dur)
+        row, which = np.nonzero(inside)  # (row-major: a row's windows, latest start first)
+        start = w[row, which]
+        bound = start + dur
+    else:
+        row = np.arange(n)
+        start = np.zeros(n, dtype=np.int64)
+        bound = s.t_us.copy()
+    key_codes = [_codes(s.cols[c], False)[row] for c in a.keys]
+    if win is not None:
+        key_codes.append(pd.factorize(start)[0].astype(np.int64))
+    gid = _combine(key_codes, len(row))  # codes in order of first appearance
+    batch = s.batch[row]
+    late = (bound <= late_us[batch]) if late_us is not None and len(row) else \
+        np.zeros(len(row), dtype=bool)
+    n_g = int(gid.max(initial=-1)) + 1
+    pair = gid * (n_b + 1) + batch
+    dropped = np.bincount(np.unique(pair[late]) % (n_b + 1), minlength=n_b)[:n_b]
+    keep = ~late
+    row, start, bound, gid, batch, pair = (x[keep] for x in (row, start, bound, gid, batch,
+                                                                pair))
+    pid = pd.factorize(pair)[0]  # partials (group, batch), in order of first appearance
+    n_p = int(pid.max(initial=-1)) + 1
+    first_of_p = np.full(n_p, len(pid), dtype=np.int64)
+    np.minimum.at(first_of_p, pid, np.arange(len(pid)))
+    p_gid, p_batch = gid[first_of_p], batch[first_of_p]
+    updated = np.bincount(p_batch, minlength=n_b)
+    # groups: each enters the state in its first (non-late) batch, leaves once evicted
+    present = np.zeros(n_g, dtype=bool)
+    present[gid] = True
+    first_row = np.full(n_g, len(gid), dtype=np.int64)
+    np.minimum.at(first_row, gid, np.arange(len(gid)))
+    g_enter = np.full(n_g, n_b, dtype=np.int64)
+    g_enter[present] = batch[first_row[present]]
+    g_bound = np.zeros(n_g, dtype=np.int64)
+    g_bound[present] = bound[first_row[present]]
+    if evict_us is not None:
+        leave = np.maximum(g_enter, np.searchsorted(evict_us, g_bound, side="left"))
+    else:
+        leave = np.full(n_g, n_b, dtype=np.int64)
+    live = np.flatnonzero(present)
+    entered = np.bincount(g_enter[live], minlength=n_b)
+    gone = live[leave[live] < n_b]
+    removed = np.bincount(leave[gone], minlength=n_b)
+    fig = Figures(dropped, np.cumsum(entered) - np.cumsum(removed), updated, removed)
+    # emitted: batch by batch, in the order the groups entered the state (first appearance)
+    out = gone[np.lexsort((first_row[gone], leave[gone]))]
+    fr = row[first_row[out]]
+    cols: dict[str, Col] = {}
+    for c in a.keys:
+        kc = s.cols[c].take(fr)
+        if kc.values.dtype.kind == "f":  # (the state keeps the normalized key, §6)
+            kc = Col(kc.values + 0.0, kc.null, kc.dtype)
+        cols[c] = kc
+    if win is not None:
+        st = start[first_row[out]]
+        cols["window_start"] = Col(st, None, np.dtype(np.int64))
+        cols["window_end"] = Col(st + win.duration.us, None, np.dtype(np.int64))
+        if keep_window_time:
+            cols[WINDOW_TIME] = Col(st + win.duration.us - 1, None, np.dtype(np.int64))
+    for name, f, c in aggs:
+        cols[name] = _aggregate(f, None if c is None else s.cols[c], row, gid, pid, p_gid,
+                                n_g, n_p).take(out)
+    b_out = g_bound[out]
+    t_out = b_out - 1 if win is not None else b_out
+    return Stream(leave[out], t_out, cols), fig
+
+
+def _aggregate(f: str, col: Col | None, row: np.ndarray, gid: np.ndarray, pid: np.ndarray,
+               p_gid: np.ndarray, n_g: int, n_p: int) -> Col:
+    """Aggregate ``f`` of every group (§4.5, §6): NULLs skipped (none: NULL, count 0), NaN
+    above every number; a sum added row by row within a batch, then batch by batch."""
+    if col is None:
+        return Col(np.bincount(gid, minlength=n_g).astype(np.int64), None, np.dtype(np.int64))
+    v = col.values[row]
+    ok = np.ones(len(row), dtype=bool) if col.null is None else ~col.null[row]
+    if col.is_time:
+        ok &= v != NAT
+    cnt = np.bincount(gid[ok], minlength=n_g).astype(np.int64)
+    if f == "count":
+        return Col(cnt, None, np.dtype(np.int64))
+    empty = cnt == 0
+    if f in ("sum", "avg"):
+        dt = np.float64 if v.dtype.kind == "f" else np.int64
+        part = np.zeros(n_p, dtype=dt)
+        np.add.at(part, pid[ok], v[ok].astype(dt))
+        p_ok = np.zeros(n_p, dtype=bool)
+        p_ok[pid[ok]] = True
+        total = np.zeros(n_g, dtype=dt)
+        np.add.at(total, p_gid[p_ok], part[p_ok])  # (partials in batch order per group)
+        if f == "sum":
+            return Col(total, empty, np.dtype(dt))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = total.astype(np.float64) / np.maximum(cnt, 1)
+        return Col(mean, empty, np.dtype(np.float64))
+    g, x = gid[ok], v[ok]
+    if x.dtype.kind == "f":
+        nan = np.isnan(x)
+        has_nan = np.zeros(n_g, dtype=bool)
+        has_nan[g[nan]] = True
+        out = np.full(n_g, np.inf if f == "min" else -np.inf)
+        (np.minimum if f == "min" else np.maximum).at(out, g[~nan], x[~nan])
+        some = np.zeros(n_g, dtype=bool)
+        some[g[~nan]] = True
+        # max: NaN wins; min: NaN only when there is nothing else
+        out = np.where(has_nan & ((f == "max") | ~some), np.nan, out)
+        return Col(out, empty, col.dtype)
+    dt = x.dtype if not col.is_time else np.dtype(np.int64)
+    info = np.iinfo(dt) if dt.kind in "iu" else None
+    if dt.kind == "b":
+        x, dt, info = x.astype(np.int64), np.dtype(np.int64), np.iinfo(np.int64)
+    assert info is not None
+    out = np.full(n_g, info.max if f == "min" else info.min, dtype=dt)
+    (np.minimum if f == "min" else np.maximum).at(out, g, x)
+    if col.is_time:
+        out = np.where(empty, NAT, out)
+    elif col.values.dtype.kind == "b":
+        out = out.astype(bool)
+    return Col(out, None if col.is_time else empty, col.dtype)
+
+
+# -- the prediction's frames -----------------------------------------------------------------
+
+def report(spec: BacktestSpec, res: FastRun) -> pd.DataFrame:
+    """The batch report: per batch one row per stateful operator, Spark's order (as
+    ``semantics.pipeline.predict.report``)."""
+    from semantics.pipeline.predict import spark_order
+    from semantics.report import report_columns
+
+    plan, n_b = res.plan, len(res.plan)
+    order = spark_order(len(res.names))
+    n_op = len(order)
+    emitted = np.bincount(res.outputs.batch, minlength=n_b)[:n_b]
+
+    def per_batch(values: Sequence[object] | np.ndarray) -> np.ndarray:
+        return np.repeat(np.asarray(values), n_op)
+
+    def nullable(values: list[int | None]) -> pd.array:
+        return pd.array(np.repeat(np.array(values, dtype=object), n_op), dtype="Int64")
+
+    sizes = {s: [len(b.event_us[s]) for b in plan] for s in spec.query_sources}
+    cols: dict[str, object] = {
+        "batch_id": per_batch([b.batch_id for b in plan]),
+        "tick": per_batch([b.tick for b in plan]),
+        "has_data": per_batch([b.has_data for b in plan]),
+        "input_rows": per_batch(np.sum([sizes[s] for s in sizes], axis=0)
+                                if plan else []),
+        **{f"input_rows_{s}": per_batch(v) for s, v in sizes.items()},
+        "watermark_ms": nullable([b.watermark_ms for b in plan]),
+        "operator": np.tile(np.array([res.names[p] for p in order], dtype=object), n_b),
+        "operator_index": np.tile(np.arange(n_op), n_b),
+        "late_watermark_ms": nullable([b.late_wm_ms for b in plan]),
+        "eviction_watermark_ms": nullable([b.evict_wm_ms for b in plan]),
+        "output_rows": per_batch(emitted),
+        "state_bytes": None, "checkpoint_bytes": None}
+    for name, attr in (("dropped_by_watermark", "dropped"), ("state_rows", "state_rows"),
+                       ("state_rows_updated", "updated"),
+                       ("state_rows_removed", "removed")):
+        cols[name] = np.stack([getattr(res.figures[p], attr)[:n_b] for p in order],
+                              axis=1).reshape(-1) if n_b else np.zeros(0, dtype=np.int64)
+    df = pd.DataFrame(cols)
+    return df.reindex(columns=report_columns(spec))
+
+
+def outputs(res: FastRun) -> pd.DataFrame:
+    """The emitted rows (``batch_id`` and the pipeline's output columns)."""
+    from semantics.pipeline.predict import TIME_COLUMNS
+
+    out: dict[str, object] = {"batch_id": res.outputs.batch.astype(np.int64)}
+    for c in res.columns:
+        col = res.outputs.cols[c]
+        if c in TIME_COLUMNS:
+            out[c] = pd.Series(col.values.view("M8[us]")).dt.tz_localize("UTC")
+        else:
+            out[c] = col.series()
+    return pd.DataFrame(out, index=pd.RangeIndex(len(res.outputs.batch)))
