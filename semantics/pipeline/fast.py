@@ -71,9 +71,10 @@ class Col:
             s = pd.Series(self.values.view(f"M8[{unit}]"))
             return s.dt.tz_localize(tz) if tz is not None else s
         if self.null is not None and self.null.any():
+            # as the reference's frame of row dicts infers it (ints and NULLs: floats, NaN)
             v = self.values.astype(object)
             v[self.null] = None
-            return pd.Series(v)
+            return pd.Series(v).infer_objects()
         return pd.Series(self.values)
 
 
@@ -412,7 +413,9 @@ def aggregate(s: Stream, stage: AggregateStage, view: StageColumns,
     for c in a.keys:
         kc = s.cols[c].take(fr)
         if kc.values.dtype.kind == "f":  # (the state keeps the normalized key, §6)
-            kc = Col(kc.values + 0.0, kc.null, kc.dtype)
+            kc = Col(kc.values + 0.0, kc.null, kc.values.dtype)
+        elif not kc.is_time:  # (a NULL key is None, not NA)
+            kc = Col(kc.values, kc.null, kc.values.dtype)
         cols[c] = kc
     if win is not None:
         st = start[first_row[out]]
@@ -466,7 +469,7 @@ def _aggregate(f: str, col: Col | None, row: np.ndarray, gid: np.ndarray, pid: n
         some[g[~nan]] = True
         # max: NaN wins; min: NaN only when there is nothing else
         out = np.where(has_nan & ((f == "max") | ~some), np.nan, out)
-        return Col(out, empty, col.dtype)
+        return Col(out, empty, out.dtype)
     dt = x.dtype if not col.is_time else np.dtype(np.int64)
     info = np.iinfo(dt) if dt.kind in "iu" else None
     if dt.kind == "b":
@@ -478,7 +481,7 @@ def _aggregate(f: str, col: Col | None, row: np.ndarray, gid: np.ndarray, pid: n
         out = np.where(empty, NAT, out)
     elif col.values.dtype.kind == "b":
         out = out.astype(bool)
-    return Col(out, None if col.is_time else empty, col.dtype)
+    return Col(out, None if col.is_time else empty, col.dtype if col.is_time else out.dtype)
 
 
 # -- the prediction's frames -----------------------------------------------------------------
