@@ -82,12 +82,8 @@ def col_of(s: pd.Series) -> Col | None:
     """A frame's column as a ``Col`` (None: a kind not modelled here)."""
     dt = s.dtype
     if isinstance(dt, pd.DatetimeTZDtype) or (isinstance(dt, np.dtype) and dt.kind == "M"):
-        v = s.to_numpy()
-        if v.dtype.kind == "M":
-            v = v.view(np.int64)
-        else:  # (tz-aware: an object array of Timestamps)
-            v = s.array.asi8  # type: ignore[union-attr]
-        return Col(np.ascontiguousarray(v), None, dt)
+        # (int64 in the column's own unit; never an array of Timestamp objects)
+        return Col(np.asarray(s.array.asi8), None, dt)  # type: ignore[union-attr]
     if isinstance(dt, np.dtype) and dt.kind in "biuf":
         return Col(s.to_numpy(), None, dt)
     if isinstance(dt, pd.api.extensions.ExtensionDtype) and getattr(dt, "kind", "O") in "biuf":
@@ -251,12 +247,18 @@ def _input(schedule: Schedule, spec: BacktestSpec, frames: Mapping[str, pd.DataF
 # -- keys ------------------------------------------------------------------------------------
 
 def _codes(col: Col, exact_bits: bool) -> np.ndarray:
-    """A code per row, equal iff the values are one key: for a deduplication a float by its
-    bits (``key_bytes``, §4.2), for an aggregation every NaN one value and -0.0 = 0.0 (§6);
-    NULL a code of its own."""
+    """A code per row (int64, not dense), equal iff the values are one key: for a
+    deduplication a float by its bits (``key_bytes``, §4.2), for an aggregation every NaN one
+    value and -0.0 = 0.0 (§6); NULL a code of its own. Integers and timestamps are their own
+    codes."""
     v = col.values
+    if v.dtype.kind in "iuMb" and col.null is None:
+        return v.astype(np.int64, copy=False)
     if v.dtype.kind == "f":
-        v = v.view(np.int64) if exact_bits else v + 0.0
+        if exact_bits:
+            v = v.view(np.int64)
+        else:  # (one NaN, one zero)
+            v = np.where(np.isnan(v), np.nan, v + 0.0)
     elif v.dtype == object:
         v = v.copy()
         for i, x in enumerate(v):  # (object columns: strings mostly)
@@ -270,14 +272,37 @@ def _codes(col: Col, exact_bits: bool) -> np.ndarray:
 
 
 def _combine(parts: Sequence[np.ndarray], n: int) -> np.ndarray:
-    """One code per row for several code columns (codes in order of first appearance)."""
+    """One int64 code per row for several code columns (equal iff all are): packed by their
+    ranges where the product fits, else renumbered first."""
     if not parts:
         return np.zeros(n, dtype=np.int64)
     out = parts[0]
     for p in parts[1:]:
-        width = int(p.max(initial=0)) + 1
-        out = pd.factorize(out * width + p)[0].astype(np.int64)
-    return pd.factorize(out)[0].astype(np.int64) if len(parts) == 1 else out
+        lo_o, hi_o = (int(out.min()), int(out.max())) if n else (0, 0)
+        lo_p, hi_p = (int(p.min()), int(p.max())) if n else (0, 0)
+        if (hi_o - lo_o + 1) * (hi_p - lo_p + 1) >= 1 << 62:
+            out = pd.factorize(out)[0].astype(np.int64)
+            p = pd.factorize(p)[0].astype(np.int64)
+            lo_o, hi_o, lo_p, hi_p = 0, int(out.max()), 0, int(p.max())
+        out = (out - lo_o) * (hi_p - lo_p + 1) + (p - lo_p)
+    return out
+
+
+def _dense(code: np.ndarray) -> tuple[np.ndarray, int]:
+    """Codes renumbered 0.. in order of first appearance, and how many."""
+    if not len(code):
+        return np.zeros(0, dtype=np.int64), 0
+    dense, uniques = pd.factorize(code)
+    return dense.astype(np.int64, copy=False), len(uniques)
+
+
+def _first_rows(dense: np.ndarray) -> np.ndarray:
+    """Per code of a subsequence of first-appearance codes, in ascending code order, the
+    position of its first row (codes absent from ``dense`` are skipped)."""
+    if not len(dense):
+        return np.zeros(0, dtype=np.int64)
+    seen = np.maximum.accumulate(dense)
+    return np.flatnonzero(np.r_[True, dense[1:] > seen[:-1]])
 
 
 # -- deduplication ---------------------------------------------------------------------------
@@ -299,10 +324,14 @@ def deduplicate(s: Stream, stage: DeduplicateStage, evicts: bool, delay_us: int,
     idx = np.flatnonzero(~late)
     code = _combine([_codes(s.cols[k].take(idx), True) for k in d.keys], len(idx))
     batch = s.batch[idx]
-    if not evicts or evict_us is None:
-        _, firsts = np.unique(code, return_index=True)
-        kept = np.sort(firsts)
+    if not evicts or evict_us is None or not d.within_watermark:
+        # a key is accepted once: never evicted, or (dropDuplicates, the event time a key)
+        # late in every batch after the one that evicts it
+        kept = np.flatnonzero(~pd.Series(code).duplicated().to_numpy())
         leaves = np.full(len(kept), n_b, dtype=np.int64)
+        if evicts and evict_us is not None:
+            leaves = np.maximum(batch[kept], np.searchsorted(evict_us, s.t_us[idx[kept]],
+                                                             side="left"))
     else:
         at = s.t_us[idx] + (delay_us if d.within_watermark else 0)
         kept, leaves = _chains(code, batch, at, evict_us, n_b)
@@ -317,7 +346,8 @@ def _chains(code: np.ndarray, batch: np.ndarray, at: np.ndarray, evict_us: np.nd
     """The rows a deduplication with eviction accepts (ascending) and the batch each one's
     state entry leaves in (``n_b``: never): per key its first row; then its first row in a
     batch after the one the entry left in; and so on (all keys one link a round)."""
-    order = np.lexsort((np.arange(len(code)), code))  # by key, then row order
+    code = _dense(code)[0]  # (small: times the batches below)
+    order = np.argsort(code, kind="stable")  # by key, then row order
     sk = code[order] * (n_b + 1) + batch[order]  # (ascending: key, then batch)
     seg_end = np.searchsorted(code[order], code[order], side="right")
     starts = np.flatnonzero(np.r_[True, code[order][1:] != code[order][:-1]]) \
@@ -369,41 +399,35 @@ def aggregate(s: Stream, stage: AggregateStage, view: StageColumns,
         row = np.arange(n)
         start = np.zeros(n, dtype=np.int64)
         bound = s.t_us.copy()
-    key_codes = [_codes(s.cols[c], False)[row] for c in a.keys]
-    if win is not None:
-        key_codes.append(pd.factorize(start)[0].astype(np.int64))
-    gid = _combine(key_codes, len(row))  # codes in order of first appearance
+    parts = [_codes(s.cols[c], False)[row] for c in a.keys]
+    code = _combine([*parts, start] if win is not None else parts, len(row))
     batch = s.batch[row]
     late = (bound <= late_us[batch]) if late_us is not None and len(row) else \
         np.zeros(len(row), dtype=bool)
-    n_g = int(gid.max(initial=-1)) + 1
-    pair = gid * (n_b + 1) + batch
-    dropped = np.bincount(np.unique(pair[late]) % (n_b + 1), minlength=n_b)[:n_b]
+
+    def per_batch(rows: np.ndarray) -> np.ndarray:
+        """Distinct (group, batch) among ``rows`` (a mask), counted per batch."""
+        pair = _combine([code[rows], batch[rows]], int(rows.sum()))
+        return np.bincount(batch[rows][~pd.Series(pair).duplicated().to_numpy()],
+                           minlength=n_b)[:n_b]
+
+    dropped = per_batch(late) if late.any() else np.zeros(n_b, dtype=np.int64)
     keep = ~late
-    row, start, bound, gid, batch, pair = (x[keep] for x in (row, start, bound, gid, batch,
-                                                                pair))
-    pid = pd.factorize(pair)[0]  # partials (group, batch), in order of first appearance
-    n_p = int(pid.max(initial=-1)) + 1
-    first_of_p = np.full(n_p, len(pid), dtype=np.int64)
-    np.minimum.at(first_of_p, pid, np.arange(len(pid)))
-    p_gid, p_batch = gid[first_of_p], batch[first_of_p]
-    updated = np.bincount(p_batch, minlength=n_b)
-    # groups: each enters the state in its first (non-late) batch, leaves once evicted
-    present = np.zeros(n_g, dtype=bool)
-    present[gid] = True
-    first_row = np.full(n_g, len(gid), dtype=np.int64)
-    np.minimum.at(first_row, gid, np.arange(len(gid)))
-    g_enter = np.full(n_g, n_b, dtype=np.int64)
-    g_enter[present] = batch[first_row[present]]
-    g_bound = np.zeros(n_g, dtype=np.int64)
-    g_bound[present] = bound[first_row[present]]
+    updated = per_batch(keep)
+    if late.any():
+        row, start, bound, code, batch = (x[keep] for x in (row, start, bound, code, batch))
+    # groups in the order they enter the state: first appearance among non-late rows (a
+    # group late once is late in every later batch, so it never enters after that)
+    gid, n_g = _dense(code)
+    first_row = _first_rows(gid)
+    g_enter = batch[first_row]
+    g_bound = bound[first_row]
     if evict_us is not None:
         leave = np.maximum(g_enter, np.searchsorted(evict_us, g_bound, side="left"))
     else:
         leave = np.full(n_g, n_b, dtype=np.int64)
-    live = np.flatnonzero(present)
-    entered = np.bincount(g_enter[live], minlength=n_b)
-    gone = live[leave[live] < n_b]
+    entered = np.bincount(g_enter, minlength=n_b)
+    gone = np.flatnonzero(leave < n_b)
     removed = np.bincount(leave[gone], minlength=n_b)
     fig = Figures(dropped, np.cumsum(entered) - np.cumsum(removed), updated, removed)
     # emitted: batch by batch, in the order the groups entered the state (first appearance)
@@ -424,17 +448,18 @@ def aggregate(s: Stream, stage: AggregateStage, view: StageColumns,
         if keep_window_time:
             cols[WINDOW_TIME] = Col(st + win.duration.us - 1, None, np.dtype(np.int64))
     for name, f, c in aggs:
-        cols[name] = _aggregate(f, None if c is None else s.cols[c], row, gid, pid, p_gid,
-                                n_g, n_p).take(out)
+        cols[name] = _aggregate(f, None if c is None else s.cols[c], row, gid, batch,
+                                n_g).take(out)
     b_out = g_bound[out]
     t_out = b_out - 1 if win is not None else b_out
     return Stream(leave[out], t_out, cols), fig
 
 
-def _aggregate(f: str, col: Col | None, row: np.ndarray, gid: np.ndarray, pid: np.ndarray,
-               p_gid: np.ndarray, n_g: int, n_p: int) -> Col:
-    """Aggregate ``f`` of every group (§4.5, §6): NULLs skipped (none: NULL, count 0), NaN
-    above every number; a sum added row by row within a batch, then batch by batch."""
+def _aggregate(f: str, col: Col | None, row: np.ndarray, gid: np.ndarray, batch: np.ndarray,
+               n_g: int) -> Col:
+    """Aggregate ``f`` of every group (§4.5, §6) over its non-late rows (``row``, group
+    ``gid``, in batch order): NULLs skipped (none: NULL, count 0), NaN above every number; a
+    float sum added row by row within a batch, then batch by batch (as the reference adds)."""
     if col is None:
         return Col(np.bincount(gid, minlength=n_g).astype(np.int64), None, np.dtype(np.int64))
     v = col.values[row]
@@ -447,12 +472,15 @@ def _aggregate(f: str, col: Col | None, row: np.ndarray, gid: np.ndarray, pid: n
     empty = cnt == 0
     if f in ("sum", "avg"):
         dt = np.float64 if v.dtype.kind == "f" else np.int64
-        part = np.zeros(n_p, dtype=dt)
-        np.add.at(part, pid[ok], v[ok].astype(dt))
-        p_ok = np.zeros(n_p, dtype=bool)
-        p_ok[pid[ok]] = True
+        g, x = gid[ok], v[ok].astype(dt)
         total = np.zeros(n_g, dtype=dt)
-        np.add.at(total, p_gid[p_ok], part[p_ok])  # (partials in batch order per group)
+        if dt is np.int64:  # (exact in any order)
+            np.add.at(total, g, x)
+        else:  # partials per (group, batch) in row order, then merged in batch order
+            pid, n_p = _dense(_combine([g, batch[ok]], len(g)))
+            part = np.zeros(n_p, dtype=dt)
+            np.add.at(part, pid, x)
+            np.add.at(total, g[_first_rows(pid)], part)
         if f == "sum":
             return Col(total, empty, np.dtype(dt))
         with np.errstate(invalid="ignore", divide="ignore"):
