@@ -1,4 +1,4 @@
-"""A pipeline's whole run at once, column by column (docs/semantics.md §13): the same batches,
+"""A pipeline's whole run at once, column by column (docs/semantics.md §13.5): the same batches,
 per-operator figures and emitted rows as the reference runner (``semantics.pipeline.runner``,
 the definition), for chains of ``deduplicate`` (both kinds) and ``aggregate`` stages over one
 source or a union, stateless stages before the first stateful one.
