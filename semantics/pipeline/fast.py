@@ -42,6 +42,7 @@ from semantics.pipeline.runner import _delay_us, operator_names, stateless_views
 from semantics.pipeline.spec import AggregateStage, DeduplicateStage, PipelineQuery
 from semantics.schedule import Schedule
 from semantics.spec import BacktestSpec, parse_aggregate
+from semantics.tuning import PIPELINE_TABLE_PER_ROW
 
 NAT = np.iinfo(np.int64).min  # a timestamp column's NULL (NaT's int64 value)
 
@@ -78,8 +79,9 @@ class Col:
         return pd.Series(self.values)
 
 
-def col_of(s: pd.Series) -> Col | None:
-    """A frame's column as a ``Col`` (None: a kind not modelled here)."""
+def col_of(s: pd.Series) -> Col:
+    """A frame's column as a ``Col`` (numbers and timestamps as numpy arrays, anything else
+    an object array)."""
     dt = s.dtype
     if isinstance(dt, pd.DatetimeTZDtype) or (isinstance(dt, np.dtype) and dt.kind == "M"):
         # (int64 in the column's own unit; never an array of Timestamp objects)
@@ -186,19 +188,21 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> FastRun | Dec
         m[f.index.to_numpy()] = True
         reach[s] = m
     plan = plan_batches(schedule, spec, r, _Planner(reach))  # type: ignore[arg-type]
-    stream = _input(schedule, spec, frames, plan)
-    if isinstance(stream, Declined):
-        return stream
+    ops = q.stages[first:]
+    stream = _input(schedule, spec, frames, plan, _read_from(ops, out_cols))
     n_b = len(plan)
     late_us = evict_us = None
     if delays:
         late_us = np.array([b.late_wm_ms for b in plan], dtype=np.int64) * 1000
         evict_us = np.array([b.evict_wm_ms for b in plan], dtype=np.int64) * 1000
-    ops = q.stages[first:]
     figures: list[Figures] = []
     last = len(ops) - 1
     for j, stage in enumerate(ops):
         view = views[first + j]
+        # (only the columns a stage from here on reads, or the output, are carried along)
+        read = _read_from(ops[j:], out_cols)
+        stream = Stream(stream.batch, stream.t_us,
+                        {c: v for c, v in stream.cols.items() if c in read})
         if isinstance(stage, DeduplicateStage):
             evicts = bool(delays) and (stage.deduplicate.within_watermark
                                        or view.event_time in stage.deduplicate.keys)
@@ -215,8 +219,22 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> FastRun | Dec
     return FastRun(plan, figures, stream, operator_names(q), out_cols)
 
 
+def _read_from(stages: Sequence[DeduplicateStage | AggregateStage], out: Sequence[str]
+               ) -> set[str]:
+    """The columns ``stages`` read, and the output's."""
+    read = set(out)
+    for st in stages:
+        if isinstance(st, DeduplicateStage):
+            read.update(st.deduplicate.keys)
+        else:
+            read.update(st.aggregate.keys)
+            read.update(c for e in st.aggregate.aggregates.values()
+                        if (c := parse_aggregate(e)[1]) is not None)
+    return read
+
+
 def _input(schedule: Schedule, spec: BacktestSpec, frames: Mapping[str, pd.DataFrame],
-           plan: list[BatchInput]) -> Stream | Declined:
+           plan: list[BatchInput], read: set[str]) -> Stream:
     """The first stateful stage's rows: every source's passing rows, batch by batch, sources
     in the query's order (as the reference feeds them)."""
     n_ticks = max((t.index for t in schedule.ticks), default=-1) + 1
@@ -230,16 +248,11 @@ def _input(schedule: Schedule, spec: BacktestSpec, frames: Mapping[str, pd.DataF
         pos = f.index.to_numpy()
         batches.append(batch_of_tick[schedule.rows[s]["tick"].to_numpy()[pos]])
         times.append(schedule.event_time_us(s)[pos])
-        parts.append(f.reset_index(drop=True))
+        parts.append(f[[c for c in f.columns if c in read]].reset_index(drop=True))
     frame = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
     batch = np.concatenate(batches)
     order = np.argsort(batch, kind="stable")
-    cols = {}
-    for c in frame.columns:
-        col = col_of(frame[c])
-        if col is None:
-            return Declined(f"column {c!r} of a kind not modelled here")
-        cols[c] = col
+    cols = {c: col_of(frame[c]) for c in frame.columns}
     s = Stream(batch, np.concatenate(times).astype(np.int64), cols)
     return s.take(order) if len(order) and (np.diff(batch) < 0).any() else s
 
@@ -289,11 +302,38 @@ def _combine(parts: Sequence[np.ndarray], n: int) -> np.ndarray:
 
 
 def _dense(code: np.ndarray) -> tuple[np.ndarray, int]:
-    """Codes renumbered 0.. in order of first appearance, and how many."""
-    if not len(code):
+    """Codes renumbered 0.. in order of first appearance, and how many: over a table of the
+    codes' range where it is small (no hashing), else by a hash table."""
+    n = len(code)
+    if not n:
         return np.zeros(0, dtype=np.int64), 0
-    dense, uniques = pd.factorize(code)
-    return dense.astype(np.int64, copy=False), len(uniques)
+    lo = int(code.min())
+    span = int(code.max()) - lo + 1
+    if span > PIPELINE_TABLE_PER_ROW * n:
+        dense, uniques = pd.factorize(code)
+        return dense.astype(np.int64, copy=False), len(uniques)
+    c = code - lo
+    first = np.full(span, n, dtype=np.int64)
+    np.minimum.at(first, c, np.arange(n, dtype=np.int64))
+    present = np.flatnonzero(first < n)
+    rank = np.empty(span, dtype=np.int64)
+    rank[present[np.argsort(first[present])]] = np.arange(len(present), dtype=np.int64)
+    return rank[c], len(present)
+
+
+def _distinct_per_batch(gid: np.ndarray, batch: np.ndarray, n_g: int, n_b: int
+                        ) -> np.ndarray:
+    """How many distinct groups each batch holds (over a table of groups x batches where it
+    is small, else by a hash table)."""
+    if not len(gid):
+        return np.zeros(n_b, dtype=np.int64)
+    if n_g * n_b <= PIPELINE_TABLE_PER_ROW * len(gid):
+        seen = np.zeros(n_g * n_b, dtype=bool)
+        seen[gid * n_b + batch] = True
+        return seen.reshape(n_g, n_b).sum(axis=0)
+    pair = _combine([gid, batch], len(gid))
+    return np.bincount(batch[~pd.Series(pair).duplicated().to_numpy()],
+                       minlength=n_b)[:n_b]
 
 
 def _first_rows(dense: np.ndarray) -> np.ndarray:
@@ -389,36 +429,39 @@ def aggregate(s: Stream, stage: AggregateStage, view: StageColumns,
     if win is not None:
         dur, slide = win.duration.us, win.slide_us
         k = -(-dur // slide)
-        last = s.t_us - (s.t_us - win.start_us) % slide
-        w = last[:, None] - np.arange(k, dtype=np.int64)[None, :] * slide
-        inside = (w <= s.t_us[:, None]) & (s.t_us[:, None] < w + dur)
-        row, which = np.nonzero(inside)  # (row-major: a row's windows, latest start first)
-        start = w[row, which]
+        last = s.t_us - (s.t_us - win.start_us) % slide  # (floor modulo: before 1970 too)
+        if k == 1:  # (tumbling: one window a row, or none when the duration is shorter)
+            inside = s.t_us - last < dur
+            row = np.arange(n) if inside.all() else np.flatnonzero(inside)
+            start = last[row]
+        else:
+            w = last[:, None] - np.arange(k, dtype=np.int64)[None, :] * slide
+            inside = (w <= s.t_us[:, None]) & (s.t_us[:, None] < w + dur)
+            row, which = np.nonzero(inside)  # (row-major: a row's windows, latest first)
+            start = w[row, which]
         bound = start + dur
     else:
         row = np.arange(n)
         start = np.zeros(n, dtype=np.int64)
         bound = s.t_us.copy()
     parts = [_codes(s.cols[c], False)[row] for c in a.keys]
-    code = _combine([*parts, start] if win is not None else parts, len(row))
+    if win is not None:  # (a window by its number: starts are a slide apart)
+        parts.append((start - (int(start.min()) if len(start) else 0)) // win.slide_us)
+    code = _combine(parts, len(row))
     batch = s.batch[row]
     late = (bound <= late_us[batch]) if late_us is not None and len(row) else \
         np.zeros(len(row), dtype=bool)
 
-    def per_batch(rows: np.ndarray) -> np.ndarray:
-        """Distinct (group, batch) among ``rows`` (a mask), counted per batch."""
-        pair = _combine([code[rows], batch[rows]], int(rows.sum()))
-        return np.bincount(batch[rows][~pd.Series(pair).duplicated().to_numpy()],
-                           minlength=n_b)[:n_b]
-
-    dropped = per_batch(late) if late.any() else np.zeros(n_b, dtype=np.int64)
-    keep = ~late
-    updated = per_batch(keep)
-    if late.any():
+    dropped = np.zeros(n_b, dtype=np.int64)
+    if late.any():  # (late groups: counted per batch they come in)
+        g, n_late = _dense(code[late])
+        dropped = _distinct_per_batch(g, batch[late], n_late, n_b)
+        keep = ~late
         row, start, bound, code, batch = (x[keep] for x in (row, start, bound, code, batch))
     # groups in the order they enter the state: first appearance among non-late rows (a
     # group late once is late in every later batch, so it never enters after that)
     gid, n_g = _dense(code)
+    updated = _distinct_per_batch(gid, batch, n_g, n_b)
     first_row = _first_rows(gid)
     g_enter = batch[first_row]
     g_bound = bound[first_row]
