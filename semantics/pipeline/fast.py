@@ -40,7 +40,7 @@ from semantics.engine import BatchInput, Declined, plan_batches
 from semantics.pipeline.columns import WINDOW_TIME, StageColumns, flow
 from semantics.pipeline.runner import _delay_us, operator_names, stateless_views
 from semantics.pipeline.spec import AggregateStage, DeduplicateStage, PipelineQuery
-from semantics.schedule import Schedule
+from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import BacktestSpec, parse_aggregate
 from semantics.tuning import PIPELINE_TABLE_PER_ROW
 
@@ -158,14 +158,15 @@ class _Planner:
     last eviction watermark (every deduplication and aggregation here, §2.2), and the rows
     that reach the watermark node (a stateless stage is pushed below it, §2.1)."""
 
-    def __init__(self, reach: Mapping[str, np.ndarray]) -> None:
+    def __init__(self, reach: Mapping[str, np.ndarray | None]) -> None:
         self.reach = reach
 
     def wants_another_batch(self, new_wm_ms: int, last_evict_wm_ms: int | None) -> bool:
         return new_wm_ms > (last_evict_wm_ms or 0)
 
-    def watermark_input_mask(self, source: str, start: int, stop: int) -> np.ndarray:
-        return self.reach[source][start:stop]
+    def watermark_input_mask(self, source: str, start: int, stop: int) -> np.ndarray | None:
+        mask = self.reach[source]
+        return None if mask is None else mask[start:stop]
 
 
 def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> FastRun | Declined:
@@ -181,12 +182,17 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> FastRun | Dec
     delays = {s: r.delays_ms[s] for s in spec.query_sources if s in r.delays_ms}
     first = next(i for i, s in enumerate(q.stages)
                  if isinstance(s, DeduplicateStage | AggregateStage))
-    frames = stateless_views(spec, schedule, q.stages[:first])
-    reach = {}
-    for s, f in frames.items():
-        m = np.zeros(len(schedule.rows[s]), dtype=bool)
-        m[f.index.to_numpy()] = True
-        reach[s] = m
+    # each source's passing rows (no stateless stage: all, read in place)
+    frames: dict[str, tuple[np.ndarray | None, pd.DataFrame]] = {
+        s: (None, schedule.rows[s]) for s in spec.query_sources}
+    reach: dict[str, np.ndarray | None] = dict.fromkeys(spec.query_sources)
+    if first:
+        for s, f in stateless_views(spec, schedule, q.stages[:first]).items():
+            pos = f.index.to_numpy()
+            frames[s] = (pos, f)
+            m = np.zeros(len(schedule.rows[s]), dtype=bool)
+            m[pos] = True
+            reach[s] = m
     plan = plan_batches(schedule, spec, r, _Planner(reach))  # type: ignore[arg-type]
     ops = q.stages[first:]
     stream = _input(schedule, spec, frames, plan, _read_from(ops, out_cols))
@@ -233,28 +239,43 @@ def _read_from(stages: Sequence[DeduplicateStage | AggregateStage], out: Sequenc
     return read
 
 
-def _input(schedule: Schedule, spec: BacktestSpec, frames: Mapping[str, pd.DataFrame],
+def _input(schedule: Schedule, spec: BacktestSpec,
+           frames: Mapping[str, tuple[np.ndarray | None, pd.DataFrame]],
            plan: list[BatchInput], read: set[str]) -> Stream:
-    """The first stateful stage's rows: every source's passing rows, batch by batch, sources
-    in the query's order (as the reference feeds them)."""
+    """The first stateful stage's rows: every source's passing rows (``frames``: their
+    positions in ``schedule.rows``, None: all, and their values), batch by batch, sources in
+    the query's order (as the reference feeds them); only the columns in ``read``."""
     n_ticks = max((t.index for t in schedule.ticks), default=-1) + 1
     batch_of_tick = np.full(n_ticks, -1, dtype=np.int64)
     for b in plan:
         if b.has_data:
             batch_of_tick[b.tick] = b.batch_id
-    parts, batches, times = [], [], []
+    parts: list[dict[str, Col]] = []
+    batches, times = [], []
     for s in spec.query_sources:
-        f = frames[s]
-        pos = f.index.to_numpy()
-        batches.append(batch_of_tick[schedule.rows[s]["tick"].to_numpy()[pos]])
-        times.append(schedule.event_time_us(s)[pos])
-        parts.append(f[[c for c in f.columns if c in read]].reset_index(drop=True))
-    frame = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
+        pos, f = frames[s]
+        ticks = schedule.rows[s]["tick"].to_numpy()
+        t = schedule.event_time_us(s)
+        batches.append(batch_of_tick[ticks if pos is None else ticks[pos]])
+        times.append(t if pos is None else t[pos])
+        names = (ROW_ID, *schedule.data_columns[s]) if pos is None else tuple(f.columns)
+        parts.append({c: col_of(f[c]) for c in names if c in read})
+    cols = parts[0] if len(parts) == 1 else {c: _concat([p[c] for p in parts])
+                                             for c in parts[0]}
     batch = np.concatenate(batches)
-    order = np.argsort(batch, kind="stable")
-    cols = {c: col_of(frame[c]) for c in frame.columns}
     s = Stream(batch, np.concatenate(times).astype(np.int64), cols)
-    return s.take(order) if len(order) and (np.diff(batch) < 0).any() else s
+    if len(batch) and (np.diff(batch) < 0).any():
+        return s.take(np.argsort(batch, kind="stable"))
+    return s
+
+
+def _concat(cols: Sequence[Col]) -> Col:
+    """A union's column: its sources' one after the other."""
+    values = np.concatenate([c.values for c in cols])
+    null = None if all(c.null is None for c in cols) else np.concatenate(
+        [np.zeros(len(c.values), dtype=bool) if c.null is None else c.null for c in cols])
+    same = all(c.dtype == cols[0].dtype for c in cols)
+    return Col(values, null, cols[0].dtype if same else values.dtype)
 
 
 # -- keys ------------------------------------------------------------------------------------
@@ -362,7 +383,8 @@ def deduplicate(s: Stream, stage: DeduplicateStage, evicts: bool, delay_us: int,
     late = _late(s, late_us)
     dropped = np.bincount(s.batch[late], minlength=n_b)
     idx = np.flatnonzero(~late)
-    code = _combine([_codes(s.cols[k].take(idx), True) for k in d.keys], len(idx))
+    code = _combine([_codes(s.cols[k], True) for k in d.keys], len(late))
+    code = code[idx] if len(idx) < len(code) else code
     batch = s.batch[idx]
     if not evicts or evict_us is None or not d.within_watermark:
         # a key is accepted once: never evicted, or (dropDuplicates, the event time a key)
