@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from semantics.config import resolve
+from semantics.config import ResolvedCandidate, resolve
 from semantics.engine import BatchInput, Declined, plan_batches
 from semantics.pipeline.columns import WINDOW_TIME, StageColumns, flow
 from semantics.pipeline.runner import _delay_us, operator_names, stateless_views
@@ -209,7 +209,12 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> FastRun | Dec
         read = _read_from(ops[j:], out_cols)
         stream = Stream(stream.batch, stream.t_us,
                         {c: v for c, v in stream.cols.items() if c in read})
-        if isinstance(stage, DeduplicateStage):
+        by_op = _dedup_by_operator(schedule, spec, r, stage, plan) \
+            if j == 0 and first == 0 and len(spec.query_sources) == 1 else None
+        if by_op is not None:  # (a deduplication straight over the source)
+            positions, fig = by_op
+            stream = stream.take(positions)
+        elif isinstance(stage, DeduplicateStage):
             evicts = bool(delays) and (stage.deduplicate.within_watermark
                                        or view.event_time in stage.deduplicate.keys)
             delay_us = _delay_us(spec, delays, stage, f"query.pipeline[{first + j}]")
@@ -223,6 +228,31 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> FastRun | Dec
         figures.append(fig)
     stream = Stream(stream.batch, stream.t_us, {c: stream.cols[c] for c in out_cols})
     return FastRun(plan, figures, stream, operator_names(q), out_cols)
+
+
+def _dedup_by_operator(schedule: Schedule, spec: BacktestSpec, r: ResolvedCandidate,
+                       stage: DeduplicateStage | AggregateStage, plan: list[BatchInput]
+                       ) -> tuple[np.ndarray, Figures] | None:
+    """A first stage that deduplicates the one source's rows as they are: the rows it accepts
+    (positions in ``schedule.rows``, ascending) and its figures, by the single-operator whole
+    run (``semantics.operators.dedup.DedupOperator.whole_run``, which the single-operator
+    reference locks; the same batches, since the plan is the pipeline's). None where that
+    declines (or the stage is no deduplication): this module's own then."""
+    if not isinstance(stage, DeduplicateStage):
+        return None
+    from semantics.operators.dedup import DedupOperator
+    from semantics.spec import DeduplicationQuery
+
+    d = stage.deduplicate
+    single = spec.model_copy(update={"query": DeduplicationQuery(
+        kind="deduplication", source=spec.query_sources[0], keys=d.keys,
+        within_watermark=d.within_watermark)})
+    steps = DedupOperator(single, r, schedule, explain=False).whole_run(plan)
+    if isinstance(steps, Declined):
+        return None
+    outs = [np.asarray(o.payload, dtype=np.int64) for o in steps.outputs if o.n]
+    positions = np.concatenate(outs) if outs else np.zeros(0, dtype=np.int64)
+    return positions, Figures(steps.dropped, steps.state_rows, steps.updated, steps.removed)
 
 
 def _read_from(stages: Sequence[DeduplicateStage | AggregateStage], out: Sequence[str]
