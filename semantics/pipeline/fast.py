@@ -374,15 +374,24 @@ def _dense(code: np.ndarray) -> tuple[np.ndarray, int]:
 
 def _distinct_per_batch(gid: np.ndarray, batch: np.ndarray, n_g: int, n_b: int
                         ) -> np.ndarray:
-    """How many distinct groups each batch holds (over a table of groups x batches where it
-    is small, else by a hash table)."""
-    if not len(gid):
+    """How many distinct groups each batch holds (``batch`` ascending): over a table per
+    batch of the groups between its least and greatest (a batch's groups are mostly a few
+    windows' worth of neighbours), where those tables are small; else by a hash table."""
+    n = len(gid)
+    if not n:
         return np.zeros(n_b, dtype=np.int64)
-    if n_g * n_b <= PIPELINE_TABLE_PER_ROW * len(gid):
-        seen = np.zeros(n_g * n_b, dtype=bool)
-        seen[gid * n_b + batch] = True
-        return seen.reshape(n_g, n_b).sum(axis=0)
-    pair = _combine([gid, batch], len(gid))
+    starts = np.flatnonzero(np.r_[True, batch[1:] != batch[:-1]])
+    lo = np.minimum.reduceat(gid, starts)
+    width = np.maximum.reduceat(gid, starts) - lo + 1
+    if int(width.sum()) <= PIPELINE_TABLE_PER_ROW * n:
+        offset = np.r_[0, np.cumsum(width)[:-1]]
+        held = np.repeat(offset - lo, np.diff(np.r_[starts, n]))
+        seen = np.zeros(int(width.sum()), dtype=bool)
+        seen[gid + held] = True
+        out = np.zeros(n_b, dtype=np.int64)
+        out[batch[starts]] = np.add.reduceat(seen, offset, dtype=np.int64)
+        return out
+    pair = _combine([gid, batch], n)
     return np.bincount(batch[~pd.Series(pair).duplicated().to_numpy()],
                        minlength=n_b)[:n_b]
 
