@@ -491,10 +491,11 @@ def aggregate(s: Stream, stage: AggregateStage, view: StageColumns,
         dur, slide = win.duration.us, win.slide_us
         k = -(-dur // slide)
         last = s.t_us - (s.t_us - win.start_us) % slide  # (floor modulo: before 1970 too)
+        row: np.ndarray | None  # the input row of each (row, window) pair (None: i -> i)
         if k == 1:  # (tumbling: one window a row, or none when the duration is shorter)
             inside = s.t_us - last < dur
-            row = np.arange(n) if inside.all() else np.flatnonzero(inside)
-            start = last[row]
+            row = None if inside.all() else np.flatnonzero(inside)
+            start = last if row is None else last[row]
         else:
             w = last[:, None] - np.arange(k, dtype=np.int64)[None, :] * slide
             inside = (w <= s.t_us[:, None]) & (s.t_us[:, None] < w + dur)
@@ -502,30 +503,38 @@ def aggregate(s: Stream, stage: AggregateStage, view: StageColumns,
             start = w[row, which]
         bound = start + dur
     else:
-        row = np.arange(n)
+        row = None
         start = np.zeros(n, dtype=np.int64)
-        bound = s.t_us.copy()
-    parts = [_codes(s.cols[c], False)[row] for c in a.keys]
+        bound = s.t_us
+
+    def at(x: np.ndarray) -> np.ndarray:
+        return x if row is None else x[row]
+
+    m = len(bound)
+    parts = [at(_codes(s.cols[c], False)) for c in a.keys]
     if win is not None:  # (a window by its number: starts are a slide apart)
-        parts.append((start - (int(start.min()) if len(start) else 0)) // win.slide_us)
-    code = _combine(parts, len(row))
-    batch = s.batch[row]
-    late = (bound <= late_us[batch]) if late_us is not None and len(row) else \
-        np.zeros(len(row), dtype=bool)
+        parts.append((start - (int(start.min()) if m else 0)) // win.slide_us)
+    code = _combine(parts, m)
+    batch = at(s.batch)
+    late = (bound <= late_us[batch]) if late_us is not None and m else \
+        np.zeros(m, dtype=bool)
 
     dropped = np.zeros(n_b, dtype=np.int64)
+    pair: np.ndarray | None = None  # the (row, window) pair of each non-late one (None: i)
     if late.any():  # (late groups: counted per batch they come in)
         g, n_late = _dense(code[late])
         dropped = _distinct_per_batch(g, batch[late], n_late, n_b)
-        keep = ~late
-        row, start, bound, code, batch = (x[keep] for x in (row, start, bound, code, batch))
+        pair = np.flatnonzero(~late)
+        code, batch = code[pair], batch[pair]
+        row = pair if row is None else row[pair]
     # groups in the order they enter the state: first appearance among non-late rows (a
     # group late once is late in every later batch, so it never enters after that)
     gid, n_g = _dense(code)
     updated = _distinct_per_batch(gid, batch, n_g, n_b)
     first_row = _first_rows(gid)
+    first_pair = first_row if pair is None else pair[first_row]
     g_enter = batch[first_row]
-    g_bound = bound[first_row]
+    g_bound = bound[first_pair]
     if evict_us is not None:
         leave = np.maximum(g_enter, np.searchsorted(evict_us, g_bound, side="left"))
     else:
@@ -536,7 +545,7 @@ def aggregate(s: Stream, stage: AggregateStage, view: StageColumns,
     fig = Figures(dropped, np.cumsum(entered) - np.cumsum(removed), updated, removed)
     # emitted: batch by batch, in the order the groups entered the state (first appearance)
     out = gone[np.lexsort((first_row[gone], leave[gone]))]
-    fr = row[first_row[out]]
+    fr = first_row[out] if row is None else row[first_row[out]]
     cols: dict[str, Col] = {}
     for c in a.keys:
         kc = s.cols[c].take(fr)
@@ -546,7 +555,7 @@ def aggregate(s: Stream, stage: AggregateStage, view: StageColumns,
             kc = Col(kc.values, kc.null, kc.values.dtype)
         cols[c] = kc
     if win is not None:
-        st = start[first_row[out]]
+        st = start[first_pair[out]]
         cols["window_start"] = Col(st, None, np.dtype(np.int64))
         cols["window_end"] = Col(st + win.duration.us, None, np.dtype(np.int64))
         if keep_window_time:
@@ -559,29 +568,38 @@ def aggregate(s: Stream, stage: AggregateStage, view: StageColumns,
     return Stream(leave[out], t_out, cols), fig
 
 
-def _aggregate(f: str, col: Col | None, row: np.ndarray, gid: np.ndarray, batch: np.ndarray,
-               n_g: int) -> Col:
+def _aggregate(f: str, col: Col | None, row: np.ndarray | None, gid: np.ndarray,
+               batch: np.ndarray, n_g: int) -> Col:
     """Aggregate ``f`` of every group (§4.5, §6) over its non-late rows (``row``, group
     ``gid``, in batch order): NULLs skipped (none: NULL, count 0), NaN above every number; a
     float sum added row by row within a batch, then batch by batch (as the reference adds)."""
     if col is None:
         return Col(np.bincount(gid, minlength=n_g).astype(np.int64), None, np.dtype(np.int64))
-    v = col.values[row]
-    ok = np.ones(len(row), dtype=bool) if col.null is None else ~col.null[row]
+    v = col.values if row is None else col.values[row]
+    ok: np.ndarray | None = None  # (None: every row holds a value)
+    if col.null is not None:
+        ok = ~(col.null if row is None else col.null[row])
     if col.is_time:
-        ok &= v != NAT
-    cnt = np.bincount(gid[ok], minlength=n_g).astype(np.int64)
+        ok = (v != NAT) if ok is None else ok & (v != NAT)
+    if ok is not None and ok.all():
+        ok = None
+    g_ok = gid if ok is None else gid[ok]
+    cnt = np.bincount(g_ok, minlength=n_g).astype(np.int64)
     if f == "count":
         return Col(cnt, None, np.dtype(np.int64))
     empty = cnt == 0
     if f in ("sum", "avg"):
         dt = np.float64 if v.dtype.kind == "f" else np.int64
-        g, x = gid[ok], v[ok].astype(dt)
+        g, x = g_ok, (v if ok is None else v[ok]).astype(dt, copy=False)
         total = np.zeros(n_g, dtype=dt)
-        if dt is np.int64:  # (exact in any order)
+        if dt is np.int64 and len(x) and \
+                max(abs(int(x.min())), abs(int(x.max()))) * len(x) < 1 << 53:
+            # (integers whose every partial sum a float holds exactly: any order)
+            total = np.bincount(g, weights=x, minlength=n_g).astype(np.int64)
+        elif dt is np.int64:  # (exact in any order)
             np.add.at(total, g, x)
         else:  # partials per (group, batch) in row order, then merged in batch order
-            pid, n_p = _dense(_combine([g, batch[ok]], len(g)))
+            pid, n_p = _dense(_combine([g, batch if ok is None else batch[ok]], len(g)))
             part = np.zeros(n_p, dtype=dt)
             np.add.at(part, pid, x)
             np.add.at(total, g[_first_rows(pid)], part)
@@ -590,7 +608,7 @@ def _aggregate(f: str, col: Col | None, row: np.ndarray, gid: np.ndarray, batch:
         with np.errstate(invalid="ignore", divide="ignore"):
             mean = total.astype(np.float64) / np.maximum(cnt, 1)
         return Col(mean, empty, np.dtype(np.float64))
-    g, x = gid[ok], v[ok]
+    g, x = g_ok, (v if ok is None else v[ok])
     if x.dtype.kind == "f":
         nan = np.isnan(x)
         has_nan = np.zeros(n_g, dtype=bool)
