@@ -37,6 +37,7 @@ import pandas as pd
 
 from semantics.config import ResolvedCandidate, resolve
 from semantics.engine import BatchInput, Declined, plan_batches
+from semantics.errors import SpecError
 from semantics.pipeline.columns import WINDOW_TIME, StageColumns, flow
 from semantics.pipeline.runner import _delay_us, operator_names, stateless_views
 from semantics.pipeline.spec import AggregateStage, DeduplicateStage, PipelineQuery
@@ -247,7 +248,10 @@ def _dedup_by_operator(schedule: Schedule, spec: BacktestSpec, r: ResolvedCandid
     single = spec.model_copy(update={"query": DeduplicationQuery(
         kind="deduplication", source=spec.query_sources[0], keys=d.keys,
         within_watermark=d.within_watermark)})
-    steps = DedupOperator(single, r, schedule, explain=False).whole_run(plan)
+    try:
+        steps = DedupOperator(single, r, schedule, explain=False).whole_run(plan)
+    except SpecError:  # (its own key checks, worded for kind: deduplication)
+        return None
     if isinstance(steps, Declined):
         return None
     outs = [np.asarray(o.payload, dtype=np.int64) for o in steps.outputs if o.n]
