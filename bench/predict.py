@@ -79,7 +79,7 @@ QUERIES = {
     "join": {"kind": "join", "type": "left_outer", "left": "a", "right": "b", "keys": ["k"],
              "time_range": {"lower": "-30 seconds", "upper": "0 seconds"}},
 }
-# chains (docs/semantics.md §13): predicted by the pipeline's whole-run path (§13.5)
+# chains (docs/semantics.md §13): predicted by the pipeline's whole-run path (§13.6)
 QUERIES["dedup_agg"] = {"pipeline": [
     {"deduplicate": {"keys": ["id", "ts"]}},
     {"aggregate": {"window": {"duration": "1 minute"}, "keys": ["k"],

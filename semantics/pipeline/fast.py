@@ -1,7 +1,8 @@
-"""A pipeline's whole run at once, column by column (docs/semantics.md §13.5): the same batches,
-per-operator figures and emitted rows as the reference runner (``semantics.pipeline.runner``,
-the definition), for chains of ``deduplicate`` (both kinds) and ``aggregate`` stages over one
-source or a union, stateless stages before the first stateful one.
+"""A pipeline's whole run at once, column by column (docs/semantics.md §13.6): the same
+batches, per-operator figures and emitted rows as the reference runner
+(``semantics.pipeline.runner``, the definition), for chains of ``deduplicate`` (both kinds) and
+``aggregate`` stages over one source or a union, stateless stages before the first stateful
+one.
 
 Why a whole run per operator is exact (§2.1–§2.3, §13.2):
 
@@ -22,9 +23,10 @@ Why a whole run per operator is exact (§2.1–§2.3, §13.2):
   added in the reference's order (row by row within a batch, then batch by batch), so even a
   float sum is the same number.
 
-What it does not cover it declines with the reason (``Declined``): a join stage, aggregate
-functions over columns that are not numbers or timestamps, a schedule whose watermark maxima
-come precomputed (``Schedule.watermark_ms``: the reference runner reads the rows).
+What it does not cover it declines with the reason (``Declined``): a join stage, a session
+window, stateless stages after a stateful one, aggregate functions over columns that are not
+numbers or timestamps, a schedule whose watermark maxima come precomputed
+(``Schedule.watermark_ms``: the reference runner reads the rows).
 """
 
 from __future__ import annotations
@@ -39,7 +41,12 @@ from semantics.config import ResolvedCandidate, resolve
 from semantics.engine import BatchInput, Declined, plan_batches
 from semantics.errors import SpecError
 from semantics.pipeline.columns import WINDOW_TIME, StageColumns, flow
-from semantics.pipeline.runner import _delay_us, operator_names, stateless_views
+from semantics.pipeline.runner import (
+    _delay_us,
+    _output_micros,
+    operator_names,
+    stateless_views,
+)
 from semantics.pipeline.spec import AggregateStage, DeduplicateStage, PipelineQuery
 from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import BacktestSpec, parse_aggregate
@@ -131,6 +138,7 @@ class FastRun:
     outputs: Stream
     names: list[str]
     columns: tuple[str, ...]
+    micros: frozenset[str]  # output columns holding µs (an aggregate's window)
 
 
 # -- whether it applies ----------------------------------------------------------------------
@@ -149,6 +157,8 @@ def declines(spec: BacktestSpec, schedule: Schedule) -> Declined | None:
                  if isinstance(s, DeduplicateStage | AggregateStage))
     if any(not isinstance(s, DeduplicateStage | AggregateStage) for s in stages[first:]):
         return Declined("a stateless stage after the first stateful one")
+    if any(isinstance(s, AggregateStage) and s.aggregate.session is not None for s in stages):
+        return Declined("a session window")
     return None
 
 
@@ -228,7 +238,7 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> FastRun | Dec
             stream, fig = got
         figures.append(fig)
     stream = Stream(stream.batch, stream.t_us, {c: stream.cols[c] for c in out_cols})
-    return FastRun(plan, figures, stream, operator_names(q), out_cols)
+    return FastRun(plan, figures, stream, operator_names(q), out_cols, _output_micros(q))
 
 
 def _dedup_by_operator(schedule: Schedule, spec: BacktestSpec, r: ResolvedCandidate,
@@ -683,12 +693,10 @@ def report(spec: BacktestSpec, res: FastRun) -> pd.DataFrame:
 
 def outputs(res: FastRun) -> pd.DataFrame:
     """The emitted rows (``batch_id`` and the pipeline's output columns)."""
-    from semantics.pipeline.predict import TIME_COLUMNS
-
     out: dict[str, object] = {"batch_id": res.outputs.batch.astype(np.int64)}
     for c in res.columns:
         col = res.outputs.cols[c]
-        if c in TIME_COLUMNS:
+        if c in res.micros:
             out[c] = pd.Series(col.values.view("M8[us]")).dt.tz_localize("UTC")
         else:
             out[c] = col.series()
