@@ -6,7 +6,7 @@ Chains: dedup -> aggregate, union -> dedup -> aggregate, aggregate -> aggregate 
 ``window_time``), aggregate -> dedup, dedup -> dedup, keyed aggregations on the event time,
 sliding windows, stateless stages first; both policies, ``allowMultiple`` on and off, no-data
 batches on and off, a source without a watermark; keys with NULL, NaN (two bit patterns) and
-both zeros. ``WMBT_SOAK=1`` runs 3 000 seeds instead of 200."""
+both zeros. ``pytest --soak`` (``WMBT_SOAK``) runs 3 000 seeds instead of 200."""
 
 from __future__ import annotations
 
