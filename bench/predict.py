@@ -29,8 +29,8 @@ the same with minima and maxima (of an integer and a timestamp column); ``sessio
 groups events of 100 000 keys with a 30-second gap (most sessions hold one or two events),
 ``session_long`` the same with a 30-minute watermark delay (about 750 000 sessions stored), and
 ``join_long`` is ``join`` with 30-minute delays (about 1 000 000 rows buffered).
-Two chains run only when ``--kinds`` names them (the pipeline's reference runner, rows as
-dicts, has no fast path yet): ``dedup_agg`` (``dropDuplicates`` on ``[id, ts]``, then
+Two chains (pipelines, by their whole-run path ``semantics.pipeline.fast``) run only when
+``--kinds`` names them: ``dedup_agg`` (``dropDuplicates`` on ``[id, ts]``, then
 ``aggregation``'s counts) and ``union_agg`` (two sources unioned, each with its own watermark,
 then the same counts).
 The predictor runs independent parts in threads (``WMBT_THREADS``, default: the cores this
@@ -79,7 +79,7 @@ QUERIES = {
     "join": {"kind": "join", "type": "left_outer", "left": "a", "right": "b", "keys": ["k"],
              "time_range": {"lower": "-30 seconds", "upper": "0 seconds"}},
 }
-# chains (docs/semantics.md §13): run by the pipeline's reference runner, no fast path yet
+# chains (docs/semantics.md §13): predicted by the pipeline's whole-run path (§13.6)
 QUERIES["dedup_agg"] = {"pipeline": [
     {"deduplicate": {"keys": ["id", "ts"]}},
     {"aggregate": {"window": {"duration": "1 minute"}, "keys": ["k"],

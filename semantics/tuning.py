@@ -113,3 +113,8 @@ SWEEP_RANK_BLOCK = 1 << 12
 CHECKPOINT_SAMPLE_ROWS = 2048
 # sample sizes of rows whose groups' buffers the checkpoint-bytes sample accumulates (same)
 CHECKPOINT_HISTORY_ROWS = 64
+
+# --- pipelines (semantics/pipeline/fast.py) ---
+# table cells per row below which codes are renumbered and groups counted over a table of
+# their range, not a hash table (archive: "pipelines' whole-run path", issue 47)
+PIPELINE_TABLE_PER_ROW = 4

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from semantics.engine import Declined, Path, WholeRunDeclined
 from semantics.pipeline.columns import WINDOW_COLUMNS, WINDOW_TIME
 from semantics.pipeline.runner import PipelineRun, run
 from semantics.report import RunResult, report_columns
@@ -22,11 +23,32 @@ def spark_order(n: int) -> list[int]:
     return list(range(n - 1, -1, -1))
 
 
-def predict_pipeline(schedule: Schedule, spec: BacktestSpec, candidate: str) -> RunResult:
+def predict_pipeline(schedule: Schedule, spec: BacktestSpec, candidate: str,
+                     path: Path = "auto") -> RunResult:
+    """The pipeline's prediction by ``path`` (docs/architecture.md): "whole_run" computes each
+    operator over the whole run at once (``semantics.pipeline.fast``; raises
+    ``WholeRunDeclined`` where it does not apply), "step" runs the reference runner batch by
+    batch, "auto" the whole run unless it declines; ``info["path"]`` and
+    ``info["path_reason"]`` say which ran and why."""
+    from semantics.pipeline import fast
+
+    if path != "step":
+        got = fast.run(schedule, spec, candidate)
+        if not isinstance(got, Declined):
+            return RunResult(candidate, fast.report(spec, got), fast.outputs(got),
+                             {"operator": "pipeline", "operators": got.names,
+                              "path": "whole_run",
+                              "path_reason": "each operator over the whole run "
+                                             "(semantics.pipeline.fast)"})
+        if path == "whole_run":
+            raise WholeRunDeclined(f"the whole-run pipeline declines: {got.reason}")
+        reason = f"the whole-run pipeline declines: {got.reason}"
+    else:
+        reason = "asked to step (the reference runner, semantics.pipeline.runner)"
     res = run(schedule, spec, candidate)
     return RunResult(candidate, report(spec, res), outputs(spec, res),
-                     {"operator": "pipeline", "operators": res.names, "path": "reference",
-                      "path_reason": "pipelines run the reference runner (semantics.pipeline)"})
+                     {"operator": "pipeline", "operators": res.names, "path": "step",
+                      "path_reason": reason})
 
 
 def report(spec: BacktestSpec, res: PipelineRun) -> pd.DataFrame:

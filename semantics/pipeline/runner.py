@@ -455,17 +455,30 @@ def _delay_us(spec: BacktestSpec, delays: Mapping[str, int], stage: DeduplicateS
 def _stateless(spec: BacktestSpec, schedule: Schedule, stages: tuple
                ) -> tuple[dict[str, set[int]], dict[str, dict[int, Row]]]:
     """The row ids of each source that pass the stateless stages before the first stateful one,
-    and per passing row id its values after them (the selects' columns: renamed or computed).
+    and per passing row id its values after them (the selects' columns: renamed or computed)."""
+    passing: dict[str, set[int]] = {}
+    values: dict[str, dict[int, Row]] = {}
+    for s, view in stateless_views(spec, schedule, stages).items():
+        ids = schedule.rows[s][ROW_ID].to_numpy()[view.index.to_numpy()].tolist()
+        passing[s] = set(ids)
+        values[s] = dict(zip(ids, view.to_dict("records"), strict=True))
+    return passing, values
+
+
+def stateless_views(spec: BacktestSpec, schedule: Schedule, stages: tuple
+                    ) -> dict[str, pd.DataFrame]:
+    """Per source the rows that pass the stateless stages before the first stateful one, with
+    their values after them, indexed by their position in ``schedule.rows[source]`` (shared
+    with ``semantics.pipeline.fast``).
 
     Each stage sees only the rows the ones before it kept, as in Spark: a computed value or a
     filter is never evaluated (nor raises, ANSI) for a row an earlier filter removed."""
-    passing: dict[str, set[int]] = {}
-    values: dict[str, dict[int, Row]] = {}
+    out: dict[str, pd.DataFrame] = {}
     offset = len(spec.query.pipeline) - len(spec.query.stages)
     for s in spec.query_sources:
         df = schedule.rows[s]
         data = (ROW_ID, *schedule.data_columns[s])
-        view = df[list(data)]
+        view = df[list(data)].set_axis(pd.RangeIndex(len(df)))
         # each current column -> the source column it renames (None: computed)
         origin: dict[str, str | None] = {c: c for c in data}
         for i, stage in enumerate(stages):
@@ -487,10 +500,8 @@ def _stateless(spec: BacktestSpec, schedule: Schedule, stages: tuple
                 raise SpecError(spec.path, at, f"a Spark SQL predicate over "
                                 f"{', '.join(view.columns)} ({exc})") from None
             view = view[mask.fillna(False).to_numpy(dtype=bool)]
-        ids = df.loc[view.index, ROW_ID].tolist()
-        passing[s] = set(ids)
-        values[s] = dict(zip(ids, view.to_dict("records"), strict=True))
-    return passing, values
+        out[s] = view
+    return out
 
 
 def _select(spec: BacktestSpec, stage: SelectStage, view: pd.DataFrame,
