@@ -280,6 +280,21 @@ class TimeRange(_Model):
         return self
 
 
+class JoinWindow(_Model):
+    """``window: {duration: 10 seconds}`` of a join: both sides get ``window(event_time,
+    duration)`` (tumbling) in place of their event-time column and join on keys + window
+    (docs/semantics.md §4.4 "Window key")."""
+
+    duration: DurationField
+
+    @model_validator(mode="after")
+    def _check(self) -> JoinWindow:
+        _check_spans(**{"window.duration": self.duration})
+        if self.duration.us <= 0 or self.duration.has_months:
+            raise ValueError("window.duration must be positive, without months or years")
+        return self
+
+
 class JoinQuery(_Model):
     kind: Literal["join"]
     type: Literal["inner", "left_outer", "right_outer", "full_outer", "left_semi"] = "inner"
@@ -287,6 +302,7 @@ class JoinQuery(_Model):
     right: str
     keys: tuple[Identifier, ...]
     time_range: TimeRange | None = None
+    window: JoinWindow | None = None
 
     @model_validator(mode="after")
     def _check(self) -> JoinQuery:
@@ -294,6 +310,10 @@ class JoinQuery(_Model):
             raise ValueError("left and right must be different sources")
         if not self.keys:
             raise ValueError("a join needs at least one equi-join key")
+        if self.window is not None and self.time_range is not None:
+            raise ValueError("time_range with window: the window replaces each side's event-"
+                             "time column (Spark allows one event-time column per side), so "
+                             "no time range can be written on it; give one of the two")
         return self
 
 
@@ -878,7 +898,7 @@ def _check_query_for_candidate(spec: BacktestSpec, cname: str) -> None:
             spec.same_column(k, spec.sources[q.left].event_time) and q.left in wm
             or spec.same_column(k, spec.sources[q.right].event_time) and q.right in wm
             for k in q.keys
-        )
+        ) or (q.window is not None and (q.left in wm or q.right in wm))  # (a window key)
         need = {"left_outer": left_bounded, "left_semi": left_bounded,
                 "right_outer": right_bounded, "full_outer": left_bounded or right_bounded}
         if q.type in need and not (need[q.type] or keyed):

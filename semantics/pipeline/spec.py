@@ -24,7 +24,14 @@ from pydantic import (
 )
 
 from semantics.errors import SpecError
-from semantics.spec import Aggregates, Identifier, JoinQuery, TimeRange, WindowSpec
+from semantics.spec import (
+    Aggregates,
+    Identifier,
+    JoinQuery,
+    JoinWindow,
+    TimeRange,
+    WindowSpec,
+)
 
 if TYPE_CHECKING:
     from semantics.spec import BacktestSpec
@@ -59,6 +66,7 @@ class JoinArgs(_Model):
     right: Identifier
     keys: tuple[Identifier, ...] = Field(min_length=1)
     time_range: TimeRange | None = None
+    window: JoinWindow | None = None
 
     @property
     def query(self) -> JoinQuery:
