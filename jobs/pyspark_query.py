@@ -636,6 +636,10 @@ def _lower_join(spec: BacktestSpec, q: PySparkQuery, op: object, ids: dict[str, 
         if wm is None or len(marked) != 1:
             raise _refuse(spec, op, f"the input from {src} without one watermarked column "
                           "(call withWatermark on each side)")
+        if _cls(marked[0][1].dataType()) == "StructType":  # (a window carries the watermark)
+            raise _refuse(spec, op, f"a join on a time window ({marked[0][0]} of {src}) is not "
+                          "read from code yet: write it as kind: join with keys and window: "
+                          "{duration: ...} (docs/SPEC.md)")
         et.append(marked[0][0])
         et_ids.append(int(marked[0][1].exprId().id()))
     keys, time_range = _join_condition(spec, op, set(exprs[0]), set(exprs[1]),
