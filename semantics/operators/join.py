@@ -653,8 +653,9 @@ class JoinOperator:
             dropped = int(late.sum())
             if dropped:
                 if self.explain:
-                    fates.append(F.late(src.row_id[pos[late]], f"{layout.source} event time",
-                                        et[late], late_wm))
+                    what = f"{layout.source} window end" if self.windowed \
+                        else f"{layout.source} event time"
+                    fates.append(F.late(src.row_id[pos[late]], what, et[late], late_wm))
                 pos, et = pos[~late], et[~late]
         if self.packing is None:
             comp = _EMPTY if not len(pos) else np.zeros(len(pos), dtype=np.int64)
