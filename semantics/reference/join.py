@@ -138,7 +138,7 @@ def join_rules(spec: BacktestSpec, schedule: Schedule, q: JoinQuery,
         columns = {side: side_columns(c, schedule.event_time[src[side]])
                    for side, c in columns.items()}
     return JoinRules(q, src, columns, bounds,
-                     tuple(side for side, s in src.items() if s in delays))
+                     tuple(side for side, s in src.items() if s in delays and q.window))
 
 
 def join_step(j: JoinRules, watermarked: Mapping[str, bool], state: JoinState,
