@@ -107,10 +107,9 @@ def output_columns(spec: BacktestSpec, data_columns: dict[str, tuple[str, ...]])
         return [ROW_ID, *data_columns[q.source]]
     if isinstance(q, JoinQuery):
         sides = [q.left] if q.type == "left_semi" else [q.left, q.right]
-        if q.window is not None:  # (the window in place of the event time: join_window)
-            from semantics.operators.join_window import side_columns
-
-            data_columns = {s: side_columns(data_columns[s], spec.sources[s].event_time)
+        if q.window is not None:  # (the window in place of the event time)
+            data_columns = {s: q.window.side_columns(data_columns[s],
+                                                     spec.sources[s].event_time)
                             for s in sides}
         return [f"{s}_{c}" for s in sides for c in (ROW_ID, *data_columns[s])]
     return [*q.output_keys, "session_start", "session_end", *q.aggregates]

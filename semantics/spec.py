@@ -10,6 +10,7 @@ Every error is a :class:`SpecError` naming the file, the field path and what was
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
 
@@ -286,6 +287,15 @@ class JoinWindow(_Model):
     (docs/semantics.md §4.4 "Window key")."""
 
     duration: DurationField
+
+    def side_columns(self, data_columns: Sequence[str], event_time: str) -> tuple[str, ...]:
+        """A side's data columns under the window: its event-time column gives way to
+        ``window_start``, ``window_end`` (last).
+
+        >>> JoinWindow(duration="10 seconds").side_columns(["k", "ts", "v"], "ts")
+        ('k', 'v', 'window_start', 'window_end')
+        """
+        return (*(c for c in data_columns if c != event_time), "window_start", "window_end")
 
     @model_validator(mode="after")
     def _check(self) -> JoinWindow:

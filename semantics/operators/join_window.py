@@ -31,7 +31,7 @@ _NAT = np.iinfo(np.int64).min
 
 
 def side_columns(data_columns: Sequence[str], event_time: str) -> tuple[str, ...]:
-    """A side's data columns under a window key.
+    """A side's data columns under a window key (``JoinWindow.side_columns``).
 
     >>> side_columns(["k", "ts", "v"], "ts")
     ('k', 'v', 'window_start', 'window_end')

@@ -42,7 +42,6 @@ from dataclasses import dataclass
 import pandas as pd
 
 from semantics.config import resolve
-from semantics.operators.join_window import WINDOW_END, WINDOW_START, side_columns
 from semantics.reference.batches import EVENT_US, Metrics, ReferenceRun, Row, norm, plan
 from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import BacktestSpec, JoinQuery
@@ -60,6 +59,7 @@ def trunc_ms(us: int) -> int:
 
 
 JoinState = dict[str, list[list]]  # side -> [row, matched] entries
+WINDOW_START, WINDOW_END = "window_start", "window_end"  # a window key's columns
 
 
 @dataclass(frozen=True)
@@ -135,7 +135,7 @@ def join_rules(spec: BacktestSpec, schedule: Schedule, q: JoinQuery,
         bounds["right"] = (-tr.upper.us, not tr.upper_inclusive)
     columns = {side: schedule.data_columns[s] for side, s in src.items()}
     if q.window is not None:
-        columns = {side: side_columns(c, schedule.event_time[src[side]])
+        columns = {side: q.window.side_columns(c, schedule.event_time[src[side]])
                    for side, c in columns.items()}
     return JoinRules(q, src, columns, bounds,
                      tuple(side for side, s in src.items() if s in delays and q.window))
