@@ -88,3 +88,21 @@ def test_window_join_columns_and_refusals() -> None:
     with pytest.raises(SpecError, match="time_range with window"):
         parse_spec({**spec.model_dump(exclude={"path"}, mode="json"),
                     "query": {**q, "time_range": {"lower": "-1 second"}}})
+
+
+def test_window_join_latency_reads_the_window_ends() -> None:
+    """A sweep and the comparison table measure a join's latency from its rows' reference
+    time: with a window key the window's end (the event-time columns are not in the output)."""
+    from semantics.metrics import reference_columns, reference_event_ms
+    from semantics.predict import predict
+
+    case = window_case(1)
+    assert case is not None
+    schedule, spec = case
+    assert reference_columns(spec) == ["l_window_end", "r_window_end"]
+    out = predict(schedule, spec, "c", explain=False).outputs
+    assert len(out)
+    got = reference_event_ms(spec, out)
+    want = np.fmax(*(out[c].astype("datetime64[us, UTC]").array.asi8 // 1000
+                     for c in ("l_window_end", "r_window_end")))
+    assert np.array_equal(got, want.astype(float), equal_nan=True)
