@@ -53,6 +53,7 @@ from semantics.spec import (
     BacktestSpec,
     DeduplicationQuery,
     JoinQuery,
+    JoinWindow,
     SessionQuery,
     TimeRange,
     WindowSpec,
@@ -351,6 +352,17 @@ def _side_below(spec: BacktestSpec, child: object, ids: dict[str, set[int]]
             below.append(Step("watermark", (wm_col,)))
         elif name == "Union":
             raise _refuse(spec, node, f"a union of sources ({CHAINS})")
+        elif _is_window_node(node) and name in ("Filter", "Expand"):
+            if name == "Expand":
+                raise _refuse(spec, node, "a sliding window as a join key (tumbling only)")
+        elif _is_window_node(node):  # (a window key: its time, the predictor windows it)
+            (kid,) = _children(node)
+            marked = [str(a.name()) for a in _seq(kid.output())  # type: ignore[attr-defined]
+                      if a.metadata().contains("spark.watermarkDelayMs")]
+            if len(marked) != 1:
+                raise _refuse(spec, node, "a window over a column without a watermark")
+            below.append(Step("project", (f"`{marked[0]}` AS `window`", *(
+                f"`{a.name()}`" for a in _seq(kid.output())))))  # type: ignore[attr-defined]
         elif not _children(node):
             out = {int(a.exprId().id()) for a in _seq(node.output())}  # type: ignore
             source = next((s for s, i in ids.items() if out <= i), None)
@@ -636,14 +648,13 @@ def _lower_join(spec: BacktestSpec, q: PySparkQuery, op: object, ids: dict[str, 
         if wm is None or len(marked) != 1:
             raise _refuse(spec, op, f"the input from {src} without one watermarked column "
                           "(call withWatermark on each side)")
-        if _cls(marked[0][1].dataType()) == "StructType":  # (a window carries the watermark)
-            raise _refuse(spec, op, f"a join on a time window ({marked[0][0]} of {src}) is not "
-                          "read from code yet: write it as kind: join with keys and window: "
-                          "{duration: ...} (docs/SPEC.md)")
         et.append(marked[0][0])
         et_ids.append(int(marked[0][1].exprId().id()))
     keys, time_range = _join_condition(spec, op, set(exprs[0]), set(exprs[1]),
                                        (et_ids[0], et_ids[1]))
+    window = _window_key(spec, op, attrs, et_ids, keys, rec, [p[2] for p in parts])
+    if window is not None:  # (the windows' equality is the window key, not an equi key)
+        keys = [k for k in keys if int(k[0].exprId().id()) != et_ids[0]]  # type: ignore
     for side in attrs:
         names = [n for n, _ in side]
         if len(set(names)) != len(names) or not all(n.isidentifier() for n in names):
@@ -662,7 +673,7 @@ def _lower_join(spec: BacktestSpec, q: PySparkQuery, op: object, ids: dict[str, 
         tsrc = spec.sources[src]
         table_sources[src] = tsrc.model_copy(update={"event_time": tsrc.event_time or wm})
     std = JoinQuery(kind="join", type=jtype, left=sources[0], right=sources[1],  # type: ignore
-                    keys=tuple(hidden), time_range=time_range)
+                    keys=tuple(hidden), time_range=time_range, window=window)
     outs = [str(a.name()) for a in _seq(op.output())]  # type: ignore[attr-defined]
     if above and len(set(outs)) != len(outs):  # (the steps above re-read them by name)
         raise _refuse(spec, op, f"output columns {outs} with a name from both sides under a "
@@ -671,8 +682,11 @@ def _lower_join(spec: BacktestSpec, q: PySparkQuery, op: object, ids: dict[str, 
     for a in _seq(op.output()):  # type: ignore[attr-defined]
         i = int(a.exprId().id())
         side_i = 0 if i in exprs[0] else 1
-        node_outputs.append((str(a.name()), f"CAST(`{sources[side_i]}_{exprs[side_i][i]}` "
-                             f"AS {a.dataType().sql()})"))
+        col = f"`{sources[side_i]}_{exprs[side_i][i]}`"
+        if window is not None and i in et_ids:  # (the window key, from its two columns)
+            col = (f"named_struct('start', `{sources[side_i]}_window_start`, 'end', "
+                   f"`{sources[side_i]}_window_end`)")
+        node_outputs.append((str(a.name()), f"CAST({col} AS {a.dataType().sql()})"))
     candidates = {c: cand.model_copy(update={"watermark": delays[c]})
                   for c, cand in spec.candidates.items()}
     lowered_spec = spec.model_copy(update={"sources": table_sources, "candidates": candidates,
@@ -685,6 +699,32 @@ def _lower_join(spec: BacktestSpec, q: PySparkQuery, op: object, ids: dict[str, 
     return Lowered(lowered_spec, left.source, left.below, above, left.input_columns,
                    left.event_time, left.watermark_column, tuple(node_outputs), std, planning_s,
                    sides=tuple(sides))
+
+
+def _window_key(spec: BacktestSpec, op: object, attrs: list[list[tuple[str, object]]],
+                et_ids: list[int], keys: list[tuple[object, object]], rec: Recorder,
+                wm_cols: list[str | None]) -> JoinWindow | None:
+    """The window key of a join whose watermarked columns are windows (structs), equated in
+    its condition; None when they are plain times. Tumbling windows of one duration over each
+    side's watermarked column only (docs/semantics.md §4.4 "Window key")."""
+    structs = [_cls(a.dataType()) == "StructType" for side, i in zip(attrs, et_ids, strict=True)
+               for _, a in side if int(a.exprId().id()) == i]  # type: ignore[attr-defined]
+    if not any(structs):
+        return None
+    if not all(structs) or not any(
+            {int(k.exprId().id()) for k in pair} == set(et_ids) for pair in keys):  # type: ignore
+        raise _refuse(spec, op, "a window on one side only, or windows not equated (a window "
+                      "key is both sides' window(t, d), joined on their equality)")
+    calls = {(w.duration, w.slide, w.start) for w in rec.windows
+             if not w.session and w.column in wm_cols}
+    if len(calls) != 1:
+        raise _refuse(spec, op, f"windows {sorted(map(str, calls))}: one window(t, d) call "
+                      "shape on both sides expected")
+    duration, slide, start = calls.pop()
+    if start is not None or (slide is not None and Duration.parse(slide).us
+                             != Duration.parse(duration).us):
+        raise _refuse(spec, op, "a sliding or shifted window as a join key (tumbling only)")
+    return JoinWindow(duration=duration)
 
 
 # -- prediction -------------------------------------------------------------------------------
@@ -780,7 +820,7 @@ def _map_outputs(spark: SparkSession, lowered: Lowered, outputs: pd.DataFrame) -
         null = out[f"{side.source}_{ROW_ID}"].isna()
         if null.any():
             for c in (f"{side.source}_{n}" for n in side.input_columns):
-                if out[c].dtype.kind == "f":
+                if c in out.columns and out[c].dtype.kind == "f":  # (a window: not there)
                     # (masked, so that a NaN the side's own row holds stays NaN)
                     out[c] = pd.Series(pd.arrays.FloatingArray(
                         out[c].to_numpy(dtype=np.float64), null.to_numpy()), index=out.index)
