@@ -135,14 +135,16 @@ def make(kind: str, n: int, batch_rows: int) -> tuple[BacktestSpec, Schedule]:
     return spec, sched
 
 
-def time_predict(spec: BacktestSpec, sched: Schedule, repeat: int, count_late: bool = False
-                 ) -> tuple[float, int]:
-    """(best wall time of ``repeat`` predictions, emitted rows)."""
+def time_predict(spec: BacktestSpec, sched: Schedule, repeat: int, count_late: bool = False,
+                 checkpoint: bool = True) -> tuple[float, int]:
+    """(best wall time of ``repeat`` predictions, emitted rows); ``checkpoint=False``
+    without the checkpoint-bytes estimate (as a sweep predicts)."""
     best, rows = float("inf"), 0
     for _ in range(repeat):
         gc.collect()
         t0 = time.perf_counter()
-        rows = len(predict(sched, spec, "c", explain=False, count_late=count_late).outputs)
+        rows = len(predict(sched, spec, "c", explain=False, count_late=count_late,
+                           checkpoint=checkpoint).outputs)
         best = min(best, time.perf_counter() - t0)
     return best, rows
 
@@ -195,23 +197,37 @@ def main() -> None:
     reused = reuse_freed_memory()  # as wmbt does (semantics.memory)
     print(f"predictor threads: {threads()}; freed memory reused: {reused}")
     print(f"{'kind':<14} {'events':>10} {'batches':>8} {'out/event':>9} {'predict s':>10} "
-          f"{'events/s':>12} {'spark s':>9} {'speed-up':>9}")
+          f"{'events/s':>12} {'no bytes s':>10} {'spark s':>9} {'speed-up':>9} "
+          f"{'no bytes':>9}")
     for kind in args.kinds.split(","):
         for n in map(int, args.sizes.split(",")):
             spec, sched = make(kind, n, args.batch_rows)
-            tp, out = time_predict(spec, sched, args.repeat, args.count_late)
+            tp, tq, out = _with_and_without_bytes(spec, sched, args.repeat, args.count_late)
             ts = None
             if n in spark_sizes:  # (the same schedule: ``make`` is deterministic)
                 ts = time_spark(kind, n, args.batch_rows)
-                tp = min(tp, time_predict(spec, sched, args.repeat, args.count_late)[0])
-            print(_line(kind, n, len(sched.ticks), out, tp, ts), flush=True)
+                again = _with_and_without_bytes(spec, sched, args.repeat, args.count_late)
+                tp, tq = min(tp, again[0]), min(tq, again[1])
+            print(_line(kind, n, len(sched.ticks), out, tp, tq, ts), flush=True)
             del spec, sched
 
 
-def _line(kind: str, n: int, batches: int, out: int, tp: float, ts: float | None) -> str:
-    """A row of the table: the predictor's figures and, with ``ts``, Spark's and the ratio."""
+def _with_and_without_bytes(spec: BacktestSpec, sched: Schedule, repeat: int,
+                            count_late: bool) -> tuple[float, float, int]:
+    """(seconds with the checkpoint-bytes estimate, as ``wmbt predict``; without, as a sweep
+    predicts; emitted rows)."""
+    tp, out = time_predict(spec, sched, repeat, count_late)
+    return tp, time_predict(spec, sched, repeat, count_late, checkpoint=False)[0], out
+
+
+def _line(kind: str, n: int, batches: int, out: int, tp: float, tq: float,
+          ts: float | None) -> str:
+    """A row of the table: the predictor's figures (``tq``: without checkpoint bytes) and,
+    with ``ts``, Spark's and both ratios."""
     return (f"{kind:<14} {n:>10,} {batches:>8} {out / n:>9.2f} {tp:>10.2f} {n / tp:>12,.0f} "
-            + (f"{ts:>9.1f} {ts / tp:>8.0f}×" if ts else f"{'-':>9} {'-':>9}"))
+            f"{tq:>10.2f} "
+            + (f"{ts:>9.1f} {ts / tp:>8.0f}× {ts / tq:>8.0f}×" if ts
+               else f"{'-':>9} {'-':>9} {'-':>9}"))
 
 
 if __name__ == "__main__":

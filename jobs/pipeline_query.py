@@ -7,7 +7,9 @@ column renames and ``F.expr(text).alias(new)`` for computed columns; ``deduplica
 ``dropDuplicates`` or ``dropDuplicatesWithinWatermark``; ``aggregate`` as
 ``groupBy(window(event_time, ...), *keys).agg(...)`` whose output is the keys,
 ``window_start``, ``window_end``, (before another stage) ``window_time(window)``, which
-carries the watermark to the next window, and the aggregates.
+carries the watermark to the next window, and the aggregates; a session as
+``groupBy(session_window(event_time, gap), *keys)`` (gap: an interval string or
+``F.expr(gap_expression)``), output as ``session_start``, ``session_end``.
 
 Invariant: the result's columns are exactly ``semantics.pipeline.columns.flow``'s output
 columns (``semantics.report.output_columns``).
@@ -71,6 +73,8 @@ def _aggregate(df: DataFrame, stage: AggregateStage, event_time: str | None,
                more: bool) -> DataFrame:
     a = stage.aggregate
     aggs = [F.expr(expr).alias(name) for name, expr in a.aggregates.items()]
+    if a.session is not None:
+        return _session(df, stage, event_time)
     if a.window is None:
         return df.groupBy(*a.keys).agg(*aggs)
     w = a.window
@@ -83,3 +87,17 @@ def _aggregate(df: DataFrame, stage: AggregateStage, event_time: str | None,
     wt = [F.window_time(F.col("window")).alias(WINDOW_TIME)] if more else []
     return out.select(*a.keys, F.col("window.start").alias("window_start"),
                       F.col("window.end").alias("window_end"), *wt, *a.aggregates)
+
+
+def _session(df: DataFrame, stage: AggregateStage, event_time: str | None) -> DataFrame:
+    """``groupBy(session_window(time, gap), *keys)``: a static gap as an interval string, a
+    dynamic one as ``F.expr(gap_expression)`` (Spark drops a row whose gap is NULL or not
+    positive); output the keys, ``session_start``, ``session_end`` and the aggregates."""
+    a = stage.aggregate
+    s = a.session
+    assert s is not None and event_time is not None
+    gap = interval(s.gap) if s.gap is not None else F.expr(s.gap_expression or "")
+    sw = F.session_window(F.col(s.time or event_time), gap).alias("session_window")
+    out = df.groupBy(sw, *a.keys).agg(*[F.expr(e).alias(n) for n, e in a.aggregates.items()])
+    return out.select(*a.keys, F.col("session_window.start").alias("session_start"),
+                      F.col("session_window.end").alias("session_end"), *a.aggregates)

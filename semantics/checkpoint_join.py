@@ -22,17 +22,16 @@ record of the delta file):
 
 :func:`store_ops` derives these per batch from the whole-run facts of the join
 (:mod:`semantics.whole_run.join`: each admitted row's batch ``b``, leaving batch ``e``, key and
-pairs, from a second whole-run join: only when checkpoint bytes are asked for) and a replay of
-the eviction scan per key (:func:`_scan`); they equal Spark's records in every store and batch
-of the replays checked. :func:`estimate` sizes them with the delta model of
-:mod:`semantics.checkpoint_bytes` from a sample of each store's records encoded as Spark lays
-them out, file by file (batch, then partition). Approximations (measured in
-docs/state-bytes.md): records split evenly over partitions; a put that repeats a value the
-same file holds (a moved value the batch wrote, a flag set on a row the batch appended) costs
-what lz4 makes of such repeats in the sample; the sample's ``matched`` flags and indexes are
-its first rows'. Not modelled: left semi joins, window keys (a struct in the key and
-value rows), keys that do not pack (the whole-run join
-declines), Spark 3.5's rules.
+pairs, from a second whole-run join: only when checkpoint bytes are asked for) and the eviction
+scan per key (:func:`eviction_scan`, run as :func:`eviction_scan_fast`); they equal Spark's
+records in every store and batch of the replays checked. :func:`estimate` sizes them with the
+delta model of :mod:`semantics.checkpoint_bytes` from a sample of each store's records encoded
+as Spark lays them out, file by file (batch, then partition). Approximations (measured in
+docs/state-bytes.md): records split evenly over partitions; a put that repeats a value the same
+file holds (a moved value the batch wrote, a flag set on a row the batch appended) costs what
+lz4 makes of such repeats in the sample; the sample's ``matched`` flags and indexes are its
+first rows'. Not modelled: left semi joins, window keys (a struct in the key and value
+rows), keys that do not pack (the whole-run join declines), Spark 3.5's rules.
 """
 
 from __future__ import annotations
@@ -50,7 +49,6 @@ from semantics.engine import plan_batches
 from semantics.operators.join import JoinOperator
 from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import BacktestSpec, JoinQuery
-from semantics.tuning import CHECKPOINT_JOIN_SCAN_VALUES as JOIN_SCAN_VALUES
 from semantics.tuning import CHECKPOINT_SAMPLE_ROWS
 from semantics.whole_run.join import Admitted, join_at_once
 
@@ -88,14 +86,20 @@ class SideFacts:
     start: np.ndarray | None = None
 
 
-def append_index(f: SideFacts, n_b: int) -> np.ndarray:
+def append_index(f: SideFacts, n_b: int, rows: int | None = None) -> np.ndarray:
     """Per stored row, the values its key holds as it is appended (its index; its count put
-    is one more): the key's rows stored before it less those gone in an earlier batch.
+    is one more): the key's rows stored before it less those gone in an earlier batch. With
+    ``rows``, for the first ``rows`` rows only (the sample's), from the rows stored up to the
+    last one's batch: those are all that count for them.
 
     >>> append_index(SideFacts(np.array([0, 0, 1, 2]), np.array([0, 3, 3, 3]),
     ...                        np.array([5, 5, 5, 5]), np.full(4, 3)), 3).tolist()
     [0, 1, 1, 2]
     """
+    if rows is not None and rows < len(f.b):
+        upto = int(np.searchsorted(f.b, f.b[rows - 1], "right")) if rows else 0
+        f = SideFacts(f.b[:upto], f.e[:upto], f.code[:upto], f.flip[:upto])
+        return append_index(f, n_b)[:rows]
     span = n_b + 1
     order = np.argsort(f.code, kind="stable")
     ranked = f.code[order]
@@ -145,7 +149,7 @@ def side_ops(f: SideFacts, n_b: int, by_key: bool) -> tuple[StoreOps, StoreOps]:
     if by_key:
         moves = echoes = np.zeros(len(k))
     else:  # a removal moves the last value into its hole unless the hole is the last index
-        tail, echoes = _scan(f, n_b, t, c, k, n)
+        tail, echoes = eviction_scan_fast(f, n_b, t, c, k, n)
         moves = k - tail
     full = k >= n
     zero = np.zeros(n_b, dtype=np.int64)
@@ -156,34 +160,23 @@ def side_ops(f: SideFacts, n_b: int, by_key: bool) -> tuple[StoreOps, StoreOps]:
     return count, values
 
 
-def _scan(f: SideFacts, n_b: int, t: np.ndarray, c: np.ndarray, k: np.ndarray,
-          n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per eviction (batch ``t``, key ``c``: ``k`` of ``n`` values leave): the removals at the
-    key's last index, which move nothing (0 or 1: Spark's scan stops there), and the moves of
-    a value the batch wrote already (appended or flagged: an echo of a record of the same
-    file, which lz4 finds when it is in the same block).
+def eviction_scan(f: SideFacts, n_b: int, t: np.ndarray, c: np.ndarray, k: np.ndarray,
+                  n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The definition: per eviction (batch ``t``, key ``c``: ``k`` of ``n`` values leave), the
+    removals at the key's last index, which move nothing (0 or 1: Spark's scan stops there),
+    and the moves of a value the batch wrote already (appended or flagged: an echo of a record
+    of the same file, which lz4 finds when it is in the same block).
 
-    Exact while the values the scans visit stay within ``CHECKPOINT_JOIN_SCAN_VALUES``: each
-    key's values kept in index order (appends in arrival order, each hole filled by the last
-    value, as Spark does). Beyond, values in random index order: a tail removal with chance
-    ``k / n`` (1 when every value leaves; an upper bound where old values are evicted
-    first), echoes in the share of the batch's state rows the batch wrote.
+    Spark's scan, replayed value by value: each key's values kept in index order (appends in
+    arrival order); a leaving value's hole is filled by the key's last value, which is then
+    looked at in its place. :func:`eviction_scan_fast` equals it and is what runs.
 
     >>> f = SideFacts(np.array([0, 0, 0]), np.array([1, 2, 1]), np.zeros(3, np.int64),
     ...               np.full(3, 3))
-    >>> [a.tolist() for a in _scan(f, 3, np.array([1, 2]), np.array([0, 0]), np.array([2, 1]),
-    ...                            np.array([3, 1]))]
+    >>> [a.tolist() for a in eviction_scan(f, 3, np.array([1, 2]), np.array([0, 0]),
+    ...                                    np.array([2, 1]), np.array([3, 1]))]
     [[0.0, 1.0], [0.0, 0.0]]
     """
-    if int(n.sum()) > JOIN_SCAN_VALUES:
-        tail = np.where(k >= n, 1.0, k / n)
-        added = np.bincount(f.b, minlength=n_b + 1)[:n_b] + \
-            np.bincount(f.flip, minlength=n_b + 1)[:n_b]
-        held = np.cumsum(np.bincount(f.b, minlength=n_b + 1)[:n_b]) - \
-            np.cumsum(np.bincount(f.e, minlength=n_b + 1)[:n_b]) + \
-            np.bincount(f.e, minlength=n_b + 1)[:n_b]  # (before eviction)
-        share = np.minimum(1.0, added / np.maximum(held, 1))
-        return tail, (k - tail) * share[t]
     tail, echo = np.zeros(len(t)), np.zeros(len(t))
     lists: dict[int, list[int]] = {}
     codes, leave = f.code.tolist(), f.e.tolist()
@@ -208,6 +201,76 @@ def _scan(f: SideFacts, n_b: int, t: np.ndarray, c: np.ndarray, k: np.ndarray,
                     last = values.pop()
                     values[i] = last
                     echo[g] += born[last] == batch or flip[last] == batch
+    return tail, echo
+
+
+def eviction_scan_fast(f: SideFacts, n_b: int, t: np.ndarray, c: np.ndarray, k: np.ndarray,
+                       n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`eviction_scan`, in numpy per batch (tests/test_checkpoint_bytes_join_scan.py
+    compares them). The scan looks at every value of a key; this touches only the rows that
+    leave and each key's last ``k`` values, which is what decides the outcome: a scan of ``n``
+    values of which ``k`` leave ends with ``m = n - k``; it removes at the last index iff the
+    value at index ``m`` (before the scan) leaves; it pops the values at ``m..n-1`` from the
+    end one by one, moving all but that last removal's; the holes below ``m`` take the
+    keepers among them, the lowest hole the highest keeper.
+
+    >>> f = SideFacts(np.array([0, 0, 0]), np.array([1, 2, 1]), np.zeros(3, np.int64),
+    ...               np.full(3, 3))
+    >>> [a.tolist() for a in eviction_scan_fast(f, 3, np.array([1, 2]), np.array([0, 0]),
+    ...                                         np.array([2, 1]), np.array([3, 1]))]
+    [[0.0, 1.0], [0.0, 0.0]]
+    """
+    tail, echo = np.zeros(len(t)), np.zeros(len(t))
+    if not len(t):
+        return tail, echo
+    code = f.code.astype(np.int64)
+    width = int(code.max()) + 1
+    # a slot table: key c's values at offset[c] + index (a key never holds more than its rows)
+    offset = np.concatenate(([0], np.cumsum(np.bincount(code, minlength=width))[:-1]))
+    slot = np.zeros(len(code), dtype=np.int64)
+    pos = np.zeros(len(code), dtype=np.int64)  # row -> its index in its key's values
+    length = np.zeros(width, dtype=np.int64)
+    m_of = np.zeros(width, dtype=np.int64)
+    ends = np.searchsorted(f.b, np.arange(n_b), "right")  # (b: non-decreasing)
+    at = np.searchsorted(t, np.arange(n_b + 1))  # (t: sorted)
+    by_leave = np.argsort(f.e, kind="stable")
+    leave_at = np.searchsorted(f.e[by_leave], np.arange(n_b + 1))
+    row = 0
+    for batch in range(n_b):
+        if ends[batch] > row:  # appends, in arrival order
+            new = np.arange(row, ends[batch])
+            cn = code[new]
+            order = np.argsort(cn, kind="stable")
+            rank = np.empty(len(new), dtype=np.int64)
+            rank[order] = np.arange(len(new)) - np.searchsorted(cn[order], cn[order], "left")
+            pos[new] = length[cn] + rank
+            slot[offset[cn] + pos[new]] = new
+            length += np.bincount(cn, minlength=width)
+            row = int(ends[batch])
+        g = slice(int(at[batch]), int(at[batch + 1]))
+        gc, gk = c[g].astype(np.int64), k[g].astype(np.int64)
+        if not len(gc):
+            continue
+        m = length[gc] - gk
+        grp = np.repeat(np.arange(len(gc)), gk)
+        first = np.cumsum(gk) - gk
+        within = np.arange(len(grp)) - first[grp]
+        region = slot[offset[gc][grp] + m[grp] + within]  # each key's values at m..n-1
+        leaves = f.e[region] <= batch
+        last = leaves[first]
+        tail[g] = last
+        moved = within >= last[grp]
+        wrote = (f.b[region] == batch) | (f.flip[region] == batch)
+        echo[g] = np.bincount(grp[moved & wrote], minlength=len(gc))
+        gone = by_leave[leave_at[batch]:leave_at[batch + 1]]
+        m_of[gc] = m
+        holes = gone[pos[gone] < m_of[code[gone]]]
+        keep = region[~leaves]
+        holes = holes[np.lexsort((pos[holes], code[holes]))]
+        keep = keep[np.lexsort((-pos[keep], code[keep]))]
+        pos[keep] = pos[holes]
+        slot[offset[code[keep]] + pos[keep]] = keep
+        length[gc] = m
     return tail, echo
 
 
@@ -310,7 +373,7 @@ def _side_sample(spec: BacktestSpec, schedule: Schedule, source: str, facts: Sid
     assert isinstance(q, JoinQuery) and facts.pos is not None and facts.start is not None
     df, dec = cb._spelled(schedule, source, list(q.keys))
     df = df.iloc[facts.pos[:rows]]
-    index = append_index(facts, n_b)[:rows].tolist()
+    index = append_index(facts, n_b, rows).tolist()
     matched = facts.start[:rows].tolist()
     batch = facts.b[:rows].tolist()
     cols = [ROW_ID, *schedule.data_columns[source]]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cache
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -122,6 +123,7 @@ def of_candidate(spec: BacktestSpec, candidate: str | Candidate) -> SparkProfile
     return profile_for(cand.spark_version or spec.spark_version or installed_profile())
 
 
+@cache  # (a package metadata lookup, which every resolve of a candidate would repeat)
 def installed_profile() -> str:
     """The profile of the pyspark installed in this environment (read from its package
     metadata, pyspark is not imported), or the default without one."""

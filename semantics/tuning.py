@@ -113,6 +113,3 @@ SWEEP_RANK_BLOCK = 1 << 12
 CHECKPOINT_SAMPLE_ROWS = 2048
 # sample sizes of rows whose groups' buffers the checkpoint-bytes sample accumulates (same)
 CHECKPOINT_HISTORY_ROWS = 64
-# values the exact replay of a join's eviction scans may visit before checkpoint_join takes
-# the random-order expectation instead (docs/state-bytes.md, joins)
-CHECKPOINT_JOIN_SCAN_VALUES = 5_000_000

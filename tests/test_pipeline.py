@@ -85,7 +85,7 @@ def test_window_time_feeds_the_next_window():
     assert list(r.outputs.columns) == ["batch_id", "window_start", "window_end", "total"]
 
 
-@pytest.mark.parametrize("kind", ["aggregation", "deduplication"])
+@pytest.mark.parametrize("kind", ["aggregation", "deduplication", "session"])
 def test_one_stage_pipeline_is_the_single_operator_reference(kind):
     rng = np.random.default_rng(7)
     for _ in range(20):
@@ -100,6 +100,11 @@ def test_one_stage_pipeline_is_the_single_operator_reference(kind):
                                    "aggregates": {"n": "count(*)", "s": "sum(v)"}}}
             single = {"kind": "aggregation", "source": "events", "keys": ["k"],
                       "window": {"duration": "10 seconds"},
+                      "aggregates": {"n": "count(*)", "s": "sum(v)"}}
+        elif kind == "session":
+            stage = {"aggregate": {"session": {"gap": "5 seconds"}, "keys": ["k"],
+                                   "aggregates": {"n": "count(*)", "s": "sum(v)"}}}
+            single = {"kind": "session", "source": "events", "keys": ["k"], "gap": "5 seconds",
                       "aggregates": {"n": "count(*)", "s": "sum(v)"}}
         else:
             stage = {"deduplicate": {"keys": ["k", "ts"]}}
@@ -284,3 +289,117 @@ def test_select_errors_name_the_column_and_the_expectation():
     e = error({"pipeline": [{"select": {"k": "id", "t": "date_trunc('second', ts)"}},
                             dedup]})
     assert e.field == "query.pipeline[0].select" and "plain column" in e.expected
+
+
+def test_filters_spark_would_push_down_are_refused():
+    # Spark's optimizer pushes a conjunct over an aggregation's keys or window below it, and a
+    # conjunct over one join side into that side (or turns an outer join into an inner one):
+    # such a filter would change the operators' state, so it is refused naming the stage.
+    agg = {"aggregate": {"window": {"duration": "10 seconds"}, "keys": ["id"],
+                         "aggregates": {"n": "count(*)"}}}
+    e = error({"pipeline": [agg, {"filter": "n > 1 AND id = 2"},
+                            {"deduplicate": {"keys": ["id", "window_time"]}}]})
+    assert e.field == "query.pipeline[1].filter" and "reads an aggregate" in e.expected
+    e = error({"pipeline": [agg, {"select": {"m": "n + 1", "j": "id"}}, {"filter": "j > 1"}]})
+    assert e.field == "query.pipeline[2].filter" and "reads an aggregate" in e.expected
+    # through a select, a conjunct computed from the aggregate stays above it
+    ok = {"pipeline": [agg, {"select": {"m": "n + 1", "j": "id"}}, {"filter": "m > j"}]}
+    assert predict(schedule_of([[{"id": 1, "ts": 1}], [{"id": 1, "ts": 40}]]), spec(ok),
+                   "c").outputs.columns.tolist() == ["batch_id", "m", "j"]
+
+    def join(kind: str, text: str) -> SpecError:
+        with pytest.raises(SpecError) as e:
+            s = parse_spec({
+                "name": "t", "sources": {"c": {"table": "u", "event_time": "ts"},
+                                         "i": {"table": "u", "event_time": "ts"}},
+                "query": {"pipeline": [
+                    {"join": {"type": kind, "left": "c", "right": "i", "keys": ["ad"],
+                              "time_range": {"lower": "0 seconds", "upper": "10 seconds"}}},
+                    {"filter": text}, {"aggregate": {"window": {"duration": "10 seconds"}}}]},
+                "replay": {"batch_by": {"commits": 1}, "pace": "live"},
+                "candidates": {"c": {"watermark": {"c": "5 seconds", "i": "5 seconds"}}}})
+            one = schedule_of([[{"ad": 1, "ts": 12}], [{"ad": 1, "ts": 30}]])
+            rows = one.rows["events"]
+            sched = cut("t", {"c": rows.iloc[[0]], "i": rows.iloc[[1]]}, {"c": "ts", "i": "ts"},
+                        one.batch_by, "live")
+            predict(sched, s, "c")
+        return e.value
+
+    for kind, text in [("inner", "c_ad > 1"), ("inner", "c_ts < i_ts"),
+                       ("left_outer", "c_ad = i_ad")]:
+        e = join(kind, text)
+        assert e.field == "query.pipeline[1].filter" and "both sides" in e.expected, text
+
+
+def test_a_filter_after_an_operator_moves_no_watermark():
+    # dedup then a filter dropping every row of id 9, then 10 s counts. The id-9 row at 50 s
+    # still reaches the dedup (which sits under the source's withWatermark), so the global
+    # watermark moves to 45 s and the window [0,10) is emitted; a filter before the dedup
+    # would have been pushed below withWatermark and kept the watermark at 0.
+    q = {"pipeline": [{"deduplicate": {"keys": ["id", "ts"]}}, {"filter": "id <> 9"},
+                      {"aggregate": {"window": {"duration": "10 seconds"},
+                                     "aggregates": {"n": "count(*)"}}}]}
+    sched = schedule_of([[{"id": 1, "ts": 1}], [{"id": 9, "ts": 50}]], pace="live")
+    r = predict(sched, spec(q), "c")
+    assert r.batches["watermark_ms"].max() == 45_000
+    d = r.batches[r.batches["operator"] == "dedupe"]
+    assert d["state_rows_updated"].sum() == 2
+    assert [(b, n) for b, n in r.outputs[["batch_id", "n"]].itertuples(index=False)] == [(2, 1)]
+
+
+def test_a_dynamic_session_gap_per_row():
+    # gap 2 s for k = 1, 10 s otherwise, NULL for k = 3 and '-1 second' for k = 4 (both rows
+    # dropped before the operator, counted nowhere); delay 5 s, live pace.
+    # b0: k1 at 1 s and 2 s -> [1,3) [2,4) merge to [1,4); k2 at 1 s -> [1,11). W after 0.
+    # b1: k1 at 20 s -> [20,22); the key's two sessions are rewritten (numRowsUpdated 2).
+    # W = 20 - 5 = 15 s: its no-data batch evicts [1,4) and [1,11) (ends <= 15 s).
+    gap = "CASE WHEN k = 1 THEN '2 seconds' WHEN k = 3 THEN NULL WHEN k = 4 " \
+          "THEN '-1 second' ELSE '10 seconds' END"
+    q = {"pipeline": [{"aggregate": {"session": {"gap_expression": gap}, "keys": ["k"],
+                                     "aggregates": {"n": "count(*)"}}}]}
+    sched = schedule_of([[{"k": 1, "ts": 1}, {"k": 1, "ts": 2}, {"k": 2, "ts": 1},
+                          {"k": 3, "ts": 1}, {"k": 4, "ts": 2}],
+                         [{"k": 1, "ts": 20}]], pace="live")
+    r = predict(sched, spec(q), "c")
+    assert set(r.batches["operator"]) == {"sessionWindowStateStoreSaveExec"}
+    assert list(r.batches["state_rows_updated"]) == [2, 2, 0]
+    assert list(r.batches["state_rows"]) == [2, 3, 1]
+    rows = sorted((b, k, s.value // 10**6, e.value // 10**6, n) for b, k, s, e, n in
+                  r.outputs[["batch_id", "k", "session_start", "session_end", "n"]]
+                  .itertuples(index=False))
+    assert rows == [(2, 1, 1000, 4000, 2), (2, 2, 1000, 11000, 1)]
+    assert list(r.outputs.columns) == ["batch_id", "k", "session_start", "session_end", "n"]
+
+
+def test_session_spec_errors():
+    ses = {"keys": ["id"], "aggregates": {"n": "count(*)"}}
+    e = error({"pipeline": [{"aggregate": {"session": {}, **ses}}]})
+    assert "exactly one of gap" in e.expected
+    e = error({"pipeline": [{"aggregate": {"session": {"gap": "5 seconds"}}}]})
+    assert "at least one key" in e.expected
+    e = error({"pipeline": [{"aggregate": {"session": {"gap_expression": "id + 1"}, **ses}}]})
+    assert e.field == "query.pipeline[0].aggregate.session.gap_expression"
+    assert "interval string" in e.expected
+    e = error({"pipeline": [{"aggregate": {"session": {"gap_expression": "'5 sec'"}, **ses}}]})
+    assert "'sec'" in e.expected
+    e = error({"pipeline": [{"aggregate": {"session": {"gap": "5 seconds"}, **ses}},
+                            {"deduplicate": {"keys": ["id"]}}]})
+    assert e.field == "query.pipeline[0].aggregate" and "last stateful" in e.expected
+
+
+def test_stages_after_an_operator_keep_the_column_types():
+    # an int (32-bit) id doubled after a dedup overflows as Spark's int arithmetic does (ANSI:
+    # an error naming the select), where a 64-bit one would not; bigint stays exact.
+    import pandas as pd
+
+    def run(dtype: str) -> object:
+        rows = pd.DataFrame({"id": pd.array([2_000_000_000], dtype=dtype), "ts": [1]})
+        q = {"pipeline": [{"deduplicate": {"keys": ["id", "ts"]}},
+                          {"select": {"x": "id * 2", "id": "id"}},
+                          {"filter": "x > 0"}]}
+        return predict(schedule_of([rows]), spec(q), "c")
+
+    with pytest.raises(SpecError) as e:
+        run("int32")
+    assert e.value.field == "query.pipeline[1].select.x" and "overflow" in e.value.expected
+    assert run("int64").outputs["x"].tolist() == [4_000_000_000]

@@ -9,21 +9,33 @@
 * ``aggregate``: its keys, ``window_start``, ``window_end`` (with a window), then the
   aggregates; before another stage also ``window_time`` (window end − 1 µs), which is then the
   event-time column (Spark's ``window_time``); without a window the event time survives only
-  as a group key.
+  as a group key. With a session: its keys, ``session_start``, ``session_end``, the aggregates
+  (the last stateful stage: no event time after it);
+* a ``filter`` after a stateful stage must stay where Spark's optimizer leaves it (§13.3).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from semantics.errors import SpecError
-from semantics.pipeline.spec import AggregateStage, PipelineQuery, SelectStage
+from semantics.pipeline.spec import (
+    STATEFUL,
+    AggregateStage,
+    DeduplicateStage,
+    FilterStage,
+    PipelineQuery,
+    SelectStage,
+)
 from semantics.schedule import ROW_ID
 from semantics.spec import BacktestSpec
 
 WINDOW_COLUMNS = ("window_start", "window_end")
 WINDOW_TIME = "window_time"
+SESSION_COLUMNS = ("session_start", "session_end")
+AGGREGATE = "\x00aggregate"  # (a lineage mark: the column reads an aggregate)
 
 
 @dataclass(frozen=True)
@@ -61,51 +73,86 @@ def flow(spec: BacktestSpec, data_columns: Mapping[str, tuple[str, ...]]
     offset = len(q.pipeline) - len(q.stages)
     views: list[StageColumns] = []
     last = len(q.stages) - 1
+    # each column -> the columns of the last stateful output (or the join's) it derives from:
+    # where Spark's optimizer would push a filter (§13.3)
+    lineage: dict[str, frozenset[str]] = {c: frozenset((c,)) for c in cols}
+    after: str | None = "join" if q.join is not None else None  # the last stateful stage
+    stateful_after = [any(s.kind in STATEFUL for s in q.stages[i + 1:])
+                      for i in range(len(q.stages))]
     for i, stage in enumerate(q.stages):
         where = f"query.pipeline[{i + offset}].{stage.kind}"
         views.append(StageColumns(i, cols, et))
-        if isinstance(stage, SelectStage):
-            if q.join is not None:
-                raise SpecError(f, where, "no select or filter after a join (not modelled yet)")
+        if isinstance(stage, FilterStage):
+            _check_filter(spec, stage.filter, where, after, lineage, cols, times)
+        elif isinstance(stage, SelectStage):
             renames = {new: stage.column(new) for new in stage.select}
             for new, old in renames.items():
                 if old is None:
-                    _check_expression(f, f"{where}.{new}", stage.select[new])
+                    refs = _check_expression(f, f"{where}.{new}", stage.select[new])
+                    lineage[new] = frozenset().union(*(lineage.get(c, frozenset())
+                                                       for c in refs))
                 elif old not in cols:
                     raise SpecError(f, f"{where}.{new}", f"a column of the stage's input "
                                     f"({', '.join(cols)}), got {old!r}")
-            if et is not None and et not in renames.values():
+            if stateful_after[i] and et is not None and et not in renames.values():
                 raise SpecError(f, where, f"the event-time column {et!r} kept as a plain "
                                 f"column ({et}: {et}): its watermark is what the stateful "
                                 "stages use, and a computed column has none")
+            lineage = {new: (lineage[old] if old is not None else lineage[new])
+                       for new, old in renames.items()}
             et = next((n for n, o in renames.items() if o == et), None)
+            times = tuple(n for t in times for n, o in renames.items() if o == t)
             cols = tuple(stage.select)
-        elif q.join is not None and i == 0 and not (isinstance(stage, AggregateStage)
-                                                    and stage.aggregate.window is not None):
-            raise SpecError(f, where, "a windowed aggregate right after a join (other stages "
-                            "after a join are not modelled yet)")
+        elif q.join is not None and after == "join" and not (
+                isinstance(stage, AggregateStage) and stage.aggregate.window is not None):
+            raise SpecError(f, where, "a windowed aggregate as the first stateful stage after "
+                            "a join (other operators after a join are not modelled yet)")
         if isinstance(stage, AggregateStage):
             a = stage.aggregate
             need = [*a.keys, *(c for _, _, c in _aggs(a.aggregates) if c is not None)]
             if a.window is not None and a.window.time is not None:
                 need.append(a.window.time)
+            if a.session is not None:
+                need += [a.session.time] if a.session.time is not None else []
+                if a.session.gap_expression is not None:
+                    need += sorted(_check_expression(f, f"{where}.session.gap_expression",
+                                                     a.session.gap_expression))
+                if stateful_after[i]:
+                    raise SpecError(f, where, "a session window as the last stateful stage "
+                                    "(operators after one are not modelled yet)")
             for c in need:
                 if c not in cols:
                     raise SpecError(f, where, f"columns of the stage's input "
                                     f"({', '.join(cols)}), got {c!r}")
-            if et is None or (a.window is None and et not in a.keys):
+            timed = a.window if a.window is not None else a.session
+            if et is None or (timed is None and et not in a.keys):
                 raise SpecError(f, where, "a window, or the event-time column among the keys, "
                                 "over a watermarked event time (Spark rejects append mode "
                                 f"otherwise); the stage's event time is {et!r}")
-            if a.window is not None and a.window.time not in (None, *times):
-                raise SpecError(f, f"{where}.window.time", f"an event-time column "
-                                f"({', '.join(times)}): a window on another column has no "
+            if timed is not None and timed.time not in (None, *times):
+                kind = "window" if a.window is not None else "session"
+                raise SpecError(f, f"{where}.{kind}.time", f"an event-time column "
+                                f"({', '.join(times)}): a {kind} on another column has no "
                                 "watermark")
+            if a.session is not None:
+                cols = (*a.keys, *SESSION_COLUMNS, *a.aggregates)
+                et, times = None, ()
+                after = stage.kind
+                lineage = {c: frozenset((c, AGGREGATE)) if c in a.aggregates
+                           else frozenset((c,)) for c in cols}
+                continue
             win = WINDOW_COLUMNS if a.window is not None else ()
             wt = (WINDOW_TIME,) if a.window is not None and i < last else ()
             cols = (*a.keys, *win, *wt, *a.aggregates)
             et = WINDOW_TIME if wt else (et if et in a.keys else None)
             times = (et,) if et is not None else ()
+        if isinstance(stage, AggregateStage | DeduplicateStage):
+            after = stage.kind
+            lineage = {c: frozenset((c,)) for c in cols}
+            if isinstance(stage, AggregateStage):
+                # (the aggregates: what a filter must read to stay above the aggregation)
+                lineage = {c: frozenset((c, AGGREGATE)) if c in stage.aggregate.aggregates
+                           else frozenset((c,)) for c in cols}
     return views, cols
 
 
@@ -124,15 +171,86 @@ def joined(spec: BacktestSpec, data_columns: Mapping[str, tuple[str, ...]]
     return cols, times
 
 
-def _check_expression(file: str, where: str, text: str) -> None:
+def _check_expression(file: str, where: str, text: str) -> frozenset[str]:
     """A select's computed value parses as a Spark SQL value expression (its types are checked
-    where the rows are: ``semantics.pipeline.runner``)."""
+    where the rows are: ``semantics.pipeline.runner``); the columns it reads."""
     from semantics.expression_syntax import ExpressionError, parse
 
     try:
-        parse(text)
+        return references(parse(text))
     except ExpressionError as exc:
         raise SpecError(file, where, f"a Spark SQL value expression ({exc})") from None
+
+
+def references(node: object) -> frozenset[str]:
+    """The column names a parsed expression reads."""
+    from semantics.expression_syntax import Col
+
+    if isinstance(node, Col):
+        return frozenset((node.name,))
+    if isinstance(node, tuple | list):
+        return frozenset().union(*(references(x) for x in node))
+    if dataclasses.is_dataclass(node):
+        return frozenset().union(*(references(getattr(node, fl.name))
+                                   for fl in dataclasses.fields(node)))
+    return frozenset()
+
+
+def conjuncts(text: str) -> list[object]:
+    """A predicate's AND-ed parts (Spark's ``splitConjunctivePredicates``)."""
+    from semantics.expression_syntax import Logic, parse
+
+    out: list[object] = []
+    todo: list[object] = [parse(text)]
+    while todo:
+        n = todo.pop()
+        if isinstance(n, Logic) and n.op.upper() == "AND":
+            todo.extend(reversed(n.items))
+        else:
+            out.append(n)
+    return out
+
+
+def _check_filter(spec: BacktestSpec, text: str, where: str, after: str | None,
+                  lineage: Mapping[str, frozenset[str]], cols: tuple[str, ...],
+                  times: tuple[str, ...]) -> None:
+    """A filter after a stateful stage stays where it is written only where Spark's optimizer
+    leaves it (``PushPredicateThroughNonJoin``, ``PushPredicateThroughJoin``, §13.3): above a
+    deduplication always; above an aggregation when each conjunct reads an aggregate (the
+    others are pushed below it); above an inner join when each conjunct reads both sides and
+    no event time (the others go into one side, or change the join's state watermark). The
+    rest is refused naming the stage (a filter before any stateful stage: the runner)."""
+    from semantics.expression_syntax import ExpressionError
+
+    f = spec.path
+    if after is None or after == "deduplicate":
+        return
+    try:
+        parts = conjuncts(text)
+    except ExpressionError as exc:
+        raise SpecError(f, where, f"a Spark SQL predicate ({exc})") from None
+    for part in parts:
+        refs = references(part)
+        missing = sorted(c for c in refs if c not in cols)
+        if missing:
+            raise SpecError(f, where, f"columns of the stage's input ({', '.join(cols)}), "
+                            f"got {missing[0]!r}")
+        base = frozenset().union(*(lineage[c] for c in refs))
+        if after == "aggregate" and AGGREGATE not in base:
+            raise SpecError(f, where, "a filter whose every conjunct reads an aggregate "
+                            "(Spark pushes a conjunct over the group keys or the window "
+                            "below the aggregation: not modelled yet)")
+        if after == "join":
+            q = spec.query
+            assert isinstance(q, PipelineQuery) and q.join is not None
+            j = q.join
+            sides = {s for s in (j.left, j.right) for c in base if c.startswith(f"{s}_")}
+            clock = {f"{s}_{spec.sources[s].event_time}" for s in (j.left, j.right)}
+            if j.type != "inner" or sides != {j.left, j.right} or base & clock:
+                raise SpecError(f, where, "after a join, a filter only after an inner join "
+                                "and whose every conjunct reads both sides and no event time "
+                                "(Spark pushes other conjuncts into one side, or turns an "
+                                "outer join into an inner one: not modelled yet)")
 
 
 def _aggs(aggregates: Mapping[str, str]) -> list[tuple[str, str, str | None]]:

@@ -63,7 +63,7 @@ def outputs(spec: BacktestSpec, res: PipelineRun) -> pd.DataFrame:
     df = pd.DataFrame([{"batch_id": bid, **row} for bid, row in res.outputs],
                       columns=["batch_id", *cols])
     for c in cols:
-        if c in TIME_COLUMNS:
+        if c in res.micros:
             df[c] = pd.to_datetime(df[c].astype("int64"), unit="us", utc=True).astype(
                 "datetime64[us, UTC]")
     return df.astype({"batch_id": "int64"})

@@ -11,10 +11,13 @@ operator kind (state in, state out, one batch), the operators chained within eac
   current one (``allowMultiple=false``: both the current one);
 * rows an operator emits feed the next one in the same batch; an aggregation's output row has
   the event time ``window_time`` = window end − 1 µs (§13.1);
-* stateless stages (``select``, ``filter``) come before the first stateful one and act like a
-  source filter: Spark pushes such a filter below ``withWatermark`` (§2.1), so the rows it
-  removes never move the watermark; a select's computed columns (``semantics.expressions``)
-  are values of the rows, which a later deduplicate or aggregate may key on.
+* stateless stages (``select``, ``filter``) before the first stateful one act like a source
+  filter: Spark pushes such a filter below ``withWatermark`` (§2.1), so the rows it removes
+  never move the watermark; later ones (and any after a join) act on the rows the stage before
+  emitted, in the same batch, and move no watermark either (§13.3; ``columns`` refuses a
+  filter Spark would push below an operator); a select's computed columns
+  (``semantics.expressions``) are values of the rows, which a later stage may key on;
+* a session window (§13.5) is ``semantics.reference.session``'s step with a gap per row.
 
 >>> run(schedule, spec, "c").metrics[0][0].state_rows  # doctest: +SKIP
 """
@@ -28,9 +31,11 @@ import pandas as pd
 import pyarrow as pa
 
 from semantics.config import resolve
+from semantics.durations import Duration
 from semantics.errors import SpecError
+from semantics.expression_syntax import TS
 from semantics.expressions import evaluate as evaluate_expression
-from semantics.pipeline.columns import WINDOW_TIME, flow
+from semantics.pipeline.columns import SESSION_COLUMNS, WINDOW_COLUMNS, WINDOW_TIME, flow
 from semantics.pipeline.spec import (
     AggregateStage,
     DeduplicateStage,
@@ -40,6 +45,7 @@ from semantics.pipeline.spec import (
 )
 from semantics.predicate import PredicateError, evaluate
 from semantics.reference import aggregates as A
+from semantics.reference import session as S
 from semantics.reference.aggregation import windows
 from semantics.reference.batches import EVENT_US, Batch, Metrics, Row, norm, plan
 from semantics.reference.dedup import key_bytes
@@ -47,7 +53,9 @@ from semantics.reference.join import JoinState, join_rules, join_step
 from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import BacktestSpec
 
+TIME_COLUMNS = (*WINDOW_COLUMNS, WINDOW_TIME)
 OPERATOR_NAMES = {"aggregate": "stateStoreSave", "deduplicate": "dedupe",
+                  "session": "sessionWindowStateStoreSaveExec",
                   "join": "symmetricHashJoin",
                   "deduplicate_within_watermark": "dedupeWithinWatermark"}
 
@@ -58,6 +66,8 @@ def operator_names(q: PipelineQuery) -> list[str]:
     joins = [OPERATOR_NAMES["join"]] if q.join is not None else []
     return joins + [OPERATOR_NAMES["deduplicate_within_watermark"]
                     if isinstance(s, DeduplicateStage) and s.deduplicate.within_watermark
+                    else OPERATOR_NAMES["session"]
+                    if isinstance(s, AggregateStage) and s.aggregate.session is not None
                     else OPERATOR_NAMES[s.kind] for s in q.stateful]
 
 
@@ -73,6 +83,8 @@ class PipelineRun:
     columns: tuple[str, ...] = ()
     # after a join: per batch the (late, eviction) watermarks (ms) of the operators after it
     below: list[tuple[int | None, int | None]] = field(default_factory=list)
+    # the output columns holding timestamps as µs (an aggregate's window, maybe renamed)
+    micros: frozenset[str] = frozenset(("window_start", "window_end", "window_time"))
 
 
 # -- one step per operator kind: (state, rows, late µs, evict µs) -> (state, emitted, metrics)
@@ -162,14 +174,11 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> PipelineRun:
     views, out_cols = flow(spec, dict(schedule.data_columns))
     r = resolve(spec, candidate)
     delays = {s: r.delays_ms[s] for s in spec.query_sources if s in r.delays_ms}
-    first = next(i for i, s in enumerate(q.stages) if isinstance(s, DeduplicateStage
-                                                                  | AggregateStage))
-    for i, s in enumerate(q.stages[first:], first):
-        if isinstance(s, FilterStage | SelectStage):
-            raise SpecError(spec.path, f"query.pipeline[{i + len(q.pipeline) - len(q.stages)}]"
-                            f".{s.kind}", "a stateless stage before the first deduplicate or "
-                            "aggregate stage (later ones are not modelled yet)")
+    first = 0 if q.join is not None else next(
+        i for i, s in enumerate(q.stages) if isinstance(s, DeduplicateStage | AggregateStage))
     passing, values = _stateless(spec, schedule, q.stages[:first])
+    out_micros = _output_micros(q)
+    input_types = _input_types(spec, schedule, views[first].columns)
     jr = None if q.join is None else join_rules(spec, schedule, q.join.query, delays)
 
     def below(w: int | None) -> int | None:
@@ -192,6 +201,9 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> PipelineRun:
 
     batches = plan(schedule, spec, candidate, another, reaches)
     ops = q.stages[first:]
+    first_op = next(j for j, s in enumerate(ops) if isinstance(s, DeduplicateStage
+                                                                  | AggregateStage))
+    offset = len(q.pipeline) - len(q.stages)
     states: list[dict] = [{} for _ in ops]
     join_state: JoinState = {"left": [], "right": []}
     metrics: list[list[Metrics]] = []
@@ -204,33 +216,219 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> PipelineRun:
                 jr, {side: s in delays for side, s in jr.src.items()}, join_state,
                 {side: b.rows[s] for side, s in jr.src.items()}, b.late_ms, b.evict_ms)
             per_op.append(m)
-            time_col = _window_time_column(ops[0], views[0].event_time)
-            rows = [{**row, EVENT_US: row[time_col].value // 1000} for row in rows]
         else:
             rows = [{ROW_ID: row[ROW_ID], EVENT_US: row[EVENT_US], **values[s][row[ROW_ID]]}
                     for s in spec.query_sources for row in b.rows[s] if row[ROW_ID] in passing[s]]
         late_ms, evict_ms = below(b.late_ms), below(b.evict_ms)
         late = None if late_ms is None else late_ms * 1000
         evict = None if evict_ms is None else evict_ms * 1000
+        micros: frozenset[str] = frozenset()  # columns holding µs (an aggregate's window)
+        types = dict(input_types)  # the Arrow type of each column known to have one
         for j, stage in enumerate(ops):
             view = views[first + j]
+            if isinstance(stage, FilterStage | SelectStage):
+                rows, micros, types = stateless_step(
+                    spec, stage, view.columns, micros, types, rows,
+                    f"query.pipeline[{first + j + offset}]")
+                continue
+            if jr is not None and j == first_op:
+                # the window's time column after the join is the next operator's event time
+                time_col = _window_time_column(stage, view.event_time)
+                rows = [{**row, EVENT_US: _micros(row[time_col])} for row in rows]
             if isinstance(stage, DeduplicateStage):
                 evicts = bool(delays) and (stage.deduplicate.within_watermark
                                            or view.event_time in stage.deduplicate.keys)
                 delay_us = _delay_us(spec, delays, stage, f"query.pipeline[{first + j}]")
                 states[j], rows, m = dedup_step(stage, evicts, delay_us, states[j], rows,
                                                 late, evict)
+            elif stage.aggregate.session is not None:
+                states[j], rows, m = session_step(
+                    spec, stage, view.columns, micros, types, r.merge_sessions_locally,
+                    states[j], rows, late, evict, f"query.pipeline[{first + j + offset}]")
+                micros = frozenset(SESSION_COLUMNS)
+                types = {k: types[k] for k in stage.aggregate.keys if k in types}
             else:
                 assert isinstance(stage, AggregateStage)
                 timed = view.event_time in stage.aggregate.keys
                 states[j], rows, m = aggregate_step(stage, timed, states[j], rows, late, evict,
                                                     j < last)
+                micros = frozenset(TIME_COLUMNS)
+                types = {k: types[k] for k in stage.aggregate.keys if k in types}
             per_op.append(m)
         metrics.append(per_op)
         outputs += [(b.batch_id, {c: row[c] for c in out_cols}) for row in rows]
     return PipelineRun(batches, metrics, outputs, operator_names(q), out_cols,
                        [(below(b.late_ms), below(b.evict_ms)) for b in batches]
-                       if jr is not None else [])
+                       if jr is not None else [], out_micros)
+
+
+def session_step(spec: BacktestSpec, stage: AggregateStage, columns: tuple[str, ...],
+                 micros: frozenset[str], types: Mapping[str, pa.DataType],
+                 merge_local: bool, state: dict, rows: list[Row],
+                 late_us: int | None, evict_us: int | None, at: str
+                 ) -> tuple[dict, list[Row], Metrics]:
+    """Spark's session window operators in append mode (``semantics.reference.session``,
+    §4.3) on the rows the stages before emitted, each with its own gap (§13.5): a row whose gap
+    is NULL or not positive is dropped before the operator (Spark's ``SessionWindowing``
+    filter ``session_window.end > session_window.start``), counted nowhere."""
+    a = stage.aggregate
+    assert a.session is not None
+    aggs = A.parse(a.aggregates)
+    units: S.Units = {}
+    gaps = ([a.session.gap.us] * len(rows) if a.session.gap is not None
+            else session_gaps(spec, stage, _table(rows, columns, micros, types), at))
+    for row, gap in zip(rows, gaps, strict=True):
+        if gap is not None and gap > 0:
+            S.add_unit(units, tuple(norm(row[k]) for k in a.keys),
+                       int(row[EVENT_US]), gap, row, aggs)  # type: ignore[call-overload]
+    state, emitted, m = S.step(state, units, late_us, evict_us, aggs, merge_local, False)
+    out: list[Row] = [{**dict(zip(a.keys, k, strict=True)), "session_start": s[0],
+                       "session_end": s[1], **A.finish(aggs, s[2]), EVENT_US: s[1] - 1}
+                      for k, s in emitted]
+    return state, out, m
+
+
+def session_gaps(spec: BacktestSpec, stage: AggregateStage, table: pa.Table, at: str
+                 ) -> list[int | None]:
+    """Each row's session gap in µs (None: NULL) by ``gap_expression`` over ``table`` (the
+    rows). It must yield interval strings (Spark casts a string to an interval; other types
+    it rejects); a string Spark's interval parser would not read, months, or days outside UTC
+    (a calendar day there) are refused rather than guessed."""
+    ses = stage.aggregate.session
+    assert ses is not None
+    if not table.num_rows:
+        return []
+    where = f"{at}.aggregate.session.gap_expression"
+    columns = table.column_names
+    try:
+        arr = evaluate_expression(ses.gap_expression or "", table, spec.session_time_zone,
+                                  spec.case_sensitive)
+    except PredicateError as exc:
+        raise SpecError(spec.path, where, f"a Spark SQL value expression over "
+                        f"{', '.join(columns)} ({exc})") from None
+    if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)
+            or pa.types.is_null(arr.type)):
+        raise SpecError(spec.path, where, f"an interval string per row such as '5 seconds' "
+                        f"(Spark casts only strings to a session gap), got type {arr.type}")
+    gaps: list[int | None] = []
+    cache: dict[str, int] = {}
+    for text in arr.to_pylist():
+        if text is None:
+            gaps.append(None)
+            continue
+        if text not in cache:
+            try:
+                d = Duration.parse(text)
+            except ValueError as exc:
+                raise SpecError(spec.path, where, f"interval strings Spark reads ({exc})"
+                                ) from None
+            calendar = d.has_months or (spec.session_time_zone.upper() not in ("UTC", "Z")
+                                        and any(w in text.lower() for w in ("day", "week")))
+            if calendar:
+                raise SpecError(spec.path, where, f"a gap without months (or days outside "
+                                f"UTC: a calendar day), got {text!r}")
+            cache[text] = d.us
+        gaps.append(cache[text])
+    return gaps
+
+
+def stateless_step(spec: BacktestSpec, stage: FilterStage | SelectStage,
+                   columns: tuple[str, ...], micros: frozenset[str],
+                   types: Mapping[str, pa.DataType], rows: list[Row], at: str
+                   ) -> tuple[list[Row], frozenset[str], dict[str, pa.DataType]]:
+    """A filter or select on the rows an operator emitted, in the same batch (§13.3): it moves
+    no watermark (those come from the sources' ``withWatermark``); ``micros`` names the
+    columns holding timestamps as µs (an aggregate's window columns), which the expressions
+    see as timestamps, and ``types`` the Arrow types known (the sources', kept through renames
+    and computed by the evaluator). Each row keeps its event time (``EVENT_US``)."""
+    if isinstance(stage, SelectStage):
+        renamed = {new: types[old] for new in stage.select
+                   if (old := stage.column(new)) is not None and old in types}
+    if not rows:
+        if isinstance(stage, FilterStage):
+            return rows, micros, dict(types)
+        return rows, _renamed(stage, micros), renamed
+    table = _table(rows, columns, micros, types)
+    if isinstance(stage, FilterStage):
+        try:
+            mask = evaluate(stage.filter, table, spec.session_time_zone, spec.case_sensitive)
+        except PredicateError as exc:
+            raise SpecError(spec.path, f"{at}.filter", f"a Spark SQL predicate over "
+                            f"{', '.join(columns)} ({exc})") from None
+        keep = mask.to_pylist()
+        return [row for row, k in zip(rows, keep, strict=True) if k], micros, dict(types)
+    out: list[Row] = [{EVENT_US: row.get(EVENT_US)} for row in rows]
+    for new, text in stage.select.items():
+        old = stage.column(new)
+        if old is not None:
+            for o, row in zip(out, rows, strict=True):
+                o[new] = row[old]
+            continue
+        try:
+            arr = evaluate_expression(text, table, spec.session_time_zone, spec.case_sensitive)
+        except PredicateError as exc:
+            raise SpecError(spec.path, f"{at}.select.{new}", f"a Spark SQL value expression "
+                            f"over {', '.join(columns)} ({exc})") from None
+        values = arr.to_pylist()
+        renamed[new] = arr.type
+        if pa.types.is_timestamp(arr.type):
+            values = [None if v is None else pd.Timestamp(v) for v in values]
+        for o, v in zip(out, values, strict=True):
+            o[new] = v
+    return out, _renamed(stage, micros), renamed
+
+
+def _table(rows: list[Row], columns: tuple[str, ...], micros: frozenset[str],
+           types: Mapping[str, pa.DataType]) -> pa.Table:
+    """The rows' ``columns`` as an Arrow table for the evaluator: µs columns as timestamps,
+    known types kept (an ``int`` stays 32-bit, as Spark's arithmetic on it), others inferred."""
+    return pa.table({c: pa.array([_as_time(row[c]) for row in rows], TS) if c in micros
+                     else pa.array([row[c] for row in rows], types.get(c), from_pandas=True)
+                     for c in columns})
+
+
+def _input_types(spec: BacktestSpec, schedule: Schedule, columns: tuple[str, ...]
+                 ) -> dict[str, pa.DataType]:
+    """The Arrow types of the first operator's input columns that come from a source as they
+    are (a join's ``<side>_<column>``)."""
+    q = spec.query
+    assert isinstance(q, PipelineQuery)
+    types: dict[str, pa.DataType] = {}
+    named = ([(f"{s}_", s) for s in q.sources] if q.join is not None
+             else [("", spec.query_sources[0])])
+    for prefix, s in named:
+        df = schedule.rows[s]
+        data = [ROW_ID, *schedule.data_columns[s]]
+        for fld in pa.Schema.from_pandas(df[data], preserve_index=False):
+            types[prefix + fld.name] = fld.type
+    return {c: t for c, t in types.items() if c in columns}
+
+
+def _renamed(stage: SelectStage, micros: frozenset[str]) -> frozenset[str]:
+    return frozenset(new for new in stage.select if stage.column(new) in micros)
+
+
+def _output_micros(q: PipelineQuery) -> frozenset[str]:
+    """The output columns holding µs: the last aggregate's window columns, through renames."""
+    micros: frozenset[str] = frozenset()
+    for s in q.stages:
+        if isinstance(s, AggregateStage):
+            micros = frozenset(SESSION_COLUMNS if s.aggregate.session is not None
+                               else TIME_COLUMNS)
+        elif isinstance(s, DeduplicateStage):
+            pass
+        elif isinstance(s, SelectStage):
+            micros = _renamed(s, micros)
+    return micros
+
+
+def _as_time(v: object) -> object:
+    return None if v is None else pd.Timestamp(int(v), unit="us", tz="UTC")  # type: ignore[call-overload]
+
+
+def _micros(v: object) -> int:
+    """A timestamp value (``pd.Timestamp`` or ``datetime``) as µs."""
+    return int(pd.Timestamp(v).value // 1000)  # type: ignore[arg-type]
 
 
 def _window_time_column(stage: object, default: str | None) -> str:

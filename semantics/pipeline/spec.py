@@ -26,6 +26,7 @@ from pydantic import (
 from semantics.errors import SpecError
 from semantics.spec import (
     Aggregates,
+    DurationField,
     Identifier,
     JoinQuery,
     JoinWindow,
@@ -141,10 +142,41 @@ class PipelineWindow(WindowSpec):
     time: Identifier | None = None
 
 
+class SessionArgs(_Model):
+    """A session window (``session_window(time, gap)``, docs/semantics.md §13.5): a static
+    ``gap`` (a positive duration without months) or a ``gap_expression``, a Spark SQL value
+    expression evaluated per row to an interval string (a row whose gap is NULL or not
+    positive is dropped, as Spark's ``SessionWindowing`` filter does); ``time`` as for a
+    window (default: the current event-time column)."""
+
+    gap: DurationField | None = None
+    gap_expression: Annotated[str, Field(min_length=1)] | None = None
+    time: Identifier | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> SessionArgs:
+        if (self.gap is None) == (self.gap_expression is None):
+            raise ValueError("a session needs exactly one of gap (a duration) or "
+                             "gap_expression (a Spark SQL expression per row)")
+        if self.gap is not None and (self.gap.us <= 0 or self.gap.has_months):
+            raise ValueError("gap must be a positive duration without months")
+        return self
+
+
 class AggregateArgs(_Model):
     window: PipelineWindow | None = None
+    session: SessionArgs | None = None
     keys: tuple[Identifier, ...] = ()
     aggregates: Aggregates = Field(default_factory=lambda: {"count": "count(*)"})
+
+    @model_validator(mode="after")
+    def _check(self) -> AggregateArgs:
+        if self.session is not None and self.window is not None:
+            raise ValueError("an aggregate has a window or a session, not both")
+        if self.session is not None and not self.keys:
+            raise ValueError("a session window needs at least one key (Spark rejects a global "
+                             "session aggregation in a streaming query)")
+        return self
 
 
 class AggregateStage(_Model):

@@ -1,7 +1,8 @@
 """Session windows by definition (docs/semantics.md §3, §4.3): the definition both fast paths
 (stepping and the whole run) must equal. Spark's restore / merge / save steps, per batch:
 
-1. local units: rows of a key with the same event time are one unit ``[t, t + gap)``; with
+1. local units: rows of a key with the same session window are one unit ``[t, t + gap)``
+   (``gap`` per row for a dynamic gap, pipelines: docs/semantics.md §13.5); with
    ``merge.sessions.in.local.partition`` a key's overlapping or touching units merge first;
 2. late units (end at or behind the late watermark) are dropped and counted, in every mode;
 3. every key with units: its stored sessions and units merge when they overlap or touch
@@ -34,6 +35,54 @@ def chain(items: list[Session], aggs: list[A.Agg]) -> list[Session]:
     return merged
 
 
+Units = dict[tuple, dict[tuple[int, int], Session]]  # key -> (start, end) -> unit
+
+
+def add_unit(units: Units, key: tuple, t: int, gap: int, row: Row, aggs: list[A.Agg]) -> None:
+    """Row ``row`` of ``key`` at ``t`` (µs) with its ``gap`` (µs, positive) into its unit
+    ``[t, t + gap)``: rows of a key with the same session window are one unit (Spark's partial
+    aggregate groups by keys and the window; with a per-row gap two rows at the same time may
+    have different windows, so different units)."""
+    u = units.setdefault(key, {}).setdefault((t, t + gap), [t, t + gap, A.empty(aggs)])
+    u[2] = A.add(aggs, u[2], row)
+
+
+def step(state: dict[tuple, list[Session]], units: Units, late_us: int | None,
+         evict_us: int | None, aggs: list[A.Agg], merge_local: bool, complete: bool
+         ) -> tuple[dict[tuple, list[Session]], list[tuple[tuple, Session]], Metrics]:
+    """One batch (steps 1–4 above): the new state, the emitted ``(key, session)`` pairs and
+    the batch's metrics (late units dropped by ``late_us``, eviction at ``evict_us``)."""
+    state = dict(state)
+    local = {k: chain(list(us.values()), aggs) if merge_local else list(us.values())
+             for k, us in units.items()}
+    dropped = 0
+    if late_us is not None:
+        for k, us in local.items():
+            kept = [u for u in us if u[1] > late_us]
+            dropped += len(us) - len(kept)
+            local[k] = kept
+    updated = removed = 0
+    for k, us in local.items():
+        if not us:
+            continue
+        stored = state.get(k, [])
+        merged = chain(stored + us, aggs)
+        starts = {s[0] for s in merged}
+        updated += len(merged)
+        removed += sum(1 for s in stored if s[0] not in starts)
+        state[k] = merged
+    if complete:
+        emitted = [(k, s) for k, ss in state.items() for s in ss]
+    else:
+        emitted = [(k, s) for k, ss in state.items() for s in ss
+                   if evict_us is not None and s[1] <= evict_us]
+        removed += len(emitted)
+        state = {k: kept for k, ss in state.items()
+                 if (kept := [s for s in ss if evict_us is None or s[1] > evict_us])}
+    return state, emitted, Metrics(dropped, sum(len(ss) for ss in state.values()), updated,
+                                   removed, len(emitted))
+
+
 def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> ReferenceRun:
     q = spec.query
     assert isinstance(q, SessionQuery)
@@ -44,42 +93,16 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> ReferenceRun:
     state: dict[tuple, list[Session]] = {}  # key -> its sessions, by start
     metrics, outputs = [], []
     for b in batches:
-        units: dict[tuple, dict[int, Session]] = {}  # key -> event time -> unit
+        units: Units = {}
         for row in b.rows[q.source]:
-            t = int(row[EVENT_US])  # type: ignore[call-overload]
-            u = units.setdefault(tuple(norm(row[k]) for k in q.keys), {}).setdefault(
-                t, [t, t + gap, A.empty(aggs)])
-            u[2] = A.add(aggs, u[2], row)
-        local = {k: chain(list(us.values()), aggs) if merge_local else list(us.values())
-                 for k, us in units.items()}
-        dropped = 0
-        if b.late_ms is not None:
-            for k, us in local.items():
-                kept = [u for u in us if u[1] > b.late_ms * 1000]
-                dropped += len(us) - len(kept)
-                local[k] = kept
-        updated = removed = 0
-        for k, us in local.items():
-            if not us:
-                continue
-            stored = state.get(k, [])
-            merged = chain(stored + us, aggs)
-            starts = {s[0] for s in merged}
-            updated += len(merged)
-            removed += sum(1 for s in stored if s[0] not in starts)
-            state[k] = merged
-        if q.output_mode == "complete":
-            emitted = [(k, s) for k, ss in state.items() for s in ss]
-        else:
-            bound = None if b.evict_ms is None else b.evict_ms * 1000
-            emitted = [(k, s) for k, ss in state.items() for s in ss
-                       if bound is not None and s[1] <= bound]
-            removed += len(emitted)
-            state = {k: kept for k, ss in state.items()
-                     if (kept := [s for s in ss if bound is None or s[1] > bound])}
+            add_unit(units, tuple(norm(row[k]) for k in q.keys),
+                     int(row[EVENT_US]), gap, row, aggs)  # type: ignore[call-overload]
+        state, emitted, m = step(
+            state, units, None if b.late_ms is None else b.late_ms * 1000,
+            None if b.evict_ms is None else b.evict_ms * 1000, aggs, merge_local,
+            q.output_mode == "complete")
         outputs += [(b.batch_id, _row(q, k, s, aggs)) for k, s in emitted]
-        metrics.append(Metrics(dropped, sum(len(ss) for ss in state.values()), updated,
-                               removed, len(emitted)))
+        metrics.append(m)
     return ReferenceRun(batches, metrics, outputs)
 
 
