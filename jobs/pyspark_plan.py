@@ -158,6 +158,17 @@ def _side_below(spec: BacktestSpec, child: object, ids: dict[str, set[int]]
             below.append(Step("watermark", (wm_col,)))
         elif name == "Union":
             raise _refuse(spec, node, f"a union of sources ({CHAINS})")
+        elif _is_window_node(node) and name in ("Filter", "Expand"):
+            if name == "Expand":
+                raise _refuse(spec, node, "a sliding window as a join key (tumbling only)")
+        elif _is_window_node(node):  # (a window key: its time, the predictor windows it)
+            (kid,) = _children(node)
+            marked = [str(a.name()) for a in _seq(kid.output())  # type: ignore[attr-defined]
+                      if a.metadata().contains("spark.watermarkDelayMs")]
+            if len(marked) != 1:
+                raise _refuse(spec, node, "a window over a column without a watermark")
+            below.append(Step("project", (f"`{marked[0]}` AS `window`", *(
+                f"`{a.name()}`" for a in _seq(kid.output())))))  # type: ignore[attr-defined]
         elif not _children(node):
             out = {int(a.exprId().id()) for a in _seq(node.output())}  # type: ignore
             source = next((s for s, i in ids.items() if out <= i), None)

@@ -50,6 +50,7 @@ from jobs.pyspark_plan import (
     Step,
     _apply,
     _children,
+    _cls,
     _delays,
     _is_window_node,
     _join_condition,
@@ -73,6 +74,7 @@ from semantics.spec import (
     BacktestSpec,
     DeduplicationQuery,
     JoinQuery,
+    JoinWindow,
     SessionQuery,
     WindowSpec,
 )
@@ -82,13 +84,7 @@ if TYPE_CHECKING:
     from semantics.pipeline.spec import PipelineQuery
 
 
-
-
-
 # -- planning ---------------------------------------------------------------------------------
-
-
-
 
 
 @dataclass(frozen=True)
@@ -131,26 +127,6 @@ class Lowered:
         assert src.event_time is not None
         return self.spec.model_copy(update={"query": DeduplicationQuery(
             kind="deduplication", source=self.source, keys=(src.event_time,))})
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 def _planning_frames(spark: SparkSession, spec: BacktestSpec, tmp: Path
@@ -304,10 +280,6 @@ def _lower_plan(spec: BacktestSpec, q: PySparkQuery, plan: object, ids: dict[str
                    et_col, wm_col, node_outputs, std_query, planning_s)
 
 
-
-
-
-
 def _kind(spec: BacktestSpec, q: PySparkQuery, op: object, source: str, wm_col: str | None,
           et_col: str | None, rec: Recorder, names: list[str]
           ) -> tuple[BacktestSpec, AggregationQuery | DeduplicationQuery | SessionQuery,
@@ -421,17 +393,6 @@ def _kind(spec: BacktestSpec, q: PySparkQuery, op: object, source: str, wm_col: 
 # -- a stream-stream join (docs/semantics.md §14) ----------------------------------------------
 
 
-
-
-
-
-
-
-
-
-
-
-
 def _lower_join(spec: BacktestSpec, q: PySparkQuery, op: object, ids: dict[str, set[int]],
                 rec: Recorder, out_names: tuple[str, ...], above: tuple[Step, ...],
                 planning_s: float) -> Lowered:
@@ -460,6 +421,9 @@ def _lower_join(spec: BacktestSpec, q: PySparkQuery, op: object, ids: dict[str, 
         et_ids.append(int(marked[0][1].exprId().id()))
     keys, time_range = _join_condition(spec, op, set(exprs[0]), set(exprs[1]),
                                        (et_ids[0], et_ids[1]))
+    window = _window_key(spec, op, attrs, et_ids, keys, rec, [p[2] for p in parts])
+    if window is not None:  # (the windows' equality is the window key, not an equi key)
+        keys = [k for k in keys if int(k[0].exprId().id()) != et_ids[0]]  # type: ignore
     for side in attrs:
         names = [n for n, _ in side]
         if len(set(names)) != len(names) or not all(n.isidentifier() for n in names):
@@ -478,7 +442,7 @@ def _lower_join(spec: BacktestSpec, q: PySparkQuery, op: object, ids: dict[str, 
         tsrc = spec.sources[src]
         table_sources[src] = tsrc.model_copy(update={"event_time": tsrc.event_time or wm})
     std = JoinQuery(kind="join", type=jtype, left=sources[0], right=sources[1],  # type: ignore
-                    keys=tuple(hidden), time_range=time_range)
+                    keys=tuple(hidden), time_range=time_range, window=window)
     outs = [str(a.name()) for a in _seq(op.output())]  # type: ignore[attr-defined]
     if above and len(set(outs)) != len(outs):  # (the steps above re-read them by name)
         raise _refuse(spec, op, f"output columns {outs} with a name from both sides under a "
@@ -487,8 +451,11 @@ def _lower_join(spec: BacktestSpec, q: PySparkQuery, op: object, ids: dict[str, 
     for a in _seq(op.output()):  # type: ignore[attr-defined]
         i = int(a.exprId().id())
         side_i = 0 if i in exprs[0] else 1
-        node_outputs.append((str(a.name()), f"CAST(`{sources[side_i]}_{exprs[side_i][i]}` "
-                             f"AS {a.dataType().sql()})"))
+        col = f"`{sources[side_i]}_{exprs[side_i][i]}`"
+        if window is not None and i in et_ids:  # (the window key, from its two columns)
+            col = (f"named_struct('start', `{sources[side_i]}_window_start`, 'end', "
+                   f"`{sources[side_i]}_window_end`)")
+        node_outputs.append((str(a.name()), f"CAST({col} AS {a.dataType().sql()})"))
     candidates = {c: cand.model_copy(update={"watermark": delays[c]})
                   for c, cand in spec.candidates.items()}
     lowered_spec = spec.model_copy(update={"sources": table_sources, "candidates": candidates,
@@ -503,12 +470,33 @@ def _lower_join(spec: BacktestSpec, q: PySparkQuery, op: object, ids: dict[str, 
                    sides=tuple(sides))
 
 
+def _window_key(spec: BacktestSpec, op: object, attrs: list[list[tuple[str, object]]],
+                et_ids: list[int], keys: list[tuple[object, object]], rec: Recorder,
+                wm_cols: list[str | None]) -> JoinWindow | None:
+    """The window key of a join whose watermarked columns are windows (structs), equated in
+    its condition; None when they are plain times. Tumbling windows of one duration over each
+    side's watermarked column only (docs/semantics.md §4.4 "Window key")."""
+    structs = [_cls(a.dataType()) == "StructType" for side, i in zip(attrs, et_ids, strict=True)
+               for _, a in side if int(a.exprId().id()) == i]  # type: ignore[attr-defined]
+    if not any(structs):
+        return None
+    if not all(structs) or not any(
+            {int(k.exprId().id()) for k in pair} == set(et_ids) for pair in keys):  # type: ignore
+        raise _refuse(spec, op, "a window on one side only, or windows not equated (a window "
+                      "key is both sides' window(t, d), joined on their equality)")
+    calls = {(w.duration, w.slide, w.start) for w in rec.windows
+             if not w.session and w.column in wm_cols}
+    if len(calls) != 1:
+        raise _refuse(spec, op, f"windows {sorted(map(str, calls))}: one window(t, d) call "
+                      "shape on both sides expected")
+    duration, slide, start = calls.pop()
+    if start is not None or (slide is not None and Duration.parse(slide).us
+                             != Duration.parse(duration).us):
+        raise _refuse(spec, op, "a sliding or shifted window as a join key (tumbling only)")
+    return JoinWindow(duration=duration)
+
+
 # -- prediction -------------------------------------------------------------------------------
-
-
-
-
-
 
 
 def predict(lowered: Lowered, schedule: Schedule, candidate: str, spark: SparkSession, *,
@@ -565,7 +553,7 @@ def _map_outputs(spark: SparkSession, lowered: Lowered, outputs: pd.DataFrame) -
         null = out[f"{side.source}_{ROW_ID}"].isna()
         if null.any():
             for c in (f"{side.source}_{n}" for n in side.input_columns):
-                if out[c].dtype.kind == "f":
+                if c in out.columns and out[c].dtype.kind == "f":  # (a window: not there)
                     # (masked, so that a NaN the side's own row holds stays NaN)
                     out[c] = pd.Series(pd.arrays.FloatingArray(
                         out[c].to_numpy(dtype=np.float64), null.to_numpy()), index=out.index)

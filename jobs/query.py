@@ -143,6 +143,8 @@ def join_condition(spec: BacktestSpec, q: JoinQuery) -> Column:
     for k in q.keys:
         c = F.col(lp + k) == F.col(rp + k)
         cond = c if cond is None else cond & c
+    if q.window is not None:  # (the windows of both sides: _windowed)
+        cond = cond & (F.col(lp + "window") == F.col(rp + "window"))
     tr = q.time_range
     if tr is not None:
         lt = f"`{lp}{spec.sources[q.left].event_time}`"
@@ -161,7 +163,23 @@ def _join(spec: BacktestSpec, candidate: str, stream: DataFrame,
           data_columns: Mapping[str, tuple[str, ...]], q: JoinQuery) -> DataFrame:
     frames = source_frames(spec, candidate, stream, data_columns,
                            prefix={q.left: f"{q.left}_", q.right: f"{q.right}_"})
-    return frames[q.left].join(frames[q.right], join_condition(spec, q), q.type)
+    if q.window is None:
+        return frames[q.left].join(frames[q.right], join_condition(spec, q), q.type)
+    sides = [q.left] if q.type == "left_semi" else [q.left, q.right]
+    left, right = (_windowed(spec, q, s, frames[s]) for s in (q.left, q.right))
+    return left.join(right, join_condition(spec, q), q.type).select(
+        "*", *[F.col(f"{s}_window.{part}").alias(f"{s}_window_{part}")
+               for s in sides for part in ("start", "end")])
+
+
+def _windowed(spec: BacktestSpec, q: JoinQuery, source: str, side: DataFrame) -> DataFrame:
+    """Join side ``source`` (columns prefixed ``<source>_``) with ``<source>_window`` =
+    ``window(event_time, duration)`` in place of its event-time column: Spark allows one
+    event-time column per join side (semantics.operators.join_window)."""
+    assert q.window is not None
+    et = f"{source}_{spec.sources[source].event_time}"
+    return side.select(*[c for c in side.columns if c != et],
+                       F.window(et, interval(q.window.duration)).alias(f"{source}_window"))
 
 
 def _user_query(spec: BacktestSpec, candidate: str, stream: DataFrame,

@@ -30,8 +30,8 @@ as Spark lays them out, file by file (batch, then partition). Approximations (me
 docs/state-bytes.md): records split evenly over partitions; a put that repeats a value the same
 file holds (a moved value the batch wrote, a flag set on a row the batch appended) costs what
 lz4 makes of such repeats in the sample; the sample's ``matched`` flags and indexes are its
-first rows'. Not modelled: left semi joins, keys that do not pack (the whole-run join declines),
-Spark 3.5's rules.
+first rows'. Not modelled: left semi joins, window keys (a struct in the key and value
+rows), keys that do not pack (the whole-run join declines), Spark 3.5's rules.
 """
 
 from __future__ import annotations
@@ -284,10 +284,13 @@ def _first(t: np.ndarray, row: np.ndarray, n: int, n_b: int) -> np.ndarray:
 def join_facts(spec: BacktestSpec, candidate: str, schedule: Schedule
                ) -> tuple[int, SideFacts, SideFacts, bool, bool] | None:
     """Both sides' :class:`SideFacts` (with ``n_b`` and whether each side is evicted by key),
-    or ``None`` where not modelled (left semi, unpacked keys, a profile not Spark 4.0's
-    rules). Joins the run once more (pairs are needed): only with checkpoint bytes asked."""
+    or ``None`` where not modelled (left semi, a window key, unpacked keys, a profile not
+    Spark 4.0's rules). Joins the run once more (pairs are needed): only with checkpoint
+    bytes asked."""
     q = spec.query
     if not isinstance(q, JoinQuery) or q.type == "left_semi":
+        return None
+    if q.window is not None:  # (a window struct in keys and values: its layout not sized)
         return None
     op = JoinOperator(spec, candidate, schedule, explain=False)
     if op.packing is None or not op.profile.reference_rules \

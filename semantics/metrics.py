@@ -57,9 +57,11 @@ def reference_columns(spec: BacktestSpec) -> list[str]:
     if q.kind == "deduplication":
         return [spec.sources[q.source].event_time]
     assert isinstance(q, JoinQuery)
-    left = f"{q.left}_{spec.sources[q.left].event_time}"
-    return [left] if q.type == "left_semi" else \
-        [left, f"{q.right}_{spec.sources[q.right].event_time}"]
+    # (a window key: its end, the event-time columns being replaced by the window)
+    left, right = ((f"{q.left}_window_end", f"{q.right}_window_end") if q.window is not None
+                   else (f"{q.left}_{spec.sources[q.left].event_time}",
+                         f"{q.right}_{spec.sources[q.right].event_time}"))
+    return [left] if q.type == "left_semi" else [left, right]
 
 
 def reference_event_ms(spec: BacktestSpec, outputs: pd.DataFrame) -> np.ndarray:

@@ -90,7 +90,8 @@ def output_columns(spec: BacktestSpec, data_columns: dict[str, tuple[str, ...]])
     * deduplication: ``row_id`` and the source's columns;
     * session: keys, ``session_start``, ``session_end``, aggregates;
     * join: ``<left>_row_id``, ``<left>_<col>``..., then the same for the right side (left
-      semi: the left side only).
+      semi: the left side only); with a window key each side's event-time column gives way
+      to ``<side>_window_start``, ``<side>_window_end`` (``operators.join_window``).
     """
     if spec._output_columns is not None:  # (a pyspark query's own columns, SPEC.md §1.1)
         return list(spec._output_columns)
@@ -106,6 +107,10 @@ def output_columns(spec: BacktestSpec, data_columns: dict[str, tuple[str, ...]])
         return [ROW_ID, *data_columns[q.source]]
     if isinstance(q, JoinQuery):
         sides = [q.left] if q.type == "left_semi" else [q.left, q.right]
+        if q.window is not None:  # (the window in place of the event time)
+            data_columns = {s: q.window.side_columns(data_columns[s],
+                                                     spec.sources[s].event_time)
+                            for s in sides}
         return [f"{s}_{c}" for s in sides for c in (ROW_ID, *data_columns[s])]
     return [*q.output_keys, "session_start", "session_end", *q.aggregates]
 

@@ -10,6 +10,7 @@ Every error is a :class:`SpecError` naming the file, the field path and what was
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
 
@@ -280,6 +281,30 @@ class TimeRange(_Model):
         return self
 
 
+class JoinWindow(_Model):
+    """``window: {duration: 10 seconds}`` of a join: both sides get ``window(event_time,
+    duration)`` (tumbling) in place of their event-time column and join on keys + window
+    (docs/semantics.md §4.4 "Window key")."""
+
+    duration: DurationField
+
+    def side_columns(self, data_columns: Sequence[str], event_time: str) -> tuple[str, ...]:
+        """A side's data columns under the window: its event-time column gives way to
+        ``window_start``, ``window_end`` (last).
+
+        >>> JoinWindow(duration="10 seconds").side_columns(["k", "ts", "v"], "ts")
+        ('k', 'v', 'window_start', 'window_end')
+        """
+        return (*(c for c in data_columns if c != event_time), "window_start", "window_end")
+
+    @model_validator(mode="after")
+    def _check(self) -> JoinWindow:
+        _check_spans(**{"window.duration": self.duration})
+        if self.duration.us <= 0 or self.duration.has_months:
+            raise ValueError("window.duration must be positive, without months or years")
+        return self
+
+
 class JoinQuery(_Model):
     kind: Literal["join"]
     type: Literal["inner", "left_outer", "right_outer", "full_outer", "left_semi"] = "inner"
@@ -287,6 +312,7 @@ class JoinQuery(_Model):
     right: str
     keys: tuple[Identifier, ...]
     time_range: TimeRange | None = None
+    window: JoinWindow | None = None
 
     @model_validator(mode="after")
     def _check(self) -> JoinQuery:
@@ -294,6 +320,10 @@ class JoinQuery(_Model):
             raise ValueError("left and right must be different sources")
         if not self.keys:
             raise ValueError("a join needs at least one equi-join key")
+        if self.window is not None and self.time_range is not None:
+            raise ValueError("time_range with window: the window replaces each side's event-"
+                             "time column (Spark allows one event-time column per side), so "
+                             "no time range can be written on it; give one of the two")
         return self
 
 
@@ -878,7 +908,7 @@ def _check_query_for_candidate(spec: BacktestSpec, cname: str) -> None:
             spec.same_column(k, spec.sources[q.left].event_time) and q.left in wm
             or spec.same_column(k, spec.sources[q.right].event_time) and q.right in wm
             for k in q.keys
-        )
+        ) or (q.window is not None and (q.left in wm or q.right in wm))  # (a window key)
         need = {"left_outer": left_bounded, "left_semi": left_bounded,
                 "right_outer": right_bounded, "full_outer": left_bounded or right_bounded}
         if q.type in need and not (need[q.type] or keyed):

@@ -105,9 +105,10 @@ def test_profile_predicts_the_release(tmp_path, release):
     assert (apart > 0) == differs, f"{apart} scenarios differ from the 4.0 profile"
 
 
-# the left semi rows Spark's suite expects (key, seconds)
+# the left semi rows Spark's suite expects (key, seconds: the left time, or the window end)
 SUITE_LEFT_SEMI = {"range": [(1, 5.0), (1, 7.0)],
-                   "self": [(i, float(i)) for i in (2, 4, 6, 8, 10, 12, 14)]}
+                   "self": [(i, float(i)) for i in (2, 4, 6, 8, 10, 12, 14)],
+                   "window": [(3, 10.0), (4, 10.0), (5, 10.0), (22, 30.0)]}
 
 
 @pytest.mark.parametrize("release", [
@@ -115,8 +116,9 @@ SUITE_LEFT_SEMI = {"range": [(1, 5.0), (1, 7.0)],
     pytest.param("4.0.5", marks=pytest.mark.skipif(not SOAK, reason="--soak only")),
     pytest.param("4.1.4", marks=pytest.mark.skipif(not SOAK, reason="--soak only"))])
 def test_spark_suite_scenarios(tmp_path, release):
-    """Spark's own join scenarios (StreamingJoinSuite's left semi and outer suites;
-    tests/profile_scenarios.py SPARK_SUITE) in every join type: the release's profile
+    """Spark's own join scenarios (StreamingJoinSuite's left semi and outer suites, a range
+    condition, a self join and a window key; tests/profile_scenarios.py SPARK_SUITE) in every
+    join type: the release's profile
     predicts what that pyspark reports, batch by batch and row by row; the left semi rows are
     the suite's; on 4.3.0 the ``4.0`` profile misses every left semi and outer scenario (state
     rows, rows removed), on 4.0.5 none."""
@@ -130,8 +132,9 @@ def test_spark_suite_scenarios(tmp_path, release):
     assert not failures, f"profile {profile_name(ran)} vs pyspark {ran}:\n" + "\n".join(failures)
     for name in SPARK_SUITE:
         _, outputs = load(dirs[(name, "left_semi")])
+        time = outputs["left_window_end" if name == "window" else "left_ts"]
         got = sorted((int(k), t.timestamp())
-                     for k, t in zip(outputs["left_k"], outputs["left_ts"], strict=True))
+                     for k, t in zip(outputs["left_k"], time, strict=True))
         assert got == SUITE_LEFT_SEMI[name], name
     apart = {d.name for d in dirs.values() if _diffs(d, "4.0", True)}
     # 4.2: left semi state (SPARK-55973) and the outer joins' removal counts; inner: none

@@ -79,6 +79,7 @@ from semantics.operators.join_frames import (
 )
 from semantics.operators.join_store import Gone, Run, SideRows, SideStore, SideWork
 from semantics.operators.join_watermarks import JoinEvictionPlan, derive_plan
+from semantics.operators.join_window import WINDOW_END, WINDOW_START, window_end_us, windowed_sides
 from semantics.parallel import map_parts
 from semantics.profiles import SparkProfile
 from semantics.report import OPERATOR_NAMES, output_columns
@@ -201,10 +202,13 @@ class JoinOperator:
         self.watermarked = frozenset(s for s in (q.left, q.right) if s in delays)
         self.plan: JoinEvictionPlan = derive_plan(q, schedule.event_time, self.watermarked)
         self.condition = TimeCondition.of(q)
-        self.left = SideLayout.build(q.left, schedule.rows[q.left], schedule.data_columns[q.left],
-                                     q.keys, self.plan.left.column)
-        self.right = SideLayout.build(q.right, schedule.rows[q.right],
-                                      schedule.data_columns[q.right], q.keys,
+        rows, data_columns, keys = schedule.rows, schedule.data_columns, q.keys
+        if q.window is not None:  # (each side's window in place of its event time)
+            rows, data_columns = windowed_sides(q, rows, data_columns, schedule.event_time)
+            keys = (*keys, WINDOW_START)
+        self.left = SideLayout.build(q.left, rows[q.left], data_columns[q.left], keys,
+                                     self.plan.left.column)
+        self.right = SideLayout.build(q.right, rows[q.right], data_columns[q.right], keys,
                                       self.plan.right.column)
         clash = set(self.left.columns) & set(self.right.columns)
         if clash:
@@ -214,14 +218,17 @@ class JoinOperator:
         self.explain = explain  # False: no fate rows (faster on large inputs)
         # the Spark release's rule switches (semantics.profiles; default: the installed pyspark)
         self.profile: SparkProfile = settings.profile
-        frames = {role: layout.prepare(schedule.rows[src])
+        frames = {role: layout.prepare(rows[src])
                   for role, layout, src in (("left", self.left, q.left),
                                             ("right", self.right, q.right))}
         lcode, rcode, top = key_codes(frames["left"], self.left.keys, frames["right"],
                                       self.right.keys)
         self.n_codes = top + 1
         et = {"left": schedule.event_time_us(q.left), "right": schedule.event_time_us(q.right)}
-        self.event_us = et  # event times of every source row, µs
+        if q.window is not None:  # (the window end is what the late and state predicates see)
+            et = {"left": window_end_us(rows[q.left]), "right": window_end_us(rows[q.right])}
+        self.windowed = q.window is not None
+        self.event_us = et  # event times of every source row (window ends), µs
         # (each side's lowest and highest event time, read once)
         bounds = {role: min_max(t) for role, t in et.items() if len(t)}
         # sorted state (one slice per row's matches) unless packed keys could overflow
@@ -240,8 +247,9 @@ class JoinOperator:
                 dropped = dropped if dropped.any() else None
                 never = never if never is not None and never.any() else None
             src_name = layout.source
-            ev = layout.evict_values(schedule.rows[src_name], et[role]
-                                     if layout.evict_column == schedule.event_time[src_name]
+            ev = layout.evict_values(rows[src_name], et[role]
+                                     if layout.evict_column in (schedule.event_time[src_name],
+                                                                WINDOW_END)
                                      else None, bounds.get(role, (None,))[0])
             self.sources[role] = _Source(layout, f, f[layout.columns[0]].to_numpy(np.int64),
                                          code, ev, dropped, never)
@@ -622,7 +630,8 @@ class JoinOperator:
         n = len(batch.event_us[layout.source])
         off = batch.offsets[layout.source]
         pos = np.arange(off, off + n, dtype=np.int64)
-        et = np.asarray(batch.event_us[layout.source], dtype=np.int64)
+        et = np.asarray(batch.event_us[layout.source], dtype=np.int64) if not self.windowed \
+            else self.event_us[role][off:off + n]  # (a window key: its end, join_window)
         for mask, fate, detail in (
                 (src.dropped, "null_key", "a join key is null: filtered before the join "
                  "(isnotnull inferred by Spark's optimizer); not counted as late"),
@@ -644,8 +653,9 @@ class JoinOperator:
             dropped = int(late.sum())
             if dropped:
                 if self.explain:
-                    fates.append(F.late(src.row_id[pos[late]], f"{layout.source} event time",
-                                        et[late], late_wm))
+                    what = f"{layout.source} window end" if self.windowed \
+                        else f"{layout.source} event time"
+                    fates.append(F.late(src.row_id[pos[late]], what, et[late], late_wm))
                 pos, et = pos[~late], et[~late]
         if self.packing is None:
             comp = _EMPTY if not len(pos) else np.zeros(len(pos), dtype=np.int64)

@@ -22,6 +22,10 @@ Mirrors ``StreamingSymmetricHashJoinHelper.getStateWatermarkPredicates`` and
   - right (from ``left.t <= right.t + upper``): ``trunc(W − upper) − 1`` (strict: no −1).
 
   The other conjunct yields nothing for that side (its time term is not negated).
+* **Window key** (``window: {duration: d}``, :mod:`join_window`): the window column of each
+  side carries the watermark metadata, so the key rule applies to both sides with the window's
+  ``end`` compared (``window.end <= W``), on a side with or without a watermark, as long as
+  one side has one.
 * Values are **not** clamped at 0 (``W = 0`` gives negative state watermarks that evict nothing).
 * A side with neither rule never evicts. A left-outer join whose left side has no watermark
   therefore never emits null rows, even though Spark's checker accepts it.
@@ -108,6 +112,11 @@ def derive_plan(query: JoinQuery, event_time: Mapping[str, str],
     column only when the source is in ``watermarked``).
     """
     left, right = query.left, query.right
+    if query.window is not None:  # (the window key carries the watermark: join_window)
+        if left not in watermarked and right not in watermarked:
+            return JoinEvictionPlan(SideEviction(None), SideEviction(None))
+        both = SideEviction("key", "window_end")
+        return JoinEvictionPlan(both, both)
     key_col = _watermarked_key(query, event_time, watermarked)
     if key_col is not None:
         both = SideEviction("key", key_col)

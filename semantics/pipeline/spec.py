@@ -29,6 +29,7 @@ from semantics.spec import (
     DurationField,
     Identifier,
     JoinQuery,
+    JoinWindow,
     TimeRange,
     WindowSpec,
 )
@@ -66,6 +67,7 @@ class JoinArgs(_Model):
     right: Identifier
     keys: tuple[Identifier, ...] = Field(min_length=1)
     time_range: TimeRange | None = None
+    window: JoinWindow | None = None
 
     @property
     def query(self) -> JoinQuery:
@@ -279,6 +281,10 @@ def check_pipeline(spec: BacktestSpec) -> None:
         raise SpecError(spec.path, "query.pipeline[0]", "a first stage {source: name} or "
                         "{union: [names]}: the spec defines several sources "
                         f"({', '.join(spec.sources)})")
+    if q.join is not None and q.join.window is not None:
+        raise SpecError(spec.path, "query.pipeline[0].join.window", "kind: join for a join on "
+                        "a window key (after it in a pipeline, the window struct is the only "
+                        "event-time column: stages over it are not modelled yet)")
     if spec.replay.restarts:
         raise SpecError(spec.path, "replay.restarts", "no restarts for a pipeline (what a "
                         "restart restores for several operators is not modelled yet)")

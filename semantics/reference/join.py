@@ -23,6 +23,14 @@ Per batch:
    outer the left side, full outer nothing; ``numRowsTotal`` is both sides' rows after it,
    ``numRowsUpdated`` the rows stored this batch.
 
+Window key (``window: {duration: d}``): each side joins on ``keys`` + ``window(t, d)``, the
+window in place of its event-time column (Spark allows one event-time column per side, and the
+window carries the watermark metadata). Then the state predicate is on the key, for both
+sides, whatever the join type (``JoinStateKeyWatermarkPredicate``, the state watermark being
+``W`` itself): a buffered row leaves when its ``window.end <= W · 1000``; a row of a
+watermarked side is late when ``window.end <= late · 1000`` (the window is that side's event-
+time column).
+
 Not modelled here: a join key that is an event-time column (key-based state watermarks).
 """
 
@@ -30,6 +38,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+import pandas as pd
 
 from semantics.config import resolve
 from semantics.reference.batches import EVENT_US, Metrics, ReferenceRun, Row, norm, plan
@@ -49,6 +59,7 @@ def trunc_ms(us: int) -> int:
 
 
 JoinState = dict[str, list[list]]  # side -> [row, matched] entries
+WINDOW_START, WINDOW_END = "window_start", "window_end"  # a window key's columns
 
 
 @dataclass(frozen=True)
@@ -60,10 +71,14 @@ class JoinRules:
     src: Mapping[str, str]
     columns: Mapping[str, tuple[str, ...]]
     bounds: Mapping[str, tuple[int, bool] | None]
+    # a window key: the sides with a watermark (the key predicate needs one of them)
+    window_watermarked: tuple[str, ...] = ()
 
     def threshold(self, side: str, w_ms: int | None) -> int | None:
         """The side's state watermark (ms) under watermark ``w_ms``: ``trunc(W + c) − 1``
-        (no −1 when strict), or None."""
+        (no −1 when strict), or None; a window key: ``W`` on both sides."""
+        if self.q.window is not None:
+            return w_ms if self.window_watermarked else None
         b = self.bounds[side]
         if b is None or w_ms is None:
             return None
@@ -81,9 +96,16 @@ class JoinRules:
         return side not in NOT_NULL[self.q.type] or all(
             norm(r[k]) is not None for k in self.q.keys)
 
+    def time_us(self, r: Row) -> int:
+        """What the late and state predicates compare: the event time, or the window end."""
+        if self.q.window is not None:
+            return int(r[WINDOW_END].value // 1000)  # type: ignore[union-attr]
+        return int(r[EVENT_US])  # type: ignore[call-overload]
+
     def pairs(self, left: Row, right: Row) -> bool:
         q, tr = self.q, self.q.time_range
-        if tuple(norm(left[k]) for k in q.keys) != tuple(norm(right[k]) for k in q.keys):
+        keys = (*q.keys, WINDOW_START) if q.window is not None else q.keys
+        if tuple(norm(left[k]) for k in keys) != tuple(norm(right[k]) for k in keys):
             return False
         d = int(left[EVENT_US]) - int(right[EVENT_US])  # type: ignore[call-overload]
         return tr is None or (
@@ -111,8 +133,12 @@ def join_rules(spec: BacktestSpec, schedule: Schedule, q: JoinQuery,
         bounds["left"] = (tr.lower.us, not tr.lower_inclusive)
     if both and tr.upper is not None:
         bounds["right"] = (-tr.upper.us, not tr.upper_inclusive)
-    return JoinRules(q, src, {side: schedule.data_columns[s] for side, s in src.items()},
-                     bounds)
+    columns = {side: schedule.data_columns[s] for side, s in src.items()}
+    if q.window is not None:
+        columns = {side: q.window.side_columns(c, schedule.event_time[src[side]])
+                   for side, c in columns.items()}
+    return JoinRules(q, src, columns, bounds,
+                     tuple(side for side, s in src.items() if s in delays and q.window))
 
 
 def join_step(j: JoinRules, watermarked: Mapping[str, bool], state: JoinState,
@@ -129,7 +155,7 @@ def join_step(j: JoinRules, watermarked: Mapping[str, bool], state: JoinState,
     for side in ("left", "right"):
         kept = [r for r in rows[side] if j.keyed(side, r)]
         if watermarked[side] and late_ms is not None:
-            on_time = [r for r in kept if int(r[EVENT_US]) > late_ms * 1000]  # type: ignore
+            on_time = [r for r in kept if j.time_us(r) > late_ms * 1000]
             dropped += len(kept) - len(on_time)
             kept = on_time
         arriving[side] = kept
@@ -152,7 +178,7 @@ def join_step(j: JoinRules, watermarked: Mapping[str, bool], state: JoinState,
                 continue
             matched = e[1] = True
             emitted.append(j.out(e[0], None if q.type == "left_semi" else rr))
-        covered = thr["right"] is not None and int(rr[EVENT_US]) <= thr["right"] * 1000
+        covered = thr["right"] is not None and j.time_us(rr) <= thr["right"] * 1000
         if not covered or (not matched and "right" in OUTER.get(q.type, ())):
             state["right"].append([rr, matched])
             stored += 1
@@ -161,8 +187,8 @@ def join_step(j: JoinRules, watermarked: Mapping[str, bool], state: JoinState,
         t = thr[side]
         if t is None:
             continue
-        gone = [e for e in state[side] if int(e[0][EVENT_US]) <= t * 1000]
-        state[side] = [e for e in state[side] if int(e[0][EVENT_US]) > t * 1000]
+        gone = [e for e in state[side] if j.time_us(e[0]) <= t * 1000]
+        state[side] = [e for e in state[side] if j.time_us(e[0]) > t * 1000]
         if side in OUTER.get(q.type, ()):
             emitted += [j.out(e[0], None) if side == "left" else j.out(None, e[0])
                         for e in gone if not e[1]]
@@ -183,16 +209,29 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> ReferenceRun:
     def reaches(source: str, r: Row) -> bool:
         return rules.keyed("left" if source == q.left else "right", r)
 
-    bounded = (rules.bounds["left"] or rules.bounds["right"]) is not None
+    bounded = (rules.bounds["left"] or rules.bounds["right"]) is not None \
+        or bool(rules.window_watermarked)
     batches = plan(schedule, spec, candidate,
                    lambda new, last: bounded and last is not None and new > last, reaches)
     state: JoinState = {"left": [], "right": []}
     metrics, outputs = [], []
     watermarked = {side: s in wm for side, s in src.items()}
     for b in batches:
-        state, emitted, m = join_step(rules, watermarked, state,
-                                      {side: b.rows[s] for side, s in src.items()},
-                                      b.late_ms, b.evict_ms)
+        rows = {side: b.rows[s] for side, s in src.items()}
+        if q.window is not None:
+            rows = {side: [windowed(r, q.window.duration.us) for r in rs]
+                    for side, rs in rows.items()}
+        state, emitted, m = join_step(rules, watermarked, state, rows, b.late_ms, b.evict_ms)
         outputs += [(b.batch_id, r) for r in emitted]
         metrics.append(m)
     return ReferenceRun(batches, metrics, outputs)
+
+
+def windowed(r: Row, duration_us: int) -> Row:
+    """A row with its tumbling window (``window_start``/``window_end`` timestamps):
+    ``start = t − (t mod d)``, a floor also before the epoch (event times are never NULL:
+    ``semantics.history`` refuses them)."""
+    t = int(r[EVENT_US])  # type: ignore[call-overload]
+    start = t - t % duration_us
+    return {**r, WINDOW_START: pd.Timestamp(start * 1000, tz="UTC"),
+            WINDOW_END: pd.Timestamp((start + duration_us) * 1000, tz="UTC")}
