@@ -119,28 +119,38 @@ def single_case(kind: str, seed: int) -> tuple[Schedule, BacktestSpec] | None:
     return schedule_of(single_rows(r), pace), spec
 
 
+def two_sides(r: np.random.Generator, rows: int, earliest_s: int
+              ) -> dict[str, pd.DataFrame]:
+    """Arrivals of sources ``l`` and ``r`` (columns k, ts, v): 2-8 ticks of 0..``rows``-1 rows
+    a side arriving together, NULL keys among 0-2, event times ``earliest_s``..3 s around
+    the tick's (a half second now and then)."""
+    recs: dict[str, list[dict]] = {"l": [], "r": []}
+    rid = 0
+    for i in range(int(r.integers(2, 9))):
+        for side in ("l", "r"):
+            for _ in range(int(r.integers(0, rows))):
+                k = None if r.random() < 0.08 else int(r.integers(0, 3))
+                t_ms = 2000 * i + int(r.integers(earliest_s, 4)) * 1000 + \
+                    int(r.choice([0, 0, 500]))
+                recs[side].append({"row_id": rid, ARRIVAL_MS: 1000 * i, VERSION: i, "k": k,
+                                   "ts": t_ms * 1000, "v": int(r.integers(0, 9))})
+                rid += 1
+    arrivals = {}
+    for side, recs_ in recs.items():
+        df = pd.DataFrame(recs_, columns=["row_id", ARRIVAL_MS, VERSION, "k", "ts", "v"]).astype(
+            {"row_id": "int64", ARRIVAL_MS: "int64", VERSION: "int64", "k": "Int64",
+             "ts": "int64", "v": "int64"})
+        df["ts"] = pd.to_datetime(df["ts"], unit="us", utc=True).astype("datetime64[us, UTC]")
+        arrivals[side] = df
+    return arrivals
+
+
 def join_case(seed: int) -> tuple[Schedule, BacktestSpec] | None:
     """A random join of sources ``l`` and ``r`` (columns k, ts, v): every type, either bound
     open, strict or inclusive, NULL keys, a side without a watermark, both policies; 2-8 ticks
     of 0-6 rows a side arriving together. None when the spec is one Spark rejects."""
     r = np.random.default_rng(seed)
-    recs: dict[str, list[dict]] = {"l": [], "r": []}
-    rid = 0
-    for i in range(int(r.integers(2, 9))):
-        for side in ("l", "r"):
-            for _ in range(int(r.integers(0, 7))):
-                k = None if r.random() < 0.08 else int(r.integers(0, 3))
-                t_ms = 2000 * i + int(r.integers(-6, 4)) * 1000 + int(r.choice([0, 0, 500]))
-                recs[side].append({"row_id": rid, ARRIVAL_MS: 1000 * i, VERSION: i, "k": k,
-                                   "ts": t_ms * 1000, "v": int(r.integers(0, 9))})
-                rid += 1
-    arrivals = {}
-    for side, rows in recs.items():
-        df = pd.DataFrame(rows, columns=["row_id", ARRIVAL_MS, VERSION, "k", "ts", "v"]).astype(
-            {"row_id": "int64", ARRIVAL_MS: "int64", VERSION: "int64", "k": "Int64",
-             "ts": "int64", "v": "int64"})
-        df["ts"] = pd.to_datetime(df["ts"], unit="us", utc=True).astype("datetime64[us, UTC]")
-        arrivals[side] = df
+    arrivals = two_sides(r, rows=7, earliest_s=-6)
     lower, upper = [(None, "3 seconds"), ("-5 seconds", None), ("-5 seconds", "3 seconds"),
                     ("0 seconds", "0 seconds"), ("-8 seconds", "-2 seconds")][seed % 5]
     tr: dict = {"lower_inclusive": bool(r.random() < 0.5),

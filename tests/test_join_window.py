@@ -6,14 +6,13 @@ tests/test_join_window_spark.py."""
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from semantics.errors import SpecError
 from semantics.report import output_columns
-from semantics.schedule import ARRIVAL_MS, VERSION, Schedule, cut
+from semantics.schedule import Schedule, cut
 from semantics.spec import BacktestSpec, parse_spec
-from tests.reference_kit import TYPES
+from tests.reference_kit import TYPES, two_sides
 from tests.test_reference_paths import check
 
 CASES = 60
@@ -24,23 +23,7 @@ def window_case(seed: int) -> tuple[Schedule, BacktestSpec] | None:
     a side without a watermark, both policies and paces, rows before the epoch, windows of
     2-10 seconds; None when Spark would reject the spec."""
     r = np.random.default_rng(10_000 + seed)
-    recs: dict[str, list[dict]] = {"l": [], "r": []}
-    rid = 0
-    for i in range(int(r.integers(2, 9))):
-        for side in ("l", "r"):
-            for _ in range(int(r.integers(0, 6))):
-                k = None if r.random() < 0.08 else int(r.integers(0, 3))
-                t_ms = 2000 * i + int(r.integers(-7, 4)) * 1000 + int(r.choice([0, 0, 500]))
-                recs[side].append({"row_id": rid, ARRIVAL_MS: 1000 * i, VERSION: i, "k": k,
-                                   "ts": t_ms * 1000, "v": int(r.integers(0, 9))})
-                rid += 1
-    arrivals = {}
-    for side, rows in recs.items():
-        df = pd.DataFrame(rows, columns=["row_id", ARRIVAL_MS, VERSION, "k", "ts", "v"]).astype(
-            {"row_id": "int64", ARRIVAL_MS: "int64", VERSION: "int64", "k": "Int64",
-             "ts": "int64", "v": "int64"})
-        df["ts"] = pd.to_datetime(df["ts"], unit="us", utc=True).astype("datetime64[us, UTC]")
-        arrivals[side] = df
+    arrivals = two_sides(r, rows=6, earliest_s=-7)
     delays = [None, "0 seconds", "2 seconds", "5 seconds"]
     wm = {s: d for s in ("l", "r") if (d := delays[int(r.integers(0, 4))]) is not None}
     try:
