@@ -24,7 +24,7 @@ operator kind (state in, state out, one batch), the operators chained within eac
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -364,11 +364,7 @@ def stateless_step(spec: BacktestSpec, stage: FilterStage | SelectStage,
             for o, row in zip(out, rows, strict=True):
                 o[new] = row[old]
             continue
-        try:
-            arr = evaluate_expression(text, table, spec.session_time_zone, spec.case_sensitive)
-        except PredicateError as exc:
-            raise SpecError(spec.path, f"{at}.select.{new}", f"a Spark SQL value expression "
-                            f"over {', '.join(columns)} ({exc})") from None
+        arr = _value(spec, text, table, f"{at}.select.{new}", columns)
         values = arr.to_pylist()
         renamed[new] = arr.type
         if pa.types.is_timestamp(arr.type):
@@ -504,6 +500,17 @@ def stateless_views(spec: BacktestSpec, schedule: Schedule, stages: tuple
     return out
 
 
+def _value(spec: BacktestSpec, text: str, table: pa.Table, field: str,
+           columns: Iterable[str]) -> pa.Array:
+    """A select's value ``text`` over ``table`` (Spark's ``F.expr(text)``); an expression
+    the evaluator refuses is an error naming ``field``."""
+    try:
+        return evaluate_expression(text, table, spec.session_time_zone, spec.case_sensitive)
+    except PredicateError as exc:
+        raise SpecError(spec.path, field, f"a Spark SQL value expression over "
+                        f"{', '.join(columns)} ({exc})") from None
+
+
 def _select(spec: BacktestSpec, stage: SelectStage, view: pd.DataFrame,
             origin: Mapping[str, str | None], at: str
             ) -> tuple[pd.DataFrame, dict[str, str | None]]:
@@ -517,11 +524,7 @@ def _select(spec: BacktestSpec, stage: SelectStage, view: pd.DataFrame,
         if old is not None:
             out[new], names[new] = view[old], origin[old]
             continue
-        try:
-            arr = evaluate_expression(text, table, spec.session_time_zone, spec.case_sensitive)
-        except PredicateError as exc:
-            raise SpecError(spec.path, f"{at}.{new}", f"a Spark SQL value expression over "
-                            f"{', '.join(view.columns)} ({exc})") from None
+        arr = _value(spec, text, table, f"{at}.{new}", view.columns)
         out[new] = arr.to_pandas().set_axis(view.index)
         names[new] = None
     return pd.DataFrame(out, index=view.index), names
