@@ -161,7 +161,8 @@ def lower(spec: BacktestSpec, spark: SparkSession | None = None) -> Lowered:
         _, out_names = flat_columns(df)
         from jobs.pyspark_pipeline import is_chain
 
-        if is_chain(plan):  # (several operators or a union: jobs.pyspark_pipeline)
+        # (several operators, a union or a dynamic session gap: jobs.pyspark_pipeline)
+        if is_chain(plan) or any(w.session and w.duration == "<dynamic>" for w in rec.windows):
             return _lowered_chain(spark, spec, q, plan, ids, rec, tuple(out_names), planning_s)
         lowered = _lower_plan(spec, q, plan, ids, rec, tuple(out_names), planning_s)
         if lowered.watermark_column is None:
