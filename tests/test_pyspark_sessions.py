@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from jobs.cli import main
+from semantics.report import EXACT_COLUMNS
 from tests.test_pyspark_query import backtest, make, make_two
 
 JOB = '''
@@ -46,28 +47,25 @@ def _make(tmp: Path, function: str, candidates: dict | None = None, two: bool = 
 
 
 def test_dynamic_gap_session_with_a_delay_override(tmp_path: Path, spark) -> None:
-    cands = {"as_written": {}, "tight": {"watermark": {"ts": "1 second"}}}
-    code, tight = backtest(_make(tmp_path, "dynamic", cands), tmp_path, spark)
+    cands = {"as_written": {}, "loose": {"watermark": {"ts": "30 seconds"}}}
+    code, loose = backtest(_make(tmp_path, "dynamic", cands), tmp_path, spark)
     (stage,) = code.predicted.info["lowered_to"]["pipeline"][1:]
     gap = stage["aggregate"]["session"]["gap_expression"]
     assert gap.startswith("CASE WHEN (k = CAST(1 AS BIGINT)) THEN '5 seconds'")
     assert "THEN CAST(NULL AS STRING)" in gap
     assert list(code.actual.outputs.columns) == ["batch_id", "session_window_start",
                                                   "session_window_end", "k", "n", "total"]
-    for c in (code, tight):
+    for c in (code, loose):
         out = c.actual.outputs
         # the rows whose gap is '0 seconds' (k = 2) or NULL (k = 5) never reach the operator
         assert not set(out["k"]) & {2, 5} and len(out) > 0
         p, a = c.predicted.batches, c.actual.batches
-        for col in ("watermark_ms", "late_rows", "state_rows_total", "state_rows_updated",
-                    "state_rows_removed", "output_rows"):
-            if col in a.columns:
-                assert p[col].tolist() == a[col].tolist(), (c.name, col)
-    # k = 1 at 3 s and 12 s: one session of 5 s gaps would not join them; the two candidates'
-    # watermarks differ, and with them what is late
-    assert code.actual.batches["watermark_ms"].tolist() != \
-        tight.actual.batches["watermark_ms"].tolist()
-    assert code.actual.outputs["n"].sum() != tight.actual.outputs["n"].sum()
+        for col in EXACT_COLUMNS:
+            assert p[col].tolist() == a[col].tolist(), (c.name, col)
+    # as written (5 s) k = 1 at 3 s and at 12 s are late; with 30 s they are not, and 12 s
+    # (gap 5 s) merges with 15 s into one session
+    assert code.actual.batches["dropped_by_watermark"].sum() > loose.actual.batches["dropped_by_watermark"].sum()
+    assert code.actual.outputs["n"].sum() < loose.actual.outputs["n"].sum()
 
 
 def test_dedup_then_dynamic_gap_session(tmp_path: Path, spark) -> None:
