@@ -1,4 +1,5 @@
-"""A PySpark plan with several stateful operators or a union of sources, lowered onto the
+"""A PySpark plan with several stateful operators, a union of sources or a session window
+with a dynamic gap (its ``gap_expression``: :func:`_session`), lowered onto the
 pipeline model (``semantics.pipeline``; SPEC.md §1.1–§1.2, docs/semantics.md §13–§14).
 
 The plan is read top down along its spine: stateless nodes above the last stateful operator,
