@@ -32,6 +32,11 @@ def dedup_dynamic(sources):
     return df.groupBy("k", F.session_window("ts", GAP)).count()
 
 
+def dedup_static(sources):
+    df = sources["clicks"].withWatermark("ts", "5 seconds").dropDuplicates(["id", "ts"])
+    return df.groupBy("k", F.session_window("ts", "4 seconds")).agg(F.max("value").alias("m"))
+
+
 def join_dynamic(sources):
     c = sources["clicks"].withWatermark("ts", "10 seconds")
     v = sources["views"].withWatermark("vts", "5 seconds")
@@ -76,6 +81,15 @@ def test_dedup_then_dynamic_gap_session(tmp_path: Path, spark) -> None:
     assert set(c.actual.batches["operator"]) == {"dedupe", "sessionWindowStateStoreSaveExec"}
     assert list(c.actual.outputs.columns) == ["batch_id", "k", "session_window_start",
                                                "session_window_end", "count"]
+    assert len(c.actual.outputs) > 0
+
+
+def test_dedup_then_static_gap_session(tmp_path: Path, spark) -> None:
+    (c,) = backtest(_make(tmp_path, "dedup_static"), tmp_path, spark)
+    stage = c.predicted.info["lowered_to"]["pipeline"][-1]["aggregate"]
+    assert stage["session"]["gap"] == "4 seconds" and stage["keys"] == ["k"]
+    assert list(c.actual.outputs.columns) == ["batch_id", "k", "session_window_start",
+                                               "session_window_end", "m"]
     assert len(c.actual.outputs) > 0
 
 
