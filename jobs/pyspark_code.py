@@ -36,6 +36,9 @@ class WindowCall:
     slide: str | None
     start: str | None
     session: bool = False
+    # a dynamic session gap (``duration == "<dynamic>"``): the Column as Spark prints it, for
+    # messages; the planner reads the resolved expression from the plan (docs/semantics.md §14)
+    gap_text: str | None = None
 
 
 @dataclass
@@ -77,7 +80,9 @@ def _recording(frame_class: type, delays: Mapping[str, str]) -> Iterator[Recorde
     def session_window(timeColumn: Column | str, gapDuration: Column | str) -> Column:
         if _ACTIVE:
             gap = gapDuration if isinstance(gapDuration, str) else "<dynamic>"
-            _ACTIVE[-1].windows.append(WindowCall(_name(timeColumn), gap, None, None, True))
+            text = None if isinstance(gapDuration, str) else str(gapDuration._jc.toString())
+            _ACTIVE[-1].windows.append(WindowCall(_name(timeColumn), gap, None, None, True,
+                                                  text))
         return orig_session(timeColumn, gapDuration)
 
     with _LOCK:

@@ -1,4 +1,5 @@
-"""A PySpark plan with several stateful operators or a union of sources, lowered onto the
+"""A PySpark plan with several stateful operators, a union of sources or a session window
+with a dynamic gap (its ``gap_expression``: :func:`_session`), lowered onto the
 pipeline model (``semantics.pipeline``; SPEC.md §1.1–§1.2, docs/semantics.md §13–§14).
 
 The plan is read top down along its spine: stateless nodes above the last stateful operator,
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -75,6 +77,7 @@ from semantics.pipeline.spec import (
     PipelineQuery,
     PipelineWindow,
     SelectStage,
+    SessionArgs,
     SourceStage,
     UnionStage,
     check_pipeline,
@@ -106,6 +109,7 @@ class _Cols:
     windows: set[int] = field(default_factory=set)
     event_time: str | None = None
     window_names: set[str] = field(default_factory=set)  # the code's names of ``windows``
+    struct: str = "window"  # the pipeline's columns of ``windows``: window_* or session_*
 
 
 @dataclass(frozen=True)
@@ -212,8 +216,8 @@ def lower_chain(spec: BacktestSpec, q: PySparkQuery, plan: object, ids: dict[str
     for a in _seq(spine[tops[0]].output()):  # type: ignore[attr-defined]
         i = _id(a)
         if i in cols.windows:
-            outs.append((str(a.name()), "named_struct('start', `window_start`, 'end', "  # type: ignore
-                         "`window_end`)"))
+            outs.append((str(a.name()), f"named_struct('start', `{cols.struct}_start`, "  # type: ignore
+                         f"'end', `{cols.struct}_end`)"))
         else:
             outs.append((str(a.name()), f"CAST(`{cols.names[i]}` AS "  # type: ignore
                          f"{a.dataType().sql()})"))  # type: ignore[attr-defined]
@@ -392,6 +396,7 @@ def _aggregate(spec: BacktestSpec, node: object, cols: _Cols, windows: list[Wind
     the grouping expressions that are not columns (hidden key name -> Spark SQL), which the
     caller computes before the stage (``at_input``: Spark does, any deterministic one)."""
     window: PipelineWindow | None = None
+    session: SessionArgs | None = None
     keys: list[str] = []
     key_ids: set[int] = set()
     win_id: int | None = None
@@ -409,9 +414,13 @@ def _aggregate(spec: BacktestSpec, node: object, cols: _Cols, windows: list[Wind
             keys.append(key)
             continue
         if g.dataType().typeName() == "struct" and "start" in str(g.dataType().simpleString()):  # type: ignore
-            if not windows or windows[0].session:
-                raise _refuse(spec, node, "a window the predictor reads in a chain (tumbling "
-                              "or sliding F.window calls, in order; no session windows)")
+            if windows and windows[0].session:
+                session = _session(spec, node, cols, windows.pop(0), g, later)
+                win_id = _id(g)
+                continue
+            if not windows:
+                raise _refuse(spec, node, "a window the predictor reads in a chain (tumbling, "
+                              "sliding or session F.window calls, in order)")
             w = windows.pop(0)
             # (a window over the previous window struct reads its window_time, as Spark)
             if w.column not in (cols.event_time, WINDOW_TIME, *cols.window_names) and \
@@ -469,8 +478,55 @@ def _aggregate(spec: BacktestSpec, node: object, cols: _Cols, windows: list[Wind
     cols.names = outs
     cols.windows, cols.window_names = out_windows, window_names
     cols.event_time = WINDOW_TIME if window is not None and later else None
-    return AggregateStage(aggregate=AggregateArgs(window=window, keys=tuple(keys),
-                                                  aggregates=aggs)), computed
+    cols.struct = "session" if session is not None else "window"
+    try:
+        args = AggregateArgs(window=window, session=session, keys=tuple(keys), aggregates=aggs)
+    except ValidationError as exc:
+        raise _refuse(spec, node, f"an aggregation the pipeline models "
+                      f"({exc.errors()[0]['msg']})") from None
+    return AggregateStage(aggregate=args), computed
+
+
+def _session(spec: BacktestSpec, node: object, cols: _Cols, w: WindowCall, g: object,
+             later: bool) -> SessionArgs:
+    """``session_window(time, gap)`` in a pipeline (docs/semantics.md §13.5, §14): a static
+    gap as written; a dynamic one as the Spark SQL text of the resolved gap expression (the
+    ``cast(<gap> as interval)`` in the analyzer's window ``Project``), read by the pipeline
+    from columns it holds under the code's names. The last stateful operator only."""
+    if later:
+        raise _refuse(spec, node, "a session window before another stateful operator (the "
+                      "last stateful operator only)")
+    if w.column not in (cols.event_time, *cols.window_names) and not (
+            cols.event_time is not None and cols.event_time.endswith(f"_{w.column}")):
+        raise _refuse(spec, node, f"a session window over {w.column!r}, not the watermarked "
+                      f"column {cols.event_time!r}")
+    if w.duration != "<dynamic>":
+        return SessionArgs(gap=Duration.parse(w.duration))
+    gap = _session_gap(node, _id(g))
+    if gap is None:
+        raise _refuse(spec, node, f"a dynamic session gap {w.gap_text} the predictor reads "
+                      "(a cast to interval in the window's Project)")
+    return SessionArgs(gap_expression=_expression_sql(spec, node, cols, gap))
+
+
+def _session_gap(node: object, struct_id: int) -> object | None:
+    """The gap expression below ``node``: the child of the ``Cast`` to an interval inside
+    the window ``Project``'s alias that defines the session struct ``struct_id``."""
+    def casts(e: object) -> Iterator[object]:
+        if _cls(e) == "Cast" and str(e.dataType().typeName()) == "interval":  # type: ignore
+            yield e.child()  # type: ignore[attr-defined]
+            return
+        for c in _seq(e.children()):  # type: ignore[attr-defined]
+            yield from casts(c)
+
+    (child,) = _children(node)
+    while _is_window_node(child):
+        if _node(child) == "Project":
+            for e in _seq(child.projectList()):  # type: ignore[attr-defined]
+                if _cls(e) == "Alias" and _id(e) == struct_id:
+                    return next(casts(e), None)
+        (child,) = _children(child)
+    return None
 
 
 def _expression_sql(spec: BacktestSpec, node: object, cols: _Cols, expr: object) -> str:

@@ -139,7 +139,11 @@ def _is_window_node(node: object) -> bool:
     if _node(node) in ("Project", "Expand") and "precisetimestampconversion" in own:
         return True
     kids = _children(node)
-    return _node(node) == "Filter" and own.lstrip("~").startswith("Filter isnotnull(") and \
+    # (a dynamic session gap adds ``AND (s.end > s.start)``: rows whose gap is NULL or not
+    # positive are dropped, which the pipeline's session stage does itself, §13.5)
+    own = own.lstrip("~")
+    session = own.startswith("Filter (isnotnull(") and own.endswith(".start))")
+    return _node(node) == "Filter" and (own.startswith("Filter isnotnull(") or session) and \
         len(kids) == 1 and _is_window_node(kids[0])
 
 

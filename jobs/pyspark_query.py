@@ -9,7 +9,8 @@
   the predictor models (``AggregationQuery`` with or without a window, ``SessionQuery``,
   ``DeduplicationQuery``, ``JoinQuery`` for a ``Join`` of two watermarked sources whose
   condition is equi keys and a time range).
-  Several stateful nodes or a union: ``jobs.pyspark_pipeline`` (a pipeline, §13).
+  Several stateful nodes, a union or a session window with a dynamic gap:
+  ``jobs.pyspark_pipeline`` (a pipeline, §13).
   What it cannot model is refused with the plan node named, before anything runs.
 * **Predict** (:func:`predict`): the stateless nodes below the stateful one are evaluated by
   Spark itself, over all of the schedule's rows in one batch query (they do not depend on batch
@@ -161,7 +162,8 @@ def lower(spec: BacktestSpec, spark: SparkSession | None = None) -> Lowered:
         _, out_names = flat_columns(df)
         from jobs.pyspark_pipeline import is_chain
 
-        if is_chain(plan):  # (several operators or a union: jobs.pyspark_pipeline)
+        # (several operators, a union or a dynamic session gap: jobs.pyspark_pipeline)
+        if is_chain(plan) or any(w.session and w.duration == "<dynamic>" for w in rec.windows):
             return _lowered_chain(spark, spec, q, plan, ids, rec, tuple(out_names), planning_s)
         lowered = _lower_plan(spec, q, plan, ids, rec, tuple(out_names), planning_s)
         if lowered.watermark_column is None:
@@ -331,9 +333,6 @@ def _kind(spec: BacktestSpec, q: PySparkQuery, op: object, source: str, wm_col: 
                 if et_col is None or w.column != et_col:
                     raise _refuse(spec, op, f"a window over {w.column!r}, not the watermarked "
                                   f"column {et_col!r}")
-                if w.session and w.duration == "<dynamic>":
-                    raise _refuse(spec, op, "a session window with a dynamic gap (not modelled "
-                                  "yet)")
                 if w.session:
                     session = w
                 else:
