@@ -33,7 +33,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-import numpy as np
 import pandas as pd
 from pydantic import ValidationError
 from pyspark.sql import SparkSession
@@ -59,9 +58,10 @@ from jobs.pyspark_plan import (
     _refuse,
     _seq,
     _side_below,
-    _side_rows,
     _step,
     _walk,
+    derived_schedule,
+    spark_counts,
 )
 from jobs.sink import spark_rows_frame
 from semantics.durations import Duration
@@ -643,38 +643,18 @@ def predict_chain(lowered: Lowered, schedule: Schedule, candidate: str, spark: S
     chain = lowered.chain
     assert chain is not None
     t0 = time.perf_counter()
-    rows: dict[str, pd.DataFrame] = {}
-    ets: dict[str, str] = {}
-    maxima: dict[str, dict[int, int]] = {}
-    for side in chain.sides:
-        rows[side.source], wm, ets[side.source] = _side_rows(spark, side, schedule)
-        if side.watermark_column:
-            maxima[side.source] = wm
-    derived = replace(schedule, rows=rows, event_time=ets, decimals={}, watermark_ms=maxima,
-                      data_columns={sd.source: sd.input_columns for sd in chain.sides})
+    derived, ets = derived_schedule(spark, chain.sides, schedule)
     std_spec = lowered.spec.model_copy(update={
         "sources": {**lowered.spec.sources, **{
             s: lowered.spec.sources[s].model_copy(update={"event_time": ets[s]})
-            for s in rows}}})
+            for s in ets}}})
     std_spec._output_columns = None
     std_spec._pyspark = None
     expressions_s = time.perf_counter() - t0
     pred = run_predict(derived, std_spec, candidate, explain=False)
     t1 = time.perf_counter()
     outputs = _outputs(spark, lowered, chain, pred.outputs)
-    batches = pred.batches.copy()
-    # Spark counts the rows the source read, before the code's filters; the sink the rows
-    # left after the nodes above the last operator
-    has = batches["has_data"].to_numpy(dtype=bool)
-    ticks = batches["tick"].to_numpy(dtype=np.int64)
-    total = np.zeros(len(batches), dtype=np.int64)
-    for s in rows:
-        n = np.where(has, schedule.rows_per_tick(s)[ticks], 0)
-        batches[f"input_rows_{s}"] = n
-        total += n
-    batches["input_rows"] = total
-    per_batch = outputs.groupby("batch_id").size()
-    batches["output_rows"] = batches["batch_id"].map(per_batch).fillna(0).astype("int64")
+    batches = spark_counts(pred.batches, schedule, ets, outputs)
     how = "spark-batch" if not chain.evaluated else \
         "spark-batch; between operators semantics.expressions"
     info = {**pred.info, "expressions": how, "planning_session_s": lowered.planning_s,

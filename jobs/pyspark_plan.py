@@ -9,8 +9,8 @@ Invariants: a refusal names the plan node (``_refuse``); a ``Step`` holds Spark 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -368,3 +368,38 @@ def _side_rows(spark: SparkSession, side: Side, schedule: Schedule
         rows[et] = schedule.rows[src].set_index(ROW_ID).loc[rows[ROW_ID], et].to_numpy()
     return rows, maxima, et
 
+
+def derived_schedule(spark: SparkSession, sides: tuple[Side, ...], schedule: Schedule
+                     ) -> tuple[Schedule, dict[str, str]]:
+    """The schedule the predictor runs on: each side's rows at the first stateful operator
+    (:func:`_side_rows`), each tick's maximum event time at its ``withWatermark`` (so rows a
+    filter above it removes still move the watermark), and the sides' event-time columns."""
+    rows: dict[str, pd.DataFrame] = {}
+    ets: dict[str, str] = {}
+    maxima: dict[str, dict[int, int]] = {}
+    for side in sides:
+        rows[side.source], wm, ets[side.source] = _side_rows(spark, side, schedule)
+        if side.watermark_column:
+            maxima[side.source] = wm
+    derived = replace(schedule, rows=rows, event_time=ets, decimals={}, watermark_ms=maxima,
+                      data_columns={sd.source: sd.input_columns for sd in sides})
+    return derived, ets
+
+
+def spark_counts(batches: pd.DataFrame, schedule: Schedule, sources: Iterable[str],
+                 outputs: pd.DataFrame) -> pd.DataFrame:
+    """``batches`` with the row counts as Spark's progress reports them: ``input_rows`` the
+    rows each source read (before the code's filters), ``output_rows`` the rows the sink got
+    (after the nodes above the last stateful operator)."""
+    batches = batches.copy()
+    has = batches["has_data"].to_numpy(dtype=bool)
+    ticks = batches["tick"].to_numpy(dtype=np.int64)
+    total = np.zeros(len(batches), dtype=np.int64)
+    for s in sources:
+        n = np.where(has, schedule.rows_per_tick(s)[ticks], 0)
+        batches[f"input_rows_{s}"] = n
+        total += n
+    batches["input_rows"] = total
+    per_batch = outputs.groupby("batch_id").size()
+    batches["output_rows"] = batches["batch_id"].map(per_batch).fillna(0).astype("int64")
+    return batches

@@ -59,9 +59,10 @@ from jobs.pyspark_plan import (
     _refuse,
     _seq,
     _side_below,
-    _side_rows,
     _step,
     _walk,
+    derived_schedule,
+    spark_counts,
 )
 from jobs.sink import spark_rows_frame
 from semantics.column_names import open_table
@@ -507,19 +508,10 @@ def predict(lowered: Lowered, schedule: Schedule, candidate: str, spark: SparkSe
 
         return predict_chain(lowered, schedule, candidate, spark)
     t0 = time.perf_counter()
-    rows: dict[str, pd.DataFrame] = {}
-    ets: dict[str, str] = {}
-    maxima: dict[str, dict[int, int]] = {}
-    for side in lowered.all_sides:
-        rows[side.source], wm, ets[side.source] = _side_rows(spark, side, schedule)
-        if side.watermark_column:
-            maxima[side.source] = wm
-    srcs = list(rows)
-    derived = replace(schedule, rows=rows, event_time=ets, decimals={}, watermark_ms=maxima,
-                      data_columns={sd.source: sd.input_columns for sd in lowered.all_sides})
+    derived, ets = derived_schedule(spark, lowered.all_sides, schedule)
     std_spec = lowered.spec.model_copy(update={
         "sources": {s: lowered.spec.sources[s].model_copy(update={"event_time": ets[s]})
-                    for s in srcs},
+                    for s in ets},
         "query": lowered.std_query})
     std_spec._output_columns = None
     std_spec._pyspark = None
@@ -527,16 +519,7 @@ def predict(lowered: Lowered, schedule: Schedule, candidate: str, spark: SparkSe
     pred = run_predict(derived, std_spec, candidate, explain=explain, count_late=count_late)
     t1 = time.perf_counter()
     outputs = _map_outputs(spark, lowered, pred.outputs)
-    batches = pred.batches.copy()
-    # Spark counts the rows the source read, before the code's filters
-    has = batches["has_data"].to_numpy(dtype=bool)
-    ticks = batches["tick"].to_numpy(dtype=np.int64)
-    total = np.zeros(len(batches), dtype=np.int64)
-    for s in srcs:
-        n = np.where(has, schedule.rows_per_tick(s)[ticks], 0)
-        batches[f"input_rows_{s}"] = n
-        total += n
-    batches["input_rows"] = total
+    batches = spark_counts(pred.batches, schedule, ets, outputs)
     info = {**pred.info, "expressions": "spark-batch", "planning_session_s": lowered.planning_s,
             "expressions_s": expressions_s + time.perf_counter() - t1,
             "lowered_to": lowered.std_query.model_dump(mode="json")}
