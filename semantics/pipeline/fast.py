@@ -42,9 +42,9 @@ from semantics.engine import BatchInput, Declined, plan_batches
 from semantics.errors import SpecError
 from semantics.pipeline.columns import WINDOW_TIME, StageColumns, flow
 from semantics.pipeline.runner import (
-    _delay_us,
-    _output_micros,
+    dedup_delay_us,
     operator_names,
+    output_micros,
     stateless_views,
 )
 from semantics.pipeline.spec import AggregateStage, DeduplicateStage, PipelineQuery
@@ -228,7 +228,7 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> FastRun | Dec
         elif isinstance(stage, DeduplicateStage):
             evicts = bool(delays) and (stage.deduplicate.within_watermark
                                        or view.event_time in stage.deduplicate.keys)
-            delay_us = _delay_us(spec, delays, stage, f"query.pipeline[{first + j}]")
+            delay_us = dedup_delay_us(spec, delays, stage, f"query.pipeline[{first + j}]")
             stream, fig = deduplicate(stream, stage, evicts, delay_us, late_us, evict_us, n_b)
         else:
             assert isinstance(stage, AggregateStage)
@@ -238,7 +238,7 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> FastRun | Dec
             stream, fig = got
         figures.append(fig)
     stream = Stream(stream.batch, stream.t_us, {c: stream.cols[c] for c in out_cols})
-    return FastRun(plan, figures, stream, operator_names(q), out_cols, _output_micros(q))
+    return FastRun(plan, figures, stream, operator_names(q), out_cols, output_micros(q))
 
 
 def _dedup_by_operator(schedule: Schedule, spec: BacktestSpec, r: ResolvedCandidate,

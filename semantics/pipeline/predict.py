@@ -7,13 +7,10 @@ from __future__ import annotations
 import pandas as pd
 
 from semantics.engine import Declined, Path, WholeRunDeclined
-from semantics.pipeline.columns import WINDOW_COLUMNS, WINDOW_TIME
 from semantics.pipeline.runner import PipelineRun, run
 from semantics.report import RunResult, report_columns
 from semantics.schedule import Schedule
 from semantics.spec import BacktestSpec
-
-TIME_COLUMNS = (*WINDOW_COLUMNS, WINDOW_TIME)
 
 
 def spark_order(n: int) -> list[int]:

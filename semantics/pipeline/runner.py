@@ -177,7 +177,7 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> PipelineRun:
     first = 0 if q.join is not None else next(
         i for i, s in enumerate(q.stages) if isinstance(s, DeduplicateStage | AggregateStage))
     passing, values = _stateless(spec, schedule, q.stages[:first])
-    out_micros = _output_micros(q)
+    out_micros = output_micros(q)
     input_types = _input_types(spec, schedule, views[first].columns)
     jr = None if q.join is None else join_rules(spec, schedule, q.join.query, delays)
 
@@ -238,7 +238,7 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> PipelineRun:
             if isinstance(stage, DeduplicateStage):
                 evicts = bool(delays) and (stage.deduplicate.within_watermark
                                            or view.event_time in stage.deduplicate.keys)
-                delay_us = _delay_us(spec, delays, stage, f"query.pipeline[{first + j}]")
+                delay_us = dedup_delay_us(spec, delays, stage, f"query.pipeline[{first + j}]")
                 states[j], rows, m = dedup_step(stage, evicts, delay_us, states[j], rows,
                                                 late, evict)
             elif stage.aggregate.session is not None:
@@ -404,7 +404,7 @@ def _renamed(stage: SelectStage, micros: frozenset[str]) -> frozenset[str]:
     return frozenset(new for new in stage.select if stage.column(new) in micros)
 
 
-def _output_micros(q: PipelineQuery) -> frozenset[str]:
+def output_micros(q: PipelineQuery) -> frozenset[str]:
     """The output columns holding µs: the last aggregate's window columns, through renames."""
     micros: frozenset[str] = frozenset()
     for s in q.stages:
@@ -435,8 +435,8 @@ def _window_time_column(stage: object, default: str | None) -> str:
     return col
 
 
-def _delay_us(spec: BacktestSpec, delays: Mapping[str, int], stage: DeduplicateStage,
-              where: str) -> int:
+def dedup_delay_us(spec: BacktestSpec, delays: Mapping[str, int], stage: DeduplicateStage,
+                   where: str) -> int:
     """``dropDuplicatesWithinWatermark``'s delay: the event-time column's ``withWatermark``
     delay (one value: a union's sources must agree)."""
     if not stage.deduplicate.within_watermark:
