@@ -41,6 +41,7 @@ from semantics.config import ResolvedCandidate, resolve
 from semantics.engine import BatchInput, Declined, plan_batches
 from semantics.errors import SpecError
 from semantics.pipeline.columns import WINDOW_TIME, StageColumns, flow
+from semantics.pipeline.report import Figures, batch_report
 from semantics.pipeline.runner import (
     dedup_delay_us,
     operator_names,
@@ -117,16 +118,6 @@ class Stream:
     def take(self, idx: np.ndarray) -> Stream:
         return Stream(self.batch[idx], self.t_us[idx],
                       {c: v.take(idx) for c, v in self.cols.items()})
-
-
-@dataclass(frozen=True)
-class Figures:
-    """One operator's ``stateOperators`` figures, an int64 array per batch each."""
-
-    dropped: np.ndarray
-    state_rows: np.ndarray
-    updated: np.ndarray
-    removed: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -651,44 +642,16 @@ def _aggregate(f: str, col: Col | None, row: np.ndarray | None, gid: np.ndarray,
 # -- the prediction's frames -----------------------------------------------------------------
 
 def report(spec: BacktestSpec, res: FastRun) -> pd.DataFrame:
-    """The batch report: per batch one row per stateful operator, Spark's order (as
-    ``semantics.pipeline.predict.report``)."""
-    from semantics.pipeline.predict import spark_order
-    from semantics.report import report_columns
-
-    plan, n_b = res.plan, len(res.plan)
-    order = spark_order(len(res.names))
-    n_op = len(order)
-    emitted = np.bincount(res.outputs.batch, minlength=n_b)[:n_b]
-
-    def per_batch(values: Sequence[object] | np.ndarray) -> np.ndarray:
-        return np.repeat(np.asarray(values), n_op)
-
-    def nullable(values: list[int | None]) -> pd.array:
-        return pd.array(np.repeat(np.array(values, dtype=object), n_op), dtype="Int64")
-
-    sizes = {s: [len(b.event_us[s]) for b in plan] for s in spec.query_sources}
-    cols: dict[str, object] = {
-        "batch_id": per_batch([b.batch_id for b in plan]),
-        "tick": per_batch([b.tick for b in plan]),
-        "has_data": per_batch([b.has_data for b in plan]),
-        "input_rows": per_batch(np.sum([sizes[s] for s in sizes], axis=0)
-                                if plan else []),
-        **{f"input_rows_{s}": per_batch(v) for s, v in sizes.items()},
-        "watermark_ms": nullable([b.watermark_ms for b in plan]),
-        "operator": np.tile(np.array([res.names[p] for p in order], dtype=object), n_b),
-        "operator_index": np.tile(np.arange(n_op), n_b),
-        "late_watermark_ms": nullable([b.late_wm_ms for b in plan]),
-        "eviction_watermark_ms": nullable([b.evict_wm_ms for b in plan]),
-        "output_rows": per_batch(emitted),
-        "state_bytes": None, "checkpoint_bytes": None}
-    for name, attr in (("dropped_by_watermark", "dropped"), ("state_rows", "state_rows"),
-                       ("state_rows_updated", "updated"),
-                       ("state_rows_removed", "removed")):
-        cols[name] = np.stack([getattr(res.figures[p], attr)[:n_b] for p in order],
-                              axis=1).reshape(-1) if n_b else np.zeros(0, dtype=np.int64)
-    df = pd.DataFrame(cols)
-    return df.reindex(columns=report_columns(spec))
+    """The batch report (``semantics.pipeline.report``): every operator late-filters and
+    evicts with the batch's own watermarks here (no join)."""
+    plan, n = res.plan, len(res.names)
+    return batch_report(
+        spec, {"batch_id": [b.batch_id for b in plan], "tick": [b.tick for b in plan],
+               "has_data": [b.has_data for b in plan],
+               "watermark_ms": [b.watermark_ms for b in plan]},
+        {s: [len(b.event_us[s]) for b in plan] for s in spec.query_sources}, res.names,
+        res.figures, [[b.late_wm_ms for b in plan]] * n, [[b.evict_wm_ms for b in plan]] * n,
+        np.bincount(res.outputs.batch, minlength=len(plan))[:len(plan)])
 
 
 def outputs(res: FastRun) -> pd.DataFrame:

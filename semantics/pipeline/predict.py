@@ -4,20 +4,15 @@ stateful operator, Spark's ``stateOperators`` order) and its emitted rows as the
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from semantics.engine import Declined, Path, WholeRunDeclined
+from semantics.pipeline.report import Figures, batch_report
 from semantics.pipeline.runner import PipelineRun, run
-from semantics.report import RunResult, report_columns
+from semantics.report import RunResult
 from semantics.schedule import Schedule
 from semantics.spec import BacktestSpec
-
-
-def spark_order(n: int) -> list[int]:
-    """Pipeline positions of the stateful operators in Spark's ``stateOperators`` order: the
-    executed plan collected top-down, so the last operator first (locked by
-    tests/test_pipeline_spark.py)."""
-    return list(range(n - 1, -1, -1))
 
 
 def predict_pipeline(schedule: Schedule, spec: BacktestSpec, candidate: str,
@@ -49,32 +44,26 @@ def predict_pipeline(schedule: Schedule, spec: BacktestSpec, candidate: str,
 
 
 def report(spec: BacktestSpec, res: PipelineRun) -> pd.DataFrame:
-    emitted: dict[int, int] = {}
+    """The reference run's batch report (``semantics.pipeline.report``); operators after a
+    join run with the join's output watermarks (§13.2)."""
+    plan, n = res.plan, len(res.names)
+    emitted = np.zeros(len(plan), dtype=np.int64)
+    index = {b.batch_id: i for i, b in enumerate(plan)}
     for bid, _ in res.outputs:
-        emitted[bid] = emitted.get(bid, 0) + 1
-    records = []
-    order = spark_order(len(res.names))
-    for n, (b, ms) in enumerate(zip(res.plan, res.metrics, strict=True)):
-        for index, pos in enumerate(order):
-            m = ms[pos]
-            # (operators after a join: the join's output watermark, §13.2)
-            late, evict = res.below[n] if res.below and pos else (b.late_ms, b.evict_ms)
-            records.append({
-                "batch_id": b.batch_id, "tick": b.tick, "has_data": b.has_data,
-                "input_rows": sum(len(r) for r in b.rows.values()),
-                **{f"input_rows_{s}": len(b.rows[s]) for s in spec.query_sources},
-                "watermark_ms": b.watermark_ms, "operator": res.names[pos],
-                "operator_index": index, "late_watermark_ms": late,
-                "eviction_watermark_ms": evict,
-                "dropped_by_watermark": m.dropped_by_watermark, "state_rows": m.state_rows,
-                "state_rows_updated": m.state_rows_updated,
-                "state_rows_removed": m.state_rows_removed,
-                "output_rows": emitted.get(b.batch_id, 0), "state_bytes": None,
-                "checkpoint_bytes": None})
-    df = pd.DataFrame.from_records(records, columns=report_columns(spec))
-    for c in ("watermark_ms", "late_watermark_ms", "eviction_watermark_ms"):
-        df[c] = df[c].astype("Int64")
-    return df
+        emitted[index[bid]] += 1
+    figures = [Figures(*(np.array([getattr(ms[p], f) for ms in res.metrics], dtype=np.int64)
+                         for f in ("dropped_by_watermark", "state_rows", "state_rows_updated",
+                                   "state_rows_removed")))
+               for p in range(n)]
+    below = [res.below[i] if res.below else (b.late_ms, b.evict_ms) for i, b in enumerate(plan)]
+    late = [[b.late_ms for b in plan]] + [[w[0] for w in below]] * (n - 1)
+    evict = [[b.evict_ms for b in plan]] + [[w[1] for w in below]] * (n - 1)
+    return batch_report(
+        spec, {"batch_id": [b.batch_id for b in plan], "tick": [b.tick for b in plan],
+               "has_data": [b.has_data for b in plan],
+               "watermark_ms": [b.watermark_ms for b in plan]},
+        {s: [len(b.rows[s]) for b in plan] for s in spec.query_sources}, res.names, figures,
+        late, evict, emitted)
 
 
 def outputs(spec: BacktestSpec, res: PipelineRun) -> pd.DataFrame:
