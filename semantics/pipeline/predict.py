@@ -27,6 +27,8 @@ def predict_pipeline(schedule: Schedule, spec: BacktestSpec, candidate: str,
     from semantics.late_rows import pipeline_late_rows
     from semantics.pipeline import fast
 
+    # (a PySpark query's derived rows are not its input rows: not counted, as in its replay)
+    count_late = count_late and getattr(spec, "_pyspark", None) is None
     if path != "step":
         got = fast.run(schedule, spec, candidate)
         if not isinstance(got, Declined):
