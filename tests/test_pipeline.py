@@ -222,14 +222,16 @@ UNTRACED = "query.pipeline[0].aggregate.session: a pipeline without session wind
     (["predict", "--explain", "0"], SESSION, UNTRACED),
     (["predict", "--late"], SESSION, UNTRACED),
     (["sweep", "--source", "events", "--delays", "1 second..5 seconds/2"],
-     "{deduplicate: {keys: [id]}}", "query.pipeline: a single-operator query for")])
+     "{union: [events, more]}, {deduplicate: {keys: [id]}}",
+     "query.pipeline: a single-operator query for wmbt sweep over a union")])
 def test_options_not_built_for_pipelines_are_refused(tmp_path, capsys, args, stage, said):
     # (--explain and --late follow a pipeline's rows except through joins and sessions:
     # tests/test_pipeline_explain.py)
     from jobs.cli import main
 
     path = tmp_path / "spec.yaml"
-    path.write_text("name: t\nsources: {events: {table: nowhere, event_time: ts}}\n"
+    path.write_text("name: t\nsources: {events: {table: nowhere, event_time: ts}, "
+                    "more: {table: nowhere, event_time: ts}}\n"
                     f"query: {{pipeline: [{stage}]}}\n"
                     "candidates: {c: {watermark: {events: 5 seconds}}}\n")
     code = main([args[0], str(path), *args[1:]])

@@ -201,3 +201,28 @@ def test_late_listing_counts_are_sparks(spark, tmp_path, shape):
     assert listing.entries > 0
     # late_rows under Spark's own late watermarks (semantics.late_rows) = the listing's rows
     assert actual.info["late_rows"] == listing.rows == t.late_rows
+
+
+@pytest.mark.spark
+def test_sweep_of_a_pipeline_at_one_delay_is_sparks(spark, tmp_path):
+    # wmbt sweep on a one-source pipeline: a prediction per delay; the figures of one of its
+    # points equal those of a Spark replay with that delay
+    from jobs.replay import replay
+    from jobs.sweep import sweep_figures
+    from semantics.durations import Duration
+    from semantics.metrics import candidate_metrics
+    from semantics.sweep_fallback import swept
+    from tests.replay_support import make_spec
+
+    commits = [("e", c) for c in HAND] + [("e", [{"id": 6, "ts": 40}, {"id": 7, "ts": 8}])]
+    sp = make_spec(tmp_path / "src", commits, DEDUP_AGG, {"e": "5 seconds"}, pace="live")
+    sched = plan(sp, "c")
+    delays = [Duration.parse("2 seconds"), Duration.parse("12 seconds")]
+    rows, _ = sweep_figures(sp, sched, "e", delays, "c", 1)
+    assert [r["late"] for r in rows] != [rows[0]["late"]] * 2  # (the delay matters here)
+    s, name = swept(sp, "c", {"e": 2000})
+    actual = candidate_metrics(s, plan(s, name), replay(s, name, plan(s, name),
+                                                        tmp_path / "work", spark))
+    for f in ("batches", "late", "late_rows", "peak_state_rows", "final_state_rows",
+              "output_rows"):
+        assert rows[0][f] == actual[f], (f, rows[0], actual)
