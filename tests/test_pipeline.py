@@ -214,8 +214,8 @@ def test_operators_after_a_join_use_its_output_watermark():
     assert (agg["eviction_watermark_ms"] != agg["watermark_ms"]).any()
 
 
-SESSION = "{aggregate: {session: {gap: 5 seconds}, keys: [id]}}"
-UNTRACED = "query.pipeline[0].aggregate.session: a pipeline without session windows for"
+SESSION = "{source: events}, {aggregate: {session: {gap: 5 seconds}, keys: [id]}}"
+UNTRACED = "query.pipeline[1].aggregate.session: a pipeline without session windows for"
 
 
 @pytest.mark.parametrize("args,stage,said", [
