@@ -79,6 +79,9 @@ RUN_SCHEMA = pa.schema(_IDS + [
     pa.field("written_at_ms", _INT), pa.field("elapsed_s", pa.float64()),
     pa.field("batches", _INT), pa.field("output_rows", _INT),
     pa.field("success", pa.bool_()), pa.field("details", pa.string()),
+    # the emitted-row columns holding timestamps (a JSON list; epoch ms in ``outputs``), by
+    # their type when written. Last, and added to an older table by the writes' schema merge.
+    pa.field("time_columns", pa.string()),
 ])
 # OUTPUT_SCHEMA as ``write`` hands rows to the Delta writer: the ids dictionary-encoded
 # (``_constant``); the table stores them as plain strings
@@ -207,6 +210,8 @@ class ResultsStore:
             "output_rows": len(result.outputs),
             "success": bool(success),
             "details": json.dumps(details, default=str) if details is not None else None,
+            "time_columns": json.dumps([c for c in outs.columns if c != "batch_id" and
+                                        pd.api.types.is_datetime64_any_dtype(outs[c])]),
         }])
         # the commit point: from here on readers see this write, and nothing of the slot's
         # earlier ones
