@@ -220,6 +220,7 @@ BENCH_HEADERS = {  # bench script -> its table's header line
     "state_bytes": r"^estimate / actual memoryUsedBytes",
     "sample": r"^shape\s+events\s+rate\s+sampled\s+carriers\s+full s\s+sample s",
     "paths": r"^kind\s+events\s+step s\s+whole s\s+ratio\s+auto",
+    "memory": r"^kind\s+events\s+path\s+peak MB\s+base MB\s+B/event",
 }
 
 
