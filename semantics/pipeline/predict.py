@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from semantics import restarts
 from semantics.engine import Declined, Path, WholeRunDeclined
 from semantics.pipeline.report import Figures, batch_report
 from semantics.pipeline.runner import PipelineRun, run
@@ -21,26 +22,32 @@ def predict_pipeline(schedule: Schedule, spec: BacktestSpec, candidate: str,
     operator over the whole run at once (``semantics.pipeline.fast``; raises
     ``WholeRunDeclined`` where it does not apply), "step" runs the reference runner batch by
     batch, "auto" the whole run unless it declines; ``info["path"]`` and
-    ``info["path_reason"]`` say which ran and why."""
+    ``info["path_reason"]`` say which ran and why; ``info["restarts"]`` and ``info["switch"]``
+    the restarts and the candidate's switch (``semantics.restarts.describe``)."""
     from semantics.pipeline import fast
 
     if path != "step":
         got = fast.run(schedule, spec, candidate)
         if not isinstance(got, Declined):
-            return RunResult(candidate, fast.report(spec, got), fast.outputs(got),
+            batches = fast.report(spec, got)
+            return RunResult(candidate, batches, fast.outputs(got),
                              {"operator": "pipeline", "operators": got.names,
                               "path": "whole_run",
                               "path_reason": "each operator over the whole run "
-                                             "(semantics.pipeline.fast)"})
+                                             "(semantics.pipeline.fast)",
+                              **restarts.describe(spec, candidate, schedule, batches)})
         if path == "whole_run":
             raise WholeRunDeclined(f"the whole-run pipeline declines: {got.reason}")
         reason = f"the whole-run pipeline declines: {got.reason}"
     else:
         reason = "asked to step (the reference runner, semantics.pipeline.runner)"
     res = run(schedule, spec, candidate)
-    return RunResult(candidate, report(spec, res), outputs(spec, res),
+    batches = report(spec, res)
+    return RunResult(candidate, batches, outputs(spec, res),
                      {"operator": "pipeline", "operators": res.names, "path": "step",
-                      "path_reason": reason})
+                      "path_reason": reason,
+                      # the restarts and the candidate's switch (SPEC.md §1.3, §13.7)
+                      **restarts.describe(spec, candidate, schedule, batches)})
 
 
 def report(spec: BacktestSpec, res: PipelineRun) -> pd.DataFrame:
