@@ -116,11 +116,15 @@ def test_union_under_min_forgets_the_per_input_watermarks(spark, tmp_path: Path)
 def test_join_then_aggregation_with_a_restart(spark, tmp_path: Path, after) -> None:
     """Impressions ``i`` joined to clicks ``c`` (``c.ts`` within 10 s after ``i.ts``), then
     10 s counts: the aggregation's watermarks are the join's output watermark of the
-    previous and the current batch's global one across the restart too (§13.2)."""
+    previous and the current batch's global one across the restart too (§13.2). Before the
+    restart ``i`` is ahead (35 s against ``c``'s 25 s); after it only ``c`` has data for two
+    ticks, so the global watermark stays at the restored 25 s where it would have moved to
+    35 s."""
     commits = [("c", [{"ad": 1, "ts": 5}, {"ad": 2, "ts": 8}]),
                ("i", [{"ad": 1, "ts": 1}, {"ad": 2, "ts": 3}]),
                ("c", [{"ad": 1, "ts": 25}, {"ad": 3, "ts": 30}]),
-               ("i", [{"ad": 1, "ts": 20}, {"ad": 3, "ts": 26}, {"ad": 9, "ts": 2}]),
+               ("i", [{"ad": 1, "ts": 20}, {"ad": 3, "ts": 26}, {"ad": 9, "ts": 2},
+                      {"ad": 7, "ts": 40}]),
                ("c", [{"ad": 1, "ts": 48}, {"ad": 5, "ts": 52}]),
                ("c", [{"ad": 6, "ts": 61}]),
                ("i", [{"ad": 1, "ts": 45}, {"ad": 4, "ts": 70}, {"ad": 5, "ts": 50}]),
