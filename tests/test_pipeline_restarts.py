@@ -2,7 +2,7 @@
 the replay stops the query after the given ticks and starts it again from its checkpoint;
 the prediction (one row per batch per stateful operator, the emitted rows) equals it batch
 by batch and row by row, and each scenario's restart changes the prediction (so the rule it
-exercises is really compared against Spark). The model's own checks: 
+exercises is really compared against Spark). The model's own checks:
 tests/test_pipeline_restarts_model.py."""
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from semantics.history import plan
 from semantics.predict import predict
 from semantics.spec import BacktestSpec, parse_spec
 from tests.replay_support import run, write_sources
-from tests.test_pyspark_chains import ONE, both as both_pyspark, make
+from tests.test_pyspark_chains import UNION, make
+from tests.test_pyspark_chains import both as both_pyspark
 
 pytestmark = pytest.mark.spark
 
@@ -141,15 +142,19 @@ def test_join_then_aggregation_with_a_restart(spark, tmp_path: Path, after) -> N
     assert info["path"] == "step"  # (a join: the reference runner)
 
 
-def test_pyspark_chain_with_a_restart(spark, tmp_path: Path) -> None:
-    """The job's own PySpark code (dedup -> window aggregation), restarted twice at live
-    pace: lowered onto the pipeline, predicted == replayed with the restarts."""
-    path = make(tmp_path, "dedup_agg", ONE)
+def test_pyspark_union_chain_with_a_restart(spark, tmp_path: Path) -> None:
+    """The job's own PySpark code (two sources unioned, each with its own withWatermark, ->
+    dedup -> window aggregation), ``min`` policy, restarted at live pace after tick 7:
+    lowered onto the pipeline, predicted == replayed. Before the restart ``b`` is ahead
+    (61 - 20 s against ``a``'s 31 - 5 s); after it ``b`` counts 0 until its rows come, and
+    those (44 - 20 s) are behind the restored 26 s: the watermark stays there, where
+    without the restart it would have moved to 41 s at tick 8."""
+    path = make(tmp_path, "union_dedup_agg", UNION)
     doc = yaml.safe_load(path.read_text())
-    doc["replay"]["restarts"] = [3, 7]
-    doc["candidates"] = {"as_written": {}, "tight": {"watermark": {"ts": "1 second"}}}
+    doc["replay"]["restarts"] = [7]
     path.write_text(yaml.safe_dump(doc))
-    code, tight = both_pyspark(path, tmp_path, spark)
-    for c in (code, tight):
-        assert [r["after_tick"] for r in c.predicted.info["restarts"]] == [3, 7]
-        assert c.predicted.info["lowered_to"]["pipeline"][0] == {"source": "e"}
+    (c,) = both_pyspark(path, tmp_path, spark)
+    assert [r["after_tick"] for r in c.predicted.info["restarts"]] == [7]
+    assert c.predicted.info["lowered_to"]["pipeline"][0] == {"union": ["a", "b"]}
+    wm = c.actual.batches.drop_duplicates("batch_id").set_index("tick")["watermark_ms"]
+    assert wm[8] == wm[10] == 26_000 and 9 not in wm.index
