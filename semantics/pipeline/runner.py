@@ -17,7 +17,10 @@ operator kind (state in, state out, one batch), the operators chained within eac
   emitted, in the same batch, and move no watermark either (§13.3; ``columns`` refuses a
   filter Spark would push below an operator); a select's computed columns
   (``semantics.expressions``) are values of the rows, which a later stage may key on;
-* a session window (§13.5) is ``semantics.reference.session``'s step with a gap per row.
+* a session window (§13.5) is ``semantics.reference.session``'s step with a gap per row;
+* restarts (§13.7): the reference plan restarts by definition (per-input watermarks
+  forgotten, the global one kept, ``after_restart`` from the first one on); every operator's
+  state carries on, and each batch takes ``allowMultiple`` from its run of the query.
 
 >>> run(schedule, spec, "c").metrics[0][0].state_rows  # doctest: +SKIP
 """
