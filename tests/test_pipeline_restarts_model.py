@@ -154,3 +154,32 @@ def test_what_a_switch_cannot_do_in_a_pipeline_is_refused():
                                                   "allowMultiple": False}}, join, agg))
     assert e.value.field.endswith("allowMultiple")
     parse_spec(_pipeline_spec({"watermark": {"a": "1 second", "b": "5 seconds"}}, join, agg))
+
+
+def test_the_switch_moment_is_shown_for_a_pipeline(tmp_path):
+    # the command line's notes and table, the HTML report's marks: as for one operator
+    # (tests/test_restart_display.py), from a pipeline's prediction
+    from jobs.backtest import run_backtest
+    from jobs.report_html import restart_marks
+    from jobs.tables import restart_notes, summary_rows
+    from tests.deltas import write_commits
+
+    table = write_commits(tmp_path / "e", [[{"id": i, "k": "a", "ts": 10 * i}] for i in range(5)])
+    spec = parse_spec({
+        "name": "p", "sources": {"e": {"table": str(table), "event_time": "ts"}},
+        "query": {"pipeline": [{"source": "e"}, {"deduplicate": {"keys": ["id", "ts"]}},
+                               {"aggregate": {"window": {"duration": "10 seconds"}}}]},
+        "replay": {"batch_by": {"commits": 1}, "restarts": [1]},
+        "candidates": {"c": {"watermark": {"e": "30 seconds"},
+                             "after_restart": {"watermark": {"e": "5 seconds"}}}}},
+        str(tmp_path / "p.yaml"))
+    result = run_backtest(spec, actual=False, results=tmp_path / "results")
+    (note,) = restart_notes(result)
+    assert "after tick 1" in note and "predicted: 2" in note
+    assert "e 30 seconds → 5 seconds" in note
+    (row,) = summary_rows(result)
+    assert row["restart_batches"] == "2"
+    assert restart_marks(result)
+    info = result.candidates[0].predicted.info
+    assert info["switch"] == {"after_tick": 1, "first_batch": 2, "watermark": {"e": "5 seconds"},
+                              "spark_conf": {}, "ignored": []}
