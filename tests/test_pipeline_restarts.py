@@ -17,7 +17,7 @@ from semantics.history import plan
 from semantics.predict import predict
 from semantics.spec import BacktestSpec, parse_spec
 from tests.replay_support import run, write_sources
-from tests.test_pyspark_chains import UNION, make
+from tests.test_pyspark_chains import ONE, UNION, make
 from tests.test_pyspark_chains import both as both_pyspark
 
 pytestmark = pytest.mark.spark
@@ -158,3 +158,20 @@ def test_pyspark_union_chain_with_a_restart(spark, tmp_path: Path) -> None:
     assert c.predicted.info["lowered_to"]["pipeline"][0] == {"union": ["a", "b"]}
     wm = c.actual.batches.drop_duplicates("batch_id").set_index("tick")["watermark_ms"]
     assert wm[8] == wm[10] == 26_000 and 9 not in wm.index
+
+
+def test_pyspark_chain_switching_its_delay_at_a_restart(spark, tmp_path: Path) -> None:
+    """The job's own code (dedup -> window aggregation, 5 s as written), a candidate running
+    20 s then 1 s from the restart after tick 5: the switched delay by event-time column is
+    the source's after the restart on both sides; the switch shows in the info."""
+    path = make(tmp_path, "dedup_agg", ONE)
+    doc = yaml.safe_load(path.read_text())
+    doc["replay"]["restarts"] = [5]
+    doc["candidates"] = {"switch": {"watermark": {"ts": "20 seconds"},
+                                    "after_restart": {"watermark": {"ts": "1 second"}}}}
+    path.write_text(yaml.safe_dump(doc))
+    (c,) = both_pyspark(path, tmp_path, spark)
+    assert c.predicted.info["switch"]["after_tick"] == 5
+    assert c.predicted.info["switch"]["watermark"] == {"e": "1 second"}
+    wm = c.actual.batches.drop_duplicates("batch_id").set_index("tick")["watermark_ms"]
+    assert wm[10] == 47_000 - 1_000  # (1 s after the restart: 20 s would give 27 s)
