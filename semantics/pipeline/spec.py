@@ -312,9 +312,12 @@ def _check_switch(spec: BacktestSpec, q: PipelineQuery, candidate: str) -> None:
     if after is None:
         return
     where = f"candidates.{candidate}.after_restart"
-    if after.watermark != cand.watermark and any(
-            isinstance(s, DeduplicateStage) and s.deduplicate.within_watermark
-            for s in q.stages):
+    # (delays by value: a within-watermark dedup needs one delay on every source, and a
+    # PySpark candidate's are keyed by column here, by source after lowering)
+    switched = {d.us for d in after.watermark.values()} != {d.us for d in
+                                                             cand.watermark.values()}
+    if switched and any(isinstance(s, DeduplicateStage) and s.deduplicate.within_watermark
+                        for s in q.stages):
         raise SpecError(spec.path, f"{where}.watermark", "the same delays for a pipeline with "
                         "a within-watermark deduplication (entries stored before the switch "
                         "keep the old delay's expiry: not modelled)")
