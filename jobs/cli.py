@@ -99,9 +99,12 @@ def cmd_run(args: argparse.Namespace, predict: bool, actual: bool) -> int:
     spec = load_spec(args.spec)
     for option in ("explain", "late", "sample"):
         if getattr(args, option, None) is not None:
+            from semantics.pipeline.explain import refuse_untraced
             from semantics.pipeline.spec import refuse_for_pipelines
 
-            refuse_for_pipelines(spec, f"--{option}")
+            # (--explain and --late follow a pipeline's rows: semantics.pipeline.explain)
+            (refuse_for_pipelines if option == "sample" else refuse_untraced)(
+                spec, f"--{option}")
     # (rows' fates only where they are read: a row explained, the late rows listed, the
     # report of a backtest)
     with_fates = actual or getattr(args, "explain", None) is not None \
@@ -169,7 +172,8 @@ def print_late(result: BacktestResult, limit: int, as_json: bool) -> int:
 
     doc = {"backtest": result.spec.name, "candidates": []}
     for c in result.candidates:
-        late = late_rows(c.schedule, c.predicted, limit)
+        late = late_rows(c.schedule, c.predicted, limit) \
+            if result.spec.query.kind != "pipeline" else _pipeline_late(result, c.name, limit)
         if as_json:  # timestamps in JSON are epoch milliseconds (SPEC.md §4)
             doc["candidates"].append({
                 "name": c.name, "late_rows": late.rows, "late_entries": late.entries,
@@ -177,11 +181,20 @@ def print_late(result: BacktestResult, limit: int, as_json: bool) -> int:
             continue
         print(f"[{c.name}] {late.headline()}")
         if len(late.table):
-            print(format_table(late.table.drop(columns="event_time_ms").to_dict("records")))
+            shown = late.table.drop(columns=["event_time_ms", "unit"], errors="ignore")
+            print(format_table(shown.to_dict("records")))
         print()
     if as_json:
         write_document(json.dumps(doc, default=str) + "\n")
     return 0
+
+
+def _pipeline_late(result: BacktestResult, name: str, limit: int):
+    """A pipeline's late entries at every operator (``semantics.pipeline.explain``)."""
+    from semantics.pipeline.explain import late_listing, trace
+
+    c = next(c for c in result.candidates if c.name == name)
+    return late_listing(c.schedule, trace(c.schedule, result.spec, name), result.spec, limit)
 
 
 def _row_id_check(spec: BacktestSpec, row_id: int | None) -> Callable[[Schedule], None] | None:
@@ -208,6 +221,12 @@ def explain(result: BacktestResult, row_id: int) -> int:
     from semantics.explain import explain_row
 
     for c in result.candidates:
+        if result.spec.query.kind == "pipeline":  # (each stage it reached)
+            from semantics.pipeline.explain import explain_pipeline_row, trace
+
+            t = trace(c.schedule, result.spec, c.name)
+            print(f"[{c.name}] " + explain_pipeline_row(c.schedule, t, row_id, result.spec))
+            continue
         print(f"[{c.name}] " + explain_row(c.schedule, c.predicted, row_id, result.spec))
     return 0
 

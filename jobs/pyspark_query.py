@@ -156,7 +156,7 @@ def lower(spec: BacktestSpec, spark: SparkSession | None = None) -> Lowered:
 def _switched_by_source(lowered: BacktestSpec) -> BacktestSpec:
     """``lowered`` whose candidates' ``after_restart`` delays, given by event-time column
     as their own are, are keyed by source as the lowered candidates' are (docs/semantics.md
-    §13.7): a column's delay for the source whose ``withWatermark`` names it, else the
+    §13.8): a column's delay for the source whose ``withWatermark`` names it, else the
     source's delay before the restart (``check_restarts``: the same columns as the
     candidate's own)."""
     origin = lowered._pyspark

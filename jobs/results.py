@@ -79,7 +79,14 @@ RUN_SCHEMA = pa.schema(_IDS + [
     pa.field("written_at_ms", _INT), pa.field("elapsed_s", pa.float64()),
     pa.field("batches", _INT), pa.field("output_rows", _INT),
     pa.field("success", pa.bool_()), pa.field("details", pa.string()),
+    # the emitted-row columns holding timestamps (a JSON list; epoch ms in ``outputs``), by
+    # their type when written. Last, and added to an older table by the writes' schema merge.
+    pa.field("time_columns", pa.string()),
 ])
+# OUTPUT_SCHEMA as ``write`` hands rows to the Delta writer: the ids dictionary-encoded
+# (``_constant``); the table stores them as plain strings
+_OUTPUT_WRITTEN = pa.schema([pa.field(f.name, pa.dictionary(pa.int32(), f.type))
+                             if f.type == pa.string() else f for f in OUTPUT_SCHEMA])
 TABLES = {"batch_reports": BATCH_SCHEMA, "outputs": OUTPUT_SCHEMA, "runs": RUN_SCHEMA}
 
 
@@ -184,15 +191,14 @@ class ResultsStore:
         n = len(outs)
         texts = json_texts(nan_kept(outs), [c for c in outs.columns if c != "batch_id"])
         o = pa.table({  # (arrow arrays directly: no pandas object columns of the key per row)
-            **{k: pa.repeat(pa.scalar(v, pa.string()), n)
-               for k, v in {**key, WRITE_ID: wid}.items()},
+            **{k: _constant(v, n) for k, v in {**key, WRITE_ID: wid}.items()},
             "batch_id": outs["batch_id"].to_numpy(dtype=np.int64) if "batch_id" in outs
             else np.full(n, -1, dtype=np.int64),
             # one array (64-bit offsets: no 2 GB limit): the Delta writer keeps the rows of a
             # single record batch in order, and reorders several
             "row": pa.concat_arrays([c.cast(pa.large_string()) for c in texts.chunks])
             if texts.num_chunks else pa.array([], pa.large_string()),
-        }, schema=OUTPUT_SCHEMA)
+        }, schema=_OUTPUT_WRITTEN)
         assert o.column("row").num_chunks == 1 and len(o.to_batches()) <= 1
         self._append("outputs", o, wid)
         run = pd.DataFrame([{
@@ -204,6 +210,8 @@ class ResultsStore:
             "output_rows": len(result.outputs),
             "success": bool(success),
             "details": json.dumps(details, default=str) if details is not None else None,
+            "time_columns": json.dumps([c for c in outs.columns if c != "batch_id" and
+                                        pd.api.types.is_datetime64_any_dtype(outs[c])]),
         }])
         # the commit point: from here on readers see this write, and nothing of the slot's
         # earlier ones
@@ -406,3 +414,11 @@ def parsed_rows(rows: pa.ChunkedArray) -> pd.DataFrame:
             if null.any() and any(isinstance(v, float) for v in got):
                 df[c] = nullable_floats(df[c].to_numpy(), null)
     return df
+
+
+def _constant(value: str, n: int) -> pa.DictionaryArray:
+    """``n`` times ``value`` as a string column to store: dictionary-encoded, 4 bytes a row
+    where a plain string array repeats the text in every row (the ids of a million emitted
+    rows took about 75 MB that way: bench/memory.py)."""
+    return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, dtype=np.int32)),
+                                          pa.array([value], pa.string()))

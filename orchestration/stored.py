@@ -40,8 +40,15 @@ def stored_batches(spec: BacktestSpec, df: pd.DataFrame) -> pd.DataFrame:
     return df.reindex(columns=report_columns(spec)).reset_index(drop=True)
 
 
-def stored_outputs(spec: BacktestSpec, out: pd.DataFrame) -> pd.DataFrame:
-    for c in time_columns(spec) & set(out.columns):
+def stored_outputs(spec: BacktestSpec, out: pd.DataFrame, run: pd.Series | None = None
+                   ) -> pd.DataFrame:
+    """The stored emitted rows with their timestamps (epoch ms in the store) as timestamps:
+    the columns the run's ``time_columns`` names (their type when written, whatever their
+    name: a pipeline's or a PySpark query's renamed window), else, for a store written
+    before that field, the columns :func:`time_columns` names."""
+    named = run.get("time_columns") if run is not None else None
+    cols = set(json.loads(named)) if isinstance(named, str) else time_columns(spec)
+    for c in cols & set(out.columns):
         out[c] = pd.to_datetime(pd.to_numeric(out[c]), unit="ms", utc=True)
     return out
 
@@ -59,7 +66,7 @@ def stored_result(store: ResultsStore, spec: BacktestSpec, candidate: str, rid: 
         # the store keeps no info: the profile is the one the spec selects, as it was for the
         # prediction (the spec's spark_version is part of the run id); docs/semantics.md §12
         info["spark_profile"] = of_candidate(spec, candidate).name
-    return RunResult(candidate, batches, stored_outputs(spec, run.outputs), info)
+    return RunResult(candidate, batches, stored_outputs(spec, run.outputs, run.row), info)
 
 
 def stored_validation(runs: pd.DataFrame, rid: str) -> dict | None:

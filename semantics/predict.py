@@ -94,7 +94,7 @@ def predict(schedule: Schedule, spec: BacktestSpec, candidate: str, *,
     if spec.query.kind == "pipeline":  # (several operators: semantics.pipeline)
         from semantics.pipeline.predict import predict_pipeline
 
-        res = predict_pipeline(schedule, spec, candidate, path)
+        res = predict_pipeline(schedule, spec, candidate, path, explain or count_late)
         return Prediction(candidate, res.batches, res.outputs, res.info)
     config = resolve(spec, candidate)  # (once: the engine and the operator read it)
     op = make_operator(spec, config, schedule, explain=explain)

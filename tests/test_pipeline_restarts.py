@@ -1,4 +1,4 @@
-"""Restarts of pipelines against real Spark (SPEC.md §1.3, docs/semantics.md §2.7, §13.7):
+"""Restarts of pipelines against real Spark (SPEC.md §1.3, docs/semantics.md §2.7, §13.8):
 the replay stops the query after the given ticks and starts it again from its checkpoint;
 the prediction (one row per batch per stateful operator, the emitted rows) equals it batch
 by batch and row by row, and each scenario's restart changes the prediction (so the rule it

@@ -1,4 +1,4 @@
-"""Restarts of pipelines without Spark (SPEC.md §1.3, docs/semantics.md §2.7, §13.7): the
+"""Restarts of pipelines without Spark (SPEC.md §1.3, docs/semantics.md §2.7, §13.8): the
 whole-run pipeline (``semantics.pipeline.fast``, on the engine's restarted plan) equals the
 reference runner (``semantics.pipeline.runner``, on ``semantics.reference.batches.plan``'s
 restarts by definition) on random chains with random restarts and delay switches; the

@@ -32,7 +32,7 @@ from tests.replay_support import make_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 WMBT = ROOT / ".venv" / "bin" / "wmbt"
-ROWS = 200  # one batch each (batch_by rows: 1), plus a trailing no-data batch
+ROWS = 100  # one batch each (batch_by rows: 1), plus a trailing no-data batch
 
 
 def write_case(root: Path, rows: int = ROWS, delay: str = "20 seconds") -> Path:
@@ -143,7 +143,7 @@ def test_killed_replay_resumes_to_the_uninterrupted_report(tmp_path):
 
     # Ctrl-C: the query stops cleanly, no py4j or Java trace, the work folder stays resumable
     results = tmp_path / "r1"
-    code, err = interrupt_after(wmbt(spec, results), results, 40, signal.SIGINT)
+    code, err = interrupt_after(wmbt(spec, results), results, 20, signal.SIGINT)
     assert code != 0
     assert commits(results) < ROWS
     cli_maps_it = "KeyboardInterrupt" in (ROOT / "jobs" / "cli.py").read_text()
@@ -157,7 +157,7 @@ def test_killed_replay_resumes_to_the_uninterrupted_report(tmp_path):
 
     # SIGKILL later on, then a run to the end
     proc = wmbt(spec, results)
-    code, err = interrupt_after(proc, results, 120, signal.SIGKILL)
+    code, err = interrupt_after(proc, results, 60, signal.SIGKILL)
     assert code == -signal.SIGKILL
     assert "wmbt: c: resuming the interrupted replay" in err, err
     doc, err = finish(wmbt(spec, results))

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+from deltalake import DeltaTable
 
 from jobs.results import ResultsStore
 from semantics.report import RunResult, dumps, frame_to_records, json_rows
@@ -96,6 +98,11 @@ def test_stored_rows_read_back_as_written(tmp_path: Path) -> None:
         want = [r[c] if not (isinstance(r[c], float) and np.isnan(r[c])) else None
                 for r in recs]
         assert got == want, c
+    # the ids handed over dictionary-encoded are stored as the table's plain strings
+    stored = DeltaTable(str(tmp_path / "outputs")).schema().to_arrow()
+    assert stored.field("backtest").type in (pa.string(), pa.large_string(), pa.string_view())
+    assert DeltaTable(str(tmp_path / "outputs")).to_pyarrow_table().column(
+        "candidate").to_pylist() == ["c"] * len(df)
 
 
 def test_emitted_rows_compare_as_multisets_with_their_batch() -> None:

@@ -9,6 +9,7 @@ import pandas as pd
 
 from semantics import restarts
 from semantics.engine import Declined, Path, WholeRunDeclined
+from semantics.errors import SpecError
 from semantics.pipeline.report import Figures, batch_report
 from semantics.pipeline.runner import PipelineRun, run
 from semantics.report import RunResult
@@ -17,36 +18,53 @@ from semantics.spec import BacktestSpec
 
 
 def predict_pipeline(schedule: Schedule, spec: BacktestSpec, candidate: str,
-                     path: Path = "auto") -> RunResult:
+                     path: Path = "auto", count_late: bool = False) -> RunResult:
     """The pipeline's prediction by ``path`` (docs/architecture.md): "whole_run" computes each
     operator over the whole run at once (``semantics.pipeline.fast``; raises
     ``WholeRunDeclined`` where it does not apply), "step" runs the reference runner batch by
     batch, "auto" the whole run unless it declines; ``info["path"]`` and
-    ``info["path_reason"]`` say which ran and why; ``info["restarts"]`` and ``info["switch"]``
-    the restarts and the candidate's switch (``semantics.restarts.describe``)."""
+    ``info["path_reason"]`` say which ran and why. ``count_late``: ``info["late_rows"]``,
+    the input rows dropped as late at any operator (§13.7; None where not counted);
+    ``info["restarts"]`` and ``info["switch"]`` the restarts and the candidate's switch
+    (``semantics.restarts.describe``, §13.8)."""
+    from semantics.late_rows import pipeline_late_rows
     from semantics.pipeline import fast
 
+    # (a PySpark query's derived rows are not its input rows: not counted, as in its replay)
+    count_late = count_late and getattr(spec, "_pyspark", None) is None
     if path != "step":
         got = fast.run(schedule, spec, candidate)
         if not isinstance(got, Declined):
             batches = fast.report(spec, got)
+            late = {"late_rows": pipeline_late_rows(schedule, spec, batches)} \
+                if count_late else {}
             return RunResult(candidate, batches, fast.outputs(got),
                              {"operator": "pipeline", "operators": got.names,
                               "path": "whole_run",
                               "path_reason": "each operator over the whole run "
-                                             "(semantics.pipeline.fast)",
+                                             "(semantics.pipeline.fast)", **late,
                               **restarts.describe(spec, candidate, schedule, batches)})
         if path == "whole_run":
             raise WholeRunDeclined(f"the whole-run pipeline declines: {got.reason}")
         reason = f"the whole-run pipeline declines: {got.reason}"
     else:
         reason = "asked to step (the reference runner, semantics.pipeline.runner)"
-    res = run(schedule, spec, candidate)
+    late: dict[str, object] = {}
+    try:  # (the rows followed through the stages as the runner runs: §13.7)
+        from semantics.pipeline.explain import trace
+
+        t = trace(schedule, spec, candidate) if count_late else None
+    except SpecError:  # (a join or session stage: not followed yet)
+        t = None
+    res = t.run if t is not None else run(schedule, spec, candidate)
     batches = report(spec, res)
+    if count_late:
+        late["late_rows"] = t.late_rows if t is not None else \
+            pipeline_late_rows(schedule, spec, batches)
     return RunResult(candidate, batches, outputs(spec, res),
                      {"operator": "pipeline", "operators": res.names, "path": "step",
-                      "path_reason": reason,
-                      # the restarts and the candidate's switch (SPEC.md §1.3, §13.7)
+                      "path_reason": reason, **late,
+                      # the restarts and the candidate's switch (SPEC.md §1.3, §13.8)
                       **restarts.describe(spec, candidate, schedule, batches)})
 
 

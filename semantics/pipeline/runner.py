@@ -18,7 +18,7 @@ operator kind (state in, state out, one batch), the operators chained within eac
   filter Spark would push below an operator); a select's computed columns
   (``semantics.expressions``) are values of the rows, which a later stage may key on;
 * a session window (§13.5) is ``semantics.reference.session``'s step with a gap per row;
-* restarts (§13.7): the reference plan restarts by definition (per-input watermarks
+* restarts (§13.8): the reference plan restarts by definition (per-input watermarks
   forgotten, the global one kept, ``after_restart`` from the first one on); every operator's
   state carries on, and each batch takes ``allowMultiple`` from its run of the query.
 
@@ -27,7 +27,7 @@ operator kind (state in, state out, one batch), the operators chained within eac
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -171,8 +171,15 @@ def aggregate_step(stage: AggregateStage, timed_key: bool, state: AggState, rows
 
 # -- the run ----------------------------------------------------------------------------------
 
-def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> PipelineRun:
-    """The batch report (one ``Metrics`` per stateful stage) and emitted rows, by definition."""
+# (batch, position in ``q.stages``, rows in, rows out, late µs, eviction µs), after each stage
+Observer = Callable[[Batch, int, list[Row], list[Row], int | None, int | None], None]
+
+
+def run(schedule: Schedule, spec: BacktestSpec, candidate: str,
+        observe: Observer | None = None) -> PipelineRun:
+    """The batch report (one ``Metrics`` per stateful stage) and emitted rows, by definition.
+    ``observe`` sees each stage's rows in and out, batch by batch (a filter keeps its row
+    objects, a select maps them one to one in order; ``semantics.pipeline.explain``)."""
     q = spec.query
     assert isinstance(q, PipelineQuery)
     views, out_cols = flow(spec, dict(schedule.data_columns))
@@ -237,10 +244,13 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> PipelineRun:
         types = dict(input_types)  # the Arrow type of each column known to have one
         for j, stage in enumerate(ops):
             view = views[first + j]
+            before = rows
             if isinstance(stage, FilterStage | SelectStage):
                 rows, micros, types = stateless_step(
                     spec, stage, view.columns, micros, types, rows,
                     f"query.pipeline[{first + j + offset}]")
+                if observe is not None:
+                    observe(b, first + j, before, rows, late, evict)
                 continue
             if jr is not None and j == first_op:
                 # the window's time column after the join is the next operator's event time
@@ -265,6 +275,8 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> PipelineRun:
                                                     j < last)
                 micros = frozenset(TIME_COLUMNS)
                 types = {k: types[k] for k in stage.aggregate.keys if k in types}
+            if observe is not None:
+                observe(b, first + j, before, rows, late, evict)
             per_op.append(m)
         metrics.append(per_op)
         outputs += [(b.batch_id, {c: row[c] for c in out_cols}) for row in rows]

@@ -303,7 +303,7 @@ def check_pipeline(spec: BacktestSpec) -> None:
 
 def _check_switch(spec: BacktestSpec, q: PipelineQuery, candidate: str) -> None:
     """What the pipeline predictor does not model about a candidate's ``after_restart``
-    (restarts themselves are modelled, docs/semantics.md §13.7): a switched delay under a
+    (restarts themselves are modelled, docs/semantics.md §13.8): a switched delay under a
     within-watermark dedup (its entries keep the expiry of the delay they were stored with),
     and ``allowMultiple`` switched after a join (the no-data rule of the operators after it
     reads the propagator of the run before the restart)."""
