@@ -206,9 +206,6 @@ def _delays(spec: BacktestSpec, rec: Recorder, source: str, wm_col: str | None,
             if [c for c, _ in rec.watermarks].count(col) > 1:
                 raise SpecError(spec.path, f"candidates.{cname}.watermark.{col}",
                                 "a column only one withWatermark call names (two do)")
-        if cand.after_restart is not None:
-            raise SpecError(spec.path, f"candidates.{cname}.after_restart",
-                            "no after_restart for a pyspark query (not modelled yet)")
         out[cname] = ({} if wm_col is None else
                       {source: cand.watermark.get(wm_col, as_written or
                                                   Duration.parse(written[wm_col]))})

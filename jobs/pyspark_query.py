@@ -146,7 +146,38 @@ def _planning_frames(spark: SparkSession, spec: BacktestSpec, tmp: Path
 
 
 def lower(spec: BacktestSpec, spark: SparkSession | None = None) -> Lowered:
-    """Plan ``spec``'s pyspark query and map it onto a query kind (see the module doc)."""
+    """Plan ``spec``'s pyspark query and map it onto a query kind (see the module doc); a
+    candidate's ``after_restart`` delays are mapped onto sources as its own are
+    (:func:`_switched_by_source`)."""
+    got = _lower(spec, spark)
+    return replace(got, spec=_switched_by_source(got.spec))
+
+
+def _switched_by_source(lowered: BacktestSpec) -> BacktestSpec:
+    """``lowered`` whose candidates' ``after_restart`` delays, given by event-time column
+    as their own are, are keyed by source as the lowered candidates' are (docs/semantics.md
+    §13.8): a column's delay for the source whose ``withWatermark`` names it, else the
+    source's delay before the restart (``check_restarts``: the same columns as the
+    candidate's own)."""
+    origin = lowered._pyspark
+    if origin is None or not any(c.after_restart for c in lowered.candidates.values()):
+        return lowered
+    shared = list(origin.watermark_columns.values())
+    candidates = dict(lowered.candidates)
+    for name, cand in lowered.candidates.items():
+        after = cand.after_restart
+        if after is None:
+            continue
+        by_source = {s: after.watermark[col] if (col := origin.watermark_columns.get(s))
+                     in after.watermark and shared.count(col) == 1 else d
+                     for s, d in cand.watermark.items()}
+        candidates[name] = cand.model_copy(update={
+            "after_restart": after.model_copy(update={"watermark": by_source})})
+    out = lowered.model_copy(update={"candidates": candidates})
+    return out
+
+
+def _lower(spec: BacktestSpec, spark: SparkSession | None) -> Lowered:
     from jobs.spark import get_spark
 
     q = spec.query

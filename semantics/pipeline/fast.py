@@ -7,7 +7,8 @@ one.
 Why a whole run per operator is exact (§2.1–§2.3, §13.2):
 
 * the batches and their global watermarks depend only on the source rows that reach the
-  watermark node (``semantics.engine.plan_batches``), never on state: computed once;
+  watermark node (``semantics.engine.plan_batches``), never on state: computed once (with
+  restarts and an ``after_restart`` switch too, §13.8: the plan applies §2.7);
 * along a chain of deduplications and aggregations every operator drops late rows with the
   batch's late watermark and evicts with its eviction watermark (the global ones, §13.2), so
   operator ``j`` needs only the rows operator ``j - 1`` emitted, each tagged with its batch;

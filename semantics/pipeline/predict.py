@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from semantics import restarts
 from semantics.engine import Declined, Path, WholeRunDeclined
 from semantics.errors import SpecError
 from semantics.pipeline.report import Figures, batch_report
@@ -23,7 +24,9 @@ def predict_pipeline(schedule: Schedule, spec: BacktestSpec, candidate: str,
     ``WholeRunDeclined`` where it does not apply), "step" runs the reference runner batch by
     batch, "auto" the whole run unless it declines; ``info["path"]`` and
     ``info["path_reason"]`` say which ran and why. ``count_late``: ``info["late_rows"]``,
-    the input rows dropped as late at any operator (§13.7; None where not counted)."""
+    the input rows dropped as late at any operator (§13.7; None where not counted);
+    ``info["restarts"]`` and ``info["switch"]`` the restarts and the candidate's switch
+    (``semantics.restarts.describe``, §13.8)."""
     from semantics.late_rows import pipeline_late_rows
     from semantics.pipeline import fast
 
@@ -39,7 +42,8 @@ def predict_pipeline(schedule: Schedule, spec: BacktestSpec, candidate: str,
                              {"operator": "pipeline", "operators": got.names,
                               "path": "whole_run",
                               "path_reason": "each operator over the whole run "
-                                             "(semantics.pipeline.fast)", **late})
+                                             "(semantics.pipeline.fast)", **late,
+                              **restarts.describe(spec, candidate, schedule, batches)})
         if path == "whole_run":
             raise WholeRunDeclined(f"the whole-run pipeline declines: {got.reason}")
         reason = f"the whole-run pipeline declines: {got.reason}"
@@ -53,12 +57,15 @@ def predict_pipeline(schedule: Schedule, spec: BacktestSpec, candidate: str,
     except SpecError:  # (a join or session stage: not followed yet)
         t = None
     res = t.run if t is not None else run(schedule, spec, candidate)
+    batches = report(spec, res)
     if count_late:
         late["late_rows"] = t.late_rows if t is not None else \
-            pipeline_late_rows(schedule, spec, report(spec, res))
-    return RunResult(candidate, report(spec, res), outputs(spec, res),
+            pipeline_late_rows(schedule, spec, batches)
+    return RunResult(candidate, batches, outputs(spec, res),
                      {"operator": "pipeline", "operators": res.names, "path": "step",
-                      "path_reason": reason, **late})
+                      "path_reason": reason, **late,
+                      # the restarts and the candidate's switch (SPEC.md §1.3, §13.8)
+                      **restarts.describe(spec, candidate, schedule, batches)})
 
 
 def report(spec: BacktestSpec, res: PipelineRun) -> pd.DataFrame:

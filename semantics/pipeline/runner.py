@@ -17,7 +17,10 @@ operator kind (state in, state out, one batch), the operators chained within eac
   emitted, in the same batch, and move no watermark either (§13.3; ``columns`` refuses a
   filter Spark would push below an operator); a select's computed columns
   (``semantics.expressions``) are values of the rows, which a later stage may key on;
-* a session window (§13.5) is ``semantics.reference.session``'s step with a gap per row.
+* a session window (§13.5) is ``semantics.reference.session``'s step with a gap per row;
+* restarts (§13.8): the reference plan restarts by definition (per-input watermarks
+  forgotten, the global one kept, ``after_restart`` from the first one on); every operator's
+  state carries on, and each batch takes ``allowMultiple`` from its run of the query.
 
 >>> run(schedule, spec, "c").metrics[0][0].state_rows  # doctest: +SKIP
 """
@@ -30,6 +33,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 import pyarrow as pa
 
+from semantics import restarts
 from semantics.config import resolve
 from semantics.durations import Duration
 from semantics.errors import SpecError
@@ -188,10 +192,17 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str,
     input_types = _input_types(spec, schedule, views[first].columns)
     jr = None if q.join is None else join_rules(spec, schedule, q.join.query, delays)
 
-    def below(w: int | None) -> int | None:
+    # after a restart the switched settings (§2.7): allowMultiple picks the propagator
+    after = resolve(restarts.switched(spec, candidate), candidate) if schedule.restarts else r
+
+    def multiple(tick: int) -> bool:
+        """``allowMultiple`` of the run of the query that ``tick`` belongs to."""
+        return (after if restarts.segment(spec, tick) else r).allow_multiple
+
+    def below(w: int | None, allow_multiple: bool = r.allow_multiple) -> int | None:
         """The input watermark of the operators after a join under global watermark ``w``
         (§13.2: the join's output watermark, at least 0; 0 while ``w`` is 0)."""
-        if w is None or jr is None or not r.allow_multiple:
+        if w is None or jr is None or not allow_multiple:
             return w
         out = jr.output_watermark(w) if w else 0
         return max(out or 0, 0)
@@ -226,7 +237,7 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str,
         else:
             rows = [{ROW_ID: row[ROW_ID], EVENT_US: row[EVENT_US], **values[s][row[ROW_ID]]}
                     for s in spec.query_sources for row in b.rows[s] if row[ROW_ID] in passing[s]]
-        late_ms, evict_ms = below(b.late_ms), below(b.evict_ms)
+        late_ms, evict_ms = below(b.late_ms, multiple(b.tick)), below(b.evict_ms, multiple(b.tick))
         late = None if late_ms is None else late_ms * 1000
         evict = None if evict_ms is None else evict_ms * 1000
         micros: frozenset[str] = frozenset()  # columns holding µs (an aggregate's window)
@@ -270,7 +281,8 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str,
         metrics.append(per_op)
         outputs += [(b.batch_id, {c: row[c] for c in out_cols}) for row in rows]
     return PipelineRun(batches, metrics, outputs, operator_names(q), out_cols,
-                       [(below(b.late_ms), below(b.evict_ms)) for b in batches]
+                       [(below(b.late_ms, multiple(b.tick)), below(b.evict_ms, multiple(b.tick)))
+                        for b in batches]
                        if jr is not None else [], out_micros)
 
 

@@ -285,10 +285,8 @@ def check_pipeline(spec: BacktestSpec) -> None:
         raise SpecError(spec.path, "query.pipeline[0].join.window", "kind: join for a join on "
                         "a window key (after it in a pipeline, the window struct is the only "
                         "event-time column: stages over it are not modelled yet)")
-    if spec.replay.restarts:
-        raise SpecError(spec.path, "replay.restarts", "no restarts for a pipeline (what a "
-                        "restart restores for several operators is not modelled yet)")
     for cname, cand in spec.candidates.items():
+        _check_switch(spec, q, cname)
         if q.join is not None:
             from semantics.profiles import of_candidate
 
@@ -301,6 +299,37 @@ def check_pipeline(spec: BacktestSpec) -> None:
             raise SpecError(spec.path, f"candidates.{cname}.watermark", "a watermark on a "
                             "source of the pipeline: Spark rejects append output mode for an "
                             "aggregation without one")
+
+
+def _check_switch(spec: BacktestSpec, q: PipelineQuery, candidate: str) -> None:
+    """What the pipeline predictor does not model about a candidate's ``after_restart``
+    (restarts themselves are modelled, docs/semantics.md §13.8): a switched delay under a
+    within-watermark dedup (its entries keep the expiry of the delay they were stored with),
+    and ``allowMultiple`` switched after a join (the no-data rule of the operators after it
+    reads the propagator of the run before the restart)."""
+    cand = spec.candidates[candidate]
+    after = cand.after_restart
+    if after is None:
+        return
+    where = f"candidates.{candidate}.after_restart"
+    # (delays by value: a within-watermark dedup needs one delay on every source, and a
+    # PySpark candidate's are keyed by column here, by source after lowering)
+    switched = {d.us for d in after.watermark.values()} != {d.us for d in
+                                                             cand.watermark.values()}
+    if switched and any(isinstance(s, DeduplicateStage) and s.deduplicate.within_watermark
+                        for s in q.stages):
+        raise SpecError(spec.path, f"{where}.watermark", "the same delays for a pipeline with "
+                        "a within-watermark deduplication (entries stored before the switch "
+                        "keep the old delay's expiry: not modelled)")
+    from semantics.spark_conf import ALLOW_MULTIPLE, spark_bool
+
+    key = ALLOW_MULTIPLE
+    if q.join is not None and key in after.spark_conf and spark_bool(
+            after.spark_conf[key], key, spec.path) != spark_bool(
+            spec.conf(candidate).get(key, True), key, spec.path):
+        raise SpecError(spec.path, f"{where}.spark_conf.{key}", "the candidate's own value "
+                        "for a pipeline with a join (a switch of the watermark propagator "
+                        "after a join is not modelled)")
 
 
 def refuse_for_pipelines(spec: BacktestSpec, feature: str) -> None:

@@ -8,7 +8,11 @@ and with which watermarks, one tick at a time, shared by every reference operato
 * late rows are filtered with the previous batch's watermark, state evicted with the current
   one (``allowMultiple=false``: both the current one);
 * a data tick always runs a batch, an idle tick a no-data batch iff a watermark exists,
-  ``noDataMicroBatches.enabled`` and the operator's ``shouldRunAnotherBatch`` holds (§2.2).
+  ``noDataMicroBatches.enabled`` and the operator's ``shouldRunAnotherBatch`` holds (§2.2);
+* a restart (``schedule.restarts``, §2.7) keeps the global watermark and forgets the
+  per-input ones; the candidate's ``after_restart`` (as Spark runs it:
+  ``semantics.restarts.switched``) applies from the first one on, and a restarted query runs
+  no no-data batch before its first batch.
 
 Independent of ``semantics.engine`` on purpose: it is what the engine's plan must equal.
 """
@@ -22,6 +26,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from semantics.config import resolve
+from semantics.restarts import switched
 from semantics.schedule import Schedule
 from semantics.spec import BacktestSpec
 
@@ -89,13 +94,20 @@ def plan(schedule: Schedule, spec: BacktestSpec, candidate: str,
     delays = dict(r.delays_ms)
     policy = min if r.policy == "min" else max
     allow_multiple, no_data = r.allow_multiple, r.no_data_batches
-    per_input: dict[str, int] = {}  # inputs that have had rows
+    after = resolve(switched(spec, candidate), candidate) if schedule.restarts else r
+    per_input: dict[str, int] = {}  # inputs that have had rows (since the last restart)
     wm = prev = 0
     last_evict: int | None = None
+    fresh = False  # a restarted query that has run no batch yet
+    starts = {a for a, _ in schedule.runs()[1:]}  # the first tick after each restart
     out: list[Batch] = []
     for tick in schedule.ticks:
+        if tick.index in starts:  # (started again from its checkpoint)
+            per_input, fresh = {}, True
+            delays = dict(after.delays_ms)
+            allow_multiple, no_data = after.allow_multiple, after.no_data_batches
         if tick.idle:
-            if not (delays and no_data and another(wm, last_evict)):
+            if fresh or not (delays and no_data and another(wm, last_evict)):
                 continue
             rows: dict[str, list[Row]] = {s: [] for s in spec.query_sources}
         else:
@@ -104,7 +116,7 @@ def plan(schedule: Schedule, spec: BacktestSpec, candidate: str,
         evict = wm if delays else None
         out.append(Batch(len(out), tick.index, not tick.idle, rows, wm if delays else None,
                          late, evict))
-        prev, last_evict = wm, evict
+        prev, last_evict, fresh = wm, evict, False
         for s, delay in delays.items():
             # (a derived schedule gives each tick's max at the watermark node: rows a filter
             # above withWatermark removes still count, docs/semantics.md §14)
