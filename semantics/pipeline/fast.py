@@ -197,7 +197,12 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> FastRun | Dec
             reach[s] = m
     plan = plan_batches(schedule, spec, r, _Planner(reach))  # type: ignore[arg-type]
     ops = q.stages[first:]
-    stream = _input(schedule, spec, frames, plan, _read_from(ops, out_cols))
+    by_op = _dedup_by_operator(schedule, spec, r, ops[0], plan) \
+        if first == 0 and len(spec.query_sources) == 1 else None
+    # (a deduplication by the operator: only the rows it accepts, and only the columns the
+    # stages after it or the output read, are gathered)
+    stream = _input(schedule, spec, frames, plan, _read_from(ops[by_op is not None:], out_cols),
+                    None if by_op is None else by_op[0])
     n_b = len(plan)
     late_us = evict_us = None
     if delays:
@@ -211,11 +216,8 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> FastRun | Dec
         read = _read_from(ops[j:], out_cols)
         stream = Stream(stream.batch, stream.t_us,
                         {c: v for c, v in stream.cols.items() if c in read})
-        by_op = _dedup_by_operator(schedule, spec, r, stage, plan) \
-            if j == 0 and first == 0 and len(spec.query_sources) == 1 else None
-        if by_op is not None:  # (a deduplication straight over the source)
-            positions, fig = by_op
-            stream = stream.take(positions)
+        if j == 0 and by_op is not None:  # (a deduplication straight over the source)
+            fig = by_op[1]
         elif isinstance(stage, DeduplicateStage):
             evicts = bool(delays) and (stage.deduplicate.within_watermark
                                        or view.event_time in stage.deduplicate.keys)
@@ -276,15 +278,24 @@ def _read_from(stages: Sequence[DeduplicateStage | AggregateStage], out: Sequenc
 
 def _input(schedule: Schedule, spec: BacktestSpec,
            frames: Mapping[str, tuple[np.ndarray | None, pd.DataFrame]],
-           plan: list[BatchInput], read: set[str]) -> Stream:
+           plan: list[BatchInput], read: set[str], at: np.ndarray | None = None) -> Stream:
     """The first stateful stage's rows: every source's passing rows (``frames``: their
     positions in ``schedule.rows``, None: all, and their values), batch by batch, sources in
-    the query's order (as the reference feeds them); only the columns in ``read``."""
+    the query's order (as the reference feeds them); only the columns in ``read``. ``at``
+    (one source read in place): only the rows at these positions (ascending), as the first
+    stage's own whole run accepted them."""
     n_ticks = max((t.index for t in schedule.ticks), default=-1) + 1
     batch_of_tick = np.full(n_ticks, -1, dtype=np.int64)
     for b in plan:
         if b.has_data:
             batch_of_tick[b.tick] = b.batch_id
+    if at is not None:
+        (s,) = spec.query_sources
+        f = schedule.rows[s]
+        names = (ROW_ID, *schedule.data_columns[s])
+        return Stream(batch_of_tick[f["tick"].to_numpy()[at]],
+                      schedule.event_time_us(s)[at].astype(np.int64, copy=False),
+                      {c: col_of(f[c]).take(at) for c in names if c in read})
     parts: list[dict[str, Col]] = []
     batches, times = [], []
     for s in spec.query_sources:
@@ -295,13 +306,60 @@ def _input(schedule: Schedule, spec: BacktestSpec,
         times.append(t if pos is None else t[pos])
         names = (ROW_ID, *schedule.data_columns[s]) if pos is None else tuple(f.columns)
         parts.append({c: col_of(f[c]) for c in names if c in read})
-    cols = parts[0] if len(parts) == 1 else {c: _concat([p[c] for p in parts])
-                                             for c in parts[0]}
-    batch = np.concatenate(batches)
-    s = Stream(batch, np.concatenate(times).astype(np.int64), cols)
-    if len(batch) and (np.diff(batch) < 0).any():
-        return s.take(np.argsort(batch, kind="stable"))
-    return s
+    if len(parts) == 1:
+        batch = batches[0]
+        stream = Stream(batch, times[0].astype(np.int64, copy=False), parts[0])
+        if len(batch) and (np.diff(batch) < 0).any():
+            return stream.take(np.argsort(batch, kind="stable"))
+        return stream
+    # a union: each source's rows in batch order already (a plan's batches tile its rows in
+    # order), so each row's place is its batch's start, the rows of the sources before in
+    # that batch, and its rank among its source's rows of the batch (no sort)
+    place = _union_places(batches, len(plan))
+    if place is None:  # (a source out of batch order: a stable sort)
+        cols = {c: _concat([p[c] for p in parts]) for c in parts[0]}
+        batch = np.concatenate(batches)
+        s_ = Stream(batch, np.concatenate(times).astype(np.int64), cols)
+        return s_.take(np.argsort(batch, kind="stable"))
+    n = sum(len(b) for b in batches)
+    batch = np.empty(n, dtype=np.int64)
+    t_us = np.empty(n, dtype=np.int64)
+    for b, t, pl in zip(batches, times, place, strict=True):
+        batch[pl] = b
+        t_us[pl] = t
+    return Stream(batch, t_us, {c: _placed([p[c] for p in parts], place, n) for c in parts[0]})
+
+
+def _union_places(batches: Sequence[np.ndarray], n_b: int) -> list[np.ndarray] | None:
+    """Where each source's rows go in the union (batch, then source, then row order), from
+    each source's batches (non-decreasing, else None: the caller sorts).
+
+    >>> [p.tolist() for p in _union_places([np.array([0, 1, 1]), np.array([0, 2])], 3)]
+    [[0, 2, 3], [1, 4]]
+    """
+    if any(len(b) and (b[0] < 0 or (np.diff(b) < 0).any()) for b in batches):
+        return None
+    counts = [np.bincount(b, minlength=n_b)[:n_b] for b in batches]
+    total = np.sum(counts, axis=0)
+    start = np.cumsum(total) - total  # each batch's first place in the union
+    out = []
+    for b, cnt in zip(batches, counts, strict=True):
+        own = np.cumsum(cnt) - cnt  # each batch's first row in this source
+        out.append((start - own)[b] + np.arange(len(b), dtype=np.int64))
+        start = start + cnt  # (the next source's rows of a batch come after these)
+    return out
+
+
+def _placed(cols: Sequence[Col], place: Sequence[np.ndarray], n: int) -> Col:
+    """A union's column, each source's values put at its rows' places."""
+    first = _concat([c.take(slice(0, 0)) for c in cols])  # (the dtype of the union's column)
+    values = np.empty(n, dtype=first.values.dtype)
+    null = None if first.null is None else np.zeros(n, dtype=bool)
+    for c, pl in zip(cols, place, strict=True):
+        values[pl] = c.values
+        if null is not None and c.null is not None:
+            null[pl] = c.null
+    return Col(values, null, first.dtype)
 
 
 def _concat(cols: Sequence[Col]) -> Col:
