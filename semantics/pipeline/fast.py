@@ -31,8 +31,9 @@ numbers or timestamps, a schedule whose watermark maxima come precomputed
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
@@ -40,6 +41,7 @@ import pandas as pd
 from semantics.config import ResolvedCandidate, resolve
 from semantics.engine import BatchInput, Declined, plan_batches
 from semantics.errors import SpecError
+from semantics.parallel import map_parts
 from semantics.pipeline.columns import WINDOW_TIME, StageColumns, flow
 from semantics.pipeline.report import Figures, batch_report
 from semantics.pipeline.runner import (
@@ -53,6 +55,7 @@ from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import BacktestSpec, parse_aggregate
 from semantics.tuning import PIPELINE_TABLE_PER_ROW
 
+T = TypeVar("T")
 NAT = np.iinfo(np.int64).min  # a timestamp column's NULL (NaT's int64 value)
 
 
@@ -293,9 +296,12 @@ def _input(schedule: Schedule, spec: BacktestSpec,
         (s,) = spec.query_sources
         f = schedule.rows[s]
         names = (ROW_ID, *schedule.data_columns[s])
-        return Stream(batch_of_tick[f["tick"].to_numpy()[at]],
-                      schedule.event_time_us(s)[at].astype(np.int64, copy=False),
-                      {c: col_of(f[c]).take(at) for c in names if c in read})
+        cols = [c for c in names if c in read]
+        tick, t = f["tick"].to_numpy(), schedule.event_time_us(s)
+        tasks = [lambda: batch_of_tick[tick[at]], lambda: t[at].astype(np.int64, copy=False)]
+        tasks += [(lambda c=c: col_of(f[c]).take(at)) for c in cols]
+        batch, t_us, *got = map_parts(_call, tasks)  # (gathers, in threads)
+        return Stream(batch, t_us, dict(zip(cols, got, strict=True)))
     parts: list[dict[str, Col]] = []
     batches, times = [], []
     for s in spec.query_sources:
@@ -328,6 +334,10 @@ def _input(schedule: Schedule, spec: BacktestSpec,
         batch[pl] = b
         t_us[pl] = t
     return Stream(batch, t_us, {c: _placed([p[c] for p in parts], place, n) for c in parts[0]})
+
+
+def _call(task: Callable[[], T]) -> T:
+    return task()
 
 
 def _union_places(batches: Sequence[np.ndarray], n_b: int) -> list[np.ndarray] | None:
@@ -433,6 +443,29 @@ def _dense(code: np.ndarray) -> tuple[np.ndarray, int]:
     rank = np.empty(span, dtype=np.int64)
     rank[present[np.argsort(first[present])]] = np.arange(len(present), dtype=np.int64)
     return rank[c], len(present)
+
+
+def _groups(code: np.ndarray) -> tuple[np.ndarray, int, np.ndarray, np.ndarray]:
+    """The groups of ``code`` as a label per row (``0 ..`` below the second value), and per
+    group, in the order of first appearance, its label and its first row: over a table of
+    the codes' range where it is small (the labels are the codes less the least, a table
+    cell each, no renumbering pass), else by a hash table (``_dense``).
+
+    >>> [x.tolist() if hasattr(x, "tolist") else x for x in _groups(np.array([7, 5, 7, 6]))]
+    [[2, 0, 2, 1], 3, [2, 0, 1], [0, 1, 3]]
+    """
+    n = len(code)
+    lo = int(code.min()) if n else 0
+    span = int(code.max()) - lo + 1 if n else 0
+    if span > PIPELINE_TABLE_PER_ROW * n:
+        gid, n_g = _dense(code)
+        return gid, n_g, np.arange(n_g, dtype=np.int64), _first_rows(gid)
+    label = code - lo
+    first = np.full(span, n, dtype=np.int64)
+    np.minimum.at(first, label, np.arange(n, dtype=np.int64))
+    present = np.flatnonzero(first < n)
+    entry = present[np.argsort(first[present], kind="stable")]
+    return label, span, entry, first[entry]
 
 
 def _distinct_per_batch(gid: np.ndarray, batch: np.ndarray, n_g: int, n_b: int
@@ -553,9 +586,12 @@ def aggregate(s: Stream, stage: AggregateStage, view: StageColumns,
     if win is not None:
         dur, slide = win.duration.us, win.slide_us
         k = -(-dur // slide)
-        last = s.t_us - (s.t_us - win.start_us) % slide  # (floor modulo: before 1970 too)
         row: np.ndarray | None  # the input row of each (row, window) pair (None: i -> i)
-        if k == 1:  # (tumbling: one window a row, or none when the duration is shorter)
+        if dur == slide:  # tumbling: rows by window number (no start or bound per row)
+            return _aggregate_windows(s, stage, aggs, late_us, evict_us, n_b,
+                                      keep_window_time)
+        last = s.t_us - (s.t_us - win.start_us) % slide  # (floor modulo: before 1970 too)
+        if k == 1:  # (one window a row, or none: the duration is shorter than the slide)
             inside = s.t_us - last < dur
             row = None if inside.all() else np.flatnonzero(inside)
             start = last if row is None else last[row]
@@ -609,14 +645,7 @@ def aggregate(s: Stream, stage: AggregateStage, view: StageColumns,
     # emitted: batch by batch, in the order the groups entered the state (first appearance)
     out = gone[np.lexsort((first_row[gone], leave[gone]))]
     fr = first_row[out] if row is None else row[first_row[out]]
-    cols: dict[str, Col] = {}
-    for c in a.keys:
-        kc = s.cols[c].take(fr)
-        if kc.values.dtype.kind == "f":  # (the state keeps the normalized key, §6)
-            kc = Col(kc.values + 0.0, kc.null, kc.values.dtype)
-        elif not kc.is_time:  # (a NULL key is None, not NA)
-            kc = Col(kc.values, kc.null, kc.values.dtype)
-        cols[c] = kc
+    cols = _key_columns(s, a.keys, fr)
     if win is not None:
         st = start[first_pair[out]]
         cols["window_start"] = Col(st, None, np.dtype(np.int64))
@@ -631,9 +660,80 @@ def aggregate(s: Stream, stage: AggregateStage, view: StageColumns,
     return Stream(leave[out], t_out, cols), fig
 
 
+def _aggregate_windows(s: Stream, stage: AggregateStage, aggs: list[tuple[str, str, str | None]],
+                       late_us: np.ndarray | None, evict_us: np.ndarray | None, n_b: int,
+                       keep_window_time: bool) -> tuple[Stream, Figures]:
+    """:func:`aggregate` for tumbling windows (duration = slide), the same rows and figures:
+    each row's window by its number ``(t - start) // slide`` alone (window starts and bounds
+    only for the groups), late rows by comparing it with each batch's last late window
+    number (a window ends at or before the late watermark iff its number is at most that),
+    and the passes that only read the groups' ids in threads (``semantics.parallel``)."""
+    a, win = stage.aggregate, stage.aggregate.window
+    assert win is not None
+    dur, origin = win.duration.us, win.start_us
+    n = len(s.t_us)
+    number = s.t_us - origin
+    number //= dur  # (floor division: before 1970 too)
+    lo_n = int(number.min()) if n else 0
+    # (window-major codes: a batch's groups, of a few neighbouring windows, are a narrow range)
+    code = _combine([number - lo_n, *(_codes(s.cols[c], False) for c in a.keys)], n)
+    batch = s.batch
+    dropped = np.zeros(n_b, dtype=np.int64)
+    keep: np.ndarray | None = None  # the rows that are not late (None: all)
+    if late_us is not None and n:
+        late = number <= ((late_us - origin - dur) // dur)[batch]
+        if late.any():  # (late groups: counted per batch they come in)
+            g, n_late = _dense(code[late])
+            dropped = _distinct_per_batch(g, batch[late], n_late, n_b)
+            keep = ~late
+            code, batch = code[keep], batch[keep]
+    label, n_l, entry, first_row = _groups(code)
+    n_g = len(entry)
+    tasks = [lambda: _distinct_per_batch(label, batch, n_l, n_b)]
+    tasks += [(lambda f=f, c=c: _aggregate(f, None if c is None else s.cols[c], keep, label,
+                                           batch, n_l)) for _, f, c in aggs]
+    updated, *values = map_parts(_call, tasks)
+    first_pair = first_row if keep is None else np.flatnonzero(keep)[first_row]
+    g_enter = batch[first_row]
+    g_start = number[first_pair] * dur + origin
+    g_bound = g_start + dur
+    if evict_us is not None:
+        leave = np.maximum(g_enter, np.searchsorted(evict_us, g_bound, side="left"))
+    else:
+        leave = np.full(n_g, n_b, dtype=np.int64)
+    entered = np.bincount(g_enter, minlength=n_b)
+    gone = np.flatnonzero(leave < n_b)
+    removed = np.bincount(leave[gone], minlength=n_b)
+    fig = Figures(dropped, np.cumsum(entered) - np.cumsum(removed), updated, removed)
+    out = gone[np.lexsort((first_row[gone], leave[gone]))]
+    cols = _key_columns(s, a.keys, first_pair[out])
+    st = g_start[out]
+    cols["window_start"] = Col(st, None, np.dtype(np.int64))
+    cols["window_end"] = Col(st + dur, None, np.dtype(np.int64))
+    if keep_window_time:
+        cols[WINDOW_TIME] = Col(st + dur - 1, None, np.dtype(np.int64))
+    for (name, _, _), v in zip(aggs, values, strict=True):
+        cols[name] = v.take(entry[out])
+    return Stream(leave[out], g_bound[out] - 1, cols), fig
+
+
+def _key_columns(s: Stream, keys: Sequence[str], fr: np.ndarray) -> dict[str, Col]:
+    """The emitted groups' key columns, from a row of each (``fr``)."""
+    cols: dict[str, Col] = {}
+    for c in keys:
+        kc = s.cols[c].take(fr)
+        if kc.values.dtype.kind == "f":  # (the state keeps the normalized key, §6)
+            kc = Col(kc.values + 0.0, kc.null, kc.values.dtype)
+        elif not kc.is_time:  # (a NULL key is None, not NA)
+            kc = Col(kc.values, kc.null, kc.values.dtype)
+        cols[c] = kc
+    return cols
+
+
 def _aggregate(f: str, col: Col | None, row: np.ndarray | None, gid: np.ndarray,
                batch: np.ndarray, n_g: int) -> Col:
-    """Aggregate ``f`` of every group (§4.5, §6) over its non-late rows (``row``, group
+    """Aggregate ``f`` of every group (§4.5, §6) over its non-late rows (``row``: their
+    positions or a mask of them, None: all; group
     ``gid``, in batch order): NULLs skipped (none: NULL, count 0), NaN above every number; a
     float sum added row by row within a batch, then batch by batch (as the reference adds)."""
     if col is None:
