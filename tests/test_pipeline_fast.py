@@ -190,3 +190,20 @@ def test_tables_and_hash_tables_give_the_same(monkeypatch, per_row):
         got_fast = predict(sched, spec, "c", path="whole_run")
         assert rows(got_fast.batches) == rows(ref.batches), seed
         assert rows(got_fast.outputs) == rows(ref.outputs), seed
+
+
+def test_union_places_are_the_stable_sort_by_batch():
+    # a union's rows go to (batch, source, row) order by per-batch counts, no sort: the
+    # places equal those a stable argsort of the sources' batches one after the other gives
+    r = np.random.default_rng(7)
+    for _ in range(200):
+        n_b = int(r.integers(1, 6))
+        batches = [np.sort(r.integers(0, n_b, int(r.integers(0, 12)))) for _ in range(3)]
+        place = fast._union_places(batches, n_b)
+        assert place is not None
+        want = np.empty(sum(len(b) for b in batches), dtype=np.int64)
+        want[np.argsort(np.concatenate(batches), kind="stable")] = np.arange(len(want))
+        assert np.array_equal(np.concatenate(place), want)
+    # a source out of batch order (or a row without a batch): the caller sorts instead
+    assert fast._union_places([np.array([1, 0])], 2) is None
+    assert fast._union_places([np.array([-1, 0])], 2) is None

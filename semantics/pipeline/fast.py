@@ -23,6 +23,11 @@ Why a whole run per operator is exact (§2.1–§2.3, §13.2):
   added in the reference's order (row by row within a batch, then batch by batch), so even a
   float sum is the same number.
 
+Speed (the same rows and figures): a first deduplication straight over one source is its
+operator's whole run, and only the rows it accepts are gathered; a union's rows are placed
+by per-batch counts, not sorted; a tumbling window groups rows by window number and labels
+groups by their cell of a table of the codes' range; passes that only read are in threads.
+
 What it does not cover it declines with the reason (``Declined``): a join stage, a session
 window, stateless stages after a stateful one, aggregate functions over columns that are not
 numbers or timestamps, a schedule whose watermark maxima come precomputed
