@@ -26,7 +26,7 @@ Why a whole run per operator is exact (§2.1–§2.3, §13.2):
 Speed (the same rows and figures): a first deduplication straight over one source is its
 operator's whole run, and only the rows it accepts are gathered; a union's rows are placed
 by per-batch counts, not sorted; a tumbling window groups rows by window number and labels
-groups by their cell of a table of the codes' range; passes that only read are in threads.
+groups by their cell of a table of the codes' range.
 
 What it does not cover it declines with the reason (``Declined``): a join stage, a session
 window, stateless stages after a stateful one, aggregate functions over columns that are not
@@ -36,9 +36,8 @@ numbers or timestamps, a schedule whose watermark maxima come precomputed
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
 
 import numpy as np
 import pandas as pd
@@ -46,7 +45,6 @@ import pandas as pd
 from semantics.config import ResolvedCandidate, resolve
 from semantics.engine import BatchInput, Declined, plan_batches
 from semantics.errors import SpecError
-from semantics.parallel import map_parts
 from semantics.pipeline.columns import WINDOW_TIME, StageColumns, flow
 from semantics.pipeline.report import Figures, batch_report
 from semantics.pipeline.runner import (
@@ -60,7 +58,6 @@ from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import BacktestSpec, parse_aggregate
 from semantics.tuning import PIPELINE_TABLE_PER_ROW
 
-T = TypeVar("T")
 NAT = np.iinfo(np.int64).min  # a timestamp column's NULL (NaT's int64 value)
 
 
@@ -303,10 +300,8 @@ def _input(schedule: Schedule, spec: BacktestSpec,
         names = (ROW_ID, *schedule.data_columns[s])
         cols = [c for c in names if c in read]
         tick, t = f["tick"].to_numpy(), schedule.event_time_us(s)
-        tasks = [lambda: batch_of_tick[tick[at]], lambda: t[at].astype(np.int64, copy=False)]
-        tasks += [(lambda c=c: col_of(f[c]).take(at)) for c in cols]
-        batch, t_us, *got = map_parts(_call, tasks)  # (gathers, in threads)
-        return Stream(batch, t_us, dict(zip(cols, got, strict=True)))
+        return Stream(batch_of_tick[tick[at]], t[at].astype(np.int64, copy=False),
+                      {c: col_of(f[c]).take(at) for c in cols})
     parts: list[dict[str, Col]] = []
     batches, times = [], []
     for s in spec.query_sources:
@@ -339,10 +334,6 @@ def _input(schedule: Schedule, spec: BacktestSpec,
         batch[pl] = b
         t_us[pl] = t
     return Stream(batch, t_us, {c: _placed([p[c] for p in parts], place, n) for c in parts[0]})
-
-
-def _call(task: Callable[[], T]) -> T:
-    return task()
 
 
 def _union_places(batches: Sequence[np.ndarray], n_b: int) -> list[np.ndarray] | None:
@@ -426,7 +417,10 @@ def _combine(parts: Sequence[np.ndarray], n: int) -> np.ndarray:
             out = pd.factorize(out)[0].astype(np.int64)
             p = pd.factorize(p)[0].astype(np.int64)
             lo_o, hi_o, lo_p, hi_p = 0, int(out.max()), 0, int(p.max())
-        out = (out - lo_o) * (hi_p - lo_p + 1) + (p - lo_p)
+        out = out - lo_o  # (then in place: no array allocated per step)
+        out *= hi_p - lo_p + 1
+        out += p
+        out -= lo_p
     return out
 
 
@@ -481,16 +475,19 @@ def _distinct_per_batch(gid: np.ndarray, batch: np.ndarray, n_g: int, n_b: int
     n = len(gid)
     if not n:
         return np.zeros(n_b, dtype=np.int64)
-    starts = np.flatnonzero(np.r_[True, batch[1:] != batch[:-1]])
+    edges = np.searchsorted(batch, np.arange(n_b + 1))  # (each batch's rows: no pass)
+    busy = np.flatnonzero(edges[1:] > edges[:-1])
+    starts = edges[busy]
     lo = np.minimum.reduceat(gid, starts)
     width = np.maximum.reduceat(gid, starts) - lo + 1
     if int(width.sum()) <= PIPELINE_TABLE_PER_ROW * n:
         offset = np.r_[0, np.cumsum(width)[:-1]]
-        held = np.repeat(offset - lo, np.diff(np.r_[starts, n]))
+        held = np.repeat(offset - lo, edges[busy + 1] - starts)
+        held += gid
         seen = np.zeros(int(width.sum()), dtype=bool)
-        seen[gid + held] = True
+        seen[held] = True
         out = np.zeros(n_b, dtype=np.int64)
-        out[batch[starts]] = np.add.reduceat(seen, offset, dtype=np.int64)
+        out[busy] = np.add.reduceat(seen, offset, dtype=np.int64)
         return out
     pair = _combine([gid, batch], n)
     return np.bincount(batch[~pd.Series(pair).duplicated().to_numpy()],
@@ -671,17 +668,18 @@ def _aggregate_windows(s: Stream, stage: AggregateStage, aggs: list[tuple[str, s
     """:func:`aggregate` for tumbling windows (duration = slide), the same rows and figures:
     each row's window by its number ``(t - start) // slide`` alone (window starts and bounds
     only for the groups), late rows by comparing it with each batch's last late window
-    number (a window ends at or before the late watermark iff its number is at most that),
-    and the passes that only read the groups' ids in threads (``semantics.parallel``)."""
+    number (a window ends at or before the late watermark iff its number is at most that).
+    Not in threads: two passes over a run's arrays at once measured slower than one after
+    the other (``semantics.parallel``; A/B at 10 M events of bench/predict.py's dedup_agg).
+    """
     a, win = stage.aggregate, stage.aggregate.window
     assert win is not None
     dur, origin = win.duration.us, win.start_us
     n = len(s.t_us)
     number = s.t_us - origin
     number //= dur  # (floor division: before 1970 too)
-    lo_n = int(number.min()) if n else 0
     # (window-major codes: a batch's groups, of a few neighbouring windows, are a narrow range)
-    code = _combine([number - lo_n, *(_codes(s.cols[c], False) for c in a.keys)], n)
+    code = _combine([number, *(_codes(s.cols[c], False) for c in a.keys)], n)
     batch = s.batch
     dropped = np.zeros(n_b, dtype=np.int64)
     keep: np.ndarray | None = None  # the rows that are not late (None: all)
@@ -694,10 +692,9 @@ def _aggregate_windows(s: Stream, stage: AggregateStage, aggs: list[tuple[str, s
             code, batch = code[keep], batch[keep]
     label, n_l, entry, first_row = _groups(code)
     n_g = len(entry)
-    tasks = [lambda: _distinct_per_batch(label, batch, n_l, n_b)]
-    tasks += [(lambda f=f, c=c: _aggregate(f, None if c is None else s.cols[c], keep, label,
-                                           batch, n_l)) for _, f, c in aggs]
-    updated, *values = map_parts(_call, tasks)
+    updated = _distinct_per_batch(label, batch, n_l, n_b)
+    values = [_aggregate(f, None if c is None else s.cols[c], keep, label, batch, n_l)
+              for _, f, c in aggs]
     first_pair = first_row if keep is None else np.flatnonzero(keep)[first_row]
     g_enter = batch[first_row]
     g_start = number[first_pair] * dur + origin
