@@ -56,7 +56,7 @@ from semantics.pipeline.runner import (
 from semantics.pipeline.spec import AggregateStage, DeduplicateStage, PipelineQuery
 from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import BacktestSpec, parse_aggregate
-from semantics.tuning import PIPELINE_TABLE_PER_ROW
+from semantics.tuning import PIPELINE_TABLE_PER_ROW, UNION_PIECE_ROWS
 
 NAT = np.iinfo(np.int64).min  # a timestamp column's NULL (NaT's int64 value)
 
@@ -319,39 +319,86 @@ def _input(schedule: Schedule, spec: BacktestSpec,
             return stream.take(np.argsort(batch, kind="stable"))
         return stream
     # a union: each source's rows in batch order already (a plan's batches tile its rows in
-    # order), so each row's place is its batch's start, the rows of the sources before in
-    # that batch, and its rank among its source's rows of the batch (no sort)
-    place = _union_places(batches, len(plan))
-    if place is None:  # (a source out of batch order: a stable sort)
+    # order), so the union is each batch's rows of every source in turn (no sort)
+    edges = _batch_edges(batches, len(plan))
+    if edges is None:  # (a source out of batch order: a stable sort)
         cols = {c: _concat([p[c] for p in parts]) for c in parts[0]}
         batch = np.concatenate(batches)
         s_ = Stream(batch, np.concatenate(times).astype(np.int64), cols)
         return s_.take(np.argsort(batch, kind="stable"))
     n = sum(len(b) for b in batches)
-    batch = np.empty(n, dtype=np.int64)
-    t_us = np.empty(n, dtype=np.int64)
-    for b, t, pl in zip(batches, times, place, strict=True):
-        batch[pl] = b
-        t_us[pl] = t
-    return Stream(batch, t_us, {c: _placed([p[c] for p in parts], place, n) for c in parts[0]})
+    whole = [Col(b, None, b.dtype) for b in batches]
+    times_ = [Col(t.astype(np.int64, copy=False), None, np.dtype(np.int64)) for t in times]
+    pieces = _union_pieces(edges)
+    if len(pieces) * UNION_PIECE_ROWS <= n:  # runs of rows: copied as they are
+        def joined(cols: Sequence[Col]) -> Col:
+            return _pieced(cols, pieces)
+    else:  # many small runs: each row put at its place
+        place = _union_places(edges, batches)
+
+        def joined(cols: Sequence[Col]) -> Col:
+            return _placed(cols, place, n)
+    return Stream(joined(whole).values, joined(times_).values,
+                  {c: joined([p[c] for p in parts]) for c in parts[0]})
 
 
-def _union_places(batches: Sequence[np.ndarray], n_b: int) -> list[np.ndarray] | None:
+def _batch_edges(batches: Sequence[np.ndarray], n_b: int) -> np.ndarray | None:
+    """Per source (row) and batch ``b`` (of ``n_b``), where its rows of batch ``b`` start
+    (column ``b``; column ``n_b``: its length), from each source's rows' batches; None when
+    a source's are not in batch order (or a row has none: -1).
+
+    >>> _batch_edges([np.array([0, 1, 1]), np.array([0, 2])], 3).tolist()
+    [[0, 1, 3, 3], [0, 1, 1, 2]]
+    >>> _batch_edges([np.array([1, 0])], 2) is None
+    True
+    """
+    if any(len(b) and (b[0] < 0 or not (b[1:] >= b[:-1]).all()) for b in batches):
+        return None
+    grid = np.arange(n_b + 1)
+    return np.stack([np.searchsorted(b, grid) for b in batches])
+
+
+def _union_pieces(edges: np.ndarray) -> list[tuple[int, int, int]]:
+    """The union's rows as runs ``(source, first row, end)`` of one source's rows of one
+    batch, in union order (batch, then source).
+
+    >>> _union_pieces(np.array([[0, 1, 3, 3], [0, 1, 1, 2]]))
+    [(0, 0, 1), (1, 0, 1), (0, 1, 3), (1, 1, 2)]
+    """
+    b, src = np.nonzero((edges[:, 1:] > edges[:, :-1]).T)  # (batch-major)
+    return list(zip(src.tolist(), edges[src, b].tolist(), edges[src, b + 1].tolist(),
+                    strict=True))
+
+
+def _pieced(cols: Sequence[Col], pieces: Sequence[tuple[int, int, int]]) -> Col:
+    """A union's column from its runs of rows (:func:`_union_pieces`)."""
+    first = _concat([c.take(slice(0, 0)) for c in cols])  # (the dtype of the union's column)
+    values = np.concatenate([cols[s].values[lo:hi] for s, lo, hi in pieces]).astype(
+        first.values.dtype, copy=False) if pieces else first.values
+    null = None
+    if first.null is not None:
+        nulls = [np.zeros(len(c.values), dtype=bool) if c.null is None else c.null
+                 for c in cols]
+        null = np.concatenate([nulls[s][lo:hi] for s, lo, hi in pieces]) if pieces else \
+            first.null
+    return Col(values, null, first.dtype)
+
+
+def _union_places(edges: np.ndarray, batches: Sequence[np.ndarray]) -> list[np.ndarray]:
     """Where each source's rows go in the union (batch, then source, then row order), from
-    each source's batches (non-decreasing, else None: the caller sorts).
+    :func:`_batch_edges` and each source's rows' batches.
 
-    >>> [p.tolist() for p in _union_places([np.array([0, 1, 1]), np.array([0, 2])], 3)]
+    >>> b = [np.array([0, 1, 1]), np.array([0, 2])]
+    >>> [p.tolist() for p in _union_places(_batch_edges(b, 3), b)]
     [[0, 2, 3], [1, 4]]
     """
-    if any(len(b) and (b[0] < 0 or (np.diff(b) < 0).any()) for b in batches):
-        return None
-    counts = [np.bincount(b, minlength=n_b)[:n_b] for b in batches]
-    total = np.sum(counts, axis=0)
-    start = np.cumsum(total) - total  # each batch's first place in the union
+    counts = np.diff(edges, axis=1)
+    start = np.cumsum(counts.sum(axis=0)) - counts.sum(axis=0)  # each batch's first place
     out = []
-    for b, cnt in zip(batches, counts, strict=True):
-        own = np.cumsum(cnt) - cnt  # each batch's first row in this source
-        out.append((start - own)[b] + np.arange(len(b), dtype=np.int64))
+    for b, cnt, own in zip(batches, counts, edges[:, :-1], strict=True):
+        place = np.arange(len(b), dtype=np.int64)
+        place += (start - own)[b]
+        out.append(place)
         start = start + cnt  # (the next source's rows of a batch come after these)
     return out
 
