@@ -207,7 +207,7 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> FastRun | Dec
     # (a deduplication by the operator: only the rows it accepts, and only the columns the
     # stages after it or the output read, are gathered)
     stream = _input(schedule, spec, frames, plan, _read_from(ops[by_op is not None:], out_cols),
-                    None if by_op is None else by_op[0])
+                    None if by_op is None else by_op[:2])
     n_b = len(plan)
     late_us = evict_us = None
     if delays:
@@ -222,7 +222,7 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> FastRun | Dec
         stream = Stream(stream.batch, stream.t_us,
                         {c: v for c, v in stream.cols.items() if c in read})
         if j == 0 and by_op is not None:  # (a deduplication straight over the source)
-            fig = by_op[1]
+            fig = by_op[2]
         elif isinstance(stage, DeduplicateStage):
             evicts = bool(delays) and (stage.deduplicate.within_watermark
                                        or view.event_time in stage.deduplicate.keys)
@@ -241,12 +241,13 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> FastRun | Dec
 
 def _dedup_by_operator(schedule: Schedule, spec: BacktestSpec, r: ResolvedCandidate,
                        stage: DeduplicateStage | AggregateStage, plan: list[BatchInput]
-                       ) -> tuple[np.ndarray, Figures] | None:
+                       ) -> tuple[np.ndarray, np.ndarray, Figures] | None:
     """A first stage that deduplicates the one source's rows as they are: the rows it accepts
-    (positions in ``schedule.rows``, ascending) and its figures, by the single-operator whole
-    run (``semantics.operators.dedup.DedupOperator.whole_run``, which the single-operator
-    reference locks; the same batches, since the plan is the pipeline's). None where that
-    declines (or the stage is no deduplication): this module's own then."""
+    (positions in ``schedule.rows``, ascending), the batch of each, and its figures, by the
+    single-operator whole run (``semantics.operators.dedup.DedupOperator.whole_run``, which
+    the single-operator reference locks; the same batches, since the plan is the
+    pipeline's). None where that declines (or the stage is no deduplication): this module's
+    own then."""
     if not isinstance(stage, DeduplicateStage):
         return None
     from semantics.operators.dedup import DedupOperator
@@ -260,11 +261,13 @@ def _dedup_by_operator(schedule: Schedule, spec: BacktestSpec, r: ResolvedCandid
         steps = DedupOperator(single, r, schedule, explain=False).whole_run(plan)
     except SpecError:  # (its own key checks, worded for kind: deduplication)
         return None
-    if isinstance(steps, Declined):
+    if isinstance(steps, Declined) or len(steps.outputs) != len(plan):
         return None
     outs = [np.asarray(o.payload, dtype=np.int64) for o in steps.outputs if o.n]
     positions = np.concatenate(outs) if outs else np.zeros(0, dtype=np.int64)
-    return positions, Figures(steps.dropped, steps.state_rows, steps.updated, steps.removed)
+    batch = np.repeat(np.arange(len(plan), dtype=np.int64), [o.n for o in steps.outputs])
+    return positions, batch, Figures(steps.dropped, steps.state_rows, steps.updated,
+                                     steps.removed)
 
 
 def _read_from(stages: Sequence[DeduplicateStage | AggregateStage], out: Sequence[str]
@@ -283,25 +286,24 @@ def _read_from(stages: Sequence[DeduplicateStage | AggregateStage], out: Sequenc
 
 def _input(schedule: Schedule, spec: BacktestSpec,
            frames: Mapping[str, tuple[np.ndarray | None, pd.DataFrame]],
-           plan: list[BatchInput], read: set[str], at: np.ndarray | None = None) -> Stream:
+           plan: list[BatchInput], read: set[str],
+           at: tuple[np.ndarray, np.ndarray] | None = None) -> Stream:
     """The first stateful stage's rows: every source's passing rows (``frames``: their
     positions in ``schedule.rows``, None: all, and their values), batch by batch, sources in
     the query's order (as the reference feeds them); only the columns in ``read``. ``at``
-    (one source read in place): only the rows at these positions (ascending), as the first
-    stage's own whole run accepted them."""
+    (one source read in place): only the rows at these positions (ascending) and their
+    batches, as the first stage's own whole run accepted them."""
+    if at is not None:
+        (s,) = spec.query_sources
+        f, (pos, batch) = schedule.rows[s], at
+        names = (ROW_ID, *schedule.data_columns[s])
+        return Stream(batch, schedule.event_time_us(s)[pos].astype(np.int64, copy=False),
+                      {c: col_of(f[c]).take(pos) for c in names if c in read})
     n_ticks = max((t.index for t in schedule.ticks), default=-1) + 1
     batch_of_tick = np.full(n_ticks, -1, dtype=np.int64)
     for b in plan:
         if b.has_data:
             batch_of_tick[b.tick] = b.batch_id
-    if at is not None:
-        (s,) = spec.query_sources
-        f = schedule.rows[s]
-        names = (ROW_ID, *schedule.data_columns[s])
-        cols = [c for c in names if c in read]
-        tick, t = f["tick"].to_numpy(), schedule.event_time_us(s)
-        return Stream(batch_of_tick[tick[at]], t[at].astype(np.int64, copy=False),
-                      {c: col_of(f[c]).take(at) for c in cols})
     parts: list[dict[str, Col]] = []
     batches, times = [], []
     for s in spec.query_sources:
