@@ -732,19 +732,23 @@ def _aggregate_windows(s: Stream, stage: AggregateStage, aggs: list[tuple[str, s
     batch = s.batch
     dropped = np.zeros(n_b, dtype=np.int64)
     keep: np.ndarray | None = None  # the rows that are not late (None: all)
+    skip = np.zeros(0, dtype=np.int64)  # per late row, the rows kept before it
     if late_us is not None and n:
         late = number <= ((late_us - origin - dur) // dur)[batch]
         if late.any():  # (late groups: counted per batch they come in)
             g, n_late = _dense(code[late])
             dropped = _distinct_per_batch(g, batch[late], n_late, n_b)
             keep = ~late
+            skip = np.flatnonzero(late)
+            skip -= np.arange(len(skip), dtype=np.int64)
             code, batch = code[keep], batch[keep]
     label, n_l, entry, first_row = _groups(code)
     n_g = len(entry)
     updated = _distinct_per_batch(label, batch, n_l, n_b)
     values = [_aggregate(f, None if c is None else s.cols[c], keep, label, batch, n_l)
               for _, f, c in aggs]
-    first_pair = first_row if keep is None else np.flatnonzero(keep)[first_row]
+    # (a kept row's input row: its rank among the kept, and the late rows before it)
+    first_pair = first_row + np.searchsorted(skip, first_row, side="right")
     g_enter = batch[first_row]
     g_start = number[first_pair] * dur + origin
     g_bound = g_start + dur
