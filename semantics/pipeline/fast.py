@@ -745,8 +745,9 @@ def _aggregate_windows(s: Stream, stage: AggregateStage, aggs: list[tuple[str, s
     label, n_l, entry, first_row = _groups(code)
     n_g = len(entry)
     updated = _distinct_per_batch(label, batch, n_l, n_b)
-    values = [_aggregate(f, None if c is None else s.cols[c], keep, label, batch, n_l)
-              for _, f, c in aggs]
+    per_group = np.bincount(label, minlength=n_l)  # (rows a group: once for every aggregate)
+    values = [_aggregate(f, None if c is None else s.cols[c], keep, label, batch, n_l,
+                         per_group) for _, f, c in aggs]
     # (a kept row's input row: its rank among the kept, and the late rows before it)
     first_pair = first_row + np.searchsorted(skip, first_row, side="right")
     g_enter = batch[first_row]
@@ -786,13 +787,15 @@ def _key_columns(s: Stream, keys: Sequence[str], fr: np.ndarray) -> dict[str, Co
 
 
 def _aggregate(f: str, col: Col | None, row: np.ndarray | None, gid: np.ndarray,
-               batch: np.ndarray, n_g: int) -> Col:
+               batch: np.ndarray, n_g: int, per_group: np.ndarray | None = None) -> Col:
     """Aggregate ``f`` of every group (§4.5, §6) over its non-late rows (``row``: their
     positions or a mask of them, None: all; group
     ``gid``, in batch order): NULLs skipped (none: NULL, count 0), NaN above every number; a
     float sum added row by row within a batch, then batch by batch (as the reference adds)."""
+    # (``per_group``: each group's rows, ``bincount(gid)``, where the caller has it)
     if col is None:
-        return Col(np.bincount(gid, minlength=n_g).astype(np.int64), None, np.dtype(np.int64))
+        return Col((np.bincount(gid, minlength=n_g) if per_group is None else per_group
+                    ).astype(np.int64), None, np.dtype(np.int64))
     v = col.values if row is None else col.values[row]
     ok: np.ndarray | None = None  # (None: every row holds a value)
     if col.null is not None:
@@ -802,7 +805,8 @@ def _aggregate(f: str, col: Col | None, row: np.ndarray | None, gid: np.ndarray,
     if ok is not None and ok.all():
         ok = None
     g_ok = gid if ok is None else gid[ok]
-    cnt = np.bincount(g_ok, minlength=n_g).astype(np.int64)
+    cnt = (per_group if ok is None and per_group is not None else
+           np.bincount(g_ok, minlength=n_g)).astype(np.int64)
     if f == "count":
         return Col(cnt, None, np.dtype(np.int64))
     empty = cnt == 0
