@@ -190,3 +190,47 @@ def test_tables_and_hash_tables_give_the_same(monkeypatch, per_row):
         got_fast = predict(sched, spec, "c", path="whole_run")
         assert rows(got_fast.batches) == rows(ref.batches), seed
         assert rows(got_fast.outputs) == rows(ref.outputs), seed
+
+
+def test_union_runs_and_places_are_the_stable_sort_by_batch():
+    # a union's rows go to (batch, source, row) order by per-batch counts, no sort: as runs
+    # of rows, or each row at its place, equal to a stable argsort of the sources' batches
+    # one after the other
+    r = np.random.default_rng(7)
+    for _ in range(200):
+        n_b = int(r.integers(1, 6))
+        batches = [np.sort(r.integers(0, n_b, int(r.integers(0, 12)))) for _ in range(3)]
+        edges = fast._batch_edges(batches, n_b)
+        assert edges is not None
+        whole = np.concatenate(batches)
+        want = np.argsort(whole, kind="stable")
+        at = np.r_[0, np.cumsum([len(b) for b in batches])]
+        runs = [np.arange(at[s] + lo, at[s] + hi) for s, lo, hi in fast._union_pieces(edges)]
+        assert np.array_equal(np.concatenate([[], *runs]), want)
+        place = np.concatenate([[], *fast._union_places(edges, batches)])
+        assert np.array_equal(place, np.argsort(want, kind="stable"))
+    # a source out of batch order (or a row without a batch): the caller sorts instead
+    assert fast._batch_edges([np.array([1, 0])], 2) is None
+    assert fast._batch_edges([np.array([-1, 0])], 2) is None
+
+
+@pytest.mark.parametrize("piece_rows", [0, 1 << 40])
+def test_union_runs_and_places_give_the_same(monkeypatch, piece_rows):
+    # UNION_PIECE_ROWS at both extremes: a union's rows always copied as runs (0), or always
+    # put row by row (the random cases' batches are small: they mostly take that one)
+    monkeypatch.setattr(fast, "UNION_PIECE_ROWS", piece_rows)
+    unions = 0
+    for seed in range(0, SEEDS, 2):
+        got = case(seed)
+        if got is None or len(got[1].query_sources) < 2:
+            continue
+        sched, spec = got
+        try:
+            ref = predict(sched, spec, "c", path="step")
+        except SpecError:
+            continue
+        got_fast = predict(sched, spec, "c", path="whole_run")
+        assert rows(got_fast.batches) == rows(ref.batches), seed
+        assert rows(got_fast.outputs) == rows(ref.outputs), seed
+        unions += 1
+    assert unions >= SEEDS // 10, unions

@@ -24,6 +24,11 @@ Why a whole run per operator is exact (§2.1–§2.3, §13.2):
   added in the reference's order (row by row within a batch, then batch by batch), so even a
   float sum is the same number.
 
+Speed (the same rows and figures): a first deduplication straight over one source is its
+operator's whole run, and only the rows it accepts are gathered; a union's rows are placed
+by per-batch counts, not sorted; a tumbling window groups rows by window number and labels
+groups by their cell of a table of the codes' range.
+
 What it does not cover it declines with the reason (``Declined``): a join stage, a session
 window, stateless stages after a stateful one, aggregate functions over columns that are not
 numbers or timestamps, a schedule whose watermark maxima come precomputed
@@ -52,7 +57,7 @@ from semantics.pipeline.runner import (
 from semantics.pipeline.spec import AggregateStage, DeduplicateStage, PipelineQuery
 from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import BacktestSpec, parse_aggregate
-from semantics.tuning import PIPELINE_TABLE_PER_ROW
+from semantics.tuning import PIPELINE_TABLE_PER_ROW, UNION_PIECE_ROWS
 
 NAT = np.iinfo(np.int64).min  # a timestamp column's NULL (NaT's int64 value)
 
@@ -198,7 +203,12 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> FastRun | Dec
             reach[s] = m
     plan = plan_batches(schedule, spec, r, _Planner(reach))  # type: ignore[arg-type]
     ops = q.stages[first:]
-    stream = _input(schedule, spec, frames, plan, _read_from(ops, out_cols))
+    by_op = _dedup_by_operator(schedule, spec, r, ops[0], plan) \
+        if first == 0 and len(spec.query_sources) == 1 else None
+    # (a deduplication by the operator: only the rows it accepts, and only the columns the
+    # stages after it or the output read, are gathered)
+    stream = _input(schedule, spec, frames, plan, _read_from(ops[by_op is not None:], out_cols),
+                    None if by_op is None else by_op[:2])
     n_b = len(plan)
     late_us = evict_us = None
     if delays:
@@ -212,11 +222,8 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> FastRun | Dec
         read = _read_from(ops[j:], out_cols)
         stream = Stream(stream.batch, stream.t_us,
                         {c: v for c, v in stream.cols.items() if c in read})
-        by_op = _dedup_by_operator(schedule, spec, r, stage, plan) \
-            if j == 0 and first == 0 and len(spec.query_sources) == 1 else None
-        if by_op is not None:  # (a deduplication straight over the source)
-            positions, fig = by_op
-            stream = stream.take(positions)
+        if j == 0 and by_op is not None:  # (a deduplication straight over the source)
+            fig = by_op[2]
         elif isinstance(stage, DeduplicateStage):
             evicts = bool(delays) and (stage.deduplicate.within_watermark
                                        or view.event_time in stage.deduplicate.keys)
@@ -235,12 +242,13 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> FastRun | Dec
 
 def _dedup_by_operator(schedule: Schedule, spec: BacktestSpec, r: ResolvedCandidate,
                        stage: DeduplicateStage | AggregateStage, plan: list[BatchInput]
-                       ) -> tuple[np.ndarray, Figures] | None:
+                       ) -> tuple[np.ndarray, np.ndarray, Figures] | None:
     """A first stage that deduplicates the one source's rows as they are: the rows it accepts
-    (positions in ``schedule.rows``, ascending) and its figures, by the single-operator whole
-    run (``semantics.operators.dedup.DedupOperator.whole_run``, which the single-operator
-    reference locks; the same batches, since the plan is the pipeline's). None where that
-    declines (or the stage is no deduplication): this module's own then."""
+    (positions in ``schedule.rows``, ascending), the batch of each, and its figures, by the
+    single-operator whole run (``semantics.operators.dedup.DedupOperator.whole_run``, which
+    the single-operator reference locks; the same batches, since the plan is the
+    pipeline's). None where that declines (or the stage is no deduplication): this module's
+    own then."""
     if not isinstance(stage, DeduplicateStage):
         return None
     from semantics.operators.dedup import DedupOperator
@@ -254,11 +262,13 @@ def _dedup_by_operator(schedule: Schedule, spec: BacktestSpec, r: ResolvedCandid
         steps = DedupOperator(single, r, schedule, explain=False).whole_run(plan)
     except SpecError:  # (its own key checks, worded for kind: deduplication)
         return None
-    if isinstance(steps, Declined):
+    if isinstance(steps, Declined) or len(steps.outputs) != len(plan):
         return None
     outs = [np.asarray(o.payload, dtype=np.int64) for o in steps.outputs if o.n]
     positions = np.concatenate(outs) if outs else np.zeros(0, dtype=np.int64)
-    return positions, Figures(steps.dropped, steps.state_rows, steps.updated, steps.removed)
+    batch = np.repeat(np.arange(len(plan), dtype=np.int64), [o.n for o in steps.outputs])
+    return positions, batch, Figures(steps.dropped, steps.state_rows, steps.updated,
+                                     steps.removed)
 
 
 def _read_from(stages: Sequence[DeduplicateStage | AggregateStage], out: Sequence[str]
@@ -277,10 +287,19 @@ def _read_from(stages: Sequence[DeduplicateStage | AggregateStage], out: Sequenc
 
 def _input(schedule: Schedule, spec: BacktestSpec,
            frames: Mapping[str, tuple[np.ndarray | None, pd.DataFrame]],
-           plan: list[BatchInput], read: set[str]) -> Stream:
+           plan: list[BatchInput], read: set[str],
+           at: tuple[np.ndarray, np.ndarray] | None = None) -> Stream:
     """The first stateful stage's rows: every source's passing rows (``frames``: their
     positions in ``schedule.rows``, None: all, and their values), batch by batch, sources in
-    the query's order (as the reference feeds them); only the columns in ``read``."""
+    the query's order (as the reference feeds them); only the columns in ``read``. ``at``
+    (one source read in place): only the rows at these positions (ascending) and their
+    batches, as the first stage's own whole run accepted them."""
+    if at is not None:
+        (s,) = spec.query_sources
+        f, (pos, batch) = schedule.rows[s], at
+        names = (ROW_ID, *schedule.data_columns[s])
+        return Stream(batch, schedule.event_time_us(s)[pos].astype(np.int64, copy=False),
+                      {c: col_of(f[c]).take(pos) for c in names if c in read})
     n_ticks = max((t.index for t in schedule.ticks), default=-1) + 1
     batch_of_tick = np.full(n_ticks, -1, dtype=np.int64)
     for b in plan:
@@ -296,13 +315,107 @@ def _input(schedule: Schedule, spec: BacktestSpec,
         times.append(t if pos is None else t[pos])
         names = (ROW_ID, *schedule.data_columns[s]) if pos is None else tuple(f.columns)
         parts.append({c: col_of(f[c]) for c in names if c in read})
-    cols = parts[0] if len(parts) == 1 else {c: _concat([p[c] for p in parts])
-                                             for c in parts[0]}
-    batch = np.concatenate(batches)
-    s = Stream(batch, np.concatenate(times).astype(np.int64), cols)
-    if len(batch) and (np.diff(batch) < 0).any():
-        return s.take(np.argsort(batch, kind="stable"))
-    return s
+    if len(parts) == 1:
+        batch = batches[0]
+        stream = Stream(batch, times[0].astype(np.int64, copy=False), parts[0])
+        if len(batch) and (np.diff(batch) < 0).any():
+            return stream.take(np.argsort(batch, kind="stable"))
+        return stream
+    # a union: each source's rows in batch order already (a plan's batches tile its rows in
+    # order), so the union is each batch's rows of every source in turn (no sort)
+    edges = _batch_edges(batches, len(plan))
+    if edges is None:  # (a source out of batch order: a stable sort)
+        cols = {c: _concat([p[c] for p in parts]) for c in parts[0]}
+        batch = np.concatenate(batches)
+        s_ = Stream(batch, np.concatenate(times).astype(np.int64), cols)
+        return s_.take(np.argsort(batch, kind="stable"))
+    n = sum(len(b) for b in batches)
+    whole = [Col(b, None, b.dtype) for b in batches]
+    times_ = [Col(t.astype(np.int64, copy=False), None, np.dtype(np.int64)) for t in times]
+    pieces = _union_pieces(edges)
+    if len(pieces) * UNION_PIECE_ROWS <= n:  # runs of rows: copied as they are
+        def joined(cols: Sequence[Col]) -> Col:
+            return _pieced(cols, pieces)
+    else:  # many small runs: each row put at its place
+        place = _union_places(edges, batches)
+
+        def joined(cols: Sequence[Col]) -> Col:
+            return _placed(cols, place, n)
+    return Stream(joined(whole).values, joined(times_).values,
+                  {c: joined([p[c] for p in parts]) for c in parts[0]})
+
+
+def _batch_edges(batches: Sequence[np.ndarray], n_b: int) -> np.ndarray | None:
+    """Per source (row) and batch ``b`` (of ``n_b``), where its rows of batch ``b`` start
+    (column ``b``; column ``n_b``: its length), from each source's rows' batches; None when
+    a source's are not in batch order (or a row has none: -1).
+
+    >>> _batch_edges([np.array([0, 1, 1]), np.array([0, 2])], 3).tolist()
+    [[0, 1, 3, 3], [0, 1, 1, 2]]
+    >>> _batch_edges([np.array([1, 0])], 2) is None
+    True
+    """
+    if any(len(b) and (b[0] < 0 or not (b[1:] >= b[:-1]).all()) for b in batches):
+        return None
+    grid = np.arange(n_b + 1)
+    return np.stack([np.searchsorted(b, grid) for b in batches])
+
+
+def _union_pieces(edges: np.ndarray) -> list[tuple[int, int, int]]:
+    """The union's rows as runs ``(source, first row, end)`` of one source's rows of one
+    batch, in union order (batch, then source).
+
+    >>> _union_pieces(np.array([[0, 1, 3, 3], [0, 1, 1, 2]]))
+    [(0, 0, 1), (1, 0, 1), (0, 1, 3), (1, 1, 2)]
+    """
+    b, src = np.nonzero((edges[:, 1:] > edges[:, :-1]).T)  # (batch-major)
+    return list(zip(src.tolist(), edges[src, b].tolist(), edges[src, b + 1].tolist(),
+                    strict=True))
+
+
+def _pieced(cols: Sequence[Col], pieces: Sequence[tuple[int, int, int]]) -> Col:
+    """A union's column from its runs of rows (:func:`_union_pieces`)."""
+    first = _concat([c.take(slice(0, 0)) for c in cols])  # (the dtype of the union's column)
+    values = np.concatenate([cols[s].values[lo:hi] for s, lo, hi in pieces]).astype(
+        first.values.dtype, copy=False) if pieces else first.values
+    null = None
+    if first.null is not None:
+        nulls = [np.zeros(len(c.values), dtype=bool) if c.null is None else c.null
+                 for c in cols]
+        null = np.concatenate([nulls[s][lo:hi] for s, lo, hi in pieces]) if pieces else \
+            first.null
+    return Col(values, null, first.dtype)
+
+
+def _union_places(edges: np.ndarray, batches: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Where each source's rows go in the union (batch, then source, then row order), from
+    :func:`_batch_edges` and each source's rows' batches.
+
+    >>> b = [np.array([0, 1, 1]), np.array([0, 2])]
+    >>> [p.tolist() for p in _union_places(_batch_edges(b, 3), b)]
+    [[0, 2, 3], [1, 4]]
+    """
+    counts = np.diff(edges, axis=1)
+    start = np.cumsum(counts.sum(axis=0)) - counts.sum(axis=0)  # each batch's first place
+    out = []
+    for b, cnt, own in zip(batches, counts, edges[:, :-1], strict=True):
+        place = np.arange(len(b), dtype=np.int64)
+        place += (start - own)[b]
+        out.append(place)
+        start = start + cnt  # (the next source's rows of a batch come after these)
+    return out
+
+
+def _placed(cols: Sequence[Col], place: Sequence[np.ndarray], n: int) -> Col:
+    """A union's column, each source's values put at its rows' places."""
+    first = _concat([c.take(slice(0, 0)) for c in cols])  # (the dtype of the union's column)
+    values = np.empty(n, dtype=first.values.dtype)
+    null = None if first.null is None else np.zeros(n, dtype=bool)
+    for c, pl in zip(cols, place, strict=True):
+        values[pl] = c.values
+        if null is not None and c.null is not None:
+            null[pl] = c.null
+    return Col(values, null, first.dtype)
 
 
 def _concat(cols: Sequence[Col]) -> Col:
@@ -354,7 +467,10 @@ def _combine(parts: Sequence[np.ndarray], n: int) -> np.ndarray:
             out = pd.factorize(out)[0].astype(np.int64)
             p = pd.factorize(p)[0].astype(np.int64)
             lo_o, hi_o, lo_p, hi_p = 0, int(out.max()), 0, int(p.max())
-        out = (out - lo_o) * (hi_p - lo_p + 1) + (p - lo_p)
+        out = out - lo_o  # (then in place: no array allocated per step)
+        out *= hi_p - lo_p + 1
+        out += p
+        out -= lo_p
     return out
 
 
@@ -378,6 +494,29 @@ def _dense(code: np.ndarray) -> tuple[np.ndarray, int]:
     return rank[c], len(present)
 
 
+def _groups(code: np.ndarray) -> tuple[np.ndarray, int, np.ndarray, np.ndarray]:
+    """The groups of ``code`` as a label per row (``0 ..`` below the second value), and per
+    group, in the order of first appearance, its label and its first row: over a table of
+    the codes' range where it is small (the labels are the codes less the least, a table
+    cell each, no renumbering pass), else by a hash table (``_dense``).
+
+    >>> [x.tolist() if hasattr(x, "tolist") else x for x in _groups(np.array([7, 5, 7, 6]))]
+    [[2, 0, 2, 1], 3, [2, 0, 1], [0, 1, 3]]
+    """
+    n = len(code)
+    lo = int(code.min()) if n else 0
+    span = int(code.max()) - lo + 1 if n else 0
+    if span > PIPELINE_TABLE_PER_ROW * n:
+        gid, n_g = _dense(code)
+        return gid, n_g, np.arange(n_g, dtype=np.int64), _first_rows(gid)
+    label = code - lo
+    first = np.full(span, n, dtype=np.int64)
+    np.minimum.at(first, label, np.arange(n, dtype=np.int64))
+    present = np.flatnonzero(first < n)
+    entry = present[np.argsort(first[present], kind="stable")]
+    return label, span, entry, first[entry]
+
+
 def _distinct_per_batch(gid: np.ndarray, batch: np.ndarray, n_g: int, n_b: int
                         ) -> np.ndarray:
     """How many distinct groups each batch holds (``batch`` ascending): over a table per
@@ -386,16 +525,19 @@ def _distinct_per_batch(gid: np.ndarray, batch: np.ndarray, n_g: int, n_b: int
     n = len(gid)
     if not n:
         return np.zeros(n_b, dtype=np.int64)
-    starts = np.flatnonzero(np.r_[True, batch[1:] != batch[:-1]])
+    edges = np.searchsorted(batch, np.arange(n_b + 1))  # (each batch's rows: no pass)
+    busy = np.flatnonzero(edges[1:] > edges[:-1])
+    starts = edges[busy]
     lo = np.minimum.reduceat(gid, starts)
     width = np.maximum.reduceat(gid, starts) - lo + 1
     if int(width.sum()) <= PIPELINE_TABLE_PER_ROW * n:
         offset = np.r_[0, np.cumsum(width)[:-1]]
-        held = np.repeat(offset - lo, np.diff(np.r_[starts, n]))
+        held = np.repeat(offset - lo, edges[busy + 1] - starts)
+        held += gid
         seen = np.zeros(int(width.sum()), dtype=bool)
-        seen[gid + held] = True
+        seen[held] = True
         out = np.zeros(n_b, dtype=np.int64)
-        out[batch[starts]] = np.add.reduceat(seen, offset, dtype=np.int64)
+        out[busy] = np.add.reduceat(seen, offset, dtype=np.int64)
         return out
     pair = _combine([gid, batch], n)
     return np.bincount(batch[~pd.Series(pair).duplicated().to_numpy()],
@@ -496,9 +638,12 @@ def aggregate(s: Stream, stage: AggregateStage, view: StageColumns,
     if win is not None:
         dur, slide = win.duration.us, win.slide_us
         k = -(-dur // slide)
-        last = s.t_us - (s.t_us - win.start_us) % slide  # (floor modulo: before 1970 too)
         row: np.ndarray | None  # the input row of each (row, window) pair (None: i -> i)
-        if k == 1:  # (tumbling: one window a row, or none when the duration is shorter)
+        if dur == slide:  # tumbling: rows by window number (no start or bound per row)
+            return _aggregate_windows(s, stage, aggs, late_us, evict_us, n_b,
+                                      keep_window_time)
+        last = s.t_us - (s.t_us - win.start_us) % slide  # (floor modulo: before 1970 too)
+        if k == 1:  # (one window a row, or none: the duration is shorter than the slide)
             inside = s.t_us - last < dur
             row = None if inside.all() else np.flatnonzero(inside)
             start = last if row is None else last[row]
@@ -552,14 +697,7 @@ def aggregate(s: Stream, stage: AggregateStage, view: StageColumns,
     # emitted: batch by batch, in the order the groups entered the state (first appearance)
     out = gone[np.lexsort((first_row[gone], leave[gone]))]
     fr = first_row[out] if row is None else row[first_row[out]]
-    cols: dict[str, Col] = {}
-    for c in a.keys:
-        kc = s.cols[c].take(fr)
-        if kc.values.dtype.kind == "f":  # (the state keeps the normalized key, §6)
-            kc = Col(kc.values + 0.0, kc.null, kc.values.dtype)
-        elif not kc.is_time:  # (a NULL key is None, not NA)
-            kc = Col(kc.values, kc.null, kc.values.dtype)
-        cols[c] = kc
+    cols = _key_columns(s, a.keys, fr)
     if win is not None:
         st = start[first_pair[out]]
         cols["window_start"] = Col(st, None, np.dtype(np.int64))
@@ -574,13 +712,91 @@ def aggregate(s: Stream, stage: AggregateStage, view: StageColumns,
     return Stream(leave[out], t_out, cols), fig
 
 
+def _aggregate_windows(s: Stream, stage: AggregateStage, aggs: list[tuple[str, str, str | None]],
+                       late_us: np.ndarray | None, evict_us: np.ndarray | None, n_b: int,
+                       keep_window_time: bool) -> tuple[Stream, Figures]:
+    """:func:`aggregate` for tumbling windows (duration = slide), the same rows and figures:
+    each row's window by its number ``(t - start) // slide`` alone (window starts and bounds
+    only for the groups), late rows by comparing it with each batch's last late window
+    number (a window ends at or before the late watermark iff its number is at most that).
+    Not in threads: two passes over a run's arrays at once measured slower than one after
+    the other (``semantics.parallel``; A/B at 10 M events of bench/predict.py's dedup_agg).
+    """
+    a, win = stage.aggregate, stage.aggregate.window
+    assert win is not None
+    dur, origin = win.duration.us, win.start_us
+    n = len(s.t_us)
+    number = s.t_us - origin
+    number //= dur  # (floor division: before 1970 too)
+    # (window-major codes: a batch's groups, of a few neighbouring windows, are a narrow range)
+    code = _combine([number, *(_codes(s.cols[c], False) for c in a.keys)], n)
+    batch = s.batch
+    dropped = np.zeros(n_b, dtype=np.int64)
+    keep: np.ndarray | None = None  # the rows that are not late (None: all)
+    skip = np.zeros(0, dtype=np.int64)  # per late row, the rows kept before it
+    if late_us is not None and n:
+        late = number <= ((late_us - origin - dur) // dur)[batch]
+        if late.any():  # (late groups: counted per batch they come in)
+            g, n_late = _dense(code[late])
+            dropped = _distinct_per_batch(g, batch[late], n_late, n_b)
+            keep = ~late
+            skip = np.flatnonzero(late)
+            skip -= np.arange(len(skip), dtype=np.int64)
+            code, batch = code[keep], batch[keep]
+    label, n_l, entry, first_row = _groups(code)
+    n_g = len(entry)
+    updated = _distinct_per_batch(label, batch, n_l, n_b)
+    per_group = np.bincount(label, minlength=n_l)  # (rows a group: once for every aggregate)
+    values = [_aggregate(f, None if c is None else s.cols[c], keep, label, batch, n_l,
+                         per_group) for _, f, c in aggs]
+    # (a kept row's input row: its rank among the kept, and the late rows before it)
+    first_pair = first_row + np.searchsorted(skip, first_row, side="right")
+    g_enter = batch[first_row]
+    g_start = number[first_pair] * dur + origin
+    g_bound = g_start + dur
+    if evict_us is not None:
+        leave = np.maximum(g_enter, np.searchsorted(evict_us, g_bound, side="left"))
+    else:
+        leave = np.full(n_g, n_b, dtype=np.int64)
+    entered = np.bincount(g_enter, minlength=n_b)
+    gone = np.flatnonzero(leave < n_b)
+    removed = np.bincount(leave[gone], minlength=n_b)
+    fig = Figures(dropped, np.cumsum(entered) - np.cumsum(removed), updated, removed)
+    out = gone[np.lexsort((first_row[gone], leave[gone]))]
+    cols = _key_columns(s, a.keys, first_pair[out])
+    st = g_start[out]
+    cols["window_start"] = Col(st, None, np.dtype(np.int64))
+    cols["window_end"] = Col(st + dur, None, np.dtype(np.int64))
+    if keep_window_time:
+        cols[WINDOW_TIME] = Col(st + dur - 1, None, np.dtype(np.int64))
+    for (name, _, _), v in zip(aggs, values, strict=True):
+        cols[name] = v.take(entry[out])
+    return Stream(leave[out], g_bound[out] - 1, cols), fig
+
+
+def _key_columns(s: Stream, keys: Sequence[str], fr: np.ndarray) -> dict[str, Col]:
+    """The emitted groups' key columns, from a row of each (``fr``)."""
+    cols: dict[str, Col] = {}
+    for c in keys:
+        kc = s.cols[c].take(fr)
+        if kc.values.dtype.kind == "f":  # (the state keeps the normalized key, §6)
+            kc = Col(kc.values + 0.0, kc.null, kc.values.dtype)
+        elif not kc.is_time:  # (a NULL key is None, not NA)
+            kc = Col(kc.values, kc.null, kc.values.dtype)
+        cols[c] = kc
+    return cols
+
+
 def _aggregate(f: str, col: Col | None, row: np.ndarray | None, gid: np.ndarray,
-               batch: np.ndarray, n_g: int) -> Col:
-    """Aggregate ``f`` of every group (§4.5, §6) over its non-late rows (``row``, group
+               batch: np.ndarray, n_g: int, per_group: np.ndarray | None = None) -> Col:
+    """Aggregate ``f`` of every group (§4.5, §6) over its non-late rows (``row``: their
+    positions or a mask of them, None: all; group
     ``gid``, in batch order): NULLs skipped (none: NULL, count 0), NaN above every number; a
     float sum added row by row within a batch, then batch by batch (as the reference adds)."""
+    # (``per_group``: each group's rows, ``bincount(gid)``, where the caller has it)
     if col is None:
-        return Col(np.bincount(gid, minlength=n_g).astype(np.int64), None, np.dtype(np.int64))
+        return Col((np.bincount(gid, minlength=n_g) if per_group is None else per_group
+                    ).astype(np.int64), None, np.dtype(np.int64))
     v = col.values if row is None else col.values[row]
     ok: np.ndarray | None = None  # (None: every row holds a value)
     if col.null is not None:
@@ -590,7 +806,8 @@ def _aggregate(f: str, col: Col | None, row: np.ndarray | None, gid: np.ndarray,
     if ok is not None and ok.all():
         ok = None
     g_ok = gid if ok is None else gid[ok]
-    cnt = np.bincount(g_ok, minlength=n_g).astype(np.int64)
+    cnt = (per_group if ok is None and per_group is not None else
+           np.bincount(g_ok, minlength=n_g)).astype(np.int64)
     if f == "count":
         return Col(cnt, None, np.dtype(np.int64))
     empty = cnt == 0
