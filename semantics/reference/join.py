@@ -31,6 +31,12 @@ sides, whatever the join type (``JoinStateKeyWatermarkPredicate``, the state wat
 watermarked side is late when ``window.end <= late · 1000`` (the window is that side's event-
 time column).
 
+Extra ON predicates (``extra``, ``semantics.operators.join_extra``): a one-side part Spark
+pushes below the join removes the side's rows before it (and before the watermark when it
+reads no event time); a one-side part left in the join fails the side's rows of this batch
+after the late filter (neither joined nor stored; an outer side's row is null-padded at once);
+a part reading both sides must pass for a pair to match.
+
 Not modelled here: a join key that is an event-time column (key-based state watermarks).
 """
 
@@ -39,9 +45,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from semantics.config import resolve
+from semantics.operators.join_extra import ExtraEval
 from semantics.reference.batches import EVENT_US, Metrics, ReferenceRun, Row, norm, plan
 from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import BacktestSpec, JoinQuery
@@ -73,6 +81,19 @@ class JoinRules:
     bounds: Mapping[str, tuple[int, bool] | None]
     # a window key: the sides with a watermark (the key predicate needs one of them)
     window_watermarked: tuple[str, ...] = ()
+    extra: ExtraEval | None = None  # the extra ON predicate's parts, or None
+
+    def position(self, side: str, r: Row) -> int:
+        """The row's position in its source's rows (where ``extra`` reads it)."""
+        assert self.extra is not None
+        return self.extra.position[side][int(r[ROW_ID])]  # type: ignore[call-overload]
+
+    def passes(self, kind: str, side: str, r: Row) -> bool:
+        """Does the row pass the side's ``pushed`` or ``pre_join`` part (True: no such part)?"""
+        if self.extra is None:
+            return True
+        fails = self.extra.fails(kind, side)
+        return fails is None or not bool(fails[self.position(side, r)])
 
     def threshold(self, side: str, w_ms: int | None) -> int | None:
         """The side's state watermark (ms) under watermark ``w_ms``: ``trunc(W + c) − 1``
@@ -108,10 +129,14 @@ class JoinRules:
         if tuple(norm(left[k]) for k in keys) != tuple(norm(right[k]) for k in keys):
             return False
         d = int(left[EVENT_US]) - int(right[EVENT_US])  # type: ignore[call-overload]
-        return tr is None or (
+        timed = tr is None or (
             (tr.lower is None or (d >= tr.lower.us if tr.lower_inclusive else d > tr.lower.us))
             and (tr.upper is None or (d <= tr.upper.us if tr.upper_inclusive
                                       else d < tr.upper.us)))
+        if not timed or self.extra is None:
+            return timed
+        return bool(self.extra.pairs_pass(np.array([self.position("left", left)]),
+                                          np.array([self.position("right", right)]))[0])
 
     def out(self, left: Row | None, right: Row | None) -> Row:
         row: Row = {}
@@ -138,7 +163,8 @@ def join_rules(spec: BacktestSpec, schedule: Schedule, q: JoinQuery,
         columns = {side: q.window.side_columns(c, schedule.event_time[src[side]])
                    for side, c in columns.items()}
     return JoinRules(q, src, columns, bounds,
-                     tuple(side for side, s in src.items() if s in delays and q.window))
+                     tuple(side for side, s in src.items() if s in delays and q.window),
+                     None if q.extra is None else ExtraEval(spec, q, schedule))
 
 
 def join_step(j: JoinRules, watermarked: Mapping[str, bool], state: JoinState,
@@ -153,12 +179,16 @@ def join_step(j: JoinRules, watermarked: Mapping[str, bool], state: JoinState,
     dropped = stored = 0
     arriving: dict[str, list[Row]] = {}
     for side in ("left", "right"):
-        kept = [r for r in rows[side] if j.keyed(side, r)]
+        kept = [r for r in rows[side] if j.keyed(side, r) and j.passes("pushed", side, r)]
         if watermarked[side] and late_ms is not None:
             on_time = [r for r in kept if j.time_us(r) > late_ms * 1000]
             dropped += len(kept) - len(on_time)
             kept = on_time
-        arriving[side] = kept
+        # (preJoinFilter: a failing row is not joined nor stored; an outer side pads it now)
+        for r in kept:
+            if not j.passes("pre_join", side, r) and side in OUTER.get(q.type, ()):
+                emitted.append(j.out(r, None) if side == "left" else j.out(None, r))
+        arriving[side] = [r for r in kept if j.passes("pre_join", side, r)]
     for lr in arriving["left"]:
         hit = [e for e in state["right"] if j.pairs(lr, e[0])]
         for e in hit:
@@ -207,7 +237,9 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> ReferenceRun:
     rules = join_rules(spec, schedule, q, wm)
 
     def reaches(source: str, r: Row) -> bool:
-        return rules.keyed("left" if source == q.left else "right", r)
+        side = "left" if source == q.left else "right"
+        below = rules.extra is not None and rules.extra.parts.below_watermark[side]
+        return rules.keyed(side, r) and (not below or rules.passes("pushed", side, r))
 
     bounded = (rules.bounds["left"] or rules.bounds["right"]) is not None \
         or bool(rules.window_watermarked)
