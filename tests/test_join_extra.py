@@ -21,6 +21,7 @@ from jobs.replay import replay
 from semantics import reference
 from semantics.errors import SpecError
 from semantics.history import plan
+from semantics.operators.join import JoinOperator
 from semantics.operators.join_extra import split_extra
 from semantics.predict import predict
 from semantics.report import output_columns
@@ -45,6 +46,11 @@ SCENARIOS = [
     ("full_outer", "left_v % 2 = 1 AND right_v > 2 AND left_v * 2 >= right_v", "2 seconds",
      "2 seconds", 5),
     ("left_semi", "left_v <= right_v AND left_v > 1", "2 seconds", "2 seconds", 6),
+    # left outer: the left-only parts stay in the condition, and Spark solves each for a
+    # constant left state watermark (ConstantBound): the number 3 as 3 s, the timestamp
+    # literal's µs taken as seconds (every left row leaves the state in its own batch)
+    ("left_outer", "left_v >= 3 AND left_ts > TIMESTAMP '1970-01-01 00:00:02' "
+     "AND left_v <> right_v", "1 second", "1 second", 8),
     # a pushed part reading the event time stays above the watermark (its rows still count)
     ("inner", "right_ts > TIMESTAMP '1970-01-01 00:00:06' AND left_v <> right_v", "1 second",
      "1 second", 7),
@@ -112,7 +118,8 @@ def test_paths_equal_the_reference(tmp_path, seed) -> None:
     r = np.random.default_rng(100 + seed)
     jtype = str(r.choice(["inner", "left_outer", "right_outer", "full_outer", "left_semi"]))
     parts = ["left_v > right_v", "left_v % 2 = 0", "right_v < 6", "left_v + right_v <> 9",
-             "right_ts >= TIMESTAMP '1970-01-01 00:00:04'", "left_v <> 3"]
+             "right_ts >= TIMESTAMP '1970-01-01 00:00:04'", "left_v <> 3", "left_v - 1 > 1",
+             "NOT (right_v <= 2)", "right_v BETWEEN 1 AND 8"]
     pick = [p for p in parts if r.random() < 0.5] or [parts[0]]
     delays = [str(r.choice(["0 seconds", "1 second", "3 seconds"])) for _ in range(2)]
     spec = scenario(tmp_path, jtype, " AND ".join(pick), *delays, seed=seed, n=5,
@@ -160,3 +167,17 @@ def test_split_follows_the_join_type(tmp_path) -> None:
         assert parts.post_join is not None
         assert "left" not in pushed or parts.below_watermark["left"]
         assert "right" not in pushed or not parts.below_watermark["right"]
+
+
+def test_constant_state_watermarks_of_one_side_parts(tmp_path) -> None:
+    """``getStateValueWatermark`` over the one-side parts of a full outer join's condition:
+    ``-right_v`` is the constraint term of ``2 - right_v``, so ``right_v > 2`` caps the right
+    state watermark at 2000 ms (``>=``: 1999); ``right_v < 7`` and ``left_v % 2 = 1`` give
+    none; ``left_v - 1 >= 1`` gives 2000 - 1; a timestamp literal counts its µs as seconds."""
+    extra = ("right_v > 2 AND right_v < 7 AND left_v % 2 = 1 AND left_v - 1 >= 1 AND "
+             "right_ts >= TIMESTAMP '1970-01-01 00:00:01' AND NOT (left_v < 4)")
+    spec = scenario(tmp_path, "full_outer", extra, "1 second", "1 second", 1)
+    op_plan = JoinOperator(spec, "c", plan(spec, "c")).plan
+    # (the time range's own bounds, W - 5001 and W - 3001, take the minimum at W = 0)
+    assert op_plan.thresholds(0) == (-5001, -3001)
+    assert op_plan.thresholds(100_000) == (min(1999, 3999), min(2000, 1_000_000_000 - 1))

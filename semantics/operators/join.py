@@ -212,9 +212,11 @@ class JoinOperator:
         for side in (q.left, q.right):
             check_key_columns(spec.path, "query.keys", side, schedule.rows[side], q.keys)
         self.watermarked = frozenset(s for s in (q.left, q.right) if s in delays)
-        self.plan: JoinEvictionPlan = derive_plan(q, schedule.event_time, self.watermarked)
-        self.condition = TimeCondition.of(q)
         self.extra = None if q.extra is None else ExtraEval(spec, q, schedule)
+        self.plan: JoinEvictionPlan = derive_plan(
+            q, schedule.event_time, self.watermarked,
+            None if self.extra is None else self.extra.constant)
+        self.condition = TimeCondition.of(q)
         rows, data_columns, keys = schedule.rows, schedule.data_columns, q.keys
         if q.window is not None:  # (each side's window in place of its event time)
             rows, data_columns = windowed_sides(q, rows, data_columns, schedule.event_time)

@@ -27,7 +27,7 @@ part reading no column, a column neither side has, a NULL in a column the predic
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, fields, is_dataclass
 
 import numpy as np
@@ -35,8 +35,22 @@ import pandas as pd
 import pyarrow as pa
 
 from semantics.errors import SpecError
-from semantics.expression_syntax import Col, ExpressionError, Logic, Node, parse, show
+from semantics.expression_syntax import (
+    Between,
+    Bin,
+    Cmp,
+    Col,
+    ExpressionError,
+    Logic,
+    Neg,
+    Node,
+    Not,
+    parse,
+    show,
+)
 from semantics.expressions import evaluate_node
+from semantics.operators.join_watermarks import ConstantBound, ValueBound
+from semantics.predicate import Lit, _timestamp_us
 from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import BacktestSpec, JoinQuery
 
@@ -142,6 +156,76 @@ def split_extra(spec: BacktestSpec, q: JoinQuery, schedule: Schedule) -> ExtraPa
                       {s: _and(pre[s]) for s in SIDES}, _and(post))
 
 
+_FLIP = {"<": ">=", "<=": ">", ">": "<=", ">=": "<"}  # NOT (a op b) (BooleanSimplification)
+_NUMBERS = ("int", "dec", "float")
+
+
+def _comparisons(part: Node) -> list[tuple[str, Node, Node]]:
+    """The ordering comparisons Spark's optimized condition holds for ``part`` (BETWEEN is two;
+    ``NOT`` over a comparison flips it); anything else: none."""
+    if isinstance(part, Cmp) and part.op in _FLIP:
+        return [(part.op, part.a, part.b)]
+    if isinstance(part, Not) and isinstance(part.x, Cmp) and part.x.op in _FLIP:
+        return [(_FLIP[part.x.op], part.x.a, part.x.b)]
+    if isinstance(part, Between) and not part.negate:
+        return [(">=", part.x, part.lo), ("<=", part.x, part.hi)]
+    return []
+
+
+def _terms(node: Node, sign: int, time_zone: str) -> list[tuple[str | None, float]] | None:
+    """``collectTerms``: ``node`` as signed terms, ``(column, sign)`` or ``(None, µs as a
+    double)``; None when Spark finds it invalid (no bound). Raises ValueError for a shape
+    whose constant folding this does not follow."""
+    if isinstance(node, Bin) and node.op in "+-":
+        a = _terms(node.a, sign, time_zone)
+        b = _terms(node.b, -sign if node.op == "-" else sign, time_zone)
+        return None if a is None or b is None else a + b
+    if isinstance(node, Neg):
+        return _terms(node.x, -sign, time_zone)
+    if isinstance(node, Col):
+        return [(node.name, float(sign))]
+    if isinstance(node, Lit):
+        if node.kind in _NUMBERS:
+            return [(None, sign * float(node.value) * 1000000.0)]
+        if node.kind in ("ts", "ts_text"):
+            us = node.value if node.kind == "ts" else _timestamp_us(node.value, time_zone)
+            return [(None, sign * float(us) * 1000000.0)]
+        raise ValueError(f"the literal {show(node)}")
+    if not list(columns_read(node)):
+        raise ValueError(f"the constant {show(node)}")  # (Spark folds it first)
+    return None
+
+
+def constant_bounds(parts: ExtraParts, time_zone: str, fold: Callable[[str], str]
+                    ) -> dict[str, tuple[ValueBound, ...]]:
+    """Per side, the state watermarks ``getStateValueWatermark`` solves from the one-side
+    parts left in the join condition (``pre_join``): a comparison whose terms are this side's
+    one column, negated once the comparison is written ``a - b < 0``, and literals; raises
+    ValueError for a shape not followed."""
+    out: dict[str, tuple[ValueBound, ...]] = {}
+    for side in SIDES:
+        node = parts.pre_join[side]
+        bounds: list[ValueBound] = []
+        for part in [] if node is None else _conjuncts(node):
+            for op, a, b in _comparisons(part):
+                lhs, rhs = (a, b) if op in ("<", "<=") else (b, a)
+                terms = _terms(Bin("-", lhs, rhs), 1, time_zone)
+                if terms is None:
+                    continue
+                cols = [(fold(c), sg) for c, sg in terms if c is not None]
+                if len({c for c, _ in cols}) != len(cols):
+                    raise ValueError(f"a column read twice in {show(part)}")
+                if len(cols) != 1 or cols[0][1] > 0:
+                    continue  # (no constraint term, or not negated: no bound)
+                total = 0.0
+                for c, v in terms:
+                    if c is None:
+                        total += v
+                bounds.append(ConstantBound(0, op in ("<", ">"), show(part), total))
+        out[side] = tuple(bounds)
+    return out
+
+
 class ExtraEval:
     """The parts of :func:`split_extra` over a join's source rows, addressed by their position
     in ``schedule.rows[source]`` (the step operator's and the reference's positions)."""
@@ -149,6 +233,12 @@ class ExtraEval:
     def __init__(self, spec: BacktestSpec, q: JoinQuery, schedule: Schedule) -> None:
         self.parts = split_extra(spec, q, schedule)
         self.path = spec.path
+        fold = (lambda c: c) if spec.case_sensitive else str.lower
+        try:
+            self.constant = constant_bounds(self.parts, spec.session_time_zone, fold)
+        except ValueError as exc:
+            raise SpecError(spec.path, FIELD, f"one-side parts whose state watermark Spark "
+                            f"derives as modelled ({exc} is not modelled)") from None
         self.time_zone, self.case_sensitive = spec.session_time_zone, spec.case_sensitive
         self.tables = {side: _table(schedule.rows[s], s, (ROW_ID, *schedule.data_columns[s]))
                        for side, s in (("left", q.left), ("right", q.right))}

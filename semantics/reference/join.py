@@ -5,7 +5,9 @@ Spark's ``StreamingSymmetricHashJoinExec``. ``W`` is the batch's eviction waterm
 
 State watermarks (value-based; only when both sides have a watermark): left
 ``trunc(W + lower) − 1``, right ``trunc(W − upper) − 1`` (no −1 when strict), not clamped; a
-side without one never evicts. A buffered row leaves when its event time ``<= that · 1000``.
+side without one never evicts. An extra part left in the condition on one side, such as
+``right_v > 2``, adds a constant (``ConstantBound``): the minimum is taken. A buffered row
+leaves when its event time ``<= that · 1000``.
 
 Per batch:
 
@@ -82,6 +84,7 @@ class JoinRules:
     # a window key: the sides with a watermark (the key predicate needs one of them)
     window_watermarked: tuple[str, ...] = ()
     extra: ExtraEval | None = None  # the extra ON predicate's parts, or None
+    both_watermarked: bool = False  # (an extra part's constant state watermark needs both)
 
     def position(self, side: str, r: Row) -> int:
         """The row's position in its source's rows (where ``extra`` reads it)."""
@@ -101,10 +104,15 @@ class JoinRules:
         if self.q.window is not None:
             return w_ms if self.window_watermarked else None
         b = self.bounds[side]
-        if b is None or w_ms is None:
+        const = () if self.extra is None or not self.both_watermarked \
+            else self.extra.constant[side]
+        if (b is None and not const) or w_ms is None:
             return None
-        c, strict = b
-        return trunc_ms(w_ms * 1000 + c) - (0 if strict else 1)
+        values = [c.state_watermark_ms(w_ms) for c in const]
+        if b is not None:
+            c, strict = b
+            values.append(trunc_ms(w_ms * 1000 + c) - (0 if strict else 1))
+        return min(values)
 
     def output_watermark(self, w_ms: int) -> int | None:
         """``produceOutputWatermark``: the min of the state watermarks (the input watermark
@@ -164,7 +172,8 @@ def join_rules(spec: BacktestSpec, schedule: Schedule, q: JoinQuery,
                    for side, c in columns.items()}
     return JoinRules(q, src, columns, bounds,
                      tuple(side for side, s in src.items() if s in delays and q.window),
-                     None if q.extra is None else ExtraEval(spec, q, schedule))
+                     None if q.extra is None else ExtraEval(spec, q, schedule),
+                     q.left in delays and q.right in delays)
 
 
 def join_step(j: JoinRules, watermarked: Mapping[str, bool], state: JoinState,
@@ -242,7 +251,8 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> ReferenceRun:
         return rules.keyed(side, r) and (not below or rules.passes("pushed", side, r))
 
     bounded = (rules.bounds["left"] or rules.bounds["right"]) is not None \
-        or bool(rules.window_watermarked)
+        or bool(rules.window_watermarked) or any(
+            rules.threshold(side, 0) is not None for side in ("left", "right"))
     batches = plan(schedule, spec, candidate,
                    lambda new, last: bounded and last is not None and new > last, reaches)
     state: JoinState = {"left": [], "right": []}
