@@ -181,3 +181,72 @@ def test_constant_state_watermarks_of_one_side_parts(tmp_path) -> None:
     # (the time range's own bounds, W - 5001 and W - 3001, take the minimum at W = 0)
     assert op_plan.thresholds(0) == (-5001, -3001)
     assert op_plan.thresholds(100_000) == (min(1999, 3999), min(2000, 1_000_000_000 - 1))
+
+
+# -- the job's own PySpark code (docs/semantics.md §14) -----------------------------------------
+
+EXTRA_JOBS = '''
+
+def inner_extra(sources):
+    c = sources["clicks"].withWatermark("ts", "10 seconds")
+    v = sources["views"].withWatermark("vts", "5 seconds")
+    return c.join(v, (c.k == v.ad) & (c.value > v.vid) & (v.vid > 1), "inner")
+
+
+def left_outer_extra(sources):
+    c = sources["clicks"].withWatermark("ts", "10 seconds")
+    v = sources["views"].withWatermark("vts", "5 seconds")
+    return c.join(v, (c.k == v.ad) & (c.ts >= v.vts - F.expr("INTERVAL 5 SECONDS"))
+                  & (c.ts <= v.vts + F.expr("INTERVAL 15 SECONDS")) & (c.value >= v.vid)
+                  & (v.vid % 2 == 1) & (c.value < 9), "left_outer")
+
+
+def full_outer_extra(sources):
+    c = sources["clicks"].withWatermark("ts", "10 seconds")
+    v = sources["views"].withWatermark("vts", "5 seconds")
+    return c.join(v, (c.k == v.ad) & (c.ts >= v.vts - F.expr("INTERVAL 5 SECONDS"))
+                  & (c.ts <= v.vts + F.expr("INTERVAL 15 SECONDS"))
+                  & (c.value * 2 > v.vid) & (v.vid > 2), "full_outer")
+
+
+def extra_on_a_key(sources):
+    c = sources["clicks"].withWatermark("ts", "10 seconds")
+    v = sources["views"].withWatermark("vts", "5 seconds")
+    return c.join(v, (c.k == v.ad) & (c.k > 1), "left_outer")
+'''
+
+
+def _job(tmp: Path, function: str) -> Path:
+    from tests.test_pyspark_query import JOB, make_two
+
+    path = make_two(tmp, function)
+    (tmp / "jobs" / "job.py").write_text(JOB + EXTRA_JOBS)
+    return path
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("function,jtype", [("inner_extra", "inner"),
+                                            ("left_outer_extra", "left_outer"),
+                                            ("full_outer_extra", "full_outer")])
+def test_pyspark_join_with_extra_predicates(tmp_path, spark, function, jtype) -> None:
+    """The job's code backtested as written: the condition's parts other than keys and time
+    bounds become ``extra`` over ``<source>_<column>``; the prediction equals the replay
+    (every report figure per batch by the validation, and the emitted rows)."""
+    from tests.test_pyspark_query import backtest
+
+    (c,) = backtest(_job(tmp_path, function), tmp_path, spark)
+    low = c.predicted.info["lowered_to"]
+    assert low["type"] == jtype and "`views_vid`" in low["extra"], low
+    assert len(c.actual.outputs) > 0
+    cols = ["batch_id", "input_rows", "watermark_ms", "dropped_by_watermark", "state_rows",
+            "state_rows_updated", "state_rows_removed", "output_rows"]
+    assert c.predicted.batches[cols].astype(object).values.tolist() == \
+        c.actual.batches[cols].astype(object).values.tolist()
+
+
+@pytest.mark.spark
+def test_pyspark_extra_part_on_a_key_is_refused(tmp_path, spark, capsys) -> None:
+    from tests.test_pyspark_query import _refused
+
+    err = _refused(_job(tmp_path, "extra_on_a_key"), capsys)
+    assert "plan node Join" in err and "equi key" in err and "Traceback" not in err

@@ -38,6 +38,7 @@ from semantics.errors import SpecError
 from semantics.expression_syntax import (
     Between,
     Bin,
+    Cast,
     Cmp,
     Col,
     ExpressionError,
@@ -191,6 +192,15 @@ def _terms(node: Node, sign: int, time_zone: str) -> list[tuple[str | None, floa
             us = node.value if node.kind == "ts" else _timestamp_us(node.value, time_zone)
             return [(None, sign * float(us) * 1000000.0)]
         raise ValueError(f"the literal {show(node)}")
+    if isinstance(node, Cast) and (pa.types.is_integer(node.to) or pa.types.is_floating(
+            node.to) or pa.types.is_decimal(node.to) or pa.types.is_timestamp(node.to)):
+        x = node.x
+        if isinstance(x, Lit) and x.kind in _NUMBERS:  # (the analyzer's cast, folded)
+            if pa.types.is_timestamp(node.to) or (pa.types.is_integer(node.to)
+                                                  and float(x.value) != int(x.value)):
+                raise ValueError(f"the constant {show(node)}")
+            return [(None, sign * float(x.value) * 1000000.0)]
+        return _terms(x, sign, time_zone)  # (collectTerms reads through a numeric cast)
     if not list(columns_read(node)):
         raise ValueError(f"the constant {show(node)}")  # (Spark folds it first)
     return None
