@@ -55,9 +55,9 @@ from semantics.predicate import Lit, _timestamp_us
 from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import BacktestSpec, JoinQuery
 
-SIDES = ("left", "right")
+JOIN_SIDES = ("left", "right")
 # the sides whose one-side parts PushPredicateThroughJoin moves below the join
-PUSHED = {"inner": SIDES, "left_semi": SIDES, "left_outer": ("right",),
+PUSHED = {"inner": JOIN_SIDES, "left_semi": JOIN_SIDES, "left_outer": ("right",),
           "right_outer": ("left",), "full_outer": ()}
 FIELD = "query.extra"
 
@@ -152,9 +152,9 @@ def split_extra(spec: BacktestSpec, q: JoinQuery, schedule: Schedule) -> ExtraPa
             reads_time[side] |= bool(times)
         else:
             pre[side].append(part)
-    return ExtraParts({s: _and(pushed[s]) for s in SIDES},
-                      {s: not reads_time[s] for s in SIDES},
-                      {s: _and(pre[s]) for s in SIDES}, _and(post))
+    return ExtraParts({s: _and(pushed[s]) for s in JOIN_SIDES},
+                      {s: not reads_time[s] for s in JOIN_SIDES},
+                      {s: _and(pre[s]) for s in JOIN_SIDES}, _and(post))
 
 
 _FLIP = {"<": ">=", "<=": ">", ">": "<=", ">=": "<"}  # NOT (a op b) (BooleanSimplification)
@@ -213,7 +213,7 @@ def constant_bounds(parts: ExtraParts, time_zone: str, fold: Callable[[str], str
     one column, negated once the comparison is written ``a - b < 0``, and literals; raises
     ValueError for a shape not followed."""
     out: dict[str, tuple[ValueBound, ...]] = {}
-    for side in SIDES:
+    for side in JOIN_SIDES:
         node = parts.pre_join[side]
         bounds: list[ValueBound] = []
         for part in [] if node is None else _conjuncts(node):
