@@ -143,6 +143,7 @@ def test_whole_run_declines_with_a_reason(tmp_path) -> None:
     ("left_w > 1", "left_w"),
     ("1 = 1", "reads none"),
     ("left_v + 1", "boolean"),
+    ("left_v = right_v", "equi-join key"),
 ])
 def test_refused_parts_are_named(tmp_path, extra, says) -> None:
     spec = scenario(tmp_path, "inner", extra, "1 second", "1 second", 1)

@@ -18,7 +18,8 @@ The extra predicate is Spark SQL over the joined columns (``<source>_<column>``)
   pair is a match (emitted, both rows flagged ``matched``) only when it passes.
 
 A NULL result fails, as in a filter. Refused (``SpecError`` naming ``query.extra`` and the
-part): a part reading an equi-key column (``InferFiltersFromConstraints`` substitutes the key
+part): an equality of a column of each side (an equi key for Spark), a part reading an
+equi-key column (``InferFiltersFromConstraints`` substitutes the key
 equality and infers a filter on the other side, not modelled), a part reading both sides and
 an event-time column (write it as ``time_range``: Spark derives state watermarks from it), a
 part reading no column, a column neither side has, a NULL in a column the predicate reads
@@ -140,6 +141,11 @@ def split_extra(spec: BacktestSpec, q: JoinQuery, schedule: Schedule) -> ExtraPa
                                 f"has NULLs; {text} reads it: Spark infers isnotnull filters "
                                 "from the predicate, not modelled)")
         if len(sides) == 2:
+            if isinstance(part, Cmp) and part.op in ("=", "==", "<=>") and \
+                    isinstance(part.a, Col) and isinstance(part.b, Col):
+                raise SpecError(spec.path, FIELD, f"no equality of two columns ({text}: Spark "
+                                "makes it an equi-join key, with the filters it infers from "
+                                "keys; give it in keys)")
             if times:
                 raise SpecError(spec.path, FIELD, f"parts that compare no event time across "
                                 f"the sides ({text}: write it as time_range, from which Spark "
