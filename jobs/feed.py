@@ -148,8 +148,13 @@ def write_tick(spec: BacktestSpec, schedule: Schedule, tick: int, position: int,
     # One row group per source: Spark pushes each source's ``_src = i`` filter into the parquet
     # reader, which skips the other sources' row groups by their statistics, so every logical
     # source reads only its own rows and ``numInputRows`` is the tick's row count (with one
-    # shared row group, a self-joined source counts every row once per side).
-    with pq.ParquetWriter(tmp, table.schema) as writer:
+    # shared row group, a self-joined source counts every row once per side). Only ``_src`` has
+    # statistics and a dictionary: a filter of the query that Spark pushes into the reader (a
+    # join's one-side ON part, a filter below the first operator) must never skip a source's
+    # row group by its values, which would drop its rows from ``numInputRows`` (a production
+    # source such as Kafka reads every row).
+    with pq.ParquetWriter(tmp, table.schema, write_statistics=[TAG],
+                          use_dictionary=[TAG]) as writer:
         tags = table.column(TAG).to_numpy()
         for tag in dict.fromkeys(tags.tolist()):
             writer.write_table(table.filter(pa.array(tags == tag)))

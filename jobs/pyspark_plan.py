@@ -9,6 +9,7 @@ Invariants: a refusal names the plan node (``_refuse``); a ``Step`` holds Spark 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 
@@ -279,9 +280,11 @@ def _time_term(expr: object, defs: dict[str, object]) -> tuple[int, int] | None:
 
 
 def _join_condition(spec: BacktestSpec, op: object, left: set[int], right: set[int],
-                    times: tuple[int, int]) -> tuple[list[tuple[object, object]], TimeRange | None]:
+                    times: tuple[int, int], extra: list[object] | None = None
+                    ) -> tuple[list[tuple[object, object]], TimeRange | None]:
     """The equi keys (left attribute, right attribute) and the time range of the join
-    ``op``'s condition; ``times`` are the expression ids of the two watermarked columns."""
+    ``op``'s condition; ``times`` are the expression ids of the two watermarked columns.
+    Any other part goes to ``extra`` when given (an extra ON predicate), else is refused."""
     cond = op.condition()  # type: ignore[attr-defined]
     if not cond.isDefined():
         raise _refuse(spec, op, "a join without a condition (an equi key is needed)")
@@ -311,6 +314,9 @@ def _join_condition(spec: BacktestSpec, op: object, left: set[int], right: set[i
                     raise _refuse(spec, op, f"a second {side} time bound {c.sql()}")
                 bounds[side] = (c_us, inclusive)
                 continue
+        if extra is not None:
+            extra.append(c)
+            continue
         raise _refuse(spec, op, f"a join condition part {c.sql()} the predictor does not model "
                       "(equi keys of columns, and bounds between the two watermarked columns)")
     if not keys:
@@ -323,6 +329,48 @@ def _join_condition(spec: BacktestSpec, op: object, left: set[int], right: set[i
         upper=None if hi is None else Duration.parse(f"{hi[0]} microseconds"),
         lower_inclusive=True if lo is None else lo[1],
         upper_inclusive=True if hi is None else hi[1])
+
+
+def extra_sql(spec: BacktestSpec, op: object, parts: list[object],
+              names: list[dict[int, str]], sources: list[str],
+              keys: list[tuple[object, object]]) -> str | None:
+    """The join condition's extra parts as one Spark SQL predicate over ``<source>_<column>``
+    (``JoinQuery.extra``): each attribute's SQL text replaced by its joined name. Refused with
+    the ``Join`` named: a part reading an equi key, an attribute whose text both sides share,
+    a part ``semantics.expressions`` does not parse."""
+    from semantics.expressions import ExpressionError, parse
+
+    key_ids = {int(a.exprId().id()) for pair in keys for a in pair}  # type: ignore[attr-defined]
+    texts = []
+    for c in parts:
+        sql = str(c.sql())  # type: ignore[attr-defined]
+        refs = list(_seq(c.references().toSeq()))  # type: ignore[attr-defined]
+        by_text: dict[str, str] = {}
+        for a in refs:
+            i = int(a.exprId().id())  # type: ignore[attr-defined]
+            if i in key_ids:
+                raise _refuse(spec, op, f"an extra join condition part {sql} reading an equi "
+                              "key (Spark infers a filter on the other side: not modelled)")
+            side = 0 if i in names[0] else 1 if i in names[1] else None
+            if side is None:
+                raise _refuse(spec, op, f"a join condition part {sql} reading a column of "
+                              "neither input")
+            joined = f"`{sources[side]}_{names[side][i]}`"
+            text = str(a.sql())  # type: ignore[attr-defined]
+            if by_text.get(text, joined) != joined:
+                raise _refuse(spec, op, f"a join condition part {sql} naming {text} on both "
+                              "sides (rename one side's column below the join)")
+            by_text[text] = joined
+        for text, joined in sorted(by_text.items(), key=lambda kv: -len(kv[0])):
+            sql = re.sub(rf"(?<![\w`.]){re.escape(text)}(?![\w`])",
+                         lambda _m, j=joined: j, sql)  # type: ignore[misc]
+        try:
+            parse(sql)
+        except ExpressionError as exc:
+            raise _refuse(spec, op, f"a join condition part {c.sql()} the project's evaluator "  # type: ignore[attr-defined]
+                          f"does not read ({exc})") from None
+        texts.append(f"({sql})")
+    return " AND ".join(texts) or None
 
 
 def _batch_rows(spark: SparkSession, schedule: Schedule, source: str) -> DataFrame:

@@ -62,6 +62,7 @@ from jobs.pyspark_plan import (
     _step,
     _walk,
     derived_schedule,
+    extra_sql,
     spark_counts,
 )
 from jobs.sink import spark_rows_frame
@@ -450,9 +451,14 @@ def _lower_join(spec: BacktestSpec, q: PySparkQuery, op: object, ids: dict[str, 
                           "(call withWatermark on each side)")
         et.append(marked[0][0])
         et_ids.append(int(marked[0][1].exprId().id()))
+    others: list[object] = []  # (parts neither keys nor time bounds: the extra predicate)
     keys, time_range = _join_condition(spec, op, set(exprs[0]), set(exprs[1]),
-                                       (et_ids[0], et_ids[1]))
+                                       (et_ids[0], et_ids[1]), others)
     window = _window_key(spec, op, attrs, et_ids, keys, rec, [p[2] for p in parts])
+    if others and window is not None:
+        raise _refuse(spec, op, "an extra join condition part with a window key (not "
+                      "modelled yet)")
+    extra = extra_sql(spec, op, others, exprs, sources, keys)
     if window is not None:  # (the windows' equality is the window key, not an equi key)
         keys = [k for k in keys if int(k[0].exprId().id()) != et_ids[0]]  # type: ignore
     for side in attrs:
@@ -473,7 +479,7 @@ def _lower_join(spec: BacktestSpec, q: PySparkQuery, op: object, ids: dict[str, 
         tsrc = spec.sources[src]
         table_sources[src] = tsrc.model_copy(update={"event_time": tsrc.event_time or wm})
     std = JoinQuery(kind="join", type=jtype, left=sources[0], right=sources[1],  # type: ignore
-                    keys=tuple(hidden), time_range=time_range, window=window)
+                    keys=tuple(hidden), time_range=time_range, window=window, extra=extra)
     outs = [str(a.name()) for a in _seq(op.output())]  # type: ignore[attr-defined]
     if above and len(set(outs)) != len(outs):  # (the steps above re-read them by name)
         raise _refuse(spec, op, f"output columns {outs} with a name from both sides under a "

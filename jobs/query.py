@@ -155,6 +155,8 @@ def join_condition(spec: BacktestSpec, q: JoinQuery) -> Column:
         if tr.upper is not None:
             op = "<=" if tr.upper_inclusive else "<"
             cond = cond & F.expr(f"{lt} {op} {rt} + {interval_literal(tr.upper)}")
+    if q.extra is not None:  # (Spark splits and pushes it itself: operators.join_extra)
+        cond = cond & F.expr(q.extra)
     assert cond is not None
     return cond
 

@@ -313,6 +313,9 @@ class JoinQuery(_Model):
     keys: tuple[Identifier, ...]
     time_range: TimeRange | None = None
     window: JoinWindow | None = None
+    # Spark SQL over the joined columns <source>_<column>, AND-ed to the ON condition
+    # (semantics.operators.join_extra)
+    extra: str | None = None
 
     @model_validator(mode="after")
     def _check(self) -> JoinQuery:

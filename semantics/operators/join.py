@@ -33,6 +33,12 @@ One batch (``StreamingSymmetricHashJoinExec.processPartitions``; docs/semantics.
 5. Metrics: ``numRowsTotal`` = buffered rows of both sides after eviction, ``numRowsUpdated`` =
    rows appended to state this batch.
 
+Extra ON predicates (``query.extra``; :mod:`semantics.operators.join_extra`): a part Spark
+pushes below the join removes its side's rows before step 1 (and from the watermark when it
+reads no event time); a one-side part left in the join removes this batch's rows of its side
+after step 1 (an outer side emits their null-padded rows at once); a part reading both sides
+filters the pairs of steps 2 and 3.
+
 Without explain, :meth:`JoinOperator.whole_run` computes every batch at once from the rows'
 arrival and eviction batches (:mod:`semantics.whole_run.join`), the same as stepping.
 
@@ -68,6 +74,7 @@ from semantics.operators import fates as F
 from semantics.operators.columns import check_key_columns, min_max
 from semantics.operators.gather import gather, numpy_data
 from semantics.operators.grouping import joined, stable_argsort
+from semantics.operators.join_extra import ExtraEval
 from semantics.operators.join_frames import (
     Gather,
     Packing,
@@ -181,6 +188,11 @@ class _Source:
     ev: np.ndarray
     dropped: np.ndarray | None  # filtered before the join (null key), or None
     never_joins: np.ndarray | None  # filtered by the inferred time-range filter, or None
+    # filtered by the extra predicate's part pushed below the join (below the watermark or
+    # above it), or None
+    pushed_below: np.ndarray | None = None
+    pushed_above: np.ndarray | None = None
+    pre_join_fails: np.ndarray | None = None  # fails the side's preJoinFilter, or None
 
 
 class JoinOperator:
@@ -200,7 +212,10 @@ class JoinOperator:
         for side in (q.left, q.right):
             check_key_columns(spec.path, "query.keys", side, schedule.rows[side], q.keys)
         self.watermarked = frozenset(s for s in (q.left, q.right) if s in delays)
-        self.plan: JoinEvictionPlan = derive_plan(q, schedule.event_time, self.watermarked)
+        self.extra = None if q.extra is None else ExtraEval(spec, q, schedule)
+        self.plan: JoinEvictionPlan = derive_plan(
+            q, schedule.event_time, self.watermarked,
+            None if self.extra is None else self.extra.constant)
         self.condition = TimeCondition.of(q)
         rows, data_columns, keys = schedule.rows, schedule.data_columns, q.keys
         if q.window is not None:  # (each side's window in place of its event time)
@@ -251,8 +266,16 @@ class JoinOperator:
                                      if layout.evict_column in (schedule.event_time[src_name],
                                                                 WINDOW_END)
                                      else None, bounds.get(role, (None,))[0])
+            pushed = below = pre = None
+            if self.extra is not None:
+                pushed = self.extra.fails("pushed", role)
+                pushed = pushed if pushed is not None and pushed.any() else None
+                below = self.extra.parts.below_watermark[role]
+                pre = self.extra.fails("pre_join", role)
             self.sources[role] = _Source(layout, f, f[layout.columns[0]].to_numpy(np.int64),
-                                         code, ev, dropped, never)
+                                         code, ev, dropped, never,
+                                         pushed if below else None,
+                                         None if below else pushed, pre)
         n_out = len(self.left.columns) + (0 if q.type == "left_semi" else len(self.right.columns))
         assert n_out == len(self.columns), self.columns
 
@@ -271,6 +294,9 @@ class JoinOperator:
         never count for the watermark (engine hook; None = all rows count)."""
         role = "left" if source == self.query.left else "right"
         dropped = self.sources[role].dropped
+        below = self.sources[role].pushed_below  # (an extra part pushed below the watermark)
+        if below is not None:
+            dropped = below if dropped is None else dropped | below
         if dropped is None or start == stop:
             return None
         return ~dropped[start:stop]
@@ -315,7 +341,7 @@ class JoinOperator:
         counts = source_counts(plan, src.layout.source)
         et = self.event_us[role]  # (the plan's batches tile the source's rows: source_counts)
         keep = None
-        for mask in (src.dropped, src.never_joins):
+        for mask in (src.dropped, src.never_joins, src.pushed_below, src.pushed_above):
             if mask is not None:
                 keep = ~mask if keep is None else keep & ~mask
         late = None
@@ -350,6 +376,9 @@ class JoinOperator:
         are packed (else :class:`~semantics.engine.Declined`: the engine steps)."""
         if self.explain:
             return Declined("explain asked for fates")
+        if self.extra is not None:
+            return Declined("an extra ON predicate (join_at_once pairs rows by keys and time "
+                            "only)")
         if self.packing is None:
             return Declined("keys that do not pack into one integer")
         if not plan:
@@ -385,7 +414,10 @@ class JoinOperator:
     def run_sides(self, plan: list[BatchInput]) -> tuple[RunSide, RunSide] | None:
         """Both sides' rows in a whole run with their state thresholds, as :meth:`whole_run`
         reads them (None: a state watermark that goes backwards). For the bookkeeping of
-        :mod:`semantics.checkpoint_join`."""
+        :mod:`semantics.checkpoint_join`; None also with an extra ON predicate, which
+        :func:`join_at_once` does not apply)."""
+        if self.extra is not None:
+            return None
         sides = []
         for i, role in enumerate(("left", "right")):
             thr = [self.plan.thresholds(b.evict_wm_ms)[i] for b in plan]
@@ -403,6 +435,8 @@ class JoinOperator:
         # output parts: (left source positions, right source positions), -1 = null padding;
         # left semi: (left source positions,)
         outputs: list[tuple[np.ndarray, ...]] = []
+        lin = self._pre_join("left", lin, outputs, fates)
+        rin = self._pre_join("right", rin, outputs, fates)
         # runs only when keys are packed (sorted runs); a small side stays one run
         small = None if self.packing is None else WHOLE * (len(lin) + len(rin))
         packed = self.packing is not None
@@ -608,10 +642,41 @@ class JoinOperator:
         return (lparts, rparts), removed
 
     # -- helpers -------------------------------------------------------------------------------
+    def _pre_join(self, role: str, rows: SideRows, outputs: list[tuple[np.ndarray, ...]],
+                  fates: list[pd.DataFrame]) -> SideRows:
+        """This batch's rows of ``role`` that pass its ``preJoinFilter`` (an extra part left in
+        the join); an outer side's failing rows are null-padded now, in this batch."""
+        fails = self.sources[role].pre_join_fails
+        if fails is None or not len(rows):
+            return rows
+        out = fails[rows.pos]
+        if not out.any():
+            return rows
+        gone = rows.take(out)
+        outer = self.query.type in ("full_outer", f"{role}_outer")
+        if outer:
+            null = np.full(len(gone), -1, dtype=np.int64)
+            outputs.append((gone.pos, null) if role == "left" else (null, gone.pos))
+        if self.explain:
+            fates.append(self._noted(role, "never_joins", gone, None,
+                                     "fails the extra ON predicate's part on this side alone "
+                                     "(preJoinFilter): not joined, not buffered"
+                                     + ("; null-padded row emitted" if outer else "")))
+        return rows.take(~out)
+
     def _pairs(self, left: SideRows, right: SideRows) -> tuple[np.ndarray, np.ndarray]:
-        """Matching (left, right) positions (equal codes, time condition true). Packed: both
-        sides are sorted, the rows of the smaller side each find their matches as one slice of
-        the larger; else ordered by left then right position (:func:`match_pairs`)."""
+        """Matching (left, right) positions (equal codes, time condition true, the extra
+        predicate's both-side part true). Packed: both sides are sorted, the rows of the
+        smaller side each find their matches as one slice of the larger; else ordered by left
+        then right position (:func:`match_pairs`)."""
+        li, rj = self._candidate_pairs(left, right)
+        if self.extra is None or not len(li):
+            return li, rj
+        ok = self.extra.pairs_pass(left.pos[li], right.pos[rj])
+        return li[ok], rj[ok]
+
+    def _candidate_pairs(self, left: SideRows, right: SideRows
+                         ) -> tuple[np.ndarray, np.ndarray]:
         p, c = self.packing, self.condition
         if p is None:
             return match_pairs(left.code, left.et, right.code, right.et, c)
@@ -637,7 +702,13 @@ class JoinOperator:
                  "(isnotnull inferred by Spark's optimizer); not counted as late"),
                 (src.never_joins, "never_joins", "the time range, with the equi-joined "
                  "event-time key substituted, is false for this row: filtered before the join "
-                 "(constraint inferred by Spark's optimizer); not counted as late")):
+                 "(constraint inferred by Spark's optimizer); not counted as late"),
+                (src.pushed_below, "never_joins", "fails the extra ON predicate's part on "
+                 "this side alone, pushed below the join and the watermark: not counted for "
+                 "the watermark nor as late"),
+                (src.pushed_above, "never_joins", "fails the extra ON predicate's part on "
+                 "this side alone, pushed below the join (it reads the event time: the row "
+                 "still counts for the watermark)")):
             if mask is None or not len(pos):
                 continue
             out = mask[pos]

@@ -63,6 +63,21 @@ class ValueBound:
 
 
 @dataclass(frozen=True)
+class ConstantBound(ValueBound):
+    """A one-side conjunct left in the join condition (an extra ON predicate's part, e.g.
+    ``right.v > 2`` of a full outer join) that ``getStateValueWatermark`` solves for this side
+    with no watermark term: its other terms (µs as doubles, a number literal ×10⁶, a timestamp
+    literal's µs ×10⁶, an interval's µs) sum to ``offset_us`` whatever ``W`` is
+    (:func:`semantics.operators.join_extra.constant_bounds`)."""
+
+    total_us: float = 0.0
+
+    def state_watermark_ms(self, evict_ms: int) -> int:
+        value = int(self.total_us / 1000)
+        return value if self.strict else value - 1
+
+
+@dataclass(frozen=True)
 class SideEviction:
     """How one side's buffered rows are evicted (``kind`` None: never)."""
 
@@ -105,7 +120,9 @@ class JoinEvictionPlan:
 
 
 def derive_plan(query: JoinQuery, event_time: Mapping[str, str],
-                watermarked: Collection[str]) -> JoinEvictionPlan:
+                watermarked: Collection[str],
+                constant: Mapping[str, tuple[ValueBound, ...]] | None = None
+                ) -> JoinEvictionPlan:
     """Eviction rules for ``query`` when the sources in ``watermarked`` have a watermark.
 
     ``event_time`` maps each source to its event-time column (watermark metadata sits on that
@@ -126,6 +143,9 @@ def derive_plan(query: JoinQuery, event_time: Mapping[str, str],
     left_bounds: list[ValueBound] = []
     right_bounds: list[ValueBound] = []
     both_wm = left in watermarked and right in watermarked
+    if both_wm and constant:  # (an extra ON predicate's one-side parts in the condition)
+        left_bounds += constant.get("left", ())
+        right_bounds += constant.get("right", ())
     if tr is not None and both_wm:
         if tr.lower is not None:
             op = ">=" if tr.lower_inclusive else ">"

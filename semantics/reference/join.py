@@ -5,7 +5,9 @@ Spark's ``StreamingSymmetricHashJoinExec``. ``W`` is the batch's eviction waterm
 
 State watermarks (value-based; only when both sides have a watermark): left
 ``trunc(W + lower) − 1``, right ``trunc(W − upper) − 1`` (no −1 when strict), not clamped; a
-side without one never evicts. A buffered row leaves when its event time ``<= that · 1000``.
+side without one never evicts. An extra part left in the condition on one side, such as
+``right_v > 2``, adds a constant (``ConstantBound``): the minimum is taken. A buffered row
+leaves when its event time ``<= that · 1000``.
 
 Per batch:
 
@@ -31,6 +33,12 @@ sides, whatever the join type (``JoinStateKeyWatermarkPredicate``, the state wat
 watermarked side is late when ``window.end <= late · 1000`` (the window is that side's event-
 time column).
 
+Extra ON predicates (``extra``, ``semantics.operators.join_extra``): a one-side part Spark
+pushes below the join removes the side's rows before it (and before the watermark when it
+reads no event time); a one-side part left in the join fails the side's rows of this batch
+after the late filter (neither joined nor stored; an outer side's row is null-padded at once);
+a part reading both sides must pass for a pair to match.
+
 Not modelled here: a join key that is an event-time column (key-based state watermarks).
 """
 
@@ -39,9 +47,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from semantics.config import resolve
+from semantics.operators.join_extra import ExtraEval
 from semantics.reference.batches import EVENT_US, Metrics, ReferenceRun, Row, norm, plan
 from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import BacktestSpec, JoinQuery
@@ -73,6 +83,20 @@ class JoinRules:
     bounds: Mapping[str, tuple[int, bool] | None]
     # a window key: the sides with a watermark (the key predicate needs one of them)
     window_watermarked: tuple[str, ...] = ()
+    extra: ExtraEval | None = None  # the extra ON predicate's parts, or None
+    both_watermarked: bool = False  # (an extra part's constant state watermark needs both)
+
+    def position(self, side: str, r: Row) -> int:
+        """The row's position in its source's rows (where ``extra`` reads it)."""
+        assert self.extra is not None
+        return self.extra.position[side][int(r[ROW_ID])]  # type: ignore[call-overload]
+
+    def passes(self, kind: str, side: str, r: Row) -> bool:
+        """Does the row pass the side's ``pushed`` or ``pre_join`` part (True: no such part)?"""
+        if self.extra is None:
+            return True
+        fails = self.extra.fails(kind, side)
+        return fails is None or not bool(fails[self.position(side, r)])
 
     def threshold(self, side: str, w_ms: int | None) -> int | None:
         """The side's state watermark (ms) under watermark ``w_ms``: ``trunc(W + c) − 1``
@@ -80,10 +104,15 @@ class JoinRules:
         if self.q.window is not None:
             return w_ms if self.window_watermarked else None
         b = self.bounds[side]
-        if b is None or w_ms is None:
+        const = () if self.extra is None or not self.both_watermarked \
+            else self.extra.constant[side]
+        if (b is None and not const) or w_ms is None:
             return None
-        c, strict = b
-        return trunc_ms(w_ms * 1000 + c) - (0 if strict else 1)
+        values = [c.state_watermark_ms(w_ms) for c in const]
+        if b is not None:
+            c, strict = b
+            values.append(trunc_ms(w_ms * 1000 + c) - (0 if strict else 1))
+        return min(values)
 
     def output_watermark(self, w_ms: int) -> int | None:
         """``produceOutputWatermark``: the min of the state watermarks (the input watermark
@@ -108,10 +137,14 @@ class JoinRules:
         if tuple(norm(left[k]) for k in keys) != tuple(norm(right[k]) for k in keys):
             return False
         d = int(left[EVENT_US]) - int(right[EVENT_US])  # type: ignore[call-overload]
-        return tr is None or (
+        timed = tr is None or (
             (tr.lower is None or (d >= tr.lower.us if tr.lower_inclusive else d > tr.lower.us))
             and (tr.upper is None or (d <= tr.upper.us if tr.upper_inclusive
                                       else d < tr.upper.us)))
+        if not timed or self.extra is None:
+            return timed
+        return bool(self.extra.pairs_pass(np.array([self.position("left", left)]),
+                                          np.array([self.position("right", right)]))[0])
 
     def out(self, left: Row | None, right: Row | None) -> Row:
         row: Row = {}
@@ -138,7 +171,9 @@ def join_rules(spec: BacktestSpec, schedule: Schedule, q: JoinQuery,
         columns = {side: q.window.side_columns(c, schedule.event_time[src[side]])
                    for side, c in columns.items()}
     return JoinRules(q, src, columns, bounds,
-                     tuple(side for side, s in src.items() if s in delays and q.window))
+                     tuple(side for side, s in src.items() if s in delays and q.window),
+                     None if q.extra is None else ExtraEval(spec, q, schedule),
+                     q.left in delays and q.right in delays)
 
 
 def join_step(j: JoinRules, watermarked: Mapping[str, bool], state: JoinState,
@@ -153,12 +188,16 @@ def join_step(j: JoinRules, watermarked: Mapping[str, bool], state: JoinState,
     dropped = stored = 0
     arriving: dict[str, list[Row]] = {}
     for side in ("left", "right"):
-        kept = [r for r in rows[side] if j.keyed(side, r)]
+        kept = [r for r in rows[side] if j.keyed(side, r) and j.passes("pushed", side, r)]
         if watermarked[side] and late_ms is not None:
             on_time = [r for r in kept if j.time_us(r) > late_ms * 1000]
             dropped += len(kept) - len(on_time)
             kept = on_time
-        arriving[side] = kept
+        # (preJoinFilter: a failing row is not joined nor stored; an outer side pads it now)
+        for r in kept:
+            if not j.passes("pre_join", side, r) and side in OUTER.get(q.type, ()):
+                emitted.append(j.out(r, None) if side == "left" else j.out(None, r))
+        arriving[side] = [r for r in kept if j.passes("pre_join", side, r)]
     for lr in arriving["left"]:
         hit = [e for e in state["right"] if j.pairs(lr, e[0])]
         for e in hit:
@@ -207,10 +246,13 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str) -> ReferenceRun:
     rules = join_rules(spec, schedule, q, wm)
 
     def reaches(source: str, r: Row) -> bool:
-        return rules.keyed("left" if source == q.left else "right", r)
+        side = "left" if source == q.left else "right"
+        below = rules.extra is not None and rules.extra.parts.below_watermark[side]
+        return rules.keyed(side, r) and (not below or rules.passes("pushed", side, r))
 
     bounded = (rules.bounds["left"] or rules.bounds["right"]) is not None \
-        or bool(rules.window_watermarked)
+        or bool(rules.window_watermarked) or any(
+            rules.threshold(side, 0) is not None for side in ("left", "right"))
     batches = plan(schedule, spec, candidate,
                    lambda new, last: bounded and last is not None and new > last, reaches)
     state: JoinState = {"left": [], "right": []}
