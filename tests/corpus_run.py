@@ -81,11 +81,14 @@ def run_scenario(s: Scenario, root: Path, spark: object) -> Outcome:
                                  explain=False)
         actual = run_backtest(spec, predict=False, results=results, spark=spark, fresh=True)
     except WmbtError as e:  # exit code 2: a refusal with its message
-        return Outcome(s.name, "REFUSED", " ".join(str(e).split()))
+        message = " ".join(str(e).split()).replace(f"{root / 'spec.yaml'}: ", "")
+        return Outcome(s.name, "REFUSED", message)
     except Exception as e:  # noqa: BLE001 -- the corpus reports it and goes on
         return Outcome(s.name, "ERROR", f"{type(e).__name__}: {' '.join(str(e).split())[:400]}")
     for p, a in zip(predicted.candidates, actual.candidates, strict=True):
         assert p.name == a.name and p.predicted is not None and a.actual is not None
+        if a.actual.batches.empty:  # (nothing compared is nothing reproduced)
+            return Outcome(s.name, "ERROR", f"[{p.name}] the replay ran no batch")
         diffs = compare_reports(p.predicted.batches, a.actual.batches)
         diffs += compare_outputs(p.predicted.outputs, a.actual.outputs)
         if diffs:
@@ -106,11 +109,24 @@ def run(scenarios: list[Scenario], out: Path, spark: object,
     return outcomes
 
 
+def markdown(outcomes: list[Outcome], scenarios: list[Scenario]) -> str:
+    """The table of docs/corpus.md: scenario, category, Spark test, result, reason."""
+    by = {s.name: s for s in scenarios}
+    lines = ["| scenario | category | Spark suite: test | result | reason |",
+             "|---|---|---|---|---|"]
+    for o in outcomes:
+        s = by[o.name]
+        reason = o.reason.replace("|", "\\|")
+        lines.append(f"| `{o.name}` | {s.category} | {s.origin} | {o.result} | {reason} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.corpus_run", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", nargs="+", metavar="NAME", help="these scenarios only")
     parser.add_argument("--out", type=Path, help="working folder (default: a temporary one)")
+    parser.add_argument("--table", type=Path, help="also write the results as a Markdown table")
     args = parser.parse_args(argv)
     scenarios = all_scenarios()
     if args.only:
@@ -129,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         spark.stop()
     ok = sum(o.result == "PASS" for o in outcomes)
     print(f"{ok} of {len(outcomes)} reproduced")
+    if args.table:
+        args.table.write_text(markdown(outcomes, scenarios))
     return 0 if ok == len(outcomes) else 1
 
 
