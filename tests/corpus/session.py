@@ -1,5 +1,5 @@
 """StreamingSessionWindowSuite: static and dynamic gaps (``session_window(ts, F.when(...))``),
-append and update modes, several keys, a dedup before the session."""
+append and complete modes (Spark rejects update), several keys, a dedup before the session."""
 
 from __future__ import annotations
 
@@ -70,14 +70,14 @@ def _s(name: str, test: str, function: str, candidates, **kw) -> Scenario:
 
 SCENARIOS = [
     _s("ss_append", "session window - append mode", "static_gap", override("ts", "3 seconds")),
-    _s("ss_update", "session window - update mode", "static_gap_sum",
-       override("ts", "3 seconds"), output_mode="update"),
+    _s("ss_complete", "session window - complete mode (update: Spark rejects it)",
+       "static_gap_sum", override("ts", "3 seconds"), output_mode="complete"),
     _s("ss_two_keys", "session window with multiple columns as key", "two_keys",
        override("ts", "30 seconds")),
     _s("ss_dynamic_append", "dynamic gap duration: append mode (gap <= 0 ignored)",
        "dynamic_gap", override("ts", "3 seconds")),
-    _s("ss_dynamic_update", "dynamic gap duration: update mode", "dynamic_gap",
-       override("ts", "3 seconds"), output_mode="update"),
+    _s("ss_dynamic_complete", "dynamic gap duration: complete mode", "dynamic_gap",
+       override("ts", "3 seconds"), output_mode="complete"),
     _s("ss_dedup_dynamic", "(dedup -> dynamic-gap session, after 'dynamic gap duration')",
        "dedup_dynamic", override("ts", "3 seconds")),
 ]

@@ -66,7 +66,8 @@ def session(sources):
 
 def join_inner(sources):
     l = sources["l"].withWatermark("ts", "5 seconds")
-    r = sources["r"].withWatermark("rts", "5 seconds").withColumnRenamed("key", "rkey")
+    r = (sources["r"].withWatermark("rts", "5 seconds")
+         .select(F.col("key").alias("rkey"), "rts", F.col("value").alias("rvalue")))
     return l.join(r, F.expr("key = rkey AND ts BETWEEN rts - interval 5 seconds AND rts"))
 
 
