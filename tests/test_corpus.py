@@ -17,7 +17,7 @@ from tests.corpus_run import run_scenario
 pytestmark = pytest.mark.spark
 
 # one scenario of each category, each reproduced by the last full run (docs/corpus.md)
-CI = ("ms_dedup_agg", "ms_join_range_agg", "wm_union_min", "sj_window_left",
+CI = ("ms_dedup_agg", "ms_join_range_agg", "wm_union_min", "sj_window_condition",
       "ss_dynamic_append", "wm_recovery_agg", "ms_nomulti_dedup_agg", "dd_some_columns")
 
 SCENARIOS = {s.name: s for s in all_scenarios()}
