@@ -149,7 +149,9 @@ def flat_columns(df: DataFrame) -> tuple[list[Column], list[str]]:
     jcols = df._jdf.queryExecution().analyzed().output()
     for i in range(jcols.size()):
         attr = jcols.apply(i)
-        base = df[i] if hasattr(df, "__getitem__") else F.col(attr.name())
+        # (quoted: a name such as `CAST(session_window.start AS BIGINT)` is one column)
+        quoted = "`" + str(attr.name()).replace("`", "``") + "`"
+        base = df[quoted] if hasattr(df, "__getitem__") else F.col(quoted)
         dt = df.schema.fields[i].dataType
         parts: list[tuple[Column, str]]
         if dt.typeName() == "struct":

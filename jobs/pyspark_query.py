@@ -569,6 +569,8 @@ def _map_outputs(spark: SparkSession, lowered: Lowered, outputs: pd.DataFrame) -
         return pd.DataFrame({c: pd.Series(dtype="object") for c in ["batch_id", *cols]})
     out = outputs.rename(columns={"batch_id": H_BATCH})
     for side in lowered.sides:  # (an outer join's NULL side: NULL, not a float NaN)
+        if f"{side.source}_{ROW_ID}" not in out.columns:  # (a left semi join: left side only)
+            continue
         null = out[f"{side.source}_{ROW_ID}"].isna()
         if null.any():
             for c in (f"{side.source}_{n}" for n in side.input_columns):
