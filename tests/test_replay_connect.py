@@ -36,13 +36,26 @@ def connect_spark():
     session.stop()
 
 
+def _replay(spec, tmp_path, spark):
+    """The replay, run a second time (from scratch) only if Spark's Python worker for
+    foreachBatch did not connect back: Spark waits a fixed 10 s for it
+    (``PythonWorkerFactory``), which a machine busy with other JVMs can exceed; any other
+    error, or the same one twice, fails the test."""
+    try:
+        return replay(spec, "c", plan(spec, "c"), tmp_path / "work", spark)
+    except Exception as exc:  # (pyspark's Connect SparkException)
+        if "Python worker failed to connect back" not in str(exc):
+            raise
+    return replay(spec, "c", plan(spec, "c"), tmp_path / "again", spark)
+
+
 @pytest.mark.parametrize("pace", ["backlog", "live"])
 def test_connect_replay_matches_classic(connect_spark, tmp_path, pace):
     # Same case and expectations as test_replay_aggregation's backlog/live test.
     spec = make_spec(tmp_path / "src", [("a", [{"ts": 15}]), ("a", [{"ts": 3}])],
                      {"kind": "aggregation", "source": "a", "window": {"duration": "5 seconds"},
                       "aggregates": {"n": "count(*)"}}, {"a": "10 seconds"}, pace=pace)
-    r = replay(spec, "c", plan(spec, "c"), tmp_path / "work", connect_spark)
+    r = _replay(spec, tmp_path, connect_spark)
     assert r.info["operator_watermarks"] == "derived"
     if pace == "backlog":
         assert table(r) == [(0, 0, True, 1, 0, 0, 0, 0, 1, 0),
