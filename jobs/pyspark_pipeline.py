@@ -124,10 +124,12 @@ class Chain:
     node_outputs: tuple[tuple[str, str], ...]
     above: tuple[Step, ...]
     evaluated: int  # filter/select stages between operators
+    output_mode: str = "append"  # (complete: one session window with a dynamic gap)
 
     @property
     def query(self) -> PipelineQuery:
-        return PipelineQuery(pipeline=(self.first, *self.stages))
+        return PipelineQuery(output_mode=self.output_mode,  # type: ignore[arg-type]
+                             pipeline=(self.first, *self.stages))
 
 
 def _id(attr: object) -> int:
@@ -138,10 +140,13 @@ def lower_chain(spec: BacktestSpec, q: PySparkQuery, plan: object, ids: dict[str
                 rec: Recorder, out_names: tuple[str, ...]
                 ) -> tuple[BacktestSpec, Chain]:
     """The lowered spec (query: the pipeline; ``_pyspark``: the code) and the chain."""
-    if q.output_mode != "append":
-        raise _refuse(spec, plan, f"output mode {q.output_mode} for several stateful "
-                      "operators (append only, as Spark)")
     total = sum(_node(n) in STATEFUL_NODES for n in _walk(plan))
+    if q.output_mode != "append" and (total > 1 or "Union" in {_node(n) for n in _walk(plan)}):
+        raise _refuse(spec, plan, f"output mode {q.output_mode} for several stateful "
+                      "operators or a union (append only, as Spark)")
+    if q.output_mode not in ("append", "complete"):  # (one session window with a dynamic gap)
+        raise _refuse(spec, plan, f"output mode {q.output_mode} for a session window "
+                      "(append or complete: Spark rejects update)")
     # the spine, top down: stateless nodes and operators down to the first operator
     spine: list[object] = []
     node, seen = plan, 0
@@ -221,7 +226,8 @@ def lower_chain(spec: BacktestSpec, q: PySparkQuery, plan: object, ids: dict[str
         else:
             outs.append((str(a.name()), f"CAST(`{cols.names[i]}` AS "  # type: ignore
                          f"{a.dataType().sql()})"))  # type: ignore[attr-defined]
-    chain = Chain(first, tuple(stages), tuple(sides), tuple(outs), above, evaluated)
+    chain = Chain(first, tuple(stages), tuple(sides), tuple(outs), above, evaluated,
+                  q.output_mode)
     table_sources = dict(spec.sources)
     for sd in sides:
         tsrc = spec.sources[sd.source]

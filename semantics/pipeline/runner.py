@@ -208,6 +208,8 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str,
         return max(out or 0, 0)
 
     def another(new: int, last: int | None) -> bool:  # any operator wants a no-data batch
+        if q.output_mode == "complete":  # (a session evicts nothing: none wants one, §13.5)
+            return False
         joins = jr is not None and (jr.bounds["left"] or jr.bounds["right"]) is not None \
             and last is not None and new > last
         return joins or below(new) > below(last or 0)  # type: ignore[operator]
@@ -265,7 +267,8 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str,
             elif stage.aggregate.session is not None:
                 states[j], rows, m = session_step(
                     spec, stage, view.columns, micros, types, r.merge_sessions_locally,
-                    states[j], rows, late, evict, f"query.pipeline[{first + j + offset}]")
+                    states[j], rows, late, evict, f"query.pipeline[{first + j + offset}]",
+                    q.output_mode == "complete")
                 micros = frozenset(SESSION_COLUMNS)
                 types = {k: types[k] for k in stage.aggregate.keys if k in types}
             else:
@@ -289,12 +292,13 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str,
 def session_step(spec: BacktestSpec, stage: AggregateStage, columns: tuple[str, ...],
                  micros: frozenset[str], types: Mapping[str, pa.DataType],
                  merge_local: bool, state: dict, rows: list[Row],
-                 late_us: int | None, evict_us: int | None, at: str
+                 late_us: int | None, evict_us: int | None, at: str, complete: bool = False
                  ) -> tuple[dict, list[Row], Metrics]:
-    """Spark's session window operators in append mode (``semantics.reference.session``,
-    §4.3) on the rows the stages before emitted, each with its own gap (§13.5): a row whose gap
-    is NULL or not positive is dropped before the operator (Spark's ``SessionWindowing``
-    filter ``session_window.end > session_window.start``), counted nowhere."""
+    """Spark's session window operators (``semantics.reference.session``, §4.3) on the rows
+    the stages before emitted, each with its own gap (§13.5): a row whose gap is NULL or not
+    positive is dropped before the operator (Spark's ``SessionWindowing`` filter
+    ``session_window.end > session_window.start``), counted nowhere. Append mode, or
+    ``complete`` (the pipeline's only operator): every session emitted, none evicted."""
     a = stage.aggregate
     assert a.session is not None
     aggs = A.parse(a.aggregates)
@@ -305,7 +309,7 @@ def session_step(spec: BacktestSpec, stage: AggregateStage, columns: tuple[str, 
         if gap is not None and gap > 0:
             S.add_unit(units, tuple(norm(row[k]) for k in a.keys),
                        int(row[EVENT_US]), gap, row, aggs)  # type: ignore[call-overload]
-    state, emitted, m = S.step(state, units, late_us, evict_us, aggs, merge_local, False)
+    state, emitted, m = S.step(state, units, late_us, evict_us, aggs, merge_local, complete)
     out: list[Row] = [{**dict(zip(a.keys, k, strict=True)), "session_start": s[0],
                        "session_end": s[1], **A.finish(aggs, s[2]), EVENT_US: s[1] - 1}
                       for k, s in emitted]

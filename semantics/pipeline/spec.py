@@ -222,10 +222,12 @@ AnyStage = Annotated[
 
 
 class PipelineQuery(_Model):
-    """``query: {output_mode: append, pipeline: [stages]}``."""
+    """``query: {output_mode: append, pipeline: [stages]}``. ``complete`` only for one
+    stateful stage, a session window (docs/semantics.md §13.5: a dynamic gap, which
+    ``kind: session`` does not take); Spark runs several operators in append mode only."""
 
     kind: Literal["pipeline"] = "pipeline"
-    output_mode: Literal["append"] = "append"
+    output_mode: Literal["append", "complete"] = "append"
     pipeline: tuple[AnyStage, ...] = Field(min_length=1)
 
     @model_validator(mode="after")
@@ -236,6 +238,12 @@ class PipelineQuery(_Model):
         if not any(s.kind in STATEFUL for s in self.pipeline):
             raise ValueError("a pipeline needs at least one deduplicate or aggregate stage "
                              "(a join alone is kind: join)")
+        if self.output_mode == "complete" and not (
+                self.join is None and len(self.stateful) == 1
+                and isinstance(self.stateful[0], AggregateStage)
+                and self.stateful[0].aggregate.session is not None):
+            raise ValueError("output_mode complete is modelled for one session window stage "
+                             "only (several stateful operators: append, as Spark)")
         return self
 
     @property
