@@ -62,6 +62,7 @@ from jobs.pyspark_plan import (
     _walk,
     derived_schedule,
     spark_counts,
+    time_key,
 )
 from jobs.sink import spark_rows_frame
 from semantics.durations import Duration
@@ -368,6 +369,7 @@ def _join_first(spec: BacktestSpec, op: object, ids: dict[str, set[int]], rec: R
     stage = JoinStage(join=JoinArgs(type=jtype, left=sides[0].source,  # type: ignore[arg-type]
                                     right=sides[1].source, keys=tuple(hidden),
                                     time_range=time_range))
+    stage.join._time_key = time_key(keys, hidden, et_ids)
     return stage, out, {sd.source: sd.watermark_column for sd in sides
                         if sd.watermark_column is not None}
 

@@ -331,6 +331,18 @@ def _join_condition(spec: BacktestSpec, op: object, left: set[int], right: set[i
         upper_inclusive=True if hi is None else hi[1])
 
 
+def time_key(keys: list[tuple[object, object]], hidden: list[str], times: list[int]
+             ) -> str | None:
+    """The hidden key carrying watermark metadata (``findJoinKeyOrdinalForWatermark``: the
+    first key whose left attribute is the left watermarked column, else the first whose right
+    attribute is the right one; docs/semantics.md §4.4 "Time key"), or None."""
+    for side in (0, 1):
+        for pair, name in zip(keys, hidden, strict=True):
+            if int(pair[side].exprId().id()) == times[side]:  # type: ignore[attr-defined]
+                return name
+    return None
+
+
 def extra_sql(spec: BacktestSpec, op: object, parts: list[object],
               names: list[dict[int, str]], sources: list[str],
               keys: list[tuple[object, object]]) -> str | None:

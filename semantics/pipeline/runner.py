@@ -208,7 +208,8 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str,
         return max(out or 0, 0)
 
     def another(new: int, last: int | None) -> bool:  # any operator wants a no-data batch
-        joins = jr is not None and (jr.bounds["left"] or jr.bounds["right"]) is not None \
+        joins = jr is not None and ((jr.bounds["left"] or jr.bounds["right"]) is not None
+                                    or jr.time_key is not None) \
             and last is not None and new > last
         return joins or below(new) > below(last or 0)  # type: ignore[operator]
 
