@@ -69,6 +69,8 @@ class JoinArgs(_Model):
     keys: tuple[Identifier, ...] = Field(min_length=1)
     time_range: TimeRange | None = None
     window: JoinWindow | None = None
+    # Spark SQL over the joined columns, AND-ed to the ON condition (JoinQuery.extra, §4.4)
+    extra: str | None = None
     _time_key: str | None = PrivateAttr(default=None)  # (JoinQuery._time_key)
 
     @property
