@@ -61,7 +61,9 @@ from jobs.pyspark_plan import (
     _step,
     _walk,
     derived_schedule,
+    extra_sql,
     spark_counts,
+    time_key,
 )
 from jobs.sink import spark_rows_frame
 from semantics.durations import Duration
@@ -360,8 +362,11 @@ def _join_first(spec: BacktestSpec, op: object, ids: dict[str, set[int]], rec: R
         side_ids.append({_id(a) for a in attrs})
         for a in attrs:
             cols.names[_id(a)] = f"{sd.source}_{a.name()}"
+    others: list[object] = []  # (parts neither keys nor time bounds: the extra predicate)
     keys, time_range = _join_condition(spec, op, side_ids[0], side_ids[1],
-                                       (et_ids[0], et_ids[1]))
+                                       (et_ids[0], et_ids[1]), others)
+    names = [{_id(a): str(a.name()) for a in _seq(k.output())} for k in kids]  # type: ignore
+    extra = extra_sql(spec, op, others, names, [sd.source for sd in sides], keys)
     hidden = [f"{H_KEY}{i}" for i in range(len(keys))]
     out: list[Side] = []
     for i, sd in enumerate(sides):
@@ -373,7 +378,8 @@ def _join_first(spec: BacktestSpec, op: object, ids: dict[str, set[int]], rec: R
     cols.event_time = f"{sides[0].source}_{sides[0].event_time}"
     stage = JoinStage(join=JoinArgs(type=jtype, left=sides[0].source,  # type: ignore[arg-type]
                                     right=sides[1].source, keys=tuple(hidden),
-                                    time_range=time_range))
+                                    time_range=time_range, extra=extra))
+    stage.join._time_key = time_key(keys, hidden, et_ids)
     return stage, out, {sd.source: sd.watermark_column for sd in sides
                         if sd.watermark_column is not None}
 

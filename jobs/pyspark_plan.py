@@ -331,46 +331,86 @@ def _join_condition(spec: BacktestSpec, op: object, left: set[int], right: set[i
         upper_inclusive=True if hi is None else hi[1])
 
 
+def time_key(keys: list[tuple[object, object]], hidden: list[str], times: list[int]
+             ) -> str | None:
+    """The hidden key carrying watermark metadata (``findJoinKeyOrdinalForWatermark``: the
+    first key whose left attribute is the left watermarked column, else the first whose right
+    attribute is the right one; docs/semantics.md §4.4 "Time key"), or None."""
+    for side in (0, 1):
+        for pair, name in zip(keys, hidden, strict=True):
+            if int(pair[side].exprId().id()) == times[side]:  # type: ignore[attr-defined]
+                return name
+    return None
+
+
 def extra_sql(spec: BacktestSpec, op: object, parts: list[object],
               names: list[dict[int, str]], sources: list[str],
               keys: list[tuple[object, object]]) -> str | None:
     """The join condition's extra parts as one Spark SQL predicate over ``<source>_<column>``
-    (``JoinQuery.extra``): each attribute's SQL text replaced by its joined name. Refused with
-    the ``Join`` named: a part reading an equi key, an attribute whose text both sides share,
-    a part ``semantics.expressions`` does not parse."""
-    from semantics.expressions import ExpressionError, parse
-
-    key_ids = {int(a.exprId().id()) for pair in keys for a in pair}  # type: ignore[attr-defined]
+    (``JoinQuery.extra``): each attribute's SQL text replaced by its joined name. A part of an
+    inner join reading an equi key also gives the part with each key read as its partner
+    (Spark's ``InferFiltersFromConstraints``), which when it reads one side is pushed below
+    the join like any one-side part (docs/semantics.md §4.4). Refused with the ``Join`` named:
+    a part reading an equi key of another join type, an attribute whose text both sides
+    share, a part ``semantics.expressions`` does not parse."""
+    # (an equi key's partner: InferFiltersFromConstraints substitutes it for the key)
+    partner = {int(x.exprId().id()): y for a, b in keys  # type: ignore[attr-defined]
+               for x, y in ((a, b), (b, a))}
+    inner = str(op.joinType().toString()) == "Inner"  # type: ignore[attr-defined]
     texts = []
     for c in parts:
-        sql = str(c.sql())  # type: ignore[attr-defined]
         refs = list(_seq(c.references().toSeq()))  # type: ignore[attr-defined]
-        by_text: dict[str, str] = {}
-        for a in refs:
-            i = int(a.exprId().id())  # type: ignore[attr-defined]
-            if i in key_ids:
-                raise _refuse(spec, op, f"an extra join condition part {sql} reading an equi "
-                              "key (Spark infers a filter on the other side: not modelled)")
-            side = 0 if i in names[0] else 1 if i in names[1] else None
-            if side is None:
-                raise _refuse(spec, op, f"a join condition part {sql} reading a column of "
-                              "neither input")
-            joined = f"`{sources[side]}_{names[side][i]}`"
-            text = str(a.sql())  # type: ignore[attr-defined]
-            if by_text.get(text, joined) != joined:
-                raise _refuse(spec, op, f"a join condition part {sql} naming {text} on both "
-                              "sides (rename one side's column below the join)")
-            by_text[text] = joined
-        for text, joined in sorted(by_text.items(), key=lambda kv: -len(kv[0])):
-            sql = re.sub(rf"(?<![\w`.]){re.escape(text)}(?![\w`])",
-                         lambda _m, j=joined: j, sql)  # type: ignore[misc]
-        try:
-            parse(sql)
-        except ExpressionError as exc:
-            raise _refuse(spec, op, f"a join condition part {c.sql()} the project's evaluator "  # type: ignore[attr-defined]
-                          f"does not read ({exc})") from None
-        texts.append(f"({sql})")
+        keyed = [a for a in refs if int(a.exprId().id()) in partner]  # type: ignore[attr-defined]
+        if keyed and not inner:
+            raise _refuse(spec, op, f"an extra join condition part {c.sql()} reading an equi "  # type: ignore[attr-defined]
+                          "key of an outer or semi join (Spark infers a filter on the other "
+                          "side: modelled for inner joins only)")
+        texts.append(_part_sql(spec, op, c, refs, {}, names, sources))
+        if keyed:  # (the inferred part, when it reads one side: pushed below the join)
+            swap = {int(a.exprId().id()): partner[int(a.exprId().id())]  # type: ignore[attr-defined]
+                    for a in keyed}
+            sides = {_side_of(names, int(swap.get(int(a.exprId().id()), a)  # type: ignore[attr-defined]
+                                         .exprId().id())) for a in refs}  # type: ignore[attr-defined]
+            if len(sides) == 1:
+                texts.append(_part_sql(spec, op, c, refs, swap, names, sources))
     return " AND ".join(texts) or None
+
+
+def _side_of(names: list[dict[int, str]], i: int) -> int | None:
+    return 0 if i in names[0] else 1 if i in names[1] else None
+
+
+def _part_sql(spec: BacktestSpec, op: object, c: object, refs: list[object],
+              swap: dict[int, object], names: list[dict[int, str]], sources: list[str]
+              ) -> str:
+    """One condition part as SQL over ``<source>_<column>``, each attribute in ``swap`` read
+    as the attribute it maps to (an equi key's partner: the filter Spark infers)."""
+    from semantics.expressions import ExpressionError, parse
+
+    sql = str(c.sql())  # type: ignore[attr-defined]
+    by_text: dict[str, str] = {}
+    for a in refs:
+        target = swap.get(int(a.exprId().id()), a)  # type: ignore[attr-defined]
+        i = int(target.exprId().id())  # type: ignore[attr-defined]
+        side = _side_of(names, i)
+        if side is None:
+            raise _refuse(spec, op, f"a join condition part {sql} reading a column of "
+                          "neither input")
+        joined = f"`{sources[side]}_{names[side][i]}`"
+        text = str(a.sql())  # type: ignore[attr-defined]
+        if by_text.get(text, joined) != joined:
+            raise _refuse(spec, op, f"a join condition part {sql} naming {text} on both "
+                          "sides (rename one side's column below the join)")
+        by_text[text] = joined
+    for text, joined in sorted(by_text.items(), key=lambda kv: -len(kv[0])):
+        sql = re.sub(rf"(?<![\w`.]){re.escape(text)}(?![\w`])",
+                     lambda _m, j=joined: j, sql)  # type: ignore[misc]
+    try:
+        parse(sql)
+    except ExpressionError as exc:
+        raise _refuse(spec, op, f"a join condition part {c.sql()} the project's evaluator "  # type: ignore[attr-defined]
+                      f"does not read ({exc})") from None
+    return f"({sql})"
 
 
 def _batch_rows(spark: SparkSession, schedule: Schedule, source: str) -> DataFrame:

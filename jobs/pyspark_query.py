@@ -64,6 +64,7 @@ from jobs.pyspark_plan import (
     derived_schedule,
     extra_sql,
     spark_counts,
+    time_key,
 )
 from jobs.sink import spark_rows_frame
 from semantics.column_names import open_table
@@ -480,6 +481,8 @@ def _lower_join(spec: BacktestSpec, q: PySparkQuery, op: object, ids: dict[str, 
         table_sources[src] = tsrc.model_copy(update={"event_time": tsrc.event_time or wm})
     std = JoinQuery(kind="join", type=jtype, left=sources[0], right=sources[1],  # type: ignore
                     keys=tuple(hidden), time_range=time_range, window=window, extra=extra)
+    if window is None:
+        std._time_key = time_key(keys, hidden, et_ids)
     outs = [str(a.name()) for a in _seq(op.output())]  # type: ignore[attr-defined]
     if above and len(set(outs)) != len(outs):  # (the steps above re-read them by name)
         raise _refuse(spec, op, f"output columns {outs} with a name from both sides under a "

@@ -316,6 +316,9 @@ class JoinQuery(_Model):
     # Spark SQL over the joined columns <source>_<column>, AND-ed to the ON condition
     # (semantics.operators.join_extra)
     extra: str | None = None
+    # an equi key holding a watermarked event-time column under another name (a PySpark
+    # join's hidden key of ``ts = rts``): Spark's key-based state watermark (§4.4 "Time key")
+    _time_key: str | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _check(self) -> JoinQuery:

@@ -165,7 +165,12 @@ def derive_plan(query: JoinQuery, event_time: Mapping[str, str],
 def _watermarked_key(query: JoinQuery, event_time: Mapping[str, str],
                      watermarked: Collection[str]) -> str | None:
     """``findJoinKeyOrdinalForWatermark``: first left key with watermark metadata, else first
-    right key (keys have the same names on both sides, so the ordinal is the column name)."""
+    right key (keys have the same names on both sides, so the ordinal is the column name).
+    A PySpark join's ``_time_key`` (``ts = rts``: a hidden key holding each side's value)
+    carries the metadata of the watermarked column it copies."""
+    if query._time_key is not None and (query.left in watermarked
+                                        or query.right in watermarked):
+        return query._time_key
     for source in (query.left, query.right):
         if source in watermarked:
             for k in query.keys:

@@ -210,13 +210,16 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str,
     def another(new: int, last: int | None) -> bool:  # any operator wants a no-data batch
         if q.output_mode == "complete":  # (a session evicts nothing: none wants one, §13.5)
             return False
-        joins = jr is not None and (jr.bounds["left"] or jr.bounds["right"]) is not None \
+        joins = jr is not None and any(jr.threshold(side, 0) is not None
+                                       for side in ("left", "right")) \
             and last is not None and new > last
         return joins or below(new) > below(last or 0)  # type: ignore[operator]
 
     def reaches(source: str, row: Row) -> bool:
-        if jr is not None:
-            return jr.keyed("left" if source == jr.q.left else "right", row)
+        if jr is not None:  # (a pushed part reading no event time: below the watermark)
+            side = "left" if source == jr.q.left else "right"
+            below_wm = jr.extra is not None and jr.extra.parts.below_watermark[side]
+            return jr.keyed(side, row) and (not below_wm or jr.passes("pushed", side, row))
         return row[ROW_ID] in passing[source]
 
     batches = plan(schedule, spec, candidate, another, reaches)

@@ -19,6 +19,7 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    PrivateAttr,
     Tag,
     model_validator,
 )
@@ -68,11 +69,16 @@ class JoinArgs(_Model):
     keys: tuple[Identifier, ...] = Field(min_length=1)
     time_range: TimeRange | None = None
     window: JoinWindow | None = None
+    # Spark SQL over the joined columns, AND-ed to the ON condition (JoinQuery.extra, §4.4)
+    extra: str | None = None
+    _time_key: str | None = PrivateAttr(default=None)  # (JoinQuery._time_key)
 
     @property
     def query(self) -> JoinQuery:
         """The same join as a ``kind: join`` query (its rules and its PySpark)."""
-        return JoinQuery(kind="join", **self.model_dump())
+        q = JoinQuery(kind="join", **self.model_dump())
+        q._time_key = self._time_key
+        return q
 
 
 class JoinStage(_Model):

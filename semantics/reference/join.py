@@ -33,13 +33,19 @@ sides, whatever the join type (``JoinStateKeyWatermarkPredicate``, the state wat
 watermarked side is late when ``window.end <= late · 1000`` (the window is that side's event-
 time column).
 
+Time key (``JoinQuery._time_key``, a PySpark ``ts = rts`` or ``ts = start2``: an equi key
+holding a watermarked event-time column): the state predicate is on that key, for both sides,
+whatever the join type, with ``W`` itself (``JoinStateKeyWatermarkPredicate``): a buffered row
+leaves, and a right row is not stored, when its key value ``<= W · 1000``; a NULL key never.
+The late filter stays on each side's event-time column.
+
 Extra ON predicates (``extra``, ``semantics.operators.join_extra``): a one-side part Spark
 pushes below the join removes the side's rows before it (and before the watermark when it
 reads no event time); a one-side part left in the join fails the side's rows of this batch
 after the late filter (neither joined nor stored; an outer side's row is null-padded at once);
 a part reading both sides must pass for a pair to match.
 
-Not modelled here: a join key that is an event-time column (key-based state watermarks).
+Not modelled here: a join key that is an event-time column by name (``kind: join``).
 """
 
 from __future__ import annotations
@@ -85,6 +91,7 @@ class JoinRules:
     window_watermarked: tuple[str, ...] = ()
     extra: ExtraEval | None = None  # the extra ON predicate's parts, or None
     both_watermarked: bool = False  # (an extra part's constant state watermark needs both)
+    time_key: str | None = None  # a key with watermark metadata: the key predicate (§4.4)
 
     def position(self, side: str, r: Row) -> int:
         """The row's position in its source's rows (where ``extra`` reads it)."""
@@ -103,6 +110,8 @@ class JoinRules:
         (no −1 when strict), or None; a window key: ``W`` on both sides."""
         if self.q.window is not None:
             return w_ms if self.window_watermarked else None
+        if self.time_key is not None:
+            return w_ms
         b = self.bounds[side]
         const = () if self.extra is None or not self.both_watermarked \
             else self.extra.constant[side]
@@ -130,6 +139,21 @@ class JoinRules:
         if self.q.window is not None:
             return int(r[WINDOW_END].value // 1000)  # type: ignore[union-attr]
         return int(r[EVENT_US])  # type: ignore[call-overload]
+
+    def state_us(self, r: Row) -> int | None:
+        """What the state predicate compares: the time key's value (None: NULL, never
+        evicted), else :meth:`time_us`."""
+        if self.time_key is None:
+            return self.time_us(r)
+        v = r[self.time_key]
+        if v is None or pd.isna(v):  # type: ignore[arg-type]
+            return None
+        return int(pd.Timestamp(v).value // 1000)  # type: ignore[arg-type]
+
+    def evicted(self, r: Row, t_ms: int | None) -> bool:
+        """Does the state predicate ``<= t_ms · 1000`` hold for the row (None: no predicate)?"""
+        us = self.state_us(r)
+        return t_ms is not None and us is not None and us <= t_ms * 1000
 
     def pairs(self, left: Row, right: Row) -> bool:
         q, tr = self.q, self.q.time_range
@@ -170,10 +194,12 @@ def join_rules(spec: BacktestSpec, schedule: Schedule, q: JoinQuery,
     if q.window is not None:
         columns = {side: q.window.side_columns(c, schedule.event_time[src[side]])
                    for side, c in columns.items()}
+    key = q._time_key if q.window is None and (q.left in delays or q.right in delays) \
+        else None
     return JoinRules(q, src, columns, bounds,
                      tuple(side for side, s in src.items() if s in delays and q.window),
                      None if q.extra is None else ExtraEval(spec, q, schedule),
-                     q.left in delays and q.right in delays)
+                     q.left in delays and q.right in delays, key)
 
 
 def join_step(j: JoinRules, watermarked: Mapping[str, bool], state: JoinState,
@@ -217,7 +243,7 @@ def join_step(j: JoinRules, watermarked: Mapping[str, bool], state: JoinState,
                 continue
             matched = e[1] = True
             emitted.append(j.out(e[0], None if q.type == "left_semi" else rr))
-        covered = thr["right"] is not None and j.time_us(rr) <= thr["right"] * 1000
+        covered = j.evicted(rr, thr["right"])
         if not covered or (not matched and "right" in OUTER.get(q.type, ())):
             state["right"].append([rr, matched])
             stored += 1
@@ -226,8 +252,8 @@ def join_step(j: JoinRules, watermarked: Mapping[str, bool], state: JoinState,
         t = thr[side]
         if t is None:
             continue
-        gone = [e for e in state[side] if j.time_us(e[0]) <= t * 1000]
-        state[side] = [e for e in state[side] if j.time_us(e[0]) > t * 1000]
+        gone = [e for e in state[side] if j.evicted(e[0], t)]
+        state[side] = [e for e in state[side] if not j.evicted(e[0], t)]
         if side in OUTER.get(q.type, ()):
             emitted += [j.out(e[0], None) if side == "left" else j.out(None, e[0])
                         for e in gone if not e[1]]
