@@ -65,7 +65,7 @@ from jobs.pyspark_plan import (
 )
 from jobs.sink import spark_rows_frame
 from semantics.durations import Duration
-from semantics.pipeline.columns import WINDOW_TIME
+from semantics.pipeline.columns import SESSION_COLUMNS, WINDOW_COLUMNS, WINDOW_TIME
 from semantics.pipeline.spec import (
     AggregateArgs,
     AggregateStage,
@@ -549,8 +549,9 @@ def _expression_sql(spec: BacktestSpec, node: object, cols: _Cols, expr: object)
     for r in _seq(expr.references().toSeq()):  # type: ignore[attr-defined]
         held = _column(spec, node, cols, r)
         if held != str(r.name()):  # type: ignore[attr-defined]
-            if any(held == f"{s}_{r.name()}"  # type: ignore[attr-defined]
-                   for s in spec.sources):  # (a joined column: refused, §14)
+            own = held in (WINDOW_TIME, *WINDOW_COLUMNS, *SESSION_COLUMNS)
+            if not own and any(held.startswith(f"{s}_") for s in spec.sources):
+                # (a joined column, ``<source>_<column>``: refused, §14)
                 raise _refuse(spec, node, f"an expression {expr.sql()} over {r.name()}, "  # type: ignore
                               f"which the pipeline holds as {held}")
             renamed[_id(r)] = held
