@@ -67,7 +67,7 @@ from jobs.pyspark_plan import (
 )
 from jobs.sink import spark_rows_frame
 from semantics.durations import Duration
-from semantics.pipeline.columns import WINDOW_TIME
+from semantics.pipeline.columns import SESSION_COLUMNS, WINDOW_COLUMNS, WINDOW_TIME
 from semantics.pipeline.spec import (
     AggregateArgs,
     AggregateStage,
@@ -396,9 +396,17 @@ def _column(spec: BacktestSpec, node: object, cols: _Cols, attr: object) -> str:
 
 def _dedup(spec: BacktestSpec, node: object, cols: _Cols) -> DeduplicateStage:
     """``dropDuplicates`` / ``dropDuplicatesWithinWatermark`` (§4.2)."""
-    keys = tuple(_column(spec, node, cols, k) for k in _seq(node.keys()))  # type: ignore
-    return DeduplicateStage(deduplicate=DedupArgs(
-        keys=keys, within_watermark=_node(node) == "DeduplicateWithinWatermark"))
+    attrs = _seq(node.keys())  # type: ignore[attr-defined]
+    keys = tuple(_column(spec, node, cols, k) for k in attrs)
+    within = _node(node) == "DeduplicateWithinWatermark"
+    # Spark evicts by the first key carrying the watermark's metadata (an alias of the event
+    # time or of ``window_time(window)``; not a value computed from one, ``unix_micros(t)``):
+    # the pipeline by a key that is its event-time column (§13.1). They must agree.
+    spark_evicts = any(k.metadata().contains("spark.watermarkDelayMs") for k in attrs)
+    if not within and spark_evicts != (cols.event_time in keys):
+        raise _refuse(spec, node, "a deduplication whose keys hold the event time as the "
+                      f"pipeline does (keys {list(keys)}, event time {cols.event_time!r})")
+    return DeduplicateStage(deduplicate=DedupArgs(keys=keys, within_watermark=within))
 
 
 def _aggregate(spec: BacktestSpec, node: object, cols: _Cols, windows: list[WindowCall],
@@ -549,17 +557,46 @@ def _expression_sql(spec: BacktestSpec, node: object, cols: _Cols, expr: object)
 
     if not expr.deterministic():  # type: ignore[attr-defined]
         raise _refuse(spec, node, f"a non-deterministic expression {expr.sql()}")  # type: ignore
+    renamed: dict[int, str] = {}
     for r in _seq(expr.references().toSeq()):  # type: ignore[attr-defined]
-        if _column(spec, node, cols, r) != str(r.name()):  # type: ignore[attr-defined]
-            raise _refuse(spec, node, f"an expression {expr.sql()} over {r.name()}, which "  # type: ignore
-                          f"the pipeline holds as {cols.names[_id(r)]}")
-    text = str(expr.sql())  # type: ignore[attr-defined]
+        held = _column(spec, node, cols, r)
+        if held != str(r.name()):  # type: ignore[attr-defined]
+            own = held in (WINDOW_TIME, *WINDOW_COLUMNS, *SESSION_COLUMNS)
+            if not own and any(held.startswith(f"{s}_") for s in spec.sources):
+                # (a joined column, ``<source>_<column>``: refused, §14)
+                raise _refuse(spec, node, f"an expression {expr.sql()} over {r.name()}, "  # type: ignore
+                              f"which the pipeline holds as {held}")
+            renamed[_id(r)] = held
+    text = str(_named_as_held(expr, renamed).sql())  # type: ignore[attr-defined]
     try:
         parse(text)
     except ExpressionError as exc:
         raise _refuse(spec, node, f"an expression between operators that "
                       f"semantics.expressions evaluates ({exc})") from None
     return text
+
+
+def _named_as_held(expr: object, renamed: dict[int, str]) -> object:
+    """``expr`` with each attribute in ``renamed`` (by id) named as the pipeline holds it: a
+    column the code renamed (``window_time(window) AS windowTime``, followed by id, §14) is
+    read under the pipeline's name, the rest of Spark's SQL text kept as Spark prints it."""
+    if not renamed:
+        return expr
+    if _cls(expr) == "AttributeReference":
+        new = renamed.get(_id(expr))
+        return expr if new is None else expr.withName(new)  # type: ignore[attr-defined]
+    kids = _seq(expr.children())  # type: ignore[attr-defined]
+    if not kids:
+        return expr
+    from py4j.java_collections import ListConverter
+    from pyspark import SparkContext
+
+    jvm = SparkContext._jvm  # noqa: SLF001 -- the planning session's gateway
+    assert jvm is not None
+    java = ListConverter().convert([_named_as_held(k, renamed) for k in kids],
+                                   SparkContext._gateway._gateway_client)  # type: ignore  # noqa: SLF001
+    seq = jvm.scala.jdk.javaapi.CollectionConverters.asScala(java).toList()
+    return expr.withNewChildren(seq)  # type: ignore[attr-defined]
 
 
 def _with_keys(side: Side, computed: dict[str, str]) -> Side:
@@ -598,6 +635,17 @@ def _window_time(node: object, cols: _Cols) -> None:
             cols.names[_id(e)] = WINDOW_TIME
 
 
+def _window_field(expr: object, cols: _Cols) -> str | None:
+    """The pipeline column a read of the window struct's field is (``window.start`` ->
+    ``window_start``, ``window.end`` -> ``window_end``), or None: not such a read."""
+    if _cls(expr) != "GetStructField":
+        return None
+    child = expr.child()  # type: ignore[attr-defined]
+    if _cls(child) != "AttributeReference" or _id(child) not in cols.windows:
+        return None
+    return f"{cols.struct}_{('start', 'end')[int(expr.ordinal())]}"  # type: ignore[attr-defined]
+
+
 def _filter(spec: BacktestSpec, node: object, cols: _Cols) -> FilterStage:
     """A ``Filter`` between operators: a pipeline ``filter`` stage over the same names."""
     from semantics.expression_syntax import ExpressionError, parse
@@ -629,6 +677,8 @@ def _project(spec: BacktestSpec, node: object, cols: _Cols) -> SelectStage | Non
         if _cls(ref) == "AttributeReference" and _id(ref) in cols.windows:
             windows.add(_id(e))
             cols.window_names.add(str(e.name()))  # type: ignore[attr-defined]
+        elif (field := _window_field(ref, cols)) is not None:
+            names[_id(e)] = field  # (``window.end``: the pipeline's window_end, no stage)
         elif _cls(ref) == "AttributeReference":
             if _id(ref) in cols.names:
                 names[_id(e)] = cols.names[_id(ref)]

@@ -33,7 +33,7 @@ _COMMENT = re.compile(r"\s*(?:--[^\n]*(?:\n|$)|/\*.*?\*/)", re.S)
 
 FUNCTIONS = ("abs", "coalesce", "concat", "date_trunc", "day", "dayofmonth", "hour", "length",
              "lower", "minute", "month", "second", "substring", "substr", "timestamp_millis",
-             "to_date", "unix_millis", "unix_seconds", "upper", "year")
+             "to_date", "unix_micros", "unix_millis", "unix_seconds", "upper", "year")
 CAST_TYPES = ("int", "bigint", "smallint", "tinyint", "double", "float", "string", "boolean",
               "date", "timestamp", "decimal(p,s)")
 SUPPORTED = ("columns, literals, + - * / % div, comparisons, AND OR NOT, IN, BETWEEN, LIKE, "
@@ -431,7 +431,8 @@ _ARITY = {"abs": (1, 1), "coalesce": (1, 99), "concat": (1, 99), "date_trunc": (
           "day": (1, 1), "dayofmonth": (1, 1), "hour": (1, 1), "length": (1, 1), "lower": (1, 1),
           "minute": (1, 1), "month": (1, 1), "second": (1, 1), "substring": (2, 3),
           "substr": (2, 3), "timestamp_millis": (1, 1), "to_date": (1, 1),
-          "unix_millis": (1, 1), "unix_seconds": (1, 1), "upper": (1, 1), "year": (1, 1)}
+          "unix_micros": (1, 1), "unix_millis": (1, 1), "unix_seconds": (1, 1),
+          "upper": (1, 1), "year": (1, 1)}
 
 
 def parse(text: str) -> Node:

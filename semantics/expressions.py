@@ -528,12 +528,12 @@ class _Eval(Casts):
             except pa.ArrowInvalid:
                 raise _overflow(node) from None
             return us.cast(TS)
-        if name in ("unix_millis", "unix_seconds"):
+        if name in ("unix_micros", "unix_millis", "unix_seconds"):
             if x.type not in (TS, pa.null()):  # (no implicit cast here in Spark)
                 raise ExpressionError(f"{show(node)} needs a timestamp, got "
                                       f"{_type_name(x.type)}")
             ts = x.cast(TS)
-            per = 1000 if name == "unix_millis" else 1_000_000
+            per = {"unix_micros": 1, "unix_millis": 1000}.get(name, 1_000_000)
             us = ts.cast(pa.int64())
             return _from_np(_floordiv(_np(us, np.int64), per), _valid(us), pa.int64())
         raise AssertionError(name)

@@ -103,7 +103,7 @@ EXPRESSIONS = [
     "second(ts)", "day(ts)", "month(ts)", "year(ts)", "day(dt)", "month(dt)", "year(dt)",
     "dayofmonth(dt)", "to_date(ts)", "to_date(dt)", "to_date('2026-11-20')",
     "timestamp_millis(k * 1000)", "timestamp_millis(l)", "unix_millis(ts)",
-    "unix_seconds(ts)", "unix_millis(dt)", "hour(dt)",
+    "unix_seconds(ts)", "unix_millis(dt)", "unix_micros(ts)", "hour(dt)",
     # conditions
     "k % 2 = 0", "l % 2 = 0", "k * 2 > 3", "m * 2 > 100", "m > 3", "m = 3", "m > d",
     "m IN (3, 12.34)", "m BETWEEN 0 AND 13", "k / 2 > 1", "d / 2 > 1",
