@@ -123,14 +123,18 @@ def _check_expressions(spec: BacktestSpec, node: object) -> None:
 def _step(spec: BacktestSpec, node: object, rename: dict[int, str] | None = None
           ) -> Step | None:
     """``node`` as a ``Step``; ``rename`` (expression id -> name) re-names the attributes it
-    reads first (:func:`_renamed`)."""
+    reads first, and a qualified attribute (``c.k`` under ``alias("c")``) loses its qualifier
+    (:func:`_renamed`)."""
     name = _node(node)
     if name == "SubqueryAlias":
         return None
     _check_expressions(spec, node)
 
     def sql(e: object) -> str:
-        return str((_renamed(e, rename) if rename else e).sql())  # type: ignore[attr-defined]
+        qualified = any(a.qualifier().nonEmpty()  # type: ignore[attr-defined]
+                        for a in _seq(e.references().toSeq()))  # type: ignore[attr-defined]
+        return str((_renamed(e, rename or {}) if rename or qualified
+                    else e).sql())  # type: ignore[attr-defined]
 
     if name == "Filter":
         return Step("filter", (sql(node.condition()),))  # type: ignore[attr-defined]
@@ -143,14 +147,14 @@ def _step(spec: BacktestSpec, node: object, rename: dict[int, str] | None = None
 
 
 def _renamed(expr: object, rename: dict[int, str]) -> object:
-    """``expr`` with every attribute whose expression id ``rename`` holds named so, without a
-    qualifier: its SQL text then reads that name (a join's outputs that share a name, as a
-    USING join's two ``key`` columns, are told apart by id only)."""
+    """``expr`` with every attribute whose expression id ``rename`` holds named so, and every
+    attribute without its qualifier (``c.k``: the batch query has no alias ``c``): its SQL
+    text then reads that name (a join's outputs that share a name, as a USING join's two
+    ``key`` columns, are told apart by id only)."""
     if _cls(expr) == "AttributeReference":
         to = rename.get(int(expr.exprId().id()))  # type: ignore[attr-defined]
-        if to is None:
-            return expr
-        return expr.withName(to).withQualifier(_scala_seq(expr, []))  # type: ignore
+        bare = expr.withQualifier(_scala_seq(expr, []))  # type: ignore[attr-defined]
+        return bare if to is None else bare.withName(to)
     kids = _children(expr)
     if not kids:
         return expr

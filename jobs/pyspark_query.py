@@ -555,9 +555,9 @@ def _above_join(spec: BacktestSpec, op: object, above: tuple[Step, ...],
                 above_nodes: tuple[object, ...]) -> tuple[tuple[Step, ...], dict[int, str]]:
     """The steps above the join ``op`` and the names its outputs take for them (expression
     id -> name): outputs of both sides that share a name are named ``__wmbt_out<i>`` (their
-    position) and the steps re-read to read those (``_step``'s ``rename``), as the steps
-    above re-read the join's outputs by name. Refused: a node above that also outputs a name
-    twice under another step."""
+    position) and the steps up to the first projection re-read to read those (``_step``'s
+    ``rename``; that projection names them back), as the steps above read by name.
+    Refused: a node above that also outputs a name twice under another step."""
     outs = [(str(a.name()), int(a.exprId().id()))  # type: ignore[attr-defined]
             for a in _seq(op.output())]  # type: ignore[attr-defined]
     names = [n for n, _ in outs]
@@ -569,8 +569,15 @@ def _above_join(spec: BacktestSpec, op: object, above: tuple[Step, ...],
         if len(set(got)) != len(got):
             raise _refuse(spec, node, f"output columns {got} with a name twice under a "
                           "projection or filter (rename one side's column below the join)")
-    steps = (_step(spec, n, rename) for n in above_nodes)
-    return tuple(st for st in steps if st is not None), rename
+    steps: list[Step] = []
+    reads = rename  # (up to the first projection: its outputs carry their own names)
+    for node in above_nodes:
+        step = _step(spec, node, reads)
+        if step is not None:
+            steps.append(step)
+        if _node(node) == "Project":
+            reads = {}
+    return tuple(steps), rename
 
 
 def _window_key(spec: BacktestSpec, op: object, attrs: list[list[tuple[str, object]]],
