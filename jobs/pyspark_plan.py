@@ -31,6 +31,7 @@ H_ROW, H_TICK, H_BATCH = "__wmbt_row_id", "__wmbt_tick", "__wmbt_batch_id"
 
 
 H_KEY = "__wmbt_key"  # + its position: a grouping expression's value
+H_OUT = "__wmbt_out"  # + its position: a join output whose name both sides use
 
 
 STATELESS_NODES = {"Project", "Filter", "SubqueryAlias"}
@@ -119,17 +120,58 @@ def _check_expressions(spec: BacktestSpec, node: object) -> None:
                           "between the replay and the prediction)")
 
 
-def _step(spec: BacktestSpec, node: object) -> Step | None:
+def _step(spec: BacktestSpec, node: object, rename: dict[int, str] | None = None
+          ) -> Step | None:
+    """``node`` as a ``Step``; ``rename`` (expression id -> name) re-names the attributes it
+    reads first, and a qualified attribute (``c.k`` under ``alias("c")``) loses its qualifier
+    (:func:`_renamed`)."""
     name = _node(node)
     if name == "SubqueryAlias":
         return None
     _check_expressions(spec, node)
+
+    def sql(e: object) -> str:
+        qualified = any(a.qualifier().nonEmpty()  # type: ignore[attr-defined]
+                        for a in _seq(e.references().toSeq()))  # type: ignore[attr-defined]
+        return str((_renamed(e, rename or {}) if rename or qualified
+                    else e).sql())  # type: ignore[attr-defined]
+
     if name == "Filter":
-        return Step("filter", (str(node.condition().sql()),))  # type: ignore[attr-defined]
+        return Step("filter", (sql(node.condition()),))  # type: ignore[attr-defined]
     if name == "Project":
-        return Step("project", tuple(str(e.sql()) for e in
-                                     _seq(node.projectList())))  # type: ignore[attr-defined]
+        return Step("project", tuple(
+            f"{sql(e)} AS `{e.name()}`"  # type: ignore[attr-defined]
+            if rename and _cls(e) == "AttributeReference" and int(e.exprId().id()) in rename
+            else sql(e) for e in _seq(node.projectList())))  # type: ignore[attr-defined]
     raise _refuse(spec, node, "a node the predictor does not model")
+
+
+def _renamed(expr: object, rename: dict[int, str]) -> object:
+    """``expr`` with every attribute whose expression id ``rename`` holds named so, and every
+    attribute without its qualifier (``c.k``: the batch query has no alias ``c``): its SQL
+    text then reads that name (a join's outputs that share a name, as a USING join's two
+    ``key`` columns, are told apart by id only)."""
+    if _cls(expr) == "AttributeReference":
+        to = rename.get(int(expr.exprId().id()))  # type: ignore[attr-defined]
+        bare = expr.withQualifier(_scala_seq(expr, []))  # type: ignore[attr-defined]
+        return bare if to is None else bare.withName(to)
+    kids = _children(expr)
+    if not kids:
+        return expr
+    return expr.withNewChildren(  # type: ignore[attr-defined]
+        _scala_seq(expr, [_renamed(k, rename) for k in kids]))
+
+
+def _scala_seq(near: object, items: list[object]) -> object:
+    """A Scala ``Seq`` of ``items``, built in the session's JVM (which holds ``near``)."""
+    from pyspark import SparkContext
+
+    jvm = SparkContext._jvm
+    assert jvm is not None, near  # (the plan came from a running session)
+    lst = jvm.java.util.ArrayList()
+    for i in items:
+        lst.add(i)
+    return jvm.scala.jdk.javaapi.CollectionConverters.asScala(lst).toList()
 
 
 def _is_window_node(node: object) -> bool:

@@ -43,8 +43,10 @@ from pyspark.sql import functions as F
 from jobs.pyspark_code import Recorder, WindowCall, call_user, flat_columns
 from jobs.pyspark_plan import (
     AGG_FUNCS,
+    COMPARISONS,
     H_BATCH,
     H_KEY,
+    H_OUT,
     JOIN_TYPES,
     STATEFUL_NODES,
     Side,
@@ -52,6 +54,7 @@ from jobs.pyspark_plan import (
     _apply,
     _children,
     _cls,
+    _conjuncts,
     _delays,
     _is_window_node,
     _join_condition,
@@ -60,6 +63,7 @@ from jobs.pyspark_plan import (
     _seq,
     _side_below,
     _step,
+    _time_term,
     _walk,
     derived_schedule,
     extra_sql,
@@ -200,13 +204,14 @@ def _lower(spec: BacktestSpec, spark: SparkSession | None) -> Lowered:
         if is_chain(plan) or any(w.session and w.duration == "<dynamic>" for w in rec.windows):
             return _lowered_chain(spark, spec, q, plan, ids, rec, tuple(out_names), planning_s)
         lowered = _lower_plan(spec, q, plan, ids, rec, tuple(out_names), planning_s)
-        if lowered.watermark_column is None:
+        if not any(sd.watermark_column for sd in lowered.all_sides):
             return lowered
         optimized = spark._jsparkSession.sessionState().optimizer().execute(plan)
-        if lowered.sides:
+        if lowered.sides:  # (a join: a side without withWatermark has no such steps)
             by = _watermark_steps_by_source(spec, optimized, ids)
-            return replace(lowered, sides=tuple(replace(sd, watermark_steps=by[sd.source])
-                                                for sd in lowered.sides))
+            return replace(lowered, sides=tuple(
+                replace(sd, watermark_steps=by[sd.source] if sd.watermark_column else ())
+                for sd in lowered.sides))
         return replace(lowered, watermark_steps=_watermark_steps(spec, optimized))
 
 
@@ -281,14 +286,17 @@ def _lower_plan(spec: BacktestSpec, q: PySparkQuery, plan: object, ids: dict[str
         raise _refuse(spec, op, "arbitrary stateful processing is not modelled")
     # above the stateful node: stateless steps, collected top down
     above: list[Step] = []
+    above_nodes: list[object] = []
     node = plan
     while not node.equals(op):  # type: ignore[attr-defined]
         step = _step(spec, node)
         if step is not None:
             above.append(step)
+        above_nodes.append(node)
         (node,) = _children(node)
     if _node(op) == "Join":
-        return _lower_join(spec, q, op, ids, rec, out_names, tuple(reversed(above)), planning_s)
+        return _lower_join(spec, q, op, ids, rec, out_names, tuple(reversed(above)), planning_s,
+                           tuple(reversed(above_nodes)))
     # below: skip the window's own nodes (the predictor computes windows), then stateless
     (child,) = _children(op)
     while _is_window_node(child):
@@ -428,10 +436,13 @@ def _kind(spec: BacktestSpec, q: PySparkQuery, op: object, source: str, wm_col: 
 
 def _lower_join(spec: BacktestSpec, q: PySparkQuery, op: object, ids: dict[str, set[int]],
                 rec: Recorder, out_names: tuple[str, ...], above: tuple[Step, ...],
-                planning_s: float) -> Lowered:
+                planning_s: float, above_nodes: tuple[object, ...] = ()) -> Lowered:
     """A ``Join`` of two streams onto ``JoinQuery``: each side's source and stateless steps,
     the join type, equi keys (hidden columns ``__wmbt_key<i>`` on both sides), the time range
-    and the node's outputs as SQL over ``<source>_<column>``."""
+    and the node's outputs as SQL over ``<source>_<column>``. ``above_nodes`` are the plan
+    nodes of ``above`` (bottom up): outputs of both sides that share a name (a USING join,
+    ``l.join(r, ["key", "window"])``) are named ``__wmbt_out<i>`` by position, and the steps
+    above re-read as reading those names."""
     jtype = JOIN_TYPES.get(str(op.joinType().toString()))  # type: ignore[attr-defined]
     if jtype is None:
         raise _refuse(spec, op, f"a join type {op.joinType().sql()} (inner, left/right/full "  # type: ignore[attr-defined]
@@ -447,11 +458,16 @@ def _lower_join(spec: BacktestSpec, q: PySparkQuery, op: object, ids: dict[str, 
     et_ids: list[int] = []
     for side, (src, _, wm) in zip(attrs, parts, strict=True):
         marked = [(n, a) for n, a in side if a.metadata().contains("spark.watermarkDelayMs")]
-        if wm is None or len(marked) != 1:
+        if len(marked) > 1 or (wm is not None and not marked):
             raise _refuse(spec, op, f"the input from {src} without one watermarked column "
-                          "(call withWatermark on each side)")
-        et.append(marked[0][0])
-        et_ids.append(int(marked[0][1].exprId().id()))
+                          "(call withWatermark on each side, or on one)")
+        et.append(marked[0][0] if marked else "")
+        et_ids.append(int(marked[0][1].exprId().id()) if marked else -1)
+    if all(wm is None for _, _, wm in parts):
+        raise _refuse(spec, op, "a join of inputs without withWatermark (call it on each side, "
+                      "or on one)")
+    for i in (i for i in (0, 1) if et_ids[i] < 0):  # (its time: the one the condition bounds)
+        et[i], et_ids[i] = _unwatermarked_time(spec, op, attrs[i], et_ids[1 - i])
     others: list[object] = []  # (parts neither keys nor time bounds: the extra predicate)
     keys, time_range = _join_condition(spec, op, set(exprs[0]), set(exprs[1]),
                                        (et_ids[0], et_ids[1]), others)
@@ -478,24 +494,28 @@ def _lower_join(spec: BacktestSpec, q: PySparkQuery, op: object, ids: dict[str, 
         for c, d in _delays(spec, rec, src, wm).items():
             delays[c].update(d)
         tsrc = spec.sources[src]
-        table_sources[src] = tsrc.model_copy(update={"event_time": tsrc.event_time or wm})
+        # (a side without withWatermark: its time column, where it is the table's own)
+        table_et = tsrc.event_time or wm or (et[i] if et_ids[i] in ids[src] else None)
+        if table_et is None:
+            raise _refuse(spec, op, f"no event time: give sources.{src}.event_time or call "
+                          "withWatermark")
+        table_sources[src] = tsrc.model_copy(update={"event_time": table_et})
     std = JoinQuery(kind="join", type=jtype, left=sources[0], right=sources[1],  # type: ignore
                     keys=tuple(hidden), time_range=time_range, window=window, extra=extra)
     if window is None:
         std._time_key = time_key(keys, hidden, et_ids)
-    outs = [str(a.name()) for a in _seq(op.output())]  # type: ignore[attr-defined]
-    if above and len(set(outs)) != len(outs):  # (the steps above re-read them by name)
-        raise _refuse(spec, op, f"output columns {outs} with a name from both sides under a "
-                      "projection or filter (rename one side's column below the join)")
+    above, rename = _above_join(spec, op, above, above_nodes)
     node_outputs: list[tuple[str, str]] = []
     for a in _seq(op.output()):  # type: ignore[attr-defined]
         i = int(a.exprId().id())
         side_i = 0 if i in exprs[0] else 1
         col = f"`{sources[side_i]}_{exprs[side_i][i]}`"
         if window is not None and i in et_ids:  # (the window key, from its two columns)
-            col = (f"named_struct('start', `{sources[side_i]}_window_start`, 'end', "
-                   f"`{sources[side_i]}_window_end`)")
-        node_outputs.append((str(a.name()), f"CAST({col} AS {a.dataType().sql()})"))
+            start, end = (f"`{sources[side_i]}_window_{p}`" for p in ("start", "end"))
+            # (NULL on an outer join's null side, as Spark's struct is, not a NULL-field one)
+            col = f"IF({start} IS NULL, NULL, named_struct('start', {start}, 'end', {end}))"
+        node_outputs.append((rename.get(i, str(a.name())),
+                             f"CAST({col} AS {a.dataType().sql()})"))
     candidates = {c: cand.model_copy(update={"watermark": delays[c]})
                   for c, cand in spec.candidates.items()}
     lowered_spec = spec.model_copy(update={"sources": table_sources, "candidates": candidates,
@@ -508,6 +528,59 @@ def _lower_join(spec: BacktestSpec, q: PySparkQuery, op: object, ids: dict[str, 
     return Lowered(lowered_spec, left.source, left.below, above, left.input_columns,
                    left.event_time, left.watermark_column, tuple(node_outputs), std, planning_s,
                    sides=tuple(sides))
+
+
+def _unwatermarked_time(spec: BacktestSpec, op: object, side: list[tuple[str, object]],
+                        other: int) -> tuple[str, int]:
+    """The event-time column of a join input without ``withWatermark``: the column of
+    ``side`` that the condition compares with the other input's watermarked column (expression
+    id ``other``), as Spark's ``getStateValueWatermark`` reads the bounds (docs/semantics.md
+    §4.4: this side keeps every row). Refused: none, or several such columns."""
+    ids = {int(a.exprId().id()): n for n, a in side}  # type: ignore[attr-defined]
+    cond = op.condition()  # type: ignore[attr-defined]
+    found: set[int] = set()
+    defs: dict[str, object] = {}
+    for c in _conjuncts(cond.get(), defs) if cond.isDefined() else ():
+        if _cls(c) in COMPARISONS:
+            terms = [_time_term(k, defs) for k in _children(c)]
+            got = {t[0] for t in terms if t is not None}
+            if None not in terms and other in got:
+                found |= {i for i in got if i in ids}
+    if len(found) != 1:
+        raise _refuse(spec, op, "an input without withWatermark whose time the condition does "
+                      "not bound by the other input's watermarked column (one time column "
+                      f"expected, found {sorted(ids[i] for i in found)})")
+    (i,) = found
+    return ids[i], i
+
+
+def _above_join(spec: BacktestSpec, op: object, above: tuple[Step, ...],
+                above_nodes: tuple[object, ...]) -> tuple[tuple[Step, ...], dict[int, str]]:
+    """The steps above the join ``op`` and the names its outputs take for them (expression
+    id -> name): outputs of both sides that share a name are named ``__wmbt_out<i>`` (their
+    position) and the steps up to the first projection re-read to read those (``_step``'s
+    ``rename``; that projection names them back), as the steps above read by name.
+    Refused: a node above that also outputs a name twice under another step."""
+    outs = [(str(a.name()), int(a.exprId().id()))  # type: ignore[attr-defined]
+            for a in _seq(op.output())]  # type: ignore[attr-defined]
+    names = [n for n, _ in outs]
+    if not above or len(set(names)) == len(names):
+        return above, {}
+    rename = {i: f"{H_OUT}{pos}" for pos, (n, i) in enumerate(outs) if names.count(n) > 1}
+    for node in above_nodes[:-1]:  # (the top node's own names are the job's output)
+        got = [str(a.name()) for a in _seq(node.output())]  # type: ignore[attr-defined]
+        if len(set(got)) != len(got):
+            raise _refuse(spec, node, f"output columns {got} with a name twice under a "
+                          "projection or filter (rename one side's column below the join)")
+    steps: list[Step] = []
+    reads = rename  # (up to the first projection: its outputs carry their own names)
+    for node in above_nodes:
+        step = _step(spec, node, reads)
+        if step is not None:
+            steps.append(step)
+        if _node(node) == "Project":
+            reads = {}
+    return tuple(steps), rename
 
 
 def _window_key(spec: BacktestSpec, op: object, attrs: list[list[tuple[str, object]]],

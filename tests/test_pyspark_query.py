@@ -290,12 +290,7 @@ def test_left_outer_join_with_strict_and_subtracted_bounds(tmp_path: Path, spark
     assert nulls["id"].tolist() == [9] and c.actual.outputs["vid"].notna().any()
 
 
-def test_join_with_one_column_name_on_both_sides_is_refused(tmp_path: Path, spark,
-                                                            capsys) -> None:
-    # (an extra predicate such as join_extra's is lowered: tests/test_join_extra.py)
-    err = _refused(make_two(tmp_path, "join_same_names"), capsys)
-    assert "plan node Join" in err and "rename one side's column" in err
-    assert "Traceback" not in err
+# (a name of both sides under a projection: read by id now, tests/test_pyspark_join_forms.py)
 
 
 def test_dagster_assets_backtest_the_code_as_the_cli_does(tmp_path: Path, spark) -> None:
