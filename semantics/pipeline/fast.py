@@ -684,18 +684,9 @@ def aggregate(s: Stream, stage: AggregateStage, view: StageColumns,
     updated = _distinct_per_batch(gid, batch, n_g, n_b)
     first_row = _first_rows(gid)
     first_pair = first_row if pair is None else pair[first_row]
-    g_enter = batch[first_row]
     g_bound = bound[first_pair]
-    if evict_us is not None:
-        leave = np.maximum(g_enter, np.searchsorted(evict_us, g_bound, side="left"))
-    else:
-        leave = np.full(n_g, n_b, dtype=np.int64)
-    entered = np.bincount(g_enter, minlength=n_b)
-    gone = np.flatnonzero(leave < n_b)
-    removed = np.bincount(leave[gone], minlength=n_b)
-    fig = Figures(dropped, np.cumsum(entered) - np.cumsum(removed), updated, removed)
-    # emitted: batch by batch, in the order the groups entered the state (first appearance)
-    out = gone[np.lexsort((first_row[gone], leave[gone]))]
+    leave, out, fig = _leaving(batch[first_row], g_bound, first_row, evict_us, dropped,
+                               updated, n_b)
     fr = first_row[out] if row is None else row[first_row[out]]
     cols = _key_columns(s, a.keys, fr)
     if win is not None:
@@ -744,25 +735,16 @@ def _aggregate_windows(s: Stream, stage: AggregateStage, aggs: list[tuple[str, s
             skip -= np.arange(len(skip), dtype=np.int64)
             code, batch = code[keep], batch[keep]
     label, n_l, entry, first_row = _groups(code)
-    n_g = len(entry)
     updated = _distinct_per_batch(label, batch, n_l, n_b)
     per_group = np.bincount(label, minlength=n_l)  # (rows a group: once for every aggregate)
     values = [_aggregate(f, None if c is None else s.cols[c], keep, label, batch, n_l,
                          per_group) for _, f, c in aggs]
     # (a kept row's input row: its rank among the kept, and the late rows before it)
     first_pair = first_row + np.searchsorted(skip, first_row, side="right")
-    g_enter = batch[first_row]
     g_start = number[first_pair] * dur + origin
     g_bound = g_start + dur
-    if evict_us is not None:
-        leave = np.maximum(g_enter, np.searchsorted(evict_us, g_bound, side="left"))
-    else:
-        leave = np.full(n_g, n_b, dtype=np.int64)
-    entered = np.bincount(g_enter, minlength=n_b)
-    gone = np.flatnonzero(leave < n_b)
-    removed = np.bincount(leave[gone], minlength=n_b)
-    fig = Figures(dropped, np.cumsum(entered) - np.cumsum(removed), updated, removed)
-    out = gone[np.lexsort((first_row[gone], leave[gone]))]
+    leave, out, fig = _leaving(batch[first_row], g_bound, first_row, evict_us, dropped,
+                               updated, n_b)
     cols = _key_columns(s, a.keys, first_pair[out])
     st = g_start[out]
     cols["window_start"] = Col(st, None, np.dtype(np.int64))
@@ -772,6 +754,24 @@ def _aggregate_windows(s: Stream, stage: AggregateStage, aggs: list[tuple[str, s
     for (name, _, _), v in zip(aggs, values, strict=True):
         cols[name] = v.take(entry[out])
     return Stream(leave[out], g_bound[out] - 1, cols), fig
+
+
+def _leaving(g_enter: np.ndarray, g_bound: np.ndarray, first_row: np.ndarray,
+             evict_us: np.ndarray | None, dropped: np.ndarray, updated: np.ndarray,
+             n_b: int) -> tuple[np.ndarray, np.ndarray, Figures]:
+    """When each group leaves the state (the first batch, from the one it entered, whose
+    eviction watermark reaches its bound; ``n_b``: never), the groups emitted in the order
+    Spark emits them (batch by batch, in the order they entered the state: first appearance,
+    ``first_row``) and the operator's figures."""
+    if evict_us is not None:
+        leave = np.maximum(g_enter, np.searchsorted(evict_us, g_bound, side="left"))
+    else:
+        leave = np.full(len(g_enter), n_b, dtype=np.int64)
+    entered = np.bincount(g_enter, minlength=n_b)
+    gone = np.flatnonzero(leave < n_b)
+    removed = np.bincount(leave[gone], minlength=n_b)
+    fig = Figures(dropped, np.cumsum(entered) - np.cumsum(removed), updated, removed)
+    return leave, gone[np.lexsort((first_row[gone], leave[gone]))], fig
 
 
 def _key_columns(s: Stream, keys: Sequence[str], fr: np.ndarray) -> dict[str, Col]:
