@@ -41,8 +41,9 @@ def interval(d: Duration) -> str:
 
 def build_pipeline(spec: BacktestSpec, frames: Mapping[str, DataFrame],
                    data_columns: Mapping[str, tuple[str, ...]]) -> DataFrame:
-    """The pipeline of ``spec`` over its sources' watermarked ``frames`` (append mode; a
-    first join stage: ``frames`` is the joined frame alone, built by ``jobs.query``)."""
+    """The pipeline of ``spec`` over its sources' watermarked ``frames`` (a first join
+    stage: ``frames`` is the joined frame alone, built by ``jobs.query``; the output mode,
+    append or a one-session pipeline's complete, is the caller's: ``jobs.query``)."""
     q = spec.query
     assert isinstance(q, PipelineQuery)
     views, out_cols = flow(spec, data_columns)
