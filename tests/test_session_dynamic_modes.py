@@ -20,21 +20,10 @@ from tests.deltas import write_commits
 from tests.replay_support import make_spec
 from tests.test_pipeline_spark import SESSION_COMMITS, both
 from tests.test_pyspark_query import COMMITS, backtest, make
+from tests.test_pyspark_sessions import JOB as SESSIONS_JOB
 
-JOB = '''
-from pyspark.sql import functions as F
-
-# k = 1: 5 s; k = 2: '0 seconds' and k = 5: NULL (Spark drops those rows before the operator);
-# any other key: 2 s
-GAP = (F.when(F.col("k") == 1, "5 seconds").when(F.col("k") == 2, "0 seconds")
-       .when(F.col("k") == 5, F.lit(None)).otherwise("2 seconds"))
-
-
-def dynamic(sources):
-    df = sources["clicks"].withWatermark("ts", "5 seconds")
-    return (df.groupBy(F.session_window("ts", GAP), "k")
-            .agg(F.count("*").alias("n"), F.sum("value").alias("total")))
-
+# the dynamic-gap job of the append-mode tests, and the same over a union
+JOB = SESSIONS_JOB + '''
 
 def union_dynamic(sources):
     df = sources["clicks"].withWatermark("ts", "5 seconds")
