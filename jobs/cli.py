@@ -97,14 +97,11 @@ def cmd_run(args: argparse.Namespace, predict: bool, actual: bool) -> int:
     from semantics.spec import load_spec
 
     spec = load_spec(args.spec)
-    for option in ("explain", "late", "sample"):
-        if getattr(args, option, None) is not None:
-            from semantics.pipeline.explain import refuse_untraced
-            from semantics.pipeline.spec import refuse_for_pipelines
+    if getattr(args, "sample", None) is not None:
+        from semantics.pipeline.spec import refuse_for_pipelines
 
-            # (--explain and --late follow a pipeline's rows: semantics.pipeline.explain)
-            (refuse_for_pipelines if option == "sample" else refuse_untraced)(
-                spec, f"--{option}")
+        # (--explain and --late follow a pipeline's rows: semantics.pipeline.explain)
+        refuse_for_pipelines(spec, "--sample")
     # (rows' fates only where they are read: a row explained, the late rows listed, the
     # report of a backtest)
     with_fates = actual or getattr(args, "explain", None) is not None \
