@@ -82,8 +82,8 @@ def test_join_then_aggregation_by_hand(tmp_path):
     agg = "operator 0 (stateStoreSave, query.pipeline[1])"
     w0 = "window [1970-01-01 00:00:00, 1970-01-01 00:00:10)"
     assert said(sched, t, 0, sp) == (
-        f"{join}: stored in the join's state (left side) in batch 0; {join}: matched row 2 of "
-        f"i in batch 1; {agg}: aggregated into {w0} in batch 1; {join}: removed from the "
+        f"{join}: stored in the join's state (left side) in batch 0; {join}: joined with 1 "
+        f"row of i: 2 (batch 1); {agg}: aggregated into {w0} in batch 1; {join}: removed from the "
         f"join's state (the left state watermark passed it) in batch 4; {agg}: {w0} emitted "
         "in batch 4; emitted to the sink in batch 4.")
     assert said(sched, t, 8, sp) == (
@@ -91,7 +91,7 @@ def test_join_then_aggregation_by_hand(tmp_path):
         "the join's state (the right state watermark passed it) in batch 4; not emitted to "
         "the sink by the end of the history.")
     assert said(sched, t, 12, sp).endswith(
-        f"{join}: matched row 11 of i in batch 8; {agg}: aggregated into window "
+        f"{join}: joined with 1 row of i: 11 (batch 8); {agg}: aggregated into window "
         "[1970-01-01 00:01:10, 1970-01-01 00:01:20) in batch 8; still in the join's state "
         "when the history ended; not emitted to the sink by the end of the history.")
     assert said(sched, t, 13, sp) == (
@@ -261,6 +261,11 @@ def test_late_entries_are_the_reports_counts_on_random_pipelines(make):
             continue
         assert counted(t) == reported(report(sp, t.run)), seed
         sinks = {f.output for f in t.fates if f.fate == "sink"}
+        if make is join_case:  # (the join's rows out, per batch: its metrics' output_rows)
+            emitted = Counter(b for b, _, _ in t.pairs)
+            assert emitted == Counter({b.batch_id: ms[0].output_rows for b, ms in
+                                       zip(t.run.plan, t.run.metrics, strict=True)
+                                       if ms[0].output_rows}), seed
         assert sinks == set(range(len(t.run.outputs))), seed
         by_row: dict[int, list] = {}
         for f in t.fates:
@@ -297,7 +302,7 @@ def test_cli_late_and_explain_on_a_join_pipeline(tmp_path, capsys):
                                                                       "left:13")
     assert main(["predict", str(path), "--explain", "0", "--results", str(tmp_path / "r")]) == 0
     out = capsys.readouterr().out
-    assert "matched row 2 of i in batch 1" in out and "emitted to the sink in batch 4" in out
+    assert "joined with 1 row of i: 2 (batch 1)" in out and "emitted to the sink in batch 4" in out
 
 
 # -- against Spark ----------------------------------------------------------------------------

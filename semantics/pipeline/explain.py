@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from semantics.config import resolve
-from semantics.explain import LateRows, explain_row
+from semantics.explain import LateRows, explain_row, joined_said
 from semantics.explain_groups import key_value
 from semantics.operators.fates import fmt_us
 from semantics.pipeline.columns import flow
@@ -81,6 +81,8 @@ class PipelineTrace:
 
     run: PipelineRun
     fates: list[Fate] = field(default_factory=list)
+    # every row the join stage emitted: (batch_id, left row id, right row id; None: padded)
+    pairs: list[tuple[int, int | None, int | None]] = field(default_factory=list)
 
     def late(self) -> list[Fate]:
         return [f for f in self.fates if f.fate == "late"]
@@ -134,6 +136,7 @@ def trace(schedule: Schedule, spec: BacktestSpec, candidate: str) -> PipelineTra
     origin: dict[int, frozenset[int]] = {}  # id(carrier) -> its input rows, this batch
     alive: list[list[Row]] = []  # (the carriers of this batch, so that their ids stay theirs)
     in_state: set[tuple[str, int]] = set()  # the join's state: (side, row id)
+    pairs: list[tuple[int, int | None, int | None]] = []
 
     def rows_of(r: Row) -> frozenset[int]:
         got = origin.get(id(r))
@@ -165,7 +168,7 @@ def trace(schedule: Schedule, spec: BacktestSpec, candidate: str) -> PipelineTra
         _join_fates(b, jr, sides, state, out, delays, what[JOIN], in_state,
                     lambda ids, fate, detail, unit="", why="": say(b, JOIN, ids, fate, detail,
                                                                     unit, why),
-                    origin)
+                    origin, pairs)
 
     def on_session(b: Batch, p: int, gaps: list[int | None], state: dict) -> None:
         gaps_seen[p] = (list(gaps), state)
@@ -250,7 +253,7 @@ def trace(schedule: Schedule, spec: BacktestSpec, candidate: str) -> PipelineTra
 
     res = run(schedule, spec, candidate, observe, on_join, on_session)
     if joined:
-        return PipelineTrace(res, fates)
+        return PipelineTrace(res, fates, pairs)
     # the input rows the stateless stages before the first stateful one remove
     first = stateful[0]
     kept_ids = {int(r) for s, v in stateless_views(spec, schedule, q.stages[:first]).items()
@@ -268,12 +271,14 @@ Say = Callable[..., None]  # (input rows, fate, detail, unit="", why="") at one 
 
 def _join_fates(b: Batch, jr: JoinRules, sides: Mapping[str, list[Row]], state: JoinState,
                 out: list[Row], delays: set[str], what: str, in_state: set[tuple[str, int]],
-                say: Say, origin: dict[int, frozenset[int]]) -> None:
+                say: Say, origin: dict[int, frozenset[int]],
+                pairs: list[tuple[int, int | None, int | None]]) -> None:
     """The join's batch (§4.4) for each row of either side: never reaching it (a NULL key, the
     ON condition's part Spark pushes below the join), late by its event time (Spark counts
     the row: ``unit`` ``side:row``), failing the ON condition's part on its side, stored;
     then the pairs and NULL-padded rows it emitted (each a carrier of its input rows), and
-    the rows that left the state. ``in_state`` is updated to the state after the batch."""
+    the rows that left the state. ``in_state`` is updated to the state after the batch;
+    ``pairs`` receives each emitted row's (batch, left row id, right row id)."""
     q = jr.q
     late = b.late_ms
     arriving: list[tuple[str, int]] = []
@@ -310,6 +315,7 @@ def _join_fates(b: Batch, jr: JoinRules, sides: Mapping[str, list[Row]], state: 
         lid = None if left is None or pd.isna(left) else int(left)  # type: ignore[arg-type, call-overload]
         rid = None if right is None or pd.isna(right) else int(right)  # type: ignore[arg-type, call-overload]
         origin[id(r)] = frozenset(i for i in (lid, rid) if i is not None)
+        pairs.append((b.batch_id, lid, rid))
         if lid is not None and rid is not None:
             say(frozenset((lid,)), "joined", f"{what}: matched row {rid} of {jr.src['right']}")
             say(frozenset((rid,)), "joined", f"{what}: matched row {lid} of {jr.src['left']}")
@@ -470,8 +476,16 @@ def explain_pipeline_row(schedule: Schedule, t: PipelineTrace, row_id: int,
     if not mine:
         return head + ": reached no stateful operator."
     parts = []
+    joined = _joined_said(schedule, t, row_id, spec) if any(f.fate == "joined" for f in mine) \
+        else None
     for f in mine:
-        if f.fate == "before":
+        if f.fate == "joined":  # (all its pairs at once, as for kind: join)
+            if joined is not None:
+                name = t.run.names[len(t.run.names) - 1 - (f.operator_index or 0)]
+                parts.append(f"operator {f.operator_index} ({name}, query.pipeline[{f.stage}])"
+                             f": {joined}")
+                joined = None
+        elif f.fate == "before":
             parts.append(f.detail)
         elif f.fate == "sink":
             parts.append(f"emitted to the sink in batch {f.batch_id}")
@@ -484,3 +498,19 @@ def explain_pipeline_row(schedule: Schedule, t: PipelineTrace, row_id: int,
     if mine[-1].fate not in DROPS and not any(f.fate == "sink" for f in mine):
         parts.append("not emitted to the sink by the end of the history")
     return head + ": " + "; ".join(parts) + "."
+
+
+def _joined_said(schedule: Schedule, t: PipelineTrace, row_id: int, spec: BacktestSpec
+                 ) -> str | None:
+    """``joined with 2 rows of i: 2 (batch 1), 7 (batch 3)``: the join stage's pairs of the
+    row, in ``semantics.explain``'s words for ``kind: join``."""
+    q = spec.query
+    assert isinstance(q, PipelineQuery) and q.join is not None
+    left, right = q.join.left, q.join.right
+    source = next(s for s, df in schedule.rows.items() if (df[ROW_ID] == row_id).any())
+    cols = ["batch_id", f"{left}_{ROW_ID}", f"{right}_{ROW_ID}"]
+    emitted = pd.DataFrame(t.pairs, columns=cols)
+    if q.join.type == "left_semi":  # (its right rows are not in the output)
+        emitted = emitted[cols[:2]]
+    said = joined_said(left, right, source, row_id, emitted)
+    return None if said is None else said.removeprefix("; ")
