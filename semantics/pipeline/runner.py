@@ -185,7 +185,9 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str,
         on_session: SessionObserver | None = None) -> PipelineRun:
     """The batch report (one ``Metrics`` per stateful stage) and emitted rows, by definition.
     ``observe`` sees each stage's rows in and out, batch by batch (a filter keeps its row
-    objects, a select maps them one to one in order; ``semantics.pipeline.explain``)."""
+    objects, a select maps them one to one in order; the first operator after a join reads
+    copies of the rows before it, in order; ``semantics.pipeline.explain``); ``on_join`` and
+    ``on_session`` what the join and a session stage see besides (their types above)."""
     q = spec.query
     assert isinstance(q, PipelineQuery)
     views, out_cols = flow(spec, dict(schedule.data_columns))
