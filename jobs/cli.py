@@ -178,7 +178,8 @@ def print_late(result: BacktestResult, limit: int, as_json: bool) -> int:
             continue
         print(f"[{c.name}] {late.headline()}")
         if len(late.table):
-            shown = late.table.drop(columns=["event_time_ms", "unit"], errors="ignore")
+            shown = late.table.drop(columns=["event_time_ms", "unit", "late_watermark_ms"],
+                                    errors="ignore")  # (the detail says the watermark)
             print(format_table(shown.to_dict("records")))
         print()
     if as_json:

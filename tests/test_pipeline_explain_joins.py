@@ -74,8 +74,8 @@ def test_join_then_aggregation_by_hand(tmp_path):
     assert (late.rows, late.entries) == (1, 1)
     row = late.table.iloc[0]
     assert (row["row_id"], row["source"], row["batch_id"], row["operator_index"],
-            row["operator"], row["stage"], row["unit"]) == (
-        13, "c", 8, 1, "symmetricHashJoin", "query.pipeline[0]", "left:13")
+            row["operator"], row["stage"], row["late_watermark_ms"], row["unit"]) == (
+        13, "c", 8, 1, "symmetricHashJoin", "query.pipeline[0]", 43_000, "left:13")
     assert row["detail"] == ("event time 1970-01-01 00:00:09 <= watermark 1970-01-01 00:00:43 "
                              "(late by 34000 ms)")
     join = "operator 1 (symmetricHashJoin, query.pipeline[0])"
@@ -259,7 +259,14 @@ def test_late_entries_are_the_reports_counts_on_random_pipelines(make):
             t = trace(sched, sp, "c")
         except SpecError:  # (a join without watermarks: Spark rejects the append mode)
             continue
-        assert counted(t) == reported(report(sp, t.run)), seed
+        batches = report(sp, t.run)
+        assert counted(t) == reported(batches), seed
+        # each late entry's watermark is its operator's late watermark in the report
+        wm = {(int(o), int(b)): w for o, b, w in batches[
+            ["operator_index", "batch_id", "late_watermark_ms"]].itertuples(index=False)}
+        listed = late_listing(sched, t, sp).table
+        assert all(wm[(o, b)] == w for o, b, w in listed[
+            ["operator_index", "batch_id", "late_watermark_ms"]].itertuples(index=False)), seed
         sinks = {f.output for f in t.fates if f.fate == "sink"}
         if make is join_case:  # (the join's rows out, per batch: its metrics' output_rows)
             emitted = Counter(b for b, _, _ in t.pairs)
@@ -298,8 +305,9 @@ def test_cli_late_and_explain_on_a_join_pipeline(tmp_path, capsys):
                  "--results", str(tmp_path / "r")]) == 0
     (c,) = json.loads(capsys.readouterr().out)["candidates"]
     assert (c["late_rows"], c["late_entries"]) == (1, 1)
-    assert (c["entries"][0]["operator"], c["entries"][0]["unit"]) == ("symmetricHashJoin",
-                                                                      "left:13")
+    entry = c["entries"][0]
+    assert (entry["operator"], entry["unit"], entry["late_watermark_ms"]) == (
+        "symmetricHashJoin", "left:13", 43_000)
     assert main(["predict", str(path), "--explain", "0", "--results", str(tmp_path / "r")]) == 0
     out = capsys.readouterr().out
     assert "joined with 1 row of i: 2 (batch 1)" in out and "emitted to the sink in batch 4" in out

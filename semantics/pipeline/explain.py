@@ -53,7 +53,7 @@ from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import BacktestSpec
 
 LATE_COLUMNS = ["row_id", "source", "event_time", "event_time_ms", "batch_id",
-                "operator_index", "operator", "stage", "unit", "detail"]
+                "operator_index", "operator", "stage", "late_watermark_ms", "unit", "detail"]
 
 
 @dataclass(frozen=True)
@@ -83,6 +83,8 @@ class PipelineTrace:
     fates: list[Fate] = field(default_factory=list)
     # every row the join stage emitted: (batch_id, left row id, right row id; None: padded)
     pairs: list[tuple[int, int | None, int | None]] = field(default_factory=list)
+    # (batch_id, stage) -> the late watermark (ms) the stage's operator compared
+    late_ms: dict[tuple[int, int], int | None] = field(default_factory=dict)
 
     def late(self) -> list[Fate]:
         return [f for f in self.fates if f.fate == "late"]
@@ -137,6 +139,7 @@ def trace(schedule: Schedule, spec: BacktestSpec, candidate: str) -> PipelineTra
     alive: list[list[Row]] = []  # (the carriers of this batch, so that their ids stay theirs)
     in_state: set[tuple[str, int]] = set()  # the join's state: (side, row id)
     pairs: list[tuple[int, int | None, int | None]] = []
+    late_ms: dict[tuple[int, int], int | None] = {}
 
     def rows_of(r: Row) -> frozenset[int]:
         got = origin.get(id(r))
@@ -163,6 +166,7 @@ def trace(schedule: Schedule, spec: BacktestSpec, candidate: str) -> PipelineTra
     def on_join(b: Batch, jr: JoinRules, sides: Mapping[str, list[Row]], state: JoinState,
                 out: list[Row]) -> None:
         batch(b)
+        late_ms[(b.batch_id, JOIN + offset)] = b.late_ms
         alive.append(out)
         seen["last"] = out
         _join_fates(b, jr, sides, state, out, delays, what[JOIN], in_state,
@@ -176,6 +180,7 @@ def trace(schedule: Schedule, spec: BacktestSpec, candidate: str) -> PipelineTra
     def observe(b: Batch, p: int, before: list[Row], after: list[Row], late: int | None,
                 evict: int | None) -> None:
         batch(b)
+        late_ms[(b.batch_id, p + offset)] = None if late is None else late // 1000
         alive.extend((before, after))
         prev = seen["last"]
         if isinstance(prev, list) and prev is not before and len(prev) == len(before):
@@ -253,7 +258,7 @@ def trace(schedule: Schedule, spec: BacktestSpec, candidate: str) -> PipelineTra
 
     res = run(schedule, spec, candidate, observe, on_join, on_session)
     if joined:
-        return PipelineTrace(res, fates, pairs)
+        return PipelineTrace(res, fates, pairs, late_ms)
     # the input rows the stateless stages before the first stateful one remove
     first = stateful[0]
     kept_ids = {int(r) for s, v in stateless_views(spec, schedule, q.stages[:first]).items()
@@ -263,7 +268,7 @@ def trace(schedule: Schedule, spec: BacktestSpec, candidate: str) -> PipelineTra
                    "pushes them below withWatermark: it never moved the watermark)")
               for s in spec.query_sources for r in schedule.rows[s][ROW_ID]
               if int(r) not in kept_ids]
-    return PipelineTrace(res, before + fates)
+    return PipelineTrace(res, before + fates, pairs, late_ms)
 
 
 Say = Callable[..., None]  # (input rows, fate, detail, unit="", why="") at one stage, this batch
@@ -427,7 +432,8 @@ def late_listing(schedule: Schedule, t: PipelineTrace, spec: BacktestSpec,
                  limit: int | None = None) -> LateRows:
     """``wmbt predict --late`` for a pipeline: one line per late entry, in batch, operator
     (pipeline order) then row order, naming the operator (``operator_index`` as in the batch
-    report) and the stage; the first ``limit``. Columns: :data:`LATE_COLUMNS`."""
+    report), the stage and the late watermark it compared (``late_watermark_ms``: after a join,
+    the join's output watermark, §13.2); the first ``limit``. Columns: :data:`LATE_COLUMNS`."""
     q = spec.query
     assert isinstance(q, PipelineQuery)
     late = sorted(t.late(), key=lambda f: (f.batch_id, f.stage, f.row_id))
@@ -452,6 +458,7 @@ def late_listing(schedule: Schedule, t: PipelineTrace, spec: BacktestSpec,
         "operator": [t.run.names[len(t.run.names) - 1 - f.operator_index]
                      if f.operator_index is not None else "" for f in shown],
         "stage": [f"query.pipeline[{f.stage}]" for f in shown],
+        "late_watermark_ms": [t.late_ms.get((f.batch_id, f.stage)) for f in shown],
         "unit": [f.unit for f in shown],
         "detail": [f.why for f in shown]}, columns=LATE_COLUMNS)
     return LateRows(rows, len(late), table)
