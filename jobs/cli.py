@@ -100,7 +100,8 @@ def cmd_run(args: argparse.Namespace, predict: bool, actual: bool) -> int:
     if getattr(args, "sample", None) is not None:
         from semantics.pipeline.spec import refuse_for_pipelines
 
-        # (--explain and --late follow a pipeline's rows: semantics.pipeline.explain)
+        # (--explain and --late follow a pipeline's rows, semantics.pipeline.explain; a
+        # sampled replay does not take one yet)
         refuse_for_pipelines(spec, "--sample")
     # (rows' fates only where they are read: a row explained, the late rows listed, the
     # report of a backtest)
