@@ -97,14 +97,12 @@ def cmd_run(args: argparse.Namespace, predict: bool, actual: bool) -> int:
     from semantics.spec import load_spec
 
     spec = load_spec(args.spec)
-    for option in ("explain", "late", "sample"):
-        if getattr(args, option, None) is not None:
-            from semantics.pipeline.explain import refuse_untraced
-            from semantics.pipeline.spec import refuse_for_pipelines
+    if getattr(args, "sample", None) is not None:
+        from semantics.pipeline.spec import refuse_for_pipelines
 
-            # (--explain and --late follow a pipeline's rows: semantics.pipeline.explain)
-            (refuse_for_pipelines if option == "sample" else refuse_untraced)(
-                spec, f"--{option}")
+        # (--explain and --late follow a pipeline's rows, semantics.pipeline.explain; a
+        # sampled replay does not take one yet)
+        refuse_for_pipelines(spec, "--sample")
     # (rows' fates only where they are read: a row explained, the late rows listed, the
     # report of a backtest)
     with_fates = actual or getattr(args, "explain", None) is not None \
@@ -181,7 +179,8 @@ def print_late(result: BacktestResult, limit: int, as_json: bool) -> int:
             continue
         print(f"[{c.name}] {late.headline()}")
         if len(late.table):
-            shown = late.table.drop(columns=["event_time_ms", "unit"], errors="ignore")
+            shown = late.table.drop(columns=["event_time_ms", "unit", "late_watermark_ms"],
+                                    errors="ignore")  # (the detail says the watermark)
             print(format_table(shown.to_dict("records")))
         print()
     if as_json:

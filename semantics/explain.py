@@ -97,7 +97,15 @@ def _joined(spec: BacktestSpec | None, source: str, row_id: int,
     q = None if spec is None else spec.query
     if not isinstance(q, JoinQuery) or q.left == q.right:
         return None
-    other = q.right if source == q.left else q.left
+    return joined_said(q.left, q.right, source, row_id, outputs)
+
+
+def joined_said(left: str, right: str, source: str, row_id: int,
+                outputs: pd.DataFrame) -> str | None:
+    """:func:`_joined` for a join of sources ``left`` and ``right`` (also a pipeline's join
+    stage, ``semantics.pipeline.explain``) whose emitted rows ``outputs`` hold ``batch_id``
+    and ``<source>_row_id`` columns."""
+    other = right if source == left else left
     mine, theirs = f"{source}_{ROW_ID}", f"{other}_{ROW_ID}"
     if mine not in outputs.columns:
         return None

@@ -214,18 +214,17 @@ def test_operators_after_a_join_use_its_output_watermark():
 
 
 SESSION = "{source: events}, {aggregate: {session: {gap: 5 seconds}, keys: [id]}}"
-UNTRACED = "query.pipeline[1].aggregate.session: a pipeline without session windows for"
 
 
 @pytest.mark.parametrize("args,stage,said", [
-    (["predict", "--explain", "0"], SESSION, UNTRACED),
-    (["predict", "--late"], SESSION, UNTRACED),
+    (["replay", "--sample", "0.5"], SESSION,
+     "query.pipeline: a single-operator query for --sample"),
     (["sweep", "--source", "events", "--delays", "1 second..5 seconds/2"],
      "{union: [events, more]}, {deduplicate: {keys: [id]}}",
      "query.pipeline: a single-operator query for wmbt sweep over a union")])
 def test_options_not_built_for_pipelines_are_refused(tmp_path, capsys, args, stage, said):
-    # (--explain and --late follow a pipeline's rows except through joins and sessions:
-    # tests/test_pipeline_explain.py)
+    # (--explain and --late follow a pipeline's rows, joins and sessions too:
+    # tests/test_pipeline_explain*.py)
     from jobs.cli import main
 
     path = tmp_path / "spec.yaml"

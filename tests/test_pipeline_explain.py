@@ -18,7 +18,6 @@ from semantics.history import plan
 from semantics.pipeline.explain import explain_pipeline_row, late_listing, trace
 from semantics.pipeline.predict import report
 from semantics.predict import predict
-from semantics.spec import parse_spec
 from tests.deltas import write_commits
 from tests.predict_kit import schedule_of
 from tests.test_pipeline import DEDUP_AGG, spec
@@ -149,19 +148,6 @@ def test_cli_late_and_explain_on_a_pipeline(tmp_path, capsys):
     assert c["entries"][0]["operator_index"] == 1 and c["entries"][0]["batch_id"] == 3
     assert main(["predict", str(path), "--explain", "0", "--results", str(tmp_path / "r")]) == 0
     assert "emitted to the sink in batch 4" in capsys.readouterr().out
-
-
-def test_joins_and_sessions_are_refused_by_name(tmp_path):
-    sess = parse_spec({
-        "name": "s", "sources": {"e": {"table": "x", "event_time": "ts"}},
-        "query": {"pipeline": [{"deduplicate": {"keys": ["id", "ts"]}},
-                               {"aggregate": {"session": {"gap": "5 seconds"}, "keys": ["id"],
-                                              "aggregates": {"n": "count(*)"}}}]},
-        "replay": {"batch_by": {"commits": 1}},
-        "candidates": {"c": {"watermark": {"e": "5 seconds"}}}})
-    with pytest.raises(SpecError) as e:
-        trace(schedule_of(HAND, pace="live"), sess, "c")
-    assert e.value.field == "query.pipeline[1].aggregate.session"
 
 
 # -- against Spark ----------------------------------------------------------------------------

@@ -54,7 +54,7 @@ def predict_pipeline(schedule: Schedule, spec: BacktestSpec, candidate: str,
         from semantics.pipeline.explain import trace
 
         t = trace(schedule, spec, candidate) if count_late else None
-    except SpecError:  # (a join or session stage: not followed yet)
+    except SpecError:  # (a spec the runner refuses: said again by run below)
         t = None
     res = t.run if t is not None else run(schedule, spec, candidate)
     batches = report(spec, res)

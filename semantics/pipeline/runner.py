@@ -53,7 +53,7 @@ from semantics.reference import session as S
 from semantics.reference.aggregation import windows
 from semantics.reference.batches import EVENT_US, Batch, Metrics, Row, norm, plan
 from semantics.reference.dedup import key_bytes
-from semantics.reference.join import JoinState, join_rules, join_step
+from semantics.reference.join import JoinRules, JoinState, join_rules, join_step
 from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import BacktestSpec
 
@@ -173,13 +173,21 @@ def aggregate_step(stage: AggregateStage, timed_key: bool, state: AggState, rows
 
 # (batch, position in ``q.stages``, rows in, rows out, late µs, eviction µs), after each stage
 Observer = Callable[[Batch, int, list[Row], list[Row], int | None, int | None], None]
+# what the join and a session stage see besides their rows (``semantics.pipeline.explain``):
+# the join's rules, its rows in by side, its state after the batch and its rows out; a session
+# stage's position, each row's gap in (µs, None: NULL) and its state after the batch
+JoinObserver = Callable[[Batch, JoinRules, Mapping[str, list[Row]], JoinState, list[Row]], None]
+SessionObserver = Callable[[Batch, int, list[int | None], dict], None]
 
 
 def run(schedule: Schedule, spec: BacktestSpec, candidate: str,
-        observe: Observer | None = None) -> PipelineRun:
+        observe: Observer | None = None, on_join: JoinObserver | None = None,
+        on_session: SessionObserver | None = None) -> PipelineRun:
     """The batch report (one ``Metrics`` per stateful stage) and emitted rows, by definition.
     ``observe`` sees each stage's rows in and out, batch by batch (a filter keeps its row
-    objects, a select maps them one to one in order; ``semantics.pipeline.explain``)."""
+    objects, a select maps them one to one in order; the first operator after a join reads
+    copies of the rows before it, in order; ``semantics.pipeline.explain``); ``on_join`` and
+    ``on_session`` what the join and a session stage see besides (their types above)."""
     q = spec.query
     assert isinstance(q, PipelineQuery)
     views, out_cols = flow(spec, dict(schedule.data_columns))
@@ -235,9 +243,12 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str,
     for b in batches:
         per_op: list[Metrics] = []
         if jr is not None:
+            sides = {side: b.rows[s] for side, s in jr.src.items()}
             join_state, rows, m = join_step(
                 jr, {side: s in delays for side, s in jr.src.items()}, join_state,
-                {side: b.rows[s] for side, s in jr.src.items()}, b.late_ms, b.evict_ms)
+                sides, b.late_ms, b.evict_ms)
+            if on_join is not None:
+                on_join(b, jr, sides, join_state, rows)
             per_op.append(m)
         else:
             rows = [{ROW_ID: row[ROW_ID], EVENT_US: row[EVENT_US], **values[s][row[ROW_ID]]}
@@ -261,6 +272,7 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str,
                 # the window's time column after the join is the next operator's event time
                 time_col = _window_time_column(stage, view.event_time)
                 rows = [{**row, EVENT_US: _micros(row[time_col])} for row in rows]
+                before = rows  # (what the operator reads: observed)
             if isinstance(stage, DeduplicateStage):
                 evicts = bool(delays) and (stage.deduplicate.within_watermark
                                            or view.event_time in stage.deduplicate.keys)
@@ -268,10 +280,13 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str,
                 states[j], rows, m = dedup_step(stage, evicts, delay_us, states[j], rows,
                                                 late, evict)
             elif stage.aggregate.session is not None:
+                gaps: list[int | None] = []
                 states[j], rows, m = session_step(
                     spec, stage, view.columns, micros, types, r.merge_sessions_locally,
                     states[j], rows, late, evict, f"query.pipeline[{first + j + offset}]",
-                    q.output_mode == "complete")
+                    q.output_mode == "complete", gaps)
+                if on_session is not None:
+                    on_session(b, first + j, gaps, states[j])
                 micros = frozenset(SESSION_COLUMNS)
                 types = {k: types[k] for k in stage.aggregate.keys if k in types}
             else:
@@ -295,19 +310,22 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str,
 def session_step(spec: BacktestSpec, stage: AggregateStage, columns: tuple[str, ...],
                  micros: frozenset[str], types: Mapping[str, pa.DataType],
                  merge_local: bool, state: dict, rows: list[Row],
-                 late_us: int | None, evict_us: int | None, at: str, complete: bool = False
-                 ) -> tuple[dict, list[Row], Metrics]:
+                 late_us: int | None, evict_us: int | None, at: str, complete: bool = False,
+                 seen: list[int | None] | None = None) -> tuple[dict, list[Row], Metrics]:
     """Spark's session window operators (``semantics.reference.session``, §4.3) on the rows
     the stages before emitted, each with its own gap (§13.5): a row whose gap is NULL or not
     positive is dropped before the operator (Spark's ``SessionWindowing`` filter
     ``session_window.end > session_window.start``), counted nowhere. Append mode, or
-    ``complete`` (the pipeline's only operator): every session emitted, none evicted."""
+    ``complete`` (the pipeline's only operator): every session emitted, none evicted.
+    ``seen`` (if given) receives each row's gap (µs; None: NULL), in row order."""
     a = stage.aggregate
     assert a.session is not None
     aggs = A.parse(a.aggregates)
     units: S.Units = {}
     gaps = ([a.session.gap.us] * len(rows) if a.session.gap is not None
             else session_gaps(spec, stage, _table(rows, columns, micros, types), at))
+    if seen is not None:
+        seen.extend(gaps)
     for row, gap in zip(rows, gaps, strict=True):
         if gap is not None and gap > 0:
             S.add_unit(units, tuple(norm(row[k]) for k in a.keys),
