@@ -74,6 +74,8 @@ def check_splittable(spec: BacktestSpec) -> None:
 def range_of(hashes: np.ndarray, count: int) -> np.ndarray:
     """The key range (0 .. count - 1) of each key hash: ``count`` equal intervals of the hash
     range, in order."""
+    if count == 1:  # (2^64 itself is no uint64)
+        return np.zeros(len(hashes), dtype=np.int64)
     width = np.uint64(-(-_SPAN // count))  # (ceil: the last interval ends at 2^64)
     return (hashes // width).astype(np.int64)
 
