@@ -73,11 +73,13 @@ def _document(argv: list[str], capsys) -> dict:
 
 
 def _comparable(doc: dict) -> dict:
-    """The prediction's document without what says how it ran (path, time, master)."""
+    """The prediction's document without what says how it ran (path, time, master), its
+    emitted rows in one order within each batch (neither Spark nor the ranges fix one)."""
     for c in doc["candidates"]:
         info = c["predicted"]["info"]
         for k in ("elapsed_s", "path", "path_reason", "master", "key_ranges"):
             info.pop(k, None)
+        c["predicted"]["outputs"].sort(key=lambda r: json.dumps(r, sort_keys=True))
     return doc
 
 
@@ -89,11 +91,11 @@ def test_standalone_cluster_equals_this_machine(tmp_path, capsys):
     with standalone_cluster(tmp_path / "cluster") as url:
         env = {**os.environ, "PYTHONPATH": ROOT}
         done = subprocess.run([sys.executable, "-m", "tests.cluster_support", url,
-                               str(tmp_path / "kinds"), "21,22"], cwd=ROOT, env=env,
+                               str(tmp_path / "kinds"), "21"], cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=900)
         assert done.returncode == 0, done.stderr[-3000:]
         found = json.loads(done.stdout.strip().splitlines()[-1])
-        assert set(found) == {f"{k}-{s}" for k in KINDS for s in (21, 22)}
+        assert set(found) == {f"{k}-21" for k in KINDS}
         assert {k: v for k, v in found.items() if v} == {}
         spec = random_spec(tmp_path / "cli", "tumbling", 5)
         path = tmp_path / "spec.yaml"
