@@ -158,7 +158,9 @@ def combine(parts: list[RunResult], split_: Split, spec: BacktestSpec,
                              "rows did not keep them")
         for c in added:
             out[c] = out[c] + b[c]
-    outputs = pd.concat([p.outputs for p in parts], ignore_index=True)
+    # (a range without emitted rows may hold columns of another dtype: not concatenated)
+    emitted = [p.outputs for p in parts if len(p.outputs)] or [parts[0].outputs]
+    outputs = pd.concat(emitted, ignore_index=True)
     if len(outputs):
         outputs = outputs.take(np.argsort(outputs["batch_id"].to_numpy(), kind="stable")
                                ).reset_index(drop=True)

@@ -127,3 +127,20 @@ def test_master_with_explain_is_refused(tmp_path, capsys, monkeypatch):
     assert main(["predict", str(path), "--master", "local[2]", "--late"]) == 2
     assert "--master: a prediction without --explain and --late" in capsys.readouterr().err
     assert not (tmp_path / "results").exists()
+
+
+def test_ranges_that_emit_nothing_keep_the_output_types(tmp_path):
+    """Keys 0..2 emit (their window closes), the carrier rows' windows do not, keys 10..59
+    arrive late only: a range of late keys emits nothing, its frame is untyped (as an empty
+    prediction's is), and the union must keep the emitting ranges' column types."""
+    first = [*({"k": k, "ts": 990, "v": 1.0} for k in range(3)), {"k": 3, "ts": 1001, "v": 1.0}]
+    third = [*({"k": k, "ts": 10, "v": 1.0} for k in range(10, 60)),
+             {"k": 5, "ts": 1012, "v": 1.0}]
+    spec = make_spec(tmp_path, [("a", first), ("a", [{"k": 4, "ts": 1002, "v": 1.0}]),
+                                ("a", third)], KINDS["tumbling"], {"a": "5 seconds"})
+    sched = plan(spec, "c")
+    single = predict(sched, spec, "c", explain=False, count_late=True)
+    ranged = predict_in_ranges(sched, spec, "c", 8)
+    assert len(single.outputs) == 3 and single.info["late_rows"] == 50
+    assert ranged.info["key_ranges"]["ranges_with_rows"] > 3
+    assert differences(single, ranged, spec) == []
