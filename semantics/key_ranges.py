@@ -40,11 +40,11 @@ from semantics.sample import (
 from semantics.schedule import ROW_ID, TICK, Schedule
 from semantics.spec import BacktestSpec
 
-OPTION = "--master"  # (the field an error about splitting names)
+MASTER_OPTION = "--master"  # (the field an error about splitting names)
 _SPAN = 2 ** 64
 # report columns every range must agree on (the batches Spark runs and their watermarks)
-SHARED = ("batch_id", "tick", "has_data", "watermark_ms", "operator", "late_watermark_ms",
-          "eviction_watermark_ms")
+RANGE_SHARED = ("batch_id", "tick", "has_data", "watermark_ms", "operator",
+                "late_watermark_ms", "eviction_watermark_ms")
 
 
 @dataclass(frozen=True)
@@ -62,13 +62,14 @@ def check_splittable(spec: BacktestSpec) -> None:
     """SpecError naming ``--master`` for a query the ranges cannot split: a pipeline (its
     stages may key differently) or one without a key besides the event time."""
     if spec.query.kind == "pipeline":
-        raise SpecError(spec.path, OPTION, "a query of one stateful operator to predict on a "
-                        "cluster (a pipeline is predicted on one machine: without --master)")
+        raise SpecError(spec.path, MASTER_OPTION, "a query of one stateful operator to predict "
+                        "on a cluster (a pipeline is predicted on one machine: without "
+                        "--master)")
     try:
         sample_keys(spec)
     except SpecError as exc:
-        raise SpecError(spec.path, OPTION, f"{exc.expected} (predict it without --master)"
-                        .replace("--sample", "--master")) from None
+        raise SpecError(spec.path, MASTER_OPTION, f"{exc.expected} (predict it without --master)"
+                        .replace("--sample", MASTER_OPTION)) from None
 
 
 def range_of(hashes: np.ndarray, count: int) -> np.ndarray:
@@ -147,7 +148,7 @@ def combine(parts: list[RunResult], split_: Split, spec: BacktestSpec,
         parts = [_empty(split_, spec, candidate)]
     first = parts[0].batches.reset_index(drop=True)
     out = first.copy()
-    shared = [c for c in SHARED if c in first.columns]
+    shared = [c for c in RANGE_SHARED if c in first.columns]
     added = [c for c in [*ADDITIVE, "output_rows"] if c in first.columns] + \
         [c for c in first.columns if c.startswith("input_rows_")]
     for p in parts[1:]:

@@ -144,3 +144,29 @@ def test_ranges_that_emit_nothing_keep_the_output_types(tmp_path):
     assert len(single.outputs) == 3 and single.info["late_rows"] == 50
     assert ranged.info["key_ranges"]["ranges_with_rows"] > 3
     assert differences(single, ranged, spec) == []
+
+
+@pytest.mark.spark
+def test_dagster_resource_predicts_on_the_cluster(spark, tmp_path):
+    """``SparkResource(predict_on_cluster=True)``: the predicted_report asset's batches and rows
+    are those of the asset predicted on this machine."""
+    import dagster as dg
+
+    from orchestration.assets import predicted_report, replay_schedule
+    from orchestration.resources import SparkResource
+    from tests.test_orchestration import NAME, add_partitions, resources, write_tiny_backtest
+
+    write_tiny_backtest(tmp_path)
+    got = {}
+    with dg.instance_for_test() as instance:
+        add_partitions(instance, [f"{NAME}|tight"])
+        for on in (False, True):
+            run = dg.materialize([replay_schedule, predicted_report], instance=instance,
+                                 partition_key=f"{NAME}|tight", resources=resources(
+                                     tmp_path, SparkResource(predict_on_cluster=on)))
+            assert run.success
+            got[on] = run.output_for_node("predicted_report")
+    assert "key_ranges" in got[True].info and "key_ranges" not in got[False].info
+    assert got[True].batches.equals(got[False].batches)
+    assert sorted(map(str, got[True].outputs.to_dict("records"))) == \
+        sorted(map(str, got[False].outputs.to_dict("records")))
