@@ -42,6 +42,7 @@ from semantics.spec import BacktestSpec
 
 MASTER_OPTION = "--master"  # (the field an error about splitting names)
 _SPAN = 2 ** 64
+_NO_KEY = 1e-300  # (times 2^64 below 1: no key hash in the sample)
 # report columns every range must agree on (the batches Spark runs and their watermarks)
 RANGE_SHARED = ("batch_id", "tick", "has_data", "watermark_ms", "operator",
                 "late_watermark_ms", "eviction_watermark_ms")
@@ -84,7 +85,9 @@ def range_of(hashes: np.ndarray, count: int) -> np.ndarray:
 def split(schedule: Schedule, spec: BacktestSpec, candidate: str, count: int) -> Split:
     """The carrier rows and their prediction for ``count`` ranges of ``schedule``'s keys."""
     check_splittable(spec)
-    drawn = draw(schedule, spec, 1.0)  # (the carriers of the full history)
+    # the carriers of the full history; a rate no key hash is below, so that no row of the
+    # history is copied into the sample (the ranges take the rows)
+    drawn = draw(schedule, spec, _NO_KEY)
     light = replace(drawn, schedule=drawn.carriers)
     carrier = predict(drawn.carriers, spec, candidate, explain=False, count_late=True,
                       checkpoint=False)
