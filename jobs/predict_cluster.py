@@ -12,7 +12,7 @@ answer is the single-machine prediction's, not one through Spark's type mapping.
 
 A task holds one range's rows, its carrier rows and its state: memory per task is bounded by
 the range, not the history. The driver still reads the history (``semantics.history.plan``)
-and cuts it; executors reading the Delta files themselves is the next step (docs/SPEC.md §4).
+and cuts it; executors reading the Delta files themselves is not built yet.
 """
 
 from __future__ import annotations
