@@ -103,7 +103,8 @@ def run_backtest(spec: BacktestSpec, candidate: str | None = None, *, predict: b
     schedule before anything is predicted, replayed or stored (e.g. to refuse a row id the
     schedule does not have: it raises, and nothing is written). ``sample``: predict and
     replay only that fraction of the keys plus carrier rows (``jobs.sample_replay``); the
-    candidates' figures are then the sampled keys'."""
+    candidates' figures are then the sampled keys'. A prediction alone with a ``master``
+    runs per key range on that cluster (``jobs.predict_cluster``), without fates."""
     notice = notice or _to_stderr
     store = ResultsStore(results or default_results_dir())
     # a bad results folder refused before any prediction or replay (nothing written yet)
@@ -113,6 +114,12 @@ def run_backtest(spec: BacktestSpec, candidate: str | None = None, *, predict: b
 
         check_rate(spec, sample)
         sample_keys(spec)
+    on_cluster = predict and not actual and master is not None and sample is None \
+        and not isinstance(spec.query, PySparkQuery)
+    if on_cluster:  # (ranges of keys on the executors: refused before any reading)
+        from semantics.key_ranges import check_splittable
+
+        check_splittable(spec)
     lowered = None
     if isinstance(spec.query, PySparkQuery):  # the job's own code: planned by Spark first
         from jobs.pyspark_query import lower
@@ -166,6 +173,11 @@ def run_backtest(spec: BacktestSpec, candidate: str | None = None, *, predict: b
                 cr.predicted = predict_lowered(replace(lowered, spec=pspec), sched, name,
                                                spark or get_spark(master), explain=explain,
                                                count_late=not explain)
+            elif on_cluster:  # (docs/semantics.md §15: the same answer, range by range)
+                from jobs.predict_cluster import predict_on_cluster
+                from jobs.spark import get_spark
+
+                cr.predicted = predict_on_cluster(sched, pspec, name, spark or get_spark(master))
             elif drawn is not None and carrier is not None:
                 from jobs.sample_replay import predict_sample
 

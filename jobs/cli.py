@@ -107,6 +107,9 @@ def cmd_run(args: argparse.Namespace, predict: bool, actual: bool) -> int:
     # report of a backtest)
     with_fates = actual or getattr(args, "explain", None) is not None \
         or getattr(args, "late", None) is not None
+    if predict and not actual and getattr(args, "master", None) and with_fates:
+        raise SpecError(spec.path, "--master", "a prediction without --explain and --late "
+                        "(rows' fates are made on one machine: drop --master for them)")
     result = run_backtest(spec, args.candidate, predict=predict, actual=actual,
                           results=Path(args.results) if args.results else None,
                           master=getattr(args, "master", None),
@@ -289,6 +292,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--late", type=_count, nargs="?", const=20, metavar="N",
                     help="list the input rows the watermark drops (first N per candidate, "
                     "default 20), with the watermark each missed and by how much")
+    sp.add_argument("--master", help="predict on this Spark cluster, per key range "
+                    "(spark://host:port, sc://host:port or local[N]; the same answer as "
+                    "without; docs/semantics.md §15)")
     sp.add_argument("--spark-version", metavar="V1,V2,...",
                     help="predict once per Spark release (e.g. 3.5,4.0,4.2: what an upgrade "
                     "alone changes; docs/semantics.md §12)")

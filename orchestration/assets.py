@@ -149,6 +149,12 @@ def predicted_report(context: dg.AssetExecutionContext, replay_schedule: Planned
         from jobs.pyspark_query import predict as predict_lowered
 
         result: RunResult = predict_lowered(p.lowered, p.schedule, p.candidate, spark.session())
+    elif spark.predict_on_cluster:
+        from jobs.predict_cluster import predict_on_cluster
+        from semantics.key_ranges import check_splittable
+
+        check_splittable(p.spec)
+        result = predict_on_cluster(p.schedule, p.spec, p.candidate, spark.session())
     else:
         result = predict(p.schedule, p.spec, p.candidate)
     result.info["elapsed_s"] = time.perf_counter() - t0

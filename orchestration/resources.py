@@ -28,6 +28,9 @@ class SparkResource(dg.ConfigurableResource):
     """A SparkSession for the replay (``jobs.spark.get_spark``; an active session is reused)."""
 
     master: str = ""  # empty: $WMBT_SPARK_MASTER, else local[2]
+    # predict per key range on this session's executors (jobs.predict_cluster, docs/semantics.md
+    # §15): the same batches and rows, without rows' fates
+    predict_on_cluster: bool = False
 
     def session(self) -> Any:
         from jobs.spark import get_spark

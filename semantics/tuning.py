@@ -121,3 +121,8 @@ PIPELINE_TABLE_PER_ROW = 4
 # rows a union's run (one source's rows of a batch) holds on average, from which the runs are
 # copied as they are, not put row by row (issue 47: chains at 10 M events, A/B in one process)
 UNION_PIECE_ROWS = 64
+
+# --- key ranges on a cluster (semantics/key_ranges.py, jobs/predict_cluster.py) ---
+# rows of history per key range past which a cluster prediction cuts more ranges than two per
+# core (bench/cluster.py: chosen, not tuned; a task's memory is about a range's prediction's)
+RANGE_ROWS = 1 << 20

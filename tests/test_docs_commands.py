@@ -221,6 +221,7 @@ BENCH_HEADERS = {  # bench script -> its table's header line
     "sample": r"^shape\s+events\s+rate\s+sampled\s+carriers\s+full s\s+sample s",
     "paths": r"^kind\s+events\s+step s\s+whole s\s+ratio\s+auto",
     "memory": r"^kind\s+events\s+path\s+peak MB\s+base MB\s+B/event",
+    "cluster": r"^shape\s+events\s+where\s+ranges\s+seconds\s+events/s\s+exact",
 }
 
 
@@ -304,7 +305,7 @@ EXPECTED: list[tuple[str, Expect]] = [
     (r"^infra/postgres-local\.sh start$", Expect(check_pg_started, env=PG_ENV)),
     (r"^eval \S*infra/postgres-local\.sh env", Expect(check_pg_env, env=PG_ENV)),
     (r"^infra/postgres-local\.sh stop$", Expect(check_pg_stopped, env=PG_ENV)),
-    (r"^python bench/(state_bytes|sample)\.py\b",
+    (r"^python bench/(state_bytes|sample|cluster)\.py\b",
      Expect(check_bench, spark=True, timeout=600, env={"WMBT_BENCH_SMOKE": "1"})),
     (r"^python bench/\w+\.py\b",
      Expect(check_bench, timeout=300, env={"WMBT_BENCH_SMOKE": "1"})),

@@ -1,0 +1,172 @@
+"""A prediction made per key range (semantics/key_ranges.py), in this process and on Spark's
+executors (jobs/predict_cluster.py, ``wmbt predict --master``), equals the single-machine
+prediction on random histories of every splittable kind: the report batch by batch (but
+``state_bytes`` of sessions and joins, not reported), the emitted rows, the late rows.
+The single-machine prediction is itself locked against Spark (tests/test_differential.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from jobs.cli import main
+from semantics.errors import SpecError
+from semantics.history import plan
+from semantics.key_ranges import check_splittable, predict_in_ranges, range_of
+from semantics.predict import predict
+from tests.cluster_support import KINDS, differences, random_spec, standalone_cluster
+from tests.replay_support import make_spec
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_ranges_cover_the_hash_range_in_order():
+    edges = np.array([0, 2 ** 62, 2 ** 63, 2 ** 64 - 1], dtype=np.uint64)
+    assert range_of(edges, 1).tolist() == [0, 0, 0, 0]
+    assert range_of(edges, 4).tolist() == [0, 1, 2, 3]
+    assert range_of(edges, 3).tolist() == [0, 0, 1, 2]
+
+
+@pytest.mark.parametrize("count", [1, 3, 8])
+@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_key_ranges_equal_the_single_machine_prediction(tmp_path, kind, seed, count):
+    spec = random_spec(tmp_path, kind, seed)
+    sched = plan(spec, "c")
+    single = predict(sched, spec, "c", explain=False, count_late=True)
+    ranged = predict_in_ranges(sched, spec, "c", count, rows_per_piece=7)
+    assert differences(single, ranged, spec) == []
+    assert ranged.info["key_ranges"]["ranges"] == count
+    if count > 1:  # (the split is real: several ranges predicted)
+        assert ranged.info["key_ranges"]["ranges_with_rows"] > 1
+
+
+def test_a_query_without_a_key_is_refused_naming_master(tmp_path):
+    spec = make_spec(tmp_path, [("a", [{"ts": 1}])],
+                     {"kind": "aggregation", "source": "a", "window": {"duration": "5 seconds"},
+                      "aggregates": {"n": "count(*)"}}, {"a": "10 seconds"})
+    with pytest.raises(SpecError, match="--master: .*global aggregation"):
+        check_splittable(spec)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_local_master_equals_the_single_machine_prediction(spark, tmp_path, kind):
+    from jobs.predict_cluster import predict_on_cluster
+
+    spec = random_spec(tmp_path, kind, 11)
+    sched = plan(spec, "c")
+    single = predict(sched, spec, "c", explain=False, count_late=True)
+    ranged = predict_on_cluster(sched, spec, "c", spark, ranges=3)
+    assert differences(single, ranged, spec) == []
+    assert ranged.info["key_ranges"]["ranges_with_rows"] > 1
+
+
+def _document(argv: list[str], capsys) -> dict:
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def _comparable(doc: dict) -> dict:
+    """The prediction's document without what says how it ran (path, time, master), its
+    emitted rows in one order within each batch (neither Spark nor the ranges fix one)."""
+    for c in doc["candidates"]:
+        info = c["predicted"]["info"]
+        for k in ("elapsed_s", "path", "path_reason", "master", "key_ranges"):
+            info.pop(k, None)
+        c["predicted"]["outputs"].sort(key=lambda r: json.dumps(r, sort_keys=True))
+    return doc
+
+
+@pytest.mark.spark
+def test_standalone_cluster_equals_this_machine(tmp_path, capsys):
+    """A real standalone master and worker (separate JVMs, no PYTHONPATH: the code is
+    shipped): every kind on random histories in one application, then ``wmbt predict
+    --master spark://…`` against ``wmbt predict``, document for document."""
+    with standalone_cluster(tmp_path / "cluster") as url:
+        env = {**os.environ, "PYTHONPATH": ROOT}
+        done = subprocess.run([sys.executable, "-m", "tests.cluster_support", url,
+                               str(tmp_path / "kinds"), "21"], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, done.stderr[-3000:]
+        found = json.loads(done.stdout.strip().splitlines()[-1])
+        assert set(found) == {f"{k}-21" for k in KINDS}
+        assert {k: v for k, v in found.items() if v} == {}
+        spec = random_spec(tmp_path / "cli", "tumbling", 5)
+        path = tmp_path / "spec.yaml"
+        path.write_text(json.dumps({
+            "name": "t", "sources": {"a": {"table": str(tmp_path / "cli" / "a"),
+                                           "event_time": "ts"}},
+            "query": KINDS["tumbling"],
+            "replay": {"pace": spec.replay.pace, "batch_by": {"commits": 1}},
+            "candidates": {"c": {"watermark": {"a": "5 seconds"}},
+                           "d": {"watermark": {"a": "30 seconds"}}}}))
+        cli = subprocess.run([sys.executable, "-m", "jobs.cli", "predict", str(path), "--json",
+                              "--master", url, "--results", str(tmp_path / "r1")], cwd=ROOT,
+                             env=env, capture_output=True, text=True, timeout=600)
+    assert cli.returncode == 0, cli.stderr[-3000:]
+    there = json.loads(cli.stdout)
+    assert [c["predicted"]["info"]["master"] for c in there["candidates"]] == [url, url]
+    here = _document(["predict", str(path), "--json", "--results", str(tmp_path / "r2")],
+                     capsys)
+    assert _comparable(there) == _comparable(here)
+
+
+def test_master_with_explain_is_refused(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    random_spec(tmp_path / "h", "tumbling", 5)
+    path = tmp_path / "spec.yaml"
+    path.write_text(json.dumps({
+        "name": "t", "sources": {"a": {"table": str(tmp_path / "h" / "a"), "event_time": "ts"}},
+        "query": KINDS["tumbling"], "candidates": {"c": {"watermark": {"a": "5 seconds"}}}}))
+    assert main(["predict", str(path), "--master", "local[2]", "--late"]) == 2
+    assert "--master: a prediction without --explain and --late" in capsys.readouterr().err
+    assert not (tmp_path / "results").exists()
+
+
+def test_ranges_that_emit_nothing_keep_the_output_types(tmp_path):
+    """Keys 0..2 emit (their window closes), the carrier rows' windows do not, keys 10..59
+    arrive late only: a range of late keys emits nothing, its frame is untyped (as an empty
+    prediction's is), and the union must keep the emitting ranges' column types."""
+    first = [*({"k": k, "ts": 990, "v": 1.0} for k in range(3)), {"k": 3, "ts": 1001, "v": 1.0}]
+    third = [*({"k": k, "ts": 10, "v": 1.0} for k in range(10, 60)),
+             {"k": 5, "ts": 1012, "v": 1.0}]
+    spec = make_spec(tmp_path, [("a", first), ("a", [{"k": 4, "ts": 1002, "v": 1.0}]),
+                                ("a", third)], KINDS["tumbling"], {"a": "5 seconds"})
+    sched = plan(spec, "c")
+    single = predict(sched, spec, "c", explain=False, count_late=True)
+    ranged = predict_in_ranges(sched, spec, "c", 8)
+    assert len(single.outputs) == 3 and single.info["late_rows"] == 50
+    assert ranged.info["key_ranges"]["ranges_with_rows"] > 3
+    assert differences(single, ranged, spec) == []
+
+
+@pytest.mark.spark
+def test_dagster_resource_predicts_on_the_cluster(spark, tmp_path):
+    """``SparkResource(predict_on_cluster=True)``: the predicted_report asset's batches and rows
+    are those of the asset predicted on this machine."""
+    import dagster as dg
+
+    from orchestration.assets import predicted_report, replay_schedule
+    from orchestration.resources import SparkResource
+    from tests.test_orchestration import NAME, add_partitions, resources, write_tiny_backtest
+
+    write_tiny_backtest(tmp_path)
+    got = {}
+    with dg.instance_for_test() as instance:
+        add_partitions(instance, [f"{NAME}|tight"])
+        for on in (False, True):
+            run = dg.materialize([replay_schedule, predicted_report], instance=instance,
+                                 partition_key=f"{NAME}|tight", resources=resources(
+                                     tmp_path, SparkResource(predict_on_cluster=on)))
+            assert run.success
+            got[on] = run.output_for_node("predicted_report")
+    assert "key_ranges" in got[True].info and "key_ranges" not in got[False].info
+    assert got[True].batches.equals(got[False].batches)
+    assert sorted(map(str, got[True].outputs.to_dict("records"))) == \
+        sorted(map(str, got[False].outputs.to_dict("records")))
