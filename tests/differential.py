@@ -136,3 +136,47 @@ def valid_or_none(make: Any) -> BacktestSpec | None:
         return make()
     except SpecError:
         return None
+
+
+# -- restarts: every route of the prediction against one replay (tests/test_differential_restarts)
+
+ROUTES = (("step", True), ("auto", False), ("whole_run", False))
+
+
+def restart_diffs(spec: BacktestSpec, candidate: str, workdir: Path, spark: Any
+                  ) -> tuple[list[str], Any]:
+    """Differences between one Spark replay of ``spec`` (with its restarts) and every route of
+    the prediction (empty = identical), and the replay's result. Routes: stepping with the
+    rows' fates (a pipeline's reference runner), ``wmbt predict``'s (``explain=False``, path
+    auto: what ``jobs.backtest.run_backtest`` runs for it) and the whole run forced where it
+    applies; for a single operator also the reference semantics (``semantics.reference``,
+    the batch loop of ``semantics.reference.batches.plan``), report columns only."""
+    from jobs.replay import replay
+
+    schedule = plan(spec, candidate)
+    actual = replay(spec, candidate, schedule, workdir / f"replay-{candidate}", spark)
+    out: list[str] = []
+    for path, explain in ROUTES:
+        try:
+            p = predict(schedule, spec, candidate, explain=explain, path=path)
+        except WholeRunDeclined:  # (it cannot compute this run: the other routes step)
+            continue
+        out += [f"path={path}, explain={explain}: {d.message}" for d in
+                [*compare_reports(p.batches, actual.batches),
+                 *compare_outputs(p.outputs, actual.outputs)]]
+    if spec.query.kind != "pipeline":
+        from semantics import reference
+        from tests.reference_kit import REPORT, plain
+
+        ref = reference.run(schedule, spec, candidate)
+        got = [(b.batch_id, b.tick, b.has_data, sum(len(r) for r in b.rows.values()),
+                b.watermark_ms, b.late_ms, b.evict_ms, m.dropped_by_watermark, m.state_rows,
+                m.state_rows_updated, m.state_rows_removed, m.output_rows)
+               for b, m in zip(ref.plan, ref.metrics, strict=True)]
+        want = [tuple(plain(v) for v in r) for r in
+                actual.batches[REPORT].astype(object).itertuples(index=False)]
+        out += [f"reference: batch {i}: {g} != Spark's {w}" for i, (g, w) in
+                enumerate(zip(got, want, strict=False)) if g != w]
+        if len(got) != len(want):
+            out.append(f"reference: {len(got)} batches, Spark ran {len(want)}")
+    return out, actual
