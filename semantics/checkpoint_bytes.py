@@ -228,7 +228,7 @@ class Encoding:
     prefix part, the prefix part, then the rest part, each a version byte and a row.
 
     >>> Encoding(rocksdb=True).key([("long", 5)]).hex()
-    '000000000000000000050000000000000000'
+    '0000000000000000000500000000000000'
     >>> len(Encoding(rocksdb=True).key([("long", 5), ("long", 6)], prefix=1))
     38
     """
