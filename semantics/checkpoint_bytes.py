@@ -1,4 +1,5 @@
-"""Predict the bytes the HDFS-backed state store writes to the checkpoint, per batch (§9.1).
+"""Predict the bytes the state store writes to the checkpoint, per batch (§9.1): the
+HDFS-backed store's delta files and RocksDB's changelog files (below).
 
 What Spark 4.0 writes (read in ``HDFSBackedStateStoreProvider`` and checked byte for byte on
 replay checkpoints, docs/state-bytes.md):
@@ -28,6 +29,13 @@ removes are split evenly over the partitions (Spark hashes the key with Murmur3;
 the sample's values are one stretch of the run's, and the records' order is the sample's, not
 the hash map's. Aggregations, deduplications and sessions here; stream-stream joins (four
 stores per partition, rows rewritten when matched) in :mod:`semantics.checkpoint_join`.
+
+RocksDB with changelog checkpointing writes ``<b+1>.changelog`` per partition instead: the
+same records, end marker and lz4 stream, over keys and values encoded by RocksDB's state
+encoder (:class:`Encoding`: a version byte before each row, a session key split into its scan
+prefix and the rest), so the same sample and delta model price it. Not modelled: RocksDB
+without changelogs (SST uploads follow flushes and compaction), joins on RocksDB, and its
+snapshot uploads (``<v>.zip`` and SST files, excluded from the measure as ``.snapshot`` files).
 """
 
 from __future__ import annotations
@@ -714,10 +722,10 @@ def split(n: int, parts: int) -> list[int]:
 def estimate(spec: BacktestSpec, candidate: str, schedule: Schedule,
              batches: pd.DataFrame) -> pd.Series:
     """Predicted ``checkpoint_bytes`` after each batch of the report ``batches`` (cumulated
-    delta files of every partition, plus the fixed files), or all ``None`` where not
-    modelled (RocksDB, left semi joins, several operators, Spark 3.5: the layout is Spark
-    4's, checked on 4.0.5 — a 3.5.9 replay's first batch differed by more than the
-    tolerance)."""
+    delta or changelog files of every partition, plus the fixed files), or all ``None`` where
+    not modelled (RocksDB without changelogs or with a join, left semi joins, several
+    operators, Spark 3.5: the layout is Spark 4's, checked on 4.0.5 — a 3.5.9 replay's first
+    batch differed by more than the tolerance)."""
     none = pd.Series([None] * len(batches), index=batches.index, dtype="Int64")
     enc = store_encoding(spec, candidate)
     if not len(batches) or enc is None:
