@@ -526,9 +526,10 @@ def _session_sample(df: pd.DataFrame, ts: np.ndarray, q: SessionQuery,
         window = ("struct", unsafe_row([("long", start), ("long", end)]))
         puts.append(put_record(key, enc.value(unsafe_row([window, *kf, *buf]))))
         removes.append(remove_record(key))
-    # in the order of the sessions' first rows, as the rows came (not sorted by key)
+    # puts sorted by key and start, as Spark's session saver writes a key's sessions together;
+    # removes in the order of the sessions' first rows, as the rows came
     order = np.argsort(frame["_pos"].to_numpy()[firsts], kind="stable").tolist()
-    return Sample(tuple(puts[i] for i in order), tuple(removes[i] for i in order))
+    return Sample(tuple(puts), tuple(removes[i] for i in order))
 
 
 # --- compressed bytes of a delta file, from the sample ---
