@@ -735,11 +735,9 @@ def estimate(spec: BacktestSpec, candidate: str, schedule: Schedule,
         return none
     if "operator" in batches.columns and batches["operator"].nunique() > 1:
         return none
-    if isinstance(spec.query, JoinQuery) and enc is not HDFS:  # (not read on RocksDB yet)
-        return none
     if isinstance(spec.query, JoinQuery):  # four stores, records from the join's bookkeeping
         from semantics import checkpoint_join  # (it builds on this module)
-        got = checkpoint_join.estimate(spec, candidate, schedule, len(batches))
+        got = checkpoint_join.estimate(spec, candidate, schedule, len(batches), enc=enc)
         return none if got is None else pd.Series(got.astype("int64"), index=batches.index
                                                   ).astype("Int64")
     sample = sample_records(spec, candidate, schedule, enc=enc)

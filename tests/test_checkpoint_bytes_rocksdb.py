@@ -144,3 +144,46 @@ def test_without_changelogs_each_commit_uploads_a_zip_and_sst_files(spark, tmp_p
             + sum(p.stat().st_size for p in ssts if listed[p.name] <= b + 1)
         assert got[b] == want
     assert actual["checkpoint_bytes"].tolist() == [got[b] for b in actual["batch_id"]]
+
+
+def test_join_changelog_bytes_follow_rocksdbs_four_stores(spark, tmp_path):
+    """A join on RocksDB: four stores per partition, each a changelog per batch with the
+    records ``semantics.checkpoint_join`` derives (exactly), RocksDB's key and value bytes."""
+    from semantics import checkpoint_join as cj
+    from tests.test_checkpoint_bytes_join import _sides
+
+    spec = make_spec(tmp_path / "src", _sides(5, 300, 300, False),
+                     {"kind": "join", "type": "inner", "left": "l", "right": "r", "keys": ["k"],
+                      "time_range": {"lower": "-20 seconds", "upper": "20 seconds"}},
+                     {"l": "10 seconds", "r": "10 seconds"}, spark_conf=_conf(2, True))
+    actual = run(spark, spec, tmp_path / "work").batches
+    sched = plan(spec, "c")
+    state = Path(tmp_path / "work" / "c" / "checkpoint" / "state" / "0")
+    n = len(actual)
+    files = sorted(state.glob("*/*/*.changelog"))
+    assert len(files) == 4 * 2 * n
+    got: dict[str, tuple[list[int], list[int]]] = {}
+    keys: set[bytes] = set()
+    for f in files:
+        blocks = _blocks(f.read_bytes())
+        assert all(st == cb.lz4_block_bytes(b) for c, st, b in blocks if c), f
+        puts, removes = got.setdefault(f.parent.name, ([0] * n, [0] * n))
+        for key, value in _records(b"".join(b[2] for b in blocks)):
+            keys.add(key)
+            if value is None:
+                removes[int(f.name.split(".")[0]) - 1] += 1
+            else:
+                puts[int(f.name.split(".")[0]) - 1] += 1
+    ops = cj.store_ops(spec, "c", sched)
+    assert ops is not None
+    for store, o in ops.items():
+        assert (o.puts.tolist(), o.removes.tolist()) == got[store], store
+    assert all(k[:1] == b"\0" for k in keys)
+    fixed = sum(p.stat().st_size for p in state.rglob("*")
+                if p.is_file() and not p.name.startswith(".") and "_metadata" in p.parts)
+    assert cj.fixed_bytes(spec, "c", sched) == fixed
+    pred = predict(sched, spec, "c", explain=False).batches
+    ratio = (pred["checkpoint_bytes"].astype("float64")
+             / actual["checkpoint_bytes"].astype("float64"))
+    assert 0.9 <= ratio.median() <= 1.1, ratio.tolist()
+    assert ((ratio - 1).abs() <= 0.10).all(), ratio.tolist()
