@@ -33,9 +33,9 @@ stores per partition, rows rewritten when matched) in :mod:`semantics.checkpoint
 RocksDB with changelog checkpointing writes ``<b+1>.changelog`` per partition instead: the
 same records, end marker and lz4 stream, over keys and values encoded by RocksDB's state
 encoder (:class:`Encoding`: a version byte before each row, a session key split into its scan
-prefix and the rest), so the same sample and delta model price it. Not modelled: RocksDB
-without changelogs (SST uploads follow flushes and compaction), joins on RocksDB, and its
-snapshot uploads (``<v>.zip`` and SST files, excluded from the measure as ``.snapshot`` files).
+prefix and the rest), so the same samples and delta model price it (joins' four stores
+too). Not modelled: RocksDB without changelogs (SST uploads follow flushes and compaction) and
+its snapshot uploads (``<v>.zip`` and SST files, excluded from the measure as ``.snapshot`` files).
 """
 
 from __future__ import annotations
@@ -724,7 +724,7 @@ def estimate(spec: BacktestSpec, candidate: str, schedule: Schedule,
              batches: pd.DataFrame) -> pd.Series:
     """Predicted ``checkpoint_bytes`` after each batch of the report ``batches`` (cumulated
     delta or changelog files of every partition, plus the fixed files), or all ``None`` where
-    not modelled (RocksDB without changelogs or with a join, left semi joins, several
+    not modelled (RocksDB without changelogs, left semi joins, several
     operators, Spark 3.5: the layout is Spark 4's, checked on 4.0.5 — a 3.5.9 replay's first
     batch differed by more than the tolerance)."""
     none = pd.Series([None] * len(batches), index=batches.index, dtype="Int64")
