@@ -3,6 +3,13 @@
     SPARK_LOCAL_IP=127.0.0.1 .venv/bin/python bench/state_bytes.py              # all shapes
     SPARK_LOCAL_IP=127.0.0.1 .venv/bin/python bench/state_bytes.py --shapes dedup,session
     SPARK_LOCAL_IP=127.0.0.1 .venv/bin/python bench/state_bytes.py --per-batch  # + every batch
+    SPARK_LOCAL_IP=127.0.0.1 .venv/bin/python bench/state_bytes.py --provider rocksdb
+
+``--provider rocksdb``: the RocksDB state store with changelog checkpointing on (the
+checkpoint table compares its changelog files; a last table shows Spark's
+``memoryUsedBytes``, which the predictor does not estimate for RocksDB, against the state rows,
+and the snapshot uploads — ``<v>.zip`` and SST files — that maintenance wrote, every
+``MAINTENANCE`` instead of Spark's minute so that short runs have some).
 
 Shapes marked ``fitted`` are the ones the model's constants were fitted on; the others check the
 model out of sample (other data, keys or gaps).
@@ -59,6 +66,8 @@ T0_US = 1_700_000_000_000_000  # a whole minute (windows start on it)
 JITTER_US = 10_000_000  # out of order by up to 10 s of event time
 LATE_US = 600_000_000  # 1 % of the events are ten minutes late (beyond the 30 s delay)
 DELAY = "30 seconds"
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+MAINTENANCE = "5s"  # spark.sql.streaming.stateStore.maintenanceInterval under --provider rocksdb
 
 
 @dataclass(frozen=True)
@@ -160,17 +169,22 @@ def events(n: int, seed: int, shape: Shape, rate: float | None = None) -> pd.Dat
 
 
 def make(shape: Shape, batches: int, batch_rows: int, pace: str = "backlog",
-         partitions: int = 2) -> tuple[BacktestSpec, Schedule]:
+         partitions: int = 2, provider: str = "hdfs") -> tuple[BacktestSpec, Schedule]:
     """Spec + schedule as in ``bench/predict.py`` (``rows`` batches; ``pace``: backlog, or
-    live: every data batch followed by an idle tick, where Spark may run a no-data batch)."""
+    live: every data batch followed by an idle tick, where Spark may run a no-data batch;
+    ``provider``: ``hdfs`` or ``rocksdb``, with changelog checkpointing)."""
     sources = list(shape.sources)
+    conf: dict[str, Any] = {"spark.sql.shuffle.partitions": partitions}
+    if provider == "rocksdb":
+        conf |= {"spark.sql.streaming.stateStore.providerClass": ROCKSDB,
+                 "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": True}
     spec = parse_spec({
         "name": f"bench_state_bytes_{shape.name}",
         "sources": {s: {"table": f"/nonexistent/{s}", "event_time": "ts"} for s in sources},
         "query": shape.query,
         "replay": {"batch_by": {"rows": batch_rows}, "pace": pace},
         "candidates": {"c": {"watermark": {s: shape.delay for s in sources}}},
-        "spark_conf": {"spark.sql.shuffle.partitions": partitions},
+        "spark_conf": conf,
     })
     shares = shape.shares or (1.0,) * len(sources)
     arrivals = {}
@@ -190,13 +204,17 @@ def make(shape: Shape, batches: int, batch_rows: int, pace: str = "backlog",
     return spec, sched
 
 
-def run_spark(spec: BacktestSpec, sched: Schedule) -> pd.DataFrame:
+def run_spark(spec: BacktestSpec, sched: Schedule) -> tuple[pd.DataFrame, int]:
+    """The replay's batches and the bytes of the snapshots its checkpoint holds
+    (``jobs.checkpoint.snapshot_bytes``)."""
+    from jobs.checkpoint import snapshot_bytes
     from jobs.replay import replay
     from jobs.spark import get_spark
 
     spark = get_spark()
     with tempfile.TemporaryDirectory() as tmp:
-        return replay(spec, "c", sched, Path(tmp), spark).batches
+        batches = replay(spec, "c", sched, Path(tmp), spark).batches
+        return batches, snapshot_bytes(Path(tmp) / "c" / "checkpoint")
 
 
 COLS = ["batch_id", "state_rows", "state_rows_removed", "state_bytes"]
@@ -224,16 +242,21 @@ def checkpoint(actual: pd.DataFrame, pred: pd.DataFrame) -> tuple[pd.DataFrame, 
 
 
 def compare(shape: Shape, batches: int, batch_rows: int, pace: str = "backlog",
-            partitions: int = 2) -> tuple[pd.DataFrame, dict[str, Any]]:
+            partitions: int = 2, provider: str = "hdfs") -> tuple[pd.DataFrame, dict[str, Any]]:
     """Per-batch table (predicted vs actual) and the shape's summary."""
-    spec, sched = make(shape, batches, batch_rows, pace, partitions)
+    spec, sched = make(shape, batches, batch_rows, pace, partitions, provider)
     t0 = time.perf_counter()
-    actual_all = run_spark(spec, sched)
+    actual_all, snapshots = run_spark(spec, sched)
     actual = actual_all[COLS]
     spark_s = time.perf_counter() - t0
     pred_full = predict(sched, spec, "c", explain=False).batches
     pred = pred_full[COLS]
     ck_df, ck = checkpoint(actual_all, pred_full)
+    mem = pd.to_numeric(actual_all["state_bytes"]).astype("float64")
+    rows_ = pd.to_numeric(actual_all["state_rows"]).astype("float64")
+    ck |= {"snapshot_bytes": snapshots, "mem_min": mem.min(), "mem_med": mem.median(),
+           "mem_max": mem.max(), "mem_rows_corr": mem.corr(rows_),
+           "rows_max": rows_.max()}
     pred_all = _engine_batches(spec, sched)
     df = actual.merge(pred, on="batch_id", how="outer", suffixes=("", "_pred"))
     df = df.apply(pd.to_numeric).astype("float64")
@@ -261,7 +284,8 @@ def compare(shape: Shape, batches: int, batch_rows: int, pace: str = "backlog",
         x, y = fit["entries"].to_numpy(), fit["state_bytes"].to_numpy()
         b, a = np.polyfit(x, y, 1)
         resid = y - (a + b * x)
-        r2 = 1 - float(resid @ resid) / float(((y - y.mean()) ** 2).sum())
+        spread = float(((y - y.mean()) ** 2).sum())  # (0: RocksDB's memory can stay level)
+        r2 = 1 - float(resid @ resid) / spread if spread else float("nan")
     b_at_a = b_rows = b_removed = float("nan")
     if len(fit):
         x, y = fit["entries"].to_numpy(), fit["state_bytes"].to_numpy() - base
@@ -343,6 +367,16 @@ def print_checkpoint(rows: list[dict[str, Any]]) -> None:
               f"{r['ck_inc_worst']:>9.3f} {r['ck_final']:>11,.0f} {r['ck_updates_differ']:>4}")
 
 
+def print_rocksdb(rows: list[dict[str, Any]]) -> None:
+    print("\nRocksDB: Spark's memoryUsedBytes (not estimated) and snapshot uploads")
+    print(f"{'shape':<13} {'P':>2} {'mem min':>9} {'median':>9} {'max':>9} {'corr rows':>9} "
+          f"{'max rows':>8} {'snapshots':>10} {'changelogs':>10}")
+    for r in rows:
+        print(f"{r['shape']:<13} {r['partitions']:>2} {r['mem_min']:>9,.0f} "
+              f"{r['mem_med']:>9,.0f} {r['mem_max']:>9,.0f} {r['mem_rows_corr']:>9.2f} "
+              f"{r['rows_max']:>8,.0f} {r['snapshot_bytes']:>10,} {r['ck_final']:>10,.0f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated, of: "
@@ -351,6 +385,8 @@ def main() -> None:
     ap.add_argument("--batch-rows", type=int, default=2000)
     ap.add_argument("--pace", choices=["backlog", "live"], default="backlog")
     ap.add_argument("--per-batch", action="store_true", help="also print every batch")
+    ap.add_argument("--provider", choices=["hdfs", "rocksdb"], default="hdfs",
+                    help="state store (rocksdb: changelog checkpointing on)")
     ap.add_argument("--partitions", default="2",
                     help="spark.sql.shuffle.partitions, comma-separated (each a run)")
     args = ap.parse_args()
@@ -358,11 +394,16 @@ def main() -> None:
         args.shapes = args.shapes.split(",")[0]
         args.batches, args.batch_rows = tiny(args.batches, 3), tiny(args.batch_rows, 100)
     started = time.perf_counter()
+    if args.provider == "rocksdb":  # (the session's, not the spec's: no semantic effect)
+        from jobs.spark import get_spark
+
+        get_spark().conf.set("spark.sql.streaming.stateStore.maintenanceInterval", MAINTENANCE)
     rows = []
     sessions = []
     for name, parts in [(n, int(p)) for n in args.shapes.split(",")
                         for p in args.partitions.split(",")]:
-        df, summary = compare(SHAPES[name], args.batches, args.batch_rows, args.pace, parts)
+        df, summary = compare(SHAPES[name], args.batches, args.batch_rows, args.pace, parts,
+                              args.provider)
         summary["partitions"] = parts
         rows.append(summary)
         if SHAPES[name].query["kind"] == "session":
@@ -376,6 +417,11 @@ def main() -> None:
                     "checkpoint_bytes_pred", "ck_ratio", "inc_ratio"]
             with pd.option_context("display.width", 200, "display.max_rows", 1000):
                 print(df[show].round(2).to_string(index=False))
+    if args.provider == "rocksdb":
+        print_checkpoint(rows)
+        print_rocksdb(rows)
+        print(f"\ntotal {time.perf_counter() - started:.0f} s")
+        return
     print_tables(rows)
     print_checkpoint(rows)
     if sessions:

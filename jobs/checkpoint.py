@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -130,22 +131,51 @@ def compacted(checkpoint: Path) -> bool:
     return d.is_dir() and any(p.name.endswith(".compact") for p in d.iterdir())
 
 
+def _sst_versions(store: Path) -> dict[str, int]:
+    """RocksDB without changelogs: each SST file under ``store/SSTs`` with the first version
+    whose ``<v>.zip`` lists it (its ``metadata`` entry: ``v1`` then JSON with ``sstFiles``)."""
+    first: dict[str, int] = {}
+    zips = sorted((int(m.group(1)), p) for p in store.glob("*.zip")
+                  if (m := _VERSIONED.match(p.name)))
+    for v, p in zips:
+        try:
+            with zipfile.ZipFile(p) as z:
+                meta = z.read("metadata").decode().split("\n", 1)[1]
+        except (KeyError, IndexError, zipfile.BadZipFile):
+            continue
+        for f in json.loads(meta).get("sstFiles", []):
+            first.setdefault(f["dfsSstFileName"], v)
+    return first
+
+
+def _rocksdb_snapshot(p: Path) -> bool:
+    """A RocksDB snapshot upload: ``<v>.zip`` or an SST file under ``SSTs/``."""
+    return p.name.endswith(".zip") or p.parent.name == "SSTs"
+
+
 def state_bytes_by_batch(checkpoint: Path, batch_ids: list[int]) -> dict[int, int]:
     """Approximate on-disk state size after each batch.
 
     Counts the files under ``state/`` whose state-store version is
     ``<= batch_id + 1`` (batch ``b`` commits version ``b + 1``), plus every unversioned file
-    (metadata, schemas, RocksDB SST files); hidden files (checksums, temporary files a killed
-    replay left) are not counted, nor the HDFS state store's ``<v>.snapshot`` files: copies of
-    a version that background maintenance writes at times of its own (every minute by
-    default), with which two runs of one replay would report different bytes (a resumed one
-    must report what an uninterrupted one does: ``jobs.resume``). Approximation: measured
-    after the run, and files of old versions are only present because the replay keeps every
-    version (``spark.sql.streaming.minBatchesToRetain`` is raised during the replay).
+    (metadata, schemas); hidden files (checksums, temporary files a killed replay left) are
+    not counted, nor snapshots: copies of a version that background maintenance writes at
+    times of its own (every minute by default), with which two runs of one replay would
+    report different bytes (a resumed one must report what an uninterrupted one does:
+    ``jobs.resume``) — the HDFS state store's ``<v>.snapshot`` files and, for RocksDB with
+    changelog checkpointing (a store directory holding ``<v>.changelog`` files), its
+    ``<v>.zip`` files and the SST files under ``SSTs/`` (:func:`snapshot_bytes` sums them).
+    RocksDB without changelogs uploads a ``<v>.zip`` and the new SST files at every commit:
+    each zip counts from its version, each SST from the first version whose zip lists it.
+    Approximation: measured after the run, and files of old versions are only present
+    because the replay keeps every version (``spark.sql.streaming.minBatchesToRetain`` is
+    raised during the replay).
     """
     root = checkpoint / "state"
     versioned: list[tuple[int, int]] = []
     fixed = 0
+    changelogs: dict[Path, bool] = {}
+    ssts: dict[Path, dict[str, int]] = {}
     if root.is_dir():
         for p in root.rglob("*"):
             if not p.is_file() or p.name.startswith(".") or p.name.endswith(".crc"):
@@ -154,8 +184,39 @@ def state_bytes_by_batch(checkpoint: Path, batch_ids: list[int]) -> dict[int, in
             if m and m.group(2) == "snapshot":
                 continue
             size = p.stat().st_size
+            if _rocksdb_snapshot(p):
+                store = p.parent.parent if p.parent.name == "SSTs" else p.parent
+                if store not in changelogs:
+                    changelogs[store] = any(store.glob("*.changelog"))
+                if changelogs[store]:
+                    continue
+                if p.parent.name == "SSTs":
+                    if store not in ssts:
+                        ssts[store] = _sst_versions(store)
+                    v = ssts[store].get(p.name)
+                    if v is not None:
+                        versioned.append((v, size))
+                        continue
             if m:
                 versioned.append((int(m.group(1)), size))
             else:
                 fixed += size
     return {b: fixed + sum(s for v, s in versioned if v <= b + 1) for b in batch_ids}
+
+
+def snapshot_bytes(checkpoint: Path) -> int:
+    """Bytes of the snapshots :func:`state_bytes_by_batch` leaves out where changelogs or delta
+    files carry the versions: ``<v>.snapshot`` files, and RocksDB's ``<v>.zip`` and SST files
+    in store directories that hold changelogs (the last maintenance's uploads, all kept)."""
+    root = checkpoint / "state"
+    total = 0
+    if not root.is_dir():
+        return 0
+    for p in root.rglob("*"):
+        if not p.is_file() or p.name.startswith(".") or p.name.endswith(".crc"):
+            continue
+        store = p.parent.parent if p.parent.name == "SSTs" else p.parent
+        if p.name.endswith(".snapshot") or (_rocksdb_snapshot(p)
+                                            and any(store.glob("*.changelog"))):
+            total += p.stat().st_size
+    return total

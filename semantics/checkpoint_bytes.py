@@ -1,4 +1,5 @@
-"""Predict the bytes the HDFS-backed state store writes to the checkpoint, per batch (§9.1).
+"""Predict the bytes the state store writes to the checkpoint, per batch (§9.1): the
+HDFS-backed store's delta files and RocksDB's changelog files (below).
 
 What Spark 4.0 writes (read in ``HDFSBackedStateStoreProvider`` and checked byte for byte on
 replay checkpoints, docs/state-bytes.md):
@@ -28,6 +29,13 @@ removes are split evenly over the partitions (Spark hashes the key with Murmur3;
 the sample's values are one stretch of the run's, and the records' order is the sample's, not
 the hash map's. Aggregations, deduplications and sessions here; stream-stream joins (four
 stores per partition, rows rewritten when matched) in :mod:`semantics.checkpoint_join`.
+
+RocksDB with changelog checkpointing writes ``<b+1>.changelog`` per partition instead: the
+same records, end marker and lz4 stream, over keys and values encoded by RocksDB's state
+encoder (:class:`Encoding`: a version byte before each row, a session key split into its scan
+prefix and the rest), so the same samples and delta model price it (joins' four stores
+too). Not modelled: RocksDB without changelogs (SST uploads follow flushes and compaction) and
+its snapshot uploads (``<v>.zip`` and SST files, excluded from the measure as ``.snapshot`` files).
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ import pandas as pd
 from semantics.config import resolve
 from semantics.report import operator_name
 from semantics.schedule import TICK, Schedule
+from semantics.spark_conf import spark_bool
 from semantics.spec import (
     AggregationQuery,
     BacktestSpec,
@@ -60,6 +69,8 @@ BLOCK = 32 * 1024  # spark.io.compression.lz4.blockSize (Spark's default)
 BLOCK_HEADER = 21  # "LZ4Block" + token + compressed length + raw length + xxhash32
 END = 4  # the stream's end marker: int -1
 HDFS_PROVIDER = "HDFSBackedStateStoreProvider"
+ROCKSDB_PROVIDER = "RocksDBStateStoreProvider"
+CHANGELOG = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
 
 # lz4's LZ4_compress_default on a block below 64 KiB (lz4-java's native fast compressor):
 _MFLIMIT, _LASTLITERALS, _HASHLOG, _SKIP = 12, 5, 13, 6
@@ -214,6 +225,40 @@ def remove_record(key: bytes) -> bytes:
     return struct.pack(">i", len(key)) + key + struct.pack(">i", -1)
 
 
+@dataclass(frozen=True)
+class Encoding:
+    """How a store provider turns a state key's fields and a value row into a record's bytes
+    (the record framing, :func:`put_record` / :func:`remove_record`, is the same for both).
+
+    HDFS-backed: the UnsafeRows as they are. RocksDB (``rocksdb=True``, its changelog files,
+    docs/semantics.md §9.1): each row after a version byte ``0``; a key whose first ``prefix``
+    fields are a scan prefix (sessions: the group keys) is ``int`` (little-endian) length of the
+    prefix part, the prefix part, then the rest part, each a version byte and a row.
+
+    >>> Encoding(rocksdb=True).key([("long", 5)]).hex()
+    '0000000000000000000500000000000000'
+    >>> len(Encoding(rocksdb=True).key([("long", 5), ("long", 6)], prefix=1))
+    38
+    """
+
+    rocksdb: bool = False
+
+    def key(self, fields: Sequence[Field], prefix: int = 0) -> bytes:
+        if not self.rocksdb:
+            return unsafe_row(fields)
+        if not prefix:
+            return b"\0" + unsafe_row(fields)
+        head = b"\0" + unsafe_row(fields[:prefix])
+        return struct.pack("<i", len(head)) + head + b"\0" + unsafe_row(fields[prefix:])
+
+    def value(self, row: bytes) -> bytes:
+        return b"\0" + row if self.rocksdb else row
+
+
+HDFS = Encoding()
+ROCKSDB = Encoding(rocksdb=True)
+
+
 # --- the sample: state keys and values built from the schedule's rows ---
 def _kind(series: pd.Series, decimal: tuple[int, int] | None) -> str:
     if decimal is not None:
@@ -333,7 +378,7 @@ class Sample:
 
 
 def sample_records(spec: BacktestSpec, candidate: str, schedule: Schedule,
-                   rows: int = CHECKPOINT_SAMPLE_ROWS) -> Sample | None:
+                   rows: int = CHECKPOINT_SAMPLE_ROWS, enc: Encoding = HDFS) -> Sample | None:
     """State records of ``rows`` input rows (aggregations: :func:`_aggregation_sample`; else
     the first rows), as Spark lays them out (the key columns in the order Spark's state
     schema has them: the window first, then the group keys), or ``None`` for a query kind
@@ -344,7 +389,7 @@ def sample_records(spec: BacktestSpec, candidate: str, schedule: Schedule,
     df, dec = _spelled(schedule, q.source, _names(q))
     keys = [*q.keys]
     if isinstance(q, AggregationQuery):
-        return _aggregation_sample(schedule, q, df, dec, rows)
+        return _aggregation_sample(schedule, q, df, dec, rows, enc)
     df = df.head(rows)
     event_us = schedule.event_time_us(q.source)[:len(df)]
     if isinstance(q, DeduplicationQuery):
@@ -355,19 +400,20 @@ def sample_records(spec: BacktestSpec, candidate: str, schedule: Schedule,
         seen: set[bytes] = set()
         puts, removes = [], []
         for fields, exp in zip(_fields(df, keys, dec), expiry.tolist(), strict=True):
-            key = unsafe_row(fields)
+            key = enc.key(fields)
             if key in seen:
                 continue
             seen.add(key)
-            value = unsafe_row([("long", exp if q.within_watermark else None)])
+            value = enc.value(unsafe_row([("long", exp if q.within_watermark else None)]))
             puts.append(put_record(key, value))
             removes.append(remove_record(key))
         return Sample(tuple(puts), tuple(removes))
-    return _session_sample(df, event_us, q, dec)
+    return _session_sample(df, event_us, q, dec, enc)
 
 
 def _aggregation_sample(schedule: Schedule, q: AggregationQuery, df: pd.DataFrame,
-                        dec: dict[str, tuple[int, int]], rows: int) -> Sample:
+                        dec: dict[str, tuple[int, int]], rows: int, enc: Encoding = HDFS
+                        ) -> Sample:
     """The records of ``rows`` rows from the middle data batch of the run on: one per group
     and batch that updates it (as Spark writes them), each with the group's buffers
     accumulated over every row so far (up to ``HISTORY_ROWS`` · ``rows`` of them) — a
@@ -397,8 +443,9 @@ def _aggregation_sample(schedule: Schedule, q: AggregationQuery, df: pd.DataFram
     key_rows = _fields(hist.iloc[at], cols, dec)
     if q.window is not None:
         key_rows = [[w, *k] for w, k in zip(_window_fields(ts[at], q), key_rows, strict=True)]
-    keys = [unsafe_row(k) for k in key_rows]
-    puts = tuple(put_record(k, unsafe_row(v)) for k, v in zip(keys, values, strict=True))
+    keys = [enc.key(k) for k in key_rows]
+    puts = tuple(put_record(k, enc.value(unsafe_row(v)))
+                 for k, v in zip(keys, values, strict=True))
     return Sample(puts, tuple(remove_record(k) for k in keys))
 
 
@@ -451,7 +498,7 @@ def _running_buffers(df: pd.DataFrame, group: np.ndarray, aggregates: dict[str, 
 
 
 def _session_sample(df: pd.DataFrame, ts: np.ndarray, q: SessionQuery,
-                    dec: dict[str, tuple[int, int]]) -> Sample:
+                    dec: dict[str, tuple[int, int]], enc: Encoding = HDFS) -> Sample:
     """Sessions of the sample's rows (per key, a new one where a row starts ``gap`` or more
     after the session's last row): key = group keys + session start, value = the session
     window, the group keys and the aggregation buffers."""
@@ -475,13 +522,14 @@ def _session_sample(df: pd.DataFrame, ts: np.ndarray, q: SessionQuery,
     puts, removes = [], []
     for kf, start, end, buf in zip(key_fields, starts.tolist(), ends.tolist(), buffers,
                                    strict=True):
-        key = unsafe_row([*kf, ("long", start)])
+        key = enc.key([*kf, ("long", start)], prefix=len(kf))
         window = ("struct", unsafe_row([("long", start), ("long", end)]))
-        puts.append(put_record(key, unsafe_row([window, *kf, *buf])))
+        puts.append(put_record(key, enc.value(unsafe_row([window, *kf, *buf]))))
         removes.append(remove_record(key))
-    # in the order of the sessions' first rows, as the rows came (not sorted by key)
+    # puts sorted by key and start, as Spark's session saver writes a key's sessions together;
+    # removes in the order of the sessions' first rows, as the rows came
     order = np.argsort(frame["_pos"].to_numpy()[firsts], kind="stable").tolist()
-    return Sample(tuple(puts[i] for i in order), tuple(removes[i] for i in order))
+    return Sample(tuple(puts), tuple(removes[i] for i in order))
 
 
 # --- compressed bytes of a delta file, from the sample ---
@@ -649,6 +697,20 @@ def hdfs_backed(spec: BacktestSpec, candidate: str) -> bool:
     return not provider or provider.endswith(HDFS_PROVIDER)
 
 
+def store_encoding(spec: BacktestSpec, candidate: str) -> Encoding | None:
+    """The record encoding of the files each batch writes: :data:`HDFS` (delta files),
+    :data:`ROCKSDB` (RocksDB with changelog checkpointing on: changelog files), or ``None``
+    (RocksDB without changelogs uploads the SST files that flushes and compaction wrote,
+    which follow compaction, not the batch's records: not modelled)."""
+    r = resolve(spec, candidate)
+    if hdfs_backed(spec, candidate):
+        return HDFS
+    if r.state_store_provider.endswith(ROCKSDB_PROVIDER) and spark_bool(
+            r.conf.get(CHANGELOG, False), CHANGELOG, spec.path):
+        return ROCKSDB
+    return None
+
+
 def split(n: int, parts: int) -> list[int]:
     """``n`` records over ``parts`` partitions, evenly (Spark hashes keys; not modelled).
 
@@ -661,12 +723,13 @@ def split(n: int, parts: int) -> list[int]:
 def estimate(spec: BacktestSpec, candidate: str, schedule: Schedule,
              batches: pd.DataFrame) -> pd.Series:
     """Predicted ``checkpoint_bytes`` after each batch of the report ``batches`` (cumulated
-    delta files of every partition, plus the fixed files), or all ``None`` where not
-    modelled (RocksDB, left semi joins, several operators, Spark 3.5: the layout is Spark
-    4's, checked on 4.0.5 — a 3.5.9 replay's first batch differed by more than the
-    tolerance)."""
+    delta or changelog files of every partition, plus the fixed files), or all ``None`` where
+    not modelled (RocksDB without changelogs, left semi joins, several
+    operators, Spark 3.5: the layout is Spark 4's, checked on 4.0.5 — a 3.5.9 replay's first
+    batch differed by more than the tolerance)."""
     none = pd.Series([None] * len(batches), index=batches.index, dtype="Int64")
-    if not len(batches) or not hdfs_backed(spec, candidate):
+    enc = store_encoding(spec, candidate)
+    if not len(batches) or enc is None:
         return none
     if resolve(spec, candidate).profile.checkpoint_layout_unmodelled:
         return none
@@ -674,10 +737,10 @@ def estimate(spec: BacktestSpec, candidate: str, schedule: Schedule,
         return none
     if isinstance(spec.query, JoinQuery):  # four stores, records from the join's bookkeeping
         from semantics import checkpoint_join  # (it builds on this module)
-        got = checkpoint_join.estimate(spec, candidate, schedule, len(batches))
+        got = checkpoint_join.estimate(spec, candidate, schedule, len(batches), enc=enc)
         return none if got is None else pd.Series(got.astype("int64"), index=batches.index
                                                   ).astype("Int64")
-    sample = sample_records(spec, candidate, schedule)
+    sample = sample_records(spec, candidate, schedule, enc=enc)
     fixed = fixed_bytes(spec, candidate, schedule)
     if sample is None or fixed is None:
         return none

@@ -357,7 +357,7 @@ def _ops(n_b: int, left: SideFacts, right: SideFacts, lkey: bool, rkey: bool
 
 # --- the records' bytes: a sample of each store's keys and values ---
 def _side_sample(spec: BacktestSpec, schedule: Schedule, source: str, facts: SideFacts,
-                 n_b: int, rows: int, parts: int
+                 n_b: int, rows: int, parts: int, enc: cb.Encoding = cb.HDFS
                  ) -> tuple[cb.Sample, cb.Sample, tuple[bytes, ...], tuple[bytes, ...],
                             tuple[bytes, ...]]:
     """(count store, value store) records of the side's first ``rows`` stored rows, from
@@ -378,7 +378,7 @@ def _side_sample(spec: BacktestSpec, schedule: Schedule, source: str, facts: Sid
     batch = facts.b[:rows].tolist()
     cols = [ROW_ID, *schedule.data_columns[source]]
     key_fields = cb._fields(df, list(q.keys), dec)
-    keys = [cb.unsafe_row(kf) for kf in key_fields]
+    keys = [enc.key(kf) for kf in key_fields]
     values = cb._fields(df, cols, dec)
     part = [zlib.crc32(k) % parts for k in keys]
     order = sorted(range(len(df)), key=lambda i: (batch[i], part[i]))  # (stable)
@@ -386,18 +386,19 @@ def _side_sample(spec: BacktestSpec, schedule: Schedule, source: str, facts: Sid
     c_puts, c_rm, v_puts, v_rm, moved, flagged = [], [], [], [], [], []
     for i in order:
         key, kf, n = keys[i], key_fields[i], index[i]
-        c_puts.append(cb.put_record(key, cb.unsafe_row([("long", n + 1)])))
+        c_puts.append(cb.put_record(key, enc.value(cb.unsafe_row([("long", n + 1)]))))
         where = (batch[i], part[i], key)
         if where not in file:
             c_rm.append(cb.remove_record(key))
         file[where] = n
-        kidx = cb.unsafe_row([*kf, ("long", n)])
-        v_puts.append(cb.put_record(kidx, cb.unsafe_row([*values[i], ("bool", matched[i])])))
+        kidx = enc.key([*kf, ("long", n)])
+        value = enc.value(cb.unsafe_row([*values[i], ("bool", matched[i])]))
+        v_puts.append(cb.put_record(kidx, value))
         v_rm.append(cb.remove_record(kidx))
-        moved.append(cb.put_record(cb.unsafe_row([*kf, ("long", 0)]),
-                                   cb.unsafe_row([*values[i], ("bool", matched[i])])))
-        flagged.append(cb.put_record(kidx, cb.unsafe_row([*values[i], ("bool", True)])))
-    keyed = tuple(cb.put_record(k, cb.unsafe_row([("long", n)])) for (_, _, k), n in file.items())
+        moved.append(cb.put_record(enc.key([*kf, ("long", 0)]), value))
+        flagged.append(cb.put_record(kidx, enc.value(cb.unsafe_row([*values[i], ("bool", True)]))))
+    keyed = tuple(cb.put_record(k, enc.value(cb.unsafe_row([("long", n)])))
+                  for (_, _, k), n in file.items())
     return (cb.Sample(tuple(c_puts), tuple(c_rm)), cb.Sample(tuple(v_puts), tuple(v_rm)),
             tuple(moved), tuple(flagged), keyed)
 
@@ -524,8 +525,10 @@ def flagged_bytes(puts: Sequence[bytes], flagged: Sequence[bytes]
 
 
 def estimate(spec: BacktestSpec, candidate: str, schedule: Schedule, n: int,
-             rows: int = CHECKPOINT_SAMPLE_ROWS) -> np.ndarray | None:
-    """Predicted ``checkpoint_bytes`` after each of the run's ``n`` batches, or ``None``."""
+             rows: int = CHECKPOINT_SAMPLE_ROWS, enc: cb.Encoding = cb.HDFS
+             ) -> np.ndarray | None:
+    """Predicted ``checkpoint_bytes`` after each of the run's ``n`` batches, or ``None``
+    (``enc``: the store's record encoding, :func:`semantics.checkpoint_bytes.store_encoding`)."""
     facts = join_facts(spec, candidate, schedule)
     if facts is None or facts[0] != n:
         return None
@@ -536,7 +539,7 @@ def estimate(spec: BacktestSpec, candidate: str, schedule: Schedule, n: int,
     parts = cb.partitions(spec, candidate)
     for side, source, f in (("left", q.left, facts[1]), ("right", q.right, facts[2])):
         count, values, moved, flagged, keyed = _side_sample(spec, schedule, source, f, n,
-                                                            rows, parts)
+                                                            rows, parts, enc)
         models[f"{side}-{COUNT}"] = StoreModel(cb.delta_model(count), 0.0,
                                                keyed=cb.stream_cost(keyed))
         models[f"{side}-{VALUES}"] = StoreModel(cb.delta_model(values),
