@@ -139,6 +139,9 @@ def cmd_versions(args: argparse.Namespace) -> int:
     from semantics.spec import load_spec
 
     spec = load_spec(args.spec)
+    if getattr(args, "master", None):  # (one table per profile: predicted on this machine)
+        raise SpecError(spec.path, "--master", "a prediction without --spark-version (the "
+                        "profiles' tables are predicted on one machine: drop one of them)")
     versions = [v.strip() for v in args.spark_version.split(",") if v.strip()]
     for v in versions or [args.spark_version]:
         try:

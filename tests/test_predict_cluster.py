@@ -117,7 +117,7 @@ def test_standalone_cluster_equals_this_machine(tmp_path, capsys):
     assert _comparable(there) == _comparable(here)
 
 
-def test_master_with_explain_is_refused(tmp_path, capsys, monkeypatch):
+def test_master_with_explain_or_versions_is_refused(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     random_spec(tmp_path / "h", "tumbling", 5)
     path = tmp_path / "spec.yaml"
@@ -126,6 +126,9 @@ def test_master_with_explain_is_refused(tmp_path, capsys, monkeypatch):
         "query": KINDS["tumbling"], "candidates": {"c": {"watermark": {"a": "5 seconds"}}}}))
     assert main(["predict", str(path), "--master", "local[2]", "--late"]) == 2
     assert "--master: a prediction without --explain and --late" in capsys.readouterr().err
+    assert not (tmp_path / "results").exists()
+    assert main(["predict", str(path), "--master", "local[2]", "--spark-version", "4.0"]) == 2
+    assert "--master: a prediction without --spark-version" in capsys.readouterr().err
     assert not (tmp_path / "results").exists()
 
 
