@@ -195,11 +195,14 @@ def print_late(result: BacktestResult, limit: int, as_json: bool) -> int:
 
 
 def _pipeline_late(result: BacktestResult, name: str, limit: int):
-    """A pipeline's late entries at every operator (``semantics.pipeline.explain``)."""
-    from semantics.pipeline.explain import late_listing, trace
+    """A pipeline's late entries at every operator (``semantics.pipeline.explain``); a
+    PySpark chain's on the rows at its first operator (``semantics.pipeline.chain_rows``)."""
+    from semantics.pipeline.chain_rows import traced
+    from semantics.pipeline.explain import late_listing
 
     c = next(c for c in result.candidates if c.name == name)
-    return late_listing(c.schedule, trace(c.schedule, result.spec, name), result.spec, limit)
+    rows, spec, t = traced(c.schedule, result.spec, name, c.predicted)
+    return late_listing(rows, t, spec, limit)
 
 
 def _row_id_check(spec: BacktestSpec, row_id: int | None) -> Callable[[Schedule], None] | None:
@@ -226,11 +229,13 @@ def explain(result: BacktestResult, row_id: int) -> int:
     from semantics.explain import explain_row
 
     for c in result.candidates:
-        if result.spec.query.kind == "pipeline":  # (each stage it reached)
-            from semantics.pipeline.explain import explain_pipeline_row, trace
+        if result.spec.query.kind == "pipeline":  # (each stage it reached; a PySpark
+            # chain's as the pipeline it is lowered onto: semantics.pipeline.chain_rows)
+            from semantics.pipeline.chain_rows import traced
+            from semantics.pipeline.explain import explain_pipeline_row
 
-            t = trace(c.schedule, result.spec, c.name)
-            print(f"[{c.name}] " + explain_pipeline_row(c.schedule, t, row_id, result.spec))
+            _, spec, t = traced(c.schedule, result.spec, c.name, c.predicted)
+            print(f"[{c.name}] " + explain_pipeline_row(c.schedule, t, row_id, spec))
             continue
         print(f"[{c.name}] " + explain_row(c.schedule, c.predicted, row_id, result.spec))
     return 0

@@ -67,6 +67,7 @@ from jobs.pyspark_plan import (
 )
 from jobs.sink import spark_rows_frame
 from semantics.durations import Duration
+from semantics.pipeline.chain_rows import ChainPrediction
 from semantics.pipeline.columns import SESSION_COLUMNS, WINDOW_COLUMNS, WINDOW_TIME
 from semantics.pipeline.spec import (
     AggregateArgs,
@@ -84,7 +85,6 @@ from semantics.pipeline.spec import (
     UnionStage,
     check_pipeline,
 )
-from semantics.predict import Prediction
 from semantics.predict import predict as run_predict
 from semantics.pyspark_spec import PySparkOrigin, PySparkQuery, code_path
 from semantics.schedule import Schedule
@@ -697,11 +697,15 @@ def _project(spec: BacktestSpec, node: object, cols: _Cols) -> SelectStage | Non
 
 # -- prediction --------------------------------------------------------------------------------
 
-def predict_chain(lowered: Lowered, schedule: Schedule, candidate: str, spark: SparkSession
-                  ) -> Prediction:
+def predict_chain(lowered: Lowered, schedule: Schedule, candidate: str, spark: SparkSession,
+                  *, explain: bool = False, count_late: bool = False) -> ChainPrediction:
     """The chain's prediction: each source's rows at the first operator by Spark (one batch
     query; each tick's max event time at its ``withWatermark``), the operators by the
-    pipeline predictor, the code's output columns and the nodes above by Spark again."""
+    pipeline predictor, the code's output columns and the nodes above by Spark again.
+    ``explain`` or ``count_late``: ``info["late_rows"]`` as for a YAML pipeline, counted on
+    the rows at the first operator (their row ids are the source rows'); the prediction
+    keeps those rows and the pipeline spec, so ``--explain`` and ``--late`` trace the same
+    pipeline (``semantics.pipeline.chain_rows``, docs/semantics.md §13.7)."""
     chain = lowered.chain
     assert chain is not None
     t0 = time.perf_counter()
@@ -713,7 +717,8 @@ def predict_chain(lowered: Lowered, schedule: Schedule, candidate: str, spark: S
     std_spec._output_columns = None
     std_spec._pyspark = None
     expressions_s = time.perf_counter() - t0
-    pred = run_predict(derived, std_spec, candidate, explain=False)
+    pred = run_predict(derived, std_spec, candidate, explain=False,
+                       count_late=explain or count_late)
     t1 = time.perf_counter()
     outputs = _outputs(spark, lowered, chain, pred.outputs)
     batches = spark_counts(pred.batches, schedule, ets, outputs)
@@ -722,7 +727,8 @@ def predict_chain(lowered: Lowered, schedule: Schedule, candidate: str, spark: S
     info = {**pred.info, "expressions": how, "planning_session_s": lowered.planning_s,
             "expressions_s": expressions_s + time.perf_counter() - t1,
             "lowered_to": chain.query.model_dump(mode="json", by_alias=True)}
-    return Prediction(candidate, batches, outputs, info)
+    return ChainPrediction(candidate, batches, outputs, info, at_operator=derived,
+                           pipeline_spec=std_spec)
 
 
 def _outputs(spark: SparkSession, lowered: Lowered, chain: Chain, outputs: pd.DataFrame

@@ -619,7 +619,8 @@ def predict(lowered: Lowered, schedule: Schedule, candidate: str, spark: SparkSe
     if lowered.chain is not None:  # (several operators: the pipeline predictor)
         from jobs.pyspark_pipeline import predict_chain
 
-        return predict_chain(lowered, schedule, candidate, spark)
+        return predict_chain(lowered, schedule, candidate, spark, explain=explain,
+                             count_late=count_late)
     t0 = time.perf_counter()
     derived, ets = derived_schedule(spark, lowered.all_sides, schedule)
     std_spec = lowered.spec.model_copy(update={
