@@ -497,7 +497,9 @@ def _aggregate(spec: BacktestSpec, node: object, cols: _Cols, windows: list[Wind
                           "not model")
     cols.names = outs
     cols.windows, cols.window_names = out_windows, window_names
-    cols.event_time = WINDOW_TIME if window is not None and later else None
+    # (before another operator a window's or a session's ``window_time`` is the event time)
+    cols.event_time = WINDOW_TIME if later and (window is not None or session is not None) \
+        else None
     cols.struct = "session" if session is not None else "window"
     try:
         args = AggregateArgs(window=window, session=session, keys=tuple(keys), aggregates=aggs)
@@ -512,10 +514,8 @@ def _session(spec: BacktestSpec, node: object, cols: _Cols, w: WindowCall, g: ob
     """``session_window(time, gap)`` in a pipeline (docs/semantics.md §13.5, §14): a static
     gap as written; a dynamic one as the Spark SQL text of the resolved gap expression (the
     ``cast(<gap> as interval)`` in the analyzer's window ``Project``), read by the pipeline
-    from columns it holds under the code's names. The last stateful operator only."""
-    if later:
-        raise _refuse(spec, node, "a session window before another stateful operator (the "
-                      "last stateful operator only)")
+    from columns it holds under the code's names. Before another operator (``later``) its
+    ``window_time`` is that one's event time, as a window's (§13.5)."""
     if w.column not in (cols.event_time, *cols.window_names) and not (
             cols.event_time is not None and cols.event_time.endswith(f"_{w.column}")):
         raise _refuse(spec, node, f"a session window over {w.column!r}, not the watermarked "

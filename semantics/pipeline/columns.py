@@ -9,8 +9,8 @@
 * ``aggregate``: its keys, ``window_start``, ``window_end`` (with a window), then the
   aggregates; before another stage also ``window_time`` (window end − 1 µs), which is then the
   event-time column (Spark's ``window_time``); without a window the event time survives only
-  as a group key. With a session: its keys, ``session_start``, ``session_end``, the aggregates
-  (the last stateful stage: no event time after it);
+  as a group key. With a session: its keys, ``session_start``, ``session_end``, before
+  another stateful stage ``window_time`` (session end − 1 µs, its event time), the aggregates;
 * a ``filter`` after a stateful stage must stay where Spark's optimizer leaves it (§13.3).
 """
 
@@ -117,9 +117,6 @@ def flow(spec: BacktestSpec, data_columns: Mapping[str, tuple[str, ...]]
                 if a.session.gap_expression is not None:
                     need += sorted(_check_expression(f, f"{where}.session.gap_expression",
                                                      a.session.gap_expression))
-                if stateful_after[i]:
-                    raise SpecError(f, where, "a session window as the last stateful stage "
-                                    "(operators after one are not modelled yet)")
             for c in need:
                 if c not in cols:
                     raise SpecError(f, where, f"columns of the stage's input "
@@ -135,8 +132,12 @@ def flow(spec: BacktestSpec, data_columns: Mapping[str, tuple[str, ...]]
                                 f"({', '.join(times)}): a {kind} on another column has no "
                                 "watermark")
             if a.session is not None:
-                cols = (*a.keys, *SESSION_COLUMNS, *a.aggregates)
-                et, times = None, ()
+                # before another stage also ``window_time`` (session end - 1 µs, Spark's
+                # ``window_time(session_window)``): the next stage's event time (§13.5)
+                wt = (WINDOW_TIME,) if stateful_after[i] else ()
+                cols = (*a.keys, *SESSION_COLUMNS, *wt, *a.aggregates)
+                et = WINDOW_TIME if wt else None
+                times = (et,) if et is not None else ()
                 after = stage.kind
                 lineage = {c: frozenset((c, AGGREGATE)) if c in a.aggregates
                            else frozenset((c,)) for c in cols}

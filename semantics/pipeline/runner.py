@@ -232,6 +232,9 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str,
     metrics: list[list[Metrics]] = []
     outputs: list[tuple[int, Row]] = []
     last = len(ops) - 1
+    # (a session window before another stateful stage outputs ``window_time``, §13.5)
+    chained = [any(isinstance(s, DeduplicateStage | AggregateStage) for s in ops[j + 1:])
+               for j in range(len(ops))]
     for b in batches:
         per_op: list[Metrics] = []
         if jr is not None:
@@ -271,8 +274,8 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str,
                 states[j], rows, m = session_step(
                     spec, stage, view.columns, micros, types, r.merge_sessions_locally,
                     states[j], rows, late, evict, f"query.pipeline[{first + j + offset}]",
-                    q.output_mode == "complete")
-                micros = frozenset(SESSION_COLUMNS)
+                    q.output_mode == "complete", chained[j])
+                micros = frozenset((*SESSION_COLUMNS, WINDOW_TIME))
                 types = {k: types[k] for k in stage.aggregate.keys if k in types}
             else:
                 assert isinstance(stage, AggregateStage)
@@ -295,13 +298,16 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str,
 def session_step(spec: BacktestSpec, stage: AggregateStage, columns: tuple[str, ...],
                  micros: frozenset[str], types: Mapping[str, pa.DataType],
                  merge_local: bool, state: dict, rows: list[Row],
-                 late_us: int | None, evict_us: int | None, at: str, complete: bool = False
-                 ) -> tuple[dict, list[Row], Metrics]:
+                 late_us: int | None, evict_us: int | None, at: str, complete: bool = False,
+                 keep_window_time: bool = False) -> tuple[dict, list[Row], Metrics]:
     """Spark's session window operators (``semantics.reference.session``, §4.3) on the rows
     the stages before emitted, each with its own gap (§13.5): a row whose gap is NULL or not
     positive is dropped before the operator (Spark's ``SessionWindowing`` filter
     ``session_window.end > session_window.start``), counted nowhere. Append mode, or
-    ``complete`` (the pipeline's only operator): every session emitted, none evicted."""
+    ``complete`` (the pipeline's only operator): every session emitted, none evicted.
+    ``keep_window_time``: a stateful stage follows; each emitted session also carries
+    ``window_time`` (its end − 1 µs, Spark's ``window_time(session_window)``), which is the
+    next operator's event time as for a window (§13.5)."""
     a = stage.aggregate
     assert a.session is not None
     aggs = A.parse(a.aggregates)
@@ -316,6 +322,9 @@ def session_step(spec: BacktestSpec, stage: AggregateStage, columns: tuple[str, 
     out: list[Row] = [{**dict(zip(a.keys, k, strict=True)), "session_start": s[0],
                        "session_end": s[1], **A.finish(aggs, s[2]), EVENT_US: s[1] - 1}
                       for k, s in emitted]
+    if keep_window_time:
+        for row in out:
+            row[WINDOW_TIME] = row[EVENT_US]
     return state, out, m
 
 
