@@ -210,7 +210,13 @@ def lower_chain(spec: BacktestSpec, q: PySparkQuery, plan: object, ids: dict[str
             stages.append(_filter(spec, n, cols))
             evaluated += 1
         elif name == "Project":
-            sel = _project(spec, n, cols)
+            # (right after a join a select that drops one side's event time is a stage: the
+            # next operator then sees one event-time column, as in Spark, §13.2)
+            clocks = {f"{sd.source}_{sd.event_time}" for sd in sides} \
+                if isinstance(first, JoinStage) and not any(
+                    isinstance(st, DeduplicateStage | AggregateStage) for st in stages) \
+                else set()
+            sel = _project(spec, n, cols, frozenset(clocks))
             if sel is not None:
                 stages.append(sel)
                 evaluated += 1
@@ -665,9 +671,11 @@ def _filter(spec: BacktestSpec, node: object, cols: _Cols) -> FilterStage:
     return FilterStage(filter=text)
 
 
-def _project(spec: BacktestSpec, node: object, cols: _Cols) -> SelectStage | None:
+def _project(spec: BacktestSpec, node: object, cols: _Cols,
+             clocks: frozenset[str] = frozenset()) -> SelectStage | None:
     """A ``Project`` between operators: columns kept or renamed are followed by id (no
-    stage); with a computed column, a ``select`` stage (:func:`_held`, then the computed ones)."""
+    stage); with a computed column, or dropping one of ``clocks`` (a join's event-time
+    columns), a ``select`` stage (:func:`_held`, then the computed ones)."""
     _check_expressions(spec, node)
     names: dict[int, str] = {}
     windows: set[int] = set()
@@ -691,8 +699,9 @@ def _project(spec: BacktestSpec, node: object, cols: _Cols) -> SelectStage | Non
             names[_id(e)] = new
     held = {c: c for c in _held(replace(cols, names=names, windows=windows))
             if c not in computed}
+    drops = clocks & set(cols.names.values()) - set(names.values())
     cols.names, cols.windows = names, windows
-    return SelectStage(select={**held, **computed}) if computed else None
+    return SelectStage(select={**held, **computed}) if computed or drops else None
 
 
 # -- prediction --------------------------------------------------------------------------------

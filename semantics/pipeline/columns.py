@@ -60,9 +60,13 @@ def flow(spec: BacktestSpec, data_columns: Mapping[str, tuple[str, ...]]
     cols = (ROW_ID, *data_columns[first])
     et: str | None = spec.sources[first].event_time
     times: tuple[str, ...] = (et,)  # the columns a window may use
+    # the join's event-time columns, null-padded ones too (each keeps its watermark in Spark)
+    clocks: frozenset[str] = frozenset()
     if q.join is not None:
         cols, times = joined(spec, data_columns)
         et = times[0] if times else None
+        sides = [q.join.left] if q.join.type == "left_semi" else [q.join.left, q.join.right]
+        clocks = frozenset(f"{s}_{spec.sources[s].event_time}" for s in sides)
         sources = ()  # (no union below)
     for s in sources[1:]:
         if (ROW_ID, *data_columns[s]) != cols or spec.sources[s].event_time != et:
@@ -100,13 +104,12 @@ def flow(spec: BacktestSpec, data_columns: Mapping[str, tuple[str, ...]]
                                 "stages use, and a computed column has none")
             lineage = {new: (lineage[old] if old is not None else lineage[new])
                        for new, old in renames.items()}
+            clocks = frozenset(n for n, o in renames.items() if o in clocks)
             et = next((n for n, o in renames.items() if o == et), None)
             times = tuple(n for t in times for n, o in renames.items() if o == t)
             cols = tuple(stage.select)
-        elif q.join is not None and after == "join" and not (
-                isinstance(stage, AggregateStage) and stage.aggregate.window is not None):
-            raise SpecError(f, where, "a windowed aggregate as the first stateful stage after "
-                            "a join (other operators after a join are not modelled yet)")
+        elif q.join is not None and after == "join" and isinstance(stage, STATEFUL_STAGES):
+            _check_after_join(f, where, stage, cols, clocks, et)
         if isinstance(stage, AggregateStage):
             a = stage.aggregate
             need = [*a.keys, *(c for _, _, c in _aggs(a.aggregates) if c is not None)]
@@ -155,6 +158,33 @@ def flow(spec: BacktestSpec, data_columns: Mapping[str, tuple[str, ...]]
                 lineage = {c: frozenset((c, AGGREGATE)) if c in stage.aggregate.aggregates
                            else frozenset((c,)) for c in cols}
     return views, cols
+
+
+STATEFUL_STAGES = (AggregateStage, DeduplicateStage)
+
+
+def _check_after_join(f: str, where: str, stage: AggregateStage | DeduplicateStage,
+                      cols: tuple[str, ...], clocks: frozenset[str], et: str | None) -> None:
+    """The first stateful stage after a join (§13.2): a windowed aggregate, or a
+    deduplication or an aggregation by plain keys whose operator sees exactly one of the
+    join's event-time columns, the stage's event time (Spark's ``findEventTimeColumn``
+    rejects several: "More than one event time columns are available"). A deduplication
+    sees all its input columns, an aggregation its keys (drop the other side's event time
+    in a ``select`` first)."""
+    if isinstance(stage, AggregateStage) and stage.aggregate.window is not None:
+        return
+    if isinstance(stage, AggregateStage) and stage.aggregate.session is not None:
+        raise SpecError(f, where, "a windowed aggregate, a deduplication or an aggregation by "
+                        "plain keys as the first stateful stage after a join (a session "
+                        "window after a join is not modelled yet)")
+    seen = sorted(clocks & set(cols if isinstance(stage, DeduplicateStage)
+                               else stage.aggregate.keys))
+    if et is None or seen != [et]:
+        what = "input" if isinstance(stage, DeduplicateStage) else "keys"
+        raise SpecError(f, where, f"exactly one of the join's event-time columns in the "
+                        f"stage's {what}, the left side's {et!r} (got {seen}): Spark rejects "
+                        "several (\"More than one event time columns are available\"); "
+                        "select the columns to keep first")
 
 
 def joined(spec: BacktestSpec, data_columns: Mapping[str, tuple[str, ...]]

@@ -261,7 +261,7 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str,
                     observe(b, first + j, before, rows, late, evict)
                 continue
             if jr is not None and j == first_op:
-                # the window's time column after the join is the next operator's event time
+                # (the window's time column, or the event time, after the join: §13.2)
                 time_col = _window_time_column(stage, view.event_time)
                 rows = [{**row, EVENT_US: _micros(row[time_col])} for row in rows]
             if isinstance(stage, DeduplicateStage):
@@ -468,9 +468,11 @@ def _micros(v: object) -> int:
 
 
 def _window_time_column(stage: object, default: str | None) -> str:
-    """The column a window right after a join reads (its ``time``, else the left side's)."""
-    assert isinstance(stage, AggregateStage) and stage.aggregate.window is not None
-    col = stage.aggregate.window.time or default
+    """The event-time column of the first stateful stage after a join: a window's ``time``,
+    else the stage's event time (the left side's; ``columns`` checks the operator sees no
+    other)."""
+    win = stage.aggregate.window if isinstance(stage, AggregateStage) else None
+    col = (win.time if win is not None else None) or default
     assert col is not None
     return col
 

@@ -1,10 +1,13 @@
 """Pipeline shapes Spark runs in append mode that MultiStatefulOperatorsSuite's chains lead
 to but do not test themselves (issue 47, ``--only s3chain``): a session window feeding a
-window aggregation (by ``window_time(session_window)`` or by the session struct)."""
+window aggregation (by ``window_time(session_window)`` or by the session struct); a join
+feeding a deduplication or an aggregation by plain keys (after a ``select`` that keeps one
+event-time column: Spark rejects an operator that sees two)."""
 
 from __future__ import annotations
 
 from tests.corpus import Scenario, keyed, override
+from tests.corpus.multi_stateful import _RANGE
 
 SUITE = "MultiStatefulOperatorsSuite"
 
@@ -28,6 +31,29 @@ def session_struct_agg(sources):
     return (s.groupBy("key", F.window("session_window", "20 seconds"))
             .agg(F.count("*").alias("sessions"), F.max("last").alias("last"))
             .selectExpr("key", "CAST(window.end AS LONG) AS end", "sessions", "last"))
+
+
+def _range_join(sources, how):
+    l = sources["l"].withWatermark("ts", "2 seconds")
+    r = (sources["r"].withWatermark("rts", "4 seconds").withColumnRenamed("key", "rkey")
+         .withColumnRenamed("value", "rvalue"))
+    return l.join(r, F.expr("key = rkey AND ts BETWEEN rts - interval 4 seconds "
+                            "AND rts + interval 3 seconds"), how)
+
+
+def join_dedup(sources):
+    return (_range_join(sources, "inner").select("key", "ts", "rvalue")
+            .dropDuplicates(["key", "ts"]))
+
+
+def left_join_dedup(sources):
+    return (_range_join(sources, "left_outer").select("key", "value", "ts")
+            .dropDuplicates(["key", "value", "ts"]))
+
+
+def join_key_agg(sources):
+    return (_range_join(sources, "inner").groupBy("key", "ts")
+            .agg(F.count("*").alias("matches"), F.max("rvalue").alias("last")))
 '''
 
 # keys a, b: sessions that close, one that a late row would have extended, one left open
@@ -38,9 +64,13 @@ _SESSIONS = [("e", keyed(("a", 1), ("a", 3), ("b", 2), ("a", 12))),
              ("e", keyed(("b", 61)))]
 
 
-def _s(name: str, test: str, function: str, candidates, **kw) -> Scenario:
-    return Scenario(name, f"{SUITE}: {test}", "chain", CODE, function, _SESSIONS, candidates,
+def _s(name: str, test: str, function: str, candidates, commits=_SESSIONS, category="chain",
+       **kw) -> Scenario:
+    return Scenario(name, f"{SUITE}: {test}", category, CODE, function, commits, candidates,
                     **kw)
+
+
+_RT = {"r": "rts"}
 
 
 SCENARIOS = [
@@ -50,4 +80,13 @@ SCENARIOS = [
     _s("s3chain_session_struct_agg", "(session window agg -> keyed window agg over the "
        "session_window struct, after 'window agg -> window agg')", "session_struct_agg",
        override("ts", "3 seconds")),
+    _s("s3chain_join_dedup", "(stream-stream time interval join -> select -> "
+       "dropDuplicates, after 'join -> window agg')", "join_dedup",
+       override("rts", "10 seconds"), commits=_RANGE, category="join_chain", times=_RT),
+    _s("s3chain_left_join_dedup", "(time interval left outer join -> select -> "
+       "dropDuplicates, after 'join -> window agg')", "left_join_dedup",
+       override("ts", "8 seconds"), commits=_RANGE, category="join_chain", times=_RT),
+    _s("s3chain_join_key_agg", "(stream-stream time interval join -> aggregation by key and "
+       "event time, after 'join -> window agg')", "join_key_agg",
+       override("rts", "10 seconds"), commits=_RANGE, category="join_chain", times=_RT),
 ]
