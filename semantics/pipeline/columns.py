@@ -110,6 +110,10 @@ def flow(spec: BacktestSpec, data_columns: Mapping[str, tuple[str, ...]]
             cols = tuple(stage.select)
         elif q.join is not None and after == "join" and isinstance(stage, STATEFUL_STAGES):
             _check_after_join(f, where, stage, cols, clocks, et)
+        elif after == "session" and isinstance(stage, STATEFUL_STAGES) and not (
+                isinstance(stage, AggregateStage) and stage.aggregate.window is not None):
+            raise SpecError(f, where, "a windowed aggregate as the stateful stage after a "
+                            "session window (other operators after one are not modelled yet)")
         if isinstance(stage, AggregateStage):
             a = stage.aggregate
             need = [*a.keys, *(c for _, _, c in _aggs(a.aggregates) if c is not None)]
@@ -141,7 +145,7 @@ def flow(spec: BacktestSpec, data_columns: Mapping[str, tuple[str, ...]]
                 cols = (*a.keys, *SESSION_COLUMNS, *wt, *a.aggregates)
                 et = WINDOW_TIME if wt else None
                 times = (et,) if et is not None else ()
-                after = stage.kind
+                after = "session"
                 lineage = {c: frozenset((c, AGGREGATE)) if c in a.aggregates
                            else frozenset((c,)) for c in cols}
                 continue
@@ -267,7 +271,7 @@ def _check_filter(spec: BacktestSpec, text: str, where: str, after: str | None,
             raise SpecError(f, where, f"columns of the stage's input ({', '.join(cols)}), "
                             f"got {missing[0]!r}")
         base = frozenset().union(*(lineage[c] for c in refs))
-        if after == "aggregate" and AGGREGATE not in base:
+        if after in ("aggregate", "session") and AGGREGATE not in base:
             raise SpecError(f, where, "a filter whose every conjunct reads an aggregate "
                             "(Spark pushes a conjunct over the group keys or the window "
                             "below the aggregation: not modelled yet)")
