@@ -1,8 +1,8 @@
 """Pipeline shapes Spark runs in append mode that MultiStatefulOperatorsSuite's chains lead
 to but do not test themselves (issue 47, ``--only s3chain``): a session window feeding a
 window aggregation (by ``window_time(session_window)`` or by the session struct); a join
-feeding a deduplication or an aggregation by plain keys (after a ``select`` that keeps one
-event-time column: Spark rejects an operator that sees two)."""
+feeding a deduplication (either kind) or an aggregation by plain keys (after a ``select``
+that keeps one event-time column: Spark rejects an operator that sees two)."""
 
 from __future__ import annotations
 
@@ -51,6 +51,15 @@ def left_join_dedup(sources):
             .dropDuplicates(["key", "value", "ts"]))
 
 
+def join_dedup_within(sources):
+    l = sources["l"].withWatermark("ts", "3 seconds")
+    r = (sources["r"].withWatermark("rts", "3 seconds").withColumnRenamed("key", "rkey")
+         .withColumnRenamed("value", "rvalue"))
+    j = l.join(r, F.expr("key = rkey AND ts BETWEEN rts - interval 4 seconds "
+                         "AND rts + interval 3 seconds"), "inner")
+    return j.select("key", "ts", "rvalue").dropDuplicatesWithinWatermark(["key"])
+
+
 def join_key_agg(sources):
     return (_range_join(sources, "inner").groupBy("key", "ts")
             .agg(F.count("*").alias("matches"), F.max("rvalue").alias("last")))
@@ -86,6 +95,10 @@ SCENARIOS = [
     _s("s3chain_left_join_dedup", "(time interval left outer join -> select -> "
        "dropDuplicates, after 'join -> window agg')", "left_join_dedup",
        override("ts", "8 seconds"), commits=_RANGE, category="join_chain", times=_RT),
+    _s("s3chain_join_dedup_within", "(stream-stream time interval join -> select -> "
+       "dropDuplicatesWithinWatermark, after 'join -> window agg')", "join_dedup_within",
+       {"as_written": {}, "override": {"watermark": {"ts": "7 seconds", "rts": "7 seconds"}}},
+       commits=_RANGE, category="join_chain", times=_RT),
     _s("s3chain_join_key_agg", "(stream-stream time interval join -> aggregation by key and "
        "event time, after 'join -> window agg')", "join_key_agg",
        override("rts", "10 seconds"), commits=_RANGE, category="join_chain", times=_RT),
