@@ -113,3 +113,39 @@ def test_pyspark_shape_against_spark(spark, tmp_path: Path, name: str):
     scenario = next(s for s in SHAPES if s.name == name)
     outcome = run_scenario(scenario, tmp_path / name, spark)
     assert outcome.result == "PASS", outcome.line()
+
+
+REFUSED_CODE = '''
+
+def join_dedup_both(sources):
+    return _range_join(sources, "inner").dropDuplicates(["key", "ts"])
+
+
+def dedup_then_join(sources):
+    l = sources["l"].withWatermark("ts", "2 seconds").dropDuplicates(["key", "ts"])
+    r = (sources["r"].withWatermark("rts", "4 seconds").withColumnRenamed("key", "rkey")
+         .withColumnRenamed("value", "rvalue"))
+    return l.join(r, F.expr("key = rkey AND ts BETWEEN rts - interval 4 seconds AND rts"))
+'''
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(("function", "where", "why"), [
+    ("join_dedup_both", "query.pipeline[1].deduplicate", "More than one event time"),
+    ("dedup_then_join", "plan node Join", "a join after another stateful operator")])
+def test_pyspark_shapes_still_refused_name_the_node(spark, tmp_path: Path, function: str,
+                                                    where: str, why: str):
+    from dataclasses import replace
+
+    from jobs.backtest import run_backtest
+    from semantics.spec import load_spec
+    from tests.corpus_run import write_scenario
+
+    base = next(s for s in SHAPES if s.name == "s3chain_join_dedup")
+    scenario = replace(base, code=base.code + REFUSED_CODE, function=function)
+    path = write_scenario(scenario, tmp_path / function)
+    with pytest.raises(SpecError) as e:
+        run_backtest(load_spec(path), actual=False, results=tmp_path / "results", spark=spark,
+                     explain=False)
+    assert where in str(e.value) and why in str(e.value)
+    assert not (tmp_path / "results").exists() or not any((tmp_path / "results").rglob("*.parquet"))
