@@ -9,7 +9,8 @@ column renames and ``F.expr(text).alias(new)`` for computed columns; ``deduplica
 ``window_start``, ``window_end``, (before another stage) ``window_time(window)``, which
 carries the watermark to the next window, and the aggregates; a session as
 ``groupBy(session_window(event_time, gap), *keys)`` (gap: an interval string or
-``F.expr(gap_expression)``), output as ``session_start``, ``session_end``.
+``F.expr(gap_expression)``), output as ``session_start``, ``session_end`` (before another
+stateful stage also ``window_time(session_window)``).
 
 Invariant: the result's columns are exactly ``semantics.pipeline.columns.flow``'s output
 columns (``semantics.report.output_columns``).
@@ -66,7 +67,10 @@ def build_pipeline(spec: BacktestSpec, frames: Mapping[str, DataFrame],
                   else df.dropDuplicates(keys))
         else:
             assert isinstance(stage, AggregateStage)
-            df = _aggregate(df, stage, views[i].event_time, i < last)
+            # (a session before another stateful stage carries window_time: ``flow``)
+            more = i < last and (stage.aggregate.session is None
+                                 or WINDOW_TIME in views[i + 1].columns)
+            df = _aggregate(df, stage, views[i].event_time, more)
     return df.select(*out_cols)
 
 
@@ -75,7 +79,7 @@ def _aggregate(df: DataFrame, stage: AggregateStage, event_time: str | None,
     a = stage.aggregate
     aggs = [F.expr(expr).alias(name) for name, expr in a.aggregates.items()]
     if a.session is not None:
-        return _session(df, stage, event_time)
+        return _session(df, stage, event_time, more)
     if a.window is None:
         return df.groupBy(*a.keys).agg(*aggs)
     w = a.window
@@ -90,15 +94,19 @@ def _aggregate(df: DataFrame, stage: AggregateStage, event_time: str | None,
                       F.col("window.end").alias("window_end"), *wt, *a.aggregates)
 
 
-def _session(df: DataFrame, stage: AggregateStage, event_time: str | None) -> DataFrame:
+def _session(df: DataFrame, stage: AggregateStage, event_time: str | None,
+             more: bool = False) -> DataFrame:
     """``groupBy(session_window(time, gap), *keys)``: a static gap as an interval string, a
     dynamic one as ``F.expr(gap_expression)`` (Spark drops a row whose gap is NULL or not
-    positive); output the keys, ``session_start``, ``session_end`` and the aggregates."""
+    positive); output the keys, ``session_start``, ``session_end``, before another stateful
+    stage ``window_time(session_window)`` (it keeps the watermark's metadata: the next
+    stage's event time), and the aggregates."""
     a = stage.aggregate
     s = a.session
     assert s is not None and event_time is not None
     gap = interval(s.gap) if s.gap is not None else F.expr(s.gap_expression or "")
     sw = F.session_window(F.col(s.time or event_time), gap).alias("session_window")
     out = df.groupBy(sw, *a.keys).agg(*[F.expr(e).alias(n) for n, e in a.aggregates.items()])
+    wt = [F.window_time(F.col("session_window")).alias(WINDOW_TIME)] if more else []
     return out.select(*a.keys, F.col("session_window.start").alias("session_start"),
-                      F.col("session_window.end").alias("session_end"), *a.aggregates)
+                      F.col("session_window.end").alias("session_end"), *wt, *a.aggregates)

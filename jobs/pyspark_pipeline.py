@@ -210,7 +210,13 @@ def lower_chain(spec: BacktestSpec, q: PySparkQuery, plan: object, ids: dict[str
             stages.append(_filter(spec, n, cols))
             evaluated += 1
         elif name == "Project":
-            sel = _project(spec, n, cols)
+            # (right after a join a select that drops one side's event time is a stage: the
+            # next operator then sees one event-time column, as in Spark, §13.2)
+            clocks = {f"{sd.source}_{sd.event_time}" for sd in sides} \
+                if isinstance(first, JoinStage) and not any(
+                    isinstance(st, DeduplicateStage | AggregateStage) for st in stages) \
+                else set()
+            sel = _project(spec, n, cols, frozenset(clocks))
             if sel is not None:
                 stages.append(sel)
                 evaluated += 1
@@ -497,7 +503,9 @@ def _aggregate(spec: BacktestSpec, node: object, cols: _Cols, windows: list[Wind
                           "not model")
     cols.names = outs
     cols.windows, cols.window_names = out_windows, window_names
-    cols.event_time = WINDOW_TIME if window is not None and later else None
+    # (before another operator a window's or a session's ``window_time`` is the event time)
+    cols.event_time = WINDOW_TIME if later and (window is not None or session is not None) \
+        else None
     cols.struct = "session" if session is not None else "window"
     try:
         args = AggregateArgs(window=window, session=session, keys=tuple(keys), aggregates=aggs)
@@ -512,10 +520,8 @@ def _session(spec: BacktestSpec, node: object, cols: _Cols, w: WindowCall, g: ob
     """``session_window(time, gap)`` in a pipeline (docs/semantics.md §13.5, §14): a static
     gap as written; a dynamic one as the Spark SQL text of the resolved gap expression (the
     ``cast(<gap> as interval)`` in the analyzer's window ``Project``), read by the pipeline
-    from columns it holds under the code's names. The last stateful operator only."""
-    if later:
-        raise _refuse(spec, node, "a session window before another stateful operator (the "
-                      "last stateful operator only)")
+    from columns it holds under the code's names. Before another operator (``later``) its
+    ``window_time`` is that one's event time, as a window's (§13.5)."""
     if w.column not in (cols.event_time, *cols.window_names) and not (
             cols.event_time is not None and cols.event_time.endswith(f"_{w.column}")):
         raise _refuse(spec, node, f"a session window over {w.column!r}, not the watermarked "
@@ -665,9 +671,11 @@ def _filter(spec: BacktestSpec, node: object, cols: _Cols) -> FilterStage:
     return FilterStage(filter=text)
 
 
-def _project(spec: BacktestSpec, node: object, cols: _Cols) -> SelectStage | None:
+def _project(spec: BacktestSpec, node: object, cols: _Cols,
+             clocks: frozenset[str] = frozenset()) -> SelectStage | None:
     """A ``Project`` between operators: columns kept or renamed are followed by id (no
-    stage); with a computed column, a ``select`` stage (:func:`_held`, then the computed ones)."""
+    stage); with a computed column, or dropping one of ``clocks`` (a join's event-time
+    columns), a ``select`` stage (:func:`_held`, then the computed ones)."""
     _check_expressions(spec, node)
     names: dict[int, str] = {}
     windows: set[int] = set()
@@ -691,8 +699,9 @@ def _project(spec: BacktestSpec, node: object, cols: _Cols) -> SelectStage | Non
             names[_id(e)] = new
     held = {c: c for c in _held(replace(cols, names=names, windows=windows))
             if c not in computed}
+    drops = clocks & set(cols.names.values()) - set(names.values())
     cols.names, cols.windows = names, windows
-    return SelectStage(select={**held, **computed}) if computed else None
+    return SelectStage(select={**held, **computed}) if computed or drops else None
 
 
 # -- prediction --------------------------------------------------------------------------------

@@ -5,6 +5,8 @@ emitted rows.
 
     python -m tests.corpus_run [--only NAME ...] [--out DIR]
 
+(``--only s3chain``: every scenario named ``s3chain_...``.)
+
 One line per scenario: PASS, REFUSED (the predictor or the replay refused it with exit code 2:
 its message), DIFF (candidate, first differing batch and column) or ERROR (anything else),
 then ``N of M reproduced``. One SparkSession for the whole run.
@@ -130,11 +132,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     scenarios = all_scenarios()
     if args.only:
-        known = {s.name for s in scenarios}
-        unknown = sorted(set(args.only) - known)
+        # (a NAME is a scenario, or a group: the scenarios named ``NAME_...``, e.g. s3chain)
+        def picks(name: str, s: Scenario) -> bool:
+            return s.name == name or s.name.startswith(f"{name}_")
+
+        unknown = sorted(n for n in args.only if not any(picks(n, s) for s in scenarios))
         if unknown:
             parser.error(f"--only: no scenario {', '.join(unknown)}")
-        scenarios = [s for s in scenarios if s.name in args.only]
+        scenarios = [s for s in scenarios if any(picks(n, s) for n in args.only)]
     from jobs.spark import get_spark
 
     out = args.out or Path(tempfile.mkdtemp(prefix="wmbt-corpus-"))

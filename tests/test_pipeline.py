@@ -392,7 +392,7 @@ def test_session_spec_errors():
     assert "'sec'" in e.expected
     e = error({"pipeline": [{"aggregate": {"session": {"gap": "5 seconds"}, **ses}},
                             {"deduplicate": {"keys": ["id"]}}]})
-    assert e.field == "query.pipeline[0].aggregate" and "last stateful" in e.expected
+    assert e.field == "query.pipeline[1].deduplicate" and "after a session" in e.expected
 
 
 def test_stages_after_an_operator_keep_the_column_types():

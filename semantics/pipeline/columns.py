@@ -9,8 +9,8 @@
 * ``aggregate``: its keys, ``window_start``, ``window_end`` (with a window), then the
   aggregates; before another stage also ``window_time`` (window end − 1 µs), which is then the
   event-time column (Spark's ``window_time``); without a window the event time survives only
-  as a group key. With a session: its keys, ``session_start``, ``session_end``, the aggregates
-  (the last stateful stage: no event time after it);
+  as a group key. With a session: its keys, ``session_start``, ``session_end``, before
+  another stateful stage ``window_time`` (session end − 1 µs, its event time), the aggregates;
 * a ``filter`` after a stateful stage must stay where Spark's optimizer leaves it (§13.3).
 """
 
@@ -60,9 +60,13 @@ def flow(spec: BacktestSpec, data_columns: Mapping[str, tuple[str, ...]]
     cols = (ROW_ID, *data_columns[first])
     et: str | None = spec.sources[first].event_time
     times: tuple[str, ...] = (et,)  # the columns a window may use
+    # the join's event-time columns, null-padded ones too (each keeps its watermark in Spark)
+    clocks: frozenset[str] = frozenset()
     if q.join is not None:
         cols, times = joined(spec, data_columns)
         et = times[0] if times else None
+        sides = [q.join.left] if q.join.type == "left_semi" else [q.join.left, q.join.right]
+        clocks = frozenset(f"{s}_{spec.sources[s].event_time}" for s in sides)
         sources = ()  # (no union below)
     for s in sources[1:]:
         if (ROW_ID, *data_columns[s]) != cols or spec.sources[s].event_time != et:
@@ -100,13 +104,16 @@ def flow(spec: BacktestSpec, data_columns: Mapping[str, tuple[str, ...]]
                                 "stages use, and a computed column has none")
             lineage = {new: (lineage[old] if old is not None else lineage[new])
                        for new, old in renames.items()}
+            clocks = frozenset(n for n, o in renames.items() if o in clocks)
             et = next((n for n, o in renames.items() if o == et), None)
             times = tuple(n for t in times for n, o in renames.items() if o == t)
             cols = tuple(stage.select)
-        elif q.join is not None and after == "join" and not (
+        elif q.join is not None and after == "join" and isinstance(stage, STATEFUL_STAGES):
+            _check_after_join(f, where, stage, cols, clocks, et)
+        elif after == "session" and isinstance(stage, STATEFUL_STAGES) and not (
                 isinstance(stage, AggregateStage) and stage.aggregate.window is not None):
-            raise SpecError(f, where, "a windowed aggregate as the first stateful stage after "
-                            "a join (other operators after a join are not modelled yet)")
+            raise SpecError(f, where, "a windowed aggregate as the stateful stage after a "
+                            "session window (other operators after one are not modelled yet)")
         if isinstance(stage, AggregateStage):
             a = stage.aggregate
             need = [*a.keys, *(c for _, _, c in _aggs(a.aggregates) if c is not None)]
@@ -117,9 +124,6 @@ def flow(spec: BacktestSpec, data_columns: Mapping[str, tuple[str, ...]]
                 if a.session.gap_expression is not None:
                     need += sorted(_check_expression(f, f"{where}.session.gap_expression",
                                                      a.session.gap_expression))
-                if stateful_after[i]:
-                    raise SpecError(f, where, "a session window as the last stateful stage "
-                                    "(operators after one are not modelled yet)")
             for c in need:
                 if c not in cols:
                     raise SpecError(f, where, f"columns of the stage's input "
@@ -135,9 +139,13 @@ def flow(spec: BacktestSpec, data_columns: Mapping[str, tuple[str, ...]]
                                 f"({', '.join(times)}): a {kind} on another column has no "
                                 "watermark")
             if a.session is not None:
-                cols = (*a.keys, *SESSION_COLUMNS, *a.aggregates)
-                et, times = None, ()
-                after = stage.kind
+                # before another stage also ``window_time`` (session end - 1 µs, Spark's
+                # ``window_time(session_window)``): the next stage's event time (§13.5)
+                wt = (WINDOW_TIME,) if stateful_after[i] else ()
+                cols = (*a.keys, *SESSION_COLUMNS, *wt, *a.aggregates)
+                et = WINDOW_TIME if wt else None
+                times = (et,) if et is not None else ()
+                after = "session"
                 lineage = {c: frozenset((c, AGGREGATE)) if c in a.aggregates
                            else frozenset((c,)) for c in cols}
                 continue
@@ -154,6 +162,33 @@ def flow(spec: BacktestSpec, data_columns: Mapping[str, tuple[str, ...]]
                 lineage = {c: frozenset((c, AGGREGATE)) if c in stage.aggregate.aggregates
                            else frozenset((c,)) for c in cols}
     return views, cols
+
+
+STATEFUL_STAGES = (AggregateStage, DeduplicateStage)
+
+
+def _check_after_join(f: str, where: str, stage: AggregateStage | DeduplicateStage,
+                      cols: tuple[str, ...], clocks: frozenset[str], et: str | None) -> None:
+    """The first stateful stage after a join (§13.2): a windowed aggregate, or a
+    deduplication or an aggregation by plain keys whose operator sees exactly one of the
+    join's event-time columns, the stage's event time (Spark's ``findEventTimeColumn``
+    rejects several: "More than one event time columns are available"). A deduplication
+    sees all its input columns, an aggregation its keys (drop the other side's event time
+    in a ``select`` first)."""
+    if isinstance(stage, AggregateStage) and stage.aggregate.window is not None:
+        return
+    if isinstance(stage, AggregateStage) and stage.aggregate.session is not None:
+        raise SpecError(f, where, "a windowed aggregate, a deduplication or an aggregation by "
+                        "plain keys as the first stateful stage after a join (a session "
+                        "window after a join is not modelled yet)")
+    seen = sorted(clocks & set(cols if isinstance(stage, DeduplicateStage)
+                               else stage.aggregate.keys))
+    if et is None or seen != [et]:
+        what = "input" if isinstance(stage, DeduplicateStage) else "keys"
+        raise SpecError(f, where, f"exactly one of the join's event-time columns in the "
+                        f"stage's {what}, the left side's {et!r} (got {seen}): Spark rejects "
+                        "several (\"More than one event time columns are available\"); "
+                        "select the columns to keep first")
 
 
 def joined(spec: BacktestSpec, data_columns: Mapping[str, tuple[str, ...]]
@@ -236,7 +271,7 @@ def _check_filter(spec: BacktestSpec, text: str, where: str, after: str | None,
             raise SpecError(f, where, f"columns of the stage's input ({', '.join(cols)}), "
                             f"got {missing[0]!r}")
         base = frozenset().union(*(lineage[c] for c in refs))
-        if after == "aggregate" and AGGREGATE not in base:
+        if after in ("aggregate", "session") and AGGREGATE not in base:
             raise SpecError(f, where, "a filter whose every conjunct reads an aggregate "
                             "(Spark pushes a conjunct over the group keys or the window "
                             "below the aggregation: not modelled yet)")

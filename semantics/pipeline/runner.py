@@ -240,6 +240,9 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str,
     metrics: list[list[Metrics]] = []
     outputs: list[tuple[int, Row]] = []
     last = len(ops) - 1
+    # (a session window before another stateful stage outputs ``window_time``, §13.5)
+    chained = [any(isinstance(s, DeduplicateStage | AggregateStage) for s in ops[j + 1:])
+               for j in range(len(ops))]
     for b in batches:
         per_op: list[Metrics] = []
         if jr is not None:
@@ -269,7 +272,7 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str,
                     observe(b, first + j, before, rows, late, evict)
                 continue
             if jr is not None and j == first_op:
-                # the window's time column after the join is the next operator's event time
+                # (the window's time column, or the event time, after the join: §13.2)
                 time_col = _window_time_column(stage, view.event_time)
                 rows = [{**row, EVENT_US: _micros(row[time_col])} for row in rows]
                 before = rows  # (what the operator reads: observed)
@@ -284,10 +287,10 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str,
                 states[j], rows, m = session_step(
                     spec, stage, view.columns, micros, types, r.merge_sessions_locally,
                     states[j], rows, late, evict, f"query.pipeline[{first + j + offset}]",
-                    q.output_mode == "complete", gaps)
+                    q.output_mode == "complete", gaps, keep_window_time=chained[j])
                 if on_session is not None:
                     on_session(b, first + j, gaps, states[j])
-                micros = frozenset(SESSION_COLUMNS)
+                micros = frozenset((*SESSION_COLUMNS, WINDOW_TIME))
                 types = {k: types[k] for k in stage.aggregate.keys if k in types}
             else:
                 assert isinstance(stage, AggregateStage)
@@ -311,13 +314,17 @@ def session_step(spec: BacktestSpec, stage: AggregateStage, columns: tuple[str, 
                  micros: frozenset[str], types: Mapping[str, pa.DataType],
                  merge_local: bool, state: dict, rows: list[Row],
                  late_us: int | None, evict_us: int | None, at: str, complete: bool = False,
-                 seen: list[int | None] | None = None) -> tuple[dict, list[Row], Metrics]:
+                 seen: list[int | None] | None = None,
+                 keep_window_time: bool = False) -> tuple[dict, list[Row], Metrics]:
     """Spark's session window operators (``semantics.reference.session``, §4.3) on the rows
     the stages before emitted, each with its own gap (§13.5): a row whose gap is NULL or not
     positive is dropped before the operator (Spark's ``SessionWindowing`` filter
     ``session_window.end > session_window.start``), counted nowhere. Append mode, or
     ``complete`` (the pipeline's only operator): every session emitted, none evicted.
-    ``seen`` (if given) receives each row's gap (µs; None: NULL), in row order."""
+    ``seen`` (if given) receives each row's gap (µs; None: NULL), in row order.
+    ``keep_window_time``: a stateful stage follows; each emitted session also carries
+    ``window_time`` (its end − 1 µs, Spark's ``window_time(session_window)``), which is the
+    next operator's event time as for a window (§13.5)."""
     a = stage.aggregate
     assert a.session is not None
     aggs = A.parse(a.aggregates)
@@ -334,6 +341,9 @@ def session_step(spec: BacktestSpec, stage: AggregateStage, columns: tuple[str, 
     out: list[Row] = [{**dict(zip(a.keys, k, strict=True)), "session_start": s[0],
                        "session_end": s[1], **A.finish(aggs, s[2]), EVENT_US: s[1] - 1}
                       for k, s in emitted]
+    if keep_window_time:
+        for row in out:
+            row[WINDOW_TIME] = row[EVENT_US]
     return state, out, m
 
 
@@ -477,9 +487,11 @@ def _micros(v: object) -> int:
 
 
 def _window_time_column(stage: object, default: str | None) -> str:
-    """The column a window right after a join reads (its ``time``, else the left side's)."""
-    assert isinstance(stage, AggregateStage) and stage.aggregate.window is not None
-    col = stage.aggregate.window.time or default
+    """The event-time column of the first stateful stage after a join: a window's ``time``,
+    else the stage's event time (the left side's; ``columns`` checks the operator sees no
+    other)."""
+    win = stage.aggregate.window if isinstance(stage, AggregateStage) else None
+    col = (win.time if win is not None else None) or default
     assert col is not None
     return col
 

@@ -69,10 +69,19 @@ def override(column: str, delay: str, **more: object) -> dict[str, dict[str, obj
 
 
 def all_scenarios() -> list[Scenario]:
-    from tests.corpus import aggregation, dedup, multi_stateful, session, stream_join, watermark
+    from tests.corpus import (
+        aggregation,
+        dedup,
+        multi_stateful,
+        s3chain,
+        session,
+        stream_join,
+        watermark,
+    )
 
     out: list[Scenario] = []
-    for module in (multi_stateful, watermark, aggregation, dedup, session, stream_join):
+    for module in (multi_stateful, watermark, aggregation, dedup, session, stream_join,
+                   s3chain):
         out.extend(module.SCENARIOS)
     names = [s.name for s in out]
     assert len(names) == len(set(names)), "scenario names must be unique"
