@@ -5,7 +5,7 @@ emitted rows.
 
     python -m tests.corpus_run [--only NAME ...] [--out DIR]
 
-(``--only s3chain``: every scenario named ``s3chain_...``.)
+(``--only shape``: every scenario named ``shape_...``.)
 
 One line per scenario: PASS, REFUSED (the predictor or the replay refused it with exit code 2:
 its message), DIFF (candidate, first differing batch and column) or ERROR (anything else),
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     scenarios = all_scenarios()
     if args.only:
-        # (a NAME is a scenario, or a group: the scenarios named ``NAME_...``, e.g. s3chain)
+        # (a NAME is a scenario, or a group: the scenarios named ``NAME_...``, e.g. shape)
         def picks(name: str, s: Scenario) -> bool:
             return s.name == name or s.name.startswith(f"{name}_")
 

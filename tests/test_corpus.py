@@ -29,7 +29,7 @@ SELECTED = sorted(SCENARIOS) if os.environ.get("WMBT_SOAK") else list(CI)
 
 def test_the_ci_subset_covers_every_category() -> None:
     assert {SCENARIOS[n].category for n in CI} == set(CATEGORIES)
-    # 64 transcribed from Spark's suites, and the 6 shapes their chains lead to (s3chain_*,
+    # 64 transcribed from Spark's suites, and the 6 shapes their chains lead to (shape_*,
     # each run in tests/test_pipeline_shapes.py)
     assert len(SCENARIOS) == 70
 

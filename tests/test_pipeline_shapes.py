@@ -1,7 +1,7 @@
 """Pipeline shapes beyond MultiStatefulOperatorsSuite's own chains (issue 47, docs/semantics.md
 §13.2, §13.5): a session window feeding a window aggregation, a join feeding a deduplication
 or an aggregation by plain keys. Each is checked against real Spark: the YAML form replayed
-(``jobs.pipeline_query``) and the PySpark form (the corpus scenarios ``s3chain_*``, predicted
+(``jobs.pipeline_query``) and the PySpark form (the corpus scenarios ``shape_*``, predicted
 as ``wmbt predict`` and replayed as ``wmbt replay``), equal batch by batch, operator by
 operator, row by row. What stays refused is refused naming the stage and why."""
 
@@ -19,7 +19,7 @@ from tests.predict_kit import schedule_of
 from tests.replay_support import make_spec
 from tests.test_pipeline import error
 
-SHAPES = [s for s in all_scenarios() if s.name.startswith("s3chain_")]
+SHAPES = [s for s in all_scenarios() if s.name.startswith("shape_")]
 
 SESSION_WINDOW = {"pipeline": [
     {"aggregate": {"session": {"gap": "4 seconds"}, "keys": ["k"],
@@ -141,7 +141,7 @@ def test_pyspark_shapes_still_refused_name_the_node(spark, tmp_path: Path, funct
     from semantics.spec import load_spec
     from tests.corpus_run import write_scenario
 
-    base = next(s for s in SHAPES if s.name == "s3chain_join_dedup")
+    base = next(s for s in SHAPES if s.name == "shape_join_dedup")
     scenario = replace(base, code=base.code + REFUSED_CODE, function=function)
     path = write_scenario(scenario, tmp_path / function)
     with pytest.raises(SpecError) as e:

@@ -73,15 +73,15 @@ def all_scenarios() -> list[Scenario]:
         aggregation,
         dedup,
         multi_stateful,
-        s3chain,
         session,
+        shapes,
         stream_join,
         watermark,
     )
 
     out: list[Scenario] = []
     for module in (multi_stateful, watermark, aggregation, dedup, session, stream_join,
-                   s3chain):
+                   shapes):
         out.extend(module.SCENARIOS)
     names = [s.name for s in out]
     assert len(names) == len(set(names)), "scenario names must be unique"

@@ -1,5 +1,5 @@
 """Pipeline shapes Spark runs in append mode that MultiStatefulOperatorsSuite's chains lead
-to but do not test themselves (issue 47, ``--only s3chain``): a session window feeding a
+to but do not test themselves (issue 47, ``--only shape``): a session window feeding a
 window aggregation (by ``window_time(session_window)`` or by the session struct); a join
 feeding a deduplication (either kind) or an aggregation by plain keys (after a ``select``
 that keeps one event-time column: Spark rejects an operator that sees two)."""
@@ -83,23 +83,23 @@ _RT = {"r": "rts"}
 
 
 SCENARIOS = [
-    _s("s3chain_session_agg", "(session window agg -> window agg over "
+    _s("shape_session_agg", "(session window agg -> window agg over "
        "window_time(session_window), after 'window agg -> window agg')",
        "session_window_time_agg", override("ts", "6 seconds")),
-    _s("s3chain_session_struct_agg", "(session window agg -> keyed window agg over the "
+    _s("shape_session_struct_agg", "(session window agg -> keyed window agg over the "
        "session_window struct, after 'window agg -> window agg')", "session_struct_agg",
        override("ts", "3 seconds")),
-    _s("s3chain_join_dedup", "(stream-stream time interval join -> select -> "
+    _s("shape_join_dedup", "(stream-stream time interval join -> select -> "
        "dropDuplicates, after 'join -> window agg')", "join_dedup",
        override("rts", "10 seconds"), commits=_RANGE, category="join_chain", times=_RT),
-    _s("s3chain_left_join_dedup", "(time interval left outer join -> select -> "
+    _s("shape_left_join_dedup", "(time interval left outer join -> select -> "
        "dropDuplicates, after 'join -> window agg')", "left_join_dedup",
        override("ts", "8 seconds"), commits=_RANGE, category="join_chain", times=_RT),
-    _s("s3chain_join_dedup_within", "(stream-stream time interval join -> select -> "
+    _s("shape_join_dedup_within", "(stream-stream time interval join -> select -> "
        "dropDuplicatesWithinWatermark, after 'join -> window agg')", "join_dedup_within",
        {"as_written": {}, "override": {"watermark": {"ts": "7 seconds", "rts": "7 seconds"}}},
        commits=_RANGE, category="join_chain", times=_RT),
-    _s("s3chain_join_key_agg", "(stream-stream time interval join -> aggregation by key and "
+    _s("shape_join_key_agg", "(stream-stream time interval join -> aggregation by key and "
        "event time, after 'join -> window agg')", "join_key_agg",
        override("rts", "10 seconds"), commits=_RANGE, category="join_chain", times=_RT),
 ]
