@@ -199,6 +199,10 @@ def _lower(spec: BacktestSpec, spark: SparkSession | None) -> Lowered:
         plan = df._jdf.queryExecution().analyzed()
         ids = {s: {int(a.exprId().id()) for a in _seq(f._jdf.queryExecution().analyzed().output())}
                for s, f in frames.items()}
+        twice = sorted({c for c in df.columns if df.columns.count(c) > 1})
+        if twice:  # (a join's two sides both naming a column: no sink takes it twice)
+            raise _refuse(spec, plan, f"output columns named twice ({', '.join(twice)}): "
+                          "rename one side's column or select the columns to keep")
         _, out_names = flat_columns(df)
         from jobs.pyspark_pipeline import is_chain
 

@@ -74,6 +74,12 @@ def full_filter_left(sources):
     return _range(sources, "full_outer").where("leftValue > 30")
 
 
+def shared_names(sources):
+    l = sources["l"].withWatermark("ts", "10 seconds")
+    r = sources["r"].withWatermark("rts", "10 seconds")
+    return l.join(r, l.key == r.key)
+
+
 def inner_filter_times(sources):
     return _range(sources, "inner").where("ts > rts")
 '''
@@ -158,3 +164,8 @@ def test_a_filter_spark_moves_into_the_join_condition_is_refused(tmp_path: Path,
     err = capsys.readouterr().err
     assert "plan node Filter" in err and "(ts > rts)" in err and "join condition" in err
     assert "Traceback" not in err
+    # both sides' key and value under one name: refused, not an internal error
+    spec = write_scenario(_scenario("shared_names"), tmp_path / "s")
+    assert main(["predict", str(spec), "--results", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "output columns named twice (key, value)" in err and "Traceback" not in err
