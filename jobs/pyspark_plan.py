@@ -418,6 +418,104 @@ def extra_sql(spec: BacktestSpec, op: object, parts: list[object],
     return " AND ".join(texts) or None
 
 
+# PushPredicateThroughJoin: the sides a filter above a join of this type is pushed into;
+# InferFiltersFromConstraints: the sides that get a pushed part's key-partner copy
+PUSHED_INTO = {"inner": (0, 1), "left_outer": (0,), "right_outer": (1,), "full_outer": (),
+               "left_semi": (0,)}
+INFERRED_INTO = {"inner": (0, 1), "left_semi": (0, 1), "left_outer": (1,),
+                 "right_outer": (0,), "full_outer": ()}
+
+
+def optimized_join_type(spec: BacktestSpec, op: object, optimized: object) -> str:
+    """The join type of the optimized plan's one ``Join``: ``EliminateOuterJoin`` makes an
+    outer join inner (or full outer one-sided) under a filter that rejects the NULL-padded
+    rows, and the stream then runs that join (docs/semantics.md §14 "Filters above a join").
+    """
+    joins = [n for n in _walk(optimized) if _node(n) == "Join"]
+    if len(joins) != 1:
+        raise _refuse(spec, op, f"{len(joins)} joins after optimization (one expected)")
+    got = JOIN_TYPES.get(str(joins[0].joinType().toString()))  # type: ignore[attr-defined]
+    if got is None:
+        raise _refuse(spec, joins[0], "an optimized join type the predictor does not model")
+    return got
+
+
+def _and_parts(expr: object) -> Iterator[object]:
+    if _cls(expr) == "And":
+        for c in _children(expr):
+            yield from _and_parts(c)
+    else:
+        yield expr
+
+
+def _substituted(expr: object, defs: dict[int, object]) -> object:
+    """``expr`` with every attribute a projection above the join defines read as its
+    definition (``PushPredicateThroughNonJoin`` pushes a filter through a projection so)."""
+    if _cls(expr) == "AttributeReference":
+        return defs.get(int(expr.exprId().id()), expr)  # type: ignore[attr-defined]
+    kids = _children(expr)
+    if not kids:
+        return expr
+    return expr.withNewChildren(  # type: ignore[attr-defined]
+        _scala_seq(expr, [_substituted(k, defs) for k in kids]))
+
+
+def pushed_filters(spec: BacktestSpec, op: object, above_nodes: tuple[object, ...],
+                   names: list[dict[int, str]], keys: list[tuple[object, object]],
+                   jtype: str, times: list[int], window: bool
+                   ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The filters above the join ``op`` that Spark's optimizer pushes into each side (left,
+    right): SQL over the side's input columns, applied before the join (the rows failing them
+    are neither joined nor stored). ``above_nodes`` bottom up; ``jtype`` the optimized type.
+    Each ``AND``-ed part of a filter (read through the projections below it) that reads one
+    side only goes into that side where ``PushPredicateThroughJoin`` pushes it
+    (``PUSHED_INTO``); when it reads equi keys only, the part with each key read as its
+    partner goes into the other side where ``InferFiltersFromConstraints`` infers it
+    (``INFERRED_INTO``). A part stays above the join as well (same rows out). Whether a pushed
+    part also goes below ``withWatermark`` is read from the optimized plan (``Side``'s
+    ``watermark_steps``). Refused with the node named: a part reading both sides' event time
+    (Spark makes it a join condition, which bounds the state), a part a window-key join
+    would get (not modelled)."""
+    defs: dict[int, object] = {}
+    partner = {int(x.exprId().id()): y for a, b in keys  # type: ignore[attr-defined]
+               for x, y in ((a, b), (b, a))}
+    out: tuple[list[str], list[str]] = ([], [])
+    for node in above_nodes:
+        kind = _node(node)
+        if kind == "Project":
+            for e in _seq(node.projectList()):  # type: ignore[attr-defined]
+                if _cls(e) == "Alias":
+                    defs[int(e.exprId().id())] = _substituted(e.child(), defs)  # type: ignore[attr-defined]
+            continue
+        if kind != "Filter":
+            continue
+        for part in _and_parts(node.condition()):  # type: ignore[attr-defined]
+            e = _substituted(part, defs)
+            ids = {int(a.exprId().id()) for a in _seq(e.references().toSeq())}  # type: ignore[attr-defined]
+            sides = {_side_of(names, i) for i in ids}
+            if not ids or None in sides:
+                continue
+            if len(sides) == 2:
+                if ids & set(times) and jtype == "inner":
+                    raise _refuse(spec, node, f"a filter part {part.sql()} above an inner join "  # type: ignore[attr-defined]
+                                  "reading an event time and the other side (Spark moves it "
+                                  "into the join condition: write it there)")
+                continue
+            (s,) = sides
+            got: list[tuple[int, object]] = []
+            if s in PUSHED_INTO[jtype]:
+                got.append((s, e))
+                if ids <= set(partner) and 1 - s in INFERRED_INTO[jtype]:
+                    swap = {i: partner[i] for i in ids}
+                    got.append((1 - s, _substituted(e, swap)))
+            if got and window:
+                raise _refuse(spec, node, f"a filter part {part.sql()} that Spark pushes "  # type: ignore[attr-defined]
+                              "below a window-key join (not modelled)")
+            for side, x in got:
+                out[side].append(str(_renamed(x, names[side]).sql()))  # type: ignore[attr-defined]
+    return tuple(out[0]), tuple(out[1])
+
+
 def _side_of(names: list[dict[int, str]], i: int) -> int | None:
     return 0 if i in names[0] else 1 if i in names[1] else None
 

@@ -67,6 +67,8 @@ from jobs.pyspark_plan import (
     _walk,
     derived_schedule,
     extra_sql,
+    optimized_join_type,
+    pushed_filters,
     spark_counts,
     time_key,
 )
@@ -197,16 +199,21 @@ def _lower(spec: BacktestSpec, spark: SparkSession | None) -> Lowered:
         plan = df._jdf.queryExecution().analyzed()
         ids = {s: {int(a.exprId().id()) for a in _seq(f._jdf.queryExecution().analyzed().output())}
                for s, f in frames.items()}
+        twice = sorted({c for c in df.columns if df.columns.count(c) > 1})
+        if twice:  # (a join's two sides both naming a column: no sink takes it twice)
+            raise _refuse(spec, plan, f"output columns named twice ({', '.join(twice)}): "
+                          "rename one side's column or select the columns to keep")
         _, out_names = flat_columns(df)
         from jobs.pyspark_pipeline import is_chain
 
         # (several operators, a union or a dynamic session gap: jobs.pyspark_pipeline)
         if is_chain(plan) or any(w.session and w.duration == "<dynamic>" for w in rec.windows):
             return _lowered_chain(spark, spec, q, plan, ids, rec, tuple(out_names), planning_s)
-        lowered = _lower_plan(spec, q, plan, ids, rec, tuple(out_names), planning_s)
+        optimized = spark._jsparkSession.sessionState().optimizer().execute(plan)
+        lowered = _lower_plan(spec, q, plan, ids, rec, tuple(out_names), planning_s,
+                              optimized)
         if not any(sd.watermark_column for sd in lowered.all_sides):
             return lowered
-        optimized = spark._jsparkSession.sessionState().optimizer().execute(plan)
         if lowered.sides:  # (a join: a side without withWatermark has no such steps)
             by = _watermark_steps_by_source(spec, optimized, ids)
             return replace(lowered, sides=tuple(
@@ -274,7 +281,8 @@ def _steps_below_watermark(spec: BacktestSpec, wm: object) -> tuple[tuple[Step, 
 
 
 def _lower_plan(spec: BacktestSpec, q: PySparkQuery, plan: object, ids: dict[str, set[int]],
-                rec: Recorder, out_names: tuple[str, ...], planning_s: float) -> Lowered:
+                rec: Recorder, out_names: tuple[str, ...], planning_s: float,
+                optimized: object | None = None) -> Lowered:
     stateful = [n for n in _walk(plan) if _node(n) in STATEFUL_NODES]
     if not stateful:
         raise _refuse(spec, plan, "no stateful operator (nothing for a watermark to do)")
@@ -296,7 +304,7 @@ def _lower_plan(spec: BacktestSpec, q: PySparkQuery, plan: object, ids: dict[str
         (node,) = _children(node)
     if _node(op) == "Join":
         return _lower_join(spec, q, op, ids, rec, out_names, tuple(reversed(above)), planning_s,
-                           tuple(reversed(above_nodes)))
+                           tuple(reversed(above_nodes)), optimized)
     # below: skip the window's own nodes (the predictor computes windows), then stateless
     (child,) = _children(op)
     while _is_window_node(child):
@@ -436,17 +444,22 @@ def _kind(spec: BacktestSpec, q: PySparkQuery, op: object, source: str, wm_col: 
 
 def _lower_join(spec: BacktestSpec, q: PySparkQuery, op: object, ids: dict[str, set[int]],
                 rec: Recorder, out_names: tuple[str, ...], above: tuple[Step, ...],
-                planning_s: float, above_nodes: tuple[object, ...] = ()) -> Lowered:
+                planning_s: float, above_nodes: tuple[object, ...] = (),
+                optimized: object | None = None) -> Lowered:
     """A ``Join`` of two streams onto ``JoinQuery``: each side's source and stateless steps,
     the join type, equi keys (hidden columns ``__wmbt_key<i>`` on both sides), the time range
     and the node's outputs as SQL over ``<source>_<column>``. ``above_nodes`` are the plan
     nodes of ``above`` (bottom up): outputs of both sides that share a name (a USING join,
     ``l.join(r, ["key", "window"])``) are named ``__wmbt_out<i>`` by position, and the steps
-    above re-read as reading those names."""
+    above re-read as reading those names. ``optimized``: the optimized plan, whose join type
+    the stream runs, and the filters above the join it pushes into a side
+    (``pushed_filters``; docs/semantics.md §14 "Filters above a join")."""
     jtype = JOIN_TYPES.get(str(op.joinType().toString()))  # type: ignore[attr-defined]
     if jtype is None:
         raise _refuse(spec, op, f"a join type {op.joinType().sql()} (inner, left/right/full "  # type: ignore[attr-defined]
                       "outer or left semi)")
+    if optimized is not None:  # (EliminateOuterJoin under a NULL-rejecting filter)
+        jtype = optimized_join_type(spec, op, optimized)
     kids = _children(op)
     parts = [_side_below(spec, k, ids) for k in kids]
     sources = [p[0] for p in parts]
@@ -482,6 +495,8 @@ def _lower_join(spec: BacktestSpec, q: PySparkQuery, op: object, ids: dict[str, 
         names = [n for n, _ in side]
         if len(set(names)) != len(names) or not all(n.isidentifier() for n in names):
             raise _refuse(spec, op, f"input columns {names} that are not distinct identifiers")
+    pushed = pushed_filters(spec, op, above_nodes, exprs, keys, jtype, et_ids,
+                            window is not None)
     hidden = [f"{H_KEY}{i}" for i in range(len(keys))]
     sides: list[Side] = []
     delays: dict[str, dict[str, Duration]] = {c: {} for c in spec.candidates}
@@ -489,7 +504,8 @@ def _lower_join(spec: BacktestSpec, q: PySparkQuery, op: object, ids: dict[str, 
     for i, ((src, below, wm), side) in enumerate(zip(parts, attrs, strict=True)):
         names = [n for n, _ in side]
         key_sql = [f"`{k[i].name()}` AS `{h}`" for k, h in zip(keys, hidden, strict=True)]  # type: ignore
-        steps = (*below, Step("project", (*(f"`{n}`" for n in names), *key_sql)))
+        steps = (*below, *(Step("filter", (p,)) for p in pushed[i]),
+                 Step("project", (*(f"`{n}`" for n in names), *key_sql)))
         sides.append(Side(src, steps, (*names, *hidden), et[i], wm))
         for c, d in _delays(spec, rec, src, wm).items():
             delays[c].update(d)
