@@ -101,6 +101,10 @@ SHAPES: dict[str, Shape] = {s.name: s for s in [
     # a larger state: 200 000 keys at 2 000 events/s (run with --batch-rows 50000)
     Shape("aggregation_large", {"kind": "aggregation", "source": "a", "keys": ["k"],
                                 **AGG_QUERY}, keys=200_000, rate=2000.0),
+    # a state of over 10^6 entries (issue 45): dedup of nearly unique [id, ts] at 1 000 events/s
+    # ramping 4x, a 20-minute delay (run with --partitions 4 --batches 6 --batch-rows 250000)
+    Shape("dedup_large", {"kind": "deduplication", "source": "a", "keys": ["id", "ts"]},
+          rate=1000.0, delay="20 minutes"),
     Shape("dedup_within", {"kind": "deduplication", "source": "a", "keys": ["id"],
                            "within_watermark": True}),
     Shape("dedup_string", {"kind": "deduplication", "source": "a", "keys": ["s", "ts"]},
@@ -122,6 +126,14 @@ SHAPES: dict[str, Shape] = {s.name: s for s in [
     Shape("session_1000", {"kind": "session", "source": "a", "keys": ["k"], "gap": "1 second",
                            "aggregates": {"n": "count(*)", "avg": "avg(v)"}}, keys=1000,
           note="fitted"),
+    # out of sample for the session constants (fitted on the four shapes above): a string key
+    # (~1 session per key, most keys seen once) and 1 500 long keys with a 5 s gap
+    Shape("session_string", {"kind": "session", "source": "a", "keys": ["s"],
+                             "gap": "20 seconds",
+                             "aggregates": {"n": "count(*)", "m": "max(v)"}}, strings=True),
+    Shape("session_5s", {"kind": "session", "source": "a", "keys": ["k"], "gap": "5 seconds",
+                         "aggregates": {"n": "count(*)", "s": "sum(v)", "lo": "min(v)"}},
+          keys=1500),
     # 50 events/s per side over 500 keys: each row has a few partners within 30 s
     Shape("join", {"kind": "join", "type": "left_outer", "left": "a", "right": "b",
                    "keys": ["k"], "time_range": {"lower": "-30 seconds", "upper": "0 seconds"}},
