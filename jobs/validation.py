@@ -160,6 +160,22 @@ def _messages(res: ExpectationSuiteValidationResult) -> list[str]:
     return out
 
 
+def ran_expectations(part: str, res: ExpectationSuiteValidationResult) -> list[dict[str, Any]]:
+    """One entry per expectation GX evaluated in suite ``part``, as GX reports it:
+    ``{"suite", "check", "type", "column", "success", "unexpected"}``. ``check`` is the name
+    ``validate`` gave it (``checkpoint_bytes``, ``state_bytes``, an exact column, ...);
+    ``unexpected``: the rows outside it (None where GX counts none)."""
+    out = []
+    for r in res.results:
+        cfg = r.expectation_config
+        kw = cfg.kwargs
+        column = kw.get("column") or kw.get("column_A")
+        out.append({"suite": part, "check": (cfg.meta or {}).get("check", column),
+                    "type": cfg.type, "column": column, "success": bool(r.success),
+                    "unexpected": r.result.get("unexpected_count")})
+    return out
+
+
 def _sample_meta(cr: CandidateResult) -> dict[str, Any] | None:
     """A sampled run's suite says so (rate, rows, carrier rows; Data Docs show it)."""
     s = cr.predicted.info.get("sample") if cr.predicted is not None else None
@@ -168,7 +184,8 @@ def _sample_meta(cr: CandidateResult) -> dict[str, Any] | None:
 
 def validate(spec: BacktestSpec, cr: CandidateResult, root: Path, counts: pd.DataFrame | None = None
              ) -> dict[str, Any]:
-    """Run the GX suites for one candidate; returns {success, failed, statistics, data_docs}.
+    """Run the GX suites for one candidate; returns {success, failed, statistics, expectations,
+    data_docs}: ``expectations`` names each one that ran and its verdict (``ran_expectations``).
     ``counts``: the emitted rows' ``row_counts``, when already computed. ``cr`` has both
     its prediction and its replay."""
     import great_expectations as gx
@@ -183,32 +200,40 @@ def validate(spec: BacktestSpec, cr: CandidateResult, root: Path, counts: pd.Dat
     m = pd.DataFrame([{"candidate": cr.name, "batch_id": -1, **metrics}])
     exact = [c for c in EXACT_COLUMNS if c not in BATCH_KEY]
     exact += [c for c in cr.predicted.batches.columns if c.startswith("input_rows_")]
+    # (each expectation carries its name in ``meta["check"]``: the result lists what ran)
     plans: list[tuple[str, pd.DataFrame, list[Expectation], list[str]]] = [
         ("batches", b,
-         [gxe.ExpectColumnPairValuesToBeEqual(column_A=f"predicted_{c}", column_B=f"actual_{c}")
+         [gxe.ExpectColumnPairValuesToBeEqual(column_A=f"predicted_{c}", column_B=f"actual_{c}",
+                                              meta={"check": c})
           for c in exact]
          + ([gxe.ExpectColumnValuesToBeBetween(column="state_bytes_excess", max_value=0,
-                                                mostly=STATE_BYTES_MOSTLY)]
+                                                mostly=STATE_BYTES_MOSTLY,
+                                                meta={"check": "state_bytes"})]
             if b["state_bytes_excess"].notna().any() else [])
-         + ([gxe.ExpectColumnValuesToBeBetween(column="checkpoint_bytes_excess", max_value=0)]
+         + ([gxe.ExpectColumnValuesToBeBetween(column="checkpoint_bytes_excess", max_value=0,
+                                                meta={"check": "checkpoint_bytes"})]
             if b["checkpoint_bytes_excess"].notna().any() else []),
          ["batch_id", "operator"]),
         ("outputs", o,
          [gxe.ExpectColumnPairValuesToBeEqual(column_A="predicted_count",
-                                              column_B="actual_count")],
+                                              column_B="actual_count",
+                                              meta={"check": "emitted_rows"})],
          ["batch_id", "row"]),
     ]
     exp = []
     if spec.expect.max_late_fraction is not None:
         exp.append(gxe.ExpectColumnValuesToBeBetween(column=late_fraction_column(metrics),
                                                      min_value=0,
-                                                     max_value=spec.expect.max_late_fraction))
+                                                     max_value=spec.expect.max_late_fraction,
+                                                     meta={"check": "max_late_fraction"}))
     if spec.expect.max_state_rows is not None:
         exp.append(gxe.ExpectColumnValuesToBeBetween(column="peak_state_rows", min_value=0,
-                                                     max_value=spec.expect.max_state_rows))
+                                                     max_value=spec.expect.max_state_rows,
+                                                     meta={"check": "max_state_rows"}))
     if exp:
         plans.append(("expect", m, exp, ["batch_id"]))
     failed: list[str] = []
+    ran: list[dict[str, Any]] = []
     stats = {"evaluated": 0, "successful": 0}
     validations = []
     for part, frame, expectations, index_cols in plans:
@@ -234,6 +259,7 @@ def validate(spec: BacktestSpec, cr: CandidateResult, root: Path, counts: pd.Dat
         stats["evaluated"] += len(res.results)
         stats["successful"] += sum(1 for r in res.results if r.success)
         failed += _messages(res)
+        ran += ran_expectations(part, res)
     docs = None
     try:
         from jobs.datadocs import make_offline
@@ -245,4 +271,5 @@ def validate(spec: BacktestSpec, cr: CandidateResult, root: Path, counts: pd.Dat
             make_offline(Path(docs.removeprefix("file://")).parent)
     except Exception as exc:  # pragma: no cover - docs are a by-product
         logging.getLogger(__name__).warning("data docs not built: %s", exc)
-    return {"success": not failed, "failed": failed, "statistics": stats, "data_docs": docs}
+    return {"success": not failed, "failed": failed, "statistics": stats, "expectations": ran,
+            "data_docs": docs}

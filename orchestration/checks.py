@@ -4,8 +4,10 @@ Partitioned like the asset, so each candidate has its own check result. Runs
 ``jobs.validation.validate`` (via ``jobs.backtest.validate``, as the CLI does) on the
 predicted and actual reports of one candidate. A failure fails the check with ERROR severity;
 because the check is blocking, the run fails too. The metadata lists the failed expectations as
-readable messages naming batch and column. The verdict is written to the results store (the
-``actual`` run row: ``success`` and ``details``), where the CLI would have put it.
+readable messages naming batch and column, and ``expectations`` names each expectation that
+ran (``checkpoint_bytes``, ``state_bytes``, the exact columns, ...) with its verdict. The
+verdict is written to the results store (the ``actual`` run row: ``success`` and
+``details``), where the CLI would have put it.
 """
 
 import warnings
@@ -65,6 +67,10 @@ def gx_prediction_matches_actual(actual_report: RunResult, predicted_report: Run
         "failed_list": dg.MetadataValue.json(failed[:MAX_LISTED]),
         "expectations_evaluated": int(stats.get("evaluated", 0)),
         "expectations_successful": int(stats.get("successful", 0)),
+        # each expectation that ran, by name (checkpoint_bytes, state_bytes, ...), and verdict
+        "expectations": dg.MetadataValue.json(
+            [{k: e[k] for k in ("suite", "check", "success", "unexpected")}
+             for e in cr.validation.get("expectations") or []]),
         "differences": len(cr.differences),
     }
     if cr.validation.get("data_docs"):
