@@ -25,7 +25,8 @@ First table, per shape, over the batches where Spark reports ``memoryUsedBytes``
 
 * ``est/act``: min / median / max of the predictor's estimate over Spark's ``memoryUsedBytes``;
 * ``mdl@act``: median of the model (aggregation and dedup: the retained-tables model,
-  ``state_bytes.sampled_estimate``) applied to Spark's own row counts (separates the layout error
+  ``state_bytes.estimate_retained``; ``est/act`` is the predictor's held-rows estimate)
+  applied to Spark's own row counts (separates the layout error
   from row-count prediction errors; ``rows≠`` counts batches whose predicted
   ``state_rows``/``state_rows_removed`` differ from Spark's);
 * ``B/entry`` (the held-rows view, whatever the model): median of
@@ -284,7 +285,7 @@ def compare(shape: Shape, batches: int, batch_rows: int, pace: str = "backlog",
     at_actual = df[["batch_id", "state_rows", "state_rows_removed"]].assign(
         state_rows_updated=df["batch_id"].map(updated),
         state_keys=df["batch_id"].map(keys) if keys is not None else np.nan)
-    df["model_at_actual"] = sb.estimate(spec, "c", sched, at_actual).astype("float64")
+    df["model_at_actual"] = sb.estimate_retained(spec, "c", sched, at_actual).astype("float64")
     df["state_keys"] = at_actual["state_keys"].astype("float64")
     # bytes not explained by the entries themselves (the session index's share, for the fit)
     df["beyond_entries"] = df["state_bytes"] - base - df["entries"] * (sb.ENTRY_BYTES + key + value)

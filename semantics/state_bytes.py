@@ -3,11 +3,12 @@
 Spark reports ``SizeEstimator.estimate`` of each partition's retained state maps (two
 versions of a ``ConcurrentHashMap[UnsafeRow, UnsafeRow]``), summed over partitions and stores.
 
-Aggregation and deduplication (:func:`sampled_estimate`, docs/semantics.md §9.2): per
+Aggregation and deduplication, :func:`estimate_retained` (:func:`sampled_estimate`,
+docs/semantics.md §9.2; not yet wired into :func:`estimate`, which predictions report): per
 partition, the two versions' table lengths from their entry counts (``putAll`` presize, growth
 at 0.75), object sizes from the JVM layout, and SizeEstimator's rule for tables over 400 slots
 (two samples of 100 slots at fixed positions: shared rows count once when both tables have the
-same length, in both maps when not). Session windows and joins, the held-rows model:
+same length, in both maps when not). :func:`estimate`, the held-rows model:
 
     bytes = stores · P · MAP_BYTES + entries · (ENTRY_BYTES + size(key) + size(value))
             [+ join keys · (ENTRY_BYTES + size(key) + 8)]
@@ -325,6 +326,23 @@ def sampled_estimate(batches: pd.DataFrame, parts: int, key: int, value: int) ->
     return pd.Series(np.round(out).astype("int64"), index=batches.index, dtype="Int64")
 
 
+def estimate_retained(spec: BacktestSpec, candidate: str, schedule: Schedule,
+                      batches: pd.DataFrame) -> pd.Series:
+    """The retained-tables estimate (:func:`sampled_estimate`) for aggregation and dedup, else
+    :func:`estimate`. Not yet what ``predict`` reports: the one-pass sweep
+    (``sweep_once._bytes_model``) takes :func:`estimate` as linear in the held rows, which this
+    model is not (it depends on each batch's table lengths, so on which batches a delay runs)."""
+    q = spec.query
+    if ("RocksDB" in resolve(spec, candidate).state_store_provider
+            or not isinstance(q, (AggregationQuery, DeduplicationQuery))):
+        return estimate(spec, candidate, schedule, batches)
+    _, key, value = layout(spec, schedule)
+    if isinstance(q, DeduplicationQuery):
+        value = 16  # Spark's EMPTY_ROW (one null field) or the expiry: null bits + 8
+    return sampled_estimate(batches, partitions(spec, candidate), row_object_bytes(key),
+                            row_object_bytes(value))
+
+
 def estimate(spec: BacktestSpec, candidate: str, schedule: Schedule,
              batches: pd.DataFrame) -> pd.Series:
     """Estimated memoryUsedBytes for each batch-report row (None with RocksDB). A join's or
@@ -332,13 +350,6 @@ def estimate(spec: BacktestSpec, candidate: str, schedule: Schedule,
     session: distinct group keys); else rows count as keys."""
     if "RocksDB" in resolve(spec, candidate).state_store_provider:
         return pd.Series([None] * len(batches), index=batches.index, dtype="Int64")
-    q = spec.query
-    if isinstance(q, (AggregationQuery, DeduplicationQuery)):
-        _, key, value = layout(spec, schedule)
-        if isinstance(q, DeduplicationQuery):
-            value = 16  # Spark's EMPTY_ROW (one null field) or the expiry: null bits + 8
-        return sampled_estimate(batches, partitions(spec, candidate), row_object_bytes(key),
-                                row_object_bytes(value))
     # (the stores alone: the layout's column sizes are the slopes', read once, there)
     stores = stores_per_partition(spec)
     per_entry, per_key = entry_bytes(spec, schedule)

@@ -69,7 +69,7 @@ def test_within_watermark_dedup_memory_follows_the_retained_tables(spark) -> Non
         actual = replay(spec, "c", sched, Path(tmp), spark).batches
     actual = actual[pd.to_numeric(actual["state_bytes"]) > 0].reset_index(drop=True)
     act = pd.to_numeric(actual["state_bytes"]).to_numpy(dtype=float)
-    est = sb.estimate(spec, "c", sched, actual).to_numpy(dtype=float)
+    est = sb.estimate_retained(spec, "c", sched, actual).to_numpy(dtype=float)
     ratio = est / act
     assert 0.9 <= float(np.median(ratio)) <= 1.1, ratio
     per_entry = sb.entry_bytes(spec, sched)[0]  # the held-rows model, for contrast
