@@ -24,10 +24,13 @@ at a rate that ramps up 4× over the run (``Shape.rate``, ``Shape.ramp``), out o
 First table, per shape, over the batches where Spark reports ``memoryUsedBytes`` > 0:
 
 * ``est/act``: min / median / max of the predictor's estimate over Spark's ``memoryUsedBytes``;
-* ``mdl@act``: median of the model applied to Spark's own row counts (separates the layout error
+* ``mdl@act``: median of the model (aggregation and dedup: the retained-tables model,
+  ``state_bytes.estimate_retained``; ``est/act`` is the predictor's held-rows estimate)
+  applied to Spark's own row counts (separates the layout error
   from row-count prediction errors; ``rows≠`` counts batches whose predicted
   ``state_rows``/``state_rows_removed`` differ from Spark's);
-* ``B/entry``: median of (actual − stores·P·MAP_BYTES) / held rows (``state_bytes.held_rows``
+* ``B/entry`` (the held-rows view, whatever the model): median of
+  (actual − stores·P·MAP_BYTES) / held rows (``state_bytes.held_rows``
   of Spark's ``state_rows``/``state_rows_removed``: the new version's rows plus the removed rows
   the previous version held), against the model's bytes per entry (``state_bytes.entry_bytes``;
   joins and sessions: per entry, the distinct-key entries come on top).
@@ -278,9 +281,11 @@ def compare(shape: Shape, batches: int, batch_rows: int, pace: str = "backlog",
     df = df.sort_values("batch_id", ignore_index=True)
     df["entries"] = sb.held_rows(df[["state_rows", "state_rows_removed"]]).astype("float64")
     keys = pred_all.set_index("batch_id")["state_keys"] if "state_keys" in pred_all else None
+    updated = actual_all.set_index("batch_id")["state_rows_updated"]  # (rewritten values)
     at_actual = df[["batch_id", "state_rows", "state_rows_removed"]].assign(
+        state_rows_updated=df["batch_id"].map(updated),
         state_keys=df["batch_id"].map(keys) if keys is not None else np.nan)
-    df["model_at_actual"] = sb.estimate(spec, "c", sched, at_actual).astype("float64")
+    df["model_at_actual"] = sb.estimate_retained(spec, "c", sched, at_actual).astype("float64")
     df["state_keys"] = at_actual["state_keys"].astype("float64")
     # bytes not explained by the entries themselves (the session index's share, for the fit)
     df["beyond_entries"] = df["state_bytes"] - base - df["entries"] * (sb.ENTRY_BYTES + key + value)

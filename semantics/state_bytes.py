@@ -1,7 +1,14 @@
 """Estimate Spark's ``memoryUsedBytes`` (HDFS-backed state store) from row counts and layout.
 
-Spark reports ``SizeEstimator.estimate(map)`` of each partition's in-memory state map, a
-``ConcurrentHashMap[UnsafeRow, UnsafeRow]``, summed over partitions and stores. The model:
+Spark reports ``SizeEstimator.estimate`` of each partition's retained state maps (two
+versions of a ``ConcurrentHashMap[UnsafeRow, UnsafeRow]``), summed over partitions and stores.
+
+Aggregation and deduplication, :func:`estimate_retained` (:func:`sampled_estimate`,
+docs/semantics.md §9.2; not yet wired into :func:`estimate`, which predictions report): per
+partition, the two versions' table lengths from their entry counts (``putAll`` presize, growth
+at 0.75), object sizes from the JVM layout, and SizeEstimator's rule for tables over 400 slots
+(two samples of 100 slots at fixed positions: shared rows count once when both tables have the
+same length, in both maps when not). :func:`estimate`, the held-rows model:
 
     bytes = stores · P · MAP_BYTES + entries · (ENTRY_BYTES + size(key) + size(value))
             [+ join keys · (ENTRY_BYTES + size(key) + 8)]
@@ -204,6 +211,136 @@ def held_rows(batches: pd.DataFrame) -> pd.Series:
     else:
         before = now.shift(1, fill_value=0)
     return now + np.minimum(removed, before)
+
+
+# Spark's SizeEstimator and JDK 17's ConcurrentHashMap (docs/semantics.md §9.2); object sizes
+# from the layout (JVM 17, compressed oops: 12-byte header, 4-byte references, 8-byte
+# alignment), not fitted
+NODE_BYTES = 32  # ConcurrentHashMap.Node: header 12 + hash 4 + key, val, next 4 each
+ROW_OBJECT_BYTES = 40  # UnsafeRow: header 12 + baseObject 4 + baseOffset 8 + 3 ints = 36 -> 40
+ARRAY_HEADER_BYTES = 16  # byte[] / Node[]: header 12 + length 4
+SLOT_BYTES = 4  # a table slot (a compressed reference)
+SAMPLE_SIZE = 100  # SizeEstimator.ARRAY_SAMPLE_SIZE: slots drawn per sample (two samples)
+SAMPLE_ABOVE = 400  # SizeEstimator.ARRAY_SIZE_FOR_SAMPLING: longer tables are sampled
+
+
+def row_object_bytes(row: int) -> int:
+    """An UnsafeRow of ``row`` data bytes on the heap: the object and its own byte array.
+
+    >>> row_object_bytes(24)  # a dedup key [id, ts]: 40 + 16 + 24
+    80
+    """
+    return ROW_OBJECT_BYTES + ARRAY_HEADER_BYTES + -(-row // 8) * 8
+
+
+def _table_size_for(c: int) -> int:
+    n = 1
+    while n < c:
+        n *= 2
+    return n
+
+
+def table_length(copied: int, peak: int) -> int:
+    """Slots of a new version's table: a ``putAll`` copy of ``copied`` entries (JDK 17's
+    ``tryPresize`` sizes ``tableSizeFor(1.5 n + 1)`` and then doubles once more), grown ×2
+    while the entries reach 0.75 of it (``peak``: the most entries the version holds in the
+    batch). 0 when the map never held an entry (no table).
+
+    >>> table_length(59_546, 119_075), table_length(237_446, 283_271), table_length(0, 59_546)
+    (262144, 1048576, 131072)
+    """
+    if copied == 0 and peak == 0:
+        return 0
+    n = 2 * _table_size_for(copied + copied // 2 + 1) if copied else 16
+    while peak >= 0.75 * n:
+        n *= 2
+    return n
+
+
+def sampled(total: float, entries: int, length: int) -> float:
+    """SizeEstimator's expected figure for the entries of a table of ``length`` slots whose
+    ``entries`` would weigh ``total`` bytes counted whole. Up to ``SAMPLE_ABOVE`` slots: every
+    slot is visited (exact). Longer: two samples of ``SAMPLE_SIZE`` distinct slots, reported as
+    ``max(s1, s2) + min(s1, s2) · ⌊(length − 100) / 100⌋``; a sample holds ~Poisson(λ) entries,
+    λ = 100 · entries / length, so the minimum of the two is λ − √(λ/π) on average: the figure
+    is low by about 0.56/√λ (8–12 % at the load factors of §9.2's copies).
+
+    Invariants: ``sampled(t, n, L) == t`` for ``L <= 400``; ``0 < sampled(t, n, L) <= t``.
+    """
+    if length <= SAMPLE_ABOVE or entries == 0:
+        return float(total)
+    lam = SAMPLE_SIZE * entries / length
+    m = (length - SAMPLE_SIZE) // SAMPLE_SIZE
+    low = max(lam - np.sqrt(lam / np.pi), 0.0)
+    expected = (lam + np.sqrt(lam / np.pi)) + low * m
+    return float(total) * expected / (lam * length / SAMPLE_SIZE)
+
+
+def retained_bytes(prev: int, prev_length: int, rows: int, removed: int, rewritten: int,
+                   key: int, value: int) -> tuple[float, int]:
+    """Expected ``memoryUsedBytes`` of one partition's store over the two retained versions
+    (§9.2), and the new version's table length. ``prev``/``prev_length``: the previous
+    version's entries and slots; ``rows``, ``removed``: the new version's entries and the
+    batch's removes; ``rewritten``: existing entries whose value the batch replaced (a new value
+    row; the key row stays shared); ``key``/``value``: heap bytes of one row
+    (:func:`row_object_bytes`).
+
+    The versions share the row objects of the entries the batch left alone. Both tables are
+    sampled at the same slots (``Random(42)``) when they have the same length, so a shared row
+    counts once; with different lengths each table's sample meets other rows and every
+    entry's rows count in both. Invariant: the result is at least both tables' arrays.
+    """
+    length = table_length(prev, rows + removed)
+    tables = sum(ARRAY_HEADER_BYTES + SLOT_BYTES * n for n in (length, prev_length) if n)
+    whole = NODE_BYTES + key + value
+    if prev_length == 0:
+        return tables + sampled(rows * whole, rows, length), length
+    first = sampled(prev * whole, prev, prev_length)
+    if length == prev_length or max(length, prev_length) <= SAMPLE_ABOVE:
+        kept = min(rows, prev - min(removed, prev))  # entries (and key rows) of both versions
+        new = rows * NODE_BYTES + (rows - kept) * (key + value) + min(rewritten, kept) * value
+        return tables + first + sampled(new, rows, length), length
+    return tables + first + sampled(rows * whole, rows, length), length
+
+
+def sampled_estimate(batches: pd.DataFrame, parts: int, key: int, value: int) -> pd.Series:
+    """memoryUsedBytes of a one-store operator (aggregation, dedup) per batch-report row: the
+    rows split evenly over the ``parts`` partitions, each partition's two retained versions by
+    :func:`retained_bytes`, plus ``MAP_BYTES`` per partition (the maps' fixed objects)."""
+    rows = pd.to_numeric(batches["state_rows"]).fillna(0).astype("int64").to_numpy()
+    removed = pd.to_numeric(batches["state_rows_removed"]).fillna(0).astype("int64").to_numpy()
+    upd = (pd.to_numeric(batches["state_rows_updated"]).fillna(0).astype("int64").to_numpy()
+           if "state_rows_updated" in batches.columns else np.zeros(len(batches), "int64"))
+    ops = (batches["operator"].to_numpy() if "operator" in batches.columns
+           else np.zeros(len(batches)))
+    out = np.zeros(len(batches))
+    last: dict[object, tuple[int, int]] = {}
+    for i in range(len(batches)):
+        prev, prev_length = last.get(ops[i], (0, 0))
+        n, r = int(rows[i]) // parts, int(removed[i]) // parts
+        inserted = n - prev + r
+        rewritten = max(0, int(upd[i]) // parts - inserted)
+        got, length = retained_bytes(prev, prev_length, n, r, rewritten, key, value)
+        out[i] = parts * (got + MAP_BYTES)
+        last[ops[i]] = (n, length)
+    return pd.Series(np.round(out).astype("int64"), index=batches.index, dtype="Int64")
+
+
+def estimate_retained(spec: BacktestSpec, candidate: str, schedule: Schedule,
+                      batches: pd.DataFrame) -> pd.Series:
+    """The retained-tables estimate (:func:`sampled_estimate`) for aggregation and dedup, else
+    :func:`estimate`. Not yet what ``predict`` reports: the one-pass sweep
+    (``sweep_once._bytes_model``) takes :func:`estimate` as linear in the held rows, which this
+    model is not (it depends on each batch's table lengths, so on which batches a delay runs)."""
+    q = spec.query
+    if ("RocksDB" in resolve(spec, candidate).state_store_provider
+            or not isinstance(q, (AggregationQuery, DeduplicationQuery))):
+        return estimate(spec, candidate, schedule, batches)
+    _, key, value = layout(spec, schedule)
+    if isinstance(q, DeduplicationQuery):
+        value = 16  # Spark's EMPTY_ROW (one null field) or the expiry: null bits + 8
+    return sampled_estimate(batches, partitions(spec, candidate), row_object_bytes(key),
+                            row_object_bytes(value))
 
 
 def estimate(spec: BacktestSpec, candidate: str, schedule: Schedule,
