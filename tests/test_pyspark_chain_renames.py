@@ -62,6 +62,11 @@ def test_a_renamed_event_time_before_withwatermark(tmp_path: Path, spark) -> Non
     assert code.predicted.info["lowered_to"]["pipeline"][0] == {"source": "e"}
     assert code.actual.batches["dropped_by_watermark"].sum() > 0
     assert code.actual.outputs["n"].tolist() != tight.actual.outputs["n"].tolist()
+    # the replay's late rows: counted on the rows at its first operator under its own late
+    # watermarks (jobs.pyspark_late), the prediction's figure
+    for c in (code, tight):
+        assert c.actual.info["late_rows"] == c.predicted.info["late_rows"]
+    assert code.actual.info["late_rows"] > 0
 
 
 def test_a_computed_event_time_before_withwatermark(tmp_path: Path, spark) -> None:
@@ -79,6 +84,7 @@ def test_one_operator_over_a_renamed_event_time(tmp_path: Path, spark) -> None:
     assert not diffs, [d.message for d in diffs]
     assert c.validation is not None and c.validation["success"], c.validation["failed"]
     assert p.info["lowered_to"]["kind"] == "aggregation"
+    assert a.info["late_rows"] == p.info["late_rows"] > 0
     assert c.actual.batches["dropped_by_watermark"].sum() > 0
 
 
