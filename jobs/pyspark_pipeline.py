@@ -63,6 +63,7 @@ from jobs.pyspark_plan import (
     derived_schedule,
     extra_sql,
     spark_counts,
+    table_event_times,
     time_key,
 )
 from jobs.sink import spark_rows_frame
@@ -237,10 +238,11 @@ def lower_chain(spec: BacktestSpec, q: PySparkQuery, plan: object, ids: dict[str
     chain = Chain(first, tuple(stages), tuple(sides), tuple(outs), above, evaluated,
                   q.output_mode)
     table_sources = dict(spec.sources)
+    table_ets = table_event_times(spec, first_op, ids)  # (a renamed or computed time: §14)
     for sd in sides:
         tsrc = spec.sources[sd.source]
         table_sources[sd.source] = tsrc.model_copy(update={
-            "event_time": tsrc.event_time or sd.watermark_column})
+            "event_time": tsrc.event_time or table_ets.get(sd.source) or sd.watermark_column})
     candidates = {c: cand.model_copy(update={"watermark": delays[c]})
                   for c, cand in spec.candidates.items()}
     try:

@@ -234,6 +234,41 @@ def _side_below(spec: BacktestSpec, child: object, ids: dict[str, set[int]]
     return source, below, wm_col
 
 
+def table_event_times(spec: BacktestSpec, plan: object, ids: dict[str, set[int]]
+                      ) -> dict[str, str]:
+    """Each watermarked source's table column for ``sources.<s>.event_time`` (the schedule's;
+    the spec's own wins): the one timestamp column of the table the code's ``withWatermark``
+    column is made from, followed by expression id through each ``Project`` below the call
+    (a rename, ``withColumnRenamed("ts", "t")``, or a computed time, ``ts + INTERVAL 1
+    SECOND``: its rows at the operator are Spark's either way, §14). Made from no timestamp
+    column or from several: refused, naming the ``withWatermark`` node."""
+    out: dict[str, str] = {}
+    for wm in (n for n in _walk(plan) if _node(n) == "EventTimeWatermark"):
+        feeds = {int(wm.eventTime().exprId().id())}  # type: ignore[attr-defined]
+        (node,) = _children(wm)
+        while _children(node):
+            if _node(node) == "Project":
+                feeds = {int(r.exprId().id()) for e in _seq(node.projectList())  # type: ignore
+                         if int(e.exprId().id()) in feeds  # type: ignore[attr-defined]
+                         for r in _seq(e.references().toSeq())}  # type: ignore[attr-defined]
+            kids = _children(node)
+            if len(kids) != 1:
+                break
+            node = kids[0]
+        leaf = {int(a.exprId().id()): a for a in _seq(node.output())}  # type: ignore
+        source = next((s for s, i in ids.items() if set(leaf) <= i), None)
+        if source is None or spec.sources[source].event_time is not None:
+            continue
+        made_of = [str(a.name()) for i, a in leaf.items() if i in feeds  # type: ignore
+                   and str(a.dataType().typeName()).startswith("timestamp")]  # type: ignore
+        if len(made_of) != 1:
+            raise _refuse(spec, wm, f"an event time made of {len(made_of)} timestamp columns "
+                          f"of source {source!r} (one expected): give sources.{source}."
+                          "event_time")
+        out[source] = made_of[0]
+    return out
+
+
 def _delays(spec: BacktestSpec, rec: Recorder, source: str, wm_col: str | None,
             as_written: Duration | None = None) -> dict[str, dict[str, Duration]]:
     """Each candidate's watermark by source: its delay for the code's column, else the code's

@@ -70,6 +70,7 @@ from jobs.pyspark_plan import (
     optimized_join_type,
     pushed_filters,
     spark_counts,
+    table_event_times,
     time_key,
 )
 from jobs.sink import spark_rows_frame
@@ -318,6 +319,9 @@ def _lower_plan(spec: BacktestSpec, q: PySparkQuery, plan: object, ids: dict[str
     names = [n for n, _ in input_attrs]
     if len(set(names)) != len(names) or not all(n.isidentifier() for n in names):
         raise _refuse(spec, child, f"input columns {names} that are not distinct identifiers")
+    if (table_et := table_event_times(spec, op, ids).get(source)) is not None:
+        spec = spec.model_copy(update={"sources": {**spec.sources, source: spec.sources[
+            source].model_copy(update={"event_time": table_et})}})  # (a renamed time: §14)
     lowered_spec, std_query, node_outputs, computed = _kind(spec, q, op, source, wm_col,
                                                             et_col, rec, names)
     if computed:  # (grouping expressions: columns of the operator's input, computed by Spark)

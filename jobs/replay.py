@@ -46,6 +46,7 @@ from pyspark.sql import SparkSession
 from jobs import checkpoint as ckpt
 from jobs import feed, progress, resume, sink
 from jobs.interrupts import Interrupts
+from jobs.pyspark_late import replay_late_rows
 from jobs.query import build_query
 from jobs.spark import is_connect
 from jobs.verify import BatchTick, assign_ticks
@@ -147,7 +148,7 @@ def _replay(spec: BacktestSpec, candidate: str, schedule: Schedule, cdir: Path,
     elapsed = time.monotonic() - started
     try:
         result = _result(spec, candidate, schedule, cp, outputs, progress.load_saved(saved),
-                         connect, conf, elapsed)
+                         connect, conf, elapsed, spark)
     except Exception:  # (a mismatch: running it again gives the same)
         resume.write_manifest(cdir, fp, "failed")
         raise
@@ -308,7 +309,7 @@ def _restore_conf(spark: SparkSession, saved: dict[str, str | None]) -> None:
 
 def _result(spec: BacktestSpec, candidate: str, schedule: Schedule, cp: Path, outputs: Path,
             raw: list[dict[str, Any]], connect: bool, conf: dict[str, str],
-            elapsed: float) -> RunResult:
+            elapsed: float, spark: SparkSession | None = None) -> RunResult:
     executed = ckpt.executed_batches(cp)
     batch_ids = [b.batch_id for b in executed]
     per_batch = progress.by_batch(raw, set(batch_ids))
@@ -358,9 +359,10 @@ def _result(spec: BacktestSpec, candidate: str, schedule: Schedule, cp: Path, ou
         "progress": [per_batch[b] for b in batch_ids],
         # the input rows late under Spark's own late watermarks (Spark counts groups for
         # windows, local sessions for sessions: semantics.late_rows)
-        # (a pyspark query's own rows: computed on the prediction's derived rows only)
-        "late_rows": None if spec._pyspark is not None else
-        late_rows_under(schedule, spec, candidate, batches),
+        # (a pyspark query's: on the rows at its first operator, jobs.pyspark_late)
+        "late_rows": late_rows_under(schedule, spec, candidate, batches)
+        if spec._pyspark is None else None if connect or spark is None else
+        replay_late_rows(spec, candidate, schedule, batches, spark),
         **restarts.describe(spec, candidate, schedule, batches),
     }
     return RunResult(candidate, batches, out, info)

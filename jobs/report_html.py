@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-    from jobs.backtest import BacktestResult
+    from jobs.backtest import BacktestResult, CandidateResult
+    from semantics.explain import LateRows
 
 CSS = """
 body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px;color:#1f2328}
@@ -183,16 +184,45 @@ def late_sections(result: BacktestResult, limit: int = 10) -> str:
     for c in result.candidates:
         if c.predicted is None:
             continue
-        late = late_rows(c.schedule, c.predicted, limit)
-        if not late.entries:
+        if result.spec.query.kind == "pipeline":
+            late = _pipeline_late(result, c, limit)
+            cols = ["row_id", "source", "event_time", "batch_id", "operator_index",
+                    "operator", "detail"]
+        else:
+            late = late_rows(c.schedule, c.predicted, limit)
+            cols = ["row_id", "source", "event_time", "batch_id", "detail"]
+        if late is None or not late.entries:
             continue
-        cols = ["row_id", "source", "event_time", "batch_id", "detail"]
         head = "".join(f"<th>{html.escape(k)}</th>" for k in cols)
         body = "".join("<tr>" + "".join(f"<td>{html.escape(str(r[k]))}</td>" for k in cols)
                        + "</tr>" for r in late.table.to_dict("records"))
         parts.append(f"<h3>{html.escape(f'{c.name}: {late.headline()}')}</h3>"
                      f"<table><tr>{head}</tr>{body}</table>")
     return ("<h2>Late rows (predicted)</h2>" + "".join(parts)) if parts else ""
+
+
+# a pipeline's late rows are listed from a trace run at report time: only up to this many
+# input rows, so a big run's report stays cheap (a size bound, not a tuned figure)
+TRACE_ROWS = 100_000
+
+
+def _pipeline_late(result: BacktestResult, c: CandidateResult, limit: int) -> LateRows | None:
+    """A pipeline's late entries at every operator (``operator_index`` as in the batch
+    report), first ``limit``: its prediction keeps no fates, so the trace
+    (``semantics.pipeline.explain.trace``, a PySpark chain's on the rows at its first
+    operator: ``semantics.pipeline.chain_rows.traced``) runs once here, only for a run of at
+    most :data:`TRACE_ROWS` input rows. None for a bigger run, or a PySpark chain whose
+    prediction was read back from the results (its rows at the first operator are not
+    stored)."""
+    from semantics.pipeline.chain_rows import ChainPrediction, traced
+    from semantics.pipeline.explain import late_listing
+
+    if c.schedule.total_rows > TRACE_ROWS:
+        return None
+    if result.spec._pyspark is not None and not isinstance(c.predicted, ChainPrediction):
+        return None
+    rows, spec, t = traced(c.schedule, result.spec, c.name, c.predicted)
+    return late_listing(rows, t, spec, limit)
 
 
 def sweep_section(result: BacktestResult, folder: Path) -> str:
