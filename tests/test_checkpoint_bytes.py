@@ -111,23 +111,15 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_predicted_checkpoint_bytes_follow_sparks_delta_files(spark, tmp_path, case):
-    query, parts = CASES[case]
-    spec = make_spec(tmp_path / "src", _events(8, 400), query, {"e": "30 seconds"},
-                     spark_conf={"spark.sql.shuffle.partitions": parts})
-    actual = run(spark, spec, tmp_path / "work").batches
-    from semantics.history import plan
-    sched = plan(spec, "c")
-    state = Path(tmp_path / "work" / "c" / "checkpoint" / "state" / "0")
-
-    # every delta file: the lz4 stream the predictor sizes, byte for byte
-    puts = np.zeros(len(actual) + 1, dtype=np.int64)
-    removes = np.zeros(len(actual) + 1, dtype=np.int64)
+def decode_state_files(files: list[Path], batches: int
+                       ) -> tuple[np.ndarray, np.ndarray, set[bytes], set[bytes]]:
+    """Every state file's lz4 stream checked byte for byte against the predictor's sizing,
+    and its records read: puts and removes per version, the keys and the values seen
+    (delta files and RocksDB changelogs share the framing, docs/semantics.md §9.1)."""
+    puts = np.zeros(batches + 1, dtype=np.int64)
+    removes = np.zeros(batches + 1, dtype=np.int64)
     keys: set[bytes] = set()
     values: set[bytes] = set()
-    files = sorted(state.glob("*/*.delta"))
-    assert len(files) == parts * len(actual)
     for f in files:
         data = f.read_bytes()
         blocks = _blocks(data)
@@ -144,6 +136,23 @@ def test_predicted_checkpoint_bytes_follow_sparks_delta_files(spark, tmp_path, c
                 puts[version] += 1
                 values.add(value)
             keys.add(key)
+    return puts, removes, keys, values
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_predicted_checkpoint_bytes_follow_sparks_delta_files(spark, tmp_path, case):
+    query, parts = CASES[case]
+    spec = make_spec(tmp_path / "src", _events(8, 400), query, {"e": "30 seconds"},
+                     spark_conf={"spark.sql.shuffle.partitions": parts})
+    actual = run(spark, spec, tmp_path / "work").batches
+    from semantics.history import plan
+    sched = plan(spec, "c")
+    state = Path(tmp_path / "work" / "c" / "checkpoint" / "state" / "0")
+
+    # every delta file: the lz4 stream the predictor sizes, byte for byte
+    files = sorted(state.glob("*/*.delta"))
+    assert len(files) == parts * len(actual)
+    puts, removes, keys, values = decode_state_files(files, len(actual))
     # records: Spark's numRowsUpdated (puts) and numRowsRemoved (removes), batch b = version b+1
     assert puts[1:].tolist() == actual["state_rows_updated"].tolist()
     assert removes[1:].tolist() == actual["state_rows_removed"].tolist()

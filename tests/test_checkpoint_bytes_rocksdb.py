@@ -19,7 +19,6 @@ import struct
 import zipfile
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from jobs.backtest import CandidateResult
@@ -30,7 +29,7 @@ from semantics import checkpoint_bytes as cb
 from semantics.history import plan
 from semantics.predict import predict
 from tests.replay_support import make_spec, run
-from tests.test_checkpoint_bytes import CASES, _blocks, _events, _records
+from tests.test_checkpoint_bytes import CASES, _blocks, _events, _records, decode_state_files
 
 pytestmark = pytest.mark.spark
 
@@ -54,29 +53,10 @@ def test_predicted_checkpoint_bytes_follow_rocksdbs_changelog_files(spark, tmp_p
     sched = plan(spec, "c")
     state = Path(tmp_path / "work" / "c" / "checkpoint" / "state" / "0")
 
-    puts = np.zeros(len(actual) + 1, dtype=np.int64)
-    removes = np.zeros(len(actual) + 1, dtype=np.int64)
-    keys: set[bytes] = set()
-    values: set[bytes] = set()
     files = sorted(state.glob("*/*.changelog"))
     assert len(files) == parts * len(actual)
     assert not list(state.glob("*/*.delta"))
-    for f in files:
-        data = f.read_bytes()
-        blocks = _blocks(data)
-        raw = b"".join(b[2] for b in blocks)
-        for compressed, stored, block in blocks:
-            if compressed:
-                assert stored == cb.lz4_block_bytes(block), f
-        assert len(data) == cb.lz4_stream_bytes(raw), f
-        version = int(f.name.split(".")[0])
-        for key, value in _records(raw):  # (changelog v1: the delta file's framing)
-            if value is None:
-                removes[version] += 1
-            else:
-                puts[version] += 1
-                values.add(value)
-            keys.add(key)
+    puts, removes, keys, values = decode_state_files(files, len(actual))  # (v1: delta framing)
     assert puts[1:].tolist() == actual["state_rows_updated"].tolist()
     assert removes[1:].tolist() == actual["state_rows_removed"].tolist()
 
