@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Iterable
 
 import pytest
 import yaml
@@ -28,12 +29,25 @@ HAND = [[{"id": 1, "ts": 1}, {"id": 1, "ts": 1}, {"id": 2, "ts": 3}],
         [{"id": 4, "ts": 2}, {"id": 5, "ts": 25}]]
 
 
-def counted(t, late=None) -> dict[tuple[int, int], int]:
-    """Distinct late units per (operator_index, batch_id): what Spark counts."""
+def late_units(entries: Iterable[tuple[int, int, str]]) -> dict[tuple[int, int], int]:
+    """Distinct late units per (operator_index, batch_id) of (operator_index, batch_id,
+    unit) entries: what Spark counts in numRowsDroppedByWatermark."""
     units: dict[tuple[int, int], set[str]] = {}
-    for f in late if late is not None else t.late():
-        units.setdefault((f.operator_index, f.batch_id), set()).add(f.unit)
+    for o, b, unit in entries:
+        units.setdefault((int(o), int(b)), set()).add(unit)
     return {k: len(v) for k, v in units.items()}
+
+
+def listed(listing) -> dict[tuple[int, int], int]:
+    """``late_units`` of a late listing's table."""
+    return late_units(listing.table[["operator_index", "batch_id", "unit"]]
+                      .itertuples(index=False))
+
+
+def counted(t, late=None) -> dict[tuple[int, int], int]:
+    """``late_units`` of a trace's late fates."""
+    return late_units((f.operator_index, f.batch_id, f.unit)
+                      for f in (late if late is not None else t.late()))
 
 
 def reported(batches) -> dict[tuple[int, int], int]:
@@ -180,10 +194,7 @@ def test_late_listing_counts_are_sparks(spark, tmp_path, shape):
     sched = plan(sp, "c")
     t = trace(sched, sp, "c")
     listing = late_listing(sched, t, sp)
-    got: dict[tuple[int, int], set[str]] = {}
-    for r in listing.table.itertuples(index=False):
-        got.setdefault((int(r.operator_index), int(r.batch_id)), set()).add(r.unit)
-    assert {k: len(v) for k, v in got.items()} == reported(actual.batches)
+    assert listed(listing) == reported(actual.batches)
     assert listing.entries > 0
     # late_rows under Spark's own late watermarks (semantics.late_rows) = the listing's rows
     assert actual.info["late_rows"] == listing.rows == t.late_rows

@@ -23,7 +23,7 @@ from semantics.pipeline.predict import outputs, report
 from semantics.schedule import ARRIVAL_MS, VERSION, Schedule, cut
 from semantics.spec import BacktestSpec, parse_spec
 from tests.replay_support import make_spec
-from tests.test_pipeline_explain import counted, reported
+from tests.test_pipeline_explain import counted, listed, reported
 
 # tests/test_pipeline_spark.py::test_join_then_aggregation's stream: clicks c join
 # impressions i on ad, c.ts BETWEEN i.ts AND i.ts + 10 s, then 10 s counts
@@ -343,10 +343,8 @@ def test_late_listing_and_explained_outputs_are_sparks(spark, tmp_path, shape):
     sched = plan(sp, "c")
     t = trace(sched, sp, "c")
     listing = late_listing(sched, t, sp)
-    got: dict[tuple[int, int], set[str]] = {}
-    for r in listing.table.itertuples(index=False):
-        got.setdefault((int(r.operator_index), int(r.batch_id)), set()).add(r.unit)
-    assert {k: len(v) for k, v in got.items()} == reported(actual.batches)
+    got = listed(listing)
+    assert got == reported(actual.batches)
     # (an aggregation over the left event time right after a time-range join drops nothing:
     # the join's output watermark stays behind every row it can still emit, §13.2)
     want = {(1, 8), (1, 10)} if shape == "join_agg" else {(0, 3)}

@@ -16,6 +16,7 @@ from jobs.backtest import run_backtest
 from jobs.cli import explain, main, print_late
 from semantics.spec import load_spec
 from tests.replay_support import write_sources
+from tests.test_pipeline_explain import late_units, reported
 
 pytestmark = pytest.mark.spark
 
@@ -75,20 +76,6 @@ def row_id(commits: list, source: str, rid: int) -> int:
     return flat.index((source, rid))
 
 
-def late_per_operator(entries: list[dict]) -> dict[tuple[int, int], int]:
-    """Distinct late units per (operator_index, batch_id): what Spark counts."""
-    units: dict[tuple[int, int], set[str]] = {}
-    for e in entries:
-        units.setdefault((e["operator_index"], e["batch_id"]), set()).add(e["unit"])
-    return {k: len(v) for k, v in units.items()}
-
-
-def dropped(batches) -> dict[tuple[int, int], int]:
-    d = batches[batches["dropped_by_watermark"] > 0]
-    return {(int(o), int(b)): int(n) for o, b, n in
-            d[["operator_index", "batch_id", "dropped_by_watermark"]].itertuples(index=False)}
-
-
 @pytest.mark.parametrize("function,commits,removed", [("dedup_agg", ONE, ("e", 7)),
                                                       ("union_agg", UNION, ("a", 12))])
 def test_late_rows_of_a_chain_are_sparks_per_operator_and_batch(
@@ -100,9 +87,10 @@ def test_late_rows_of_a_chain_are_sparks_per_operator_and_batch(
     assert c.validation is not None and c.validation["success"], c.validation
     assert print_late(result, 100, True) == 0
     (late,) = json.loads(capsys.readouterr().out)["candidates"]
-    spark_counts = dropped(c.actual.batches)
+    spark_counts = reported(c.actual.batches)
     assert sum(spark_counts.values()) >= 3
-    assert late_per_operator(late["entries"]) == spark_counts
+    assert late_units((e["operator_index"], e["batch_id"], e["unit"])
+                      for e in late["entries"]) == spark_counts
     assert late["late_entries"] == len(late["entries"])
     # the prediction's late_rows (the report's, Dagster's) are the listing's
     assert c.predicted.info["late_rows"] == late["late_rows"] == len(
