@@ -24,16 +24,7 @@ from semantics.schedule import ARRIVAL_MS, VERSION, Schedule, cut
 from semantics.spec import BacktestSpec, parse_spec
 from tests.replay_support import make_spec
 from tests.test_pipeline_explain import counted, listed, reported
-
-# tests/test_pipeline_spark.py::test_join_then_aggregation's stream: clicks c join
-# impressions i on ad, c.ts BETWEEN i.ts AND i.ts + 10 s, then 10 s counts
-JOIN_COMMITS = [("c", [{"ad": 1, "ts": 5}, {"ad": 2, "ts": 8}]),
-                ("i", [{"ad": 1, "ts": 1}, {"ad": 2, "ts": 3}]),
-                ("c", [{"ad": 1, "ts": 25}, {"ad": 3, "ts": 30}]),
-                ("i", [{"ad": 1, "ts": 20}, {"ad": 3, "ts": 26}, {"ad": 9, "ts": 2}]),
-                ("c", [{"ad": 1, "ts": 48}]),
-                ("i", [{"ad": 1, "ts": 45}, {"ad": 4, "ts": 70}]),
-                ("c", [{"ad": 4, "ts": 75}, {"ad": 2, "ts": 9}])]
+from tests.test_pipeline_spark import JOIN_COMMITS
 
 
 def join_agg(join_type: str) -> dict:

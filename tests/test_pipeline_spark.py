@@ -129,18 +129,22 @@ def test_union_then_aggregation(spark, tmp_path, policy):
                                                 "input_rows_a", "input_rows_b"]
 
 
+# test_join_then_aggregation's stream: clicks c and impressions i by ad
+JOIN_COMMITS = [("c", [{"ad": 1, "ts": 5}, {"ad": 2, "ts": 8}]),
+                ("i", [{"ad": 1, "ts": 1}, {"ad": 2, "ts": 3}]),
+                ("c", [{"ad": 1, "ts": 25}, {"ad": 3, "ts": 30}]),
+                ("i", [{"ad": 1, "ts": 20}, {"ad": 3, "ts": 26}, {"ad": 9, "ts": 2}]),
+                ("c", [{"ad": 1, "ts": 48}]),
+                ("i", [{"ad": 1, "ts": 45}, {"ad": 4, "ts": 70}]),
+                ("c", [{"ad": 4, "ts": 75}, {"ad": 2, "ts": 9}])]
+
+
 @pytest.mark.parametrize("join_type", ["inner", "left_outer"])
 def test_join_then_aggregation(spark, tmp_path, join_type):
     # impressions i join clicks c on ad, c.ts BETWEEN i.ts AND i.ts + 10 s (left: c), then
     # 10 s counts over the left event time. The aggregation's watermarks are the join's
     # output watermark (its state watermarks' min), not the global one (§13.2).
-    commits = [("c", [{"ad": 1, "ts": 5}, {"ad": 2, "ts": 8}]),
-               ("i", [{"ad": 1, "ts": 1}, {"ad": 2, "ts": 3}]),
-               ("c", [{"ad": 1, "ts": 25}, {"ad": 3, "ts": 30}]),
-               ("i", [{"ad": 1, "ts": 20}, {"ad": 3, "ts": 26}, {"ad": 9, "ts": 2}]),
-               ("c", [{"ad": 1, "ts": 48}]),
-               ("i", [{"ad": 1, "ts": 45}, {"ad": 4, "ts": 70}]),
-               ("c", [{"ad": 4, "ts": 75}, {"ad": 2, "ts": 9}])]
+    commits = JOIN_COMMITS
     spec = make_spec(
         tmp_path / "src", commits,
         {"pipeline": [{"join": {"type": join_type, "left": "c", "right": "i", "keys": ["ad"],
