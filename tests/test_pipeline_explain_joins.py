@@ -24,7 +24,7 @@ from semantics.schedule import ARRIVAL_MS, VERSION, Schedule, cut
 from semantics.spec import BacktestSpec, parse_spec
 from tests.replay_support import make_spec
 from tests.test_pipeline_explain import counted, listed, reported
-from tests.test_pipeline_spark import JOIN_COMMITS
+from tests.test_pipeline_spark import JOIN_COMMITS, SESSION_COMMITS
 
 
 def join_agg(join_type: str) -> dict:
@@ -34,14 +34,7 @@ def join_agg(join_type: str) -> dict:
         {"aggregate": {"window": {"duration": "10 seconds"}, "aggregates": {"n": "count(*)"}}}]}
 
 
-# a session window per k with a 5 s gap, first stage (tests/test_pipeline_spark.py's stream)
-SESSION_COMMITS = [
-    ("e", [{"k": 1, "ts": 1}, {"k": 1, "ts": 3}, {"k": 2, "ts": 2}, {"k": 3, "ts": 4},
-           {"k": 2, "ts": 2}]),
-    ("e", [{"k": 1, "ts": 12}, {"k": 2, "ts": 9}, {"k": 4, "ts": 10}]),
-    ("e", [{"k": 1, "ts": 2}, {"k": 2, "ts": 30}, {"k": 3, "ts": 31}]),
-    ("e", [{"k": 1, "ts": 50}, {"k": 2, "ts": 33}, {"k": 4, "ts": 12}]),
-    ("e", [{"k": 1, "ts": 80}])]
+# a session window per k with a 5 s gap, first stage, over test_pipeline_spark's stream
 SESSION = {"pipeline": [{"aggregate": {"session": {"gap": "5 seconds"}, "keys": ["k"],
                                        "aggregates": {"n": "count(*)"}}}]}
 

@@ -17,6 +17,7 @@ from jobs.cli import explain, main, print_late
 from semantics.spec import load_spec
 from tests.replay_support import write_sources
 from tests.test_pipeline_explain import late_units, reported
+from tests.test_pyspark_chains import ONE as CHAIN_ONE
 
 pytestmark = pytest.mark.spark
 
@@ -38,16 +39,8 @@ def union_agg(sources):
     return a.unionByName(b).groupBy(F.window("ts", "10 seconds"), "k").count()
 '''
 
-ONE = [("e", [{"id": 1, "k": "a", "ts": 1}, {"id": 1, "k": "a", "ts": 1},
-              {"id": 2, "k": "b", "ts": 3}, {"id": 9, "k": "a", "ts": 4}]),
-       ("e", [{"id": 3, "k": "a", "ts": 12}, {"id": 1, "k": "a", "ts": 1},
-              {"id": 4, "k": "a", "ts": 14}]),
-       ("e", [{"id": 4, "k": "b", "ts": 2}, {"id": 5, "k": "a", "ts": 25},
-              {"id": 8, "k": "a", "ts": 22}]),
-       ("e", [{"id": 6, "k": "a", "ts": 33}, {"id": 7, "k": "b", "ts": 8}]),
-       ("e", [{"id": 10, "k": "b", "ts": 47}]),
-       ("e", [{"id": 11, "k": "b", "ts": 75}]),
-       ("e", [{"id": 12, "k": "a", "ts": 30}, {"id": 13, "k": "b", "ts": 60}])]
+# test_pyspark_chains' stream, and one more commit
+ONE = [*CHAIN_ONE, ("e", [{"id": 12, "k": "a", "ts": 30}, {"id": 13, "k": "b", "ts": 60}])]
 UNION = [("a", [{"id": 1, "k": "x", "ts": 10}]), ("b", [{"id": 2, "k": "y", "ts": 40}]),
          ("a", [{"id": 3, "k": "x", "ts": 31}, {"id": 4, "k": "y", "ts": 2}]),
          ("b", [{"id": 5, "k": "x", "ts": 12}, {"id": 6, "k": "y", "ts": 61},
