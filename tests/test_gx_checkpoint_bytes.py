@@ -26,8 +26,8 @@ from semantics.report import RunResult
 from tests.test_orchestration import (
     CANDIDATE_ASSETS,
     NAME,
-    NoSpark,
     add_partitions,
+    blocked_check,
     check_evaluation,
     resources,
     write_tiny_backtest,
@@ -143,13 +143,7 @@ def test_dagster_check_names_the_checkpoint_bytes_check_and_blocks(
 
         # the stored actual's checkpoint bytes doubled: the blocking check fails the run
         monkeypatch.setattr(jobs.replay, "replay", lambda *a, **k: doubled(calls[0]))
-        run = dg.materialize(CANDIDATE_ASSETS, partition_key=key, instance=instance,
-                             resources=resources(tmp_path, NoSpark()), raise_on_error=False)
-        assert not run.success
-        dagster_run = instance.get_run_by_id(run.run_id)
-        assert dagster_run is not None and dagster_run.status == dg.DagsterRunStatus.FAILURE
-    ev = check_evaluation(run)
-    assert not ev.passed and ev.severity == dg.AssetCheckSeverity.ERROR
+        ev = blocked_check(instance, key, tmp_path)
     ran = by_check(ev.metadata["expectations"].value)
     assert not ran["checkpoint_bytes"]["success"] and ran["state_bytes"]["success"]
     assert [e["check"] for e in ev.metadata["expectations"].value if not e["success"]] == \

@@ -91,6 +91,20 @@ def check_evaluation(result: dg.ExecuteInProcessResult) -> dg.AssetCheckEvaluati
     return evals[0]
 
 
+def blocked_check(instance: dg.DagsterInstance, key: str, root: Path
+                  ) -> dg.AssetCheckEvaluation:
+    """The candidate's assets materialized (no Spark: the replay is the test's), the run
+    failed by the blocking GX check, whose evaluation (an error) is returned."""
+    run = dg.materialize(CANDIDATE_ASSETS, partition_key=key, instance=instance,
+                         resources=resources(root, NoSpark()), raise_on_error=False)
+    assert not run.success
+    dagster_run = instance.get_run_by_id(run.run_id)
+    assert dagster_run is not None and dagster_run.status == dg.DagsterRunStatus.FAILURE
+    ev = check_evaluation(run)
+    assert not ev.passed and ev.severity == dg.AssetCheckSeverity.ERROR
+    return ev
+
+
 @pytest.mark.spark
 def test_two_candidates_checks_pass_and_comparison(spark, tmp_path):
     write_tiny_backtest(tmp_path)
@@ -162,13 +176,7 @@ def test_tampered_actual_fails_check_and_run(tmp_path, monkeypatch):
     key = f"{NAME}|tight"
     with dg.instance_for_test() as instance:
         add_partitions(instance, [key])
-        run = dg.materialize(CANDIDATE_ASSETS, partition_key=key, instance=instance,
-                             resources=resources(tmp_path, NoSpark()), raise_on_error=False)
-        assert not run.success
-        dagster_run = instance.get_run_by_id(run.run_id)
-        assert dagster_run is not None and dagster_run.status == dg.DagsterRunStatus.FAILURE
-    ev = check_evaluation(run)
-    assert not ev.passed and ev.severity == dg.AssetCheckSeverity.ERROR
+        ev = blocked_check(instance, key, tmp_path)
     assert ev.metadata["failed_count"].value >= 1
     failed = ev.metadata["failed"].value
     assert failed == "; ".join(ev.metadata["failed_list"].value)
