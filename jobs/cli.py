@@ -173,11 +173,12 @@ def cmd_versions(args: argparse.Namespace) -> int:
 def print_late(result: BacktestResult, limit: int, as_json: bool) -> int:
     """The input rows each candidate's watermark drops (the first ``limit`` per candidate)."""
     from semantics.explain import late_rows
+    from semantics.pipeline.chain_rows import traced_late
 
     doc = {"backtest": result.spec.name, "candidates": []}
     for c in result.candidates:
-        late = late_rows(c.schedule, c.predicted, limit) \
-            if result.spec.query.kind != "pipeline" else _pipeline_late(result, c.name, limit)
+        late = late_rows(c.schedule, c.predicted, limit) if result.spec.query.kind != \
+            "pipeline" else traced_late(c.schedule, result.spec, c.name, c.predicted, limit)
         if as_json:  # timestamps in JSON are epoch milliseconds (SPEC.md §4)
             doc["candidates"].append({
                 "name": c.name, "late_rows": late.rows, "late_entries": late.entries,
@@ -192,17 +193,6 @@ def print_late(result: BacktestResult, limit: int, as_json: bool) -> int:
     if as_json:
         write_document(json.dumps(doc, default=str) + "\n")
     return 0
-
-
-def _pipeline_late(result: BacktestResult, name: str, limit: int):
-    """A pipeline's late entries at every operator (``semantics.pipeline.explain``); a
-    PySpark chain's on the rows at its first operator (``semantics.pipeline.chain_rows``)."""
-    from semantics.pipeline.chain_rows import traced
-    from semantics.pipeline.explain import late_listing
-
-    c = next(c for c in result.candidates if c.name == name)
-    rows, spec, t = traced(c.schedule, result.spec, name, c.predicted)
-    return late_listing(rows, t, spec, limit)
 
 
 def _row_id_check(spec: BacktestSpec, row_id: int | None) -> Callable[[Schedule], None] | None:

@@ -210,19 +210,17 @@ def _pipeline_late(result: BacktestResult, c: CandidateResult, limit: int) -> La
     """A pipeline's late entries at every operator (``operator_index`` as in the batch
     report), first ``limit``: its prediction keeps no fates, so the trace
     (``semantics.pipeline.explain.trace``, a PySpark chain's on the rows at its first
-    operator: ``semantics.pipeline.chain_rows.traced``) runs once here, only for a run of at
+    operator: ``semantics.pipeline.chain_rows.traced_late``) runs once here, only for a run of at
     most :data:`TRACE_ROWS` input rows. None for a bigger run, or a PySpark chain whose
     prediction was read back from the results (its rows at the first operator are not
     stored)."""
-    from semantics.pipeline.chain_rows import ChainPrediction, traced
-    from semantics.pipeline.explain import late_listing
+    from semantics.pipeline.chain_rows import ChainPrediction, traced_late
 
     if c.schedule.total_rows > TRACE_ROWS:
         return None
     if result.spec._pyspark is not None and not isinstance(c.predicted, ChainPrediction):
         return None
-    rows, spec, t = traced(c.schedule, result.spec, c.name, c.predicted)
-    return late_listing(rows, t, spec, limit)
+    return traced_late(c.schedule, result.spec, c.name, c.predicted, limit)
 
 
 def sweep_section(result: BacktestResult, folder: Path) -> str:

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from semantics.pipeline.explain import Fate, PipelineTrace, trace
+from semantics.explain import LateRows
+from semantics.pipeline.explain import Fate, PipelineTrace, late_listing, trace
 from semantics.predict import Prediction
 from semantics.report import RunResult
 from semantics.schedule import ROW_ID, Schedule
@@ -51,3 +52,11 @@ def traced(schedule: Schedule, spec: BacktestSpec, candidate: str,
     removed = [Fate(int(r), -1, 0, None, "before", REMOVED)
                for s in schedule.rows for r in schedule.rows[s][ROW_ID] if int(r) not in kept]
     return rows, pspec, replace(t, fates=[*removed, *t.fates])
+
+
+def traced_late(schedule: Schedule, spec: BacktestSpec, candidate: str,
+                predicted: RunResult | None, limit: int | None = None) -> LateRows:
+    """A pipeline's late entries at every operator, first ``limit`` (``--late`` and the HTML
+    report): :func:`late_listing` over what :func:`traced` follows."""
+    rows, pspec, t = traced(schedule, spec, candidate, predicted)
+    return late_listing(rows, t, pspec, limit)
