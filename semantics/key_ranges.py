@@ -33,6 +33,7 @@ from semantics.sample import (
     ADDITIVE,
     Sample,
     draw,
+    frame_column,
     key_hash,
     sample_keys,
     without_carriers,
@@ -103,7 +104,7 @@ def pieces(schedule: Schedule, split_: Split, spec: BacktestSpec, rows_per_piece
         df = schedule.rows[s]
         if not len(df):
             continue
-        cols = tuple(_column(df, k) for k in keys)
+        cols = tuple(frame_column(df, k) for k in keys)
         ranges = range_of(key_hash(df, cols), split_.count)
         order = np.argsort(ranges, kind="stable")
         bounds = np.searchsorted(ranges[order], np.arange(split_.count + 1))
@@ -111,12 +112,6 @@ def pieces(schedule: Schedule, split_: Split, spec: BacktestSpec, rows_per_piece
             idx = order[bounds[r]:bounds[r + 1]]
             for lo in range(0, len(idx), rows_per_piece):
                 yield r, s, df.take(idx[lo:lo + rows_per_piece])
-
-
-def _column(frame: pd.DataFrame, name: str) -> str:
-    from semantics.sample import _column as column  # (one spelling rule for keys)
-
-    return column(frame, name)
 
 
 def range_schedule(split_: Split, rows: Mapping[str, Iterable[pd.DataFrame]]) -> Schedule:

@@ -165,7 +165,7 @@ def _bad_marker(spec: BacktestSpec, column: str, what: str) -> SpecError:
                      f"to mark carrier rows with; key {column!r} holds {what}")
 
 
-def _column(frame: pd.DataFrame, name: str) -> str:
+def frame_column(frame: pd.DataFrame, name: str) -> str:
     """``name`` as the frame spells it (keys may differ in case from the table's columns)."""
     if name in frame.columns:
         return name
@@ -181,7 +181,7 @@ def draw(schedule: Schedule, spec: BacktestSpec, rate: float) -> Sample:
     check_rate(spec, rate)
     keys = sample_keys(spec)
     sources = [s for s in spec.query_sources if s in schedule.rows]
-    cols = {s: tuple(_column(schedule.rows[s], k) for k in keys) for s in sources}
+    cols = {s: tuple(frame_column(schedule.rows[s], k) for k in keys) for s in sources}
     marker_of = {s: cols[s][0] for s in sources}
     value = carrier_value(spec, [schedule.rows[s][marker_of[s]] for s in sources], keys[0])
     next_id = 1 + max((int(df[ROW_ID].max()) for df in schedule.rows.values() if len(df)),
@@ -221,7 +221,8 @@ def carrier_outputs(spec: BacktestSpec, sample: Sample, outputs: pd.DataFrame) -
     q = spec.query
     k = sample.key_columns[0]
     if isinstance(q, JoinQuery):
-        names = [f"{side}_{_column(sample.schedule.rows[side], k)}" for side in (q.left, q.right)]
+        names = [f"{side}_{frame_column(sample.schedule.rows[side], k)}"
+                 for side in (q.left, q.right)]
     elif isinstance(q, DeduplicationQuery):
         names = [sample.marker]
     else:
