@@ -461,9 +461,11 @@ def swept_bound(spec: BacktestSpec, bound: str | None) -> QueryAxis:
     given = [b for b in ("lower", "upper") if tr is not None and getattr(tr, b) is not None]
     if len(given) == 1:
         return "lower" if given[0] == "lower" else "upper"
+    if not given:
+        raise SpecError(spec.path, "--ranges", "a join with a time_range (its bound is what "
+                        "--ranges sweeps)")
     raise SpecError(spec.path, "--bound", "which bound of the join's time_range --ranges sweeps "
-                    "(lower or upper)" if given else
-                    "--ranges with a join that has a time_range")
+                    "(lower or upper)")
 
 
 def swept_query(spec: BacktestSpec, window_sizes: str | None, ranges: str | None,
@@ -567,10 +569,16 @@ def run_sweep(args: argparse.Namespace) -> int:
     base = args.candidate
     given = [f for f, v in (("--delays", args.delays), ("--window-sizes", args.window_sizes),
                             ("--ranges", args.ranges)) if v]
+    if not given and spec.sweep is not None and not args.source and args.bound is None:
+        _from_spec(args, spec)  # (what the spec's sweep: says, as the flags would say it)
+        base = args.candidate or spec.sweep.candidate
+        given = [f for f, v in (("--delays", args.delays),
+                                ("--window-sizes", args.window_sizes),
+                                ("--ranges", args.ranges)) if v]
     if len(given) != 1:
         raise SpecError(spec.path, given[-1] if given else "--delays", "one of --delays, "
-                        "--window-sizes and --ranges (what the sweep varies), got "
-                        + (" and ".join(given) or "none"))
+                        "--window-sizes and --ranges (what the sweep varies; without any, "
+                        "the spec's sweep:), got " + (" and ".join(given) or "none"))
     if args.bound is not None and not args.ranges:
         raise SpecError(spec.path, "--bound", "--ranges (the bound it sweeps)")
     query = None
@@ -605,6 +613,19 @@ def run_sweep(args: argparse.Namespace) -> int:
             print(f"\n{flat_note(spec, doc['source'], base)}")
     print(f"\nplot: {doc['plot']}")
     return 0
+
+
+def _from_spec(args: argparse.Namespace, spec: BacktestSpec) -> None:
+    """Set ``args``' ``--source``/``--delays``, ``--window-sizes`` or ``--ranges``/``--bound``
+    from the spec's ``sweep:`` block (SPEC.md §1; checked when the spec was loaded)."""
+    sw = spec.sweep
+    assert sw is not None
+    if sw.delays:
+        args.source, args.delays = list(sw.delays), list(sw.delays.values())
+    elif sw.window_sizes is not None:
+        args.window_sizes = sw.window_sizes
+    elif sw.ranges:
+        [(args.bound, args.ranges)] = sw.ranges.items()
 
 
 def _figures(r: SweepRow) -> dict[str, Any]:

@@ -54,8 +54,9 @@ def varied(spec: BacktestSpec, axis: QueryAxis, value_ms: int) -> BacktestSpec:
         if axis == "window":
             win = getattr(q, "window", None)
             if isinstance(win, WindowSpec):
-                if value_ms * 1000 < win.slide_us:
-                    raise ValueError(f"window sizes of at least the slide ({win.slide_us // 1000} "
+                # (a tumbling window's slide is its size: it stays tumbling)
+                if win.slide is not None and value_ms * 1000 < win.slide.us:
+                    raise ValueError(f"window sizes of at least the slide ({win.slide.ms} "
                                      f"ms; Spark's window() refuses a slide longer than the "
                                      f"window), got {value_ms} ms")
                 new: WindowSpec | JoinWindow | TimeRange = WindowSpec.model_validate(
