@@ -18,7 +18,7 @@ from semantics.metrics import candidate_metrics
 from semantics.predict import predict
 from semantics.spec import BacktestSpec, load_spec
 from semantics.sweep_once import FIGURES
-from semantics.sweep_range import parse_delays
+from semantics.sweep_range import parse_delays, parse_values
 from tests.deltas import write_commits
 from tests.replay_support import write_sources
 from tests.sweep_support import join_spec_file
@@ -125,7 +125,7 @@ def test_range_bounds_are_predictions_of_each_bound(tmp_path: Path, capsys) -> N
         assert doc["varies"] == f"query.time_range.{bound}"
         rows = doc["sweep"]
         assert [r[f"{key}_ms"] for r in rows] == [d.ms for d in
-                                                  _values(text)]
+                                                  parse_values(text, least_ms=None)]
         for r in rows:
             tr = {**base["query"]["time_range"], bound: f"{r[f'{key}_ms']} milliseconds"}
             one.write_text(json.dumps({**base, "query": {**base["query"], "time_range": tr}}))
@@ -141,10 +141,19 @@ def test_range_bounds_are_predictions_of_each_bound(tmp_path: Path, capsys) -> N
     assert from_block["sweep"] == flags["sweep"]
 
 
-def _values(text: str) -> list:
-    from semantics.sweep_range import parse_values
-
-    return parse_values(text, least_ms=None)
+def test_window_key_join_sizes_are_predictions_of_each_size(tmp_path: Path, capsys) -> None:
+    spec = join_spec(tmp_path)
+    doc = json.loads(spec.read_text())
+    query = {k: v for k, v in doc["query"].items() if k != "time_range"}
+    spec.write_text(json.dumps({**doc, "query": {**query, "window": {"duration": "10 seconds"}}}))
+    got = swept(capsys, [str(spec), "--window-sizes", "5 seconds..40 seconds/3", "--results",
+                         str(tmp_path / "r")])["sweep"]
+    one = tmp_path / "one.yaml"
+    for r in got:
+        one.write_text(json.dumps({**doc, "query": {**query, "window": {
+            "duration": f"{r['window_size_ms']} milliseconds"}}}))
+        same_figures(r, expected(one))
+    assert len({(r["output_rows"], r["peak_state_rows"]) for r in got}) > 1
 
 
 @pytest.mark.parametrize(("which", "extra", "says"), [
@@ -221,8 +230,7 @@ def test_checkpoint_bytes_per_delay_are_each_predictions_estimate(tmp_path: Path
     # the one pass still gives what it covers; the bytes need each delay's batches
     assert computed["checkpoint_bytes"] == computed["checkpoint_bytes_per_day"] == "per_delay"
     assert computed["late_rows"] == "one_pass"
-    ts = np.concatenate([schedule.rows["clicks"][TS].to_numpy("datetime64[ms]")
-                         .astype(np.int64)])
+    ts = schedule.rows["clicks"][TS].to_numpy("datetime64[ms]").astype(np.int64)
     days = (ts.max() - ts.min()) / 86_400_000
     got = [r["checkpoint_bytes"] for r in rows]
     assert got == [_checkpoint_of(spec, d.ms) for d in delays]
