@@ -264,3 +264,12 @@ def test_window_size_sweep_with_checkpoint_bytes(tmp_path: Path, capsys) -> None
         col = predict(schedule, one, "c", explain=False).batches["checkpoint_bytes"]
         assert r["checkpoint_bytes"] == int(col.iloc[-1])
     assert doc["computed"]["checkpoint_bytes"] == "per_value"
+
+
+def test_the_delay_sweep_asset_sweeps_default_delays_for_a_query_sweep(tmp_path: Path) -> None:
+    from orchestration.sweep import default_sweep
+
+    spec = load_spec(agg_spec(tmp_path, {"duration": "20 seconds"},
+                              sweep={"window_sizes": "10 seconds..1 minute/3"}))
+    delays, base = default_sweep(spec)
+    assert base == "c" and list(delays) == ["clicks"] and len(delays["clicks"]) == 21
