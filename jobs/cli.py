@@ -318,8 +318,17 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--source", action="append", help="the source whose delay is swept "
                     "(default: the query's only source; a join needs one); twice, each before "
                     "its --delays, for a grid of two sources")
-    sp.add_argument("--delays", required=True, action="append",
+    sp.add_argument("--delays", action="append",
                     help='e.g. "1 minute..2 hours/60"; twice for a grid')
+    sp.add_argument("--window-sizes", metavar="RANGE", help="sweep the window's size instead "
+                    '(its slide kept), e.g. "1 minute..1 hour/20"')
+    sp.add_argument("--ranges", metavar="RANGE", help="sweep a bound of the join's "
+                    'time_range instead, e.g. "-2 hours..0 seconds/20"')
+    sp.add_argument("--bound", choices=("lower", "upper"), help="the time_range bound "
+                    "--ranges sweeps (default: the join's only one)")
+    sp.add_argument("--checkpoint-bytes", action="store_true", help="also predict each "
+                    "point's checkpoint bytes, and per day of event time (every point "
+                    "predicted on its own)")
     sp.set_defaults(func=cmd_sweep)
     sp = sub.add_parser("demo", help="build sample Delta tables and a demo spec, run a backtest")
     sp.add_argument("--dir", default="demo", help="folder for the demo (default ./demo)")

@@ -8,10 +8,14 @@ from the straight line between the first and the last point of the (normalised) 
 fraction of input rows late vs peak state.
 
 Two sources (a join's sides: ``--source A --delays R --source B --delays R``) give a grid,
-every pair of delays, drawn as heat-maps (:func:`sweep_grid`). Entry points: :func:`sweep` (a
-spec's curve), :func:`sweep_figures` (a planned schedule's), :func:`sweep_grid`, and
-:func:`sweep_and_plot` (what ``wmbt sweep`` and the Dagster ``delay_sweep`` asset run: the
-sweep, its plot, and its record for the HTML report).
+every pair of delays, drawn as heat-maps (:func:`sweep_grid`). ``--window-sizes R`` (a
+window's size, its slide kept) and ``--ranges R`` (a join's time-range bound) sweep the query
+instead, each value predicted on its own (:func:`sweep_values`; docs/semantics.md §2.6).
+``--checkpoint-bytes`` adds each point's checkpoint bytes, and per day of the history's event
+time. Entry points: :func:`sweep` (a spec's curve), :func:`sweep_figures` (a planned
+schedule's), :func:`sweep_grid`, :func:`sweep_values`, and :func:`sweep_and_plot` (what ``wmbt
+sweep`` and the Dagster ``delay_sweep`` asset run: the sweep, its plot, and its record for the
+HTML report).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import multiprocessing as mp
 import os
 import signal
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,8 +35,15 @@ import numpy as np
 from semantics.config import resolve
 from semantics.durations import Duration
 from semantics.errors import SpecError
-from semantics.sweep_fallback import swept
-from semantics.sweep_range import parse_delays
+from semantics.sweep_fallback import (
+    AXIS_FIELDS,
+    CHECKPOINT_FIGURES,
+    QueryAxis,
+    check_values,
+    swept,
+    varied,
+)
+from semantics.sweep_range import parse_delays, parse_sizes, parse_values
 
 if TYPE_CHECKING:
     from semantics.schedule import Schedule
@@ -44,7 +56,9 @@ SweepRow = dict[str, Any]
 
 
 def _label(ms: int) -> str:
-    """Compact human label: ``1h 5m``, ``6m 21.818s``, ``500ms``."""
+    """Compact human label: ``1h 5m``, ``6m 21.818s``, ``500ms``, ``-1h``."""
+    if ms < 0:
+        return "-" + _label(-ms)
     h, rest = divmod(ms, 3_600_000)
     m, rest = divmod(rest, 60_000)
     s, milli = divmod(rest, 1000)
@@ -92,7 +106,7 @@ def sweep(spec: BacktestSpec, source: str, delays: list[Duration], base: str | N
 
 def sweep_figures(spec: BacktestSpec, schedule: Schedule, source: str,
                   delays: list[Duration], base: str, processes: bool = True,
-                  one_pass: bool = True
+                  one_pass: bool = True, checkpoint: bool = False
                   ) -> tuple[list[SweepRow], dict[str, str]]:
     """A planned schedule's sweep: the rows of :func:`sweep` on ``schedule``, and per figure
     ``"one_pass"`` (all delays at once, ``semantics.sweep_once``; docs/semantics.md §2.6) or
@@ -100,7 +114,11 @@ def sweep_figures(spec: BacktestSpec, schedule: Schedule, source: str,
     cover, or every figure with ``one_pass=False``). Predictions per delay run in processes,
     one per core (``semantics.parallel.threads``; each predicts in one thread), the schedule
     shared by fork (``processes=False``: one delay after the other in this process, its
-    predictions in threads as usual); the rows are the same either way."""
+    predictions in threads as usual); the rows are the same either way. ``checkpoint``: each
+    row also has ``checkpoint_bytes`` and ``checkpoint_bytes_per_day``
+    (``semantics.sweep_fallback.metrics``), always ``"per_delay"``: the one pass has no
+    batch's puts and removes, so every delay is then predicted (its other figures still
+    taken from the one pass where it covers them)."""
     from semantics.sweep_once import FIGURES
     from semantics.sweep_once import one_pass as at_once
 
@@ -109,8 +127,10 @@ def sweep_figures(spec: BacktestSpec, schedule: Schedule, source: str,
     fast = at_once(spec, base, schedule, source, ms) if one_pass else None
     fast = fast or {}
     computed = {f: "one_pass" if f in fast else "per_delay" for f in FIGURES}
-    if len(fast) < len(FIGURES):
-        _WORK = (spec, schedule, base, source)
+    if checkpoint:
+        computed.update({f: "per_delay" for f in CHECKPOINT_FIGURES})
+    if len(fast) < len(FIGURES) or checkpoint:
+        _WORK = _Work(spec, schedule, base, source, None, checkpoint)
         try:
             rows = _map_points(ms) if processes else _points(ms)
         finally:
@@ -130,7 +150,8 @@ def sweep_figures(spec: BacktestSpec, schedule: Schedule, source: str,
 
 
 def sweep_grid(spec: BacktestSpec, delays: dict[str, list[Duration]], base: str | None = None,
-               schedule: Schedule | None = None, processes: bool = True
+               schedule: Schedule | None = None, processes: bool = True,
+               checkpoint: bool = False
                ) -> tuple[list[list[SweepRow]], dict[str, str]]:
     """A two-dimensional sweep: the delays of two sources of the query (a join's sides) varied
     together around the base candidate (``base`` or the first), and per figure how it was
@@ -157,7 +178,8 @@ def sweep_grid(spec: BacktestSpec, delays: dict[str, list[Duration]], base: str 
     computed: dict[str, str] = {}
     for a in delays[first]:
         fixed, name = swept(spec, base, {first: a.ms})
-        rows, how = sweep_figures(fixed, schedule, second, delays[second], name, processes)
+        rows, how = sweep_figures(fixed, schedule, second, delays[second], name, processes,
+                                  checkpoint=checkpoint)
         for r in rows:
             del r["knee"]
             r["delay"] = {first: _label(a.ms), second: r["delay"]}
@@ -166,6 +188,36 @@ def sweep_grid(spec: BacktestSpec, delays: dict[str, list[Duration]], base: str 
             computed[f] = "per_delay" if "per_delay" in (v, computed.get(f)) else v
         grid.append(rows)
     return grid, computed
+
+
+def sweep_values(spec: BacktestSpec, schedule: Schedule, axis: QueryAxis,
+                 values: list[Duration], base: str, processes: bool = True,
+                 checkpoint: bool = False) -> tuple[list[SweepRow], dict[str, str]]:
+    """A sweep of the query around ``base``, its delays kept: per value of ``values`` (in
+    their order) the figures of a prediction with the query's ``axis`` set to it
+    (``semantics.sweep_fallback.varied``: ``window``, the window's size; ``lower`` /
+    ``upper``, a join's time-range bound), each value predicted on its own, in a process per
+    core as :func:`sweep_figures` predicts delays. Every figure is ``"per_value"`` in the
+    returned ``computed``: no one-pass structure holds over these values (docs/semantics.md
+    §2.6: a row's window end, so its late threshold and its window's emission point, is not
+    monotone in the size). A row's value is under ``AXIS_KEYS[axis]`` (its label) and that
+    key plus ``_ms``; no knee (there is no delay traded against state). ``schedule`` must be
+    ``plan(spec, base)``: neither value changes what is read (SPEC.md §2)."""
+    from semantics.sweep_once import FIGURES
+
+    global _WORK
+    check_values(spec, axis, values)  # (ValueError naming the value, before any runs)
+    ms = [v.ms for v in values]
+    _WORK = _Work(spec, schedule, base, None, axis, checkpoint)
+    try:
+        rows = _map_points(ms) if processes else _points(ms)
+    finally:
+        _WORK = None
+    for r in rows:
+        _fractions(r)
+        r["knee"] = False
+    figures = FIGURES + (CHECKPOINT_FIGURES if checkpoint else ())
+    return rows, {f: "per_value" for f in figures}
 
 
 def _fractions(row: SweepRow) -> None:
@@ -190,19 +242,41 @@ def _rows_of(spec: BacktestSpec, base: str, source: str, delays_ms: list[int]
             for d in delays_ms]
 
 
-# (spec, schedule, base candidate, source)
-_WORK: tuple[BacktestSpec, Schedule, str, str] | None = None
+@dataclass(frozen=True)
+class _Work:
+    """What the points of a sweep share: the base candidate ``base`` of ``spec`` on
+    ``schedule``, and what varies: ``source``'s delay, or the query's ``axis``."""
+
+    spec: BacktestSpec
+    schedule: Schedule
+    base: str
+    source: str | None
+    axis: QueryAxis | None
+    checkpoint: bool
 
 
-def _point(delay_ms: int) -> SweepRow:
-    """The metrics of one delay (reads ``_WORK``: set by :func:`sweep_figures`, inherited by
-    fork)."""
+_WORK: _Work | None = None
+
+# a query sweep's row key per axis (its label; ``<key>_ms`` the value in ms)
+AXIS_KEYS: dict[QueryAxis, str] = {"window": "window_size", "lower": "range_lower",
+                                   "upper": "range_upper"}
+
+
+def _point(value_ms: int) -> SweepRow:
+    """The metrics of one delay or query value (reads ``_WORK``: set by
+    :func:`sweep_figures` or :func:`sweep_values`, inherited by fork)."""
     from semantics.sweep_fallback import metrics
 
-    assert _WORK is not None
-    spec, schedule, base, source = _WORK
-    return {"delay": _label(delay_ms), "delay_ms": delay_ms,
-            **metrics(spec, base, schedule, {source: delay_ms})}
+    w = _WORK
+    assert w is not None
+    if w.axis is not None:
+        key = AXIS_KEYS[w.axis]
+        return {key: _label(value_ms), f"{key}_ms": value_ms,
+                **metrics(varied(w.spec, w.axis, value_ms), w.base, w.schedule, {},
+                          w.checkpoint)}
+    assert w.source is not None
+    return {"delay": _label(value_ms), "delay_ms": value_ms,
+            **metrics(w.spec, w.base, w.schedule, {w.source: value_ms}, w.checkpoint)}
 
 
 def _start_worker() -> None:
@@ -222,7 +296,7 @@ def _map_points(delays_ms: list[int]) -> list[SweepRow]:
     if n <= 1 or "fork" not in mp.get_all_start_methods():
         return _points(delays_ms)
     assert _WORK is not None
-    schedule = _WORK[1]
+    schedule = _WORK.schedule
     for source in schedule.rows:  # event times converted once, before the fork shares them
         schedule.event_time_us(source)
     size = max(1, len(delays_ms) // (4 * n))
@@ -261,13 +335,17 @@ def flat_note(spec: BacktestSpec, source: str, base: str | None = None) -> str:
     return f"every delay gives the same prediction: {why}"
 
 
-def plot(rows: list[SweepRow], path: Path, title: str) -> str:
+def plot(rows: list[SweepRow], path: Path, title: str, key: str = "delay",
+         xlabel: str = "watermark delay (minutes)") -> str:
+    """The curve of ``rows`` against their ``key`` (``<key>_ms``, in minutes along the x
+    axis): input rows late % and peak state rows above, the p95 latency below, the knee (if
+    any) marked."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    x = [r["delay_ms"] / 60000 for r in rows]
+    x = [r[f"{key}_ms"] / 60000 for r in rows]
     fig, (ax, ax3) = plt.subplots(2, 1, figsize=(8, 5.6), sharex=True,
                                   gridspec_kw={"height_ratios": [3, 2]})
     ax.plot(x, [100 * r["late_rows_fraction"] for r in rows], "C3-", label="input rows late %")
@@ -278,14 +356,14 @@ def plot(rows: list[SweepRow], path: Path, title: str) -> str:
     k = next((i for i, r in enumerate(rows) if r["knee"]), None)
     for a in (ax, ax3):
         if k is not None:
-            a.axvline(x[k], color="k", ls=":", label=f"knee: {rows[k]['delay']}")
+            a.axvline(x[k], color="k", ls=":", label=f"knee: {rows[k][key]}")
         a.grid(alpha=0.3)
     ax.set_title(title)
     ax.legend(loc="upper center", fontsize=8)
     lat = [np.nan if r["latency_p95_s"] is None else r["latency_p95_s"] / 60 for r in rows]
     ax3.plot(x, lat, "C2-", label="p95 emission latency")
     ax3.set_ylabel("p95 latency (min)", color="C2")
-    ax3.set_xlabel("watermark delay (minutes)")
+    ax3.set_xlabel(xlabel)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
@@ -375,15 +453,50 @@ def swept_delays(spec: BacktestSpec, sources: list[str] | None, delays: list[str
     return out
 
 
+def swept_bound(spec: BacktestSpec, bound: str | None) -> QueryAxis:
+    """``--bound``, or the only bound of the join's ``time_range`` (with both: say which)."""
+    if bound is not None:
+        return "lower" if bound == "lower" else "upper"
+    tr = getattr(spec.query, "time_range", None)
+    given = [b for b in ("lower", "upper") if tr is not None and getattr(tr, b) is not None]
+    if len(given) == 1:
+        return "lower" if given[0] == "lower" else "upper"
+    if not given:
+        raise SpecError(spec.path, "--ranges", "a join with a time_range (its bound is what "
+                        "--ranges sweeps)")
+    raise SpecError(spec.path, "--bound", "which bound of the join's time_range --ranges sweeps "
+                    "(lower or upper)")
+
+
+def swept_query(spec: BacktestSpec, window_sizes: str | None, ranges: str | None,
+                bound: str | None) -> tuple[QueryAxis, list[Duration]]:
+    """What ``--window-sizes`` or ``--ranges`` (with ``--bound``) varies, and its values,
+    each checked as the predictor and Spark take it (SpecError naming the flag)."""
+    flag, text = ("--window-sizes", window_sizes) if window_sizes is not None \
+        else ("--ranges", ranges)
+    assert text is not None
+    axis: QueryAxis = "window" if window_sizes is not None else swept_bound(spec, bound)
+    try:
+        values = parse_sizes(text) if axis == "window" else parse_values(text, least_ms=None)
+        check_values(spec, axis, values)
+    except ValueError as exc:
+        raise SpecError(spec.path, flag, str(exc)) from None
+    return axis, values
+
+
 RECORD = "{name}-sweep.json"  # under <results>/reports: the last sweep, for the HTML report
 
 
 def sweep_and_plot(spec: BacktestSpec, delays: dict[str, list[Duration]], base: str | None,
-                   reports: Path) -> dict[str, Any]:
+                   reports: Path, checkpoint: bool = False,
+                   query: tuple[QueryAxis, list[Duration]] | None = None) -> dict[str, Any]:
     """Sweep ``delays`` (one source: a curve; two: a grid) around ``base`` (or the first
     candidate), draw it under ``reports`` and record it there (:data:`RECORD`, written
     atomically: the HTML report shows it while the spec and data are those it was computed
-    on, checked by ``run_id``). Returns ``wmbt sweep --json``'s document."""
+    on, checked by ``run_id``). Returns ``wmbt sweep --json``'s document. ``query`` (with
+    ``delays`` empty): the query's axis and its values instead (:func:`sweep_values`), drawn
+    but not recorded (the HTML report shows delay sweeps); ``checkpoint``: with checkpoint
+    bytes."""
     from jobs.results import run_id
     from semantics.history import plan
 
@@ -392,11 +505,22 @@ def sweep_and_plot(spec: BacktestSpec, delays: dict[str, list[Duration]], base: 
             raise SpecError(spec.path, "--source", f"a source of the query "
                             f"({', '.join(spec.query_sources)}), got {source!r}")
     base = base or next(iter(spec.candidates))
+    if query is not None:
+        check_values(spec, *query)  # (ValueError naming the value: before planning)
     schedule = plan(spec, base)
     doc: dict[str, Any] = {"backtest": spec.name, "candidate": base}
+    if query is not None:
+        axis, values = query
+        rows, computed = sweep_values(spec, schedule, axis, values, base, checkpoint=checkpoint)
+        what = "window size" if axis == "window" else f"time_range.{axis}"
+        png = plot(rows, reports / f"{spec.name}-sweep-{AXIS_KEYS[axis]}.png",
+                   f"{spec.name}: {what}", AXIS_KEYS[axis], f"{what} (minutes)")
+        doc.update({"varies": AXIS_FIELDS[axis], "computed": computed, "sweep": rows,
+                    "plot": png})
+        return doc
     if len(delays) == 2:
         first, second = delays
-        grid, computed = sweep_grid(spec, delays, base, schedule)
+        grid, computed = sweep_grid(spec, delays, base, schedule, checkpoint=checkpoint)
         png = plot_grid(grid, reports / f"{spec.name}-sweep-{first}-{second}.png",
                         f"{spec.name}: delays of {first} and {second}")
         doc.update({"sources": [first, second],
@@ -404,7 +528,8 @@ def sweep_and_plot(spec: BacktestSpec, delays: dict[str, list[Duration]], base: 
                     "computed": computed, "grid": grid, "plot": png})
     else:
         [(source, curve)] = delays.items()
-        rows, computed = sweep_figures(spec, schedule, source, curve, base)
+        rows, computed = sweep_figures(spec, schedule, source, curve, base,
+                                       checkpoint=checkpoint)
         png = plot(rows, reports / f"{spec.name}-sweep-{source}.png",
                    f"{spec.name}: delay of {source}")
         doc.update({"source": source, "computed": computed, "sweep": rows, "plot": png})
@@ -442,10 +567,31 @@ def run_sweep(args: argparse.Namespace) -> int:
 
         refuse_for_pipelines(spec, "wmbt sweep over a union or a join")
     base = args.candidate
-    delays = swept_delays(spec, args.source, args.delays)
+    given = [f for f, v in (("--delays", args.delays), ("--window-sizes", args.window_sizes),
+                            ("--ranges", args.ranges)) if v]
+    if not given and spec.sweep is not None and not args.source and args.bound is None:
+        _from_spec(args, spec)  # (what the spec's sweep: says, as the flags would say it)
+        base = args.candidate or spec.sweep.candidate
+        given = [f for f, v in (("--delays", args.delays),
+                                ("--window-sizes", args.window_sizes),
+                                ("--ranges", args.ranges)) if v]
+    if len(given) != 1:
+        raise SpecError(spec.path, given[-1] if given else "--delays", "one of --delays, "
+                        "--window-sizes and --ranges (what the sweep varies; without any, "
+                        "the spec's sweep:), got " + (" and ".join(given) or "none"))
+    if args.bound is not None and not args.ranges:
+        raise SpecError(spec.path, "--bound", "--ranges (the bound it sweeps)")
+    query = None
+    if args.delays:
+        delays = swept_delays(spec, args.source, args.delays)
+    else:
+        if args.source:
+            raise SpecError(spec.path, "--source", f"--delays ({given[0]} keeps the delays)")
+        query, delays = swept_query(spec, args.window_sizes, args.ranges, args.bound), {}
     folder = Path(args.results) if args.results else default_results_dir()
     check_folder(folder, create=False)  # (the plot goes there: refused before the sweep)
-    doc = sweep_and_plot(spec, delays, base, folder / "reports")
+    doc = sweep_and_plot(spec, delays, base, folder / "reports", args.checkpoint_bytes,
+                         query)
     if args.json:
         from jobs.exits import write_document
 
@@ -456,6 +602,9 @@ def run_sweep(args: argparse.Namespace) -> int:
         rows = [r for row in doc["grid"] for r in row]
         _print_table(spec, [{first: r["delay"][first], second: r["delay"][second],
                              **_figures(r)} for r in rows], rows)
+    elif query is not None:
+        key = AXIS_KEYS[query[0]]
+        _print_table(spec, [{key: r[key], **_figures(r)} for r in doc["sweep"]], doc["sweep"])
     else:
         rows = doc["sweep"]
         _print_table(spec, [{"delay": r["delay"], **_figures(r),
@@ -466,6 +615,19 @@ def run_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def _from_spec(args: argparse.Namespace, spec: BacktestSpec) -> None:
+    """Set ``args``' ``--source``/``--delays``, ``--window-sizes`` or ``--ranges``/``--bound``
+    from the spec's ``sweep:`` block (SPEC.md §1; checked when the spec was loaded)."""
+    sw = spec.sweep
+    assert sw is not None
+    if sw.delays:
+        args.source, args.delays = list(sw.delays), list(sw.delays.values())
+    elif sw.window_sizes is not None:
+        args.window_sizes = sw.window_sizes
+    elif sw.ranges:
+        [(args.bound, args.ranges)] = sw.ranges.items()
+
+
 def _figures(r: SweepRow) -> dict[str, Any]:
     """The table's columns of one sweep row, after its delay(s)."""
     return {"late": r["late"], "late_rows": r["late_rows"],
@@ -473,7 +635,11 @@ def _figures(r: SweepRow) -> dict[str, Any]:
             "peak_state": r["peak_state_rows"], "peak_memory_est": memory(r["peak_state_bytes"]),
             "output_rows": r["output_rows"], "end_state": r["final_state_rows"],
             "p95_latency_s": "-" if r["latency_p95_s"] is None
-            else f"{r['latency_p95_s']:.0f}"}
+            else f"{r['latency_p95_s']:.0f}",
+            **({"checkpoint_est": memory(r["checkpoint_bytes"]),
+                "checkpoint_per_day": memory(None if r["checkpoint_bytes_per_day"] is None
+                                             else round(r["checkpoint_bytes_per_day"]))}
+               if "checkpoint_bytes" in r else {})}
 
 
 def _print_table(spec: BacktestSpec, table: list[dict[str, Any]], rows: list[SweepRow]

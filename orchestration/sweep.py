@@ -39,7 +39,7 @@ def default_sweep(spec: BacktestSpec) -> tuple[dict[str, list[Duration]], str]:
     """What the asset sweeps, and around which candidate: the spec's ``sweep:``, else the
     first candidate and the query's first source, :data:`DEFAULT_POINTS` delays from 0 to twice
     that candidate's delay of it (at least 1 minute)."""
-    if spec.sweep is not None:
+    if spec.sweep is not None and spec.sweep.delays:  # (a query sweep: wmbt sweep's alone)
         base = spec.sweep.candidate or next(iter(spec.candidates))
         return {s: parse_delays(r) for s, r in spec.sweep.delays.items()}, base
     base = next(iter(spec.candidates))

@@ -481,9 +481,15 @@ def _delay_range(text: str) -> str:
 class SweepSpec(_Model):
     """What the Dagster ``delay_sweep`` asset sweeps (docs/dagster.md): ``wmbt sweep``'s
     ``--source S --delays R`` as ``delays: {S: R}``, one source (a curve) or a join's two (a
-    grid), around ``candidate`` (default: the first)."""
+    grid), around ``candidate`` (default: the first). Or, instead of ``delays``, the query:
+    ``window_sizes: R`` (``--window-sizes R``) or ``ranges: {upper: R}`` (``--ranges R
+    --bound upper``; ``lower`` likewise), read by ``wmbt sweep`` (checked by
+    :func:`_check_sweep`)."""
 
-    delays: dict[Identifier, Annotated[str, AfterValidator(_delay_range)]]
+    delays: dict[Identifier, Annotated[str, AfterValidator(_delay_range)]] = Field(
+        default_factory=dict)
+    window_sizes: str | None = None
+    ranges: dict[Literal["lower", "upper"], str] | None = None
     candidate: Name | None = None
 
 
@@ -846,7 +852,13 @@ def _check_sweep(spec: BacktestSpec) -> None:
     if spec.sweep is None:
         return
     f, used = spec.path, spec.query_sources
-    if not 1 <= len(spec.sweep.delays) <= 2:
+    given = [k for k in ("delays", "window_sizes", "ranges") if getattr(spec.sweep, k)]
+    if len(given) > 1:
+        raise SpecError(f, f"sweep.{given[1]}", f"one of delays, window_sizes and ranges (what "
+                        f"the sweep varies), got {' and '.join(given)}")
+    if given and given[0] != "delays":
+        _check_query_sweep(spec)
+    elif not 1 <= len(spec.sweep.delays) <= 2:
         raise SpecError(f, "sweep.delays", "one source's range (a curve) or two (a grid), e.g. "
                         "{clicks: 1 minute..2 hours/60}")
     for src in spec.sweep.delays:
@@ -855,6 +867,31 @@ def _check_sweep(spec: BacktestSpec) -> None:
     if spec.sweep.candidate is not None and spec.sweep.candidate not in spec.candidates:
         raise SpecError(f, "sweep.candidate", f"a candidate of this spec "
                         f"({', '.join(spec.candidates)})")
+
+
+def _check_query_sweep(spec: BacktestSpec) -> None:
+    """``sweep.window_sizes`` or ``sweep.ranges`` (one bound): each value one the predictor
+    and Spark take (``semantics.sweep_fallback.varied``)."""
+    from semantics.sweep_fallback import QueryAxis, check_values
+    from semantics.sweep_range import parse_sizes, parse_values
+
+    sw = spec.sweep
+    assert sw is not None
+    axis: QueryAxis
+    if sw.window_sizes is not None:
+        field, axis, text = "sweep.window_sizes", "window", sw.window_sizes
+    else:
+        assert sw.ranges is not None
+        if len(sw.ranges) != 1:
+            raise SpecError(spec.path, "sweep.ranges", "one bound of the join's time_range and "
+                            "its range, e.g. {upper: 0 seconds..2 hours/20}")
+        [(axis, text)] = sw.ranges.items()
+        field = f"sweep.ranges.{axis}"
+    try:
+        check_values(spec, axis, parse_sizes(text) if axis == "window" else
+                     parse_values(text, least_ms=None))
+    except ValueError as exc:
+        raise SpecError(spec.path, field, str(exc)) from None
 
 
 PARTITIONS = "spark.sql.shuffle.partitions"

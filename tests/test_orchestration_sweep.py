@@ -141,7 +141,7 @@ BASE = {"name": "t", "sources": {"clicks": {"table": "x", "event_time": "ts"}},
     ({"delays": {"clicks": "0 seconds..1 minute/3"}, "candidate": "x"},
      "sweep.candidate: a candidate of this spec (c)"),
     ({"delay": {"clicks": "0 seconds..1 minute/3"}},
-     "sweep.delay: unknown field; expected one of: delays, candidate"),
+     "sweep.delay: unknown field; expected one of: delays, window_sizes, ranges, candidate"),
 ])
 def test_the_sweep_field_is_checked(field: dict, message: str) -> None:
     with pytest.raises(SpecError) as exc:
