@@ -276,14 +276,11 @@ def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
     q_at = bl[later] - 1
     stay[later] = behind(pts.a[q_at], pts.b[q_at], right.m[rj[later]], pts.policy)
     np.maximum(tau, stay, out=tau)
-    pair_lat, pair_order = _latencies(pts.clock[np.maximum(bl, br)],
-                                      np.maximum(left.et[li], right.et[rj]))
-    pairs = quantiles.Nested(pair_lat, tau, delays, order=pair_order)
-
-    nulls = [_Nulls.of(side, idx, tau, pts)
-             for side, idx, outer in ((left, li, q.type in ("left_outer", "full_outer")),
-                                      (right, rj, q.type in ("right_outer", "full_outer")))
-             if outer]
+    emitted = _Emitted.of(pts.clock[np.maximum(bl, br)] - np.maximum(left.et[li], right.et[rj])
+                          // 1000, tau, delays,
+                          [_Nulls.of(side, idx, tau, pts) for side, idx, outer in (
+                              (left, li, q.type in ("left_outer", "full_outer")),
+                              (right, rj, q.type in ("right_outer", "full_outer"))) if outer])
     rows_a = np.r_[left.a, right.a]
     lo, hi = int(delays[0]), int(delays[-1])
     made = Growing(np.r_[left.m, right.m], rows_a, lo, hi)
@@ -307,11 +304,8 @@ def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
             got["peak_state_rows"], got["final_state_rows"] = int(state.max()), int(state[-1])
         else:
             got["peak_state_rows"] = got["final_state_rows"] = 0
-        null_lat = [n.latencies(d, w, pts.clock) for n in nulls]
-        extra = np.sort(np.concatenate(null_lat)) if null_lat else np.zeros(0)
-        got["output_rows"] = pairs.size(i) + len(extra)
-        got.update(zip(("latency_p50_s", "latency_p95_s", "latency_p99_s"),
-                       _union_percentiles(pairs, i, extra), strict=True))
+        got["output_rows"], lat = emitted.at(i, d, w, pts.clock)
+        got.update(zip(("latency_p50_s", "latency_p95_s", "latency_p99_s"), lat, strict=True))
         if bytes_none:
             got.update({f: None for f in BYTES})
         for f in figures:
@@ -323,7 +317,8 @@ def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
 @dataclass(frozen=True)
 class _Nulls:
     """An outer side's rows that get a null row under some delay: under ``d`` those with
-    ``a < d <= u``, at the first point of ``W >= m``; ordered by ``a``."""
+    ``a < d <= u``, at the first point of ``W >= m``; in the order of their event times, so
+    ``m`` (a non-decreasing function of it) is sorted."""
 
     a: np.ndarray
     u: np.ndarray
@@ -335,66 +330,58 @@ class _Nulls:
         """``idx``: the side's row of each pair (thresholds ``tau``)."""
         unmatched_to = np.full(len(side.pos), ALWAYS, dtype=np.int64)  # d <= it: no pair
         np.minimum.at(unmatched_to, idx, tau)
-        n = len(pts.idle)
-        gone_by_end = behind(np.full(len(side.pos), pts.a[-1] if n else 0),
-                             np.full(len(side.pos), pts.b[-1] if n else NO_DATA_MS),
-                             side.m, pts.policy) if n else np.full(len(side.pos), NEVER)
+        gone_by_end = behind(np.full(len(side.pos), pts.a[-1]),
+                             np.full(len(side.pos), pts.b[-1]), side.m, pts.policy) \
+            if len(pts.idle) else np.full(len(side.pos), NEVER, dtype=np.int64)
         u = np.minimum(unmatched_to, gone_by_end)
         some = np.flatnonzero(side.a < u)
-        order = some[np.argsort(side.a[some], kind="stable")]
-        return cls(side.a[order], u[order], side.m[order], side.et[order] // 1000)
+        order = some[np.argsort(side.et[some], kind="stable")]
+        m = side.m[order]
+        assert not len(m) or (np.diff(m) >= 0).all()
+        return cls(side.a[order], u[order], m, side.et[order] // 1000)
 
-    def latencies(self, d: int, w: np.ndarray, clock: np.ndarray) -> np.ndarray:
-        """The latencies (s) of the null rows under delay ``d`` (``w``: its points' W,
-        ``clock``: theirs)."""
-        stop = int(np.searchsorted(self.a, d, side="left"))
-        on = np.flatnonzero(self.u[:stop] >= d)
-        at = np.searchsorted(w, self.m[on], side="left")
-        return (clock[at] - self.ref_ms[on]).astype(float) / 1000.0
-
-
-def _latencies(clock_ms: np.ndarray, ref_us: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Latencies (s) as ``metrics.candidate_metrics`` computes them (the reference in whole
-    ms, floored) and an order sorting them."""
-    whole = clock_ms - ref_us // 1000
-    return whole.astype(float) / 1000.0, np.argsort(whole, kind="stable")
+    def latencies_ms(self, d: int, w: np.ndarray, clock: np.ndarray) -> np.ndarray:
+        """The latencies (whole ms) of the null rows under delay ``d`` (``w``: its points'
+        W, ``clock``: theirs): the rows of ``m`` in ``(w[p - 1], w[p]]`` leave at point
+        ``p``."""
+        cuts = np.searchsorted(self.m, w, side="right")
+        point = np.repeat(np.arange(len(w), dtype=np.int64), np.diff(cuts, prepend=0))
+        on = np.flatnonzero((self.a[:len(point)] < d) & (self.u[:len(point)] >= d))
+        return clock[point[on]] - self.ref_ms[on]
 
 
-def _union_percentiles(nested: quantiles.Nested, i: int, extra: np.ndarray
-                       ) -> quantiles.Percentiles:
-    """The percentiles of delay ``i``'s members of ``nested`` together with the sorted
-    ``extra`` values: the k-th smallest of the two by a search over how many come from
-    ``extra``."""
-    cum, size = (nested.cum[:, i] if len(nested.cum) else nested.cum), nested.block
-    d = nested.delays[i]
-    n_s = nested.size(i)
+@dataclass(frozen=True)
+class _Emitted:
+    """The emitted rows' count and latency percentiles per delay: pairs of latency
+    ``pair_ms`` (whole ms) emitted iff ``d > tau``, and the outer sides' null rows."""
 
-    def s_at(r: int) -> float:
-        b = int(np.searchsorted(cum, r, side="right"))
-        before = int(cum[b - 1]) if b else 0
-        members = np.flatnonzero(nested.thr[b * size:(b + 1) * size] < d)
-        return float(nested.values[b * size + members[r - before]])
+    pair_ms: np.ndarray
+    tau: np.ndarray
+    nested: quantiles.Nested | None  # (inner joins: the pairs' sets only grow with d)
+    nulls: list[_Nulls]
 
-    def kth(k: int) -> float:
-        # the least count j of extra values among the k + 1 smallest: extra[j] (the next one)
-        # is not below the (k - j)-th of nested
-        lo, hi = max(0, k + 1 - n_s), min(k + 1, len(extra))
-        while lo < hi:
-            j = (lo + hi) // 2
-            if k - j >= 0 and extra[j] < s_at(k - j):
-                lo = j + 1
-            else:
-                hi = j
-        j = lo
-        cands = []
-        if j > 0:
-            cands.append(float(extra[j - 1]))
-        if k + 1 - j > 0:
-            cands.append(s_at(k - j))
-        return max(cands)
+    @classmethod
+    def of(cls, pair_ms: np.ndarray, tau: np.ndarray, delays: np.ndarray,
+           nulls: list[_Nulls]) -> _Emitted:
+        if nulls:
+            order = np.argsort(pair_ms, kind="stable")
+            return cls(pair_ms[order], tau[order], None, nulls)
+        return cls(pair_ms, tau, quantiles.Nested(pair_ms / 1000.0, tau, delays,
+                                                  order=np.argsort(pair_ms, kind="stable")),
+                   nulls)
 
-    return quantiles.linear(n_s + len(extra),
-                            lambda ranks: np.array([kth(int(r)) for r in ranks.tolist()]))
+    def at(self, i: int, d: int, w: np.ndarray, clock: np.ndarray
+           ) -> tuple[int, quantiles.Percentiles]:
+        """(output rows, latency percentiles) of delay ``d``, the ``i``-th."""
+        if self.nested is not None:
+            return self.nested.size(i), self.nested.percentiles(i)
+        lat = np.concatenate([self.pair_ms[self.tau < d],
+                              *(n.latencies_ms(d, w, clock) for n in self.nulls)])
+
+        def ranked(ranks: np.ndarray) -> np.ndarray:
+            return np.partition(lat, np.unique(ranks))[ranks] / 1000.0
+
+        return len(lat), quantiles.linear(len(lat), ranked)
 
 
 def _at_least(thresholds: np.ndarray, delays: np.ndarray) -> np.ndarray:
