@@ -29,7 +29,6 @@ from bench.smoke import tiny  # noqa: E402
 from jobs import sweep as sw  # noqa: E402
 from semantics.memory import reuse_freed_memory  # noqa: E402
 
-
 # ``join`` as an inner join (its emitted rows' sets only grow with the delay: no null rows)
 QUERIES["join_inner"] = {**QUERIES["join"], "type": "inner"}
 KEYS["join_inner"] = KEYS["join"]
