@@ -10,7 +10,10 @@ one by one, whose time it extrapolates to all the delays (said in the table); it
 both give the same rows for the delays both computed and prints the ratio, measured in this
 one run. A kind the one pass does not cover says so (its sweep is per delay anyway). Session
 windows step the keys that may have a session evicted early under a delay
-(``semantics.sweep_session``); the table says under how many delays (``stepped``).
+(``semantics.sweep_session``); the table says under how many delays (``stepped``). Joins
+(``join``: left outer; ``join_inner``) sweep the left side's delay: their one pass is timed
+alone (``semantics.sweep_join``; the table names the figures it leaves to predictions per
+delay, the state bytes) and compared on the figures it computes.
 """
 
 from __future__ import annotations
