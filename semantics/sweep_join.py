@@ -18,9 +18,13 @@ behind ``W(d)``" is ``d <= threshold`` (:func:`behind`), the shape of every fact
 * its side's state watermark is ``s(W)`` (§4.4, non-decreasing in ``W``), so it is evicted at a
   point iff ``W >= m`` (``m``: the least ``W`` with ``s(W)`` reaching it);
 * a pair (equal keys, time condition true) is emitted iff both rows are accepted and the one
-  that came first is still stored when the other comes: not evicted at the point before the
-  later one's (:func:`behind` of its ``m`` there; both in one batch: always). Each pair thus
-  has one threshold, and its batch (the later row's) and latency do not depend on ``d``;
+  that came first is still stored when the other comes (§4.4's whole-run rule). The second
+  part follows from the first here: were the earlier row evicted by the point before the
+  later one's, its state watermark ``s(W)`` (``W - upper - 1`` for a right row, ``W + lower -
+  1`` for a left one; no -1 when strict) would be at or past its time, so the later row,
+  within the time range of it, would be at or behind that point's ``W``, its late watermark:
+  late. Each pair thus has one threshold, the greater of its rows' ``a``, and its batch (the
+  later row's) and latency do not depend on ``d``;
 * an outer side's row gets its null row iff accepted, none of its pairs is emitted (``d`` at or
   below the least pair threshold) and it is evicted by the last point.
 
@@ -184,10 +188,10 @@ def _least_w(k: np.ndarray, bounds: tuple) -> np.ndarray:
             t = np.where(y >= 0, y // 1000, -((-y) // 1000))
             return t if strict else t - 1
 
+        # (floor division: the least W when y stays >= 0; truncation toward zero below 0
+        # reaches k one W earlier at most)
         w = k + (0 if strict else 1) - off // 1000
-        for _ in range(4):  # (a step or two off at most: truncation and the -1)
-            w = np.where(s(w) < k, w + 1, w)
-            w = np.where(s(w - 1) >= k, w - 1, w)
+        w -= s(w - 1) >= k
         assert (s(w) >= k).all() and (s(w - 1) < k).all()
         out = np.maximum(out, w)
     return out
@@ -268,14 +272,7 @@ def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
         return None
     bl, br = left.point[li], right.point[rj]
     tau = np.maximum(left.a[li], right.a[rj])
-    stay = np.full(len(li), NEVER, dtype=np.int64)
-    first = bl < br  # the left row must still be stored at the point before the right's
-    q_at = br[first] - 1
-    stay[first] = behind(pts.a[q_at], pts.b[q_at], left.m[li[first]], pts.policy)
-    later = br < bl
-    q_at = bl[later] - 1
-    stay[later] = behind(pts.a[q_at], pts.b[q_at], right.m[rj[later]], pts.policy)
-    np.maximum(tau, stay, out=tau)
+    # (the row that came first is then still stored: the module docstring's pairs)
     emitted = _Emitted.of(pts.clock[np.maximum(bl, br)] - np.maximum(left.et[li], right.et[rj])
                           // 1000, tau, delays,
                           [_Nulls.of(side, idx, tau, pts) for side, idx, outer in (
