@@ -342,9 +342,12 @@ class _Nulls:
         W, ``clock``: theirs): the rows of ``m`` in ``(w[p - 1], w[p]]`` leave at point
         ``p``."""
         cuts = np.searchsorted(self.m, w, side="right")
-        point = np.repeat(np.arange(len(w), dtype=np.int64), np.diff(cuts, prepend=0))
-        on = np.flatnonzero((self.a[:len(point)] < d) & (self.u[:len(point)] >= d))
-        return clock[point[on]] - self.ref_ms[on]
+        n = int(cuts[-1]) if len(cuts) else 0  # (the rest never leave)
+        lat = np.repeat(clock, np.diff(cuts, prepend=0))
+        lat -= self.ref_ms[:n]
+        on = self.a[:n] < d
+        on &= self.u[:n] >= d
+        return lat[on]
 
 
 @dataclass(frozen=True)
