@@ -47,6 +47,7 @@ unless the store has no estimate (RocksDB: None either way).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -58,6 +59,10 @@ from semantics.growing import Growing
 from semantics.schedule import TICK, Schedule
 from semantics.spec import BacktestSpec, JoinQuery
 from semantics.sweep_fallback import Figure, swept
+
+if TYPE_CHECKING:
+    from semantics.operators.join import JoinOperator
+    from semantics.operators.join_watermarks import ValueBound
 
 NEVER = -ALWAYS  # a threshold below every delay: the fact holds under none
 _TOP = 1 << 61  # ``m`` of a row no state watermark ever evicts
@@ -122,7 +127,7 @@ class Points:
                 np.r_[np.full(first, NO_DATA_MS, dtype=np.int64), self.b[:-1]])
 
 
-def _points(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str, op: object,
+def _points(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str, op: JoinOperator,
             has_predicate: bool) -> Points:
     """The points of ``schedule`` with ``source`` swept (``op``: the join operator, whose
     inferred filters keep rows from the watermark, as ``engine.plan_batches`` reads them)."""
@@ -135,7 +140,7 @@ def _points(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
     def running(s: str) -> np.ndarray:
         """The source's maximum event time (ms) over the ticks before each tick."""
         m = _tick_max_ms(schedule.event_time_us(s), *_tick_bounds(schedule, s),
-                         _watermark_input(op, s, len(schedule.rows[s])))  # type: ignore[arg-type]
+                         _watermark_input(op, s, len(schedule.rows[s])))
         m.update(schedule.watermark_ms.get(s, {}))
         per = np.full(n_ticks + 1, NO_DATA_MS, dtype=np.int64)
         if m:
@@ -176,7 +181,7 @@ def _points(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
                   np.asarray(clock, dtype=np.int64), point_of_tick, r.policy, has_predicate)
 
 
-def _least_w(k: np.ndarray, bounds: tuple) -> np.ndarray:
+def _least_w(k: np.ndarray, bounds: tuple[ValueBound, ...]) -> np.ndarray:
     """Per value ``k`` (ms): the least ``W`` whose state watermark (the minimum over
     ``bounds``, ``join_watermarks.ValueBound``) reaches it (``k <= s(W)``)."""
     out = np.full(len(k), np.iinfo(np.int64).min, dtype=np.int64)
@@ -209,22 +214,23 @@ class Side:
     m: np.ndarray  # evicted at a point iff W >= m (_TOP: never)
 
 
-def _side(op: object, role: str, schedule: Schedule, pts: Points, late_ab: tuple) -> Side:
-    src = op.sources[role]  # type: ignore[attr-defined]
+def _side(op: JoinOperator, role: str, schedule: Schedule, pts: Points,
+          late_ab: tuple[np.ndarray, np.ndarray]) -> Side:
+    src = op.sources[role]
     name = src.layout.source
     keep = np.ones(len(src.code), dtype=bool)
     for mask in (src.dropped, src.never_joins, src.pushed_below, src.pushed_above):
         if mask is not None:
             keep &= ~mask
     pos = np.flatnonzero(keep)
-    et = op.event_us[role][pos]  # type: ignore[attr-defined]
+    et = op.event_us[role][pos]
     point = pts.point_of_tick[schedule.rows[name][TICK].to_numpy(dtype=np.int64)[pos]]
-    if name in op.watermarked:  # type: ignore[attr-defined]
+    if name in op.watermarked:
         la, lb = late_ab
         a = behind(la[point], lb[point], ceil_ms(et), pts.policy)
     else:
         a = np.full(len(pos), NEVER, dtype=np.int64)
-    ev = op.plan.left if role == "left" else op.plan.right  # type: ignore[attr-defined]
+    ev = op.plan.left if role == "left" else op.plan.right
     if ev.kind is None:
         m = np.full(len(pos), _TOP, dtype=np.int64)
     else:
@@ -232,7 +238,7 @@ def _side(op: object, role: str, schedule: Schedule, pts: Points, late_ab: tuple
     return Side(pos, point, src.code[pos], et, a, m)
 
 
-def _stays_below_w(bounds: tuple) -> bool:
+def _stays_below_w(bounds: tuple[ValueBound, ...]) -> bool:
     """``s(W) <= W`` for every ``W >= 0`` (the module docstring's invariant)."""
     return all(int(b.offset_us) <= 0 for b in bounds)
 
