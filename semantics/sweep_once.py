@@ -6,7 +6,8 @@ Covered: a single-source windowed aggregation (tumbling or sliding, append or up
 ``dropDuplicates`` with the event time among the keys, under Spark's default
 ``allowMultiple`` and ``noDataMicroBatches``; session windows in append mode without local
 merging by ``semantics.sweep_session`` (its own invariants; it predicts some delays on their
-own). :func:`one_pass` returns None for anything else (the caller predicts each delay).
+own); stream-stream joins by ``semantics.sweep_join`` (without the state bytes). :func:`one_pass`
+returns None for anything else (the caller predicts each delay).
 
 Both hold *entries* (aggregation groups, deduplication keys), each with the data batch of its
 first row and a bound (window end, event time). Invariants (``semantics.delay_timeline``): an
@@ -35,7 +36,13 @@ from semantics.operators.grouping import order_by_id_then_time, stable_argsort
 from semantics.operators.keys import KeyCoder, key_columns
 from semantics.operators.windows import assign_windows, last_starts
 from semantics.schedule import TICK, Schedule
-from semantics.spec import AggregationQuery, BacktestSpec, DeduplicationQuery, SessionQuery
+from semantics.spec import (
+    AggregationQuery,
+    BacktestSpec,
+    DeduplicationQuery,
+    JoinQuery,
+    SessionQuery,
+)
 
 FIGURES = ("batches", "no_data_batches", "input_rows", "late", "late_rows",
            "peak_state_rows", "final_state_rows", "peak_state_bytes", "final_state_bytes",
@@ -87,7 +94,10 @@ def one_pass(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str
              delays_ms: list[int]) -> dict[str, list[Figure]] | None:
     """Per figure of :data:`FIGURES`, its value for each delay (in the order of ``delays_ms``)
     of ``candidate`` (``spec``'s, with ``source``'s delay set to each), exactly what
-    predicting each delay gives; None when the sweep is not :func:`covered`."""
+    predicting each delay gives; None when the sweep is not :func:`covered`. A join's
+    figures come from ``semantics.sweep_join`` (those it leaves out are predicted per delay)."""
+    if isinstance(spec.query, JoinQuery):
+        return _join(spec, candidate, schedule, source, delays_ms)
     if not covered(spec, candidate, source) or schedule.restarts:
         return None  # (restarts: each delay is predicted, docs/semantics.md §2.7)
     # the operator refuses what a prediction refuses (key columns, aggregates), with its error
@@ -112,6 +122,23 @@ def one_pass(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str
         **th.emitted(delays),
     }
     return {f: [v[i] for i in back.tolist()] for f, v in out.items()}
+
+
+def _join(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
+          delays_ms: list[int]) -> dict[str, list[Figure]] | None:
+    """:func:`one_pass` of a join (``semantics.sweep_join``), in the order of ``delays_ms``."""
+    from semantics import sweep_join
+
+    if not sweep_join.covered(spec, candidate, source):
+        return None
+    make_operator(spec, candidate, schedule, explain=False)  # (its errors, as a prediction's)
+    order = np.argsort(np.asarray(delays_ms, dtype=np.int64), kind="stable")
+    got = sweep_join.sweep(spec, candidate, schedule, source,
+                           np.asarray(delays_ms, dtype=np.int64)[order], FIGURES)
+    if got is None:
+        return None
+    back = np.argsort(order).tolist()
+    return {f: [v[i] for i in back] for f, v in got.items()}
 
 
 def _at_least(thresholds: np.ndarray, delays: np.ndarray) -> np.ndarray:

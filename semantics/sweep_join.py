@@ -1,0 +1,407 @@
+"""A stream-stream join's sweep figures for all delays of one source in one pass
+(docs/semantics.md §2.6, the join paragraph; the join's rules are §4.4 and
+``semantics.whole_run.join``).
+
+One source's delay ``d`` varies, the other's is fixed. Every tick's global watermark is then
+``W(d) = max(0, f(A, B - d))`` (§2.1): ``f`` the policy's ``min`` or ``max``, ``A`` the fixed
+source's running maximum less its delay (before any of its data: below everything; not
+watermarked: no term), ``B`` the swept source's running maximum, both over the ticks before
+and neither depending on ``d``. (Each input's clamped watermark never goes back, so neither does
+``f`` of them: no running maximum is needed.) ``W`` never increases with ``d``, so "``v`` at or
+behind ``W(d)``" is ``d <= threshold`` (:func:`behind`), the shape of every fact below:
+
+* points: the data ticks and the first idle tick after each (its no-data batch runs iff its
+  ``W`` exceeds the data batch's before it, a state watermark existing); a data batch's late
+  watermark is the point's before it (0 for the first);
+* a row reaching the join is accepted iff ``d > a`` (``a``: :func:`behind` of ``ceil(t/1000)``
+  at its late point; a side without a watermark: never late);
+* its side's state watermark is ``s(W)`` (§4.4, non-decreasing in ``W``), so it is evicted at a
+  point iff ``W >= m`` (``m``: the least ``W`` with ``s(W)`` reaching it);
+* a pair (equal keys, time condition true) is emitted iff both rows are accepted and the one
+  that came first is still stored when the other comes (§4.4's whole-run rule). The second
+  part follows from the first here: were the earlier row evicted by the point before the
+  later one's, its state watermark ``s(W)`` (``W - upper - 1`` for a right row, ``W + lower -
+  1`` for a left one; no -1 when strict) would be at or past its time, so the later row,
+  within the time range of it, would be at or behind that point's ``W``, its late watermark:
+  late. Each pair thus has one threshold, the greater of its rows' ``a``, and its batch (the
+  later row's) and latency do not depend on ``d``;
+* an outer side's row gets its null row iff accepted, none of its pairs is emitted (``d`` at or
+  below the least pair threshold) and it is evicted by the last point.
+
+Invariant used for state rows (checked: :func:`covered` needs ``s(W) <= W``, which holds
+unless a time bound lets a side's rows stay past the watermark, ``lower > 0`` or
+``upper < 0``): a row accepted after point ``p`` is ahead of ``W_p`` (its late watermark is at
+least ``W_p``), so it is not at or behind ``s(W_p)``. So after point ``p`` the state holds the
+accepted rows of first point ``<= p`` less the accepted rows of ``m <= W_p(d)``, counts of
+thresholds over ascending delays (``semantics.growing``). A null row leaves at the first point
+of ``W_p(d) >= m`` (never before its own batch, by the same invariant): its latency is the one
+figure found per delay, for the rows null under that delay only.
+
+Covered: inner, left, right and full outer joins on keys with a time range or none, without a
+window key, a watermarked join key, extra ON predicates, restarts, under Spark's default
+``allowMultiple`` and ``noDataMicroBatches`` and the reference join rules; not the state bytes
+(their distinct keys per batch are not threshold-shaped), which the caller predicts per delay
+unless the store has no estimate (RocksDB: None either way).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from semantics import quantiles
+from semantics.config import resolve
+from semantics.delay_timeline import ALWAYS, NO_DATA_MS, ceil_ms
+from semantics.engine import _tick_bounds, _tick_max_ms, _watermark_input
+from semantics.growing import Growing
+from semantics.schedule import TICK, Schedule
+from semantics.spec import BacktestSpec, JoinQuery
+from semantics.sweep_fallback import Figure, swept
+
+if TYPE_CHECKING:
+    from semantics.operators.join import JoinOperator
+    from semantics.operators.join_watermarks import ValueBound
+
+NEVER = -ALWAYS  # a threshold below every delay: the fact holds under none
+_TOP = 1 << 61  # ``m`` of a row no state watermark ever evicts
+TYPES = ("inner", "left_outer", "right_outer", "full_outer")
+BYTES = ("peak_state_bytes", "final_state_bytes")
+
+
+def covered(spec: BacktestSpec, candidate: str, source: str) -> bool:
+    """Whether :func:`sweep` computes this sweep (the module docstring's coverage, the state
+    watermarks checked when the operator is built)."""
+    q = spec.query
+    if not isinstance(q, JoinQuery) or source not in (q.left, q.right) or q.left == q.right:
+        return False
+    r = resolve(spec, candidate)
+    return (q.type in TYPES and q.window is None and q.extra is None and q._time_key is None
+            and r.allow_multiple and r.no_data_batches and r.profile.reference_rules
+            and not r.profile.join_skips_evictable_inputs)
+
+
+def behind(a: np.ndarray, b: np.ndarray, v: np.ndarray, policy: str) -> np.ndarray:
+    """Per value ``v`` (ms): the greatest delay under which ``v <= max(0, f(a, b - d))``
+    (``f``: ``min`` or ``max`` by ``policy``), i.e. it holds iff ``d <= threshold``;
+    :data:`ALWAYS` when it holds under every delay, :data:`NEVER` under none.
+
+    >>> behind(np.array([5, 5, 1]), np.array([9, 9, 9]), np.array([3, 0, 3]), "min").tolist()
+    [6, 4611686018427387904, -4611686018427387904]
+    >>> behind(np.array([5, 1]), np.array([9, 9]), np.array([3, 3]), "max").tolist()
+    [4611686018427387904, 6]
+    """
+    v = np.asarray(v, dtype=np.int64)
+    a_reaches = a >= v
+    if policy == "min":
+        out = np.where(a_reaches, b - v, NEVER)
+    else:
+        out = np.where(a_reaches, ALWAYS, b - v)
+    out[v <= 0] = ALWAYS
+    return out
+
+
+@dataclass(frozen=True)
+class Points:
+    """Every batch any delay runs (module docstring), column by column."""
+
+    a: np.ndarray  # per point: the fixed source's term of W before it
+    b: np.ndarray  # per point: the swept source's running maximum before it
+    idle: np.ndarray  # a no-data batch's point
+    clock: np.ndarray  # the arrival (ms) its emitted rows' latency counts from
+    point_of_tick: np.ndarray  # per tick: its data batch's point (-1: none)
+    policy: str
+    no_data: bool  # whether idle points may run (a state watermark exists)
+
+    def w(self, d: int) -> np.ndarray:
+        """``W`` of every point under delay ``d`` (non-decreasing)."""
+        f = np.minimum if self.policy == "min" else np.maximum
+        return np.maximum(f(self.a, self.b - d), 0)
+
+    def late(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(a, b)`` of each point's late watermark: the point's before it (0 first)."""
+        first = min(1, len(self.a))  # (the first point's: W = 0 whatever the delay)
+        none_a = ALWAYS if self.policy == "min" else NO_DATA_MS
+        return (np.r_[np.full(first, none_a, dtype=np.int64), self.a[:-1]],
+                np.r_[np.full(first, NO_DATA_MS, dtype=np.int64), self.b[:-1]])
+
+
+def _points(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str, op: JoinOperator,
+            has_predicate: bool) -> Points:
+    """The points of ``schedule`` with ``source`` swept (``op``: the join operator, whose
+    inferred filters keep rows from the watermark, as ``engine.plan_batches`` reads them)."""
+    r = resolve(spec, candidate)
+    q = spec.query
+    assert isinstance(q, JoinQuery)
+    fixed = q.right if source == q.left else q.left
+    n_ticks = len(schedule.ticks)
+
+    def running(s: str) -> np.ndarray:
+        """The source's maximum event time (ms) over the ticks before each tick."""
+        m = _tick_max_ms(schedule.event_time_us(s), *_tick_bounds(schedule, s),
+                         _watermark_input(op, s, len(schedule.rows[s])))
+        m.update(schedule.watermark_ms.get(s, {}))
+        per = np.full(n_ticks + 1, NO_DATA_MS, dtype=np.int64)
+        if m:
+            per[np.fromiter(m, dtype=np.int64, count=len(m)) + 1] = \
+                np.fromiter(m.values(), dtype=np.int64, count=len(m))
+        return np.maximum.accumulate(per)[:n_ticks]
+
+    b_tick = running(source)
+    if fixed in r.delays_ms:
+        a_tick = running(fixed)
+        a_tick = np.where(a_tick == NO_DATA_MS, NO_DATA_MS, a_tick - r.delays_ms[fixed])
+    else:  # (not an input of the policy)
+        a_tick = np.full(n_ticks, ALWAYS if r.policy == "min" else NO_DATA_MS, dtype=np.int64)
+    pts: list[int] = []
+    idle: list[bool] = []
+    clock: list[int] = []
+    point_of_tick = np.full(n_ticks, -1, dtype=np.int64)
+    last_clock, after_data = 0, False
+    for t in schedule.ticks:
+        if t.idle:
+            # (only the first idle tick after data may see a new watermark; none runs
+            # without a state watermark)
+            if after_data and has_predicate:
+                pts.append(t.index)
+                idle.append(True)
+                clock.append(last_clock)
+            after_data = False
+            continue
+        if t.arrival_end_ms is not None:
+            last_clock = t.arrival_end_ms
+        point_of_tick[t.index] = len(pts)
+        pts.append(t.index)
+        idle.append(False)
+        clock.append(last_clock)
+        after_data = True
+    at = np.asarray(pts, dtype=np.int64)
+    return Points(a_tick[at], b_tick[at], np.asarray(idle, dtype=bool),
+                  np.asarray(clock, dtype=np.int64), point_of_tick, r.policy, has_predicate)
+
+
+def _least_w(k: np.ndarray, bounds: tuple[ValueBound, ...]) -> np.ndarray:
+    """Per value ``k`` (ms): the least ``W`` whose state watermark (the minimum over
+    ``bounds``, ``join_watermarks.ValueBound``) reaches it (``k <= s(W)``)."""
+    out = np.full(len(k), np.iinfo(np.int64).min, dtype=np.int64)
+    for bd in bounds:
+        strict, off = bool(bd.strict), int(bd.offset_us)
+
+        def s(w: np.ndarray, off: int = off, strict: bool = strict) -> np.ndarray:
+            y = w * 1000 + off  # (Spark: the double's truncation toward zero)
+            t = np.where(y >= 0, y // 1000, -((-y) // 1000))
+            return t if strict else t - 1
+
+        # (floor division: the least W when y stays >= 0; truncation toward zero below 0
+        # reaches k one W earlier at most)
+        w = k + (0 if strict else 1) - off // 1000
+        w -= s(w - 1) >= k
+        assert (s(w) >= k).all() and (s(w - 1) < k).all()
+        out = np.maximum(out, w)
+    return out
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side's rows that reach the join (no filter before it removes them)."""
+
+    pos: np.ndarray  # source position
+    point: np.ndarray  # its data batch's point
+    code: np.ndarray  # key code
+    et: np.ndarray  # event time (µs)
+    a: np.ndarray  # accepted iff d > a
+    m: np.ndarray  # evicted at a point iff W >= m (_TOP: never)
+
+
+def _side(op: JoinOperator, role: str, schedule: Schedule, pts: Points,
+          late_ab: tuple[np.ndarray, np.ndarray]) -> Side:
+    src = op.sources[role]
+    name = src.layout.source
+    keep = np.ones(len(src.code), dtype=bool)
+    for mask in (src.dropped, src.never_joins, src.pushed_below, src.pushed_above):
+        if mask is not None:
+            keep &= ~mask
+    pos = np.flatnonzero(keep)
+    et = op.event_us[role][pos]
+    point = pts.point_of_tick[schedule.rows[name][TICK].to_numpy(dtype=np.int64)[pos]]
+    if name in op.watermarked:
+        la, lb = late_ab
+        a = behind(la[point], lb[point], ceil_ms(et), pts.policy)
+    else:
+        a = np.full(len(pos), NEVER, dtype=np.int64)
+    ev = op.plan.left if role == "left" else op.plan.right
+    if ev.kind is None:
+        m = np.full(len(pos), _TOP, dtype=np.int64)
+    else:
+        m = _least_w(ceil_ms(np.asarray(src.ev)[pos]), ev.bounds)
+    return Side(pos, point, src.code[pos], et, a, m)
+
+
+def _stays_below_w(bounds: tuple[ValueBound, ...]) -> bool:
+    """``s(W) <= W`` for every ``W >= 0`` (the module docstring's invariant)."""
+    return all(int(b.offset_us) <= 0 for b in bounds)
+
+
+def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
+          delays: np.ndarray, figures: tuple[str, ...]) -> dict[str, list[Figure]] | None:
+    """Per figure of ``figures`` (``sweep_once.FIGURES``), its value for each of ``delays``
+    (ascending ms) of ``source``; None when not :func:`covered` (or the pairs exceed the whole
+    run's budget). The state bytes are left out (the caller predicts them per delay) unless
+    the store has no estimate."""
+    from semantics.operators import make_operator
+    from semantics.operators.join import JoinOperator
+    from semantics.whole_run.join import Admitted, _candidates
+
+    if not covered(spec, candidate, source) or schedule.restarts:
+        return None
+    if not len(delays):
+        return {f: [] for f in figures}
+    s_spec, name = swept(spec, candidate, {source: int(delays[0])})
+    op = make_operator(s_spec, name, schedule, explain=False)
+    assert isinstance(op, JoinOperator)
+    for ev in (op.plan.left, op.plan.right):
+        if ev.kind == "key" or (ev.kind == "value" and not _stays_below_w(ev.bounds)):
+            return None
+    q = s_spec.query
+    assert isinstance(q, JoinQuery)
+    pts = _points(s_spec, name, schedule, source, op, op.plan.has_predicate)
+    late_ab = pts.late()
+    left, right = (_side(op, role, schedule, pts, late_ab) for role in ("left", "right"))
+
+    # pairs: equal codes, time condition true (the whole run's candidates, over every row)
+    def admitted(s: Side) -> Admitted:
+        return Admitted(s.pos, s.point, s.point, s.code, s.et, (0, max(op.n_codes - 1, 0)))
+
+    li, rj = _candidates(admitted(left), admitted(right), op.condition)
+    if li is None:
+        return None
+    bl, br = left.point[li], right.point[rj]
+    tau = np.maximum(left.a[li], right.a[rj])
+    # (the row that came first is then still stored: the module docstring's pairs)
+    emitted = _Emitted.of(pts.clock[np.maximum(bl, br)] - np.maximum(left.et[li], right.et[rj])
+                          // 1000, tau, delays,
+                          [_Nulls.of(side, idx, tau, pts) for side, idx, outer in (
+                              (left, li, q.type in ("left_outer", "full_outer")),
+                              (right, rj, q.type in ("right_outer", "full_outer"))) if outer])
+    rows_a = np.r_[left.a, right.a]
+    lo, hi = int(delays[0]), int(delays[-1])
+    made = Growing(np.r_[left.m, right.m], rows_a, lo, hi)
+    created = np.zeros(len(pts.idle), dtype=np.int64)
+    point_all = np.r_[left.point, right.point]
+    prev_w_idle = np.flatnonzero(pts.idle) - 1  # (an idle point always follows a data point)
+    bytes_none = _no_bytes_estimate(s_spec, name, schedule)
+    out: dict[str, list[Figure]] = {f: [] for f in figures}
+    n_inputs = sum(len(schedule.rows[s]) for s in (q.left, q.right))
+    late = _at_least(rows_a, delays)
+    for i, d in enumerate(delays.tolist()):
+        w = pts.w(d)
+        ran = int(np.count_nonzero(w[pts.idle] > w[prev_w_idle])) if pts.no_data else 0
+        got: dict[str, Figure] = {
+            "batches": int(np.count_nonzero(~pts.idle)) + ran, "no_data_batches": ran,
+            "input_rows": n_inputs, "late": int(late[i]), "late_rows": int(late[i])}
+        new = made.advance(d)
+        if len(pts.idle):
+            created += np.bincount(point_all[new], minlength=len(pts.idle))
+            state = np.cumsum(created) - made.at_most(w)
+            got["peak_state_rows"], got["final_state_rows"] = int(state.max()), int(state[-1])
+        else:
+            got["peak_state_rows"] = got["final_state_rows"] = 0
+        got["output_rows"], lat = emitted.at(i, d, w, pts.clock)
+        got.update(zip(("latency_p50_s", "latency_p95_s", "latency_p99_s"), lat, strict=True))
+        if bytes_none:
+            got.update({f: None for f in BYTES})
+        for f in figures:
+            if f in got:
+                out[f].append(got[f])
+    return {f: v for f, v in out.items() if len(v) == len(delays)}
+
+
+@dataclass(frozen=True)
+class _Nulls:
+    """An outer side's rows that get a null row under some delay: under ``d`` those with
+    ``a < d <= u``, at the first point of ``W >= m``; in the order of their event times, so
+    ``m`` (a non-decreasing function of it) is sorted."""
+
+    a: np.ndarray
+    u: np.ndarray
+    m: np.ndarray
+    ref_ms: np.ndarray  # the row's event time (ms, floored), its latency's reference
+
+    @classmethod
+    def of(cls, side: Side, idx: np.ndarray, tau: np.ndarray, pts: Points) -> _Nulls:
+        """``idx``: the side's row of each pair (thresholds ``tau``)."""
+        unmatched_to = np.full(len(side.pos), ALWAYS, dtype=np.int64)  # d <= it: no pair
+        np.minimum.at(unmatched_to, idx, tau)
+        gone_by_end = behind(np.full(len(side.pos), pts.a[-1]),
+                             np.full(len(side.pos), pts.b[-1]), side.m, pts.policy) \
+            if len(pts.idle) else np.full(len(side.pos), NEVER, dtype=np.int64)
+        u = np.minimum(unmatched_to, gone_by_end)
+        some = np.flatnonzero(side.a < u)
+        order = some[np.argsort(side.et[some], kind="stable")]
+        m = side.m[order]
+        assert not len(m) or (np.diff(m) >= 0).all()
+        return cls(side.a[order], u[order], m, side.et[order] // 1000)
+
+    def latencies_ms(self, d: int, w: np.ndarray, clock: np.ndarray) -> np.ndarray:
+        """The latencies (whole ms) of the null rows under delay ``d`` (``w``: its points'
+        W, ``clock``: theirs): the rows of ``m`` in ``(w[p - 1], w[p]]`` leave at point
+        ``p``."""
+        cuts = np.searchsorted(self.m, w, side="right")
+        n = int(cuts[-1]) if len(cuts) else 0  # (the rest never leave)
+        lat = np.repeat(clock, np.diff(cuts, prepend=0))
+        lat -= self.ref_ms[:n]
+        on = self.a[:n] < d
+        on &= self.u[:n] >= d
+        return lat[on]
+
+
+@dataclass(frozen=True)
+class _Emitted:
+    """The emitted rows' count and latency percentiles per delay: pairs of latency
+    ``pair_ms`` (whole ms) emitted iff ``d > tau``, and the outer sides' null rows."""
+
+    pair_ms: np.ndarray
+    tau: np.ndarray
+    nested: quantiles.Nested | None  # (inner joins: the pairs' sets only grow with d)
+    nulls: list[_Nulls]
+
+    @classmethod
+    def of(cls, pair_ms: np.ndarray, tau: np.ndarray, delays: np.ndarray,
+           nulls: list[_Nulls]) -> _Emitted:
+        if nulls:
+            order = np.argsort(pair_ms, kind="stable")
+            return cls(pair_ms[order], tau[order], None, nulls)
+        return cls(pair_ms, tau, quantiles.Nested(pair_ms / 1000.0, tau, delays,
+                                                  order=np.argsort(pair_ms, kind="stable")),
+                   nulls)
+
+    def at(self, i: int, d: int, w: np.ndarray, clock: np.ndarray
+           ) -> tuple[int, quantiles.Percentiles]:
+        """(output rows, latency percentiles) of delay ``d``, the ``i``-th."""
+        if self.nested is not None:
+            return self.nested.size(i), self.nested.percentiles(i)
+        lat = np.concatenate([self.pair_ms[self.tau < d],
+                              *(n.latencies_ms(d, w, clock) for n in self.nulls)])
+
+        def ranked(ranks: np.ndarray) -> np.ndarray:
+            return np.partition(lat, np.unique(ranks))[ranks] / 1000.0
+
+        return len(lat), quantiles.linear(len(lat), ranked)
+
+
+def _at_least(thresholds: np.ndarray, delays: np.ndarray) -> np.ndarray:
+    """How many thresholds each delay is at or below."""
+    s = np.sort(thresholds)
+    return len(s) - np.searchsorted(s, delays, side="left")
+
+
+def _no_bytes_estimate(spec: BacktestSpec, candidate: str, schedule: Schedule) -> bool:
+    """Whether ``state_bytes.estimate`` gives no figure (RocksDB): None under every delay."""
+    import pandas as pd
+
+    from semantics.state_bytes import estimate
+
+    one = estimate(spec, candidate, schedule,
+                   pd.DataFrame({"state_rows": [1], "state_rows_removed": [0]}))
+    return bool(one.isna().all())
