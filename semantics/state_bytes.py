@@ -405,12 +405,110 @@ def retained_layout(spec: BacktestSpec, candidate: str, schedule: Schedule
 
 def estimate_retained(spec: BacktestSpec, candidate: str, schedule: Schedule,
                       batches: pd.DataFrame) -> pd.Series:
-    """What predictions report: the retained-tables estimate (:func:`retained`) for
-    aggregation and dedup, else :func:`estimate` (sessions, joins; None with RocksDB)."""
+    """The retained-tables estimate of every kind (§9.2): :func:`retained` for aggregation
+    and dedup, :func:`join_retained`, :func:`session_retained`; None with RocksDB (as
+    :func:`estimate`)."""
+    q = spec.query
+    if "RocksDB" in resolve(spec, candidate).state_store_provider:
+        return estimate(spec, candidate, schedule, batches)
+    if isinstance(q, JoinQuery):
+        return join_retained(spec, candidate, schedule, batches)
+    if isinstance(q, SessionQuery):
+        return session_retained(spec, candidate, schedule, batches)
     at = retained_layout(spec, candidate, schedule)
     if at is None:
         return estimate(spec, candidate, schedule, batches)
     return sampled_estimate(batches, *at)
+
+
+def predicted(spec: BacktestSpec, candidate: str, schedule: Schedule,
+              batches: pd.DataFrame) -> pd.Series:
+    """What predictions report (``predict``, key-range predictions, so the GX check's input
+    and a sweep's peak and final bytes): :func:`estimate_retained`, but the held-rows
+    :func:`estimate` for sessions, whose one-pass sweep (``semantics.sweep_session``) still
+    evaluates that linear model (docs/state-bytes.md)."""
+    if isinstance(spec.query, SessionQuery):
+        return estimate(spec, candidate, schedule, batches)
+    return estimate_retained(spec, candidate, schedule, batches)
+
+
+SET_BYTES = 32  # scala.collection.mutable.HashSet: header 12 + table, threshold, size, load
+SET_NODE_BYTES = 24  # its Node: header 12 + key, hash, next
+
+
+def _set_table(sessions_per_key: np.ndarray) -> np.ndarray:
+    """A HashSet's table array: 16 slots, doubled past a load of 0.75."""
+    return ARRAY_HEADER_BYTES + SLOT_BYTES * np.maximum(
+        16, _sizes_for(np.floor(4 * sessions_per_key / 3).astype(np.int64) + 1))
+
+
+def session_retained(spec: BacktestSpec, candidate: str, schedule: Schedule,
+                     batches: pd.DataFrame) -> pd.Series:
+    """Session windows (§9.2): the session map by :func:`retained` (key = group keys + session
+    start, value = the session row), plus its prefix index per retained version
+    (``PrefixScannableHDFSBackedStateStoreMap``: group key -> a ``HashSet`` of its session
+    keys, copied per version, so not shared): a map of the version's distinct group keys
+    (``state_keys``) whose slots, nodes, sets and set nodes are sampled like any table, and the
+    group keys' rows."""
+    q = spec.query
+    assert isinstance(q, SessionQuery)
+    parts = partitions(spec, candidate)
+    _, key, value = layout(spec, schedule)
+    group = row_object_bytes(_row_bytes(_cols(schedule, q.source, list(q.keys))))
+
+    def col(name: str, default: np.ndarray | None = None) -> np.ndarray:
+        if name not in batches.columns:
+            return np.zeros(len(batches), dtype=np.int64) if default is None else default
+        v = pd.to_numeric(batches[name]).astype("float64").to_numpy()
+        fill = np.zeros(len(v)) if default is None else default
+        return np.where(np.isnan(v), fill, v).astype(np.int64)
+
+    rows, removed, upd = col("state_rows"), col("state_rows_removed"), \
+        col("state_rows_updated")
+    keys = col("state_keys", rows)
+    main = retained(rows, removed, upd, parts, row_object_bytes(key), row_object_bytes(value))
+    k, s = keys // parts, rows // parts
+    length = np.where(k > 0, np.maximum(16, _sizes_for(4 * k // 3 + 1)), 0)
+    per_key = NODE_BYTES + SET_BYTES + _set_table(s / np.maximum(k, 1)) + group
+    entries = k * per_key + s * SET_NODE_BYTES
+    version = np.where(length > 0, ARRAY_HEADER_BYTES + SLOT_BYTES * length, 0) + \
+        _sampled(entries.astype(np.float64), k, length)
+    index = version + np.r_[0.0, version[:-1]]  # (the previous version's index)
+    return pd.Series(main + np.round(parts * index).astype(np.int64), index=batches.index,
+                     dtype="Int64")
+
+
+def join_retained(spec: BacktestSpec, candidate: str, schedule: Schedule,
+                  batches: pd.DataFrame) -> pd.Series:
+    """A join's four stores per partition (§9.2), each by :func:`retained`: per side,
+    keyWithIndexToValue (key + index -> row + matched flag; the side's buffered rows, removes
+    and stored rows) and keyToNumValues (key -> count; the side's distinct keys, its count
+    rewritten for every key a stored row joins). The report carries both sides' totals, so
+    each side is taken as half of them (its rows, keys: ``state_keys``, before eviction)."""
+    q = spec.query
+    assert isinstance(q, JoinQuery)
+    parts = partitions(spec, candidate)
+    key_cols = _cols(schedule, q.left, list(q.keys))
+    key = _row_bytes(key_cols)
+    left = _cols(schedule, q.left, ["row_id", *schedule.data_columns[q.left]]) + [8]
+    right = _cols(schedule, q.right, ["row_id", *schedule.data_columns[q.right]]) + [8]
+    value = (_row_bytes(left) + _row_bytes(right)) // 2
+
+    def col(name: str, default: np.ndarray | None = None) -> np.ndarray:
+        if name not in batches.columns:
+            return np.zeros(len(batches), dtype=np.int64) if default is None else default
+        v = pd.to_numeric(batches[name]).astype("float64").to_numpy()
+        fill = np.zeros(len(v)) if default is None else default
+        return np.where(np.isnan(v), fill, v).astype(np.int64)
+
+    rows, removed, stored = col("state_rows"), col("state_rows_removed"), \
+        col("state_rows_updated")
+    keys = col("state_keys", rows)
+    row_store = retained(rows // 2, removed // 2, stored // 2, parts,
+                         row_object_bytes(_row_bytes([*key_cols, 8])), row_object_bytes(value))
+    key_store = retained(keys // 2, np.zeros_like(keys), np.minimum(keys, stored) // 2, parts,
+                         row_object_bytes(key), row_object_bytes(_row_bytes([8])))
+    return pd.Series(2 * (row_store + key_store), index=batches.index, dtype="Int64")
 
 
 def estimate(spec: BacktestSpec, candidate: str, schedule: Schedule,
