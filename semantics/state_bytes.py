@@ -506,7 +506,9 @@ def join_retained(spec: BacktestSpec, candidate: str, schedule: Schedule,
     keys = col("state_keys", rows)
     row_store = retained(rows // 2, removed // 2, stored // 2, parts,
                          row_object_bytes(_row_bytes([*key_cols, 8])), row_object_bytes(value))
-    key_store = retained(keys // 2, np.zeros_like(keys), np.minimum(keys, stored) // 2, parts,
+    # (keys are counted before eviction: the evicted rows' share of them left with them)
+    gone = removed * keys // np.maximum(rows + removed, 1)
+    key_store = retained((keys - gone) // 2, gone // 2, np.minimum(keys, stored) // 2, parts,
                          row_object_bytes(key), row_object_bytes(_row_bytes([8])))
     return pd.Series(2 * (row_store + key_store), index=batches.index, dtype="Int64")
 

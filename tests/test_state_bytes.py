@@ -65,7 +65,8 @@ def _replayed(spark, shape: str, batches: int, rows: int, partitions: int = 2
     from semantics.predict import predict
 
     spec, sched = make(SHAPES[shape], batches, rows, partitions=partitions)
-    with tempfile.TemporaryDirectory() as tmp:
+    # (Spark's maintenance thread may still write to the checkpoint while it is deleted)
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
         actual = replay(spec, "c", sched, Path(tmp), spark).batches
     predicted = predict(sched, spec, "c", explain=False, checkpoint=False).batches
     both = actual.merge(predicted, on="batch_id", suffixes=("", "_pred"))
