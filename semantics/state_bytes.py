@@ -354,19 +354,20 @@ def retained(rows: np.ndarray, removed: np.ndarray, updated: np.ndarray, parts: 
     n = np.asarray(rows, dtype=np.int64) // parts
     r = np.asarray(removed, dtype=np.int64) // parts
     u = np.asarray(updated, dtype=np.int64) // parts
-    prev = np.r_[np.int64(0), n[:-1]]
+    zero = np.zeros(1, dtype=np.int64)
+    prev = np.concatenate([zero, n[:-1]])
     length = table_lengths(prev, n + r)
-    prev_length = np.r_[np.int64(0), length[:-1]]
+    prev_length = np.concatenate([zero, length[:-1]])
     rewritten = np.maximum(0, u - (n - prev + r))  # (the rest of the updates are inserts)
     tables = (np.where(length > 0, ARRAY_HEADER_BYTES + SLOT_BYTES * length, 0)
               + np.where(prev_length > 0, ARRAY_HEADER_BYTES + SLOT_BYTES * prev_length, 0))
     whole = NODE_BYTES + key + value
-    first = _sampled((prev * whole).astype(np.float64), prev, prev_length)
+    alone = _sampled((n * whole).astype(np.float64), n, length)  # a version counted whole
+    first = np.concatenate([np.zeros(1), alone[:-1]])  # (the previous version's)
     kept = np.minimum(n, prev - np.minimum(r, prev))  # entries (and key rows) of both versions
     shared = (length == prev_length) | (np.maximum(length, prev_length) <= SAMPLE_ABOVE)
-    new = np.where(shared, n * NODE_BYTES + (n - kept) * (key + value)
-                   + np.minimum(rewritten, kept) * value, n * whole)
-    got = tables + first + _sampled(new.astype(np.float64), n, length)
+    new = n * NODE_BYTES + (n - kept) * (key + value) + np.minimum(rewritten, kept) * value
+    got = tables + first + np.where(shared, _sampled(new.astype(np.float64), n, length), alone)
     return np.round(parts * (got + MAP_BYTES)).astype(np.int64)
 
 
