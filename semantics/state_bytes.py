@@ -3,12 +3,15 @@
 Spark reports ``SizeEstimator.estimate`` of each partition's retained state maps (two
 versions of a ``ConcurrentHashMap[UnsafeRow, UnsafeRow]``), summed over partitions and stores.
 
-Aggregation and deduplication, :func:`estimate_retained` (:func:`sampled_estimate`,
-docs/semantics.md §9.2; not yet wired into :func:`estimate`, which predictions report): per
-partition, the two versions' table lengths from their entry counts (``putAll`` presize, growth
-at 0.75), object sizes from the JVM layout, and SizeEstimator's rule for tables over 400 slots
-(two samples of 100 slots at fixed positions: shared rows count once when both tables have the
-same length, in both maps when not). :func:`estimate`, the held-rows model:
+:func:`predicted` is what predictions report: the retained-tables model
+(:func:`estimate_retained`, docs/semantics.md §9.2) for aggregation, deduplication and joins,
+the held-rows model (:func:`estimate`) for sessions, whose one-pass sweep evaluates that one.
+The retained tables (:func:`retained`, per store; :func:`join_retained`,
+:func:`session_retained`): per partition, the two versions' table lengths from their entry
+counts (``putAll`` presize, growth at 0.75), object sizes from the JVM layout, and
+SizeEstimator's rule for tables over 400 slots (two samples of 100 slots at fixed positions:
+shared rows count once when both tables have the same length, in both maps when not).
+:func:`estimate`, the held-rows model:
 
     bytes = stores · P · MAP_BYTES + entries · (ENTRY_BYTES + size(key) + size(value))
             [+ join keys · (ENTRY_BYTES + size(key) + 8)]

@@ -57,6 +57,25 @@ def test_sampling_reads_low_by_the_minimum_of_two_samples() -> None:
     assert sb.sampled(1000.0, 786_000, 1 << 20) / 1000.0 > 0.93  # fuller: closer
 
 
+def test_session_index_counts_in_both_retained_versions() -> None:
+    # rule (§9.2): putAll copies every HashSet of the session map's prefix index, so each
+    # retained version holds its own: per distinct group key and version a map node, the set,
+    # its 16-slot table and the group key's row (a long: 72 B), and the index map's table.
+    # The same sessions under 50 keys instead of 10 (2 partitions, tables <= 400 slots: exact)
+    from bench.state_bytes import SHAPES, make
+
+    spec, sched = make(SHAPES["session"], 2, 200)
+
+    def est(keys: int) -> int:
+        return int(sb.session_retained(spec, "c", sched, pd.DataFrame({
+            "state_rows": [100, 100], "state_rows_removed": [0, 0],
+            "state_rows_updated": [100, 0], "state_keys": [keys, keys]})).iloc[1])
+
+    per_key = sb.NODE_BYTES + sb.SET_BYTES + (16 + 4 * 16) + sb.row_object_bytes(16)
+    tables = 4 * (64 - 16)  # 25 keys per partition: 64 slots; 5: 16
+    assert est(50) - est(10) == 2 * 2 * ((25 - 5) * per_key + tables)
+
+
 def _replayed(spark, shape: str, batches: int, rows: int, partitions: int = 2
               ) -> tuple[pd.DataFrame, pd.DataFrame, object, object]:
     """The bench shape's prediction and Spark replay (batches where Spark reports memory)."""
