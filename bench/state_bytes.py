@@ -23,9 +23,10 @@ at a rate that ramps up 4× over the run (``Shape.rate``, ``Shape.ramp``), out o
 
 First table, per shape, over the batches where Spark reports ``memoryUsedBytes`` > 0:
 
-* ``est/act``: min / median / max of the predictor's estimate over Spark's ``memoryUsedBytes``;
-* ``mdl@act``: median of the model (aggregation and dedup: the retained-tables model,
-  ``state_bytes.estimate_retained``; ``est/act`` is the predictor's held-rows estimate)
+* ``est/act``: min / median / max of the predictor's estimate over Spark's ``memoryUsedBytes``
+  (``state_bytes.predicted``: the retained-tables model, but the held-rows model for sessions);
+* ``mdl@act``: median of the retained-tables model of every kind
+  (``state_bytes.estimate_retained``, sessions included)
   applied to Spark's own row counts (separates the layout error
   from row-count prediction errors; ``rows≠`` counts batches whose predicted
   ``state_rows``/``state_rows_removed`` differ from Spark's);
@@ -272,7 +273,7 @@ def compare(shape: Shape, batches: int, batch_rows: int, pace: str = "backlog",
     ck |= {"snapshot_bytes": snapshots, "mem_min": mem.min(), "mem_med": mem.median(),
            "mem_max": mem.max(), "mem_rows_corr": mem.corr(rows_),
            "rows_max": rows_.max()}
-    pred_all = _engine_batches(spec, sched)
+    pred_all = engine_batches(spec, sched)
     df = actual.merge(pred, on="batch_id", how="outer", suffixes=("", "_pred"))
     df = df.apply(pd.to_numeric).astype("float64")
     stores, key, value = sb.layout(spec, sched)
@@ -327,7 +328,7 @@ def compare(shape: Shape, batches: int, batch_rows: int, pace: str = "backlog",
     return df, summary
 
 
-def _engine_batches(spec: BacktestSpec, sched: Schedule) -> pd.DataFrame:
+def engine_batches(spec: BacktestSpec, sched: Schedule) -> pd.DataFrame:
     """The engine's per-batch records, which also hold ``state_keys`` (joins)."""
     from semantics import engine
     from semantics.operators import make_operator

@@ -191,7 +191,7 @@ def finish(result: RunResult, schedule: Schedule, spec: BacktestSpec, candidate:
     batches = result.batches.copy()
     kind = spec.query.kind
     if len(batches):
-        batches["state_bytes"] = (state_bytes.estimate(spec, candidate, schedule, batches)
+        batches["state_bytes"] = (state_bytes.predicted(spec, candidate, schedule, batches)
                                   if kind not in ("session", "join") else
                                   pd.Series([None] * len(batches), dtype="Int64"))
         if checkpoint:

@@ -111,7 +111,7 @@ def predict(schedule: Schedule, spec: BacktestSpec, candidate: str, *,
                      count_late and not explain, path=path)
     batches = res.batches.reindex(columns=report_columns(spec))
     if batches["state_bytes"].isna().all() and len(batches):
-        batches["state_bytes"] = state_bytes.estimate(spec, candidate, schedule, res.batches)
+        batches["state_bytes"] = state_bytes.predicted(spec, candidate, schedule, res.batches)
     if checkpoint and batches["checkpoint_bytes"].isna().all() and len(batches):
         batches["checkpoint_bytes"] = checkpoint_bytes.estimate(spec, candidate, schedule,
                                                                 res.batches)

@@ -3,12 +3,15 @@
 Spark reports ``SizeEstimator.estimate`` of each partition's retained state maps (two
 versions of a ``ConcurrentHashMap[UnsafeRow, UnsafeRow]``), summed over partitions and stores.
 
-Aggregation and deduplication, :func:`estimate_retained` (:func:`sampled_estimate`,
-docs/semantics.md §9.2; not yet wired into :func:`estimate`, which predictions report): per
-partition, the two versions' table lengths from their entry counts (``putAll`` presize, growth
-at 0.75), object sizes from the JVM layout, and SizeEstimator's rule for tables over 400 slots
-(two samples of 100 slots at fixed positions: shared rows count once when both tables have the
-same length, in both maps when not). :func:`estimate`, the held-rows model:
+:func:`predicted` is what predictions report: the retained-tables model
+(:func:`estimate_retained`, docs/semantics.md §9.2) for aggregation, deduplication and joins,
+the held-rows model (:func:`estimate`) for sessions, whose one-pass sweep evaluates that one.
+The retained tables (:func:`retained`, per store; :func:`join_retained`,
+:func:`session_retained`): per partition, the two versions' table lengths from their entry
+counts (``putAll`` presize, growth at 0.75), object sizes from the JVM layout, and
+SizeEstimator's rule for tables over 400 slots (two samples of 100 slots at fixed positions:
+shared rows count once when both tables have the same length, in both maps when not).
+:func:`estimate`, the held-rows model:
 
     bytes = stores · P · MAP_BYTES + entries · (ENTRY_BYTES + size(key) + size(value))
             [+ join keys · (ENTRY_BYTES + size(key) + 8)]
@@ -303,44 +306,215 @@ def retained_bytes(prev: int, prev_length: int, rows: int, removed: int, rewritt
     return tables + first + sampled(rows * whole, rows, length), length
 
 
+def table_lengths(copied: np.ndarray, peak: np.ndarray) -> np.ndarray:
+    """:func:`table_length` elementwise (int64 arrays; exact below 2^52 entries).
+
+    >>> table_lengths(np.array([59_546, 237_446, 0, 0]), np.array([119_075, 283_271, 59_546, 0])
+    ...               ).tolist()
+    [262144, 1048576, 131072, 0]
+    """
+    copied = np.asarray(copied, dtype=np.int64)
+    peak = np.asarray(peak, dtype=np.int64)
+    presize = np.where(copied > 0, 2 * _sizes_for(copied + copied // 2 + 1), 16)
+    # doubled while peak >= 0.75 n: the least power of two above 4 peak / 3, if larger
+    grown = _sizes_for(4 * peak // 3 + 1)
+    return np.where((copied == 0) & (peak == 0), 0, np.maximum(presize, grown))
+
+
+def _sizes_for(c: np.ndarray) -> np.ndarray:
+    """``tableSizeFor`` elementwise: the least power of two >= ``c`` (>= 1)."""
+    _, bits = np.frexp(np.maximum(c - 1, 0).astype(np.float64))
+    return np.left_shift(np.int64(1), bits.astype(np.int64))
+
+
+def _sampled(total: np.ndarray, entries: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """:func:`sampled` elementwise (the same float operations)."""
+    big = (length > SAMPLE_ABOVE) & (entries > 0)
+    safe_len = np.where(big, length, 1).astype(np.float64)
+    lam = SAMPLE_SIZE * entries / safe_len
+    m = (np.where(big, length, SAMPLE_SIZE) - SAMPLE_SIZE) // SAMPLE_SIZE
+    spread = np.sqrt(lam / np.pi)
+    expected = (lam + spread) + np.maximum(lam - spread, 0.0) * m
+    scale = np.where(big, expected / np.where(big, lam * safe_len / SAMPLE_SIZE, 1.0), 1.0)
+    return total * scale
+
+
+def retained(rows: np.ndarray, removed: np.ndarray, updated: np.ndarray, parts: int,
+             key: int, value: int) -> np.ndarray:
+    """memoryUsedBytes (int64) of a one-store operator after each of its consecutive batches
+    (``rows``, ``removed``, ``updated``: Spark's ``numTotalStateRows``, ``numRemovedStateRows``
+    and ``numUpdatedStateRows`` of each batch, the first batch's previous version empty; §9.2):
+    the rows split evenly over the ``parts`` partitions, each partition's two retained versions
+    as :func:`retained_bytes` counts them, plus ``MAP_BYTES`` per partition. Pure and
+    vectorised: the one-pass sweep evaluates it on each delay's batches, a prediction on its
+    report, so both give the same figure for the same batches.
+
+    >>> # 100 dedup keys [id, ts] on one partition: a table of 256 slots (16 + 4 B each), 100
+    >>> # nodes and key and value rows (32 + 80 + 56 B), the map's 470
+    >>> retained(np.array([0, 100]), np.array([0, 0]), np.array([0, 100]), 1, 80, 56).tolist()
+    [470, 18310]
+    """
+    n = np.asarray(rows, dtype=np.int64) // parts
+    r = np.asarray(removed, dtype=np.int64) // parts
+    u = np.asarray(updated, dtype=np.int64) // parts
+    zero = np.zeros(1, dtype=np.int64)
+    prev = np.concatenate([zero, n[:-1]])
+    length = table_lengths(prev, n + r)
+    prev_length = np.concatenate([zero, length[:-1]])
+    rewritten = np.maximum(0, u - (n - prev + r))  # (the rest of the updates are inserts)
+    tables = (np.where(length > 0, ARRAY_HEADER_BYTES + SLOT_BYTES * length, 0)
+              + np.where(prev_length > 0, ARRAY_HEADER_BYTES + SLOT_BYTES * prev_length, 0))
+    whole = NODE_BYTES + key + value
+    alone = _sampled((n * whole).astype(np.float64), n, length)  # a version counted whole
+    first = np.concatenate([np.zeros(1), alone[:-1]])  # (the previous version's)
+    kept = np.minimum(n, prev - np.minimum(r, prev))  # entries (and key rows) of both versions
+    shared = (length == prev_length) | (np.maximum(length, prev_length) <= SAMPLE_ABOVE)
+    new = n * NODE_BYTES + (n - kept) * (key + value) + np.minimum(rewritten, kept) * value
+    got = tables + first + np.where(shared, _sampled(new.astype(np.float64), n, length), alone)
+    return np.round(parts * (got + MAP_BYTES)).astype(np.int64)
+
+
 def sampled_estimate(batches: pd.DataFrame, parts: int, key: int, value: int) -> pd.Series:
-    """memoryUsedBytes of a one-store operator (aggregation, dedup) per batch-report row: the
-    rows split evenly over the ``parts`` partitions, each partition's two retained versions by
-    :func:`retained_bytes`, plus ``MAP_BYTES`` per partition (the maps' fixed objects)."""
-    rows = pd.to_numeric(batches["state_rows"]).fillna(0).astype("int64").to_numpy()
-    removed = pd.to_numeric(batches["state_rows_removed"]).fillna(0).astype("int64").to_numpy()
-    upd = (pd.to_numeric(batches["state_rows_updated"]).fillna(0).astype("int64").to_numpy()
-           if "state_rows_updated" in batches.columns else np.zeros(len(batches), "int64"))
+    """memoryUsedBytes of a one-store operator (aggregation, dedup) per batch-report row
+    (:func:`retained` over each operator's batches in report order)."""
+    def col(name: str) -> np.ndarray:
+        if name not in batches.columns:
+            return np.zeros(len(batches), dtype=np.int64)
+        return pd.to_numeric(batches[name]).fillna(0).astype("int64").to_numpy()
+
+    rows, removed, upd = col("state_rows"), col("state_rows_removed"), \
+        col("state_rows_updated")
+    out = np.zeros(len(batches), dtype=np.int64)
     ops = (batches["operator"].to_numpy() if "operator" in batches.columns
            else np.zeros(len(batches)))
-    out = np.zeros(len(batches))
-    last: dict[object, tuple[int, int]] = {}
-    for i in range(len(batches)):
-        prev, prev_length = last.get(ops[i], (0, 0))
-        n, r = int(rows[i]) // parts, int(removed[i]) // parts
-        inserted = n - prev + r
-        rewritten = max(0, int(upd[i]) // parts - inserted)
-        got, length = retained_bytes(prev, prev_length, n, r, rewritten, key, value)
-        out[i] = parts * (got + MAP_BYTES)
-        last[ops[i]] = (n, length)
-    return pd.Series(np.round(out).astype("int64"), index=batches.index, dtype="Int64")
+    for op in pd.unique(ops):
+        at = np.flatnonzero(ops == op)
+        out[at] = retained(rows[at], removed[at], upd[at], parts, key, value)
+    return pd.Series(out, index=batches.index, dtype="Int64")
+
+
+def retained_layout(spec: BacktestSpec, candidate: str, schedule: Schedule
+                    ) -> tuple[int, int, int] | None:
+    """``(partitions, key, value)`` heap bytes of :func:`retained` for an aggregation or a
+    dedup on the HDFS-backed store, else None (RocksDB, other kinds)."""
+    q = spec.query
+    if ("RocksDB" in resolve(spec, candidate).state_store_provider
+            or not isinstance(q, (AggregationQuery, DeduplicationQuery))):
+        return None
+    _, key, value = layout(spec, schedule)
+    if isinstance(q, DeduplicationQuery):
+        value = 16  # Spark's EMPTY_ROW (one null field) or the expiry: null bits + 8
+    return partitions(spec, candidate), row_object_bytes(key), row_object_bytes(value)
 
 
 def estimate_retained(spec: BacktestSpec, candidate: str, schedule: Schedule,
                       batches: pd.DataFrame) -> pd.Series:
-    """The retained-tables estimate (:func:`sampled_estimate`) for aggregation and dedup, else
-    :func:`estimate`. Not yet what ``predict`` reports: the one-pass sweep
-    (``sweep_once._bytes_model``) takes :func:`estimate` as linear in the held rows, which this
-    model is not (it depends on each batch's table lengths, so on which batches a delay runs)."""
+    """The retained-tables estimate of every kind (§9.2): :func:`retained` for aggregation
+    and dedup, :func:`join_retained`, :func:`session_retained`; None with RocksDB (as
+    :func:`estimate`)."""
     q = spec.query
-    if ("RocksDB" in resolve(spec, candidate).state_store_provider
-            or not isinstance(q, (AggregationQuery, DeduplicationQuery))):
+    if "RocksDB" in resolve(spec, candidate).state_store_provider:
         return estimate(spec, candidate, schedule, batches)
+    if isinstance(q, JoinQuery):
+        return join_retained(spec, candidate, schedule, batches)
+    if isinstance(q, SessionQuery):
+        return session_retained(spec, candidate, schedule, batches)
+    at = retained_layout(spec, candidate, schedule)
+    if at is None:
+        return estimate(spec, candidate, schedule, batches)
+    return sampled_estimate(batches, *at)
+
+
+def predicted(spec: BacktestSpec, candidate: str, schedule: Schedule,
+              batches: pd.DataFrame) -> pd.Series:
+    """What predictions report (``predict``, key-range predictions, so the GX check's input
+    and a sweep's peak and final bytes): :func:`estimate_retained`, but the held-rows
+    :func:`estimate` for sessions, whose one-pass sweep (``semantics.sweep_session``) still
+    evaluates that linear model (docs/state-bytes.md)."""
+    if isinstance(spec.query, SessionQuery):
+        return estimate(spec, candidate, schedule, batches)
+    return estimate_retained(spec, candidate, schedule, batches)
+
+
+SET_BYTES = 32  # scala.collection.mutable.HashSet: header 12 + table, threshold, size, load
+SET_NODE_BYTES = 24  # its Node: header 12 + key, hash, next
+
+
+def _set_table(sessions_per_key: np.ndarray) -> np.ndarray:
+    """A HashSet's table array: 16 slots, doubled past a load of 0.75."""
+    return ARRAY_HEADER_BYTES + SLOT_BYTES * np.maximum(
+        16, _sizes_for(np.floor(4 * sessions_per_key / 3).astype(np.int64) + 1))
+
+
+def session_retained(spec: BacktestSpec, candidate: str, schedule: Schedule,
+                     batches: pd.DataFrame) -> pd.Series:
+    """Session windows (§9.2): the session map by :func:`retained` (key = group keys + session
+    start, value = the session row), plus its prefix index per retained version
+    (``PrefixScannableHDFSBackedStateStoreMap``: group key -> a ``HashSet`` of its session
+    keys, copied per version, so not shared): a map of the version's distinct group keys
+    (``state_keys``) whose slots, nodes, sets and set nodes are sampled like any table, and the
+    group keys' rows."""
+    q = spec.query
+    assert isinstance(q, SessionQuery)
+    parts = partitions(spec, candidate)
     _, key, value = layout(spec, schedule)
-    if isinstance(q, DeduplicationQuery):
-        value = 16  # Spark's EMPTY_ROW (one null field) or the expiry: null bits + 8
-    return sampled_estimate(batches, partitions(spec, candidate), row_object_bytes(key),
-                            row_object_bytes(value))
+    group = row_object_bytes(_row_bytes(_cols(schedule, q.source, list(q.keys))))
+
+    def col(name: str, default: np.ndarray | None = None) -> np.ndarray:
+        if name not in batches.columns:
+            return np.zeros(len(batches), dtype=np.int64) if default is None else default
+        v = pd.to_numeric(batches[name]).astype("float64").to_numpy()
+        fill = np.zeros(len(v)) if default is None else default
+        return np.where(np.isnan(v), fill, v).astype(np.int64)
+
+    rows, removed, upd = col("state_rows"), col("state_rows_removed"), \
+        col("state_rows_updated")
+    keys = col("state_keys", rows)
+    main = retained(rows, removed, upd, parts, row_object_bytes(key), row_object_bytes(value))
+    k, s = keys // parts, rows // parts
+    length = np.where(k > 0, np.maximum(16, _sizes_for(4 * k // 3 + 1)), 0)
+    per_key = NODE_BYTES + SET_BYTES + _set_table(s / np.maximum(k, 1)) + group
+    entries = k * per_key + s * SET_NODE_BYTES
+    version = np.where(length > 0, ARRAY_HEADER_BYTES + SLOT_BYTES * length, 0) + \
+        _sampled(entries.astype(np.float64), k, length)
+    index = version + np.r_[0.0, version[:-1]]  # (the previous version's index)
+    return pd.Series(main + np.round(parts * index).astype(np.int64), index=batches.index,
+                     dtype="Int64")
+
+
+def join_retained(spec: BacktestSpec, candidate: str, schedule: Schedule,
+                  batches: pd.DataFrame) -> pd.Series:
+    """A join's four stores per partition (§9.2), each by :func:`retained`: per side,
+    keyWithIndexToValue (key + index -> row + matched flag; the side's buffered rows, removes
+    and stored rows) and keyToNumValues (key -> count; the side's distinct keys, its count
+    rewritten for every key a stored row joins). The report carries both sides' totals, so
+    each side is taken as half of them (its rows, keys: ``state_keys``, before eviction)."""
+    q = spec.query
+    assert isinstance(q, JoinQuery)
+    parts = partitions(spec, candidate)
+    key_cols = _cols(schedule, q.left, list(q.keys))
+    key = _row_bytes(key_cols)
+    left = _cols(schedule, q.left, ["row_id", *schedule.data_columns[q.left]]) + [8]
+    right = _cols(schedule, q.right, ["row_id", *schedule.data_columns[q.right]]) + [8]
+    value = (_row_bytes(left) + _row_bytes(right)) // 2
+
+    def col(name: str, default: np.ndarray | None = None) -> np.ndarray:
+        if name not in batches.columns:
+            return np.zeros(len(batches), dtype=np.int64) if default is None else default
+        v = pd.to_numeric(batches[name]).astype("float64").to_numpy()
+        fill = np.zeros(len(v)) if default is None else default
+        return np.where(np.isnan(v), fill, v).astype(np.int64)
+
+    rows, removed, stored = col("state_rows"), col("state_rows_removed"), \
+        col("state_rows_updated")
+    keys = col("state_keys", rows)
+    row_store = retained(rows // 2, removed // 2, stored // 2, parts,
+                         row_object_bytes(_row_bytes([*key_cols, 8])), row_object_bytes(value))
+    # (keys are counted before eviction: the evicted rows' share of them left with them)
+    gone = removed * keys // np.maximum(rows + removed, 1)
+    key_store = retained((keys - gone) // 2, gone // 2, np.minimum(keys, stored) // 2, parts,
+                         row_object_bytes(key), row_object_bytes(_row_bytes([8])))
+    return pd.Series(2 * (row_store + key_store), index=batches.index, dtype="Int64")
 
 
 def estimate(spec: BacktestSpec, candidate: str, schedule: Schedule,

@@ -73,6 +73,8 @@ class Thresholds:
     late: np.ndarray
     late_rows: np.ndarray
     emitted: Emitted
+    writes: Entries  # every state write (an entry put in a batch: Spark's updated rows), its
+    # point and late threshold (written iff ``d > a``; ``e`` unused)
 
 
 def covered(spec: BacktestSpec, candidate: str, source: str) -> bool:
@@ -118,7 +120,7 @@ def one_pass(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str
         "input_rows": [len(schedule.rows[source])] * len(delays),
         "late": _at_least(th.late, delays).tolist(),
         "late_rows": _at_least(th.late_rows, delays).tolist(),
-        **_state(spec, candidate, schedule, tl, th.entries, delays),
+        **_state(spec, candidate, schedule, tl, th, delays),
         **th.emitted(delays),
     }
     return {f: [v[i] for i in back.tolist()] for f, v in out.items()}
@@ -152,31 +154,25 @@ def _at_least(thresholds: np.ndarray, delays: np.ndarray) -> np.ndarray:
     return above + len(between) - np.searchsorted(between, delays, side="left")
 
 
-def _bytes_model(spec: BacktestSpec, candidate: str, schedule: Schedule
-                 ) -> tuple[int, int] | None:
-    """``(base, per held row)`` of ``state_bytes.estimate`` (linear in the held rows, no
-    per-key term for these operators), or None where it has no estimate (RocksDB)."""
-    from semantics.state_bytes import estimate
-
-    two = estimate(spec, candidate, schedule,
-                   pd.DataFrame({"state_rows": [0, 1], "state_rows_removed": [0, 0]}))
-    if two.isna().any():
-        return None
-    base = int(two.iloc[0])
-    return base, int(two.iloc[1]) - base
-
-
 def _state(spec: BacktestSpec, candidate: str, schedule: Schedule, tl: Timeline,
-           entries: Entries, delays: np.ndarray) -> dict[str, list[Figure]]:
+           th: Thresholds, delays: np.ndarray) -> dict[str, list[Figure]]:
     """Peak and final state rows and bytes of every delay (ascending): the module docstring's
     state after each point, the created entries growing with the delay (:class:`Growing`). An
     idle point a delay does not run holds the state of the point before, so it changes no
-    peak; ``held`` is ``state_bytes.held_rows``."""
+    peak; the bytes are ``state_bytes.retained`` over the points the delay runs (its batches:
+    rows, removes and writes), as a prediction's report gives them."""
+    from semantics.state_bytes import retained, retained_layout
+
+    entries = th.entries
     n_points = len(tl.x)
-    model = _bytes_model(spec, candidate, schedule)
+    model = retained_layout(spec, candidate, schedule)
     made = Growing(entries.e, entries.a, int(delays[0]), int(delays[-1])) if len(delays) \
         else None
     created = np.zeros(n_points, dtype=np.int64)  # per first point
+    by_a = stable_argsort(th.writes.a)  # writes join as the delay passes their threshold
+    write_a = th.writes.a[by_a]
+    written = np.zeros(n_points, dtype=np.int64)  # per point
+    joined = 0
     out: dict[str, list[Figure]] = {k: [] for k in (
         "peak_state_rows", "final_state_rows", "peak_state_bytes", "final_state_bytes")}
     for d in delays.tolist():
@@ -195,12 +191,13 @@ def _state(spec: BacktestSpec, candidate: str, schedule: Schedule, tl: Timeline,
             out["peak_state_bytes"].append(None)
             out["final_state_bytes"].append(None)
             continue
-        removed = np.diff(left, prepend=0)
-        held = state + np.minimum(removed, np.r_[0, state[:-1]])
-        last = n_points - 1 if not tl.idle[-1] or d < tl.x[-1] else n_points - 2
-        base, per_row = model
-        out["peak_state_bytes"].append(base + per_row * int(held.max()))
-        out["final_state_bytes"].append(base + per_row * int(held[last]))
+        stop = int(np.searchsorted(write_a, d, side="left"))  # (written iff d > a)
+        written += np.bincount(th.writes.point[by_a[joined:stop]], minlength=n_points)
+        joined = stop
+        runs = ~tl.idle | (d < tl.x)
+        b = retained(state[runs], np.diff(left, prepend=0)[runs], written[runs], *model)
+        out["peak_state_bytes"].append(int(b.max()))
+        out["final_state_bytes"].append(int(b[-1]))
     return out
 
 
@@ -266,6 +263,7 @@ def _aggregation(spec: BacktestSpec, schedule: Schedule, tl: Timeline) -> Thresh
     touch_thr = tl.late_threshold(tt, te)
     first = np.r_[True, tg[1:] != tg[:-1]] if len(tg) else np.array([], dtype=bool)
     entries = Entries(tl.point_of_tick[tt[first]], ceil_ms(te[first]), touch_thr[first])
+    writes = Entries(tl.point_of_tick[tt], te, touch_thr)  # (a group touched in a batch)
     if q.output_mode == "update":  # every batch emits its groups that are not late
         lat, lat_order = _latencies(tl.clock[tl.point_of_tick[tt]], te)
 
@@ -273,7 +271,7 @@ def _aggregation(spec: BacktestSpec, schedule: Schedule, tl: Timeline) -> Thresh
             nested = quantiles.Nested(lat, touch_thr, delays, order=lat_order)
             return {"output_rows": [nested.size(i) for i in range(len(delays))],
                     **_latency_figures([nested.percentiles(i) for i in range(len(delays))])}
-        return Thresholds(entries, touch_thr, late_row_thr, emitted)
+        return Thresholds(entries, touch_thr, late_row_thr, emitted, writes)
 
     end_first = te[first]
 
@@ -296,7 +294,7 @@ def _aggregation(spec: BacktestSpec, schedule: Schedule, tl: Timeline) -> Thresh
             lats.append(quantiles.weighted(_latency_s(tl.clock[at[out]], ends_u[out]),
                                            made[out]))
         return {"output_rows": n_out, **_latency_figures(lats)}
-    return Thresholds(entries, touch_thr, late_row_thr, appended)
+    return Thresholds(entries, touch_thr, late_row_thr, appended, writes)
 
 
 def _key_ids(frame: pd.DataFrame, keys: list[str]) -> np.ndarray:
@@ -340,7 +338,7 @@ def _dedup(spec: BacktestSpec, candidate: str, schedule: Schedule, tl: Timeline
         nested = quantiles.Nested(lat, thr[first], delays, order=lat_order)
         return {"output_rows": [nested.size(i) for i in range(len(delays))],
                 **_latency_figures([nested.percentiles(i) for i in range(len(delays))])}
-    return Thresholds(entries, thr, thr, emitted)
+    return Thresholds(entries, thr, thr, emitted, entries)  # (a key is written once)
 
 
 __all__ = ["ALWAYS", "FIGURES", "covered", "one_pass"]

@@ -706,16 +706,17 @@ def test_state_merged_through_a_mask_gives_the_same_prediction(jtype: str, monke
 
 
 def test_state_bytes_count_one_key_entry_per_distinct_key() -> None:
-    # state-bytes model (docs/state-bytes.md): besides an entry per buffered row, a join side
-    # keeps one keyToNumValues entry (key -> count) per distinct key, not one per row
+    # state-bytes model (docs/semantics.md §9.2): besides an entry per buffered row, a join side
+    # keeps one keyToNumValues entry (key -> count: a node and two 16-byte rows) per distinct
+    # key, not one per row (the report's totals split over the sides and partitions)
     from semantics import state_bytes as sb
 
-    one_key = join_run([([(1, 1.0), (1, 1.5), (1, 2.0)], [])], "inner", pace="backlog")
-    three_keys = join_run([([(1, 1.0), (2, 1.5), (3, 2.0)], [])], "inner", pace="backlog")
-    b1, b3 = one_key.batches.iloc[0], three_keys.batches.iloc[0]
-    assert b1["state_rows"] == b3["state_rows"] == 3
-    key_entry = sb.ENTRY_BYTES + 16 + 16  # + key row (null bits, k) + count row (null bits, long)
-    assert b3["state_bytes"] - b1["state_bytes"] == 2 * key_entry
+    one_key = join_run([([(1, 1.0 + i / 40) for i in range(40)], [])], "inner", pace="backlog")
+    keys = join_run([([(i, 1.0 + i / 40) for i in range(40)], [])], "inner", pace="backlog")
+    b1, b40 = one_key.batches.iloc[0], keys.batches.iloc[0]
+    assert b1["state_rows"] == b40["state_rows"] == 40
+    key_entry = sb.NODE_BYTES + 2 * sb.row_object_bytes(16)
+    assert 1.0 <= (b40["state_bytes"] - b1["state_bytes"]) / (39 * key_entry) <= 1.1
 
 
 @pytest.mark.parametrize("jtype", ["inner", "left_outer", "left_semi"])
