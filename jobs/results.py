@@ -40,6 +40,7 @@ import os
 import secrets
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,6 +54,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from jobs.delta_writes import ResultsError, committed, create_table, guarded
 from semantics.operators.columns import nullable_floats
+from semantics.output_chunks import batch_ordered
 from semantics.report import REPORT_COLUMNS, RunResult, json_texts, nan_kept
 from semantics.schedule import Schedule
 from semantics.spec import BacktestSpec
@@ -187,31 +189,44 @@ class ResultsStore:
                 b[c] = pd.to_numeric(b[c], errors="coerce").astype("Int64")
         self._append("batch_reports",
                      pa.Table.from_pandas(b, BATCH_SCHEMA, preserve_index=False), wid)
-        outs = result.outputs
-        n = len(outs)
-        texts = json_texts(nan_kept(outs), [c for c in outs.columns if c != "batch_id"])
-        o = pa.table({  # (arrow arrays directly: no pandas object columns of the key per row)
-            **{k: _constant(v, n) for k, v in {**key, WRITE_ID: wid}.items()},
-            "batch_id": outs["batch_id"].to_numpy(dtype=np.int64) if "batch_id" in outs
-            else np.full(n, -1, dtype=np.int64),
-            # one array (64-bit offsets: no 2 GB limit): the Delta writer keeps the rows of a
-            # single record batch in order, and reorders several
-            "row": pa.concat_arrays([c.cast(pa.large_string()) for c in texts.chunks])
-            if texts.num_chunks else pa.array([], pa.large_string()),
-        }, schema=_OUTPUT_WRITTEN)
-        assert o.column("row").num_chunks == 1 and len(o.to_batches()) <= 1
-        self._append("outputs", o, wid)
+        ids = {**key, WRITE_ID: wid}
+        streamed = getattr(result, "streamed", None)  # (a Prediction's, built a range at a time)
+        if streamed is None:
+            outs = result.outputs
+            n = len(outs)
+            o = _output_rows(outs, ids)
+            assert o.column("row").num_chunks == 1 and len(o.to_batches()) <= 1
+            self._append("outputs", o, wid)
+            times = _time_columns(outs)
+        else:
+            n, times = len(streamed), _time_columns(streamed.empty())
+            seen: set[str] = set()
+
+            def chunks() -> pa.RecordBatchReader:
+                """One record batch per frame of whole batches (the writer keeps each one's
+                rows in order, but may interleave them: ``_emitted`` puts them back)."""
+                def frames() -> Iterator[pa.RecordBatch]:
+                    for outs in streamed.frames():
+                        seen.update(_time_columns(outs))
+                        yield from _output_rows(outs, ids).combine_chunks().to_batches()
+                return pa.RecordBatchReader.from_batches(_OUTPUT_WRITTEN, frames())
+
+            path = self.root / "outputs"
+            committed(path, "appending to outputs",
+                      lambda: write_deltalake(str(path), chunks(), mode="append",
+                                              schema_mode="merge"),
+                      done=lambda: _holds(path, wid))
+            times = [c for c in streamed.empty().columns if c in seen] if n else times
         run = pd.DataFrame([{
             **key,
             WRITE_ID: wid,
             "written_at_ms": int(time.time() * 1000),
             "elapsed_s": float(result.info.get("elapsed_s", 0.0) or 0.0),
             "batches": int(result.batches["batch_id"].nunique()) if len(result.batches) else 0,
-            "output_rows": len(result.outputs),
+            "output_rows": n,
             "success": bool(success),
             "details": json.dumps(details, default=str) if details is not None else None,
-            "time_columns": json.dumps([c for c in outs.columns if c != "batch_id" and
-                                        pd.api.types.is_datetime64_any_dtype(outs[c])]),
+            "time_columns": json.dumps(times),
         }])
         # the commit point: from here on readers see this write, and nothing of the slot's
         # earlier ones
@@ -323,9 +338,35 @@ class StoredRun:
     outputs: pd.DataFrame
 
 
+def _output_rows(outs: pd.DataFrame, ids: dict[str, str]) -> pa.Table:
+    """Emitted rows as ``outputs`` stores them: the run's ids, ``batch_id`` and each row's
+    JSON text, as one array (64-bit offsets: no 2 GB limit)."""
+    n = len(outs)
+    texts = json_texts(nan_kept(outs), [c for c in outs.columns if c != "batch_id"])
+    return pa.table({  # (arrow arrays directly: no pandas object columns of the key per row)
+        **{k: _constant(v, n) for k, v in ids.items()},
+        "batch_id": outs["batch_id"].to_numpy(dtype=np.int64) if "batch_id" in outs
+        else np.full(n, -1, dtype=np.int64),
+        # one array: the Delta writer keeps the rows of a single record batch in order
+        "row": pa.concat_arrays([c.cast(pa.large_string()) for c in texts.chunks])
+        if texts.num_chunks else pa.array([], pa.large_string()),
+    }, schema=_OUTPUT_WRITTEN)
+
+
+def _time_columns(outs: pd.DataFrame) -> list[str]:
+    """The emitted-row columns holding timestamps (``runs.time_columns``)."""
+    return [c for c in outs.columns
+            if c != "batch_id" and pd.api.types.is_datetime64_any_dtype(outs[c])]
+
+
 def _emitted(t: pa.Table) -> pd.DataFrame:
     if not t.num_rows:
         return t.drop_columns([WRITE_ID]).to_pandas()
+    # rows stored in batch order, written a range of batches per record batch when streamed
+    # (``semantics.output_chunks``): the writer may interleave those, never reorder one's rows
+    order = batch_ordered(t.column("batch_id").to_numpy())
+    if order is not None:
+        t = t.take(order)
     batch = pd.DataFrame({"batch_id": t.column("batch_id").to_numpy()})
     return pd.concat([batch, parsed_rows(t.column("row"))], axis=1)
 

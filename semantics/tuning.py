@@ -126,3 +126,8 @@ UNION_PIECE_ROWS = 64
 # rows of history per key range past which a cluster prediction cuts more ranges than two per
 # core (bench/cluster.py: chosen, not tuned; a task's memory is about a range's prediction's)
 RANGE_ROWS = 1 << 20
+
+# --- streamed outputs (semantics/output_chunks.py) ---
+# emitted rows built, stored and written as JSON at once by a plain ``wmbt predict``: peak
+# memory holds one such chunk, not every emitted row (bench/memory.py, docs/benchmarks.md)
+STREAM_CHUNK_ROWS = 1 << 18
