@@ -128,6 +128,6 @@ UNION_PIECE_ROWS = 64
 RANGE_ROWS = 1 << 20
 
 # --- streamed outputs (semantics/output_chunks.py) ---
-# emitted rows built, stored and written as JSON at once by a plain ``wmbt predict``: peak
-# memory holds one such chunk, not every emitted row (bench/memory.py, docs/benchmarks.md)
-STREAM_CHUNK_ROWS = 1 << 18
+# emitted rows a plain ``wmbt predict`` builds, stores and prints at once: its peak holds one
+# such chunk, ~350 B a row (the streamed emitted rows, issue 48: 2^16 against 2^14-2^20)
+STREAM_CHUNK_ROWS = 1 << 16
