@@ -33,7 +33,7 @@ def write_document(text: str | Iterable[str]) -> None:
     blocks while the reader is behind; an interruption there would leave half a document).
     ``text`` may come in pieces (a streamed prediction's rows: ``output_chunks``), each
     written as it comes."""
-    pieces = [text] if isinstance(text, str) else text
+    pieces = [text] if isinstance(text, str) else _blocks(text)
     if threading.current_thread() is not threading.main_thread():
         for piece in pieces:
             _write_all(piece)
@@ -49,6 +49,26 @@ def write_document(text: str | Iterable[str]) -> None:
             signal.signal(sig, handler)
         if held:
             signal.raise_signal(held[0])
+
+
+def _blocks(pieces: Iterable[str], size: int = 1 << 20) -> Iterator[str]:
+    """``pieces`` joined into blocks of at least ``size`` characters (the last one: what is
+    left): a write per block, not per piece. Small writes each take a page of a pipe of their
+    own, so a reader that stopped would see it blocked before it holds a pipe's worth.
+
+    >>> list(_blocks(["ab", "c", "de", "f"], 3))
+    ['abc', 'def']
+    """
+    held: list[str] = []
+    n = 0
+    for piece in pieces:
+        held.append(piece)
+        n += len(piece)
+        if n >= size:
+            yield "".join(held)
+            held, n = [], 0
+    if held:
+        yield "".join(held)
 
 
 def _write_all(text: str) -> None:
