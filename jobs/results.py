@@ -84,6 +84,10 @@ RUN_SCHEMA = pa.schema(_IDS + [
     # the emitted-row columns holding timestamps (a JSON list; epoch ms in ``outputs``), by
     # their type when written. Last, and added to an older table by the writes' schema merge.
     pa.field("time_columns", pa.string()),
+    # the outputs written a range of batches per record batch (a streamed prediction,
+    # ``semantics.output_chunks``), which the Delta writer may interleave: read back in batch
+    # order. Last, and added to an older table by the writes' schema merge (NULL: false).
+    pa.field("batch_ordered", pa.bool_()),
 ])
 # OUTPUT_SCHEMA as ``write`` hands rows to the Delta writer: the ids dictionary-encoded
 # (``_constant``); the table stores them as plain strings
@@ -227,6 +231,7 @@ class ResultsStore:
             "success": bool(success),
             "details": json.dumps(details, default=str) if details is not None else None,
             "time_columns": json.dumps(times),
+            "batch_ordered": streamed is not None,
         }])
         # the commit point: from here on readers see this write, and nothing of the slot's
         # earlier ones
@@ -302,7 +307,10 @@ class ResultsStore:
             batches = b.drop_columns([WRITE_ID]).to_pandas()
             order = ["batch_id"] + (["operator_index"] if "operator_index" in batches else [])
             batches = batches.sort_values(order, kind="stable")
-            return StoredRun(r, batches.reset_index(drop=True), _emitted(o))
+            chunked = r.get("batch_ordered")
+            return StoredRun(r, batches.reset_index(drop=True),
+                             _emitted(o, chunked is not None and not pd.isna(chunked)
+                                      and bool(chunked)))
         raise ResultsError(self.root, f"{backtest}/{candidate}/{side}: replaced again at each "
                                       f"of {READ_ATTEMPTS} reads; read again")
 
@@ -359,12 +367,14 @@ def _time_columns(outs: pd.DataFrame) -> list[str]:
             if c != "batch_id" and pd.api.types.is_datetime64_any_dtype(outs[c])]
 
 
-def _emitted(t: pa.Table) -> pd.DataFrame:
+def _emitted(t: pa.Table, chunked: bool = False) -> pd.DataFrame:
+    """The stored rows in the order written; ``chunked`` (``runs.batch_ordered``): written in
+    batch order, a range of batches per record batch (``semantics.output_chunks``), which the
+    Delta writer may interleave but never reorders within: a stable sort by batch puts them
+    back."""
     if not t.num_rows:
         return t.drop_columns([WRITE_ID]).to_pandas()
-    # rows stored in batch order, written a range of batches per record batch when streamed
-    # (``semantics.output_chunks``): the writer may interleave those, never reorder one's rows
-    order = batch_ordered(t.column("batch_id").to_numpy())
+    order = batch_ordered(t.column("batch_id").to_numpy()) if chunked else None
     if order is not None:
         t = t.take(order)
     batch = pd.DataFrame({"batch_id": t.column("batch_id").to_numpy()})

@@ -175,3 +175,6 @@ def test_wmbt_predict_stores_and_prints_the_same_run_streamed(
     pd.testing.assert_frame_equal(stored["streamed"].batches, stored["whole"].batches)
     for col in ("output_rows", "batches", "time_columns", "run_id"):
         assert stored["streamed"].row[col] == stored["whole"].row[col]
+    # only the streamed run is read back in batch order (a run's rows stay as written)
+    assert (stored["streamed"].row["batch_ordered"], stored["whole"].row["batch_ordered"]) \
+        == (True, False)
