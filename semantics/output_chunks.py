@@ -66,8 +66,8 @@ class OutputChunks:
 
     def frames(self, rows: int | None = None) -> Iterator[pd.DataFrame]:
         """The emitted rows (``batch_id`` + the output columns, as emitted), a range of batches
-        at a time (:meth:`ranges`); each frame's index counts on from the one before's. None
-        when nothing was emitted."""
+        at a time (:meth:`ranges`); each frame's index counts on from the one before's. No
+        frame when nothing was emitted."""
         at = 0
         for part in self.ranges(rows):
             df = output_frame(self.operator, self.deferred[part], self.batch_ids[part],

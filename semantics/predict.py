@@ -28,7 +28,13 @@ from semantics.config import resolve
 from semantics.operators import fates as F
 from semantics.operators import make_operator
 from semantics.output_chunks import OutputChunks
-from semantics.report import RunResult, output_columns, report_columns
+from semantics.report import (
+    RunResult,
+    frame_to_records,
+    nan_kept,
+    output_columns,
+    report_columns,
+)
 from semantics.retention import never_evicted
 from semantics.schedule import Schedule
 from semantics.spec import BacktestSpec
@@ -50,10 +56,11 @@ class Prediction(RunResult):
         """:meth:`RunResult.to_json`; a streamed prediction's ``outputs`` (``records=False``)
         is its :class:`OutputChunks`, for ``output_chunks.document_parts`` to write."""
         doc = super().to_json(records)
-        if self.streamed is not None:
-            doc["outputs"] = self.streamed if not records else RunResult(
-                self.candidate, self.batches, pd.concat(list(self.streamed.frames())) if
-                len(self.streamed) else self.outputs).to_json()["outputs"]
+        if self.streamed is not None and not records:
+            doc["outputs"] = self.streamed
+        elif self.streamed is not None and len(self.streamed):  # (every row at once, as
+            # records: what the streamed route is there to avoid)
+            doc["outputs"] = frame_to_records(nan_kept(pd.concat(list(self.streamed.frames()))))
         return doc
 
     @cached_property
