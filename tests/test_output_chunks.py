@@ -178,3 +178,21 @@ def test_wmbt_predict_stores_and_prints_the_same_run_streamed(
     # only the streamed run is read back in batch order (a run's rows stay as written)
     assert (stored["streamed"].row["batch_ordered"], stored["whole"].row["batch_ordered"]) \
         == (True, False)
+
+
+def test_a_run_stored_in_many_chunks_reads_back_as_written_at_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # ~300 000 emitted rows in record batches of 2^14: the Delta writer interleaves them
+    # (seen here with deltalake 1.6), the reader puts them back in batch order
+    from bench.predict import make
+
+    monkeypatch.setattr(output_chunks, "STREAM_CHUNK_ROWS", 1 << 14)
+    spec, sched = make("deduplication", 300_000, 5_000)
+    got = {}
+    for name, stream in (("whole", False), ("streamed", True)):
+        p = predict(sched, spec, "c", explain=False, count_late=True, stream=stream)
+        store = ResultsStore(tmp_path / name)
+        store.write(spec, "c", "r", "predicted", p)
+        got[name] = store.outputs(spec.name, "c", "r", "predicted")
+    assert len(got["whole"]) > 200_000
+    pd.testing.assert_frame_equal(got["streamed"], got["whole"])
