@@ -15,7 +15,9 @@ resident set size the kernel reports (``ru_maxrss`` of the waited-for child):
   runs it (reading the Delta log and files, the checkpoint-bytes estimate, the results
   store); its base is the same command's peak on a 1 000-event history.
 
-Memory does not depend on the machine's load, so one run per figure is enough.
+Memory does not depend on the machine's load, so one run per figure is enough. Each line
+says events/s too, of the prediction alone (``in memory``) and of the whole command (``cli``:
+reading, predicting, storing the run and printing it): they do depend on the load.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -40,7 +43,7 @@ from bench.smoke import smoke, tiny  # noqa: E402
 
 BASE_EVENTS = 1_000  # the CLI's base: the same command on a history this small
 HEADER = (f"{'kind':<14} {'events':>11} {'path':<9} {'peak MB':>8} {'base MB':>8} "
-          f"{'B/event':>8}")
+          f"{'B/event':>8} {'events/s':>10}")
 
 
 def _rss_now() -> int:
@@ -58,8 +61,9 @@ def _in_memory_child(kind: str, n: int, batch_rows: int) -> None:
     reuse_freed_memory()  # as wmbt does
     base = _rss_now()
     spec, sched = make(kind, n, batch_rows)
+    t0 = time.perf_counter()
     predict(sched, spec, "c", explain=False, checkpoint=False)
-    print(base)
+    print(base, time.perf_counter() - t0)
 
 
 def _measure(cmd: list[str], cwd: str | None = None) -> tuple[int, str]:
@@ -82,11 +86,13 @@ def _measure(cmd: list[str], cwd: str | None = None) -> tuple[int, str]:
     return peak_kib * 1024, out
 
 
-def in_memory(kind: str, n: int, batch_rows: int) -> tuple[int, int]:
-    """(peak, base) bytes of predicting ``make(kind, n)`` in a fresh process."""
+def in_memory(kind: str, n: int, batch_rows: int) -> tuple[int, int, float]:
+    """(peak, base) bytes of predicting ``make(kind, n)`` in a fresh process, and the
+    prediction's seconds (``make`` not counted)."""
     peak, out = _measure([sys.executable, __file__, "--in-memory-child", kind, str(n),
                           str(batch_rows)])
-    return peak, int(out.split()[-1])
+    base, seconds = out.split()[-2:]
+    return peak, int(base), float(seconds)
 
 
 def write_tables(root: Path, kind: str, n: int, batch_rows: int) -> Path:
@@ -113,14 +119,17 @@ def write_tables(root: Path, kind: str, n: int, batch_rows: int) -> Path:
     return path
 
 
-def cli(kind: str, n: int, batch_rows: int, tmp: Path) -> int:
-    """Peak bytes of ``wmbt predict SPEC --json`` over ``n`` events written as Delta."""
+def cli(kind: str, n: int, batch_rows: int, tmp: Path) -> tuple[int, float]:
+    """Peak bytes of ``wmbt predict SPEC --json`` over ``n`` events written as Delta, and
+    the command's seconds (reading, predicting, storing, printing; the interpreter's start
+    too)."""
     root = tmp / f"{kind}-{n}"
     spec = write_tables(root, kind, n, batch_rows)
     wmbt = str(Path(sys.executable).with_name("wmbt"))
+    t0 = time.perf_counter()
     peak, _ = _measure([wmbt, "predict", str(spec), "--json", "--results",
                         str(root / "results")], cwd=str(tmp))
-    return peak
+    return peak, time.perf_counter() - t0
 
 
 def main() -> None:
@@ -141,20 +150,20 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         for kind in args.kinds.split(","):
-            base_cli = cli(kind, base_events, min(batch_rows, base_events), tmp)
+            base_cli, _ = cli(kind, base_events, min(batch_rows, base_events), tmp)
             for n in dict.fromkeys(sizes):
-                peak, base = in_memory(kind, n, batch_rows)
-                print(_line(kind, n, "in memory", peak, base), flush=True)
-                print(_line(kind, n, "cli", cli(kind, n, batch_rows, tmp), base_cli),
-                      flush=True)
+                peak, base, seconds = in_memory(kind, n, batch_rows)
+                print(_line(kind, n, "in memory", peak, base, seconds), flush=True)
+                peak, seconds = cli(kind, n, batch_rows, tmp)
+                print(_line(kind, n, "cli", peak, base_cli, seconds), flush=True)
     if smoke():
         print("(smoke run: tiny sizes, figures mean nothing)")
 
 
-def _line(kind: str, n: int, path: str, peak: int, base: int) -> str:
+def _line(kind: str, n: int, path: str, peak: int, base: int, seconds: float) -> str:
     mb = 1024 * 1024
     return (f"{kind:<14} {n:>11,} {path:<9} {peak / mb:>8.0f} {base / mb:>8.0f} "
-            f"{(peak - base) / n:>8.0f}")
+            f"{(peak - base) / n:>8.0f} {n / seconds:>10,.0f}")
 
 
 if __name__ == "__main__":

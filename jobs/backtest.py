@@ -93,7 +93,7 @@ def run_backtest(spec: BacktestSpec, candidate: str | None = None, *, predict: b
                  explain: bool = True, fresh: bool = False,
                  notice: Progress | None = None,
                  planned: Callable[[Schedule], None] | None = None,
-                 sample: float | None = None) -> BacktestResult:
+                 sample: float | None = None, stream: bool = False) -> BacktestResult:
     """Predict and/or replay every candidate (or one), compare, and store the results.
     ``explain=False``: predictions without the fate of every row (``--explain`` and the late
     rows' list need them; the tables do not), so the predictor takes its whole-run paths,
@@ -104,7 +104,10 @@ def run_backtest(spec: BacktestSpec, candidate: str | None = None, *, predict: b
     schedule does not have: it raises, and nothing is written). ``sample``: predict and
     replay only that fraction of the keys plus carrier rows (``jobs.sample_replay``); the
     candidates' figures are then the sampled keys'. A prediction alone with a ``master``
-    runs per key range on that cluster (``jobs.predict_cluster``), without fates."""
+    runs per key range on that cluster (``jobs.predict_cluster``), without fates. ``stream``:
+    a prediction on this machine (one operator) builds its emitted rows a range of batches at
+    a time as they are stored and printed (``semantics.output_chunks``): its
+    ``predicted.outputs`` then holds the columns only, ``predicted.streamed`` the rows."""
     notice = notice or _to_stderr
     store = ResultsStore(results or default_results_dir())
     # a bad results folder refused before any prediction or replay (nothing written yet)
@@ -184,7 +187,7 @@ def run_backtest(spec: BacktestSpec, candidate: str | None = None, *, predict: b
                 cr.predicted = predict_sample(drawn, pspec, name, carrier, explain=explain)
             else:
                 cr.predicted = run_predict(sched, pspec, name, explain=explain,
-                                           count_late=not explain)
+                                           count_late=not explain, stream=stream)
             cr.predicted.info["elapsed_s"] = time.perf_counter() - t0
             progress(f"[{name}] predicted {cr.predicted.batches['batch_id'].nunique()} batches in "
                      f"{cr.predicted.info['elapsed_s']:.2f}s")

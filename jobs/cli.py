@@ -16,6 +16,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -40,10 +41,11 @@ def _progress(quiet: bool):
 
 def _print_result(result: BacktestResult, as_json: bool) -> int:
     if as_json:
-        from semantics.report import dumps
+        from semantics.output_chunks import document_parts
 
-        # (the frames' rows as text built column by column, the rest by json.dumps' C encoder)
-        write_document(dumps(result.to_json(records=False)) + "\n")
+        # (the frames' rows as text built column by column, the rest by json.dumps' C encoder;
+        # a streamed prediction's rows frame by frame, never all at once)
+        write_document(chain(document_parts(result.to_json(records=False)), ["\n"]))
     else:
         rows = summary_rows(result)
         print(format_table(rows))
@@ -116,7 +118,10 @@ def cmd_run(args: argparse.Namespace, predict: bool, actual: bool) -> int:
                           progress=_progress(args.json and not sys.stderr.isatty()),
                           explain=with_fates, fresh=getattr(args, "fresh", False),
                           planned=_row_id_check(spec, getattr(args, "explain", None)),
-                          sample=getattr(args, "sample", None))
+                          sample=getattr(args, "sample", None),
+                          # (a plain prediction: its emitted rows stored and printed a range
+                          # of batches at a time, semantics.output_chunks)
+                          stream=predict and not actual and not with_fates)
     if predict and actual:
         from jobs.backtest import default_results_dir
         from jobs.report_html import write_report

@@ -11,7 +11,7 @@ import signal
 import sys
 import threading
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 from semantics.errors import WmbtError
@@ -27,23 +27,48 @@ class Terminated(KeyboardInterrupt):
     cleans up after an interruption (a replay stopping its query) runs for both."""
 
 
-def write_document(text: str) -> None:
+def write_document(text: str | Iterable[str]) -> None:
     """Write ``text`` (a whole JSON document) to stdout and flush it, in one piece: SIGINT or
     SIGTERM arriving meanwhile takes effect once it is out, not halfway (a write to a pipe
-    blocks while the reader is behind; an interruption there would leave half a document)."""
+    blocks while the reader is behind; an interruption there would leave half a document).
+    ``text`` may come in pieces (a streamed prediction's rows: ``output_chunks``), each
+    written as it comes."""
+    pieces = [text] if isinstance(text, str) else _blocks(text)
     if threading.current_thread() is not threading.main_thread():
-        _write_all(text)
+        for piece in pieces:
+            _write_all(piece)
         return
     held: list[int] = []
     handlers = {sig: signal.signal(sig, lambda n, _f: held.append(n))
                 for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        _write_all(text)
+        for piece in pieces:
+            _write_all(piece)
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
         if held:
             signal.raise_signal(held[0])
+
+
+def _blocks(pieces: Iterable[str], size: int = 1 << 20) -> Iterator[str]:
+    """``pieces`` joined into blocks of at least ``size`` characters (the last one: what is
+    left): a write per block, not per piece. Small writes each take a page of a pipe of their
+    own, so a reader that stopped would see it blocked before it holds a pipe's worth.
+
+    >>> list(_blocks(["ab", "c", "de", "f"], 3))
+    ['abc', 'def']
+    """
+    held: list[str] = []
+    n = 0
+    for piece in pieces:
+        held.append(piece)
+        n += len(piece)
+        if n >= size:
+            yield "".join(held)
+            held, n = [], 0
+    if held:
+        yield "".join(held)
 
 
 def _write_all(text: str) -> None:

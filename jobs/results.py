@@ -40,6 +40,7 @@ import os
 import secrets
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,6 +54,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from jobs.delta_writes import ResultsError, committed, create_table, guarded
 from semantics.operators.columns import nullable_floats
+from semantics.output_chunks import batch_ordered
 from semantics.report import REPORT_COLUMNS, RunResult, json_texts, nan_kept
 from semantics.schedule import Schedule
 from semantics.spec import BacktestSpec
@@ -82,6 +84,10 @@ RUN_SCHEMA = pa.schema(_IDS + [
     # the emitted-row columns holding timestamps (a JSON list; epoch ms in ``outputs``), by
     # their type when written. Last, and added to an older table by the writes' schema merge.
     pa.field("time_columns", pa.string()),
+    # the outputs written a range of batches per record batch (a streamed prediction,
+    # ``semantics.output_chunks``), which the Delta writer may interleave: read back in batch
+    # order. Last, and added to an older table by the writes' schema merge (NULL: false).
+    pa.field("batch_ordered", pa.bool_()),
 ])
 # OUTPUT_SCHEMA as ``write`` hands rows to the Delta writer: the ids dictionary-encoded
 # (``_constant``); the table stores them as plain strings
@@ -187,31 +193,45 @@ class ResultsStore:
                 b[c] = pd.to_numeric(b[c], errors="coerce").astype("Int64")
         self._append("batch_reports",
                      pa.Table.from_pandas(b, BATCH_SCHEMA, preserve_index=False), wid)
-        outs = result.outputs
-        n = len(outs)
-        texts = json_texts(nan_kept(outs), [c for c in outs.columns if c != "batch_id"])
-        o = pa.table({  # (arrow arrays directly: no pandas object columns of the key per row)
-            **{k: _constant(v, n) for k, v in {**key, WRITE_ID: wid}.items()},
-            "batch_id": outs["batch_id"].to_numpy(dtype=np.int64) if "batch_id" in outs
-            else np.full(n, -1, dtype=np.int64),
-            # one array (64-bit offsets: no 2 GB limit): the Delta writer keeps the rows of a
-            # single record batch in order, and reorders several
-            "row": pa.concat_arrays([c.cast(pa.large_string()) for c in texts.chunks])
-            if texts.num_chunks else pa.array([], pa.large_string()),
-        }, schema=_OUTPUT_WRITTEN)
-        assert o.column("row").num_chunks == 1 and len(o.to_batches()) <= 1
-        self._append("outputs", o, wid)
+        ids = {**key, WRITE_ID: wid}
+        streamed = getattr(result, "streamed", None)  # (a Prediction's, built a range at a time)
+        if streamed is None:
+            outs = result.outputs
+            n = len(outs)
+            o = _output_rows(outs, ids)
+            assert o.column("row").num_chunks == 1 and len(o.to_batches()) <= 1
+            self._append("outputs", o, wid)
+            times = _time_columns(outs)
+        else:
+            n, times = len(streamed), _time_columns(streamed.empty())
+            seen: set[str] = set()
+
+            def chunks() -> pa.RecordBatchReader:
+                """One record batch per frame of whole batches (the writer keeps each one's
+                rows in order, but may interleave them: ``_emitted`` puts them back)."""
+                def frames() -> Iterator[pa.RecordBatch]:
+                    for outs in streamed.frames():
+                        seen.update(_time_columns(outs))
+                        yield from _output_rows(outs, ids).combine_chunks().to_batches()
+                return pa.RecordBatchReader.from_batches(_OUTPUT_WRITTEN, frames())
+
+            path = self.root / "outputs"
+            committed(path, "appending to outputs",
+                      lambda: write_deltalake(str(path), chunks(), mode="append",
+                                              schema_mode="merge"),
+                      done=lambda: _holds(path, wid))
+            times = [c for c in streamed.empty().columns if c in seen] if n else times
         run = pd.DataFrame([{
             **key,
             WRITE_ID: wid,
             "written_at_ms": int(time.time() * 1000),
             "elapsed_s": float(result.info.get("elapsed_s", 0.0) or 0.0),
             "batches": int(result.batches["batch_id"].nunique()) if len(result.batches) else 0,
-            "output_rows": len(result.outputs),
+            "output_rows": n,
             "success": bool(success),
             "details": json.dumps(details, default=str) if details is not None else None,
-            "time_columns": json.dumps([c for c in outs.columns if c != "batch_id" and
-                                        pd.api.types.is_datetime64_any_dtype(outs[c])]),
+            "time_columns": json.dumps(times),
+            "batch_ordered": streamed is not None,
         }])
         # the commit point: from here on readers see this write, and nothing of the slot's
         # earlier ones
@@ -287,7 +307,10 @@ class ResultsStore:
             batches = b.drop_columns([WRITE_ID]).to_pandas()
             order = ["batch_id"] + (["operator_index"] if "operator_index" in batches else [])
             batches = batches.sort_values(order, kind="stable")
-            return StoredRun(r, batches.reset_index(drop=True), _emitted(o))
+            chunked = r.get("batch_ordered")
+            return StoredRun(r, batches.reset_index(drop=True),
+                             _emitted(o, chunked is not None and not pd.isna(chunked)
+                                      and bool(chunked)))
         raise ResultsError(self.root, f"{backtest}/{candidate}/{side}: replaced again at each "
                                       f"of {READ_ATTEMPTS} reads; read again")
 
@@ -323,9 +346,37 @@ class StoredRun:
     outputs: pd.DataFrame
 
 
-def _emitted(t: pa.Table) -> pd.DataFrame:
+def _output_rows(outs: pd.DataFrame, ids: dict[str, str]) -> pa.Table:
+    """Emitted rows as ``outputs`` stores them: the run's ids, ``batch_id`` and each row's
+    JSON text, as one array (64-bit offsets: no 2 GB limit)."""
+    n = len(outs)
+    texts = json_texts(nan_kept(outs), [c for c in outs.columns if c != "batch_id"])
+    return pa.table({  # (arrow arrays directly: no pandas object columns of the key per row)
+        **{k: _constant(v, n) for k, v in ids.items()},
+        "batch_id": outs["batch_id"].to_numpy(dtype=np.int64) if "batch_id" in outs
+        else np.full(n, -1, dtype=np.int64),
+        # one array: the Delta writer keeps the rows of a single record batch in order
+        "row": pa.concat_arrays([c.cast(pa.large_string()) for c in texts.chunks])
+        if texts.num_chunks else pa.array([], pa.large_string()),
+    }, schema=_OUTPUT_WRITTEN)
+
+
+def _time_columns(outs: pd.DataFrame) -> list[str]:
+    """The emitted-row columns holding timestamps (``runs.time_columns``)."""
+    return [c for c in outs.columns
+            if c != "batch_id" and pd.api.types.is_datetime64_any_dtype(outs[c])]
+
+
+def _emitted(t: pa.Table, chunked: bool = False) -> pd.DataFrame:
+    """The stored rows in the order written; ``chunked`` (``runs.batch_ordered``): written in
+    batch order, a range of batches per record batch (``semantics.output_chunks``), which the
+    Delta writer may interleave but never reorders within: a stable sort by batch puts them
+    back."""
     if not t.num_rows:
         return t.drop_columns([WRITE_ID]).to_pandas()
+    order = batch_ordered(t.column("batch_id").to_numpy()) if chunked else None
+    if order is not None:
+        t = t.take(order)
     batch = pd.DataFrame({"batch_id": t.column("batch_id").to_numpy()})
     return pd.concat([batch, parsed_rows(t.column("row"))], axis=1)
 

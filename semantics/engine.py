@@ -278,6 +278,10 @@ class EngineResult:
     late_rows: int | None = None  # input rows dropped as late (``run(count_late=True)``)
     path: str = "step"  # the path that ran: "step" or "whole_run"
     path_reason: str = ""  # why that one (the whole-run path's decline reason, or its kernel)
+    # ``run(materialize=False)``: the non-empty step outputs and their batch ids, for
+    # ``semantics.output_chunks`` to build a range of them at a time (``outputs`` is empty)
+    deferred: list[Deferred] = field(default_factory=list)
+    deferred_ids: list[int] = field(default_factory=list)
 
 
 def plan_batches(schedule: Schedule, spec: BacktestSpec, candidate: str | ResolvedCandidate,
@@ -410,14 +414,15 @@ def steps_of(dropped: np.ndarray, state_rows: np.ndarray, updated: np.ndarray,
 
 def run(schedule: Schedule, spec: BacktestSpec, candidate: str | ResolvedCandidate,
         operator: Operator, output_columns: list[str], count_late: bool = False,
-        path: Path = "auto") -> EngineResult:
+        path: Path = "auto", materialize: bool = True) -> EngineResult:
     """Drive ``operator`` through ``schedule`` exactly as Spark's MicroBatchExecution would
     (``count_late``: also count the input rows dropped as late, ``late_rows``).
 
     ``path``: "auto" runs the operator's whole-run path unless it declines, then steps;
     "step" steps; "whole_run" runs the whole-run path and raises :class:`WholeRunDeclined`
     (with the reason) when it declines. ``EngineResult.path`` and ``path_reason`` say which
-    ran and why."""
+    ran and why. ``materialize=False`` builds no output frame: ``EngineResult.deferred``
+    holds the step outputs (``semantics.output_chunks`` builds them a range at a time)."""
     if path not in PATHS:
         raise ValueError(f"path must be one of {', '.join(PATHS)}, not {path!r}")
     plan = plan_batches(schedule, spec, candidate, operator)
@@ -468,13 +473,14 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str | ResolvedCandida
         state_keys = [s.state_keys for s in steps]
 
     cols = ["batch_id", *output_columns]
-    out_df = _output_frame(operator, outputs, out_ids, cols)
+    out_df = _output_frame(operator, outputs if materialize else [], out_ids, cols)
     fate_df = (pd.concat(fates, ignore_index=True) if fates
                else pd.DataFrame(columns=[ROW_ID, "fate", "detail", "batch_id"]))
     report = _report(plan, operator.name, counts, sizes, state_bytes, state_keys)
     return EngineResult(report, out_df, fate_df,
                         late_rows=operator.late_input_rows(plan) if count_late else None,
-                        path=ran, path_reason=reason)
+                        path=ran, path_reason=reason,
+                        **({} if materialize else {"deferred": outputs, "deferred_ids": out_ids}))
 
 
 def _report(plan: list[BatchInput], operator: str, counts: dict[str, Any], sizes: list[int],
@@ -520,7 +526,8 @@ def _column(values: Any) -> Any:
 
 def _output_frame(operator: Operator, outputs: list[Deferred], out_ids: list[int],
                   cols: list[str]) -> pd.DataFrame:
-    """All batches' output, ``batch_id`` first, built with one ``materialize`` call."""
+    """These batches' output (all of a run's, or a range of them), ``batch_id`` first, built
+    with one ``materialize`` call."""
     if not outputs:
         return pd.DataFrame(columns=cols)
     frame = operator.materialize([o.payload for o in outputs], cols[1:])
@@ -598,3 +605,6 @@ def _tick_bounds(schedule: Schedule, source: str) -> tuple[np.ndarray, np.ndarra
     ticks = schedule.rows[source]["tick"].to_numpy()
     idx = np.arange(len(schedule.ticks))
     return np.searchsorted(ticks, idx, side="left"), np.searchsorted(ticks, idx, side="right")
+
+
+output_frame = _output_frame  # (public: ``semantics.output_chunks`` builds ranges of outputs)

@@ -27,7 +27,14 @@ from semantics.column_names import output_names
 from semantics.config import resolve
 from semantics.operators import fates as F
 from semantics.operators import make_operator
-from semantics.report import RunResult, output_columns, report_columns
+from semantics.output_chunks import OutputChunks
+from semantics.report import (
+    RunResult,
+    frame_to_records,
+    nan_kept,
+    output_columns,
+    report_columns,
+)
 from semantics.retention import never_evicted
 from semantics.schedule import Schedule
 from semantics.spec import BacktestSpec
@@ -41,6 +48,20 @@ class Prediction(RunResult):
 
     raw_fates: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=FATE_COLUMNS),
                                     repr=False)
+    # ``predict(..., stream=True)``: the emitted rows, built a range at a time (``outputs``
+    # then holds their columns only)
+    streamed: OutputChunks | None = field(default=None, repr=False)
+
+    def to_json(self, records: bool = True) -> dict[str, object]:
+        """:meth:`RunResult.to_json`; a streamed prediction's ``outputs`` (``records=False``)
+        is its :class:`OutputChunks`, for ``output_chunks.document_parts`` to write."""
+        doc = super().to_json(records)
+        if self.streamed is not None and not records:
+            doc["outputs"] = self.streamed
+        elif self.streamed is not None and len(self.streamed):  # (every row at once, as
+            # records: what the streamed route is there to avoid)
+            doc["outputs"] = frame_to_records(nan_kept(pd.concat(list(self.streamed.frames()))))
+        return doc
 
     @cached_property
     def fates(self) -> pd.DataFrame:
@@ -77,7 +98,7 @@ def _rendered(raw: pd.DataFrame) -> pd.DataFrame:
 def predict(schedule: Schedule, spec: BacktestSpec, candidate: str, *,
             explain: bool = True, columns: Collection[str] | None = None,
             count_late: bool = False, path: engine.Path = "auto",
-            checkpoint: bool = True) -> Prediction:
+            checkpoint: bool = True, stream: bool = False) -> Prediction:
     """Predict Spark's batches, emitted rows and row fates for ``candidate`` on ``schedule``.
 
     ``explain=False`` skips collecting fate rows altogether; ``columns`` builds only these
@@ -88,7 +109,9 @@ def predict(schedule: Schedule, spec: BacktestSpec, candidate: str, *,
     when the whole-run path declines); ``info["path"]`` says which ran and
     ``info["path_reason"]`` why (docs/architecture.md). ``checkpoint=False`` leaves the
     ``checkpoint_bytes`` column empty (its estimate encodes and compresses a sample of state
-    records: a fixed cost a sweep's predictions skip)."""
+    records: a fixed cost a sweep's predictions skip). ``stream=True`` (one operator, not a
+    pipeline) builds no output frame: ``outputs`` holds the columns only and ``streamed``
+    builds the rows a range of batches at a time (``semantics.output_chunks``)."""
     if candidate not in spec.candidates:
         raise KeyError(f"no candidate {candidate!r} (candidates: {', '.join(spec.candidates)})")
     if spec.query.kind == "pipeline":  # (several operators: semantics.pipeline)
@@ -107,8 +130,9 @@ def predict(schedule: Schedule, spec: BacktestSpec, candidate: str, *,
     # the operators name a group key as the table spells it, Spark as the spec writes it
     written = output_names(spec)
     read_as = {w: k for k, w in written.items()}
-    res = engine.run(schedule, spec, config, op, [read_as.get(c, c) for c in cols],
-                     count_late and not explain, path=path)
+    read_cols = [read_as.get(c, c) for c in cols]
+    res = engine.run(schedule, spec, config, op, read_cols, count_late and not explain,
+                     path=path, materialize=not stream)
     batches = res.batches.reindex(columns=report_columns(spec))
     if batches["state_bytes"].isna().all() and len(batches):
         batches["state_bytes"] = state_bytes.predicted(spec, candidate, schedule, res.batches)
@@ -134,4 +158,7 @@ def predict(schedule: Schedule, spec: BacktestSpec, candidate: str, *,
     elif res.late_rows is not None:
         info["late_rows"] = res.late_rows
     info.update(restarts.describe(spec, candidate, schedule, batches))
-    return Prediction(candidate, batches, outputs, info, raw)
+    streamed = OutputChunks(op, res.deferred, res.deferred_ids, ["batch_id", *read_cols],
+                            written) if stream else None
+    return Prediction(candidate, batches, outputs if streamed is None else streamed.empty(),
+                      info, raw, streamed)

@@ -126,3 +126,8 @@ UNION_PIECE_ROWS = 64
 # rows of history per key range past which a cluster prediction cuts more ranges than two per
 # core (bench/cluster.py: chosen, not tuned; a task's memory is about a range's prediction's)
 RANGE_ROWS = 1 << 20
+
+# --- streamed outputs (semantics/output_chunks.py) ---
+# emitted rows a plain ``wmbt predict`` builds, stores and prints at once: its peak holds one
+# such chunk, ~350 B a row (the streamed emitted rows, issue 48: 2^16 against 2^14-2^20)
+STREAM_CHUNK_ROWS = 1 << 16
