@@ -133,7 +133,6 @@ def test_demo_in_a_folder_it_cannot_create(tmp_path: Path) -> None:
      "argument --explain: expected a row id (0 or more), got '-1'"),
     (["predcit", "spec.yaml"], "argument command: invalid choice: 'predcit'"),
     (["predict"], "the following arguments are required: spec"),
-    (["sweep", "spec.yaml"], "the following arguments are required: --delays"),
     ([], "the following arguments are required: command"),
     (["predict", "spec.yaml", "--bogus"], "unrecognized arguments: --bogus"),
 ])
@@ -147,6 +146,19 @@ def test_misuse_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert out == "" and err.startswith("usage: wmbt")
     last = err.splitlines()[-1]  # `wmbt: error: ...` or `wmbt predict: error: ...`
     assert last.startswith("wmbt") and ": error: " + says in last
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_sweep_of_nothing_says_what_it_can_vary(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """Without --delays, --window-sizes or --ranges a sweep runs the spec's ``sweep:``; a spec
+    without one is told what a sweep varies (exit 2, nothing written)."""
+    small_spec(tmp_path)
+    assert main(["sweep", "spec.yaml"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == (f"wmbt: error: {tmp_path / 'spec.yaml'}: --delays: one of "
+                                 "--delays, --window-sizes and --ranges (what the sweep "
+                                 "varies; without any, the spec's sweep:), got none\n")
     assert not (tmp_path / "results").exists()
 
 
