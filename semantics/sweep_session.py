@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from semantics import quantiles
 from semantics.config import resolve
 from semantics.delay_timeline import ALWAYS, Timeline, ceil_ms, timeline
 from semantics.operators.grouping import stable_argsort
@@ -46,6 +47,7 @@ from semantics.schedule import TICK, Schedule
 from semantics.spec import BacktestSpec, SessionQuery
 from semantics.sweep_fallback import Figure, predicted
 from semantics.sweep_session_blocks import Blocks, blocks, stored_keys
+from semantics.sweep_session_settled import Groups, Tracker, groups, kth
 from semantics.whole_run.session import MAX_WINDOW, components, first_arrival_before
 
 
@@ -85,17 +87,14 @@ class How:
 class Settled:
     """The groups (module docstring) in (key, time) order, and what they give once settled.
 
-    Per group: key id, first arrival point, end (µs) and the index of the first delay from
-    which it is settled (``len(delays)``: never). Per delay and point, the settled groups'
-    pieces started less those merged (``net``) and merged (``merged``), evictions left out.
-    Per accepted row (under the largest delay, sorted by (key, time, batch)): key id, time,
-    point, late threshold, group, and the rows ordered by their group's first settled delay
-    (``by_settle``, ``settle``: that delay for each)."""
+    ``groups``: per group, key id, first arrival point, end (µs), the index of the first
+    delay from which it is settled (``len(delays)``: never) and what the tracker reads. Per
+    delay and point, the settled groups' pieces started less those merged (``net``) and
+    merged (``merged``), evictions left out. Per accepted row (under the largest delay, sorted
+    by (key, time, batch)): key id, time, point, late threshold, group, and the rows ordered
+    by their group's first settled delay (``by_settle``, ``row_settle``: that delay)."""
 
-    kid: np.ndarray
-    first: np.ndarray
-    end_us: np.ndarray
-    settle: np.ndarray
+    groups: Groups
     net: np.ndarray
     merged: np.ndarray
     row_kid: np.ndarray
@@ -155,11 +154,13 @@ def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
     ds = delays.tolist()
     n = max(1, min(threads(), len(ds)))
     # (delays in threads, every n-th to each: numpy releases the GIL in most of a pass)
-    parts = map_parts(lambda part: [_one_delay(st, tl, gap, j, ds[j], model) for j in part],
-                      [list(range(i, len(ds), n)) for i in range(n)])
+    # (delays in threads, a run of them to each, each run carrying its own settled groups)
+    runs = np.array_split(np.arange(len(ds)), n)
+    parts = map_parts(lambda part: _run(st, tl, gap, part.tolist(), ds, model), runs)
+    flat = [got for part in parts for got in part]
     alone = cut = passed = 0
     for i, d in enumerate(ds):
-        got = parts[i % n][i // n]
+        got = flat[i]
         if got is None:
             alone += 1
             figs = predicted(spec, candidate, schedule, source, d, state_figs)
@@ -234,20 +235,31 @@ def settled(rows: SortedRows, tl: Timeline, gap: int, delays: np.ndarray) -> Set
         merged = np.cumsum(to.reshape(n_d, n_b + 1), axis=0)[:, :n_b]
     row_settle = settle[comp]
     by = stable_argsort(row_settle)
-    return Settled(k[heads], np.minimum.reduceat(bb, heads).astype(np.int64)
-                   if len(heads) else np.zeros(0, dtype=np.int64),
-                   ts[last] + gap, settle, net, merged, k, ts, bb, thr, comp, by,
-                   row_settle[by])
+    first = np.minimum.reduceat(bb, heads).astype(np.int64) if len(heads) else \
+        np.zeros(0, dtype=np.int64)
+    return Settled(groups(k[heads], first, ts[last] + gap, settle), net, merged, k, ts, bb,
+                   thr, comp, by, row_settle[by])
+
+
+def _run(st: Settled, tl: Timeline, gap: int, js: list[int], ds: list[int],
+         model: tuple[int, int, int] | None
+         ) -> list[tuple[dict[str, Figure], int, int] | None]:
+    """:func:`_one_delay` of the delays of indices ``js`` (ascending, consecutive), the
+    settled groups carried from one to the next."""
+    tracker = Tracker(st.groups, tl.x, tl.clock)
+    out = []
+    for j in js:
+        tracker.advance(j, ds[j])
+        out.append(_one_delay(st, tl, gap, j, ds[j], model, tracker))
+    return out
 
 
 def _one_delay(st: Settled, tl: Timeline, gap: int, j: int, d: int,
-               model: tuple[int, int, int] | None
+               model: tuple[int, int, int] | None, tracker: Tracker
                ) -> tuple[dict[str, Figure], int, int] | None:
-    """The state, emitted rows and latency figures of delay ``d`` (index ``j``), the eviction
-    cuts of its open groups and how many rows it passed over; None when
-    ``sweep_session_blocks.blocks`` or the stored keys would not compute it."""
-    from semantics.sweep_once import _latency_s
-
+    """The state, emitted rows and latency figures of delay ``d`` (index ``j``; ``tracker``
+    advanced to it), the eviction cuts of its open groups and how many rows it passed over;
+    None when ``sweep_session_blocks.blocks`` or the stored keys would not compute it."""
     n_b = len(tl.x)
     runs = ~tl.idle | (tl.x > d)
     rows = st.open_rows(j)
@@ -256,34 +268,36 @@ def _one_delay(st: Settled, tl: Timeline, gap: int, j: int, d: int,
                  gap, tl.x, d, n_b, MAX_WINDOW)
     if got is None:
         return None
-    done = np.flatnonzero(st.settle <= j)
-    kid, first, end = _with_settled(got, st, done)
-    ev = np.searchsorted(tl.x, ceil_ms(end) + d, side="left")
-    gone = np.bincount(ev, minlength=n_b + 1)[:n_b]
-    net = got.net + gone * -1
-    removed = got.merged + gone
-    if len(st.net):
-        net += st.net[j]
-        removed += st.merged[j]
-    keys = None if model is None else stored_keys(kid, first, ev, n_b)
-    if model is not None and keys is None:
-        return None
+    ev = tracker.eviction(ceil_ms(got.end_us), d)
+    gone = np.bincount(ev, minlength=n_b + 1)[:n_b] + tracker.gone[:n_b]
+    net = st.net[j] + got.net - gone
+    removed = st.merged[j] + got.merged + gone
+    keys = None
+    if model is not None:
+        keys = _open_keys(got, ev, tracker)
+        if keys is None:
+            return None
+        keys += tracker.keys()
     out = ev < n_b
-    lat = _latency_s(tl.clock[ev[out]], end[out])
-    return _figures(np.cumsum(net), removed, keys, runs, model, lat), got.evicted_early, \
-        len(rows)
+    lat = np.sort(tracker.latency_ms(ev[out], got.end_us[out]))
+    return _figures(np.cumsum(net), removed, keys, runs, model, tracker.lat, lat), \
+        got.evicted_early, len(rows)
 
 
-def _with_settled(got: Blocks, st: Settled, done: np.ndarray
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Key id, first arrival point and end of every block, the settled groups' (``done``)
-    and ``got``'s, in (key, time) order (groups are; a group's blocks are)."""
-    kid, first, end = st.kid[done], st.first[done], st.end_us[done]
-    if not len(got.kid):
-        return kid, first, end
-    order = stable_argsort(np.concatenate([done, got.group]))
-    return (np.concatenate([kid, got.kid])[order], np.concatenate([first, got.first])[order],
-            np.concatenate([end, got.end_us])[order])
+def _open_keys(got: Blocks, ev: np.ndarray, tracker: Tracker) -> np.ndarray | None:
+    """Per point, the keys not closed yet (module docstring of
+    ``semantics.sweep_session_settled``) with a session stored after it: from their settled
+    groups (``tracker``'s) and the open groups' blocks ``got`` (evicted at ``ev``), in
+    (key, time) order (groups are; a group's blocks are)."""
+    g = tracker.g
+    done = np.flatnonzero(tracker.member & ~tracker.closed)
+    kid, first, evs = g.kid[done], g.first[done], tracker.ev[done]
+    if len(got.kid):
+        order = stable_argsort(np.concatenate([done, got.group]))
+        kid = np.concatenate([kid, got.kid])[order]
+        first = np.concatenate([first, got.first])[order]
+        evs = np.concatenate([evs, ev])[order]
+    return stored_keys(kid, first, evs, tracker.n_b)
 
 
 def row_share(spec: BacktestSpec, schedule: Schedule, source: str, delays: np.ndarray,
@@ -298,17 +312,21 @@ def row_share(spec: BacktestSpec, schedule: Schedule, source: str, delays: np.nd
 
 
 def _figures(state: np.ndarray, removed: np.ndarray, keys: np.ndarray | None, runs: np.ndarray,
-             model: tuple[int, int, int] | None, lat: np.ndarray) -> dict[str, Figure]:
+             model: tuple[int, int, int] | None, lat_a: np.ndarray, lat_b: np.ndarray
+             ) -> dict[str, Figure]:
     """The figures of one delay from its per-point counts (``runs``: the points it runs) and
-    its emitted sessions' latencies (s), as ``metrics.candidate_metrics`` reads a report."""
+    its emitted sessions' latencies (whole ms, in two sorted arrays), as
+    ``metrics.candidate_metrics`` reads a report (``quantiles.linear``: the floats of
+    ``np.percentile`` over the latencies in seconds)."""
     state, removed = state[runs], removed[runs]
-    p50, p95, p99 = (float(x) for x in np.percentile(lat, [50, 95, 99])) if len(lat) else \
-        (None, None, None)
+    n_out = len(lat_a) + len(lat_b)
+    p50, p95, p99 = quantiles.linear(n_out, lambda ranks: np.array(
+        [kth(lat_a, lat_b, int(r)) for r in ranks], dtype=np.float64) / 1000.0)
     out: dict[str, Figure] = {
         "peak_state_rows": int(state.max()) if len(state) else 0,
         "final_state_rows": int(state[-1]) if len(state) else 0,
         "peak_state_bytes": None, "final_state_bytes": None,
-        "output_rows": len(lat), "latency_p50_s": p50, "latency_p95_s": p95,
+        "output_rows": n_out, "latency_p50_s": p50, "latency_p95_s": p95,
         "latency_p99_s": p99}
     if model is not None and keys is not None and len(state):
         keys = keys[runs]
