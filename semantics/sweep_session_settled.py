@@ -113,9 +113,10 @@ class Tracker:
         if self.d is not None:
             lo = np.searchsorted(self.c_sorted, self.xs - d, side="right")
             hi = np.searchsorted(self.c_sorted, self.xs - self.d, side="right")
-            moved = _ranges(lo, hi)
+            # (both ascending: ranges cut where they overlap the one before, each group once)
+            moved = _ranges(np.maximum(lo, np.r_[0, hi[:-1]]), hi)
             if len(moved):
-                moved = np.unique(self.by_c[moved])
+                moved = self.by_c[moved]
                 moved = moved[self.member[moved]]
             if len(moved):
                 self._move(moved, d)
@@ -138,7 +139,7 @@ class Tracker:
         self.j, self.d = j, d
 
     def _move(self, moved: np.ndarray, d: int) -> None:
-        """New eviction points of the members ``moved`` (ascending)."""
+        """New eviction points of the members ``moved`` (distinct)."""
         g = self.g
         old = self.ev[moved]
         new = self.eviction(g.c[moved], d)
@@ -150,10 +151,12 @@ class Tracker:
                              self.latency_ms(new[out_new], end[out_new]))
         shut = moved[self.closed[moved]]
         if len(shut):  # (its piece and the next one of its key)
+            shut = np.sort(shut)
             nxt = shut + 1
             nxt = nxt[nxt < len(g.kid)]
             nxt = nxt[g.prev[nxt] >= 0]
-            touched = np.union1d(shut, nxt)
+            at = np.minimum(np.searchsorted(shut, nxt), len(shut) - 1)
+            touched = np.concatenate([shut, nxt[shut[at] != nxt]])  # (each once)
             self._pieces(touched, -1)
             self.ev[moved] = new
             self._pieces(touched, +1)
