@@ -135,7 +135,9 @@ class Tracker:
         shut = self.by_close[a:b]
         if len(shut):
             self.closed[shut] = True
-            self._pieces(shut, +1)
+            lo, hi = self._pieces(shut)
+            self.keys_diff += np.bincount(lo, minlength=self.n_b + 1) - \
+                np.bincount(hi, minlength=self.n_b + 1)
         self.j, self.d = j, d
 
     def _move(self, moved: np.ndarray, d: int) -> None:
@@ -157,22 +159,23 @@ class Tracker:
             nxt = nxt[g.prev[nxt] >= 0]
             at = np.minimum(np.searchsorted(shut, nxt), len(shut) - 1)
             touched = np.concatenate([shut, nxt[shut[at] != nxt]])  # (each once)
-            self._pieces(touched, -1)
+            lo0, hi0 = self._pieces(touched)
             self.ev[moved] = new
-            self._pieces(touched, +1)
+            lo1, hi1 = self._pieces(touched)
+            self.keys_diff += np.bincount(np.concatenate([lo1, hi0]), minlength=self.n_b + 1) \
+                - np.bincount(np.concatenate([hi1, lo0]), minlength=self.n_b + 1)
         else:
             self.ev[moved] = new
 
-    def _pieces(self, idx: np.ndarray, sign: int) -> None:
-        """Add (``sign`` +1) or take away (-1) the stored-key pieces of groups ``idx``."""
+    def _pieces(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The starts and ends of the (non-empty) stored-key pieces of groups ``idx``."""
         g = self.g
         prev = g.prev[idx]
         before = np.where(prev >= 0, self.ev[np.maximum(prev, 0)], 0)
         lo = np.maximum(g.lead[idx], before)
         hi = self.ev[idx]
         keep = lo < hi
-        self.keys_diff += sign * (np.bincount(lo[keep], minlength=self.n_b + 1)
-                                  - np.bincount(hi[keep], minlength=self.n_b + 1))
+        return lo[keep], hi[keep]
 
     def keys(self) -> np.ndarray:
         """Per point, the closed keys with a session stored after it."""
