@@ -155,6 +155,16 @@ def test_a_row_that_arrived_before_keeps_the_session() -> None:
     assert one[0]["late_rows"] == 0 and one[0]["output_rows"] == 2
 
 
+def test_rocksdb_sessions_have_no_bytes_either_way() -> None:
+    """(No bytes model: the stored keys are not computed; the other figures still agree.)"""
+    rng = np.random.default_rng(8)
+    spec = spec_of(QUERIES["one_key"], pace="backlog", spark_conf={
+        "spark.sql.streaming.stateStore.providerClass":
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"})
+    one, _ = assert_same_sweep(spec, dense_schedule(rng, "backlog"), delays(rng))
+    assert all(r["peak_state_bytes"] is None for r in one)
+
+
 def test_local_merging_and_complete_mode_are_predicted_per_delay() -> None:
     for query, conf in ((QUERIES["one_key"], {MERGE_LOCAL_CONF: "true"}),
                         ({**QUERIES["one_key"], "output_mode": "complete"}, None)):
