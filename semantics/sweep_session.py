@@ -21,10 +21,13 @@ included, with no state stepped). Invariants:
   row's end: never missed); from there on it is one block whose pieces do not depend on the
   delay, only its eviction point does (the first point of ``x >= c + d``, ``c`` its end in
   ms rounded up). Its pieces are counted once into a (delay, point) table;
+* the settled groups' evictions, emitted rows' latencies and, for the keys whose groups are
+  all settled (*closed*), stored keys are carried from delay to delay, updated for the groups
+  whose eviction point moves (``semantics.sweep_session_settled.Tracker``);
 * each delay passes over the rows of the groups not settled yet (``How.row_share`` says what
-  share of rows × delays that is) and over the settled groups' blocks (their evictions,
-  emitted rows' latencies and stored keys), the counts added up (every count is a sum over
-  blocks; stored keys over the blocks of both kinds in (key, time) order);
+  share of rows × delays that is) and over the settled groups of the keys not closed (their
+  stored keys, with the open groups' blocks in (key, time) order), the counts added up (every
+  count is a sum over blocks, stored keys a sum over keys);
 * a delay whose rows walk too far out of order (``whole_run/session.MAX_WINDOW``) is
   predicted on its own (``semantics.sweep_fallback``), every figure of it.
 
