@@ -36,6 +36,7 @@ So every figure of every delay equals a prediction's.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,6 +51,7 @@ from semantics.schedule import TICK, Schedule
 from semantics.spec import BacktestSpec, SessionQuery
 from semantics.sweep_fallback import Figure, predicted
 from semantics.sweep_session_blocks import Blocks, blocks, stored_keys
+from semantics.sweep_session_closed import Closed
 from semantics.sweep_session_settled import Groups, Tracker, groups, kth
 from semantics.whole_run.session import MAX_WINDOW, components, first_arrival_before
 
@@ -108,6 +110,11 @@ class Settled:
     by_settle: np.ndarray
     row_settle: np.ndarray
 
+    @property
+    def all_settled(self) -> int:
+        """The first delay index at which every group is settled."""
+        return int(self.groups.settle.max()) if len(self.groups.settle) else 0
+
     def open_rows(self, j: int) -> np.ndarray:
         """The rows (ascending) of the groups not settled at delay index ``j``."""
         lo = int(np.searchsorted(self.row_settle, j, side="right"))
@@ -159,7 +166,13 @@ def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
     # (delays in threads, every n-th to each: numpy releases the GIL in most of a pass)
     # (delays in threads, a run of them to each, each run carrying its own settled groups)
     runs = np.array_split(np.arange(len(ds)), n)
-    parts = map_parts(lambda part: _run(st, tl, gap, part.tolist(), ds, model), runs)
+    closed = None
+    if st.all_settled < len(ds):
+        try:
+            closed = Closed(st.groups, tl.x, tl.clock, ds[st.all_settled], ds[-1])
+        except OverflowError:  # (ends too far apart for a word: the tracker goes on)
+            closed = None
+    parts = map_parts(lambda part: _run(st, tl, gap, part.tolist(), ds, model, closed), runs)
     flat = [got for part in parts for got in part]
     alone = cut = passed = 0
     for i, d in enumerate(ds):
@@ -245,13 +258,18 @@ def settled(rows: SortedRows, tl: Timeline, gap: int, delays: np.ndarray) -> Set
 
 
 def _run(st: Settled, tl: Timeline, gap: int, js: list[int], ds: list[int],
-         model: tuple[int, int, int] | None
+         model: tuple[int, int, int] | None, closed: Closed | None
          ) -> list[tuple[dict[str, Figure], int, int] | None]:
     """:func:`_one_delay` of the delays of indices ``js`` (ascending, consecutive), the
-    settled groups carried from one to the next."""
-    tracker = Tracker(st.groups, tl.x, tl.clock)
-    out = []
+    settled groups carried from one to the next; from the first delay at which every group is
+    settled, :func:`_closed_delay` (``closed``: None, never)."""
+    tracker = None
+    out: list[tuple[dict[str, Figure], int, int] | None] = []
     for j in js:
+        if closed is not None and j >= st.all_settled:
+            out.append(_closed_delay(st, tl, closed, j, ds[j], model))
+            continue
+        tracker = tracker or Tracker(st.groups, tl.x, tl.clock)
         tracker.advance(j, ds[j])
         out.append(_one_delay(st, tl, gap, j, ds[j], model, tracker))
     return out
@@ -283,8 +301,27 @@ def _one_delay(st: Settled, tl: Timeline, gap: int, j: int, d: int,
         keys += tracker.keys()
     out = ev < n_b
     lat = np.sort(tracker.latency_ms(ev[out], got.end_us[out]))
-    return _figures(np.cumsum(net), removed, keys, runs, model, tracker.lat, lat), \
-        got.evicted_early, len(rows)
+    lat_t = tracker.lat
+
+    def ranked(ranks: np.ndarray) -> np.ndarray:
+        return np.array([kth(lat_t, lat, int(r)) for r in ranks], dtype=np.float64) / 1000.0
+
+    return _figures(np.cumsum(net), removed, keys, runs, model, len(lat_t) + len(lat),
+                    ranked), got.evicted_early, len(rows)
+
+
+def _closed_delay(st: Settled, tl: Timeline, closed: Closed, j: int, d: int,
+                  model: tuple[int, int, int] | None
+                  ) -> tuple[dict[str, Figure], int, int]:
+    """What :func:`_one_delay` gives once every group is settled (``closed``: no row passed
+    over, no group visited)."""
+    runs = ~tl.idle | (tl.x > d)
+    by = closed.evicted_by(d)
+    gone = np.diff(by, prepend=0)
+    keys = None if model is None else closed.keys(d, by)
+    n_out = int(by[-1]) if len(by) else 0
+    return _figures(np.cumsum(st.net[j] - gone), st.merged[j] + gone, keys, runs, model,
+                    n_out, closed.ranked(by)), 0, 0
 
 
 def _open_keys(got: Blocks, ev: np.ndarray, tracker: Tracker) -> np.ndarray | None:
@@ -315,16 +352,14 @@ def row_share(spec: BacktestSpec, schedule: Schedule, source: str, delays: np.nd
 
 
 def _figures(state: np.ndarray, removed: np.ndarray, keys: np.ndarray | None, runs: np.ndarray,
-             model: tuple[int, int, int] | None, lat_a: np.ndarray, lat_b: np.ndarray
-             ) -> dict[str, Figure]:
+             model: tuple[int, int, int] | None, n_out: int,
+             ranked: Callable[[np.ndarray], np.ndarray]) -> dict[str, Figure]:
     """The figures of one delay from its per-point counts (``runs``: the points it runs) and
-    its emitted sessions' latencies (whole ms, in two sorted arrays), as
+    its ``n_out`` emitted sessions' latencies (``ranked``: the ones of given ranks, in s), as
     ``metrics.candidate_metrics`` reads a report (``quantiles.linear``: the floats of
-    ``np.percentile`` over the latencies in seconds)."""
+    ``np.percentile`` over the latencies)."""
     state, removed = state[runs], removed[runs]
-    n_out = len(lat_a) + len(lat_b)
-    p50, p95, p99 = quantiles.linear(n_out, lambda ranks: np.array(
-        [kth(lat_a, lat_b, int(r)) for r in ranks], dtype=np.float64) / 1000.0)
+    p50, p95, p99 = quantiles.linear(n_out, ranked)
     out: dict[str, Figure] = {
         "peak_state_rows": int(state.max()) if len(state) else 0,
         "final_state_rows": int(state[-1]) if len(state) else 0,
