@@ -28,6 +28,8 @@ included, with no state stepped). Invariants:
   share of rows × delays that is) and over the settled groups of the keys not closed (their
   stored keys, with the open groups' blocks in (key, time) order), the counts added up (every
   count is a sum over blocks, stored keys a sum over keys);
+* from the first delay at which every group is settled no group is visited: every figure is
+  a sorted search per point (``semantics.sweep_session_closed``);
 * a delay whose rows walk too far out of order (``whole_run/session.MAX_WINDOW``) is
   predicted on its own (``semantics.sweep_fallback``), every figure of it.
 
