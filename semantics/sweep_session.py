@@ -333,13 +333,20 @@ def _open_keys(got: Blocks, ev: np.ndarray, tracker: Tracker) -> np.ndarray | No
     (key, time) order (groups are; a group's blocks are)."""
     g = tracker.g
     done = np.flatnonzero(tracker.member & ~tracker.closed)
-    kid, first, evs = g.kid[done], g.first[done], tracker.ev[done]
-    if len(got.kid):
-        order = stable_argsort(np.concatenate([done, got.group]))
-        kid = np.concatenate([kid, got.kid])[order]
-        first = np.concatenate([first, got.first])[order]
-        evs = np.concatenate([evs, ev])[order]
-    return stored_keys(kid, first, evs, tracker.n_b)
+    if not len(got.kid):
+        return stored_keys(g.kid[done], g.first[done], tracker.ev[done], tracker.n_b)
+    # (both ascending by group, disjoint: the open blocks' places in the merge, no sort)
+    at = np.searchsorted(done, got.group) + np.arange(len(got.group))
+    rest = np.ones(len(done) + len(at), dtype=bool)
+    rest[at] = False
+    merged = []
+    for settled_part, open_part in ((g.kid[done], got.kid), (g.first[done], got.first),
+                                    (tracker.ev[done], ev)):
+        both = np.empty(len(rest), dtype=np.int64)
+        both[rest] = settled_part
+        both[at] = open_part
+        merged.append(both)
+    return stored_keys(*merged, tracker.n_b)
 
 
 def row_share(spec: BacktestSpec, schedule: Schedule, source: str, delays: np.ndarray,
