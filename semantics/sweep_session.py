@@ -165,9 +165,11 @@ def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
     st = settled(rows, tl, gap, delays)
     ds = delays.tolist()
     n = max(1, min(threads(), len(ds)))
-    # (delays in threads, every n-th to each: numpy releases the GIL in most of a pass)
-    # (delays in threads, a run of them to each, each run carrying its own settled groups)
-    runs = np.array_split(np.arange(len(ds)), n)
+    # (delays in threads, runs of them, each run carrying its own settled groups: the delays
+    # before every group is settled cost far more, so they and the rest are split apart)
+    cut_at = min(st.all_settled, len(ds))
+    runs = [r for r in np.array_split(np.arange(cut_at), n)
+            + np.array_split(np.arange(cut_at, len(ds)), n) if len(r)]
     closed = None
     if st.all_settled < len(ds):
         try:
@@ -175,7 +177,7 @@ def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
         except OverflowError:  # (ends too far apart for a word: the tracker goes on)
             closed = None
     parts = map_parts(lambda part: _run(st, tl, gap, part.tolist(), ds, model, closed), runs)
-    flat = [got for part in parts for got in part]
+    flat = [got for part in parts for got in part]  # (the runs in order: every delay once)
     alone = cut = passed = 0
     for i, d in enumerate(ds):
         got = flat[i]
