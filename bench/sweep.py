@@ -9,11 +9,11 @@ minutes: all ``--delays`` in one pass, and every k-th of them (``--per-delay`` d
 one by one, whose time it extrapolates to all the delays (said in the table); it checks that
 both give the same rows for the delays both computed and prints the ratio, measured in this
 one run. A kind the one pass does not cover says so (its sweep is per delay anyway). Session
-windows step the keys that may have a session evicted early under a delay
-(``semantics.sweep_session``); the table says under how many delays (``stepped``). Joins
-(``join``: left outer; ``join_inner``) sweep the left side's delay: their one pass is timed
-alone (``semantics.sweep_join``; the table names the figures it leaves to predictions per
-delay, the state bytes) and compared on the figures it computes.
+windows pass, under each delay, over the rows of the groups not settled yet
+(``semantics.sweep_session``); the table says what share of rows × delays that is
+(``rows/delay``, counted, not timed). Joins (``join``: left outer; ``join_inner``) sweep the
+left side's delay: their one pass is timed alone (``semantics.sweep_join``; the table names the
+figures it leaves to predictions per delay) and compared on the figures it computes.
 """
 
 from __future__ import annotations
@@ -59,9 +59,9 @@ def timed_join(spec: object, sched: object, source: str, delays: list
     return took, rows, {f: "one_pass" if f in got else "per_delay" for f in FIGURES}
 
 
-def _stepped(spec: object, sched: object, source: str, delays: list) -> int:
-    """Under how many of ``delays`` a session sweep steps some keys (counted, not timed: the
-    early-eviction check of every delay)."""
+def _row_share(spec: object, sched: object, source: str, delays: list) -> float:
+    """The share of rows × delays a session sweep passes over per delay (the rows of the
+    groups not settled under each delay; counted, not timed)."""
     import numpy as np
 
     from semantics import sweep_session
@@ -69,7 +69,7 @@ def _stepped(spec: object, sched: object, source: str, delays: list) -> int:
 
     ms = np.array(sorted(d.ms for d in delays), dtype=np.int64)
     kid = _key_ids(sched.rows[source], list(spec.query.keys))
-    return sum(sweep_session.steps_keys(spec, sched, source, ms, kid))
+    return sweep_session.row_share(spec, sched, source, ms, kid)
 
 
 def main() -> None:
@@ -90,13 +90,14 @@ def main() -> None:
     some = delays[::step]
     print(f"{'kind':<14} {'events':>10} {'delays':>6} {'one pass s':>10} "
           f"{'per delay s':>11} {'(of)':>5} {'all, extrapolated s':>19} {'speed-up':>8} "
-          f"{'stepped':>7}")
+          f"{'rows/delay':>10}")
     for kind in args.kinds.split(","):
         spec, sched = make(kind, args.events, 20_000)
         source = spec.query_sources[0]
-        fast, rows, computed = (timed_join if kind.startswith("join") else timed)(
-            spec, sched, source, delays, *(() if kind.startswith("join") else (True,)))
-        stepped = _stepped(spec, sched, source, delays) if kind.startswith("session") else 0
+        fast, rows, computed = timed_join(spec, sched, source, delays) \
+            if kind.startswith("join") else timed(spec, sched, source, delays, one_pass=True)
+        share = f"{_row_share(spec, sched, source, delays):.1%}" \
+            if kind.startswith("session") else "—"
         slow, each, _ = timed(spec, sched, source, some, one_pass=False)
         for a, b in zip(rows[::step], each, strict=True):
             assert {k: v for k, v in a.items() if k != "knee"} == \
@@ -106,7 +107,7 @@ def main() -> None:
         how = "" if not per else "  (not covered: per delay)" if \
             len(per) == len(computed) else f"  (per delay: {', '.join(per)})"
         print(f"{kind:<14} {args.events:>10} {len(delays):>6} {fast:>10.2f} {slow:>11.2f} "
-              f"{len(some):>5} {everything:>19.1f} {everything / fast:>7.0f}× {stepped:>7}{how}")
+              f"{len(some):>5} {everything:>19.1f} {everything / fast:>7.0f}× {share:>10}{how}")
 
 
 if __name__ == "__main__":

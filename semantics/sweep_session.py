@@ -8,25 +8,32 @@ computed once: each row's late threshold (its unit ends at ``t + gap``: late iff
 ``d <= late_x - ceil((t + gap) / 1000)``), the late units' thresholds (Spark's count: distinct
 (batch, key, time)), and the rows sorted by (key, time, batch).
 
-Invariants, per delay ``d``:
+Under a delay, a key's sessions are *blocks*: runs of its accepted rows, cut where the next
+row is beyond the gap or where a session is evicted before a row within the gap arrives
+(``semantics.sweep_session_blocks``, which computes them and their counts, early evictions
+included, with no state stepped). Invariants:
 
-* the accepted rows are those of threshold ``< d``, a superset for every larger delay; taken
-  from the sorted rows by a mask, they stay sorted, so no delay sorts again;
-* with no piece evicted before its component is complete, the sessions are those of
-  ``whole_run/session.py`` on the accepted rows: components cut where ``t_next > t + gap``,
-  pieces of the rows arrived so far, a component evicted whole at the first point whose
-  eviction watermark reaches its end. Its helpers compute them from the sorted accepted rows
-  (no sort), with the points as batches: an idle point a delay does not run has eviction
-  watermark 0, as every point before it, so it evicts nothing and changes no count;
-* the keys that may have a piece evicted early under a delay (``session_all``'s check: never
-  missed) are stepped on their own rows with that delay's plan, as ``SessionOperator.run_all``
-  steps them, and their counts added (every count is a sum over keys; the plan's batches are
-  the points the delay runs);
-* a delay whose rows ``session_all`` would not compute at once (a long out-of-order walk) is
+* the rows accepted under the largest delay, cut where the next row is beyond the gap, are
+  *groups*; every block of every delay lies in one group (rows only join, cuts only vanish as
+  the delay grows);
+* a group is *settled* from the first delay that accepts all its rows and above every delay
+  that could cut it by an eviction (``x`` of the point before its next row's, less its
+  row's end: never missed); from there on it is one block whose pieces do not depend on the
+  delay, only its eviction point does (the first point of ``x >= c + d``, ``c`` its end in
+  ms rounded up). Its pieces are counted once into a (delay, point) table;
+* the settled groups' evictions, emitted rows' latencies and, for the keys whose groups are
+  all settled (*closed*), stored keys are carried from delay to delay, updated for the groups
+  whose eviction point moves (``semantics.sweep_session_settled.Tracker``);
+* each delay passes over the rows of the groups not settled yet (``How.row_share`` says what
+  share of rows × delays that is) and over the settled groups of the keys not closed (their
+  stored keys, with the open groups' blocks in (key, time) order), the counts added up (every
+  count is a sum over blocks, stored keys a sum over keys);
+* from the first delay at which every group is settled no group is visited: every figure is
+  a sorted search per point (``semantics.sweep_session_closed``);
+* a delay whose rows walk too far out of order (``whole_run/session.MAX_WINDOW``) is
   predicted on its own (``semantics.sweep_fallback``), every figure of it.
 
-So every figure of every delay equals a prediction's; the one pass saves the plan, the sort,
-the emitted rows and the per-delay overhead, not the per-delay pass over the accepted rows.
+So every figure of every delay equals a prediction's.
 """
 
 from __future__ import annotations
@@ -37,20 +44,18 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from semantics import quantiles
 from semantics.config import resolve
-from semantics.delay_timeline import ALWAYS, Timeline, timeline
-from semantics.operators.grouping import PACK_LIMIT
+from semantics.delay_timeline import ALWAYS, Timeline, ceil_ms, timeline
+from semantics.operators.grouping import stable_argsort
 from semantics.parallel import map_parts, threads
 from semantics.schedule import TICK, Schedule
 from semantics.spec import BacktestSpec, SessionQuery
-from semantics.sweep_fallback import Figure, predicted, swept
-from semantics.whole_run.kernels import leaving_batch
-from semantics.whole_run.session import (
-    MAX_WINDOW,
-    components,
-    early_evicted_keys,
-    first_arrival_before,
-)
+from semantics.sweep_fallback import Figure, predicted
+from semantics.sweep_session_blocks import Blocks, blocks, stored_keys
+from semantics.sweep_session_closed import Closed
+from semantics.sweep_session_settled import Groups, Tracker, groups, kth
+from semantics.whole_run.session import MAX_WINDOW, components, first_arrival_before
 
 
 def covered(spec: BacktestSpec, candidate: str) -> bool:
@@ -75,58 +80,47 @@ class SortedRows:
 
 @dataclass(frozen=True)
 class How:
-    """How a sweep's delays were computed besides the one pass: ``stepped`` delays had some
-    keys stepped, ``alone`` delays were predicted on their own."""
+    """How a sweep's delays were computed: ``cut`` delays evicted some session before a row
+    within the gap arrived, ``alone`` delays were predicted on their own, ``row_share`` is the
+    rows passed over per delay, summed over the delays, over rows × delays (the share of the
+    work that stays per delay and per row)."""
 
-    stepped: int
+    cut: int
     alone: int
+    row_share: float
 
 
 @dataclass(frozen=True)
-class Stepped:
-    """Some keys' sessions stepped batch by batch under one delay: per batch it runs, their
-    stored sessions, removed sessions and stored keys; per emitted session, its end (µs) and
-    the point that emits it."""
+class Settled:
+    """The groups (module docstring) in (key, time) order, and what they give once settled.
 
-    state: np.ndarray
-    removed: np.ndarray
-    keys: np.ndarray
-    end_us: np.ndarray
-    point: np.ndarray
+    ``groups``: per group, key id, first arrival point, end (µs), the index of the first
+    delay from which it is settled (``len(delays)``: never) and what the tracker reads. Per
+    delay and point, the settled groups' pieces started less those merged (``net``) and
+    merged (``merged``), evictions left out. Per accepted row (under the largest delay, sorted
+    by (key, time, batch)): key id, time, point, late threshold, group, and the rows ordered
+    by their group's first settled delay (``by_settle``, ``row_settle``: that delay)."""
 
+    groups: Groups
+    net: np.ndarray
+    merged: np.ndarray
+    row_kid: np.ndarray
+    row_t: np.ndarray
+    row_point: np.ndarray
+    row_thr: np.ndarray
+    row_group: np.ndarray
+    by_settle: np.ndarray
+    row_settle: np.ndarray
 
-# (delay ms, source positions of the keys' accepted rows, the points the delay runs) -> the
-# keys stepped, or None
-Step = Callable[[int, np.ndarray, np.ndarray], Stepped | None]
+    @property
+    def all_settled(self) -> int:
+        """The first delay index at which every group is settled."""
+        return int(self.groups.settle.max()) if len(self.groups.settle) else 0
 
-
-def stepper(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str) -> Step:
-    """Steps some keys' rows under a delay as ``SessionOperator.run_all`` steps the keys it
-    leaves to stepping (the operator's own step function, on those rows only, with the
-    delay's batch plan)."""
-    from semantics.engine import plan_batches
-    from semantics.operators import make_operator
-    from semantics.whole_run.kernels import source_rows
-
-    t_all = np.asarray(schedule.event_time_us(source), dtype=np.int64)
-
-    def step(d: int, positions: np.ndarray, runs: np.ndarray) -> Stepped | None:
-        s, name = swept(spec, candidate, {source: d})
-        op = make_operator(s, name, schedule, explain=False)
-        plan = plan_batches(schedule, s, name, op)
-        batch_of, t = source_rows(plan, source)
-        if len(plan) != int(runs.sum()) or not np.array_equal(t, t_all):
-            return None  # (not the points, or rows not in the source's order: predict it)
-        steps = op.step_some_rows(plan, positions, batch_of, t)
-        ends = [np.asarray(st.output.payload.end_us, dtype=np.int64) if len(st.output)
-                else np.zeros(0, dtype=np.int64) for st in steps]
-        point = np.flatnonzero(runs)
-        return Stepped(np.array([st.state_rows for st in steps], dtype=np.int64),
-                       np.array([st.state_rows_removed for st in steps], dtype=np.int64),
-                       np.array([st.state_keys or 0 for st in steps], dtype=np.int64),
-                       np.concatenate(ends) if ends else np.zeros(0, dtype=np.int64),
-                       np.repeat(point, [len(e) for e in ends]))
-    return step
+    def open_rows(self, j: int) -> np.ndarray:
+        """The rows (ascending) of the groups not settled at delay index ``j``."""
+        lo = int(np.searchsorted(self.row_settle, j, side="right"))
+        return np.sort(self.by_settle[lo:])
 
 
 def bytes_model(spec: BacktestSpec, candidate: str, schedule: Schedule
@@ -147,9 +141,9 @@ def bytes_model(spec: BacktestSpec, candidate: str, schedule: Schedule
 def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
           delays: np.ndarray, key_ids: np.ndarray, figures: tuple[str, ...]
           ) -> tuple[dict[str, list[Figure]], How]:
-    """Per figure, its value for each of ``delays`` (ascending, ms); and how many delays had
-    keys stepped or were predicted on their own (the module docstring). ``key_ids``: per
-    source row, equal iff the grouping keys are (NULL equal to NULL, floats normalized)."""
+    """Per figure, its value for each of ``delays`` (ascending, ms); and how they were
+    computed (the module docstring). ``key_ids``: per source row, equal iff the grouping keys
+    are (NULL equal to NULL, floats normalized)."""
     from semantics.sweep_once import _at_least
 
     tl, gap, rows = _prepared(spec, schedule, source, key_ids)
@@ -168,25 +162,34 @@ def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
                   "final_state_bytes", "output_rows", "latency_p50_s", "latency_p95_s",
                   "latency_p99_s")
     out: dict[str, list[Figure]] = {f: [] for f in state_figs}
-    alone, stepped = 0, set[int]()
-    step = stepper(spec, candidate, schedule, source)
-
-    def counted(d: int, positions: np.ndarray, runs: np.ndarray) -> Stepped | None:
-        stepped.add(d)
-        return step(d, positions, runs)
-
+    st = settled(rows, tl, gap, delays)
     ds = delays.tolist()
     n = max(1, min(threads(), len(ds)))
-    # (delays in threads, every n-th to each: numpy releases the GIL in most of a pass)
-    parts = map_parts(lambda part: [_one_delay(rows, tl, gap, d, model, counted)
-                                    for d in part], [ds[i::n] for i in range(n)])
+    # (delays in threads, runs of them, each run carrying its own settled groups: the delays
+    # before every group is settled cost far more, so they and the rest are split apart)
+    cut_at = min(st.all_settled, len(ds))
+    runs = [r for r in np.array_split(np.arange(cut_at), n)
+            + np.array_split(np.arange(cut_at, len(ds)), n) if len(r)]
+    closed = None
+    if st.all_settled < len(ds):
+        try:
+            closed = Closed(st.groups, tl.x, tl.clock, ds[st.all_settled], ds[-1])
+        except OverflowError:  # (ends too far apart for a word: the tracker goes on)
+            closed = None
+    parts = map_parts(lambda part: _run(st, tl, gap, part.tolist(), ds, model, closed), runs)
+    flat = [got for part in parts for got in part]  # (the runs in order: every delay once)
+    alone = cut = passed = 0
     for i, d in enumerate(ds):
-        got = parts[i % n][i // n]
+        got = flat[i]
         if got is None:
             alone += 1
-            got = predicted(spec, candidate, schedule, source, d, state_figs)
+            figs = predicted(spec, candidate, schedule, source, d, state_figs)
+        else:
+            figs, early, open_rows = got
+            cut += early > 0
+            passed += open_rows
         for f in state_figs:
-            out[f].append(got[f])
+            out[f].append(figs[f])
     no_data = tl.no_data_batches(delays)
     out |= {
         "batches": (tl.data_batches + no_data).tolist(),
@@ -195,7 +198,8 @@ def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
         "late": _at_least(unit_thr, delays).tolist(),
         "late_rows": _at_least(thr, delays).tolist(),
     }
-    return {f: out[f] for f in figures}, How(len(stepped), alone)
+    share = passed / (len(t_us) * len(ds)) if len(t_us) and len(ds) else 0.0
+    return {f: out[f] for f in figures}, How(cut, alone, share)
 
 
 def _prepared(spec: BacktestSpec, schedule: Schedule, source: str, key_ids: np.ndarray
@@ -212,128 +216,166 @@ def _prepared(spec: BacktestSpec, schedule: Schedule, source: str, key_ids: np.n
                                     tl.point_of_tick[tick[order]], thr[order], order)
 
 
-def steps_keys(spec: BacktestSpec, schedule: Schedule, source: str, delays: np.ndarray,
-               key_ids: np.ndarray) -> list[bool]:
-    """Per delay (ascending, ms), whether :func:`sweep` steps some keys of it (or predicts it
-    on its own; for the bench's table)."""
-    tl, gap, rows = _prepared(spec, schedule, source, key_ids)
-    return [_one_delay(rows, tl, gap, d, None) is None for d in delays.tolist()]
-
-
-def _one_delay(rows: SortedRows, tl: Timeline, gap: int, d: int,
-               model: tuple[int, int, int] | None, step: Step | None = None
-               ) -> dict[str, Figure] | None:
-    """The state, emitted rows and latency figures of delay ``d`` from the accepted rows, as
-    ``session_all._at_once`` computes the batches (its helpers, on the points); the keys that
-    may have a piece evicted early by ``step`` (as ``SessionOperator.run_all`` steps them),
-    the counts added up. None when there is no ``step`` for such keys, or it or ``_at_once``
-    would not compute them."""
-    from semantics.sweep_once import _latency_s
-
-    n_b = len(tl.x)
-    acc = rows.thr < d
-    k, ts, bb = rows.kid[acc], rows.t[acc], rows.point[acc].astype(np.int32)
-    evict_us = np.maximum(tl.x - d, 0) * 1000
-    runs = ~tl.idle | (tl.x > d)
-    if not len(k):
-        zero = np.zeros(n_b, dtype=np.int64)
-        return _figures(zero, zero, zero, runs, model, np.zeros(0))
-    new_key = k[1:] != k[:-1]
+def settled(rows: SortedRows, tl: Timeline, gap: int, delays: np.ndarray) -> Settled:
+    """The groups of ``rows`` under ``delays`` (ascending) and what they give once settled
+    (module docstring). A group of rows walking too far out of order (as
+    ``whole_run/session.first_arrival_before`` declines) is never settled: every group is
+    then left to the delays' passes."""
+    n_b, n_d = len(tl.x), len(delays)
+    full = np.flatnonzero(rows.thr < (int(delays[-1]) if n_d else ALWAYS))
+    k, ts = rows.kid[full], rows.t[full]
+    bb, thr = rows.point[full].astype(np.int32), rows.thr[full]
     cut = np.ones(len(k), dtype=bool)
-    cut[1:] = new_key | (ts[1:] > ts[:-1] + gap)
-    heads, last, b_last, comp = components(cut, bb)
-    early = early_evicted_keys(k, ts, bb, cut, comp, b_last, gap, evict_us)
-    stepped = None
-    if len(early):
-        if step is None:
-            return None
-        stepped = step(d, np.sort(rows.pos[acc][np.isin(k, early)]), runs)
-        if stepped is None:
-            return None
-        keep = ~np.isin(k, early)  # (a kept row's component is kept whole, as in _at_once)
-        k, ts, bb, cut = k[keep], ts[keep], bb[keep], cut[keep]
-        if not len(k):
-            zero = np.zeros(n_b, dtype=np.int64)
-            return _figures(zero, zero, zero, runs, model, np.zeros(0), stepped, tl)
-        new_key = k[1:] != k[:-1]
-        heads, last, b_last, comp = components(cut, bb)
-    a = first_arrival_before(cut, comp, ts, bb, gap, n_b, MAX_WINDOW)
+    cut[1:] = (k[1:] != k[:-1]) | (ts[1:] > ts[:-1] + gap)
+    heads, last, _b_last, comp = components(cut, bb)
+    # a delay at or below x(point before the next row's) - c may evict row i's piece before
+    # the next row arrives (never when that row arrives with or before it)
+    inner = np.flatnonzero(~cut[1:])
+    nxt = bb[inner + 1].astype(np.int64)
+    can = nxt > bb[inner]
+    bound = thr.copy()
+    i = inner[can]
+    np.maximum.at(bound, i, tl.x[nxt[can] - 1] - ceil_ms(ts[i] + gap))
+    settle = np.searchsorted(delays, np.maximum.reduceat(bound, heads), side="right") \
+        if len(heads) else np.zeros(0, dtype=np.int64)
+    a = first_arrival_before(cut, comp, ts, bb, gap, n_b, MAX_WINDOW) if len(k) else None
+    net = np.zeros((n_d, n_b), dtype=np.int64)
+    merged = np.zeros((n_d, n_b), dtype=np.int64)
     if a is None:
+        settle = np.full(len(heads), n_d, dtype=np.int64)
+    else:
+        starts = np.flatnonzero(bb < a)
+        j = settle[comp[starts]]
+        keep = j < n_d
+        at = j[keep] * (n_b + 1)
+        size = n_d * (n_b + 1)
+        to = np.bincount(at + a[starts][keep], minlength=size)[:size]
+        net = np.bincount(at + bb[starts][keep], minlength=size)[:size] - to
+        net = np.cumsum(net.reshape(n_d, n_b + 1), axis=0)[:, :n_b]
+        merged = np.cumsum(to.reshape(n_d, n_b + 1), axis=0)[:, :n_b]
+    row_settle = settle[comp]
+    by = stable_argsort(row_settle)
+    first = np.minimum.reduceat(bb, heads).astype(np.int64) if len(heads) else \
+        np.zeros(0, dtype=np.int64)
+    return Settled(groups(k[heads], first, ts[last] + gap, settle), net, merged, k, ts, bb,
+                   thr, comp, by, row_settle[by])
+
+
+def _run(st: Settled, tl: Timeline, gap: int, js: list[int], ds: list[int],
+         model: tuple[int, int, int] | None, closed: Closed | None
+         ) -> list[tuple[dict[str, Figure], int, int] | None]:
+    """:func:`_one_delay` of the delays of indices ``js`` (ascending, consecutive), the
+    settled groups carried from one to the next; from the first delay at which every group is
+    settled, :func:`_closed_delay` (``closed``: None, never)."""
+    tracker = None
+    out: list[tuple[dict[str, Figure], int, int] | None] = []
+    for j in js:
+        if closed is not None and j >= st.all_settled:
+            out.append(_closed_delay(st, tl, closed, j, ds[j], model))
+            continue
+        tracker = tracker or Tracker(st.groups, tl.x, tl.clock)
+        tracker.advance(j, ds[j])
+        out.append(_one_delay(st, tl, gap, j, ds[j], model, tracker))
+    return out
+
+
+def _one_delay(st: Settled, tl: Timeline, gap: int, j: int, d: int,
+               model: tuple[int, int, int] | None, tracker: Tracker
+               ) -> tuple[dict[str, Figure], int, int] | None:
+    """The state, emitted rows and latency figures of delay ``d`` (index ``j``; ``tracker``
+    advanced to it), the eviction cuts of its open groups and how many rows it passed over;
+    None when ``sweep_session_blocks.blocks`` or the stored keys would not compute it."""
+    n_b = len(tl.x)
+    runs = ~tl.idle | (tl.x > d)
+    rows = st.open_rows(j)
+    rows = rows[st.row_thr[rows] < d]
+    got = blocks(st.row_kid[rows], st.row_t[rows], st.row_point[rows], st.row_group[rows],
+                 gap, tl.x, d, n_b, MAX_WINDOW)
+    if got is None:
         return None
-    end = ts[last] + gap
-    ev = leaving_batch(end, evict_us, n_b)
-    starts = np.flatnonzero(bb < a)
-    s_from, s_to = bb[starts].astype(np.int64), a[starts]
-    counts = {name: np.bincount(v, minlength=n_b + 1)[:n_b] for name, v in
-              (("from", s_from), ("to", s_to), ("ev", ev))}
-    state = np.cumsum(counts["from"] - counts["to"] - counts["ev"])
-    removed = counts["to"] + counts["ev"]
-    keys = None if model is None else _stored_keys(new_key, cut, bb, ev, n_b)
-    if model is not None and keys is None:
-        return None
+    ev = tracker.eviction(ceil_ms(got.end_us), d)
+    gone = np.bincount(ev, minlength=n_b + 1)[:n_b] + tracker.gone[:n_b]
+    net = st.net[j] + got.net - gone
+    removed = st.merged[j] + got.merged + gone
+    keys = None
+    if model is not None:
+        keys = _open_keys(got, ev, tracker)
+        if keys is None:
+            return None
+        keys += tracker.keys()
     out = ev < n_b
-    lat = _latency_s(tl.clock[ev[out]], end[out])
-    return _figures(state, removed, keys, runs, model, lat, stepped, tl)
+    lat = np.sort(tracker.latency_ms(ev[out], got.end_us[out]))
+    lat_t = tracker.lat
+
+    def ranked(ranks: np.ndarray) -> np.ndarray:
+        return np.array([kth(lat_t, lat, int(r)) for r in ranks], dtype=np.float64) / 1000.0
+
+    return _figures(np.cumsum(net), removed, keys, runs, model, len(lat_t) + len(lat),
+                    ranked), got.evicted_early, len(rows)
 
 
-def _stored_keys(new_key: np.ndarray, cut: np.ndarray, bb: np.ndarray, ev: np.ndarray,
-                 n_b: int) -> np.ndarray | None:
-    """Per point, the keys with a session stored after it (the bytes model's session index).
-    A component is stored from its first arrival to its eviction (its pieces only merge until
-    then), so a key is stored over the union of its components' ``[first, ev)``. In time
-    order a key's components end later and later, so ``ev`` never decreases along them; with
-    ``first`` replaced by its minimum over the key's later components (a point is covered iff
-    the components not yet evicted there arrived by then, the earliest of them counting), both
-    bounds never decrease and a key's union starts where such an interval starts after the
-    end before it: no sort. None when (key, point) does not fit a word.
+def _closed_delay(st: Settled, tl: Timeline, closed: Closed, j: int, d: int,
+                  model: tuple[int, int, int] | None
+                  ) -> tuple[dict[str, Figure], int, int]:
+    """What :func:`_one_delay` gives once every group is settled (``closed``: no row passed
+    over, no group visited)."""
+    runs = ~tl.idle | (tl.x > d)
+    by = closed.evicted_by(d)
+    gone = np.diff(by, prepend=0)
+    keys = None if model is None else closed.keys(d, by)
+    n_out = int(by[-1]) if len(by) else 0
+    return _figures(np.cumsum(st.net[j] - gone), st.merged[j] + gone, keys, runs, model,
+                    n_out, closed.ranked(by)), 0, 0
 
-    Key 0's sessions stored over points [0, 1) and [2, 3), key 1's from point 3 on:
 
-    >>> _stored_keys(np.array([False, True]), np.array([True, True, True]),
-    ...              np.array([0, 2, 3]), np.array([1, 3, 4]), 4).tolist()
-    [1, 0, 1, 1]
-    """
-    heads = np.flatnonzero(cut)
-    starts_key = np.ones(len(heads), dtype=bool)  # (a key's first row is a component's)
-    starts_key[1:] = new_key[heads[1:] - 1]
-    kh = np.cumsum(starts_key, dtype=np.int64) - 1
-    bits = int(n_b).bit_length()  # (n_b: never evicted)
-    if (int(kh[-1]) + 1) << (bits + 1) >= PACK_LIMIT:
-        return None
-    # (a minimum from the right per key: from the right, every key's words are below the
-    # words of the keys after it, so the running minimum starts again at each key)
-    w = (kh << bits) | np.minimum.reduceat(bb, heads).astype(np.int64)
-    g = np.minimum.accumulate(w[::-1])[::-1] & ((1 << bits) - 1)
-    new = np.ones(len(g), dtype=bool)
-    new[1:] = (kh[1:] != kh[:-1]) | (g[1:] > ev[:-1])
-    block_end = np.r_[np.flatnonzero(new)[1:], len(g)] - 1
-    change = np.bincount(g[new], minlength=n_b + 1) - np.bincount(ev[block_end],
-                                                                  minlength=n_b + 1)
-    return np.cumsum(change[:n_b])
+def _open_keys(got: Blocks, ev: np.ndarray, tracker: Tracker) -> np.ndarray | None:
+    """Per point, the keys not closed yet (module docstring of
+    ``semantics.sweep_session_settled``) with a session stored after it: from their settled
+    groups (``tracker``'s) and the open groups' blocks ``got`` (evicted at ``ev``), in
+    (key, time) order (groups are; a group's blocks are)."""
+    g = tracker.g
+    done = np.flatnonzero(tracker.member & ~tracker.closed)
+    if not len(got.kid):
+        return stored_keys(g.kid[done], g.first[done], tracker.ev[done], tracker.n_b)
+    # (both ascending by group, disjoint: the open blocks' places in the merge, no sort)
+    at = np.searchsorted(done, got.group) + np.arange(len(got.group))
+    rest = np.ones(len(done) + len(at), dtype=bool)
+    rest[at] = False
+    merged = []
+    for settled_part, open_part in ((g.kid[done], got.kid), (g.first[done], got.first),
+                                    (tracker.ev[done], ev)):
+        both = np.empty(len(rest), dtype=np.int64)
+        both[rest] = settled_part
+        both[at] = open_part
+        merged.append(both)
+    return stored_keys(*merged, tracker.n_b)
+
+
+def row_share(spec: BacktestSpec, schedule: Schedule, source: str, delays: np.ndarray,
+              key_ids: np.ndarray) -> float:
+    """:attr:`How.row_share` of a sweep of ``delays`` (ascending, ms), without the sweep (for
+    the bench's table)."""
+    tl, gap, rows = _prepared(spec, schedule, source, key_ids)
+    st = settled(rows, tl, gap, delays)
+    n = sum(int(np.count_nonzero(st.row_thr[st.open_rows(j)] < d))
+            for j, d in enumerate(delays.tolist()))
+    return n / (len(rows.kid) * len(delays)) if len(rows.kid) and len(delays) else 0.0
 
 
 def _figures(state: np.ndarray, removed: np.ndarray, keys: np.ndarray | None, runs: np.ndarray,
-             model: tuple[int, int, int] | None, lat: np.ndarray,
-             stepped: Stepped | None = None, tl: Timeline | None = None) -> dict[str, Figure]:
+             model: tuple[int, int, int] | None, n_out: int,
+             ranked: Callable[[np.ndarray], np.ndarray]) -> dict[str, Figure]:
     """The figures of one delay from its per-point counts (``runs``: the points it runs) and
-    its emitted sessions' latencies (s), with the ``stepped`` keys' (per batch run), as
-    ``metrics.candidate_metrics`` reads a report."""
-    from semantics.sweep_once import _latency_s
-
+    its ``n_out`` emitted sessions' latencies (``ranked``: the ones of given ranks, in s), as
+    ``metrics.candidate_metrics`` reads a report (``quantiles.linear``: the floats of
+    ``np.percentile`` over the latencies)."""
     state, removed = state[runs], removed[runs]
-    if stepped is not None:
-        assert tl is not None
-        state, removed = state + stepped.state, removed + stepped.removed
-        keys = None if keys is None else keys[runs] + stepped.keys
-        runs = np.ones(len(state), dtype=bool)
-        lat = np.concatenate([lat, _latency_s(tl.clock[stepped.point], stepped.end_us)])
-    p50, p95, p99 = (float(x) for x in np.percentile(lat, [50, 95, 99])) if len(lat) else \
-        (None, None, None)
+    p50, p95, p99 = quantiles.linear(n_out, ranked)
     out: dict[str, Figure] = {
         "peak_state_rows": int(state.max()) if len(state) else 0,
         "final_state_rows": int(state[-1]) if len(state) else 0,
         "peak_state_bytes": None, "final_state_bytes": None,
-        "output_rows": len(lat), "latency_p50_s": p50, "latency_p95_s": p95,
+        "output_rows": n_out, "latency_p50_s": p50, "latency_p95_s": p95,
         "latency_p99_s": p99}
     if model is not None and keys is not None and len(state):
         keys = keys[runs]
@@ -345,4 +387,4 @@ def _figures(state: np.ndarray, removed: np.ndarray, keys: np.ndarray | None, ru
     return out
 
 
-__all__ = ["ALWAYS", "covered", "steps_keys", "sweep"]
+__all__ = ["ALWAYS", "covered", "row_share", "settled", "sweep"]

@@ -1,8 +1,9 @@
 """The one-pass sweep of session windows (semantics/sweep_session.py, docs/semantics.md §2.6)
 against a prediction per delay: every figure of every delay equal, on seeded random streams
 (out of order, equal times, rows at or before the epoch, idle ticks; rows within the gap of
-rows that arrived earlier, so that small delays evict pieces early and those keys are stepped).
-CI runs a few streams per case; ``--soak`` (``WMBT_SOAK``) many more."""
+rows that arrived earlier, so that small delays evict sessions early: eviction cuts; dense
+far out-of-order streams whose rows walk over several rows within the gap). CI runs a few
+streams per case; ``--soak`` (``WMBT_SOAK``) many more."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 from jobs import sweep as sw
 from semantics import sweep_session
 from semantics.config import MERGE_LOCAL_CONF
+from semantics.schedule import Schedule
 from semantics.sweep_once import FIGURES, _key_ids, covered
 from tests.predict_kit import schedule_of, spec_of
 from tests.test_sweep_once import delays, random_schedule
@@ -54,19 +56,48 @@ def test_one_pass_equals_a_prediction_per_delay(name: str) -> None:
         assert_same_sweep(spec, random_schedule(rng, pace), delays(rng))
 
 
+def dense_schedule(rng: np.random.Generator, pace: str) -> Schedule:
+    """Many rows of two keys per batch, far out of order (a spread of several batches),
+    event times on a coarse grid (ties), some batches empty: sessions of many rows, rows
+    within the gap of several rows that arrived before or after them."""
+    batches = []
+    for i in range(int(rng.integers(3, 16))):
+        rows = int(rng.integers(0, 12)) if rng.random() < 0.9 else 0
+        ts = (4.0 * i + rng.normal(0, 20, rows)).round(int(rng.integers(0, 2)))
+        part = [{"ts": float(t), "k": int(rng.integers(0, 2)), "x": int(rng.integers(0, 9)),
+                 "big": 0} for t in ts]
+        if part:
+            batches.append(part)
+    return schedule_of(batches or [[{"ts": 1.0, "k": 0, "x": 1, "big": 0}]], pace)
+
+
+@pytest.mark.parametrize("name", ["one_key", "wide_gap"])
+def test_dense_far_out_of_order_streams(name: str) -> None:
+    rng = np.random.default_rng(300 + sorted(QUERIES).index(name))
+    for _ in range(ROUNDS):
+        pace = "live" if rng.random() < 0.5 else "backlog"
+        spec = spec_of(QUERIES[name], pace=pace)
+        assert_same_sweep(spec, dense_schedule(rng, pace), delays(rng))
+
+
 def test_both_paths_are_taken() -> None:
-    """(The streams above exercise both paths: most delays are computed by the pass alone,
-    some step the keys that may evict a piece early; none is predicted on its own.)"""
+    """(The streams above exercise both parts: some delays cut sessions by an early eviction,
+    groups settle so that each delay passes over only part of the rows; none is predicted
+    on its own.)"""
     rng = np.random.default_rng(5)
-    stepped = alone = total = 0
+    cut = alone = total = 0
+    shares = []
     for _ in range(ROUNDS):
         spec = spec_of(QUERIES["one_key"], pace="backlog")
-        sched = random_schedule(rng, "backlog")
+        sched = dense_schedule(rng, "backlog") if rng.random() < 0.5 else \
+            random_schedule(rng, "backlog")
         ds = np.array(sorted(d.ms for d in delays(rng)), dtype=np.int64)
         _, how = sweep_session.sweep(spec, "c", sched, "events", ds,
                                      _key_ids(sched.rows["events"], ["k"]), FIGURES)
-        stepped, alone, total = stepped + how.stepped, alone + how.alone, total + len(ds)
-    assert 0 < stepped < total / 2 and alone == 0, (stepped, alone, total)
+        cut, alone, total = cut + how.cut, alone + how.alone, total + len(ds)
+        shares.append(how.row_share)
+    assert 0 < cut < total / 2 and alone == 0, (cut, alone, total)
+    assert any(0 < s < 1 for s in shares), shares
 
 
 def test_the_figures_depend_on_the_delay() -> None:
@@ -82,10 +113,10 @@ def test_the_figures_depend_on_the_delay() -> None:
     assert all(len(v) > 1 for v in seen.values()), seen
 
 
-def test_an_early_eviction_is_stepped() -> None:
+def test_an_early_eviction_cuts_a_block() -> None:
     """A row within the gap of a session evicted in an earlier batch starts a new session
-    (two sessions of one key that overlap): the delay that does it steps that key, and the
-    figures still agree."""
+    (two sessions of one key that overlap): the delay that does it cuts the key's rows there,
+    and the figures still agree."""
     spec = spec_of(QUERIES["one_key"], pace="backlog")
     sched = schedule_of([[{"ts": 0.5, "k": 0, "x": 1, "big": 0},
                           {"ts": 10.5, "k": 1, "x": 1, "big": 0}],
@@ -99,9 +130,39 @@ def test_an_early_eviction_is_stepped() -> None:
                                      np.array([0, 1, 1, 0, 1]), FIGURES)
     # delay 0: the session [0.5 s, 10.5 s) leaves in batch 1 (watermark 10.5 s), 9 s comes in
     # batch 2 (late watermark 10.5 s: not late) and starts [9 s, 19 s)
-    assert how == sweep_session.How(stepped=1, alone=0)
+    assert (how.cut, how.alone) == (1, 0)
     assert pd.DataFrame(one)["output_rows"].tolist() == [3, 2, 0]
     assert got["output_rows"] == [3, 2, 0]
+
+
+def test_a_row_that_arrived_before_keeps_the_session() -> None:
+    """The next row (5 s) arrives after the watermark passed the first row's end (0 s + 10 s),
+    but a row within the gap after it (8 s) had arrived before: the session holds all three
+    (no cut), as Spark merges them."""
+    spec = spec_of(QUERIES["one_key"], pace="backlog")
+    sched = schedule_of([[{"ts": 0.0, "k": 0, "x": 1, "big": 0},
+                          {"ts": 8.0, "k": 0, "x": 1, "big": 0}],
+                         [{"ts": 12.0, "k": 1, "x": 1, "big": 0}],
+                         [{"ts": 13.0, "k": 1, "x": 1, "big": 0}],
+                         [{"ts": 5.0, "k": 0, "x": 1, "big": 0}],
+                         [{"ts": 60.0, "k": 1, "x": 1, "big": 0}]], "backlog")
+    ds = [sw.Duration(d, f"{d} milliseconds") for d in (0, 100_000)]
+    one, _ = assert_same_sweep(spec, sched, ds)
+    _, how = sweep_session.sweep(spec, "c", sched, "events", np.array([0, 100_000]),
+                                 np.array([0, 0, 1, 1, 0, 1]), FIGURES)
+    assert (how.cut, how.alone) == (0, 0)
+    # [0 s, 18 s) and [12 s, 23 s) emitted once 60 s has come
+    assert one[0]["late_rows"] == 0 and one[0]["output_rows"] == 2
+
+
+def test_rocksdb_sessions_have_no_bytes_either_way() -> None:
+    """(No bytes model: the stored keys are not computed; the other figures still agree.)"""
+    rng = np.random.default_rng(8)
+    spec = spec_of(QUERIES["one_key"], pace="backlog", spark_conf={
+        "spark.sql.streaming.stateStore.providerClass":
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"})
+    one, _ = assert_same_sweep(spec, dense_schedule(rng, "backlog"), delays(rng))
+    assert all(r["peak_state_bytes"] is None for r in one)
 
 
 def test_local_merging_and_complete_mode_are_predicted_per_delay() -> None:

@@ -1,0 +1,160 @@
+"""The sessions of some keys' rows under one delay of a sweep, early evictions included, with
+no state stepped (docs/semantics.md §2.6, §4.3): for ``semantics.sweep_session``.
+
+Rows are the accepted rows of a key sorted by (time, arrival point); points are the sweep's
+timeline (``semantics.delay_timeline``), ``x`` non-decreasing, a point's eviction watermark
+``max(0, x - d)``, a row's unit ending at ``c = ceil((t + gap) / 1000)`` ms.
+
+Why a session is a run of consecutive rows (a *block*). Let ``p*(i)`` be the first point whose
+eviction watermark reaches row ``i``'s end (``x_p >= c_i + d``; never before ``i``'s own point,
+``i`` not being late) and ``m_i`` the earliest point at which a row after ``i`` within the gap
+(``t_j <= t_i + gap``) arrives. The piece holding ``i`` is evicted before the next row arrives
+iff ``p*(i) < m_i``:
+
+* if no row within the gap after ``i`` has arrived by ``p*(i)``, the piece ends at
+  ``t_i + gap`` (rows before ``i`` end no later, and all have arrived: one arriving after
+  ``p*(i)`` would be late) and is evicted there;
+* if one has, ``j``, the piece ends at ``t_j + gap`` or later, and ``t_j >= t_{i+1}``, whose
+  end is beyond every watermark before ``i + 1`` arrives (``i + 1`` is not late): the piece
+  outlives ``p*(i)`` and holds ``i + 1`` when it comes.
+
+So a key's rows are cut after ``i`` where the next row is beyond the gap or ``p*(i) < m_i``
+(an *eviction cut*): every session Spark stores, merges and emits is a block's rows arrived so
+far. A block is evicted whole at ``p*`` of its last row, and no row of another block ever
+merges into it, so within a block the counts are those of ``whole_run/session.py``'s
+components: row ``s`` starts a piece from its point until a row before it within the gap (of
+its block) arrives, a block's first row until the block is evicted.
+
+Invariants: both conditions only weaken as the delay grows (``p*`` moves later, more rows
+arrive within the gap), so a larger delay's blocks are unions of a smaller one's (and of rows
+it accepts besides); eviction points are binary searches of ``x``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from semantics.delay_timeline import ceil_ms
+from semantics.operators.grouping import PACK_LIMIT
+from semantics.whole_run.session import components, first_arrival_before
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """Some keys' sessions under one delay: per point, the pieces started less those ended by
+    a merge (``net``, evictions left out) and the pieces ended by a merge (``merged``); per
+    block (in (key, time) order), its key id, first arrival point, end (µs) and group
+    (``group``: any id, equal for blocks of one key that may merge at some delay)."""
+
+    net: np.ndarray
+    merged: np.ndarray
+    kid: np.ndarray
+    first: np.ndarray
+    end_us: np.ndarray
+    group: np.ndarray
+    evicted_early: int  # eviction cuts (blocks ended before a row within the gap arrived)
+
+
+def blocks(k: np.ndarray, ts: np.ndarray, bb: np.ndarray, group: np.ndarray, gap: int,
+           x: np.ndarray, d: int, n_b: int, max_window: int) -> Blocks | None:
+    """The :class:`Blocks` of the accepted rows ``k`` (key id), ``ts`` (µs), ``bb`` (point)
+    and ``group`` sorted by (key, time, point) under delay ``d`` (ms), ``x`` the points'
+    running maxima (module docstring). None when a row walks over more than ``max_window``
+    rows (before it within the gap, or after it before the eviction), as
+    ``whole_run/session.first_arrival_before``.
+
+    Rows at 0 s and 9 s (gap 10 s) of one key, arriving at points 0 and 2; point 1's
+    watermark (x = 10 s, delay 0) evicts [0 s, 10 s) before 9 s arrives: two blocks.
+
+    >>> b = blocks(np.array([5, 5]), np.array([0, 9_000_000]), np.array([0, 2]),
+    ...            np.array([0, 0]), 10_000_000, np.array([0, 10_000, 10_000]), 0, 3, 64)
+    >>> b.first.tolist(), b.end_us.tolist(), b.evicted_early
+    ([0, 2], [10000000, 19000000], 1)
+    """
+    n = len(k)
+    if not n:
+        zero = np.zeros(n_b, dtype=np.int64)
+        empty = np.zeros(0, dtype=np.int64)
+        return Blocks(zero, zero, empty, empty, empty, empty, 0)
+    cut = np.ones(n, dtype=bool)
+    cut[1:] = (k[1:] != k[:-1]) | (ts[1:] > ts[:-1] + gap)
+    early = _eviction_cuts(k, ts, bb, cut, gap, x, d, max_window)
+    if early is None:
+        return None
+    cut[early + 1] = True
+    heads, last, _b_last, comp = components(cut, bb)
+    a = first_arrival_before(cut, comp, ts, bb, gap, n_b, max_window)
+    if a is None:
+        return None
+    starts = np.flatnonzero(bb < a)  # (a block's first row: a = n_b, it starts one)
+    s_from, s_to = bb[starts].astype(np.int64), a[starts]
+    merged = np.bincount(s_to, minlength=n_b + 1)[:n_b]
+    net = np.bincount(s_from, minlength=n_b + 1)[:n_b] - merged
+    return Blocks(net, merged, k[heads], np.minimum.reduceat(bb, heads).astype(np.int64),
+                  ts[last] + gap, group[heads], len(early))
+
+
+def _eviction_cuts(k: np.ndarray, ts: np.ndarray, bb: np.ndarray, cut: np.ndarray, gap: int,
+                   x: np.ndarray, d: int, max_window: int) -> np.ndarray | None:
+    """The rows ``i`` (ascending) whose next row is within the gap but whose piece is evicted
+    first: ``p*(i) < m_i`` (module docstring). Walks forward from ``i`` over the rows within
+    the gap while each arrived after ``p*(i)``; None past ``max_window`` rows."""
+    cand = np.flatnonzero(~cut[1:])  # the next row is within the gap
+    pstar = np.searchsorted(x, ceil_ms(ts[cand] + gap) + d, side="left")
+    go = pstar < bb[cand + 1]
+    act, ps = cand[go], pstar[go]
+    out = []
+    n, step = len(k), 2
+    while len(act):
+        j = act + step
+        inside = j < n
+        jj = np.where(inside, j, 0)
+        inside &= (k[jj] == k[act]) & (ts[jj] <= ts[act] + gap)
+        out.append(act[~inside])  # (every row within the gap arrived after p*: a cut)
+        act, ps, jj = act[inside], ps[inside], jj[inside]
+        later = bb[jj] > ps
+        act, ps = act[later], ps[later]
+        if len(act) and step > max_window:
+            return None
+        step += 1
+    return np.sort(np.concatenate(out)) if out else np.zeros(0, dtype=np.int64)
+
+
+def stored_keys(kid: np.ndarray, first: np.ndarray, ev: np.ndarray, n_b: int
+                ) -> np.ndarray | None:
+    """Per point, the keys with a session stored after it (the bytes model's session index),
+    from every block in (key, time) order: its key id, first arrival point and eviction point
+    (``n_b``: never). A block is stored over ``[first, ev)``; along a key's blocks ``ev``
+    never decreases (later ends), so with ``first`` replaced by its minimum over the key's
+    later blocks both bounds never decrease and the key's union of intervals starts again only
+    where such an interval starts after the end before it: no sort. None when (key, point)
+    does not fit a word.
+
+    Key 0's sessions stored over points [0, 1) and [2, 3), key 1's from point 3 on:
+
+    >>> stored_keys(np.array([0, 0, 1]), np.array([0, 2, 3]), np.array([1, 3, 4]), 4).tolist()
+    [1, 0, 1, 1]
+    """
+    if not len(kid):
+        return np.zeros(n_b, dtype=np.int64)
+    starts_key = np.ones(len(kid), dtype=bool)
+    starts_key[1:] = kid[1:] != kid[:-1]
+    kh = np.cumsum(starts_key, dtype=np.int64) - 1
+    bits = int(n_b).bit_length()  # (n_b: never evicted)
+    if (int(kh[-1]) + 1) << (bits + 1) >= PACK_LIMIT:
+        return None
+    # (a minimum from the right per key: from the right, every key's words are below the
+    # words of the keys after it, so the running minimum starts again at each key)
+    w = (kh << bits) | first
+    g = np.minimum.accumulate(w[::-1])[::-1] & ((1 << bits) - 1)
+    new = np.ones(len(g), dtype=bool)
+    new[1:] = (kh[1:] != kh[:-1]) | (g[1:] > ev[:-1])
+    run_end = np.r_[np.flatnonzero(new)[1:], len(g)] - 1
+    change = np.bincount(g[new], minlength=n_b + 1) - np.bincount(ev[run_end],
+                                                                  minlength=n_b + 1)
+    return np.cumsum(change[:n_b])
+
+
+__all__ = ["Blocks", "blocks", "stored_keys"]

@@ -1,0 +1,243 @@
+"""The settled groups of a session sweep carried from delay to delay (docs/semantics.md §2.6):
+for ``semantics.sweep_session``.
+
+A settled group is one block whose only figure that moves with the delay is its eviction
+point ``ev(d)``: the first point of ``x >= c + d`` (``c``: its end in ms, rounded up). Over
+ascending delays ``ev`` only moves later, and between two delays ``d' < d`` it moves for the
+groups of ``x_q - d < c <= x_q - d'`` for some point ``q`` only: ranges of the groups sorted
+by ``c``. So the tracker keeps, for the groups settled so far (a set that only grows):
+
+* each group's ``ev`` and how many leave at each point (``gone``);
+* the latencies (ms, whole) of the emitted ones, sorted: a delay removes the moved groups'
+  old values and inserts their new ones;
+* for the keys all of whose groups are settled (*closed* keys), the points at which they have
+  a session stored, as a difference array of one interval per group: over a key's groups in
+  time order, both ``ev`` and the least first arrival of the group and those after it
+  (``lead``) never decrease, so the key's union of ``[first, ev)`` is the disjoint pieces
+  ``[max(lead_B, ev_{B-1}), ev_B)`` (``semantics.sweep_session_blocks.stored_keys``); a moved
+  group changes its own piece and the next one of its key.
+
+Invariants: after :meth:`Tracker.advance` to delay index ``j``, the members are the groups
+of ``settle <= j``, every member's ``ev`` is the delay's, ``gone``, ``lat`` and ``keys`` are
+exactly those of the members (of the closed keys for ``keys``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from semantics.operators.grouping import stable_argsort
+
+
+@dataclass(frozen=True)
+class Groups:
+    """Per group (in (key, time) order): key id, first arrival point, end (µs), ``c``
+    (end in ms rounded up), first settled delay index; ``lead`` the least first arrival of it
+    and the key's later groups, ``prev`` the key's group before it (-1: none), ``closes`` the
+    first delay index at which all its key's groups are settled."""
+
+    kid: np.ndarray
+    first: np.ndarray
+    end_us: np.ndarray
+    c: np.ndarray
+    settle: np.ndarray
+    lead: np.ndarray
+    prev: np.ndarray
+    closes: np.ndarray
+
+
+def groups(kid: np.ndarray, first: np.ndarray, end_us: np.ndarray, settle: np.ndarray
+           ) -> Groups:
+    """:class:`Groups` of groups in (key, time) order.
+
+    >>> g = groups(np.array([1, 1, 2]), np.array([3, 1, 0]), np.array([5, 9000, 7]),
+    ...            np.array([0, 4, 2]))
+    >>> g.c.tolist(), g.lead.tolist(), g.prev.tolist(), g.closes.tolist()
+    ([1, 9, 1], [1, 1, 0], [-1, 0, -1], [4, 4, 2])
+    """
+    n = len(kid)
+    new = np.ones(n, dtype=bool)
+    new[1:] = kid[1:] != kid[:-1]
+    heads = np.flatnonzero(new)
+    key = np.cumsum(new) - 1
+    prev = np.arange(n, dtype=np.int64) - 1
+    prev[heads] = -1
+    closes = np.maximum.reduceat(settle, heads)[key] if n else settle.copy()
+    lead = first.copy()
+    if n:  # (a minimum from the right per key: keys' words from the right only grow)
+        span = int(first.max()) + 1
+        w = key.astype(np.int64) * span + first
+        lead = np.minimum.accumulate(w[::-1])[::-1] - key * span
+    c = -((-end_us) // 1000)
+    return Groups(kid, first, end_us, c, settle, lead, prev, closes)
+
+
+class Tracker:
+    """The module docstring's state over ascending delays (from any first one)."""
+
+    def __init__(self, g: Groups, x: np.ndarray, clock: np.ndarray) -> None:
+        self.g, self.x, self.clock = g, x, clock
+        self.n_b = len(x)
+        self.xs = np.unique(x)
+        self.by_c = stable_argsort(g.c)
+        self.c_sorted = g.c[self.by_c]
+        self.by_settle = stable_argsort(g.settle)
+        self.settle_sorted = g.settle[self.by_settle]
+        self.by_close = stable_argsort(g.closes)
+        self.close_sorted = g.closes[self.by_close]
+        n = len(g.kid)
+        self.member = np.zeros(n, dtype=bool)
+        self.closed = np.zeros(n, dtype=bool)
+        self.ev = np.full(n, self.n_b, dtype=np.int64)
+        self.gone = np.zeros(self.n_b + 1, dtype=np.int64)
+        self.keys_diff = np.zeros(self.n_b + 1, dtype=np.int64)
+        self.lat = np.zeros(0, dtype=np.int64)
+        self.j = -1
+        self.d: int | None = None
+
+    def eviction(self, c: np.ndarray, d: int) -> np.ndarray:
+        """The first point of ``x >= c + d`` (``n_b``: none)."""
+        return np.searchsorted(self.x, c + d, side="left")
+
+    def latency_ms(self, ev: np.ndarray, end_us: np.ndarray) -> np.ndarray:
+        """Whole-ms latencies of the blocks evicted at ``ev`` (below ``n_b``) with ends
+        ``end_us`` (``sweep_once._latency_s`` times 1000)."""
+        return self.clock[ev] - end_us // 1000
+
+    def advance(self, j: int, d: int) -> None:
+        """Move to delay ``d`` (index ``j`` above the last one, ``d`` not below)."""
+        assert j > self.j and (self.d is None or d >= self.d)
+        g = self.g
+        if self.d is not None:
+            lo = np.searchsorted(self.c_sorted, self.xs - d, side="right")
+            hi = np.searchsorted(self.c_sorted, self.xs - self.d, side="right")
+            # (both ascending: ranges cut where they overlap the one before, each group once)
+            moved = _ranges(np.maximum(lo, np.r_[0, hi[:-1]]), hi)
+            if len(moved):
+                moved = self.by_c[moved]
+                moved = moved[self.member[moved]]
+            if len(moved):
+                self._move(moved, d)
+        a = int(np.searchsorted(self.settle_sorted, self.j, side="right"))
+        b = int(np.searchsorted(self.settle_sorted, j, side="right"))
+        new = self.by_settle[a:b]
+        if len(new):
+            ev = self.eviction(g.c[new], d)
+            self.ev[new] = ev
+            self.member[new] = True
+            self.gone += np.bincount(ev, minlength=self.n_b + 1)
+            out = ev < self.n_b
+            self.lat = _inserted(self.lat, self.latency_ms(ev[out], g.end_us[new][out]))
+        a = int(np.searchsorted(self.close_sorted, self.j, side="right"))
+        b = int(np.searchsorted(self.close_sorted, j, side="right"))
+        shut = self.by_close[a:b]
+        if len(shut):
+            self.closed[shut] = True
+            lo, hi = self._pieces(shut)
+            self.keys_diff += np.bincount(lo, minlength=self.n_b + 1) - \
+                np.bincount(hi, minlength=self.n_b + 1)
+        self.j, self.d = j, d
+
+    def _move(self, moved: np.ndarray, d: int) -> None:
+        """New eviction points of the members ``moved`` (distinct)."""
+        g = self.g
+        old = self.ev[moved]
+        new = self.eviction(g.c[moved], d)
+        self.gone += np.bincount(new, minlength=self.n_b + 1) - \
+            np.bincount(old, minlength=self.n_b + 1)
+        out_old, out_new = old < self.n_b, new < self.n_b
+        end = g.end_us[moved]
+        self.lat = _inserted(_removed(self.lat, self.latency_ms(old[out_old], end[out_old])),
+                             self.latency_ms(new[out_new], end[out_new]))
+        shut = moved[self.closed[moved]]
+        if len(shut):  # (its piece and the next one of its key)
+            shut = np.sort(shut)
+            nxt = shut + 1
+            nxt = nxt[nxt < len(g.kid)]
+            nxt = nxt[g.prev[nxt] >= 0]
+            at = np.minimum(np.searchsorted(shut, nxt), len(shut) - 1)
+            touched = np.concatenate([shut, nxt[shut[at] != nxt]])  # (each once)
+            lo0, hi0 = self._pieces(touched)
+            self.ev[moved] = new
+            lo1, hi1 = self._pieces(touched)
+            self.keys_diff += np.bincount(np.concatenate([lo1, hi0]), minlength=self.n_b + 1) \
+                - np.bincount(np.concatenate([hi1, lo0]), minlength=self.n_b + 1)
+        else:
+            self.ev[moved] = new
+
+    def _pieces(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The starts and ends of the (non-empty) stored-key pieces of groups ``idx``."""
+        g = self.g
+        prev = g.prev[idx]
+        before = np.where(prev >= 0, self.ev[np.maximum(prev, 0)], 0)
+        lo = np.maximum(g.lead[idx], before)
+        hi = self.ev[idx]
+        keep = lo < hi
+        return lo[keep], hi[keep]
+
+    def keys(self) -> np.ndarray:
+        """Per point, the closed keys with a session stored after it."""
+        return np.cumsum(self.keys_diff)[:self.n_b]
+
+
+def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The integers of every ``[lo, hi)``, concatenated.
+
+    >>> _ranges(np.array([0, 5, 7]), np.array([2, 5, 9])).tolist()
+    [0, 1, 7, 8]
+    """
+    n = np.maximum(hi - lo, 0)
+    total = int(n.sum())
+    if not total:
+        return np.zeros(0, dtype=np.int64)
+    starts = np.repeat(lo - np.r_[0, np.cumsum(n)[:-1]], n)
+    return starts + np.arange(total, dtype=np.int64)
+
+
+def _inserted(sorted_values: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``sorted_values`` with ``values`` added (still sorted)."""
+    if not len(values):
+        return sorted_values
+    v = np.sort(values)
+    return np.insert(sorted_values, np.searchsorted(sorted_values, v), v)
+
+
+def _removed(sorted_values: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``sorted_values`` less one occurrence of each of ``values`` (all present).
+
+    >>> _removed(np.array([1, 2, 2, 2, 5]), np.array([2, 5, 2])).tolist()
+    [1, 2]
+    """
+    if not len(values):
+        return sorted_values
+    v = np.sort(values)
+    run = np.ones(len(v), dtype=bool)
+    run[1:] = v[1:] != v[:-1]
+    start = np.flatnonzero(run)
+    offset = np.arange(len(v)) - start[np.cumsum(run) - 1]
+    return np.delete(sorted_values, np.searchsorted(sorted_values, v, side="left") + offset)
+
+
+def kth(a: np.ndarray, b: np.ndarray, k: int) -> int:
+    """The ``k``-th smallest (0-based) of sorted ``a`` and ``b`` together.
+
+    >>> [kth(np.array([1, 4, 9]), np.array([2, 3]), k) for k in range(5)]
+    [1, 2, 3, 4, 9]
+    """
+    lo, hi = max(0, k + 1 - len(b)), min(k + 1, len(a))
+    while lo < hi:  # (i values from a, k + 1 - i from b)
+        i = (lo + hi) // 2
+        if a[i] < b[k - i]:
+            lo = i + 1
+        else:
+            hi = i
+    i, m = lo, k + 1 - lo
+    best = [int(a[i - 1])] if i else []
+    if m:
+        best.append(int(b[m - 1]))
+    return max(best)
+
+
+__all__ = ["Groups", "Tracker", "groups", "kth"]
