@@ -536,16 +536,6 @@ class SessionOperator:
         bufs = tuple(tuple(next(it) for _ in range(w)) for w in ranges[0].widths)
         return SessionState(gid, start, end, self._coder.entry_keys(kv, head, head), bufs), cuts
 
-    def step_some_rows(self, plan: list[BatchInput], rows: np.ndarray, batch_of: np.ndarray,
-                       t_all: np.ndarray) -> list[OperatorStep]:
-        """Step every batch of ``plan`` on the source rows ``rows`` only, as :meth:`run_all`
-        steps the keys it leaves to stepping (``rows``: ascending positions in the source, the
-        rows of some keys; ``batch_of``, ``t_all``: batch and event time of every source row).
-        For a sweep that steps some keys under one delay (``semantics.sweep_session``)."""
-        self._whole_keys()  # (fits the key coder)
-        init = init_all(self.aggs, self._frame)
-        return self._step_rows(plan, rows, batch_of, t_all, init, ones_of(init))
-
     def _step_rows(self, plan: list[BatchInput], rows: np.ndarray, batch_of: np.ndarray,
                    t_all: np.ndarray, init: Buffers, ones: tuple[tuple[bool, ...], ...]
                    ) -> list[OperatorStep]:
