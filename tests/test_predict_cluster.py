@@ -2,23 +2,38 @@
 executors (jobs/predict_cluster.py, ``wmbt predict --master``), equals the single-machine
 prediction on random histories of every splittable kind: the report batch by batch (but
 ``state_bytes`` of sessions and joins, not reported), the emitted rows, the late rows.
-The single-machine prediction is itself locked against Spark (tests/test_differential.py)."""
+The single-machine prediction is itself locked against Spark (tests/test_differential.py).
+
+With the executors reading the Delta files (``semantics.file_ranges``,
+``jobs.predict_cluster.predict_files_on_cluster``) the histories are harder: several data files
+per commit (partitioned tables), NULLs in some files only, a source filter that empties
+whole files, text or integer keys, batches by commits or by files; the answer is the same,
+byte estimates left null."""
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import numpy as np
+import pandas as pd
+import pyarrow as pa
 import pytest
+from deltalake import write_deltalake
 
 from jobs.cli import main
+from jobs.results import run_id
 from semantics.errors import SpecError
+from semantics.file_ranges import BYTE_COLUMNS, predict_files_in_process
 from semantics.history import plan
 from semantics.key_ranges import check_splittable, predict_in_ranges, range_of
-from semantics.predict import predict
+from semantics.predict import Prediction, predict
+from semantics.spec import BacktestSpec, parse_spec
 from tests.cluster_support import KINDS, differences, random_spec, standalone_cluster
 from tests.replay_support import make_spec
 
@@ -173,3 +188,85 @@ def test_dagster_resource_predicts_on_the_cluster(spark, tmp_path):
     assert got[True].batches.equals(got[False].batches)
     assert sorted(map(str, got[True].outputs.to_dict("records"))) == \
         sorted(map(str, got[False].outputs.to_dict("records")))
+
+
+def file_history(root: Path, kind: str, seed: int) -> BacktestSpec:
+    """A random history of ``kind`` (``KINDS``) written as a cluster reads it: commits of
+    one to three data files (partitioned by ``p``), the key ``k`` an integer or a text, ``v``
+    NULL in some rows of some commits, some rows late, and per seed a filter (``p <> 1``
+    empties whole files; ``v > 20`` drops rows) and ``batch_by`` commits or files (seeds 1,
+    2, 3: every filter, three ways of batching)."""
+    rnd = random.Random(seed)
+    query = KINDS[kind]
+    sides = ["a", "b"] if query["kind"] == "join" else ["a"]
+    text = rnd.random() < 0.5
+    keys = rnd.choice([3, 20, 200])
+    for c in range(rnd.randrange(3, 8)):
+        for s in sides:
+            n = rnd.randrange(4, 40)
+            base = 40 if c == 2 and rnd.random() < 0.3 else 100 + 10 * c
+            k = [rnd.randrange(keys) for _ in range(n)]
+            nulls = rnd.random() < 0.3
+            frame = pa.table({
+                "k": pa.array([f"key{x}" for x in k] if text else k,
+                              pa.string() if text else pa.int64()),
+                "ts": pa.array([pd.Timestamp((base + rnd.randrange(-25, 8)) * 1_000_000 +
+                                             rnd.randrange(1000), unit="us", tz="UTC")
+                                for _ in range(n)], pa.timestamp("us", tz="UTC")),
+                "v": pa.array([None if nulls and rnd.random() < 0.3 else
+                               float(rnd.randrange(100)) for _ in range(n)], pa.float64()),
+                "p": pa.array([rnd.randrange(3) for _ in range(n)], pa.int64())})
+            write_deltalake(str(root / s), frame, mode="append", partition_by=["p"])
+            time.sleep(0.005)  # (distinct commit times: the arrival order follows the list)
+    filt = [None, "p <> 1", "v > 20"][seed % 3]
+    batch_by = [{"commits": 1}, {"commits": 2}, {"files": 2}, {"files": 3}][seed % 4]
+    return parse_spec({
+        "name": "t",
+        "sources": {s: {"table": str(root / s), "event_time": "ts",
+                        **({"filter": filt} if filt else {})} for s in sides},
+        "query": query,
+        "replay": {"pace": rnd.choice(["backlog", "live"]), "batch_by": batch_by},
+        "candidates": {"c": {"watermark": {s: "5 seconds" for s in sides}}}})
+
+
+def file_differences(single: Prediction, ranged: Prediction, spec: BacktestSpec) -> list[str]:
+    """``differences`` but for the byte estimates, which must be null in ``ranged``."""
+    out = [f"{c} reported" for c in BYTE_COLUMNS if ranged.batches[c].notna().any()]
+    single.batches[list(BYTE_COLUMNS)] = ranged.batches[list(BYTE_COLUMNS)]
+    return out + differences(single, ranged, spec)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_ranges_read_file_by_file_equal_the_single_machine_prediction(tmp_path, kind, seed):
+    spec = file_history(tmp_path, kind, seed)
+    single = predict(plan(spec, "c"), spec, "c", explain=False, count_late=True)
+    ranged = predict_files_in_process(spec, "c", 4, rows_per_piece=5)
+    assert file_differences(single, ranged, spec) == []
+    assert ranged.info["key_ranges"]["ranges_with_rows"] > 1
+
+
+def test_a_run_id_planned_from_files_is_the_schedule_s(tmp_path):
+    from jobs.predict_cluster import plan_run_id
+    from semantics.file_ranges import file_facts, list_files, plan_files
+
+    for kind, seed in (("inner", 4), ("tumbling", 5)):
+        spec = file_history(tmp_path / kind, kind, seed)
+        files = list_files(spec)
+        facts = [file_facts(spec, f, i) for f in files.values() for i in range(len(f.path))]
+        fplan = plan_files(spec, "c", files, facts, 3)
+        assert plan_run_id(spec, "c", fplan) == run_id(spec, "c", plan(spec, "c"))
+        assert len(fplan.schedule.ticks) == len(plan(spec, "c").ticks)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("kind", ["dedup", "session", "left_outer"])
+def test_executors_reading_the_files_equal_the_single_machine_prediction(spark, tmp_path,
+                                                                          kind):
+    from jobs.predict_cluster import predict_files_on_cluster
+
+    spec = file_history(tmp_path, kind, 7)
+    single = predict(plan(spec, "c"), spec, "c", explain=False, count_late=True)
+    ranged, _ = predict_files_on_cluster(spec, "c", spark, ranges=3, rows_per_piece=5)
+    assert file_differences(single, ranged, spec) == []
+    assert ranged.info["key_ranges"]["read_by"] == "executors"
