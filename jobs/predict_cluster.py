@@ -36,8 +36,10 @@ from semantics.file_ranges import (
     FilePlan,
     file_facts,
     file_pieces,
+    guarded,
     list_files,
     plan_files,
+    unguarded,
     without_byte_estimates,
 )
 from semantics.history import TableFiles
@@ -134,28 +136,6 @@ def predict_on_cluster(schedule: Schedule, spec: BacktestSpec, candidate: str,
     return out
 
 
-def _call(fn: Callable[[], object]) -> bytes:
-    """``fn()`` pickled for the driver, or the user-facing error it raised (an exception
-    with its own constructor does not survive pickling: its fields do)."""
-    from semantics.errors import WmbtError
-
-    try:
-        return pickle.dumps(("ok", fn()), protocol=5)
-    except WmbtError as exc:
-        return pickle.dumps(("error", type(exc).__name__, tuple(vars(exc).values())),
-                            protocol=5)
-
-
-def _result(blob: bytes) -> object:
-    """What :func:`_call` pickled; raises the error it carried."""
-    from semantics import errors
-
-    got = pickle.loads(blob)
-    if got[0] == "error":
-        raise getattr(errors, got[1])(*got[2])
-    return got[1]
-
-
 def _files_frame(spark: SparkSession, files: dict[str, TableFiles], which: Callable[[str, int],
                  bool]) -> DataFrame:
     """One Spark row per data file (``source``, ``add_index``), spread over the cores."""
@@ -189,12 +169,12 @@ def predict_files_on_cluster(spec: BacktestSpec, candidate: str, spark: SparkSes
 
     def facts(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         for b in batches:
-            yield pd.DataFrame({"blob": [_call(lambda s=s, i=i: file_facts(spec, files[s], i))
+            yield pd.DataFrame({"blob": [guarded(lambda s=s, i=i: file_facts(spec, files[s], i))
                                          for s, i in zip(b["source"], b["file"], strict=True)]})
 
     got = _files_frame(spark, files, lambda _s, _i: True).mapInPandas(
         facts, schema="blob binary").collect()
-    found = [_result(r["blob"]) for r in got]
+    found = [unguarded(r["blob"]) for r in got]
     rows = sum(f.rows for f in found)  # type: ignore[attr-defined]
     count = ranges or ranges_for(spark, rows)
     fplan = plan_files(spec, candidate, files, found, count)  # type: ignore[arg-type]

@@ -23,7 +23,8 @@ single-machine one (byte estimates aside: they read the whole schedule's rows).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import pickle
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -32,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from semantics.column_names import table_location
-from semantics.errors import DataError
+from semantics.errors import DataError, WmbtError
 from semantics.history import (
     Arrivals,
     TableFiles,
@@ -270,6 +271,26 @@ def file_pieces(spec: BacktestSpec, files: TableFiles, plan: FilePlan, index: in
         idx = order[bounds[r]:bounds[r + 1]]
         for lo in range(0, len(idx), rows_per_piece):
             yield r, df.take(idx[lo:lo + rows_per_piece]).reset_index(drop=True)
+
+
+def guarded(fn: Callable[[], object]) -> bytes:
+    """``fn()`` pickled for the driver, or the user-facing error it raised (an error with
+    its own constructor does not survive pickling: its fields do). Run on an executor."""
+    try:
+        return pickle.dumps(("ok", fn()), protocol=5)
+    except WmbtError as exc:
+        return pickle.dumps(("error", type(exc).__name__, tuple(vars(exc).values())),
+                            protocol=5)
+
+
+def unguarded(blob: bytes) -> object:
+    """What :func:`guarded` pickled; raises the error it carried."""
+    from semantics import errors
+
+    got = pickle.loads(blob)
+    if got[0] == "error":
+        raise getattr(errors, got[1])(*got[2])
+    return got[1]
 
 
 def without_byte_estimates(result: RunResult) -> Prediction:

@@ -14,14 +14,10 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
@@ -32,9 +28,15 @@ from semantics.errors import SpecError
 from semantics.file_ranges import BYTE_COLUMNS, predict_files_in_process
 from semantics.history import plan
 from semantics.key_ranges import check_splittable, predict_in_ranges, range_of
-from semantics.predict import Prediction, predict
-from semantics.spec import BacktestSpec, parse_spec
-from tests.cluster_support import KINDS, differences, random_spec, standalone_cluster
+from semantics.predict import predict
+from tests.cluster_support import (
+    KINDS,
+    differences,
+    file_differences,
+    file_history,
+    random_spec,
+    standalone_cluster,
+)
 from tests.replay_support import make_spec
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -95,23 +97,29 @@ def _comparable(doc: dict) -> dict:
         for k in ("elapsed_s", "path", "path_reason", "master", "key_ranges"):
             info.pop(k, None)
         c["predicted"]["outputs"].sort(key=lambda r: json.dumps(r, sort_keys=True))
+        for b in c["predicted"]["batches"]:  # (null when the executors read the files)
+            for k in BYTE_COLUMNS:
+                b.pop(k, None)
     return doc
 
 
 @pytest.mark.spark
 def test_standalone_cluster_equals_this_machine(tmp_path, capsys):
-    """A real standalone master and worker (separate JVMs, no PYTHONPATH: the code is
-    shipped): every kind on random histories in one application, then ``wmbt predict
-    --master spark://…`` against ``wmbt predict``, document for document."""
-    with standalone_cluster(tmp_path / "cluster") as url:
+    """A real standalone master and two workers of one core (separate JVMs, no PYTHONPATH:
+    the code is shipped): every kind on random histories in one application, cut by the
+    driver and, on partitioned histories with filters and NULLs, read by the executors;
+    then ``wmbt predict --master spark://…`` (the executors read the files) against ``wmbt
+    predict``, document for document."""
+    with standalone_cluster(tmp_path / "cluster", workers=2, cores=1, memory="1g") as url:
         env = {**os.environ, "PYTHONPATH": ROOT}
-        done = subprocess.run([sys.executable, "-m", "tests.cluster_support", url,
-                               str(tmp_path / "kinds"), "21"], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=900)
-        assert done.returncode == 0, done.stderr[-3000:]
-        found = json.loads(done.stdout.strip().splitlines()[-1])
-        assert set(found) == {f"{k}-21" for k in KINDS}
-        assert {k: v for k, v in found.items() if v} == {}
+        for mode, seeds in (([], "21"), (["files"], "2")):
+            done = subprocess.run([sys.executable, "-m", "tests.cluster_support", url,
+                                   str(tmp_path / f"kinds-{len(mode)}"), seeds, *mode], cwd=ROOT,
+                                  env=env, capture_output=True, text=True, timeout=900)
+            assert done.returncode == 0, done.stderr[-3000:]
+            found = json.loads(done.stdout.strip().splitlines()[-1])
+            assert set(found) == {f"{k}-{seeds}" for k in KINDS}
+            assert {k: v for k, v in found.items() if v} == {}
         spec = random_spec(tmp_path / "cli", "tumbling", 5)
         path = tmp_path / "spec.yaml"
         path.write_text(json.dumps({
@@ -127,6 +135,8 @@ def test_standalone_cluster_equals_this_machine(tmp_path, capsys):
     assert cli.returncode == 0, cli.stderr[-3000:]
     there = json.loads(cli.stdout)
     assert [c["predicted"]["info"]["master"] for c in there["candidates"]] == [url, url]
+    assert {c["predicted"]["info"]["key_ranges"]["read_by"] for c in there["candidates"]} == \
+        {"executors"}
     here = _document(["predict", str(path), "--json", "--results", str(tmp_path / "r2")],
                      capsys)
     assert _comparable(there) == _comparable(here)
@@ -190,52 +200,6 @@ def test_dagster_resource_predicts_on_the_cluster(spark, tmp_path):
         sorted(map(str, got[False].outputs.to_dict("records")))
 
 
-def file_history(root: Path, kind: str, seed: int) -> BacktestSpec:
-    """A random history of ``kind`` (``KINDS``) written as a cluster reads it: commits of
-    one to three data files (partitioned by ``p``), the key ``k`` an integer or a text, ``v``
-    NULL in some rows of some commits, some rows late, and per seed a filter (``p <> 1``
-    empties whole files; ``v > 20`` drops rows) and ``batch_by`` commits or files (seeds 1,
-    2, 3: every filter, three ways of batching)."""
-    rnd = random.Random(seed)
-    query = KINDS[kind]
-    sides = ["a", "b"] if query["kind"] == "join" else ["a"]
-    text = rnd.random() < 0.5
-    keys = rnd.choice([3, 20, 200])
-    for c in range(rnd.randrange(3, 8)):
-        for s in sides:
-            n = rnd.randrange(4, 40)
-            base = 40 if c == 2 and rnd.random() < 0.3 else 100 + 10 * c
-            k = [rnd.randrange(keys) for _ in range(n)]
-            nulls = rnd.random() < 0.3
-            frame = pa.table({
-                "k": pa.array([f"key{x}" for x in k] if text else k,
-                              pa.string() if text else pa.int64()),
-                "ts": pa.array([pd.Timestamp((base + rnd.randrange(-25, 8)) * 1_000_000 +
-                                             rnd.randrange(1000), unit="us", tz="UTC")
-                                for _ in range(n)], pa.timestamp("us", tz="UTC")),
-                "v": pa.array([None if nulls and rnd.random() < 0.3 else
-                               float(rnd.randrange(100)) for _ in range(n)], pa.float64()),
-                "p": pa.array([rnd.randrange(3) for _ in range(n)], pa.int64())})
-            write_deltalake(str(root / s), frame, mode="append", partition_by=["p"])
-            time.sleep(0.005)  # (distinct commit times: the arrival order follows the list)
-    filt = [None, "p <> 1", "v > 20"][seed % 3]
-    batch_by = [{"commits": 1}, {"commits": 2}, {"files": 2}, {"files": 3}][seed % 4]
-    return parse_spec({
-        "name": "t",
-        "sources": {s: {"table": str(root / s), "event_time": "ts",
-                        **({"filter": filt} if filt else {})} for s in sides},
-        "query": query,
-        "replay": {"pace": rnd.choice(["backlog", "live"]), "batch_by": batch_by},
-        "candidates": {"c": {"watermark": {s: "5 seconds" for s in sides}}}})
-
-
-def file_differences(single: Prediction, ranged: Prediction, spec: BacktestSpec) -> list[str]:
-    """``differences`` but for the byte estimates, which must be null in ``ranged``."""
-    out = [f"{c} reported" for c in BYTE_COLUMNS if ranged.batches[c].notna().any()]
-    single.batches[list(BYTE_COLUMNS)] = ranged.batches[list(BYTE_COLUMNS)]
-    return out + differences(single, ranged, spec)
-
-
 @pytest.mark.parametrize("seed", [1, 2, 3])
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_ranges_read_file_by_file_equal_the_single_machine_prediction(tmp_path, kind, seed):
@@ -270,3 +234,26 @@ def test_executors_reading_the_files_equal_the_single_machine_prediction(spark, 
     ranged, _ = predict_files_on_cluster(spec, "c", spark, ranges=3, rows_per_piece=5)
     assert file_differences(single, ranged, spec) == []
     assert ranged.info["key_ranges"]["read_by"] == "executors"
+
+
+@pytest.mark.spark
+def test_a_bad_file_read_on_an_executor_is_refused_naming_it(spark, tmp_path, capsys,
+                                                             monkeypatch):
+    """An error the executors find reading a file (a NULL event time in the second
+    commit's file) is the CLI's exit 2 naming the table and field, nothing written."""
+    monkeypatch.chdir(tmp_path)
+    for ts in ([1_000_000, 2_000_000], [3_000_000, None]):
+        write_deltalake(str(tmp_path / "a"), pa.table({
+            "k": pa.array([1, 2], pa.int64()),
+            "ts": pa.array(ts, pa.timestamp("us", tz="UTC"))}), mode="append")
+    path = tmp_path / "spec.yaml"
+    path.write_text(json.dumps({
+        "name": "t", "sources": {"a": {"table": str(tmp_path / "a"), "event_time": "ts"}},
+        "query": {"kind": "deduplication", "source": "a", "keys": ["k"],
+                  "within_watermark": True},
+        "candidates": {"c": {"watermark": {"a": "5 seconds"}}}}))
+    assert main(["predict", str(path), "--master", "local[2]"]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'a'}: sources.a.event_time: no null event times (1 rows" in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "results").exists()
