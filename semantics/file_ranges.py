@@ -92,10 +92,11 @@ def file_facts(spec: BacktestSpec, files: TableFiles, index: int) -> FileFacts:
     """The facts of ``files``' file ``index`` (read, checked and filtered)."""
     t = read_file(spec, files, index)
     et = spec.sources[files.source].event_time
-    top = t.slice(0, 0)
+    top = t.schema.empty_table()
     if t.num_rows:
         us = t.column(et).cast(pa.int64()).to_numpy()
-        top = t.slice(len(us) - 1 - int(np.argmax(us[::-1])), 1)
+        top = t.take([len(us) - 1 - int(np.argmax(us[::-1]))])  # (a copy: a slice would
+        # pickle the whole file's buffers)
     col = t.column(_marker_name(spec, t.column_names))
     typ = col.type
     present = pc.drop_null(col)
@@ -108,9 +109,9 @@ def file_facts(spec: BacktestSpec, files: TableFiles, index: int) -> FileFacts:
     elif pa.types.is_string(typ):  # (texts a carrier marker could take, and one value)
         marker = pa.concat_arrays([
             present.filter(pc.starts_with(present, _CARRIER_TEXT)).combine_chunks(),
-            present.slice(0, 1).combine_chunks()])
+            present.take(pa.array(range(min(1, len(present))), pa.int64())).combine_chunks()])
     else:  # (any value: carrier_value refuses the type)
-        marker = present.slice(0, 1).combine_chunks()
+        marker = present.take(pa.array(range(min(1, len(present))), pa.int64())).combine_chunks()
     return FileFacts(files.source, index, t.num_rows, frozenset(null_columns(t)), top, marker)
 
 
