@@ -142,6 +142,12 @@ def run_backtest(spec: BacktestSpec, candidate: str | None = None, *, predict: b
     else:
         pspec = spec
     for name in candidates_of(spec, candidate):
+        if on_cluster and lowered is None:
+            from semantics.file_ranges import not_from_files
+
+            if not_from_files(spec, name) is None:  # (docs/semantics.md §15.1: no history
+                out.append(_on_executors(spec, pspec, name, store, master, spark, progress))
+                continue  # on this machine: the executors read the files)
         bb = spec.batch_by(name).model_dump_json()
         if bb not in schedules:
             t0 = time.perf_counter()
@@ -224,6 +230,25 @@ def run_backtest(spec: BacktestSpec, candidate: str | None = None, *, predict: b
                         cr.validation)
         out.append(cr)
     return BacktestResult(spec, out)
+
+
+def _on_executors(spec: BacktestSpec, pspec: BacktestSpec, name: str, store: ResultsStore,
+                  master: str | None, spark: SparkSession | None, progress: Progress
+                  ) -> CandidateResult:
+    """``name`` predicted on the cluster, the executors reading the Delta files
+    (``jobs.predict_cluster.predict_files_on_cluster``), and stored. Its schedule is the
+    carrier rows on the full ticks: no machine holds the history's rows."""
+    from jobs.predict_cluster import plan_run_id, predict_files_on_cluster
+    from jobs.spark import get_spark
+
+    t0 = time.perf_counter()
+    predicted, fplan = predict_files_on_cluster(pspec, name, spark or get_spark(master))
+    predicted.info["elapsed_s"] = time.perf_counter() - t0
+    cr = CandidateResult(name, plan_run_id(spec, name, fplan), fplan.schedule, predicted)
+    progress(f"[{name}] predicted {fplan.total_rows} rows on the executors in "
+             f"{predicted.info['elapsed_s']:.2f}s")
+    store.write(spec, name, cr.run_id, "predicted", predicted)
+    return cr
 
 
 def replay_version(spec: BacktestSpec, version: str, master: str | None) -> BacktestSpec:

@@ -11,20 +11,38 @@ column keeps its pandas type (timestamps with their zone, nullable integers, dec
 answer is the single-machine prediction's, not one through Spark's type mapping.
 
 A task holds one range's rows, its carrier rows and its state: memory per task is bounded by
-the range, not the history. The driver still reads the history (``semantics.history.plan``)
-and cuts it; executors reading the Delta files themselves is not built yet.
+the range, not the history. :func:`predict_on_cluster` is given a planned schedule (the driver
+read the history); :func:`predict_files_on_cluster` reads none of it on the driver
+(``semantics.file_ranges``, docs/semantics.md §15.1): executors read each data file twice,
+once for its facts (a small aggregation the driver plans the ticks and carrier rows from),
+once for its rows, which go to their key ranges' tasks through Spark's shuffle.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
+import json
 import pickle
 import zipfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pandas as pd
 
+from semantics.file_ranges import (
+    FilePlan,
+    file_facts,
+    file_pieces,
+    guarded,
+    list_files,
+    plan_files,
+    unguarded,
+    without_byte_estimates,
+)
+from semantics.history import TableFiles
 from semantics.key_ranges import Split, predict_in_ranges, predict_range
 from semantics.predict import Prediction
 from semantics.report import RunResult
@@ -32,7 +50,7 @@ from semantics.schedule import Schedule
 from semantics.spec import BacktestSpec
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 PIECE_ROWS = 1 << 16  # rows of one pickled piece (a Spark row: well under any message cap)
 _PACKAGE = Path(__file__).resolve().parent.parent / "semantics"
@@ -116,6 +134,110 @@ def predict_on_cluster(schedule: Schedule, spec: BacktestSpec, candidate: str,
     out.info["master"] = spark.conf.get("spark.master", None) if not _connect(spark) \
         else "spark connect"
     return out
+
+
+def _files_frame(spark: SparkSession, files: dict[str, TableFiles], which: Callable[[str, int],
+                 bool]) -> DataFrame:
+    """One Spark row per data file (``source``, ``add_index``), spread over the cores."""
+    rows = [(s, i) for s, f in files.items() for i in range(len(f.path)) if which(s, i)]
+    table = pd.DataFrame(rows, columns=["source", "file"])
+    parts = max(1, min(len(rows), 4 * _cores(spark)))
+    return spark.createDataFrame(table, schema="source string, file int").repartition(parts)
+
+
+def _cores(spark: SparkSession) -> int:
+    try:
+        return int(spark.conf.get("spark.default.parallelism", "2") or 2)
+    except Exception:  # noqa: BLE001 - a Connect session may not expose it
+        return 2
+
+
+def predict_files_on_cluster(spec: BacktestSpec, candidate: str, spark: SparkSession, *,
+                             ranges: int | None = None, rows_per_piece: int = PIECE_ROWS
+                             ) -> tuple[Prediction, FilePlan]:
+    """``candidate`` predicted in key ranges on ``spark``'s executors, the Delta files read
+    there (module docstring): the single-machine prediction's batches and emitted rows, byte
+    estimates null. Also the plan (its ``schedule``: the carrier rows on the full ticks)."""
+    from semantics.key_ranges import check_splittable, combine
+
+    check_splittable(spec)
+    ship_code(spark)
+    spark.conf.set("spark.sql.execution.arrow.pyspark.enabled", "true")
+    # (a batch of pickled pieces under Arrow's 2 GB binary column)
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "16")
+    files = list_files(spec)
+
+    def facts(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        for b in batches:
+            yield pd.DataFrame({"blob": [guarded(lambda s=s, i=i: file_facts(spec, files[s], i))
+                                         for s, i in zip(b["source"], b["file"], strict=True)]})
+
+    got = _files_frame(spark, files, lambda _s, _i: True).mapInPandas(
+        facts, schema="blob binary").collect()
+    found = [unguarded(r["blob"]) for r in got]
+    rows = sum(f.rows for f in found)  # type: ignore[attr-defined]
+    count = ranges or ranges_for(spark, rows)
+    fplan = plan_files(spec, candidate, files, found, count)  # type: ignore[arg-type]
+    split_ = fplan.split
+
+    def cut_files(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        for b in batches:
+            for s, i in zip(b["source"], b["file"], strict=True):
+                for r, df in file_pieces(spec, files[s], fplan, int(i), rows_per_piece):
+                    yield pd.DataFrame({"range": [r], "piece": [
+                        pickle.dumps((s, df), protocol=5)]})
+
+    def one_range(frame: pd.DataFrame) -> pd.DataFrame:
+        import resource
+
+        r = int(frame["range"].iloc[0])
+        by: dict[str, list[pd.DataFrame]] = {}
+        for blob in frame["piece"]:
+            s, df = pickle.loads(blob)
+            by.setdefault(s, []).append(df)
+        del frame
+        part = predict_range(split_, by, spec, candidate)
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        blob = pickle.dumps((part.batches, part.outputs, {**part.info, "peak_rss": peak}),
+                            protocol=5)
+        return pd.DataFrame({"range": [r], "part": [blob]})
+
+    pieces = _files_frame(spark, files, lambda s, i: bool(fplan.rows[s][i])).mapInPandas(
+        cut_files, schema="range int, piece binary")
+    done = (pieces.repartition(count, "range").groupBy("range")
+            .applyInPandas(one_range, schema="range int, part binary").collect())
+    parts = []
+    for row in sorted(done, key=lambda r: r["range"]):
+        batches, outputs, info = pickle.loads(row["part"])
+        parts.append(RunResult(candidate, batches, outputs, info))
+    peaks = [int(p.info.pop("peak_rss", 0)) for p in parts]
+    out = without_byte_estimates(combine(parts, split_, spec, candidate))
+    out.info["master"] = spark.conf.get("spark.master", None) if not _connect(spark) \
+        else "spark connect"
+    out.info["key_ranges"]["read_by"] = "executors"
+    out.info["key_ranges"]["task_peak_rss_bytes"] = max(peaks, default=0)
+    return out, fplan
+
+
+def plan_run_id(spec: BacktestSpec, candidate: str, fplan: FilePlan) -> str:
+    """``jobs.results.run_id`` of the schedule ``fplan`` stands for, without it: the row ids
+    and ticks of every row, source by source in (tick, row id) order, made file by file."""
+    h = hashlib.sha256()
+    h.update(spec.model_dump_json(exclude={"path", "sweep"}, exclude_defaults=True).encode())
+    h.update(candidate.encode())
+    sched = fplan.schedule
+    summary = {"ticks": len(sched.ticks), "data_ticks": len(sched.data_ticks),
+               "rows": {s: int(n.sum()) for s, n in fplan.rows.items()}, "pace": sched.pace}
+    h.update(json.dumps(summary, sort_keys=True).encode())
+    for s, n in fplan.rows.items():
+        h.update(s.encode())
+        first, tick = fplan.first_id[s], fplan.tick[s]
+        for i in np.lexsort((first, tick)):
+            if n[i]:
+                ids = np.arange(first[i], first[i] + n[i], dtype=np.int64)
+                frame = pd.DataFrame({"row_id": ids, "tick": np.full(n[i], tick[i])})
+                h.update(pd.util.hash_pandas_object(frame, index=False).values.tobytes())
+    return h.hexdigest()[:16]
 
 
 def _connect(spark: SparkSession) -> bool:

@@ -400,3 +400,139 @@ def admitted(sizes: np.ndarray, files: int | None, max_bytes: int | None) -> np.
         out[start:end] = b
         start, b = end, b + 1
     return out
+
+
+# --- the log alone, and one data file at a time (a cluster's executors read the files) ---
+
+
+@dataclass(frozen=True)
+class TableFiles:
+    """A source's data files as its Delta log lists them, in the order ``read_arrivals``
+    reads them (``add_index``), without reading one: commit version, commit time and size of
+    each, its path (unquoted) and partition values, and what reading it needs (the table's
+    schema, its partition columns, column mapping). Small: one entry per file, so a
+    driver plans from it and executors read the files (docs/semantics.md §15)."""
+
+    source: str
+    version: np.ndarray
+    arrival_ms: np.ndarray
+    size: np.ndarray
+    path: tuple[str, ...]
+    partition_values: tuple[dict[str, str | None], ...]
+    schema: pa.Schema
+    partition_columns: tuple[str, ...]
+    physical: dict[str, str]  # logical name -> physical name (column mapping)
+    decimals: dict[str, tuple[int, int]]
+
+
+def table_files(spec: BacktestSpec, source: str) -> TableFiles:
+    """``source``'s data files from its Delta log (``read_arrivals``' reading of the log:
+    the same files, versions, commit times and errors, none of the rows)."""
+    src: SourceSpec = spec.sources[source]
+    loc = table_location(spec, source)
+    if not loc.remote and not DeltaTable.is_deltatable(str(loc.where)):
+        raise SpecError(spec.path, f"sources.{source}.table",
+                        f"a Delta table at {loc.where} (no _delta_log found)")
+    dt = open_table(spec, source)
+    latest = dt.version()
+    lo, hi = src.versions if src.versions is not None else (0, latest)
+    if hi > latest:
+        raise SpecError(spec.path, f"sources.{source}.versions",
+                        f"versions up to the table's latest version {latest} (got {hi})")
+    schema = _normalise(pa.schema(dt.schema().to_arrow()).empty_table()).schema
+    physical = {f["name"]: f.get("metadata", {}).get("delta.columnMapping.physicalName", f["name"])
+                for f in json.loads(dt.schema().to_json())["fields"]}
+    history = {h["version"]: h for h in dt.history()}
+    files: list[tuple[int, int, dict]] = []
+    last_ts: int | None = None
+    for v in range(lo, hi + 1):
+        commit_file = f"_delta_log/{v:020d}.json"
+        text = loc.read_text(commit_file)
+        if text is None:
+            raise DataError(str(loc.where), f"sources.{source}.versions",
+                            f"the commit log of version {v} (removed by log retention?); "
+                            "choose a later first version")
+        ts = int(history.get(v, {}).get("timestamp") or 0)
+        actions = [json.loads(line) for line in text.splitlines() if line.strip()]
+        if not ts:
+            ts = next((int(a["commitInfo"].get("timestamp") or 0) for a in actions
+                       if "commitInfo" in a), 0) or loc.commit_time_fallback(commit_file)
+        ts = last_ts = ts if last_ts is None or ts > last_ts else last_ts + 1
+        adds = [a["add"] for a in actions if "add" in a and a["add"].get("dataChange", True)]
+        if any("remove" in a and a["remove"].get("dataChange", True) for a in actions):
+            if src.skip_change_commits:
+                continue
+            op = history.get(v, {}).get("operation") or "a change"
+            raise DataError(str(loc.where), f"sources.{source}.skip_change_commits",
+                            f"append-only commits: version {v} ({op}) removes or rewrites rows, "
+                            "where a Delta streaming source stops. Set it to true to skip such "
+                            "commits as the readStream option skipChangeCommits does, or choose "
+                            f"sources.{source}.versions without version {v}")
+        for add in adds:
+            if add.get("deletionVector"):
+                raise DataError(str(loc.where), f"version {v}",
+                                "append-only data files (deletion vectors are not supported)")
+            files.append((v, ts, add))
+    return TableFiles(
+        source, np.array([v for v, _, _ in files], dtype=np.int64),
+        np.array([ts for _, ts, _ in files], dtype=np.int64),
+        np.array([int(a.get("size") or 0) for _, _, a in files], dtype=np.int64),
+        tuple(_unquote(a["path"]) for _, _, a in files),
+        tuple(dict(a.get("partitionValues") or {}) for _, _, a in files),
+        schema, tuple(dt.metadata().partition_columns), physical,
+        {f.name: (f.type.precision, f.type.scale) for f in schema if pa.types.is_decimal(f.type)})
+
+
+def read_file(spec: BacktestSpec, files: TableFiles, index: int) -> pa.Table:
+    """Data file ``index`` of ``files``: its rows in the table's schema, with their arrival,
+    version and ``add_index``, checked (``read_arrivals``' checks, per file) and filtered by
+    the source's filter, as ``read_arrivals`` reads every file."""
+    source, schema = files.source, files.schema
+    loc = table_location(spec, source)
+    t = loc.read_parquet(files.path[index])
+    logical = {p: name for name, p in files.physical.items() if p != name}
+    if logical:
+        t = t.rename_columns([logical.get(c, c) for c in t.column_names])
+    values = files.partition_values[index]
+    for pcol in files.partition_columns:
+        raw = values.get(files.physical.get(pcol, pcol), values.get(pcol))
+        t = t.append_column(pcol, pa.array([raw] * t.num_rows, pa.string()).cast(
+            schema.field(pcol).type))
+    t = _normalise(t)
+    for c in schema.names:
+        if c not in t.column_names:
+            t = t.append_column(schema.field(c), pa.nulls(t.num_rows, schema.field(c).type))
+    t = t.select(schema.names).cast(schema)
+    n = t.num_rows
+    for name, value in ((ARRIVAL_MS, files.arrival_ms[index]), (VERSION, files.version[index]),
+                        (ADD_INDEX, index)):
+        t = t.append_column(name, pa.array(np.full(n, value, dtype=np.int64)))
+    _check_columns(spec, source, loc.where, t)
+    src = spec.sources[source]
+    if src.filter:
+        try:
+            mask = predicate.evaluate(src.filter, t.select(schema.names),
+                                      spec.session_time_zone, spec.case_sensitive)
+        except predicate.PredicateError as exc:
+            raise SpecError(spec.path, f"sources.{source}.filter", str(exc)) from None
+        t = t.filter(mask.fill_null(False))
+    _check_event_times(source, loc.where, t, src.event_time)
+    return t
+
+
+def to_pandas(table: pa.Table, nullable: frozenset[str], event_time: str) -> pd.DataFrame:
+    """``table`` (a part of a source's rows) as ``read_arrivals`` makes the whole source's
+    rows: the columns in ``nullable`` (those holding a NULL in some part) as pandas'
+    nullable types, the others as ``_to_pandas`` makes them, the event time in µs, UTC."""
+    df = table.to_pandas(timestamp_as_object=False)
+    for name, col in zip(table.column_names, table.columns, strict=True):
+        if name in nullable and col.type in _NULLABLE:
+            df[name] = col.to_pandas(types_mapper=_NULLABLE.get)
+    df[event_time] = df[event_time].astype("datetime64[us, UTC]")
+    return df
+
+
+def null_columns(table: pa.Table) -> set[str]:
+    """The columns of ``table`` holding a NULL, of a type ``_to_pandas`` then makes nullable."""
+    return {n for n, c in zip(table.column_names, table.columns, strict=True)
+            if c.null_count and c.type in _NULLABLE}

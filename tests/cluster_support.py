@@ -2,9 +2,10 @@
 ranges with the single-machine one, and a local standalone Spark cluster for the tests
 (tests/test_predict_cluster.py).
 
-``python -m tests.cluster_support MASTER DIR SEEDS`` predicts every kind on the cluster at
-MASTER and on this machine and prints, as JSON, each kind's differences (one Spark
-application for all kinds)."""
+``python -m tests.cluster_support MASTER DIR SEEDS [files]`` predicts every kind on the
+cluster at MASTER and on this machine and prints, as JSON, each kind's differences (one Spark
+application for all kinds); with ``files``, on :func:`file_history`'s histories, the
+executors reading the Delta files."""
 
 from __future__ import annotations
 
@@ -21,10 +22,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
+from deltalake import write_deltalake
 
 from semantics.compare import canonical
+from semantics.file_ranges import BYTE_COLUMNS
 from semantics.predict import Prediction
-from semantics.spec import BacktestSpec
+from semantics.spec import BacktestSpec, parse_spec
 from tests.sample_support import AGG, DEDUP, DEDUP_PLAIN, history, join
 
 KINDS: dict[str, dict] = {
@@ -82,6 +86,52 @@ def differences(single: Prediction, ranged: Prediction, spec: BacktestSpec) -> l
     return out
 
 
+def file_history(root: Path, kind: str, seed: int) -> BacktestSpec:
+    """A random history of ``kind`` (``KINDS``) written as a cluster reads it: commits of
+    one to three data files (partitioned by ``p``), the key ``k`` an integer or a text, ``v``
+    NULL in some rows of some commits, some rows late, and per seed a filter (``p <> 1``
+    empties whole files; ``v > 20`` drops rows) and ``batch_by`` commits or files (seeds 1,
+    2, 3: every filter, three ways of batching)."""
+    rnd = random.Random(seed)
+    query = KINDS[kind]
+    sides = ["a", "b"] if query["kind"] == "join" else ["a"]
+    text = rnd.random() < 0.5
+    keys = rnd.choice([3, 20, 200])
+    for c in range(rnd.randrange(3, 8)):
+        for s in sides:
+            n = rnd.randrange(4, 40)
+            base = 40 if c == 2 and rnd.random() < 0.3 else 100 + 10 * c
+            k = [rnd.randrange(keys) for _ in range(n)]
+            nulls = rnd.random() < 0.3
+            frame = pa.table({
+                "k": pa.array([f"key{x}" for x in k] if text else k,
+                              pa.string() if text else pa.int64()),
+                "ts": pa.array([pd.Timestamp((base + rnd.randrange(-25, 8)) * 1_000_000 +
+                                             rnd.randrange(1000), unit="us", tz="UTC")
+                                for _ in range(n)], pa.timestamp("us", tz="UTC")),
+                "v": pa.array([None if nulls and rnd.random() < 0.3 else
+                               float(rnd.randrange(100)) for _ in range(n)], pa.float64()),
+                "p": pa.array([rnd.randrange(3) for _ in range(n)], pa.int64())})
+            write_deltalake(str(root / s), frame, mode="append", partition_by=["p"])
+            time.sleep(0.005)  # (distinct commit times: the arrival order follows the list)
+    filt = [None, "p <> 1", "v > 20"][seed % 3]
+    batch_by = [{"commits": 1}, {"commits": 2}, {"files": 2}, {"files": 3}][seed % 4]
+    return parse_spec({
+        "name": "t",
+        "sources": {s: {"table": str(root / s), "event_time": "ts",
+                        **({"filter": filt} if filt else {})} for s in sides},
+        "query": query,
+        "replay": {"pace": rnd.choice(["backlog", "live"]), "batch_by": batch_by},
+        "candidates": {"c": {"watermark": {s: "5 seconds" for s in sides}}}})
+
+
+def file_differences(single: Prediction, ranged: Prediction, spec: BacktestSpec) -> list[str]:
+    """``differences`` but for the byte estimates, which must be null in ``ranged``."""
+    out = [f"{c} reported" for c in BYTE_COLUMNS if ranged.batches[c].notna().any()]
+    single.batches[list(BYTE_COLUMNS)] = ranged.batches[list(BYTE_COLUMNS)]
+    return out + differences(single, ranged, spec)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -95,7 +145,8 @@ def _spark_home() -> str:
 
 
 @contextmanager
-def standalone_cluster(work: Path, workers: int = 1, cores: int = 2) -> Iterator[str]:
+def standalone_cluster(work: Path, workers: int = 1, cores: int = 2, memory: str = "2g"
+                       ) -> Iterator[str]:
     """A standalone Spark master and ``workers`` workers on 127.0.0.1 (the pyspark package's
     own ``spark-class``), stopped on exit; yields the master's URL. The workers' environment
     has no PYTHONPATH: the project's code reaches the executors only as the prediction ships
@@ -120,7 +171,7 @@ def standalone_cluster(work: Path, workers: int = 1, cores: int = 2) -> Iterator
         url = f"spark://127.0.0.1:{port}"
         for i in range(workers):
             start(f"worker{i}", "org.apache.spark.deploy.worker.Worker", url, "--host",
-                  "127.0.0.1", "--cores", str(cores), "--memory", "2g", "--webui-port",
+                  "127.0.0.1", "--cores", str(cores), "--memory", memory, "--webui-port",
                   str(_free_port()), "--work-dir", str(work / f"work{i}"))
         _wait_workers(ui, workers, work)
         yield url
@@ -151,17 +202,24 @@ def _wait_workers(ui: int, workers: int, work: Path) -> None:
 
 def main(argv: list[str]) -> int:
     """Every kind on ``argv[0]``'s cluster vs this machine (module docstring)."""
-    from jobs.predict_cluster import predict_on_cluster
+    from jobs.predict_cluster import predict_files_on_cluster, predict_on_cluster
     from jobs.spark import get_spark
     from semantics.history import plan
     from semantics.predict import predict
 
     master, root, seeds = argv[0], Path(argv[1]), [int(s) for s in argv[2].split(",")]
+    files = argv[3:] == ["files"]
     spark = get_spark(master)
     found: dict[str, list[str]] = {}
     try:
         for kind in KINDS:
             for seed in seeds:
+                if files:
+                    spec = file_history(root / f"{kind}-{seed}", kind, seed)
+                    single = predict(plan(spec, "c"), spec, "c", explain=False, count_late=True)
+                    ranged, _ = predict_files_on_cluster(spec, "c", spark, rows_per_piece=5)
+                    found[f"{kind}-{seed}"] = file_differences(single, ranged, spec)
+                    continue
                 spec = random_spec(root / f"{kind}-{seed}", kind, seed)
                 sched = plan(spec, "c")
                 single = predict(sched, spec, "c", explain=False, count_late=True)

@@ -2,7 +2,13 @@
 executors (jobs/predict_cluster.py, ``wmbt predict --master``), equals the single-machine
 prediction on random histories of every splittable kind: the report batch by batch (but
 ``state_bytes`` of sessions and joins, not reported), the emitted rows, the late rows.
-The single-machine prediction is itself locked against Spark (tests/test_differential.py)."""
+The single-machine prediction is itself locked against Spark (tests/test_differential.py).
+
+With the executors reading the Delta files (``semantics.file_ranges``,
+``jobs.predict_cluster.predict_files_on_cluster``) the histories are harder: several data files
+per commit (partitioned tables), NULLs in some files only, a source filter that empties
+whole files, text or integer keys, batches by commits or by files; the answer is the same,
+byte estimates left null."""
 
 from __future__ import annotations
 
@@ -12,14 +18,25 @@ import subprocess
 import sys
 
 import numpy as np
+import pyarrow as pa
 import pytest
+from deltalake import write_deltalake
 
 from jobs.cli import main
+from jobs.results import run_id
 from semantics.errors import SpecError
+from semantics.file_ranges import BYTE_COLUMNS, predict_files_in_process
 from semantics.history import plan
 from semantics.key_ranges import check_splittable, predict_in_ranges, range_of
 from semantics.predict import predict
-from tests.cluster_support import KINDS, differences, random_spec, standalone_cluster
+from tests.cluster_support import (
+    KINDS,
+    differences,
+    file_differences,
+    file_history,
+    random_spec,
+    standalone_cluster,
+)
 from tests.replay_support import make_spec
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -80,23 +97,29 @@ def _comparable(doc: dict) -> dict:
         for k in ("elapsed_s", "path", "path_reason", "master", "key_ranges"):
             info.pop(k, None)
         c["predicted"]["outputs"].sort(key=lambda r: json.dumps(r, sort_keys=True))
+        for b in c["predicted"]["batches"]:  # (null when the executors read the files)
+            for k in BYTE_COLUMNS:
+                b.pop(k, None)
     return doc
 
 
 @pytest.mark.spark
 def test_standalone_cluster_equals_this_machine(tmp_path, capsys):
-    """A real standalone master and worker (separate JVMs, no PYTHONPATH: the code is
-    shipped): every kind on random histories in one application, then ``wmbt predict
-    --master spark://…`` against ``wmbt predict``, document for document."""
-    with standalone_cluster(tmp_path / "cluster") as url:
+    """A real standalone master and two workers of one core (separate JVMs, no PYTHONPATH:
+    the code is shipped): every kind on random histories in one application, cut by the
+    driver and, on partitioned histories with filters and NULLs, read by the executors;
+    then ``wmbt predict --master spark://…`` (the executors read the files) against ``wmbt
+    predict``, document for document."""
+    with standalone_cluster(tmp_path / "cluster", workers=2, cores=1, memory="1g") as url:
         env = {**os.environ, "PYTHONPATH": ROOT}
-        done = subprocess.run([sys.executable, "-m", "tests.cluster_support", url,
-                               str(tmp_path / "kinds"), "21"], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=900)
-        assert done.returncode == 0, done.stderr[-3000:]
-        found = json.loads(done.stdout.strip().splitlines()[-1])
-        assert set(found) == {f"{k}-21" for k in KINDS}
-        assert {k: v for k, v in found.items() if v} == {}
+        for mode, seeds in (([], "21"), (["files"], "2")):
+            done = subprocess.run([sys.executable, "-m", "tests.cluster_support", url,
+                                   str(tmp_path / f"kinds-{len(mode)}"), seeds, *mode], cwd=ROOT,
+                                  env=env, capture_output=True, text=True, timeout=900)
+            assert done.returncode == 0, done.stderr[-3000:]
+            found = json.loads(done.stdout.strip().splitlines()[-1])
+            assert set(found) == {f"{k}-{seeds}" for k in KINDS}
+            assert {k: v for k, v in found.items() if v} == {}
         spec = random_spec(tmp_path / "cli", "tumbling", 5)
         path = tmp_path / "spec.yaml"
         path.write_text(json.dumps({
@@ -112,6 +135,8 @@ def test_standalone_cluster_equals_this_machine(tmp_path, capsys):
     assert cli.returncode == 0, cli.stderr[-3000:]
     there = json.loads(cli.stdout)
     assert [c["predicted"]["info"]["master"] for c in there["candidates"]] == [url, url]
+    assert {c["predicted"]["info"]["key_ranges"]["read_by"] for c in there["candidates"]} == \
+        {"executors"}
     here = _document(["predict", str(path), "--json", "--results", str(tmp_path / "r2")],
                      capsys)
     assert _comparable(there) == _comparable(here)
@@ -173,3 +198,62 @@ def test_dagster_resource_predicts_on_the_cluster(spark, tmp_path):
     assert got[True].batches.equals(got[False].batches)
     assert sorted(map(str, got[True].outputs.to_dict("records"))) == \
         sorted(map(str, got[False].outputs.to_dict("records")))
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_ranges_read_file_by_file_equal_the_single_machine_prediction(tmp_path, kind, seed):
+    spec = file_history(tmp_path, kind, seed)
+    single = predict(plan(spec, "c"), spec, "c", explain=False, count_late=True)
+    ranged = predict_files_in_process(spec, "c", 4, rows_per_piece=5)
+    assert file_differences(single, ranged, spec) == []
+    assert ranged.info["key_ranges"]["ranges_with_rows"] > 1
+
+
+def test_a_run_id_planned_from_files_is_the_schedule_s(tmp_path):
+    from jobs.predict_cluster import plan_run_id
+    from semantics.file_ranges import file_facts, list_files, plan_files
+
+    for kind, seed in (("inner", 4), ("tumbling", 5)):
+        spec = file_history(tmp_path / kind, kind, seed)
+        files = list_files(spec)
+        facts = [file_facts(spec, f, i) for f in files.values() for i in range(len(f.path))]
+        fplan = plan_files(spec, "c", files, facts, 3)
+        assert plan_run_id(spec, "c", fplan) == run_id(spec, "c", plan(spec, "c"))
+        assert len(fplan.schedule.ticks) == len(plan(spec, "c").ticks)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("kind", ["dedup", "session", "left_outer"])
+def test_executors_reading_the_files_equal_the_single_machine_prediction(spark, tmp_path,
+                                                                          kind):
+    from jobs.predict_cluster import predict_files_on_cluster
+
+    spec = file_history(tmp_path, kind, 7)
+    single = predict(plan(spec, "c"), spec, "c", explain=False, count_late=True)
+    ranged, _ = predict_files_on_cluster(spec, "c", spark, ranges=3, rows_per_piece=5)
+    assert file_differences(single, ranged, spec) == []
+    assert ranged.info["key_ranges"]["read_by"] == "executors"
+
+
+@pytest.mark.spark
+def test_a_bad_file_read_on_an_executor_is_refused_naming_it(spark, tmp_path, capsys,
+                                                             monkeypatch):
+    """An error the executors find reading a file (a NULL event time in the second
+    commit's file) is the CLI's exit 2 naming the table and field, nothing written."""
+    monkeypatch.chdir(tmp_path)
+    for ts in ([1_000_000, 2_000_000], [3_000_000, None]):
+        write_deltalake(str(tmp_path / "a"), pa.table({
+            "k": pa.array([1, 2], pa.int64()),
+            "ts": pa.array(ts, pa.timestamp("us", tz="UTC"))}), mode="append")
+    path = tmp_path / "spec.yaml"
+    path.write_text(json.dumps({
+        "name": "t", "sources": {"a": {"table": str(tmp_path / "a"), "event_time": "ts"}},
+        "query": {"kind": "deduplication", "source": "a", "keys": ["k"],
+                  "within_watermark": True},
+        "candidates": {"c": {"watermark": {"a": "5 seconds"}}}}))
+    assert main(["predict", str(path), "--master", "local[2]"]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'a'}: sources.a.event_time: no null event times (1 rows" in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "results").exists()
