@@ -297,6 +297,8 @@ def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
         left, right, _stored_to(right, rj, tau, q.type in ("right_outer", "full_outer")),
         _counted(q.type, op.profile.join_counts_every_removal), len(pts.idle), hi)
     per_batch = None if held is None else _Bytes(s_spec, name, schedule)
+    at_once = None if held is None else held.by_point(
+        pts, delays, q.type in ("right_outer", "full_outer"))
     out: dict[str, list[Figure]] = {f: [] for f in figures}
     n_inputs = sum(len(schedule.rows[s]) for s in (q.left, q.right))
     late = _at_least(rows_a, delays)
@@ -312,7 +314,8 @@ def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
             state = np.cumsum(created) - made.at_most(w)
             got["peak_state_rows"], got["final_state_rows"] = int(state.max()), int(state[-1])
             if held is not None and per_batch is not None:
-                keys, removed, unstored = held.at(d, w)
+                keys, removed, unstored = at_once.at(i, d, w) if at_once is not None else \
+                    held.at(d, w)
                 run = ~pts.idle
                 run[pts.idle] = w[pts.idle] > w[prev_w_idle] if pts.no_data else False
                 per_batch.add(state[run], (created - unstored)[run], removed[run], keys[run])
@@ -374,6 +377,7 @@ class _Held:
     a: np.ndarray  # accepted iff d > a
     m: np.ndarray  # evicted at a point iff W >= m
     base: np.ndarray  # the key's group number times (points + 1): a running maximum per key
+    right: np.ndarray  # a right row
     counts: np.ndarray  # its side's removed rows are counted (:func:`_counted`)
     stored_to: np.ndarray  # evicted at its own point: stored iff d <= it (:func:`_stored_to`)
     by_m: np.ndarray  # positions in the order of m
@@ -397,8 +401,48 @@ class _Held:
         base = (np.cumsum(first, dtype=np.int64) - 1) * (n + 1)
         m_k = m[order]
         by_m = np.argsort(m_k, kind="stable")
-        return cls(point[order], a[order], m_k, base, np.where(s, counted[1], counted[0]),
+        return cls(point[order], a[order], m_k, base, s, np.where(s, counted[1], counted[0]),
                    stored_to[order], by_m, m_k[by_m], n)
+
+    def by_point(self, pts: Points, delays: np.ndarray, right_outer: bool) -> _ByPoint | None:
+        """The same counts for every delay at once, point by point (:class:`_ByPoint`); None
+        when there are more points than delays (a pass over the rows per point would cost
+        more than one per delay) or an outer right row's stored delays have a gap (a pair
+        emitted on arrival, yet its own batch evicting it under some of them: not one
+        threshold)."""
+        n, hi = self.n, int(delays[-1])
+        if n > len(delays):
+            return None
+        # a right row stays past its own batch iff d > g
+        g = np.where(self.right, behind(pts.a[self.point], pts.b[self.point], self.m,
+                                        pts.policy), NEVER)
+        if right_outer:
+            if (self.right & (np.maximum(self.a, self.stored_to) < g)).any():
+                return None
+            own = self.a  # (stored whenever accepted)
+        else:
+            own = np.where(self.right, np.maximum(self.a, g), self.a)
+        last = np.minimum(np.searchsorted(pts.w(hi), self.m, side="left"), n - 1)
+        keys = np.zeros((n, len(delays)), dtype=np.int64)
+        for p in range(n):
+            on = np.flatnonzero((self.point <= p) & (last >= p))
+            if not len(on):
+                continue
+            # a row of an earlier point is held before p's eviction iff W_{p-1} < m
+            c = own[on]
+            if p:
+                later = self.point[on] < p
+                c[later] = np.maximum(c[later], behind(
+                    pts.a[p - 1:p], pts.b[p - 1:p], self.m[on[later]], pts.policy))
+            b = self.base[on]
+            mins = np.minimum.reduceat(c, np.flatnonzero(np.r_[True, b[1:] != b[:-1]]))
+            keys[p] = np.searchsorted(np.sort(mins), delays, side="left")
+        lost = np.zeros_like(keys) if right_outer else \
+            _below(self.point[self.right], self.a[self.right], delays, n) - \
+            _below(self.point[self.right], own[self.right], delays, n)
+        c = self.counts
+        return _ByPoint(keys, lost, Growing(self.m[c], self.a[c], int(delays[0]), hi),
+                        bool(c[self.right].all()) if self.right.any() else False)
 
     def at(self, d: int, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per point under delay ``d`` (``w``: its points' W): the keys held before its
@@ -422,6 +466,38 @@ class _Held:
         gone = acc & self.counts & (ev < n)
         return (keys, np.bincount(ev[gone], minlength=n),
                 np.bincount(self.point[lost], minlength=n))
+
+
+def _below(point: np.ndarray, thr: np.ndarray, delays: np.ndarray, n: int) -> np.ndarray:
+    """Per point (of ``n``) and delay: how many of the point's thresholds are below it."""
+    order = np.lexsort((thr, point))
+    t = thr[order]
+    cuts = np.searchsorted(point[order], np.arange(n + 1))
+    return np.stack([np.searchsorted(t[cuts[p]:cuts[p + 1]], delays, side="left")
+                     for p in range(n)]) if n else np.zeros((0, len(delays)), dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class _ByPoint:
+    """:meth:`_Held.at` for every delay, from thresholds sorted once (:meth:`_Held.by_point`):
+    a key of a side is held before point ``p``'s eviction iff ``d`` is above the least of its
+    rows' thresholds there (the row's ``a``, and, for a row of an earlier point, the greatest
+    delay of ``W_{p-1} >= m``; at its own point, a right row not kept needs ``d`` above the
+    delay its batch evicts it under too); a point's rows not stored are those between their
+    ``a`` and that; the counted sides' removed rows are their evicted rows (``Growing``) less
+    those."""
+
+    keys: np.ndarray  # (points × delays)
+    lost: np.ndarray  # (points × delays): accepted right rows not stored
+    counted: Growing  # the counted sides' rows, by m
+    right_counted: bool
+
+    def at(self, i: int, d: int, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`_Held.at` of delay ``d``, the ``i``-th (ascending, each once in turn)."""
+        self.counted.advance(d)
+        gone = np.diff(self.counted.at_most(w), prepend=0)
+        lost = self.lost[:, i]
+        return self.keys[:, i], gone - lost if self.right_counted else gone, lost
 
 
 class _Bytes:

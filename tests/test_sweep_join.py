@@ -116,7 +116,15 @@ def assert_one_pass_is_per_delay(spec: BacktestSpec, sched: Schedule, source: st
 @pytest.mark.parametrize("jtype", TYPES)
 def test_one_pass_join_sweep_equals_a_prediction_per_delay(jtype: str, monkeypatch) -> None:
     rng = np.random.default_rng(TYPES.index(jtype))
-    seen = {"null_rows": 0, "late": 0, "pairs": 0, "bytes": 0}
+    seen = {"null_rows": 0, "late": 0, "pairs": 0, "bytes": 0, "by_point": 0, "by_row": 0}
+    by_point = sweep_join._Held.by_point
+
+    def spied(held: sweep_join._Held, *args: Any) -> sweep_join._ByPoint | None:
+        got = by_point(held, *args)
+        seen["by_row" if got is None else "by_point"] += 1
+        return got
+
+    monkeypatch.setattr(sweep_join._Held, "by_point", spied)
     for i in range(14):
         # every other stream in blocks of a few entries and values (searched across blocks)
         monkeypatch.setattr(growing, "SWEEP_COUNT_BLOCK", 2 if i % 2 else 256)
@@ -132,6 +140,8 @@ def test_one_pass_join_sweep_equals_a_prediction_per_delay(jtype: str, monkeypat
             len(set(got["final_state_bytes"])) > 1
     # (the streams make the delay matter: else equal figures would prove little)
     assert seen["late"] >= 5 and seen["pairs"] >= 3 and seen["bytes"] >= 3, seen
+    # (the keys both ways: by point when there are fewer points than delays, else by row)
+    assert seen["by_point"] >= 3 and seen["by_row"] >= 1, seen
 
 
 def test_the_sweep_says_every_figure_is_one_pass() -> None:
