@@ -41,9 +41,9 @@ Covered: inner, left, right and full outer joins on keys with a time range or no
 window key, a watermarked join key, extra ON predicates, restarts, under Spark's default
 ``allowMultiple`` and ``noDataMicroBatches`` and the reference join rules. The state bytes:
 each delay's per-batch series (state rows, rows updated and removed, distinct keys) from the
-rows' thresholds (:class:`_Held`: the keys are not threshold-shaped, a few passes over the rows
-per delay), given to ``state_bytes.estimate`` as a prediction's report gives them (RocksDB:
-None).
+rows' thresholds (:class:`_Held`: with no more points than delays, a threshold per key and
+point sorted once, :meth:`_Held.by_point`; else a few passes over the rows per delay), given
+to ``state_bytes.estimate`` as a prediction's report gives them (RocksDB: None).
 """
 
 from __future__ import annotations
@@ -369,9 +369,10 @@ class _Held:
     the points of the union of its rows' intervals; with its rows in point order, the part a
     row adds to those before it is ``[max(q, h + 1), e]``, ``h`` the greatest ``e`` before it
     (they all start at or before ``q``), so the keys held per point are a difference array of
-    those parts. Not thresholds sorted once: a key's held points change with ``d`` through
-    every row of it (the cells of a key and a point reach keys × points under long delays),
-    so this is a few passes over the rows per delay, no prediction."""
+    those parts: :meth:`at`, a few passes over the rows per delay. A key's held points change
+    with ``d`` through every row of it, so thresholds sorted once are one per key and point
+    (:meth:`by_point`, a pass over the rows each point holds under the longest delay): used
+    when there are no more points than delays."""
 
     point: np.ndarray
     a: np.ndarray  # accepted iff d > a
