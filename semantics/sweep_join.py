@@ -61,7 +61,7 @@ from semantics.growing import Growing
 from semantics.schedule import TICK, Schedule
 from semantics.spec import BacktestSpec, JoinQuery
 from semantics.sweep_fallback import Figure, swept
-from semantics.tuning import SWEEP_BYTES_ROWS
+from semantics.tuning import SWEEP_BYTES_ROWS, SWEEP_POINT_DELAY_CELLS
 
 if TYPE_CHECKING:
     from semantics.operators.join import JoinOperator
@@ -408,11 +408,12 @@ class _Held:
     def by_point(self, pts: Points, delays: np.ndarray, right_outer: bool) -> _ByPoint | None:
         """The same counts for every delay at once, point by point (:class:`_ByPoint`); None
         when there are more points than delays (a pass over the rows per point would cost
-        more than one per delay) or an outer right row's stored delays have a gap (a pair
-        emitted on arrival, yet its own batch evicting it under some of them: not one
+        more than one per delay), its (points × delays) counts would pass
+        ``tuning.SWEEP_POINT_DELAY_CELLS`` or an outer right row's stored delays have a gap
+        (a pair emitted on arrival, yet its own batch evicting it under some of them: not one
         threshold)."""
         n, hi = self.n, int(delays[-1])
-        if n > len(delays):
+        if n > len(delays) or n * len(delays) > SWEEP_POINT_DELAY_CELLS:
             return None
         # a right row stays past its own batch iff d > g
         g = np.where(self.right, behind(pts.a[self.point], pts.b[self.point], self.m,

@@ -131,6 +131,8 @@ def test_one_pass_join_sweep_equals_a_prediction_per_delay(jtype: str, monkeypat
         monkeypatch.setattr(quantiles, "SWEEP_RANK_BLOCK", 3 if i % 2 else 4096)
         # (and the bytes model reads a few delays' batches at a time)
         monkeypatch.setattr(sweep_join, "SWEEP_BYTES_ROWS", 7 if i % 2 else 1 << 20)
+        # (every third, the keys per delay whatever the points: past the cells' bound)
+        monkeypatch.setattr(sweep_join, "SWEEP_POINT_DELAY_CELLS", 0 if i % 3 == 2 else 1 << 24)
         spec, sched, source = random_case(1000 * TYPES.index(jtype) + i, jtype)
         assert sweep_join.covered(spec, "c", source)
         got = assert_one_pass_is_per_delay(spec, sched, source, delays(rng))
