@@ -508,13 +508,21 @@ def join_retained(spec: BacktestSpec, candidate: str, schedule: Schedule,
     rows, removed, stored = col("state_rows"), col("state_rows_removed"), \
         col("state_rows_updated")
     keys = col("state_keys", rows)
-    row_store = retained(rows // 2, removed // 2, stored // 2, parts,
-                         row_object_bytes(_row_bytes([*key_cols, 8])), row_object_bytes(value))
-    # (keys are counted before eviction: the evicted rows' share of them left with them)
-    gone = removed * keys // np.maximum(rows + removed, 1)
-    key_store = retained((keys - gone) // 2, gone // 2, np.minimum(keys, stored) // 2, parts,
-                         row_object_bytes(key), row_object_bytes(_row_bytes([8])))
-    return pd.Series(2 * (row_store + key_store), index=batches.index, dtype="Int64")
+    row_key, row_value = row_object_bytes(_row_bytes([*key_cols, 8])), row_object_bytes(value)
+    key_key, key_value = row_object_bytes(key), row_object_bytes(_row_bytes([8]))
+    out = np.zeros(len(batches), dtype=np.int64)
+    ops = (batches["operator"].to_numpy() if "operator" in batches.columns
+           else np.zeros(len(batches)))
+    for op in pd.unique(ops):  # (each operator's batches are a series of their own)
+        at = np.flatnonzero(ops == op)
+        n, r, w, k = rows[at], removed[at], stored[at], keys[at]
+        row_store = retained(n // 2, r // 2, w // 2, parts, row_key, row_value)
+        # (keys are counted before eviction: the evicted rows' share of them left with them)
+        gone = r * k // np.maximum(n + r, 1)
+        key_store = retained((k - gone) // 2, gone // 2, np.minimum(k, w) // 2, parts,
+                             key_key, key_value)
+        out[at] = 2 * (row_store + key_store)
+    return pd.Series(out, index=batches.index, dtype="Int64")
 
 
 def estimate(spec: BacktestSpec, candidate: str, schedule: Schedule,

@@ -39,9 +39,11 @@ figure found per delay, for the rows null under that delay only.
 
 Covered: inner, left, right and full outer joins on keys with a time range or none, without a
 window key, a watermarked join key, extra ON predicates, restarts, under Spark's default
-``allowMultiple`` and ``noDataMicroBatches`` and the reference join rules; not the state bytes
-(their distinct keys per batch are not threshold-shaped), which the caller predicts per delay
-unless the store has no estimate (RocksDB: None either way).
+``allowMultiple`` and ``noDataMicroBatches`` and the reference join rules. The state bytes:
+each delay's per-batch series (state rows, rows updated and removed, distinct keys) from the
+rows' thresholds (:class:`_Held`: with no more points than delays, a threshold per key and
+point sorted once, :meth:`_Held.by_point`; else a few passes over the rows per delay), given
+to ``state_bytes.predicted`` as a prediction's report gives them (RocksDB: None).
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ from semantics.growing import Growing
 from semantics.schedule import TICK, Schedule
 from semantics.spec import BacktestSpec, JoinQuery
 from semantics.sweep_fallback import Figure, swept
+from semantics.tuning import SWEEP_BYTES_ROWS, SWEEP_POINT_DELAY_CELLS
 
 if TYPE_CHECKING:
     from semantics.operators.join import JoinOperator
@@ -247,8 +250,7 @@ def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
           delays: np.ndarray, figures: tuple[str, ...]) -> dict[str, list[Figure]] | None:
     """Per figure of ``figures`` (``sweep_once.FIGURES``), its value for each of ``delays``
     (ascending ms) of ``source``; None when not :func:`covered` (or the pairs exceed the whole
-    run's budget). The state bytes are left out (the caller predicts them per delay) unless
-    the store has no estimate."""
+    run's budget)."""
     from semantics.operators import make_operator
     from semantics.operators.join import JoinOperator
     from semantics.whole_run.join import Admitted, _candidates
@@ -291,6 +293,12 @@ def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
     point_all = np.r_[left.point, right.point]
     prev_w_idle = np.flatnonzero(pts.idle) - 1  # (an idle point always follows a data point)
     bytes_none = _no_bytes_estimate(s_spec, name, schedule)
+    held = None if bytes_none or not len(pts.idle) else _Held.of(
+        left, right, _stored_to(right, rj, tau, q.type in ("right_outer", "full_outer")),
+        _counted(q.type, op.profile.join_counts_every_removal), len(pts.idle), hi)
+    per_batch = None if held is None else _Bytes(s_spec, name, schedule)
+    at_once = None if held is None else held.by_point(
+        pts, delays, q.type in ("right_outer", "full_outer"))
     out: dict[str, list[Figure]] = {f: [] for f in figures}
     n_inputs = sum(len(schedule.rows[s]) for s in (q.left, q.right))
     late = _at_least(rows_a, delays)
@@ -305,16 +313,239 @@ def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
             created += np.bincount(point_all[new], minlength=len(pts.idle))
             state = np.cumsum(created) - made.at_most(w)
             got["peak_state_rows"], got["final_state_rows"] = int(state.max()), int(state[-1])
+            if held is not None and per_batch is not None:
+                keys, removed, unstored = at_once.at(i, d, w) if at_once is not None else \
+                    held.at(d, w)
+                run = ~pts.idle
+                run[pts.idle] = w[pts.idle] > w[prev_w_idle] if pts.no_data else False
+                per_batch.add(state[run], (created - unstored)[run], removed[run], keys[run])
         else:
             got["peak_state_rows"] = got["final_state_rows"] = 0
         got["output_rows"], lat = emitted.at(i, d, w, pts.clock)
         got.update(zip(("latency_p50_s", "latency_p95_s", "latency_p99_s"), lat, strict=True))
-        if bytes_none:
-            got.update({f: None for f in BYTES})
+        if bytes_none or held is None:
+            got.update({f: None for f in BYTES})  # (no estimate, or no batch: no figure)
         for f in figures:
             if f in got:
                 out[f].append(got[f])
+    if per_batch is not None:
+        peak, final = per_batch.figures()
+        out.update({f: v for f, v in zip(BYTES, (peak, final), strict=True) if f in figures})
     return {f: v for f, v in out.items() if len(v) == len(delays)}
+
+
+def _stored_to(right: Side, rj: np.ndarray, tau: np.ndarray, outer: bool) -> np.ndarray:
+    """Per right row: a right row its batch evicts (``W >= m`` at its own point) is stored
+    iff ``d <=`` this (SPARK-49829, ``JoinOperator._right_input``: only an outer side's row
+    that matched nothing on arrival, i.e. none of its pairs emitted, ``rj``/``tau`` the
+    pairs'; its pairs can only be of this batch, the row leaving in it). A left row always
+    is (:data:`ALWAYS`)."""
+    if not outer:
+        return np.full(len(right.pos), NEVER, dtype=np.int64)
+    to = np.full(len(right.pos), ALWAYS, dtype=np.int64)
+    np.minimum.at(to, rj, tau)
+    return to
+
+
+def _counted(join_type: str, every: bool) -> tuple[bool, bool]:
+    """Whether Spark's ``numRowsRemoved`` counts the left and right side's evicted rows
+    (``JoinOperator._evict``: an outer side's rows leave while emitting null rows, uncounted,
+    unless the profile counts every removal)."""
+    return (every or join_type not in ("left_outer", "full_outer"),
+            every or join_type not in ("right_outer", "full_outer"))
+
+
+@dataclass(frozen=True)
+class _Held:
+    """Both sides' rows that may be accepted, in the order of (side, key code, point), for
+    the per-batch counts the bytes model reads besides the state rows: each side's distinct
+    keys before a point's eviction (summed, as ``JoinOperator.step`` reports ``state_keys``)
+    and the rows a point's eviction removes from the sides Spark counts.
+
+    Under delay ``d`` an accepted row is stored unless its own point evicts it and it is a
+    right row not kept (:func:`_stored_to`); a stored row is held (before eviction) at the
+    points ``[q, e]``: ``q`` its point, ``e`` the first point of ``W >= m`` (the last point
+    when none; ``e >= q`` by the module docstring's invariant). A key of a side is held at
+    the points of the union of its rows' intervals; with its rows in point order, the part a
+    row adds to those before it is ``[max(q, h + 1), e]``, ``h`` the greatest ``e`` before it
+    (they all start at or before ``q``), so the keys held per point are a difference array of
+    those parts: :meth:`at`, a few passes over the rows per delay. A key's held points change
+    with ``d`` through every row of it, so thresholds sorted once are one per key and point
+    (:meth:`by_point`, a pass over the rows each point holds under the longest delay): used
+    when there are no more points than delays."""
+
+    point: np.ndarray
+    a: np.ndarray  # accepted iff d > a
+    m: np.ndarray  # evicted at a point iff W >= m
+    base: np.ndarray  # the key's group number times (points + 1): a running maximum per key
+    right: np.ndarray  # a right row
+    counts: np.ndarray  # its side's removed rows are counted (:func:`_counted`)
+    stored_to: np.ndarray  # evicted at its own point: stored iff d <= it (:func:`_stored_to`)
+    by_m: np.ndarray  # positions in the order of m
+    m_sorted: np.ndarray
+    n: int  # points
+
+    @classmethod
+    def of(cls, left: Side, right: Side, right_stored_to: np.ndarray,
+           counted: tuple[bool, bool], n: int, hi: int) -> _Held:
+        """``hi``: the greatest delay (rows of ``a >= hi`` are never accepted)."""
+        side = np.r_[np.zeros(len(left.pos), dtype=bool), np.ones(len(right.pos), dtype=bool)]
+        code = np.r_[left.code, right.code]
+        point, a, m = (np.r_[left.point, right.point], np.r_[left.a, right.a],
+                       np.r_[left.m, right.m])
+        stored_to = np.r_[np.full(len(left.pos), ALWAYS, dtype=np.int64), right_stored_to]
+        keep = np.flatnonzero(a < hi)
+        order = keep[np.lexsort((point[keep], code[keep], side[keep]))]
+        s, c = side[order], code[order]
+        first = np.r_[True, (s[1:] != s[:-1]) | (c[1:] != c[:-1])] if len(order) else \
+            np.zeros(0, dtype=bool)
+        base = (np.cumsum(first, dtype=np.int64) - 1) * (n + 1)
+        m_k = m[order]
+        by_m = np.argsort(m_k, kind="stable")
+        return cls(point[order], a[order], m_k, base, s, np.where(s, counted[1], counted[0]),
+                   stored_to[order], by_m, m_k[by_m], n)
+
+    def by_point(self, pts: Points, delays: np.ndarray, right_outer: bool) -> _ByPoint | None:
+        """The same counts for every delay at once, point by point (:class:`_ByPoint`); None
+        when there are more points than delays (a pass over the rows per point would cost
+        more than one per delay), its (points × delays) counts would pass
+        ``tuning.SWEEP_POINT_DELAY_CELLS`` or an outer right row's stored delays have a gap
+        (a pair emitted on arrival, yet its own batch evicting it under some of them: not one
+        threshold)."""
+        n, hi = self.n, int(delays[-1])
+        if n > len(delays) or n * len(delays) > SWEEP_POINT_DELAY_CELLS:
+            return None
+        # a right row stays past its own batch iff d > g
+        g = np.where(self.right, behind(pts.a[self.point], pts.b[self.point], self.m,
+                                        pts.policy), NEVER)
+        if right_outer:
+            if (self.right & (np.maximum(self.a, self.stored_to) < g)).any():
+                return None
+            own = self.a  # (stored whenever accepted)
+        else:
+            own = np.where(self.right, np.maximum(self.a, g), self.a)
+        last = np.minimum(np.searchsorted(pts.w(hi), self.m, side="left"), n - 1)
+        keys = np.zeros((n, len(delays)), dtype=np.int64)
+        for p in range(n):
+            on = np.flatnonzero((self.point <= p) & (last >= p))
+            if not len(on):
+                continue
+            # a row of an earlier point is held before p's eviction iff W_{p-1} < m
+            c = own[on]
+            if p:
+                later = self.point[on] < p
+                c[later] = np.maximum(c[later], behind(
+                    pts.a[p - 1:p], pts.b[p - 1:p], self.m[on[later]], pts.policy))
+            b = self.base[on]
+            mins = np.minimum.reduceat(c, np.flatnonzero(np.r_[True, b[1:] != b[:-1]]))
+            keys[p] = np.searchsorted(np.sort(mins), delays, side="left")
+        lost = np.zeros_like(keys) if right_outer else \
+            _below(self.point[self.right], self.a[self.right], delays, n) - \
+            _below(self.point[self.right], own[self.right], delays, n)
+        c = self.counts
+        return _ByPoint(keys, lost, Growing(self.m[c], self.a[c], int(delays[0]), hi),
+                        bool(c[self.right].all()) if self.right.any() else False)
+
+    def at(self, d: int, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per point under delay ``d`` (``w``: its points' W): the keys held before its
+        eviction, the counted rows it removes and its accepted rows not stored."""
+        n = self.n
+        acc = self.a < d
+        # (rows in the order of m: those of m in (w[p - 1], w[p]] leave at point p)
+        cuts = np.searchsorted(self.m_sorted, w, side="right")
+        ev = np.empty(len(self.a), dtype=np.int64)
+        ev[self.by_m] = np.repeat(np.arange(n + 1, dtype=np.int64),
+                                  np.diff(cuts, prepend=0, append=len(self.a)))
+        lost = acc & (ev == self.point) & (self.stored_to < d)
+        acc &= ~lost
+        end = np.where(acc, np.minimum(ev, n - 1), -1)
+        most = np.maximum.accumulate(self.base + end + 1)  # (a key's below the next key's)
+        h = np.maximum(np.r_[0, most[:-1]], self.base) - self.base - 1
+        start = np.maximum(self.point, h + 1)
+        on = end >= start
+        keys = np.cumsum(np.bincount(start[on], minlength=n + 1)
+                         - np.bincount(end[on] + 1, minlength=n + 1))[:n]
+        gone = acc & self.counts & (ev < n)
+        return (keys, np.bincount(ev[gone], minlength=n),
+                np.bincount(self.point[lost], minlength=n))
+
+
+def _below(point: np.ndarray, thr: np.ndarray, delays: np.ndarray, n: int) -> np.ndarray:
+    """Per point (of ``n``) and delay: how many of the point's thresholds are below it."""
+    order = np.lexsort((thr, point))
+    t = thr[order]
+    cuts = np.searchsorted(point[order], np.arange(n + 1))
+    return np.stack([np.searchsorted(t[cuts[p]:cuts[p + 1]], delays, side="left")
+                     for p in range(n)]) if n else np.zeros((0, len(delays)), dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class _ByPoint:
+    """:meth:`_Held.at` for every delay, from thresholds sorted once (:meth:`_Held.by_point`):
+    a key of a side is held before point ``p``'s eviction iff ``d`` is above the least of its
+    rows' thresholds there (the row's ``a``, and, for a row of an earlier point, the greatest
+    delay of ``W_{p-1} >= m``; at its own point, a right row not kept needs ``d`` above the
+    delay its batch evicts it under too); a point's rows not stored are those between their
+    ``a`` and that; the counted sides' removed rows are their evicted rows (``Growing``) less
+    those."""
+
+    keys: np.ndarray  # (points × delays)
+    lost: np.ndarray  # (points × delays): accepted right rows not stored
+    counted: Growing  # the counted sides' rows, by m
+    right_counted: bool
+
+    def at(self, i: int, d: int, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`_Held.at` of delay ``d``, the ``i``-th (ascending, each once in turn)."""
+        self.counted.advance(d)
+        gone = np.diff(self.counted.at_most(w), prepend=0)
+        lost = self.lost[:, i]
+        return self.keys[:, i], gone - lost if self.right_counted else gone, lost
+
+
+class _Bytes:
+    """Each delay's per-batch series, as a prediction's batch report gives them to
+    ``state_bytes.predicted`` (the batches it runs: state rows, rows updated and removed,
+    keys; ``operator`` numbers the delay, so each is a series of its own), read in frames of
+    about ``tuning.SWEEP_BYTES_ROWS`` rows: the model is called, never restated here."""
+
+    def __init__(self, spec: BacktestSpec, candidate: str, schedule: Schedule) -> None:
+        self._model = (spec, candidate, schedule)
+        self._parts: list[tuple[np.ndarray, ...]] = []
+        self._rows = 0
+        self._peak: list[Figure] = []
+        self._final: list[Figure] = []
+
+    def add(self, rows: np.ndarray, updated: np.ndarray, removed: np.ndarray,
+            keys: np.ndarray) -> None:
+        """The next delay's series (one entry per batch it runs, at least one)."""
+        self._parts.append((rows, updated, removed, keys))
+        self._rows += len(rows)
+        if self._rows >= SWEEP_BYTES_ROWS:
+            self._flush()
+
+    def figures(self) -> tuple[list[Figure], list[Figure]]:
+        """Peak and final bytes of every delay added, in order."""
+        self._flush()
+        return self._peak, self._final
+
+    def _flush(self) -> None:
+        import pandas as pd
+
+        from semantics.state_bytes import predicted
+
+        if not self._parts:
+            return
+        sizes = np.array([len(p[0]) for p in self._parts], dtype=np.int64)
+        cols = [np.concatenate([p[i] for p in self._parts]) for i in range(4)]
+        frame = pd.DataFrame({
+            "operator": np.repeat(np.arange(len(sizes), dtype=np.int64), sizes),
+            **dict(zip(("state_rows", "state_rows_updated", "state_rows_removed",
+                        "state_keys"), cols, strict=True))})
+        got = predicted(*self._model, frame).to_numpy(dtype=np.int64)
+        starts = np.cumsum(sizes) - sizes
+        self._peak += np.maximum.reduceat(got, starts).tolist()
+        self._final += got[starts + sizes - 1].tolist()
+        self._parts, self._rows = [], 0
 
 
 @dataclass(frozen=True)
@@ -397,11 +628,11 @@ def _at_least(thresholds: np.ndarray, delays: np.ndarray) -> np.ndarray:
 
 
 def _no_bytes_estimate(spec: BacktestSpec, candidate: str, schedule: Schedule) -> bool:
-    """Whether ``state_bytes.estimate`` gives no figure (RocksDB): None under every delay."""
+    """Whether ``state_bytes.predicted`` gives no figure (RocksDB): None under every delay."""
     import pandas as pd
 
-    from semantics.state_bytes import estimate
+    from semantics.state_bytes import predicted
 
-    one = estimate(spec, candidate, schedule,
+    one = predicted(spec, candidate, schedule,
                    pd.DataFrame({"state_rows": [1], "state_rows_removed": [0]}))
     return bool(one.isna().all())

@@ -109,6 +109,12 @@ JSON_CHUNK = 1 << 18
 SWEEP_COUNT_BLOCK = 1 << 8
 # values of a block whose members an order statistic scans (quantiles.Nested): chosen, not tuned
 SWEEP_RANK_BLOCK = 1 << 12
+# batches of a join sweep's delays the state-bytes model reads at once (memory: a frame of
+# them; semantics/sweep_join.py): chosen, not tuned
+SWEEP_BYTES_ROWS = 1 << 20
+# cells of a join sweep's (points × delays) key counts, past which it counts them per delay
+# (memory: three int64 tables; semantics/sweep_join.py): chosen, not tuned
+SWEEP_POINT_DELAY_CELLS = 1 << 24
 # input rows checkpoint_bytes encodes as its sample of state records (bench/state_bytes.py)
 CHECKPOINT_SAMPLE_ROWS = 2048
 # sample sizes of rows whose groups' buffers the checkpoint-bytes sample accumulates (same)

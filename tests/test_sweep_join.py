@@ -102,8 +102,7 @@ def assert_one_pass_is_per_delay(spec: BacktestSpec, sched: Schedule, source: st
     """Every figure the one pass gives equals the prediction of each delay; returns them."""
     got = one_pass(spec, "c", sched, source, [d.ms for d in ds])
     assert got is not None
-    # (only the state bytes are left to the predictions per delay)
-    assert set(FIGURES) - set(got) <= set(sweep_join.BYTES)
+    assert set(got) == set(FIGURES)  # (the state bytes too)
     each, computed = sw.sweep_figures(spec, sched, source, ds, "c", processes=False,
                                       one_pass=False)
     assert set(computed.values()) == {"per_delay"}
@@ -117,27 +116,43 @@ def assert_one_pass_is_per_delay(spec: BacktestSpec, sched: Schedule, source: st
 @pytest.mark.parametrize("jtype", TYPES)
 def test_one_pass_join_sweep_equals_a_prediction_per_delay(jtype: str, monkeypatch) -> None:
     rng = np.random.default_rng(TYPES.index(jtype))
-    seen = {"null_rows": 0, "late": 0, "pairs": 0}
+    seen = {"null_rows": 0, "late": 0, "pairs": 0, "bytes": 0, "by_point": 0, "by_row": 0}
+    by_point = sweep_join._Held.by_point
+
+    def spied(held: sweep_join._Held, *args: Any) -> sweep_join._ByPoint | None:
+        got = by_point(held, *args)
+        seen["by_row" if got is None else "by_point"] += 1
+        return got
+
+    monkeypatch.setattr(sweep_join._Held, "by_point", spied)
     for i in range(14):
         # every other stream in blocks of a few entries and values (searched across blocks)
         monkeypatch.setattr(growing, "SWEEP_COUNT_BLOCK", 2 if i % 2 else 256)
         monkeypatch.setattr(quantiles, "SWEEP_RANK_BLOCK", 3 if i % 2 else 4096)
+        # (and the bytes model reads a few delays' batches at a time)
+        monkeypatch.setattr(sweep_join, "SWEEP_BYTES_ROWS", 7 if i % 2 else 1 << 20)
+        # (every third, the keys per delay whatever the points: past the cells' bound)
+        monkeypatch.setattr(sweep_join, "SWEEP_POINT_DELAY_CELLS", 0 if i % 3 == 2 else 1 << 24)
         spec, sched, source = random_case(1000 * TYPES.index(jtype) + i, jtype)
         assert sweep_join.covered(spec, "c", source)
         got = assert_one_pass_is_per_delay(spec, sched, source, delays(rng))
         seen["late"] += len(set(got["late"])) > 1
         seen["pairs"] += len(set(got["output_rows"])) > 1
+        seen["bytes"] += len(set(got["peak_state_bytes"])) > 1 and \
+            len(set(got["final_state_bytes"])) > 1
     # (the streams make the delay matter: else equal figures would prove little)
-    assert seen["late"] >= 5 and seen["pairs"] >= 3, seen
+    assert seen["late"] >= 5 and seen["pairs"] >= 3 and seen["bytes"] >= 3, seen
+    # (the keys both ways: by point when there are fewer points than delays, else by row)
+    assert seen["by_point"] >= 3 and seen["by_row"] >= 1, seen
 
 
-def test_the_sweep_says_which_figures_were_predicted_per_delay() -> None:
-    # the state bytes (distinct keys per batch) are predicted per delay and --json says so;
-    # with RocksDB there is no estimate: None either way, all in one pass
+def test_the_sweep_says_every_figure_is_one_pass() -> None:
+    # the state bytes (distinct keys per batch) too, and --json says so; with RocksDB there is
+    # no estimate: None either way
     spec, sched, source = random_case(3, "left_outer")
     ds = delays(np.random.default_rng(3))
     rows, computed = sw.sweep_figures(spec, sched, source, ds, "c", processes=False)
-    assert {f for f, how in computed.items() if how == "per_delay"} == set(sweep_join.BYTES)
+    assert set(computed.values()) == {"one_pass"}
     each, _ = sw.sweep_figures(spec, sched, source, ds, "c", processes=False, one_pass=False)
     assert rows == each
     rocks = spec.model_copy(update={"candidates": {"c": spec.candidates["c"].model_copy(
