@@ -12,8 +12,7 @@ one run. A kind the one pass does not cover says so (its sweep is per delay anyw
 windows pass, under each delay, over the rows of the groups not settled yet
 (``semantics.sweep_session``); the table says what share of rows × delays that is
 (``rows/delay``, counted, not timed). Joins (``join``: left outer; ``join_inner``) sweep the
-left side's delay: their one pass is timed alone (``semantics.sweep_join``; the table names the
-figures it leaves to predictions per delay) and compared on the figures it computes.
+left side's delay (``semantics.sweep_join``).
 """
 
 from __future__ import annotations
@@ -43,20 +42,6 @@ def timed(spec: object, sched: object, source: str, delays: list, one_pass: bool
     t0 = time.perf_counter()
     rows, computed = sw.sweep_figures(spec, sched, source, delays, "c", one_pass=one_pass)
     return time.perf_counter() - t0, rows, computed
-
-
-def timed_join(spec: object, sched: object, source: str, delays: list
-               ) -> tuple[float, list, dict]:
-    """:func:`timed` of a join's one pass alone (``semantics.sweep_join``): the figures it
-    computes (not the state bytes, which a sweep predicts per delay), as rows."""
-    from semantics.sweep_once import FIGURES, one_pass
-
-    t0 = time.perf_counter()
-    got = one_pass(spec, "c", sched, source, [d.ms for d in delays]) or {}
-    took = time.perf_counter() - t0
-    rows = [{f: v[i] for f, v in got.items()} for i in range(len(delays))] if got else \
-        [{} for _ in delays]
-    return took, rows, {f: "one_pass" if f in got else "per_delay" for f in FIGURES}
 
 
 def _row_share(spec: object, sched: object, source: str, delays: list) -> float:
@@ -94,8 +79,7 @@ def main() -> None:
     for kind in args.kinds.split(","):
         spec, sched = make(kind, args.events, 20_000)
         source = spec.query_sources[0]
-        fast, rows, computed = timed_join(spec, sched, source, delays) \
-            if kind.startswith("join") else timed(spec, sched, source, delays, one_pass=True)
+        fast, rows, computed = timed(spec, sched, source, delays, one_pass=True)
         share = f"{_row_share(spec, sched, source, delays):.1%}" \
             if kind.startswith("session") else "—"
         slow, each, _ = timed(spec, sched, source, some, one_pass=False)

@@ -6,7 +6,7 @@ Covered: a single-source windowed aggregation (tumbling or sliding, append or up
 ``dropDuplicates`` with the event time among the keys, under Spark's default
 ``allowMultiple`` and ``noDataMicroBatches``; session windows in append mode without local
 merging by ``semantics.sweep_session`` (its own invariants; it predicts some delays on their
-own); stream-stream joins by ``semantics.sweep_join`` (without the state bytes). :func:`one_pass`
+own); stream-stream joins by ``semantics.sweep_join``. :func:`one_pass`
 returns None for anything else (the caller predicts each delay).
 
 Both hold *entries* (aggregation groups, deduplication keys), each with the data batch of its
