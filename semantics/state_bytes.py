@@ -47,7 +47,7 @@ RocksDB reports other memory: with the RocksDB provider configured the estimate 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -377,19 +377,23 @@ def retained(rows: np.ndarray, removed: np.ndarray, updated: np.ndarray, parts: 
 def sampled_estimate(batches: pd.DataFrame, parts: int, key: int, value: int) -> pd.Series:
     """memoryUsedBytes of a one-store operator (aggregation, dedup) per batch-report row
     (:func:`retained` over each operator's batches in report order)."""
-    def col(name: str) -> np.ndarray:
-        if name not in batches.columns:
-            return np.zeros(len(batches), dtype=np.int64)
-        return pd.to_numeric(batches[name]).fillna(0).astype("int64").to_numpy()
+    rows, removed, upd = (_counts(batches, c) for c in
+                          ("state_rows", "state_rows_removed", "state_rows_updated"))
+    return _each_operator(batches, lambda at: retained(rows[at], removed[at], upd[at], parts,
+                                                       key, value))
 
-    rows, removed, upd = col("state_rows"), col("state_rows_removed"), \
-        col("state_rows_updated")
+
+def _each_operator(batches: pd.DataFrame, series: Callable[[np.ndarray], np.ndarray]
+                   ) -> pd.Series:
+    """``series`` of each operator's batch-report rows (their positions, in report order), as
+    one column: an operator's batches are a series of their own (a pipeline's report, or a
+    sweep numbering its delays as operators)."""
     out = np.zeros(len(batches), dtype=np.int64)
     ops = (batches["operator"].to_numpy() if "operator" in batches.columns
            else np.zeros(len(batches)))
     for op in pd.unique(ops):
         at = np.flatnonzero(ops == op)
-        out[at] = retained(rows[at], removed[at], upd[at], parts, key, value)
+        out[at] = series(at)
     return pd.Series(out, index=batches.index, dtype="Int64")
 
 
@@ -446,6 +450,17 @@ def _set_table(sessions_per_key: np.ndarray) -> np.ndarray:
         16, _sizes_for(np.floor(4 * sessions_per_key / 3).astype(np.int64) + 1))
 
 
+def _counts(batches: pd.DataFrame, name: str, default: np.ndarray | None = None
+            ) -> np.ndarray:
+    """A batch report's count column as int64, a missing value (or column) read as
+    ``default``'s (zero without one)."""
+    if name not in batches.columns:
+        return np.zeros(len(batches), dtype=np.int64) if default is None else default
+    v = pd.to_numeric(batches[name]).astype("float64").to_numpy()
+    fill = np.zeros(len(v)) if default is None else default
+    return np.where(np.isnan(v), fill, v).astype(np.int64)
+
+
 def session_retained(spec: BacktestSpec, candidate: str, schedule: Schedule,
                      batches: pd.DataFrame) -> pd.Series:
     """Session windows (§9.2): the session map by :func:`retained` (key = group keys + session
@@ -460,16 +475,9 @@ def session_retained(spec: BacktestSpec, candidate: str, schedule: Schedule,
     _, key, value = layout(spec, schedule)
     group = row_object_bytes(_row_bytes(_cols(schedule, q.source, list(q.keys))))
 
-    def col(name: str, default: np.ndarray | None = None) -> np.ndarray:
-        if name not in batches.columns:
-            return np.zeros(len(batches), dtype=np.int64) if default is None else default
-        v = pd.to_numeric(batches[name]).astype("float64").to_numpy()
-        fill = np.zeros(len(v)) if default is None else default
-        return np.where(np.isnan(v), fill, v).astype(np.int64)
-
-    rows, removed, upd = col("state_rows"), col("state_rows_removed"), \
-        col("state_rows_updated")
-    keys = col("state_keys", rows)
+    rows, removed, upd = (_counts(batches, c) for c in
+                          ("state_rows", "state_rows_removed", "state_rows_updated"))
+    keys = _counts(batches, "state_keys", rows)
     main = retained(rows, removed, upd, parts, row_object_bytes(key), row_object_bytes(value))
     k, s = keys // parts, rows // parts
     length = np.where(k > 0, np.maximum(16, _sizes_for(4 * k // 3 + 1)), 0)
@@ -498,31 +506,22 @@ def join_retained(spec: BacktestSpec, candidate: str, schedule: Schedule,
     right = _cols(schedule, q.right, ["row_id", *schedule.data_columns[q.right]]) + [8]
     value = (_row_bytes(left) + _row_bytes(right)) // 2
 
-    def col(name: str, default: np.ndarray | None = None) -> np.ndarray:
-        if name not in batches.columns:
-            return np.zeros(len(batches), dtype=np.int64) if default is None else default
-        v = pd.to_numeric(batches[name]).astype("float64").to_numpy()
-        fill = np.zeros(len(v)) if default is None else default
-        return np.where(np.isnan(v), fill, v).astype(np.int64)
-
-    rows, removed, stored = col("state_rows"), col("state_rows_removed"), \
-        col("state_rows_updated")
-    keys = col("state_keys", rows)
+    rows, removed, stored = (_counts(batches, c) for c in
+                             ("state_rows", "state_rows_removed", "state_rows_updated"))
+    keys = _counts(batches, "state_keys", rows)
     row_key, row_value = row_object_bytes(_row_bytes([*key_cols, 8])), row_object_bytes(value)
     key_key, key_value = row_object_bytes(key), row_object_bytes(_row_bytes([8]))
-    out = np.zeros(len(batches), dtype=np.int64)
-    ops = (batches["operator"].to_numpy() if "operator" in batches.columns
-           else np.zeros(len(batches)))
-    for op in pd.unique(ops):  # (each operator's batches are a series of their own)
-        at = np.flatnonzero(ops == op)
+
+    def stores(at: np.ndarray) -> np.ndarray:
         n, r, w, k = rows[at], removed[at], stored[at], keys[at]
         row_store = retained(n // 2, r // 2, w // 2, parts, row_key, row_value)
         # (keys are counted before eviction: the evicted rows' share of them left with them)
         gone = r * k // np.maximum(n + r, 1)
         key_store = retained((k - gone) // 2, gone // 2, np.minimum(k, w) // 2, parts,
                              key_key, key_value)
-        out[at] = 2 * (row_store + key_store)
-    return pd.Series(out, index=batches.index, dtype="Int64")
+        return 2 * (row_store + key_store)
+
+    return _each_operator(batches, stores)
 
 
 def estimate(spec: BacktestSpec, candidate: str, schedule: Schedule,
