@@ -15,17 +15,15 @@ above the frame's before it. :meth:`OutputChunks.frames` may be iterated more th
 
 from __future__ import annotations
 
-import json
-import re
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import pandas as pd
 
 from semantics.engine import Deferred, Operator, output_frame
-from semantics.report import json_rows, nan_kept
+from semantics.report import document_pieces, json_rows, nan_kept
 from semantics.tuning import STREAM_CHUNK_ROWS
 
 
@@ -105,27 +103,12 @@ def document_parts(doc: object) -> Iterator[str]:
     >>> "".join(document_parts({"n": 1, "rows": pd.DataFrame({"k": ["a"]})}))
     '{"n": 1, "rows": [{"k": "a"}]}'
     """
-    values: list[pd.DataFrame | OutputChunks] = []
-    token = f"wmbt-frame-{uuid.uuid4().hex}-"  # (random, between NULs: no other text matches)
-
-    def swap(v: object) -> object:
-        if isinstance(v, pd.DataFrame | OutputChunks):
-            values.append(v)
-            return f"\x00{token}{len(values) - 1}\x00"
-        if isinstance(v, dict):
-            return {k: swap(x) for k, x in v.items()}
-        if isinstance(v, list | tuple):
-            return [swap(x) for x in v]
-        return v
-
-    text = json.dumps(swap(doc), default=str)
-    at = 0
-    for m in re.finditer(rf'"\\u0000{token}(\d+)\\u0000"', text):
-        yield text[at:m.start()]
-        at = m.end()
-        v = values[int(m[1])]
+    texts, values = document_pieces(doc, (pd.DataFrame, OutputChunks))
+    yield texts[0]
+    for v, after in zip(values, texts[1:], strict=True):
+        # (a streamed run's frames get RunResult.to_json's nan_kept one by one)
         frames = [v] if isinstance(v, pd.DataFrame) else \
-            (nan_kept(f) for f in v.frames())  # (``RunResult.to_json``'s nan_kept, per frame)
+            (nan_kept(f) for f in cast(OutputChunks, v).frames())
         yield "["
         first = True
         for f in frames:
@@ -133,4 +116,4 @@ def document_parts(doc: object) -> Iterator[str]:
                 yield ("" if first else ", ") + ", ".join(json_rows(f, list(f.columns)).tolist())
                 first = False
         yield "]"
-    yield text[at:]
+        yield after

@@ -11,6 +11,7 @@ import re
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -144,24 +145,35 @@ def dumps(doc: object) -> str:
     >>> dumps({"n": 1, "rows": pd.DataFrame({"k": ["a"], "x": [0.5]})})
     '{"n": 1, "rows": [{"k": "a", "x": 0.5}]}'
     """
-    frames: list[pd.DataFrame] = []
+    texts, frames = document_pieces(doc, (pd.DataFrame,))
+    rows = (_rows_text(cast(pd.DataFrame, f)) for f in frames)
+    return texts[0] + "".join(r + t for r, t in zip(rows, texts[1:], strict=True))
+
+
+def document_pieces(doc: object, kinds: tuple[type, ...]) -> tuple[list[str], list[object]]:
+    """``json.dumps(doc, default=str)`` cut around the values of ``kinds`` in ``doc`` (frames,
+    say): the texts between them (one more than the values) and the values, in the order the
+    text holds them; each value's place is left for its caller to write (:func:`dumps`,
+    ``semantics.output_chunks.document_parts``).
+
+    >>> document_pieces({"n": 1, "rows": pd.DataFrame(), "m": [2]}, (pd.DataFrame,))[0]
+    ['{"n": 1, "rows": ', ', "m": [2]}']
+    """
+    values: list[object] = []
     token = f"wmbt-frame-{uuid.uuid4().hex}-"  # (random, between NULs: no other text matches)
 
     def swap(v: object) -> object:
-        if isinstance(v, pd.DataFrame):
-            frames.append(v)
-            return f"\x00{token}{len(frames) - 1}\x00"
+        if isinstance(v, kinds):
+            values.append(v)
+            return f"\x00{token}{len(values) - 1}\x00"
         if isinstance(v, dict):
             return {k: swap(x) for k, x in v.items()}
         if isinstance(v, list | tuple):
             return [swap(x) for x in v]
         return v
 
-    text = json.dumps(swap(doc), default=str)
-    if not frames:
-        return text
-    # one pass over the text: each frame's quoted token becomes its rows
-    return re.sub(rf'"\\u0000{token}(\d+)\\u0000"', lambda m: _rows_text(frames[int(m[1])]), text)
+    parts = re.split(rf'"\\u0000{token}(\d+)\\u0000"', json.dumps(swap(doc), default=str))
+    return parts[0::2], [values[int(i)] for i in parts[1::2]]
 
 
 def _rows_text(df: pd.DataFrame) -> str:
