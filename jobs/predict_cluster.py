@@ -40,7 +40,7 @@ from semantics.file_ranges import (
     list_files,
     plan_files,
     unguarded,
-    without_byte_estimates,
+    with_byte_estimates,
 )
 from semantics.history import TableFiles
 from semantics.key_ranges import Split, predict_in_ranges, predict_range
@@ -211,7 +211,8 @@ def predict_files_on_cluster(spec: BacktestSpec, candidate: str, spark: SparkSes
         batches, outputs, info = pickle.loads(row["part"])
         parts.append(RunResult(candidate, batches, outputs, info))
     peaks = [int(p.info.pop("peak_rss", 0)) for p in parts]
-    out = without_byte_estimates(combine(parts, split_, spec, candidate))
+    out = with_byte_estimates(combine(parts, split_, spec, candidate), spec, candidate, files,
+                              fplan, found)  # type: ignore[arg-type]
     out.info["master"] = spark.conf.get("spark.master", None) if not _connect(spark) \
         else "spark connect"
     out.info["key_ranges"]["read_by"] = "executors"
