@@ -283,12 +283,13 @@ def test_a_run_id_planned_from_files_is_the_schedule_s(tmp_path):
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("kind", ["tumbling", "dedup", "session", "left_outer"])
+@pytest.mark.parametrize("kind, seed", [("tumbling", 3), ("dedup", 7), ("session", 7),
+                                        ("left_outer", 7)])
 def test_executors_reading_the_files_equal_the_single_machine_prediction(
-        spark, tmp_path, kind, small_byte_samples):
+        spark, tmp_path, kind, seed, small_byte_samples):
     from jobs.predict_cluster import predict_files_on_cluster
 
-    spec = _with_rocksdb(file_history(tmp_path, kind, 7))
+    spec = _with_rocksdb(file_history(tmp_path, kind, seed))
 
     def on_cluster(cand: str) -> Prediction:
         ranged, _ = predict_files_on_cluster(spec, cand, spark, ranges=3, rows_per_piece=5)
