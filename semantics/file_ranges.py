@@ -5,7 +5,8 @@ runs :func:`file_facts` and :func:`file_pieces` on the executors, one data file 
 1. The driver lists each source's data files from the log (``history.table_files``).
 2. Each file is read once on an executor (:func:`file_facts`): its row count after the
    source's filter, the columns holding a NULL, its row with the greatest event time, and
-   what choosing a carrier marker needs of the marker column.
+   what choosing a carrier marker needs of the marker column, each text column's non-null
+   count.
 3. The driver plans (:func:`plan_files`): row ids (a file's rows are contiguous in the
    merged arrival order, so its first row id is the sum of the rows of the files before
    it), the ticks (``schedule.cut`` on one row per file: every ``batch_by`` but ``rows``
@@ -14,11 +15,13 @@ runs :func:`file_facts` and :func:`file_pieces` on the executors, one data file 
 4. Each file is read again on an executor (:func:`file_pieces`): its rows in the
    schedule's layout, cut by key range; each range is then predicted as in
    ``semantics.key_ranges``.
+5. The driver adds the byte estimates (:func:`with_byte_estimates`), reading from the files
+   only the rows they read (:func:`read_span`, by schedule position).
 
 Invariants: row ids, ticks, column types (a column is nullable where any file holds a NULL
 after the filter) and carrier rows' event times are those ``history.plan`` and
 ``semantics.sample.draw`` give the whole history, so the ranges' combined prediction is the
-single-machine one (byte estimates aside: they read the whole schedule's rows).
+single-machine one, byte estimates included (but a join's ``checkpoint_bytes``: null).
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ from semantics.schedule import ADD_INDEX, ARRIVAL_MS, ROW_ID, TICK, VERSION, Sch
 from semantics.spec import BacktestSpec
 
 _CARRIER_TEXT = "~wmbt-carrier"  # (semantics.sample.carrier_value's text markers start so)
-BYTE_COLUMNS = ("state_bytes", "checkpoint_bytes")  # read the whole schedule: left null
+BYTE_COLUMNS = ("state_bytes", "checkpoint_bytes")
 
 
 def not_from_files(spec: BacktestSpec, candidate: str) -> str | None:
@@ -379,8 +382,8 @@ def with_byte_estimates(result: RunResult, spec: BacktestSpec, candidate: str,
 
 
 def without_byte_estimates(result: RunResult) -> Prediction:
-    """The combined run as a prediction, its byte estimates null (they read the whole
-    schedule's rows, which no machine holds here)."""
+    """The combined run as a prediction, its byte estimates null (a join's checkpoint bytes
+    read its whole run, which no machine holds here)."""
     batches = result.batches.copy()
     for c in BYTE_COLUMNS:
         batches[c] = pd.Series([None] * len(batches), dtype="Int64")

@@ -8,7 +8,8 @@ With the executors reading the Delta files (``semantics.file_ranges``,
 ``jobs.predict_cluster.predict_files_on_cluster``) the histories are harder: several data files
 per commit (partitioned tables), NULLs in some files only, a source filter that empties
 whole files, text or integer keys, batches by commits or by files; the answer is the same,
-byte estimates left null."""
+byte estimates included (but a join's checkpoint bytes), also with the estimates' samples cut
+to a few rows so that the driver reads a stretch of the files."""
 
 from __future__ import annotations
 
@@ -102,7 +103,7 @@ def _comparable(doc: dict) -> dict:
         for k in ("elapsed_s", "path", "path_reason", "master", "key_ranges"):
             info.pop(k, None)
         c["predicted"]["outputs"].sort(key=lambda r: json.dumps(r, sort_keys=True))
-        for b in c["predicted"]["batches"]:  # (null when the executors read the files)
+        for b in c["predicted"]["batches"]:  # (compared on the cluster: cluster_support)
             for k in BYTE_COLUMNS:
                 b.pop(k, None)
     return doc
