@@ -15,7 +15,8 @@ the range, not the history. :func:`predict_on_cluster` is given a planned schedu
 read the history); :func:`predict_files_on_cluster` reads none of it on the driver
 (``semantics.file_ranges``, docs/semantics.md §15.1): executors read each data file twice,
 once for its facts (a small aggregation the driver plans the ticks and carrier rows from),
-once for its rows, which go to their key ranges' tasks through Spark's shuffle.
+once for its rows, which go to their key ranges' tasks through Spark's shuffle; the driver
+then reads the few rows the byte estimates read (``file_ranges.with_byte_estimates``).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from semantics.file_ranges import (
     list_files,
     plan_files,
     unguarded,
-    without_byte_estimates,
+    with_byte_estimates,
 )
 from semantics.history import TableFiles
 from semantics.key_ranges import Split, predict_in_ranges, predict_range
@@ -157,7 +158,8 @@ def predict_files_on_cluster(spec: BacktestSpec, candidate: str, spark: SparkSes
                              ) -> tuple[Prediction, FilePlan]:
     """``candidate`` predicted in key ranges on ``spark``'s executors, the Delta files read
     there (module docstring): the single-machine prediction's batches and emitted rows, byte
-    estimates null. Also the plan (its ``schedule``: the carrier rows on the full ticks)."""
+    estimates included (a join's ``checkpoint_bytes`` null). Also the plan (its
+    ``schedule``: the carrier rows on the full ticks)."""
     from semantics.key_ranges import check_splittable, combine
 
     check_splittable(spec)
@@ -211,7 +213,8 @@ def predict_files_on_cluster(spec: BacktestSpec, candidate: str, spark: SparkSes
         batches, outputs, info = pickle.loads(row["part"])
         parts.append(RunResult(candidate, batches, outputs, info))
     peaks = [int(p.info.pop("peak_rss", 0)) for p in parts]
-    out = without_byte_estimates(combine(parts, split_, spec, candidate))
+    out = with_byte_estimates(combine(parts, split_, spec, candidate), spec, candidate, files,
+                              fplan, found)  # type: ignore[arg-type]
     out.info["master"] = spark.conf.get("spark.master", None) if not _connect(spark) \
         else "spark connect"
     out.info["key_ranges"]["read_by"] = "executors"

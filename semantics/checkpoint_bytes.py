@@ -353,11 +353,13 @@ def _names(q: AggregationQuery | DeduplicationQuery | SessionQuery) -> list[str]
     return cols
 
 
-def _spelled(schedule: Schedule, source: str, names: Sequence[str]
+def _spelled(schedule: Schedule, source: str, names: Sequence[str],
+             rows: pd.DataFrame | None = None
              ) -> tuple[pd.DataFrame, dict[str, tuple[int, int]]]:
-    """The source's rows and decimal types with ``names`` spelled as the spec writes them
-    (Spark resolves column names case-insensitively; the table may spell them otherwise)."""
-    df = schedule.rows[source]
+    """The source's rows (or ``rows``, some of them) and decimal types with ``names``
+    spelled as the spec writes them (Spark resolves column names case-insensitively; the
+    table may spell them otherwise)."""
+    df = schedule.rows[source] if rows is None else rows
     dec = dict(schedule.decimals.get(source, {}))
     table = {c.lower(): c for c in df.columns}
     renames = {table[n.lower()]: n for n in names
@@ -377,21 +379,77 @@ class Sample:
     removes: tuple[bytes, ...]
 
 
-def sample_records(spec: BacktestSpec, candidate: str, schedule: Schedule,
-                   rows: int = CHECKPOINT_SAMPLE_ROWS, enc: Encoding = HDFS) -> Sample | None:
-    """State records of ``rows`` input rows (aggregations: :func:`_aggregation_sample`; else
-    the first rows), as Spark lays them out (the key columns in the order Spark's state
-    schema has them: the window first, then the group keys), or ``None`` for a query kind
-    not modelled."""
+@dataclass(frozen=True)
+class SampleRows:
+    """The rows :func:`sample_records` builds its records from: the query source's schedule
+    rows at positions ``start`` .. ``start + len(rows)`` (schedule order: tick, row id), the
+    records made from those at ``lo`` on (before: the history the running buffers
+    accumulate). Taken from a schedule (:func:`sample_rows`) or read from the data files
+    that hold them (``semantics.file_ranges``, docs/semantics.md §15.1)."""
+
+    rows: pd.DataFrame
+    start: int
+    lo: int
+
+
+def sample_span(spec: BacktestSpec, per_tick: np.ndarray, rows: int | None = None
+                ) -> tuple[int, int, int] | None:
+    """``(start, lo, stop)``: the positions of the source's schedule rows the sample reads
+    (``per_tick``: its rows per tick, ``Schedule.rows_per_tick``), or ``None`` for a kind
+    not modelled here. Aggregations: ``rows`` rows from the middle data tick's first on
+    (earlier if the run ends first), after up to ``HISTORY_ROWS`` · ``rows`` rows of history;
+    else the first ``rows`` rows.
+
+    >>> from semantics.spec import parse_spec
+    >>> sample_span(parse_spec({"name": "d", "sources": {"a": {"table": "t",
+    ...     "event_time": "ts"}}, "query": {"kind": "deduplication", "source": "a",
+    ...     "keys": ["id"]}, "candidates": {"c": {}}}), np.array([3, 0, 4]), 5)
+    (0, 0, 5)
+    """
     q = spec.query
     if not isinstance(q, (AggregationQuery, DeduplicationQuery, SessionQuery)):
         return None
-    df, dec = _spelled(schedule, q.source, _names(q))
+    rows = CHECKPOINT_SAMPLE_ROWS if rows is None else rows
+    n = int(per_tick.sum())
+    if not isinstance(q, AggregationQuery):
+        return 0, 0, min(n, rows)
+    data = np.flatnonzero(per_tick)
+    lo = int(per_tick[:data[len(data) // 2]].sum()) if len(data) else 0
+    lo = max(0, min(lo, n - rows))
+    return max(0, lo - HISTORY_ROWS * rows), lo, min(n, lo + rows)
+
+
+def sample_rows(spec: BacktestSpec, schedule: Schedule, rows: int | None = None
+                ) -> SampleRows | None:
+    """The :class:`SampleRows` of ``schedule`` (:func:`sample_span`'s rows)."""
+    q = spec.query
+    span = sample_span(spec, schedule.rows_per_tick(q.source), rows)  # type: ignore[union-attr]
+    if span is None:
+        return None
+    start, lo, stop = span
+    return SampleRows(schedule.rows[q.source].iloc[start:stop], start, lo)  # type: ignore[union-attr]
+
+
+def sample_records(spec: BacktestSpec, candidate: str, schedule: Schedule,
+                   rows: int | None = None, enc: Encoding = HDFS,
+                   got: SampleRows | None = None) -> Sample | None:
+    """State records of ``rows`` input rows (aggregations: :func:`_aggregation_sample`; else
+    the first rows), as Spark lays them out (the key columns in the order Spark's state
+    schema has them: the window first, then the group keys), or ``None`` for a query kind
+    not modelled. ``got``: the rows :func:`sample_span` names, read elsewhere (else taken
+    from ``schedule``, which then gives only its column types and decimals)."""
+    q = spec.query
+    if not isinstance(q, (AggregationQuery, DeduplicationQuery, SessionQuery)):
+        return None
+    rows = CHECKPOINT_SAMPLE_ROWS if rows is None else rows
+    got = got if got is not None else sample_rows(spec, schedule, rows)
+    assert got is not None
+    col = got.rows[schedule.event_time[q.source]]
+    event_us = col.to_numpy(dtype="datetime64[us]").astype(np.int64)  # (as event_time_us)
+    df, dec = _spelled(schedule, q.source, _names(q), got.rows)
     keys = [*q.keys]
     if isinstance(q, AggregationQuery):
-        return _aggregation_sample(schedule, q, df, dec, rows, enc)
-    df = df.head(rows)
-    event_us = schedule.event_time_us(q.source)[:len(df)]
+        return _aggregation_sample(q, df, event_us, got.lo - got.start, dec, enc)
     if isinstance(q, DeduplicationQuery):
         # dropDuplicates: a value of one null field (``__dummy__: void``); within the
         # watermark: the row's expiry, event time + delay in µs
@@ -411,25 +469,17 @@ def sample_records(spec: BacktestSpec, candidate: str, schedule: Schedule,
     return _session_sample(df, event_us, q, dec, enc)
 
 
-def _aggregation_sample(schedule: Schedule, q: AggregationQuery, df: pd.DataFrame,
-                        dec: dict[str, tuple[int, int]], rows: int, enc: Encoding = HDFS
-                        ) -> Sample:
-    """The records of ``rows`` rows from the middle data batch of the run on: one per group
-    and batch that updates it (as Spark writes them), each with the group's buffers
-    accumulated over every row so far (up to ``HISTORY_ROWS`` · ``rows`` of them) — a
-    group's count above 1 compresses worse (measured on a 187 000-entry run,
-    docs/state-bytes.md), and the first rows of a run have not accumulated any."""
-    per_tick = schedule.rows_per_tick(q.source)
-    data = np.flatnonzero(per_tick)
-    n = len(df)
-    lo = int(per_tick[:data[len(data) // 2]].sum()) if len(data) else 0
-    lo = max(0, min(lo, n - rows))
-    hi = min(n, lo + rows)
-    first = max(0, lo - HISTORY_ROWS * rows)
-    hist = df.iloc[first:hi].reset_index(drop=True)
+def _aggregation_sample(q: AggregationQuery, hist: pd.DataFrame, ts: np.ndarray, lo: int,
+                        dec: dict[str, tuple[int, int]], enc: Encoding = HDFS) -> Sample:
+    """The records of the rows of ``hist`` (a stretch of the run's rows: the middle data
+    batch's on, :func:`sample_span`) from ``lo`` on: one per group and batch that updates it
+    (as Spark writes them), each with the group's buffers accumulated over every row of
+    ``hist`` so far (up to ``HISTORY_ROWS`` · ``rows`` of them) — a group's count above 1
+    compresses worse (measured on a 187 000-entry run, docs/state-bytes.md), and the first
+    rows of a run have not accumulated any. ``ts``: the rows' event times (µs)."""
+    hist = hist.reset_index(drop=True)
     cols = list(q.keys)
     frame = hist[cols].copy()
-    ts = schedule.event_time_us(q.source)[first:hi]
     if q.window is not None:
         slide, off = q.window.slide_us, q.window.start_us
         frame.insert(0, "_window", (ts - off) // slide * slide + off)  # the last window
@@ -438,7 +488,7 @@ def _aggregation_sample(schedule: Schedule, q: AggregationQuery, df: pd.DataFram
     tick = hist[TICK].to_numpy()
     # a record per (group, batch): the group's last row in the batch, from ``lo`` on
     last = ~pd.DataFrame({"g": group, "t": tick}).duplicated(keep="last").to_numpy()
-    at = np.flatnonzero(last & (np.arange(len(hist)) >= lo - first))
+    at = np.flatnonzero(last & (np.arange(len(hist)) >= lo))
     values = _running_buffers(hist, group, dict(q.aggregates), dec, at)
     key_rows = _fields(hist.iloc[at], cols, dec)
     if q.window is not None:
@@ -721,12 +771,17 @@ def split(n: int, parts: int) -> list[int]:
 
 
 def estimate(spec: BacktestSpec, candidate: str, schedule: Schedule,
-             batches: pd.DataFrame) -> pd.Series:
+             batches: pd.DataFrame, got: SampleRows | None = None) -> pd.Series:
     """Predicted ``checkpoint_bytes`` after each batch of the report ``batches`` (cumulated
     delta or changelog files of every partition, plus the fixed files), or all ``None`` where
     not modelled (RocksDB without changelogs, left semi joins, several
     operators, Spark 3.5: the layout is Spark 4's, checked on 4.0.5 — a 3.5.9 replay's first
-    batch differed by more than the tolerance)."""
+    batch differed by more than the tolerance).
+
+    Of ``schedule``'s rows this reads the column types and the sample's rows
+    (:func:`sample_span`) only, so ``got`` (those rows, read elsewhere) and a schedule of
+    other rows of the same types give the same figures (docs/semantics.md §15.1); but a
+    join's records come from its whole run (``checkpoint_join``): ValueError with ``got``."""
     none = pd.Series([None] * len(batches), index=batches.index, dtype="Int64")
     enc = store_encoding(spec, candidate)
     if not len(batches) or enc is None:
@@ -736,11 +791,13 @@ def estimate(spec: BacktestSpec, candidate: str, schedule: Schedule,
     if "operator" in batches.columns and batches["operator"].nunique() > 1:
         return none
     if isinstance(spec.query, JoinQuery):  # four stores, records from the join's bookkeeping
+        if got is not None:
+            raise ValueError("a join's checkpoint bytes read the whole schedule")
         from semantics import checkpoint_join  # (it builds on this module)
         got = checkpoint_join.estimate(spec, candidate, schedule, len(batches), enc=enc)
         return none if got is None else pd.Series(got.astype("int64"), index=batches.index
                                                   ).astype("Int64")
-    sample = sample_records(spec, candidate, schedule, enc=enc)
+    sample = sample_records(spec, candidate, schedule, enc=enc, got=got)
     fixed = fixed_bytes(spec, candidate, schedule)
     if sample is None or fixed is None:
         return none

@@ -5,7 +5,8 @@ runs :func:`file_facts` and :func:`file_pieces` on the executors, one data file 
 1. The driver lists each source's data files from the log (``history.table_files``).
 2. Each file is read once on an executor (:func:`file_facts`): its row count after the
    source's filter, the columns holding a NULL, its row with the greatest event time, and
-   what choosing a carrier marker needs of the marker column.
+   what choosing a carrier marker needs of the marker column, each text column's non-null
+   count.
 3. The driver plans (:func:`plan_files`): row ids (a file's rows are contiguous in the
    merged arrival order, so its first row id is the sum of the rows of the files before
    it), the ticks (``schedule.cut`` on one row per file: every ``batch_by`` but ``rows``
@@ -14,18 +15,20 @@ runs :func:`file_facts` and :func:`file_pieces` on the executors, one data file 
 4. Each file is read again on an executor (:func:`file_pieces`): its rows in the
    schedule's layout, cut by key range; each range is then predicted as in
    ``semantics.key_ranges``.
+5. The driver adds the byte estimates (:func:`with_byte_estimates`), reading from the files
+   only the rows they read (:func:`read_span`, by schedule position).
 
 Invariants: row ids, ticks, column types (a column is nullable where any file holds a NULL
 after the filter) and carrier rows' event times are those ``history.plan`` and
 ``semantics.sample.draw`` give the whole history, so the ranges' combined prediction is the
-single-machine one (byte estimates aside: they read the whole schedule's rows).
+single-machine one, byte estimates included (but a join's ``checkpoint_bytes``: null).
 """
 
 from __future__ import annotations
 
 import pickle
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -52,7 +55,7 @@ from semantics.schedule import ADD_INDEX, ARRIVAL_MS, ROW_ID, TICK, VERSION, Sch
 from semantics.spec import BacktestSpec
 
 _CARRIER_TEXT = "~wmbt-carrier"  # (semantics.sample.carrier_value's text markers start so)
-BYTE_COLUMNS = ("state_bytes", "checkpoint_bytes")  # read the whole schedule: left null
+BYTE_COLUMNS = ("state_bytes", "checkpoint_bytes")
 
 
 def not_from_files(spec: BacktestSpec, candidate: str) -> str | None:
@@ -82,6 +85,8 @@ class FileFacts:
     nulls: frozenset[str]  # columns holding a NULL (made nullable, ``history.to_pandas``)
     top: pa.Table  # the row with the greatest event time (the last of equal ones); 0 or 1
     marker: pa.Array  # of the marker column: min and max, or the texts a marker could take
+    # non-null values per text column (where the byte estimates' first text values lie)
+    texts: dict[str, int] = field(default_factory=dict)
 
 
 def _marker_name(spec: BacktestSpec, names: list[str]) -> str:
@@ -112,7 +117,16 @@ def file_facts(spec: BacktestSpec, files: TableFiles, index: int) -> FileFacts:
             present.take(pa.array(range(min(1, len(present))), pa.int64())).combine_chunks()])
     else:  # (any value: carrier_value refuses the type)
         marker = present.take(pa.array(range(min(1, len(present))), pa.int64())).combine_chunks()
-    return FileFacts(files.source, index, t.num_rows, frozenset(null_columns(t)), top, marker)
+    texts = {c: t.num_rows - t.column(c).null_count for c in t.column_names
+             if _textual(t.schema.field(c).type)}
+    return FileFacts(files.source, index, t.num_rows, frozenset(null_columns(t)), top, marker,
+                     texts)
+
+
+def _textual(typ: pa.DataType) -> bool:
+    """Whether pandas holds the column as objects (``state_bytes`` measures their texts)."""
+    return not (pa.types.is_integer(typ) or pa.types.is_floating(typ) or pa.types.is_boolean(typ)
+                or pa.types.is_timestamp(typ) or pa.types.is_decimal(typ))
 
 
 @dataclass(frozen=True)
@@ -294,9 +308,82 @@ def unguarded(blob: bytes) -> object:
     return got[1]
 
 
+def _schedule_order(plan: FilePlan, source: str) -> tuple[np.ndarray, np.ndarray]:
+    """The source's files with rows in schedule order (tick, row id: a file's rows are
+    contiguous in it) and the schedule position each ends at."""
+    has = np.flatnonzero(plan.rows[source] > 0)
+    order = has[np.lexsort((plan.first_id[source][has], plan.tick[source][has]))]
+    return order, np.cumsum(plan.rows[source][order])
+
+
+def read_span(spec: BacktestSpec, files: TableFiles, plan: FilePlan, start: int, stop: int
+              ) -> pd.DataFrame:
+    """The source's schedule rows at positions ``start`` .. ``stop`` (schedule order), read
+    from the files that hold them (:func:`file_rows`), as ``Schedule.rows`` has them."""
+    order, ends = _schedule_order(plan, files.source)
+    begins = ends - plan.rows[files.source][order]
+    want = np.flatnonzero((ends > start) & (begins < stop)) if stop > start else []
+    parts = [file_rows(spec, files, plan, int(order[j])).iloc[
+        max(0, start - int(begins[j])):stop - int(begins[j])] for j in want]
+    if not parts:  # (no row: the columns and types of one file's)
+        parts = [file_rows(spec, files, plan, int(order[0])).iloc[:0]]
+    return pd.concat(parts, ignore_index=True)
+
+
+def _head_length(spec: BacktestSpec, plan: FilePlan, facts: list[FileFacts], source: str,
+                 rows: int) -> int:
+    """How many of the source's first schedule rows hold its first ``rows`` rows and, for
+    the state-bytes estimate (aggregations and deduplications), the first ``TEXT_VALUES``
+    non-null values of every text column (all of a column's values where it has fewer)."""
+    from semantics import state_bytes
+
+    need = rows
+    if spec.query.kind not in ("aggregation", "deduplication"):
+        return need
+    order, ends = _schedule_order(plan, source)
+    at = {f.index: f for f in facts if f.source == source}
+    for c in at[int(order[0])].texts if len(order) else ():
+        cum = np.cumsum([at[int(i)].texts.get(c, 0) for i in order])
+        if cum[-1] >= state_bytes.TEXT_VALUES:
+            need = max(need, int(ends[np.searchsorted(cum, state_bytes.TEXT_VALUES)]))
+        elif cum[-1]:
+            need = max(need, int(ends[np.flatnonzero(np.diff(cum, prepend=0))[-1]]))
+    return need
+
+
+def with_byte_estimates(result: RunResult, spec: BacktestSpec, candidate: str,
+                        files: dict[str, TableFiles], plan: FilePlan, facts: list[FileFacts]
+                        ) -> Prediction:
+    """The combined run with the byte estimates a single-machine prediction reports
+    (``semantics.key_ranges.finish``, which calls what ``predict`` calls), reading on the
+    driver only the rows those estimates read (docs/semantics.md §15.1): the query source's
+    first rows (text columns' first values, the deduplication or session checkpoint sample)
+    and an aggregation's checkpoint sample, by schedule position. A join's
+    ``checkpoint_bytes`` come from its whole run's bookkeeping: left null."""
+    from semantics import checkpoint_bytes as cb
+    from semantics.key_ranges import finish
+
+    q = spec.query
+    if q.kind == "join":
+        return without_byte_estimates(result)
+    s = q.source  # type: ignore[union-attr]
+    has = plan.rows[s] > 0
+    per_tick = np.bincount(plan.tick[s][has], weights=plan.rows[s][has],
+                           minlength=len(plan.schedule.ticks)).astype(np.int64)
+    span = cb.sample_span(spec, per_tick)
+    assert span is not None
+    start, lo, stop = span
+    head = read_span(spec, files[s], plan, 0, _head_length(
+        spec, plan, facts, s, stop if q.kind != "aggregation" else 1))
+    rows = head.iloc[start:stop] if stop <= len(head) else \
+        read_span(spec, files[s], plan, start, stop)
+    sched = replace(plan.schedule, rows={**plan.schedule.rows, s: head})
+    return finish(result, sched, spec, candidate, got=cb.SampleRows(rows, start, lo))
+
+
 def without_byte_estimates(result: RunResult) -> Prediction:
-    """The combined run as a prediction, its byte estimates null (they read the whole
-    schedule's rows, which no machine holds here)."""
+    """The combined run as a prediction, its byte estimates null (a join's checkpoint bytes
+    read its whole run, which no machine holds here)."""
     batches = result.batches.copy()
     for c in BYTE_COLUMNS:
         batches[c] = pd.Series([None] * len(batches), dtype="Int64")
@@ -320,4 +407,5 @@ def predict_files_in_process(spec: BacktestSpec, candidate: str, count: int, *,
                     by_range.setdefault(r, {}).setdefault(s, []).append(df)
     parts = [predict_range(plan.split, rows, spec, candidate)
              for _, rows in sorted(by_range.items())]
-    return without_byte_estimates(combine(parts, plan.split, spec, candidate))
+    return with_byte_estimates(combine(parts, plan.split, spec, candidate), spec, candidate,
+                               files, plan, facts)

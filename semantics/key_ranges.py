@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -40,6 +41,9 @@ from semantics.sample import (
 )
 from semantics.schedule import ROW_ID, TICK, Schedule
 from semantics.spec import BacktestSpec
+
+if TYPE_CHECKING:
+    from semantics.checkpoint_bytes import SampleRows
 
 MASTER_OPTION = "--master"  # (the field an error about splitting names)
 _SPAN = 2 ** 64
@@ -181,11 +185,12 @@ def _empty(split_: Split, spec: BacktestSpec, candidate: str) -> RunResult:
 
 
 def finish(result: RunResult, schedule: Schedule, spec: BacktestSpec, candidate: str, *,
-           checkpoint: bool = True) -> Prediction:
+           checkpoint: bool = True, got: SampleRows | None = None) -> Prediction:
     """The combined run with the byte estimates the single-machine prediction computes from
     the whole schedule and the combined figures (``state_bytes``: not for sessions and joins,
     whose estimate reads each range's distinct state keys, which the report does not carry:
-    left empty)."""
+    left empty). ``got``: the checkpoint sample's rows read from the files, ``schedule`` then
+    holding only the rows before them that the estimates read (``semantics.file_ranges``)."""
     from semantics import checkpoint_bytes, state_bytes
 
     batches = result.batches.copy()
@@ -196,7 +201,7 @@ def finish(result: RunResult, schedule: Schedule, spec: BacktestSpec, candidate:
                                   pd.Series([None] * len(batches), dtype="Int64"))
         if checkpoint:
             batches["checkpoint_bytes"] = checkpoint_bytes.estimate(spec, candidate, schedule,
-                                                                    batches)
+                                                                    batches, got)
     return Prediction(candidate, batches, result.outputs, result.info)
 
 

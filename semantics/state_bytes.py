@@ -70,6 +70,9 @@ MAP_BYTES = 470  # per store and partition, fitted (bench/state_bytes.py)
 # distinct group key besides the key's own UnsafeRow (a long key: 264 + 16 = 280)
 SESSION_INDEX_BYTES = 120
 SESSION_KEY_BYTES = 264
+# a text column's size is the mean of its first non-null values (of the schedule's rows, in
+# order): all that is read of the rows besides their types (docs/semantics.md §15.1)
+TEXT_VALUES = 10_000
 
 
 def _decimal_bytes(precision: int) -> int:
@@ -85,7 +88,7 @@ def _field_bytes(series: pd.Series | None, precision: int | None = None) -> int:
     if series is None:
         return 8
     if pd.api.types.is_object_dtype(series) or pd.api.types.is_string_dtype(series):
-        sample = first_values(series, 10_000).astype(str)
+        sample = first_values(series, TEXT_VALUES).astype(str)
         mean = float(sample.str.len().mean()) if len(sample) else 0.0
         return 8 + int(np.ceil(mean / 8.0) * 8)
     return 8
