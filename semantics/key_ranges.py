@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from semantics.errors import SpecError
+from semantics.operators.columns import concat_rows
 from semantics.predict import Prediction, predict
 from semantics.report import RunResult
 from semantics.sample import (
@@ -36,6 +37,7 @@ from semantics.sample import (
     draw,
     frame_column,
     key_hash,
+    predicted_outputs,
     sample_keys,
     without_carriers,
 )
@@ -139,7 +141,7 @@ def predict_range(split_: Split, rows: Mapping[str, Iterable[pd.DataFrame]],
     part = without_carriers(whole, split_.carrier, replace(split_.carriers, schedule=sched),
                             spec)
     info = {k: v for k, v in part.info.items() if k != "sample"}
-    return RunResult(candidate, part.batches, part.outputs, info)
+    return RunResult(candidate, part.batches, predicted_outputs(part.outputs, spec), info)
 
 
 def combine(parts: list[RunResult], split_: Split, spec: BacktestSpec,
@@ -161,9 +163,10 @@ def combine(parts: list[RunResult], split_: Split, spec: BacktestSpec,
                              "rows did not keep them")
         for c in added:
             out[c] = out[c] + b[c]
-    # (a range without emitted rows may hold columns of another dtype: not concatenated)
+    # (a range without emitted rows holds untyped columns: not concatenated; a float column
+    # numpy in some ranges, nullable in others is nullable, its NaN kept: §15.2)
     emitted = [p.outputs for p in parts if len(p.outputs)] or [parts[0].outputs]
-    outputs = pd.concat(emitted, ignore_index=True)
+    outputs = concat_rows(emitted)
     if len(outputs):
         outputs = outputs.take(np.argsort(outputs["batch_id"].to_numpy(), kind="stable")
                                ).reset_index(drop=True)
