@@ -10,12 +10,15 @@ then, as keys do not interact given the watermarks, the additive figures
 (``semantics.sample.ADDITIVE``, ``input_rows_<source>``, ``output_rows``,
 ``info["late_rows"]``) of the whole run are the sums over the ranges, its emitted rows the
 union, and every other report column (batch ids, ticks, watermarks, operator) is each
-range's, equal in all of them.
+range's, equal in all of them. The emitted rows are typed as the single machine types them
+(§15.2): each range's by ``semantics.sample.predicted_outputs`` once its carrier rows are
+dropped, the ranges joined by ``columns.concat_rows`` (a NaN never made NULL).
 
 Invariants: the ranges partition the key-hash range ``[0, 2^64)`` into ``count`` equal
 intervals, so every key (every row of one key, on every source) is in exactly one range;
 a range's schedule has the full schedule's ticks; the combined outputs are in batch order
-(within a batch, in range order: Spark's order within a batch is not defined either).
+(within a batch, in range order: Spark's order within a batch is not defined either) and have
+the single-machine prediction's dtypes.
 """
 
 from __future__ import annotations
