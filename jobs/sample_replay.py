@@ -11,12 +11,13 @@ sampled replay agree exactly iff the predictor and Spark agree on the whole samp
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from semantics.predict import Prediction, predict
 from semantics.report import RunResult
-from semantics.sample import Sample, without_carriers
+from semantics.sample import Sample, predicted_outputs, without_carriers
 from semantics.spec import BacktestSpec
 
 if TYPE_CHECKING:  # (pyspark is imported by a replay only)
@@ -34,7 +35,8 @@ def predict_sample(sample: Sample, spec: BacktestSpec, candidate: str, carrier: 
     whole = predict(sample.schedule, spec, candidate, explain=explain, count_late=not explain)
     out = without_carriers(whole, carrier, sample, spec)
     assert isinstance(out, Prediction)
-    return out
+    # (typed as the single machine types the sampled keys' rows: docs/semantics.md §15.2)
+    return replace(out, outputs=predicted_outputs(out.outputs, spec))
 
 
 def replay_sample(sample: Sample, spec: BacktestSpec, candidate: str, carrier: Prediction,

@@ -10,12 +10,15 @@ then, as keys do not interact given the watermarks, the additive figures
 (``semantics.sample.ADDITIVE``, ``input_rows_<source>``, ``output_rows``,
 ``info["late_rows"]``) of the whole run are the sums over the ranges, its emitted rows the
 union, and every other report column (batch ids, ticks, watermarks, operator) is each
-range's, equal in all of them.
+range's, equal in all of them. The emitted rows are typed as the single machine types them
+(§15.2): each range's by ``semantics.sample.predicted_outputs`` once its carrier rows are
+dropped, the ranges joined by ``columns.concat_rows`` (a NaN never made NULL).
 
 Invariants: the ranges partition the key-hash range ``[0, 2^64)`` into ``count`` equal
 intervals, so every key (every row of one key, on every source) is in exactly one range;
 a range's schedule has the full schedule's ticks; the combined outputs are in batch order
-(within a batch, in range order: Spark's order within a batch is not defined either).
+(within a batch, in range order: Spark's order within a batch is not defined either) and have
+the single-machine prediction's dtypes.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from semantics.errors import SpecError
+from semantics.operators.columns import concat_rows
 from semantics.predict import Prediction, predict
 from semantics.report import RunResult
 from semantics.sample import (
@@ -36,6 +40,7 @@ from semantics.sample import (
     draw,
     frame_column,
     key_hash,
+    predicted_outputs,
     sample_keys,
     without_carriers,
 )
@@ -139,7 +144,7 @@ def predict_range(split_: Split, rows: Mapping[str, Iterable[pd.DataFrame]],
     part = without_carriers(whole, split_.carrier, replace(split_.carriers, schedule=sched),
                             spec)
     info = {k: v for k, v in part.info.items() if k != "sample"}
-    return RunResult(candidate, part.batches, part.outputs, info)
+    return RunResult(candidate, part.batches, predicted_outputs(part.outputs, spec), info)
 
 
 def combine(parts: list[RunResult], split_: Split, spec: BacktestSpec,
@@ -161,9 +166,10 @@ def combine(parts: list[RunResult], split_: Split, spec: BacktestSpec,
                              "rows did not keep them")
         for c in added:
             out[c] = out[c] + b[c]
-    # (a range without emitted rows may hold columns of another dtype: not concatenated)
+    # (a range without emitted rows holds untyped columns: not concatenated; a float column
+    # numpy in some ranges, nullable in others is nullable, its NaN kept: §15.2)
     emitted = [p.outputs for p in parts if len(p.outputs)] or [parts[0].outputs]
-    outputs = pd.concat(emitted, ignore_index=True)
+    outputs = concat_rows(emitted)
     if len(outputs):
         outputs = outputs.take(np.argsort(outputs["batch_id"].to_numpy(), kind="stable")
                                ).reset_index(drop=True)

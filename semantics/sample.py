@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from semantics.errors import SpecError
+from semantics.operators.columns import floats_by_values
 from semantics.report import RunResult
 from semantics.schedule import ROW_ID, TICK, Schedule
 from semantics.spec import (
@@ -233,6 +234,20 @@ def carrier_outputs(spec: BacktestSpec, sample: Sample, outputs: pd.DataFrame) -
         if n in outputs.columns:
             mask |= (outputs[n] == sample.marker_value).fillna(False).to_numpy(dtype=bool)
     return mask
+
+
+def predicted_outputs(outputs: pd.DataFrame, spec: BacktestSpec) -> pd.DataFrame:
+    """A prediction's emitted rows, carrier rows dropped, typed as the prediction of the
+    history without them types them (docs/semantics.md §15.2): no row left, the untyped frame
+    of a run that emits nothing; an aggregation's or a session's float columns (built from
+    their values, ``columns.to_series``) ``float64`` unless a NULL is left (a carrier key's
+    ``sum`` of NULLs made them nullable). A deduplication's or a join's columns keep their
+    type (the schedule's, with or without the carrier rows: they copy history rows)."""
+    if not len(outputs):
+        return pd.DataFrame(columns=outputs.columns)
+    if isinstance(spec.query, AggregationQuery | SessionQuery):
+        return floats_by_values(outputs)
+    return outputs
 
 
 def without_carriers(result: RunResult, carrier: RunResult, sample: Sample,

@@ -12,6 +12,7 @@ from jobs.sample_replay import carrier_prediction, predict_sample
 from semantics.compare import compare_outputs, compare_reports
 from semantics.errors import SpecError
 from semantics.history import plan
+from semantics.operators.columns import null_mask
 from semantics.predict import predict
 from semantics.sample import check_rate, draw, key_hash
 from semantics.schedule import ROW_ID, TICK
@@ -173,3 +174,30 @@ def test_cli_refuses_a_bad_rate(tmp_path, capsys, rate):
     assert exit_.value.code == 2
     assert "--sample: expected a fraction of the keys above 0 and at most 1" in \
         capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["tumbling", "sliding", "session", "dedup"])
+def test_sampled_rows_are_typed_as_the_full_runs(tmp_path, kind):
+    """The sampled keys' emitted rows (carrier rows dropped) have the single machine's types
+    (docs/semantics.md §15.2), compared strictly (``compare_outputs`` makes floats nullable on
+    both sides: it would not see it): on file_history's seed 7, where a carrier key's window
+    sums NULLs only, an aggregate is ``float64`` unless a sampled row holds a NULL."""
+    from tests.cluster_support import KINDS, file_history
+
+    spec = file_history(tmp_path, kind, 7)
+    full = plan(spec, "c")
+    s = draw(full, spec, 0.5)
+    got = predict_sample(s, spec, "c", carrier_prediction(s, spec, "c"))
+    want = predict(full, spec, "c")
+    part = want.outputs[sampled_keys(want.outputs, ("k",), s)].reset_index(drop=True)
+    assert 0 < len(got.outputs) < len(want.outputs)
+    assert [d.message for d in compare_outputs(got.outputs, part)] == []
+    for c in got.outputs.columns:
+        t = got.outputs[c].dtype
+        if KINDS[kind]["kind"] == "deduplication" or not pd.api.types.is_float_dtype(t):
+            assert t == want.outputs[c].dtype, c
+        else:  # (a result column: nullable only with a NULL, columns.to_series)
+            assert (t == np.float64) == (not null_mask(part[c]).any()), c
+    if kind == "tumbling":  # (the case: a carrier window's sum is NULL)
+        carrier = carrier_prediction(s, spec, "c").outputs
+        assert carrier["s"].isna().any() and got.outputs["s"].dtype == np.float64

@@ -287,3 +287,47 @@ def empty_values(kind: str, tz: str | None = None) -> Values:
     """A zero-length column of ``kind``."""
     dtype = {"float": np.float64, "object": object}.get(kind, np.int64)
     return Values(kind, np.array([], dtype=dtype), None, tz)
+
+
+def floats_by_values(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with each float column typed as :func:`to_series` types a result column from
+    its values: ``float64`` without a NULL, ``Float64`` with one (a NaN stays a NaN). Other
+    columns, and float columns already so typed, are left as they are (no copy).
+
+    >>> f = floats_by_values(pd.DataFrame({"x": nullable_floats(np.array([np.nan, 1.0]))}))
+    >>> str(f["x"].dtype), f["x"].tolist()
+    ('float64', [nan, 1.0])
+    """
+    out = frame
+    for c in frame.columns:
+        s = frame[c]
+        if kind_of(s.dtype) != "float" or isinstance(s.dtype, np.dtype) or s.isna().any():
+            continue
+        if out is frame:
+            out = frame.copy()
+        v = values_of(s)
+        out[c] = pd.Series(v.data, index=s.index, name=c)
+    return out
+
+
+def concat_rows(frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
+    """``pd.concat(frames, ignore_index=True)`` (frames of the same columns) without turning a
+    NaN into NULL: a float column numpy in some frames and nullable in others is joined as a
+    nullable column of every frame's values and NULLs (``pd.concat`` would make the numpy
+    frames' NaN NULL).
+
+    >>> a = pd.DataFrame({"x": [np.nan]})
+    >>> b = pd.DataFrame({"x": nullable_floats(np.array([1.0]), np.array([True]))})
+    >>> concat_rows([a, b])["x"].tolist()
+    [nan, <NA>]
+    """
+    out = pd.concat(frames, ignore_index=True)
+    for c in out.columns:
+        dtypes = {str(f[c].dtype) for f in frames if len(f)}
+        if len(dtypes) < 2 or not all(kind_of(f[c].dtype) == "float" for f in frames if len(f)):
+            continue
+        vals = [values_of(f[c]) for f in frames if len(f)]
+        null = ~np.concatenate([v.valid for v in vals])
+        out[c] = pd.Series(nullable_floats(np.concatenate([v.data for v in vals]), null),
+                           name=c)
+    return out
