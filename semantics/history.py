@@ -78,104 +78,15 @@ def read_arrivals(spec: BacktestSpec, source: str) -> Arrivals:
     """All rows of ``source`` in arrival order, filtered; see :class:`Arrivals` and
     :func:`plan` (which gives them their ``row_id``)."""
     src: SourceSpec = spec.sources[source]
-    loc = table_location(spec, source)
-    path = loc.where  # (a local path or an s3:// URI)
-    field = f"sources.{source}.table"
-    if not loc.remote and not DeltaTable.is_deltatable(str(path)):
-        raise SpecError(spec.path, field, f"a Delta table at {path} (no _delta_log found)")
-    dt = open_table(spec, source)
-    latest = dt.version()
-    lo, hi = src.versions if src.versions is not None else (0, latest)
-    if hi > latest:
-        raise SpecError(spec.path, f"sources.{source}.versions",
-                        f"versions up to the table's latest version {latest} (got {hi})")
-    schema = _normalise(pa.schema(dt.schema().to_arrow()).empty_table()).schema
-    partition_cols = list(dt.metadata().partition_columns)
-    # column mapping (name or id mode): data files and partition values use physical names
-    physical = {f["name"]: f.get("metadata", {}).get("delta.columnMapping.physicalName", f["name"])
-                for f in json.loads(dt.schema().to_json())["fields"]}
-    logical = {p: name for name, p in physical.items() if p != name}
-    history = {h["version"]: h for h in dt.history()}
-    files: list[tuple[int, int, dict]] = []  # (version, commit time, add action)
-    last_ts: int | None = None  # commit time of the last version read
-    for v in range(lo, hi + 1):
-        commit_file = f"_delta_log/{v:020d}.json"
-        commit_text = loc.read_text(commit_file)
-        if commit_text is None:
-            raise DataError(str(path), f"sources.{source}.versions",
-                            f"the commit log of version {v} (removed by log retention?); "
-                            "choose a later first version")
-        ts = int(history.get(v, {}).get("timestamp") or 0)
-        adds = []
-        changes = False  # removes rows (dataChange): DELETE, UPDATE, MERGE, overwrite
-        for line in commit_text.splitlines():
-            action = json.loads(line) if line.strip() else {}
-            if "commitInfo" in action and not ts:
-                ts = int(action["commitInfo"].get("timestamp") or 0)
-            if "add" in action and action["add"].get("dataChange", True):
-                adds.append(action["add"])
-            if "remove" in action and action["remove"].get("dataChange", True):
-                changes = True
-        if not ts:
-            ts = loc.commit_time_fallback(commit_file)
-        # commit times as Delta's history reads them: made increasing (a writer's clock
-        # behind the last one's would otherwise put a later version's rows first)
-        ts = last_ts = ts if last_ts is None or ts > last_ts else last_ts + 1
-        if changes:
-            if src.skip_change_commits:
-                continue  # skipped whole, its rewritten files too (Delta's skipChangeCommits)
-            op = history.get(v, {}).get("operation") or "a change"
-            raise DataError(str(path), f"sources.{source}.skip_change_commits",
-                            f"append-only commits: version {v} ({op}) removes or rewrites rows, "
-                            "where a Delta streaming source stops. Set it to true to skip such "
-                            "commits as the readStream option skipChangeCommits does, or choose "
-                            f"sources.{source}.versions without version {v}")
-        for add in adds:
-            if add.get("deletionVector"):
-                raise DataError(str(path), f"version {v}",
-                                "append-only data files (deletion vectors are not supported)")
-            files.append((v, ts, add))
-
-    def read(file: tuple[int, tuple[int, int, dict]]) -> pa.Table:
-        """One data file's rows, in the table's schema, with their arrival, version and the
-        file's position among the source's add actions."""
-        index, (v, ts, add) = file
-        t = loc.read_parquet(_unquote(add["path"]))
-        if logical:
-            t = t.rename_columns([logical.get(c, c) for c in t.column_names])
-        for pcol in partition_cols:
-            values = add.get("partitionValues") or {}
-            raw = values.get(physical.get(pcol, pcol), values.get(pcol))
-            typ = schema.field(pcol).type
-            arr = pa.array([raw] * t.num_rows, pa.string()).cast(typ)
-            t = t.append_column(pcol, arr)
-        t = _normalise(t)
-        for c in schema.names:  # added to the table after this file was written: NULL
-            if c not in t.column_names:
-                t = t.append_column(schema.field(c), pa.nulls(t.num_rows, schema.field(c).type))
-        t = t.select(schema.names).cast(schema)
-        n = t.num_rows
-        t = t.append_column(ARRIVAL_MS, pa.array(np.full(n, ts, dtype=np.int64)))
-        t = t.append_column(VERSION, pa.array(np.full(n, v, dtype=np.int64)))
-        return t.append_column(ADD_INDEX, pa.array(np.full(n, index, dtype=np.int64)))
-
+    files = table_files(spec, source)
+    path, schema = table_location(spec, source).where, files.schema
     # files in threads (Arrow reads without the GIL), in order
-    tables = map_parts(read, list(enumerate(files)))
+    tables = map_parts(lambda index: _file_rows(spec, files, index), list(range(len(files.path))))
     full_schema = pa.schema([*schema, pa.field(ARRIVAL_MS, pa.int64()),
                              pa.field(VERSION, pa.int64()), pa.field(ADD_INDEX, pa.int64())])
-    table = pa.concat_tables(tables) if tables else full_schema.empty_table()
-    _check_columns(spec, source, path, table)
-    if src.filter:
-        try:  # (on the table's own columns: the filter cannot read the schedule's)
-            mask = predicate.evaluate(src.filter, table.select(schema.names),
-                                      spec.session_time_zone, spec.case_sensitive)
-        except predicate.PredicateError as exc:
-            raise SpecError(spec.path, f"sources.{source}.filter", str(exc)) from None
-        table = table.filter(mask.fill_null(False))
-    _check_event_times(source, path, table, src.event_time)
+    table = _checked(spec, files, pa.concat_tables(tables) if tables
+                     else full_schema.empty_table())
     df = _to_pandas(table)
-    decimals = {f.name: (f.type.precision, f.type.scale) for f in schema
-                if pa.types.is_decimal(f.type)}
     et = src.event_time
     df[et] = df[et].astype("datetime64[us, UTC]")
     if src.arrival_column:
@@ -184,9 +95,7 @@ def read_arrivals(spec: BacktestSpec, source: str) -> Arrivals:
             raise DataError(str(path), f"sources.{source}.arrival",
                             f"no null values in arrival column {col!r}")
         df[ARRIVAL_MS] = df[col].astype("datetime64[ms, UTC]").astype("int64")
-    return Arrivals(df, decimals, np.array([ts for _, ts, _ in files], dtype=np.int64),
-                    np.array([v for v, _, _ in files], dtype=np.int64),
-                    np.array([int(add.get("size") or 0) for _, _, add in files], dtype=np.int64))
+    return Arrivals(df, files.decimals, files.arrival_ms, files.version, files.size)
 
 
 _NULLABLE = {
@@ -487,9 +396,32 @@ def read_file(spec: BacktestSpec, files: TableFiles, index: int) -> pa.Table:
     """Data file ``index`` of ``files``: its rows in the table's schema, with their arrival,
     version and ``add_index``, checked (``read_arrivals``' checks, per file) and filtered by
     the source's filter, as ``read_arrivals`` reads every file."""
-    source, schema = files.source, files.schema
-    loc = table_location(spec, source)
-    t = loc.read_parquet(files.path[index])
+    return _checked(spec, files, _file_rows(spec, files, index))
+
+
+def _checked(spec: BacktestSpec, files: TableFiles, table: pa.Table) -> pa.Table:
+    """Rows read from ``files`` (:func:`_file_rows`, one file or all) checked and filtered
+    by the source's filter: errors name the table and the field."""
+    source, where = files.source, table_location(spec, files.source).where
+    src = spec.sources[source]
+    _check_columns(spec, source, where, table)
+    if src.filter:
+        try:  # (on the table's own columns: the filter cannot read the schedule's)
+            mask = predicate.evaluate(src.filter, table.select(files.schema.names),
+                                      spec.session_time_zone, spec.case_sensitive)
+        except predicate.PredicateError as exc:
+            raise SpecError(spec.path, f"sources.{source}.filter", str(exc)) from None
+        table = table.filter(mask.fill_null(False))
+    _check_event_times(source, where, table, src.event_time)
+    return table
+
+
+def _file_rows(spec: BacktestSpec, files: TableFiles, index: int) -> pa.Table:
+    """Data file ``index`` of ``files`` as read, unchecked and unfiltered: its rows in the
+    table's schema (column mapping undone, partition values as columns, columns added to
+    the table after it was written NULL), with their arrival, version and ``add_index``."""
+    schema = files.schema
+    t = table_location(spec, files.source).read_parquet(files.path[index])
     logical = {p: name for name, p in files.physical.items() if p != name}
     if logical:
         t = t.rename_columns([logical.get(c, c) for c in t.column_names])
@@ -507,16 +439,6 @@ def read_file(spec: BacktestSpec, files: TableFiles, index: int) -> pa.Table:
     for name, value in ((ARRIVAL_MS, files.arrival_ms[index]), (VERSION, files.version[index]),
                         (ADD_INDEX, index)):
         t = t.append_column(name, pa.array(np.full(n, value, dtype=np.int64)))
-    _check_columns(spec, source, loc.where, t)
-    src = spec.sources[source]
-    if src.filter:
-        try:
-            mask = predicate.evaluate(src.filter, t.select(schema.names),
-                                      spec.session_time_zone, spec.case_sensitive)
-        except predicate.PredicateError as exc:
-            raise SpecError(spec.path, f"sources.{source}.filter", str(exc)) from None
-        t = t.filter(mask.fill_null(False))
-    _check_event_times(source, loc.where, t, src.event_time)
     return t
 
 
