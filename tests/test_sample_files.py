@@ -1,0 +1,68 @@
+"""A sampled schedule planned from the Delta log and the files one at a time
+(``semantics.sample_files``) is the one ``semantics.sample.draw`` cuts from the whole history:
+same rows (dtypes, column order), ticks, carrier rows, counts, run id and replay input, on
+random partitioned histories of every splittable kind. No Spark session: the replay input is
+``jobs.feed``'s tick tables."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from jobs.feed import input_arrow_schema, tick_table
+from jobs.results import run_id
+from semantics.history import plan
+from semantics.sample import Sample, draw
+from semantics.sample_files import draw_from_files
+from tests.cluster_support import KINDS, file_history
+
+RATES = (0.3, 0.05, 1.0)
+
+
+def _differences(a: Sample, b: Sample, spec) -> list[str]:
+    out = []
+    for name in ("rate", "marker", "key_columns", "sampled_rows", "carrier_rows",
+                 "total_rows"):
+        if getattr(a, name) != getattr(b, name):
+            out.append(f"{name}: {getattr(a, name)!r} != {getattr(b, name)!r}")
+    if type(a.marker_value) is not type(b.marker_value) or a.marker_value != b.marker_value:
+        out.append(f"marker value {a.marker_value!r} != {b.marker_value!r}")
+    for which in ("schedule", "carriers"):
+        x, y = getattr(a, which), getattr(b, which)
+        for f in ("backtest", "ticks", "event_time", "pace", "batch_by", "data_columns",
+                  "decimals", "restarts", "watermark_ms"):
+            if getattr(x, f) != getattr(y, f):
+                out.append(f"{which}.{f} differs")
+        if list(x.rows) != list(y.rows):
+            out.append(f"{which} sources {list(x.rows)} != {list(y.rows)}")
+        for s in x.rows:
+            p, q = x.rows[s], y.rows.get(s, pd.DataFrame())
+            if list(p.columns) != list(q.columns) or list(p.dtypes) != list(q.dtypes):
+                out.append(f"{which}.{s} columns {dict(p.dtypes)} != {dict(q.dtypes)}")
+            elif not p.equals(q):
+                out.append(f"{which}.{s} rows differ ({len(p)} and {len(q)})")
+    if run_id(spec, "c", a.schedule) != run_id(spec, "c", b.schedule):
+        out.append("run ids differ")
+    schema = input_arrow_schema(spec, a.schedule)
+    if schema != input_arrow_schema(spec, b.schedule):
+        out.append("replay input schemas differ")
+    else:
+        for t in a.schedule.data_ticks:
+            if not tick_table(spec, a.schedule, t, schema).equals(
+                    tick_table(spec, b.schedule, t, schema)):
+                out.append(f"replay input of tick {t} differs")
+    return out
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_sample_from_files_is_the_drawn_sample(tmp_path, kind):
+    found = {}
+    for seed in range(1, 5):
+        spec = file_history(tmp_path / str(seed), kind, seed)
+        full = plan(spec, "c")
+        for rate in RATES:
+            a, b = draw(full, spec, rate), draw_from_files(spec, "c", rate)
+            found[f"{seed}@{rate}"] = _differences(a, b, spec)
+            if rate == 1.0:  # (every row of the history, and then some: not a vacuous test)
+                assert b.sampled_rows == full.total_rows
+    assert found == {k: [] for k in found}
