@@ -66,3 +66,28 @@ def test_sample_from_files_is_the_drawn_sample(tmp_path, kind):
             if rate == 1.0:  # (every row of the history, and then some: not a vacuous test)
                 assert b.sampled_rows == full.total_rows
     assert found == {k: [] for k in found}
+
+
+def test_sampled_prediction_plans_from_the_files(tmp_path, monkeypatch):
+    """``run_backtest(sample=...)`` takes the files' path (``history.plan``, which holds the
+    whole history, is not called) and predicts what the whole history's sample predicts."""
+    from jobs import backtest
+    from jobs.sample_replay import carrier_prediction, predict_sample
+    from semantics.compare import compare_outputs, compare_reports
+
+    spec = file_history(tmp_path / "h", "left_outer", 3)
+    drawn = draw(plan(spec, "c"), spec, 0.4)
+    expected = predict_sample(drawn, spec, "c", carrier_prediction(drawn, spec, "c"),
+                              explain=False)
+
+    def whole(*_a: object, **_k: object) -> None:
+        raise AssertionError("the whole history was planned")
+
+    monkeypatch.setattr(backtest, "plan", whole)
+    got = backtest.run_backtest(spec, "c", actual=False, explain=False, sample=0.4,
+                                results=tmp_path / "results").candidates[0]
+    assert got.run_id == run_id(spec, "c", drawn.schedule)
+    assert got.predicted is not None and 0 < len(got.predicted.outputs)
+    assert [d.message for d in compare_reports(expected.batches, got.predicted.batches)] == []
+    assert [d.message for d in compare_outputs(expected.outputs, got.predicted.outputs)] == []
+    assert got.predicted.info["sample"] == drawn.info()
