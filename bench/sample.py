@@ -3,7 +3,7 @@ of the same history, in one run.
 
     SPARK_LOCAL_IP=127.0.0.1 .venv/bin/python bench/sample.py                     # 2 M events
     SPARK_LOCAL_IP=127.0.0.1 .venv/bin/python bench/sample.py --events 200000 --rate 0.05
-    .venv/bin/python bench/sample.py --delta --events 100000000        # 1 % of 10^8 events
+    .venv/bin/python bench/sample.py --delta --events 100000000 --cluster 2  # 1 % of 10^8
 
 The history is ``bench/state_bytes.py``'s aggregation shape (1-minute windows over 3 000 keys,
 events out of order by up to 10 s, 1 % ten minutes late, 30 s delay; ``batch_by: {rows: n}``,
@@ -20,7 +20,11 @@ planned from the Delta log and the files one at a time (``semantics.sample_files
 ``wmbt backtest --sample`` does), predicted and replayed on ``local[2]``, and compared (every
 batch figure and emitted row) as ``wmbt backtest --sample`` validates it. Extra columns: the
 seconds of each step (plan, predict, replay), and the peak resident MB of this process and of
-its whole tree (the Spark JVM and Python workers with it), sampled every 0.2 s.
+its whole tree (the Spark JVM and Python workers with it), sampled every 0.2 s. With
+``--cluster N`` the whole history is then predicted on a standalone cluster of N one-core
+workers (``wmbt predict --master``, as ``bench/cluster.py --delta``) and its watermarks and
+emitted rows of the sampled keys are compared with the sampled replay's: the sample
+validates that prediction of the whole history.
 """
 
 from __future__ import annotations
@@ -30,11 +34,17 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.smoke import smoke, tiny  # noqa: E402
 from bench.state_bytes import SHAPES, make  # noqa: E402
+
+if TYPE_CHECKING:
+    from semantics.report import RunResult
+    from semantics.sample import Sample
+    from semantics.spec import BacktestSpec
 
 HEADER = (f"{'shape':<12} {'events':>10} {'rate':>5} {'sampled':>8} {'carriers':>8} "
           f"{'full s':>7} {'sample s':>8} {'ratio':>6} {'exact':>5} {'same wm':>7}")
@@ -148,7 +158,7 @@ def delta(args: argparse.Namespace) -> None:
         _against_cluster(spec, s, actual, args.cluster)
 
 
-def _against_cluster(spec, s, actual, workers: int) -> None:  # noqa: ANN001 - bench glue
+def _against_cluster(spec: BacktestSpec, s: Sample, actual: RunResult, workers: int) -> None:
     """The whole history predicted on a standalone cluster (``wmbt predict --master``, the
     executors reading the files): its watermarks and its emitted rows of the sampled keys
     against the sampled replay's."""
