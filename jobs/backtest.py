@@ -18,6 +18,7 @@ from semantics.compare import Difference, compare_outputs, compare_reports, row_
 from semantics.history import plan
 from semantics.pyspark_spec import PySparkQuery
 from semantics.report import RunResult
+from semantics.sample import Sample
 from semantics.schedule import Schedule
 from semantics.spec import BacktestSpec
 
@@ -133,6 +134,7 @@ def run_backtest(spec: BacktestSpec, candidate: str | None = None, *, predict: b
         spec = lowered.spec
     out: list[CandidateResult] = []
     schedules: dict[str, Schedule] = {}
+    samples: dict[str, Sample] = {}  # (by batch_by, planned from the files)
     if predict and actual:  # predicted for the Spark the replay runs on (SPEC.md §1.4)
         from jobs.spark import get_spark
 
@@ -149,22 +151,30 @@ def run_backtest(spec: BacktestSpec, candidate: str | None = None, *, predict: b
                 out.append(_on_executors(spec, pspec, name, store, master, spark, progress))
                 continue  # on this machine: the executors read the files)
         bb = spec.batch_by(name).model_dump_json()
-        if bb not in schedules:
-            t0 = time.perf_counter()
-            schedules[bb] = plan(spec if lowered is None else lowered.schedule_spec, name)
-            s = schedules[bb]
-            progress(f"planned {len(s.ticks)} ticks, {s.total_rows} rows "
-                     f"({time.perf_counter() - t0:.1f}s)")
-            if planned is not None:
-                planned(s)
-        sched = schedules[bb]
         drawn = carrier = None
+        if sample is not None and lowered is None and planned is None \
+                and _sample_from_files(spec, name):  # (docs/semantics.md §11.1: the sample
+            if bb not in samples:  # in memory, never the history)
+                samples[bb] = _draw_from_files(spec, name, sample, progress)
+            drawn = samples[bb]
+            sched = drawn.schedule
+        else:
+            if bb not in schedules:
+                t0 = time.perf_counter()
+                schedules[bb] = plan(spec if lowered is None else lowered.schedule_spec, name)
+                s = schedules[bb]
+                progress(f"planned {len(s.ticks)} ticks, {s.total_rows} rows "
+                         f"({time.perf_counter() - t0:.1f}s)")
+                if planned is not None:
+                    planned(s)
+            sched = schedules[bb]
         if sample is not None:
             from jobs.sample_replay import carrier_prediction
             from semantics.sample import draw
 
-            drawn = draw(sched, spec, sample)
-            sched = drawn.schedule
+            if drawn is None:
+                drawn = draw(sched, spec, sample)
+                sched = drawn.schedule
             carrier = carrier_prediction(drawn, spec, name)
             progress(f"[{name}] sample {sample:g}: {drawn.sampled_rows} of "
                      f"{drawn.total_rows} rows, {drawn.carrier_rows} carrier rows")
@@ -249,6 +259,25 @@ def _on_executors(spec: BacktestSpec, pspec: BacktestSpec, name: str, store: Res
              f"{predicted.info['elapsed_s']:.2f}s")
     store.write(spec, name, cr.run_id, "predicted", predicted)
     return cr
+
+
+def _sample_from_files(spec: BacktestSpec, name: str) -> bool:
+    """Whether ``name``'s sample is planned from the log and the files one at a time
+    (``semantics.sample_files``) rather than cut from the whole history."""
+    from semantics.file_ranges import not_from_files
+
+    return not_from_files(spec, name) is None
+
+
+def _draw_from_files(spec: BacktestSpec, name: str, rate: float, progress: Progress
+                     ) -> Sample:
+    from semantics.sample_files import draw_from_files
+
+    t0 = time.perf_counter()
+    drawn = draw_from_files(spec, name, rate, progress=progress)
+    progress(f"planned {len(drawn.schedule.ticks)} ticks from the files, {drawn.total_rows} "
+             f"rows ({time.perf_counter() - t0:.1f}s)")
+    return drawn
 
 
 def replay_version(spec: BacktestSpec, version: str, master: str | None) -> BacktestSpec:
