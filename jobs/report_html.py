@@ -228,7 +228,7 @@ def sweep_section(result: BacktestResult, folder: Path) -> str:
     ``jobs.sweep.sweep_and_plot``), when it was computed on this spec and data: its plot, and
     for a curve the knee and every point; empty otherwise."""
     from jobs.results import run_id
-    from jobs.sweep import load_record
+    from jobs.sweep import FLAT, load_record
 
     spec = result.spec
     ids = {c.name: c.run_id for c in result.candidates}
@@ -253,7 +253,7 @@ def sweep_section(result: BacktestResult, folder: Path) -> str:
     rows = doc["sweep"]
     knee = next((r for r in rows if r["knee"]), None)
     if knee is None:
-        verdict = "<p>No knee: every delay gives the same prediction.</p>"
+        verdict = f"<p>No knee: {FLAT}.</p>"
     else:
         p95 = "–" if knee["latency_p95_s"] is None else f"{knee['latency_p95_s']:,.0f} s"
         verdict = (f"<p>Knee: <b>{html.escape(knee['delay'])}</b> — input rows late "

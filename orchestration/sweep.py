@@ -17,7 +17,7 @@ from typing import Any
 import dagster as dg
 
 from jobs.report_html import write_report
-from jobs.sweep import sweep_and_plot
+from jobs.sweep import FLAT, sweep_and_plot
 from orchestration.assets import GROUP
 from orchestration.partitions import BACKTESTS
 from orchestration.resources import ResultsStoreResource, SpecsResource
@@ -96,8 +96,8 @@ def sweep_metadata(doc: dict[str, Any]) -> dict[str, Any]:
         "points_table": points_table(rows, None),
     })
     knee = next((r for r in rows if r["knee"]), None)
-    if knee is None:  # (every delay gives the same prediction)
-        meta["knee_delay"] = "none: every delay gives the same prediction"
+    if knee is None:  # (no delay changes the outcome figures)
+        meta["knee_delay"] = f"none: {FLAT}"
         return meta
     meta.update({"knee_delay": knee["delay"], "knee_delay_ms": int(knee["delay_ms"]),
                  "knee_late_rows_fraction": float(knee["late_rows_fraction"]),
