@@ -144,16 +144,14 @@ def run_backtest(spec: BacktestSpec, candidate: str | None = None, *, predict: b
     else:
         pspec = spec
     for name in candidates_of(spec, candidate):
-        if on_cluster and lowered is None:
-            from semantics.file_ranges import not_from_files
-
-            if not_from_files(spec, name) is None:  # (docs/semantics.md §15.1: no history
-                out.append(_on_executors(spec, pspec, name, store, master, spark, progress))
-                continue  # on this machine: the executors read the files)
+        if on_cluster and lowered is None and _from_files(spec, name):
+            # (docs/semantics.md §15.1: no history on this machine: the executors read the files)
+            out.append(_on_executors(spec, pspec, name, store, master, spark, progress))
+            continue
         bb = spec.batch_by(name).model_dump_json()
         drawn = carrier = None
         if sample is not None and lowered is None and planned is None \
-                and _sample_from_files(spec, name):  # (docs/semantics.md §11.1: the sample
+                and _from_files(spec, name):  # (docs/semantics.md §11.1: the sample
             if bb not in samples:  # in memory, never the history)
                 samples[bb] = _draw_from_files(spec, name, sample, progress)
             drawn = samples[bb]
@@ -261,9 +259,10 @@ def _on_executors(spec: BacktestSpec, pspec: BacktestSpec, name: str, store: Res
     return cr
 
 
-def _sample_from_files(spec: BacktestSpec, name: str) -> bool:
-    """Whether ``name``'s sample is planned from the log and the files one at a time
-    (``semantics.sample_files``) rather than cut from the whole history."""
+def _from_files(spec: BacktestSpec, name: str) -> bool:
+    """Whether ``name`` can be planned from the Delta log and the files one at a time (a
+    cluster prediction, ``semantics.file_ranges``; a sample, ``semantics.sample_files``)
+    rather than from the whole history."""
     from semantics.file_ranges import not_from_files
 
     return not_from_files(spec, name) is None
