@@ -79,13 +79,11 @@ def read_arrivals(spec: BacktestSpec, source: str) -> Arrivals:
     :func:`plan` (which gives them their ``row_id``)."""
     src: SourceSpec = spec.sources[source]
     files = table_files(spec, source)
-    path, schema = table_location(spec, source).where, files.schema
+    path = table_location(spec, source).where
     # files in threads (Arrow reads without the GIL), in order
     tables = map_parts(lambda index: _file_rows(spec, files, index), list(range(len(files.path))))
-    full_schema = pa.schema([*schema, pa.field(ARRIVAL_MS, pa.int64()),
-                             pa.field(VERSION, pa.int64()), pa.field(ADD_INDEX, pa.int64())])
     table = _checked(spec, files, pa.concat_tables(tables) if tables
-                     else full_schema.empty_table())
+                     else file_schema(files).empty_table())
     df = _to_pandas(table)
     et = src.event_time
     df[et] = df[et].astype("datetime64[us, UTC]")
@@ -390,6 +388,13 @@ def table_files(spec: BacktestSpec, source: str) -> TableFiles:
         tuple(dict(a.get("partitionValues") or {}) for _, _, a in files),
         schema, tuple(dt.metadata().partition_columns), physical,
         {f.name: (f.type.precision, f.type.scale) for f in schema if pa.types.is_decimal(f.type)})
+
+
+def file_schema(files: TableFiles) -> pa.Schema:
+    """The schema of a file's rows as :func:`read_file` gives them: the table's columns, then
+    the schedule's arrival, version and add index."""
+    return pa.schema([*files.schema, pa.field(ARRIVAL_MS, pa.int64()),
+                      pa.field(VERSION, pa.int64()), pa.field(ADD_INDEX, pa.int64())])
 
 
 def read_file(spec: BacktestSpec, files: TableFiles, index: int) -> pa.Table:

@@ -32,7 +32,7 @@ import pyarrow as pa
 
 from semantics.budget import check_fits
 from semantics.file_ranges import FilePlan, file_facts, list_files, plan_files
-from semantics.history import TableFiles, null_columns, read_file, to_pandas
+from semantics.history import TableFiles, file_schema, null_columns, read_file, to_pandas
 from semantics.sample import Sample, check_rate, frame_column, in_sample, key_hash, sample_keys
 from semantics.schedule import ADD_INDEX, ARRIVAL_MS, ROW_ID, TICK, VERSION
 from semantics.spec import BacktestSpec
@@ -68,7 +68,7 @@ def _frame(spec: BacktestSpec, files: TableFiles, plan: FilePlan, parts: list[Sa
     """The sampled rows of one source in the schedule's layout (``history.plan``'s)."""
     s = files.source
     t = pa.concat_tables([p.rows for p in parts]) if parts else \
-        read_file_schema(files).empty_table()
+        file_schema(files).empty_table()
     df = to_pandas(t, plan.nullable[s], spec.sources[s].event_time)
     ids = np.concatenate([plan.first_id[s][p.index] + p.positions for p in parts]) \
         if parts else np.array([], dtype=np.int64)
@@ -78,13 +78,6 @@ def _frame(spec: BacktestSpec, files: TableFiles, plan: FilePlan, parts: list[Sa
                          ARRIVAL_MS: df[ARRIVAL_MS].to_numpy(), VERSION: df[VERSION].to_numpy(),
                          ADD_INDEX: df[ADD_INDEX].to_numpy(),
                          **{c: df[c]._values for c in files.schema.names}})
-
-
-def read_file_schema(files: TableFiles) -> pa.Schema:
-    """The schema ``history.read_file`` gives a file's rows (the table's, then the
-    schedule's arrival, version and add index)."""
-    return pa.schema([*files.schema, pa.field(ARRIVAL_MS, pa.int64()),
-                      pa.field(VERSION, pa.int64()), pa.field(ADD_INDEX, pa.int64())])
 
 
 def draw_from_files(spec: BacktestSpec, candidate: str, rate: float, *,
