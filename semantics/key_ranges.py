@@ -42,9 +42,10 @@ from semantics.sample import (
     key_hash,
     predicted_outputs,
     sample_keys,
+    with_carriers,
     without_carriers,
 )
-from semantics.schedule import ROW_ID, TICK, Schedule
+from semantics.schedule import Schedule
 from semantics.spec import BacktestSpec
 
 if TYPE_CHECKING:
@@ -129,9 +130,7 @@ def range_schedule(split_: Split, rows: Mapping[str, Iterable[pd.DataFrame]]) ->
     carriers = split_.carriers.carriers
     out: dict[str, pd.DataFrame] = {}
     for s, car in carriers.rows.items():
-        both = pd.concat([*rows.get(s, []), car], ignore_index=True)
-        by = np.lexsort((both[ROW_ID].to_numpy(), both[TICK].to_numpy()))
-        out[s] = both.take(by).reset_index(drop=True)
+        out[s] = with_carriers(list(rows.get(s, [])), car)
     return replace(carriers, rows=out)
 
 

@@ -24,6 +24,7 @@ their row ids.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -176,6 +177,15 @@ def frame_column(frame: pd.DataFrame, name: str) -> str:
     raise KeyError(name)
 
 
+def with_carriers(rows: Sequence[pd.DataFrame], carriers: pd.DataFrame) -> pd.DataFrame:
+    """A source's rows (frames of the schedule's layout, any order) and its carrier rows in
+    the order a schedule holds rows: by tick, then row id (a sample, a key range's
+    schedule)."""
+    both = pd.concat([*rows, carriers], ignore_index=True)
+    by = np.lexsort((both[ROW_ID].to_numpy(), both[TICK].to_numpy()))
+    return both.take(by).reset_index(drop=True)
+
+
 def draw(schedule: Schedule, spec: BacktestSpec, rate: float) -> Sample:
     """The key-hash sample of ``schedule`` at ``rate`` plus one carrier row per data tick and
     source with rows (see the module docstring)."""
@@ -205,9 +215,7 @@ def draw(schedule: Schedule, spec: BacktestSpec, rate: float) -> Sample:
         next_id += len(car)
         car = car.reset_index(drop=True)
         carriers[s] = car
-        both = pd.concat([df[keep], car], ignore_index=True)
-        by = np.lexsort((both[ROW_ID].to_numpy(), both[TICK].to_numpy()))
-        sampled[s] = both.take(by).reset_index(drop=True)
+        sampled[s] = with_carriers([df[keep]], car)
         n_sampled += int(keep.sum())
         n_carriers += len(car)
     return Sample(rate=rate, schedule=replace(schedule, rows=sampled),

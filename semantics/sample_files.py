@@ -33,7 +33,15 @@ import pyarrow as pa
 from semantics.budget import check_fits
 from semantics.file_ranges import FilePlan, file_facts, list_files, plan_files
 from semantics.history import TableFiles, file_schema, null_columns, read_file, to_pandas
-from semantics.sample import Sample, check_rate, frame_column, in_sample, key_hash, sample_keys
+from semantics.sample import (
+    Sample,
+    check_rate,
+    frame_column,
+    in_sample,
+    key_hash,
+    sample_keys,
+    with_carriers,
+)
 from semantics.schedule import ADD_INDEX, ARRIVAL_MS, ROW_ID, TICK, VERSION
 from semantics.spec import BacktestSpec
 
@@ -97,10 +105,7 @@ def draw_from_files(spec: BacktestSpec, candidate: str, rate: float, *,
         parts = [sampled_file(spec, f, i, rate) for i in range(len(f.path)) if plan.rows[s][i]]
         df = _frame(spec, f, plan, [p for p in parts if len(p.positions)])
         n_sampled += len(df)
-        car = carriers.rows[s]
-        both = pd.concat([df, car], ignore_index=True)
-        by = np.lexsort((both[ROW_ID].to_numpy(), both[TICK].to_numpy()))
-        sampled[s] = both.take(by).reset_index(drop=True)
+        sampled[s] = with_carriers([df], carriers.rows[s])
     progress(f"sampled {n_sampled} of {plan.total_rows} rows")
     schedule = replace(carriers, rows=sampled)
     check_fits(spec, schedule)  # (the rows a prediction or a replay expands: the sample's)
