@@ -302,7 +302,7 @@ def retained_bytes(prev: int, prev_length: int, rows: int, removed: int, rewritt
     if prev_length == 0:
         return tables + sampled(rows * whole, rows, length), length
     first = sampled(prev * whole, prev, prev_length)
-    if length == prev_length or max(length, prev_length) <= SAMPLE_ABOVE:
+    if length == prev_length or prev_length <= SAMPLE_ABOVE:
         kept = min(rows, prev - min(removed, prev))  # entries (and key rows) of both versions
         new = rows * NODE_BYTES + (rows - kept) * (key + value) + min(rewritten, kept) * value
         return tables + first + sampled(new, rows, length), length
@@ -371,7 +371,7 @@ def retained(rows: np.ndarray, removed: np.ndarray, updated: np.ndarray, parts: 
     alone = _sampled((n * whole).astype(np.float64), n, length)  # a version counted whole
     first = np.concatenate([np.zeros(1), alone[:-1]])  # (the previous version's)
     kept = np.minimum(n, prev - np.minimum(r, prev))  # entries (and key rows) of both versions
-    shared = (length == prev_length) | (np.maximum(length, prev_length) <= SAMPLE_ABOVE)
+    shared = (length == prev_length) | (prev_length <= SAMPLE_ABOVE)
     new = n * NODE_BYTES + (n - kept) * (key + value) + np.minimum(rewritten, kept) * value
     got = tables + first + np.where(shared, _sampled(new.astype(np.float64), n, length), alone)
     return np.round(parts * (got + MAP_BYTES)).astype(np.int64)
@@ -464,33 +464,66 @@ def _counts(batches: pd.DataFrame, name: str, default: np.ndarray | None = None
     return np.where(np.isnan(v), fill, v).astype(np.int64)
 
 
+def _unvisited(length: np.ndarray) -> np.ndarray:
+    """The share of a map's entries whose rows its own visit did not reach: none when its
+    table (``length`` slots) is visited whole, else those outside the 2 × 100 sampled slots."""
+    big = length > SAMPLE_ABOVE
+    return np.where(big, 1.0 - 2.0 * SAMPLE_SIZE / np.where(big, length, 1), 0.0)
+
+
 def session_retained(spec: BacktestSpec, candidate: str, schedule: Schedule,
                      batches: pd.DataFrame) -> pd.Series:
     """Session windows (§9.2): the session map by :func:`retained` (key = group keys + session
     start, value = the session row), plus its prefix index per retained version
     (``PrefixScannableHDFSBackedStateStoreMap``: group key -> a ``HashSet`` of its session
-    keys, copied per version, so not shared): a map of the version's distinct group keys
-    (``state_keys``) whose slots, nodes, sets and set nodes are sampled like any table, and the
-    group keys' rows."""
+    keys, the sets copied per version, the group keys' rows and the session keys' rows shared).
+
+    SizeEstimator visits the older version first and, in each version, the session map before
+    the index. The index reaches every session's key row through its set: a key row the
+    session map's sample did not visit counts again there (the sampled map counts it scaled,
+    the index once more), in the older version for all its sessions but the sampled ones; in
+    the newer, for the sessions it added, and for those it kept when the older version's
+    visits did not reach them (its session table sampled and its index table of another
+    length). The index map itself (a node, the set, its table and a node per session; the group
+    key's row where not shared the same way) is sampled like any table."""
     q = spec.query
     assert isinstance(q, SessionQuery)
     parts = partitions(spec, candidate)
     _, key, value = layout(spec, schedule)
+    key_row = row_object_bytes(key)
     group = row_object_bytes(_row_bytes(_cols(schedule, q.source, list(q.keys))))
 
     rows, removed, upd = (_counts(batches, c) for c in
                           ("state_rows", "state_rows_removed", "state_rows_updated"))
     keys = _counts(batches, "state_keys", rows)
-    main = retained(rows, removed, upd, parts, row_object_bytes(key), row_object_bytes(value))
-    k, s = keys // parts, rows // parts
-    length = np.where(k > 0, np.maximum(16, _sizes_for(4 * k // 3 + 1)), 0)
-    per_key = NODE_BYTES + SET_BYTES + _set_table(s / np.maximum(k, 1)) + group
-    entries = k * per_key + s * SET_NODE_BYTES
-    version = np.where(length > 0, ARRAY_HEADER_BYTES + SLOT_BYTES * length, 0) + \
-        _sampled(entries.astype(np.float64), k, length)
-    index = version + np.r_[0.0, version[:-1]]  # (the previous version's index)
-    return pd.Series(main + np.round(parts * index).astype(np.int64), index=batches.index,
-                     dtype="Int64")
+    main = retained(rows, removed, upd, parts, key_row, row_object_bytes(value))
+    zero = np.zeros(1, dtype=np.int64)
+    n, r, k = rows // parts, removed // parts, keys // parts
+    prev, prev_k = np.concatenate([zero, n[:-1]]), np.concatenate([zero, k[:-1]])
+    kept = np.minimum(n, prev - np.minimum(r, prev))  # sessions (key rows) of both versions
+    kept_k = np.minimum(k, prev_k)
+    length = table_lengths(prev, n + r)  # the session map's (as retained)
+    prev_length = np.concatenate([zero, length[:-1]])
+    idx = np.where(k > 0, np.maximum(16, _sizes_for(4 * k // 3 + 1)), 0)  # put by put
+    prev_idx = np.concatenate([zero, idx[:-1]])
+
+    def index(groups: np.ndarray, sessions: np.ndarray, slots: np.ndarray,
+              key_rows: np.ndarray, group_rows: np.ndarray) -> np.ndarray:
+        per_key = NODE_BYTES + SET_BYTES + _set_table(sessions / np.maximum(groups, 1))
+        entries = (groups * per_key + sessions * SET_NODE_BYTES + key_rows * key_row
+                   + group_rows * group)
+        return (np.where(slots > 0, ARRAY_HEADER_BYTES + SLOT_BYTES * slots, 0)
+                + _sampled(entries.astype(np.float64), groups, slots))
+
+    older = index(prev_k, prev, prev_idx, prev * _unvisited(prev_length), prev_k)
+    # the newer version's shared rows: reached already by the older version's visits unless
+    # its session table was sampled and its index table differs in length from the newer's
+    reached = (prev_length <= SAMPLE_ABOVE) | (idx == prev_idx) | (prev_idx <= SAMPLE_ABOVE)
+    again = np.where(reached, 0, kept)
+    newer = index(k, n, idx, (n - kept) * _unvisited(length) + again,
+                  k - kept_k + np.where(reached, 0, kept_k))
+    return pd.Series(main + np.round(parts * (older + newer)).astype(np.int64),
+                     index=batches.index, dtype="Int64")
 
 
 def join_retained(spec: BacktestSpec, candidate: str, schedule: Schedule,
