@@ -39,12 +39,9 @@ from semantics.spec import BacktestSpec, DeduplicationQuery  # noqa: E402
 U32 = np.uint32
 C1, C2 = U32(0xCC9E2D51), U32(0x1B873593)
 SEED = 42  # Spark's Murmur3 seed (HashPartitioning and UnsafeRow.hashCode)
-# fixed objects, from the layout (JDK 17, compressed oops) and matched by the exact figure
-# on the 1.28 M-entry run to the byte: the provider's TreeMap of loaded versions and its
-# reversed ordering; per retained version its TreeMap entry, the Long key, the store map, the
-# ConcurrentHashMap and its entry-set view
-TREE_BYTES = 48 + 32
-VERSION_BYTES = 40 + 24 + 16 + 64 + 16
+# fixed objects per partition (the provider's TreeMap, per retained version its map):
+# state_bytes.TREE_BYTES, state_bytes.VERSION_BYTES
+TREE_BYTES, VERSION_BYTES = sb.TREE_BYTES, sb.VERSION_BYTES
 
 
 def _rotl(x: np.ndarray, r: int) -> np.ndarray:

@@ -228,6 +228,17 @@ ARRAY_HEADER_BYTES = 16  # byte[] / Node[]: header 12 + length 4
 SLOT_BYTES = 4  # a table slot (a compressed reference)
 SAMPLE_SIZE = 100  # SizeEstimator.ARRAY_SAMPLE_SIZE: slots drawn per sample (two samples)
 SAMPLE_ABOVE = 400  # SizeEstimator.ARRAY_SIZE_FOR_SAMPLING: longer tables are sampled
+# fixed objects per store and partition, from the layout and Spark's own SizeEstimator on empty
+# maps (docs/state-bytes.md): the provider's TreeMap of loaded versions and its ordering; per
+# retained version its tree entry, the Long key, the store map, the ConcurrentHashMap and its
+# entry-set view (a dedup's figure reproduced to the byte with these, bench/state_bytes_exact.py)
+TREE_BYTES = 48 + 32
+VERSION_BYTES = 40 + 24 + 16 + 64 + 16
+# a session map's more (PrefixScannableHDFSBackedStateStoreMap, SizeEstimator on empty maps): the
+# key schema's fields its prefix-key fields reach (once), and per version the index map, its
+# view and the prefix-key projection with its row writer and buffer
+SESSION_SHARED_BYTES = 176
+SESSION_VERSION_BYTES = 352
 
 
 def row_object_bytes(row: int) -> int:
@@ -348,14 +359,15 @@ def retained(rows: np.ndarray, removed: np.ndarray, updated: np.ndarray, parts: 
     (``rows``, ``removed``, ``updated``: Spark's ``numTotalStateRows``, ``numRemovedStateRows``
     and ``numUpdatedStateRows`` of each batch, the first batch's previous version empty; §9.2):
     the rows split evenly over the ``parts`` partitions, each partition's two retained versions
-    as :func:`retained_bytes` counts them, plus ``MAP_BYTES`` per partition. Pure and
+    as :func:`retained_bytes` counts them, plus the fixed objects per partition
+    (``TREE_BYTES``, ``VERSION_BYTES`` per retained version: one in the first batch). Pure and
     vectorised: the one-pass sweep evaluates it on each delay's batches, a prediction on its
     report, so both give the same figure for the same batches.
 
     >>> # 100 dedup keys [id, ts] on one partition: a table of 256 slots (16 + 4 B each), 100
-    >>> # nodes and key and value rows (32 + 80 + 56 B), the map's 470
+    >>> # nodes and key and value rows (32 + 80 + 56 B), the fixed 80 + 160 per version
     >>> retained(np.array([0, 100]), np.array([0, 0]), np.array([0, 100]), 1, 80, 56).tolist()
-    [470, 18310]
+    [240, 18240]
     """
     n = np.asarray(rows, dtype=np.int64) // parts
     r = np.asarray(removed, dtype=np.int64) // parts
@@ -374,7 +386,8 @@ def retained(rows: np.ndarray, removed: np.ndarray, updated: np.ndarray, parts: 
     shared = (length == prev_length) | (prev_length <= SAMPLE_ABOVE)
     new = n * NODE_BYTES + (n - kept) * (key + value) + np.minimum(rewritten, kept) * value
     got = tables + first + np.where(shared, _sampled(new.astype(np.float64), n, length), alone)
-    return np.round(parts * (got + MAP_BYTES)).astype(np.int64)
+    fixed = TREE_BYTES + VERSION_BYTES * np.where(np.arange(len(n)) == 0, 1, 2)
+    return np.round(parts * (got + fixed)).astype(np.int64)
 
 
 def sampled_estimate(batches: pd.DataFrame, parts: int, key: int, value: int) -> pd.Series:
@@ -522,7 +535,8 @@ def session_retained(spec: BacktestSpec, candidate: str, schedule: Schedule,
     again = np.where(reached, 0, kept)
     newer = index(k, n, idx, (n - kept) * _unvisited(length) + again,
                   k - kept_k + np.where(reached, 0, kept_k))
-    return pd.Series(main + np.round(parts * (older + newer)).astype(np.int64),
+    fixed = SESSION_SHARED_BYTES + SESSION_VERSION_BYTES * np.where(np.arange(len(n)) == 0, 1, 2)
+    return pd.Series(main + np.round(parts * (older + newer + fixed)).astype(np.int64),
                      index=batches.index, dtype="Int64")
 
 
