@@ -501,17 +501,26 @@ def session_retained(spec: BacktestSpec, candidate: str, schedule: Schedule,
     key's row where not shared the same way) is sampled like any table."""
     q = spec.query
     assert isinstance(q, SessionQuery)
-    parts = partitions(spec, candidate)
     _, key, value = layout(spec, schedule)
-    key_row = row_object_bytes(key)
     group = row_object_bytes(_row_bytes(_cols(schedule, q.source, list(q.keys))))
-
     rows, removed, upd = (_counts(batches, c) for c in
                           ("state_rows", "state_rows_removed", "state_rows_updated"))
     keys = _counts(batches, "state_keys", rows)
-    main = retained(rows, removed, upd, parts, key_row, row_object_bytes(value))
+    got = session_tables(rows, removed, upd, keys, partitions(spec, candidate),
+                         row_object_bytes(key), row_object_bytes(value), group)
+    return pd.Series(got, index=batches.index, dtype="Int64")
+
+
+def session_tables(rows: np.ndarray, removed: np.ndarray, updated: np.ndarray,
+                   keys: np.ndarray, parts: int, key_row: int, value_row: int, group: int
+                   ) -> np.ndarray:
+    """:func:`session_retained` (int64) of a session operator's consecutive batches from its
+    counts (``keys``: distinct group keys) and heap row sizes (:func:`row_object_bytes` of the
+    session key, the session row and the group key): pure and vectorised, as :func:`retained`,
+    for a sweep that has the counts of each delay's batches."""
+    main = retained(rows, removed, updated, parts, key_row, value_row)
     zero = np.zeros(1, dtype=np.int64)
-    n, r, k = rows // parts, removed // parts, keys // parts
+    n, r, k = (np.asarray(v, dtype=np.int64) // parts for v in (rows, removed, keys))
     prev, prev_k = np.concatenate([zero, n[:-1]]), np.concatenate([zero, k[:-1]])
     kept = np.minimum(n, prev - np.minimum(r, prev))  # sessions (key rows) of both versions
     kept_k = np.minimum(k, prev_k)
@@ -536,8 +545,7 @@ def session_retained(spec: BacktestSpec, candidate: str, schedule: Schedule,
     newer = index(k, n, idx, (n - kept) * _unvisited(length) + again,
                   k - kept_k + np.where(reached, 0, kept_k))
     fixed = SESSION_SHARED_BYTES + SESSION_VERSION_BYTES * np.where(np.arange(len(n)) == 0, 1, 2)
-    return pd.Series(main + np.round(parts * (older + newer + fixed)).astype(np.int64),
-                     index=batches.index, dtype="Int64")
+    return main + np.round(parts * (older + newer + fixed)).astype(np.int64)
 
 
 def join_retained(spec: BacktestSpec, candidate: str, schedule: Schedule,
