@@ -540,10 +540,11 @@ def session_tables(rows: np.ndarray, removed: np.ndarray, updated: np.ndarray,
     older = index(prev_k, prev, prev_idx, prev * _unvisited(prev_length), prev_k)
     # the newer version's shared rows: reached already by the older version's visits unless
     # its session table was sampled and its index table differs in length from the newer's
-    reached = (prev_length <= SAMPLE_ABOVE) | (idx == prev_idx) | (prev_idx <= SAMPLE_ABOVE)
-    again = np.where(reached, 0, kept)
+    # (the group keys' rows only through the older index)
+    by_index = (idx == prev_idx) | (prev_idx <= SAMPLE_ABOVE)
+    again = np.where(by_index | (prev_length <= SAMPLE_ABOVE), 0, kept)
     newer = index(k, n, idx, (n - kept) * _unvisited(length) + again,
-                  k - kept_k + np.where(reached, 0, kept_k))
+                  k - kept_k + np.where(by_index, 0, kept_k))
     fixed = SESSION_SHARED_BYTES + SESSION_VERSION_BYTES * np.where(np.arange(len(n)) == 0, 1, 2)
     return main + np.round(parts * (older + newer + fixed)).astype(np.int64)
 
