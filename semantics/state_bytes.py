@@ -228,6 +228,17 @@ ARRAY_HEADER_BYTES = 16  # byte[] / Node[]: header 12 + length 4
 SLOT_BYTES = 4  # a table slot (a compressed reference)
 SAMPLE_SIZE = 100  # SizeEstimator.ARRAY_SAMPLE_SIZE: slots drawn per sample (two samples)
 SAMPLE_ABOVE = 400  # SizeEstimator.ARRAY_SIZE_FOR_SAMPLING: longer tables are sampled
+# fixed objects per store and partition, from the layout and Spark's own SizeEstimator on empty
+# maps (docs/state-bytes.md): the provider's TreeMap of loaded versions and its ordering; per
+# retained version its tree entry, the Long key, the store map, the ConcurrentHashMap and its
+# entry-set view (a dedup's figure reproduced to the byte with these, bench/state_bytes_exact.py)
+TREE_BYTES = 48 + 32
+VERSION_BYTES = 40 + 24 + 16 + 64 + 16
+# a session map's more (PrefixScannableHDFSBackedStateStoreMap, SizeEstimator on empty maps): the
+# key schema's fields its prefix-key fields reach (once), and per version the index map, its
+# view and the prefix-key projection with its row writer and buffer
+SESSION_SHARED_BYTES = 176
+SESSION_VERSION_BYTES = 352
 
 
 def row_object_bytes(row: int) -> int:
@@ -302,7 +313,7 @@ def retained_bytes(prev: int, prev_length: int, rows: int, removed: int, rewritt
     if prev_length == 0:
         return tables + sampled(rows * whole, rows, length), length
     first = sampled(prev * whole, prev, prev_length)
-    if length == prev_length or max(length, prev_length) <= SAMPLE_ABOVE:
+    if length == prev_length or prev_length <= SAMPLE_ABOVE:
         kept = min(rows, prev - min(removed, prev))  # entries (and key rows) of both versions
         new = rows * NODE_BYTES + (rows - kept) * (key + value) + min(rewritten, kept) * value
         return tables + first + sampled(new, rows, length), length
@@ -348,14 +359,15 @@ def retained(rows: np.ndarray, removed: np.ndarray, updated: np.ndarray, parts: 
     (``rows``, ``removed``, ``updated``: Spark's ``numTotalStateRows``, ``numRemovedStateRows``
     and ``numUpdatedStateRows`` of each batch, the first batch's previous version empty; §9.2):
     the rows split evenly over the ``parts`` partitions, each partition's two retained versions
-    as :func:`retained_bytes` counts them, plus ``MAP_BYTES`` per partition. Pure and
+    as :func:`retained_bytes` counts them, plus the fixed objects per partition
+    (``TREE_BYTES``, ``VERSION_BYTES`` per retained version: one in the first batch). Pure and
     vectorised: the one-pass sweep evaluates it on each delay's batches, a prediction on its
     report, so both give the same figure for the same batches.
 
     >>> # 100 dedup keys [id, ts] on one partition: a table of 256 slots (16 + 4 B each), 100
-    >>> # nodes and key and value rows (32 + 80 + 56 B), the map's 470
+    >>> # nodes and key and value rows (32 + 80 + 56 B), the fixed 80 + 160 per version
     >>> retained(np.array([0, 100]), np.array([0, 0]), np.array([0, 100]), 1, 80, 56).tolist()
-    [470, 18310]
+    [240, 18240]
     """
     n = np.asarray(rows, dtype=np.int64) // parts
     r = np.asarray(removed, dtype=np.int64) // parts
@@ -371,10 +383,11 @@ def retained(rows: np.ndarray, removed: np.ndarray, updated: np.ndarray, parts: 
     alone = _sampled((n * whole).astype(np.float64), n, length)  # a version counted whole
     first = np.concatenate([np.zeros(1), alone[:-1]])  # (the previous version's)
     kept = np.minimum(n, prev - np.minimum(r, prev))  # entries (and key rows) of both versions
-    shared = (length == prev_length) | (np.maximum(length, prev_length) <= SAMPLE_ABOVE)
+    shared = (length == prev_length) | (prev_length <= SAMPLE_ABOVE)
     new = n * NODE_BYTES + (n - kept) * (key + value) + np.minimum(rewritten, kept) * value
     got = tables + first + np.where(shared, _sampled(new.astype(np.float64), n, length), alone)
-    return np.round(parts * (got + MAP_BYTES)).astype(np.int64)
+    fixed = TREE_BYTES + VERSION_BYTES * np.where(np.arange(len(n)) == 0, 1, 2)
+    return np.round(parts * (got + fixed)).astype(np.int64)
 
 
 def sampled_estimate(batches: pd.DataFrame, parts: int, key: int, value: int) -> pd.Series:
@@ -464,33 +477,76 @@ def _counts(batches: pd.DataFrame, name: str, default: np.ndarray | None = None
     return np.where(np.isnan(v), fill, v).astype(np.int64)
 
 
+def _unvisited(length: np.ndarray) -> np.ndarray:
+    """The share of a map's entries whose rows its own visit did not reach: none when its
+    table (``length`` slots) is visited whole, else those outside the 2 × 100 sampled slots."""
+    big = length > SAMPLE_ABOVE
+    return np.where(big, 1.0 - 2.0 * SAMPLE_SIZE / np.where(big, length, 1), 0.0)
+
+
 def session_retained(spec: BacktestSpec, candidate: str, schedule: Schedule,
                      batches: pd.DataFrame) -> pd.Series:
     """Session windows (§9.2): the session map by :func:`retained` (key = group keys + session
     start, value = the session row), plus its prefix index per retained version
     (``PrefixScannableHDFSBackedStateStoreMap``: group key -> a ``HashSet`` of its session
-    keys, copied per version, so not shared): a map of the version's distinct group keys
-    (``state_keys``) whose slots, nodes, sets and set nodes are sampled like any table, and the
-    group keys' rows."""
+    keys, the sets copied per version, the group keys' rows and the session keys' rows shared).
+
+    SizeEstimator visits the older version first and, in each version, the session map before
+    the index. The index reaches every session's key row through its set: a key row the
+    session map's sample did not visit counts again there (the sampled map counts it scaled,
+    the index once more), in the older version for all its sessions but the sampled ones; in
+    the newer, for the sessions it added, and for those it kept when the older version's
+    visits did not reach them (its session table sampled and its index table of another
+    length). The index map itself (a node, the set, its table and a node per session; the group
+    key's row where not shared the same way) is sampled like any table."""
     q = spec.query
     assert isinstance(q, SessionQuery)
-    parts = partitions(spec, candidate)
     _, key, value = layout(spec, schedule)
     group = row_object_bytes(_row_bytes(_cols(schedule, q.source, list(q.keys))))
-
     rows, removed, upd = (_counts(batches, c) for c in
                           ("state_rows", "state_rows_removed", "state_rows_updated"))
     keys = _counts(batches, "state_keys", rows)
-    main = retained(rows, removed, upd, parts, row_object_bytes(key), row_object_bytes(value))
-    k, s = keys // parts, rows // parts
-    length = np.where(k > 0, np.maximum(16, _sizes_for(4 * k // 3 + 1)), 0)
-    per_key = NODE_BYTES + SET_BYTES + _set_table(s / np.maximum(k, 1)) + group
-    entries = k * per_key + s * SET_NODE_BYTES
-    version = np.where(length > 0, ARRAY_HEADER_BYTES + SLOT_BYTES * length, 0) + \
-        _sampled(entries.astype(np.float64), k, length)
-    index = version + np.r_[0.0, version[:-1]]  # (the previous version's index)
-    return pd.Series(main + np.round(parts * index).astype(np.int64), index=batches.index,
-                     dtype="Int64")
+    got = session_tables(rows, removed, upd, keys, partitions(spec, candidate),
+                         row_object_bytes(key), row_object_bytes(value), group)
+    return pd.Series(got, index=batches.index, dtype="Int64")
+
+
+def session_tables(rows: np.ndarray, removed: np.ndarray, updated: np.ndarray,
+                   keys: np.ndarray, parts: int, key_row: int, value_row: int, group: int
+                   ) -> np.ndarray:
+    """:func:`session_retained` (int64) of a session operator's consecutive batches from its
+    counts (``keys``: distinct group keys) and heap row sizes (:func:`row_object_bytes` of the
+    session key, the session row and the group key): pure and vectorised, as :func:`retained`,
+    for a sweep that has the counts of each delay's batches."""
+    main = retained(rows, removed, updated, parts, key_row, value_row)
+    zero = np.zeros(1, dtype=np.int64)
+    n, r, k = (np.asarray(v, dtype=np.int64) // parts for v in (rows, removed, keys))
+    prev, prev_k = np.concatenate([zero, n[:-1]]), np.concatenate([zero, k[:-1]])
+    kept = np.minimum(n, prev - np.minimum(r, prev))  # sessions (key rows) of both versions
+    kept_k = np.minimum(k, prev_k)
+    length = table_lengths(prev, n + r)  # the session map's (as retained)
+    prev_length = np.concatenate([zero, length[:-1]])
+    idx = np.where(k > 0, np.maximum(16, _sizes_for(4 * k // 3 + 1)), 0)  # put by put
+    prev_idx = np.concatenate([zero, idx[:-1]])
+
+    def index(groups: np.ndarray, sessions: np.ndarray, slots: np.ndarray,
+              key_rows: np.ndarray, group_rows: np.ndarray) -> np.ndarray:
+        per_key = NODE_BYTES + SET_BYTES + _set_table(sessions / np.maximum(groups, 1))
+        entries = (groups * per_key + sessions * SET_NODE_BYTES + key_rows * key_row
+                   + group_rows * group)
+        return (np.where(slots > 0, ARRAY_HEADER_BYTES + SLOT_BYTES * slots, 0)
+                + _sampled(entries.astype(np.float64), groups, slots))
+
+    older = index(prev_k, prev, prev_idx, prev * _unvisited(prev_length), prev_k)
+    # the newer version's shared rows: reached already by the older version's visits unless
+    # its session table was sampled and its index table differs in length from the newer's
+    # (the group keys' rows only through the older index)
+    by_index = (idx == prev_idx) | (prev_idx <= SAMPLE_ABOVE)
+    again = np.where(by_index | (prev_length <= SAMPLE_ABOVE), 0, kept)
+    newer = index(k, n, idx, (n - kept) * _unvisited(length) + again,
+                  k - kept_k + np.where(by_index, 0, kept_k))
+    fixed = SESSION_SHARED_BYTES + SESSION_VERSION_BYTES * np.where(np.arange(len(n)) == 0, 1, 2)
+    return main + np.round(parts * (older + newer + fixed)).astype(np.int64)
 
 
 def join_retained(spec: BacktestSpec, candidate: str, schedule: Schedule,
