@@ -1,15 +1,16 @@
 """A prediction made per key range (semantics/key_ranges.py), in this process and on Spark's
 executors (jobs/predict_cluster.py, ``wmbt predict --master``), equals the single-machine
-prediction on random histories of every splittable kind: the report batch by batch (but
-``state_bytes`` of sessions and joins, not reported), the emitted rows, the late rows.
-The single-machine prediction is itself locked against Spark (tests/test_differential.py).
+prediction on random histories of every splittable kind: the report batch by batch, byte
+estimates included (a session's and a join's too: from the ranges' byte facts,
+``semantics.byte_facts``), the emitted rows, the late rows. The single-machine prediction is
+itself locked against Spark (tests/test_differential.py).
 
 With the executors reading the Delta files (``semantics.file_ranges``,
 ``jobs.predict_cluster.predict_files_on_cluster``) the histories are harder: several data files
 per commit (partitioned tables), NULLs in some files only, a source filter that empties
 whole files, text or integer keys, batches by commits or by files; the answer is the same,
-byte estimates included (but a join's checkpoint bytes), also with the estimates' samples cut
-to a few rows so that the driver reads a stretch of the files."""
+byte estimates included, also with the estimates' samples cut to a few rows so that the driver
+reads a stretch of the files (and a join's sample rows come from several ranges)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ import random
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -37,10 +37,8 @@ from semantics.key_ranges import check_splittable, predict_in_ranges, range_of
 from semantics.predict import Prediction, predict
 from semantics.spec import BacktestSpec, parse_spec
 from tests.cluster_support import (
-    FILES_NOT_REPORTED,
     KINDS,
     differences,
-    file_differences,
     file_history,
     random_spec,
     standalone_cluster,
@@ -66,9 +64,35 @@ def test_key_ranges_equal_the_single_machine_prediction(tmp_path, kind, seed, co
     single = predict(sched, spec, "c", explain=False, count_late=True)
     ranged = predict_in_ranges(sched, spec, "c", count, rows_per_piece=7)
     assert differences(single, ranged, spec) == []
+    _bytes_reported(ranged)
     assert ranged.info["key_ranges"]["ranges"] == count
     if count > 1:  # (the split is real: several ranges predicted)
         assert ranged.info["key_ranges"]["ranges_with_rows"] > 1
+
+
+def _bytes_reported(pred: Prediction, columns: tuple[str, ...] = BYTE_COLUMNS) -> None:
+    """Every batch has the byte estimates (HDFS-backed store: every kind here is modelled),
+    so that their comparison compares figures, not two NULLs."""
+    for c in columns:
+        assert pred.batches[c].notna().all(), c
+
+
+@pytest.mark.parametrize("count", [1, 3, 8])
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_key_ranges_byte_estimates_with_small_samples_and_rocksdb(tmp_path, kind, count,
+                                                                 small_byte_samples):
+    """The byte estimates from the ranges' facts (a session's and a join's state keys, a
+    join's checkpoint records, whose 3-row samples then come from several ranges' first
+    stored rows, merged in arrival order) equal the single machine's, on the HDFS-backed
+    store and on RocksDB with changelogs (its checkpoint bytes; no ``state_bytes``)."""
+    for seed in (1, 2):
+        spec = _with_rocksdb(random_spec(tmp_path / f"{seed}", kind, seed))
+        for cand in ("c", "r"):
+            sched = plan(spec, cand)
+            single = predict(sched, spec, cand, explain=False, count_late=True)
+            ranged = predict_in_ranges(sched, spec, cand, count, rows_per_piece=7)
+            assert differences(single, ranged, spec) == [], (seed, cand)
+            _bytes_reported(ranged, BYTE_COLUMNS if cand == "c" else ("checkpoint_bytes",))
 
 
 def test_a_query_without_a_key_is_refused_naming_master(tmp_path):
@@ -89,6 +113,7 @@ def test_local_master_equals_the_single_machine_prediction(spark, tmp_path, kind
     single = predict(sched, spec, "c", explain=False, count_late=True)
     ranged = predict_on_cluster(sched, spec, "c", spark, ranges=3)
     assert differences(single, ranged, spec) == []
+    _bytes_reported(ranged)
     assert ranged.info["key_ranges"]["ranges_with_rows"] > 1
 
 
@@ -234,24 +259,25 @@ def small_byte_samples(monkeypatch):
 
 def _same_from_files(spec: BacktestSpec, predict_files: Callable[[str], Prediction]) -> None:
     """Both candidates (HDFS-backed, RocksDB with changelogs) predicted from the files equal
-    the single-machine prediction, byte estimates included where that path reports them
-    (all but a session's or a join's ``state_bytes``, a join's ``checkpoint_bytes``), and
-    the estimates read a part of the query source's rows only."""
+    the single-machine prediction, byte estimates included (every kind's; RocksDB's
+    ``state_bytes`` is not modelled), and the estimates read a part of the query source's
+    rows only (a join's: a sample of each side's stored rows)."""
     kind = spec.query.kind
     for cand in ("c", "r"):
         sched = plan(spec, cand)
         single = predict(sched, spec, cand, explain=False, count_late=True)
         ranged = predict_files(cand)
-        assert file_differences(single, ranged, spec) == [], cand
-        reported = [c for c in BYTE_COLUMNS if c not in FILES_NOT_REPORTED.get(kind, ())
-                    and not (cand == "r" and c == "state_bytes")]  # (RocksDB: not modelled)
-        assert reported or kind == "join"
-        for c in reported:
-            assert ranged.batches[c].notna().all(), (cand, c)
+        assert differences(single, ranged, spec) == [], cand
+        _bytes_reported(ranged, BYTE_COLUMNS if cand == "c" else ("checkpoint_bytes",))
         if kind != "join":
             per_tick = sched.rows_per_tick(spec.query.source)
             start, _, stop = checkpoint_bytes.sample_span(spec, per_tick)
             assert stop - start < per_tick.sum()
+        else:
+            assert ranged.byte_facts is not None and ranged.byte_facts.join is not None
+            for side, s in zip(ranged.byte_facts.join.samples, spec.sources, strict=True):
+                assert len(side.row_id) <= checkpoint_bytes.CHECKPOINT_SAMPLE_ROWS < \
+                    len(sched.rows[s]), s
 
 
 @pytest.mark.parametrize("samples", ["whole", "small"])
@@ -266,7 +292,7 @@ def test_ranges_read_file_by_file_equal_the_single_machine_prediction(request, t
     assert ranged.info["key_ranges"]["ranges_with_rows"] > 1
     if samples == "whole":  # (the default samples: every row of these histories)
         single = predict(plan(spec, "c"), spec, "c", explain=False, count_late=True)
-        assert file_differences(single, ranged, spec) == []
+        assert differences(single, ranged, spec) == []
     else:
         _same_from_files(spec, lambda cand: predict_files_in_process(spec, cand, 4,
                                                                      rows_per_piece=5))
@@ -313,9 +339,7 @@ def test_ranges_keep_the_single_machine_output_types(tmp_path, kind, values):
             cut = predict_in_ranges(sched, spec, "c", count, rows_per_piece=5)
             assert differences(single, cut, spec) == [], (seed, count)
             read = predict_files_in_process(spec, "c", count, rows_per_piece=5)
-            # (a copy: file_differences writes the columns it skips into the single's)
-            same = file_differences(replace(single, batches=single.batches.copy()), read, spec)
-            assert same == [], (seed, count)
+            assert differences(single, read, spec) == [], (seed, count)
         if values != "plain" and len(single.outputs):
             got = pd.concat([read.outputs.isna().sum(), single.outputs.isna().sum()], axis=1)
             assert got[0].equals(got[1])  # (as many NULL: no NaN made NULL)
@@ -331,8 +355,7 @@ def test_file_ranges_keep_the_output_types_of_seed_7(tmp_path, kind, seed):
     single = predict(plan(spec, "c"), spec, "c", explain=False, count_late=True)
     for count in (3, 4, 8):
         ranged = predict_files_in_process(spec, "c", count, rows_per_piece=5)
-        assert file_differences(replace(single, batches=single.batches.copy()), ranged,
-                                spec) == [], count
+        assert differences(single, ranged, spec) == [], count
 
 
 def test_a_run_id_planned_from_files_is_the_schedule_s(tmp_path):
