@@ -103,6 +103,30 @@ def test_a_query_without_a_key_is_refused_naming_master(tmp_path):
         check_splittable(spec)
 
 
+@pytest.mark.parametrize("source", ["history", "files"])
+def test_a_join_s_sample_rows_are_its_first_stored_rows_of_every_range(tmp_path, source,
+                                                                       small_byte_samples):
+    """One row per commit, each of its own key, the sides' commits interleaved: every range's
+    run stores a carrier row in its first batch, before the range's next row; the 3-row
+    samples of the whole run are then rows of three ranges (the carrier rows are no part of
+    them: they are not the history's), and the ranges' checkpoint bytes equal the single
+    machine's, the executors reading the files or not."""
+    commits = [(s, [{"k": c, "ts": 100 + 2 * c + (s == "b")}]) for c in range(8)
+               for s in ("a", "b")]
+    spec = _with_rocksdb(make_spec(tmp_path, commits, KINDS["left_outer"],
+                                   {"a": "5 seconds", "b": "5 seconds"}))
+    for cand in ("c", "r"):
+        sched = plan(spec, cand)
+        single = predict(sched, spec, cand, explain=False, count_late=True)
+        ranged = predict_in_ranges(sched, spec, cand, 8) if source == "history" else \
+            predict_files_in_process(spec, cand, 8)
+        assert differences(single, ranged, spec) == [], cand
+        _bytes_reported(ranged, BYTE_COLUMNS if cand == "c" else ("checkpoint_bytes",))
+        assert ranged.byte_facts is not None and ranged.byte_facts.join is not None
+        left = ranged.byte_facts.join.samples[0]
+        assert left.row_id.tolist() == sched.rows["a"]["row_id"].tolist()[:3]
+
+
 @pytest.mark.spark
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_local_master_equals_the_single_machine_prediction(spark, tmp_path, kind):
@@ -413,25 +437,30 @@ def test_a_bad_file_read_on_an_executor_is_refused_naming_it(spark, tmp_path, ca
 @pytest.mark.parametrize("query", [
     {**KINDS["tumbling"], "keys": ["k", "name"], "aggregates": {"n": "count(*)",
                                                                "m": "max(name)"}},
-    {**KINDS["dedup_within"], "keys": ["name"]}])
+    {**KINDS["dedup_within"], "keys": ["name"]},
+    {**KINDS["session"], "keys": ["name"]},
+    KINDS["inner"]])
 def test_byte_estimates_read_text_columns_first_values_from_the_files(
         tmp_path, query, small_byte_samples):
     """A text column NULL in the first commit and in one of the second's files, its values
     longer commit after commit: its size (the mean of its first 3 values, docs/semantics.md
     §9.2) is that of the second commit's other file, which the driver must read, and of no
-    file before or after it."""
+    file before or after it (a join: on both sides, the text a data column of their rows)."""
+    sides = ["a", "b"] if query["kind"] == "join" else ["a"]
     for c in range(5):
         for p in (0, 1):
             name = None if c == 0 or (c == 1 and p == 0) else "n" * (3 + 9 * c + p)
-            write_deltalake(str(tmp_path / "a"), pa.table({
-                "k": pa.array(["k" * (1 + 7 * c)] * 4, pa.string()),
-                "name": pa.array([name] * 4, pa.string()),
-                "ts": pa.array([pd.Timestamp((100 + 10 * c + i) * 1_000_000, unit="us",
-                                             tz="UTC") for i in range(4)],
-                               pa.timestamp("us", tz="UTC")),
-                "p": pa.array([p] * 4, pa.int64())}), mode="append", partition_by=["p"])
+            for s in sides:
+                write_deltalake(str(tmp_path / s), pa.table({
+                    "k": pa.array(["k" * (1 + 7 * c)] * 4, pa.string()),
+                    "name": pa.array([name] * 4, pa.string()),
+                    "ts": pa.array([pd.Timestamp((100 + 10 * c + i) * 1_000_000, unit="us",
+                                                 tz="UTC") for i in range(4)],
+                                   pa.timestamp("us", tz="UTC")),
+                    "p": pa.array([p] * 4, pa.int64())}), mode="append", partition_by=["p"])
     spec = _with_rocksdb(parse_spec({
-        "name": "t", "sources": {"a": {"table": str(tmp_path / "a"), "event_time": "ts"}},
+        "name": "t", "sources": {s: {"table": str(tmp_path / s), "event_time": "ts"}
+                                 for s in sides},
         "query": query, "replay": {"batch_by": {"commits": 1}},
-        "candidates": {"c": {"watermark": {"a": "5 seconds"}}}}))
+        "candidates": {"c": {"watermark": {s: "5 seconds" for s in sides}}}}))
     _same_from_files(spec, lambda cand: predict_files_in_process(spec, cand, 3))
