@@ -50,6 +50,21 @@ class ByteFacts:
         return ByteFacts(keys, join)
 
 
+def join_records(spec: BacktestSpec, candidate: str, schedule: Schedule,
+                 skip: np.ndarray | None = None) -> JoinRecords | None:
+    """A join's checkpoint records of ``schedule``'s run (``checkpoint_join.records``, the
+    sample rows not those of ``skip``), or ``None`` where its checkpoint bytes are not
+    modelled (another kind, RocksDB without changelogs, a profile of another layout): the
+    join is not run again for nothing."""
+    from semantics.checkpoint_join import records
+    from semantics.config import resolve
+
+    if (not isinstance(spec.query, JoinQuery) or cb.store_encoding(spec, candidate) is None
+            or resolve(spec, candidate).profile.checkpoint_layout_unmodelled):
+        return None
+    return records(spec, candidate, schedule, skip=skip)
+
+
 def of_run(engine_batches: pd.DataFrame, join: JoinRecords | None = None) -> ByteFacts:
     """The facts of an engine run (its report, which carries ``state_keys``)."""
     keys = None

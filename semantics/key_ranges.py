@@ -31,7 +31,6 @@ import numpy as np
 import pandas as pd
 
 from semantics import byte_facts
-from semantics.checkpoint_join import records as join_records
 from semantics.errors import SpecError
 from semantics.operators.columns import concat_rows
 from semantics.predict import Prediction, predict
@@ -117,8 +116,8 @@ def _with_join_records(got: Prediction, schedule: Schedule, spec: BacktestSpec,
     """``got`` (a run of ``schedule``, its checkpoint bytes not asked) with a join's
     checkpoint records in its byte facts, the sample rows not those of ``skip``."""
     facts = got.byte_facts or byte_facts.ByteFacts()
-    if spec.query.kind == "join" and len(got.batches):
-        facts = replace(facts, join=join_records(spec, candidate, schedule, skip=skip))
+    if len(got.batches):
+        facts = replace(facts, join=byte_facts.join_records(spec, candidate, schedule, skip))
     return replace(got, byte_facts=facts)
 
 

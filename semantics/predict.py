@@ -24,7 +24,6 @@ import pandas as pd
 
 from semantics import byte_facts, engine, restarts
 from semantics.byte_facts import ByteFacts
-from semantics.checkpoint_join import records as join_records
 from semantics.column_names import output_names
 from semantics.config import resolve
 from semantics.operators import fates as F
@@ -141,8 +140,8 @@ def predict(schedule: Schedule, spec: BacktestSpec, candidate: str, *,
     batches = res.batches.reindex(columns=report_columns(spec))
     # (the estimates read the run's facts, as a prediction in key ranges reads its ranges')
     ask = checkpoint and batches["checkpoint_bytes"].isna().all() and len(batches) > 0
-    facts = byte_facts.of_run(res.batches, join_records(spec, candidate, schedule)
-                              if ask and spec.query.kind == "join" else None)
+    facts = byte_facts.of_run(res.batches, byte_facts.join_records(spec, candidate, schedule)
+                              if ask else None)
     if batches["state_bytes"].isna().all() and len(batches):
         batches["state_bytes"] = byte_facts.state_bytes(spec, candidate, schedule, batches,
                                                         facts)
