@@ -12,7 +12,10 @@ then, as keys do not interact given the watermarks, the additive figures
 union, and every other report column (batch ids, ticks, watermarks, operator) is each
 range's, equal in all of them. The emitted rows are typed as the single machine types them
 (§15.2): each range's by ``semantics.sample.predicted_outputs`` once its carrier rows are
-dropped, the ranges joined by ``columns.concat_rows`` (a NaN never made NULL).
+dropped, the ranges joined by ``columns.concat_rows`` (a NaN never made NULL). The byte
+estimates (:func:`finish`) read the ranges' byte facts (``semantics.byte_facts``: per-key
+figures the report lacks, the carrier keys' taken out of each range), summed: the whole
+run's facts, so every kind's estimates are the single machine's.
 
 Invariants: the ranges partition the key-hash range ``[0, 2^64)`` into ``count`` equal
 intervals, so every key (every row of one key, on every source) is in exactly one range;
@@ -208,10 +211,9 @@ def combine(parts: list[RunResult], split_: Split, spec: BacktestSpec,
     info["key_ranges"] = {"ranges": split_.count, "ranges_with_rows": len(parts),
                           "carrier_rows": split_.carriers.carrier_rows,
                           "keys": list(split_.carriers.key_columns)}
-    facts = [p.byte_facts for p in parts if isinstance(p, Prediction)]
-    return Prediction(candidate, out, outputs, info, byte_facts=byte_facts.combined(
-        [f for f in facts if f is not None]) if len(facts) == len(parts) and all(
-            f is not None for f in facts) else None)
+    known = [p.byte_facts for p in parts if isinstance(p, Prediction) and p.byte_facts]
+    return Prediction(candidate, out, outputs, info, byte_facts=byte_facts.combined(known)
+                      if len(known) == len(parts) else None)
 
 
 def _empty(split_: Split, spec: BacktestSpec, candidate: str) -> Prediction:
@@ -228,15 +230,13 @@ def finish(result: RunResult, schedule: Schedule, spec: BacktestSpec, candidate:
     rows read from the files, ``schedule`` then holding only the rows that the estimates
     read (``semantics.file_ranges``)."""
     batches = result.batches.copy()
-    facts = result.byte_facts if isinstance(result, Prediction) else None
-    if facts is None:  # (what needs no fact of the run: the report and the schedule do)
-        facts = byte_facts.ByteFacts()
-        keyed = spec.query.kind in ("session", "join")
-    else:
-        keyed = False
-    none = pd.Series([None] * len(batches), index=batches.index, dtype="Int64")
+    known = result.byte_facts if isinstance(result, Prediction) else None
+    # (without facts, what reads none: an aggregation's or a deduplication's estimates)
+    facts = known or byte_facts.ByteFacts()
     if len(batches):
-        batches["state_bytes"] = none if keyed else \
+        batches["state_bytes"] = \
+            pd.Series([None] * len(batches), index=batches.index, dtype="Int64") \
+            if known is None and spec.query.kind in ("session", "join") else \
             byte_facts.state_bytes(spec, candidate, schedule, batches, facts)
         if checkpoint:
             batches["checkpoint_bytes"] = byte_facts.checkpoint_bytes(
