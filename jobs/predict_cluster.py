@@ -51,7 +51,7 @@ from semantics.schedule import Schedule
 from semantics.spec import BacktestSpec
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame, Row, SparkSession
 
 PIECE_ROWS = 1 << 16  # rows of one pickled piece (a Spark row: well under any message cap)
 _PACKAGE = Path(__file__).resolve().parent.parent / "semantics"
@@ -110,25 +110,32 @@ def run_on_spark(spark: SparkSession, split_: Split,
             s, df = pickle.loads(blob)
             rows.setdefault(s, []).append(df)
         part = predict_range(split_, rows, spec, candidate)
-        blob = pickle.dumps((part.batches, part.outputs, part.info), protocol=5)
+        blob = pickle.dumps((part.batches, part.outputs, part.info, part.byte_facts),
+                            protocol=5)
         return pd.DataFrame({"range": [int(frame["range"].iloc[0])], "part": [blob]})
 
     spark.conf.set("spark.sql.execution.arrow.pyspark.enabled", "true")
     df = spark.createDataFrame(table, schema="range int, piece binary")
     got = (df.repartition(split_.count, "range").groupBy("range")
            .applyInPandas(one_range, schema="range int, part binary").collect())
-    parts = []
+    return _parts(got, candidate)
+
+
+def _parts(got: list[Row], candidate: str) -> list[RunResult]:
+    """The ranges' predictions the tasks pickled (report, emitted rows, info, byte facts),
+    in range order."""
+    parts: list[RunResult] = []
     for row in sorted(got, key=lambda r: r["range"]):
-        batches, outputs, info = pickle.loads(row["part"])
-        parts.append(RunResult(candidate, batches, outputs, info))
+        batches, outputs, info, facts = pickle.loads(row["part"])
+        parts.append(Prediction(candidate, batches, outputs, info, byte_facts=facts))
     return parts
 
 
 def predict_on_cluster(schedule: Schedule, spec: BacktestSpec, candidate: str,
                        spark: SparkSession, *, ranges: int | None = None) -> Prediction:
     """``schedule`` predicted for ``candidate`` in key ranges on ``spark``'s executors: the
-    single-machine prediction's batches and emitted rows (without fates; ``state_bytes``
-    empty for sessions and joins, ``semantics.key_ranges.finish``)."""
+    single-machine prediction's batches, emitted rows and byte estimates (without fates;
+    ``semantics.key_ranges.finish``)."""
     count = ranges or ranges_for(spark, schedule.total_rows)
     out = predict_in_ranges(schedule, spec, candidate, count, rows_per_piece=PIECE_ROWS,
                             run=lambda sp, by: run_on_spark(spark, sp, by, spec, candidate))
@@ -158,7 +165,7 @@ def predict_files_on_cluster(spec: BacktestSpec, candidate: str, spark: SparkSes
                              ) -> tuple[Prediction, FilePlan]:
     """``candidate`` predicted in key ranges on ``spark``'s executors, the Delta files read
     there (module docstring): the single-machine prediction's batches and emitted rows, byte
-    estimates included (a join's ``checkpoint_bytes`` null). Also the plan (its
+    estimates included. Also the plan (its
     ``schedule``: the carrier rows on the full ticks)."""
     from semantics.key_ranges import check_splittable, combine
 
@@ -200,18 +207,15 @@ def predict_files_on_cluster(spec: BacktestSpec, candidate: str, spark: SparkSes
         del frame
         part = predict_range(split_, by, spec, candidate)
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-        blob = pickle.dumps((part.batches, part.outputs, {**part.info, "peak_rss": peak}),
-                            protocol=5)
+        blob = pickle.dumps((part.batches, part.outputs, {**part.info, "peak_rss": peak},
+                             part.byte_facts), protocol=5)
         return pd.DataFrame({"range": [r], "part": [blob]})
 
     pieces = _files_frame(spark, files, lambda s, i: bool(fplan.rows[s][i])).mapInPandas(
         cut_files, schema="range int, piece binary")
     done = (pieces.repartition(count, "range").groupBy("range")
             .applyInPandas(one_range, schema="range int, part binary").collect())
-    parts = []
-    for row in sorted(done, key=lambda r: r["range"]):
-        batches, outputs, info = pickle.loads(row["part"])
-        parts.append(RunResult(candidate, batches, outputs, info))
+    parts = _parts(done, candidate)
     peaks = [int(p.info.pop("peak_rss", 0)) for p in parts]
     out = with_byte_estimates(combine(parts, split_, spec, candidate), spec, candidate, files,
                               fplan, found)  # type: ignore[arg-type]

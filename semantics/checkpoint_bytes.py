@@ -46,6 +46,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -64,6 +65,9 @@ from semantics.spec import (
 )
 from semantics.tuning import CHECKPOINT_HISTORY_ROWS as HISTORY_ROWS
 from semantics.tuning import CHECKPOINT_SAMPLE_ROWS
+
+if TYPE_CHECKING:
+    from semantics.checkpoint_join import JoinRecords
 
 BLOCK = 32 * 1024  # spark.io.compression.lz4.blockSize (Spark's default)
 BLOCK_HEADER = 21  # "LZ4Block" + token + compressed length + raw length + xxhash32
@@ -771,7 +775,8 @@ def split(n: int, parts: int) -> list[int]:
 
 
 def estimate(spec: BacktestSpec, candidate: str, schedule: Schedule,
-             batches: pd.DataFrame, got: SampleRows | None = None) -> pd.Series:
+             batches: pd.DataFrame, got: SampleRows | None = None,
+             join: JoinRecords | None = None) -> pd.Series:
     """Predicted ``checkpoint_bytes`` after each batch of the report ``batches`` (cumulated
     delta or changelog files of every partition, plus the fixed files), or all ``None`` where
     not modelled (RocksDB without changelogs, left semi joins, several
@@ -781,7 +786,9 @@ def estimate(spec: BacktestSpec, candidate: str, schedule: Schedule,
     Of ``schedule``'s rows this reads the column types and the sample's rows
     (:func:`sample_span`) only, so ``got`` (those rows, read elsewhere) and a schedule of
     other rows of the same types give the same figures (docs/semantics.md §15.1); but a
-    join's records come from its whole run (``checkpoint_join``): ValueError with ``got``."""
+    join's records come from its whole run (``checkpoint_join``): ValueError with ``got``.
+    ``join``: those records, gathered already (``semantics.byte_facts``; then ``schedule``
+    need hold only the rows of their samples), else they are taken from ``schedule``'s run."""
     none = pd.Series([None] * len(batches), index=batches.index, dtype="Int64")
     enc = store_encoding(spec, candidate)
     if not len(batches) or enc is None:
@@ -794,8 +801,10 @@ def estimate(spec: BacktestSpec, candidate: str, schedule: Schedule,
         if got is not None:
             raise ValueError("a join's checkpoint bytes read the whole schedule")
         from semantics import checkpoint_join  # (it builds on this module)
-        got = checkpoint_join.estimate(spec, candidate, schedule, len(batches), enc=enc)
-        return none if got is None else pd.Series(got.astype("int64"), index=batches.index
+        rec = join if join is not None else checkpoint_join.records(spec, candidate, schedule)
+        per = None if rec is None else checkpoint_join.estimate_from(
+            spec, candidate, schedule, rec, len(batches), enc=enc)
+        return none if per is None else pd.Series(per.astype("int64"), index=batches.index
                                                   ).astype("Int64")
     sample = sample_records(spec, candidate, schedule, enc=enc, got=got)
     fixed = fixed_bytes(spec, candidate, schedule)

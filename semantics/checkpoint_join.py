@@ -39,9 +39,10 @@ from __future__ import annotations
 import json
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
+import pandas as pd
 
 from semantics import checkpoint_bytes as cb
 from semantics.config import resolve
@@ -49,7 +50,6 @@ from semantics.engine import plan_batches
 from semantics.operators.join import JoinOperator
 from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import BacktestSpec, JoinQuery
-from semantics.tuning import CHECKPOINT_SAMPLE_ROWS
 from semantics.whole_run.join import Admitted, join_at_once
 
 SIDES = ("left", "right")
@@ -70,6 +70,15 @@ class StoreOps:
     echoes: np.ndarray
     flagged: np.ndarray
     keyed: np.ndarray | None = None  # count store: the puts of eviction, one per key
+
+    def plus(self, other: StoreOps, sign: int = 1) -> StoreOps:
+        """Both stores' records per batch added (``sign`` -1: ``other``'s taken out): every
+        count is a sum over keys, so the records of disjoint keys add up."""
+        def add(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
+            return None if a is None or b is None else a + sign * b
+
+        return StoreOps(**{f.name: add(getattr(self, f.name), getattr(other, f.name))
+                           for f in fields(self)})
 
 
 @dataclass(frozen=True)
@@ -355,13 +364,101 @@ def _ops(n_b: int, left: SideFacts, right: SideFacts, lkey: bool, rkey: bool
     return out
 
 
+@dataclass(frozen=True)
+class SideSample:
+    """A side's first stored rows in arrival order (batch, then row id), the rows its
+    records are sampled from: row id, batch stored, index as appended (:func:`append_index`)
+    and whether stored ``matched``. Each is a fact of the row's key alone (the index counts
+    the key's rows), so the first rows of a key range's run are the whole run's rows of its
+    keys, with the same facts."""
+
+    row_id: np.ndarray
+    b: np.ndarray
+    index: np.ndarray
+    start: np.ndarray
+
+    @staticmethod
+    def first_of(parts: Sequence[SideSample], rows: int) -> SideSample:
+        """The first ``rows`` rows of ``parts`` (of disjoint keys), in arrival order."""
+        cols = [np.concatenate([getattr(p, f.name) for p in parts]) if parts
+                else np.zeros(0, dtype=np.int64) for f in fields(SideSample)]
+        order = np.lexsort((cols[0], cols[1]))[:rows]
+        return SideSample(*(c[order] for c in cols))
+
+
+@dataclass(frozen=True)
+class JoinRecords:
+    """What a join's checkpoint bytes read of its run (docs/semantics.md §9.1, §15): the
+    records per batch of each store (:data:`STORES`) and each side's :class:`SideSample`.
+    Every figure is a sum over keys or a key's own, so the records of a run in key ranges are
+    the sums of the ranges' (:meth:`plus`; the carrier keys' taken out, :meth:`minus`) and
+    its sample their first rows (:func:`combined`)."""
+
+    n_b: int
+    ops: dict[str, StoreOps]
+    samples: tuple[SideSample, SideSample]
+
+    def minus(self, other: JoinRecords) -> JoinRecords:
+        """These records without ``other``'s (the carrier keys' run: no row in the sample)."""
+        if other.n_b != self.n_b:
+            raise ValueError("two join runs of different batches")
+        return JoinRecords(self.n_b, {k: o.plus(other.ops[k], -1) for k, o in self.ops.items()},
+                           self.samples)
+
+
+def combined(parts: Sequence[JoinRecords], rows: int | None = None) -> JoinRecords:
+    """The records of the run of every part's keys (disjoint): the records per batch summed,
+    each side's first ``rows`` sample rows (``checkpoint_bytes.CHECKPOINT_SAMPLE_ROWS``)."""
+    rows = cb.CHECKPOINT_SAMPLE_ROWS if rows is None else rows
+    if len({p.n_b for p in parts}) != 1:
+        raise ValueError("join runs of different batches (or none) combined")
+    ops = dict(parts[0].ops)
+    for p in parts[1:]:
+        ops = {k: o.plus(p.ops[k]) for k, o in ops.items()}
+    samples = tuple(SideSample.first_of([p.samples[i] for p in parts], rows) for i in (0, 1))
+    return JoinRecords(parts[0].n_b, ops, (samples[0], samples[1]))
+
+
+def records(spec: BacktestSpec, candidate: str, schedule: Schedule, rows: int | None = None,
+            skip: np.ndarray | None = None) -> JoinRecords | None:
+    """The run's :class:`JoinRecords` (``None`` where :func:`join_facts` is), each side's
+    sample its first ``rows`` stored rows (``checkpoint_bytes.CHECKPOINT_SAMPLE_ROWS``) but
+    those whose row id is in ``skip`` (a key range's carrier rows)."""
+    got = join_facts(spec, candidate, schedule)
+    if got is None:
+        return None
+    q = spec.query
+    assert isinstance(q, JoinQuery)
+    rows = cb.CHECKPOINT_SAMPLE_ROWS if rows is None else rows
+    n_b = got[0]
+    samples = tuple(_first_rows(f, n_b, rows, schedule.rows[source][ROW_ID].to_numpy(), skip)
+                    for f, source in ((got[1], q.left), (got[2], q.right)))
+    return JoinRecords(n_b, _ops(*got), (samples[0], samples[1]))
+
+
+def _first_rows(f: SideFacts, n_b: int, rows: int, ids: np.ndarray,
+                skip: np.ndarray | None) -> SideSample:
+    """The side's first ``rows`` stored rows not in ``skip`` (their indexes from the rows
+    stored up to the last one's batch, ``skip``'s included: other keys, they count for none
+    of them)."""
+    assert f.pos is not None and f.start is not None
+    row_id = ids[f.pos]
+    kept = np.flatnonzero(~np.isin(row_id, skip)) if skip is not None and len(skip) \
+        else np.arange(len(row_id))
+    kept = kept[:rows]
+    index = append_index(f, n_b, int(kept[-1]) + 1 if len(kept) else 0)[kept]
+    return SideSample(row_id[kept].astype(np.int64), f.b[kept].astype(np.int64),
+                      index.astype(np.int64), f.start[kept])
+
+
 # --- the records' bytes: a sample of each store's keys and values ---
-def _side_sample(spec: BacktestSpec, schedule: Schedule, source: str, facts: SideFacts,
-                 n_b: int, rows: int, parts: int, enc: cb.Encoding = cb.HDFS
+def _side_sample(spec: BacktestSpec, schedule: Schedule, source: str, sample: SideSample,
+                 parts: int, enc: cb.Encoding = cb.HDFS
                  ) -> tuple[cb.Sample, cb.Sample, tuple[bytes, ...], tuple[bytes, ...],
                             tuple[bytes, ...]]:
-    """(count store, value store) records of the side's first ``rows`` stored rows, from
-    their facts: keys are the join keys (+ the row's index as appended), values the count, or
+    """(count store, value store) records of the side's sample rows (read from ``schedule``
+    by row id: it may hold other rows too), from their facts: keys are the join keys (+ the
+    row's index as appended), values the count, or
     the row (row id, data columns) and its ``matched`` flag as stored; and the value puts as
     moves write them (each value under index 0) and with the flag set; and count puts of
     distinct keys (a key's last count in its file), as eviction writes them.
@@ -370,12 +467,15 @@ def _side_sample(spec: BacktestSpec, schedule: Schedule, source: str, facts: Sid
     hash of the key for Spark's Murmur3), where a key repeats as often as in one delta file,
     not as in the whole sample; a count is removed once per key and file."""
     q = spec.query
-    assert isinstance(q, JoinQuery) and facts.pos is not None and facts.start is not None
+    assert isinstance(q, JoinQuery)
     df, dec = cb._spelled(schedule, source, list(q.keys))
-    df = df.iloc[facts.pos[:rows]]
-    index = append_index(facts, n_b, rows).tolist()
-    matched = facts.start[:rows].tolist()
-    batch = facts.b[:rows].tolist()
+    at = pd.Index(df[ROW_ID]).get_indexer(sample.row_id)
+    if (at < 0).any():
+        raise ValueError(f"the join's sample rows of {source} are not in the schedule given")
+    df = df.iloc[at]
+    index = sample.index.tolist()
+    matched = sample.start.tolist()
+    batch = sample.b.tolist()
     cols = [ROW_ID, *schedule.data_columns[source]]
     key_fields = cb._fields(df, list(q.keys), dec)
     keys = [enc.key(kf) for kf in key_fields]
@@ -525,21 +625,30 @@ def flagged_bytes(puts: Sequence[bytes], flagged: Sequence[bytes]
 
 
 def estimate(spec: BacktestSpec, candidate: str, schedule: Schedule, n: int,
-             rows: int = CHECKPOINT_SAMPLE_ROWS, enc: cb.Encoding = cb.HDFS
-             ) -> np.ndarray | None:
+             rows: int | None = None, enc: cb.Encoding = cb.HDFS) -> np.ndarray | None:
     """Predicted ``checkpoint_bytes`` after each of the run's ``n`` batches, or ``None``
-    (``enc``: the store's record encoding, :func:`semantics.checkpoint_bytes.store_encoding`)."""
-    facts = join_facts(spec, candidate, schedule)
-    if facts is None or facts[0] != n:
+    (``enc``: the store's record encoding, :func:`semantics.checkpoint_bytes.store_encoding`):
+    :func:`estimate_from` the run's :func:`records`."""
+    got = records(spec, candidate, schedule, rows)
+    return None if got is None else estimate_from(spec, candidate, schedule, got, n, enc)
+
+
+def estimate_from(spec: BacktestSpec, candidate: str, schedule: Schedule, rec: JoinRecords,
+                  n: int, enc: cb.Encoding = cb.HDFS) -> np.ndarray | None:
+    """Predicted ``checkpoint_bytes`` after each of the ``n`` batches of the run whose
+    records are ``rec`` (``None`` unless it ran ``n`` batches). Of ``schedule`` this reads
+    the column types and the sample rows (by row id) only."""
+    if rec.n_b != n:
         return None
-    ops = _ops(*facts)
+    ops = rec.ops
     q = spec.query
     assert isinstance(q, JoinQuery)
     models: dict[str, StoreModel] = {}
     parts = cb.partitions(spec, candidate)
-    for side, source, f in (("left", q.left, facts[1]), ("right", q.right, facts[2])):
-        count, values, moved, flagged, keyed = _side_sample(spec, schedule, source, f, n,
-                                                            rows, parts, enc)
+    for side, source, sample in (("left", q.left, rec.samples[0]),
+                                 ("right", q.right, rec.samples[1])):
+        count, values, moved, flagged, keyed = _side_sample(spec, schedule, source, sample,
+                                                            parts, enc)
         models[f"{side}-{COUNT}"] = StoreModel(cb.delta_model(count), 0.0,
                                                keyed=cb.stream_cost(keyed))
         models[f"{side}-{VALUES}"] = StoreModel(cb.delta_model(values),

@@ -15,13 +15,14 @@ runs :func:`file_facts` and :func:`file_pieces` on the executors, one data file 
 4. Each file is read again on an executor (:func:`file_pieces`): its rows in the
    schedule's layout, cut by key range; each range is then predicted as in
    ``semantics.key_ranges``.
-5. The driver adds the byte estimates (:func:`with_byte_estimates`), reading from the files
-   only the rows they read (:func:`read_span`, by schedule position).
+5. The driver adds the byte estimates (:func:`with_byte_estimates`) from the ranges' byte
+   facts combined (``semantics.byte_facts``), reading from the files only the rows they read
+   (:func:`read_span`, by schedule position; a join's sample rows by row id).
 
 Invariants: row ids, ticks, column types (a column is nullable where any file holds a NULL
 after the filter) and carrier rows' event times are those ``history.plan`` and
 ``semantics.sample.draw`` give the whole history, so the ranges' combined prediction is the
-single-machine one, byte estimates included (but a join's ``checkpoint_bytes``: null).
+single-machine one, byte estimates included.
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ from semantics.history import (
     table_files,
     to_pandas,
 )
-from semantics.key_ranges import Split, range_of
-from semantics.predict import Prediction, predict
+from semantics.key_ranges import Split, predict_carriers, range_of
+from semantics.predict import Prediction
 from semantics.report import RunResult
 from semantics.sample import Sample, carrier_value, frame_column, key_hash, sample_keys
 from semantics.schedule import ADD_INDEX, ARRIVAL_MS, ROW_ID, TICK, VERSION, Schedule, cut
@@ -241,8 +242,7 @@ def _split(spec: BacktestSpec, candidate: str, skeleton: Schedule,
     sample = Sample(rate=0.0, schedule=sched, carriers=sched, marker=marker_of[names[0]],
                     marker_value=value, key_columns=keys, sampled_rows=0,
                     carrier_rows=next_id - total, total_rows=total)
-    carrier = predict(sched, spec, candidate, explain=False, count_late=True, checkpoint=False)
-    return Split(sample, carrier, count)
+    return Split(sample, predict_carriers(sched, spec, candidate), count)
 
 
 def _nullable_types():  # noqa: ANN202 - pyarrow's types_mapper
@@ -333,13 +333,11 @@ def read_span(spec: BacktestSpec, files: TableFiles, plan: FilePlan, start: int,
 def _head_length(spec: BacktestSpec, plan: FilePlan, facts: list[FileFacts], source: str,
                  rows: int) -> int:
     """How many of the source's first schedule rows hold its first ``rows`` rows and, for
-    the state-bytes estimate (aggregations and deduplications), the first ``TEXT_VALUES``
-    non-null values of every text column (all of a column's values where it has fewer)."""
+    the state-bytes estimate, the first ``TEXT_VALUES`` non-null values of every text column
+    (all of a column's values where it has fewer)."""
     from semantics import state_bytes
 
     need = rows
-    if spec.query.kind not in ("aggregation", "deduplication"):
-        return need
     order, ends = _schedule_order(plan, source)
     at = {f.index: f for f in facts if f.source == source}
     for c in at[int(order[0])].texts if len(order) else ():
@@ -358,14 +356,22 @@ def with_byte_estimates(result: RunResult, spec: BacktestSpec, candidate: str,
     (``semantics.key_ranges.finish``, which calls what ``predict`` calls), reading on the
     driver only the rows those estimates read (docs/semantics.md §15.1): the query source's
     first rows (text columns' first values, the deduplication or session checkpoint sample)
-    and an aggregation's checkpoint sample, by schedule position. A join's
-    ``checkpoint_bytes`` come from its whole run's bookkeeping: left null."""
+    and an aggregation's checkpoint sample, by schedule position; a join's sources' first
+    rows (text values) and its checkpoint sample rows (``result``'s byte facts), by row id."""
     from semantics import checkpoint_bytes as cb
     from semantics.key_ranges import finish
 
     q = spec.query
     if q.kind == "join":
-        return without_byte_estimates(result)
+        rows = {}
+        known = result.byte_facts if isinstance(result, Prediction) else None
+        join = known.join if known is not None else None
+        for i, s in enumerate((q.left, q.right)):  # type: ignore[union-attr]
+            head = read_span(spec, files[s], plan, 0, _head_length(spec, plan, facts, s, 1))
+            ids = np.zeros(0, dtype=np.int64) if join is None else join.samples[i].row_id
+            rows[s] = _with_ids(spec, files[s], plan, head, ids)
+        return finish(result, replace(plan.schedule, rows={**plan.schedule.rows, **rows}),
+                      spec, candidate)
     s = q.source  # type: ignore[union-attr]
     has = plan.rows[s] > 0
     per_tick = np.bincount(plan.tick[s][has], weights=plan.rows[s][has],
@@ -381,9 +387,31 @@ def with_byte_estimates(result: RunResult, spec: BacktestSpec, candidate: str,
     return finish(result, sched, spec, candidate, got=cb.SampleRows(rows, start, lo))
 
 
+def _with_ids(spec: BacktestSpec, files: TableFiles, plan: FilePlan, head: pd.DataFrame,
+              ids: np.ndarray) -> pd.DataFrame:
+    """``head`` (the source's first schedule rows) and the rows of row ids ``ids``, read from
+    the files that hold them (a file's rows are ids ``first_id`` onwards), in schedule order
+    (tick, row id)."""
+    s = files.source
+    want = np.setdiff1d(ids, head[ROW_ID].to_numpy())
+    has = np.flatnonzero(plan.rows[s] > 0)
+    order = has[np.argsort(plan.first_id[s][has], kind="stable")]
+    at = order[np.searchsorted(plan.first_id[s][order], want, "right") - 1] if len(order) \
+        else np.zeros(0, dtype=np.int64)
+    parts = [head]
+    for i in np.unique(at):
+        rows = file_rows(spec, files, plan, int(i))
+        parts.append(rows.iloc[want[at == i] - int(plan.first_id[s][i])])
+    if len(parts) == 1:
+        return head
+    out = pd.concat(parts, ignore_index=True)
+    return out.take(np.lexsort((out[ROW_ID].to_numpy(), out[TICK].to_numpy()))
+                    ).reset_index(drop=True)
+
+
 def without_byte_estimates(result: RunResult) -> Prediction:
-    """The combined run as a prediction, its byte estimates null (a join's checkpoint bytes
-    read its whole run, which no machine holds here)."""
+    """The combined run as a prediction, its byte estimates null (for a caller that does
+    not want them computed)."""
     batches = result.batches.copy()
     for c in BYTE_COLUMNS:
         batches[c] = pd.Series([None] * len(batches), dtype="Int64")

@@ -12,7 +12,10 @@ then, as keys do not interact given the watermarks, the additive figures
 union, and every other report column (batch ids, ticks, watermarks, operator) is each
 range's, equal in all of them. The emitted rows are typed as the single machine types them
 (§15.2): each range's by ``semantics.sample.predicted_outputs`` once its carrier rows are
-dropped, the ranges joined by ``columns.concat_rows`` (a NaN never made NULL).
+dropped, the ranges joined by ``columns.concat_rows`` (a NaN never made NULL). The byte
+estimates (:func:`finish`) read the ranges' byte facts (``semantics.byte_facts``: per-key
+figures the report lacks, the carrier keys' taken out of each range), summed: the whole
+run's facts, so every kind's estimates are the single machine's.
 
 Invariants: the ranges partition the key-hash range ``[0, 2^64)`` into ``count`` equal
 intervals, so every key (every row of one key, on every source) is in exactly one range;
@@ -30,6 +33,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from semantics import byte_facts
 from semantics.errors import SpecError
 from semantics.operators.columns import concat_rows
 from semantics.predict import Prediction, predict
@@ -45,7 +49,7 @@ from semantics.sample import (
     with_carriers,
     without_carriers,
 )
-from semantics.schedule import Schedule
+from semantics.schedule import ROW_ID, Schedule
 from semantics.spec import BacktestSpec
 
 if TYPE_CHECKING:
@@ -100,9 +104,24 @@ def split(schedule: Schedule, spec: BacktestSpec, candidate: str, count: int) ->
     # history is copied into the sample (the ranges take the rows)
     drawn = draw(schedule, spec, _NO_KEY)
     light = replace(drawn, schedule=drawn.carriers)
-    carrier = predict(drawn.carriers, spec, candidate, explain=False, count_late=True,
-                      checkpoint=False)
-    return Split(light, carrier, count)
+    return Split(light, predict_carriers(drawn.carriers, spec, candidate), count)
+
+
+def predict_carriers(carriers: Schedule, spec: BacktestSpec, candidate: str) -> Prediction:
+    """The carrier rows' prediction, with the facts of their keys that every range's byte
+    facts hold too (a join's checkpoint records, ``semantics.byte_facts``)."""
+    got = predict(carriers, spec, candidate, explain=False, count_late=True, checkpoint=False)
+    return _with_join_records(got, carriers, spec, candidate, None)
+
+
+def _with_join_records(got: Prediction, schedule: Schedule, spec: BacktestSpec,
+                       candidate: str, skip: np.ndarray | None) -> Prediction:
+    """``got`` (a run of ``schedule``, its checkpoint bytes not asked) with a join's
+    checkpoint records in its byte facts, the sample rows not those of ``skip``."""
+    facts = got.byte_facts or byte_facts.ByteFacts()
+    if len(got.batches):
+        facts = replace(facts, join=byte_facts.join_records(spec, candidate, schedule, skip))
+    return replace(got, byte_facts=facts)
 
 
 def pieces(schedule: Schedule, split_: Split, spec: BacktestSpec, rows_per_piece: int
@@ -135,21 +154,31 @@ def range_schedule(split_: Split, rows: Mapping[str, Iterable[pd.DataFrame]]) ->
 
 
 def predict_range(split_: Split, rows: Mapping[str, Iterable[pd.DataFrame]],
-                  spec: BacktestSpec, candidate: str) -> RunResult:
-    """The prediction for one range's keys: its schedule predicted, carriers removed. The
-    byte estimates are left to :func:`finish` (they read the whole schedule)."""
+                  spec: BacktestSpec, candidate: str) -> Prediction:
+    """The prediction for one range's keys: its schedule predicted, carriers removed (their
+    figures and their byte facts). The byte estimates are left to :func:`finish`, from the
+    ranges' facts combined (``byte_facts``)."""
     sched = range_schedule(split_, rows)
-    whole = predict(sched, spec, candidate, explain=False, count_late=True, checkpoint=False)
+    carriers = np.concatenate([df[ROW_ID].to_numpy() for df in
+                               split_.carriers.carriers.rows.values()])
+    whole = _with_join_records(
+        predict(sched, spec, candidate, explain=False, count_late=True, checkpoint=False),
+        sched, spec, candidate, carriers)
     part = without_carriers(whole, split_.carrier, replace(split_.carriers, schedule=sched),
                             spec)
     info = {k: v for k, v in part.info.items() if k != "sample"}
-    return RunResult(candidate, part.batches, predicted_outputs(part.outputs, spec), info)
+    facts = whole.byte_facts.minus(split_.carrier.byte_facts) \
+        if whole.byte_facts is not None and split_.carrier.byte_facts is not None else None
+    return Prediction(candidate, part.batches, predicted_outputs(part.outputs, spec), info,
+                      byte_facts=facts)
 
 
 def combine(parts: list[RunResult], split_: Split, spec: BacktestSpec,
-            candidate: str) -> RunResult:
-    """The whole run from its ranges' runs (module docstring). ValueError when two ranges ran
-    different batches or watermarks (the carrier rows did not keep them)."""
+            candidate: str) -> Prediction:
+    """The whole run from its ranges' runs (module docstring), with their byte facts
+    combined when every range has them (its predictions, :func:`predict_range`). ValueError
+    when two ranges ran different batches or watermarks (the carrier rows did not keep
+    them)."""
     if not parts:  # (no row at all: the carrier rows' run without them)
         parts = [_empty(split_, spec, candidate)]
     first = parts[0].batches.reset_index(drop=True)
@@ -182,32 +211,37 @@ def combine(parts: list[RunResult], split_: Split, spec: BacktestSpec,
     info["key_ranges"] = {"ranges": split_.count, "ranges_with_rows": len(parts),
                           "carrier_rows": split_.carriers.carrier_rows,
                           "keys": list(split_.carriers.key_columns)}
-    return RunResult(candidate, out, outputs, info)
+    known = [p.byte_facts for p in parts if isinstance(p, Prediction) and p.byte_facts]
+    return Prediction(candidate, out, outputs, info, byte_facts=byte_facts.combined(known)
+                      if len(known) == len(parts) else None)
 
 
-def _empty(split_: Split, spec: BacktestSpec, candidate: str) -> RunResult:
+def _empty(split_: Split, spec: BacktestSpec, candidate: str) -> Prediction:
     return predict_range(split_, {}, spec, candidate)
 
 
 def finish(result: RunResult, schedule: Schedule, spec: BacktestSpec, candidate: str, *,
            checkpoint: bool = True, got: SampleRows | None = None) -> Prediction:
-    """The combined run with the byte estimates the single-machine prediction computes from
-    the whole schedule and the combined figures (``state_bytes``: not for sessions and joins,
-    whose estimate reads each range's distinct state keys, which the report does not carry:
-    left empty). ``got``: the checkpoint sample's rows read from the files, ``schedule`` then
-    holding only the rows before them that the estimates read (``semantics.file_ranges``)."""
-    from semantics import checkpoint_bytes, state_bytes
-
+    """The combined run with the byte estimates the single-machine prediction computes, by
+    the same functions (``semantics.byte_facts``), from the schedule, the combined figures
+    and the ranges' byte facts combined (``result.byte_facts``: a session's or a join's
+    state keys, a join's checkpoint records; without them, as a run that is no
+    :class:`Prediction`, those estimates are left empty). ``got``: the checkpoint sample's
+    rows read from the files, ``schedule`` then holding only the rows that the estimates
+    read (``semantics.file_ranges``)."""
     batches = result.batches.copy()
-    kind = spec.query.kind
+    known = result.byte_facts if isinstance(result, Prediction) else None
+    # (without facts, what reads none: an aggregation's or a deduplication's estimates)
+    facts = known or byte_facts.ByteFacts()
     if len(batches):
-        batches["state_bytes"] = (state_bytes.predicted(spec, candidate, schedule, batches)
-                                  if kind not in ("session", "join") else
-                                  pd.Series([None] * len(batches), dtype="Int64"))
+        batches["state_bytes"] = \
+            pd.Series([None] * len(batches), index=batches.index, dtype="Int64") \
+            if known is None and spec.query.kind in ("session", "join") else \
+            byte_facts.state_bytes(spec, candidate, schedule, batches, facts)
         if checkpoint:
-            batches["checkpoint_bytes"] = checkpoint_bytes.estimate(spec, candidate, schedule,
-                                                                    batches, got)
-    return Prediction(candidate, batches, result.outputs, result.info)
+            batches["checkpoint_bytes"] = byte_facts.checkpoint_bytes(
+                spec, candidate, schedule, batches, facts, got)
+    return Prediction(candidate, batches, result.outputs, result.info, byte_facts=facts)
 
 
 def predict_in_ranges(schedule: Schedule, spec: BacktestSpec, candidate: str, count: int, *,

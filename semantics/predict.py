@@ -22,7 +22,8 @@ from functools import cached_property
 
 import pandas as pd
 
-from semantics import checkpoint_bytes, engine, restarts, state_bytes
+from semantics import byte_facts, engine, restarts
+from semantics.byte_facts import ByteFacts
 from semantics.column_names import output_names
 from semantics.config import resolve
 from semantics.operators import fates as F
@@ -51,6 +52,9 @@ class Prediction(RunResult):
     # ``predict(..., stream=True)``: the emitted rows, built a range at a time (``outputs``
     # then holds their columns only)
     streamed: OutputChunks | None = field(default=None, repr=False)
+    # what the byte estimates read besides the report (a join's records: with checkpoint
+    # bytes asked), which a prediction in key ranges sums over its ranges
+    byte_facts: ByteFacts | None = field(default=None, repr=False)
 
     def to_json(self, records: bool = True) -> dict[str, object]:
         """:meth:`RunResult.to_json`; a streamed prediction's ``outputs`` (``records=False``)
@@ -134,11 +138,16 @@ def predict(schedule: Schedule, spec: BacktestSpec, candidate: str, *,
     res = engine.run(schedule, spec, config, op, read_cols, count_late and not explain,
                      path=path, materialize=not stream)
     batches = res.batches.reindex(columns=report_columns(spec))
+    # (the estimates read the run's facts, as a prediction in key ranges reads its ranges')
+    ask = checkpoint and batches["checkpoint_bytes"].isna().all() and len(batches) > 0
+    facts = byte_facts.of_run(res.batches, byte_facts.join_records(spec, candidate, schedule)
+                              if ask else None)
     if batches["state_bytes"].isna().all() and len(batches):
-        batches["state_bytes"] = state_bytes.predicted(spec, candidate, schedule, res.batches)
-    if checkpoint and batches["checkpoint_bytes"].isna().all() and len(batches):
-        batches["checkpoint_bytes"] = checkpoint_bytes.estimate(spec, candidate, schedule,
-                                                                res.batches)
+        batches["state_bytes"] = byte_facts.state_bytes(spec, candidate, schedule, batches,
+                                                        facts)
+    if ask:
+        batches["checkpoint_bytes"] = byte_facts.checkpoint_bytes(spec, candidate, schedule,
+                                                                  batches, facts)
     raw = res.fates
     summary = ({str(k): int(v) for k, v in raw["fate"].value_counts().items() if v}
                if len(raw) else {})
@@ -161,4 +170,4 @@ def predict(schedule: Schedule, spec: BacktestSpec, candidate: str, *,
     streamed = OutputChunks(op, res.deferred, res.deferred_ids, ["batch_id", *read_cols],
                             written) if stream else None
     return Prediction(candidate, batches, outputs if streamed is None else streamed.empty(),
-                      info, raw, streamed)
+                      info, raw, streamed, facts)

@@ -26,7 +26,6 @@ import pyarrow as pa
 from deltalake import write_deltalake
 
 from semantics.compare import canonical
-from semantics.file_ranges import BYTE_COLUMNS
 from semantics.predict import Prediction
 from semantics.spec import BacktestSpec, parse_spec
 from tests.sample_support import AGG, DEDUP, DEDUP_PLAIN, history, join
@@ -41,10 +40,6 @@ KINDS: dict[str, dict] = {
     "left_outer": join("left_outer"),
     "full_outer": join("full_outer"),
 }
-# what a cluster prediction does not report the same way (semantics.key_ranges.finish)
-NOT_REPORTED = {"session": ("state_bytes",), "join": ("state_bytes",)}
-# ... and with the executors reading the files (a join's checkpoint bytes read its whole run)
-FILES_NOT_REPORTED = {**NOT_REPORTED, "join": BYTE_COLUMNS}
 
 
 def random_spec(root: Path, kind: str, seed: int) -> BacktestSpec:
@@ -64,17 +59,15 @@ def _rows(df: pd.DataFrame) -> pd.DataFrame:
 
 def differences(single: Prediction, ranged: Prediction, spec: BacktestSpec) -> list[str]:
     """What differs between the two predictions' reports and emitted rows (rows compared as
-    sets per batch: within a batch neither Spark nor the ranges fix an order)."""
+    sets per batch: within a batch neither Spark nor the ranges fix an order). Every report
+    column is compared, the byte estimates too: the ranges compute them from their byte facts
+    (``semantics.byte_facts``), the executors reading the files or not."""
     out = []
-    skip = NOT_REPORTED.get(spec.query.kind, ())
     a, b = single.batches, ranged.batches
     if list(a.columns) != list(b.columns):
         return [f"report columns {list(a.columns)} != {list(b.columns)}"]
     for c in a.columns:
-        if c in skip:
-            if not b[c].isna().all():
-                out.append(f"{c} reported")
-        elif not a[c].reset_index(drop=True).equals(b[c].reset_index(drop=True)):
+        if not a[c].reset_index(drop=True).equals(b[c].reset_index(drop=True)):
             out.append(f"{c}: {a[c].tolist()} != {b[c].tolist()}")
     p, q = single.outputs, ranged.outputs
     if list(p.columns) != list(q.columns) or list(p.dtypes) != list(q.dtypes):
@@ -125,15 +118,6 @@ def file_history(root: Path, kind: str, seed: int) -> BacktestSpec:
         "query": query,
         "replay": {"pace": rnd.choice(["backlog", "live"]), "batch_by": batch_by},
         "candidates": {"c": {"watermark": {s: "5 seconds" for s in sides}}}})
-
-
-def file_differences(single: Prediction, ranged: Prediction, spec: BacktestSpec) -> list[str]:
-    """``differences`` but for the byte estimates the executors' path leaves null
-    (``FILES_NOT_REPORTED``), which must be null in ``ranged``."""
-    skip = list(FILES_NOT_REPORTED.get(spec.query.kind, ()))
-    out = [f"{c} reported" for c in skip if ranged.batches[c].notna().any()]
-    single.batches[skip] = ranged.batches[skip]
-    return out + differences(single, ranged, spec)
 
 
 def _free_port() -> int:
@@ -222,7 +206,7 @@ def main(argv: list[str]) -> int:
                     spec = file_history(root / f"{kind}-{seed}", kind, seed)
                     single = predict(plan(spec, "c"), spec, "c", explain=False, count_late=True)
                     ranged, _ = predict_files_on_cluster(spec, "c", spark, rows_per_piece=5)
-                    found[f"{kind}-{seed}"] = file_differences(single, ranged, spec)
+                    found[f"{kind}-{seed}"] = differences(single, ranged, spec)
                     continue
                 spec = random_spec(root / f"{kind}-{seed}", kind, seed)
                 sched = plan(spec, "c")

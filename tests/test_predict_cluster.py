@@ -1,15 +1,16 @@
 """A prediction made per key range (semantics/key_ranges.py), in this process and on Spark's
 executors (jobs/predict_cluster.py, ``wmbt predict --master``), equals the single-machine
-prediction on random histories of every splittable kind: the report batch by batch (but
-``state_bytes`` of sessions and joins, not reported), the emitted rows, the late rows.
-The single-machine prediction is itself locked against Spark (tests/test_differential.py).
+prediction on random histories of every splittable kind: the report batch by batch, byte
+estimates included (a session's and a join's too: from the ranges' byte facts,
+``semantics.byte_facts``), the emitted rows, the late rows. The single-machine prediction is
+itself locked against Spark (tests/test_differential.py).
 
 With the executors reading the Delta files (``semantics.file_ranges``,
 ``jobs.predict_cluster.predict_files_on_cluster``) the histories are harder: several data files
 per commit (partitioned tables), NULLs in some files only, a source filter that empties
 whole files, text or integer keys, batches by commits or by files; the answer is the same,
-byte estimates included (but a join's checkpoint bytes), also with the estimates' samples cut
-to a few rows so that the driver reads a stretch of the files."""
+byte estimates included, also with the estimates' samples cut to a few rows so that the driver
+reads a stretch of the files (and a join's sample rows come from several ranges)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ import random
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -37,10 +37,8 @@ from semantics.key_ranges import check_splittable, predict_in_ranges, range_of
 from semantics.predict import Prediction, predict
 from semantics.spec import BacktestSpec, parse_spec
 from tests.cluster_support import (
-    FILES_NOT_REPORTED,
     KINDS,
     differences,
-    file_differences,
     file_history,
     random_spec,
     standalone_cluster,
@@ -66,9 +64,35 @@ def test_key_ranges_equal_the_single_machine_prediction(tmp_path, kind, seed, co
     single = predict(sched, spec, "c", explain=False, count_late=True)
     ranged = predict_in_ranges(sched, spec, "c", count, rows_per_piece=7)
     assert differences(single, ranged, spec) == []
+    _bytes_reported(ranged)
     assert ranged.info["key_ranges"]["ranges"] == count
     if count > 1:  # (the split is real: several ranges predicted)
         assert ranged.info["key_ranges"]["ranges_with_rows"] > 1
+
+
+def _bytes_reported(pred: Prediction, columns: tuple[str, ...] = BYTE_COLUMNS) -> None:
+    """Every batch has the byte estimates (HDFS-backed store: every kind here is modelled),
+    so that their comparison compares figures, not two NULLs."""
+    for c in columns:
+        assert pred.batches[c].notna().all(), c
+
+
+@pytest.mark.parametrize("count", [1, 3, 8])
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_key_ranges_byte_estimates_with_small_samples_and_rocksdb(tmp_path, kind, count,
+                                                                 small_byte_samples):
+    """The byte estimates from the ranges' facts (a session's and a join's state keys, a
+    join's checkpoint records, whose 3-row samples then come from several ranges' first
+    stored rows, merged in arrival order) equal the single machine's, on the HDFS-backed
+    store and on RocksDB with changelogs (its checkpoint bytes; no ``state_bytes``)."""
+    for seed in (1, 2):
+        spec = _with_rocksdb(random_spec(tmp_path / f"{seed}", kind, seed))
+        for cand in ("c", "r"):
+            sched = plan(spec, cand)
+            single = predict(sched, spec, cand, explain=False, count_late=True)
+            ranged = predict_in_ranges(sched, spec, cand, count, rows_per_piece=7)
+            assert differences(single, ranged, spec) == [], (seed, cand)
+            _bytes_reported(ranged, BYTE_COLUMNS if cand == "c" else ("checkpoint_bytes",))
 
 
 def test_a_query_without_a_key_is_refused_naming_master(tmp_path):
@@ -77,6 +101,30 @@ def test_a_query_without_a_key_is_refused_naming_master(tmp_path):
                       "aggregates": {"n": "count(*)"}}, {"a": "10 seconds"})
     with pytest.raises(SpecError, match="--master: .*global aggregation"):
         check_splittable(spec)
+
+
+@pytest.mark.parametrize("source", ["history", "files"])
+def test_a_join_s_sample_rows_are_its_first_stored_rows_of_every_range(tmp_path, source,
+                                                                       small_byte_samples):
+    """One row per commit, each of its own key, the sides' commits interleaved: every range's
+    run stores a carrier row in its first batch, before the range's next row; the 3-row
+    samples of the whole run are then rows of three ranges (the carrier rows are no part of
+    them: they are not the history's), and the ranges' checkpoint bytes equal the single
+    machine's, the executors reading the files or not."""
+    commits = [(s, [{"k": c, "ts": 100 + 2 * c + (s == "b")}]) for c in range(8)
+               for s in ("a", "b")]
+    spec = _with_rocksdb(make_spec(tmp_path, commits, KINDS["left_outer"],
+                                   {"a": "5 seconds", "b": "5 seconds"}))
+    for cand in ("c", "r"):
+        sched = plan(spec, cand)
+        single = predict(sched, spec, cand, explain=False, count_late=True)
+        ranged = predict_in_ranges(sched, spec, cand, 8) if source == "history" else \
+            predict_files_in_process(spec, cand, 8)
+        assert differences(single, ranged, spec) == [], cand
+        _bytes_reported(ranged, BYTE_COLUMNS if cand == "c" else ("checkpoint_bytes",))
+        assert ranged.byte_facts is not None and ranged.byte_facts.join is not None
+        left = ranged.byte_facts.join.samples[0]
+        assert left.row_id.tolist() == sched.rows["a"]["row_id"].tolist()[:3]
 
 
 @pytest.mark.spark
@@ -89,6 +137,7 @@ def test_local_master_equals_the_single_machine_prediction(spark, tmp_path, kind
     single = predict(sched, spec, "c", explain=False, count_late=True)
     ranged = predict_on_cluster(sched, spec, "c", spark, ranges=3)
     assert differences(single, ranged, spec) == []
+    _bytes_reported(ranged)
     assert ranged.info["key_ranges"]["ranges_with_rows"] > 1
 
 
@@ -234,24 +283,25 @@ def small_byte_samples(monkeypatch):
 
 def _same_from_files(spec: BacktestSpec, predict_files: Callable[[str], Prediction]) -> None:
     """Both candidates (HDFS-backed, RocksDB with changelogs) predicted from the files equal
-    the single-machine prediction, byte estimates included where that path reports them
-    (all but a session's or a join's ``state_bytes``, a join's ``checkpoint_bytes``), and
-    the estimates read a part of the query source's rows only."""
+    the single-machine prediction, byte estimates included (every kind's; RocksDB's
+    ``state_bytes`` is not modelled), and the estimates read a part of the query source's
+    rows only (a join's: a sample of each side's stored rows)."""
     kind = spec.query.kind
     for cand in ("c", "r"):
         sched = plan(spec, cand)
         single = predict(sched, spec, cand, explain=False, count_late=True)
         ranged = predict_files(cand)
-        assert file_differences(single, ranged, spec) == [], cand
-        reported = [c for c in BYTE_COLUMNS if c not in FILES_NOT_REPORTED.get(kind, ())
-                    and not (cand == "r" and c == "state_bytes")]  # (RocksDB: not modelled)
-        assert reported or kind == "join"
-        for c in reported:
-            assert ranged.batches[c].notna().all(), (cand, c)
+        assert differences(single, ranged, spec) == [], cand
+        _bytes_reported(ranged, BYTE_COLUMNS if cand == "c" else ("checkpoint_bytes",))
         if kind != "join":
             per_tick = sched.rows_per_tick(spec.query.source)
             start, _, stop = checkpoint_bytes.sample_span(spec, per_tick)
             assert stop - start < per_tick.sum()
+        else:
+            assert ranged.byte_facts is not None and ranged.byte_facts.join is not None
+            for side, s in zip(ranged.byte_facts.join.samples, spec.sources, strict=True):
+                assert len(side.row_id) <= checkpoint_bytes.CHECKPOINT_SAMPLE_ROWS < \
+                    len(sched.rows[s]), s
 
 
 @pytest.mark.parametrize("samples", ["whole", "small"])
@@ -266,7 +316,7 @@ def test_ranges_read_file_by_file_equal_the_single_machine_prediction(request, t
     assert ranged.info["key_ranges"]["ranges_with_rows"] > 1
     if samples == "whole":  # (the default samples: every row of these histories)
         single = predict(plan(spec, "c"), spec, "c", explain=False, count_late=True)
-        assert file_differences(single, ranged, spec) == []
+        assert differences(single, ranged, spec) == []
     else:
         _same_from_files(spec, lambda cand: predict_files_in_process(spec, cand, 4,
                                                                      rows_per_piece=5))
@@ -313,9 +363,7 @@ def test_ranges_keep_the_single_machine_output_types(tmp_path, kind, values):
             cut = predict_in_ranges(sched, spec, "c", count, rows_per_piece=5)
             assert differences(single, cut, spec) == [], (seed, count)
             read = predict_files_in_process(spec, "c", count, rows_per_piece=5)
-            # (a copy: file_differences writes the columns it skips into the single's)
-            same = file_differences(replace(single, batches=single.batches.copy()), read, spec)
-            assert same == [], (seed, count)
+            assert differences(single, read, spec) == [], (seed, count)
         if values != "plain" and len(single.outputs):
             got = pd.concat([read.outputs.isna().sum(), single.outputs.isna().sum()], axis=1)
             assert got[0].equals(got[1])  # (as many NULL: no NaN made NULL)
@@ -331,8 +379,7 @@ def test_file_ranges_keep_the_output_types_of_seed_7(tmp_path, kind, seed):
     single = predict(plan(spec, "c"), spec, "c", explain=False, count_late=True)
     for count in (3, 4, 8):
         ranged = predict_files_in_process(spec, "c", count, rows_per_piece=5)
-        assert file_differences(replace(single, batches=single.batches.copy()), ranged,
-                                spec) == [], count
+        assert differences(single, ranged, spec) == [], count
 
 
 def test_a_run_id_planned_from_files_is_the_schedule_s(tmp_path):
@@ -390,25 +437,30 @@ def test_a_bad_file_read_on_an_executor_is_refused_naming_it(spark, tmp_path, ca
 @pytest.mark.parametrize("query", [
     {**KINDS["tumbling"], "keys": ["k", "name"], "aggregates": {"n": "count(*)",
                                                                "m": "max(name)"}},
-    {**KINDS["dedup_within"], "keys": ["name"]}])
+    {**KINDS["dedup_within"], "keys": ["name"]},
+    {**KINDS["session"], "keys": ["name"]},
+    KINDS["inner"]])
 def test_byte_estimates_read_text_columns_first_values_from_the_files(
         tmp_path, query, small_byte_samples):
     """A text column NULL in the first commit and in one of the second's files, its values
     longer commit after commit: its size (the mean of its first 3 values, docs/semantics.md
     §9.2) is that of the second commit's other file, which the driver must read, and of no
-    file before or after it."""
+    file before or after it (a join: on both sides, the text a data column of their rows)."""
+    sides = ["a", "b"] if query["kind"] == "join" else ["a"]
     for c in range(5):
         for p in (0, 1):
             name = None if c == 0 or (c == 1 and p == 0) else "n" * (3 + 9 * c + p)
-            write_deltalake(str(tmp_path / "a"), pa.table({
-                "k": pa.array(["k" * (1 + 7 * c)] * 4, pa.string()),
-                "name": pa.array([name] * 4, pa.string()),
-                "ts": pa.array([pd.Timestamp((100 + 10 * c + i) * 1_000_000, unit="us",
-                                             tz="UTC") for i in range(4)],
-                               pa.timestamp("us", tz="UTC")),
-                "p": pa.array([p] * 4, pa.int64())}), mode="append", partition_by=["p"])
+            for s in sides:
+                write_deltalake(str(tmp_path / s), pa.table({
+                    "k": pa.array(["k" * (1 + 7 * c)] * 4, pa.string()),
+                    "name": pa.array([name] * 4, pa.string()),
+                    "ts": pa.array([pd.Timestamp((100 + 10 * c + i) * 1_000_000, unit="us",
+                                                 tz="UTC") for i in range(4)],
+                                   pa.timestamp("us", tz="UTC")),
+                    "p": pa.array([p] * 4, pa.int64())}), mode="append", partition_by=["p"])
     spec = _with_rocksdb(parse_spec({
-        "name": "t", "sources": {"a": {"table": str(tmp_path / "a"), "event_time": "ts"}},
+        "name": "t", "sources": {s: {"table": str(tmp_path / s), "event_time": "ts"}
+                                 for s in sides},
         "query": query, "replay": {"batch_by": {"commits": 1}},
-        "candidates": {"c": {"watermark": {"a": "5 seconds"}}}}))
+        "candidates": {"c": {"watermark": {s: "5 seconds" for s in sides}}}}))
     _same_from_files(spec, lambda cand: predict_files_in_process(spec, cand, 3))

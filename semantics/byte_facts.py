@@ -1,0 +1,108 @@
+"""What a run's byte estimates read of it besides its batch report (docs/semantics.md §9.1,
+§9.2, §15), kept as facts of keys: a prediction computes ``state_bytes`` and
+``checkpoint_bytes`` from them (``semantics.predict``), and so does a prediction in key ranges
+(``semantics.key_ranges``) from its ranges' facts summed, with the same functions.
+
+* ``state_keys``: per batch, the distinct keys the state holds (a session's group keys; a
+  join's keys of both sides before eviction), which ``state_bytes.predicted`` reads for
+  sessions and joins. A key is in one range: the ranges' counts add up.
+* ``join``: a join's checkpoint records (``checkpoint_join.JoinRecords``): each store's
+  records per batch, sums over keys, and each side's first stored rows, facts of their key.
+
+Invariant: the facts of a run of disjoint key sets (each with the carrier keys of §11, their
+facts taken out: :meth:`ByteFacts.minus`) combined (:func:`combined`) are the facts of the
+run of all the keys, so the estimates from them are equal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from semantics import checkpoint_bytes as cb
+from semantics import state_bytes as sb
+from semantics.checkpoint_join import JoinRecords
+from semantics.checkpoint_join import combined as combined_records
+from semantics.schedule import Schedule
+from semantics.spec import BacktestSpec, JoinQuery
+
+STATE_KEYS = "state_keys"  # (the engine's report column)
+
+
+@dataclass(frozen=True)
+class ByteFacts:
+    """A run's facts for its byte estimates (module docstring). ``state_keys``: float per
+    report row, NaN where the operator reports none (the estimate then counts rows as keys);
+    ``join``: a join's records, ``None`` when not gathered or not modelled."""
+
+    state_keys: np.ndarray | None = None
+    join: JoinRecords | None = None
+
+    def minus(self, other: ByteFacts) -> ByteFacts:
+        """These facts without ``other``'s keys (a run's carrier keys, §11): counts taken out
+        batch by batch; the join's sample rows are this run's (none of ``other``'s)."""
+        keys = None if self.state_keys is None or other.state_keys is None else \
+            self.state_keys - other.state_keys
+        join = None if self.join is None or other.join is None else self.join.minus(other.join)
+        return ByteFacts(keys, join)
+
+
+def join_records(spec: BacktestSpec, candidate: str, schedule: Schedule,
+                 skip: np.ndarray | None = None) -> JoinRecords | None:
+    """A join's checkpoint records of ``schedule``'s run (``checkpoint_join.records``, the
+    sample rows not those of ``skip``), or ``None`` where its checkpoint bytes are not
+    modelled (another kind, RocksDB without changelogs, a profile of another layout): the
+    join is not run again for nothing."""
+    from semantics.checkpoint_join import records
+    from semantics.config import resolve
+
+    if (not isinstance(spec.query, JoinQuery) or cb.store_encoding(spec, candidate) is None
+            or resolve(spec, candidate).profile.checkpoint_layout_unmodelled):
+        return None
+    return records(spec, candidate, schedule, skip=skip)
+
+
+def of_run(engine_batches: pd.DataFrame, join: JoinRecords | None = None) -> ByteFacts:
+    """The facts of an engine run (its report, which carries ``state_keys``)."""
+    keys = None
+    if STATE_KEYS in engine_batches.columns:
+        keys = pd.to_numeric(engine_batches[STATE_KEYS]).astype("float64").to_numpy()
+    return ByteFacts(keys, join)
+
+
+def combined(parts: Sequence[ByteFacts]) -> ByteFacts:
+    """The facts of the run of every part's keys (disjoint): ``state_keys`` summed (NaN
+    where any part has none), the join's records :func:`checkpoint_join.combined`; a fact
+    that some part lacks is lacking."""
+    keys = [p.state_keys for p in parts]
+    joins = [p.join for p in parts]
+    return ByteFacts(
+        None if not keys or any(k is None for k in keys) else np.sum(keys, axis=0),
+        None if not joins or any(j is None for j in joins) else
+        combined_records([j for j in joins if j is not None]))
+
+
+def with_state_keys(batches: pd.DataFrame, facts: ByteFacts) -> pd.DataFrame:
+    """``batches`` with the facts' ``state_keys`` column (what ``state_bytes`` reads)."""
+    if facts.state_keys is None:
+        return batches
+    return batches.assign(**{STATE_KEYS: facts.state_keys})
+
+
+def state_bytes(spec: BacktestSpec, candidate: str, schedule: Schedule,
+                batches: pd.DataFrame, facts: ByteFacts) -> pd.Series:
+    """``state_bytes.predicted`` of the report ``batches`` with the facts' keys."""
+    return sb.predicted(spec, candidate, schedule, with_state_keys(batches, facts))
+
+
+def checkpoint_bytes(spec: BacktestSpec, candidate: str, schedule: Schedule,
+                     batches: pd.DataFrame, facts: ByteFacts,
+                     got: cb.SampleRows | None = None) -> pd.Series:
+    """``checkpoint_bytes.estimate`` of the report ``batches``; a join's from the facts'
+    records (all ``None`` without them: not modelled)."""
+    if isinstance(spec.query, JoinQuery) and facts.join is None:
+        return pd.Series([None] * len(batches), index=batches.index, dtype="Int64")
+    return cb.estimate(spec, candidate, schedule, batches, got, join=facts.join)
