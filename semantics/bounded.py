@@ -297,7 +297,8 @@ def predict_bounded(spec: BacktestSpec, candidate: str, work: Path, *,
                 rows += len(emitted)
                 nullable |= _nullable_floats(emitted)
             columns = columns or tuple(emitted.columns)
-            parts.append(replace(part, outputs=emitted.iloc[:0]))
+            # (a copy: a slice of no row is still a view holding every emitted row)
+            parts.append(replace(part, outputs=emitted.iloc[:0].copy()))
             del part, emitted
         combined = combine(parts, plan.split, spec, candidate)
         columns = columns or tuple(combined.outputs.columns)
