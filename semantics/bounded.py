@@ -44,9 +44,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+from deltalake.exceptions import DeltaError
 
 from semantics.column_names import open_table
-from semantics.errors import SpecError
+from semantics.errors import SpecError, WmbtError
 from semantics.file_ranges import (
     FilePlan,
     file_facts,
@@ -108,12 +109,16 @@ def takes_bounded(spec: BacktestSpec, candidate: str, from_rows: int = BOUNDED_F
                   ) -> bool:
     """Whether a plain prediction of ``candidate`` takes the bounded route: it qualifies
     (:func:`not_bounded`) and its history has ``from_rows`` rows or more by the logs'
-    statistics (no statistics: taken)."""
+    statistics (no statistics: taken; a log that cannot be read: not, the whole history's
+    route reports it)."""
     if not_bounded(spec, candidate) is not None:
         return False
     if from_rows <= 0:
         return True
-    rows = logged_rows(spec)
+    try:
+        rows = logged_rows(spec)
+    except (WmbtError, DeltaError):  # (the whole history's route reads it and says why)
+        return False
     return rows is None or rows >= from_rows
 
 
