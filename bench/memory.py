@@ -13,7 +13,11 @@ resident set size the kernel reports (``ru_maxrss`` of the waited-for child):
 - ``cli``: the same events written as Delta tables (one commit per batch, each side of a
   join its own table), then ``wmbt predict SPEC --json`` with its output discarded, as a user
   runs it (reading the Delta log and files, the checkpoint-bytes estimate, the results
-  store); its base is the same command's peak on a 1 000-event history.
+  store); its base is the same command's peak on a 1 000-event history. From
+  ``tuning.BOUNDED_FROM_ROWS`` events the command predicts range by range from the files,
+  spilling rows (``semantics.bounded``, docs/semantics.md §15.3); its spec batches by commits
+  (the same batches as ``rows: 20 000``: a commit per batch and source), which that route
+  takes, where ``rows`` would not.
 
 Memory does not depend on the machine's load, so one run per figure is enough. Each line
 says events/s too, of the prediction alone (``in memory``) and of the whole command (``cli``:
