@@ -142,7 +142,8 @@ STREAM_CHUNK_ROWS = 1 << 16
 # "Memory per event": bench/memory.py) ---
 # rows of history (Delta log statistics) from which a plain prediction takes the bounded route
 BOUNDED_FROM_ROWS = 1 << 19
-# peak bytes a key range's prediction takes per row of the range, about (bench/memory.py)
+# peak bytes a key range's prediction takes per row of the range (bench/memory.py: about 330
+# for the 10 M deduplication; a margin kept)
 RANGE_PEAK_BYTES_PER_ROW = 400
 # of issue 48's 100 bytes per event, what one range's prediction may take (bench/memory.py)
 RANGE_BYTES_PER_EVENT = 50
