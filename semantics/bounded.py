@@ -183,9 +183,10 @@ class SpilledOutputs:
             self.spill.remove()
 
     def frames(self, rows: int | None = None) -> Iterator[pd.DataFrame]:
-        """The emitted rows in batch order, each frame whole batches of all the ranges (at
-        least ``rows`` rows, default ``STREAM_CHUNK_ROWS``, but the last; more where the
-        batches' rows run over); each frame's index counts on from the one before's."""
+        """The emitted rows in batch order, each frame whole batches of all the ranges, of
+        about ``rows`` rows (default ``STREAM_CHUNK_ROWS``: at least that many but where the
+        ranges' rows read so far end sooner; more where a batch's rows run over); each
+        frame's index counts on from the one before's."""
         limit = STREAM_CHUNK_ROWS if rows is None else rows
         readers = [_loaded(p) for p in self.files]
         pending: list[pd.DataFrame | None] = [None] * len(readers)
@@ -230,9 +231,9 @@ class SpilledOutputs:
                 frame = self._frame(held, at)
                 at += len(frame)
                 held = []
-                yield frame
+                yield from _whole_batches(frame, limit)
         if held:
-            yield self._frame(held, at)
+            yield from _whole_batches(self._frame(held, at), limit)
 
     def _frame(self, pieces: list[pd.DataFrame], at: int) -> pd.DataFrame:
         """The pieces (whole batches, from several ranges) as one frame in batch order (a
@@ -245,6 +246,22 @@ class SpilledOutputs:
                 df[c] = nullable_floats(df[c].to_numpy())
         df.index = pd.RangeIndex(at, at + len(df))
         return df
+
+
+def _whole_batches(frame: pd.DataFrame, rows: int) -> Iterator[pd.DataFrame]:
+    """``frame`` (in batch order) in consecutive parts of at least ``rows`` rows (the last:
+    what is left), each ending where a batch does.
+
+    >>> [len(f) for f in _whole_batches(pd.DataFrame({"batch_id": [0, 0, 1, 2, 2, 3]}), 2)]
+    [2, 3, 1]
+    """
+    b = frame["batch_id"].to_numpy()
+    start = 0
+    while start < len(b):
+        end = len(b) if start + rows >= len(b) else \
+            int(np.searchsorted(b, b[start + rows - 1], side="right"))
+        yield frame.iloc[start:end]
+        start = end
 
 
 def _loaded(path: Path) -> Iterator[pd.DataFrame]:

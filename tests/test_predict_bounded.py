@@ -170,3 +170,62 @@ def test_which_predictions_take_the_bounded_route(tmp_path):
                "window": {"duration": "10 seconds"}, "aggregates": {"n": "count(*)"}}
     assert not_bounded(variant(query=keyless), "c") is not None
     assert not takes_bounded(variant(query=keyless), "c", 0)
+
+
+# keys whose hash is not in key 99's range of three (key_ranges.range_of of key_hash)
+_NOT_99S = [0, 1, 2, 4, 6, 7, 8, 9, 11]
+
+
+def _values_history(root: Path, kind: str, seed: int) -> BacktestSpec:
+    """Commits whose value column ``v`` holds NaN values, NULLs for key 99 (and on a join's
+    right side in some commits), so that one range's float results are nullable and the
+    others' not (§15.2)."""
+    import random
+
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    rnd = random.Random(seed)
+    sides = ["a", "b"] if KINDS[kind]["kind"] == "join" else ["a"]
+    for c in range(rnd.randrange(5, 9)):
+        for s in sides:
+            n = rnd.randrange(4, 30)
+            nulls = rnd.random() < 0.5
+            # (key 99: NULL values only, in the first commit: its window sums NULL, alone in
+            # its range of three; the other keys' windows, in the other ranges, sum values,
+            # so a frame without key 99's row is typed nullable by the whole run's types)
+            write_deltalake(str(root / s), pa.table({
+                "k": pa.array([99 if c == 0 and i < 3 else rnd.choice(_NOT_99S)
+                               for i in range(n)], pa.int64()),
+                "ts": pa.array([pd.Timestamp((100 + 10 * c + rnd.randrange(-25, 8)) * 1_000_000,
+                                             unit="us", tz="UTC") for _ in range(n)],
+                               pa.timestamp("us", tz="UTC")),
+                "v": pa.array([None if c == 0 and i < 3 or s == "b" and nulls
+                               and rnd.random() < 0.4 else float("nan")
+                               if rnd.random() < 0.3 else float(rnd.randrange(100))
+                               for i in range(n)], pa.float64())}), mode="append")
+    return parse_spec({
+        "name": "t", "sources": {s: {"table": str(root / s), "event_time": "ts"} for s in sides},
+        "query": KINDS[kind], "replay": {"batch_by": {"commits": 1}},
+        "candidates": {"c": {"watermark": {s: "5 seconds" for s in sides}}}})
+
+
+@pytest.mark.parametrize("kind", ["tumbling", "session", "full_outer"])
+def test_bounded_route_keeps_nan_and_null_apart(tmp_path, kind):
+    """Each frame has the whole run's types (a float column nullable when any range's is),
+    a NaN stays a NaN: as many NULLs per column as the in-memory prediction."""
+    for seed in (1, 2, 3):
+        spec = _values_history(tmp_path / f"{seed}", kind, seed)
+        single = predict(plan(spec, "c"), spec, "c", explain=False, count_late=True)
+        got, _ = predict_bounded(spec, "c", tmp_path / "work", count=3, rows_per_piece=5)
+        assert got.streamed is not None
+        frames = list(got.streamed.frames(3))
+        assert len({tuple(map(str, f.dtypes)) for f in frames}) <= 1, "frames typed alike"
+        rows = _frames_checked(got, 3)
+        ranged = Prediction("c", got.batches, rows, got.info)
+        same = file_differences(replace(single, batches=single.batches.copy()), ranged, spec)
+        assert same == [], (seed, same)
+        if len(single.outputs):
+            nulls = pd.concat([rows.isna().sum(), single.outputs.isna().sum()], axis=1)
+            assert nulls[0].equals(nulls[1]), seed
+        got.streamed.close()
