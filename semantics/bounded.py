@@ -72,7 +72,7 @@ from semantics.tuning import (
 )
 
 Progress = Callable[[str], None]
-PIECE_ROWS = 1 << 16  # rows of one pickled piece of a file's range (spilled at once)
+SPILL_PIECE_ROWS = 1 << 16  # rows of one pickled piece of a file's range (spilled at once)
 SPILL_PREFIX = "wmbt-spill-"
 
 
@@ -280,7 +280,7 @@ def _nullable_floats(df: pd.DataFrame) -> set[str]:
 
 
 def predict_bounded(spec: BacktestSpec, candidate: str, work: Path, *,
-                    count: int | None = None, rows_per_piece: int = PIECE_ROWS,
+                    count: int | None = None, rows_per_piece: int = SPILL_PIECE_ROWS,
                     progress: Progress = lambda _m: None) -> tuple[Prediction, FilePlan]:
     """``candidate`` predicted from the files range after range (module docstring), its
     emitted rows in :class:`SpilledOutputs` (``Prediction.streamed``; ``outputs``: the
