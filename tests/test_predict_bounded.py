@@ -229,3 +229,47 @@ def test_bounded_route_keeps_nan_and_null_apart(tmp_path, kind):
             nulls = pd.concat([rows.isna().sum(), single.outputs.isna().sum()], axis=1)
             assert nulls[0].equals(nulls[1]), seed
         got.streamed.close()
+
+
+def test_wmbt_predict_takes_the_bounded_route_from_bounded_from_rows(tmp_path, capsys):
+    """``wmbt predict SPEC --json`` itself (``jobs.cli.main``) on a history of
+    ``BOUNDED_FROM_ROWS`` rows takes the bounded route (``info.key_ranges``), one row fewer
+    does not, and both print the in-memory route's document."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from jobs.cli import main
+    from semantics.tuning import BOUNDED_FROM_ROWS
+
+    rng = np.random.default_rng(5)
+    for n in (BOUNDED_FROM_ROWS, BOUNDED_FROM_ROWS - 1):
+        root = tmp_path / str(n)
+        per = -(-n // 4)
+        for c in range(4):
+            m = min(per, n - c * per)
+            ts = 1_700_000_000_000_000 + (c * per + np.arange(m)) * 1_000 \
+                - rng.integers(0, 60_000_000, m)
+            write_deltalake(str(root / "a"), pa.table({
+                "k": rng.integers(0, 500, m), "v": rng.random(m),
+                "ts": pa.array(ts, pa.timestamp("us", tz="UTC"))}), mode="append")
+        doc = {"name": "big", "sources": {"a": {"table": str(root / "a"), "event_time": "ts"}},
+               "query": {"kind": "aggregation", "source": "a", "keys": ["k"],
+                         "window": {"duration": "10 seconds"},
+                         "aggregates": {"n": "count(*)", "s": "sum(v)"}},
+               "replay": {"batch_by": {"commits": 1}},
+               "candidates": {"c": {"watermark": {"a": "30 seconds"}}}}
+        path = root / "spec.json"
+        path.write_text(json.dumps(doc))
+        capsys.readouterr()
+        assert main(["predict", str(path), "--json", "--results", str(root / "r")]) == 0
+        (got,) = json.loads(capsys.readouterr().out)["candidates"]
+        assert ("key_ranges" in got["predicted"]["info"]) == (n == BOUNDED_FROM_ROWS)
+        result = run_backtest(parse_spec(doc), predict=True, actual=False,
+                              results=root / "m", explain=False, stream=True,
+                              bounded_from=1 << 62)
+        (want,) = _json(result, capsys)["candidates"]
+        assert got["run_id"] == want["run_id"]
+        assert got["predicted"]["batches"] == want["predicted"]["batches"]
+        assert got["predicted"]["outputs"], "windows emitted"
+        assert _per_batch(got["predicted"]["outputs"]) == _per_batch(want["predicted"]["outputs"])
+        assert not _spills(root)
