@@ -13,7 +13,11 @@ resident set size the kernel reports (``ru_maxrss`` of the waited-for child):
 - ``cli``: the same events written as Delta tables (one commit per batch, each side of a
   join its own table), then ``wmbt predict SPEC --json`` with its output discarded, as a user
   runs it (reading the Delta log and files, the checkpoint-bytes estimate, the results
-  store); its base is the same command's peak on a 1 000-event history.
+  store); its base is the same command's peak on a 1 000-event history. From
+  ``tuning.BOUNDED_FROM_ROWS`` events the command predicts range by range from the files,
+  spilling rows (``semantics.bounded``, docs/semantics.md §15.3); its spec batches by commits
+  (the same batches as ``rows: 20 000``: a commit per batch and source), which that route
+  takes, where ``rows`` would not.
 
 Memory does not depend on the machine's load, so one run per figure is enough. Each line
 says events/s too, of the prediction alone (``in memory``) and of the whole command (``cli``:
@@ -112,7 +116,9 @@ def write_tables(root: Path, kind: str, n: int, batch_rows: int) -> Path:
     doc = {"name": f"memory_{kind}",
            "sources": {s: {"table": str(root / s), "event_time": "ts"} for s in names},
            "query": QUERIES[kind],
-           "replay": {"batch_by": {"rows": batch_rows}, "pace": "backlog"},
+           # (the same batches as ``rows: batch_rows``, one commit per source each; a batch_by
+           # the files plan, so that a large history takes the bounded route, semantics.bounded)
+           "replay": {"batch_by": {"commits": len(names)}, "pace": "backlog"},
            "candidates": {"c": {"watermark": {s: DELAYS.get(kind, DELAY) for s in names}}}}
     path = root / "spec.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -137,6 +143,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="1000000,10000000")
     ap.add_argument("--kinds", default="aggregation,deduplication,join")
     ap.add_argument("--batch-rows", type=int, default=20_000)
+    ap.add_argument("--paths", default="in memory,cli", help="the lines to measure")
     ap.add_argument("--in-memory-child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.in_memory_child:
@@ -150,12 +157,16 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         for kind in args.kinds.split(","):
-            base_cli, _ = cli(kind, base_events, min(batch_rows, base_events), tmp)
+            paths = args.paths.split(",")
+            base_cli = cli(kind, base_events, min(batch_rows, base_events), tmp)[0] \
+                if "cli" in paths else 0
             for n in dict.fromkeys(sizes):
-                peak, base, seconds = in_memory(kind, n, batch_rows)
-                print(_line(kind, n, "in memory", peak, base, seconds), flush=True)
-                peak, seconds = cli(kind, n, batch_rows, tmp)
-                print(_line(kind, n, "cli", peak, base_cli, seconds), flush=True)
+                if "in memory" in paths:
+                    peak, base, seconds = in_memory(kind, n, batch_rows)
+                    print(_line(kind, n, "in memory", peak, base, seconds), flush=True)
+                if "cli" in paths:
+                    peak, seconds = cli(kind, n, batch_rows, tmp)
+                    print(_line(kind, n, "cli", peak, base_cli, seconds), flush=True)
     if smoke():
         print("(smoke run: tiny sizes, figures mean nothing)")
 

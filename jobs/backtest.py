@@ -94,7 +94,8 @@ def run_backtest(spec: BacktestSpec, candidate: str | None = None, *, predict: b
                  explain: bool = True, fresh: bool = False,
                  notice: Progress | None = None,
                  planned: Callable[[Schedule], None] | None = None,
-                 sample: float | None = None, stream: bool = False) -> BacktestResult:
+                 sample: float | None = None, stream: bool = False,
+                 bounded_from: int | None = None) -> BacktestResult:
     """Predict and/or replay every candidate (or one), compare, and store the results.
     ``explain=False``: predictions without the fate of every row (``--explain`` and the late
     rows' list need them; the tables do not), so the predictor takes its whole-run paths,
@@ -108,7 +109,10 @@ def run_backtest(spec: BacktestSpec, candidate: str | None = None, *, predict: b
     runs per key range on that cluster (``jobs.predict_cluster``), without fates. ``stream``:
     a prediction on this machine (one operator) builds its emitted rows a range of batches at
     a time as they are stored and printed (``semantics.output_chunks``): its
-    ``predicted.outputs`` then holds the columns only, ``predicted.streamed`` the rows."""
+    ``predicted.outputs`` then holds the columns only, ``predicted.streamed`` the rows; from
+    ``bounded_from`` rows of history (default ``tuning.BOUNDED_FROM_ROWS``) such a prediction
+    of a query §15.1 plans from the files runs range by range in bounded memory
+    (``semantics.bounded``, docs/semantics.md §15.3)."""
     notice = notice or _to_stderr
     store = ResultsStore(results or default_results_dir())
     # a bad results folder refused before any prediction or replay (nothing written yet)
@@ -144,6 +148,10 @@ def run_backtest(spec: BacktestSpec, candidate: str | None = None, *, predict: b
     else:
         pspec = spec
     for name in candidates_of(spec, candidate):
+        if stream and not on_cluster and sample is None and lowered is None \
+                and planned is None and _bounded_route(spec, name, bounded_from):
+            out.append(_bounded(spec, pspec, name, store, progress))
+            continue
         if on_cluster and lowered is None and _from_files(spec, name):
             # (docs/semantics.md §15.1: no history on this machine: the executors read the files)
             out.append(_on_executors(spec, pspec, name, store, master, spark, progress))
@@ -254,6 +262,32 @@ def _on_executors(spec: BacktestSpec, pspec: BacktestSpec, name: str, store: Res
     predicted.info["elapsed_s"] = time.perf_counter() - t0
     cr = CandidateResult(name, plan_run_id(spec, name, fplan), fplan.schedule, predicted)
     progress(f"[{name}] predicted {fplan.total_rows} rows on the executors in "
+             f"{predicted.info['elapsed_s']:.2f}s")
+    store.write(spec, name, cr.run_id, "predicted", predicted)
+    return cr
+
+
+def _bounded_route(spec: BacktestSpec, name: str, from_rows: int | None) -> bool:
+    from semantics.bounded import takes_bounded
+    from semantics.tuning import BOUNDED_FROM_ROWS
+
+    return takes_bounded(spec, name, BOUNDED_FROM_ROWS if from_rows is None else from_rows)
+
+
+def _bounded(spec: BacktestSpec, pspec: BacktestSpec, name: str, store: ResultsStore,
+             progress: Progress) -> CandidateResult:
+    """``name`` predicted range after range from the files, its spills in the results'
+    ``_work`` folder (``semantics.bounded``), and stored. Its schedule is the carrier rows on
+    the full ticks, as on a cluster; its run id the whole schedule's, planned from the files."""
+    from jobs.predict_cluster import plan_run_id
+    from semantics.bounded import predict_bounded
+
+    t0 = time.perf_counter()
+    predicted, fplan = predict_bounded(pspec, name, store.root / "_work", progress=progress)
+    predicted.info["elapsed_s"] = time.perf_counter() - t0
+    cr = CandidateResult(name, plan_run_id(spec, name, fplan), fplan.schedule, predicted)
+    progress(f"[{name}] predicted {fplan.total_rows} rows in "
+             f"{predicted.info['key_ranges']['ranges']} key ranges in "  # type: ignore[index]
              f"{predicted.info['elapsed_s']:.2f}s")
     store.write(spec, name, cr.run_id, "predicted", predicted)
     return cr

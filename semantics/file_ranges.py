@@ -409,15 +409,6 @@ def _with_ids(spec: BacktestSpec, files: TableFiles, plan: FilePlan, head: pd.Da
                     ).reset_index(drop=True)
 
 
-def without_byte_estimates(result: RunResult) -> Prediction:
-    """The combined run as a prediction, its byte estimates null (for a caller that does
-    not want them computed)."""
-    batches = result.batches.copy()
-    for c in BYTE_COLUMNS:
-        batches[c] = pd.Series([None] * len(batches), dtype="Int64")
-    return Prediction(result.candidate, batches, result.outputs, result.info)
-
-
 def predict_files_in_process(spec: BacktestSpec, candidate: str, count: int, *,
                              rows_per_piece: int = 1 << 16) -> Prediction:
     """The whole path in this process, file after file and range after range (what the

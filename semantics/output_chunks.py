@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import cast
+from typing import Protocol, cast, runtime_checkable
 
 import numpy as np
 import pandas as pd
@@ -25,6 +25,18 @@ import pandas as pd
 from semantics.engine import Deferred, Operator, output_frame
 from semantics.report import document_pieces, json_rows, nan_kept
 from semantics.tuning import STREAM_CHUNK_ROWS
+
+
+@runtime_checkable
+class StreamedRows(Protocol):
+    """Emitted rows built or read a range of batches at a time: :class:`OutputChunks`, or
+    ``semantics.bounded.SpilledOutputs`` (a bounded prediction's, read from its spills)."""
+
+    def __len__(self) -> int: ...
+
+    def frames(self, rows: int | None = None) -> Iterator[pd.DataFrame]: ...
+
+    def empty(self) -> pd.DataFrame: ...
 
 
 @dataclass(frozen=True)
@@ -103,12 +115,12 @@ def document_parts(doc: object) -> Iterator[str]:
     >>> "".join(document_parts({"n": 1, "rows": pd.DataFrame({"k": ["a"]})}))
     '{"n": 1, "rows": [{"k": "a"}]}'
     """
-    texts, values = document_pieces(doc, (pd.DataFrame, OutputChunks))
+    texts, values = document_pieces(doc, (pd.DataFrame, StreamedRows))
     yield texts[0]
     for v, after in zip(values, texts[1:], strict=True):
         # (a streamed run's frames get RunResult.to_json's nan_kept one by one)
         frames = [v] if isinstance(v, pd.DataFrame) else \
-            (nan_kept(f) for f in cast(OutputChunks, v).frames())
+            (nan_kept(f) for f in cast(StreamedRows, v).frames())
         yield "["
         first = True
         for f in frames:

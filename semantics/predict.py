@@ -28,7 +28,7 @@ from semantics.column_names import output_names
 from semantics.config import resolve
 from semantics.operators import fates as F
 from semantics.operators import make_operator
-from semantics.output_chunks import OutputChunks
+from semantics.output_chunks import OutputChunks, StreamedRows
 from semantics.report import (
     RunResult,
     frame_to_records,
@@ -50,8 +50,8 @@ class Prediction(RunResult):
     raw_fates: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=FATE_COLUMNS),
                                     repr=False)
     # ``predict(..., stream=True)``: the emitted rows, built a range at a time (``outputs``
-    # then holds their columns only)
-    streamed: OutputChunks | None = field(default=None, repr=False)
+    # then holds their columns only; a bounded prediction's: read from its spills)
+    streamed: StreamedRows | None = field(default=None, repr=False)
     # what the byte estimates read besides the report (a join's records: with checkpoint
     # bytes asked), which a prediction in key ranges sums over its ranges
     byte_facts: ByteFacts | None = field(default=None, repr=False)

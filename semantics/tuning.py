@@ -137,3 +137,15 @@ RANGE_ROWS = 1 << 20
 # emitted rows a plain ``wmbt predict`` builds, stores and prints at once: its peak holds one
 # such chunk, ~350 B a row (the streamed emitted rows, issue 48: 2^16 against 2^14-2^20)
 STREAM_CHUNK_ROWS = 1 << 16
+
+# --- a plain `wmbt predict` in bounded memory (semantics/bounded.py; docs/benchmarks.md,
+# "Memory per event": bench/memory.py) ---
+# rows of history (Delta log statistics) from which a plain prediction takes the bounded route
+BOUNDED_FROM_ROWS = 1 << 19
+# peak bytes a key range's prediction takes per row of the range (bench/memory.py: about 330
+# for the 10 M deduplication; a margin kept)
+RANGE_PEAK_BYTES_PER_ROW = 400
+# of issue 48's 100 bytes per event, what one range's prediction may take (bench/memory.py)
+RANGE_BYTES_PER_EVENT = 50
+# rows of a bounded route's key range, at least (per-range costs: the carrier rows; chosen)
+BOUNDED_MIN_RANGE_ROWS = 1 << 17
