@@ -61,7 +61,8 @@ from semantics.growing import Growing
 from semantics.schedule import TICK, Schedule
 from semantics.spec import BacktestSpec, JoinQuery
 from semantics.sweep_fallback import Figure, swept
-from semantics.tuning import SWEEP_BYTES_ROWS, SWEEP_POINT_DELAY_CELLS
+from semantics.sweep_join_keys import held_keys
+from semantics.tuning import SWEEP_BYTES_ROWS, SWEEP_HELD_PAIRS_PER_ROW, SWEEP_POINT_DELAY_CELLS
 
 if TYPE_CHECKING:
     from semantics.operators.join import JoinOperator
@@ -121,6 +122,11 @@ class Points:
         """``W`` of every point under delay ``d`` (non-decreasing)."""
         f = np.minimum if self.policy == "min" else np.maximum
         return np.maximum(f(self.a, self.b - d), 0)
+
+    def w_all(self, delays: np.ndarray) -> np.ndarray:
+        """``W`` of every point (rows) under each of ``delays`` (columns)."""
+        f = np.minimum if self.policy == "min" else np.maximum
+        return np.maximum(f(self.a[:, None], self.b[:, None] - delays[None, :]), 0)
 
     def late(self) -> tuple[np.ndarray, np.ndarray]:
         """``(a, b)`` of each point's late watermark: the point's before it (0 first)."""
@@ -406,14 +412,14 @@ class _Held:
                    stored_to[order], by_m, m_k[by_m], n)
 
     def by_point(self, pts: Points, delays: np.ndarray, right_outer: bool) -> _ByPoint | None:
-        """The same counts for every delay at once, point by point (:class:`_ByPoint`); None
-        when there are more points than delays (a pass over the rows per point would cost
-        more than one per delay), its (points × delays) counts would pass
-        ``tuning.SWEEP_POINT_DELAY_CELLS`` or an outer right row's stored delays have a gap
-        (a pair emitted on arrival, yet its own batch evicting it under some of them: not one
-        threshold)."""
-        n, hi = self.n, int(delays[-1])
-        if n > len(delays) or n * len(delays) > SWEEP_POINT_DELAY_CELLS:
+        """The same counts for every delay at once (:class:`_ByPoint`; the keys by
+        ``sweep_join_keys.held_keys``); None when its (points × delays) counts would pass
+        ``tuning.SWEEP_POINT_DELAY_CELLS``, the rows accepted under some delays only pair
+        with too many rows after them (``tuning.SWEEP_HELD_PAIRS_PER_ROW``) or an outer right
+        row's stored delays have a gap (a pair emitted on arrival, yet its own batch evicting
+        it under some of them: not one threshold)."""
+        n = self.n
+        if n * len(delays) > SWEEP_POINT_DELAY_CELLS:
             return None
         # a right row stays past its own batch iff d > g
         g = np.where(self.right, behind(pts.a[self.point], pts.b[self.point], self.m,
@@ -424,26 +430,21 @@ class _Held:
             own = self.a  # (stored whenever accepted)
         else:
             own = np.where(self.right, np.maximum(self.a, g), self.a)
-        last = np.minimum(np.searchsorted(pts.w(hi), self.m, side="left"), n - 1)
-        keys = np.zeros((n, len(delays)), dtype=np.int64)
-        for p in range(n):
-            on = np.flatnonzero((self.point <= p) & (last >= p))
-            if not len(on):
-                continue
-            # a row of an earlier point is held before p's eviction iff W_{p-1} < m
-            c = own[on]
-            if p:
-                later = self.point[on] < p
-                c[later] = np.maximum(c[later], behind(
-                    pts.a[p - 1:p], pts.b[p - 1:p], self.m[on[later]], pts.policy))
-            b = self.base[on]
-            mins = np.minimum.reduceat(c, np.flatnonzero(np.r_[True, b[1:] != b[:-1]]))
-            keys[p] = np.searchsorted(np.sort(mins), delays, side="left")
+        # V: the watermark of the point before each point (none before the first)
+        v = np.empty((n, len(delays)), dtype=np.int64)
+        v[0] = np.iinfo(np.int64).min
+        v[1:] = pts.w_all(delays)[:-1]
+        keys = held_keys(self.base // (n + 1), self.point,
+                         np.searchsorted(delays, own, side="right"), self.m, v,
+                         SWEEP_HELD_PAIRS_PER_ROW)
+        if keys is None:
+            return None
         lost = np.zeros_like(keys) if right_outer else \
             _below(self.point[self.right], self.a[self.right], delays, n) - \
             _below(self.point[self.right], own[self.right], delays, n)
         c = self.counts
-        return _ByPoint(keys, lost, Growing(self.m[c], self.a[c], int(delays[0]), hi),
+        return _ByPoint(keys, lost, Growing(self.m[c], self.a[c], int(delays[0]),
+                                            int(delays[-1])),
                         bool(c[self.right].all()) if self.right.any() else False)
 
     def at(self, d: int, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

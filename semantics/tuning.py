@@ -115,6 +115,10 @@ SWEEP_BYTES_ROWS = 1 << 20
 # cells of a join sweep's (points × delays) key counts, past which it counts them per delay
 # (memory: three int64 tables; semantics/sweep_join.py): chosen, not tuned
 SWEEP_POINT_DELAY_CELLS = 1 << 24
+# rows a join sweep's key counts pair, on average per row, with the rows accepted under some
+# delays before them, past which it counts them per delay (semantics/sweep_join_keys.py):
+# chosen, not tuned
+SWEEP_HELD_PAIRS_PER_ROW = 4
 # input rows checkpoint_bytes encodes as its sample of state records (bench/state_bytes.py)
 CHECKPOINT_SAMPLE_ROWS = 2048
 # sample sizes of rows whose groups' buffers the checkpoint-bytes sample accumulates (same)

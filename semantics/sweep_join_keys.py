@@ -1,0 +1,193 @@
+"""A join sweep's distinct held keys for every (point, delay) at once, from sorted thresholds
+(docs/semantics.md §2.6, the join's state bytes; ``semantics.sweep_join._Held``).
+
+Rows come in the order of (key group, point). Row ``r`` of point ``q`` is accepted under the
+delays of index ``j >= J_r`` and, once accepted, held before point ``p``'s eviction iff
+``q <= p`` and ``V[p, j] < m_r``: ``V[p, j]`` the watermark of the point before ``p`` under
+delay ``j`` (below everything for ``p = 0``), non-decreasing in ``p``, non-increasing in
+``j``. A key group is held iff one of its rows is. Counting each held group once, by its
+first held row in that order: row ``r`` counts iff no row before it in its group is held,
+i.e. iff ``M_r(j) <= V[p, j] < m_r``, ``M_r(j)`` the greatest ``m`` of the rows before it
+accepted under ``j`` (those start at or before ``q``, so they are held iff ``V < m``). So
+
+    keys[p, j] = sum over rows of [j >= J_r] [q_r <= p] ([V < m_r] - [V < M_r(j)])
+
+while ``M_r(j) < m_r`` (once it reaches ``m_r`` the row never counts). ``M_r`` is a staircase
+over ``j``: the rows accepted under every delay give its floor (a running maximum along the
+group), the others raise it at their ``J`` (:func:`_raises`, the pairs found by stepping
+along the group until a row always accepted reaches the raiser's ``m``). Each term is an
+*item* ``w [q <= p] [j >= jl] [x > V[p, j]]``, counted in two parts (:func:`_count`): while
+``V[p, jl] < x`` every ``j >= jl`` has ``x > V`` (a rectangle of a 2-D difference table);
+from the first ``p`` of ``V[p, jl] >= x`` on, ``x > V[p, j]`` already implies ``j > jl``, so
+the item is a count of ``x`` above ``V[p, j]`` alone, a running table over the ranks of the
+values of ``V`` read at each point by blocks (:func:`_above`).
+
+Invariant: the result equals, per delay, counting the union of each group's held rows
+(``_Held.at``); tests/test_sweep_join.py compares every delay's series with a prediction.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_MIN = np.iinfo(np.int64).min  # no row before: M below every V
+
+
+def held_keys(group: np.ndarray, q: np.ndarray, first: np.ndarray, m: np.ndarray,
+              v: np.ndarray, pairs_per_row: int) -> np.ndarray | None:
+    """``keys[p, j]`` (module docstring) of rows in the order of (``group``, ``q``):
+    ``first`` the least delay index accepting each (``>= v.shape[1]``: none), ``m`` its
+    eviction bound, ``v`` the ``(points × delays)`` watermarks ``V``. None when the rows that
+    raise ``M`` pair with more than ``pairs_per_row`` rows each on average (the caller then
+    counts per delay)."""
+    n, n_d = v.shape
+    keep = first < n_d
+    group, q, first, m = group[keep], q[keep], first[keep], m[keep]
+    floor = _floor(group, np.where(first == 0, m, _MIN))
+    raised = _raises(group, first, m, floor, pairs_per_row * max(len(m), 1))
+    if raised is None:
+        return None
+    r, jr, mr = raised
+    live = floor < m  # (a row behind an earlier always-accepted one never counts)
+    s = np.flatnonzero(live)
+    items = [(q[s], first[s], m[s], np.ones(len(s), dtype=np.int64))]
+    f = s[floor[s] > _MIN]
+    items.append((q[f], first[f], floor[f], -np.ones(len(f), dtype=np.int64)))
+    ok = live[r]
+    if ok.any():
+        items += _steps(r[ok], jr[ok], mr[ok], q, first, m, floor)
+    qs, jl, x, w = (np.concatenate(c) for c in zip(*items, strict=True))
+    return _count(qs, jl, x, w, v)
+
+
+def _floor(group: np.ndarray, always_m: np.ndarray) -> np.ndarray:
+    """Per row: the greatest ``always_m`` of the rows before it in its group (``_MIN``:
+    none)."""
+    if not len(group):
+        return always_m.copy()
+    vals, rank = np.unique(always_m, return_inverse=True)  # (_MIN first when present)
+    span = len(vals) + 1
+    g = np.cumsum(np.r_[True, group[1:] != group[:-1]]) - 1
+    code = g * span + rank + 1
+    run = np.maximum.accumulate(code)
+    before = np.r_[0, run[:-1]]
+    before = np.where(before >= g * span, before - g * span - 1, -1)  # (another group's)
+    out = np.where(before >= 0, vals[np.maximum(before, 0)], _MIN)
+    return out
+
+
+def _raises(group: np.ndarray, first: np.ndarray, m: np.ndarray, floor: np.ndarray,
+            budget: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The (row, raiser's ``first``, raiser's ``m``) of every row after a raiser in its group:
+    a row accepted only under some delays (``first > 0``) above the floor before it, up to
+    and including the first later row always accepted whose ``m`` reaches it (after that row
+    the floor does). None past ``budget`` pairs."""
+    src = np.flatnonzero((first > 0) & (m > floor))
+    rows, js, ms = [], [], []
+    total, k, n_rows = 0, 1, len(group)
+    while len(src):
+        cand = src + k
+        on = cand < n_rows
+        src, cand = src[on], cand[on]
+        on = group[cand] == group[src]
+        src, cand = src[on], cand[on]
+        total += len(src)
+        if total > budget:
+            return None
+        rows.append(cand)
+        js.append(first[src])
+        ms.append(m[src])
+        stop = (first[cand] == 0) & (m[cand] >= m[src])
+        src = src[~stop]
+        k += 1
+    if not rows:
+        e = np.zeros(0, dtype=np.int64)
+        return e, e, e
+    return np.concatenate(rows), np.concatenate(js), np.concatenate(ms)
+
+
+def _steps(r: np.ndarray, jr: np.ndarray, mr: np.ndarray, q: np.ndarray, first: np.ndarray,
+           m: np.ndarray, floor: np.ndarray) -> list[tuple[np.ndarray, ...]]:
+    """The items of ``M``'s raises: per row, its raisers in the order of ``first``, each
+    that sets a new maximum ``M_k`` (from ``M_{k-1}``) adds ``[V < M_{k-1}] - [V < M_k]``
+    from ``max(J_r, first)`` on, the one reaching ``m_r`` with ``m_r`` for ``M_k`` and
+    nothing after it."""
+    order = np.lexsort((mr, jr, r))
+    r, jr, mr = r[order], jr[order], mr[order]
+    vals, rank = np.unique(np.r_[mr, floor[r]], return_inverse=True)
+    span = len(vals) + 1
+    rk, fk = rank[:len(r)], rank[len(r):]
+    new = np.r_[True, r[1:] != r[:-1]]
+    g = np.cumsum(new) - 1
+    run = np.maximum.accumulate(g * span + rk + 1)
+    before = np.r_[0, run[:-1]]
+    before = np.where(new, -1, before - g * span - 1)
+    prev = np.maximum(before, fk)  # (rank of M_{k-1}: the floor, or an earlier raiser)
+    rec = rk > prev
+    kill = rec & (mr >= m[r])
+    kills_before = np.cumsum(kill) - kill
+    seg_start = np.flatnonzero(new)
+    kills_before -= np.repeat(kills_before[seg_start], np.diff(np.r_[seg_start, len(r)]))
+    on = rec & (kills_before == 0)
+    r, prev_m = r[on], vals[prev[on]]
+    top = np.minimum(mr[on], m[r])
+    jl = np.maximum(first[r], jr[on])
+    has_prev = prev_m > _MIN
+    out = [(q[r], jl, top, -np.ones(len(r), dtype=np.int64))]
+    out.append((q[r][has_prev], jl[has_prev], prev_m[has_prev],
+                np.ones(int(has_prev.sum()), dtype=np.int64)))
+    return out
+
+
+def _count(s: np.ndarray, jl: np.ndarray, x: np.ndarray, w: np.ndarray,
+           v: np.ndarray) -> np.ndarray:
+    """``sum of w [s <= p] [j >= jl] [x > v[p, j]]`` for every cell of ``v``."""
+    n, n_d = v.shape
+    ranks_of = np.unique(v)  # (v's values; an item's x by how many are below it)
+    rv = np.searchsorted(ranks_of, v, side="left")  # (each cell's own rank)
+    rx = np.searchsorted(ranks_of, x, side="left")  # x > v[p, j] iff rx > rv[p, j]
+    # the first point at or after s whose v[., jl] reaches x (v's columns ascend in p)
+    span = len(ranks_of) + 1
+    col = (np.arange(n_d, dtype=np.int64)[:, None] * span + rv.T).ravel()
+    star = np.searchsorted(col, jl * span + rx, side="left") - jl * n
+    star = np.maximum(star, s)
+    rect = np.zeros((n + 1) * (n_d + 1), dtype=np.int64)
+    box = star > s
+    np.add.at(rect, s[box] * (n_d + 1) + jl[box], w[box])
+    np.add.at(rect, star[box] * (n_d + 1) + jl[box], -w[box])
+    keys = rect.reshape(n + 1, n_d + 1).cumsum(0).cumsum(1)[:n, :n_d]
+    rest = np.flatnonzero(star < n)
+    keys += _above(star[rest], rx[rest], w[rest], rv, span)
+    return keys
+
+
+def _above(start: np.ndarray, rx: np.ndarray, w: np.ndarray, rv: np.ndarray,
+           span: int) -> np.ndarray:
+    """``sum of w [start <= p] [rx > rv[p, j]]`` per cell: the items' weights by rank,
+    added at their start, read at each point through block sums (a block's running total
+    and a scan of the cells' own block)."""
+    n, n_d = rv.shape
+    block = 1 << max(0, int(np.log2(max(span / max(n_d, 1), 1))) // 2)
+    n_blocks = -(-span // block)
+    by_rank = np.zeros(n_blocks * block, dtype=np.int64)
+    by_block = np.zeros(n_blocks + 1, dtype=np.int64)
+    order = np.argsort(start, kind="stable")
+    cuts = np.searchsorted(start[order], np.arange(n + 1))
+    out = np.zeros((n, n_d), dtype=np.int64)
+    total = 0
+    lanes = np.arange(block, dtype=np.int64)
+    for p in range(n):
+        new = order[cuts[p]:cuts[p + 1]]
+        if len(new):
+            np.add.at(by_rank, rx[new], w[new])
+            np.add.at(by_block, rx[new] // block + 1, w[new])
+            total += int(w[new].sum())
+        if not total:
+            continue
+        k = rv[p]  # at or below: rank <= k
+        b = k // block
+        whole = np.cumsum(by_block)[b]  # (blocks before k's)
+        part = by_rank[(b * block)[:, None] + lanes[None, :]]
+        part = np.where(lanes[None, :] <= (k - b * block)[:, None], part, 0).sum(1)
+        out[p] = total - whole - part
+    return out
