@@ -49,6 +49,7 @@ to ``state_bytes.predicted`` as a prediction's report gives them (RocksDB: None)
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -62,6 +63,7 @@ from semantics.schedule import TICK, Schedule
 from semantics.spec import BacktestSpec, JoinQuery
 from semantics.sweep_fallback import Figure, swept
 from semantics.sweep_join_keys import held_keys
+from semantics.sweep_join_latency import Latencies, NullRows
 from semantics.tuning import SWEEP_BYTES_ROWS, SWEEP_HELD_PAIRS_PER_ROW, SWEEP_POINT_DELAY_CELLS
 
 if TYPE_CHECKING:
@@ -289,7 +291,7 @@ def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
     # (the row that came first is then still stored: the module docstring's pairs)
     emitted = _Emitted.of(pts.clock[np.maximum(bl, br)] - np.maximum(left.et[li], right.et[rj])
                           // 1000, tau, delays,
-                          [_Nulls.of(side, idx, tau, pts) for side, idx, outer in (
+                          [_null_rows(side, idx, tau, pts) for side, idx, outer in (
                               (left, li, q.type in ("left_outer", "full_outer")),
                               (right, rj, q.type in ("right_outer", "full_outer"))) if outer])
     rows_a = np.r_[left.a, right.a]
@@ -387,9 +389,12 @@ class _Held:
     right: np.ndarray  # a right row
     counts: np.ndarray  # its side's removed rows are counted (:func:`_counted`)
     stored_to: np.ndarray  # evicted at its own point: stored iff d <= it (:func:`_stored_to`)
-    by_m: np.ndarray  # positions in the order of m
-    m_sorted: np.ndarray
     n: int  # points
+
+    @cached_property
+    def by_m(self) -> np.ndarray:
+        """Positions in the order of m (for :meth:`at` only)."""
+        return np.argsort(self.m, kind="stable")
 
     @classmethod
     def of(cls, left: Side, right: Side, right_stored_to: np.ndarray,
@@ -401,15 +406,15 @@ class _Held:
                        np.r_[left.m, right.m])
         stored_to = np.r_[np.full(len(left.pos), ALWAYS, dtype=np.int64), right_stored_to]
         keep = np.flatnonzero(a < hi)
-        order = keep[np.lexsort((point[keep], code[keep], side[keep]))]
+        span = int(code.max(initial=0)) + 1
+        order = keep[np.argsort((side[keep] * span + code[keep]) * (n + 1) + point[keep],
+                                kind="stable")]
         s, c = side[order], code[order]
         first = np.r_[True, (s[1:] != s[:-1]) | (c[1:] != c[:-1])] if len(order) else \
             np.zeros(0, dtype=bool)
         base = (np.cumsum(first, dtype=np.int64) - 1) * (n + 1)
-        m_k = m[order]
-        by_m = np.argsort(m_k, kind="stable")
-        return cls(point[order], a[order], m_k, base, s, np.where(s, counted[1], counted[0]),
-                   stored_to[order], by_m, m_k[by_m], n)
+        return cls(point[order], a[order], m[order], base, s,
+                   np.where(s, counted[1], counted[0]), stored_to[order], n)
 
     def by_point(self, pts: Points, delays: np.ndarray, right_outer: bool) -> _ByPoint | None:
         """The same counts for every delay at once (:class:`_ByPoint`; the keys by
@@ -439,9 +444,8 @@ class _Held:
                          SWEEP_HELD_PAIRS_PER_ROW)
         if keys is None:
             return None
-        lost = np.zeros_like(keys) if right_outer else \
-            _below(self.point[self.right], self.a[self.right], delays, n) - \
-            _below(self.point[self.right], own[self.right], delays, n)
+        lost = np.zeros_like(keys) if right_outer else _between(
+            self.point[self.right], self.a[self.right], own[self.right], delays, n)
         c = self.counts
         return _ByPoint(keys, lost, Growing(self.m[c], self.a[c], int(delays[0]),
                                             int(delays[-1])),
@@ -453,7 +457,7 @@ class _Held:
         n = self.n
         acc = self.a < d
         # (rows in the order of m: those of m in (w[p - 1], w[p]] leave at point p)
-        cuts = np.searchsorted(self.m_sorted, w, side="right")
+        cuts = np.searchsorted(self.m[self.by_m], w, side="right")
         ev = np.empty(len(self.a), dtype=np.int64)
         ev[self.by_m] = np.repeat(np.arange(n + 1, dtype=np.int64),
                                   np.diff(cuts, prepend=0, append=len(self.a)))
@@ -471,13 +475,16 @@ class _Held:
                 np.bincount(self.point[lost], minlength=n))
 
 
-def _below(point: np.ndarray, thr: np.ndarray, delays: np.ndarray, n: int) -> np.ndarray:
-    """Per point (of ``n``) and delay: how many of the point's thresholds are below it."""
-    order = np.lexsort((thr, point))
-    t = thr[order]
-    cuts = np.searchsorted(point[order], np.arange(n + 1))
-    return np.stack([np.searchsorted(t[cuts[p]:cuts[p + 1]], delays, side="left")
-                     for p in range(n)]) if n else np.zeros((0, len(delays)), dtype=np.int64)
+def _between(point: np.ndarray, lo: np.ndarray, hi: np.ndarray, delays: np.ndarray,
+             n: int) -> np.ndarray:
+    """Per point (of ``n``) and delay ``d``: how many of the point's rows have
+    ``lo < d <= hi`` (``lo <= hi``): a difference table over the delays' indices."""
+    n_d = len(delays)
+    at = np.r_[point * (n_d + 1) + np.searchsorted(delays, lo, side="right"),
+               point * (n_d + 1) + np.searchsorted(delays, hi, side="right")]
+    diff = np.bincount(at, np.r_[np.ones(len(lo)), -np.ones(len(hi))],
+                       minlength=n * (n_d + 1))
+    return np.rint(diff).astype(np.int64).reshape(n, n_d + 1).cumsum(1)[:, :n_d]
 
 
 @dataclass(frozen=True)
@@ -549,77 +556,48 @@ class _Bytes:
         self._parts, self._rows = [], 0
 
 
-@dataclass(frozen=True)
-class _Nulls:
+def _null_rows(side: Side, idx: np.ndarray, tau: np.ndarray, pts: Points) -> NullRows:
     """An outer side's rows that get a null row under some delay: under ``d`` those with
-    ``a < d <= u``, at the first point of ``W >= m``; in the order of their event times, so
-    ``m`` (a non-decreasing function of it) is sorted."""
-
-    a: np.ndarray
-    u: np.ndarray
-    m: np.ndarray
-    ref_ms: np.ndarray  # the row's event time (ms, floored), its latency's reference
-
-    @classmethod
-    def of(cls, side: Side, idx: np.ndarray, tau: np.ndarray, pts: Points) -> _Nulls:
-        """``idx``: the side's row of each pair (thresholds ``tau``)."""
-        unmatched_to = np.full(len(side.pos), ALWAYS, dtype=np.int64)  # d <= it: no pair
-        np.minimum.at(unmatched_to, idx, tau)
-        gone_by_end = behind(np.full(len(side.pos), pts.a[-1]),
-                             np.full(len(side.pos), pts.b[-1]), side.m, pts.policy) \
-            if len(pts.idle) else np.full(len(side.pos), NEVER, dtype=np.int64)
-        u = np.minimum(unmatched_to, gone_by_end)
-        some = np.flatnonzero(side.a < u)
-        order = some[np.argsort(side.et[some], kind="stable")]
-        m = side.m[order]
-        assert not len(m) or (np.diff(m) >= 0).all()
-        return cls(side.a[order], u[order], m, side.et[order] // 1000)
-
-    def latencies_ms(self, d: int, w: np.ndarray, clock: np.ndarray) -> np.ndarray:
-        """The latencies (whole ms) of the null rows under delay ``d`` (``w``: its points'
-        W, ``clock``: theirs): the rows of ``m`` in ``(w[p - 1], w[p]]`` leave at point
-        ``p``."""
-        cuts = np.searchsorted(self.m, w, side="right")
-        n = int(cuts[-1]) if len(cuts) else 0  # (the rest never leave)
-        lat = np.repeat(clock, np.diff(cuts, prepend=0))
-        lat -= self.ref_ms[:n]
-        on = self.a[:n] < d
-        on &= self.u[:n] >= d
-        return lat[on]
+    ``a < d <= u`` evicted by the last point, at the first point of ``W >= m``; in the order
+    of their event times, so ``m`` (a non-decreasing function of it) is sorted. ``idx``: the
+    side's row of each pair (thresholds ``tau``)."""
+    unmatched_to = np.full(len(side.pos), ALWAYS, dtype=np.int64)  # d <= it: no pair
+    np.minimum.at(unmatched_to, idx, tau)
+    gone_by_end = behind(np.full(len(side.pos), pts.a[-1]),
+                         np.full(len(side.pos), pts.b[-1]), side.m, pts.policy) \
+        if len(pts.idle) else np.full(len(side.pos), NEVER, dtype=np.int64)
+    some = np.flatnonzero(side.a < np.minimum(unmatched_to, gone_by_end))
+    order = some[np.argsort(side.et[some], kind="stable")]
+    m = side.m[order]
+    assert not len(m) or (np.diff(m) >= 0).all()
+    # (d <= gone_by_end iff m <= the last W: NullRows' cut, so u need not say it)
+    return NullRows(side.a[order], unmatched_to[order], m, side.et[order] // 1000)
 
 
 @dataclass(frozen=True)
 class _Emitted:
     """The emitted rows' count and latency percentiles per delay: pairs of latency
-    ``pair_ms`` (whole ms) emitted iff ``d > tau``, and the outer sides' null rows."""
+    ``pair_ms`` (whole ms) emitted iff ``d > tau``, and the outer sides' null rows
+    (``sweep_join_latency``)."""
 
-    pair_ms: np.ndarray
-    tau: np.ndarray
     nested: quantiles.Nested | None  # (inner joins: the pairs' sets only grow with d)
-    nulls: list[_Nulls]
+    latencies: Latencies | None  # (outer joins)
 
     @classmethod
     def of(cls, pair_ms: np.ndarray, tau: np.ndarray, delays: np.ndarray,
-           nulls: list[_Nulls]) -> _Emitted:
+           nulls: list[NullRows]) -> _Emitted:
         if nulls:
-            order = np.argsort(pair_ms, kind="stable")
-            return cls(pair_ms[order], tau[order], None, nulls)
-        return cls(pair_ms, tau, quantiles.Nested(pair_ms / 1000.0, tau, delays,
-                                                  order=np.argsort(pair_ms, kind="stable")),
-                   nulls)
+            return cls(None, Latencies(pair_ms, tau, nulls, int(delays[0]), int(delays[-1])))
+        return cls(quantiles.Nested(pair_ms / 1000.0, tau, delays,
+                                    order=np.argsort(pair_ms, kind="stable")), None)
 
     def at(self, i: int, d: int, w: np.ndarray, clock: np.ndarray
            ) -> tuple[int, quantiles.Percentiles]:
         """(output rows, latency percentiles) of delay ``d``, the ``i``-th."""
         if self.nested is not None:
             return self.nested.size(i), self.nested.percentiles(i)
-        lat = np.concatenate([self.pair_ms[self.tau < d],
-                              *(n.latencies_ms(d, w, clock) for n in self.nulls)])
-
-        def ranked(ranks: np.ndarray) -> np.ndarray:
-            return np.partition(lat, np.unique(ranks))[ranks] / 1000.0
-
-        return len(lat), quantiles.linear(len(lat), ranked)
+        assert self.latencies is not None
+        return self.latencies.at(d, w, clock)
 
 
 def _at_least(thresholds: np.ndarray, delays: np.ndarray) -> np.ndarray:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-_MIN = np.iinfo(np.int64).min  # no row before: M below every V
+_NONE = -1  # no row before: a floor below every rank
 
 
 def held_keys(group: np.ndarray, q: np.ndarray, first: np.ndarray, m: np.ndarray,
@@ -39,41 +39,46 @@ def held_keys(group: np.ndarray, q: np.ndarray, first: np.ndarray, m: np.ndarray
     ``first`` the least delay index accepting each (``>= v.shape[1]``: none), ``m`` its
     eviction bound, ``v`` the ``(points × delays)`` watermarks ``V``. None when the rows that
     raise ``M`` pair with more than ``pairs_per_row`` rows each on average (the caller then
-    counts per delay)."""
+    counts per delay).
+
+    Every ``m`` is taken by its rank among ``V``'s values (how many are below it): ``m > V``
+    iff its rank exceeds ``V``'s own, and two ``m`` of one rank differ at no ``V``."""
     n, n_d = v.shape
+    values = np.unique(v)
+    rv = np.searchsorted(values, v)
     keep = first < n_d
-    group, q, first, m = group[keep], q[keep], first[keep], m[keep]
-    floor = _floor(group, np.where(first == 0, m, _MIN))
-    raised = _raises(group, first, m, floor, pairs_per_row * max(len(m), 1))
+    group, q, first = group[keep], q[keep], first[keep]
+    x = np.searchsorted(values, m[keep], side="left")
+    floor = _floor(group, np.where(first == 0, x, _NONE), len(values) + 2)
+    raised = _raises(group, first, x, floor, pairs_per_row * max(len(x), 1))
     if raised is None:
         return None
-    r, jr, mr = raised
-    live = floor < m  # (a row behind an earlier always-accepted one never counts)
+    r, jr, xr = raised
+    live = floor < x  # (a row behind an earlier always-accepted one never counts)
     s = np.flatnonzero(live)
-    items = [(q[s], first[s], m[s], np.ones(len(s), dtype=np.int64))]
-    f = s[floor[s] > _MIN]
+    items = [(q[s], first[s], x[s], np.ones(len(s), dtype=np.int64))]
+    f = s[floor[s] > _NONE]
     items.append((q[f], first[f], floor[f], -np.ones(len(f), dtype=np.int64)))
     ok = live[r]
     if ok.any():
-        items += _steps(r[ok], jr[ok], mr[ok], q, first, m, floor)
-    qs, jl, x, w = (np.concatenate(c) for c in zip(*items, strict=True))
-    return _count(qs, jl, x, w, v)
+        items += _steps(r[ok], jr[ok], xr[ok], q, first, x, floor, len(values) + 2)
+    qs, jl, xs, w = (np.concatenate(c) for c in zip(*items, strict=True))
+    return _count(qs, jl, xs, w, rv, len(values) + 1)
 
 
-def _floor(group: np.ndarray, always_m: np.ndarray) -> np.ndarray:
-    """Per row: the greatest ``always_m`` of the rows before it in its group (``_MIN``:
-    none)."""
-    if not len(group):
-        return always_m.copy()
-    vals, rank = np.unique(always_m, return_inverse=True)  # (_MIN first when present)
-    span = len(vals) + 1
-    g = np.cumsum(np.r_[True, group[1:] != group[:-1]]) - 1
-    code = g * span + rank + 1
-    run = np.maximum.accumulate(code)
-    before = np.r_[0, run[:-1]]
-    before = np.where(before >= g * span, before - g * span - 1, -1)  # (another group's)
-    out = np.where(before >= 0, vals[np.maximum(before, 0)], _MIN)
-    return out
+def _running_before(seg: np.ndarray, val: np.ndarray, span: int) -> np.ndarray:
+    """Per entry: the greatest ``val`` (``>= _NONE``, ``< span - 1``) of the entries before
+    it in its segment (``seg``: non-decreasing), ``_NONE`` when none."""
+    g = np.cumsum(np.r_[True, seg[1:] != seg[:-1]]) - 1 if len(seg) else seg
+    run = np.maximum.accumulate(g * span + val + 1)
+    before = np.r_[0, run[:-1]] - g * span - 1
+    return np.maximum(before, _NONE)  # (another segment's: below this one's codes)
+
+
+def _floor(group: np.ndarray, always: np.ndarray, span: int) -> np.ndarray:
+    """Per row: the greatest rank ``always`` of the rows before it in its group (``_NONE``
+    for the rows not accepted under every delay; ``_NONE``: none)."""
+    return _running_before(group, always, span)
 
 
 def _raises(group: np.ndarray, first: np.ndarray, m: np.ndarray, floor: np.ndarray,
@@ -106,58 +111,53 @@ def _raises(group: np.ndarray, first: np.ndarray, m: np.ndarray, floor: np.ndarr
     return np.concatenate(rows), np.concatenate(js), np.concatenate(ms)
 
 
-def _steps(r: np.ndarray, jr: np.ndarray, mr: np.ndarray, q: np.ndarray, first: np.ndarray,
-           m: np.ndarray, floor: np.ndarray) -> list[tuple[np.ndarray, ...]]:
+def _steps(r: np.ndarray, jr: np.ndarray, xr: np.ndarray, q: np.ndarray, first: np.ndarray,
+           x: np.ndarray, floor: np.ndarray, span: int) -> list[tuple[np.ndarray, ...]]:
     """The items of ``M``'s raises: per row, its raisers in the order of ``first``, each
     that sets a new maximum ``M_k`` (from ``M_{k-1}``) adds ``[V < M_{k-1}] - [V < M_k]``
     from ``max(J_r, first)`` on, the one reaching ``m_r`` with ``m_r`` for ``M_k`` and
-    nothing after it."""
-    order = np.lexsort((mr, jr, r))
-    r, jr, mr = r[order], jr[order], mr[order]
-    vals, rank = np.unique(np.r_[mr, floor[r]], return_inverse=True)
-    span = len(vals) + 1
-    rk, fk = rank[:len(r)], rank[len(r):]
+    nothing after it (all by rank)."""
+    order = np.lexsort((xr, jr, r))
+    r, jr, xr = r[order], jr[order], xr[order]
+    prev = np.maximum(_running_before(r, xr, span), floor[r])  # (M_{k-1})
+    rec = xr > prev
+    kill = rec & (xr >= x[r])
     new = np.r_[True, r[1:] != r[:-1]]
-    g = np.cumsum(new) - 1
-    run = np.maximum.accumulate(g * span + rk + 1)
-    before = np.r_[0, run[:-1]]
-    before = np.where(new, -1, before - g * span - 1)
-    prev = np.maximum(before, fk)  # (rank of M_{k-1}: the floor, or an earlier raiser)
-    rec = rk > prev
-    kill = rec & (mr >= m[r])
     kills_before = np.cumsum(kill) - kill
     seg_start = np.flatnonzero(new)
     kills_before -= np.repeat(kills_before[seg_start], np.diff(np.r_[seg_start, len(r)]))
     on = rec & (kills_before == 0)
-    r, prev_m = r[on], vals[prev[on]]
-    top = np.minimum(mr[on], m[r])
+    r, prev = r[on], prev[on]
+    top = np.minimum(xr[on], x[r])
     jl = np.maximum(first[r], jr[on])
-    has_prev = prev_m > _MIN
+    has_prev = prev > _NONE
     out = [(q[r], jl, top, -np.ones(len(r), dtype=np.int64))]
-    out.append((q[r][has_prev], jl[has_prev], prev_m[has_prev],
+    out.append((q[r][has_prev], jl[has_prev], prev[has_prev],
                 np.ones(int(has_prev.sum()), dtype=np.int64)))
     return out
 
 
-def _count(s: np.ndarray, jl: np.ndarray, x: np.ndarray, w: np.ndarray,
-           v: np.ndarray) -> np.ndarray:
-    """``sum of w [s <= p] [j >= jl] [x > v[p, j]]`` for every cell of ``v``."""
-    n, n_d = v.shape
-    ranks_of = np.unique(v)  # (v's values; an item's x by how many are below it)
-    rv = np.searchsorted(ranks_of, v, side="left")  # (each cell's own rank)
-    rx = np.searchsorted(ranks_of, x, side="left")  # x > v[p, j] iff rx > rv[p, j]
-    # the first point at or after s whose v[., jl] reaches x (v's columns ascend in p)
-    span = len(ranks_of) + 1
+def _count(s: np.ndarray, jl: np.ndarray, x: np.ndarray, w: np.ndarray, rv: np.ndarray,
+           span: int) -> np.ndarray:
+    """``sum of w [s <= p] [j >= jl] [x > rv[p, j]]`` for every cell of the ranks ``rv``
+    (``x``, ``rv`` below ``span``)."""
+    n, n_d = rv.shape
+    # the first point at or after s whose rv[., jl] reaches x (rv's columns ascend in p)
+    star = np.empty(len(x), dtype=np.int64)
+    zero = jl == 0  # (most rows: a search in one column)
+    star[zero] = np.searchsorted(rv[:, 0], x[zero], side="left")
     col = (np.arange(n_d, dtype=np.int64)[:, None] * span + rv.T).ravel()
-    star = np.searchsorted(col, jl * span + rx, side="left") - jl * n
+    star[~zero] = np.searchsorted(col, jl[~zero] * span + x[~zero], side="left") - \
+        jl[~zero] * n
     star = np.maximum(star, s)
-    rect = np.zeros((n + 1) * (n_d + 1), dtype=np.int64)
-    box = star > s
-    np.add.at(rect, s[box] * (n_d + 1) + jl[box], w[box])
-    np.add.at(rect, star[box] * (n_d + 1) + jl[box], -w[box])
-    keys = rect.reshape(n + 1, n_d + 1).cumsum(0).cumsum(1)[:n, :n_d]
+    box = np.flatnonzero(star > s)
+    cells = (n + 1) * (n_d + 1)
+    rect = np.bincount(np.r_[s[box], star[box]] * (n_d + 1) + np.r_[jl[box], jl[box]],
+                       np.r_[w[box], -w[box]], minlength=cells)
+    keys = np.rint(rect).astype(np.int64).reshape(n + 1, n_d + 1).cumsum(0).cumsum(1)
+    keys = keys[:n, :n_d]
     rest = np.flatnonzero(star < n)
-    keys += _above(star[rest], rx[rest], w[rest], rv, span)
+    keys += _above(star[rest], x[rest], w[rest], rv, span)
     return keys
 
 

@@ -119,6 +119,9 @@ SWEEP_POINT_DELAY_CELLS = 1 << 24
 # delays before them, past which it counts them per delay (semantics/sweep_join_keys.py):
 # chosen, not tuned
 SWEEP_HELD_PAIRS_PER_ROW = 4
+# rows of an outer join sweep's latency bracket partitioned at most per order statistic (the
+# rest halved by counts; semantics/sweep_join_latency.py): chosen, not tuned
+SWEEP_LATENCY_GATHER = 1 << 12
 # input rows checkpoint_bytes encodes as its sample of state records (bench/state_bytes.py)
 CHECKPOINT_SAMPLE_ROWS = 2048
 # sample sizes of rows whose groups' buffers the checkpoint-bytes sample accumulates (same)

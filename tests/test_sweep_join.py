@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from jobs import sweep as sw
-from semantics import growing, quantiles, sweep_join, sweep_join_keys
+from semantics import growing, quantiles, sweep_join, sweep_join_keys, sweep_join_latency
 from semantics.durations import Duration
 from semantics.schedule import ARRIVAL_MS, VERSION, Schedule, cut
 from semantics.spec import BacktestSpec, parse_spec
@@ -131,6 +131,8 @@ def test_one_pass_join_sweep_equals_a_prediction_per_delay(jtype: str, monkeypat
         monkeypatch.setattr(quantiles, "SWEEP_RANK_BLOCK", 3 if i % 2 else 4096)
         # (and the bytes model reads a few delays' batches at a time)
         monkeypatch.setattr(sweep_join, "SWEEP_BYTES_ROWS", 7 if i % 2 else 1 << 20)
+        # (the null rows' latency brackets halved down to a row, or hardly)
+        monkeypatch.setattr(sweep_join_latency, "SWEEP_LATENCY_GATHER", 1 if i % 2 else 1 << 12)
         # (every third, the keys per delay whatever the points: past the cells' bound)
         monkeypatch.setattr(sweep_join, "SWEEP_POINT_DELAY_CELLS", 0 if i % 3 == 2 else 1 << 24)
         spec, sched, source = random_case(1000 * TYPES.index(jtype) + i, jtype)
@@ -215,3 +217,36 @@ def test_held_keys_for_every_point_and_delay_equal_their_definition() -> None:
         refused += tight is None
         assert tight is None or tight.tolist() == want
     assert refused >= 10, refused
+
+
+def test_outer_latencies_per_delay_equal_a_partition_of_every_emitted_row() -> None:
+    # pairs of fixed latency emitted above their threshold, null rows between two thresholds
+    # leaving at the point whose W reaches them; brackets of at most 1, 2 or 4 096 rows
+    for seed in range(30):
+        r = np.random.default_rng(seed)
+        n, n_pairs = int(r.integers(1, 7)), int(r.integers(0, 40))
+        ds = np.unique(r.integers(0, 50, int(r.integers(1, 12))))
+        pair_ms, tau = r.integers(-30, 60, n_pairs), r.integers(-5, 60, n_pairs)
+        sides = []
+        for _ in range(int(r.integers(1, 3))):
+            k = int(r.integers(0, 50))
+            ref = np.sort(r.integers(0, 100, k))
+            a = np.where(r.random(k) < 0.5, -1, r.integers(-5, 50, k))
+            sides.append(sweep_join_latency.NullRows(
+                a, a + r.integers(1, 60, k), ref + r.integers(0, 3), ref))
+        b = np.cumsum(r.integers(0, 30, n))
+        clock = np.cumsum(r.integers(0, 20, n)) + int(r.integers(-200, 200))
+        got = sweep_join_latency.Latencies(pair_ms, tau, sides, int(ds[0]), int(ds[-1]),
+                                           gather=[1, 2, 4096][seed % 3])
+        for d in ds.tolist():
+            w = np.maximum(b - d, 0)
+            lat = [pair_ms[tau < d]]
+            for s in sides:
+                cuts = np.searchsorted(s.m, w, side="right")
+                left = np.repeat(np.arange(n), np.diff(cuts, prepend=0))
+                on = (s.a[:cuts[-1]] < d) & (s.u[:cuts[-1]] >= d)
+                lat.append((clock[left] - s.ref_ms[:cuts[-1]])[on])
+            every = np.concatenate(lat)
+            want = (len(every), tuple(np.percentile(every / 1000.0, quantiles.PERCENTILES)
+                                      .tolist()) if len(every) else (None, None, None))
+            assert got.at(d, w, clock) == want, (seed, d)
