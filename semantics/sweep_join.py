@@ -62,7 +62,7 @@ from semantics.growing import Growing
 from semantics.schedule import TICK, Schedule
 from semantics.spec import BacktestSpec, JoinQuery
 from semantics.sweep_fallback import Figure, swept
-from semantics.sweep_join_keys import held_keys
+from semantics.sweep_join_keys import accepted_by, gone_by, held_keys
 from semantics.sweep_join_latency import Latencies, NullRows
 from semantics.tuning import SWEEP_BYTES_ROWS, SWEEP_HELD_PAIRS_PER_ROW, SWEEP_POINT_DELAY_CELLS
 
@@ -296,16 +296,24 @@ def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
                               (right, rj, q.type in ("right_outer", "full_outer"))) if outer])
     rows_a = np.r_[left.a, right.a]
     lo, hi = int(delays[0]), int(delays[-1])
-    made = Growing(np.r_[left.m, right.m], rows_a, lo, hi)
-    created = np.zeros(len(pts.idle), dtype=np.int64)
+    n_pts = len(pts.idle)
     point_all = np.r_[left.point, right.point]
+    # the state rows: tables of every (point, delay) within the cells' bound, else by delay
+    tables = 0 < n_pts * len(delays) <= SWEEP_POINT_DELAY_CELLS
+    if tables:
+        first = np.searchsorted(delays, rows_a, side="right")
+        came = accepted_by(point_all, first, n_pts, len(delays))
+        gone = gone_by(first, np.r_[left.m, right.m], pts.w_all(delays))
+    else:
+        made = Growing(np.r_[left.m, right.m], rows_a, lo, hi)
+        created = np.zeros(n_pts, dtype=np.int64)
     prev_w_idle = np.flatnonzero(pts.idle) - 1  # (an idle point always follows a data point)
     bytes_none = _no_bytes_estimate(s_spec, name, schedule)
     held = None if bytes_none or not len(pts.idle) else _Held.of(
         left, right, _stored_to(right, rj, tau, q.type in ("right_outer", "full_outer")),
         _counted(q.type, op.profile.join_counts_every_removal), len(pts.idle), hi)
     per_batch = None if held is None else _Bytes(s_spec, name, schedule)
-    at_once = None if held is None else held.by_point(
+    at_once = None if held is None or not tables else held.by_point(
         pts, delays, q.type in ("right_outer", "full_outer"))
     out: dict[str, list[Figure]] = {f: [] for f in figures}
     n_inputs = sum(len(schedule.rows[s]) for s in (q.left, q.right))
@@ -316,10 +324,13 @@ def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
         got: dict[str, Figure] = {
             "batches": int(np.count_nonzero(~pts.idle)) + ran, "no_data_batches": ran,
             "input_rows": n_inputs, "late": int(late[i]), "late_rows": int(late[i])}
-        new = made.advance(d)
-        if len(pts.idle):
-            created += np.bincount(point_all[new], minlength=len(pts.idle))
+        if tables:
+            created = np.diff(came[:, i], prepend=0)
+            state = came[:, i] - gone[:, i]
+        elif n_pts:
+            created += np.bincount(point_all[made.advance(d)], minlength=n_pts)
             state = np.cumsum(created) - made.at_most(w)
+        if n_pts:
             got["peak_state_rows"], got["final_state_rows"] = int(state.max()), int(state[-1])
             if held is not None and per_batch is not None:
                 keys, removed, unstored = at_once.at(i, d, w) if at_once is not None else \
@@ -447,8 +458,9 @@ class _Held:
         lost = np.zeros_like(keys) if right_outer else _between(
             self.point[self.right], self.a[self.right], own[self.right], delays, n)
         c = self.counts
-        return _ByPoint(keys, lost, Growing(self.m[c], self.a[c], int(delays[0]),
-                                            int(delays[-1])),
+        gone = gone_by(np.searchsorted(delays, self.a[c], side="right"), self.m[c],
+                       pts.w_all(delays))
+        return _ByPoint(keys, lost, np.diff(gone, axis=0, prepend=0),
                         bool(c[self.right].all()) if self.right.any() else False)
 
     def at(self, d: int, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -494,18 +506,17 @@ class _ByPoint:
     rows' thresholds there (the row's ``a``, and, for a row of an earlier point, the greatest
     delay of ``W_{p-1} >= m``; at its own point, a right row not kept needs ``d`` above the
     delay its batch evicts it under too); a point's rows not stored are those between their
-    ``a`` and that; the counted sides' removed rows are their evicted rows (``Growing``) less
-    those."""
+    ``a`` and that; the counted sides' removed rows are their evicted rows
+    (``sweep_join_keys.gone_by``) less those."""
 
     keys: np.ndarray  # (points × delays)
     lost: np.ndarray  # (points × delays): accepted right rows not stored
-    counted: Growing  # the counted sides' rows, by m
+    gone: np.ndarray  # (points × delays): the counted sides' rows evicted at the point
     right_counted: bool
 
     def at(self, i: int, d: int, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """:meth:`_Held.at` of delay ``d``, the ``i``-th (ascending, each once in turn)."""
-        self.counted.advance(d)
-        gone = np.diff(self.counted.at_most(w), prepend=0)
+        """:meth:`_Held.at` of delay ``d``, the ``i``-th."""
+        gone = self.gone[:, i]
         lost = self.lost[:, i]
         return self.keys[:, i], gone - lost if self.right_counted else gone, lost
 

@@ -161,6 +161,30 @@ def _count(s: np.ndarray, jl: np.ndarray, x: np.ndarray, w: np.ndarray, rv: np.n
     return keys
 
 
+def accepted_by(point: np.ndarray, first: np.ndarray, n: int, n_d: int) -> np.ndarray:
+    """``out[p, j]``: the rows of point ``<= p`` accepted under delay index ``j`` (``first``:
+    the least index accepting each)."""
+    keep = first < n_d
+    table = np.bincount(point[keep] * n_d + first[keep], minlength=n * n_d)
+    return table.reshape(n, n_d).cumsum(0).cumsum(1)
+
+
+def gone_by(first: np.ndarray, m: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """``out[p, j]``: the rows accepted under delay index ``j`` (``first``: the least index
+    accepting each) of ``m`` at or below ``w[p, j]`` (``w``: points × delays), i.e. evicted
+    by point ``p``: by ranks among ``w``'s values, counted along the delays
+    (:func:`_above`)."""
+    n, n_d = w.shape
+    keep = first < n_d
+    values = np.unique(w)
+    rw = np.searchsorted(values, w)
+    rm = np.searchsorted(values, m[keep], side="left")  # (m <= w iff rm <= its rank)
+    f = first[keep]
+    above = _above(f, rm, np.ones(len(f), dtype=np.int64), np.ascontiguousarray(rw.T),
+                   len(values) + 1)
+    return (np.cumsum(np.bincount(f, minlength=n_d))[:, None] - above).T
+
+
 def _above(start: np.ndarray, rx: np.ndarray, w: np.ndarray, rv: np.ndarray,
            span: int) -> np.ndarray:
     """``sum of w [start <= p] [rx > rv[p, j]]`` per cell: the items' weights by rank,
@@ -171,7 +195,8 @@ def _above(start: np.ndarray, rx: np.ndarray, w: np.ndarray, rv: np.ndarray,
     n_blocks = -(-span // block)
     by_rank = np.zeros(n_blocks * block, dtype=np.int64)
     by_block = np.zeros(n_blocks + 1, dtype=np.int64)
-    order = np.argsort(start, kind="stable")
+    # (a radix sort when the starts fit 16 bits)
+    order = np.argsort(start.astype(np.int16) if n < 1 << 15 else start, kind="stable")
     cuts = np.searchsorted(start[order], np.arange(n + 1))
     out = np.zeros((n, n_d), dtype=np.int64)
     total = 0

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from semantics import quantiles
-from semantics.growing import Growing
 from semantics.tuning import SWEEP_LATENCY_GATHER
 
 _WIDE = 1 << 61  # a bracket past every latency (ms); (twice it, no overflow)
@@ -42,38 +41,50 @@ class NullRows:
     ref_ms: np.ndarray
 
 
+class _Members:
+    """Positions that are members under delay ``d`` iff ``a < d <= u``, through the delays
+    (ascending): those members under every delay of the sweep by a running count built
+    once, the others looked at per delay."""
+
+    def __init__(self, a: np.ndarray, u: np.ndarray, lo: int, hi: int) -> None:
+        always = (a < lo) & (u >= hi)
+        self.before = np.concatenate(([0], np.cumsum(always, dtype=np.int64)))
+        self.some = np.flatnonzero(~always)
+        self.some_a, self.some_u = a[self.some], u[self.some]
+        self.now = self.some  # (of them, the members under the current delay)
+
+    def move(self, d: int) -> None:
+        """Go to delay ``d``."""
+        self.now = self.some[(self.some_a < d) & (self.some_u >= d)]
+
+    def count(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """Members at positions ``[lo, hi)`` (elementwise; none when ``hi <= lo``)."""
+        hi = np.maximum(hi, lo)
+        return (self.before[hi] - self.before[lo]) + \
+            (np.searchsorted(self.now, hi) - np.searchsorted(self.now, lo))
+
+
 class _Side:
-    """One :class:`NullRows` through the delays (ascending): its members' positions."""
+    """One :class:`NullRows` through the delays (ascending)."""
 
     def __init__(self, rows: NullRows, lo: int, hi: int) -> None:
         self.rows = rows
-        always = (rows.a < lo) & (rows.u >= hi)
-        self.before = np.r_[0, np.cumsum(always, dtype=np.int64)]  # members under all
-        self.some = np.flatnonzero(~always)  # the others, by position
-        self.members = self.some  # of them, the members under the current delay
+        self.members = _Members(rows.a, rows.u, lo, hi)
         self.cuts = np.zeros(0, dtype=np.int64)
 
     def move(self, d: int, w: np.ndarray) -> int:
         """Go to delay ``d`` (``w``: its points' W, at least one); its null rows' count."""
-        r = self.rows
-        s = self.some
-        self.members = s[(r.a[s] < d) & (r.u[s] >= d)]
-        self.cuts = np.searchsorted(r.m, w, side="right")
-        return int(self._in(np.zeros(1, dtype=np.int64), self.cuts[-1:])[0]) \
-            if len(w) else 0  # (those of m past the last W never leave)
-
-    def _in(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-        """Members at positions ``[lo, hi)`` (elementwise; empty when ``hi <= lo``)."""
-        hi = np.maximum(hi, lo)
-        return (self.before[hi] - self.before[lo]) + \
-            (np.searchsorted(self.members, hi) - np.searchsorted(self.members, lo))
+        self.members.move(d)
+        self.cuts = np.searchsorted(self.rows.m, w, side="right")
+        # (those of m past the last W never leave)
+        return int(self.members.count(np.zeros(1, dtype=np.int64), self.cuts[-1:])[0])
 
     def at_most(self, v: np.ndarray, clock: np.ndarray) -> np.ndarray:
         """Per value of ``v``: the null rows of latency ``<= v``."""
         c = self.cuts
         start = np.concatenate(([0], c[:-1]))
         first = np.searchsorted(self.rows.ref_ms, clock[None, :] - v[:, None], side="left")
-        return self._in(np.maximum(start[None, :], first), c[None, :]).sum(1)
+        return self.members.count(np.maximum(start[None, :], first), c[None, :]).sum(1)
 
     def between(self, lo: int, hi: int, d: int, clock: np.ndarray) -> np.ndarray:
         """The latencies in ``(lo, hi]`` of the null rows."""
@@ -100,7 +111,7 @@ class Latencies:
         statistic partitions at most (default ``tuning.SWEEP_LATENCY_GATHER``)."""
         order = np.argsort(pair_ms, kind="stable")
         self.pair_ms, self.tau = pair_ms[order], tau[order]
-        self.pairs = Growing(self.pair_ms, self.tau, lo, hi)
+        self.pairs = _Members(self.tau, np.full(len(order), hi, dtype=np.int64), lo, hi)
         self.sides = [_Side(n, lo, hi) for n in nulls]
         self.gather = gather or SWEEP_LATENCY_GATHER
         self.guess: np.ndarray | None = None  # last delay's order statistics
@@ -109,12 +120,14 @@ class Latencies:
     def at(self, d: int, w: np.ndarray, clock: np.ndarray) -> tuple[int, quantiles.Percentiles]:
         """(output rows, latency percentiles) of delay ``d`` (``w``, ``clock``: its points'
         W and clock)."""
-        self.pairs.advance(d)
-        size = int(self.pairs.at_most(np.array([_WIDE]))[0])
+        self.pairs.move(d)
+        none = np.zeros(1, dtype=np.int64)
+        size = int(self.pairs.count(none, np.array([len(self.pair_ms)]))[0])
         size += sum(s.move(d, w) for s in self.sides)
 
         def at_most(v: np.ndarray) -> np.ndarray:
-            return self.pairs.at_most(v) + sum(
+            below = np.searchsorted(self.pair_ms, v, side="right")
+            return self.pairs.count(np.zeros_like(below), below) + sum(
                 (s.at_most(v, clock) for s in self.sides), np.zeros(len(v), dtype=np.int64))
 
         def ranked(ranks: np.ndarray) -> np.ndarray:
