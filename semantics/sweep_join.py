@@ -314,7 +314,7 @@ def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
         _counted(q.type, op.profile.join_counts_every_removal), len(pts.idle), hi)
     per_batch = None if held is None else _Bytes(s_spec, name, schedule)
     at_once = None if held is None or not tables else held.by_point(
-        pts, delays, q.type in ("right_outer", "full_outer"))
+        pts, delays, q.type in ("right_outer", "full_outer"), gone)
     out: dict[str, list[Figure]] = {f: [] for f in figures}
     n_inputs = sum(len(schedule.rows[s]) for s in (q.left, q.right))
     late = _at_least(rows_a, delays)
@@ -418,8 +418,8 @@ class _Held:
         stored_to = np.r_[np.full(len(left.pos), ALWAYS, dtype=np.int64), right_stored_to]
         keep = np.flatnonzero(a < hi)
         span = int(code.max(initial=0)) + 1
-        order = keep[np.argsort((side[keep] * span + code[keep]) * (n + 1) + point[keep],
-                                kind="stable")]
+        # (rows of one key and point in any order)
+        order = keep[np.argsort((side[keep] * span + code[keep]) * (n + 1) + point[keep])]
         s, c = side[order], code[order]
         first = np.r_[True, (s[1:] != s[:-1]) | (c[1:] != c[:-1])] if len(order) else \
             np.zeros(0, dtype=bool)
@@ -427,13 +427,15 @@ class _Held:
         return cls(point[order], a[order], m[order], base, s,
                    np.where(s, counted[1], counted[0]), stored_to[order], n)
 
-    def by_point(self, pts: Points, delays: np.ndarray, right_outer: bool) -> _ByPoint | None:
+    def by_point(self, pts: Points, delays: np.ndarray, right_outer: bool,
+                 gone_all: np.ndarray) -> _ByPoint | None:
         """The same counts for every delay at once (:class:`_ByPoint`; the keys by
         ``sweep_join_keys.held_keys``); None when its (points × delays) counts would pass
         ``tuning.SWEEP_POINT_DELAY_CELLS``, the rows accepted under some delays only pair
         with too many rows after them (``tuning.SWEEP_HELD_PAIRS_PER_ROW``) or an outer right
         row's stored delays have a gap (a pair emitted on arrival, yet its own batch evicting
-        it under some of them: not one threshold)."""
+        it under some of them: not one threshold). ``gone_all``: every row's evictions
+        (:func:`sweep_join_keys.gone_by`)."""
         n = self.n
         if n * len(delays) > SWEEP_POINT_DELAY_CELLS:
             return None
@@ -458,8 +460,9 @@ class _Held:
         lost = np.zeros_like(keys) if right_outer else _between(
             self.point[self.right], self.a[self.right], own[self.right], delays, n)
         c = self.counts
-        gone = gone_by(np.searchsorted(delays, self.a[c], side="right"), self.m[c],
-                       pts.w_all(delays))
+        # (every side counted: the rows held are every row that may be accepted, gone_all's)
+        gone = gone_all if c.all() else gone_by(
+            np.searchsorted(delays, self.a[c], side="right"), self.m[c], pts.w_all(delays))
         return _ByPoint(keys, lost, np.diff(gone, axis=0, prepend=0),
                         bool(c[self.right].all()) if self.right.any() else False)
 
