@@ -41,9 +41,10 @@ Covered: inner, left, right and full outer joins on keys with a time range or no
 window key, a watermarked join key, extra ON predicates, restarts, under Spark's default
 ``allowMultiple`` and ``noDataMicroBatches`` and the reference join rules. The state bytes:
 each delay's per-batch series (state rows, rows updated and removed, distinct keys) from the
-rows' thresholds (:class:`_Held`: with no more points than delays, a threshold per key and
-point sorted once, :meth:`_Held.by_point`; else a few passes over the rows per delay), given
-to ``state_bytes.predicted`` as a prediction's report gives them (RocksDB: None).
+rows' thresholds (:class:`_Held`: tables of every point and delay built once,
+``semantics.sweep_join_keys``, within ``tuning.SWEEP_POINT_DELAY_CELLS``; else a few passes
+over the rows per delay), given to ``state_bytes.predicted`` as a prediction's report gives
+them (RocksDB: None). The outer joins' latency percentiles: ``semantics.sweep_join_latency``.
 """
 
 from __future__ import annotations
@@ -388,10 +389,9 @@ class _Held:
     the points of the union of its rows' intervals; with its rows in point order, the part a
     row adds to those before it is ``[max(q, h + 1), e]``, ``h`` the greatest ``e`` before it
     (they all start at or before ``q``), so the keys held per point are a difference array of
-    those parts: :meth:`at`, a few passes over the rows per delay. A key's held points change
-    with ``d`` through every row of it, so thresholds sorted once are one per key and point
-    (:meth:`by_point`, a pass over the rows each point holds under the longest delay): used
-    when there are no more points than delays."""
+    those parts: :meth:`at`, a few passes over the rows per delay. :meth:`by_point` counts
+    them for every delay at once (``sweep_join_keys.held_keys``: each key by its first held
+    row, terms of sorted thresholds)."""
 
     point: np.ndarray
     a: np.ndarray  # accepted iff d > a
@@ -504,13 +504,11 @@ def _between(point: np.ndarray, lo: np.ndarray, hi: np.ndarray, delays: np.ndarr
 
 @dataclass(frozen=True)
 class _ByPoint:
-    """:meth:`_Held.at` for every delay, from thresholds sorted once (:meth:`_Held.by_point`):
-    a key of a side is held before point ``p``'s eviction iff ``d`` is above the least of its
-    rows' thresholds there (the row's ``a``, and, for a row of an earlier point, the greatest
-    delay of ``W_{p-1} >= m``; at its own point, a right row not kept needs ``d`` above the
-    delay its batch evicts it under too); a point's rows not stored are those between their
-    ``a`` and that; the counted sides' removed rows are their evicted rows
-    (``sweep_join_keys.gone_by``) less those."""
+    """:meth:`_Held.at` for every delay, from tables built once (:meth:`_Held.by_point`): the
+    keys held before each point's eviction (``sweep_join_keys.held_keys``; a right row not
+    kept is accepted only above the delay its batch evicts it under too); a point's rows not
+    stored are the right rows between their ``a`` and that; the counted sides' removed rows
+    are their evicted rows (``sweep_join_keys.gone_by``) less those."""
 
     keys: np.ndarray  # (points × delays)
     lost: np.ndarray  # (points × delays): accepted right rows not stored
