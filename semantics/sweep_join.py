@@ -401,6 +401,8 @@ class _Held:
     counts: np.ndarray  # its side's removed rows are counted (:func:`_counted`)
     stored_to: np.ndarray  # evicted at its own point: stored iff d <= it (:func:`_stored_to`)
     n: int  # points
+    m_in: np.ndarray  # every row's m in the sides' order (left's, right's): m_in[order] is m
+    order: np.ndarray
 
     @cached_property
     def by_m(self) -> np.ndarray:
@@ -425,7 +427,7 @@ class _Held:
             np.zeros(0, dtype=bool)
         base = (np.cumsum(first, dtype=np.int64) - 1) * (n + 1)
         return cls(point[order], a[order], m[order], base, s,
-                   np.where(s, counted[1], counted[0]), stored_to[order], n)
+                   np.where(s, counted[1], counted[0]), stored_to[order], n, m, order)
 
     def by_point(self, pts: Points, delays: np.ndarray, right_outer: bool,
                  gone_all: np.ndarray) -> _ByPoint | None:
@@ -453,7 +455,7 @@ class _Held:
         v[0] = np.iinfo(np.int64).min
         v[1:] = pts.w_all(delays)[:-1]
         keys = held_keys(self.base // (n + 1), self.point,
-                         np.searchsorted(delays, own, side="right"), self.m, v,
+                         np.searchsorted(delays, own, side="right"), self.m_in, self.order, v,
                          SWEEP_HELD_PAIRS_PER_ROW)
         if keys is None:
             return None

@@ -34,21 +34,23 @@ _NONE = -1  # no row before: a floor below every rank
 
 
 def held_keys(group: np.ndarray, q: np.ndarray, first: np.ndarray, m: np.ndarray,
-              v: np.ndarray, pairs_per_row: int) -> np.ndarray | None:
+              order: np.ndarray, v: np.ndarray, pairs_per_row: int) -> np.ndarray | None:
     """``keys[p, j]`` (module docstring) of rows in the order of (``group``, ``q``):
-    ``first`` the least delay index accepting each (``>= v.shape[1]``: none), ``m`` its
-    eviction bound, ``v`` the ``(points × delays)`` watermarks ``V``. None when the rows that
-    raise ``M`` pair with more than ``pairs_per_row`` rows each on average (the caller then
-    counts per delay).
+    ``first`` the least delay index accepting each (``>= v.shape[1]``: none), ``m[order]``
+    their eviction bounds (``m`` in the rows' arrival order, for searches close to each
+    other), ``v`` the ``(points × delays)`` watermarks ``V``. None when the rows that raise
+    ``M`` pair with more than ``pairs_per_row`` rows each on average (the caller then counts
+    per delay).
 
     Every ``m`` is taken by its rank among ``V``'s values (how many are below it): ``m > V``
-    iff its rank exceeds ``V``'s own, and two ``m`` of one rank differ at no ``V``."""
+    iff its rank exceeds ``V``'s own, and two ``m`` of one rank differ at no ``V``. (Ranks,
+    points and delay indices as int32: the items are many, their bytes the cost.)"""
     n, n_d = v.shape
     values = np.unique(v)
     rv = np.searchsorted(values, v)
     keep = first < n_d
-    group, q, first = group[keep], q[keep], first[keep]
-    x = np.searchsorted(values, m[keep], side="left")
+    x = np.searchsorted(values, m, side="left").astype(np.int32)[order[keep]]
+    group, q, first = group[keep], q[keep].astype(np.int32), first[keep].astype(np.int32)
     floor = _floor(group, np.where(first == 0, x, _NONE), len(values) + 2)
     raised = _raises(group, first, x, floor, pairs_per_row * max(len(x), 1))
     if raised is None:
@@ -56,9 +58,9 @@ def held_keys(group: np.ndarray, q: np.ndarray, first: np.ndarray, m: np.ndarray
     r, jr, xr = raised
     live = floor < x  # (a row behind an earlier always-accepted one never counts)
     s = np.flatnonzero(live)
-    items = [(q[s], first[s], x[s], np.ones(len(s), dtype=np.int64))]
+    items = [(q[s], first[s], x[s], np.ones(len(s), dtype=np.int8))]
     f = s[floor[s] > _NONE]
-    items.append((q[f], first[f], floor[f], -np.ones(len(f), dtype=np.int64)))
+    items.append((q[f], first[f], floor[f].astype(np.int32), -np.ones(len(f), dtype=np.int8)))
     ok = live[r]
     if ok.any():
         items += _steps(r[ok], jr[ok], xr[ok], q, first, x, floor, len(values) + 2)
@@ -131,9 +133,9 @@ def _steps(r: np.ndarray, jr: np.ndarray, xr: np.ndarray, q: np.ndarray, first: 
     top = np.minimum(xr[on], x[r])
     jl = np.maximum(first[r], jr[on])
     has_prev = prev > _NONE
-    out = [(q[r], jl, top, -np.ones(len(r), dtype=np.int64))]
-    out.append((q[r][has_prev], jl[has_prev], prev[has_prev],
-                np.ones(int(has_prev.sum()), dtype=np.int64)))
+    out = [(q[r], jl, top.astype(np.int32), -np.ones(len(r), dtype=np.int8))]
+    out.append((q[r][has_prev], jl[has_prev], prev[has_prev].astype(np.int32),
+                np.ones(int(has_prev.sum()), dtype=np.int8)))
     return out
 
 
@@ -143,17 +145,18 @@ def _count(s: np.ndarray, jl: np.ndarray, x: np.ndarray, w: np.ndarray, rv: np.n
     (``x``, ``rv`` below ``span``)."""
     n, n_d = rv.shape
     # the first point at or after s whose rv[., jl] reaches x (rv's columns ascend in p)
-    star = np.empty(len(x), dtype=np.int64)
+    star = np.empty(len(x), dtype=np.int32)
     zero = jl == 0  # (most rows: a search in one column)
     star[zero] = np.searchsorted(rv[:, 0], x[zero], side="left")
     col = (np.arange(n_d, dtype=np.int64)[:, None] * span + rv.T).ravel()
-    star[~zero] = np.searchsorted(col, jl[~zero] * span + x[~zero], side="left") - \
-        jl[~zero] * n
-    star = np.maximum(star, s)
+    other = jl[~zero].astype(np.int64)
+    star[~zero] = np.searchsorted(col, other * span + x[~zero], side="left") - other * n
+    np.maximum(star, s, out=star)
     box = np.flatnonzero(star > s)
     cells = (n + 1) * (n_d + 1)
-    rect = np.bincount(np.r_[s[box], star[box]] * (n_d + 1) + np.r_[jl[box], jl[box]],
-                       np.r_[w[box], -w[box]], minlength=cells)
+    ends = np.concatenate((s[box], star[box])).astype(np.int64) * (n_d + 1) + \
+        np.concatenate((jl[box], jl[box]))
+    rect = np.bincount(ends, np.concatenate((w[box], -w[box])), minlength=cells)
     keys = np.rint(rect).astype(np.int64).reshape(n + 1, n_d + 1).cumsum(0).cumsum(1)
     keys = keys[:n, :n_d]
     rest = np.flatnonzero(star < n)

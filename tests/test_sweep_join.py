@@ -223,10 +223,14 @@ def test_held_keys_for_every_point_and_delay_equal_their_definition() -> None:
         v = np.cumsum(r.integers(0, 6, (n, n_d)), axis=0)[:, ::-1].cumsum(1)[:, ::-1] // 2
         v[0] = np.iinfo(np.int64).min
         want = brute_held_keys(group, q, first, m, v).tolist()
-        got = sweep_join_keys.held_keys(group, q, first, m, v, 1 << 20)
+        # (m given in another order, as the sides' rows are)
+        shuffle = r.permutation(rows)
+        m_in = np.empty(rows, dtype=np.int64)
+        m_in[shuffle] = m
+        got = sweep_join_keys.held_keys(group, q, first, m_in, shuffle, v, 1 << 20)
         assert got is not None and got.tolist() == want, seed
         # (past the pairs' budget: refused, never a wrong count)
-        tight = sweep_join_keys.held_keys(group, q, first, m, v, 0)
+        tight = sweep_join_keys.held_keys(group, q, first, m_in, shuffle, v, 0)
         refused += tight is None
         assert tight is None or tight.tolist() == want
     assert refused >= 10, refused
