@@ -73,11 +73,12 @@ class _Side:
         self.cuts = np.zeros(0, dtype=np.int64)
 
     def move(self, d: int, w: np.ndarray) -> int:
-        """Go to delay ``d`` (``w``: its points' W, at least one); its null rows' count."""
+        """Go to delay ``d`` (``w``: its points' W); its null rows' count."""
         self.members.move(d)
         self.cuts = np.searchsorted(self.rows.m, w, side="right")
-        # (those of m past the last W never leave)
-        return int(self.members.count(np.zeros(1, dtype=np.int64), self.cuts[-1:])[0])
+        # (those of m past the last W never leave; no point, none)
+        return int(self.members.count(np.zeros(1, dtype=np.int64), self.cuts[-1:])[0]) \
+            if len(w) else 0
 
     def at_most(self, v: np.ndarray, clock: np.ndarray) -> np.ndarray:
         """Per value of ``v``: the null rows of latency ``<= v``."""
