@@ -403,6 +403,8 @@ class _Held:
     n: int  # points
     m_in: np.ndarray  # every row's m in the sides' order (left's, right's): m_in[order] is m
     order: np.ndarray
+    a_in: np.ndarray  # every row's a in that order
+    counts_in: np.ndarray  # every row's side counted, in that order
 
     @cached_property
     def by_m(self) -> np.ndarray:
@@ -426,8 +428,9 @@ class _Held:
         first = np.r_[True, (s[1:] != s[:-1]) | (c[1:] != c[:-1])] if len(order) else \
             np.zeros(0, dtype=bool)
         base = (np.cumsum(first, dtype=np.int64) - 1) * (n + 1)
-        return cls(point[order], a[order], m[order], base, s,
-                   np.where(s, counted[1], counted[0]), stored_to[order], n, m, order)
+        counts = np.where(side, counted[1], counted[0])
+        return cls(point[order], a[order], m[order], base, s, counts[order], stored_to[order],
+                   n, m, order, a, counts)
 
     def by_point(self, pts: Points, delays: np.ndarray, right_outer: bool,
                  gone_all: np.ndarray) -> _ByPoint | None:
@@ -463,8 +466,11 @@ class _Held:
             self.point[self.right], self.a[self.right], own[self.right], delays, n)
         c = self.counts
         # (every side counted: the rows held are every row that may be accepted, gone_all's)
+        # (in the sides' order: searches of nearby values; rows of a >= hi are never accepted)
+        c_in = self.counts_in
         gone = gone_all if c.all() else gone_by(
-            np.searchsorted(delays, self.a[c], side="right"), self.m[c], pts.w_all(delays))
+            np.searchsorted(delays, self.a_in[c_in], side="right"), self.m_in[c_in],
+            pts.w_all(delays))
         return _ByPoint(keys, lost, np.diff(gone, axis=0, prepend=0),
                         bool(c[self.right].all()) if self.right.any() else False)
 

@@ -147,7 +147,8 @@ def _count(s: np.ndarray, jl: np.ndarray, x: np.ndarray, w: np.ndarray, rv: np.n
     # the first point at or after s whose rv[., jl] reaches x (rv's columns ascend in p)
     star = np.empty(len(x), dtype=np.int32)
     zero = jl == 0  # (most rows: a search in one column)
-    star[zero] = np.searchsorted(rv[:, 0], x[zero], side="left")
+    at_rank = np.searchsorted(rv[:, 0], np.arange(span), side="left").astype(np.int32)
+    star[zero] = at_rank[x[zero]]  # (a table of every rank: no search per item)
     col = (np.arange(n_d, dtype=np.int64)[:, None] * span + rv.T).ravel()
     other = jl[~zero].astype(np.int64)
     star[~zero] = np.searchsorted(col, other * span + x[~zero], side="left") - other * n
