@@ -195,6 +195,7 @@ def _above(start: np.ndarray, rx: np.ndarray, w: np.ndarray, rv: np.ndarray,
     added at their start, read at each point through block sums (a block's running total
     and a scan of the cells' own block)."""
     n, n_d = rv.shape
+    w = w.astype(np.int64)  # (add.at's fast path: the table's own type)
     block = 1 << max(0, int(np.log2(max(span / max(n_d, 1), 1))) // 2)
     n_blocks = -(-span // block)
     by_rank = np.zeros(n_blocks * block, dtype=np.int64)
