@@ -208,7 +208,7 @@ def _above(start: np.ndarray, rx: np.ndarray, w: np.ndarray, rv: np.ndarray,
     lanes = np.arange(block, dtype=np.int64)
     for p in range(n):
         new = order[cuts[p]:cuts[p + 1]]
-        if len(new) > len(by_rank) // 8:  # (many at once: counted, not added one by one)
+        if len(new) > len(by_rank):  # (more than the ranks: counted, not added one by one)
             by_rank += np.rint(np.bincount(rx[new], w[new], minlength=len(by_rank))
                                ).astype(np.int64)
             by_block[1:] = by_rank.reshape(n_blocks, block).sum(1)
