@@ -62,7 +62,8 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=200_000)
     ap.add_argument("--delays", type=int, default=1000)
     ap.add_argument("--per-delay", type=int, default=20,
-                    help="delays predicted one by one (every k-th), extrapolated to all")
+                    help="delays predicted one by one (every k-th), extrapolated to all; 0: "
+                         "none, the one pass alone")
     ap.add_argument("--kinds", default="aggregation,sliding,deduplication,session,join,join_inner",
                     help="of bench/predict.py (join: its one pass timed alone, the state "
                          "bytes being predicted per delay)")
@@ -71,8 +72,8 @@ def main() -> None:
     args.events, args.delays = tiny(args.events, 2000), tiny(args.delays, 3)  # bench/smoke.py
     args.per_delay = tiny(args.per_delay, 3)
     delays = sw.parse_delays(f"0 seconds..10 minutes/{args.delays}")
-    step = max(1, len(delays) // args.per_delay)
-    some = delays[::step]
+    step = max(1, len(delays) // max(args.per_delay, 1))
+    some = delays[::step] if args.per_delay else []  # (0: the one pass alone, profiled)
     print(f"{'kind':<14} {'events':>10} {'delays':>6} {'one pass s':>10} "
           f"{'per delay s':>11} {'(of)':>5} {'all, extrapolated s':>19} {'speed-up':>8} "
           f"{'rows/delay':>10}")
@@ -82,14 +83,18 @@ def main() -> None:
         fast, rows, computed = timed(spec, sched, source, delays, one_pass=True)
         share = f"{_row_share(spec, sched, source, delays):.1%}" \
             if kind.startswith("session") else "—"
+        per = sorted(f for f, v in computed.items() if v == "per_delay")
+        how = "" if not per else "  (not covered: per delay)" if \
+            len(per) == len(computed) else f"  (per delay: {', '.join(per)})"
+        if not some:
+            print(f"{kind:<14} {args.events:>10} {len(delays):>6} {fast:>10.2f} {'—':>11} "
+                  f"{0:>5} {'—':>19} {'—':>8} {share:>10}{how}")
+            continue
         slow, each, _ = timed(spec, sched, source, some, one_pass=False)
         for a, b in zip(rows[::step], each, strict=True):
             assert {k: v for k, v in a.items() if k != "knee"} == \
                 {k: v for k, v in b.items() if k != "knee" and k in a}, (kind, b["delay"])
         everything = slow * len(delays) / len(some)
-        per = sorted(f for f, v in computed.items() if v == "per_delay")
-        how = "" if not per else "  (not covered: per delay)" if \
-            len(per) == len(computed) else f"  (per delay: {', '.join(per)})"
         print(f"{kind:<14} {args.events:>10} {len(delays):>6} {fast:>10.2f} {slow:>11.2f} "
               f"{len(some):>5} {everything:>19.1f} {everything / fast:>7.0f}× {share:>10}{how}")
 

@@ -41,14 +41,16 @@ Covered: inner, left, right and full outer joins on keys with a time range or no
 window key, a watermarked join key, extra ON predicates, restarts, under Spark's default
 ``allowMultiple`` and ``noDataMicroBatches`` and the reference join rules. The state bytes:
 each delay's per-batch series (state rows, rows updated and removed, distinct keys) from the
-rows' thresholds (:class:`_Held`: with no more points than delays, a threshold per key and
-point sorted once, :meth:`_Held.by_point`; else a few passes over the rows per delay), given
-to ``state_bytes.predicted`` as a prediction's report gives them (RocksDB: None).
+rows' thresholds (:class:`_Held`: tables of every point and delay built once,
+``semantics.sweep_join_keys``, within ``tuning.SWEEP_POINT_DELAY_CELLS``; else a few passes
+over the rows per delay), given to ``state_bytes.predicted`` as a prediction's report gives
+them (RocksDB: None). The outer joins' latency percentiles: ``semantics.sweep_join_latency``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -61,7 +63,9 @@ from semantics.growing import Growing
 from semantics.schedule import TICK, Schedule
 from semantics.spec import BacktestSpec, JoinQuery
 from semantics.sweep_fallback import Figure, swept
-from semantics.tuning import SWEEP_BYTES_ROWS, SWEEP_POINT_DELAY_CELLS
+from semantics.sweep_join_keys import accepted_by, gone_by, held_keys
+from semantics.sweep_join_latency import Latencies, NullRows
+from semantics.tuning import SWEEP_BYTES_ROWS, SWEEP_HELD_PAIRS_PER_ROW, SWEEP_POINT_DELAY_CELLS
 
 if TYPE_CHECKING:
     from semantics.operators.join import JoinOperator
@@ -121,6 +125,11 @@ class Points:
         """``W`` of every point under delay ``d`` (non-decreasing)."""
         f = np.minimum if self.policy == "min" else np.maximum
         return np.maximum(f(self.a, self.b - d), 0)
+
+    def w_all(self, delays: np.ndarray) -> np.ndarray:
+        """``W`` of every point (rows) under each of ``delays`` (columns)."""
+        f = np.minimum if self.policy == "min" else np.maximum
+        return np.maximum(f(self.a[:, None], self.b[:, None] - delays[None, :]), 0)
 
     def late(self) -> tuple[np.ndarray, np.ndarray]:
         """``(a, b)`` of each point's late watermark: the point's before it (0 first)."""
@@ -283,22 +292,30 @@ def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
     # (the row that came first is then still stored: the module docstring's pairs)
     emitted = _Emitted.of(pts.clock[np.maximum(bl, br)] - np.maximum(left.et[li], right.et[rj])
                           // 1000, tau, delays,
-                          [_Nulls.of(side, idx, tau, pts) for side, idx, outer in (
+                          [_null_rows(side, idx, tau, pts) for side, idx, outer in (
                               (left, li, q.type in ("left_outer", "full_outer")),
                               (right, rj, q.type in ("right_outer", "full_outer"))) if outer])
     rows_a = np.r_[left.a, right.a]
     lo, hi = int(delays[0]), int(delays[-1])
-    made = Growing(np.r_[left.m, right.m], rows_a, lo, hi)
-    created = np.zeros(len(pts.idle), dtype=np.int64)
+    n_pts = len(pts.idle)
     point_all = np.r_[left.point, right.point]
+    # the state rows: tables of every (point, delay) within the cells' bound, else by delay
+    tables = 0 < n_pts * len(delays) <= SWEEP_POINT_DELAY_CELLS
+    if tables:
+        first = np.searchsorted(delays, rows_a, side="right")
+        came = accepted_by(point_all, first, n_pts, len(delays))
+        gone = gone_by(first, np.r_[left.m, right.m], pts.w_all(delays))
+    else:
+        made = Growing(np.r_[left.m, right.m], rows_a, lo, hi)
+        created = np.zeros(n_pts, dtype=np.int64)
     prev_w_idle = np.flatnonzero(pts.idle) - 1  # (an idle point always follows a data point)
     bytes_none = _no_bytes_estimate(s_spec, name, schedule)
     held = None if bytes_none or not len(pts.idle) else _Held.of(
         left, right, _stored_to(right, rj, tau, q.type in ("right_outer", "full_outer")),
         _counted(q.type, op.profile.join_counts_every_removal), len(pts.idle), hi)
     per_batch = None if held is None else _Bytes(s_spec, name, schedule)
-    at_once = None if held is None else held.by_point(
-        pts, delays, q.type in ("right_outer", "full_outer"))
+    at_once = None if held is None or not tables else held.by_point(
+        pts, delays, q.type in ("right_outer", "full_outer"), gone)
     out: dict[str, list[Figure]] = {f: [] for f in figures}
     n_inputs = sum(len(schedule.rows[s]) for s in (q.left, q.right))
     late = _at_least(rows_a, delays)
@@ -308,10 +325,13 @@ def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
         got: dict[str, Figure] = {
             "batches": int(np.count_nonzero(~pts.idle)) + ran, "no_data_batches": ran,
             "input_rows": n_inputs, "late": int(late[i]), "late_rows": int(late[i])}
-        new = made.advance(d)
-        if len(pts.idle):
-            created += np.bincount(point_all[new], minlength=len(pts.idle))
+        if tables:
+            created = np.diff(came[:, i], prepend=0)
+            state = came[:, i] - gone[:, i]
+        elif n_pts:
+            created += np.bincount(point_all[made.advance(d)], minlength=n_pts)
             state = np.cumsum(created) - made.at_most(w)
+        if n_pts:
             got["peak_state_rows"], got["final_state_rows"] = int(state.max()), int(state[-1])
             if held is not None and per_batch is not None:
                 keys, removed, unstored = at_once.at(i, d, w) if at_once is not None else \
@@ -369,10 +389,9 @@ class _Held:
     the points of the union of its rows' intervals; with its rows in point order, the part a
     row adds to those before it is ``[max(q, h + 1), e]``, ``h`` the greatest ``e`` before it
     (they all start at or before ``q``), so the keys held per point are a difference array of
-    those parts: :meth:`at`, a few passes over the rows per delay. A key's held points change
-    with ``d`` through every row of it, so thresholds sorted once are one per key and point
-    (:meth:`by_point`, a pass over the rows each point holds under the longest delay): used
-    when there are no more points than delays."""
+    those parts: :meth:`at`, a few passes over the rows per delay. :meth:`by_point` counts
+    them for every delay at once (``sweep_join_keys.held_keys``: each key by its first held
+    row, terms of sorted thresholds)."""
 
     point: np.ndarray
     a: np.ndarray  # accepted iff d > a
@@ -381,9 +400,16 @@ class _Held:
     right: np.ndarray  # a right row
     counts: np.ndarray  # its side's removed rows are counted (:func:`_counted`)
     stored_to: np.ndarray  # evicted at its own point: stored iff d <= it (:func:`_stored_to`)
-    by_m: np.ndarray  # positions in the order of m
-    m_sorted: np.ndarray
     n: int  # points
+    m_in: np.ndarray  # every row's m in the sides' order (left's, right's): m_in[order] is m
+    order: np.ndarray
+    a_in: np.ndarray  # every row's a in that order
+    counts_in: np.ndarray  # every row's side counted, in that order
+
+    @cached_property
+    def by_m(self) -> np.ndarray:
+        """Positions in the order of m (for :meth:`at` only)."""
+        return np.argsort(self.m, kind="stable")
 
     @classmethod
     def of(cls, left: Side, right: Side, right_stored_to: np.ndarray,
@@ -395,25 +421,28 @@ class _Held:
                        np.r_[left.m, right.m])
         stored_to = np.r_[np.full(len(left.pos), ALWAYS, dtype=np.int64), right_stored_to]
         keep = np.flatnonzero(a < hi)
-        order = keep[np.lexsort((point[keep], code[keep], side[keep]))]
+        span = int(code.max(initial=0)) + 1
+        # (rows of one key and point in any order)
+        order = keep[np.argsort((side[keep] * span + code[keep]) * (n + 1) + point[keep])]
         s, c = side[order], code[order]
         first = np.r_[True, (s[1:] != s[:-1]) | (c[1:] != c[:-1])] if len(order) else \
             np.zeros(0, dtype=bool)
         base = (np.cumsum(first, dtype=np.int64) - 1) * (n + 1)
-        m_k = m[order]
-        by_m = np.argsort(m_k, kind="stable")
-        return cls(point[order], a[order], m_k, base, s, np.where(s, counted[1], counted[0]),
-                   stored_to[order], by_m, m_k[by_m], n)
+        counts = np.where(side, counted[1], counted[0])
+        return cls(point[order], a[order], m[order], base, s, counts[order], stored_to[order],
+                   n, m, order, a, counts)
 
-    def by_point(self, pts: Points, delays: np.ndarray, right_outer: bool) -> _ByPoint | None:
-        """The same counts for every delay at once, point by point (:class:`_ByPoint`); None
-        when there are more points than delays (a pass over the rows per point would cost
-        more than one per delay), its (points × delays) counts would pass
-        ``tuning.SWEEP_POINT_DELAY_CELLS`` or an outer right row's stored delays have a gap
-        (a pair emitted on arrival, yet its own batch evicting it under some of them: not one
-        threshold)."""
-        n, hi = self.n, int(delays[-1])
-        if n > len(delays) or n * len(delays) > SWEEP_POINT_DELAY_CELLS:
+    def by_point(self, pts: Points, delays: np.ndarray, right_outer: bool,
+                 gone_all: np.ndarray) -> _ByPoint | None:
+        """The same counts for every delay at once (:class:`_ByPoint`; the keys by
+        ``sweep_join_keys.held_keys``); None when its (points × delays) counts would pass
+        ``tuning.SWEEP_POINT_DELAY_CELLS``, the rows accepted under some delays only pair
+        with too many rows after them (``tuning.SWEEP_HELD_PAIRS_PER_ROW``) or an outer right
+        row's stored delays have a gap (a pair emitted on arrival, yet its own batch evicting
+        it under some of them: not one threshold). ``gone_all``: every row's evictions
+        (:func:`sweep_join_keys.gone_by`)."""
+        n = self.n
+        if n * len(delays) > SWEEP_POINT_DELAY_CELLS:
             return None
         # a right row stays past its own batch iff d > g
         g = np.where(self.right, behind(pts.a[self.point], pts.b[self.point], self.m,
@@ -424,26 +453,25 @@ class _Held:
             own = self.a  # (stored whenever accepted)
         else:
             own = np.where(self.right, np.maximum(self.a, g), self.a)
-        last = np.minimum(np.searchsorted(pts.w(hi), self.m, side="left"), n - 1)
-        keys = np.zeros((n, len(delays)), dtype=np.int64)
-        for p in range(n):
-            on = np.flatnonzero((self.point <= p) & (last >= p))
-            if not len(on):
-                continue
-            # a row of an earlier point is held before p's eviction iff W_{p-1} < m
-            c = own[on]
-            if p:
-                later = self.point[on] < p
-                c[later] = np.maximum(c[later], behind(
-                    pts.a[p - 1:p], pts.b[p - 1:p], self.m[on[later]], pts.policy))
-            b = self.base[on]
-            mins = np.minimum.reduceat(c, np.flatnonzero(np.r_[True, b[1:] != b[:-1]]))
-            keys[p] = np.searchsorted(np.sort(mins), delays, side="left")
-        lost = np.zeros_like(keys) if right_outer else \
-            _below(self.point[self.right], self.a[self.right], delays, n) - \
-            _below(self.point[self.right], own[self.right], delays, n)
+        # V: the watermark of the point before each point (none before the first)
+        v = np.empty((n, len(delays)), dtype=np.int64)
+        v[0] = np.iinfo(np.int64).min
+        v[1:] = pts.w_all(delays)[:-1]
+        keys = held_keys(self.base // (n + 1), self.point,
+                         np.searchsorted(delays, own, side="right"), self.m_in, self.order, v,
+                         SWEEP_HELD_PAIRS_PER_ROW)
+        if keys is None:
+            return None
+        lost = np.zeros_like(keys) if right_outer else _between(
+            self.point[self.right], self.a[self.right], own[self.right], delays, n)
         c = self.counts
-        return _ByPoint(keys, lost, Growing(self.m[c], self.a[c], int(delays[0]), hi),
+        # (every side counted: the rows held are every row that may be accepted, gone_all's)
+        # (in the sides' order: searches of nearby values; rows of a >= hi are never accepted)
+        c_in = self.counts_in
+        gone = gone_all if c.all() else gone_by(
+            np.searchsorted(delays, self.a_in[c_in], side="right"), self.m_in[c_in],
+            pts.w_all(delays))
+        return _ByPoint(keys, lost, np.diff(gone, axis=0, prepend=0),
                         bool(c[self.right].all()) if self.right.any() else False)
 
     def at(self, d: int, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -452,7 +480,7 @@ class _Held:
         n = self.n
         acc = self.a < d
         # (rows in the order of m: those of m in (w[p - 1], w[p]] leave at point p)
-        cuts = np.searchsorted(self.m_sorted, w, side="right")
+        cuts = np.searchsorted(self.m[self.by_m], w, side="right")
         ev = np.empty(len(self.a), dtype=np.int64)
         ev[self.by_m] = np.repeat(np.arange(n + 1, dtype=np.int64),
                                   np.diff(cuts, prepend=0, append=len(self.a)))
@@ -470,34 +498,34 @@ class _Held:
                 np.bincount(self.point[lost], minlength=n))
 
 
-def _below(point: np.ndarray, thr: np.ndarray, delays: np.ndarray, n: int) -> np.ndarray:
-    """Per point (of ``n``) and delay: how many of the point's thresholds are below it."""
-    order = np.lexsort((thr, point))
-    t = thr[order]
-    cuts = np.searchsorted(point[order], np.arange(n + 1))
-    return np.stack([np.searchsorted(t[cuts[p]:cuts[p + 1]], delays, side="left")
-                     for p in range(n)]) if n else np.zeros((0, len(delays)), dtype=np.int64)
+def _between(point: np.ndarray, lo: np.ndarray, hi: np.ndarray, delays: np.ndarray,
+             n: int) -> np.ndarray:
+    """Per point (of ``n``) and delay ``d``: how many of the point's rows have
+    ``lo < d <= hi`` (``lo <= hi``): a difference table over the delays' indices."""
+    n_d = len(delays)
+    at = np.r_[point * (n_d + 1) + np.searchsorted(delays, lo, side="right"),
+               point * (n_d + 1) + np.searchsorted(delays, hi, side="right")]
+    diff = np.bincount(at, np.r_[np.ones(len(lo)), -np.ones(len(hi))],
+                       minlength=n * (n_d + 1))
+    return np.rint(diff).astype(np.int64).reshape(n, n_d + 1).cumsum(1)[:, :n_d]
 
 
 @dataclass(frozen=True)
 class _ByPoint:
-    """:meth:`_Held.at` for every delay, from thresholds sorted once (:meth:`_Held.by_point`):
-    a key of a side is held before point ``p``'s eviction iff ``d`` is above the least of its
-    rows' thresholds there (the row's ``a``, and, for a row of an earlier point, the greatest
-    delay of ``W_{p-1} >= m``; at its own point, a right row not kept needs ``d`` above the
-    delay its batch evicts it under too); a point's rows not stored are those between their
-    ``a`` and that; the counted sides' removed rows are their evicted rows (``Growing``) less
-    those."""
+    """:meth:`_Held.at` for every delay, from tables built once (:meth:`_Held.by_point`): the
+    keys held before each point's eviction (``sweep_join_keys.held_keys``; a right row not
+    kept is accepted only above the delay its batch evicts it under too); a point's rows not
+    stored are the right rows between their ``a`` and that; the counted sides' removed rows
+    are their evicted rows (``sweep_join_keys.gone_by``) less those."""
 
     keys: np.ndarray  # (points × delays)
     lost: np.ndarray  # (points × delays): accepted right rows not stored
-    counted: Growing  # the counted sides' rows, by m
+    gone: np.ndarray  # (points × delays): the counted sides' rows evicted at the point
     right_counted: bool
 
     def at(self, i: int, d: int, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """:meth:`_Held.at` of delay ``d``, the ``i``-th (ascending, each once in turn)."""
-        self.counted.advance(d)
-        gone = np.diff(self.counted.at_most(w), prepend=0)
+        """:meth:`_Held.at` of delay ``d``, the ``i``-th."""
+        gone = self.gone[:, i]
         lost = self.lost[:, i]
         return self.keys[:, i], gone - lost if self.right_counted else gone, lost
 
@@ -548,77 +576,48 @@ class _Bytes:
         self._parts, self._rows = [], 0
 
 
-@dataclass(frozen=True)
-class _Nulls:
+def _null_rows(side: Side, idx: np.ndarray, tau: np.ndarray, pts: Points) -> NullRows:
     """An outer side's rows that get a null row under some delay: under ``d`` those with
-    ``a < d <= u``, at the first point of ``W >= m``; in the order of their event times, so
-    ``m`` (a non-decreasing function of it) is sorted."""
-
-    a: np.ndarray
-    u: np.ndarray
-    m: np.ndarray
-    ref_ms: np.ndarray  # the row's event time (ms, floored), its latency's reference
-
-    @classmethod
-    def of(cls, side: Side, idx: np.ndarray, tau: np.ndarray, pts: Points) -> _Nulls:
-        """``idx``: the side's row of each pair (thresholds ``tau``)."""
-        unmatched_to = np.full(len(side.pos), ALWAYS, dtype=np.int64)  # d <= it: no pair
-        np.minimum.at(unmatched_to, idx, tau)
-        gone_by_end = behind(np.full(len(side.pos), pts.a[-1]),
-                             np.full(len(side.pos), pts.b[-1]), side.m, pts.policy) \
-            if len(pts.idle) else np.full(len(side.pos), NEVER, dtype=np.int64)
-        u = np.minimum(unmatched_to, gone_by_end)
-        some = np.flatnonzero(side.a < u)
-        order = some[np.argsort(side.et[some], kind="stable")]
-        m = side.m[order]
-        assert not len(m) or (np.diff(m) >= 0).all()
-        return cls(side.a[order], u[order], m, side.et[order] // 1000)
-
-    def latencies_ms(self, d: int, w: np.ndarray, clock: np.ndarray) -> np.ndarray:
-        """The latencies (whole ms) of the null rows under delay ``d`` (``w``: its points'
-        W, ``clock``: theirs): the rows of ``m`` in ``(w[p - 1], w[p]]`` leave at point
-        ``p``."""
-        cuts = np.searchsorted(self.m, w, side="right")
-        n = int(cuts[-1]) if len(cuts) else 0  # (the rest never leave)
-        lat = np.repeat(clock, np.diff(cuts, prepend=0))
-        lat -= self.ref_ms[:n]
-        on = self.a[:n] < d
-        on &= self.u[:n] >= d
-        return lat[on]
+    ``a < d <= u`` evicted by the last point, at the first point of ``W >= m``; in the order
+    of their event times, so ``m`` (a non-decreasing function of it) is sorted. ``idx``: the
+    side's row of each pair (thresholds ``tau``)."""
+    unmatched_to = np.full(len(side.pos), ALWAYS, dtype=np.int64)  # d <= it: no pair
+    np.minimum.at(unmatched_to, idx, tau)
+    gone_by_end = behind(np.full(len(side.pos), pts.a[-1]),
+                         np.full(len(side.pos), pts.b[-1]), side.m, pts.policy) \
+        if len(pts.idle) else np.full(len(side.pos), NEVER, dtype=np.int64)
+    some = np.flatnonzero(side.a < np.minimum(unmatched_to, gone_by_end))
+    order = some[np.argsort(side.et[some], kind="stable")]
+    m = side.m[order]
+    assert not len(m) or (np.diff(m) >= 0).all()
+    # (d <= gone_by_end iff m <= the last W: NullRows' cut, so u need not say it)
+    return NullRows(side.a[order], unmatched_to[order], m, side.et[order] // 1000)
 
 
 @dataclass(frozen=True)
 class _Emitted:
     """The emitted rows' count and latency percentiles per delay: pairs of latency
-    ``pair_ms`` (whole ms) emitted iff ``d > tau``, and the outer sides' null rows."""
+    ``pair_ms`` (whole ms) emitted iff ``d > tau``, and the outer sides' null rows
+    (``sweep_join_latency``)."""
 
-    pair_ms: np.ndarray
-    tau: np.ndarray
     nested: quantiles.Nested | None  # (inner joins: the pairs' sets only grow with d)
-    nulls: list[_Nulls]
+    latencies: Latencies | None  # (outer joins)
 
     @classmethod
     def of(cls, pair_ms: np.ndarray, tau: np.ndarray, delays: np.ndarray,
-           nulls: list[_Nulls]) -> _Emitted:
+           nulls: list[NullRows]) -> _Emitted:
         if nulls:
-            order = np.argsort(pair_ms, kind="stable")
-            return cls(pair_ms[order], tau[order], None, nulls)
-        return cls(pair_ms, tau, quantiles.Nested(pair_ms / 1000.0, tau, delays,
-                                                  order=np.argsort(pair_ms, kind="stable")),
-                   nulls)
+            return cls(None, Latencies(pair_ms, tau, nulls, int(delays[0]), int(delays[-1])))
+        return cls(quantiles.Nested(pair_ms / 1000.0, tau, delays,
+                                    order=np.argsort(pair_ms, kind="stable")), None)
 
     def at(self, i: int, d: int, w: np.ndarray, clock: np.ndarray
            ) -> tuple[int, quantiles.Percentiles]:
         """(output rows, latency percentiles) of delay ``d``, the ``i``-th."""
         if self.nested is not None:
             return self.nested.size(i), self.nested.percentiles(i)
-        lat = np.concatenate([self.pair_ms[self.tau < d],
-                              *(n.latencies_ms(d, w, clock) for n in self.nulls)])
-
-        def ranked(ranks: np.ndarray) -> np.ndarray:
-            return np.partition(lat, np.unique(ranks))[ranks] / 1000.0
-
-        return len(lat), quantiles.linear(len(lat), ranked)
+        assert self.latencies is not None
+        return self.latencies.at(d, w, clock)
 
 
 def _at_least(thresholds: np.ndarray, delays: np.ndarray) -> np.ndarray:

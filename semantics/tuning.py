@@ -112,9 +112,17 @@ SWEEP_RANK_BLOCK = 1 << 12
 # batches of a join sweep's delays the state-bytes model reads at once (memory: a frame of
 # them; semantics/sweep_join.py): chosen, not tuned
 SWEEP_BYTES_ROWS = 1 << 20
-# cells of a join sweep's (points × delays) key counts, past which it counts them per delay
-# (memory: three int64 tables; semantics/sweep_join.py): chosen, not tuned
+# cells of a join sweep's (points × delays) tables (state rows, evictions, keys), past which
+# it counts them per delay (memory: about ten int64 tables; semantics/sweep_join.py): chosen,
+# not tuned
 SWEEP_POINT_DELAY_CELLS = 1 << 24
+# rows a join sweep's key counts pair, on average per row, with the rows accepted under some
+# delays before them, past which it counts them per delay (semantics/sweep_join_keys.py):
+# chosen, not tuned
+SWEEP_HELD_PAIRS_PER_ROW = 4
+# rows of an outer join sweep's latency bracket partitioned at most per order statistic (the
+# rest halved by counts; semantics/sweep_join_latency.py): chosen, not tuned
+SWEEP_LATENCY_GATHER = 1 << 12
 # input rows checkpoint_bytes encodes as its sample of state records (bench/state_bytes.py)
 CHECKPOINT_SAMPLE_ROWS = 2048
 # sample sizes of rows whose groups' buffers the checkpoint-bytes sample accumulates (same)

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from jobs import sweep as sw
-from semantics import growing, quantiles, sweep_join
+from semantics import growing, quantiles, sweep_join, sweep_join_keys, sweep_join_latency
 from semantics.durations import Duration
 from semantics.schedule import ARRIVAL_MS, VERSION, Schedule, cut
 from semantics.spec import BacktestSpec, parse_spec
@@ -116,34 +116,48 @@ def assert_one_pass_is_per_delay(spec: BacktestSpec, sched: Schedule, source: st
 @pytest.mark.parametrize("jtype", TYPES)
 def test_one_pass_join_sweep_equals_a_prediction_per_delay(jtype: str, monkeypatch) -> None:
     rng = np.random.default_rng(TYPES.index(jtype))
-    seen = {"null_rows": 0, "late": 0, "pairs": 0, "bytes": 0, "by_point": 0, "by_row": 0}
-    by_point = sweep_join._Held.by_point
+    seen = {"late": 0, "pairs": 0, "bytes": 0, "by_point": 0, "by_row": 0}
+    by_point, per_delay = sweep_join._Held.by_point, sweep_join._Held.at
+    ways: set[str] = set()
 
     def spied(held: sweep_join._Held, *args: Any) -> sweep_join._ByPoint | None:
         got = by_point(held, *args)
-        seen["by_row" if got is None else "by_point"] += 1
+        ways.add("by_point" if got is not None else "refused")  # (then per delay)
         return got
 
+    def each(held: sweep_join._Held, *args: Any) -> Any:
+        ways.add("by_row")
+        return per_delay(held, *args)
+
     monkeypatch.setattr(sweep_join._Held, "by_point", spied)
+    monkeypatch.setattr(sweep_join._Held, "at", each)
     for i in range(14):
+        ways.clear()
+        # (every fourth: no pair of rows allowed to the key counts: per delay if any)
+        monkeypatch.setattr(sweep_join, "SWEEP_HELD_PAIRS_PER_ROW", 0 if i % 4 == 1 else 4)
         # every other stream in blocks of a few entries and values (searched across blocks)
         monkeypatch.setattr(growing, "SWEEP_COUNT_BLOCK", 2 if i % 2 else 256)
         monkeypatch.setattr(quantiles, "SWEEP_RANK_BLOCK", 3 if i % 2 else 4096)
         # (and the bytes model reads a few delays' batches at a time)
         monkeypatch.setattr(sweep_join, "SWEEP_BYTES_ROWS", 7 if i % 2 else 1 << 20)
+        # (the null rows' latency brackets halved down to a row, or hardly)
+        monkeypatch.setattr(sweep_join_latency, "SWEEP_LATENCY_GATHER", 1 if i % 2 else 1 << 12)
         # (every third, the keys per delay whatever the points: past the cells' bound)
         monkeypatch.setattr(sweep_join, "SWEEP_POINT_DELAY_CELLS", 0 if i % 3 == 2 else 1 << 24)
         spec, sched, source = random_case(1000 * TYPES.index(jtype) + i, jtype)
         assert sweep_join.covered(spec, "c", source)
         got = assert_one_pass_is_per_delay(spec, sched, source, delays(rng))
+        seen["by_point"] += "by_point" in ways
+        seen["by_row"] += "by_row" in ways
         seen["late"] += len(set(got["late"])) > 1
         seen["pairs"] += len(set(got["output_rows"])) > 1
         seen["bytes"] += len(set(got["peak_state_bytes"])) > 1 and \
             len(set(got["final_state_bytes"])) > 1
     # (the streams make the delay matter: else equal figures would prove little)
     assert seen["late"] >= 5 and seen["pairs"] >= 3 and seen["bytes"] >= 3, seen
-    # (the keys both ways: by point when there are fewer points than delays, else by row)
-    assert seen["by_point"] >= 3 and seen["by_row"] >= 1, seen
+    # (the keys both ways: by tables within the cells' bound, else per delay, as when the
+    # pairs' budget refuses: that, test_held_keys_... checks)
+    assert seen["by_point"] >= 3 and seen["by_row"] >= 2, seen
 
 
 def test_the_sweep_says_every_figure_is_one_pass() -> None:
@@ -175,3 +189,80 @@ def test_a_time_bound_that_keeps_rows_past_the_watermark_is_predicted_per_delay(
     if ahead.query.time_range is None:
         pytest.skip("no time range drawn")
     assert one_pass(ahead, "c", sched, source, [0, 1000]) is None
+
+
+def brute_held_keys(group: np.ndarray, q: np.ndarray, first: np.ndarray, m: np.ndarray,
+                    v: np.ndarray) -> np.ndarray:
+    """``sweep_join_keys.held_keys`` by its definition: per cell, the groups with a row
+    accepted, arrived and not evicted."""
+    n, n_d = v.shape
+    out = np.zeros((n, n_d), dtype=np.int64)
+    for p in range(n):
+        for j in range(n_d):
+            on = (first <= j) & (q <= p) & (v[p, j] < m)
+            out[p, j] = len(np.unique(group[on]))
+    return out
+
+
+def test_held_keys_for_every_point_and_delay_equal_their_definition() -> None:
+    # rows accepted under every delay, some only, none; m below, within and above V; groups
+    # of one row or many (several raising the floor at different delays)
+    refused = 0
+    for seed in range(60):
+        r = np.random.default_rng(seed)
+        n, n_d, rows = int(r.integers(1, 9)), int(r.integers(1, 12)), int(r.integers(0, 60))
+        group = np.sort(r.integers(0, int(r.integers(1, 8)), rows))
+        q = r.integers(0, n, rows)
+        order = np.lexsort((q, group))
+        group, q = group[order], q[order]
+        first = np.where(r.random(rows) < 0.5, 0, r.integers(0, n_d + 2, rows))
+        first[:] = 0 if seed % 5 == 0 else first  # (every fifth: all under every delay)
+        m = r.integers(0, 40, rows)
+        # V: non-decreasing along points, non-increasing along delays, none before point 0
+        v = np.cumsum(r.integers(0, 6, (n, n_d)), axis=0)[:, ::-1].cumsum(1)[:, ::-1] // 2
+        v[0] = np.iinfo(np.int64).min
+        want = brute_held_keys(group, q, first, m, v).tolist()
+        # (m given in another order, as the sides' rows are)
+        shuffle = r.permutation(rows)
+        m_in = np.empty(rows, dtype=np.int64)
+        m_in[shuffle] = m
+        got = sweep_join_keys.held_keys(group, q, first, m_in, shuffle, v, 1 << 20)
+        assert got is not None and got.tolist() == want, seed
+        # (past the pairs' budget: refused, never a wrong count)
+        tight = sweep_join_keys.held_keys(group, q, first, m_in, shuffle, v, 0)
+        refused += tight is None
+        assert tight is None or tight.tolist() == want
+    assert refused >= 10, refused
+
+
+def test_outer_latencies_per_delay_equal_a_partition_of_every_emitted_row() -> None:
+    # pairs of fixed latency emitted above their threshold, null rows between two thresholds
+    # leaving at the point whose W reaches them; brackets of at most 1, 2 or 4 096 rows
+    for seed in range(30):
+        r = np.random.default_rng(seed)
+        n, n_pairs = int(r.integers(0, 7)), int(r.integers(0, 40))  # (0: no batch at all)
+        ds = np.unique(r.integers(0, 50, int(r.integers(1, 12))))
+        pair_ms, tau = r.integers(-30, 60, n_pairs), r.integers(-5, 60, n_pairs)
+        sides = []
+        for _ in range(int(r.integers(1, 3))):
+            k = int(r.integers(0, 50))
+            ref = np.sort(r.integers(0, 100, k))
+            a = np.where(r.random(k) < 0.5, -1, r.integers(-5, 50, k))
+            sides.append(sweep_join_latency.NullRows(
+                a, a + r.integers(1, 60, k), ref + r.integers(0, 3), ref))
+        b = np.cumsum(r.integers(0, 30, n))
+        clock = np.cumsum(r.integers(0, 20, n)) + int(r.integers(-200, 200))
+        got = sweep_join_latency.Latencies(pair_ms, tau, sides, int(ds[0]), int(ds[-1]),
+                                           gather=[1, 2, 4096][seed % 3])
+        for d in ds.tolist():
+            w = np.maximum(b - d, 0)
+            lat = [pair_ms[tau < d]]
+            for s in sides[:len(w) and len(sides)]:
+                cuts = np.searchsorted(s.m, w, side="right")
+                left = np.repeat(np.arange(n), np.diff(cuts, prepend=0))
+                on = (s.a[:cuts[-1]] < d) & (s.u[:cuts[-1]] >= d)
+                lat.append((clock[left] - s.ref_ms[:cuts[-1]])[on])
+            every = np.concatenate(lat)
+            want = (len(every), tuple(np.percentile(every / 1000.0, quantiles.PERCENTILES)
+                                      .tolist()) if len(every) else (None, None, None))
+            assert got.at(d, w, clock) == want, (seed, d)

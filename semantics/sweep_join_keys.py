@@ -1,0 +1,228 @@
+"""A join sweep's distinct held keys for every (point, delay) at once, from sorted thresholds
+(docs/semantics.md §2.6, the join's state bytes; ``semantics.sweep_join._Held``).
+
+Rows come in the order of (key group, point). Row ``r`` of point ``q`` is accepted under the
+delays of index ``j >= J_r`` and, once accepted, held before point ``p``'s eviction iff
+``q <= p`` and ``V[p, j] < m_r``: ``V[p, j]`` the watermark of the point before ``p`` under
+delay ``j`` (below everything for ``p = 0``), non-decreasing in ``p``, non-increasing in
+``j``. A key group is held iff one of its rows is. Counting each held group once, by its
+first held row in that order: row ``r`` counts iff no row before it in its group is held,
+i.e. iff ``M_r(j) <= V[p, j] < m_r``, ``M_r(j)`` the greatest ``m`` of the rows before it
+accepted under ``j`` (those start at or before ``q``, so they are held iff ``V < m``). So
+
+    keys[p, j] = sum over rows of [j >= J_r] [q_r <= p] ([V < m_r] - [V < M_r(j)])
+
+while ``M_r(j) < m_r`` (once it reaches ``m_r`` the row never counts). ``M_r`` is a staircase
+over ``j``: the rows accepted under every delay give its floor (a running maximum along the
+group), the others raise it at their ``J`` (:func:`_raises`, the pairs found by stepping
+along the group until a row always accepted reaches the raiser's ``m``). Each term is an
+*item* ``w [q <= p] [j >= jl] [x > V[p, j]]``, counted in two parts (:func:`_count`): while
+``V[p, jl] < x`` every ``j >= jl`` has ``x > V`` (a rectangle of a 2-D difference table);
+from the first ``p`` of ``V[p, jl] >= x`` on, ``x > V[p, j]`` already implies ``j > jl``, so
+the item is a count of ``x`` above ``V[p, j]`` alone, a running table over the ranks of the
+values of ``V`` read at each point by blocks (:func:`_above`).
+
+Invariant: the result equals, per delay, counting the union of each group's held rows
+(``_Held.at``); tests/test_sweep_join.py compares every delay's series with a prediction.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_NONE = -1  # no row before: a floor below every rank
+
+
+def held_keys(group: np.ndarray, q: np.ndarray, first: np.ndarray, m: np.ndarray,
+              order: np.ndarray, v: np.ndarray, pairs_per_row: int) -> np.ndarray | None:
+    """``keys[p, j]`` (module docstring) of rows in the order of (``group``, ``q``):
+    ``first`` the least delay index accepting each (``>= v.shape[1]``: none), ``m[order]``
+    their eviction bounds (``m`` in the rows' arrival order, for searches close to each
+    other), ``v`` the ``(points × delays)`` watermarks ``V``. None when the rows that raise
+    ``M`` pair with more than ``pairs_per_row`` rows each on average (the caller then counts
+    per delay).
+
+    Every ``m`` is taken by its rank among ``V``'s values (how many are below it): ``m > V``
+    iff its rank exceeds ``V``'s own, and two ``m`` of one rank differ at no ``V``. (Ranks,
+    points and delay indices as int32: the items are many, their bytes the cost.)"""
+    n, n_d = v.shape
+    values = np.unique(v)
+    rv = np.searchsorted(values, v)
+    keep = first < n_d
+    x = np.searchsorted(values, m, side="left").astype(np.int32)[order[keep]]
+    group, q, first = group[keep], q[keep].astype(np.int32), first[keep].astype(np.int32)
+    floor = _floor(group, np.where(first == 0, x, _NONE), len(values) + 2)
+    raised = _raises(group, first, x, floor, pairs_per_row * max(len(x), 1))
+    if raised is None:
+        return None
+    r, jr, xr = raised
+    live = floor < x  # (a row behind an earlier always-accepted one never counts)
+    s = np.flatnonzero(live)
+    items = [(q[s], first[s], x[s], np.ones(len(s), dtype=np.int8))]
+    f = s[floor[s] > _NONE]
+    items.append((q[f], first[f], floor[f].astype(np.int32), -np.ones(len(f), dtype=np.int8)))
+    ok = live[r]
+    if ok.any():
+        items += _steps(r[ok], jr[ok], xr[ok], q, first, x, floor, len(values) + 2)
+    qs, jl, xs, w = (np.concatenate(c) for c in zip(*items, strict=True))
+    return _count(qs, jl, xs, w, rv, len(values) + 1)
+
+
+def _running_before(seg: np.ndarray, val: np.ndarray, span: int) -> np.ndarray:
+    """Per entry: the greatest ``val`` (``>= _NONE``, ``< span - 1``) of the entries before
+    it in its segment (``seg``: non-decreasing), ``_NONE`` when none."""
+    g = np.cumsum(np.r_[True, seg[1:] != seg[:-1]]) - 1 if len(seg) else seg
+    run = np.maximum.accumulate(g * span + val + 1)
+    before = np.r_[0, run[:-1]] - g * span - 1
+    return np.maximum(before, _NONE)  # (another segment's: below this one's codes)
+
+
+def _floor(group: np.ndarray, always: np.ndarray, span: int) -> np.ndarray:
+    """Per row: the greatest rank ``always`` of the rows before it in its group (``_NONE``
+    for the rows not accepted under every delay; ``_NONE``: none)."""
+    return _running_before(group, always, span)
+
+
+def _raises(group: np.ndarray, first: np.ndarray, m: np.ndarray, floor: np.ndarray,
+            budget: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The (row, raiser's ``first``, raiser's ``m``) of every row after a raiser in its group:
+    a row accepted only under some delays (``first > 0``) above the floor before it, up to
+    and including the first later row always accepted whose ``m`` reaches it (after that row
+    the floor does). None past ``budget`` pairs."""
+    src = np.flatnonzero((first > 0) & (m > floor))
+    rows, js, ms = [], [], []
+    total, k, n_rows = 0, 1, len(group)
+    while len(src):
+        cand = src + k
+        on = cand < n_rows
+        src, cand = src[on], cand[on]
+        on = group[cand] == group[src]
+        src, cand = src[on], cand[on]
+        total += len(src)
+        if total > budget:
+            return None
+        rows.append(cand)
+        js.append(first[src])
+        ms.append(m[src])
+        stop = (first[cand] == 0) & (m[cand] >= m[src])
+        src = src[~stop]
+        k += 1
+    if not rows:
+        e = np.zeros(0, dtype=np.int64)
+        return e, e, e
+    return np.concatenate(rows), np.concatenate(js), np.concatenate(ms)
+
+
+def _steps(r: np.ndarray, jr: np.ndarray, xr: np.ndarray, q: np.ndarray, first: np.ndarray,
+           x: np.ndarray, floor: np.ndarray, span: int) -> list[tuple[np.ndarray, ...]]:
+    """The items of ``M``'s raises: per row, its raisers in the order of ``first``, each
+    that sets a new maximum ``M_k`` (from ``M_{k-1}``) adds ``[V < M_{k-1}] - [V < M_k]``
+    from ``max(J_r, first)`` on, the one reaching ``m_r`` with ``m_r`` for ``M_k`` and
+    nothing after it (all by rank)."""
+    order = np.lexsort((xr, jr, r))
+    r, jr, xr = r[order], jr[order], xr[order]
+    prev = np.maximum(_running_before(r, xr, span), floor[r])  # (M_{k-1})
+    rec = xr > prev
+    kill = rec & (xr >= x[r])
+    new = np.r_[True, r[1:] != r[:-1]]
+    kills_before = np.cumsum(kill) - kill
+    seg_start = np.flatnonzero(new)
+    kills_before -= np.repeat(kills_before[seg_start], np.diff(np.r_[seg_start, len(r)]))
+    on = rec & (kills_before == 0)
+    r, prev = r[on], prev[on]
+    top = np.minimum(xr[on], x[r])
+    jl = np.maximum(first[r], jr[on])
+    has_prev = prev > _NONE
+    out = [(q[r], jl, top.astype(np.int32), -np.ones(len(r), dtype=np.int8))]
+    out.append((q[r][has_prev], jl[has_prev], prev[has_prev].astype(np.int32),
+                np.ones(int(has_prev.sum()), dtype=np.int8)))
+    return out
+
+
+def _count(s: np.ndarray, jl: np.ndarray, x: np.ndarray, w: np.ndarray, rv: np.ndarray,
+           span: int) -> np.ndarray:
+    """``sum of w [s <= p] [j >= jl] [x > rv[p, j]]`` for every cell of the ranks ``rv``
+    (``x``, ``rv`` below ``span``)."""
+    n, n_d = rv.shape
+    # the first point at or after s whose rv[., jl] reaches x (rv's columns ascend in p)
+    star = np.empty(len(x), dtype=np.int32)
+    zero = jl == 0  # (most rows: a search in one column)
+    at_rank = np.searchsorted(rv[:, 0], np.arange(span), side="left").astype(np.int32)
+    star[zero] = at_rank[x[zero]]  # (a table of every rank: no search per item)
+    col = (np.arange(n_d, dtype=np.int64)[:, None] * span + rv.T).ravel()
+    other = jl[~zero].astype(np.int64)
+    star[~zero] = np.searchsorted(col, other * span + x[~zero], side="left") - other * n
+    np.maximum(star, s, out=star)
+    box = np.flatnonzero(star > s)
+    cells = (n + 1) * (n_d + 1)
+    ends = np.concatenate((s[box], star[box])).astype(np.int64) * (n_d + 1) + \
+        np.concatenate((jl[box], jl[box]))
+    rect = np.bincount(ends, np.concatenate((w[box], -w[box])), minlength=cells)
+    keys = np.rint(rect).astype(np.int64).reshape(n + 1, n_d + 1).cumsum(0).cumsum(1)
+    keys = keys[:n, :n_d]
+    rest = np.flatnonzero(star < n)
+    keys += _above(star[rest], x[rest], w[rest], rv, span)
+    return keys
+
+
+def accepted_by(point: np.ndarray, first: np.ndarray, n: int, n_d: int) -> np.ndarray:
+    """``out[p, j]``: the rows of point ``<= p`` accepted under delay index ``j`` (``first``:
+    the least index accepting each)."""
+    keep = first < n_d
+    table = np.bincount(point[keep] * n_d + first[keep], minlength=n * n_d)
+    return table.reshape(n, n_d).cumsum(0).cumsum(1)
+
+
+def gone_by(first: np.ndarray, m: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """``out[p, j]``: the rows accepted under delay index ``j`` (``first``: the least index
+    accepting each) of ``m`` at or below ``w[p, j]`` (``w``: points × delays), i.e. evicted
+    by point ``p``: by ranks among ``w``'s values, counted along the delays
+    (:func:`_above`)."""
+    n, n_d = w.shape
+    keep = first < n_d
+    values = np.unique(w)
+    rw = np.searchsorted(values, w)
+    rm = np.searchsorted(values, m[keep], side="left")  # (m <= w iff rm <= its rank)
+    f = first[keep]
+    above = _above(f, rm, np.ones(len(f), dtype=np.int64), np.ascontiguousarray(rw.T),
+                   len(values) + 1)
+    return (np.cumsum(np.bincount(f, minlength=n_d))[:, None] - above).T
+
+
+def _above(start: np.ndarray, rx: np.ndarray, w: np.ndarray, rv: np.ndarray,
+           span: int) -> np.ndarray:
+    """``sum of w [start <= p] [rx > rv[p, j]]`` per cell: the items' weights by rank,
+    added at their start, read at each point through block sums (a block's running total
+    and a scan of the cells' own block)."""
+    n, n_d = rv.shape
+    w = w.astype(np.int64)  # (add.at's fast path: the table's own type)
+    block = 1 << max(0, int(np.log2(max(span / max(n_d, 1), 1))) // 2)
+    n_blocks = -(-span // block)
+    by_rank = np.zeros(n_blocks * block, dtype=np.int64)
+    by_block = np.zeros(n_blocks + 1, dtype=np.int64)
+    # (a radix sort when the starts fit 16 bits)
+    order = np.argsort(start.astype(np.int16) if n < 1 << 15 else start, kind="stable")
+    cuts = np.searchsorted(start[order], np.arange(n + 1))
+    out = np.zeros((n, n_d), dtype=np.int64)
+    total = 0
+    lanes = np.arange(block, dtype=np.int64)
+    for p in range(n):
+        new = order[cuts[p]:cuts[p + 1]]
+        if len(new) > len(by_rank):  # (more than the ranks: counted, not added one by one)
+            by_rank += np.rint(np.bincount(rx[new], w[new], minlength=len(by_rank))
+                               ).astype(np.int64)
+            by_block[1:] = by_rank.reshape(n_blocks, block).sum(1)
+            total += int(w[new].sum())
+        elif len(new):
+            np.add.at(by_rank, rx[new], w[new])
+            np.add.at(by_block, rx[new] // block + 1, w[new])
+            total += int(w[new].sum())
+        if not total:
+            continue
+        k = rv[p]  # at or below: rank <= k
+        b = k // block
+        whole = np.cumsum(by_block)[b]  # (blocks before k's)
+        part = by_rank[(b * block)[:, None] + lanes[None, :]]
+        part = np.where(lanes[None, :] <= (k - b * block)[:, None], part, 0).sum(1)
+        out[p] = total - whole - part
+    return out
