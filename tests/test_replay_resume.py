@@ -2,9 +2,9 @@
 
 Real ``wmbt replay`` processes (the tree's code through PYTHONPATH) interrupted with Ctrl-C
 (SIGINT to the process group, as a terminal sends it) and killed with SIGKILL while Spark runs
-a schedule of 50 batches (after 10 and 30 of them); the run that finishes must say it resumes
-and store, and print with ``--json``, the report and outputs of an uninterrupted run. The
-in-process cases check when a replay starts afresh instead (``jobs.resume``).
+a schedule of 200 batches; the run that finishes must say it resumes and store, and print with
+``--json``, the report and outputs of an uninterrupted run. The in-process cases check when a
+replay starts afresh instead (``jobs.resume``).
 """
 
 from __future__ import annotations
@@ -32,9 +32,7 @@ from tests.replay_support import make_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 WMBT = ROOT / ".venv" / "bin" / "wmbt"
-# one batch each (batch_by rows: 1), plus a trailing no-data batch: room enough to interrupt
-# a replay twice mid-way (a larger table shows nothing more and costs a batch a row, 4 times)
-ROWS = 50
+ROWS = 100  # one batch each (batch_by rows: 1), plus a trailing no-data batch
 
 
 def write_case(root: Path, rows: int = ROWS, delay: str = "20 seconds") -> Path:
@@ -145,7 +143,7 @@ def test_killed_replay_resumes_to_the_uninterrupted_report(tmp_path):
 
     # Ctrl-C: the query stops cleanly, no py4j or Java trace, the work folder stays resumable
     results = tmp_path / "r1"
-    code, err = interrupt_after(wmbt(spec, results), results, 10, signal.SIGINT)
+    code, err = interrupt_after(wmbt(spec, results), results, 20, signal.SIGINT)
     assert code != 0
     assert commits(results) < ROWS
     cli_maps_it = "KeyboardInterrupt" in (ROOT / "jobs" / "cli.py").read_text()
@@ -159,7 +157,7 @@ def test_killed_replay_resumes_to_the_uninterrupted_report(tmp_path):
 
     # SIGKILL later on, then a run to the end
     proc = wmbt(spec, results)
-    code, err = interrupt_after(proc, results, 30, signal.SIGKILL)
+    code, err = interrupt_after(proc, results, 60, signal.SIGKILL)
     assert code == -signal.SIGKILL
     assert "wmbt: c: resuming the interrupted replay" in err, err
     doc, err = finish(wmbt(spec, results))
