@@ -1,4 +1,5 @@
-"""Shared fixtures. ``spark``: one embedded SparkSession for the whole test session."""
+"""Shared fixtures. ``spark``: one embedded SparkSession for the whole test session;
+``readme_demo``: README's ``./dev demo --small``, run once for the tests that check it."""
 
 from __future__ import annotations
 
@@ -12,6 +13,16 @@ def spark():
     session = get_spark()
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def readme_demo(tmp_path_factory):
+    """README's ``./dev demo --small``, run once a session as tests/test_docs_commands.py runs
+    it (its ``Ran``: exit code, output, the folder it ran in, whose ``demo/`` it wrote). That
+    file checks the command; tests/test_backtest.py checks what it stored."""
+    from tests.test_docs_commands import run_readme_demo
+
+    return run_readme_demo(tmp_path_factory.mktemp("readme-demo"))
 
 
 @pytest.fixture(autouse=True)

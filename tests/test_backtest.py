@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -169,18 +170,19 @@ def test_cli_predict_json_and_exit_codes(tmp_path: Path, capsys) -> None:
 
 
 @pytest.mark.spark
-def test_small_demo_end_to_end(tmp_path: Path, spark, capsys) -> None:
-    code = main(["demo", "--dir", str(tmp_path / "demo"), "--small", "--json"])
-    docs = json.loads(capsys.readouterr().out)
-    failed = {c["name"]: c["validation"]["failed"][:5] for d in docs for c in d["candidates"]
-              if not c["validation"]["success"]}
-    assert code == 0, failed
-    assert {d["backtest"] for d in docs} == {"clicks_per_ad", "impressions_to_clicks"}
-    for d in docs:
-        assert Path(d["report"]).exists()
-        assert len(d["candidates"]) == 3
-    store = ResultsStore(tmp_path / "demo" / "results")
-    assert set(store.runs()["side"]) == {"predicted", "actual"}
+def test_small_demo_end_to_end(readme_demo) -> None:
+    # README's `./dev demo --small`, run once a session (tests/conftest.py; its output is
+    # checked by tests/test_docs_commands.py): validated (exit 0), a report per backtest and
+    # both sides of its three candidates stored, every replay validated
+    assert readme_demo.code == 0, readme_demo.err[-3000:]
+    reports = re.findall(r"^report: (\S+)$", readme_demo.out, re.M)
+    assert len(reports) == 2 and all((readme_demo.cwd / r).is_file() for r in reports), reports
+    runs = ResultsStore(readme_demo.cwd / "demo" / "results").runs()
+    assert set(runs["backtest"]) == {"clicks_per_ad", "impressions_to_clicks"}
+    for _, got in runs.groupby("backtest"):
+        assert len(set(got["candidate"])) == 3 and set(got["side"]) == {"predicted", "actual"}
+        assert len(got) == 6
+    assert runs.loc[runs["side"] == "actual", "success"].all(), runs
 
 
 def test_cli_predict_lists_the_late_rows(tmp_path: Path, capsys) -> None:

@@ -27,6 +27,10 @@ Not run as shown:
 * ``bench/...`` commands run in smoke mode (``WMBT_BENCH_SMOKE=1``, bench/smoke.py: tiny
   sizes, no Spark where it takes minutes); the checks are exit 0 and the table header;
 * :data:`EXEMPT_COMMANDS` and :data:`EXEMPT_DOCS` are not run (each says why).
+
+Run once a session and shared: README's ``./dev demo --small`` (:func:`run_readme_demo`, the
+``readme_demo`` fixture of tests/conftest.py): tests/test_backtest.py checks what that run
+stored instead of running the demo again.
 """
 
 from __future__ import annotations
@@ -448,6 +452,44 @@ def _wait_loaded(proc: subprocess.Popen, url: str, timeout: float) -> str:
     return f"timed out after {timeout:.0f} s ({last})"
 
 
+def checkout(work: Path, tables: Path | None) -> Path:
+    """``work`` laid out as the docs assume the repository's root to be: every top-level entry
+    linked but :data:`NOT_LINKED`, the files the docs show, the demo's tables in ``data/``
+    (when given)."""
+    work.mkdir(parents=True)
+    for entry in REPO.iterdir():
+        if entry.name not in NOT_LINKED:
+            (work / entry.name).symlink_to(entry)
+    if tables is not None:
+        shutil.copytree(tables, work / "data")
+    for f in FILES:
+        target = work / f.path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(f.text)
+    return work
+
+
+# README's demo command: run once a session (:func:`run_readme_demo`)
+README_DEMO = r"^\./dev demo --small$"
+
+
+def readme_demo_command() -> DocCommand:
+    """README's ``./dev demo --small`` (the first README command that is that line)."""
+    found = [c for c in COMMANDS if c.doc == "README.md" and re.search(README_DEMO, c.text)]
+    assert found, f"README.md shows no `./dev demo --small` ({README_DEMO})"
+    return found[0]
+
+
+def run_readme_demo(root: Path) -> Ran:
+    """README's ``./dev demo --small``, run as its test runs it, in a checkout under ``root``
+    (its block runs nothing before it: the demo makes its own tables, in ``demo/``)."""
+    command = readme_demo_command()
+    assert not command.setup, command.setup
+    found = expectation(command)
+    assert isinstance(found, Expect), found
+    return run(command, checkout(root / "checkout", None), found)
+
+
 @pytest.fixture(scope="module")
 def tables(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The demo's Delta tables (``impressions``, ``clicks``), built once: 10 minutes of data
@@ -472,17 +514,7 @@ def folder(command: DocCommand, folders: dict[tuple[str, int], Path],
     to be (made fresh for the block's first command)."""
     key = (command.doc, command.block)
     if key not in folders:
-        work = tmp_path_factory.mktemp("block") / "checkout"
-        work.mkdir()
-        for entry in REPO.iterdir():
-            if entry.name not in NOT_LINKED:
-                (work / entry.name).symlink_to(entry)
-        shutil.copytree(tables, work / "data")
-        for f in FILES:
-            target = work / f.path
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(f.text)
-        folders[key] = work
+        folders[key] = checkout(tmp_path_factory.mktemp("block") / "checkout", tables)
     return folders[key]
 
 
@@ -538,7 +570,8 @@ def test_docs_show_commands_and_the_readme_spec() -> None:
 
 
 @pytest.mark.parametrize("command", [_param(c) for c in COMMANDS])
-def test_doc_command(command: DocCommand, folder: Path, tmp_path: Path) -> None:
+def test_doc_command(command: DocCommand, folder: Path, tmp_path: Path,
+                     request: pytest.FixtureRequest) -> None:
     found = None if command.is_setup else expectation(command)
     if isinstance(found, str):
         pytest.skip(f"exempt: {found}")
@@ -552,7 +585,10 @@ def test_doc_command(command: DocCommand, folder: Path, tmp_path: Path) -> None:
     if found is not None and found.server:
         serve(command, folder, found, tmp_path / "server.log")
         return
-    ran = run(command, folder, found)
+    if command == readme_demo_command():  # (the session's one run: tests/conftest.py)
+        ran = request.getfixturevalue("readme_demo")
+    else:
+        ran = run(command, folder, found)
     code = found.code if found else 0
     if ran.code != code:
         pytest.fail(f"{command.where}: `{command.text}` exited {ran.code}, expected {code}\n"

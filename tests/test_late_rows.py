@@ -3,9 +3,12 @@ operator's ``late_input_rows``, from the plan's watermarks) against the rows an 
 prediction gives the fate ``late``, on random streams of every query kind. No Spark: Spark
 reports no such count (``numRowsDroppedByWatermark`` counts groups for windows and local
 sessions); the fates it is compared with are locked against Spark's counts where they are rows
-(dedup, joins) and by the rule tests of each operator."""
+(dedup, joins) and by the rule tests of each operator. CI draws a quarter to a third of the
+random streams ``--soak`` draws (:func:`seeds`)."""
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pandas as pd
@@ -22,6 +25,13 @@ from tests.test_predict_join import join_run
 from tests.test_predict_join_store import _random_join
 from tests.test_predict_session_store import _random_sessions
 
+SOAK = bool(os.environ.get("WMBT_SOAK"))
+
+
+def seeds(ci: int, soak: int) -> range:
+    """The random streams drawn: ``ci`` of them, ``soak`` under ``--soak``."""
+    return range(soak if SOAK else ci)
+
 
 def late_both_ways(spec: BacktestSpec, sched: Schedule) -> tuple[int, int]:
     """(late rows of the explained prediction, late rows counted without explain)."""
@@ -37,7 +47,7 @@ def test_without_count_late_there_is_no_count() -> None:
     assert "late_rows" not in p.info
 
 
-@pytest.mark.parametrize("seed", range(80))
+@pytest.mark.parametrize("seed", seeds(20, 80))
 def test_window_rows_late_in_one_of_their_windows(seed: int) -> None:
     # rule: a row is late iff one of its (row, window) pairs is: the window that ends first
     # ends at or before the batch's late watermark (tumbling, sliding with and without whole
@@ -52,7 +62,7 @@ def test_window_rows_late_in_one_of_their_windows(seed: int) -> None:
 
 
 @pytest.mark.parametrize("keys", [["k", "ts"], ["k"]])
-@pytest.mark.parametrize("seed", range(20))
+@pytest.mark.parametrize("seed", seeds(8, 20))
 def test_rows_of_aggregations_without_a_window(seed: int, keys: list[str]) -> None:
     # rule: grouped by the event-time column, a row is late by its own time; grouped by keys
     # alone nothing is late
@@ -69,7 +79,7 @@ def test_rows_of_aggregations_without_a_window(seed: int, keys: list[str]) -> No
         assert counted == 0
 
 
-@pytest.mark.parametrize("seed", range(60))
+@pytest.mark.parametrize("seed", seeds(20, 60))
 def test_rows_of_late_local_sessions(seed: int) -> None:
     # rule: a local session is late iff its end (last time + gap) is at or before the late
     # watermark; with merge.sessions.in.local.partition a batch's rows of a key chain first
@@ -99,7 +109,7 @@ def test_rows_of_deduplication() -> None:
     # rule: the event-time column is filtered whether or not it is a key
     rng = np.random.default_rng(11)
     late = 0
-    for _ in range(150):
+    for _ in seeds(50, 150):
         keys = [["id", "ts"], ["id"], ["name"], ["big"]][int(rng.integers(0, 4))]
         within = keys != ["id", "ts"] and rng.random() < 0.5
         spec, sched, _ = _random_case(
@@ -111,7 +121,7 @@ def test_rows_of_deduplication() -> None:
     assert late > 0
 
 
-@pytest.mark.parametrize("seed", range(60))
+@pytest.mark.parametrize("seed", seeds(20, 60))
 def test_rows_of_join_sides(seed: int) -> None:
     # rule: a row of a watermarked side is late by its own event time; rows a filter before
     # the join removes (null keys, the inferred time range) are not late
