@@ -128,7 +128,7 @@ def range_count(rows: int) -> int:
     ``BOUNDED_MIN_RANGE_ROWS`` rows where that allows.
 
     >>> range_count(10_000_000), range_count(100_000), range_count(0)
-    (8, 1, 1)
+    (16, 1, 1)
     """
     want = -(-RANGE_PEAK_BYTES_PER_ROW // RANGE_BYTES_PER_EVENT)
     return max(1, min(want, rows // BOUNDED_MIN_RANGE_ROWS))

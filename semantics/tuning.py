@@ -153,7 +153,8 @@ BOUNDED_FROM_ROWS = 1 << 19
 # peak bytes a key range's prediction takes per row of the range (bench/memory.py: about 330
 # for the 10 M deduplication; a margin kept)
 RANGE_PEAK_BYTES_PER_ROW = 400
-# of issue 48's 100 bytes per event, what one range's prediction may take (bench/memory.py)
-RANGE_BYTES_PER_EVENT = 50
+# of issue 48's 100 bytes per event, what one range's prediction may take (bench/memory.py:
+# at 50, 8 ranges, the 10 M join read 83-110 B/event from run to run: a margin kept)
+RANGE_BYTES_PER_EVENT = 25
 # rows of a bounded route's key range, at least (per-range costs: the carrier rows; chosen)
 BOUNDED_MIN_RANGE_ROWS = 1 << 17
