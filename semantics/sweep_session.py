@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
@@ -94,14 +95,17 @@ class How:
 class Settled:
     """The groups (module docstring) in (key, time) order, and what they give once settled.
 
-    ``groups``: per group, key id, first arrival point, end (µs), the index of the first
-    delay from which it is settled (``len(delays)``: never) and what the tracker reads. Per
-    delay and point, the settled groups' pieces started less those merged (``net``) and
+    ``groups``: per group, cluster (:func:`clusters`, for the delays of index below
+    ``upto``), first arrival point, end (µs), the index of the first delay from which it is
+    settled (``len(delays)``: never) and what the tracker reads; ``group_kid`` its key id.
+    Per delay and point, the settled groups' pieces started less those merged (``net``) and
     merged (``merged``), evictions left out. Per accepted row (under the largest delay, sorted
-    by (key, time, batch)): key id, time, point, late threshold, group, and the rows ordered
+    by (key, time, batch)): cluster, time, point, late threshold, group, and the rows ordered
     by their group's first settled delay (``by_settle``, ``row_settle``: that delay)."""
 
     groups: Groups
+    group_kid: np.ndarray
+    upto: int
     net: np.ndarray
     merged: np.ndarray
     row_kid: np.ndarray
@@ -112,7 +116,7 @@ class Settled:
     by_settle: np.ndarray
     row_settle: np.ndarray
 
-    @property
+    @cached_property
     def all_settled(self) -> int:
         """The first delay index at which every group is settled."""
         return int(self.groups.settle.max()) if len(self.groups.settle) else 0
@@ -164,18 +168,22 @@ def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
     out: dict[str, list[Figure]] = {f: [] for f in state_figs}
     st = settled(rows, tl, gap, delays)
     ds = delays.tolist()
+    closed = None
+    if st.all_settled < len(ds):
+        try:  # (every group settled: the keys' groups, whatever the delay)
+            g = st.groups
+            closed = Closed(groups(st.group_kid, g.first, g.end_us, g.settle), tl.x, tl.clock,
+                            ds[st.all_settled], ds[-1])
+        except OverflowError:  # (ends too far apart for a word: the tracker goes on)
+            closed = None
+    if closed is None and st.upto < len(ds):  # (clusters for every delay)
+        st = settled(rows, tl, gap, delays, len(ds))
     n = max(1, min(threads(), len(ds)))
     # (delays in threads, runs of them, each run carrying its own settled groups: the delays
     # before every group is settled cost far more, so they and the rest are split apart)
     cut_at = min(st.all_settled, len(ds))
     runs = [r for r in np.array_split(np.arange(cut_at), n)
             + np.array_split(np.arange(cut_at, len(ds)), n) if len(r)]
-    closed = None
-    if st.all_settled < len(ds):
-        try:
-            closed = Closed(st.groups, tl.x, tl.clock, ds[st.all_settled], ds[-1])
-        except OverflowError:  # (ends too far apart for a word: the tracker goes on)
-            closed = None
     parts = map_parts(lambda part: _run(st, tl, gap, part.tolist(), ds, model, closed), runs)
     flat = [got for part in parts for got in part]  # (the runs in order: every delay once)
     alone = cut = passed = 0
@@ -216,11 +224,13 @@ def _prepared(spec: BacktestSpec, schedule: Schedule, source: str, key_ids: np.n
                                     tl.point_of_tick[tick[order]], thr[order], order)
 
 
-def settled(rows: SortedRows, tl: Timeline, gap: int, delays: np.ndarray) -> Settled:
+def settled(rows: SortedRows, tl: Timeline, gap: int, delays: np.ndarray,
+            upto: int | None = None) -> Settled:
     """The groups of ``rows`` under ``delays`` (ascending) and what they give once settled
-    (module docstring). A group of rows walking too far out of order (as
-    ``whole_run/session.first_arrival_before`` declines) is never settled: every group is
-    then left to the delays' passes."""
+    (module docstring), in clusters (:func:`clusters`) that hold for the delays of index below
+    ``upto`` (None: those at which some group is not settled). A group of rows walking too
+    far out of order (as ``whole_run/session.first_arrival_before`` declines) is never
+    settled: every group is then left to the delays' passes."""
     n_b, n_d = len(tl.x), len(delays)
     full = np.flatnonzero(rows.thr < (int(delays[-1]) if n_d else ALWAYS))
     k, ts = rows.kid[full], rows.t[full]
@@ -257,8 +267,51 @@ def settled(rows: SortedRows, tl: Timeline, gap: int, delays: np.ndarray) -> Set
     by = stable_argsort(row_settle)
     first = np.minimum.reduceat(bb, heads).astype(np.int64) if len(heads) else \
         np.zeros(0, dtype=np.int64)
-    return Settled(groups(k[heads], first, ts[last] + gap, settle), net, merged, k, ts, bb,
-                   thr, comp, by, row_settle[by])
+    end = ts[last] + gap
+    if upto is None:
+        upto = int(settle.max()) if len(settle) else 0
+    upto = max(1, min(upto, n_d))
+    ev_hi = np.searchsorted(tl.x, ceil_ms(end) + (int(delays[upto - 1]) if n_d else 0),
+                            side="left")
+    cluster = clusters(k[heads], first, ev_hi)
+    return Settled(groups(cluster, first, end, settle), k[heads], upto, net, merged,
+                   cluster[comp], ts, bb, thr, comp, by, row_settle[by])
+
+
+def clusters(kid: np.ndarray, first: np.ndarray, ev_hi: np.ndarray) -> np.ndarray:
+    """Per group (in (key, time) order: key id, first arrival point, eviction point under a
+    delay ``D``), its *cluster*: a run of its key's groups, cut before group ``i`` where every
+    group before it is evicted under ``D`` by the least first arrival of ``i`` and the groups
+    after it (``ev_hi[i - 1] <= lead[i]``; ``ev`` grows along a key's groups).
+
+    Why: under any delay up to ``D`` a block of a group is stored within ``[first, ev_hi)`` of
+    its group (fewer rows arrive no earlier and end no later, a smaller delay evicts no
+    later), so two clusters of a key never hold a session at one point: a key's stored-key
+    count is the sum of its clusters', and a cluster whose groups are all settled is closed
+    (``semantics.sweep_session_settled``) however many groups of its key are not. (The
+    smaller ``D``, the smaller the clusters: ``D`` is the largest delay at which some group is
+    not settled, the one-pass's later delays needing no clusters.)
+
+    Key 1's second group arrives (point 3) once the first one is evicted (point 2): a cut;
+    its third arrives (point 4) before the second's eviction (point 5): none. Key 2's third
+    group arrived (point 1) before its first one's eviction: one cluster.
+
+    >>> clusters(np.array([1, 1, 1, 2, 2, 2]), np.array([0, 3, 4, 0, 3, 1]),
+    ...          np.array([2, 5, 6, 2, 5, 6])).tolist()
+    [0, 1, 1, 2, 2, 2]
+    """
+    n = len(kid)
+    new = np.ones(n, dtype=bool)
+    if not n:
+        return np.zeros(0, dtype=np.int64)
+    new[1:] = kid[1:] != kid[:-1]
+    key = np.cumsum(new) - 1
+    span = int(first.max()) + 1
+    w = key.astype(np.int64) * span + first  # (a minimum from the right per key)
+    lead = np.minimum.accumulate(w[::-1])[::-1] - key * span
+    cut = new.copy()
+    cut[1:] |= ev_hi[:-1] <= lead[1:]
+    return np.cumsum(cut, dtype=np.int64) - 1
 
 
 def _run(st: Settled, tl: Timeline, gap: int, js: list[int], ds: list[int],
@@ -273,6 +326,7 @@ def _run(st: Settled, tl: Timeline, gap: int, js: list[int], ds: list[int],
         if closed is not None and j >= st.all_settled:
             out.append(_closed_delay(st, tl, closed, j, ds[j], model))
             continue
+        assert j < st.upto  # (the clusters hold)
         tracker = tracker or Tracker(st.groups, tl.x, tl.clock)
         tracker.advance(j, ds[j])
         out.append(_one_delay(st, tl, gap, j, ds[j], model, tracker))
