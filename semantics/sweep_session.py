@@ -48,7 +48,6 @@ import pandas as pd
 from semantics import quantiles
 from semantics.config import resolve
 from semantics.delay_timeline import ALWAYS, Timeline, ceil_ms, timeline
-from semantics.operators.grouping import stable_argsort
 from semantics.parallel import map_parts, threads
 from semantics.schedule import TICK, Schedule
 from semantics.spec import BacktestSpec, SessionQuery
@@ -101,7 +100,7 @@ class Settled:
     Per delay and point, the settled groups' pieces started less those merged (``net``) and
     merged (``merged``), evictions left out. Per accepted row (under the largest delay, sorted
     by (key, time, batch)): cluster, time, point, late threshold, group, and the rows ordered
-    by their group's first settled delay (``by_settle``, ``row_settle``: that delay)."""
+    by their group's first settled delay (``row_settle``: that delay)."""
 
     groups: Groups
     group_kid: np.ndarray
@@ -113,7 +112,6 @@ class Settled:
     row_point: np.ndarray
     row_thr: np.ndarray
     row_group: np.ndarray
-    by_settle: np.ndarray
     row_settle: np.ndarray
 
     @cached_property
@@ -121,10 +119,19 @@ class Settled:
         """The first delay index at which every group is settled."""
         return int(self.groups.settle.max()) if len(self.groups.settle) else 0
 
-    def open_rows(self, j: int) -> np.ndarray:
-        """The rows (ascending) of the groups not settled at delay index ``j``."""
-        lo = int(np.searchsorted(self.row_settle, j, side="right"))
-        return np.sort(self.by_settle[lo:])
+    def open_rows(self, j: int, among: np.ndarray | None = None) -> np.ndarray:
+        """The rows (ascending) of the groups not settled at delay index ``j``; ``among``:
+        those of an earlier index (a set that only shrinks: no pass over every row)."""
+        if among is None:
+            return np.flatnonzero(self.row_settle > j)
+        return among[self.row_settle[among] > j]
+
+    def open_clusters(self, j: int, among: np.ndarray | None = None) -> np.ndarray:
+        """The groups (ascending) of the clusters not closed at delay index ``j``; ``among``
+        as for :meth:`open_rows`."""
+        if among is None:
+            return np.flatnonzero(self.groups.closes > j)
+        return among[self.groups.closes[among] > j]
 
 
 def bytes_model(spec: BacktestSpec, candidate: str, schedule: Schedule
@@ -263,8 +270,6 @@ def settled(rows: SortedRows, tl: Timeline, gap: int, delays: np.ndarray,
         net = np.bincount(at + bb[starts][keep], minlength=size)[:size] - to
         net = np.cumsum(net.reshape(n_d, n_b + 1), axis=0)[:, :n_b]
         merged = np.cumsum(to.reshape(n_d, n_b + 1), axis=0)[:, :n_b]
-    row_settle = settle[comp]
-    by = stable_argsort(row_settle)
     first = np.minimum.reduceat(bb, heads).astype(np.int64) if len(heads) else \
         np.zeros(0, dtype=np.int64)
     end = ts[last] + gap
@@ -275,7 +280,7 @@ def settled(rows: SortedRows, tl: Timeline, gap: int, delays: np.ndarray,
                             side="left")
     cluster = clusters(k[heads], first, ev_hi)
     return Settled(groups(cluster, first, end, settle), k[heads], upto, net, merged,
-                   cluster[comp], ts, bb, thr, comp, by, row_settle[by])
+                   cluster[comp], ts, bb, thr, comp, settle[comp])
 
 
 def clusters(kid: np.ndarray, first: np.ndarray, ev_hi: np.ndarray) -> np.ndarray:
@@ -321,6 +326,7 @@ def _run(st: Settled, tl: Timeline, gap: int, js: list[int], ds: list[int],
     settled groups carried from one to the next; from the first delay at which every group is
     settled, :func:`_closed_delay` (``closed``: None, never)."""
     tracker = None
+    rows = cand = None  # (the open rows and clusters' groups of the delay before)
     out: list[tuple[dict[str, Figure], int, int] | None] = []
     for j in js:
         if closed is not None and j >= st.all_settled:
@@ -329,19 +335,20 @@ def _run(st: Settled, tl: Timeline, gap: int, js: list[int], ds: list[int],
         assert j < st.upto  # (the clusters hold)
         tracker = tracker or Tracker(st.groups, tl.x, tl.clock)
         tracker.advance(j, ds[j])
-        out.append(_one_delay(st, tl, gap, j, ds[j], model, tracker))
+        rows, cand = st.open_rows(j, rows), st.open_clusters(j, cand)
+        out.append(_one_delay(st, tl, gap, j, ds[j], model, tracker, rows, cand))
     return out
 
 
 def _one_delay(st: Settled, tl: Timeline, gap: int, j: int, d: int,
-               model: tuple[int, int, int] | None, tracker: Tracker
-               ) -> tuple[dict[str, Figure], int, int] | None:
+               model: tuple[int, int, int] | None, tracker: Tracker, rows: np.ndarray,
+               cand: np.ndarray) -> tuple[dict[str, Figure], int, int] | None:
     """The state, emitted rows and latency figures of delay ``d`` (index ``j``; ``tracker``
-    advanced to it), the eviction cuts of its open groups and how many rows it passed over;
-    None when ``sweep_session_blocks.blocks`` or the stored keys would not compute it."""
+    advanced to it; ``rows``, ``cand``: ``st.open_rows(j)``, ``st.open_clusters(j)``), the
+    eviction cuts of its open groups and how many rows it passed over; None when
+    ``sweep_session_blocks.blocks`` or the stored keys would not compute it."""
     n_b = len(tl.x)
     runs = ~tl.idle | (tl.x > d)
-    rows = st.open_rows(j)
     rows = rows[st.row_thr[rows] < d]
     got = blocks(st.row_kid[rows], st.row_t[rows], st.row_point[rows], st.row_group[rows],
                  gap, tl.x, d, n_b, MAX_WINDOW)
@@ -353,7 +360,7 @@ def _one_delay(st: Settled, tl: Timeline, gap: int, j: int, d: int,
     removed = st.merged[j] + got.merged + gone
     keys = None
     if model is not None:
-        keys = _open_keys(got, ev, tracker)
+        keys = _open_keys(got, ev, tracker, cand[st.groups.settle[cand] <= j])
         if keys is None:
             return None
         keys += tracker.keys()
@@ -382,13 +389,13 @@ def _closed_delay(st: Settled, tl: Timeline, closed: Closed, j: int, d: int,
                     n_out, closed.ranked(by)), 0, 0
 
 
-def _open_keys(got: Blocks, ev: np.ndarray, tracker: Tracker) -> np.ndarray | None:
-    """Per point, the keys not closed yet (module docstring of
+def _open_keys(got: Blocks, ev: np.ndarray, tracker: Tracker, done: np.ndarray
+               ) -> np.ndarray | None:
+    """Per point, the clusters not closed yet (module docstring of
     ``semantics.sweep_session_settled``) with a session stored after it: from their settled
-    groups (``tracker``'s) and the open groups' blocks ``got`` (evicted at ``ev``), in
-    (key, time) order (groups are; a group's blocks are)."""
+    groups ``done`` (ascending; ``tracker``'s) and the open groups' blocks ``got`` (evicted at
+    ``ev``), in (cluster, time) order (groups are; a group's blocks are)."""
     g = tracker.g
-    done = np.flatnonzero(tracker.member & ~tracker.closed)
     if not len(got.kid):
         return stored_keys(g.kid[done], g.first[done], tracker.ev[done], tracker.n_b)
     # (both ascending by group, disjoint: the open blocks' places in the merge, no sort)
@@ -411,8 +418,10 @@ def row_share(spec: BacktestSpec, schedule: Schedule, source: str, delays: np.nd
     the bench's table)."""
     tl, gap, rows = _prepared(spec, schedule, source, key_ids)
     st = settled(rows, tl, gap, delays)
-    n = sum(int(np.count_nonzero(st.row_thr[st.open_rows(j)] < d))
-            for j, d in enumerate(delays.tolist()))
+    n, rows = 0, None
+    for j, d in enumerate(delays.tolist()):
+        rows = st.open_rows(j, rows)
+        n += int(np.count_nonzero(st.row_thr[rows] < d))
     return n / (len(rows.kid) * len(delays)) if len(rows.kid) and len(delays) else 0.0
 
 
