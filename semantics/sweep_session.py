@@ -94,20 +94,16 @@ class How:
 class Settled:
     """The groups (module docstring) in (key, time) order, and what they give once settled.
 
-    ``groups``: per group, cluster (:func:`clusters`, for the delays of index below
-    ``upto``), first arrival point, end (µs), the index of the first delay from which it is
-    settled (``len(delays)``: never) and what the tracker reads; ``group_kid`` its key id.
-    Per delay and point, the settled groups' pieces started less those merged (``net``) and
+    ``groups``: per group, key id, first arrival point, end (µs), the index of the first
+    delay from which it is settled (``len(delays)``: never) and what the tracker reads. Per
+    delay and point, the settled groups' pieces started less those merged (``net``) and
     merged (``merged``), evictions left out. Per accepted row (under the largest delay, sorted
-    by (key, time, batch)): cluster, time, point, late threshold, group, and the rows ordered
-    by their group's first settled delay (``row_settle``: that delay)."""
+    by (key, time, batch)): time, point, late threshold, group, and its group's first settled
+    delay (``row_settle``)."""
 
     groups: Groups
-    group_kid: np.ndarray
-    upto: int
     net: np.ndarray
     merged: np.ndarray
-    row_kid: np.ndarray
     row_t: np.ndarray
     row_point: np.ndarray
     row_thr: np.ndarray
@@ -126,12 +122,19 @@ class Settled:
             return np.flatnonzero(self.row_settle > j)
         return among[self.row_settle[among] > j]
 
-    def open_clusters(self, j: int, among: np.ndarray | None = None) -> np.ndarray:
-        """The groups (ascending) of the clusters not closed at delay index ``j``; ``among``
-        as for :meth:`open_rows`."""
-        if among is None:
-            return np.flatnonzero(self.groups.closes > j)
-        return among[self.groups.closes[among] > j]
+    def in_clusters(self, tl: Timeline, d: int) -> Groups:
+        """The groups as :func:`clusters` of them cut them for the delays up to ``d``."""
+        g = self.groups
+        ev = np.searchsorted(tl.x, g.c + d, side="left")
+        return groups(clusters(g.kid, g.first, ev), g.first, g.end_us, g.settle)
+
+
+def open_clusters(cg: Groups, j: int, among: np.ndarray | None = None) -> np.ndarray:
+    """The groups (ascending) of the clusters of ``cg`` not closed at delay index ``j``;
+    ``among``: those of an earlier index (a set that only shrinks)."""
+    if among is None:
+        return np.flatnonzero(cg.closes > j)
+    return among[cg.closes[among] > j]
 
 
 def bytes_model(spec: BacktestSpec, candidate: str, schedule: Schedule
@@ -177,19 +180,16 @@ def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
     ds = delays.tolist()
     closed = None
     if st.all_settled < len(ds):
-        try:  # (every group settled: the keys' groups, whatever the delay)
-            g = st.groups
-            closed = Closed(groups(st.group_kid, g.first, g.end_us, g.settle), tl.x, tl.clock,
-                            ds[st.all_settled], ds[-1])
+        try:
+            closed = Closed(st.groups, tl.x, tl.clock, ds[st.all_settled], ds[-1])
         except OverflowError:  # (ends too far apart for a word: the tracker goes on)
             closed = None
-    if closed is None and st.upto < len(ds):  # (clusters for every delay)
-        st = settled(rows, tl, gap, delays, len(ds))
     n = max(1, min(threads(), len(ds)))
     # (delays in threads, runs of them, each run carrying its own settled groups: the delays
-    # before every group is settled cost far more, so they and the rest are split apart)
-    cut_at = min(st.all_settled, len(ds))
-    runs = [r for r in np.array_split(np.arange(cut_at), n)
+    # before every group is settled cost far more, so they and the rest are split apart, the
+    # former into runs of about as many open groups each)
+    cut_at = len(ds) if closed is None else min(st.all_settled, len(ds))
+    runs = [r for r in _balanced(st.groups.settle, cut_at, n)
             + np.array_split(np.arange(cut_at, len(ds)), n) if len(r)]
     parts = map_parts(lambda part: _run(st, tl, gap, part.tolist(), ds, model, closed), runs)
     flat = [got for part in parts for got in part]  # (the runs in order: every delay once)
@@ -231,13 +231,11 @@ def _prepared(spec: BacktestSpec, schedule: Schedule, source: str, key_ids: np.n
                                     tl.point_of_tick[tick[order]], thr[order], order)
 
 
-def settled(rows: SortedRows, tl: Timeline, gap: int, delays: np.ndarray,
-            upto: int | None = None) -> Settled:
+def settled(rows: SortedRows, tl: Timeline, gap: int, delays: np.ndarray) -> Settled:
     """The groups of ``rows`` under ``delays`` (ascending) and what they give once settled
-    (module docstring), in clusters (:func:`clusters`) that hold for the delays of index below
-    ``upto`` (None: those at which some group is not settled). A group of rows walking too
-    far out of order (as ``whole_run/session.first_arrival_before`` declines) is never
-    settled: every group is then left to the delays' passes."""
+    (module docstring). A group of rows walking too far out of order (as
+    ``whole_run/session.first_arrival_before`` declines) is never settled: every group is
+    then left to the delays' passes."""
     n_b, n_d = len(tl.x), len(delays)
     full = np.flatnonzero(rows.thr < (int(delays[-1]) if n_d else ALWAYS))
     k, ts = rows.kid[full], rows.t[full]
@@ -273,14 +271,8 @@ def settled(rows: SortedRows, tl: Timeline, gap: int, delays: np.ndarray,
     first = np.minimum.reduceat(bb, heads).astype(np.int64) if len(heads) else \
         np.zeros(0, dtype=np.int64)
     end = ts[last] + gap
-    if upto is None:
-        upto = int(settle.max()) if len(settle) else 0
-    upto = max(1, min(upto, n_d))
-    ev_hi = np.searchsorted(tl.x, ceil_ms(end) + (int(delays[upto - 1]) if n_d else 0),
-                            side="left")
-    cluster = clusters(k[heads], first, ev_hi)
-    return Settled(groups(cluster, first, end, settle), k[heads], upto, net, merged,
-                   cluster[comp], ts, bb, thr, comp, settle[comp])
+    return Settled(groups(k[heads], first, end, settle), net, merged, ts, bb, thr, comp,
+                   settle[comp])
 
 
 def clusters(kid: np.ndarray, first: np.ndarray, ev_hi: np.ndarray) -> np.ndarray:
@@ -332,12 +324,29 @@ def _run(st: Settled, tl: Timeline, gap: int, js: list[int], ds: list[int],
         if closed is not None and j >= st.all_settled:
             out.append(_closed_delay(st, tl, closed, j, ds[j], model))
             continue
-        assert j < st.upto  # (the clusters hold)
-        tracker = tracker or Tracker(st.groups, tl.x, tl.clock)
+        if tracker is None:  # (clusters for this run's largest delay: the smaller, the finer)
+            top = js[-1] if closed is None else min(js[-1], st.all_settled - 1)
+            tracker = Tracker(st.in_clusters(tl, ds[top]), tl.x, tl.clock)
         tracker.advance(j, ds[j])
-        rows, cand = st.open_rows(j, rows), st.open_clusters(j, cand)
+        rows, cand = st.open_rows(j, rows), open_clusters(tracker.g, j, cand)
         out.append(_one_delay(st, tl, gap, j, ds[j], model, tracker, rows, cand))
     return out
+
+
+def _balanced(settle: np.ndarray, n_j: int, n: int) -> list[np.ndarray]:
+    """The delay indices below ``n_j`` in ``n`` runs of consecutive ones, each with about as
+    many groups not settled (of first settled index ``settle``) summed over its delays.
+
+    >>> [r.tolist() for r in _balanced(np.array([1, 3, 3, 3]), 4, 2)]
+    [[0, 1], [2, 3]]
+    """
+    if n_j <= 0:
+        return []
+    open_at = len(settle) - np.cumsum(np.bincount(np.minimum(settle, n_j),
+                                                  minlength=n_j + 1))[:n_j]
+    work = np.cumsum(open_at + 1)  # (+ 1: a delay with no open group costs too)
+    cuts = np.searchsorted(work, work[-1] * np.arange(1, n) / n, side="left") + 1
+    return np.split(np.arange(n_j), np.unique(np.minimum(cuts, n_j)))
 
 
 def _one_delay(st: Settled, tl: Timeline, gap: int, j: int, d: int,
@@ -350,7 +359,8 @@ def _one_delay(st: Settled, tl: Timeline, gap: int, j: int, d: int,
     n_b = len(tl.x)
     runs = ~tl.idle | (tl.x > d)
     rows = rows[st.row_thr[rows] < d]
-    got = blocks(st.row_kid[rows], st.row_t[rows], st.row_point[rows], st.row_group[rows],
+    got = blocks(tracker.g.kid[st.row_group[rows]], st.row_t[rows], st.row_point[rows],
+                 st.row_group[rows],
                  gap, tl.x, d, n_b, MAX_WINDOW)
     if got is None:
         return None
@@ -360,7 +370,7 @@ def _one_delay(st: Settled, tl: Timeline, gap: int, j: int, d: int,
     removed = st.merged[j] + got.merged + gone
     keys = None
     if model is not None:
-        keys = _open_keys(got, ev, tracker, cand[st.groups.settle[cand] <= j])
+        keys = _open_keys(got, ev, tracker, cand[tracker.g.settle[cand] <= j])
         if keys is None:
             return None
         keys += tracker.keys()
