@@ -334,18 +334,22 @@ def _run(st: Settled, tl: Timeline, gap: int, js: list[int], ds: list[int],
 
 
 def _balanced(settle: np.ndarray, n_j: int, n: int) -> list[np.ndarray]:
-    """The delay indices below ``n_j`` in ``n`` runs of consecutive ones, each with about as
-    many groups not settled (of first settled index ``settle``) summed over its delays.
+    """The delay indices below ``n_j`` in up to ``n`` runs of consecutive ones, each with
+    about as many groups not settled (of first settled index ``settle``) summed over its
+    delays: run ``i`` ends where the sum from the first delay passes ``i / n`` of the whole
+    (a run may be empty).
+
+    Open groups per delay 4, 3, 3, 0 (each delay counted one more): 5 | 4 + 4 + 1.
 
     >>> [r.tolist() for r in _balanced(np.array([1, 3, 3, 3]), 4, 2)]
-    [[0, 1], [2, 3]]
+    [[0], [1, 2, 3]]
     """
     if n_j <= 0:
         return []
     open_at = len(settle) - np.cumsum(np.bincount(np.minimum(settle, n_j),
                                                   minlength=n_j + 1))[:n_j]
     work = np.cumsum(open_at + 1)  # (+ 1: a delay with no open group costs too)
-    cuts = np.searchsorted(work, work[-1] * np.arange(1, n) / n, side="left") + 1
+    cuts = np.searchsorted(work, work[-1] * np.arange(1, n) / n, side="right")
     return np.split(np.arange(n_j), np.unique(np.minimum(cuts, n_j)))
 
 
