@@ -48,6 +48,7 @@ import pandas as pd
 from semantics import quantiles
 from semantics.config import resolve
 from semantics.delay_timeline import ALWAYS, Timeline, ceil_ms, timeline
+from semantics.operators.grouping import by_key_then_time
 from semantics.parallel import map_parts, threads
 from semantics.schedule import TICK, Schedule
 from semantics.spec import BacktestSpec, SessionQuery
@@ -161,16 +162,13 @@ def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
     from semantics.sweep_once import _at_least
 
     tl, gap, rows = _prepared(spec, schedule, source, key_ids)
-    t_us = np.asarray(schedule.event_time_us(source), dtype=np.int64)
-    tick = schedule.rows[source][TICK].to_numpy(dtype=np.int64)
-    thr = np.empty_like(rows.thr)
-    thr[rows.pos] = rows.thr  # (each row's, in the source's order)
-    # Spark's count: a batch's distinct late units (key, time)
-    unit = np.lexsort((t_us, key_ids, tick))
-    first = np.ones(len(unit), dtype=bool)
-    first[1:] = (tick[unit][1:] != tick[unit][:-1]) | (key_ids[unit][1:] != key_ids[unit][:-1]) \
-        | (t_us[unit][1:] != t_us[unit][:-1])
-    unit_thr = thr[unit[first]]
+    tick = schedule.rows[source][TICK].to_numpy(dtype=np.int64)[rows.pos]
+    # Spark's count: a batch's distinct late units (key, time): neighbours in (key, time,
+    # batch) order
+    first = np.ones(len(tick), dtype=bool)
+    first[1:] = (rows.kid[1:] != rows.kid[:-1]) | (rows.t[1:] != rows.t[:-1]) \
+        | (tick[1:] != tick[:-1])
+    unit_thr = rows.thr[first]
     model = bytes_model(spec, candidate, schedule)
     state_figs = ("peak_state_rows", "final_state_rows", "peak_state_bytes",
                   "final_state_bytes", "output_rows", "latency_p50_s", "latency_p95_s",
@@ -209,11 +207,11 @@ def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
     out |= {
         "batches": (tl.data_batches + no_data).tolist(),
         "no_data_batches": no_data.tolist(),
-        "input_rows": [len(t_us)] * len(delays),
+        "input_rows": [len(tick)] * len(delays),
         "late": _at_least(unit_thr, delays).tolist(),
-        "late_rows": _at_least(thr, delays).tolist(),
+        "late_rows": _at_least(rows.thr, delays).tolist(),
     }
-    share = passed / (len(t_us) * len(ds)) if len(t_us) and len(ds) else 0.0
+    share = passed / (len(tick) * len(ds)) if len(tick) and len(ds) else 0.0
     return {f: out[f] for f in figures}, How(cut, alone, share)
 
 
@@ -226,9 +224,14 @@ def _prepared(spec: BacktestSpec, schedule: Schedule, source: str, key_ids: np.n
     t_us = np.asarray(schedule.event_time_us(source), dtype=np.int64)
     tick = schedule.rows[source][TICK].to_numpy(dtype=np.int64)
     thr = tl.late_threshold(tick, t_us + q.gap.us)
-    order = np.lexsort((tick, t_us, key_ids))
-    return tl, q.gap.us, SortedRows(key_ids[order], t_us[order],
-                                    tl.point_of_tick[tick[order]], thr[order], order)
+    if len(tick) < 2 or bool((tick[1:] >= tick[:-1]).all()):
+        # (rows in batch order, as a schedule holds them: a stable sort by (key, time) is
+        # by (key, time, batch))
+        order, kid, t = by_key_then_time(key_ids, t_us)
+    else:
+        order = np.lexsort((tick, t_us, key_ids))
+        kid, t = key_ids[order], t_us[order]
+    return tl, q.gap.us, SortedRows(kid, t, tl.point_of_tick[tick[order]], thr[order], order)
 
 
 def settled(rows: SortedRows, tl: Timeline, gap: int, delays: np.ndarray) -> Settled:
