@@ -435,10 +435,10 @@ def row_share(spec: BacktestSpec, schedule: Schedule, source: str, delays: np.nd
     the bench's table)."""
     tl, gap, rows = _prepared(spec, schedule, source, key_ids)
     st = settled(rows, tl, gap, delays)
-    n, rows = 0, None
+    n, open_rows = 0, None
     for j, d in enumerate(delays.tolist()):
-        rows = st.open_rows(j, rows)
-        n += int(np.count_nonzero(st.row_thr[rows] < d))
+        open_rows = st.open_rows(j, open_rows)
+        n += int(np.count_nonzero(st.row_thr[open_rows] < d))
     return n / (len(rows.kid) * len(delays)) if len(rows.kid) and len(delays) else 0.0
 
 

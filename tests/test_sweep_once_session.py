@@ -96,6 +96,8 @@ def test_both_paths_are_taken() -> None:
                                      _key_ids(sched.rows["events"], ["k"]), FIGURES)
         cut, alone, total = cut + how.cut, alone + how.alone, total + len(ds)
         shares.append(how.row_share)
+        assert sweep_session.row_share(spec, sched, "events", ds, _key_ids(
+            sched.rows["events"], ["k"])) == how.row_share  # (the bench's, without the sweep)
     assert 0 < cut < total / 2 and alone == 0, (cut, alone, total)
     assert any(0 < s < 1 for s in shares), shares
 
