@@ -21,13 +21,14 @@ included, with no state stepped). Invariants:
   row's end: never missed); from there on it is one block whose pieces do not depend on the
   delay, only its eviction point does (the first point of ``x >= c + d``, ``c`` its end in
   ms rounded up). Its pieces are counted once into a (delay, point) table;
-* the settled groups' evictions, emitted rows' latencies and, for the keys whose groups are
-  all settled (*closed*), stored keys are carried from delay to delay, updated for the groups
-  whose eviction point moves (``semantics.sweep_session_settled.Tracker``);
+* the settled groups' evictions, emitted rows' latencies and, for the *clusters* of a key's
+  groups (:func:`clusters`: a key's stored-key count is the sum of its clusters') whose
+  groups are all settled (*closed*), stored keys are carried from delay to delay, updated
+  for the groups whose eviction point moves (``semantics.sweep_session_settled.Tracker``);
 * each delay passes over the rows of the groups not settled yet (``How.row_share`` says what
-  share of rows × delays that is) and over the settled groups of the keys not closed (their
-  stored keys, with the open groups' blocks in (key, time) order), the counts added up (every
-  count is a sum over blocks, stored keys a sum over keys);
+  share of rows × delays that is) and over the settled groups of the clusters not closed
+  (their stored keys, with the open groups' blocks in (cluster, time) order), the counts
+  added up (every count is a sum over blocks, stored keys a sum over clusters);
 * from the first delay at which every group is settled no group is visited: every figure is
   a sorted search per point (``semantics.sweep_session_closed``);
 * a delay whose rows walk too far out of order (``whole_run/session.MAX_WINDOW``) is
