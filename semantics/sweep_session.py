@@ -225,13 +225,9 @@ def _prepared(spec: BacktestSpec, schedule: Schedule, source: str, key_ids: np.n
     t_us = np.asarray(schedule.event_time_us(source), dtype=np.int64)
     tick = schedule.rows[source][TICK].to_numpy(dtype=np.int64)
     thr = tl.late_threshold(tick, t_us + q.gap.us)
-    if len(tick) < 2 or bool((tick[1:] >= tick[:-1]).all()):
-        # (rows in batch order, as a schedule holds them: a stable sort by (key, time) is
-        # by (key, time, batch))
-        order, kid, t = by_key_then_time(key_ids, t_us)
-    else:
-        order = np.lexsort((tick, t_us, key_ids))
-        kid, t = key_ids[order], t_us[order]
+    # (a schedule holds a source's rows in batch order, as the timeline and the engine read
+    # them, ``engine._tick_bounds``: a stable sort by (key, time) is by (key, time, batch))
+    order, kid, t = by_key_then_time(key_ids, t_us)
     return tl, q.gap.us, SortedRows(kid, t, tl.point_of_tick[tick[order]], thr[order], order)
 
 
