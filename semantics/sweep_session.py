@@ -21,13 +21,14 @@ included, with no state stepped). Invariants:
   row's end: never missed); from there on it is one block whose pieces do not depend on the
   delay, only its eviction point does (the first point of ``x >= c + d``, ``c`` its end in
   ms rounded up). Its pieces are counted once into a (delay, point) table;
-* the settled groups' evictions, emitted rows' latencies and, for the keys whose groups are
-  all settled (*closed*), stored keys are carried from delay to delay, updated for the groups
-  whose eviction point moves (``semantics.sweep_session_settled.Tracker``);
+* the settled groups' evictions, emitted rows' latencies and, for the *clusters* of a key's
+  groups (:func:`clusters`: a key's stored-key count is the sum of its clusters') whose
+  groups are all settled (*closed*), stored keys are carried from delay to delay, updated
+  for the groups whose eviction point moves (``semantics.sweep_session_settled.Tracker``);
 * each delay passes over the rows of the groups not settled yet (``How.row_share`` says what
-  share of rows × delays that is) and over the settled groups of the keys not closed (their
-  stored keys, with the open groups' blocks in (key, time) order), the counts added up (every
-  count is a sum over blocks, stored keys a sum over keys);
+  share of rows × delays that is) and over the settled groups of the clusters not closed
+  (their stored keys, with the open groups' blocks in (cluster, time) order), the counts
+  added up (every count is a sum over blocks, stored keys a sum over clusters);
 * from the first delay at which every group is settled no group is visited: every figure is
   a sorted search per point (``semantics.sweep_session_closed``);
 * a delay whose rows walk too far out of order (``whole_run/session.MAX_WINDOW``) is
@@ -40,6 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
@@ -47,7 +49,7 @@ import pandas as pd
 from semantics import quantiles
 from semantics.config import resolve
 from semantics.delay_timeline import ALWAYS, Timeline, ceil_ms, timeline
-from semantics.operators.grouping import stable_argsort
+from semantics.operators.grouping import by_key_then_time
 from semantics.parallel import map_parts, threads
 from semantics.schedule import TICK, Schedule
 from semantics.spec import BacktestSpec, SessionQuery
@@ -98,29 +100,43 @@ class Settled:
     delay from which it is settled (``len(delays)``: never) and what the tracker reads. Per
     delay and point, the settled groups' pieces started less those merged (``net``) and
     merged (``merged``), evictions left out. Per accepted row (under the largest delay, sorted
-    by (key, time, batch)): key id, time, point, late threshold, group, and the rows ordered
-    by their group's first settled delay (``by_settle``, ``row_settle``: that delay)."""
+    by (key, time, batch)): time, point, late threshold, group, and its group's first settled
+    delay (``row_settle``)."""
 
     groups: Groups
     net: np.ndarray
     merged: np.ndarray
-    row_kid: np.ndarray
     row_t: np.ndarray
     row_point: np.ndarray
     row_thr: np.ndarray
     row_group: np.ndarray
-    by_settle: np.ndarray
     row_settle: np.ndarray
 
-    @property
+    @cached_property
     def all_settled(self) -> int:
         """The first delay index at which every group is settled."""
         return int(self.groups.settle.max()) if len(self.groups.settle) else 0
 
-    def open_rows(self, j: int) -> np.ndarray:
-        """The rows (ascending) of the groups not settled at delay index ``j``."""
-        lo = int(np.searchsorted(self.row_settle, j, side="right"))
-        return np.sort(self.by_settle[lo:])
+    def open_rows(self, j: int, among: np.ndarray | None = None) -> np.ndarray:
+        """The rows (ascending) of the groups not settled at delay index ``j``; ``among``:
+        those of an earlier index (a set that only shrinks: no pass over every row)."""
+        if among is None:
+            return np.flatnonzero(self.row_settle > j)
+        return among[self.row_settle[among] > j]
+
+    def in_clusters(self, tl: Timeline, d: int) -> Groups:
+        """The groups as :func:`clusters` of them cut them for the delays up to ``d``."""
+        g = self.groups
+        ev = np.searchsorted(tl.x, g.c + d, side="left")
+        return groups(clusters(g.kid, g.first, ev), g.first, g.end_us, g.settle)
+
+
+def open_clusters(cg: Groups, j: int, among: np.ndarray | None = None) -> np.ndarray:
+    """The groups (ascending) of the clusters of ``cg`` not closed at delay index ``j``;
+    ``among``: those of an earlier index (a set that only shrinks)."""
+    if among is None:
+        return np.flatnonzero(cg.closes > j)
+    return among[cg.closes[among] > j]
 
 
 def bytes_model(spec: BacktestSpec, candidate: str, schedule: Schedule
@@ -147,16 +163,13 @@ def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
     from semantics.sweep_once import _at_least
 
     tl, gap, rows = _prepared(spec, schedule, source, key_ids)
-    t_us = np.asarray(schedule.event_time_us(source), dtype=np.int64)
-    tick = schedule.rows[source][TICK].to_numpy(dtype=np.int64)
-    thr = np.empty_like(rows.thr)
-    thr[rows.pos] = rows.thr  # (each row's, in the source's order)
-    # Spark's count: a batch's distinct late units (key, time)
-    unit = np.lexsort((t_us, key_ids, tick))
-    first = np.ones(len(unit), dtype=bool)
-    first[1:] = (tick[unit][1:] != tick[unit][:-1]) | (key_ids[unit][1:] != key_ids[unit][:-1]) \
-        | (t_us[unit][1:] != t_us[unit][:-1])
-    unit_thr = thr[unit[first]]
+    tick = schedule.rows[source][TICK].to_numpy(dtype=np.int64)[rows.pos]
+    # Spark's count: a batch's distinct late units (key, time): neighbours in (key, time,
+    # batch) order
+    first = np.ones(len(tick), dtype=bool)
+    first[1:] = (rows.kid[1:] != rows.kid[:-1]) | (rows.t[1:] != rows.t[:-1]) \
+        | (tick[1:] != tick[:-1])
+    unit_thr = rows.thr[first]
     model = bytes_model(spec, candidate, schedule)
     state_figs = ("peak_state_rows", "final_state_rows", "peak_state_bytes",
                   "final_state_bytes", "output_rows", "latency_p50_s", "latency_p95_s",
@@ -164,18 +177,19 @@ def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
     out: dict[str, list[Figure]] = {f: [] for f in state_figs}
     st = settled(rows, tl, gap, delays)
     ds = delays.tolist()
-    n = max(1, min(threads(), len(ds)))
-    # (delays in threads, runs of them, each run carrying its own settled groups: the delays
-    # before every group is settled cost far more, so they and the rest are split apart)
-    cut_at = min(st.all_settled, len(ds))
-    runs = [r for r in np.array_split(np.arange(cut_at), n)
-            + np.array_split(np.arange(cut_at, len(ds)), n) if len(r)]
     closed = None
     if st.all_settled < len(ds):
         try:
             closed = Closed(st.groups, tl.x, tl.clock, ds[st.all_settled], ds[-1])
         except OverflowError:  # (ends too far apart for a word: the tracker goes on)
             closed = None
+    n = max(1, min(threads(), len(ds)))
+    # (delays in threads, runs of them, each run carrying its own settled groups: the delays
+    # before every group is settled cost far more, so they and the rest are split apart, the
+    # former into runs of about as many open groups each)
+    cut_at = len(ds) if closed is None else min(st.all_settled, len(ds))
+    runs = [r for r in _balanced(st.groups.settle, cut_at, n)
+            + np.array_split(np.arange(cut_at, len(ds)), n) if len(r)]
     parts = map_parts(lambda part: _run(st, tl, gap, part.tolist(), ds, model, closed), runs)
     flat = [got for part in parts for got in part]  # (the runs in order: every delay once)
     alone = cut = passed = 0
@@ -194,11 +208,11 @@ def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
     out |= {
         "batches": (tl.data_batches + no_data).tolist(),
         "no_data_batches": no_data.tolist(),
-        "input_rows": [len(t_us)] * len(delays),
+        "input_rows": [len(tick)] * len(delays),
         "late": _at_least(unit_thr, delays).tolist(),
-        "late_rows": _at_least(thr, delays).tolist(),
+        "late_rows": _at_least(rows.thr, delays).tolist(),
     }
-    share = passed / (len(t_us) * len(ds)) if len(t_us) and len(ds) else 0.0
+    share = passed / (len(tick) * len(ds)) if len(tick) and len(ds) else 0.0
     return {f: out[f] for f in figures}, How(cut, alone, share)
 
 
@@ -211,9 +225,10 @@ def _prepared(spec: BacktestSpec, schedule: Schedule, source: str, key_ids: np.n
     t_us = np.asarray(schedule.event_time_us(source), dtype=np.int64)
     tick = schedule.rows[source][TICK].to_numpy(dtype=np.int64)
     thr = tl.late_threshold(tick, t_us + q.gap.us)
-    order = np.lexsort((tick, t_us, key_ids))
-    return tl, q.gap.us, SortedRows(key_ids[order], t_us[order],
-                                    tl.point_of_tick[tick[order]], thr[order], order)
+    # (a schedule holds a source's rows in batch order, as the timeline and the engine read
+    # them, ``engine._tick_bounds``: a stable sort by (key, time) is by (key, time, batch))
+    order, kid, t = by_key_then_time(key_ids, t_us)
+    return tl, q.gap.us, SortedRows(kid, t, tl.point_of_tick[tick[order]], thr[order], order)
 
 
 def settled(rows: SortedRows, tl: Timeline, gap: int, delays: np.ndarray) -> Settled:
@@ -253,12 +268,47 @@ def settled(rows: SortedRows, tl: Timeline, gap: int, delays: np.ndarray) -> Set
         net = np.bincount(at + bb[starts][keep], minlength=size)[:size] - to
         net = np.cumsum(net.reshape(n_d, n_b + 1), axis=0)[:, :n_b]
         merged = np.cumsum(to.reshape(n_d, n_b + 1), axis=0)[:, :n_b]
-    row_settle = settle[comp]
-    by = stable_argsort(row_settle)
     first = np.minimum.reduceat(bb, heads).astype(np.int64) if len(heads) else \
         np.zeros(0, dtype=np.int64)
-    return Settled(groups(k[heads], first, ts[last] + gap, settle), net, merged, k, ts, bb,
-                   thr, comp, by, row_settle[by])
+    end = ts[last] + gap
+    return Settled(groups(k[heads], first, end, settle), net, merged, ts, bb, thr, comp,
+                   settle[comp])
+
+
+def clusters(kid: np.ndarray, first: np.ndarray, ev_hi: np.ndarray) -> np.ndarray:
+    """Per group (in (key, time) order: key id, first arrival point, eviction point under a
+    delay ``D``), its *cluster*: a run of its key's groups, cut before group ``i`` where every
+    group before it is evicted under ``D`` by the least first arrival of ``i`` and the groups
+    after it (``ev_hi[i - 1] <= lead[i]``; ``ev`` grows along a key's groups).
+
+    Why: under any delay up to ``D`` a block of a group is stored within ``[first, ev_hi)`` of
+    its group (fewer rows arrive no earlier and end no later, a smaller delay evicts no
+    later), so two clusters of a key never hold a session at one point: a key's stored-key
+    count is the sum of its clusters', and a cluster whose groups are all settled is closed
+    (``semantics.sweep_session_settled``) however many groups of its key are not. (The
+    smaller ``D``, the smaller the clusters: ``D`` is the largest delay at which some group is
+    not settled, the one-pass's later delays needing no clusters.)
+
+    Key 1's second group arrives (point 3) once the first one is evicted (point 2): a cut;
+    its third arrives (point 4) before the second's eviction (point 5): none. Key 2's third
+    group arrived (point 1) before its first one's eviction: one cluster.
+
+    >>> clusters(np.array([1, 1, 1, 2, 2, 2]), np.array([0, 3, 4, 0, 3, 1]),
+    ...          np.array([2, 5, 6, 2, 5, 6])).tolist()
+    [0, 1, 1, 2, 2, 2]
+    """
+    n = len(kid)
+    new = np.ones(n, dtype=bool)
+    if not n:
+        return np.zeros(0, dtype=np.int64)
+    new[1:] = kid[1:] != kid[:-1]
+    key = np.cumsum(new) - 1
+    span = int(first.max()) + 1
+    w = key.astype(np.int64) * span + first  # (a minimum from the right per key)
+    lead = np.minimum.accumulate(w[::-1])[::-1] - key * span
+    cut = new.copy()
+    cut[1:] |= ev_hi[:-1] <= lead[1:]
+    return np.cumsum(cut, dtype=np.int64) - 1
 
 
 def _run(st: Settled, tl: Timeline, gap: int, js: list[int], ds: list[int],
@@ -268,28 +318,53 @@ def _run(st: Settled, tl: Timeline, gap: int, js: list[int], ds: list[int],
     settled groups carried from one to the next; from the first delay at which every group is
     settled, :func:`_closed_delay` (``closed``: None, never)."""
     tracker = None
+    rows = cand = None  # (the open rows and clusters' groups of the delay before)
     out: list[tuple[dict[str, Figure], int, int] | None] = []
     for j in js:
         if closed is not None and j >= st.all_settled:
             out.append(_closed_delay(st, tl, closed, j, ds[j], model))
             continue
-        tracker = tracker or Tracker(st.groups, tl.x, tl.clock)
+        if tracker is None:  # (clusters for this run's largest delay: the smaller, the finer)
+            top = js[-1] if closed is None else min(js[-1], st.all_settled - 1)
+            tracker = Tracker(st.in_clusters(tl, ds[top]), tl.x, tl.clock)
         tracker.advance(j, ds[j])
-        out.append(_one_delay(st, tl, gap, j, ds[j], model, tracker))
+        rows, cand = st.open_rows(j, rows), open_clusters(tracker.g, j, cand)
+        out.append(_one_delay(st, tl, gap, j, ds[j], model, tracker, rows, cand))
     return out
 
 
+def _balanced(settle: np.ndarray, n_j: int, n: int) -> list[np.ndarray]:
+    """The delay indices below ``n_j`` in up to ``n`` runs of consecutive ones, each with
+    about as many groups not settled (of first settled index ``settle``) summed over its
+    delays: run ``i`` ends where the sum from the first delay passes ``i / n`` of the whole
+    (a run may be empty).
+
+    Open groups per delay 4, 3, 3, 0 (each delay counted one more): 5 | 4 + 4 + 1.
+
+    >>> [r.tolist() for r in _balanced(np.array([1, 3, 3, 3]), 4, 2)]
+    [[0], [1, 2, 3]]
+    """
+    if n_j <= 0:
+        return []
+    open_at = len(settle) - np.cumsum(np.bincount(np.minimum(settle, n_j),
+                                                  minlength=n_j + 1))[:n_j]
+    work = np.cumsum(open_at + 1)  # (+ 1: a delay with no open group costs too)
+    cuts = np.searchsorted(work, work[-1] * np.arange(1, n) / n, side="right")
+    return np.split(np.arange(n_j), np.unique(np.minimum(cuts, n_j)))
+
+
 def _one_delay(st: Settled, tl: Timeline, gap: int, j: int, d: int,
-               model: tuple[int, int, int] | None, tracker: Tracker
-               ) -> tuple[dict[str, Figure], int, int] | None:
+               model: tuple[int, int, int] | None, tracker: Tracker, rows: np.ndarray,
+               cand: np.ndarray) -> tuple[dict[str, Figure], int, int] | None:
     """The state, emitted rows and latency figures of delay ``d`` (index ``j``; ``tracker``
-    advanced to it), the eviction cuts of its open groups and how many rows it passed over;
-    None when ``sweep_session_blocks.blocks`` or the stored keys would not compute it."""
+    advanced to it; ``rows``, ``cand``: ``st.open_rows(j)``, ``st.open_clusters(j)``), the
+    eviction cuts of its open groups and how many rows it passed over; None when
+    ``sweep_session_blocks.blocks`` or the stored keys would not compute it."""
     n_b = len(tl.x)
     runs = ~tl.idle | (tl.x > d)
-    rows = st.open_rows(j)
     rows = rows[st.row_thr[rows] < d]
-    got = blocks(st.row_kid[rows], st.row_t[rows], st.row_point[rows], st.row_group[rows],
+    got = blocks(tracker.g.kid[st.row_group[rows]], st.row_t[rows], st.row_point[rows],
+                 st.row_group[rows],
                  gap, tl.x, d, n_b, MAX_WINDOW)
     if got is None:
         return None
@@ -299,7 +374,7 @@ def _one_delay(st: Settled, tl: Timeline, gap: int, j: int, d: int,
     removed = st.merged[j] + got.merged + gone
     keys = None
     if model is not None:
-        keys = _open_keys(got, ev, tracker)
+        keys = _open_keys(got, ev, tracker, cand[tracker.g.settle[cand] <= j])
         if keys is None:
             return None
         keys += tracker.keys()
@@ -328,13 +403,13 @@ def _closed_delay(st: Settled, tl: Timeline, closed: Closed, j: int, d: int,
                     n_out, closed.ranked(by)), 0, 0
 
 
-def _open_keys(got: Blocks, ev: np.ndarray, tracker: Tracker) -> np.ndarray | None:
-    """Per point, the keys not closed yet (module docstring of
+def _open_keys(got: Blocks, ev: np.ndarray, tracker: Tracker, done: np.ndarray
+               ) -> np.ndarray | None:
+    """Per point, the clusters not closed yet (module docstring of
     ``semantics.sweep_session_settled``) with a session stored after it: from their settled
-    groups (``tracker``'s) and the open groups' blocks ``got`` (evicted at ``ev``), in
-    (key, time) order (groups are; a group's blocks are)."""
+    groups ``done`` (ascending; ``tracker``'s) and the open groups' blocks ``got`` (evicted at
+    ``ev``), in (cluster, time) order (groups are; a group's blocks are)."""
     g = tracker.g
-    done = np.flatnonzero(tracker.member & ~tracker.closed)
     if not len(got.kid):
         return stored_keys(g.kid[done], g.first[done], tracker.ev[done], tracker.n_b)
     # (both ascending by group, disjoint: the open blocks' places in the merge, no sort)
@@ -357,8 +432,10 @@ def row_share(spec: BacktestSpec, schedule: Schedule, source: str, delays: np.nd
     the bench's table)."""
     tl, gap, rows = _prepared(spec, schedule, source, key_ids)
     st = settled(rows, tl, gap, delays)
-    n = sum(int(np.count_nonzero(st.row_thr[st.open_rows(j)] < d))
-            for j, d in enumerate(delays.tolist()))
+    n, open_rows = 0, None
+    for j, d in enumerate(delays.tolist()):
+        open_rows = st.open_rows(j, open_rows)
+        n += int(np.count_nonzero(st.row_thr[open_rows] < d))
     return n / (len(rows.kid) * len(delays)) if len(rows.kid) and len(delays) else 0.0
 
 

@@ -17,6 +17,9 @@ by ``c``. So the tracker keeps, for the groups settled so far (a set that only g
   ``[max(lead_B, ev_{B-1}), ev_B)`` (``semantics.sweep_session_blocks.stored_keys``); a moved
   group changes its own piece and the next one of its key.
 
+A "key" here is whatever ``Groups.kid`` holds: ``semantics.sweep_session`` gives the tracker
+clusters of a key's groups (``sweep_session.clusters``), whose stored keys add up to the key's.
+
 Invariants: after :meth:`Tracker.advance` to delay index ``j``, the members are the groups
 of ``settle <= j``, every member's ``ev`` is the delay's, ``gone``, ``lat`` and ``keys`` are
 exactly those of the members (of the closed keys for ``keys``).

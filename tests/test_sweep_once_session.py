@@ -96,6 +96,8 @@ def test_both_paths_are_taken() -> None:
                                      _key_ids(sched.rows["events"], ["k"]), FIGURES)
         cut, alone, total = cut + how.cut, alone + how.alone, total + len(ds)
         shares.append(how.row_share)
+        assert sweep_session.row_share(spec, sched, "events", ds, _key_ids(
+            sched.rows["events"], ["k"])) == how.row_share  # (the bench's, without the sweep)
     assert 0 < cut < total / 2 and alone == 0, (cut, alone, total)
     assert any(0 < s < 1 for s in shares), shares
 
@@ -170,3 +172,70 @@ def test_local_merging_and_complete_mode_are_predicted_per_delay() -> None:
                         ({**QUERIES["one_key"], "output_mode": "complete"}, None)):
         spec = spec_of(query, pace="backlog", spark_conf=conf)
         assert not covered(spec, "c", "events")
+
+
+def _prepared_settled(spec, sched, ds):  # type: ignore[no-untyped-def]
+    from semantics.delay_timeline import timeline
+
+    kid = _key_ids(sched.rows["events"], ["k"])
+    tl, gap, rows = sweep_session._prepared(spec, sched, "events", kid)
+    return tl, sweep_session.settled(rows, tl, gap, ds), timeline
+
+
+def long_schedule(rng: np.random.Generator, pace: str) -> Schedule:
+    """Many batches of a few rows of two keys, a little out of order, over a time many gaps
+    long: a key's early sessions leave long before its late rows come, while some of its rows
+    are late under the small delays (clusters that close before their key)."""
+    batches = []
+    for i in range(int(rng.integers(20, 45))):
+        ts = (6.0 * i + rng.normal(0, 9, int(rng.integers(1, 4)))).round(1)
+        batches.append([{"ts": float(t), "k": int(rng.integers(0, 2)),
+                         "x": int(rng.integers(0, 9)), "big": 0} for t in ts])
+    return schedule_of(batches, pace)
+
+
+def test_clusters_close_before_their_keys() -> None:
+    """A key's clusters (``sweep_session.clusters``) close one by one: on long streams some
+    cluster has all its groups settled at a delay at which its key still has an open group
+    (the stored keys of that delay sum a closed cluster and an open one of one key), and the
+    sweep equals the predictions."""
+    rng = np.random.default_rng(11)
+    early = 0
+    for _ in range(ROUNDS):
+        pace = "live" if rng.random() < 0.5 else "backlog"
+        spec = spec_of(QUERIES["one_key"], pace=pace)
+        sched = long_schedule(rng, pace)
+        ds = delays(rng)
+        assert_same_sweep(spec, sched, ds)
+        ms = np.array(sorted(d.ms for d in ds), dtype=np.int64)
+        tl, st, _ = _prepared_settled(spec, sched, ms)
+        if not st.all_settled:
+            continue
+        cg = st.in_clusters(tl, int(ms[st.all_settled - 1]))
+        early += int(np.count_nonzero(cg.closes < st.groups.closes))
+        assert (cg.closes <= st.groups.closes).all()
+    assert early > 0
+
+
+def test_the_tracker_alone_when_closed_does_not_fit(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Where ``sweep_session_closed.Closed`` declines (ends too far apart for a word) the
+    tracker carries every delay, its clusters cut for the largest one: still equal."""
+
+    def declined(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise OverflowError("a point's list does not fit a word")
+
+    monkeypatch.setattr(sweep_session, "Closed", declined)
+    rng = np.random.default_rng(17)
+    for _ in range(ROUNDS):
+        spec = spec_of(QUERIES["wide_gap"], pace="backlog")
+        sched = dense_schedule(rng, "backlog") if rng.random() < 0.5 else \
+            random_schedule(rng, "backlog")
+        assert_same_sweep(spec, sched, delays(rng))
+
+
+def test_runs_hold_about_as_many_open_groups() -> None:
+    """(The unsettled delays are split by open groups, every delay once, in order.)"""
+    settle = np.array([0, 1, 1, 2, 9, 9, 9, 9])
+    runs = sweep_session._balanced(settle, 9, 2)
+    assert np.concatenate(runs).tolist() == list(range(9))
+    assert [r.tolist() for r in runs] == [[0, 1, 2, 3], [4, 5, 6, 7, 8]]  # (24, 25 open)
