@@ -128,7 +128,7 @@ def measure(tables: list[Path], workers: int, single_up_to: int
     from jobs.predict_cluster import predict_files_on_cluster
     from jobs.spark import get_spark
     from semantics.spec import load_spec
-    from tests.cluster_support import file_differences, standalone_cluster
+    from tests.cluster_support import differences, standalone_cluster
 
     with tempfile.TemporaryDirectory() as tmp, \
             standalone_cluster(Path(tmp) / "cluster", workers, cores=1, memory="2g") as url:
@@ -151,7 +151,7 @@ def measure(tables: list[Path], workers: int, single_up_to: int
 
                     single = predict(plan(spec, "c"), spec, "c", explain=False,
                                      count_late=True)
-                    exact = not file_differences(single, ranged, spec)
+                    exact = not differences(single, ranged, spec)
                     del single
                 yield (seconds, int(ranged.info["key_ranges"]["ranges"]), worker_mb,
                        driver_mb, exact)
