@@ -44,7 +44,6 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
-import pandas as pd
 
 from semantics import quantiles
 from semantics.config import resolve
@@ -54,7 +53,7 @@ from semantics.parallel import map_parts, threads
 from semantics.schedule import TICK, Schedule
 from semantics.spec import BacktestSpec, SessionQuery
 from semantics.sweep_fallback import Figure, predicted
-from semantics.sweep_session_blocks import Blocks, blocks, stored_keys
+from semantics.sweep_session_blocks import Blocks, blocks, stored_keys, updated
 from semantics.sweep_session_closed import Closed
 from semantics.sweep_session_settled import Groups, Tracker, groups, kth
 from semantics.whole_run.session import MAX_WINDOW, components, first_arrival_before
@@ -140,18 +139,12 @@ def open_clusters(cg: Groups, j: int, among: np.ndarray | None = None) -> np.nda
 
 
 def bytes_model(spec: BacktestSpec, candidate: str, schedule: Schedule
-                ) -> tuple[int, int, int] | None:
-    """``(base, per held row, per stored key)`` of ``state_bytes.estimate`` (linear in both),
-    or None where it has no estimate (RocksDB)."""
-    from semantics.state_bytes import estimate
+                ) -> tuple[int, int, int, int] | None:
+    """The sizes ``state_bytes.session_tables`` reads besides each delay's counts
+    (``state_bytes.session_sizes``), or None where it has no estimate (RocksDB)."""
+    from semantics.state_bytes import session_sizes
 
-    three = estimate(spec, candidate, schedule, pd.DataFrame({
-        "state_rows": [0, 1, 0], "state_rows_removed": [0, 0, 0], "state_keys": [0, 0, 1]}))
-    if three.isna().any():
-        return None
-    base = int(three.iloc[0])
-    # (row 1 holds one row; row 2 holds none of its own but min(removed 0, 1) = 0: one key)
-    return base, int(three.iloc[1]) - base, int(three.iloc[2]) - base
+    return session_sizes(spec, candidate, schedule)
 
 
 def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
@@ -312,7 +305,7 @@ def clusters(kid: np.ndarray, first: np.ndarray, ev_hi: np.ndarray) -> np.ndarra
 
 
 def _run(st: Settled, tl: Timeline, gap: int, js: list[int], ds: list[int],
-         model: tuple[int, int, int] | None, closed: Closed | None
+         model: tuple[int, int, int, int] | None, closed: Closed | None
          ) -> list[tuple[dict[str, Figure], int, int] | None]:
     """:func:`_one_delay` of the delays of indices ``js`` (ascending, consecutive), the
     settled groups carried from one to the next; from the first delay at which every group is
@@ -322,7 +315,7 @@ def _run(st: Settled, tl: Timeline, gap: int, js: list[int], ds: list[int],
     out: list[tuple[dict[str, Figure], int, int] | None] = []
     for j in js:
         if closed is not None and j >= st.all_settled:
-            out.append(_closed_delay(st, tl, closed, j, ds[j], model))
+            out.append(_closed_delay(st, tl, gap, closed, j, ds[j], model))
             continue
         if tracker is None:  # (clusters for this run's largest delay: the smaller, the finer)
             top = js[-1] if closed is None else min(js[-1], st.all_settled - 1)
@@ -354,7 +347,7 @@ def _balanced(settle: np.ndarray, n_j: int, n: int) -> list[np.ndarray]:
 
 
 def _one_delay(st: Settled, tl: Timeline, gap: int, j: int, d: int,
-               model: tuple[int, int, int] | None, tracker: Tracker, rows: np.ndarray,
+               model: tuple[int, int, int, int] | None, tracker: Tracker, rows: np.ndarray,
                cand: np.ndarray) -> tuple[dict[str, Figure], int, int] | None:
     """The state, emitted rows and latency figures of delay ``d`` (index ``j``; ``tracker``
     advanced to it; ``rows``, ``cand``: ``st.open_rows(j)``, ``st.open_clusters(j)``), the
@@ -372,12 +365,15 @@ def _one_delay(st: Settled, tl: Timeline, gap: int, j: int, d: int,
     gone = np.bincount(ev, minlength=n_b + 1)[:n_b] + tracker.gone[:n_b]
     net = st.net[j] + got.net - gone
     removed = st.merged[j] + got.merged + gone
-    keys = None
+    keys = upd = None
     if model is not None:
         keys = _open_keys(got, ev, tracker, cand[tracker.g.settle[cand] <= j])
         if keys is None:
             return None
         keys += tracker.keys()
+        upd = _updated(st, tl, gap, d)
+        if upd is None:
+            return None
     out = ev < n_b
     lat = np.sort(tracker.latency_ms(ev[out], got.end_us[out]))
     lat_t = tracker.lat
@@ -385,22 +381,35 @@ def _one_delay(st: Settled, tl: Timeline, gap: int, j: int, d: int,
     def ranked(ranks: np.ndarray) -> np.ndarray:
         return np.array([kth(lat_t, lat, int(r)) for r in ranks], dtype=np.float64) / 1000.0
 
-    return _figures(np.cumsum(net), removed, keys, runs, model, len(lat_t) + len(lat),
+    return _figures(np.cumsum(net), removed, keys, upd, runs, model, len(lat_t) + len(lat),
                     ranked), got.evicted_early, len(rows)
 
 
-def _closed_delay(st: Settled, tl: Timeline, closed: Closed, j: int, d: int,
-                  model: tuple[int, int, int] | None
-                  ) -> tuple[dict[str, Figure], int, int]:
-    """What :func:`_one_delay` gives once every group is settled (``closed``: no row passed
-    over, no group visited)."""
+def _closed_delay(st: Settled, tl: Timeline, gap: int, closed: Closed, j: int, d: int,
+                  model: tuple[int, int, int, int] | None
+                  ) -> tuple[dict[str, Figure], int, int] | None:
+    """What :func:`_one_delay` gives once every group is settled (``closed``: no group
+    visited; the rows only for the bytes' updated counts, :func:`_updated`)."""
     runs = ~tl.idle | (tl.x > d)
     by = closed.evicted_by(d)
     gone = np.diff(by, prepend=0)
-    keys = None if model is None else closed.keys(d, by)
+    keys = upd = None
+    if model is not None:
+        keys, upd = closed.keys(d, by), _updated(st, tl, gap, d)
+        if upd is None:
+            return None
     n_out = int(by[-1]) if len(by) else 0
-    return _figures(np.cumsum(st.net[j] - gone), st.merged[j] + gone, keys, runs, model,
+    return _figures(np.cumsum(st.net[j] - gone), st.merged[j] + gone, keys, upd, runs, model,
                     n_out, closed.ranked(by)), 0, 0
+
+
+def _updated(st: Settled, tl: Timeline, gap: int, d: int) -> np.ndarray | None:
+    """Per point, the updated sessions of delay ``d`` (``sweep_session_blocks.updated``) of
+    every row it accepts: a pass over the rows per delay, settled groups included (their
+    updated counts depend on the other groups of their key stored with them)."""
+    rows = np.flatnonzero(st.row_thr < d)
+    return updated(st.groups.kid[st.row_group[rows]], st.row_t[rows], st.row_point[rows],
+                   gap, tl.x, d, len(tl.x), MAX_WINDOW)
 
 
 def _open_keys(got: Blocks, ev: np.ndarray, tracker: Tracker, done: np.ndarray
@@ -439,13 +448,18 @@ def row_share(spec: BacktestSpec, schedule: Schedule, source: str, delays: np.nd
     return n / (len(rows.kid) * len(delays)) if len(rows.kid) and len(delays) else 0.0
 
 
-def _figures(state: np.ndarray, removed: np.ndarray, keys: np.ndarray | None, runs: np.ndarray,
-             model: tuple[int, int, int] | None, n_out: int,
+def _figures(state: np.ndarray, removed: np.ndarray, keys: np.ndarray | None,
+             upd: np.ndarray | None, runs: np.ndarray,
+             model: tuple[int, int, int, int] | None, n_out: int,
              ranked: Callable[[np.ndarray], np.ndarray]) -> dict[str, Figure]:
-    """The figures of one delay from its per-point counts (``runs``: the points it runs) and
-    its ``n_out`` emitted sessions' latencies (``ranked``: the ones of given ranks, in s), as
-    ``metrics.candidate_metrics`` reads a report (``quantiles.linear``: the floats of
-    ``np.percentile`` over the latencies)."""
+    """The figures of one delay from its per-point counts (``runs``: the points it runs;
+    ``upd``: updated sessions) and its ``n_out`` emitted sessions' latencies (``ranked``: the
+    ones of given ranks, in s), as ``metrics.candidate_metrics`` reads a report
+    (``quantiles.linear``: the floats of ``np.percentile`` over the latencies); the bytes by
+    ``state_bytes.session_tables`` of the batches it runs, as a prediction's report gives
+    them to ``state_bytes.predicted``."""
+    from semantics.state_bytes import session_tables
+
     state, removed = state[runs], removed[runs]
     p50, p95, p99 = quantiles.linear(n_out, ranked)
     out: dict[str, Figure] = {
@@ -454,11 +468,8 @@ def _figures(state: np.ndarray, removed: np.ndarray, keys: np.ndarray | None, ru
         "peak_state_bytes": None, "final_state_bytes": None,
         "output_rows": n_out, "latency_p50_s": p50, "latency_p95_s": p95,
         "latency_p99_s": p99}
-    if model is not None and keys is not None and len(state):
-        keys = keys[runs]
-        base, per_row, per_key = model
-        held = state + np.minimum(removed, np.r_[0, state[:-1]])
-        b = base + per_row * held + per_key * keys
+    if model is not None and keys is not None and upd is not None and len(state):
+        b = session_tables(state, removed, upd[runs], keys[runs], *model)
         out["peak_state_bytes"] = int(b.max())
         out["final_state_bytes"] = int(b[-1])
     return out
