@@ -53,7 +53,13 @@ from semantics.parallel import map_parts, threads
 from semantics.schedule import TICK, Schedule
 from semantics.spec import BacktestSpec, SessionQuery
 from semantics.sweep_fallback import Figure, predicted
-from semantics.sweep_session_blocks import Blocks, blocks, stored_keys, updated
+from semantics.sweep_session_blocks import (
+    Blocks,
+    blocks,
+    stored_keys,
+    updated,
+    updated_until_complete,
+)
 from semantics.sweep_session_closed import Closed
 from semantics.sweep_session_settled import Groups, Tracker, groups, kth
 from semantics.whole_run.session import MAX_WINDOW, components, first_arrival_before
@@ -183,7 +189,9 @@ def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
     cut_at = len(ds) if closed is None else min(st.all_settled, len(ds))
     runs = [r for r in _balanced(st.groups.settle, cut_at, n)
             + np.array_split(np.arange(cut_at, len(ds)), n) if len(r)]
-    parts = map_parts(lambda part: _run(st, tl, gap, part.tolist(), ds, model, closed), runs)
+    counts = None if model is None else _Updated(st, tl, gap, len(ds))
+    parts = map_parts(lambda part: _run(st, tl, gap, part.tolist(), ds, model, closed, counts),
+                      runs)
     flat = [got for part in parts for got in part]  # (the runs in order: every delay once)
     alone = cut = passed = 0
     for i, d in enumerate(ds):
@@ -305,24 +313,25 @@ def clusters(kid: np.ndarray, first: np.ndarray, ev_hi: np.ndarray) -> np.ndarra
 
 
 def _run(st: Settled, tl: Timeline, gap: int, js: list[int], ds: list[int],
-         model: tuple[int, int, int, int] | None, closed: Closed | None
-         ) -> list[tuple[dict[str, Figure], int, int] | None]:
+         model: tuple[int, int, int, int] | None, closed: Closed | None,
+         counts: _Updated | None) -> list[tuple[dict[str, Figure], int, int] | None]:
     """:func:`_one_delay` of the delays of indices ``js`` (ascending, consecutive), the
     settled groups carried from one to the next; from the first delay at which every group is
-    settled, :func:`_closed_delay` (``closed``: None, never)."""
+    settled, :func:`_closed_delay` (``closed``: None, never). ``counts``: the updated sessions
+    the bytes read (None without a bytes model)."""
     tracker = None
     rows = cand = None  # (the open rows and clusters' groups of the delay before)
     out: list[tuple[dict[str, Figure], int, int] | None] = []
     for j in js:
         if closed is not None and j >= st.all_settled:
-            out.append(_closed_delay(st, tl, gap, closed, j, ds[j], model))
+            out.append(_closed_delay(st, tl, closed, j, ds[j], model, counts))
             continue
         if tracker is None:  # (clusters for this run's largest delay: the smaller, the finer)
             top = js[-1] if closed is None else min(js[-1], st.all_settled - 1)
             tracker = Tracker(st.in_clusters(tl, ds[top]), tl.x, tl.clock)
         tracker.advance(j, ds[j])
         rows, cand = st.open_rows(j, rows), open_clusters(tracker.g, j, cand)
-        out.append(_one_delay(st, tl, gap, j, ds[j], model, tracker, rows, cand))
+        out.append(_one_delay(st, tl, gap, j, ds[j], model, tracker, rows, cand, counts))
     return out
 
 
@@ -348,7 +357,8 @@ def _balanced(settle: np.ndarray, n_j: int, n: int) -> list[np.ndarray]:
 
 def _one_delay(st: Settled, tl: Timeline, gap: int, j: int, d: int,
                model: tuple[int, int, int, int] | None, tracker: Tracker, rows: np.ndarray,
-               cand: np.ndarray) -> tuple[dict[str, Figure], int, int] | None:
+               cand: np.ndarray, counts: _Updated | None
+               ) -> tuple[dict[str, Figure], int, int] | None:
     """The state, emitted rows and latency figures of delay ``d`` (index ``j``; ``tracker``
     advanced to it; ``rows``, ``cand``: ``st.open_rows(j)``, ``st.open_clusters(j)``), the
     eviction cuts of its open groups and how many rows it passed over; None when
@@ -366,12 +376,12 @@ def _one_delay(st: Settled, tl: Timeline, gap: int, j: int, d: int,
     net = st.net[j] + got.net - gone
     removed = st.merged[j] + got.merged + gone
     keys = upd = None
-    if model is not None:
+    if model is not None and counts is not None:
         keys = _open_keys(got, ev, tracker, cand[tracker.g.settle[cand] <= j])
         if keys is None:
             return None
         keys += tracker.keys()
-        upd = _updated(st, tl, gap, d)
+        upd = counts.at(j, d)
         if upd is None:
             return None
     out = ev < n_b
@@ -385,17 +395,17 @@ def _one_delay(st: Settled, tl: Timeline, gap: int, j: int, d: int,
                     ranked), got.evicted_early, len(rows)
 
 
-def _closed_delay(st: Settled, tl: Timeline, gap: int, closed: Closed, j: int, d: int,
-                  model: tuple[int, int, int, int] | None
+def _closed_delay(st: Settled, tl: Timeline, closed: Closed, j: int, d: int,
+                  model: tuple[int, int, int, int] | None, counts: _Updated | None
                   ) -> tuple[dict[str, Figure], int, int] | None:
     """What :func:`_one_delay` gives once every group is settled (``closed``: no group
-    visited; the rows only for the bytes' updated counts, :func:`_updated`)."""
+    visited; ``counts``: the updated sessions, by a search per closed key's row point)."""
     runs = ~tl.idle | (tl.x > d)
     by = closed.evicted_by(d)
     gone = np.diff(by, prepend=0)
     keys = upd = None
-    if model is not None:
-        keys, upd = closed.keys(d, by), _updated(st, tl, gap, d)
+    if model is not None and counts is not None:
+        keys, upd = closed.keys(d, by), counts.at(j, d)
         if upd is None:
             return None
     n_out = int(by[-1]) if len(by) else 0
@@ -403,13 +413,71 @@ def _closed_delay(st: Settled, tl: Timeline, gap: int, closed: Closed, j: int, d
                     n_out, closed.ranked(by)), 0, 0
 
 
-def _updated(st: Settled, tl: Timeline, gap: int, d: int) -> np.ndarray | None:
-    """Per point, the updated sessions of delay ``d`` (``sweep_session_blocks.updated``) of
-    every row it accepts: a pass over the rows per delay, settled groups included (their
-    updated counts depend on the other groups of their key stored with them)."""
-    rows = np.flatnonzero(st.row_thr < d)
-    return updated(st.groups.kid[st.row_group[rows]], st.row_t[rows], st.row_point[rows],
-                   gap, tl.x, d, len(tl.x), MAX_WINDOW)
+class _Updated:
+    """Per delay and point, the updated sessions (``sweep_session_blocks.updated``) of every
+    row the delay accepts, a sum over keys. A key all of whose groups are settled at delay
+    index ``j`` (``closes <= j``) has blocks that are its groups: its count at a point ``p``
+    where it has a row is its groups' sessions up to their last row's point (``fixed``, per
+    delay index from the key's ``closes`` on: no delay changes it) plus, one each, its groups
+    complete before ``p`` and not evicted before ``p``: the groups with ``last < p`` (counted
+    once) less those with ``ev < p`` (``ev`` non-decreasing along a key's groups: a search).
+    The other keys' rows are passed over per delay."""
+
+    def __init__(self, st: Settled, tl: Timeline, gap: int, n_d: int) -> None:
+        g = st.groups
+        n_b = len(tl.x)
+        self.st, self.tl, self.gap, self.n_b = st, tl, gap, n_b
+        new = np.ones(len(g.kid), dtype=bool)
+        new[1:] = g.kid[1:] != g.kid[:-1]
+        self.key = np.cumsum(new, dtype=np.int64) - 1  # per group
+        self.key_start = np.flatnonzero(new)
+        self.bits = int(n_b).bit_length()
+        self.row_closes = g.closes[st.row_group]
+        row_key = self.key[st.row_group]
+        # per (key, point) with a row of a key that closes: the groups of the key whose last
+        # row arrived before the point
+        done = np.flatnonzero(self.row_closes < n_d)
+        rp = np.unique((row_key[done] << self.bits) | st.row_point[done])
+        self.rp_key, self.rp_point = rp >> self.bits, rp & ((1 << self.bits) - 1)
+        self.rp_closes = g.closes[self.key_start[self.rp_key]]
+        last = np.zeros(len(g.kid), dtype=np.int64)
+        np.maximum.at(last, st.row_group, st.row_point)
+        lw = np.sort((self.key << self.bits) | last)
+        self.before = np.searchsorted(lw, rp, side="left") - self.key_start[self.rp_key]
+        # (per delay index at which some key closes, the sum over the keys closed by then)
+        self.closing = np.unique(self.row_closes[done])
+        self.fixed: np.ndarray | None = np.zeros((len(self.closing), n_b), dtype=np.int64)
+        for i, c in enumerate(self.closing.tolist()):
+            at = np.flatnonzero(self.row_closes == c)
+            got = updated_until_complete(g.kid[st.row_group[at]], st.row_t[at],
+                                         st.row_point[at], gap, n_b, MAX_WINDOW)
+            if got is None:
+                self.fixed = None
+                return
+            self.fixed[i] = got
+        np.cumsum(self.fixed, axis=0, out=self.fixed)
+
+    def at(self, j: int, d: int) -> np.ndarray | None:
+        """Per point, the updated sessions under delay ``d`` (index ``j``); None when the
+        rows' pass would not compute them."""
+        st, tl = self.st, self.tl
+        if self.fixed is None:
+            return None
+        rows = np.flatnonzero((self.row_closes > j) & (st.row_thr < d))
+        got = updated(st.groups.kid[st.row_group[rows]], st.row_t[rows], st.row_point[rows],
+                      self.gap, tl.x, d, self.n_b, MAX_WINDOW)
+        if got is None:
+            return None
+        shut = np.flatnonzero(self.rp_closes <= j)
+        if len(shut):
+            ev = np.searchsorted(tl.x, st.groups.c + d, side="left")
+            ew = (self.key << self.bits) | ev  # (sorted within each closed key)
+            rp = (self.rp_key[shut] << self.bits) | self.rp_point[shut]
+            gone = np.searchsorted(ew, rp, side="left") - self.key_start[self.rp_key[shut]]
+            got = got + np.bincount(self.rp_point[shut], self.before[shut] - gone,
+                                    minlength=self.n_b).astype(np.int64)
+        i = int(np.searchsorted(self.closing, j, side="right")) - 1
+        return got + self.fixed[i] if i >= 0 else got
 
 
 def _open_keys(got: Blocks, ev: np.ndarray, tracker: Tracker, done: np.ndarray

@@ -206,4 +206,39 @@ def stored_keys(kid: np.ndarray, first: np.ndarray, ev: np.ndarray, n_b: int
     return np.cumsum(change[:n_b])
 
 
-__all__ = ["Blocks", "blocks", "stored_keys", "updated"]
+def updated_until_complete(k: np.ndarray, ts: np.ndarray, bb: np.ndarray, gap: int, n_b: int,
+                           max_window: int) -> np.ndarray | None:
+    """Per point, :func:`updated` of rows whose groups are blocks (no eviction cut: settled
+    groups, ``sweep_session``), counting a group's sessions only up to its last row's point:
+    what does not depend on the delay. A group holds one session from its last row's point to
+    its eviction; ``sweep_session`` adds those (per point, the key's groups there with a row
+    of the key at it). None as :func:`updated`.
+
+    Key 5's rows at 0 s (point 0) and 5 s (point 2), gap 10 s; key 6's at point 1: key 5's
+    session counts at points 0 and 2, key 6's at 1.
+
+    >>> updated_until_complete(np.array([5, 5, 6]), np.array([0, 5_000_000, 0]),
+    ...                        np.array([0, 2, 1]), 10_000_000, 3, 64).tolist()
+    [1, 1, 1]
+    """
+    if not len(k):
+        return np.zeros(n_b, dtype=np.int64)
+    cut = np.ones(len(k), dtype=bool)
+    cut[1:] = (k[1:] != k[:-1]) | (ts[1:] > ts[:-1] + gap)
+    _heads, _last, b_last, comp = components(cut, bb)
+    a = first_arrival_before(cut, comp, ts, bb, gap, n_b, max_window)
+    if a is None:
+        return None
+    krank = np.zeros(len(k), dtype=np.int32)
+    np.cumsum(k[1:] != k[:-1], out=krank[1:])
+    bits = int(n_b).bit_length()
+    if (int(krank[-1]) + 1) << (bits + 2) >= PACK_LIMIT:
+        return None
+    starts = np.flatnonzero(bb < a)
+    s_to = a[starts].astype(np.int64)
+    head = cut[starts]
+    s_to[head] = b_last[comp[starts[head]]]
+    return _updated_and_keys(krank, bb.astype(np.int64), starts, s_to, head, n_b, bits)[0]
+
+
+__all__ = ["Blocks", "blocks", "stored_keys", "updated", "updated_until_complete"]
