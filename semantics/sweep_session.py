@@ -61,7 +61,7 @@ from semantics.sweep_session_blocks import (
     updated_until_complete,
 )
 from semantics.sweep_session_closed import Closed
-from semantics.sweep_session_settled import Groups, Tracker, groups, kth
+from semantics.sweep_session_settled import Groups, Tracker, _ranges, groups, kth
 from semantics.whole_run.session import MAX_WINDOW, components, first_arrival_before
 
 
@@ -321,17 +321,18 @@ def _run(st: Settled, tl: Timeline, gap: int, js: list[int], ds: list[int],
     the bytes read (None without a bytes model)."""
     tracker = None
     rows = cand = None  # (the open rows and clusters' groups of the delay before)
+    run = None if counts is None else counts.run()
     out: list[tuple[dict[str, Figure], int, int] | None] = []
     for j in js:
         if closed is not None and j >= st.all_settled:
-            out.append(_closed_delay(st, tl, closed, j, ds[j], model, counts))
+            out.append(_closed_delay(st, tl, closed, j, ds[j], model, run))
             continue
         if tracker is None:  # (clusters for this run's largest delay: the smaller, the finer)
             top = js[-1] if closed is None else min(js[-1], st.all_settled - 1)
             tracker = Tracker(st.in_clusters(tl, ds[top]), tl.x, tl.clock)
         tracker.advance(j, ds[j])
         rows, cand = st.open_rows(j, rows), open_clusters(tracker.g, j, cand)
-        out.append(_one_delay(st, tl, gap, j, ds[j], model, tracker, rows, cand, counts))
+        out.append(_one_delay(st, tl, gap, j, ds[j], model, tracker, rows, cand, run))
     return out
 
 
@@ -357,7 +358,7 @@ def _balanced(settle: np.ndarray, n_j: int, n: int) -> list[np.ndarray]:
 
 def _one_delay(st: Settled, tl: Timeline, gap: int, j: int, d: int,
                model: tuple[int, int, int, int] | None, tracker: Tracker, rows: np.ndarray,
-               cand: np.ndarray, counts: _Updated | None
+               cand: np.ndarray, counts: _UpdatedRun | None
                ) -> tuple[dict[str, Figure], int, int] | None:
     """The state, emitted rows and latency figures of delay ``d`` (index ``j``; ``tracker``
     advanced to it; ``rows``, ``cand``: ``st.open_rows(j)``, ``st.open_clusters(j)``), the
@@ -396,7 +397,7 @@ def _one_delay(st: Settled, tl: Timeline, gap: int, j: int, d: int,
 
 
 def _closed_delay(st: Settled, tl: Timeline, closed: Closed, j: int, d: int,
-                  model: tuple[int, int, int, int] | None, counts: _Updated | None
+                  model: tuple[int, int, int, int] | None, counts: _UpdatedRun | None
                   ) -> tuple[dict[str, Figure], int, int] | None:
     """What :func:`_one_delay` gives once every group is settled (``closed``: no group
     visited; ``counts``: the updated sessions, by a search per closed key's row point)."""
@@ -457,27 +458,73 @@ class _Updated:
             self.fixed[i] = got
         np.cumsum(self.fixed, axis=0, out=self.fixed)
 
+    def run(self) -> _UpdatedRun:
+        """A thread's own state for a run of ascending delays."""
+        return _UpdatedRun(self)
+
+    def complete(self, shut: np.ndarray, d: int) -> np.ndarray:
+        """Per point, the closed keys' complete groups not evicted before it, at those of
+        their row points ``shut`` (indices into the (key, point) entries), under ``d``."""
+        ev = np.searchsorted(self.tl.x, self.st.groups.c + d, side="left")
+        ew = (self.key << self.bits) | ev  # (sorted within each key)
+        rp = (self.rp_key[shut] << self.bits) | self.rp_point[shut]
+        gone = np.searchsorted(ew, rp, side="left") - self.key_start[self.rp_key[shut]]
+        return np.bincount(self.rp_point[shut], self.before[shut] - gone,
+                           minlength=self.n_b).astype(np.int64)
+
+
+class _UpdatedRun:
+    """:class:`_Updated` over a run of ascending delays: the closed keys' complete groups not
+    yet evicted (``done``, per point) are carried from one delay to the next, moved by the
+    groups whose eviction point moves (ranges of the groups sorted by their end, as
+    ``sweep_session_settled.Tracker`` finds them), each adding one at its key's row points
+    in ``(old, new]``; a key that closes is counted afresh."""
+
+    def __init__(self, u: _Updated) -> None:
+        self.u = u
+        g = u.st.groups
+        self.by_c = np.argsort(g.c, kind="stable")
+        self.c_sorted = g.c[self.by_c]
+        self.xs = np.unique(u.tl.x)
+        self.rp_words = (u.rp_key << u.bits) | u.rp_point
+        self.by_close = np.argsort(u.rp_closes, kind="stable")
+        self.close_sorted = u.rp_closes[self.by_close]
+        self.done = np.zeros(u.n_b, dtype=np.int64)
+        self.j = -1
+        self.d = 0
+
     def at(self, j: int, d: int) -> np.ndarray | None:
-        """Per point, the updated sessions under delay ``d`` (index ``j``); None when the
-        rows' pass would not compute them."""
-        st, tl = self.st, self.tl
-        if self.fixed is None:
+        """Per point, the updated sessions under delay ``d`` (index ``j``, above the last
+        one); None when the rows' pass would not compute them."""
+        u = self.u
+        st, tl = u.st, u.tl
+        if u.fixed is None:
             return None
-        rows = np.flatnonzero((self.row_closes > j) & (st.row_thr < d))
+        rows = np.flatnonzero((u.row_closes > j) & (st.row_thr < d))
         got = updated(st.groups.kid[st.row_group[rows]], st.row_t[rows], st.row_point[rows],
-                      self.gap, tl.x, d, self.n_b, MAX_WINDOW)
+                      u.gap, tl.x, d, u.n_b, MAX_WINDOW)
         if got is None:
             return None
-        shut = np.flatnonzero(self.rp_closes <= j)
-        if len(shut):
-            ev = np.searchsorted(tl.x, st.groups.c + d, side="left")
-            ew = (self.key << self.bits) | ev  # (sorted within each closed key)
-            rp = (self.rp_key[shut] << self.bits) | self.rp_point[shut]
-            gone = np.searchsorted(ew, rp, side="left") - self.key_start[self.rp_key[shut]]
-            got = got + np.bincount(self.rp_point[shut], self.before[shut] - gone,
-                                    minlength=self.n_b).astype(np.int64)
-        i = int(np.searchsorted(self.closing, j, side="right")) - 1
-        return got + self.fixed[i] if i >= 0 else got
+        if self.j >= 0:  # (the keys closed by the last delay: their groups' moves)
+            lo = np.searchsorted(self.c_sorted, self.xs - d, side="right")
+            hi = np.searchsorted(self.c_sorted, self.xs - self.d, side="right")
+            moved = self.by_c[_ranges(np.maximum(lo, np.r_[0, hi[:-1]]), hi)]
+            moved = moved[st.groups.closes[moved] <= self.j]
+            if len(moved):
+                c = st.groups.c[moved]
+                old = np.searchsorted(tl.x, c + self.d, side="left")
+                new = np.searchsorted(tl.x, c + d, side="left")
+                w = u.key[moved] << u.bits
+                at = _ranges(np.searchsorted(self.rp_words, w | old, side="right"),
+                             np.searchsorted(self.rp_words, w | new, side="right"))
+                self.done += np.bincount(u.rp_point[at], minlength=u.n_b)
+        a = int(np.searchsorted(self.close_sorted, self.j, side="right"))
+        b = int(np.searchsorted(self.close_sorted, j, side="right"))
+        if b > a:  # (the keys closing now, afresh)
+            self.done += u.complete(self.by_close[a:b], d)
+        self.j, self.d = j, d
+        i = int(np.searchsorted(u.closing, j, side="right")) - 1
+        return got + self.done + (u.fixed[i] if i >= 0 else 0)
 
 
 def _open_keys(got: Blocks, ev: np.ndarray, tracker: Tracker, done: np.ndarray
