@@ -490,6 +490,7 @@ class _UpdatedRun:
         self.by_close = np.argsort(u.rp_closes, kind="stable")
         self.close_sorted = u.rp_closes[self.by_close]
         self.done = np.zeros(u.n_b, dtype=np.int64)
+        self.open: np.ndarray | None = None
         self.j = -1
         self.d = 0
 
@@ -500,7 +501,10 @@ class _UpdatedRun:
         st, tl = u.st, u.tl
         if u.fixed is None:
             return None
-        rows = np.flatnonzero((u.row_closes > j) & (st.row_thr < d))
+        # (the open keys' rows: a set that only shrinks, as ``Settled.open_rows``)
+        self.open = np.flatnonzero(u.row_closes > j) if self.open is None else \
+            self.open[u.row_closes[self.open] > j]
+        rows = self.open[st.row_thr[self.open] < d]
         got = updated(st.groups.kid[st.row_group[rows]], st.row_t[rows], st.row_point[rows],
                       u.gap, tl.x, d, u.n_b, MAX_WINDOW)
         if got is None:
