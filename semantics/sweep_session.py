@@ -31,6 +31,9 @@ included, with no state stepped). Invariants:
   added up (every count is a sum over blocks, stored keys a sum over clusters);
 * from the first delay at which every group is settled no group is visited: every figure is
   a sorted search per point (``semantics.sweep_session_closed``);
+* the state bytes: ``state_bytes.session_tables`` of each delay's points, which reads their
+  updated sessions (:class:`_Updated`): the keys with a group not settled passed over per
+  delay, the others from their groups' fixed counts and evictions, carried between delays;
 * a delay whose rows walk too far out of order (``whole_run/session.MAX_WINDOW``) is
   predicted on its own (``semantics.sweep_fallback``), every figure of it.
 
