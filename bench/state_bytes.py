@@ -24,7 +24,7 @@ at a rate that ramps up 4× over the run (``Shape.rate``, ``Shape.ramp``), out o
 First table, per shape, over the batches where Spark reports ``memoryUsedBytes`` > 0:
 
 * ``est/act``: min / median / max of the predictor's estimate over Spark's ``memoryUsedBytes``
-  (``state_bytes.predicted``: the retained-tables model, but the held-rows model for sessions);
+  (``state_bytes.predicted``: the retained-tables model of every kind);
 * ``mdl@act``: median of the retained-tables model of every kind
   (``state_bytes.estimate_retained``, sessions included)
   applied to Spark's own row counts (separates the layout error

@@ -4,8 +4,7 @@ Spark reports ``SizeEstimator.estimate`` of each partition's retained state maps
 versions of a ``ConcurrentHashMap[UnsafeRow, UnsafeRow]``), summed over partitions and stores.
 
 :func:`predicted` is what predictions report: the retained-tables model
-(:func:`estimate_retained`, docs/semantics.md §9.2) for aggregation, deduplication and joins,
-the held-rows model (:func:`estimate`) for sessions, whose one-pass sweep evaluates that one.
+(:func:`estimate_retained`, docs/semantics.md §9.2) for every kind.
 The retained tables (:func:`retained`, per store; :func:`join_retained`,
 :func:`session_retained`): per partition, the two versions' table lengths from their entry
 counts (``putAll`` presize, growth at 0.75), object sizes from the JVM layout, and
@@ -448,11 +447,8 @@ def estimate_retained(spec: BacktestSpec, candidate: str, schedule: Schedule,
 def predicted(spec: BacktestSpec, candidate: str, schedule: Schedule,
               batches: pd.DataFrame) -> pd.Series:
     """What predictions report (``predict``, key-range predictions, so the GX check's input
-    and a sweep's peak and final bytes): :func:`estimate_retained`, but the held-rows
-    :func:`estimate` for sessions, whose one-pass sweep (``semantics.sweep_session``) still
-    evaluates that linear model (docs/state-bytes.md)."""
-    if isinstance(spec.query, SessionQuery):
-        return estimate(spec, candidate, schedule, batches)
+    and a sweep's peak and final bytes): :func:`estimate_retained` for every kind (a session
+    sweep calls :func:`session_tables` with each delay's counts, docs/state-bytes.md)."""
     return estimate_retained(spec, candidate, schedule, batches)
 
 
@@ -499,16 +495,28 @@ def session_retained(spec: BacktestSpec, candidate: str, schedule: Schedule,
     visits did not reach them (its session table sampled and its index table of another
     length). The index map itself (a node, the set, its table and a node per session; the group
     key's row where not shared the same way) is sampled like any table."""
-    q = spec.query
-    assert isinstance(q, SessionQuery)
-    _, key, value = layout(spec, schedule)
-    group = row_object_bytes(_row_bytes(_cols(schedule, q.source, list(q.keys))))
+    sizes = session_sizes(spec, candidate, schedule)
+    if sizes is None:
+        return estimate(spec, candidate, schedule, batches)
     rows, removed, upd = (_counts(batches, c) for c in
                           ("state_rows", "state_rows_removed", "state_rows_updated"))
     keys = _counts(batches, "state_keys", rows)
-    got = session_tables(rows, removed, upd, keys, partitions(spec, candidate),
-                         row_object_bytes(key), row_object_bytes(value), group)
-    return pd.Series(got, index=batches.index, dtype="Int64")
+    return _each_operator(batches, lambda at: session_tables(rows[at], removed[at], upd[at],
+                                                             keys[at], *sizes))
+
+
+def session_sizes(spec: BacktestSpec, candidate: str, schedule: Schedule
+                  ) -> tuple[int, int, int, int] | None:
+    """``(partitions, session key row, session row, group key row)`` of
+    :func:`session_tables` (heap bytes of a row, :func:`row_object_bytes`) for a session
+    query on the HDFS-backed store; None with RocksDB (no estimate)."""
+    q = spec.query
+    assert isinstance(q, SessionQuery)
+    if "RocksDB" in resolve(spec, candidate).state_store_provider:
+        return None
+    _, key, value = layout(spec, schedule)
+    group = row_object_bytes(_row_bytes(_cols(schedule, q.source, list(q.keys))))
+    return partitions(spec, candidate), row_object_bytes(key), row_object_bytes(value), group
 
 
 def session_tables(rows: np.ndarray, removed: np.ndarray, updated: np.ndarray,

@@ -31,6 +31,9 @@ included, with no state stepped). Invariants:
   added up (every count is a sum over blocks, stored keys a sum over clusters);
 * from the first delay at which every group is settled no group is visited: every figure is
   a sorted search per point (``semantics.sweep_session_closed``);
+* the state bytes: ``state_bytes.session_tables`` of each delay's points, which reads their
+  updated sessions (:class:`_Updated`): the keys with a group not settled passed over per
+  delay, the others from their groups' fixed counts and evictions, carried between delays;
 * a delay whose rows walk too far out of order (``whole_run/session.MAX_WINDOW``) is
   predicted on its own (``semantics.sweep_fallback``), every figure of it.
 
@@ -44,7 +47,6 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
-import pandas as pd
 
 from semantics import quantiles
 from semantics.config import resolve
@@ -54,9 +56,15 @@ from semantics.parallel import map_parts, threads
 from semantics.schedule import TICK, Schedule
 from semantics.spec import BacktestSpec, SessionQuery
 from semantics.sweep_fallback import Figure, predicted
-from semantics.sweep_session_blocks import Blocks, blocks, stored_keys
+from semantics.sweep_session_blocks import (
+    Blocks,
+    blocks,
+    stored_keys,
+    updated,
+    updated_until_complete,
+)
 from semantics.sweep_session_closed import Closed
-from semantics.sweep_session_settled import Groups, Tracker, groups, kth
+from semantics.sweep_session_settled import Groups, Tracker, _ranges, groups, kth
 from semantics.whole_run.session import MAX_WINDOW, components, first_arrival_before
 
 
@@ -140,18 +148,12 @@ def open_clusters(cg: Groups, j: int, among: np.ndarray | None = None) -> np.nda
 
 
 def bytes_model(spec: BacktestSpec, candidate: str, schedule: Schedule
-                ) -> tuple[int, int, int] | None:
-    """``(base, per held row, per stored key)`` of ``state_bytes.estimate`` (linear in both),
-    or None where it has no estimate (RocksDB)."""
-    from semantics.state_bytes import estimate
+                ) -> tuple[int, int, int, int] | None:
+    """The sizes ``state_bytes.session_tables`` reads besides each delay's counts
+    (``state_bytes.session_sizes``), or None where it has no estimate (RocksDB)."""
+    from semantics.state_bytes import session_sizes
 
-    three = estimate(spec, candidate, schedule, pd.DataFrame({
-        "state_rows": [0, 1, 0], "state_rows_removed": [0, 0, 0], "state_keys": [0, 0, 1]}))
-    if three.isna().any():
-        return None
-    base = int(three.iloc[0])
-    # (row 1 holds one row; row 2 holds none of its own but min(removed 0, 1) = 0: one key)
-    return base, int(three.iloc[1]) - base, int(three.iloc[2]) - base
+    return session_sizes(spec, candidate, schedule)
 
 
 def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
@@ -190,7 +192,9 @@ def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
     cut_at = len(ds) if closed is None else min(st.all_settled, len(ds))
     runs = [r for r in _balanced(st.groups.settle, cut_at, n)
             + np.array_split(np.arange(cut_at, len(ds)), n) if len(r)]
-    parts = map_parts(lambda part: _run(st, tl, gap, part.tolist(), ds, model, closed), runs)
+    counts = None if model is None else _Updated(st, tl, gap, len(ds))
+    parts = map_parts(lambda part: _run(st, tl, gap, part.tolist(), ds, model, closed, counts),
+                      runs)
     flat = [got for part in parts for got in part]  # (the runs in order: every delay once)
     alone = cut = passed = 0
     for i, d in enumerate(ds):
@@ -312,24 +316,26 @@ def clusters(kid: np.ndarray, first: np.ndarray, ev_hi: np.ndarray) -> np.ndarra
 
 
 def _run(st: Settled, tl: Timeline, gap: int, js: list[int], ds: list[int],
-         model: tuple[int, int, int] | None, closed: Closed | None
-         ) -> list[tuple[dict[str, Figure], int, int] | None]:
+         model: tuple[int, int, int, int] | None, closed: Closed | None,
+         counts: _Updated | None) -> list[tuple[dict[str, Figure], int, int] | None]:
     """:func:`_one_delay` of the delays of indices ``js`` (ascending, consecutive), the
     settled groups carried from one to the next; from the first delay at which every group is
-    settled, :func:`_closed_delay` (``closed``: None, never)."""
+    settled, :func:`_closed_delay` (``closed``: None, never). ``counts``: the updated sessions
+    the bytes read (None without a bytes model)."""
     tracker = None
     rows = cand = None  # (the open rows and clusters' groups of the delay before)
+    run = None if counts is None else counts.run()
     out: list[tuple[dict[str, Figure], int, int] | None] = []
     for j in js:
         if closed is not None and j >= st.all_settled:
-            out.append(_closed_delay(st, tl, closed, j, ds[j], model))
+            out.append(_closed_delay(st, tl, closed, j, ds[j], model, run))
             continue
         if tracker is None:  # (clusters for this run's largest delay: the smaller, the finer)
             top = js[-1] if closed is None else min(js[-1], st.all_settled - 1)
             tracker = Tracker(st.in_clusters(tl, ds[top]), tl.x, tl.clock)
         tracker.advance(j, ds[j])
         rows, cand = st.open_rows(j, rows), open_clusters(tracker.g, j, cand)
-        out.append(_one_delay(st, tl, gap, j, ds[j], model, tracker, rows, cand))
+        out.append(_one_delay(st, tl, gap, j, ds[j], model, tracker, rows, cand, run))
     return out
 
 
@@ -354,8 +360,9 @@ def _balanced(settle: np.ndarray, n_j: int, n: int) -> list[np.ndarray]:
 
 
 def _one_delay(st: Settled, tl: Timeline, gap: int, j: int, d: int,
-               model: tuple[int, int, int] | None, tracker: Tracker, rows: np.ndarray,
-               cand: np.ndarray) -> tuple[dict[str, Figure], int, int] | None:
+               model: tuple[int, int, int, int] | None, tracker: Tracker, rows: np.ndarray,
+               cand: np.ndarray, counts: _UpdatedRun | None
+               ) -> tuple[dict[str, Figure], int, int] | None:
     """The state, emitted rows and latency figures of delay ``d`` (index ``j``; ``tracker``
     advanced to it; ``rows``, ``cand``: ``st.open_rows(j)``, ``st.open_clusters(j)``), the
     eviction cuts of its open groups and how many rows it passed over; None when
@@ -372,12 +379,15 @@ def _one_delay(st: Settled, tl: Timeline, gap: int, j: int, d: int,
     gone = np.bincount(ev, minlength=n_b + 1)[:n_b] + tracker.gone[:n_b]
     net = st.net[j] + got.net - gone
     removed = st.merged[j] + got.merged + gone
-    keys = None
-    if model is not None:
+    keys = upd = None
+    if model is not None and counts is not None:
         keys = _open_keys(got, ev, tracker, cand[tracker.g.settle[cand] <= j])
         if keys is None:
             return None
         keys += tracker.keys()
+        upd = counts.at(j, d)
+        if upd is None:
+            return None
     out = ev < n_b
     lat = np.sort(tracker.latency_ms(ev[out], got.end_us[out]))
     lat_t = tracker.lat
@@ -385,22 +395,143 @@ def _one_delay(st: Settled, tl: Timeline, gap: int, j: int, d: int,
     def ranked(ranks: np.ndarray) -> np.ndarray:
         return np.array([kth(lat_t, lat, int(r)) for r in ranks], dtype=np.float64) / 1000.0
 
-    return _figures(np.cumsum(net), removed, keys, runs, model, len(lat_t) + len(lat),
+    return _figures(np.cumsum(net), removed, keys, upd, runs, model, len(lat_t) + len(lat),
                     ranked), got.evicted_early, len(rows)
 
 
 def _closed_delay(st: Settled, tl: Timeline, closed: Closed, j: int, d: int,
-                  model: tuple[int, int, int] | None
-                  ) -> tuple[dict[str, Figure], int, int]:
-    """What :func:`_one_delay` gives once every group is settled (``closed``: no row passed
-    over, no group visited)."""
+                  model: tuple[int, int, int, int] | None, counts: _UpdatedRun | None
+                  ) -> tuple[dict[str, Figure], int, int] | None:
+    """What :func:`_one_delay` gives once every group is settled (``closed``: no group
+    visited; ``counts``: the updated sessions, by a search per closed key's row point)."""
     runs = ~tl.idle | (tl.x > d)
     by = closed.evicted_by(d)
     gone = np.diff(by, prepend=0)
-    keys = None if model is None else closed.keys(d, by)
+    keys = upd = None
+    if model is not None and counts is not None:
+        keys, upd = closed.keys(d, by), counts.at(j, d)
+        if upd is None:
+            return None
     n_out = int(by[-1]) if len(by) else 0
-    return _figures(np.cumsum(st.net[j] - gone), st.merged[j] + gone, keys, runs, model,
+    return _figures(np.cumsum(st.net[j] - gone), st.merged[j] + gone, keys, upd, runs, model,
                     n_out, closed.ranked(by)), 0, 0
+
+
+class _Updated:
+    """Per delay and point, the updated sessions (``sweep_session_blocks.updated``) of every
+    row the delay accepts, a sum over keys. A key all of whose groups are settled at delay
+    index ``j`` (``closes <= j``) has blocks that are its groups: its count at a point ``p``
+    where it has a row is its groups' sessions up to their last row's point (``fixed``, per
+    delay index from the key's ``closes`` on: no delay changes it) plus, one each, its groups
+    complete before ``p`` and not evicted before ``p``: the groups with ``last < p`` (counted
+    once) less those with ``ev < p`` (``ev`` non-decreasing along a key's groups: a search).
+    The other keys' rows are passed over per delay."""
+
+    def __init__(self, st: Settled, tl: Timeline, gap: int, n_d: int) -> None:
+        g = st.groups
+        n_b = len(tl.x)
+        self.st, self.tl, self.gap, self.n_b = st, tl, gap, n_b
+        new = np.ones(len(g.kid), dtype=bool)
+        new[1:] = g.kid[1:] != g.kid[:-1]
+        self.key = np.cumsum(new, dtype=np.int64) - 1  # per group
+        self.key_start = np.flatnonzero(new)
+        self.bits = int(n_b).bit_length()
+        self.row_closes = g.closes[st.row_group]
+        row_key = self.key[st.row_group]
+        # per (key, point) with a row of a key that closes: the groups of the key whose last
+        # row arrived before the point
+        done = np.flatnonzero(self.row_closes < n_d)
+        rp = np.unique((row_key[done] << self.bits) | st.row_point[done])
+        self.rp_key, self.rp_point = rp >> self.bits, rp & ((1 << self.bits) - 1)
+        self.rp_closes = g.closes[self.key_start[self.rp_key]]
+        last = np.zeros(len(g.kid), dtype=np.int64)
+        np.maximum.at(last, st.row_group, st.row_point)
+        lw = np.sort((self.key << self.bits) | last)
+        self.before = np.searchsorted(lw, rp, side="left") - self.key_start[self.rp_key]
+        # (per delay index at which some key closes, the sum over the keys closed by then)
+        self.closing = np.unique(self.row_closes[done])
+        self.fixed: np.ndarray | None = np.zeros((len(self.closing), n_b), dtype=np.int64)
+        for i, c in enumerate(self.closing.tolist()):
+            at = np.flatnonzero(self.row_closes == c)
+            got = updated_until_complete(g.kid[st.row_group[at]], st.row_t[at],
+                                         st.row_point[at], gap, n_b, MAX_WINDOW)
+            if got is None:
+                self.fixed = None
+                return
+            self.fixed[i] = got
+        np.cumsum(self.fixed, axis=0, out=self.fixed)
+
+    def run(self) -> _UpdatedRun:
+        """A thread's own state for a run of ascending delays."""
+        return _UpdatedRun(self)
+
+    def complete(self, shut: np.ndarray, d: int) -> np.ndarray:
+        """Per point, the closed keys' complete groups not evicted before it, at those of
+        their row points ``shut`` (indices into the (key, point) entries), under ``d``."""
+        ev = np.searchsorted(self.tl.x, self.st.groups.c + d, side="left")
+        ew = (self.key << self.bits) | ev  # (sorted within each key)
+        rp = (self.rp_key[shut] << self.bits) | self.rp_point[shut]
+        gone = np.searchsorted(ew, rp, side="left") - self.key_start[self.rp_key[shut]]
+        return np.bincount(self.rp_point[shut], self.before[shut] - gone,
+                           minlength=self.n_b).astype(np.int64)
+
+
+class _UpdatedRun:
+    """:class:`_Updated` over a run of ascending delays: the closed keys' complete groups not
+    yet evicted (``done``, per point) are carried from one delay to the next, moved by the
+    groups whose eviction point moves (ranges of the groups sorted by their end, as
+    ``sweep_session_settled.Tracker`` finds them), each adding one at its key's row points
+    in ``(old, new]``; a key that closes is counted afresh."""
+
+    def __init__(self, u: _Updated) -> None:
+        self.u = u
+        g = u.st.groups
+        self.by_c = np.argsort(g.c, kind="stable")
+        self.c_sorted = g.c[self.by_c]
+        self.xs = np.unique(u.tl.x)
+        self.rp_words = (u.rp_key << u.bits) | u.rp_point
+        self.by_close = np.argsort(u.rp_closes, kind="stable")
+        self.close_sorted = u.rp_closes[self.by_close]
+        self.done = np.zeros(u.n_b, dtype=np.int64)
+        self.open: np.ndarray | None = None
+        self.j = -1
+        self.d = 0
+
+    def at(self, j: int, d: int) -> np.ndarray | None:
+        """Per point, the updated sessions under delay ``d`` (index ``j``, above the last
+        one); None when the rows' pass would not compute them."""
+        u = self.u
+        st, tl = u.st, u.tl
+        if u.fixed is None:
+            return None
+        # (the open keys' rows: a set that only shrinks, as ``Settled.open_rows``)
+        self.open = np.flatnonzero(u.row_closes > j) if self.open is None else \
+            self.open[u.row_closes[self.open] > j]
+        rows = self.open[st.row_thr[self.open] < d]
+        got = updated(st.groups.kid[st.row_group[rows]], st.row_t[rows], st.row_point[rows],
+                      u.gap, tl.x, d, u.n_b, MAX_WINDOW)
+        if got is None:
+            return None
+        if self.j >= 0:  # (the keys closed by the last delay: their groups' moves)
+            lo = np.searchsorted(self.c_sorted, self.xs - d, side="right")
+            hi = np.searchsorted(self.c_sorted, self.xs - self.d, side="right")
+            moved = self.by_c[_ranges(np.maximum(lo, np.r_[0, hi[:-1]]), hi)]
+            moved = moved[st.groups.closes[moved] <= self.j]
+            if len(moved):
+                c = st.groups.c[moved]
+                old = np.searchsorted(tl.x, c + self.d, side="left")
+                new = np.searchsorted(tl.x, c + d, side="left")
+                w = u.key[moved] << u.bits
+                at = _ranges(np.searchsorted(self.rp_words, w | old, side="right"),
+                             np.searchsorted(self.rp_words, w | new, side="right"))
+                self.done += np.bincount(u.rp_point[at], minlength=u.n_b)
+        a = int(np.searchsorted(self.close_sorted, self.j, side="right"))
+        b = int(np.searchsorted(self.close_sorted, j, side="right"))
+        if b > a:  # (the keys closing now, afresh)
+            self.done += u.complete(self.by_close[a:b], d)
+        self.j, self.d = j, d
+        i = int(np.searchsorted(u.closing, j, side="right")) - 1
+        return got + self.done + (u.fixed[i] if i >= 0 else 0)
 
 
 def _open_keys(got: Blocks, ev: np.ndarray, tracker: Tracker, done: np.ndarray
@@ -439,13 +570,18 @@ def row_share(spec: BacktestSpec, schedule: Schedule, source: str, delays: np.nd
     return n / (len(rows.kid) * len(delays)) if len(rows.kid) and len(delays) else 0.0
 
 
-def _figures(state: np.ndarray, removed: np.ndarray, keys: np.ndarray | None, runs: np.ndarray,
-             model: tuple[int, int, int] | None, n_out: int,
+def _figures(state: np.ndarray, removed: np.ndarray, keys: np.ndarray | None,
+             upd: np.ndarray | None, runs: np.ndarray,
+             model: tuple[int, int, int, int] | None, n_out: int,
              ranked: Callable[[np.ndarray], np.ndarray]) -> dict[str, Figure]:
-    """The figures of one delay from its per-point counts (``runs``: the points it runs) and
-    its ``n_out`` emitted sessions' latencies (``ranked``: the ones of given ranks, in s), as
-    ``metrics.candidate_metrics`` reads a report (``quantiles.linear``: the floats of
-    ``np.percentile`` over the latencies)."""
+    """The figures of one delay from its per-point counts (``runs``: the points it runs;
+    ``upd``: updated sessions) and its ``n_out`` emitted sessions' latencies (``ranked``: the
+    ones of given ranks, in s), as ``metrics.candidate_metrics`` reads a report
+    (``quantiles.linear``: the floats of ``np.percentile`` over the latencies); the bytes by
+    ``state_bytes.session_tables`` of the batches it runs, as a prediction's report gives
+    them to ``state_bytes.predicted``."""
+    from semantics.state_bytes import session_tables
+
     state, removed = state[runs], removed[runs]
     p50, p95, p99 = quantiles.linear(n_out, ranked)
     out: dict[str, Figure] = {
@@ -454,11 +590,8 @@ def _figures(state: np.ndarray, removed: np.ndarray, keys: np.ndarray | None, ru
         "peak_state_bytes": None, "final_state_bytes": None,
         "output_rows": n_out, "latency_p50_s": p50, "latency_p95_s": p95,
         "latency_p99_s": p99}
-    if model is not None and keys is not None and len(state):
-        keys = keys[runs]
-        base, per_row, per_key = model
-        held = state + np.minimum(removed, np.r_[0, state[:-1]])
-        b = base + per_row * held + per_key * keys
+    if model is not None and keys is not None and upd is not None and len(state):
+        b = session_tables(state, removed, upd[runs], keys[runs], *model)
         out["peak_state_bytes"] = int(b.max())
         out["final_state_bytes"] = int(b[-1])
     return out

@@ -38,7 +38,7 @@ import numpy as np
 
 from semantics.delay_timeline import ceil_ms
 from semantics.operators.grouping import PACK_LIMIT
-from semantics.whole_run.session import components, first_arrival_before
+from semantics.whole_run.session import _updated_and_keys, components, first_arrival_before
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,25 @@ def blocks(k: np.ndarray, ts: np.ndarray, bb: np.ndarray, group: np.ndarray, gap
         zero = np.zeros(n_b, dtype=np.int64)
         empty = np.zeros(0, dtype=np.int64)
         return Blocks(zero, zero, empty, empty, empty, empty, 0)
-    cut = np.ones(n, dtype=bool)
+    got = _pieces(k, ts, bb, gap, x, d, n_b, max_window)
+    if got is None:
+        return None
+    cut, heads, last, a, n_early = got
+    starts = np.flatnonzero(bb < a)  # (a block's first row: a = n_b, it starts one)
+    s_from, s_to = bb[starts].astype(np.int64), a[starts]
+    merged = np.bincount(s_to, minlength=n_b + 1)[:n_b]
+    net = np.bincount(s_from, minlength=n_b + 1)[:n_b] - merged
+    return Blocks(net, merged, k[heads], np.minimum.reduceat(bb, heads).astype(np.int64),
+                  ts[last] + gap, group[heads], n_early)
+
+
+def _pieces(k: np.ndarray, ts: np.ndarray, bb: np.ndarray, gap: int, x: np.ndarray, d: int,
+            n_b: int, max_window: int
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int] | None:
+    """``(cut, heads, last, a, eviction cuts)`` of :func:`blocks`' rows (at least one): the
+    rows that start a block, each block's first and last row, each row's ``a`` (the first
+    arrival of a row before it within the gap in its block; ``n_b``: none), or None."""
+    cut = np.ones(len(k), dtype=bool)
     cut[1:] = (k[1:] != k[:-1]) | (ts[1:] > ts[:-1] + gap)
     early = _eviction_cuts(k, ts, bb, cut, gap, x, d, max_window)
     if early is None:
@@ -88,12 +106,43 @@ def blocks(k: np.ndarray, ts: np.ndarray, bb: np.ndarray, group: np.ndarray, gap
     a = first_arrival_before(cut, comp, ts, bb, gap, n_b, max_window)
     if a is None:
         return None
-    starts = np.flatnonzero(bb < a)  # (a block's first row: a = n_b, it starts one)
-    s_from, s_to = bb[starts].astype(np.int64), a[starts]
-    merged = np.bincount(s_to, minlength=n_b + 1)[:n_b]
-    net = np.bincount(s_from, minlength=n_b + 1)[:n_b] - merged
-    return Blocks(net, merged, k[heads], np.minimum.reduceat(bb, heads).astype(np.int64),
-                  ts[last] + gap, group[heads], len(early))
+    return cut, heads, last, a, len(early)
+
+
+def updated(k: np.ndarray, ts: np.ndarray, bb: np.ndarray, gap: int, x: np.ndarray, d: int,
+            n_b: int, max_window: int) -> np.ndarray | None:
+    """Per point, Spark's ``numUpdatedStateRows`` of every accepted row under delay ``d``
+    (``k`` key ids, ascending, ``ts``, ``bb`` as :func:`blocks` reads them): for each key
+    with rows at the point, its sessions after the merge, those the point evicts included
+    (``whole_run/session._updated_and_keys`` on the blocks: a piece is stored from its row's
+    point until a row before it within the gap arrives, a block's first piece until the block
+    is evicted). What the retained-tables model reads (``state_bytes.session_tables``). None
+    as :func:`blocks`, or when (key, point) does not fit a word.
+
+    Key 5's rows at points 0 and 2, its session evicted at point 1 (as :func:`blocks`'
+    example): one session updated at point 0, one (the new one) at point 2.
+
+    >>> updated(np.array([5, 5]), np.array([0, 9_000_000]), np.array([0, 2]), 10_000_000,
+    ...         np.array([0, 10_000, 10_000]), 0, 3, 64).tolist()
+    [1, 0, 1]
+    """
+    if not len(k):
+        return np.zeros(n_b, dtype=np.int64)
+    got = _pieces(k, ts, bb, gap, x, d, n_b, max_window)
+    if got is None:
+        return None
+    cut, heads, last, a, _ = got
+    krank = np.zeros(len(k), dtype=np.int32)
+    np.cumsum(k[1:] != k[:-1], out=krank[1:])
+    bits = int(n_b).bit_length()  # (n_b: never evicted)
+    if (int(krank[-1]) + 1) << (bits + 2) >= PACK_LIMIT:
+        return None
+    ev = np.searchsorted(x, ceil_ms(ts[last] + gap) + d, side="left")
+    starts = np.flatnonzero(bb < a)
+    s_to = a[starts].astype(np.int64)
+    head = cut[starts]
+    s_to[head] = ev[np.searchsorted(heads, starts[head])]
+    return _updated_and_keys(krank, bb.astype(np.int64), starts, s_to, head, n_b, bits)[0]
 
 
 def _eviction_cuts(k: np.ndarray, ts: np.ndarray, bb: np.ndarray, cut: np.ndarray, gap: int,
@@ -157,4 +206,39 @@ def stored_keys(kid: np.ndarray, first: np.ndarray, ev: np.ndarray, n_b: int
     return np.cumsum(change[:n_b])
 
 
-__all__ = ["Blocks", "blocks", "stored_keys"]
+def updated_until_complete(k: np.ndarray, ts: np.ndarray, bb: np.ndarray, gap: int, n_b: int,
+                           max_window: int) -> np.ndarray | None:
+    """Per point, :func:`updated` of rows whose groups are blocks (no eviction cut: settled
+    groups, ``sweep_session``), counting a group's sessions only up to its last row's point:
+    what does not depend on the delay. A group holds one session from its last row's point to
+    its eviction; ``sweep_session`` adds those (per point, the key's groups there with a row
+    of the key at it). None as :func:`updated`.
+
+    Key 5's rows at 0 s (point 0) and 5 s (point 2), gap 10 s; key 6's at point 1: key 5's
+    session counts at points 0 and 2, key 6's at 1.
+
+    >>> updated_until_complete(np.array([5, 5, 6]), np.array([0, 5_000_000, 0]),
+    ...                        np.array([0, 2, 1]), 10_000_000, 3, 64).tolist()
+    [1, 1, 1]
+    """
+    if not len(k):
+        return np.zeros(n_b, dtype=np.int64)
+    cut = np.ones(len(k), dtype=bool)
+    cut[1:] = (k[1:] != k[:-1]) | (ts[1:] > ts[:-1] + gap)
+    _heads, _last, b_last, comp = components(cut, bb)
+    a = first_arrival_before(cut, comp, ts, bb, gap, n_b, max_window)
+    if a is None:
+        return None
+    krank = np.zeros(len(k), dtype=np.int32)
+    np.cumsum(k[1:] != k[:-1], out=krank[1:])
+    bits = int(n_b).bit_length()
+    if (int(krank[-1]) + 1) << (bits + 2) >= PACK_LIMIT:
+        return None
+    starts = np.flatnonzero(bb < a)
+    s_to = a[starts].astype(np.int64)
+    head = cut[starts]
+    s_to[head] = b_last[comp[starts[head]]]
+    return _updated_and_keys(krank, bb.astype(np.int64), starts, s_to, head, n_b, bits)[0]
+
+
+__all__ = ["Blocks", "blocks", "stored_keys", "updated", "updated_until_complete"]

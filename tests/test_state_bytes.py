@@ -171,21 +171,15 @@ def test_join_memory_predicted_by_four_retained_stores(spark) -> None:
 
 
 @pytest.mark.spark
-def test_session_memory_follows_the_retained_tables_with_the_index(spark) -> None:
+def test_session_memory_predicted_by_the_retained_tables_with_the_index(spark) -> None:
     # the bench's session_100 shape (100 keys, gap 1 s: ~17 sessions per key; 2 partitions):
     # the session table (sampled) and its prefix index, whose sets reach every session's key
     # row again (§9.2). At Spark's own counts the retained session model read 0.82 (median)
     # before the index's second count of the key rows and the session map's fixed objects;
-    # measured 0.99 on 20 batches. (Predictions report the held-rows model for sessions.)
-    from bench.state_bytes import SHAPES, make
-    from jobs.replay import replay
-
-    spec, sched = make(SHAPES["session_100"], 10, 2000)
-    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
-        actual = replay(spec, "c", sched, Path(tmp), spark).batches
-    keys = engine_batches(spec, sched).set_index("batch_id")["state_keys"]
-    at = actual.assign(state_keys=actual["batch_id"].map(keys))
-    act = pd.to_numeric(at["state_bytes"]).to_numpy(dtype=float)
-    ratio = sb.session_retained(spec, "c", sched, at).to_numpy(dtype=float)[act > 0] / act[act > 0]
+    # measured 0.99 on 20 batches. Predictions report it (the held-rows model read 0.87-0.90
+    # on the demo's session query): the predicted counts are Spark's (``_replayed``), the
+    # distinct keys the engine's
+    both, *_ = _replayed(spark, "session_100", 10, 2000)
+    ratio = _within_band(both)
     assert 0.9 <= float(np.median(ratio)) <= 1.1, ratio
     assert ((ratio > 0.8) & (ratio < 1.25)).all(), ratio
