@@ -64,7 +64,7 @@ from semantics.sweep_session_blocks import (
     updated_until_complete,
 )
 from semantics.sweep_session_closed import Closed
-from semantics.sweep_session_settled import Groups, Tracker, _ranges, groups, kth
+from semantics.sweep_session_settled import Groups, Tracker, concat_ranges, groups, kth
 from semantics.whole_run.session import MAX_WINDOW, components, first_arrival_before
 
 
@@ -515,14 +515,14 @@ class _UpdatedRun:
         if self.j >= 0:  # (the keys closed by the last delay: their groups' moves)
             lo = np.searchsorted(self.c_sorted, self.xs - d, side="right")
             hi = np.searchsorted(self.c_sorted, self.xs - self.d, side="right")
-            moved = self.by_c[_ranges(np.maximum(lo, np.r_[0, hi[:-1]]), hi)]
+            moved = self.by_c[concat_ranges(np.maximum(lo, np.r_[0, hi[:-1]]), hi)]
             moved = moved[st.groups.closes[moved] <= self.j]
             if len(moved):
                 c = st.groups.c[moved]
                 old = np.searchsorted(tl.x, c + self.d, side="left")
                 new = np.searchsorted(tl.x, c + d, side="left")
                 w = u.key[moved] << u.bits
-                at = _ranges(np.searchsorted(self.rp_words, w | old, side="right"),
+                at = concat_ranges(np.searchsorted(self.rp_words, w | old, side="right"),
                              np.searchsorted(self.rp_words, w | new, side="right"))
                 self.done += np.bincount(u.rp_point[at], minlength=u.n_b)
         a = int(np.searchsorted(self.close_sorted, self.j, side="right"))

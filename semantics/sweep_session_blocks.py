@@ -38,7 +38,7 @@ import numpy as np
 
 from semantics.delay_timeline import ceil_ms
 from semantics.operators.grouping import PACK_LIMIT
-from semantics.whole_run.session import _updated_and_keys, components, first_arrival_before
+from semantics.whole_run.session import components, first_arrival_before, updated_and_keys
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ def updated(k: np.ndarray, ts: np.ndarray, bb: np.ndarray, gap: int, x: np.ndarr
     """Per point, Spark's ``numUpdatedStateRows`` of every accepted row under delay ``d``
     (``k`` key ids, ascending, ``ts``, ``bb`` as :func:`blocks` reads them): for each key
     with rows at the point, its sessions after the merge, those the point evicts included
-    (``whole_run/session._updated_and_keys`` on the blocks: a piece is stored from its row's
+    (``whole_run/session.updated_and_keys`` on the blocks: a piece is stored from its row's
     point until a row before it within the gap arrives, a block's first piece until the block
     is evicted). What the retained-tables model reads (``state_bytes.session_tables``). None
     as :func:`blocks`, or when (key, point) does not fit a word.
@@ -142,7 +142,7 @@ def updated(k: np.ndarray, ts: np.ndarray, bb: np.ndarray, gap: int, x: np.ndarr
     s_to = a[starts].astype(np.int64)
     head = cut[starts]
     s_to[head] = ev[np.searchsorted(heads, starts[head])]
-    return _updated_and_keys(krank, bb.astype(np.int64), starts, s_to, head, n_b, bits)[0]
+    return updated_and_keys(krank, bb.astype(np.int64), starts, s_to, head, n_b, bits)[0]
 
 
 def _eviction_cuts(k: np.ndarray, ts: np.ndarray, bb: np.ndarray, cut: np.ndarray, gap: int,
@@ -238,7 +238,7 @@ def updated_until_complete(k: np.ndarray, ts: np.ndarray, bb: np.ndarray, gap: i
     s_to = a[starts].astype(np.int64)
     head = cut[starts]
     s_to[head] = b_last[comp[starts[head]]]
-    return _updated_and_keys(krank, bb.astype(np.int64), starts, s_to, head, n_b, bits)[0]
+    return updated_and_keys(krank, bb.astype(np.int64), starts, s_to, head, n_b, bits)[0]
 
 
 __all__ = ["Blocks", "blocks", "stored_keys", "updated", "updated_until_complete"]

@@ -32,7 +32,7 @@ from collections.abc import Callable
 import numpy as np
 
 from semantics.operators.grouping import stable_argsort
-from semantics.sweep_session_settled import Groups, _ranges
+from semantics.sweep_session_settled import Groups, concat_ranges
 
 _NEVER = -(1 << 62) - (1 << 60)  # the end before a key's first group: below every X_p
 _SHIFT = 40  # bits of a list's values (ms from its least), below the point's number
@@ -59,7 +59,7 @@ class Closed:
         stop = np.minimum(sure, g.lead)
         n = np.maximum(stop - start, 0)
         entry = np.repeat(np.arange(len(before)), n)
-        point = _ranges(start, stop)
+        point = concat_ranges(start, stop)
         value = before[entry]
         self.base = int(value.min()) if len(value) else 0
         if len(value) and (int(value.max()) - self.base >= 1 << _SHIFT

@@ -117,7 +117,7 @@ class Tracker:
             lo = np.searchsorted(self.c_sorted, self.xs - d, side="right")
             hi = np.searchsorted(self.c_sorted, self.xs - self.d, side="right")
             # (both ascending: ranges cut where they overlap the one before, each group once)
-            moved = _ranges(np.maximum(lo, np.r_[0, hi[:-1]]), hi)
+            moved = concat_ranges(np.maximum(lo, np.r_[0, hi[:-1]]), hi)
             if len(moved):
                 moved = self.by_c[moved]
                 moved = moved[self.member[moved]]
@@ -185,10 +185,10 @@ class Tracker:
         return np.cumsum(self.keys_diff)[:self.n_b]
 
 
-def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+def concat_ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """The integers of every ``[lo, hi)``, concatenated.
 
-    >>> _ranges(np.array([0, 5, 7]), np.array([2, 5, 9])).tolist()
+    >>> concat_ranges(np.array([0, 5, 7]), np.array([2, 5, 9])).tolist()
     [0, 1, 7, 8]
     """
     n = np.maximum(hi - lo, 0)

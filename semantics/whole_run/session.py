@@ -217,7 +217,7 @@ def _at_once(kid: np.ndarray, t: np.ndarray, batch_of: np.ndarray, gap_us: int,
     # a piece start is stored in [b_s, a_s); a component's first row until its eviction batch
     head = cut[starts]
     s_to[head] = ev[comp[starts[head]]]
-    updated, keys = _updated_and_keys(krank, bb, starts, s_to, head, n_b, bits)
+    updated, keys = updated_and_keys(krank, bb, starts, s_to, head, n_b, bits)
     return AllSessions(
         dropped=_late_units(kid, t, batch_of, late, n_b),
         state_rows=state_rows, updated=updated, removed=removed, keys=keys,
@@ -294,7 +294,7 @@ def first_arrival_before(cut: np.ndarray, comp: np.ndarray, ts: np.ndarray, bb: 
     return a
 
 
-def _updated_and_keys(krank: np.ndarray, bb: np.ndarray, starts: np.ndarray, s_to: np.ndarray,
+def updated_and_keys(krank: np.ndarray, bb: np.ndarray, starts: np.ndarray, s_to: np.ndarray,
                       head: np.ndarray, n_b: int, bits: int
                       ) -> tuple[np.ndarray, np.ndarray]:
     """Per batch: ``updated``, the sum over the keys with rows in it (``krank``, ``bb``: key
@@ -310,7 +310,7 @@ def _updated_and_keys(krank: np.ndarray, bb: np.ndarray, starts: np.ndarray, s_t
     with SIMD (equal words are alike: no stable sort needed), and every pass after reads half
     the bytes.
 
-    >>> u, k = _updated_and_keys(np.array([0, 0, 1]), np.array([0, 1, 1]), np.array([0, 2]),
+    >>> u, k = updated_and_keys(np.array([0, 0, 1]), np.array([0, 1, 1]), np.array([0, 2]),
     ...                          np.array([2, 2]), np.array([True, True]), 3, 2)
     >>> u.tolist(), k.tolist()  # (both keys' sessions evicted in batch 2, which has no rows)
     ([1, 2, 0], [1, 2, 0])
