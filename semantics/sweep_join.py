@@ -63,7 +63,7 @@ from semantics.growing import Growing
 from semantics.schedule import TICK, Schedule
 from semantics.spec import BacktestSpec, JoinQuery
 from semantics.sweep_fallback import Figure, swept
-from semantics.sweep_join_keys import accepted_by, gone_by, held_keys
+from semantics.sweep_join_keys import accepted_by, gone_by_ranked, held_keys_ranked
 from semantics.sweep_join_latency import Latencies, NullRows
 from semantics.tuning import SWEEP_BYTES_ROWS, SWEEP_HELD_PAIRS_PER_ROW, SWEEP_POINT_DELAY_CELLS
 
@@ -304,7 +304,9 @@ def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
     if tables:
         first = np.searchsorted(delays, rows_a, side="right")
         came = accepted_by(point_all, first, n_pts, len(delays))
-        gone = gone_by(first, np.r_[left.m, right.m], pts.w_all(delays))
+        ranks = _Ranks.of(pts.w_all(delays), np.r_[left.m, right.m])
+        gone, gone_counted = ranks.gone(first, len(left.pos), _counted(
+            q.type, op.profile.join_counts_every_removal))
     else:
         made = Growing(np.r_[left.m, right.m], rows_a, lo, hi)
         created = np.zeros(n_pts, dtype=np.int64)
@@ -315,7 +317,7 @@ def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
         _counted(q.type, op.profile.join_counts_every_removal), len(pts.idle), hi)
     per_batch = None if held is None else _Bytes(s_spec, name, schedule)
     at_once = None if held is None or not tables else held.by_point(
-        pts, delays, q.type in ("right_outer", "full_outer"), gone)
+        pts, delays, q.type in ("right_outer", "full_outer"), ranks, gone_counted)
     out: dict[str, list[Figure]] = {f: [] for f in figures}
     n_inputs = sum(len(schedule.rows[s]) for s in (q.left, q.right))
     late = _at_least(rows_a, delays)
@@ -376,6 +378,36 @@ def _counted(join_type: str, every: bool) -> tuple[bool, bool]:
 
 
 @dataclass(frozen=True)
+class _Ranks:
+    """Every ``W`` of the (points × delays) table and every row's ``m`` by rank among the
+    table's distinct values (``m <= W`` iff ``rm <= rw``): one search of the rows for the
+    evictions' tables and the held keys alike (a search per row is what they cost most)."""
+
+    rw: np.ndarray  # (points × delays)
+    rm: np.ndarray  # per row, the sides' order (left's, right's): values below its m (int32)
+    top: int  # distinct values
+
+    @classmethod
+    def of(cls, w: np.ndarray, m: np.ndarray) -> _Ranks:
+        values = np.unique(w)
+        return cls(np.searchsorted(values, w),
+                   np.searchsorted(values, m, side="left").astype(np.int32), len(values))
+
+    def gone(self, first: np.ndarray, n_left: int, counted: tuple[bool, bool]
+             ) -> tuple[np.ndarray, np.ndarray]:
+        """Per (point, delay): every accepted row evicted by the point, and those of the
+        sides Spark counts (:func:`_counted`; ``first``: each row's least delay index
+        accepting it, the left side's ``n_left`` rows first): a table per side counted
+        apart, so no row is counted twice."""
+        if counted[0] == counted[1]:
+            every = gone_by_ranked(first, self.rm, self.rw, self.top)
+            return every, every if counted[0] else np.zeros_like(every)
+        sides = [gone_by_ranked(first[part], self.rm[part], self.rw, self.top)
+                 for part in (slice(0, n_left), slice(n_left, None))]
+        return sides[0] + sides[1], sides[0] if counted[0] else sides[1]
+
+
+@dataclass(frozen=True)
 class _Held:
     """Both sides' rows that may be accepted, in the order of (side, key code, point), for
     the per-batch counts the bytes model reads besides the state rows: each side's distinct
@@ -403,8 +435,6 @@ class _Held:
     n: int  # points
     m_in: np.ndarray  # every row's m in the sides' order (left's, right's): m_in[order] is m
     order: np.ndarray
-    a_in: np.ndarray  # every row's a in that order
-    counts_in: np.ndarray  # every row's side counted, in that order
 
     @cached_property
     def by_m(self) -> np.ndarray:
@@ -430,17 +460,18 @@ class _Held:
         base = (np.cumsum(first, dtype=np.int64) - 1) * (n + 1)
         counts = np.where(side, counted[1], counted[0])
         return cls(point[order], a[order], m[order], base, s, counts[order], stored_to[order],
-                   n, m, order, a, counts)
+                   n, m, order)
 
-    def by_point(self, pts: Points, delays: np.ndarray, right_outer: bool,
-                 gone_all: np.ndarray) -> _ByPoint | None:
+    def by_point(self, pts: Points, delays: np.ndarray, right_outer: bool, ranks: _Ranks,
+                 gone: np.ndarray) -> _ByPoint | None:
         """The same counts for every delay at once (:class:`_ByPoint`; the keys by
-        ``sweep_join_keys.held_keys``); None when its (points × delays) counts would pass
-        ``tuning.SWEEP_POINT_DELAY_CELLS``, the rows accepted under some delays only pair
+        ``sweep_join_keys.held_keys_ranked``); None when its (points × delays) counts would
+        pass ``tuning.SWEEP_POINT_DELAY_CELLS``, the rows accepted under some delays only pair
         with too many rows after them (``tuning.SWEEP_HELD_PAIRS_PER_ROW``) or an outer right
         row's stored delays have a gap (a pair emitted on arrival, yet its own batch evicting
-        it under some of them: not one threshold). ``gone_all``: every row's evictions
-        (:func:`sweep_join_keys.gone_by`)."""
+        it under some of them: not one threshold). ``ranks``: every row's ``m`` and every
+        ``W`` ranked (:class:`_Ranks`); ``gone``: the counted sides' evictions
+        (:meth:`_Ranks.gone`)."""
         n = self.n
         if n * len(delays) > SWEEP_POINT_DELAY_CELLS:
             return None
@@ -453,24 +484,19 @@ class _Held:
             own = self.a  # (stored whenever accepted)
         else:
             own = np.where(self.right, np.maximum(self.a, g), self.a)
-        # V: the watermark of the point before each point (none before the first)
-        v = np.empty((n, len(delays)), dtype=np.int64)
-        v[0] = np.iinfo(np.int64).min
-        v[1:] = pts.w_all(delays)[:-1]
-        keys = held_keys(self.base // (n + 1), self.point,
-                         np.searchsorted(delays, own, side="right"), self.m_in, self.order, v,
-                         SWEEP_HELD_PAIRS_PER_ROW)
+        # V: the watermark of the point before each point, none (below every W: one value
+        # more, ranked 0) before the first
+        rv = np.zeros(ranks.rw.shape, dtype=np.int64)
+        rv[1:] = ranks.rw[:-1] + 1
+        keys = held_keys_ranked(self.base // (n + 1), self.point,
+                                np.searchsorted(delays, own, side="right"),
+                                ranks.rm + (self.m_in > np.iinfo(np.int64).min), self.order,
+                                rv, ranks.top + 1, SWEEP_HELD_PAIRS_PER_ROW)
         if keys is None:
             return None
         lost = np.zeros_like(keys) if right_outer else _between(
             self.point[self.right], self.a[self.right], own[self.right], delays, n)
         c = self.counts
-        # (every side counted: the rows held are every row that may be accepted, gone_all's)
-        # (in the sides' order: searches of nearby values; rows of a >= hi are never accepted)
-        c_in = self.counts_in
-        gone = gone_all if c.all() else gone_by(
-            np.searchsorted(delays, self.a_in[c_in], side="right"), self.m_in[c_in],
-            pts.w_all(delays))
         return _ByPoint(keys, lost, np.diff(gone, axis=0, prepend=0),
                         bool(c[self.right].all()) if self.right.any() else False)
 

@@ -43,15 +43,26 @@ def held_keys(group: np.ndarray, q: np.ndarray, first: np.ndarray, m: np.ndarray
     per delay).
 
     Every ``m`` is taken by its rank among ``V``'s values (how many are below it): ``m > V``
-    iff its rank exceeds ``V``'s own, and two ``m`` of one rank differ at no ``V``. (Ranks,
-    points and delay indices as int32: the items are many, their bytes the cost.)"""
-    n, n_d = v.shape
+    iff its rank exceeds ``V``'s own, and two ``m`` of one rank differ at no ``V``
+    (:func:`held_keys_ranked`)."""
     values = np.unique(v)
-    rv = np.searchsorted(values, v)
+    return held_keys_ranked(group, q, first, np.searchsorted(values, m, side="left"), order,
+                            np.searchsorted(values, v), len(values), pairs_per_row)
+
+
+def held_keys_ranked(group: np.ndarray, q: np.ndarray, first: np.ndarray, xm: np.ndarray,
+                     order: np.ndarray, rv: np.ndarray, top: int, pairs_per_row: int
+                     ) -> np.ndarray | None:
+    """:func:`held_keys` with ``m`` and ``V`` given by their ranks ``xm`` (in the arrival
+    order) and ``rv`` among any sorted distinct values holding every ``V`` (``top`` of them:
+    ranks at most ``top``): ``m > V`` iff ``xm > rv``. The caller's ranks serve its other
+    tables too (one search of the rows, not one per table). (Ranks, points and delay
+    indices as int32: the items are many, their bytes the cost.)"""
+    n_d = rv.shape[1]
     keep = first < n_d
-    x = np.searchsorted(values, m, side="left").astype(np.int32)[order[keep]]
+    x = xm[order[keep]].astype(np.int32)
     group, q, first = group[keep], q[keep].astype(np.int32), first[keep].astype(np.int32)
-    floor = _floor(group, np.where(first == 0, x, _NONE), len(values) + 2)
+    floor = _floor(group, np.where(first == 0, x, _NONE), top + 2)
     raised = _raises(group, first, x, floor, pairs_per_row * max(len(x), 1))
     if raised is None:
         return None
@@ -63,9 +74,9 @@ def held_keys(group: np.ndarray, q: np.ndarray, first: np.ndarray, m: np.ndarray
     items.append((q[f], first[f], floor[f].astype(np.int32), -np.ones(len(f), dtype=np.int8)))
     ok = live[r]
     if ok.any():
-        items += _steps(r[ok], jr[ok], xr[ok], q, first, x, floor, len(values) + 2)
+        items += _steps(r[ok], jr[ok], xr[ok], q, first, x, floor, top + 2)
     qs, jl, xs, w = (np.concatenate(c) for c in zip(*items, strict=True))
-    return _count(qs, jl, xs, w, rv, len(values) + 1)
+    return _count(qs, jl, xs, w, rv, top + 1)
 
 
 def _running_before(seg: np.ndarray, val: np.ndarray, span: int) -> np.ndarray:
@@ -176,16 +187,21 @@ def accepted_by(point: np.ndarray, first: np.ndarray, n: int, n_d: int) -> np.nd
 def gone_by(first: np.ndarray, m: np.ndarray, w: np.ndarray) -> np.ndarray:
     """``out[p, j]``: the rows accepted under delay index ``j`` (``first``: the least index
     accepting each) of ``m`` at or below ``w[p, j]`` (``w``: points × delays), i.e. evicted
-    by point ``p``: by ranks among ``w``'s values, counted along the delays
-    (:func:`_above`)."""
-    n, n_d = w.shape
-    keep = first < n_d
+    by point ``p``: by ranks among ``w``'s values (:func:`gone_by_ranked`)."""
     values = np.unique(w)
-    rw = np.searchsorted(values, w)
-    rm = np.searchsorted(values, m[keep], side="left")  # (m <= w iff rm <= its rank)
+    return gone_by_ranked(first, np.searchsorted(values, m, side="left"),
+                          np.searchsorted(values, w), len(values))
+
+
+def gone_by_ranked(first: np.ndarray, rm: np.ndarray, rw: np.ndarray, top: int) -> np.ndarray:
+    """:func:`gone_by` with ``m`` and ``w`` given by their ranks among any sorted distinct
+    values holding every ``w`` (``top`` of them): ``m <= w`` iff ``rm <= rw``; counted
+    along the delays (:func:`_above`)."""
+    n, n_d = rw.shape
+    keep = first < n_d
     f = first[keep]
-    above = _above(f, rm, np.ones(len(f), dtype=np.int64), np.ascontiguousarray(rw.T),
-                   len(values) + 1)
+    above = _above(f, rm[keep], np.ones(len(f), dtype=np.int64), np.ascontiguousarray(rw.T),
+                   top + 1)
     return (np.cumsum(np.bincount(f, minlength=n_d))[:, None] - above).T
 
 
