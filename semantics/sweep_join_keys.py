@@ -211,28 +211,30 @@ def _above(start: np.ndarray, rx: np.ndarray, w: np.ndarray, rv: np.ndarray,
     added at their start, read at each point through block sums (a block's running total
     and a scan of the cells' own block)."""
     n, n_d = rv.shape
-    w = w.astype(np.int64)  # (add.at's fast path: the table's own type)
     block = 1 << max(0, int(np.log2(max(span / max(n_d, 1), 1))) // 2)
     n_blocks = -(-span // block)
     by_rank = np.zeros(n_blocks * block, dtype=np.int64)
     by_block = np.zeros(n_blocks + 1, dtype=np.int64)
-    # (a radix sort when the starts fit 16 bits)
+    # the items in the order of their start (a radix sort when the starts fit 16 bits),
+    # gathered once: a point's new items are then a slice
     order = np.argsort(start.astype(np.int16) if n < 1 << 15 else start, kind="stable")
-    cuts = np.searchsorted(start[order], np.arange(n + 1))
+    cuts = np.r_[0, np.cumsum(np.bincount(start, minlength=n)[:n])]
+    rx = rx[order]
+    w = w[order].astype(np.int64)  # (add.at's fast path: the table's own type)
+    rb = rx // block + 1
+    totals = np.r_[0, np.cumsum(w)][cuts]  # (the weights added by each point)
     out = np.zeros((n, n_d), dtype=np.int64)
-    total = 0
     lanes = np.arange(block, dtype=np.int64)
     for p in range(n):
-        new = order[cuts[p]:cuts[p + 1]]
-        if len(new) > len(by_rank):  # (more than the ranks: counted, not added one by one)
-            by_rank += np.rint(np.bincount(rx[new], w[new], minlength=len(by_rank))
+        lo, hi = cuts[p], cuts[p + 1]
+        if hi - lo > len(by_rank):  # (more than the ranks: counted, not added one by one)
+            by_rank += np.rint(np.bincount(rx[lo:hi], w[lo:hi], minlength=len(by_rank))
                                ).astype(np.int64)
             by_block[1:] = by_rank.reshape(n_blocks, block).sum(1)
-            total += int(w[new].sum())
-        elif len(new):
-            np.add.at(by_rank, rx[new], w[new])
-            np.add.at(by_block, rx[new] // block + 1, w[new])
-            total += int(w[new].sum())
+        elif hi > lo:
+            np.add.at(by_rank, rx[lo:hi], w[lo:hi])
+            np.add.at(by_block, rb[lo:hi], w[lo:hi])
+        total = int(totals[p + 1])
         if not total:
             continue
         k = rv[p]  # at or below: rank <= k
