@@ -156,23 +156,26 @@ def _count(s: np.ndarray, jl: np.ndarray, x: np.ndarray, w: np.ndarray, rv: np.n
     (``x``, ``rv`` below ``span``)."""
     n, n_d = rv.shape
     # the first point at or after s whose rv[., jl] reaches x (rv's columns ascend in p)
-    star = np.empty(len(x), dtype=np.int32)
     zero = jl == 0  # (most rows: a search in one column)
     at_rank = np.searchsorted(rv[:, 0], np.arange(span), side="left").astype(np.int32)
-    star[zero] = at_rank[x[zero]]  # (a table of every rank: no search per item)
-    col = (np.arange(n_d, dtype=np.int64)[:, None] * span + rv.T).ravel()
-    other = jl[~zero].astype(np.int64)
-    star[~zero] = np.searchsorted(col, other * span + x[~zero], side="left") - other * n
+    if zero.all():
+        star = at_rank[x]  # (a table of every rank: no search per item)
+    else:
+        star = np.empty(len(x), dtype=np.int32)
+        star[zero] = at_rank[x[zero]]
+        col = (np.arange(n_d, dtype=np.int64)[:, None] * span + rv.T).ravel()
+        other = jl[~zero].astype(np.int64)
+        star[~zero] = np.searchsorted(col, other * span + x[~zero], side="left") - other * n
     np.maximum(star, s, out=star)
-    box = np.flatnonzero(star > s)
+    # the rectangles [s, star) x [jl, n_d) in a 2-D difference table (star == s: none;
+    # cells as int32: the table is within tuning.SWEEP_POINT_DELAY_CELLS)
     cells = (n + 1) * (n_d + 1)
-    ends = np.concatenate((s[box], star[box])).astype(np.int64) * (n_d + 1) + \
-        np.concatenate((jl[box], jl[box]))
-    rect = np.bincount(ends, np.concatenate((w[box], -w[box])), minlength=cells)
+    wf = w.astype(np.float64)
+    rect = np.bincount(s * (n_d + 1) + jl, wf, minlength=cells) - \
+        np.bincount(star * (n_d + 1) + jl, wf, minlength=cells)
     keys = np.rint(rect).astype(np.int64).reshape(n + 1, n_d + 1).cumsum(0).cumsum(1)
     keys = keys[:n, :n_d]
-    rest = np.flatnonzero(star < n)
-    keys += _above(star[rest], x[rest], w[rest], rv, span)
+    keys += _above(star, x, w, rv, span)  # (from star on; star == n: never)
     return keys
 
 
@@ -207,9 +210,10 @@ def gone_by_ranked(first: np.ndarray, rm: np.ndarray, rw: np.ndarray, top: int) 
 
 def _above(start: np.ndarray, rx: np.ndarray, w: np.ndarray, rv: np.ndarray,
            span: int) -> np.ndarray:
-    """``sum of w [start <= p] [rx > rv[p, j]]`` per cell: the items' weights by rank,
-    added at their start, read at each point through block sums (a block's running total
-    and a scan of the cells' own block)."""
+    """``sum of w [start <= p] [rx > rv[p, j]]`` per cell (``start`` up to the points'
+    count: an item of that start is never counted): the items' weights by rank, added at
+    their start, read at each point through block sums (a block's running total and a scan
+    of the cells' own block)."""
     n, n_d = rv.shape
     block = 1 << max(0, int(np.log2(max(span / max(n_d, 1), 1))) // 2)
     n_blocks = -(-span // block)
@@ -218,7 +222,7 @@ def _above(start: np.ndarray, rx: np.ndarray, w: np.ndarray, rv: np.ndarray,
     # the items in the order of their start (a radix sort when the starts fit 16 bits),
     # gathered once: a point's new items are then a slice
     order = np.argsort(start.astype(np.int16) if n < 1 << 15 else start, kind="stable")
-    cuts = np.r_[0, np.cumsum(np.bincount(start, minlength=n)[:n])]
+    cuts = np.r_[0, np.cumsum(np.bincount(start, minlength=n)[:n])]  # (the last: start < n)
     rx = rx[order]
     w = w[order].astype(np.int64)  # (add.at's fast path: the table's own type)
     rb = rx // block + 1
