@@ -208,8 +208,7 @@ def _least_w(k: np.ndarray, bounds: tuple[ValueBound, ...]) -> np.ndarray:
         # (floor division: the least W when y stays >= 0; truncation toward zero below 0
         # reaches k one W earlier at most)
         w = k + (0 if strict else 1) - off // 1000
-        w -= s(w - 1) >= k
-        assert (s(w) >= k).all() and (s(w - 1) < k).all()
+        w -= s(w - 1) >= k  # (s(w) >= k > s(w - 1): tests/test_sweep_join.py checks it)
         out = np.maximum(out, w)
     return out
 

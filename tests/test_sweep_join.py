@@ -266,3 +266,19 @@ def test_outer_latencies_per_delay_equal_a_partition_of_every_emitted_row() -> N
             want = (len(every), tuple(np.percentile(every / 1000.0, quantiles.PERCENTILES)
                                       .tolist()) if len(every) else (None, None, None))
             assert got.at(d, w, clock) == want, (seed, d)
+
+
+def test_the_least_watermark_reaching_a_value_is_the_least() -> None:
+    # the least W whose state watermark (Spark's truncation toward zero, -1 unless strict)
+    # reaches k: for offsets of whole and part milliseconds either side of 0, k around 0
+    from semantics.operators.join_watermarks import ValueBound
+
+    r = np.random.default_rng(0)
+    k = np.r_[r.integers(-5_000, 5_000, 2_000), np.arange(-40, 40)]
+    for offset in [0, -1, 1, -999, 999, -1000, -1500, 2500, *r.integers(-90_000, 1, 20)]:
+        for strict in (False, True):
+            bound = ValueBound(int(offset), strict, "t")
+            w = sweep_join._least_w(k, (bound,))
+            s_at = np.array([bound.state_watermark_ms(int(v)) for v in w])
+            s_before = np.array([bound.state_watermark_ms(int(v) - 1) for v in w])
+            assert (s_at >= k).all() and (s_before < k).all(), (offset, strict)
