@@ -644,7 +644,9 @@ def _null_rows(side: Side, idx: np.ndarray, tau: np.ndarray, pts: Points) -> Nul
                          np.full(len(side.pos), pts.b[-1]), side.m, pts.policy) \
         if len(pts.idle) else np.full(len(side.pos), NEVER, dtype=np.int64)
     some = np.flatnonzero(side.a < np.minimum(unmatched_to, gone_by_end))
-    order = some[np.argsort(side.et[some], kind="stable")]
+    # (rows of one event time in any order: every range of them is cut at a change of m or
+    # of the reference, both functions of it, so no figure depends on their order)
+    order = some[np.argsort(side.et[some])]
     m = side.m[order]
     assert not len(m) or (np.diff(m) >= 0).all()
     # (d <= gone_by_end iff m <= the last W: NullRows' cut, so u need not say it)
