@@ -392,8 +392,7 @@ class _Ranks:
     @classmethod
     def of(cls, w: np.ndarray, m: np.ndarray) -> _Ranks:
         values = np.unique(w)
-        return cls(np.searchsorted(values, w),
-                   np.searchsorted(values, m, side="left").astype(np.int32), len(values))
+        return cls(np.searchsorted(values, w), _ranks(values, m), len(values))
 
     def gone(self, first: np.ndarray, n_left: int, counted: tuple[bool, bool]
              ) -> tuple[np.ndarray, np.ndarray]:
@@ -407,6 +406,20 @@ class _Ranks:
         sides = [gone_by_ranked(first[part], self.rm[part], self.rw, self.top)
                  for part in (slice(0, n_left), slice(n_left, None))]
         return sides[0] + sides[1], sides[0] if counted[0] else sides[1]
+
+
+def _ranks(values: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """Per ``m``: how many of ``values`` (sorted, distinct) are below it, as int32. When the
+    values span no more integers than there are ``m``, by a table of every integer between
+    the least and the greatest (a running count of the values: a gather per ``m``, not a
+    binary search); else searched."""
+    if not len(values) or len(m) < int(values[-1]) - int(values[0]) + 1:
+        return np.searchsorted(values, m, side="left").astype(np.int32)
+    lo = int(values[0])
+    table = np.zeros(int(values[-1]) - lo + 2, dtype=np.int32)
+    table[values - lo + 1] = 1
+    np.cumsum(table, out=table)  # (table[i]: the values below lo + i)
+    return table[np.clip(m, lo, lo + len(table) - 1) - lo]
 
 
 @dataclass(frozen=True)

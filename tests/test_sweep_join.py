@@ -282,3 +282,16 @@ def test_the_least_watermark_reaching_a_value_is_the_least() -> None:
             s_at = np.array([bound.state_watermark_ms(int(v)) for v in w])
             s_before = np.array([bound.state_watermark_ms(int(v) - 1) for v in w])
             assert (s_at >= k).all() and (s_before < k).all(), (offset, strict)
+
+
+def test_ranks_by_a_table_equal_a_search() -> None:
+    # values spanning fewer integers than the m (the table) or more (the search), m below,
+    # among, between and past them, at the extremes of int64 too
+    r = np.random.default_rng(1)
+    for seed in range(40):
+        values = np.unique(r.integers(-50, 50 if seed % 2 else 5_000, int(r.integers(0, 30))))
+        m = np.r_[r.integers(-80, 80, int(r.integers(0, 400))), sweep_join._TOP,
+                  np.iinfo(np.int64).min]
+        want = np.searchsorted(values, m, side="left")
+        assert sweep_join._ranks(values, m).tolist() == want.tolist(), seed
+    assert sweep_join._ranks(np.arange(10), np.arange(-5, 400)).dtype == np.int32
