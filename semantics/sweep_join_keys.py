@@ -81,8 +81,9 @@ def held_keys_ranked(group: np.ndarray, q: np.ndarray, first: np.ndarray, xm: np
 
 def _running_before(seg: np.ndarray, val: np.ndarray, span: int) -> np.ndarray:
     """Per entry: the greatest ``val`` (``>= _NONE``, ``< span - 1``) of the entries before
-    it in its segment (``seg``: non-decreasing), ``_NONE`` when none."""
-    g = np.cumsum(np.r_[True, seg[1:] != seg[:-1]]) - 1 if len(seg) else seg
+    it in its segment (``seg``: non-decreasing, ``>= 0``; a group's number or a row's
+    position, so ``seg * span`` stays far within int64), ``_NONE`` when none."""
+    g = seg.astype(np.int64, copy=False)  # (segments apart by span at least: no renumbering)
     run = np.maximum.accumulate(g * span + val + 1)
     before = np.r_[0, run[:-1]] - g * span - 1
     return np.maximum(before, _NONE)  # (another segment's: below this one's codes)
