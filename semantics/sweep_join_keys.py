@@ -183,9 +183,9 @@ def _count(s: np.ndarray, jl: np.ndarray, x: np.ndarray, w: np.ndarray, rv: np.n
 def accepted_by(point: np.ndarray, first: np.ndarray, n: int, n_d: int) -> np.ndarray:
     """``out[p, j]``: the rows of point ``<= p`` accepted under delay index ``j`` (``first``:
     the least index accepting each)."""
-    keep = first < n_d
-    table = np.bincount(point[keep] * n_d + first[keep], minlength=n * n_d)
-    return table.reshape(n, n_d).cumsum(0).cumsum(1)
+    # (a column more for the rows never accepted: no pass picking the others)
+    table = np.bincount(point * (n_d + 1) + np.minimum(first, n_d), minlength=n * (n_d + 1))
+    return table.reshape(n, n_d + 1)[:, :n_d].cumsum(0).cumsum(1)
 
 
 def gone_by(first: np.ndarray, m: np.ndarray, w: np.ndarray) -> np.ndarray:
