@@ -63,7 +63,7 @@ from semantics.growing import Growing
 from semantics.schedule import TICK, Schedule
 from semantics.spec import BacktestSpec, JoinQuery
 from semantics.sweep_fallback import Figure, swept
-from semantics.sweep_join_keys import accepted_by, gone_by, held_keys
+from semantics.sweep_join_keys import accepted_by, gone_by_ranked, held_keys_ranked
 from semantics.sweep_join_latency import Latencies, NullRows
 from semantics.tuning import SWEEP_BYTES_ROWS, SWEEP_HELD_PAIRS_PER_ROW, SWEEP_POINT_DELAY_CELLS
 
@@ -208,8 +208,7 @@ def _least_w(k: np.ndarray, bounds: tuple[ValueBound, ...]) -> np.ndarray:
         # (floor division: the least W when y stays >= 0; truncation toward zero below 0
         # reaches k one W earlier at most)
         w = k + (0 if strict else 1) - off // 1000
-        w -= s(w - 1) >= k
-        assert (s(w) >= k).all() and (s(w - 1) < k).all()
+        w -= s(w - 1) >= k  # (s(w) >= k > s(w - 1): tests/test_sweep_join.py checks it)
         out = np.maximum(out, w)
     return out
 
@@ -299,23 +298,28 @@ def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
     lo, hi = int(delays[0]), int(delays[-1])
     n_pts = len(pts.idle)
     point_all = np.r_[left.point, right.point]
+    m_all = np.r_[left.m, right.m]
+    counted = _counted(q.type, op.profile.join_counts_every_removal)
     # the state rows: tables of every (point, delay) within the cells' bound, else by delay
     tables = 0 < n_pts * len(delays) <= SWEEP_POINT_DELAY_CELLS
     if tables:
         first = np.searchsorted(delays, rows_a, side="right")
         came = accepted_by(point_all, first, n_pts, len(delays))
-        gone = gone_by(first, np.r_[left.m, right.m], pts.w_all(delays))
+        ranks = _Ranks.of(pts.w_all(delays), m_all)
+        gone, gone_counted = ranks.gone(first, len(left.pos), counted)
     else:
-        made = Growing(np.r_[left.m, right.m], rows_a, lo, hi)
+        made = Growing(m_all, rows_a, lo, hi)
         created = np.zeros(n_pts, dtype=np.int64)
     prev_w_idle = np.flatnonzero(pts.idle) - 1  # (an idle point always follows a data point)
     bytes_none = _no_bytes_estimate(s_spec, name, schedule)
     held = None if bytes_none or not len(pts.idle) else _Held.of(
-        left, right, _stored_to(right, rj, tau, q.type in ("right_outer", "full_outer")),
-        _counted(q.type, op.profile.join_counts_every_removal), len(pts.idle), hi)
+        rows_a, m_all, point_all, np.r_[left.code, right.code], len(left.pos),
+        np.r_[np.full(len(left.pos), ALWAYS, dtype=np.int64),
+              _stored_to(right, rj, tau, q.type in ("right_outer", "full_outer"))],
+        counted, len(pts.idle), hi)
     per_batch = None if held is None else _Bytes(s_spec, name, schedule)
     at_once = None if held is None or not tables else held.by_point(
-        pts, delays, q.type in ("right_outer", "full_outer"), gone)
+        pts, delays, q.type in ("right_outer", "full_outer"), ranks, gone_counted)
     out: dict[str, list[Figure]] = {f: [] for f in figures}
     n_inputs = sum(len(schedule.rows[s]) for s in (q.left, q.right))
     late = _at_least(rows_a, delays)
@@ -376,6 +380,49 @@ def _counted(join_type: str, every: bool) -> tuple[bool, bool]:
 
 
 @dataclass(frozen=True)
+class _Ranks:
+    """Every ``W`` of the (points × delays) table and every row's ``m`` by rank among the
+    table's distinct values (``m <= W`` iff ``rm <= rw``): one search of the rows for the
+    evictions' tables and the held keys alike (a search per row is what they cost most)."""
+
+    rw: np.ndarray  # (points × delays)
+    rm: np.ndarray  # per row, the sides' order (left's, right's): values below its m (int32)
+    top: int  # distinct values
+
+    @classmethod
+    def of(cls, w: np.ndarray, m: np.ndarray) -> _Ranks:
+        values = np.unique(w)
+        return cls(np.searchsorted(values, w), _ranks(values, m), len(values))
+
+    def gone(self, first: np.ndarray, n_left: int, counted: tuple[bool, bool]
+             ) -> tuple[np.ndarray, np.ndarray]:
+        """Per (point, delay): every accepted row evicted by the point, and those of the
+        sides Spark counts (:func:`_counted`; ``first``: each row's least delay index
+        accepting it, the left side's ``n_left`` rows first): a table per side counted
+        apart, so no row is counted twice."""
+        if counted[0] == counted[1]:
+            every = gone_by_ranked(first, self.rm, self.rw, self.top)
+            return every, every if counted[0] else np.zeros_like(every)
+        sides = [gone_by_ranked(first[part], self.rm[part], self.rw, self.top)
+                 for part in (slice(0, n_left), slice(n_left, None))]
+        return sides[0] + sides[1], sides[0] if counted[0] else sides[1]
+
+
+def _ranks(values: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """Per ``m``: how many of ``values`` (sorted, distinct) are below it, as int32. When the
+    values span no more integers than there are ``m``, by a table of every integer between
+    the least and the greatest (a running count of the values: a gather per ``m``, not a
+    binary search); else searched."""
+    if not len(values) or len(m) < int(values[-1]) - int(values[0]) + 1:
+        return np.searchsorted(values, m, side="left").astype(np.int32)
+    lo = int(values[0])
+    table = np.zeros(int(values[-1]) - lo + 2, dtype=np.int32)
+    table[values - lo + 1] = 1
+    np.cumsum(table, out=table)  # (table[i]: the values below lo + i)
+    return table[np.clip(m, lo, lo + len(table) - 1) - lo]
+
+
+@dataclass(frozen=True)
 class _Held:
     """Both sides' rows that may be accepted, in the order of (side, key code, point), for
     the per-batch counts the bytes model reads besides the state rows: each side's distinct
@@ -395,16 +442,39 @@ class _Held:
 
     point: np.ndarray
     a: np.ndarray  # accepted iff d > a
-    m: np.ndarray  # evicted at a point iff W >= m
-    base: np.ndarray  # the key's group number times (points + 1): a running maximum per key
-    right: np.ndarray  # a right row
-    counts: np.ndarray  # its side's removed rows are counted (:func:`_counted`)
-    stored_to: np.ndarray  # evicted at its own point: stored iff d <= it (:func:`_stored_to`)
+    group: np.ndarray  # the key's group number (side and key code), from 0, ascending
+    n_left: int  # the left side's rows, first: the rest are right rows
+    counted: tuple[bool, bool]  # the left and right side's removed rows are counted
     n: int  # points
     m_in: np.ndarray  # every row's m in the sides' order (left's, right's): m_in[order] is m
     order: np.ndarray
-    a_in: np.ndarray  # every row's a in that order
-    counts_in: np.ndarray  # every row's side counted, in that order
+    stored_in: np.ndarray  # every row's :func:`_stored_to` in that order (a left row: ALWAYS)
+
+    # (gathered on first use: the tables of every delay read them for the right rows only)
+    @cached_property
+    def m(self) -> np.ndarray:
+        """Evicted at a point iff ``W >= m``."""
+        return self.m_in[self.order]
+
+    @cached_property
+    def stored_to(self) -> np.ndarray:
+        """Evicted at its own point: stored iff ``d <=`` it (:func:`_stored_to`)."""
+        return self.stored_in[self.order]
+
+    @cached_property
+    def right(self) -> np.ndarray:
+        """A right row."""
+        return np.arange(len(self.order)) >= self.n_left
+
+    @cached_property
+    def base(self) -> np.ndarray:
+        """The key's group number times (points + 1): a running maximum per key."""
+        return self.group * (self.n + 1)
+
+    @cached_property
+    def counts(self) -> np.ndarray:
+        """Its side's removed rows are counted (:func:`_counted`)."""
+        return np.where(self.right, self.counted[1], self.counted[0])
 
     @cached_property
     def by_m(self) -> np.ndarray:
@@ -412,67 +482,67 @@ class _Held:
         return np.argsort(self.m, kind="stable")
 
     @classmethod
-    def of(cls, left: Side, right: Side, right_stored_to: np.ndarray,
-           counted: tuple[bool, bool], n: int, hi: int) -> _Held:
-        """``hi``: the greatest delay (rows of ``a >= hi`` are never accepted)."""
-        side = np.r_[np.zeros(len(left.pos), dtype=bool), np.ones(len(right.pos), dtype=bool)]
-        code = np.r_[left.code, right.code]
-        point, a, m = (np.r_[left.point, right.point], np.r_[left.a, right.a],
-                       np.r_[left.m, right.m])
-        stored_to = np.r_[np.full(len(left.pos), ALWAYS, dtype=np.int64), right_stored_to]
-        keep = np.flatnonzero(a < hi)
-        span = int(code.max(initial=0)) + 1
-        # (rows of one key and point in any order)
-        order = keep[np.argsort((side[keep] * span + code[keep]) * (n + 1) + point[keep])]
-        s, c = side[order], code[order]
-        first = np.r_[True, (s[1:] != s[:-1]) | (c[1:] != c[:-1])] if len(order) else \
-            np.zeros(0, dtype=bool)
-        base = (np.cumsum(first, dtype=np.int64) - 1) * (n + 1)
-        counts = np.where(side, counted[1], counted[0])
-        return cls(point[order], a[order], m[order], base, s, counts[order], stored_to[order],
-                   n, m, order, a, counts)
+    def of(cls, a_in: np.ndarray, m_in: np.ndarray, point_in: np.ndarray, code_in: np.ndarray,
+           n_left: int, stored_in: np.ndarray, counted: tuple[bool, bool], n: int,
+           hi: int) -> _Held:
+        """Every row's ``a``, ``m``, point, key code and :func:`_stored_to` in the sides'
+        order, the left side's ``n_left`` rows first; ``hi``: the greatest delay (rows of
+        ``a >= hi`` are never accepted)."""
+        keep = np.flatnonzero(a_in < hi)
+        span = int(code_in.max(initial=0)) + 1
+        # one sort key (side, code, point): the rows of one key and point in any order
+        key = code_in[keep].astype(np.int64)
+        k_left = int(np.searchsorted(keep, n_left))
+        key[k_left:] += span
+        key *= n + 1
+        key += point_in[keep]
+        by = np.argsort(key)
+        key = key[by]
+        group = key // (n + 1)
+        point = key - group * (n + 1)  # (read back from the key: no gather)
+        first = np.r_[True, group[1:] != group[:-1]] if len(key) else np.zeros(0, dtype=bool)
+        order = keep[by]
+        return cls(point, a_in[order], np.cumsum(first, dtype=np.int64) - 1, k_left, counted,
+                   n, m_in, order, stored_in)
 
-    def by_point(self, pts: Points, delays: np.ndarray, right_outer: bool,
-                 gone_all: np.ndarray) -> _ByPoint | None:
+    def by_point(self, pts: Points, delays: np.ndarray, right_outer: bool, ranks: _Ranks,
+                 gone: np.ndarray) -> _ByPoint | None:
         """The same counts for every delay at once (:class:`_ByPoint`; the keys by
-        ``sweep_join_keys.held_keys``); None when its (points × delays) counts would pass
-        ``tuning.SWEEP_POINT_DELAY_CELLS``, the rows accepted under some delays only pair
+        ``sweep_join_keys.held_keys_ranked``); None when its (points × delays) counts would
+        pass ``tuning.SWEEP_POINT_DELAY_CELLS``, the rows accepted under some delays only pair
         with too many rows after them (``tuning.SWEEP_HELD_PAIRS_PER_ROW``) or an outer right
         row's stored delays have a gap (a pair emitted on arrival, yet its own batch evicting
-        it under some of them: not one threshold). ``gone_all``: every row's evictions
-        (:func:`sweep_join_keys.gone_by`)."""
+        it under some of them: not one threshold). ``ranks``: every row's ``m`` and every
+        ``W`` ranked (:class:`_Ranks`); ``gone``: the counted sides' evictions
+        (:meth:`_Ranks.gone`)."""
         n = self.n
         if n * len(delays) > SWEEP_POINT_DELAY_CELLS:
             return None
-        # a right row stays past its own batch iff d > g
-        g = np.where(self.right, behind(pts.a[self.point], pts.b[self.point], self.m,
-                                        pts.policy), NEVER)
+        # a right row (the rows from n_left on) stays past its own batch iff d > g
+        r = slice(self.n_left, None)
+        at = self.order[r]
+        p_r, a_r = self.point[r], self.a[r]
+        g = behind(pts.a[p_r], pts.b[p_r], self.m_in[at], pts.policy)
+        own = self.a
         if right_outer:
-            if (self.right & (np.maximum(self.a, self.stored_to) < g)).any():
-                return None
-            own = self.a  # (stored whenever accepted)
+            if (np.maximum(a_r, self.stored_in[at]) < g).any():
+                return None  # (own: stored whenever accepted)
         else:
-            own = np.where(self.right, np.maximum(self.a, g), self.a)
-        # V: the watermark of the point before each point (none before the first)
-        v = np.empty((n, len(delays)), dtype=np.int64)
-        v[0] = np.iinfo(np.int64).min
-        v[1:] = pts.w_all(delays)[:-1]
-        keys = held_keys(self.base // (n + 1), self.point,
-                         np.searchsorted(delays, own, side="right"), self.m_in, self.order, v,
-                         SWEEP_HELD_PAIRS_PER_ROW)
+            own = self.a.copy()
+            own[r] = np.maximum(a_r, g)
+        # V: the watermark of the point before each point, none (below every W: one value
+        # more, ranked 0) before the first
+        rv = np.zeros(ranks.rw.shape, dtype=np.int64)
+        rv[1:] = ranks.rw[:-1] + 1
+        keys = held_keys_ranked(self.group, self.point,
+                                np.searchsorted(delays, own, side="right"),
+                                ranks.rm + (self.m_in > np.iinfo(np.int64).min), self.order,
+                                rv, ranks.top + 1, SWEEP_HELD_PAIRS_PER_ROW)
         if keys is None:
             return None
-        lost = np.zeros_like(keys) if right_outer else _between(
-            self.point[self.right], self.a[self.right], own[self.right], delays, n)
-        c = self.counts
-        # (every side counted: the rows held are every row that may be accepted, gone_all's)
-        # (in the sides' order: searches of nearby values; rows of a >= hi are never accepted)
-        c_in = self.counts_in
-        gone = gone_all if c.all() else gone_by(
-            np.searchsorted(delays, self.a_in[c_in], side="right"), self.m_in[c_in],
-            pts.w_all(delays))
+        lost = np.zeros_like(keys) if right_outer else _between(p_r, a_r, own[r], delays, n)
         return _ByPoint(keys, lost, np.diff(gone, axis=0, prepend=0),
-                        bool(c[self.right].all()) if self.right.any() else False)
+                        self.counted[1] and len(p_r) > 0)
 
     def at(self, d: int, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per point under delay ``d`` (``w``: its points' W): the keys held before its
@@ -587,7 +657,9 @@ def _null_rows(side: Side, idx: np.ndarray, tau: np.ndarray, pts: Points) -> Nul
                          np.full(len(side.pos), pts.b[-1]), side.m, pts.policy) \
         if len(pts.idle) else np.full(len(side.pos), NEVER, dtype=np.int64)
     some = np.flatnonzero(side.a < np.minimum(unmatched_to, gone_by_end))
-    order = some[np.argsort(side.et[some], kind="stable")]
+    # (rows of one event time in any order: every range of them is cut at a change of m or
+    # of the reference, both functions of it, so no figure depends on their order)
+    order = some[np.argsort(side.et[some])]
     m = side.m[order]
     assert not len(m) or (np.diff(m) >= 0).all()
     # (d <= gone_by_end iff m <= the last W: NullRows' cut, so u need not say it)

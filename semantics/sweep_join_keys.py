@@ -43,15 +43,26 @@ def held_keys(group: np.ndarray, q: np.ndarray, first: np.ndarray, m: np.ndarray
     per delay).
 
     Every ``m`` is taken by its rank among ``V``'s values (how many are below it): ``m > V``
-    iff its rank exceeds ``V``'s own, and two ``m`` of one rank differ at no ``V``. (Ranks,
-    points and delay indices as int32: the items are many, their bytes the cost.)"""
-    n, n_d = v.shape
+    iff its rank exceeds ``V``'s own, and two ``m`` of one rank differ at no ``V``
+    (:func:`held_keys_ranked`)."""
     values = np.unique(v)
-    rv = np.searchsorted(values, v)
+    return held_keys_ranked(group, q, first, np.searchsorted(values, m, side="left"), order,
+                            np.searchsorted(values, v), len(values), pairs_per_row)
+
+
+def held_keys_ranked(group: np.ndarray, q: np.ndarray, first: np.ndarray, xm: np.ndarray,
+                     order: np.ndarray, rv: np.ndarray, top: int, pairs_per_row: int
+                     ) -> np.ndarray | None:
+    """:func:`held_keys` with ``m`` and ``V`` given by their ranks ``xm`` (in the arrival
+    order) and ``rv`` among any sorted distinct values holding every ``V`` (``top`` of them:
+    ranks at most ``top``): ``m > V`` iff ``xm > rv``. The caller's ranks serve its other
+    tables too (one search of the rows, not one per table). (Ranks, points and delay
+    indices as int32: the items are many, their bytes the cost.)"""
+    n_d = rv.shape[1]
     keep = first < n_d
-    x = np.searchsorted(values, m, side="left").astype(np.int32)[order[keep]]
+    x = xm[order[keep]].astype(np.int32)
     group, q, first = group[keep], q[keep].astype(np.int32), first[keep].astype(np.int32)
-    floor = _floor(group, np.where(first == 0, x, _NONE), len(values) + 2)
+    floor = _floor(group, np.where(first == 0, x, _NONE), top + 2)
     raised = _raises(group, first, x, floor, pairs_per_row * max(len(x), 1))
     if raised is None:
         return None
@@ -63,15 +74,16 @@ def held_keys(group: np.ndarray, q: np.ndarray, first: np.ndarray, m: np.ndarray
     items.append((q[f], first[f], floor[f].astype(np.int32), -np.ones(len(f), dtype=np.int8)))
     ok = live[r]
     if ok.any():
-        items += _steps(r[ok], jr[ok], xr[ok], q, first, x, floor, len(values) + 2)
+        items += _steps(r[ok], jr[ok], xr[ok], q, first, x, floor, top + 2)
     qs, jl, xs, w = (np.concatenate(c) for c in zip(*items, strict=True))
-    return _count(qs, jl, xs, w, rv, len(values) + 1)
+    return _count(qs, jl, xs, w, rv, top + 1)
 
 
 def _running_before(seg: np.ndarray, val: np.ndarray, span: int) -> np.ndarray:
     """Per entry: the greatest ``val`` (``>= _NONE``, ``< span - 1``) of the entries before
-    it in its segment (``seg``: non-decreasing), ``_NONE`` when none."""
-    g = np.cumsum(np.r_[True, seg[1:] != seg[:-1]]) - 1 if len(seg) else seg
+    it in its segment (``seg``: non-decreasing, ``>= 0``; a group's number or a row's
+    position, so ``seg * span`` stays far within int64), ``_NONE`` when none."""
+    g = seg.astype(np.int64, copy=False)  # (segments apart by span at least: no renumbering)
     run = np.maximum.accumulate(g * span + val + 1)
     before = np.r_[0, run[:-1]] - g * span - 1
     return np.maximum(before, _NONE)  # (another segment's: below this one's codes)
@@ -145,78 +157,89 @@ def _count(s: np.ndarray, jl: np.ndarray, x: np.ndarray, w: np.ndarray, rv: np.n
     (``x``, ``rv`` below ``span``)."""
     n, n_d = rv.shape
     # the first point at or after s whose rv[., jl] reaches x (rv's columns ascend in p)
-    star = np.empty(len(x), dtype=np.int32)
     zero = jl == 0  # (most rows: a search in one column)
     at_rank = np.searchsorted(rv[:, 0], np.arange(span), side="left").astype(np.int32)
-    star[zero] = at_rank[x[zero]]  # (a table of every rank: no search per item)
-    col = (np.arange(n_d, dtype=np.int64)[:, None] * span + rv.T).ravel()
-    other = jl[~zero].astype(np.int64)
-    star[~zero] = np.searchsorted(col, other * span + x[~zero], side="left") - other * n
+    if zero.all():
+        star = at_rank[x]  # (a table of every rank: no search per item)
+    else:
+        star = np.empty(len(x), dtype=np.int32)
+        star[zero] = at_rank[x[zero]]
+        col = (np.arange(n_d, dtype=np.int64)[:, None] * span + rv.T).ravel()
+        other = jl[~zero].astype(np.int64)
+        star[~zero] = np.searchsorted(col, other * span + x[~zero], side="left") - other * n
     np.maximum(star, s, out=star)
-    box = np.flatnonzero(star > s)
+    # the rectangles [s, star) x [jl, n_d) in a 2-D difference table (star == s: none;
+    # cells as int32: the table is within tuning.SWEEP_POINT_DELAY_CELLS)
     cells = (n + 1) * (n_d + 1)
-    ends = np.concatenate((s[box], star[box])).astype(np.int64) * (n_d + 1) + \
-        np.concatenate((jl[box], jl[box]))
-    rect = np.bincount(ends, np.concatenate((w[box], -w[box])), minlength=cells)
+    wf = w.astype(np.float64)
+    rect = np.bincount(s * (n_d + 1) + jl, wf, minlength=cells) - \
+        np.bincount(star * (n_d + 1) + jl, wf, minlength=cells)
     keys = np.rint(rect).astype(np.int64).reshape(n + 1, n_d + 1).cumsum(0).cumsum(1)
     keys = keys[:n, :n_d]
-    rest = np.flatnonzero(star < n)
-    keys += _above(star[rest], x[rest], w[rest], rv, span)
+    keys += _above(star, x, w, rv, span)  # (from star on; star == n: never)
     return keys
 
 
 def accepted_by(point: np.ndarray, first: np.ndarray, n: int, n_d: int) -> np.ndarray:
     """``out[p, j]``: the rows of point ``<= p`` accepted under delay index ``j`` (``first``:
     the least index accepting each)."""
-    keep = first < n_d
-    table = np.bincount(point[keep] * n_d + first[keep], minlength=n * n_d)
-    return table.reshape(n, n_d).cumsum(0).cumsum(1)
+    # (a column more for the rows never accepted: no pass picking the others)
+    table = np.bincount(point * (n_d + 1) + np.minimum(first, n_d), minlength=n * (n_d + 1))
+    return table.reshape(n, n_d + 1)[:, :n_d].cumsum(0).cumsum(1)
 
 
 def gone_by(first: np.ndarray, m: np.ndarray, w: np.ndarray) -> np.ndarray:
     """``out[p, j]``: the rows accepted under delay index ``j`` (``first``: the least index
     accepting each) of ``m`` at or below ``w[p, j]`` (``w``: points × delays), i.e. evicted
-    by point ``p``: by ranks among ``w``'s values, counted along the delays
-    (:func:`_above`)."""
-    n, n_d = w.shape
-    keep = first < n_d
+    by point ``p``: by ranks among ``w``'s values (:func:`gone_by_ranked`)."""
     values = np.unique(w)
-    rw = np.searchsorted(values, w)
-    rm = np.searchsorted(values, m[keep], side="left")  # (m <= w iff rm <= its rank)
+    return gone_by_ranked(first, np.searchsorted(values, m, side="left"),
+                          np.searchsorted(values, w), len(values))
+
+
+def gone_by_ranked(first: np.ndarray, rm: np.ndarray, rw: np.ndarray, top: int) -> np.ndarray:
+    """:func:`gone_by` with ``m`` and ``w`` given by their ranks among any sorted distinct
+    values holding every ``w`` (``top`` of them): ``m <= w`` iff ``rm <= rw``; counted
+    along the delays (:func:`_above`)."""
+    n, n_d = rw.shape
+    keep = first < n_d
     f = first[keep]
-    above = _above(f, rm, np.ones(len(f), dtype=np.int64), np.ascontiguousarray(rw.T),
-                   len(values) + 1)
+    above = _above(f, rm[keep], np.ones(len(f), dtype=np.int64), np.ascontiguousarray(rw.T),
+                   top + 1)
     return (np.cumsum(np.bincount(f, minlength=n_d))[:, None] - above).T
 
 
 def _above(start: np.ndarray, rx: np.ndarray, w: np.ndarray, rv: np.ndarray,
            span: int) -> np.ndarray:
-    """``sum of w [start <= p] [rx > rv[p, j]]`` per cell: the items' weights by rank,
-    added at their start, read at each point through block sums (a block's running total
-    and a scan of the cells' own block)."""
+    """``sum of w [start <= p] [rx > rv[p, j]]`` per cell (``start`` up to the points'
+    count: an item of that start is never counted): the items' weights by rank, added at
+    their start, read at each point through block sums (a block's running total and a scan
+    of the cells' own block)."""
     n, n_d = rv.shape
-    w = w.astype(np.int64)  # (add.at's fast path: the table's own type)
     block = 1 << max(0, int(np.log2(max(span / max(n_d, 1), 1))) // 2)
     n_blocks = -(-span // block)
     by_rank = np.zeros(n_blocks * block, dtype=np.int64)
     by_block = np.zeros(n_blocks + 1, dtype=np.int64)
-    # (a radix sort when the starts fit 16 bits)
+    # the items in the order of their start (a radix sort when the starts fit 16 bits),
+    # gathered once: a point's new items are then a slice
     order = np.argsort(start.astype(np.int16) if n < 1 << 15 else start, kind="stable")
-    cuts = np.searchsorted(start[order], np.arange(n + 1))
+    cuts = np.r_[0, np.cumsum(np.bincount(start, minlength=n)[:n])]  # (the last: start < n)
+    rx = rx[order]
+    w = w[order].astype(np.int64)  # (add.at's fast path: the table's own type)
+    rb = rx // block + 1
+    totals = np.r_[0, np.cumsum(w)][cuts]  # (the weights added by each point)
     out = np.zeros((n, n_d), dtype=np.int64)
-    total = 0
     lanes = np.arange(block, dtype=np.int64)
     for p in range(n):
-        new = order[cuts[p]:cuts[p + 1]]
-        if len(new) > len(by_rank):  # (more than the ranks: counted, not added one by one)
-            by_rank += np.rint(np.bincount(rx[new], w[new], minlength=len(by_rank))
+        lo, hi = cuts[p], cuts[p + 1]
+        if hi - lo > len(by_rank):  # (more than the ranks: counted, not added one by one)
+            by_rank += np.rint(np.bincount(rx[lo:hi], w[lo:hi], minlength=len(by_rank))
                                ).astype(np.int64)
             by_block[1:] = by_rank.reshape(n_blocks, block).sum(1)
-            total += int(w[new].sum())
-        elif len(new):
-            np.add.at(by_rank, rx[new], w[new])
-            np.add.at(by_block, rx[new] // block + 1, w[new])
-            total += int(w[new].sum())
+        elif hi > lo:
+            np.add.at(by_rank, rx[lo:hi], w[lo:hi])
+            np.add.at(by_block, rb[lo:hi], w[lo:hi])
+        total = int(totals[p + 1])
         if not total:
             continue
         k = rv[p]  # at or below: rank <= k

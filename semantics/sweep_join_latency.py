@@ -110,7 +110,7 @@ class Latencies:
                  lo: int, hi: int, gather: int | None = None) -> None:
         """``lo``, ``hi``: the sweep's least and greatest delays; ``gather``: rows an order
         statistic partitions at most (default ``tuning.SWEEP_LATENCY_GATHER``)."""
-        order = np.argsort(pair_ms, kind="stable")
+        order = np.argsort(pair_ms)  # (ties in any order: ranges are cut between values)
         self.pair_ms, self.tau = pair_ms[order], tau[order]
         self.pairs = _Members(self.tau, np.full(len(order), hi, dtype=np.int64), lo, hi)
         self.sides = [_Side(n, lo, hi) for n in nulls]

@@ -266,3 +266,32 @@ def test_outer_latencies_per_delay_equal_a_partition_of_every_emitted_row() -> N
             want = (len(every), tuple(np.percentile(every / 1000.0, quantiles.PERCENTILES)
                                       .tolist()) if len(every) else (None, None, None))
             assert got.at(d, w, clock) == want, (seed, d)
+
+
+def test_the_least_watermark_reaching_a_value_is_the_least() -> None:
+    # the least W whose state watermark (Spark's truncation toward zero, -1 unless strict)
+    # reaches k: for offsets of whole and part milliseconds either side of 0, k around 0
+    from semantics.operators.join_watermarks import ValueBound
+
+    r = np.random.default_rng(0)
+    k = np.r_[r.integers(-5_000, 5_000, 2_000), np.arange(-40, 40)]
+    for offset in [0, -1, 1, -999, 999, -1000, -1500, 2500, *r.integers(-90_000, 1, 20)]:
+        for strict in (False, True):
+            bound = ValueBound(int(offset), strict, "t")
+            w = sweep_join._least_w(k, (bound,))
+            s_at = np.array([bound.state_watermark_ms(int(v)) for v in w])
+            s_before = np.array([bound.state_watermark_ms(int(v) - 1) for v in w])
+            assert (s_at >= k).all() and (s_before < k).all(), (offset, strict)
+
+
+def test_ranks_by_a_table_equal_a_search() -> None:
+    # values spanning fewer integers than the m (the table) or more (the search), m below,
+    # among, between and past them, at the extremes of int64 too
+    r = np.random.default_rng(1)
+    for seed in range(40):
+        values = np.unique(r.integers(-50, 50 if seed % 2 else 5_000, int(r.integers(0, 30))))
+        m = np.r_[r.integers(-80, 80, int(r.integers(0, 400))), sweep_join._TOP,
+                  np.iinfo(np.int64).min]
+        want = np.searchsorted(values, m, side="left")
+        assert sweep_join._ranks(values, m).tolist() == want.tolist(), seed
+    assert sweep_join._ranks(np.arange(10), np.arange(-5, 400)).dtype == np.int32
