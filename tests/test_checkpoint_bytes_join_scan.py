@@ -3,14 +3,13 @@ replay of Spark's scan, value by value, on random stores."""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
 from semantics import checkpoint_join as cj
+from tests.soak import SOAK
 
-SEEDS = 2000 if os.environ.get("WMBT_SOAK") else 300
+SEEDS = 2000 if SOAK else 300
 
 
 def _facts(rng: np.random.Generator, n_rows: int, keys: int, n_b: int) -> cj.SideFacts:

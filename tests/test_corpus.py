@@ -6,13 +6,13 @@ run, ``python -m tests.corpus_run``)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 from tests.corpus import CATEGORIES, all_scenarios
 from tests.corpus_run import run_scenario
+from tests.soak import SOAK
 
 pytestmark = pytest.mark.spark
 
@@ -24,7 +24,7 @@ CI = ("ms_dedup_agg", "ms_join_range_agg", "wm_union_min", "sj_window_condition"
       "sj_range_semi", "ss_append")
 
 SCENARIOS = {s.name: s for s in all_scenarios()}
-SELECTED = sorted(SCENARIOS) if os.environ.get("WMBT_SOAK") else list(CI)
+SELECTED = sorted(SCENARIOS) if SOAK else list(CI)
 
 
 def test_the_ci_subset_covers_every_category() -> None:

@@ -7,8 +7,6 @@ rows equal row for row.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -23,9 +21,9 @@ from tests.differential import (
     single_spec,
     valid_or_none,
 )
+from tests.soak import SOAK
 
 pytestmark = pytest.mark.spark
-SOAK = bool(os.environ.get("WMBT_SOAK"))
 
 
 def examples(n: int):

@@ -37,6 +37,7 @@ from semantics.predict import predict
 from semantics.spec import BacktestSpec, parse_spec
 from tests.deltas import write_commits, write_interleaved
 from tests.differential import restart_diffs
+from tests.soak import SOAK
 
 pytestmark = pytest.mark.spark
 
@@ -205,7 +206,7 @@ def seeds() -> list[int]:
     if given:
         a, b = given.split("..")
         return list(range(int(a), int(b)))
-    return list(range(SOAK_SEEDS)) if os.environ.get("WMBT_SOAK") else [0]
+    return list(range(SOAK_SEEDS)) if SOAK else [0]
 
 
 @pytest.mark.parametrize("seed", seeds())

@@ -10,7 +10,6 @@ before 1970.
 from __future__ import annotations
 
 import math
-import os
 import random
 from datetime import UTC, date, datetime
 from decimal import Decimal
@@ -19,10 +18,11 @@ import pyarrow as pa
 import pytest
 
 from semantics.expressions import ExpressionError, evaluate
+from tests.soak import SOAK
 
 pytestmark = pytest.mark.spark
 
-SOAK = bool(os.environ.get("WMBT_SOAK"))
+
 CASES, SOAK_CASES = 300, 5_000
 LMIN, LMAX = -2**63, 2**63 - 1
 

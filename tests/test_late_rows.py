@@ -8,8 +8,6 @@ random streams ``--soak`` draws (:func:`seeds`)."""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -19,18 +17,12 @@ from semantics.predict import predict
 from semantics.schedule import Schedule
 from semantics.spec import BacktestSpec
 from tests.predict_kit import schedule_of, spec_of
+from tests.soak import seeds
 from tests.test_predict_aggregation import _random_sliding
 from tests.test_predict_dedup import _random_case
 from tests.test_predict_join import join_run
 from tests.test_predict_join_store import _random_join
 from tests.test_predict_session_store import _random_sessions
-
-SOAK = bool(os.environ.get("WMBT_SOAK"))
-
-
-def seeds(ci: int, soak: int) -> range:
-    """The random streams drawn: ``ci`` of them, ``soak`` under ``--soak``."""
-    return range(soak if SOAK else ci)
 
 
 def late_both_ways(spec: BacktestSpec, sched: Schedule) -> tuple[int, int]:

@@ -10,8 +10,6 @@ both zeros. ``pytest --soak`` (``WMBT_SOAK``) runs 3 000 seeds instead of 200.""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -24,8 +22,9 @@ from semantics.schedule import ARRIVAL_MS, VERSION, Schedule, cut
 from semantics.spec import BacktestSpec, parse_spec
 from tests.predict_kit import NEG_NAN, floats
 from tests.reference_kit import plain
+from tests.soak import SOAK
 
-SEEDS = 3000 if os.environ.get("WMBT_SOAK") else 200
+SEEDS = 3000 if SOAK else 200
 X = [1.5, -2.0, 0.0, -0.0, float("nan"), NEG_NAN, None, 3.25]
 AGGS = {"n": "count(*)", "s": "sum(v)", "a": "avg(v)", "lo": "min(x)", "hi": "max(x)",
         "sx": "sum(x)", "nx": "count(x)", "last": "max(ts)"}

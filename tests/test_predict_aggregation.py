@@ -6,8 +6,6 @@ streams of the grid-against-pairs test: 20 seeds in CI, 60 under ``--soak``.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -19,6 +17,7 @@ from semantics.operators.aggregation import AggregationOperator
 from semantics.operators.windows import assign_windows
 from semantics.predict import predict
 from tests.predict_kit import NEG_NAN, cell, col, floats, out_rows, run, schedule_of, spec_of
+from tests.soak import seeds
 
 W5 = {"kind": "aggregation", "keys": [], "window": {"duration": "5 seconds"},
       "aggregates": {"n": "count(*)"}, "output_mode": "append"}
@@ -323,7 +322,7 @@ def _random_sliding(seed: int) -> tuple[dict, pd.DataFrame, str, str, str]:
 
 
 @pytest.mark.parametrize("floor", ["default", "none"])
-@pytest.mark.parametrize("seed", range(60 if os.environ.get("WMBT_SOAK") else 20))
+@pytest.mark.parametrize("seed", seeds(20, 60))
 def test_sliding_windows_without_pairs_equal_the_pair_path(seed: int, floor: str,
                                                            monkeypatch) -> None:
     # rule: sliding-window partial aggregation (TimeWindowing's pairs, late per group). Sums,

@@ -5,8 +5,6 @@ checks both in test_differential)."""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -15,8 +13,7 @@ from semantics.operators import aggregation, grouping
 from semantics.whole_run import aggregation as aggregation_all
 from semantics.whole_run.aggregation import aggregate_at_once
 from tests.predict_kit import at_once_vs_stepped, declines, schedule_of, spec_of
-
-SOAK = bool(os.environ.get("WMBT_SOAK"))
+from tests.soak import SOAK, seeds
 
 
 def _random_windows(seed: int) -> tuple[dict, list[pd.DataFrame], str, str]:
@@ -78,7 +75,7 @@ def test_at_once_equals_stepping_on_random_streams(union: bool,
         monkeypatch.setattr(aggregation_all, "_groups_per_batch",
                             lambda *a: real(*a[:-1], 0))
     engaged = 0
-    for seed in range(1000 if SOAK else 150):
+    for seed in seeds(150, 1000):
         query, batches, delay, pace = _random_windows(seed)
         engaged += at_once_vs_stepped(spec_of(query, delay, pace), schedule_of(batches, pace),
                                       exact=True)
@@ -110,7 +107,7 @@ def test_sorted_pairs_equal_stepping_on_random_streams(chunk: int, packed: bool,
                         lambda rows, m, k0, minor, base, e_row, n_b, budget, update=False:
                         spy(rows, m, k0, minor, base, e_row, n_b, update))
     engaged = 0
-    for seed in range(400 if SOAK else 100):
+    for seed in seeds(100, 400):
         query, batches, delay, pace = _random_windows(2000 + seed)
         engaged += at_once_vs_stepped(spec_of(query, delay, pace), schedule_of(batches, pace),
                                       exact=True)

@@ -5,8 +5,6 @@ test_predict_join runs both)."""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -15,13 +13,12 @@ from semantics.operators import grouping
 from semantics.whole_run import join as join_all
 from semantics.whole_run.join import keys_alive
 from tests.predict_kit import at_once_vs_stepped, declines
+from tests.soak import seeds
 from tests.test_predict_join import ints, join_run
 from tests.test_predict_join_store import TYPES, _random_join
 
-SOAK = bool(os.environ.get("WMBT_SOAK"))
 
-
-@pytest.mark.parametrize("seed", range(3000 if SOAK else 150))
+@pytest.mark.parametrize("seed", seeds(150, 3000))
 def test_random_joins_at_once_equal_stepping(seed: int) -> None:
     # rule (join_all docstring): a pair is emitted iff the row that came first is still stored
     # when the other comes, in the later batch; matched flags, null rows, not-stored right

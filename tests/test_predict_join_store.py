@@ -4,7 +4,6 @@ The random joins of the runs-against-whole test: 10 seeds in CI, 25 under ``--so
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
@@ -15,6 +14,7 @@ from semantics.operators import join, join_store
 from semantics.operators.join_store import SideRows, SideStore, SideWork
 from semantics.operators.key_tally import KeyTally
 from tests.predict_kit import assert_same_rows
+from tests.soak import seeds
 from tests.test_predict_join import Run, join_run
 
 TYPES = ["inner", "left_outer", "right_outer", "full_outer", "left_semi"]
@@ -56,7 +56,7 @@ def _same(a: Run, b: Run) -> None:
 
 
 @pytest.mark.parametrize("store", ["runs", "unmerged"])
-@pytest.mark.parametrize("seed", range(25 if os.environ.get("WMBT_SOAK") else 10))
+@pytest.mark.parametrize("seed", seeds(10, 25))
 def test_a_side_kept_as_runs_equals_one_run_rewritten_whole(seed: int, store: str,
                                                             monkeypatch) -> None:
     # rule: a join side's state is every row stored and not yet evicted (module docstring,

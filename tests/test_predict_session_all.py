@@ -4,8 +4,6 @@ same emitted rows, row for row (no Spark; Spark itself checks both in test_diffe
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -25,9 +23,9 @@ from tests.predict_kit import (
     spec_of,
     whole_run_of,
 )
+from tests.soak import seeds
 from tests.test_predict_session_store import _random_sessions
 
-SOAK = bool(os.environ.get("WMBT_SOAK"))
 SESSION = {"kind": "session", "keys": ["k"], "gap": "10 seconds",
            "aggregates": {"n": "count(*)"}, "output_mode": "append"}
 
@@ -83,7 +81,7 @@ def test_at_once_equals_stepping_on_random_streams(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(session_all, "STEPPED_AT_MOST", 1.0)
     spy = Spy(monkeypatch)
     engaged = 0
-    for seed in range(1000 if SOAK else 200):
+    for seed in seeds(200, 1000):
         query, batches, delay, pace, conf = _random_sessions(seed)
         engaged += at_once_vs_stepped(spec_of(query, delay, pace, conf),
                                       schedule_of(batches, pace))
@@ -108,7 +106,7 @@ def test_at_once_equals_stepping_on_long_streams(chunk: int, word_bits: int,
     monkeypatch.setattr(session_all, "_key_ranges",
                         lambda kid, t, a, c: ranges.append(r := real(kid, t, a, c)) or r)
     spy = Spy(monkeypatch)
-    for seed in range(200 if SOAK else 30):
+    for seed in seeds(30, 200):
         query, batches, delay, pace = _long_stream(seed)
         assert at_once_vs_stepped(spec_of(query, delay, pace), schedule_of(batches, pace))
     assert spy.at_once > 20_000 and spy.stepped > 500

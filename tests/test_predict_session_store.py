@@ -4,8 +4,6 @@ the random streams ``--soak`` draws."""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -15,8 +13,8 @@ from semantics.operators import grouping, key_tally, session
 from semantics.operators.session import SessionOperator
 from semantics.predict import predict
 from tests.predict_kit import col, run, schedule_of, spec_of
+from tests.soak import seeds
 
-SOAK = bool(os.environ.get("WMBT_SOAK"))
 SESSION = {"kind": "session", "keys": ["k"], "gap": "10 seconds",
            "aggregates": {"n": "count(*)"}, "output_mode": "append"}
 
@@ -48,7 +46,7 @@ def _random_sessions(seed: int) -> tuple[dict, list[pd.DataFrame], str, str, dic
 
 
 @pytest.mark.parametrize("pack", ["packed", "unpacked"])
-@pytest.mark.parametrize("seed", range(30 if SOAK else 10))
+@pytest.mark.parametrize("seed", seeds(10, 30))
 def test_a_store_kept_as_runs_equals_the_store_rewritten_whole(seed: int, pack: str,
                                                                monkeypatch) -> None:
     # rule: updateSessions (module docstring, step 3) as the store runs it: a store kept as
@@ -105,7 +103,7 @@ def test_a_large_store_keeps_runs_and_a_small_one_is_rewritten_whole(monkeypatch
 
 @pytest.mark.parametrize("index", ["direct", "ranked", "by key"])
 @pytest.mark.parametrize("store", ["whole", "runs"])
-@pytest.mark.parametrize("seed", range(12 if SOAK else 4))
+@pytest.mark.parametrize("seed", seeds(4, 12))
 def test_state_keys_are_the_distinct_keys_of_the_live_sessions(seed: int, store: str,
                                                                index: str, monkeypatch) -> None:
     # the state-bytes model counts the session index per distinct group key (state_keys): the

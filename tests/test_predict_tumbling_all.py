@@ -5,8 +5,6 @@ checks both in test_differential)."""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
@@ -15,9 +13,8 @@ from semantics.predict import predict
 from semantics.whole_run import kernels
 from semantics.whole_run import tumbling as tumbling_all
 from tests.predict_kit import at_once_vs_stepped, schedule_of, spec_of
+from tests.soak import SOAK, seeds
 from tests.test_predict_aggregation_all import _random_windows
-
-SOAK = bool(os.environ.get("WMBT_SOAK"))
 
 
 @pytest.fixture
@@ -51,7 +48,7 @@ def test_at_once_equals_stepping_on_random_tumbling_streams(
     # threads (kernels.chunk_groups) and merged in batch order
     monkeypatch.setattr(kernels, "PART_CHUNK_ROWS", chunk)
     monkeypatch.setenv("WMBT_THREADS", "2")
-    for seed in range(600 if SOAK else 80):
+    for seed in seeds(80, 600):
         query, batches, delay, pace = _tumbling(seed)
         at_once_vs_stepped(spec_of(query, delay, pace), schedule_of(batches, pace), exact=True)
     assert sum(engaged) > (500 if SOAK else 60)
@@ -78,7 +75,7 @@ def test_chunks_past_their_budget_merge_group_by_group(
         return got
 
     monkeypatch.setattr(tumbling_all, "_blocks", blocks)
-    for seed in range(300 if SOAK else 60):
+    for seed in seeds(60, 300):
         query, batches, delay, pace = _tumbling(seed)
         at_once_vs_stepped(spec_of(query, delay, pace), schedule_of(batches, pace), exact=True)
     assert sum(engaged) > (250 if SOAK else 45)

@@ -34,9 +34,9 @@ from semantics.predict import predict
 from semantics.profiles import profile_name
 from semantics.spec import load_spec
 from tests.profile_scenarios import JOIN_TYPES, SPARK_SUITE, load, make_set, spark_suite, write
+from tests.soak import SOAK
 
 pytestmark = pytest.mark.spark
-SOAK = bool(os.environ.get("WMBT_SOAK"))
 
 # release -> the scenarios replayed in CI ((join type, seed); chosen where the release's rules
 # show: tests/profile_scenarios.py draws them) and whether its rules differ from 4.0's

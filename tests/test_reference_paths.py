@@ -9,8 +9,6 @@ CI runs ``CASES`` seeds per kind (derandomized: seeds 0..n-1); ``--soak`` runs `
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from semantics import reference
@@ -20,8 +18,8 @@ from semantics.report import output_columns
 from semantics.schedule import Schedule
 from semantics.spec import BacktestSpec
 from tests.reference_kit import join_case, predicted_tables, ref_tables, single_case
+from tests.soak import SOAK
 
-SOAK = bool(os.environ.get("WMBT_SOAK"))
 CASES, SOAK_CASES = 40, 2_000
 KINDS = ["tumbling", "sliding", "keyed", "session", "dedup", "join"]
 # kinds whose whole-run path must engage on some of the random cases (a test that never

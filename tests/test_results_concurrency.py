@@ -24,8 +24,8 @@ from deltalake import DeltaTable
 from jobs.results import ResultsStore
 from semantics.report import RunResult
 from tests.predict_kit import spec_of
+from tests.soak import SOAK
 
-SOAK = bool(os.environ.get("WMBT_SOAK"))
 PROCESSES, CANDIDATES = 4, 8
 SHARED = ("shared0", "shared1")  # slots every process writes
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import io
-import os
 import resource
 import shutil
 import tempfile
@@ -43,8 +42,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jobs.cli import main
+from tests.soak import SOAK
 
-SOAK = bool(os.environ.get("WMBT_SOAK"))
 EXAMPLES, SOAK_EXAMPLES = 300, 12_000
 
 UTC_US = pa.timestamp("us", tz="UTC")

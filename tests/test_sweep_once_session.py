@@ -7,8 +7,6 @@ streams per case; ``--soak`` (``WMBT_SOAK``) many more."""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -19,9 +17,9 @@ from semantics.config import MERGE_LOCAL_CONF
 from semantics.schedule import Schedule
 from semantics.sweep_once import FIGURES, _key_ids, covered
 from tests.predict_kit import schedule_of, spec_of
+from tests.soak import SOAK
 from tests.test_sweep_once import delays, random_schedule
 
-SOAK = bool(os.environ.get("WMBT_SOAK"))
 ROUNDS = 200 if SOAK else 10
 
 QUERIES = {
