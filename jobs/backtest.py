@@ -25,6 +25,9 @@ from semantics.spec import BacktestSpec
 if TYPE_CHECKING:  # (pyspark is imported by a replay only)
     from pyspark.sql import SparkSession
 
+    from semantics.file_ranges import FilePlan
+    from semantics.predict import Prediction
+
 Progress = Callable[[str], None]
 
 
@@ -254,17 +257,12 @@ def _on_executors(spec: BacktestSpec, pspec: BacktestSpec, name: str, store: Res
     """``name`` predicted on the cluster, the executors reading the Delta files
     (``jobs.predict_cluster.predict_files_on_cluster``), and stored. Its schedule is the
     carrier rows on the full ticks: no machine holds the history's rows."""
-    from jobs.predict_cluster import plan_run_id, predict_files_on_cluster
+    from jobs.predict_cluster import predict_files_on_cluster
     from jobs.spark import get_spark
 
-    t0 = time.perf_counter()
-    predicted, fplan = predict_files_on_cluster(pspec, name, spark or get_spark(master))
-    predicted.info["elapsed_s"] = time.perf_counter() - t0
-    cr = CandidateResult(name, plan_run_id(spec, name, fplan), fplan.schedule, predicted)
-    progress(f"[{name}] predicted {fplan.total_rows} rows on the executors in "
-             f"{predicted.info['elapsed_s']:.2f}s")
-    store.write(spec, name, cr.run_id, "predicted", predicted)
-    return cr
+    return _planned_from_files(
+        spec, name, store, progress, "on the executors",
+        lambda: predict_files_on_cluster(pspec, name, spark or get_spark(master)))
 
 
 def _bounded_route(spec: BacktestSpec, name: str, from_rows: int | None) -> bool:
@@ -279,15 +277,27 @@ def _bounded(spec: BacktestSpec, pspec: BacktestSpec, name: str, store: ResultsS
     """``name`` predicted range after range from the files, its spills in the results'
     ``_work`` folder (``semantics.bounded``), and stored. Its schedule is the carrier rows on
     the full ticks, as on a cluster; its run id the whole schedule's, planned from the files."""
-    from jobs.predict_cluster import plan_run_id
     from semantics.bounded import predict_bounded
 
+    return _planned_from_files(
+        spec, name, store, progress, "in {ranges} key ranges",
+        lambda: predict_bounded(pspec, name, store.root / "_work", progress=progress))
+
+
+def _planned_from_files(spec: BacktestSpec, name: str, store: ResultsStore, progress: Progress,
+                        where: str, run: Callable[[], tuple[Prediction, FilePlan]]
+                        ) -> CandidateResult:
+    """``run`` (a prediction planned from the files, §15.1) timed, as ``name``'s result with
+    the plan's run id (the whole schedule's) and schedule (the carrier rows on the full
+    ticks), said (``where``: how it ran; ``{ranges}``: its key ranges) and stored."""
+    from jobs.predict_cluster import plan_run_id
+
     t0 = time.perf_counter()
-    predicted, fplan = predict_bounded(pspec, name, store.root / "_work", progress=progress)
+    predicted, fplan = run()
     predicted.info["elapsed_s"] = time.perf_counter() - t0
     cr = CandidateResult(name, plan_run_id(spec, name, fplan), fplan.schedule, predicted)
-    progress(f"[{name}] predicted {fplan.total_rows} rows in "
-             f"{predicted.info['key_ranges']['ranges']} key ranges in "  # type: ignore[index]
+    how = where.format_map(predicted.info.get("key_ranges") or {})  # type: ignore[arg-type]
+    progress(f"[{name}] predicted {fplan.total_rows} rows {how} in "
              f"{predicted.info['elapsed_s']:.2f}s")
     store.write(spec, name, cr.run_id, "predicted", predicted)
     return cr
