@@ -32,6 +32,7 @@ it accepts besides); eviction points are binary searches of ``x``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -132,16 +133,25 @@ def updated(k: np.ndarray, ts: np.ndarray, bb: np.ndarray, gap: int, x: np.ndarr
     if got is None:
         return None
     cut, heads, last, a, _ = got
+    ev = np.searchsorted(x, ceil_ms(ts[last] + gap) + d, side="left")
+    return _updated(k, bb, cut, a, lambda rows: ev[np.searchsorted(heads, rows)], n_b)
+
+
+def _updated(k: np.ndarray, bb: np.ndarray, cut: np.ndarray, a: np.ndarray,
+             head_to: Callable[[np.ndarray], np.ndarray], n_b: int) -> np.ndarray | None:
+    """``whole_run/session.updated_and_keys``'s count per point of the pieces of rows ``k``,
+    ``bb`` (a piece stored from its row's point until ``a``, a block's first piece until
+    ``head_to`` of its row), the part :func:`updated` and :func:`updated_until_complete`
+    share; None when (key, point) does not fit a word."""
     krank = np.zeros(len(k), dtype=np.int32)
     np.cumsum(k[1:] != k[:-1], out=krank[1:])
     bits = int(n_b).bit_length()  # (n_b: never evicted)
     if (int(krank[-1]) + 1) << (bits + 2) >= PACK_LIMIT:
         return None
-    ev = np.searchsorted(x, ceil_ms(ts[last] + gap) + d, side="left")
     starts = np.flatnonzero(bb < a)
     s_to = a[starts].astype(np.int64)
     head = cut[starts]
-    s_to[head] = ev[np.searchsorted(heads, starts[head])]
+    s_to[head] = head_to(starts[head])
     return updated_and_keys(krank, bb.astype(np.int64), starts, s_to, head, n_b, bits)[0]
 
 
@@ -229,16 +239,7 @@ def updated_until_complete(k: np.ndarray, ts: np.ndarray, bb: np.ndarray, gap: i
     a = first_arrival_before(cut, comp, ts, bb, gap, n_b, max_window)
     if a is None:
         return None
-    krank = np.zeros(len(k), dtype=np.int32)
-    np.cumsum(k[1:] != k[:-1], out=krank[1:])
-    bits = int(n_b).bit_length()
-    if (int(krank[-1]) + 1) << (bits + 2) >= PACK_LIMIT:
-        return None
-    starts = np.flatnonzero(bb < a)
-    s_to = a[starts].astype(np.int64)
-    head = cut[starts]
-    s_to[head] = b_last[comp[starts[head]]]
-    return updated_and_keys(krank, bb.astype(np.int64), starts, s_to, head, n_b, bits)[0]
+    return _updated(k, bb, cut, a, lambda rows: b_last[comp[rows]], n_b)
 
 
 __all__ = ["Blocks", "blocks", "stored_keys", "updated", "updated_until_complete"]
