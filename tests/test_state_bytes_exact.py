@@ -12,15 +12,17 @@ import pandas as pd
 import pytest
 
 from bench import state_bytes_exact as x
+from semantics import size_estimator as se
+from semantics import spark_hash as sh
 from semantics import state_bytes as sb
 
 
 def test_java_random_and_the_sampled_slots() -> None:
     # java.util.Random(42): nextInt(10) gives 0, 3, 8, 4, 0 (the JDK's published LCG); the two
     # samples are 100 distinct slots each, none in both
-    r = x.JavaRandom(42)
+    r = se.JavaRandom(42)
     assert [r.next_int(10) for _ in range(5)] == [0, 3, 8, 4, 0]
-    s1, s2 = x.sampled_slots(1 << 14)
+    s1, s2 = se.sampled_slots(1 << 14)
     assert len(set(s1.tolist())) == len(set(s2.tolist())) == 100
     assert not set(s1.tolist()) & set(s2.tolist())
     assert max(s1.max(), s2.max()) < 1 << 14
@@ -30,10 +32,10 @@ def test_the_exact_figure_follows_the_rules_of_the_count_model() -> None:
     # small tables (<= 400 slots: 50 entries, tables of 128 then 256 slots) are visited whole:
     # the exact figure is the count model's, to the byte
     n = 50
-    e = x.Entries(words=(np.zeros(n, dtype=np.int64), np.arange(n, dtype=np.int64)),
+    e = se.Entries(words=(np.zeros(n, dtype=np.int64), np.arange(n, dtype=np.int64)),
                   partition=np.zeros(n, dtype=np.int64), enter=np.zeros(n, dtype=np.int64),
                   leave=np.full(n, 2, dtype=np.int64), batches=2)
-    fig = x.exact(e, 1, 80, 72)
+    fig = se.exact(e, 1, 80, 72)
     model = sb.retained(np.array([n, n]), np.array([0, 0]), np.array([n, 0]), 1, 80, 72)
     assert fig.tolist() == model.tolist()
 
@@ -56,7 +58,7 @@ def test_spark_memory_is_the_estimators_draw_over_the_state_keys(spark) -> None:
     for c in ("state_rows", "state_rows_removed", "state_rows_updated"):
         assert counts[c].tolist() == pd.to_numeric(actual[c]).tolist(), c
     parts, key, value = sb.retained_layout(spec, "c", sched) or (0, 0, 0)
-    fig = x.exact(entries, parts, key, value)
+    fig = se.exact(entries, parts, key, value)
     spark_bytes = pd.to_numeric(actual["state_bytes"]).to_numpy()
     assert np.max(spark_bytes) > 500_000  # (tables of thousands of slots: sampled)
     assert fig.astype(np.int64).tolist() == spark_bytes.tolist()
@@ -64,5 +66,5 @@ def test_spark_memory_is_the_estimators_draw_over_the_state_keys(spark) -> None:
     rows = sched.rows["a"].head(50)
     got = spark.createDataFrame(rows[["id", "ts"]]).selectExpr("hash(id, ts) AS h").toPandas()
     ts = rows["ts"].dt.tz_localize(None).astype("datetime64[us]").astype(np.int64).to_numpy()
-    ours = x.hash_long(ts, x.hash_long(rows["id"].to_numpy(dtype=np.int64), x.SEED))
+    ours = sh.hash_long(ts, sh.hash_long(rows["id"].to_numpy(dtype=np.int64), sh.SEED))
     assert ours.astype(np.int32).tolist() == got["h"].tolist()
