@@ -36,6 +36,7 @@ Invariant (``tests/test_sweep_exact_bytes.py``): for every delay, every batch's 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -139,29 +140,25 @@ def dedup_state(tl: Timeline, point: np.ndarray, e: np.ndarray, a: np.ndarray,
 
 class _Counts:
     """Per delay (ascending) and point, each partition's state after the point and the keys
-    the point stores: the created entries (``Growing``) of value ``partition · span + e``."""
+    the point stores: each partition's created entries by their bound (a ``Growing`` each:
+    bounds nearly in row order sort fast, where one of partition and bound would not)."""
 
     def __init__(self, tl: Timeline, point: np.ndarray, e: np.ndarray, a: np.ndarray,
                  part: np.ndarray, parts: int, lo: int, hi: int) -> None:
         self.tl, self.parts = tl, parts
-        self.e0 = int(e.min()) if len(e) else 0
-        self.span = (int(e.max()) - self.e0 + 2) if len(e) else 2
-        self.made = Growing(part * self.span + (e - self.e0), a, lo, hi)
+        self.of = [np.flatnonzero(part == q) for q in range(parts)]
+        self.made = [Growing(e[at], a[at], lo, hi) for at in self.of]
         self.cell = point * parts + part
         self.stored = np.zeros(len(tl.x) * parts, dtype=np.int64)  # per point and partition
-        # members of the partitions below each: the count below a partition's first value
-        self.below = np.arange(parts, dtype=np.int64) * self.span - 1
 
     def advance(self, d: int) -> tuple[np.ndarray, np.ndarray]:
         """(state after each point, keys each point stores), (points × partitions) each."""
-        new = self.made.advance(d)
-        self.stored += np.bincount(self.cell[new], minlength=len(self.stored))
+        for at, made in zip(self.of, self.made, strict=True):
+            new = at[made.advance(d)]
+            self.stored += np.bincount(self.cell[new], minlength=len(self.stored))
         stored = self.stored.reshape(-1, self.parts)
         # a created entry of e <= x_p - d has left by p (sweep_once's module docstring)
-        t = np.clip(self.tl.x - d - self.e0, -1, self.span - 2)
-        at = (np.arange(self.parts, dtype=np.int64) * self.span)[None, :] + t[:, None]
-        left = self.made.at_most(at.ravel()).reshape(at.shape) - \
-            self.made.at_most(self.below)[None, :]
+        left = np.stack([made.at_most(self.tl.x - d) for made in self.made], axis=1)
         return np.cumsum(stored, axis=0) - left, stored.copy()
 
 
@@ -172,8 +169,8 @@ class _Cells:
                  part: np.ndarray, parts: int, key: int, value: int) -> None:
         self.tl, self.point, self.e, self.slot, self.part = tl, point, e, slot, part
         self.parts, self.key, self.value = parts, key, value
-        self._in_samples: dict[int, np.ndarray] = {}  # per length: members' sample (1, 2)
-        self._sampled: dict[int, np.ndarray] = {}  # per length: (positions, their sample)
+        self._sampled: dict[int, np.ndarray] = {}  # per length: the entries in its samples
+        self._which: dict[int, np.ndarray] = {}  # their sample (1, 2)
 
     def bytes(self, ds: np.ndarray, n_new: np.ndarray, ins: np.ndarray) -> list[np.ndarray]:
         """Each delay's figure per batch it runs (summed over partitions)."""
@@ -245,7 +242,8 @@ class _Cells:
             qs.append(self._query(_X, rprev, s, 0, rq, rp - 1, rp, j0, j1, rcase == 2,
                                   s + 1))
         qs.append(self._query(_B, 0, 0, 0, rq, rp, rp, j0, j1, rcase == 3, 5))
-        kind, ln, sm, ln2, q, r, tp, qj0, qj1, table = (np.concatenate(c) for c in zip(*qs, strict=True))
+        kind, ln, sm, ln2, q, r, tp, qj0, qj1, table = (
+            np.concatenate(c) for c in zip(*qs, strict=True))
         tables = np.zeros((6, n_d, n_p, n_q), dtype=np.int64)
         if len(kind):
             counts = self._run_counts(ds, kind, ln, sm, ln2, q, r, tp, qj0, qj1)
@@ -274,46 +272,49 @@ class _Cells:
         x, n_p = self.tl.x, len(self.tl.x)
         sid_key = (((kind * 64 + _bits(ln)) * 4 + sm) * 64 + _bits(ln2)) * self.parts + q
         sids, sid = np.unique(sid_key, return_inverse=True)
-        d_max = int(ds[-1])
+        # per member set and point r, the least threshold its queries read: x_tp less the
+        # largest delay of the run (members at or below it are never counted)
+        low = x[tp] - ds[j1 - 1]
+        by = np.lexsort((low, r, sid))
+        self._sample(np.unique(np.r_[ln[kind != _B], ln2[kind == _Z]]).tolist())
         pair_block, pair_e = [], []
         for i, k in enumerate(sids.tolist()):
-            at = sid == i
-            need = np.unique(r[at])
-            need = need[need >= 0]
+            at = by[sid[by] == i]
+            first_r = np.r_[True, r[at][1:] != r[at][:-1]]
+            need, floor = r[at][first_r], low[at][first_r]
+            # (the least of the points from each on: non-decreasing, so a member is read
+            # at a run of the points from its own, a superset of those it must be)
+            floor = np.minimum.accumulate(floor[::-1])[::-1]
             members = self._members(k)
-            pt = self.point[members]
-            if k // (self.parts * 64 * 4 * 64) == _B:  # the keys stored at the points
-                on = np.isin(pt, need)
-                block, ev = pt[on], self.e[members[on]]
-            else:  # alive at r under the largest delay: pt <= r, e > x_r - d_max
-                ev = self.e[members]
-                gone = np.searchsorted(x, ev + d_max, side="left")
-                k0 = np.searchsorted(need, pt, side="left")
-                k1 = np.searchsorted(need, gone, side="left")
-                n = np.maximum(k1 - k0, 0)
-                first = np.repeat(k0 - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))
-                block, ev = need[first], np.repeat(ev, n)
-            pair_block.append(i * n_p + block)
-            pair_e.append(ev)
-        blocks = np.concatenate(pair_block)
-        order = np.argsort(blocks, kind="stable")
-        blocks, e_sorted = blocks[order], np.concatenate(pair_e)[order]
+            pt, ev = self.point[members], self.e[members]
+            k0 = np.searchsorted(need, pt, side="left")
+            k1 = np.searchsorted(floor, ev, side="left")  # (floor[k] < e for k < k1)
+            if k // (self.parts * 64 * 4 * 64) == _B:  # the keys stored at the point only
+                k1 = np.minimum(k1, k0 + (need[np.minimum(k0, len(need) - 1)] == pt))
+            n = np.maximum(k1 - k0, 0)
+            first = np.repeat(k0 - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))
+            pair_block.append(i * n_p + need[first])
+            pair_e.append(np.repeat(ev, n))
+        blocks, ev = np.concatenate(pair_block), np.concatenate(pair_e)
+        # pairs sorted by (block, e): a block's members above a threshold are a suffix
+        keys, span, val, e_of = _by_block_then_value(blocks, ev)
         qblock = sid * n_p + r
-        bs = np.searchsorted(blocks, qblock, side="left")
-        be = np.searchsorted(blocks, qblock, side="right")
-        be = np.where(r >= 0, be, bs)
-        n = be - bs
+        end = np.searchsorted(keys, (qblock + 1) * span, side="left")
+        d_lo, d_hi = ds[j0], ds[j1 - 1]
+        # counted from the run's first delay: e > x_tp - d_lo; crossing within the run:
+        # x_tp - d_hi < e <= x_tp - d_lo (from the first delay above x_tp - e)
+        at_lo = np.searchsorted(keys, qblock * span + val(x[tp] - d_lo), side="right")
+        at_hi = np.searchsorted(keys, qblock * span + val(x[tp] - d_hi), side="right")
+        n = at_lo - at_hi
         qi = np.repeat(np.arange(len(kind)), n)
-        pos = np.repeat(bs - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))
-        # the first delay of the run counting the member: d > x_tp - e
-        jm = np.searchsorted(ds, x[tp[qi]] - e_sorted[pos], side="right")
+        pos = np.repeat(at_hi - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))
+        jm = np.searchsorted(ds, x[tp[qi]] - e_of(keys[pos] - qblock[qi] * span),
+                             side="right")
         seg = j1 - j0
         off = np.cumsum(seg) - seg
-        on = jm < j1[qi]
-        col = off[qi[on]] + np.maximum(jm[on], j0[qi[on]]) - j0[qi[on]]
-        acc = np.cumsum(np.bincount(col, minlength=int(seg.sum())))
+        acc = np.cumsum(np.bincount(off[qi] + jm - j0[qi], minlength=int(seg.sum())))
         before = np.where(off > 0, acc[np.maximum(off - 1, 0)], 0)
-        return acc - np.repeat(before, seg)
+        return acc - np.repeat(before, seg) + np.repeat(end - at_lo, seg)
 
     def _members(self, k: int) -> np.ndarray:
         """The members (positions among the entries) of the member set of key ``k``."""
@@ -327,28 +328,65 @@ class _Cells:
         kind = k // 64
         if kind == _B:
             return np.flatnonzero(self.part == q)
-        got = self._sample_members(ln)
-        got = got[(self._in_samples[ln][got] == s) & (self.part[got] == q)]
+        got = self._sampled[ln]
+        got = got[(self._which[ln] == s) & (self.part[got] == q)]
         if kind == _Z:  # also in the samples of the older table's length
             pos, _ = self._slots(ln2)
             got = got[np.isin(self.slot[got] & (ln2 - 1), pos)]
         return got
 
-    def _sample_members(self, ln: int) -> np.ndarray:
-        """The entries in either sample of a table of ``ln`` slots (cached, with their
-        sample in ``_in_samples``)."""
-        if ln not in self._in_samples:
+    def _sample(self, lengths: list[int]) -> None:
+        """The entries in either sample of tables of these lengths (``_sampled``, their
+        sample in ``_which``), for those not known yet: one pass over the entries' slots."""
+        new = [ln for ln in lengths if ln not in self._sampled]
+        if not new:
+            return
+        top = max(new)
+        lut = np.zeros(top, dtype=np.uint64)  # two bits per length: the sample (1, 2)
+        for i, ln in enumerate(new):
             pos, which = self._slots(ln)
-            lut = np.zeros(ln, dtype=np.uint8)
-            lut[pos] = which
-            self._in_samples[ln] = lut[self.slot & (ln - 1)]
-            self._sampled[ln] = np.flatnonzero(self._in_samples[ln])
-        return self._sampled[ln]
+            at = (pos[None, :] + ln * np.arange(top // ln)[:, None]).ravel()
+            lut[at] |= np.tile(which.astype(np.uint64), top // ln) << np.uint64(2 * i)
+        codes = lut[self.slot & (top - 1)]
+        cand = np.flatnonzero(codes)
+        codes = codes[cand]
+        for i, ln in enumerate(new):
+            which = ((codes >> np.uint64(2 * i)) & np.uint64(3)).astype(np.uint8)
+            self._sampled[ln] = cand[which > 0]
+            self._which[ln] = which[which > 0]
 
     @staticmethod
     def _slots(ln: int) -> tuple[np.ndarray, np.ndarray]:
         s1, s2 = se.sampled_slots(ln)
         return np.r_[s1, s2], np.r_[np.ones(len(s1), np.uint8), np.full(len(s2), 2, np.uint8)]
+
+
+def _by_block_then_value(blocks: np.ndarray, ev: np.ndarray) -> tuple[
+        np.ndarray, int, Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]]:
+    """Keys ``block · span + v(e)`` sorted, ``v(e)`` the offset of ``e`` from the least (its
+    rank among them when that would not fit a word), with ``v`` of a threshold (the greatest
+    value at or below it, -1 for none) and ``e`` of a value."""
+    if not len(ev):
+        return np.zeros(0, dtype=np.int64), 1, lambda t: np.zeros_like(t), lambda v: v
+    lo, hi = int(ev.min()), int(ev.max())
+    n_blocks = int(blocks.max()) + 2
+    if (hi - lo + 2) * n_blocks < 1 << 62:
+        span = hi - lo + 2  # (values 0 .. hi - lo; a threshold's up to span - 1)
+
+        def offset(t: np.ndarray) -> np.ndarray:
+            return np.clip(t - lo, -1, span - 1)
+
+        def e_of(v: np.ndarray) -> np.ndarray:
+            return v + lo
+        return np.sort(blocks * span + (ev - lo)), span, offset, e_of
+    uniq, rank = np.unique(ev, return_inverse=True)
+
+    def ranked(t: np.ndarray) -> np.ndarray:
+        return np.searchsorted(uniq, t, side="right") - 1
+
+    def e_of_rank(v: np.ndarray) -> np.ndarray:
+        return uniq[v]
+    return np.sort(blocks * (len(uniq) + 1) + rank), len(uniq) + 1, ranked, e_of_rank
 
 
 def _bits(length: np.ndarray | int) -> np.ndarray:
