@@ -45,7 +45,7 @@ import pandas as pd
 from semantics import size_estimator as se
 from semantics import state_bytes as sb
 from semantics.delay_timeline import Timeline
-from semantics.growing import Growing
+from semantics.operators.grouping import stable_argsort
 from semantics.parallel import map_parts, row_parts
 from semantics.spark_hash import partition_of, row_hash, slot_hash
 from semantics.tuning import SWEEP_EXACT_CELLS, SWEEP_HASH_CHUNK
@@ -140,14 +140,14 @@ def dedup_state(tl: Timeline, point: np.ndarray, e: np.ndarray, a: np.ndarray,
 
 class _Counts:
     """Per delay (ascending) and point, each partition's state after the point and the keys
-    the point stores: each partition's created entries by their bound (a ``Growing`` each:
-    bounds nearly in row order sort fast, where one of partition and bound would not)."""
+    the point stores: each partition's created entries by their bound (a :class:`_Joined`
+    each: bounds nearly in row order sort fast, where one of partition and bound would not)."""
 
     def __init__(self, tl: Timeline, point: np.ndarray, e: np.ndarray, a: np.ndarray,
                  part: np.ndarray, parts: int, lo: int, hi: int) -> None:
         self.tl, self.parts = tl, parts
         self.of = [np.flatnonzero(part == q) for q in range(parts)]
-        self.made = [Growing(e[at], a[at], lo, hi) for at in self.of]
+        self.made = [_Joined(e[at], a[at], lo, hi) for at in self.of]
         self.cell = point * parts + part
         self.stored = np.zeros(len(tl.x) * parts, dtype=np.int64)  # per point and partition
 
@@ -160,6 +160,51 @@ class _Counts:
         # a created entry of e <= x_p - d has left by p (sweep_once's module docstring)
         left = np.stack([made.at_most(self.tl.x - d) for made in self.made], axis=1)
         return np.cumsum(stored, axis=0) - left, stored.copy()
+
+
+class _Joined:
+    """``growing.Growing``'s contract (entries joining at ``d > a``, counted by value ``e``)
+    with the members as bits, 64 value-sorted positions a word: a count at or below a value
+    is a search, a running count of the words before it and one word's bits, where
+    ``Growing`` scans a block of members (the exact bytes count every partition at every
+    point for every delay)."""
+
+    def __init__(self, e: np.ndarray, a: np.ndarray, lo: int, hi: int) -> None:
+        kept = np.flatnonzero(a < hi)
+        order = kept[stable_argsort(e[kept])]
+        self.order, self.e = order, e[order]
+        a_e = a[order]
+        first = np.flatnonzero(a_e < lo)  # (all join at the first delay: not sorted)
+        rest = np.flatnonzero(a_e >= lo)
+        self._by_a = np.r_[first, rest[stable_argsort(a_e[rest])]].astype(np.int64)
+        self._a = np.r_[np.full(len(first), lo - 1, dtype=np.int64), a_e[self._by_a[len(first):]]]
+        self._next = 0
+        self._bits = np.zeros(len(self.e) // 64 + 1, dtype=np.uint64)
+        self._per_word = np.zeros(len(self._bits), dtype=np.int64)
+
+    def advance(self, delay_ms: int) -> np.ndarray:
+        """Move to ``delay_ms`` (not below the last); the entries (indices into the
+        constructor's arrays) that join there."""
+        stop = int(np.searchsorted(self._a, delay_ms, side="left"))  # (a < d)
+        new = self._by_a[self._next:stop]
+        self._next = stop
+        if len(new) > len(self._bits):  # (many: one pass over all the words)
+            mask = np.zeros(len(self._bits) * 64, dtype=bool)
+            mask[new] = True
+            self._bits |= np.packbits(mask, bitorder="little").view(np.uint64)
+        else:
+            np.bitwise_or.at(self._bits, new >> 6, np.left_shift(
+                np.uint64(1), (new & 63).astype(np.uint64)))
+        self._per_word += np.bincount(new >> 6, minlength=len(self._bits))
+        return self.order[new]
+
+    def at_most(self, values: np.ndarray) -> np.ndarray:
+        """How many members have a value ``<= values`` (each)."""
+        pos = np.searchsorted(self.e, values, side="right")
+        word = pos >> 6
+        before = np.r_[0, np.cumsum(self._per_word)][word]
+        below = np.left_shift(np.uint64(1), (pos & 63).astype(np.uint64)) - np.uint64(1)
+        return before + np.bitwise_count(self._bits[word] & below).astype(np.int64)
 
 
 class _Cells:

@@ -159,3 +159,19 @@ def test_the_sweep_reports_the_exact_figure_when_predictions_do(monkeypatch) -> 
     assert computed_s["peak_state_rows"] == "one_pass"
     assert rows_s == sw.sweep_figures(spec, sched_s, "events", ds, "c", processes=False,
                                       one_pass=False)[0]
+
+
+def test_members_as_bits_count_as_growing_does() -> None:
+    # sweep_exact_bytes._Joined keeps Growing's contract: the same joining entries and
+    # counts, whether many join at once (a pass over all the words) or few (bit by bit)
+    from semantics.growing import Growing
+
+    rng = np.random.default_rng(2)
+    for n in (0, 1, 63, 64, 65, 5000):
+        e = rng.integers(-50, 50, n)
+        a = rng.integers(-20, 120, n)
+        got, want = sx._Joined(e, a, 0, 100), Growing(e, a, 0, 100, block=3)
+        for d in (0, 0, 1, 7, 50, 99, 100):
+            assert sorted(got.advance(d).tolist()) == sorted(want.advance(d).tolist())
+            values = np.arange(-60, 60)
+            assert got.at_most(values).tolist() == want.at_most(values).tolist()
