@@ -54,6 +54,7 @@ from semantics.tuning import SWEEP_EXACT_CELLS, SWEEP_HASH_CHUNK
 # the one-pass sweep equals them with the exact figure when they do, the count model when not.
 IN_PREDICTIONS = False
 
+_LOW = 1 << 16  # slots whose sampled entries one look-up in the cache finds (_Cells._sample)
 _X, _Z, _B = 0, 1, 2  # member sets: a sample's keys; also in another length's; a point's keys
 
 
@@ -382,23 +383,37 @@ class _Cells:
 
     def _sample(self, lengths: list[int]) -> None:
         """The entries in either sample of tables of these lengths (``_sampled``, their
-        sample in ``_which``), for those not known yet: one pass over the entries' slots."""
+        sample in ``_which``), for those not known yet: one look-up of every entry's low
+        slot bits in a table of ``_LOW`` words (in the cache), which decides the lengths up to
+        ``_LOW`` and, for the longer ones, leaves the few entries whose low bits a sampled slot
+        has to a look-up of their whole slot."""
         new = [ln for ln in lengths if ln not in self._sampled]
         if not new:
             return
-        top = max(new)
-        lut = np.zeros(top, dtype=np.uint64)  # two bits per length: the sample (1, 2)
-        for i, ln in enumerate(new):
+        short = [ln for ln in new if ln <= _LOW]
+        lut = np.zeros(_LOW, dtype=np.uint64)  # two bits per short length, its sample; the
+        # top bit: the low bits of a long length's sampled slot
+        for i, ln in enumerate(short):
             pos, which = self._slots(ln)
-            at = (pos[None, :] + ln * np.arange(top // ln)[:, None]).ravel()
-            lut[at] |= np.tile(which.astype(np.uint64), top // ln) << np.uint64(2 * i)
-        codes = lut[self.slot & (top - 1)]
+            at = (pos[None, :] + ln * np.arange(_LOW // ln)[:, None]).ravel()
+            lut[at] |= np.tile(which.astype(np.uint64), _LOW // ln) << np.uint64(2 * i)
+        for ln in new:
+            if ln > _LOW:
+                lut[self._slots(ln)[0] & (_LOW - 1)] |= np.uint64(1 << 63)
+        codes = lut[self.slot & (_LOW - 1)]
         cand = np.flatnonzero(codes)
         codes = codes[cand]
-        for i, ln in enumerate(new):
+        for i, ln in enumerate(short):
             which = ((codes >> np.uint64(2 * i)) & np.uint64(3)).astype(np.uint8)
-            self._sampled[ln] = cand[which > 0]
-            self._which[ln] = which[which > 0]
+            self._sampled[ln], self._which[ln] = cand[which > 0], which[which > 0]
+        maybe = cand[codes >= np.uint64(1 << 63)]
+        for ln in new:
+            if ln > _LOW:
+                pos, which = self._slots(ln)
+                exact = np.zeros(ln, dtype=np.uint8)
+                exact[pos] = which
+                got = exact[self.slot[maybe] & (ln - 1)]
+                self._sampled[ln], self._which[ln] = maybe[got > 0], got[got > 0]
 
     @staticmethod
     def _slots(ln: int) -> tuple[np.ndarray, np.ndarray]:

@@ -89,10 +89,10 @@ def test_every_batch_of_every_delay_is_the_exact_figure(seed: int, monkeypatch) 
     rng = np.random.default_rng(seed)
     for i in range(4):
         parts = [2, 4, 1, 2][i]
-        if i % 2:  # (delays in chunks of a few: runs cut at chunk bounds)
-            monkeypatch.setattr(sx, "SWEEP_EXACT_CELLS", 60)
-        else:
-            monkeypatch.setattr(sx, "SWEEP_EXACT_CELLS", 1 << 20)
+        # every other stream: delays in chunks of a few (runs cut at chunk bounds), and the
+        # samples of tables over 1 024 slots found by their low bits first
+        monkeypatch.setattr(sx, "SWEEP_EXACT_CELLS", 60 if i % 2 else 1 << 20)
+        monkeypatch.setattr(sx, "_LOW", 1024 if i % 2 else 1 << 16)
         pace = "live" if rng.random() < 0.5 else "backlog"
         spec = spec_of(DEDUP, pace=pace, spark_conf={"spark.sql.shuffle.partitions": str(parts)})
         sched = big_stream(rng, pace)
