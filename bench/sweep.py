@@ -15,8 +15,9 @@ windows pass, under each delay, over the rows of the groups not settled yet
 left side's delay (``semantics.sweep_join``).
 
 ``--exact-bytes`` sweeps ``deduplication`` with Spark's exact memory figure
-(``semantics.sweep_exact_bytes``, as once predictions report ``size_estimator.exact``): its
-bytes are then not the per-delay path's (the count model) and are compared instead with
+(``semantics.sweep_exact_bytes``) while predictions still report the count model (its switch
+``IN_PREDICTIONS`` off; on, the flag changes nothing): its bytes are then not the per-delay
+path's and are compared instead with
 ``size_estimator.exact`` on the entries of a prediction per delay (``--per-delay`` of them; up
 to ``EXACT_CHECKED`` events: that reference takes a pass over every key per batch, minutes at
 10 M, where tests/test_sweep_exact_bytes.py checks it).
@@ -113,10 +114,11 @@ def main() -> None:
     for kind in args.kinds.split(","):
         spec, sched = make(kind, args.events, 20_000)
         source = spec.query_sources[0]
-        exact = args.exact_bytes and kind == "deduplication"
-        sx.IN_PREDICTIONS = exact
+        # (switched on here only while predictions report the count model)
+        exact = args.exact_bytes and kind == "deduplication" and not sx.IN_PREDICTIONS
+        sx.IN_PREDICTIONS, was = sx.IN_PREDICTIONS or exact, sx.IN_PREDICTIONS
         fast, rows, computed = timed(spec, sched, source, delays, one_pass=True)
-        sx.IN_PREDICTIONS = False
+        sx.IN_PREDICTIONS = was
         share = f"{_row_share(spec, sched, source, delays):.1%}" \
             if kind.startswith("session") else "—"
         per = sorted(f for f, v in computed.items() if v == "per_delay")
