@@ -117,9 +117,8 @@ def dedup_state(tl: Timeline, point: np.ndarray, e: np.ndarray, a: np.ndarray,
         for k in out:
             out[k] = [0 if k.endswith("rows") else None] * len(delays)
         return out, [np.zeros(0, dtype=np.int64) for _ in delays]
-    lo, hi = int(delays[0]), int(delays[-1])
-    pool = np.flatnonzero(a < hi)  # (the others are never created under these delays)
-    counts = _Counts(tl, point[pool], e[pool], a[pool], keys.partition[pool], parts, lo, hi)
+    pool = np.flatnonzero(a < delays[-1])  # (the others are never created here)
+    counts = _Counts(tl, point[pool], e[pool], a[pool], keys.partition[pool], parts, delays)
     cells = _Cells(tl, point[pool], e[pool], keys.slot[pool], keys.partition[pool], parts,
                    key, value)
     chunk = max(1, SWEEP_EXACT_CELLS // (n_points * parts))
@@ -129,7 +128,7 @@ def dedup_state(tl: Timeline, point: np.ndarray, e: np.ndarray, a: np.ndarray,
         n_new = np.empty((len(ds), n_points, parts), dtype=np.int64)
         ins = np.empty_like(n_new)
         for j, d in enumerate(ds.tolist()):
-            n_new[j], ins[j] = counts.advance(d)
+            n_new[j], ins[j] = counts.advance(start + j, d)
             state = n_new[j].sum(1)
             out["peak_state_rows"].append(int(state.max()))
             out["final_state_rows"].append(int(state[-1]))
@@ -145,17 +144,18 @@ class _Counts:
     each: bounds nearly in row order sort fast, where one of partition and bound would not)."""
 
     def __init__(self, tl: Timeline, point: np.ndarray, e: np.ndarray, a: np.ndarray,
-                 part: np.ndarray, parts: int, lo: int, hi: int) -> None:
+                 part: np.ndarray, parts: int, delays: np.ndarray) -> None:
         self.tl, self.parts = tl, parts
         self.of = [np.flatnonzero(part == q) for q in range(parts)]
-        self.made = [_Joined(e[at], a[at], lo, hi) for at in self.of]
+        self.made = [_Joined(e[at], a[at], delays) for at in self.of]
         self.cell = point * parts + part
         self.stored = np.zeros(len(tl.x) * parts, dtype=np.int64)  # per point and partition
 
-    def advance(self, d: int) -> tuple[np.ndarray, np.ndarray]:
-        """(state after each point, keys each point stores), (points × partitions) each."""
+    def advance(self, j: int, d: int) -> tuple[np.ndarray, np.ndarray]:
+        """(state after each point, keys each point stores) under the ``j``-th delay ``d``,
+        (points × partitions) each."""
         for at, made in zip(self.of, self.made, strict=True):
-            new = at[made.advance(d)]
+            new = at[made.advance(j)]
             self.stored += np.bincount(self.cell[new], minlength=len(self.stored))
         stored = self.stored.reshape(-1, self.parts)
         # a created entry of e <= x_p - d has left by p (sweep_once's module docstring)
@@ -164,31 +164,29 @@ class _Counts:
 
 
 class _Joined:
-    """``growing.Growing``'s contract (entries joining at ``d > a``, counted by value ``e``)
-    with the members as bits, 64 value-sorted positions a word: a count at or below a value
-    is a search, a running count of the words before it and one word's bits, where
-    ``Growing`` scans a block of members (the exact bytes count every partition at every
-    point for every delay)."""
+    """``growing.Growing``'s contract for the delays of one sweep (entry ``i`` a member from
+    the first delay above ``a[i]``, counted by value ``e``), with the members as bits, 64
+    value-sorted positions a word: a count at or below a value is a search, a running count
+    of the words before it and one word's bits, where ``Growing`` scans a block of members
+    (the exact bytes count every partition at every point for every delay); the entries are
+    grouped by the delay they join at, not sorted by ``a``."""
 
-    def __init__(self, e: np.ndarray, a: np.ndarray, lo: int, hi: int) -> None:
-        kept = np.flatnonzero(a < hi)
+    def __init__(self, e: np.ndarray, a: np.ndarray, delays: np.ndarray) -> None:
+        """``delays``: ascending, passed to :meth:`advance` by position, in order."""
+        kept = np.flatnonzero(a < delays[-1]) if len(delays) else np.zeros(0, np.int64)
         order = kept[stable_argsort(e[kept])]
         self.order, self.e = order, e[order]
-        a_e = a[order]
-        first = np.flatnonzero(a_e < lo)  # (all join at the first delay: not sorted)
-        rest = np.flatnonzero(a_e >= lo)
-        self._by_a = np.r_[first, rest[stable_argsort(a_e[rest])]].astype(np.int64)
-        self._a = np.r_[np.full(len(first), lo - 1, dtype=np.int64), a_e[self._by_a[len(first):]]]
-        self._next = 0
+        at = np.searchsorted(delays, a[order], side="right")  # (the first delay above a)
+        self._by_delay = np.argsort(at.astype(np.uint16), kind="stable") if \
+            len(delays) < 1 << 16 else stable_argsort(at)
+        self._bounds = np.r_[0, np.cumsum(np.bincount(at, minlength=len(delays)))]
         self._bits = np.zeros(len(self.e) // 64 + 1, dtype=np.uint64)
         self._per_word = np.zeros(len(self._bits), dtype=np.int64)
 
-    def advance(self, delay_ms: int) -> np.ndarray:
-        """Move to ``delay_ms`` (not below the last); the entries (indices into the
+    def advance(self, j: int) -> np.ndarray:
+        """Move to the ``j``-th delay (from the previous one); the entries (indices into the
         constructor's arrays) that join there."""
-        stop = int(np.searchsorted(self._a, delay_ms, side="left"))  # (a < d)
-        new = self._by_a[self._next:stop]
-        self._next = stop
+        new = self._by_delay[self._bounds[j]:self._bounds[j + 1]]
         if len(new) > len(self._bits):  # (many: one pass over all the words)
             mask = np.zeros(len(self._bits) * 64, dtype=bool)
             mask[new] = True
