@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from semantics import quantiles, sweep_session
+from semantics import quantiles, sweep_exact_bytes, sweep_session
 from semantics.config import resolve
 from semantics.delay_timeline import ALWAYS, Timeline, ceil_ms, timeline
 from semantics.growing import Growing
@@ -75,6 +75,7 @@ class Thresholds:
     emitted: Emitted
     writes: Entries  # every state write (an entry put in a batch: Spark's updated rows), its
     # point and late threshold (written iff ``d > a``; ``e`` unused)
+    rows: np.ndarray | None = None  # a dedup's: each entry's first row (its key's values)
 
 
 def covered(spec: BacktestSpec, candidate: str, source: str) -> bool:
@@ -123,6 +124,8 @@ def one_pass(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str
         **_state(spec, candidate, schedule, tl, th, delays),
         **th.emitted(delays),
     }
+    if _bytes_per_delay(spec, candidate, schedule, th):
+        del out["peak_state_bytes"], out["final_state_bytes"]
     return {f: [v[i] for i in back.tolist()] for f, v in out.items()}
 
 
@@ -166,12 +169,17 @@ def _state(spec: BacktestSpec, candidate: str, schedule: Schedule, tl: Timeline,
     entries = th.entries
     n_points = len(tl.x)
     model = retained_layout(spec, candidate, schedule)
+    keys = _exact_keys(spec, candidate, schedule, th)
+    if keys is not None and model is not None:  # (Spark's exact figure: docs/semantics.md §9.2)
+        return sweep_exact_bytes.dedup_state(tl, entries.point, entries.e, entries.a, keys,
+                                             delays, *model)[0]
     made = Growing(entries.e, entries.a, int(delays[0]), int(delays[-1])) if len(delays) \
         else None
     created = np.zeros(n_points, dtype=np.int64)  # per first point
-    by_a = stable_argsort(th.writes.a)  # writes join as the delay passes their threshold
-    write_a = th.writes.a[by_a]
-    written = np.zeros(n_points, dtype=np.int64)  # per point
+    once = th.writes is entries  # (a dedup's key is written once: its writes are its entries)
+    by_a = stable_argsort(th.writes.a) if not once else np.zeros(0, dtype=np.int64)
+    write_a = th.writes.a[by_a]  # writes join as the delay passes their threshold
+    written = created if once else np.zeros(n_points, dtype=np.int64)  # per point
     joined = 0
     out: dict[str, list[Figure]] = {k: [] for k in (
         "peak_state_rows", "final_state_rows", "peak_state_bytes", "final_state_bytes")}
@@ -191,14 +199,45 @@ def _state(spec: BacktestSpec, candidate: str, schedule: Schedule, tl: Timeline,
             out["peak_state_bytes"].append(None)
             out["final_state_bytes"].append(None)
             continue
-        stop = int(np.searchsorted(write_a, d, side="left"))  # (written iff d > a)
-        written += np.bincount(th.writes.point[by_a[joined:stop]], minlength=n_points)
-        joined = stop
+        if not once:
+            stop = int(np.searchsorted(write_a, d, side="left"))  # (written iff d > a)
+            written += np.bincount(th.writes.point[by_a[joined:stop]], minlength=n_points)
+            joined = stop
         runs = ~tl.idle | (d < tl.x)
         b = retained(state[runs], np.diff(left, prepend=0)[runs], written[runs], *model)
         out["peak_state_bytes"].append(int(b.max()))
         out["final_state_bytes"].append(int(b[-1]))
     return out
+
+
+def _exact_keys(spec: BacktestSpec, candidate: str, schedule: Schedule, th: Thresholds
+                ) -> sweep_exact_bytes.KeyHashes | None:
+    """A dedup's key hashes when its bytes are Spark's exact figure: predictions report it
+    (``sweep_exact_bytes.IN_PREDICTIONS``) and its keys are long or timestamp columns."""
+    q = spec.query
+    if not (sweep_exact_bytes.IN_PREDICTIONS and isinstance(q, DeduplicationQuery)) or \
+            th.rows is None:
+        return None
+    words = sweep_exact_bytes.key_words(schedule.rows[q.source], list(q.keys), th.rows)
+    if words is None:
+        return None
+    from semantics.state_bytes import partitions
+
+    return sweep_exact_bytes.key_hashes(words, partitions(spec, candidate))
+
+
+def _bytes_per_delay(spec: BacktestSpec, candidate: str, schedule: Schedule, th: Thresholds
+                     ) -> bool:
+    """Whether the state bytes are predicted per delay: a dedup whose predictions report
+    Spark's exact figure (from its keys' hashes) on keys the one pass does not hash (other
+    types than long and timestamp, or nulls), on the HDFS-backed store."""
+    from semantics.state_bytes import retained_layout
+
+    q = spec.query
+    return (sweep_exact_bytes.IN_PREDICTIONS and isinstance(q, DeduplicationQuery)
+            and retained_layout(spec, candidate, schedule) is not None
+            and not (th.rows is not None and sweep_exact_bytes.hashable(
+                schedule.rows[q.source], list(q.keys))))
 
 
 def _latency_figures(per_delay: list[quantiles.Percentiles]) -> dict[str, list[Figure]]:
@@ -338,7 +377,7 @@ def _dedup(spec: BacktestSpec, candidate: str, schedule: Schedule, tl: Timeline
         nested = quantiles.Nested(lat, thr[first], delays, order=lat_order)
         return {"output_rows": [nested.size(i) for i in range(len(delays))],
                 **_latency_figures([nested.percentiles(i) for i in range(len(delays))])}
-    return Thresholds(entries, thr, thr, emitted, entries)  # (a key is written once)
+    return Thresholds(entries, thr, thr, emitted, entries, first)  # (a key is written once)
 
 
 __all__ = ["ALWAYS", "FIGURES", "covered", "one_pass"]
