@@ -18,7 +18,7 @@ from functools import cache
 import numpy as np
 
 from semantics import state_bytes as sb
-from semantics.spark_hash import SEED, row_hash, slot_hash
+from semantics.spark_hash import SEED, hash_int, row_hash, slot_hash
 
 # fixed objects per partition (the provider's TreeMap, per retained version its map)
 TREE_BYTES, VERSION_BYTES = sb.TREE_BYTES, sb.VERSION_BYTES
@@ -92,10 +92,8 @@ class Entries:
 
     def slots(self, seed: int = SEED) -> np.ndarray:
         """Each entry's ``spread`` hash (``slot & (length - 1)`` is its slot)."""
-        if self.hashes is not None:
-            if seed != SEED:
-                raise ValueError("entries of known hashes: no other seed")
-            return slot_hash(self.hashes)
+        if self.hashes is not None:  # (another seed: the known hashes hashed again)
+            return slot_hash(self.hashes if seed == SEED else hash_int(self.hashes, seed))
         return slot_hash(row_hash(list(self.words), seed))
 
     def take(self, at: np.ndarray) -> Entries:

@@ -158,7 +158,10 @@ def _column(s: pd.Series) -> _Column | None:
         return _Column(v & ((1 << (8 * size)) - 1), null, "int", v)
     if pd.api.types.is_float_dtype(dt):
         wide = np.dtype(str(dt).lower()).itemsize == 8
-        f = s.to_numpy(dtype=np.float64 if wide else np.float32, na_value=0.0)
+        ft = np.float64 if wide else np.float32
+        # (a numpy column's NaN is a value: no na_value, which would make it 0)
+        f = s.to_numpy(dtype=ft) if isinstance(dt, np.dtype) else \
+            s.to_numpy(dtype=ft, na_value=0.0)
         # the row holds the raw bits (keys are not normalized); Murmur3Hash reads -0.0 as 0
         # and ``floatToIntBits``/``doubleToLongBits`` (one NaN)
         bits = f.view(np.int64) if wide else f.view(np.int32).astype(np.int64) & 0xFFFFFFFF
@@ -167,7 +170,7 @@ def _column(s: pd.Series) -> _Column | None:
         hv = canon.view(np.int64) if wide else canon.view(np.int32).astype(np.int64)
         return _Column(np.where(null, 0, bits), null, "long" if wide else "int",
                        np.where(null, 0, hv))
-    if dt == object or pd.api.types.is_string_dtype(dt):
+    if pd.api.types.is_object_dtype(dt) or pd.api.types.is_string_dtype(dt):
         vals = s.to_numpy(dtype=object)
         first = next((v for v in vals if v is not None and not pd.isna(v)), "")
         if isinstance(first, _dt.date) and not isinstance(first, _dt.datetime):
