@@ -107,14 +107,17 @@ def dedup_entries(spec: BacktestSpec, candidate: str, schedule: Schedule,
     pos, enter, leave = got
     rows = schedule.rows[q.source]
     keys = list(q.keys) or list(schedule.data_columns.get(q.source, ()))
-    taken = rows.iloc[pos]
-    laid = key_rows([taken[k] for k in keys])
+    laid = key_rows([rows[k].take(pos) for k in keys])  # (the key columns only)
     if laid is None:
         return None
-    return Entries((), laid.partitions(sb.partitions(spec, candidate)), enter, leave,
-                   len(report), hashes=laid.row_hash,
-                   key=sb.ROW_OBJECT_BYTES + sb.ARRAY_HEADER_BYTES + laid.row_bytes,
-                   row_id=taken[ROW_ID].to_numpy(dtype=np.int64))
+    key = sb.ROW_OBJECT_BYTES + sb.ARRAY_HEADER_BYTES + laid.row_bytes
+    small = np.int32 if len(report) < 2**31 - 1 else np.int64
+    return Entries((), laid.partitions(sb.partitions(spec, candidate)).astype(np.int32),
+                   enter.astype(small), leave.astype(small), len(report),
+                   hashes=laid.row_hash,
+                   # (one size for every key row but of strings: no array of it)
+                   key=np.asarray(key[0]) if len(key) and (key == key[0]).all() else key,
+                   row_id=rows[ROW_ID].to_numpy()[pos])
 
 
 def combined(parts: Sequence[ByteFacts]) -> ByteFacts:

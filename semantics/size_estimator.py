@@ -74,9 +74,9 @@ class Entries:
     bits first), partition, the batch that stored it and the batch that removed it
     (``batches``: never). ``hashes``: the key rows' ``UnsafeRow.hashCode`` (uint32) when
     already known (``spark_hash.key_rows``: rows of several sizes; ``words`` then unused);
-    ``key``: each entry's key row heap bytes (``state_bytes.row_object_bytes``) when they
-    differ (strings); ``row_id``: the source row that stored it (to take a run's carrier
-    entries out, ``semantics.byte_facts``)."""
+    ``key``: the key rows' heap bytes (``state_bytes.row_object_bytes``), one per entry
+    (strings), or one for all (a 0-d array); ``row_id``: the source row that stored it (to
+    take a run's carrier entries out, ``semantics.byte_facts``)."""
 
     words: tuple[np.ndarray, ...]
     partition: np.ndarray
@@ -99,7 +99,7 @@ class Entries:
     def take(self, at: np.ndarray) -> Entries:
         """The entries at ``at`` (indexes or a mask)."""
         def pick(a: np.ndarray | None) -> np.ndarray | None:
-            return None if a is None else a[at]
+            return None if a is None else a if a.ndim == 0 else a[at]
         return Entries(tuple(w[at] for w in self.words), self.partition[at], self.enter[at],
                        self.leave[at], self.batches, pick(self.hashes), pick(self.key),
                        pick(self.row_id))
@@ -111,12 +111,17 @@ def concatenated(parts: list[Entries]) -> Entries:
         got = [get(p) for p in parts]
         return None if any(g is None for g in got) else np.concatenate(got)  # type: ignore
     first = parts[0]
+    if all(p.key is not None and p.key.ndim == 0 for p in parts) and \
+            len({int(p.key) for p in parts if p.key is not None}) == 1:
+        key: np.ndarray | None = first.key
+    else:  # (each part's sizes, one per entry)
+        key = cat(lambda p: None if p.key is None else np.broadcast_to(p.key, (len(p),)))
     words = tuple(np.concatenate([p.words[i] for p in parts]) for i in range(len(first.words))) \
         if all(len(p.words) == len(first.words) for p in parts) else ()
     return Entries(words, np.concatenate([p.partition for p in parts]),
                    np.concatenate([p.enter for p in parts]),
                    np.concatenate([p.leave for p in parts]), first.batches,
-                   cat(lambda p: p.hashes), cat(lambda p: p.key), cat(lambda p: p.row_id))
+                   cat(lambda p: p.hashes), key, cat(lambda p: p.row_id))
 
 
 def _visit(slots: np.ndarray, fresh: np.ndarray, length: int, node: int, rows: np.ndarray
@@ -188,40 +193,46 @@ class _Cells:
 
 
 class _Grid:
-    """Per-(partition, batch) sums of entry subsets (one bincount each, linear)."""
+    """Per-(partition, batch) sums of entry subsets: two bincounts per sum, linear. An
+    entry's span ``[lo, hi)`` adds at ``lo`` and takes off at ``hi`` (an empty span cancels
+    itself), summed along the batches."""
 
-    def __init__(self, entries: Entries, parts: int, rows: np.ndarray) -> None:
-        self.p = entries.partition.astype(np.int64)
-        self.e = entries.enter.astype(np.int64)
-        self.l = entries.leave.astype(np.int64)
+    def __init__(self, entries: Entries, parts: int, rows: np.ndarray,
+                 rows_each: int | None) -> None:
+        self.p, self.e, self.l = entries.partition, entries.enter, entries.leave
         self.rows = rows
+        self.rows_each = rows_each  # (every entry's rows the same: counts times it)
         self.parts, self.batches = parts, entries.batches
 
-    def spans(self, at: np.ndarray, start: np.ndarray, weight: np.ndarray | None
-              ) -> np.ndarray:
-        """Sum of ``weight`` (None: 1) over the entries ``at`` for each batch in ``[start,
-        leave)``, per cell."""
-        nb = self.batches + 1
-        lo, hi = np.minimum(start, self.batches), np.minimum(self.l[at], self.batches)
-        ok = lo < hi
-        base = self.p[at][ok] * nb
-        w = None if weight is None else weight[ok]
-        got = (np.bincount(base + lo[ok], w, minlength=self.parts * nb)
-               - np.bincount(base + hi[ok], w, minlength=self.parts * nb))
-        return np.cumsum(got.reshape(self.parts, nb), axis=1)[:, :self.batches]
+    def _sum(self, lo: np.ndarray, hi: np.ndarray, weight: np.ndarray | None) -> np.ndarray:
+        size = self.parts * (self.batches + 1)
+        got = np.bincount(lo, weight, minlength=size) - np.bincount(hi, weight, minlength=size)
+        return np.cumsum(got.reshape(self.parts, self.batches + 1), axis=1)[:, :self.batches]
 
-    def cells(self, at: np.ndarray) -> _Cells:
-        e, r = self.e[at], self.rows[at]
-        kept = self.l[at] > e
-        stored = np.bincount(self.p[at][kept] * self.batches + e[kept], r[kept],
-                             minlength=self.parts * self.batches)
-        return _Cells(self.spans(at, e, None), self.spans(at, e, r),
-                      stored.reshape(self.parts, self.batches))
+    def cells(self, at: np.ndarray | slice) -> _Cells:
+        p, e, leave = self.p[at], self.e[at], self.l[at]
+        base = p.astype(np.int64) * (self.batches + 1)
+        lo, hi = base + e, base + leave
+        alive = self._sum(lo, hi, None)
+        kept = (leave > e).astype(np.float64)  # (stored and kept past the batch)
+        cell = p.astype(np.int64) * self.batches + e
+        if self.rows_each is not None:
+            rows = alive * self.rows_each
+            stored = np.bincount(cell, kept, minlength=self.parts * self.batches) \
+                * self.rows_each
+        else:
+            r = self.rows[at].astype(np.float64)
+            rows = self._sum(lo, hi, r)
+            stored = np.bincount(cell, kept * r, minlength=self.parts * self.batches)
+        return _Cells(alive, rows, stored.reshape(self.parts, self.batches))
 
     def kept_rows(self, at: np.ndarray) -> np.ndarray:
         """Rows of the entries ``at`` in both versions of a batch (stored before it, kept
         past it): batches ``[enter + 1, leave)``."""
-        return self.spans(at, self.e[at] + 1, self.rows[at])
+        p, e, leave = self.p[at], self.e[at], self.l[at]
+        base = p.astype(np.int64) * (self.batches + 1)
+        hi = base + leave
+        return self._sum(np.minimum(base + e + 1, hi), hi, self.rows[at].astype(np.float64))
 
 
 def _sample_of(slots: np.ndarray, length: int) -> np.ndarray:
@@ -253,9 +264,11 @@ def exact(entries: Entries, parts: int, key: int | np.ndarray | None, value: int
     nb = entries.batches
     rows = _row_bytes(entries, key, value)
     slots = entries.slots(seed)
-    grid = _Grid(entries, parts, rows)
-    every = np.arange(len(entries))
-    whole = grid.cells(every)
+    k = entries.key if key is None else key
+    each = int(np.asarray(k) + np.asarray(value)) if np.ndim(k) == 0 and np.ndim(value) == 0 \
+        else None
+    grid = _Grid(entries, parts, rows, each)
+    whole = grid.cells(slice(None))
     entered = np.bincount(grid.p * nb + grid.e, minlength=parts * nb).reshape(parts, nb) \
         if nb else np.zeros((parts, 0), dtype=np.int64)
     n_old = _shifted(whole.alive)

@@ -16,6 +16,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from semantics.parallel import map_parts, row_parts
+
 U32 = np.uint32
 C1, C2 = U32(0xCC9E2D51), U32(0x1B873593)
 SEED = 42  # Spark's Murmur3 seed (HashPartitioning and UnsafeRow.hashCode)
@@ -26,11 +28,25 @@ def _rotl(x: np.ndarray, r: int) -> np.ndarray:
 
 
 def _mix(h: np.ndarray, word: np.ndarray) -> np.ndarray:
-    """Murmur3's ``mixH1(h, mixK1(word))`` on uint32 arrays."""
+    """Murmur3's ``mixH1(h, mixK1(word))`` on uint32 arrays (a new array; in place on its
+    temporaries: a few passes fewer over long arrays)."""
     with np.errstate(over="ignore"):
-        k = _rotl(word * C1, 15) * C2
-        h = _rotl(h ^ k, 13)
-        return h * U32(5) + U32(0xE6546B64)
+        k = np.multiply(word, C1, dtype=U32)
+        k = _rotl_in(k, 15)
+        k *= C2
+        k ^= h
+        k = _rotl_in(k, 13)
+        k *= U32(5)
+        k += U32(0xE6546B64)
+        return k
+
+
+def _rotl_in(x: np.ndarray, r: int) -> np.ndarray:
+    """``_rotl`` reusing ``x`` (which it changes)."""
+    hi = x >> U32(32 - r)
+    x <<= U32(r)
+    x |= hi
+    return x
 
 
 def _fmix(h: np.ndarray, length: int | np.ndarray) -> np.ndarray:
@@ -42,8 +58,10 @@ def _fmix(h: np.ndarray, length: int | np.ndarray) -> np.ndarray:
 
 
 def _halves(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    u = np.asarray(v, dtype=np.int64).view(np.uint64)
-    return (u & np.uint64(0xFFFFFFFF)).astype(U32), (u >> np.uint64(32)).astype(U32)
+    """The low and high 32 bits of int64 values (views of the little-endian words: no
+    copy)."""
+    u = np.ascontiguousarray(v, dtype=np.int64).view(U32).reshape(-1, 2)
+    return u[:, 0], u[:, 1]
 
 
 def hash_long(v: np.ndarray, seed: np.ndarray | int) -> np.ndarray:
@@ -228,14 +246,32 @@ def key_rows(columns: list[pd.Series]) -> KeyRows | None:
     one 8-byte slot per field (a NULL's zero), then the strings' bytes, each padded with zeros
     to 8 (its slot ``offset << 32 | size``, the offset from the row's start) — its hash and
     size, and ``Murmur3Hash`` of the columns (a NULL leaves the seed). None when a column's type
-    is not laid out (module note).
+    is not laid out (module note). Rows a part at a time, in threads (``semantics.parallel``).
 
     >>> k = key_rows([pd.Series([0], dtype="int64")])
     >>> int(k.murmur[0].astype(np.int32)), int(k.row_bytes[0])  # Spark: SELECT hash(0L)
     (-1670924195, 16)
     """
+    if not columns:
+        return None
+    n = len(columns[0])
+    parts = row_parts(n, KEY_PART, size=n) if n > KEY_PART else [slice(0, n)]
+    got = map_parts(lambda at: _key_rows([c.iloc[at] for c in columns]), parts)
+    if any(g is None for g in got):
+        return None
+    rows = [g for g in got if g is not None]
+    return KeyRows(*(np.concatenate([getattr(g, f) for g in rows])
+                     for f in ("row_hash", "murmur", "row_bytes")))
+
+
+KEY_PART = 1 << 18  # rows a thread lays out at a time (temporaries ~10 arrays of them)
+
+
+def _key_rows(columns: list[pd.Series]) -> KeyRows | None:
+    """:func:`key_rows` of some rows, word by word: the row hash takes a row's words in
+    order, so a string's words are mixed into the rows whose string reaches them."""
     cols = [_column(c.reset_index(drop=True)) for c in columns]
-    if any(c is None for c in cols) or not columns:
+    if any(c is None for c in cols):
         return None
     got = [c for c in cols if c is not None]
     n, fields = len(columns[0]), len(got)
@@ -243,33 +279,51 @@ def key_rows(columns: list[pd.Series]) -> KeyRows | None:
     fixed = bit_words + fields
     var_words = [np.where(c.null, 0, -(-c.lengths // 8)) if c.lengths is not None else None
                  for c in got]
-    n_words = fixed + sum((v for v in var_words if v is not None), np.zeros(n, dtype=np.int64))
-    words = np.zeros((n, int(n_words.max(initial=fixed))), dtype=np.int64)
-    at = np.full(n, fixed, dtype=np.int64)  # the next free word of the variable region
-    for i, (c, vw) in enumerate(zip(got, var_words, strict=True)):
-        words[:, i // 64] |= np.where(c.null, np.int64(1) << np.int64(i % 64), 0)
+    h = np.full(n, SEED, dtype=U32)
+    for w in range(bit_words):
+        bits = np.zeros(n, dtype=np.int64)
+        for i in range(64 * w, min(64 * (w + 1), fields)):
+            if got[i].null.any():
+                bits |= np.where(got[i].null, np.int64(1) << np.int64(i % 64), 0)
+        if n and not bits.any():  # (no NULL: one word for every row, mixed once)
+            h = np.full(n, _mix_word(h[:1], bits[:1])[0], dtype=U32)
+        else:
+            h = _mix_word(h, bits)
+    at = np.full(n, 8 * fixed, dtype=np.int64)  # a string's offset: the variable region's end
+    for c, vw in zip(got, var_words, strict=True):
         if vw is None:
-            words[:, bit_words + i] = c.slot
+            h = _mix_word(h, c.slot)
             continue
         assert c.lengths is not None
-        words[:, bit_words + i] = np.where(c.null, 0, (at * 8) << 32 | c.lengths)
-        w = c.value.view("<i8")  # (the padded bytes as 8-byte words)
-        for j in range(w.shape[1]):
+        h = _mix_word(h, np.where(c.null, 0, at << 32 | c.lengths))
+        at = at + 8 * vw
+    for c, vw in zip(got, var_words, strict=True):
+        if vw is None:
+            continue
+        w8 = c.value.view("<i8")  # (the padded bytes as 8-byte words)
+        for j in range(w8.shape[1]):
             on = j < vw
             if not on.any():
                 break
-            rows = np.flatnonzero(on)
-            words[rows, at[rows] + j] = w[rows, j]
-        at = at + vw
+            h = np.where(on, _mix_word(h, w8[:, j]), h) if not on.all() else \
+                _mix_word(h, w8[:, j])
+    row_bytes = at.copy()
+    h = _fmix(h, row_bytes)
     murmur: np.ndarray = np.full(n, SEED, dtype=U32)
     for c in got:
         if c.hash_as == "bytes":
             assert c.lengths is not None
-            h = hash_bytes(c.value, c.lengths, murmur)
+            m = hash_bytes(c.value, c.lengths, murmur)
         else:
-            h = (hash_long if c.hash_as == "long" else hash_int)(c.value, murmur)
-        murmur = np.where(c.null, murmur, h)
-    return KeyRows(row_hash_of(words, n_words), murmur.astype(U32), 8 * n_words)
+            m = (hash_long if c.hash_as == "long" else hash_int)(c.value, murmur)
+        murmur = np.where(c.null, murmur, m) if c.null.any() else m
+    return KeyRows(h, murmur.astype(U32), row_bytes)
+
+
+def _mix_word(h: np.ndarray, word: np.ndarray) -> np.ndarray:
+    """``h`` after one 8-byte word (its low then its high half), as ``hashUnsafeWords``."""
+    lo, hi = _halves(word)
+    return _mix(_mix(h, lo), hi)
 
 
 def row_hash_of(words: np.ndarray, n_words: np.ndarray, seed: int = SEED) -> np.ndarray:

@@ -543,8 +543,8 @@ def state_entries(spec: BacktestSpec, candidate: str, schedule: Schedule,
     if not all(isinstance(d.payload, np.ndarray) for d in stored):
         return None
     at = {int(b): i for i, b in enumerate(report["batch_id"].to_numpy())}
-    pos = np.concatenate([d.payload for d in stored]).astype(np.int64) if stored else \
-        np.zeros(0, dtype=np.int64)
+    pos = np.concatenate([d.payload for d in stored]).astype(np.int64, copy=False) \
+        if stored else np.zeros(0, dtype=np.int64)
     enter = np.repeat(np.array([at[int(b)] for b in stored_ids], dtype=np.int64),
                       [len(d.payload) for d in stored])
     n_b = len(report)
@@ -557,7 +557,7 @@ def state_entries(spec: BacktestSpec, candidate: str, schedule: Schedule,
     # (no watermark yet: nothing is evicted)
     thresholds = np.where(np.isnan(wm), np.iinfo(np.int64).min // 2,
                           np.nan_to_num(wm).astype(np.int64) * 1000)
-    bound = schedule.event_time_us(q.source)[pos].astype(np.int64)
+    bound = schedule.event_time_us(q.source)[pos]
     if q.within_watermark:
-        bound = bound + int(delay) * 1000
+        bound += int(delay) * 1000
     return pos, enter, leaving_batch(bound, thresholds, n_b, enter)
