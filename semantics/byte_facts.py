@@ -107,16 +107,25 @@ def dedup_entries(spec: BacktestSpec, candidate: str, schedule: Schedule,
     pos, enter, leave = got
     rows = schedule.rows[q.source]
     keys = list(q.keys) or list(schedule.data_columns.get(q.source, ()))
-    laid = key_rows([rows[k].take(pos) for k in keys])  # (the key columns only)
+    et = spec.sources[q.source].event_time
+
+    def column(k: str) -> pd.Series:
+        """A key column at the entries' rows (the event time from its µs, read once)."""
+        if k == et:
+            return pd.Series(schedule.event_time_us(q.source)[pos].view("datetime64[us]"))
+        col = rows[k]
+        return pd.Series(col.to_numpy()[pos]) if isinstance(col.dtype, np.dtype) else \
+            col.take(pos)
+
+    laid = key_rows([column(k) for k in keys])  # (the key columns only)
     if laid is None:
         return None
-    key = sb.ROW_OBJECT_BYTES + sb.ARRAY_HEADER_BYTES + laid.row_bytes
     small = np.int32 if len(report) < 2**31 - 1 else np.int64
-    return Entries((), laid.partitions(sb.partitions(spec, candidate)).astype(np.int32),
+    return Entries((), laid.partitions(sb.partitions(spec, candidate)),
                    enter.astype(small), leave.astype(small), len(report),
                    hashes=laid.row_hash,
-                   # (one size for every key row but of strings: no array of it)
-                   key=np.asarray(key[0]) if len(key) and (key == key[0]).all() else key,
+                   # (one size for every key row but of strings: a 0-d array)
+                   key=sb.ROW_OBJECT_BYTES + sb.ARRAY_HEADER_BYTES + laid.row_bytes,
                    row_id=rows[ROW_ID].to_numpy()[pos])
 
 

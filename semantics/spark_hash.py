@@ -16,7 +16,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from semantics.parallel import map_parts, row_parts
+from semantics.parallel import map_parts
+from semantics.tuning import KEY_PART
 
 U32 = np.uint32
 C1, C2 = U32(0xCC9E2D51), U32(0x1B873593)
@@ -111,15 +112,17 @@ class KeyRows:
     """Keys laid out as Spark's ``UnsafeRow`` and hashed as Spark hashes them, one per key:
     ``row_hash`` (uint32) the row's ``hashCode`` (its slot in a ``ConcurrentHashMap``),
     ``murmur`` (uint32) ``Murmur3Hash(key columns, 42)`` (its shuffle partition, ``pmod``),
-    ``row_bytes`` (int64) the row's ``sizeInBytes`` (8-byte aligned)."""
+    ``row_bytes`` (int64) the row's ``sizeInBytes`` (8-byte aligned; one for all, a 0-d
+    array, when no column is a string)."""
 
     row_hash: np.ndarray
     murmur: np.ndarray
     row_bytes: np.ndarray
 
     def partitions(self, parts: int) -> np.ndarray:
-        """``HashPartitioning``'s partition of each key: ``pmod(murmur, parts)``."""
-        return np.mod(self.murmur.astype(np.int32).astype(np.int64), parts)
+        """``HashPartitioning``'s partition of each key (int32): ``pmod(murmur, parts)``
+        (numpy's ``mod`` takes the divisor's sign, as ``pmod``)."""
+        return np.mod(self.murmur.view(np.int32), np.int32(parts))
 
 
 @dataclass(frozen=True)
@@ -160,7 +163,7 @@ def _column(s: pd.Series) -> _Column | None:
         np.zeros(len(s), dtype=bool)
     if pd.api.types.is_datetime64_any_dtype(dt):
         v = s.to_numpy(dtype="datetime64[us]").view(np.int64)
-        v = np.where(null, 0, v)
+        v = np.where(null, 0, v) if null.any() else v
         return _Column(v, null, "long", v)
     if pd.api.types.is_bool_dtype(dt):
         v = s.to_numpy(dtype=np.int64, na_value=0)
@@ -169,7 +172,7 @@ def _column(s: pd.Series) -> _Column | None:
         size = np.dtype(str(dt).lower()).itemsize if str(dt).lower() != "uint64" else 16
         if size > 8 or str(dt).lower().startswith("uint"):
             return None  # (no unsigned types in Spark)
-        v = s.to_numpy(dtype=np.int64, na_value=0)
+        v = s.to_numpy() if dt == np.int64 else s.to_numpy(dtype=np.int64, na_value=0)
         if size == 8:
             return _Column(v, null, "long", v)
         # (int, short, byte: written zero-extended into a zeroed slot, hashed as ints)
@@ -249,22 +252,32 @@ def key_rows(columns: list[pd.Series]) -> KeyRows | None:
     is not laid out (module note). Rows a part at a time, in threads (``semantics.parallel``).
 
     >>> k = key_rows([pd.Series([0], dtype="int64")])
-    >>> int(k.murmur[0].astype(np.int32)), int(k.row_bytes[0])  # Spark: SELECT hash(0L)
+    >>> int(k.murmur[0].astype(np.int32)), int(k.row_bytes)  # Spark: SELECT hash(0L)
     (-1670924195, 16)
     """
     if not columns:
         return None
     n = len(columns[0])
-    parts = row_parts(n, KEY_PART, size=n) if n > KEY_PART else [slice(0, n)]
-    got = map_parts(lambda at: _key_rows([c.iloc[at] for c in columns]), parts)
-    if any(g is None for g in got):
+    parts = [slice(lo, min(n, lo + KEY_PART)) for lo in range(0, n, KEY_PART)] or [slice(0, 0)]
+    row_hash, murmur = np.empty(n, dtype=U32), np.empty(n, dtype=U32)
+
+    def part(at: slice) -> np.ndarray | None:
+        """The part's key rows into the outputs; its row sizes (None: not laid out)."""
+        got = _key_rows([c.iloc[at] for c in columns])
+        if got is None:
+            return None
+        row_hash[at], murmur[at] = got.row_hash, got.murmur
+        return got.row_bytes
+
+    sizes = map_parts(part, parts)
+    if any(z is None for z in sizes):
         return None
-    rows = [g for g in got if g is not None]
-    return KeyRows(*(np.concatenate([getattr(g, f) for g in rows])
-                     for f in ("row_hash", "murmur", "row_bytes")))
-
-
-KEY_PART = 1 << 18  # rows a thread lays out at a time (temporaries ~10 arrays of them)
+    known = [z for z in sizes if z is not None]
+    one = {int(z) for z in known if z.ndim == 0}
+    row_bytes = np.asarray(one.pop()) if len(one) == 1 and all(z.ndim == 0 for z in known) \
+        else np.concatenate([np.broadcast_to(z, (at.stop - at.start,))
+                             for z, at in zip(known, parts, strict=True)])
+    return KeyRows(row_hash, murmur, row_bytes)
 
 
 def _key_rows(columns: list[pd.Series]) -> KeyRows | None:
@@ -307,7 +320,8 @@ def _key_rows(columns: list[pd.Series]) -> KeyRows | None:
                 break
             h = np.where(on, _mix_word(h, w8[:, j]), h) if not on.all() else \
                 _mix_word(h, w8[:, j])
-    row_bytes = at.copy()
+    strings = any(vw is not None for vw in var_words)
+    row_bytes = at if strings else np.asarray(8 * fixed)  # (one size: no array)
     h = _fmix(h, row_bytes)
     murmur: np.ndarray = np.full(n, SEED, dtype=U32)
     for c in got:

@@ -70,7 +70,7 @@ def test_key_rows_of_longs_are_the_rows_of_their_words() -> None:
     words = [np.zeros(500, dtype=np.int64), ids.to_numpy(), us]
     assert got.row_hash.tolist() == sh.row_hash(words).tolist()
     assert got.partitions(7).tolist() == sh.partition_of([ids.to_numpy(), us], 7).tolist()
-    assert set(got.row_bytes.tolist()) == {24}
+    assert got.row_bytes.ndim == 0 and int(got.row_bytes) == 24  # (one size for all)
     # a string: its slot (offset 16 << 32 | 5), its bytes padded to 8
     s = sh.key_rows([pd.Series(["héllo"])])
     assert s is not None and s.row_bytes.tolist() == [24]
