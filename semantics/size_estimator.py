@@ -18,7 +18,7 @@ from functools import cache
 import numpy as np
 
 from semantics import state_bytes as sb
-from semantics.spark_hash import SEED, hash_int, row_hash, slot_hash
+from semantics.spark_hash import SEED, hash_int, row_hash, spread
 
 # fixed objects per partition (the provider's TreeMap, per retained version its map)
 TREE_BYTES, VERSION_BYTES = sb.TREE_BYTES, sb.VERSION_BYTES
@@ -93,8 +93,8 @@ class Entries:
     def slots(self, seed: int = SEED) -> np.ndarray:
         """Each entry's ``spread`` hash (``slot & (length - 1)`` is its slot)."""
         if self.hashes is not None:  # (another seed: the known hashes hashed again)
-            return slot_hash(self.hashes if seed == SEED else hash_int(self.hashes, seed))
-        return slot_hash(row_hash(list(self.words), seed))
+            return spread(self.hashes if seed == SEED else hash_int(self.hashes, seed))
+        return spread(row_hash(list(self.words), seed))
 
     def take(self, at: np.ndarray) -> Entries:
         """The entries at ``at`` (indexes or a mask)."""
@@ -190,6 +190,7 @@ class _Cells:
     alive: np.ndarray
     rows: np.ndarray
     stored: np.ndarray
+    entered: np.ndarray  # entries stored in the batch (kept past it or not)
 
 
 class _Grid:
@@ -210,6 +211,16 @@ class _Grid:
         return np.cumsum(got.reshape(self.parts, self.batches + 1), axis=1)[:, :self.batches]
 
     def cells(self, at: np.ndarray | slice) -> _Cells:
+        """:class:`_Cells` of the entries ``at``; every entry (a slice) a part at a time, so
+        that no temporary spans them all (the sums add up)."""
+        if isinstance(at, slice) and len(self.p) > CELL_PART:
+            parts = [self._cells(slice(lo, lo + CELL_PART))
+                     for lo in range(0, len(self.p), CELL_PART)]
+            return _Cells(*(sum(getattr(c, f) for c in parts)
+                            for f in ("alive", "rows", "stored", "entered")))
+        return self._cells(at)
+
+    def _cells(self, at: np.ndarray | slice) -> _Cells:
         p, e, leave = self.p[at], self.e[at], self.l[at]
         base = p.astype(np.int64) * (self.batches + 1)
         lo, hi = base + e, base + leave
@@ -224,7 +235,9 @@ class _Grid:
             r = self.rows[at].astype(np.float64)
             rows = self._sum(lo, hi, r)
             stored = np.bincount(cell, kept * r, minlength=self.parts * self.batches)
-        return _Cells(alive, rows, stored.reshape(self.parts, self.batches))
+        entered = np.bincount(cell, minlength=self.parts * self.batches)
+        shape = (self.parts, self.batches)
+        return _Cells(alive, rows, stored.reshape(shape), entered.reshape(shape))
 
     def kept_rows(self, at: np.ndarray) -> np.ndarray:
         """Rows of the entries ``at`` in both versions of a batch (stored before it, kept
@@ -236,11 +249,19 @@ class _Grid:
 
 
 def _sample_of(slots: np.ndarray, length: int) -> np.ndarray:
-    """Which sample of a table of ``length`` slots each entry's slot is in: 1, 2 or 0."""
+    """Which sample of a table of ``length`` slots each entry's slot is in: 1, 2 or 0 (int8;
+    a part of the entries at a time)."""
     lut = np.zeros(length, dtype=np.int8)
     s1, s2 = sampled_slots(length)
     lut[s1], lut[s2] = 1, 2
-    return lut[slots & (length - 1)]
+    out = np.empty(len(slots), dtype=np.int8)
+    mask = np.uint32(length - 1)
+    for lo in range(0, len(slots), CELL_PART):
+        out[lo:lo + CELL_PART] = lut[slots[lo:lo + CELL_PART] & mask]
+    return out
+
+
+CELL_PART = 1 << 20  # entries summed at a time (temporaries of a part, not of all entries)
 
 
 def _shifted(a: np.ndarray) -> np.ndarray:
@@ -269,8 +290,7 @@ def exact(entries: Entries, parts: int, key: int | np.ndarray | None, value: int
         else None
     grid = _Grid(entries, parts, rows, each)
     whole = grid.cells(slice(None))
-    entered = np.bincount(grid.p * nb + grid.e, minlength=parts * nb).reshape(parts, nb) \
-        if nb else np.zeros((parts, 0), dtype=np.int64)
+    entered = whole.entered
     n_old = _shifted(whole.alive)
     length = sb.table_lengths(n_old.astype(np.int64), (n_old + entered).astype(np.int64))
     prev_len = _shifted(length)

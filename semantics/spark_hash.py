@@ -96,7 +96,13 @@ def partition_of(columns: list[np.ndarray], parts: int) -> np.ndarray:
 
 def slot_hash(h: np.ndarray) -> np.ndarray:
     """``ConcurrentHashMap.spread``: a key's slot is ``spread(hash) & (length - 1)``."""
-    return ((h ^ (h >> U32(16))) & U32(0x7FFFFFFF)).astype(np.int64)
+    return spread(h).astype(np.int64)
+
+
+def spread(h: np.ndarray) -> np.ndarray:
+    """:func:`slot_hash` as uint32 (half the bytes of a long array of keys)."""
+    h = np.asarray(h, dtype=U32)
+    return (h ^ (h >> U32(16))) & U32(0x7FFFFFFF)
 
 
 # --- key rows of any supported type (docs/semantics.md §9.2) ---------------------------------

@@ -56,6 +56,12 @@ def test_the_linear_figure_equals_its_definition_on_random_states() -> None:
                        nb, key=rng.integers(10, 14, n) * 8)
         assert se.exact(e, parts, None, 72).tolist() == \
             se.exact_reference(e, parts, None, 72).tolist()
+        # (the narrow ints predictions keep, byte_facts.dedup_entries; parts of many entries)
+        narrow = se.Entries((), e.partition.astype(np.int16), enter.astype(np.int16),
+                            leave.astype(np.int16), nb, hashes=sh.row_hash(list(e.words)),
+                            key=e.key)
+        assert se.exact(narrow, parts, None, 72).tolist() == \
+            se.exact(e, parts, None, 72).tolist()
 
 
 def test_key_rows_of_longs_are_the_rows_of_their_words() -> None:
