@@ -24,10 +24,6 @@ C1, C2 = U32(0xCC9E2D51), U32(0x1B873593)
 SEED = 42  # Spark's Murmur3 seed (HashPartitioning and UnsafeRow.hashCode)
 
 
-def _rotl(x: np.ndarray, r: int) -> np.ndarray:
-    return (x << U32(r)) | (x >> U32(32 - r))
-
-
 def _mix(h: np.ndarray, word: np.ndarray) -> np.ndarray:
     """Murmur3's ``mixH1(h, mixK1(word))`` on uint32 arrays (a new array; in place on its
     temporaries: a few passes fewer over long arrays)."""
@@ -43,7 +39,7 @@ def _mix(h: np.ndarray, word: np.ndarray) -> np.ndarray:
 
 
 def _rotl_in(x: np.ndarray, r: int) -> np.ndarray:
-    """``_rotl`` reusing ``x`` (which it changes)."""
+    """``x`` rotated left by ``r`` bits, in place (``x`` changes)."""
     hi = x >> U32(32 - r)
     x <<= U32(r)
     x |= hi
