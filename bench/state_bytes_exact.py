@@ -12,11 +12,12 @@ words, seed 42, spread as ``ConcurrentHashMap`` does); a partition holds the key
 ``HashPartitioning`` sends it (Murmur3 of the key columns, seed 42, ``pmod``). With the state's
 keys (from the prediction: the rows it stores and the batches that evict them) this bench
 computes that figure (:func:`semantics.size_estimator.exact`), and Spark's figure for the same
-counts under other keys (``--seeds``: the row hash re-seeded, i.e. keys drawn afresh), which is
-the spread of Spark's own estimator around the count model
+counts under other keys (``--seeds``: the row hashes hashed again under another seed, i.e.
+keys drawn afresh), which is the spread of Spark's own estimator around the count model
 (:func:`semantics.state_bytes.retained`).
 
-Keys: ``dropDuplicates`` on long, int-free columns (long and timestamp); others are refused.
+Keys: ``dropDuplicates`` and ``dropDuplicatesWithinWatermark`` on columns of the types
+``semantics.spark_hash.key_rows`` lays out (no decimals, binary or nested); others are refused.
 ``--replay`` also runs the Spark replay and prints Spark's figure next to the exact one.
 """
 
@@ -34,44 +35,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from semantics import state_bytes as sb  # noqa: E402
 from semantics.schedule import Schedule  # noqa: E402
 from semantics.size_estimator import Entries, exact  # noqa: E402
-from semantics.spark_hash import partition_of  # noqa: E402
 from semantics.spec import BacktestSpec, DeduplicationQuery  # noqa: E402
 
 
 def dedup_entries(spec: BacktestSpec, sched: Schedule, candidate: str) -> Entries:
-    """The prediction's dedup entries (explained: the rows it stores, with their batch, and
-    the batches that evict them), laid out as Spark's key rows and partitioned as Spark
-    does."""
+    """The prediction's dedup entries (``Prediction.byte_facts.dedup``: the rows it stores,
+    with their batch, and the batches that evict them), laid out as Spark's key rows and
+    partitioned as Spark does (``semantics.byte_facts.dedup_entries``)."""
     from semantics.predict import predict
 
-    q = spec.query
-    if not isinstance(q, DeduplicationQuery) or q.within_watermark:
-        raise ValueError(f"{spec.name}: query.kind: expected a dropDuplicates")
-    src = sched.rows[q.source]
-    for c in q.keys:
-        if not (pd.api.types.is_integer_dtype(src[c]) or pd.api.types.is_datetime64_any_dtype(
-                src[c])):
-            raise ValueError(f"{spec.name}: query.keys: {c}: expected long or timestamp keys")
-    res = predict(sched, spec, candidate, explain=True, checkpoint=False)
-    stored = res.outputs[["batch_id", "row_id"]]
-    fates = res.raw_fates
-    gone = fates[fates["fate"].astype(str) == "evicted"][["row_id", "batch_id"]]
-    e = stored.merge(gone, on="row_id", how="left", suffixes=("", "_left"))
-    rows = src.set_index("row_id").loc[e["row_id"].to_numpy()]
-    cols = [_longs(rows[c]) for c in q.keys]
-    n_batches = len(res.batches)
-    return Entries(words=(np.zeros(len(e), dtype=np.int64), *cols),
-                   partition=partition_of(cols, sb.partitions(spec, candidate)),
-                   enter=e["batch_id"].to_numpy(dtype=np.int64),
-                   leave=e["batch_id_left"].fillna(n_batches).to_numpy(dtype=np.int64),
-                   batches=n_batches)
-
-
-def _longs(s: pd.Series) -> np.ndarray:
-    """A key column as Spark's long words (timestamps in µs)."""
-    if pd.api.types.is_datetime64_any_dtype(s):
-        return s.dt.tz_localize(None).astype("datetime64[us]").astype(np.int64).to_numpy()
-    return s.to_numpy(dtype=np.int64)
+    if not isinstance(spec.query, DeduplicationQuery):
+        raise ValueError(f"{spec.name}: query.kind: expected a deduplication")
+    res = predict(sched, spec, candidate, explain=False, checkpoint=False)
+    got = res.byte_facts.dedup if res.byte_facts is not None else None
+    if got is None:
+        raise ValueError(f"{spec.name}: query.keys: expected key columns of a laid-out type "
+                         "on the HDFS-backed store (semantics/spark_hash.py)")
+    return got
 
 
 def counts(entries: Entries) -> pd.DataFrame:
@@ -104,7 +84,7 @@ def main() -> None:
     c = counts(entries)
     model = sb.retained(c["state_rows"].to_numpy(), c["state_rows_removed"].to_numpy(),
                         c["state_rows_updated"].to_numpy(), parts, key_b, value_b)
-    fig = exact(entries, parts, key_b, value_b)
+    fig = exact(entries, parts, None, value_b)
     table = c.assign(exact=fig.astype(np.int64), model=model)
     if args.replay:
         actual, _ = run_spark(spec, sched)
@@ -114,7 +94,7 @@ def main() -> None:
     table["model/exact"] = (table["model"] / table["exact"]).round(3)
     print(table.to_string())
     if args.seeds:
-        ratios = np.array([model / exact(entries, parts, key_b, value_b, seed)
+        ratios = np.array([model / exact(entries, parts, None, value_b, seed)
                            for seed in range(1, args.seeds + 1)])
         med = np.median(ratios, axis=1)
         print(f"\nmodel / Spark's figure under {args.seeds} other key draws, per batch:")

@@ -323,6 +323,7 @@ def predict_bounded(spec: BacktestSpec, candidate: str, work: Path, *,
             parts.append(replace(part, outputs=emitted.iloc[:0].copy()))
             del part, emitted
         combined = combine(parts, plan.split, spec, candidate)
+        parts.clear()  # (their byte facts are combined: a dedup's entries held once)
         columns = columns or tuple(combined.outputs.columns)
         pred = with_byte_estimates(replace(combined, outputs=combined.outputs.iloc[:0]), spec,
                                    candidate, files, plan, facts)

@@ -278,8 +278,9 @@ class EngineResult:
     late_rows: int | None = None  # input rows dropped as late (``run(count_late=True)``)
     path: str = "step"  # the path that ran: "step" or "whole_run"
     path_reason: str = ""  # why that one (the whole-run path's decline reason, or its kernel)
-    # ``run(materialize=False)``: the non-empty step outputs and their batch ids, for
-    # ``semantics.output_chunks`` to build a range of them at a time (``outputs`` is empty)
+    # the non-empty step outputs and their batch ids, for ``semantics.output_chunks`` to build
+    # a range of them at a time (``run(materialize=False)``: ``outputs`` is empty) and for a
+    # deduplication's state entries (``semantics.byte_facts.dedup_entries``)
     deferred: list[Deferred] = field(default_factory=list)
     deferred_ids: list[int] = field(default_factory=list)
 
@@ -421,8 +422,9 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str | ResolvedCandida
     ``path``: "auto" runs the operator's whole-run path unless it declines, then steps;
     "step" steps; "whole_run" runs the whole-run path and raises :class:`WholeRunDeclined`
     (with the reason) when it declines. ``EngineResult.path`` and ``path_reason`` say which
-    ran and why. ``materialize=False`` builds no output frame: ``EngineResult.deferred``
-    holds the step outputs (``semantics.output_chunks`` builds them a range at a time)."""
+    ran and why. ``materialize=False`` builds no output frame (``EngineResult.deferred``, which
+    holds the step outputs either way, lets ``semantics.output_chunks`` build them a range at a
+    time)."""
     if path not in PATHS:
         raise ValueError(f"path must be one of {', '.join(PATHS)}, not {path!r}")
     plan = plan_batches(schedule, spec, candidate, operator)
@@ -480,7 +482,7 @@ def run(schedule: Schedule, spec: BacktestSpec, candidate: str | ResolvedCandida
     return EngineResult(report, out_df, fate_df,
                         late_rows=operator.late_input_rows(plan) if count_late else None,
                         path=ran, path_reason=reason,
-                        **({} if materialize else {"deferred": outputs, "deferred_ids": out_ids}))
+                        deferred=outputs, deferred_ids=out_ids)
 
 
 def _report(plan: list[BatchInput], operator: str, counts: dict[str, Any], sizes: list[int],

@@ -141,7 +141,9 @@ def predict(schedule: Schedule, spec: BacktestSpec, candidate: str, *,
     # (the estimates read the run's facts, as a prediction in key ranges reads its ranges')
     ask = checkpoint and batches["checkpoint_bytes"].isna().all() and len(batches) > 0
     facts = byte_facts.of_run(res.batches, byte_facts.join_records(spec, candidate, schedule)
-                              if ask else None)
+                              if ask else None,
+                              byte_facts.dedup_entries(spec, candidate, schedule, batches,
+                                                       res.deferred, res.deferred_ids))
     if batches["state_bytes"].isna().all() and len(batches):
         batches["state_bytes"] = byte_facts.state_bytes(spec, candidate, schedule, batches,
                                                         facts)

@@ -47,6 +47,7 @@ RocksDB reports other memory: with the RocksDB provider configured the estimate 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -62,6 +63,9 @@ from semantics.spec import (
     SessionQuery,
     parse_aggregate,
 )
+
+if TYPE_CHECKING:
+    from semantics.size_estimator import Entries
 
 ENTRY_BYTES = 200  # CHM node 32 + 2 × (UnsafeRow 40 + byte[] header 16) + table, fitted
 MAP_BYTES = 470  # per store and partition, fitted (bench/state_bytes.py)
@@ -445,11 +449,21 @@ def estimate_retained(spec: BacktestSpec, candidate: str, schedule: Schedule,
 
 
 def predicted(spec: BacktestSpec, candidate: str, schedule: Schedule,
-              batches: pd.DataFrame) -> pd.Series:
+              batches: pd.DataFrame, entries: Entries | None = None) -> pd.Series:
     """What predictions report (``predict``, key-range predictions, so the GX check's input
-    and a sweep's peak and final bytes): :func:`estimate_retained` for every kind (a session
-    sweep calls :func:`session_tables` with each delay's counts, docs/state-bytes.md)."""
-    return estimate_retained(spec, candidate, schedule, batches)
+    and a sweep's peak and final bytes): a deduplication's exact figure from its state
+    ``entries`` when given (``size_estimator.exact``: Spark's own draw, §9.2), else
+    :func:`estimate_retained` for every kind (a session sweep calls :func:`session_tables`
+    with each delay's counts, docs/state-bytes.md)."""
+    at = retained_layout(spec, candidate, schedule) \
+        if entries is not None and entries.batches == len(batches) else None
+    if at is None or entries is None or not isinstance(spec.query, DeduplicationQuery):
+        return estimate_retained(spec, candidate, schedule, batches)
+    from semantics.size_estimator import exact
+
+    parts, _, value = at
+    return pd.Series(np.round(exact(entries, parts, None, value)).astype(np.int64),
+                     index=batches.index, dtype="Int64")
 
 
 SET_BYTES = 32  # scala.collection.mutable.HashSet: header 12 + table, threshold, size, load

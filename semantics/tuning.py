@@ -164,3 +164,9 @@ RANGE_PEAK_BYTES_PER_ROW = 400
 RANGE_BYTES_PER_EVENT = 25
 # rows of a bounded route's key range, at least (per-range costs: the carrier rows; chosen)
 BOUNDED_MIN_RANGE_ROWS = 1 << 17
+
+# --- a deduplication's exact memory figure (semantics/spark_hash.py; docs/benchmarks.md,
+# "Memory per event": bench/memory.py, 10 M deduplication) ---
+# key rows laid out and hashed at a time: each part's arrays stay in cache through the hashes'
+# passes (2^16: 0.5-0.9 s of CPU for 10 M keys where one part of all read 1.2-2.2, under load)
+KEY_PART = 1 << 16

@@ -527,3 +527,37 @@ def _merge(a: DedupState, b: DedupState, b_in_a: np.ndarray | None = None) -> De
                       interleave(pa, a.expires_us, pb, b.expires_us),
                       None if a.row is None or b.row is None else
                       interleave(pa, a.row, pb, b.row))
+
+
+def state_entries(spec: BacktestSpec, candidate: str, schedule: Schedule,
+                  report: pd.DataFrame, stored: list[Deferred], stored_ids: list[int]
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """A run's state entries from what it emitted (every accepted row is stored, rule 2):
+    ``(source positions, batch stored in, batch removed in)`` (batches as positions in the
+    ``report``; ``len(report)``: never removed). An entry leaves in the first batch, from its
+    own on, whose eviction watermark reaches its bound (rule 3: its event time, or
+    ``expiresAt``), as the operator evicts. ``stored``: the run's non-empty step outputs
+    (source positions) and their batch ids. None when an output is not positions."""
+    q = spec.query
+    assert isinstance(q, DeduplicationQuery)
+    if not all(isinstance(d.payload, np.ndarray) for d in stored):
+        return None
+    at = {int(b): i for i, b in enumerate(report["batch_id"].to_numpy())}
+    pos = np.concatenate([d.payload for d in stored]).astype(np.int64, copy=False) \
+        if stored else np.zeros(0, dtype=np.int64)
+    enter = np.repeat(np.array([at[int(b)] for b in stored_ids], dtype=np.int64),
+                      [len(d.payload) for d in stored])
+    n_b = len(report)
+    et = spec.sources[q.source].event_time
+    keys = tuple(q.keys) or tuple(schedule.data_columns.get(q.source, ()))
+    delay = resolved(spec, candidate).delays_ms.get(q.source)
+    if delay is None or not (q.within_watermark or et in keys):
+        return pos, enter, np.full(len(pos), n_b, dtype=np.int64)
+    wm = pd.to_numeric(report["eviction_watermark_ms"]).astype("float64").to_numpy()
+    # (no watermark yet: nothing is evicted)
+    thresholds = np.where(np.isnan(wm), np.iinfo(np.int64).min // 2,
+                          np.nan_to_num(wm).astype(np.int64) * 1000)
+    bound = schedule.event_time_us(q.source)[pos]
+    if q.within_watermark:
+        bound += int(delay) * 1000
+    return pos, enter, leaving_batch(bound, thresholds, n_b, enter)
