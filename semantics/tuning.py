@@ -126,9 +126,6 @@ SWEEP_LATENCY_GATHER = 1 << 12
 # cells (delays × points × partitions) of a dedup sweep's exact state bytes computed at once
 # (memory: about twenty int64 tables; semantics/sweep_exact_bytes.py): chosen, not tuned
 SWEEP_EXACT_CELLS = 1 << 20
-# keys hashed at once by the exact state bytes (cache-sized: 10 M keys' row hash and
-# partition 0.8 s, about 5 s on whole arrays; archive: "the dedup sweep's exact memory figure")
-SWEEP_HASH_CHUNK = 1 << 16
 # input rows checkpoint_bytes encodes as its sample of state records (bench/state_bytes.py)
 CHECKPOINT_SAMPLE_ROWS = 2048
 # sample sizes of rows whose groups' buffers the checkpoint-bytes sample accumulates (same)
