@@ -116,8 +116,7 @@ def dedup_entries(spec: BacktestSpec, candidate: str, schedule: Schedule,
                    enter.astype(_narrow(len(report) + 1)),
                    leave.astype(_narrow(len(report) + 1)), len(report),
                    hashes=laid.row_hash,
-                   # (one size for every key row but of strings: a 0-d array)
-                   key=sb.ROW_OBJECT_BYTES + sb.ARRAY_HEADER_BYTES + laid.row_bytes,
+                   key=key_heap_bytes(laid),
                    row_id=rows[ROW_ID].to_numpy()[pos])
 
 
@@ -141,6 +140,12 @@ def dedup_key_rows(spec: BacktestSpec, schedule: Schedule, pos: np.ndarray) -> K
             col.take(pos)
 
     return key_rows([column(k) for k in keys])
+
+
+def key_heap_bytes(laid: KeyRows) -> np.ndarray:
+    """The key rows' heap bytes (``state_bytes.row_object_bytes``: the row object and its
+    byte array), one per key, or one for all (a 0-d array) when no key column is a string."""
+    return sb.ROW_OBJECT_BYTES + sb.ARRAY_HEADER_BYTES + laid.row_bytes
 
 
 def _narrow(bound: int) -> type[np.signedinteger]:

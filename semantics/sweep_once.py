@@ -169,23 +169,17 @@ def _state(spec: BacktestSpec, candidate: str, schedule: Schedule, tl: Timeline,
     rows, removes and writes), as a prediction's report gives them; a dedup's, with its
     entries' key rows ``laid`` of one size, Spark's exact figure as predictions report it
     (``sweep_exact_bytes``, docs/semantics.md §9.2)."""
-    from semantics.state_bytes import (
-        ARRAY_HEADER_BYTES,
-        ROW_OBJECT_BYTES,
-        retained,
-        retained_layout,
-    )
+    from semantics.byte_facts import key_heap_bytes
+    from semantics.state_bytes import retained, retained_layout
 
     entries = th.entries
     n_points = len(tl.x)
     model = retained_layout(spec, candidate, schedule)
     if laid is not None and not laid.row_bytes.ndim and model is not None:
         parts, _, value = model
-        # (a key row's heap bytes as byte_facts.dedup_entries gives a prediction's entries)
-        key = ROW_OBJECT_BYTES + ARRAY_HEADER_BYTES + int(laid.row_bytes)
         return sweep_exact_bytes.dedup_state(
-            tl, entries.point, entries.e, entries.a,
-            sweep_exact_bytes.KeyHashes.of(laid, parts), delays, parts, key, value)[0]
+            tl, entries.point, entries.e, entries.a, sweep_exact_bytes.KeyHashes.of(laid, parts),
+            delays, parts, int(key_heap_bytes(laid)), value)[0]  # (as a prediction's entries)
     made = Growing(entries.e, entries.a, int(delays[0]), int(delays[-1])) if len(delays) \
         else None
     created = np.zeros(n_points, dtype=np.int64)  # per first point
