@@ -60,6 +60,7 @@ from semantics.config import resolve
 from semantics.delay_timeline import ALWAYS, NO_DATA_MS, ceil_ms
 from semantics.engine import _tick_bounds, _tick_max_ms, _watermark_input
 from semantics.growing import Growing
+from semantics.memory import small_pages
 from semantics.schedule import TICK, Schedule
 from semantics.spec import BacktestSpec, JoinQuery
 from semantics.sweep_fallback import Figure, swept
@@ -258,7 +259,14 @@ def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
           delays: np.ndarray, figures: tuple[str, ...]) -> dict[str, list[Figure]] | None:
     """Per figure of ``figures`` (``sweep_once.FIGURES``), its value for each of ``delays``
     (ascending ms) of ``source``; None when not :func:`covered` (or the pairs exceed the whole
-    run's budget)."""
+    run's budget). (Its gigabytes of temporaries in small pages: ``memory.small_pages``.)"""
+    with small_pages():
+        return _sweep(spec, candidate, schedule, source, delays, figures)
+
+
+def _sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
+           delays: np.ndarray, figures: tuple[str, ...]) -> dict[str, list[Figure]] | None:
+    """:func:`sweep`."""
     from semantics.operators import make_operator
     from semantics.operators.join import JoinOperator
     from semantics.whole_run.join import Admitted, _candidates
