@@ -66,6 +66,7 @@ from semantics.spec import BacktestSpec, JoinQuery
 from semantics.sweep_fallback import Figure, swept
 from semantics.sweep_join_keys import accepted_by, gone_by_ranked, held_keys_ranked
 from semantics.sweep_join_latency import Latencies, NullRows
+from semantics.sweep_join_sort import sort_order
 from semantics.tuning import SWEEP_BYTES_ROWS, SWEEP_HELD_PAIRS_PER_ROW, SWEEP_POINT_DELAY_CELLS
 
 if TYPE_CHECKING:
@@ -504,8 +505,7 @@ class _Held:
         key[k_left:] += span
         key *= n + 1
         key += point_in[keep]
-        by = np.argsort(key)
-        key = key[by]
+        by, key = sort_order(key)
         group = key // (n + 1)
         point = key - group * (n + 1)  # (read back from the key: no gather)
         first = np.r_[True, group[1:] != group[:-1]] if len(key) else np.zeros(0, dtype=bool)
@@ -667,7 +667,7 @@ def _null_rows(side: Side, idx: np.ndarray, tau: np.ndarray, pts: Points) -> Nul
     some = np.flatnonzero(side.a < np.minimum(unmatched_to, gone_by_end))
     # (rows of one event time in any order: every range of them is cut at a change of m or
     # of the reference, both functions of it, so no figure depends on their order)
-    order = some[np.argsort(side.et[some])]
+    order = some[sort_order(side.et[some])[0]]
     m = side.m[order]
     assert not len(m) or (np.diff(m) >= 0).all()
     # (d <= gone_by_end iff m <= the last W: NullRows' cut, so u need not say it)
@@ -689,7 +689,7 @@ class _Emitted:
         if nulls:
             return cls(None, Latencies(pair_ms, tau, nulls, int(delays[0]), int(delays[-1])))
         return cls(quantiles.Nested(pair_ms / 1000.0, tau, delays,
-                                    order=np.argsort(pair_ms, kind="stable")), None)
+                                    order=sort_order(pair_ms)[0]), None)
 
     def at(self, i: int, d: int, w: np.ndarray, clock: np.ndarray
            ) -> tuple[int, quantiles.Percentiles]:

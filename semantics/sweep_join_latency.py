@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from semantics import quantiles
+from semantics.sweep_join_sort import sort_order
 from semantics.tuning import SWEEP_LATENCY_GATHER
 
 _WIDE = 1 << 61  # a bracket past every latency (ms); (twice it, no overflow)
@@ -110,8 +111,8 @@ class Latencies:
                  lo: int, hi: int, gather: int | None = None) -> None:
         """``lo``, ``hi``: the sweep's least and greatest delays; ``gather``: rows an order
         statistic partitions at most (default ``tuning.SWEEP_LATENCY_GATHER``)."""
-        order = np.argsort(pair_ms)  # (ties in any order: ranges are cut between values)
-        self.pair_ms, self.tau = pair_ms[order], tau[order]
+        order, self.pair_ms = sort_order(pair_ms)
+        self.tau = tau[order]
         self.pairs = _Members(self.tau, np.full(len(order), hi, dtype=np.int64), lo, hi)
         self.sides = [_Side(n, lo, hi) for n in nulls]
         self.gather = gather or SWEEP_LATENCY_GATHER
