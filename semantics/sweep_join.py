@@ -312,7 +312,7 @@ def _sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
     # the state rows: tables of every (point, delay) within the cells' bound, else by delay
     tables = 0 < n_pts * len(delays) <= SWEEP_POINT_DELAY_CELLS
     if tables:
-        first = np.searchsorted(delays, rows_a, side="right")
+        first = _first_index(delays, rows_a)
         came = accepted_by(point_all, first, n_pts, len(delays))
         ranks = _Ranks.of(pts.w_all(delays), m_all)
         gone, gone_counted = ranks.gone(first, len(left.pos), counted)
@@ -328,7 +328,7 @@ def _sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
         counted, len(pts.idle), hi)
     per_batch = None if held is None else _Bytes(s_spec, name, schedule)
     at_once = None if held is None or not tables else held.by_point(
-        pts, delays, q.type in ("right_outer", "full_outer"), ranks, gone_counted)
+        pts, delays, q.type in ("right_outer", "full_outer"), ranks, gone_counted, first)
     out: dict[str, list[Figure]] = {f: [] for f in figures}
     n_inputs = sum(len(schedule.rows[s]) for s in (q.left, q.right))
     late = _at_least(rows_a, delays)
@@ -365,6 +365,20 @@ def _sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
         peak, final = per_batch.figures()
         out.update({f: v for f, v in zip(BYTES, (peak, final), strict=True) if f in figures})
     return {f: v for f, v in out.items() if len(v) == len(delays)}
+
+
+def _first_index(delays: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """Per threshold ``a``: the index of the least of ``delays`` (ascending) above it (the
+    least delay under which ``d > a``; ``len(delays)``: none). Most rows are accepted under
+    every delay: only those at or above the least are searched.
+
+    >>> _first_index(np.array([0, 10, 20]), np.array([-5, 0, 15, 20, -1, 99])).tolist()
+    [0, 1, 2, 3, 0, 3]
+    """
+    out = np.zeros(len(a), dtype=np.int64)
+    some = np.flatnonzero(a >= delays[0]) if len(delays) else np.zeros(0, dtype=np.int64)
+    out[some] = np.searchsorted(delays, a[some], side="right")
+    return out
 
 
 def _stored_to(right: Side, rj: np.ndarray, tau: np.ndarray, outer: bool) -> np.ndarray:
@@ -514,7 +528,7 @@ class _Held:
                    n, m_in, order, stored_in)
 
     def by_point(self, pts: Points, delays: np.ndarray, right_outer: bool, ranks: _Ranks,
-                 gone: np.ndarray) -> _ByPoint | None:
+                 gone: np.ndarray, first: np.ndarray) -> _ByPoint | None:
         """The same counts for every delay at once (:class:`_ByPoint`; the keys by
         ``sweep_join_keys.held_keys_ranked``); None when its (points × delays) counts would
         pass ``tuning.SWEEP_POINT_DELAY_CELLS``, the rows accepted under some delays only pair
@@ -522,7 +536,8 @@ class _Held:
         row's stored delays have a gap (a pair emitted on arrival, yet its own batch evicting
         it under some of them: not one threshold). ``ranks``: every row's ``m`` and every
         ``W`` ranked (:class:`_Ranks`); ``gone``: the counted sides' evictions
-        (:meth:`_Ranks.gone`)."""
+        (:meth:`_Ranks.gone`); ``first``: every row's :func:`_first_index` of its ``a``, in
+        the sides' order."""
         n = self.n
         if n * len(delays) > SWEEP_POINT_DELAY_CELLS:
             return None
@@ -532,18 +547,20 @@ class _Held:
         p_r, a_r = self.point[r], self.a[r]
         g = behind(pts.a[p_r], pts.b[p_r], self.m_in[at], pts.policy)
         own = self.a
+        j_own = first[self.order]  # (own's first index: gathered, not searched)
         if right_outer:
             if (np.maximum(a_r, self.stored_in[at]) < g).any():
                 return None  # (own: stored whenever accepted)
         else:
             own = self.a.copy()
             own[r] = np.maximum(a_r, g)
+            # (the search is monotone: the index of a maximum is the maximum of the indices)
+            np.maximum(j_own[r], _first_index(delays, g), out=j_own[r])
         # V: the watermark of the point before each point, none (below every W: one value
         # more, ranked 0) before the first
         rv = np.zeros(ranks.rw.shape, dtype=np.int64)
         rv[1:] = ranks.rw[:-1] + 1
-        keys = held_keys_ranked(self.group, self.point,
-                                np.searchsorted(delays, own, side="right"),
+        keys = held_keys_ranked(self.group, self.point, j_own,
                                 ranks.rm + (self.m_in > np.iinfo(np.int64).min), self.order,
                                 rv, ranks.top + 1, SWEEP_HELD_PAIRS_PER_ROW)
         if keys is None:
