@@ -432,17 +432,29 @@ class _Ranks:
 
 
 def _ranks(values: np.ndarray, m: np.ndarray) -> np.ndarray:
-    """Per ``m``: how many of ``values`` (sorted, distinct) are below it, as int32. When the
-    values span no more integers than there are ``m``, by a table of every integer between
-    the least and the greatest (a running count of the values: a gather per ``m``, not a
-    binary search); else searched."""
-    if not len(values) or len(m) < int(values[-1]) - int(values[0]) + 1:
+    """Per ``m``: how many of ``values`` (sorted, distinct) are below it, as int32. The values
+    from the least ``values[i]`` within ``2 len(m)`` integers of the greatest by a table of
+    every integer between them (a running count of the values: a gather per ``m``, not a
+    binary search, which misses the cache at every step: about ten times slower at 10 M
+    rows); the ``m`` at or below ``values[i]`` (below it, few values: a watermark clamped to
+    0, say) searched among ``values[:i + 1]``."""
+    if not len(values):
+        return np.zeros(len(m), dtype=np.int32)
+    hi = int(values[-1])
+    i = int(np.searchsorted(values, hi - 2 * len(m) + 1, side="left"))
+    if i == len(values):  # (no m: no table)
         return np.searchsorted(values, m, side="left").astype(np.int32)
-    lo = int(values[0])
-    table = np.zeros(int(values[-1]) - lo + 2, dtype=np.int32)
-    table[values - lo + 1] = 1
-    np.cumsum(table, out=table)  # (table[i]: the values below lo + i)
-    return table[np.clip(m, lo, lo + len(table) - 1) - lo]
+    lo = int(values[i])
+    table = np.zeros(hi - lo + 2, dtype=np.int32)
+    table[values[i:] - lo + 1] = 1
+    table[0] = i  # (the values below lo)
+    np.cumsum(table, out=table)  # (table[k]: the values below lo + k)
+    at = np.clip(m, lo, hi + 1)
+    at -= lo
+    out = table[at]
+    low = np.flatnonzero(m < lo)
+    out[low] = np.searchsorted(values[:i + 1], m[low], side="left")
+    return out
 
 
 @dataclass(frozen=True)

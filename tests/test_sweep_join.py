@@ -307,12 +307,16 @@ def test_the_least_watermark_reaching_a_value_is_the_least() -> None:
 
 def test_ranks_by_a_table_equal_a_search() -> None:
     # values spanning fewer integers than the m (the table) or more (the search), m below,
-    # among, between and past them, at the extremes of int64 too
+    # among, between and past them, at the extremes of int64 too; every third with a few
+    # values far below the rest (a watermark clamped to 0: the table from the rest on, the
+    # m at or below its least searched)
     r = np.random.default_rng(1)
-    for seed in range(40):
+    for seed in range(60):
         values = np.unique(r.integers(-50, 50 if seed % 2 else 5_000, int(r.integers(0, 30))))
+        if seed % 3 == 0:
+            values = np.unique(np.r_[values, -(10**12), r.integers(-10**9, -10**8, seed % 4)])
         m = np.r_[r.integers(-80, 80, int(r.integers(0, 400))), sweep_join._TOP,
-                  np.iinfo(np.int64).min]
+                  np.iinfo(np.int64).min, values[:3], values[:3] + 1, -(10**12) - 1]
         want = np.searchsorted(values, m, side="left")
         assert sweep_join._ranks(values, m).tolist() == want.tolist(), seed
     assert sweep_join._ranks(np.arange(10), np.arange(-5, 400)).dtype == np.int32
