@@ -123,6 +123,9 @@ SWEEP_HELD_PAIRS_PER_ROW = 4
 # rows of an outer join sweep's latency bracket partitioned at most per order statistic (the
 # rest halved by counts; semantics/sweep_join_latency.py): chosen, not tuned
 SWEEP_LATENCY_GATHER = 1 << 12
+# integers per value a join sweep's table of sorted values may span, past which it searches
+# them (int32: 4 bytes an integer; semantics/sweep_join_latency.py): chosen, not tuned
+SWEEP_SEARCH_TABLE_SPAN = 8
 # input rows checkpoint_bytes encodes as its sample of state records (bench/state_bytes.py)
 CHECKPOINT_SAMPLE_ROWS = 2048
 # sample sizes of rows whose groups' buffers the checkpoint-bytes sample accumulates (same)

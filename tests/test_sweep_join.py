@@ -256,10 +256,12 @@ def test_held_keys_for_every_point_and_delay_equal_their_definition() -> None:
     assert refused >= 10, refused
 
 
-def test_outer_latencies_per_delay_equal_a_partition_of_every_emitted_row() -> None:
+def test_outer_latencies_per_delay_equal_a_partition_of_every_emitted_row(monkeypatch) -> None:
     # pairs of fixed latency emitted above their threshold, null rows between two thresholds
-    # leaving at the point whose W reaches them; brackets of at most 1, 2 or 4 096 rows
+    # leaving at the point whose W reaches them; brackets of at most 1, 2 or 4 096 rows; the
+    # sorted latencies and references searched by tables, or (every other seed) binary
     for seed in range(30):
+        monkeypatch.setattr(sweep_join_latency, "SWEEP_SEARCH_TABLE_SPAN", 8 * (seed % 2))
         r = np.random.default_rng(seed)
         n, n_pairs = int(r.integers(0, 7)), int(r.integers(0, 40))  # (0: no batch at all)
         ds = np.unique(r.integers(0, 50, int(r.integers(1, 12))))
