@@ -523,19 +523,25 @@ class _Held:
         """Every row's ``a``, ``m``, point, key code and :func:`_stored_to` in the sides'
         order, the left side's ``n_left`` rows first; ``hi``: the greatest delay (rows of
         ``a >= hi`` are never accepted)."""
-        keep = np.flatnonzero(a_in < hi)
+        some = a_in < hi
+        every = bool(some.all())  # (mostly: no gathers through the kept rows)
+        keep = np.arange(len(a_in)) if every else np.flatnonzero(some)
         span = int(code_in.max(initial=0)) + 1
-        # one sort key (side, code, point): the rows of one key and point in any order
-        key = code_in[keep].astype(np.int64)
-        k_left = int(np.searchsorted(keep, n_left))
+        # one sort key (side, code, point), the point in the low bits (read back by a shift
+        # and a mask, no division): the rows of one key and point in any order
+        bits = max(n - 1, 1).bit_length()
+        key = code_in.astype(np.int64) if every else code_in[keep].astype(np.int64)
+        k_left = n_left if every else int(np.searchsorted(keep, n_left))
         key[k_left:] += span
-        key *= n + 1
-        key += point_in[keep]
+        key <<= bits
+        key |= point_in if every else point_in[keep]
         by, key = sort_order(key)
-        group = key // (n + 1)
-        point = key - group * (n + 1)  # (read back from the key: no gather)
-        first = np.r_[True, group[1:] != group[:-1]] if len(key) else np.zeros(0, dtype=bool)
-        order = keep[by]
+        point = key & ((1 << bits) - 1)
+        key >>= bits  # (the group's side and code)
+        first = np.empty(len(key), dtype=bool)
+        first[:1] = True
+        np.not_equal(key[1:], key[:-1], out=first[1:])
+        order = by if every else keep[by]
         return cls(point, a_in[order], np.cumsum(first, dtype=np.int64) - 1, k_left, counted,
                    n, m_in, order, stored_in)
 
