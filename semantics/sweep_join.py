@@ -564,14 +564,15 @@ class _Held:
         at = self.order[r]
         p_r, a_r = self.point[r], self.a[r]
         g = behind(pts.a[p_r], pts.b[p_r], self.m_in[at], pts.policy)
-        own = self.a
-        j_own = first[self.order]  # (own's first index: gathered, not searched)
+        # (each row's first delay index accepting it: gathered, not searched; a right row's
+        # raised to the first keeping it past its own batch)
+        j_own = first[self.order]
+        j_a = j_own[r]  # (a right row's own, for the rows not stored)
         if right_outer:
             if (np.maximum(a_r, self.stored_in[at]) < g).any():
-                return None  # (own: stored whenever accepted)
+                return None  # (stored whenever accepted)
         else:
-            own = self.a.copy()
-            own[r] = np.maximum(a_r, g)
+            j_a = j_a.copy()
             # (the search is monotone: the index of a maximum is the maximum of the indices)
             np.maximum(j_own[r], _first_index(delays, g), out=j_own[r])
         # V: the watermark of the point before each point, none (below every W: one value
@@ -583,7 +584,8 @@ class _Held:
                                 rv, ranks.top + 1, SWEEP_HELD_PAIRS_PER_ROW)
         if keys is None:
             return None
-        lost = np.zeros_like(keys) if right_outer else _between(p_r, a_r, own[r], delays, n)
+        lost = np.zeros_like(keys) if right_outer else _between(p_r, j_a, j_own[r], len(delays),
+                                                                 n)
         return _ByPoint(keys, lost, np.diff(gone, axis=0, prepend=0),
                         self.counted[1] and len(p_r) > 0)
 
@@ -611,16 +613,21 @@ class _Held:
                 np.bincount(self.point[lost], minlength=n))
 
 
-def _between(point: np.ndarray, lo: np.ndarray, hi: np.ndarray, delays: np.ndarray,
+def _between(point: np.ndarray, j_lo: np.ndarray, j_hi: np.ndarray, n_d: int,
              n: int) -> np.ndarray:
-    """Per point (of ``n``) and delay ``d``: how many of the point's rows have
-    ``lo < d <= hi`` (``lo <= hi``): a difference table over the delays' indices."""
-    n_d = len(delays)
-    at = np.r_[point * (n_d + 1) + np.searchsorted(delays, lo, side="right"),
-               point * (n_d + 1) + np.searchsorted(delays, hi, side="right")]
-    diff = np.bincount(at, np.r_[np.ones(len(lo)), -np.ones(len(hi))],
-                       minlength=n * (n_d + 1))
-    return np.rint(diff).astype(np.int64).reshape(n, n_d + 1).cumsum(1)[:, :n_d]
+    """Per point (of ``n``) and delay index ``j`` (of ``n_d``): how many of the point's rows
+    have ``j_lo <= j < j_hi`` (the :func:`_first_index` of ``lo`` and ``hi``: ``lo < d <=
+    hi``): a difference table over the delays' indices, of the rows with such a ``j`` only.
+
+    >>> _between(np.array([0, 1, 1]), np.array([0, 1, 2]), np.array([2, 3, 2]), 3, 2).tolist()
+    [[1, 1, 0], [0, 1, 1]]
+    """
+    on = np.flatnonzero(j_lo < j_hi)  # (most rows: none, their pairs emitted or stored)
+    base = point[on] * (n_d + 1)
+    cells = n * (n_d + 1)
+    diff = np.bincount(base + j_lo[on], minlength=cells) - \
+        np.bincount(base + j_hi[on], minlength=cells)
+    return diff.reshape(n, n_d + 1).cumsum(1)[:, :n_d]
 
 
 @dataclass(frozen=True)
