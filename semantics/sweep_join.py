@@ -235,9 +235,14 @@ def _side(op: JoinOperator, role: str, schedule: Schedule, pts: Points,
     for mask in (src.dropped, src.never_joins, src.pushed_below, src.pushed_above):
         if mask is not None:
             keep &= ~mask
-    pos = np.flatnonzero(keep)
-    et = op.event_us[role][pos]
-    point = pts.point_of_tick[schedule.rows[name][TICK].to_numpy(dtype=np.int64)[pos]]
+    every = bool(keep.all())  # (mostly: no gathers of every row)
+    pos = np.arange(len(keep)) if every else np.flatnonzero(keep)
+
+    def kept(v: np.ndarray) -> np.ndarray:
+        return v if every else v[pos]
+
+    et = kept(op.event_us[role])
+    point = pts.point_of_tick[kept(schedule.rows[name][TICK].to_numpy(dtype=np.int64))]
     if name in op.watermarked:
         la, lb = late_ab
         a = behind(la[point], lb[point], ceil_ms(et), pts.policy)
@@ -247,8 +252,8 @@ def _side(op: JoinOperator, role: str, schedule: Schedule, pts: Points,
     if ev.kind is None:
         m = np.full(len(pos), _TOP, dtype=np.int64)
     else:
-        m = _least_w(ceil_ms(np.asarray(src.ev)[pos]), ev.bounds)
-    return Side(pos, point, src.code[pos], et, a, m)
+        m = _least_w(ceil_ms(kept(np.asarray(src.ev))), ev.bounds)
+    return Side(pos, point, kept(src.code), et, a, m)
 
 
 def _stays_below_w(bounds: tuple[ValueBound, ...]) -> bool:

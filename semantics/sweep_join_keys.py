@@ -60,8 +60,12 @@ def held_keys_ranked(group: np.ndarray, q: np.ndarray, first: np.ndarray, xm: np
     indices as int32: the items are many, their bytes the cost.)"""
     n_d = rv.shape[1]
     keep = first < n_d
-    x = xm[order[keep]].astype(np.int32)
-    group, q, first = group[keep], q[keep].astype(np.int32), first[keep].astype(np.int32)
+    if keep.all():  # (mostly: no selections of every row)
+        x = xm[order].astype(np.int32, copy=False)
+        q, first = q.astype(np.int32), first.astype(np.int32)
+    else:
+        x = xm[order[keep]].astype(np.int32, copy=False)
+        group, q, first = group[keep], q[keep].astype(np.int32), first[keep].astype(np.int32)
     floor = _floor(group, np.where(first == 0, x, _NONE), top + 2)
     raised = _raises(group, first, x, floor, pairs_per_row * max(len(x), 1))
     if raised is None:
