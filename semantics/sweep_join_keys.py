@@ -174,12 +174,16 @@ def _count(s: np.ndarray, jl: np.ndarray, x: np.ndarray, w: np.ndarray, rv: np.n
     np.maximum(star, s, out=star)
     # the rectangles [s, star) x [jl, n_d) in a 2-D difference table (star == s: none;
     # cells as int32: the table is within tuning.SWEEP_POINT_DELAY_CELLS)
-    cells = (n + 1) * (n_d + 1)
     wf = w.astype(np.float64)
-    rect = np.bincount(s * (n_d + 1) + jl, wf, minlength=cells) - \
-        np.bincount(star * (n_d + 1) + jl, wf, minlength=cells)
-    keys = np.rint(rect).astype(np.int64).reshape(n + 1, n_d + 1).cumsum(0).cumsum(1)
-    keys = keys[:n, :n_d]
+    if zero.all():  # (every rectangle spans all delays: one column, the same for every j)
+        rows = np.bincount(s, wf, minlength=n + 1) - np.bincount(star, wf, minlength=n + 1)
+        keys = np.repeat(np.rint(rows).astype(np.int64).cumsum()[:n, None], n_d, axis=1)
+    else:
+        cells = (n + 1) * (n_d + 1)
+        rect = np.bincount(s * (n_d + 1) + jl, wf, minlength=cells) - \
+            np.bincount(star * (n_d + 1) + jl, wf, minlength=cells)
+        keys = np.rint(rect).astype(np.int64).reshape(n + 1, n_d + 1).cumsum(0).cumsum(1)
+        keys = keys[:n, :n_d]
     keys += _above(star, x, w, rv, span)  # (from star on; star == n: never)
     return keys
 
