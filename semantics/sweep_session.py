@@ -56,15 +56,10 @@ from semantics.parallel import map_parts, threads
 from semantics.schedule import TICK, Schedule
 from semantics.spec import BacktestSpec, SessionQuery
 from semantics.sweep_fallback import Figure, predicted
-from semantics.sweep_session_blocks import (
-    Blocks,
-    blocks,
-    stored_keys,
-    updated,
-    updated_until_complete,
-)
+from semantics.sweep_session_blocks import Blocks, blocks, stored_keys, updated
 from semantics.sweep_session_closed import Closed
-from semantics.sweep_session_settled import Groups, Tracker, concat_ranges, groups, kth
+from semantics.sweep_session_settled import Groups, Tracker, groups, kth
+from semantics.sweep_session_updated import closed_table
 from semantics.whole_run.session import MAX_WINDOW, components, first_arrival_before
 
 
@@ -192,8 +187,7 @@ def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
     cut_at = len(ds) if closed is None else min(st.all_settled, len(ds))
     runs = [r for r in _balanced(st.groups.settle, cut_at, n)
             + np.array_split(np.arange(cut_at, len(ds)), n) if len(r)]
-    counts = None if model is None else _Updated(st, tl, gap, len(ds))
-    parts = map_parts(lambda part: _run(st, tl, gap, part.tolist(), ds, model, closed, counts),
+    parts = map_parts(lambda part: _run(st, tl, gap, part.tolist(), delays, model, closed),
                       runs)
     flat = [got for part in parts for got in part]  # (the runs in order: every delay once)
     alone = cut = passed = 0
@@ -315,16 +309,17 @@ def clusters(kid: np.ndarray, first: np.ndarray, ev_hi: np.ndarray) -> np.ndarra
     return np.cumsum(cut, dtype=np.int64) - 1
 
 
-def _run(st: Settled, tl: Timeline, gap: int, js: list[int], ds: list[int],
-         model: tuple[int, int, int, int] | None, closed: Closed | None,
-         counts: _Updated | None) -> list[tuple[dict[str, Figure], int, int] | None]:
+def _run(st: Settled, tl: Timeline, gap: int, js: list[int], delays: np.ndarray,
+         model: tuple[int, int, int, int] | None, closed: Closed | None
+         ) -> list[tuple[dict[str, Figure], int, int] | None]:
     """:func:`_one_delay` of the delays of indices ``js`` (ascending, consecutive), the
     settled groups carried from one to the next; from the first delay at which every group is
-    settled, :func:`_closed_delay` (``closed``: None, never). ``counts``: the updated sessions
-    the bytes read (None without a bytes model)."""
+    settled, :func:`_closed_delay` (``closed``: None, never); the updated sessions the bytes
+    read by :class:`_Updated` (none without a bytes model)."""
     tracker = None
     rows = cand = None  # (the open rows and clusters' groups of the delay before)
-    run = None if counts is None else counts.run()
+    ds = delays.tolist()
+    run = None if model is None else _Updated(st, tl, gap, delays, js)
     out: list[tuple[dict[str, Figure], int, int] | None] = []
     for j in js:
         if closed is not None and j >= st.all_settled:
@@ -361,7 +356,7 @@ def _balanced(settle: np.ndarray, n_j: int, n: int) -> list[np.ndarray]:
 
 def _one_delay(st: Settled, tl: Timeline, gap: int, j: int, d: int,
                model: tuple[int, int, int, int] | None, tracker: Tracker, rows: np.ndarray,
-               cand: np.ndarray, counts: _UpdatedRun | None
+               cand: np.ndarray, counts: _Updated | None
                ) -> tuple[dict[str, Figure], int, int] | None:
     """The state, emitted rows and latency figures of delay ``d`` (index ``j``; ``tracker``
     advanced to it; ``rows``, ``cand``: ``st.open_rows(j)``, ``st.open_clusters(j)``), the
@@ -400,7 +395,7 @@ def _one_delay(st: Settled, tl: Timeline, gap: int, j: int, d: int,
 
 
 def _closed_delay(st: Settled, tl: Timeline, closed: Closed, j: int, d: int,
-                  model: tuple[int, int, int, int] | None, counts: _UpdatedRun | None
+                  model: tuple[int, int, int, int] | None, counts: _Updated | None
                   ) -> tuple[dict[str, Figure], int, int] | None:
     """What :func:`_one_delay` gives once every group is settled (``closed``: no group
     visited; ``counts``: the updated sessions, by a search per closed key's row point)."""
@@ -419,119 +414,33 @@ def _closed_delay(st: Settled, tl: Timeline, closed: Closed, j: int, d: int,
 
 class _Updated:
     """Per delay and point, the updated sessions (``sweep_session_blocks.updated``) of every
-    row the delay accepts, a sum over keys. A key all of whose groups are settled at delay
-    index ``j`` (``closes <= j``) has blocks that are its groups: its count at a point ``p``
-    where it has a row is its groups' sessions up to their last row's point (``fixed``, per
-    delay index from the key's ``closes`` on: no delay changes it) plus, one each, its groups
-    complete before ``p`` and not evicted before ``p``: the groups with ``last < p`` (counted
-    once) less those with ``ev < p`` (``ev`` non-decreasing along a key's groups: a search).
-    The other keys' rows are passed over per delay."""
+    row the delay accepts, a sum over keys, over a run of ascending delay indices ``js``: the
+    keys all of whose groups are settled at delay index ``j`` (``closes <= j``) from a table
+    built once for the run (``semantics.sweep_session_updated``), the others' rows passed
+    over per delay (a set that only shrinks, as ``Settled.open_rows``)."""
 
-    def __init__(self, st: Settled, tl: Timeline, gap: int, n_d: int) -> None:
-        g = st.groups
-        n_b = len(tl.x)
-        self.st, self.tl, self.gap, self.n_b = st, tl, gap, n_b
-        new = np.ones(len(g.kid), dtype=bool)
-        new[1:] = g.kid[1:] != g.kid[:-1]
-        self.key = np.cumsum(new, dtype=np.int64) - 1  # per group
-        self.key_start = np.flatnonzero(new)
-        self.bits = int(n_b).bit_length()
-        self.row_closes = g.closes[st.row_group]
-        row_key = self.key[st.row_group]
-        # per (key, point) with a row of a key that closes: the groups of the key whose last
-        # row arrived before the point
-        done = np.flatnonzero(self.row_closes < n_d)
-        rp = np.unique((row_key[done] << self.bits) | st.row_point[done])
-        self.rp_key, self.rp_point = rp >> self.bits, rp & ((1 << self.bits) - 1)
-        self.rp_closes = g.closes[self.key_start[self.rp_key]]
-        last = np.zeros(len(g.kid), dtype=np.int64)
-        np.maximum.at(last, st.row_group, st.row_point)
-        lw = np.sort((self.key << self.bits) | last)
-        self.before = np.searchsorted(lw, rp, side="left") - self.key_start[self.rp_key]
-        # (per delay index at which some key closes, the sum over the keys closed by then)
-        self.closing = np.unique(self.row_closes[done])
-        self.fixed: np.ndarray | None = np.zeros((len(self.closing), n_b), dtype=np.int64)
-        for i, c in enumerate(self.closing.tolist()):
-            at = np.flatnonzero(self.row_closes == c)
-            got = updated_until_complete(g.kid[st.row_group[at]], st.row_t[at],
-                                         st.row_point[at], gap, n_b, MAX_WINDOW)
-            if got is None:
-                self.fixed = None
-                return
-            self.fixed[i] = got
-        np.cumsum(self.fixed, axis=0, out=self.fixed)
-
-    def run(self) -> _UpdatedRun:
-        """A thread's own state for a run of ascending delays."""
-        return _UpdatedRun(self)
-
-    def complete(self, shut: np.ndarray, d: int) -> np.ndarray:
-        """Per point, the closed keys' complete groups not evicted before it, at those of
-        their row points ``shut`` (indices into the (key, point) entries), under ``d``."""
-        ev = np.searchsorted(self.tl.x, self.st.groups.c + d, side="left")
-        ew = (self.key << self.bits) | ev  # (sorted within each key)
-        rp = (self.rp_key[shut] << self.bits) | self.rp_point[shut]
-        gone = np.searchsorted(ew, rp, side="left") - self.key_start[self.rp_key[shut]]
-        return np.bincount(self.rp_point[shut], self.before[shut] - gone,
-                           minlength=self.n_b).astype(np.int64)
-
-
-class _UpdatedRun:
-    """:class:`_Updated` over a run of ascending delays: the closed keys' complete groups not
-    yet evicted (``done``, per point) are carried from one delay to the next, moved by the
-    groups whose eviction point moves (ranges of the groups sorted by their end, as
-    ``sweep_session_settled.Tracker`` finds them), each adding one at its key's row points
-    in ``(old, new]``; a key that closes is counted afresh."""
-
-    def __init__(self, u: _Updated) -> None:
-        self.u = u
-        g = u.st.groups
-        self.by_c = np.argsort(g.c, kind="stable")
-        self.c_sorted = g.c[self.by_c]
-        self.xs = np.unique(u.tl.x)
-        self.rp_words = (u.rp_key << u.bits) | u.rp_point
-        self.by_close = np.argsort(u.rp_closes, kind="stable")
-        self.close_sorted = u.rp_closes[self.by_close]
-        self.done = np.zeros(u.n_b, dtype=np.int64)
+    def __init__(self, st: Settled, tl: Timeline, gap: int, ds: np.ndarray, js: list[int]
+                 ) -> None:
+        self.st, self.tl, self.gap, self.j0 = st, tl, gap, js[0]
+        self.table = closed_table(st.groups, st.row_group, st.row_t, st.row_point, tl.x, gap,
+                                  ds, js[0], js[-1] + 1, MAX_WINDOW)
+        self.row_closes = st.groups.closes[st.row_group]
         self.open: np.ndarray | None = None
-        self.j = -1
-        self.d = 0
 
     def at(self, j: int, d: int) -> np.ndarray | None:
-        """Per point, the updated sessions under delay ``d`` (index ``j``, above the last
-        one); None when the rows' pass would not compute them."""
-        u = self.u
-        st, tl = u.st, u.tl
-        if u.fixed is None:
+        """Per point, the updated sessions under delay ``d`` (index ``j`` of the run, above
+        the last one); None when the rows' pass or the table would not compute them."""
+        if self.table is None:
             return None
-        # (the open keys' rows: a set that only shrinks, as ``Settled.open_rows``)
-        self.open = np.flatnonzero(u.row_closes > j) if self.open is None else \
-            self.open[u.row_closes[self.open] > j]
+        st = self.st
+        self.open = np.flatnonzero(self.row_closes > j) if self.open is None else \
+            self.open[self.row_closes[self.open] > j]
         rows = self.open[st.row_thr[self.open] < d]
         got = updated(st.groups.kid[st.row_group[rows]], st.row_t[rows], st.row_point[rows],
-                      u.gap, tl.x, d, u.n_b, MAX_WINDOW)
+                      self.gap, self.tl.x, d, len(self.tl.x), MAX_WINDOW)
         if got is None:
             return None
-        if self.j >= 0:  # (the keys closed by the last delay: their groups' moves)
-            lo = np.searchsorted(self.c_sorted, self.xs - d, side="right")
-            hi = np.searchsorted(self.c_sorted, self.xs - self.d, side="right")
-            moved = self.by_c[concat_ranges(np.maximum(lo, np.r_[0, hi[:-1]]), hi)]
-            moved = moved[st.groups.closes[moved] <= self.j]
-            if len(moved):
-                c = st.groups.c[moved]
-                old = np.searchsorted(tl.x, c + self.d, side="left")
-                new = np.searchsorted(tl.x, c + d, side="left")
-                w = u.key[moved] << u.bits
-                at = concat_ranges(np.searchsorted(self.rp_words, w | old, side="right"),
-                             np.searchsorted(self.rp_words, w | new, side="right"))
-                self.done += np.bincount(u.rp_point[at], minlength=u.n_b)
-        a = int(np.searchsorted(self.close_sorted, self.j, side="right"))
-        b = int(np.searchsorted(self.close_sorted, j, side="right"))
-        if b > a:  # (the keys closing now, afresh)
-            self.done += u.complete(self.by_close[a:b], d)
-        self.j, self.d = j, d
-        i = int(np.searchsorted(u.closing, j, side="right")) - 1
-        return got + self.done + (u.fixed[i] if i >= 0 else 0)
+        return got + self.table[j - self.j0]
 
 
 def _open_keys(got: Blocks, ev: np.ndarray, tracker: Tracker, done: np.ndarray
