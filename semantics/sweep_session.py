@@ -56,7 +56,7 @@ from semantics.parallel import map_parts, threads
 from semantics.schedule import TICK, Schedule
 from semantics.spec import BacktestSpec, SessionQuery
 from semantics.sweep_fallback import Figure, predicted
-from semantics.sweep_session_blocks import Blocks, blocks, stored_keys, updated
+from semantics.sweep_session_blocks import blocks_and_updated, stored_keys
 from semantics.sweep_session_closed import Closed
 from semantics.sweep_session_settled import Groups, Tracker, groups, kth
 from semantics.sweep_session_updated import closed_table
@@ -132,14 +132,6 @@ class Settled:
         g = self.groups
         ev = np.searchsorted(tl.x, g.c + d, side="left")
         return groups(clusters(g.kid, g.first, ev), g.first, g.end_us, g.settle)
-
-
-def open_clusters(cg: Groups, j: int, among: np.ndarray | None = None) -> np.ndarray:
-    """The groups (ascending) of the clusters of ``cg`` not closed at delay index ``j``;
-    ``among``: those of an earlier index (a set that only shrinks)."""
-    if among is None:
-        return np.flatnonzero(cg.closes > j)
-    return among[cg.closes[among] > j]
 
 
 def bytes_model(spec: BacktestSpec, candidate: str, schedule: Schedule
@@ -276,24 +268,28 @@ def settled(rows: SortedRows, tl: Timeline, gap: int, delays: np.ndarray) -> Set
 def clusters(kid: np.ndarray, first: np.ndarray, ev_hi: np.ndarray) -> np.ndarray:
     """Per group (in (key, time) order: key id, first arrival point, eviction point under a
     delay ``D``), its *cluster*: a run of its key's groups, cut before group ``i`` where every
-    group before it is evicted under ``D`` by the least first arrival of ``i`` and the groups
-    after it (``ev_hi[i - 1] <= lead[i]``; ``ev`` grows along a key's groups).
+    group before it is evicted under ``D`` before the least first arrival of ``i`` and the
+    groups after it (``ev_hi[i - 1] < lead[i]``; ``ev`` grows along a key's groups).
 
-    Why: under any delay up to ``D`` a block of a group is stored within ``[first, ev_hi)`` of
+    Why: under any delay up to ``D`` a block of a group is held within ``[first, ev_hi]`` of
     its group (fewer rows arrive no earlier and end no later, a smaller delay evicts no
-    later), so two clusters of a key never hold a session at one point: a key's stored-key
-    count is the sum of its clusters', and a cluster whose groups are all settled is closed
+    later; its rows arrive by its eviction), so two clusters of a key never hold a session,
+    nor a row, at one point: a key's stored-key count and its updated sessions (a session
+    evicted at a point counts there when the key has a row there) are sums over its
+    clusters, and a cluster whose groups are all settled is closed
     (``semantics.sweep_session_settled``) however many groups of its key are not. (The
     smaller ``D``, the smaller the clusters: ``D`` is the largest delay at which some group is
     not settled, the one-pass's later delays needing no clusters.)
 
     Key 1's second group arrives (point 3) once the first one is evicted (point 2): a cut;
     its third arrives (point 4) before the second's eviction (point 5): none. Key 2's third
-    group arrived (point 1) before its first one's eviction: one cluster.
+    group arrived (point 1) before its first one's eviction: one cluster. Key 3's second group
+    arrives at its first one's eviction point (2): one cluster (Spark counts the evicted
+    session there among the key's updated ones).
 
-    >>> clusters(np.array([1, 1, 1, 2, 2, 2]), np.array([0, 3, 4, 0, 3, 1]),
-    ...          np.array([2, 5, 6, 2, 5, 6])).tolist()
-    [0, 1, 1, 2, 2, 2]
+    >>> clusters(np.array([1, 1, 1, 2, 2, 2, 3, 3]), np.array([0, 3, 4, 0, 3, 1, 0, 2]),
+    ...          np.array([2, 5, 6, 2, 5, 6, 2, 4])).tolist()
+    [0, 1, 1, 2, 2, 2, 3, 3]
     """
     n = len(kid)
     new = np.ones(n, dtype=bool)
@@ -305,7 +301,7 @@ def clusters(kid: np.ndarray, first: np.ndarray, ev_hi: np.ndarray) -> np.ndarra
     w = key.astype(np.int64) * span + first  # (a minimum from the right per key)
     lead = np.minimum.accumulate(w[::-1])[::-1] - key * span
     cut = new.copy()
-    cut[1:] |= ev_hi[:-1] <= lead[1:]
+    cut[1:] |= ev_hi[:-1] < lead[1:]
     return np.cumsum(cut, dtype=np.int64) - 1
 
 
@@ -314,23 +310,35 @@ def _run(st: Settled, tl: Timeline, gap: int, js: list[int], delays: np.ndarray,
          ) -> list[tuple[dict[str, Figure], int, int] | None]:
     """:func:`_one_delay` of the delays of indices ``js`` (ascending, consecutive), the
     settled groups carried from one to the next; from the first delay at which every group is
-    settled, :func:`_closed_delay` (``closed``: None, never); the updated sessions the bytes
-    read by :class:`_Updated` (none without a bytes model)."""
-    tracker = None
-    rows = cand = None  # (the open rows and clusters' groups of the delay before)
+    settled, :func:`_closed_delay` (``closed``: None, never). The closed clusters' updated
+    sessions (the bytes model's; none without one) come from a table built once for the run
+    (``semantics.sweep_session_updated``)."""
     ds = delays.tolist()
-    run = None if model is None else _Updated(st, tl, gap, delays, js)
+    if closed is not None and js[0] >= st.all_settled:
+        cg = st.groups  # (every group settled: any cluster is closed)
+    else:  # (clusters for this run's largest delay: the smaller, the finer)
+        top = js[-1] if closed is None else min(js[-1], st.all_settled - 1)
+        cg = st.in_clusters(tl, ds[top])
+    table = None if model is None else closed_table(
+        cg, st.row_group, st.row_t, st.row_point, tl.x, gap, delays, js[0], js[-1] + 1,
+        MAX_WINDOW)
+    if model is not None and table is None:
+        return [None] * len(js)
+    tracker = None
+    rows = None  # (the rows passed over at the delay before: a set that only shrinks)
+    row_closes = cg.closes[st.row_group] if model is not None else st.row_settle
     out: list[tuple[dict[str, Figure], int, int] | None] = []
-    for j in js:
+    for i, j in enumerate(js):
+        upd = None if table is None else table[i]
         if closed is not None and j >= st.all_settled:
-            out.append(_closed_delay(st, tl, closed, j, ds[j], model, run))
+            out.append(_closed_delay(st, tl, closed, j, ds[j], model, upd))
             continue
-        if tracker is None:  # (clusters for this run's largest delay: the smaller, the finer)
-            top = js[-1] if closed is None else min(js[-1], st.all_settled - 1)
-            tracker = Tracker(st.in_clusters(tl, ds[top]), tl.x, tl.clock)
+        if tracker is None:
+            tracker = Tracker(cg, tl.x, tl.clock)
         tracker.advance(j, ds[j])
-        rows, cand = st.open_rows(j, rows), open_clusters(tracker.g, j, cand)
-        out.append(_one_delay(st, tl, gap, j, ds[j], model, tracker, rows, cand, run))
+        rows = np.flatnonzero(row_closes > j) if rows is None else \
+            rows[row_closes[rows] > j]
+        out.append(_one_delay(st, tl, gap, j, ds[j], model, tracker, rows, upd))
     return out
 
 
@@ -356,114 +364,64 @@ def _balanced(settle: np.ndarray, n_j: int, n: int) -> list[np.ndarray]:
 
 def _one_delay(st: Settled, tl: Timeline, gap: int, j: int, d: int,
                model: tuple[int, int, int, int] | None, tracker: Tracker, rows: np.ndarray,
-               cand: np.ndarray, counts: _Updated | None
+               closed_upd: np.ndarray | None
                ) -> tuple[dict[str, Figure], int, int] | None:
     """The state, emitted rows and latency figures of delay ``d`` (index ``j``; ``tracker``
-    advanced to it; ``rows``, ``cand``: ``st.open_rows(j)``, ``st.open_clusters(j)``), the
-    eviction cuts of its open groups and how many rows it passed over; None when
-    ``sweep_session_blocks.blocks`` or the stored keys would not compute it."""
+    advanced to it), the eviction cuts of its open groups and how many of their rows it
+    passed over; None when ``sweep_session_blocks.blocks_and_updated`` would not compute it.
+
+    ``rows``: with a bytes model, the rows of the clusters not closed (their open groups'
+    blocks, their settled groups, which are blocks of their own, for the stored keys and the
+    updated sessions: a sum over clusters), ``closed_upd`` the closed ones' updated sessions;
+    without, the rows of the groups not settled."""
     n_b = len(tl.x)
     runs = ~tl.idle | (tl.x > d)
     rows = rows[st.row_thr[rows] < d]
-    got = blocks(tracker.g.kid[st.row_group[rows]], st.row_t[rows], st.row_point[rows],
-                 st.row_group[rows],
-                 gap, tl.x, d, n_b, MAX_WINDOW)
+    grp = st.row_group[rows]
+    g = tracker.g
+    counted = g.settle[grp] > j  # (the settled groups are the tracker's)
+    got = blocks_and_updated(g.kid[grp], st.row_t[rows], st.row_point[rows], grp, counted,
+                             gap, tl.x, d, n_b, MAX_WINDOW, closed_upd is not None)
     if got is None:
         return None
-    ev = tracker.eviction(ceil_ms(got.end_us), d)
+    b = got.blocks
+    mine = g.settle[b.group] > j
+    ev, end_us = got.ev[mine], b.end_us[mine]
     gone = np.bincount(ev, minlength=n_b + 1)[:n_b] + tracker.gone[:n_b]
-    net = st.net[j] + got.net - gone
-    removed = st.merged[j] + got.merged + gone
+    net = st.net[j] + b.net - gone
+    removed = st.merged[j] + b.merged + gone
     keys = upd = None
-    if model is not None and counts is not None:
-        keys = _open_keys(got, ev, tracker, cand[tracker.g.settle[cand] <= j])
+    if model is not None and closed_upd is not None and got.updated is not None:
+        keys = stored_keys(b.kid, b.first, got.ev, n_b)
         if keys is None:
             return None
         keys += tracker.keys()
-        upd = counts.at(j, d)
-        if upd is None:
-            return None
+        upd = got.updated + closed_upd
     out = ev < n_b
-    lat = np.sort(tracker.latency_ms(ev[out], got.end_us[out]))
+    lat = np.sort(tracker.latency_ms(ev[out], end_us[out]))
     lat_t = tracker.lat
 
     def ranked(ranks: np.ndarray) -> np.ndarray:
         return np.array([kth(lat_t, lat, int(r)) for r in ranks], dtype=np.float64) / 1000.0
 
     return _figures(np.cumsum(net), removed, keys, upd, runs, model, len(lat_t) + len(lat),
-                    ranked), got.evicted_early, len(rows)
+                    ranked), b.evicted_early, int(np.count_nonzero(counted))
 
 
 def _closed_delay(st: Settled, tl: Timeline, closed: Closed, j: int, d: int,
-                  model: tuple[int, int, int, int] | None, counts: _Updated | None
+                  model: tuple[int, int, int, int] | None, closed_upd: np.ndarray | None
                   ) -> tuple[dict[str, Figure], int, int] | None:
     """What :func:`_one_delay` gives once every group is settled (``closed``: no group
-    visited; ``counts``: the updated sessions, by a search per closed key's row point)."""
+    visited; ``closed_upd``: the updated sessions, every key closed)."""
     runs = ~tl.idle | (tl.x > d)
     by = closed.evicted_by(d)
     gone = np.diff(by, prepend=0)
     keys = upd = None
-    if model is not None and counts is not None:
-        keys, upd = closed.keys(d, by), counts.at(j, d)
-        if upd is None:
-            return None
+    if model is not None and closed_upd is not None:
+        keys, upd = closed.keys(d, by), closed_upd
     n_out = int(by[-1]) if len(by) else 0
     return _figures(np.cumsum(st.net[j] - gone), st.merged[j] + gone, keys, upd, runs, model,
                     n_out, closed.ranked(by)), 0, 0
-
-
-class _Updated:
-    """Per delay and point, the updated sessions (``sweep_session_blocks.updated``) of every
-    row the delay accepts, a sum over keys, over a run of ascending delay indices ``js``: the
-    keys all of whose groups are settled at delay index ``j`` (``closes <= j``) from a table
-    built once for the run (``semantics.sweep_session_updated``), the others' rows passed
-    over per delay (a set that only shrinks, as ``Settled.open_rows``)."""
-
-    def __init__(self, st: Settled, tl: Timeline, gap: int, ds: np.ndarray, js: list[int]
-                 ) -> None:
-        self.st, self.tl, self.gap, self.j0 = st, tl, gap, js[0]
-        self.table = closed_table(st.groups, st.row_group, st.row_t, st.row_point, tl.x, gap,
-                                  ds, js[0], js[-1] + 1, MAX_WINDOW)
-        self.row_closes = st.groups.closes[st.row_group]
-        self.open: np.ndarray | None = None
-
-    def at(self, j: int, d: int) -> np.ndarray | None:
-        """Per point, the updated sessions under delay ``d`` (index ``j`` of the run, above
-        the last one); None when the rows' pass or the table would not compute them."""
-        if self.table is None:
-            return None
-        st = self.st
-        self.open = np.flatnonzero(self.row_closes > j) if self.open is None else \
-            self.open[self.row_closes[self.open] > j]
-        rows = self.open[st.row_thr[self.open] < d]
-        got = updated(st.groups.kid[st.row_group[rows]], st.row_t[rows], st.row_point[rows],
-                      self.gap, self.tl.x, d, len(self.tl.x), MAX_WINDOW)
-        if got is None:
-            return None
-        return got + self.table[j - self.j0]
-
-
-def _open_keys(got: Blocks, ev: np.ndarray, tracker: Tracker, done: np.ndarray
-               ) -> np.ndarray | None:
-    """Per point, the clusters not closed yet (module docstring of
-    ``semantics.sweep_session_settled``) with a session stored after it: from their settled
-    groups ``done`` (ascending; ``tracker``'s) and the open groups' blocks ``got`` (evicted at
-    ``ev``), in (cluster, time) order (groups are; a group's blocks are)."""
-    g = tracker.g
-    if not len(got.kid):
-        return stored_keys(g.kid[done], g.first[done], tracker.ev[done], tracker.n_b)
-    # (both ascending by group, disjoint: the open blocks' places in the merge, no sort)
-    at = np.searchsorted(done, got.group) + np.arange(len(got.group))
-    rest = np.ones(len(done) + len(at), dtype=bool)
-    rest[at] = False
-    merged = []
-    for settled_part, open_part in ((g.kid[done], got.kid), (g.first[done], got.first),
-                                    (tracker.ev[done], ev)):
-        both = np.empty(len(rest), dtype=np.int64)
-        both[rest] = settled_part
-        both[at] = open_part
-        merged.append(both)
-    return stored_keys(*merged, tracker.n_b)
 
 
 def row_share(spec: BacktestSpec, schedule: Schedule, source: str, delays: np.ndarray,

@@ -91,6 +91,57 @@ def blocks(k: np.ndarray, ts: np.ndarray, bb: np.ndarray, group: np.ndarray, gap
                   ts[last] + gap, group[heads], n_early)
 
 
+@dataclass(frozen=True)
+class Passed:
+    """:func:`blocks_and_updated`'s answer: the blocks (their ``net`` and ``merged`` from the
+    counted rows only), each block's eviction point (``n_b``: never) and per point the updated
+    sessions (None when not asked)."""
+
+    blocks: Blocks
+    ev: np.ndarray
+    updated: np.ndarray | None
+
+
+def blocks_and_updated(k: np.ndarray, ts: np.ndarray, bb: np.ndarray, group: np.ndarray,
+                       counted: np.ndarray, gap: int, x: np.ndarray, d: int, n_b: int,
+                       max_window: int, with_updated: bool) -> Passed | None:
+    """:func:`blocks` and :func:`updated` of the same rows from one cut (``k``: any id whose
+    rows' sessions never meet another id's at a point, a key or a cluster of its groups),
+    ``net`` and ``merged`` counting the pieces of the rows where ``counted`` only (the others'
+    counted elsewhere). None as :func:`blocks` or :func:`updated`.
+
+    :func:`blocks`' example, the first row not counted (its piece is counted elsewhere):
+
+    >>> p = blocks_and_updated(np.array([5, 5]), np.array([0, 9_000_000]), np.array([0, 2]),
+    ...                        np.array([0, 0]), np.array([False, True]), 10_000_000,
+    ...                        np.array([0, 10_000, 10_000]), 0, 3, 64, True)
+    >>> p.blocks.net.tolist(), p.ev.tolist(), p.updated.tolist()
+    ([0, 0, 1], [1, 3], [1, 0, 1])
+    """
+    if not len(k):
+        zero = np.zeros(n_b, dtype=np.int64)
+        empty = np.zeros(0, dtype=np.int64)
+        return Passed(Blocks(zero, zero, empty, empty, empty, empty, 0), empty,
+                      zero if with_updated else None)
+    got = _pieces(k, ts, bb, gap, x, d, n_b, max_window)
+    if got is None:
+        return None
+    cut, heads, last, a, n_early = got
+    end = ts[last] + gap
+    ev = np.searchsorted(x, ceil_ms(end) + d, side="left")
+    starts = np.flatnonzero(bb < a)
+    starts = starts[counted[starts]]
+    merged = np.bincount(a[starts], minlength=n_b + 1)[:n_b]
+    net = np.bincount(bb[starts].astype(np.int64), minlength=n_b + 1)[:n_b] - merged
+    upd = None
+    if with_updated:
+        upd = _updated(k, bb, cut, a, lambda rows: ev[np.searchsorted(heads, rows)], n_b)
+        if upd is None:
+            return None
+    return Passed(Blocks(net, merged, k[heads], np.minimum.reduceat(bb, heads).astype(np.int64),
+                         end, group[heads], n_early), ev, upd)
+
+
 def _pieces(k: np.ndarray, ts: np.ndarray, bb: np.ndarray, gap: int, x: np.ndarray, d: int,
             n_b: int, max_window: int
             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int] | None:
@@ -242,4 +293,5 @@ def updated_until_complete(k: np.ndarray, ts: np.ndarray, bb: np.ndarray, gap: i
     return _updated(k, bb, cut, a, lambda rows: b_last[comp[rows]], n_b)
 
 
-__all__ = ["Blocks", "blocks", "stored_keys", "updated", "updated_until_complete"]
+__all__ = ["Blocks", "Passed", "blocks", "blocks_and_updated", "stored_keys", "updated",
+           "updated_until_complete"]
