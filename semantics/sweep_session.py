@@ -381,7 +381,8 @@ def _one_delay(st: Settled, tl: Timeline, gap: int, j: int, d: int,
     g = tracker.g
     counted = g.settle[grp] > j  # (the settled groups are the tracker's)
     got = blocks_and_updated(g.kid[grp], st.row_t[rows], st.row_point[rows], grp, counted,
-                             gap, tl.x, d, n_b, MAX_WINDOW, closed_upd is not None)
+                             tracker.ev, gap, tl.x, d, n_b, MAX_WINDOW,
+                             closed_upd is not None)
     if got is None:
         return None
     b = got.blocks

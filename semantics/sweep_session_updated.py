@@ -67,13 +67,14 @@ def closed_table(g: Groups, row_group: np.ndarray, row_t: np.ndarray, row_point:
         return None
     grp = row_group[sel]
     start = np.maximum(g.closes, j0) - j0  # per group: its key's first index in the run
-    rp = np.unique((kr[grp] << bits) | row_point[sel])
+    rp = np.sort((kr[grp] << bits) | row_point[sel])
+    rp = rp[np.r_[True, rp[1:] != rp[:-1]]]  # (distinct: sorted, not hashed)
     rp_key, rp_point = rp >> bits, rp & ((1 << bits) - 1)
     gk = np.flatnonzero(new)  # (the first group of each key rank)
     rp_start = start[gk[rp_key]]
     # fixed: the keys of each first index in the run together (rows in (key, time) order)
     row_start = start[grp]
-    for u in np.unique(row_start).tolist():
+    for u in np.flatnonzero(np.bincount(row_start)).tolist():
         at = sel[row_start == u]
         got = updated_until_complete(kr[row_group[at]], row_t[at], row_point[at], gap, n_b,
                                      max_window)
