@@ -431,10 +431,10 @@ def row_share(spec: BacktestSpec, schedule: Schedule, source: str, delays: np.nd
     the bench's table)."""
     tl, gap, rows = _prepared(spec, schedule, source, key_ids)
     st = settled(rows, tl, gap, delays)
-    n, open_rows = 0, None
-    for j, d in enumerate(delays.tolist()):
-        open_rows = st.open_rows(j, open_rows)
-        n += int(np.count_nonzero(st.row_thr[open_rows] < d))
+    # (a row is passed over at the delay indices from the first above its threshold to its
+    # group's first settled one)
+    first = np.searchsorted(delays, st.row_thr, side="right")
+    n = int(np.maximum(st.row_settle - first, 0).sum())
     return n / (len(rows.kid) * len(delays)) if len(rows.kid) and len(delays) else 0.0
 
 
