@@ -58,7 +58,7 @@ from semantics.spec import BacktestSpec, SessionQuery
 from semantics.sweep_fallback import Figure, predicted
 from semantics.sweep_session_blocks import blocks_and_updated, stored_keys
 from semantics.sweep_session_closed import Closed
-from semantics.sweep_session_settled import Groups, Tracker, groups, kth
+from semantics.sweep_session_settled import Groups, Tracker, groups
 from semantics.sweep_session_updated import closed_table
 from semantics.whole_run.session import MAX_WINDOW, components, first_arrival_before
 
@@ -403,7 +403,7 @@ def _one_delay(st: Settled, tl: Timeline, gap: int, j: int, d: int,
     lat_t = tracker.lat
 
     def ranked(ranks: np.ndarray) -> np.ndarray:
-        return np.array([kth(lat_t, lat, int(r)) for r in ranks], dtype=np.float64) / 1000.0
+        return lat_t.ranked(lat, ranks) / 1000.0
 
     return _figures(np.cumsum(net), removed, keys, upd, runs, model, len(lat_t) + len(lat),
                     ranked), b.evicted_early, int(np.count_nonzero(counted))

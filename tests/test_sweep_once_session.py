@@ -254,3 +254,26 @@ def test_a_session_evicted_where_its_keys_next_cluster_arrives() -> None:
     ds = [sw.Duration(d * 1000, f"{d} milliseconds") for d in (0, 1_000, 2_000, 100_000)]
     one, _ = assert_same_sweep(spec, sched, ds)
     assert [r["late_rows"] for r in one] == [1, 1, 1, 0], one
+
+
+def test_latencies_merged_at_every_change(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The tracker's latencies (``sweep_session_settled.Latencies``) merge their pending
+    changes into the sorted base past ``MERGE_AT`` of them (the bench's sizes); merged at every
+    change or never, with the tracker carrying every delay (``Closed`` declining: emitted
+    groups whose eviction moves, their latencies removed and inserted), the percentiles still
+    equal the predictions'."""
+    from semantics import sweep_session_settled
+
+    def declined(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise OverflowError("a point's list does not fit a word")
+
+    monkeypatch.setattr(sweep_session, "Closed", declined)
+    rng = np.random.default_rng(23)
+    for merge_at in (0, 1 << 40):
+        monkeypatch.setattr(sweep_session_settled, "MERGE_AT", merge_at)
+        for _ in range(ROUNDS):
+            pace = "live" if rng.random() < 0.5 else "backlog"
+            spec = spec_of(QUERIES["wide_gap"], pace=pace)
+            sched = long_schedule(rng, pace) if rng.random() < 0.5 else \
+                random_schedule(rng, pace)
+            assert_same_sweep(spec, sched, delays(rng))
