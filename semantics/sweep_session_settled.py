@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from semantics.operators.grouping import stable_argsort
+from semantics.tuning import SESSION_LATENCY_MERGE_AT
 
 
 @dataclass(frozen=True)
@@ -185,13 +186,11 @@ class Tracker:
         return np.cumsum(self.keys_diff)[:self.n_b]
 
 
-MERGE_AT = 256  # (pending latencies merged past this many, or a quarter of the base)
-
-
 class Latencies:
     """A multiset of whole-ms latencies changed a little per delay: a sorted ``base`` and the
     values inserted and removed since (each sorted; the removed ones held by ``base`` and the
-    inserted ones), merged into ``base`` only once they are a quarter of it, so a delay moves
+    inserted ones), merged into ``base`` only once they are a quarter of it
+    (``tuning.SESSION_LATENCY_MERGE_AT`` at least), so a delay moves
     its changed values and not the whole set (``np.insert`` of a few values into millions
     rewrites them all). Invariant: the multiset is ``base + added - removed``.
 
@@ -222,7 +221,8 @@ class Latencies:
         self._settle()
 
     def _settle(self) -> None:
-        if len(self.added) + len(self.gone) > max(MERGE_AT, len(self.base) // 4):
+        if len(self.added) + len(self.gone) > max(SESSION_LATENCY_MERGE_AT,
+                                                   len(self.base) // 4):
             self.base = _removed(_inserted(self.base, self.added), self.gone)
             self.added = self.gone = np.zeros(0, dtype=np.int64)
 

@@ -158,3 +158,8 @@ RANGE_PEAK_BYTES_PER_ROW = 400
 RANGE_BYTES_PER_EVENT = 25
 # rows of a bounded route's key range, at least (per-range costs: the carrier rows; chosen)
 BOUNDED_MIN_RANGE_ROWS = 1 << 17
+
+# --- the session sweep's settled groups (semantics/sweep_session_settled.py) ---
+# latency changes kept pending before a merge into the sorted set, at least (issue 46's pass,
+# docs/benchmarks.md "Session windows in the sweep": chosen, not tuned; a quarter of the set)
+SESSION_LATENCY_MERGE_AT = 256

@@ -258,10 +258,10 @@ def test_a_session_evicted_where_its_keys_next_cluster_arrives() -> None:
 
 def test_latencies_merged_at_every_change(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """The tracker's latencies (``sweep_session_settled.Latencies``) merge their pending
-    changes into the sorted base past ``MERGE_AT`` of them (the bench's sizes); merged at every
-    change or never, with the tracker carrying every delay (``Closed`` declining: emitted
-    groups whose eviction moves, their latencies removed and inserted), the percentiles still
-    equal the predictions'."""
+    changes into the sorted base past ``SESSION_LATENCY_MERGE_AT`` of them (the bench's
+    sizes); merged at every change or never, with the tracker carrying every delay
+    (``Closed`` declining: emitted groups whose eviction moves, their latencies removed and
+    inserted), the percentiles still equal the predictions'."""
     from semantics import sweep_session_settled
 
     def declined(*args, **kwargs):  # type: ignore[no-untyped-def]
@@ -270,7 +270,7 @@ def test_latencies_merged_at_every_change(monkeypatch) -> None:  # type: ignore[
     monkeypatch.setattr(sweep_session, "Closed", declined)
     rng = np.random.default_rng(23)
     for merge_at in (0, 1 << 40):
-        monkeypatch.setattr(sweep_session_settled, "MERGE_AT", merge_at)
+        monkeypatch.setattr(sweep_session_settled, "SESSION_LATENCY_MERGE_AT", merge_at)
         for _ in range(ROUNDS):
             pace = "live" if rng.random() < 0.5 else "backlog"
             spec = spec_of(QUERIES["wide_gap"], pace=pace)
