@@ -22,18 +22,20 @@ included, with no state stepped). Invariants:
   delay, only its eviction point does (the first point of ``x >= c + d``, ``c`` its end in
   ms rounded up). Its pieces are counted once into a (delay, point) table;
 * the settled groups' evictions, emitted rows' latencies and, for the *clusters* of a key's
-  groups (:func:`clusters`: a key's stored-key count is the sum of its clusters') whose
-  groups are all settled (*closed*), stored keys are carried from delay to delay, updated
-  for the groups whose eviction point moves (``semantics.sweep_session_settled.Tracker``);
-* each delay passes over the rows of the groups not settled yet (``How.row_share`` says what
-  share of rows × delays that is) and over the settled groups of the clusters not closed
-  (their stored keys, with the open groups' blocks in (cluster, time) order), the counts
+  groups (:func:`clusters`: a key's stored keys and updated sessions are sums over its
+  clusters') whose groups are all settled (*closed*), stored keys are carried from delay to
+  delay, updated for the groups whose eviction point moves
+  (``semantics.sweep_session_settled.Tracker``);
+* each delay cuts the accepted rows of the clusters not closed once (with a bytes model;
+  without, the rows of the groups not settled): its open groups' blocks, the clusters'
+  stored keys and updated sessions (``sweep_session_blocks.blocks_and_updated``), the counts
   added up (every count is a sum over blocks, stored keys a sum over clusters);
+  ``How.row_share`` says what share of rows × delays the open groups' rows are;
 * from the first delay at which every group is settled no group is visited: every figure is
   a sorted search per point (``semantics.sweep_session_closed``);
 * the state bytes: ``state_bytes.session_tables`` of each delay's points, which reads their
-  updated sessions (:class:`_Updated`): the keys with a group not settled passed over per
-  delay, the others from their groups' fixed counts and evictions, carried between delays;
+  updated sessions: the open clusters' from the cut above, the closed ones' from a (delay,
+  point) table built once per run of delays (``semantics.sweep_session_updated``);
 * a delay whose rows walk too far out of order (``whole_run/session.MAX_WINDOW``) is
   predicted on its own (``semantics.sweep_fallback``), every figure of it.
 
