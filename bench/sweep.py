@@ -9,12 +9,12 @@ minutes: all ``--delays`` in one pass, and every k-th of them (``--per-delay`` d
 one by one, whose time it extrapolates to all the delays (said in the table); it checks that
 both give the same rows for the delays both computed and prints the ratio, measured in this
 one run. A kind the one pass does not cover says so (its sweep is per delay anyway). Session
-windows pass, under each delay, over the rows of the groups not settled yet
-(``semantics.sweep_session``); the table says what share of rows × delays that is
-(``rows/delay``, counted, not timed). Joins (``join``: left outer; ``join_inner``) sweep the
-left side's delay (``semantics.sweep_join``). ``one pass CPU s``: the user and system seconds
-of this process during the one pass (on a loaded machine its wall time counts the others'
-turns too).
+windows pass, under each delay, over the rows of the clusters of groups not all settled yet
+(``semantics.sweep_session``); the table says what share of rows × delays their groups not
+settled hold (``rows/delay``, counted, not timed). Joins (``join``: left outer;
+``join_inner``) sweep the left side's delay (``semantics.sweep_join``). ``one pass CPU s``:
+the user and system seconds of this process during the one pass (on a loaded machine its
+wall time counts the others' turns too).
 
 ``--exact-bytes`` sweeps ``deduplication`` with Spark's exact memory figure
 (``semantics.sweep_exact_bytes``) while predictions still report the count model (its switch

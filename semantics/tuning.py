@@ -173,3 +173,8 @@ BOUNDED_MIN_RANGE_ROWS = 1 << 17
 # key rows laid out and hashed at a time: each part's arrays stay in cache through the hashes'
 # passes (2^16: 0.5-0.9 s of CPU for 10 M keys where one part of all read 1.2-2.2, under load)
 KEY_PART = 1 << 16
+
+# --- the session sweep's settled groups (semantics/sweep_session_settled.py) ---
+# latency changes kept pending before a merge into the sorted set, at least (issue 46's pass,
+# docs/benchmarks.md "Session windows in the sweep": chosen, not tuned; a quarter of the set)
+SESSION_LATENCY_MERGE_AT = 256
