@@ -9,10 +9,12 @@ minutes: all ``--delays`` in one pass, and every k-th of them (``--per-delay`` d
 one by one, whose time it extrapolates to all the delays (said in the table); it checks that
 both give the same rows for the delays both computed and prints the ratio, measured in this
 one run. A kind the one pass does not cover says so (its sweep is per delay anyway). Session
-windows pass, under each delay, over the rows of the groups not settled yet
-(``semantics.sweep_session``); the table says what share of rows × delays that is
-(``rows/delay``, counted, not timed). Joins (``join``: left outer; ``join_inner``) sweep the
-left side's delay (``semantics.sweep_join``).
+windows pass, under each delay, over the rows of the clusters of groups not all settled yet
+(``semantics.sweep_session``); the table says what share of rows × delays their groups not
+settled hold (``rows/delay``, counted, not timed). Joins (``join``: left outer;
+``join_inner``) sweep the left side's delay (``semantics.sweep_join``). ``one pass CPU s``:
+the user and system seconds of this process during the one pass (on a loaded machine its
+wall time counts the others' turns too).
 
 ``deduplication``'s bytes are Spark's exact memory figure in both (``semantics.sweep_exact_bytes``
 in the one pass, ``size_estimator.exact`` per delay, as predictions report it), compared like
@@ -41,11 +43,21 @@ KEYS["join_inner"] = KEYS["join"]
 
 
 def timed(spec: object, sched: object, source: str, delays: list, one_pass: bool
-          ) -> tuple[float, list, dict]:
-    """Seconds of one sweep of the planned schedule, its rows and how they were computed."""
-    t0 = time.perf_counter()
+          ) -> tuple[float, list, dict, float]:
+    """Seconds of one sweep of the planned schedule, its rows, how they were computed and
+    the CPU seconds (user and system) of this process meanwhile (on a loaded machine the
+    wall time counts the others' turns too)."""
+    c0, t0 = _cpu(), time.perf_counter()
     rows, computed = sw.sweep_figures(spec, sched, source, delays, "c", one_pass=one_pass)
-    return time.perf_counter() - t0, rows, computed
+    return time.perf_counter() - t0, rows, computed, _cpu() - c0
+
+
+def _cpu() -> float:
+    """User and system seconds of this process so far (its threads included)."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
 def _row_share(spec: object, sched: object, source: str, delays: list) -> float:
@@ -80,11 +92,11 @@ def main() -> None:
     some = delays[::step] if args.per_delay else []  # (0: the one pass alone, profiled)
     print(f"{'kind':<14} {'events':>10} {'delays':>6} {'one pass s':>10} "
           f"{'per delay s':>11} {'(of)':>5} {'all, extrapolated s':>19} {'speed-up':>8} "
-          f"{'rows/delay':>10}")
+          f"{'rows/delay':>10} {'one pass CPU s':>14}")
     for kind in args.kinds.split(","):
         spec, sched = make(kind, args.events, 20_000)
         source = spec.query_sources[0]
-        fast, rows, computed = timed(spec, sched, source, delays, one_pass=True)
+        fast, rows, computed, cpu = timed(spec, sched, source, delays, one_pass=True)
         share = f"{_row_share(spec, sched, source, delays):.1%}" \
             if kind.startswith("session") else "—"
         per = sorted(f for f, v in computed.items() if v == "per_delay")
@@ -92,15 +104,16 @@ def main() -> None:
             len(per) == len(computed) else f"  (per delay: {', '.join(per)})"
         if not some:
             print(f"{kind:<14} {args.events:>10} {len(delays):>6} {fast:>10.2f} {'—':>11} "
-                  f"{0:>5} {'—':>19} {'—':>8} {share:>10}{how}")
+                  f"{0:>5} {'—':>19} {'—':>8} {share:>10} {cpu:>14.2f}{how}")
             continue
-        slow, each, _ = timed(spec, sched, source, some, one_pass=False)
+        slow, each, _, _ = timed(spec, sched, source, some, one_pass=False)
         for a, b in zip(rows[::step], each, strict=True):
             assert {k: v for k, v in a.items() if k != "knee"} == \
                 {k: v for k, v in b.items() if k != "knee" and k in a}, (kind, b["delay"])
         everything = slow * len(delays) / len(some)
         print(f"{kind:<14} {args.events:>10} {len(delays):>6} {fast:>10.2f} {slow:>11.2f} "
-              f"{len(some):>5} {everything:>19.1f} {everything / fast:>7.0f}× {share:>10}{how}")
+              f"{len(some):>5} {everything:>19.1f} {everything / fast:>7.0f}× {share:>10} "
+              f"{cpu:>14.2f}{how}")
 
 
 if __name__ == "__main__":

@@ -23,6 +23,8 @@ arena) until it exits.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from semantics.tuning import MMAP_THRESHOLD, TOP_PAD
 
@@ -48,3 +50,31 @@ def reuse_freed_memory() -> bool:
     mallopt.restype = ctypes.c_int
     return (bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TOP_PAD, TOP_PAD))
             and bool(mallopt(M_MMAP_MAX, 0)))
+
+
+@contextmanager
+def small_pages() -> Iterator[None]:
+    """Within the block, numpy asks no transparent huge pages for its large arrays (it
+    ``madvise``\\ s every array of 4 MiB or more by default). Where the kernel compacts memory
+    to find a huge page on fault (``defrag`` of ``madvise``, a machine whose memory the page
+    cache has fragmented), the faults of a pass that allocates gigabytes cost more system
+    time than small pages do: the 10 M-event join sweep spent 6.4 s of system time in its
+    15.1 s one pass, 0.9 s without (docs/benchmarks.md, "Joins in the sweep"). Results do not
+    change; the setting is restored after the block (it is process-wide, as
+    :func:`reuse_freed_memory`'s).
+
+    >>> from numpy._core.multiarray import _set_madvise_hugepage as huge
+    >>> was = huge(True)
+    >>> with small_pages():
+    ...     huge(False)  # (the setting inside: off)
+    False
+    >>> huge(was)  # (restored on leaving)
+    True
+    """
+    from numpy._core.multiarray import _set_madvise_hugepage
+
+    was = _set_madvise_hugepage(False)
+    try:
+        yield
+    finally:
+        _set_madvise_hugepage(was)

@@ -60,11 +60,13 @@ from semantics.config import resolve
 from semantics.delay_timeline import ALWAYS, NO_DATA_MS, ceil_ms
 from semantics.engine import _tick_bounds, _tick_max_ms, _watermark_input
 from semantics.growing import Growing
+from semantics.memory import small_pages
 from semantics.schedule import TICK, Schedule
 from semantics.spec import BacktestSpec, JoinQuery
 from semantics.sweep_fallback import Figure, swept
 from semantics.sweep_join_keys import accepted_by, gone_by_ranked, held_keys_ranked
 from semantics.sweep_join_latency import Latencies, NullRows
+from semantics.sweep_join_sort import sort_order
 from semantics.tuning import SWEEP_BYTES_ROWS, SWEEP_HELD_PAIRS_PER_ROW, SWEEP_POINT_DELAY_CELLS
 
 if TYPE_CHECKING:
@@ -233,9 +235,14 @@ def _side(op: JoinOperator, role: str, schedule: Schedule, pts: Points,
     for mask in (src.dropped, src.never_joins, src.pushed_below, src.pushed_above):
         if mask is not None:
             keep &= ~mask
-    pos = np.flatnonzero(keep)
-    et = op.event_us[role][pos]
-    point = pts.point_of_tick[schedule.rows[name][TICK].to_numpy(dtype=np.int64)[pos]]
+    every = bool(keep.all())  # (mostly: no gathers of every row)
+    pos = np.arange(len(keep)) if every else np.flatnonzero(keep)
+
+    def kept(v: np.ndarray) -> np.ndarray:
+        return v if every else v[pos]
+
+    et = kept(op.event_us[role])
+    point = pts.point_of_tick[kept(schedule.rows[name][TICK].to_numpy(dtype=np.int64))]
     if name in op.watermarked:
         la, lb = late_ab
         a = behind(la[point], lb[point], ceil_ms(et), pts.policy)
@@ -245,8 +252,8 @@ def _side(op: JoinOperator, role: str, schedule: Schedule, pts: Points,
     if ev.kind is None:
         m = np.full(len(pos), _TOP, dtype=np.int64)
     else:
-        m = _least_w(ceil_ms(np.asarray(src.ev)[pos]), ev.bounds)
-    return Side(pos, point, src.code[pos], et, a, m)
+        m = _least_w(ceil_ms(kept(np.asarray(src.ev))), ev.bounds)
+    return Side(pos, point, kept(src.code), et, a, m)
 
 
 def _stays_below_w(bounds: tuple[ValueBound, ...]) -> bool:
@@ -258,7 +265,14 @@ def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
           delays: np.ndarray, figures: tuple[str, ...]) -> dict[str, list[Figure]] | None:
     """Per figure of ``figures`` (``sweep_once.FIGURES``), its value for each of ``delays``
     (ascending ms) of ``source``; None when not :func:`covered` (or the pairs exceed the whole
-    run's budget)."""
+    run's budget). (Its gigabytes of temporaries in small pages: ``memory.small_pages``.)"""
+    with small_pages():
+        return _sweep(spec, candidate, schedule, source, delays, figures)
+
+
+def _sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
+           delays: np.ndarray, figures: tuple[str, ...]) -> dict[str, list[Figure]] | None:
+    """:func:`sweep`."""
     from semantics.operators import make_operator
     from semantics.operators.join import JoinOperator
     from semantics.whole_run.join import Admitted, _candidates
@@ -303,7 +317,7 @@ def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
     # the state rows: tables of every (point, delay) within the cells' bound, else by delay
     tables = 0 < n_pts * len(delays) <= SWEEP_POINT_DELAY_CELLS
     if tables:
-        first = np.searchsorted(delays, rows_a, side="right")
+        first = _first_index(delays, rows_a)
         came = accepted_by(point_all, first, n_pts, len(delays))
         ranks = _Ranks.of(pts.w_all(delays), m_all)
         gone, gone_counted = ranks.gone(first, len(left.pos), counted)
@@ -319,7 +333,7 @@ def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
         counted, len(pts.idle), hi)
     per_batch = None if held is None else _Bytes(s_spec, name, schedule)
     at_once = None if held is None or not tables else held.by_point(
-        pts, delays, q.type in ("right_outer", "full_outer"), ranks, gone_counted)
+        pts, delays, q.type in ("right_outer", "full_outer"), ranks, gone_counted, first)
     out: dict[str, list[Figure]] = {f: [] for f in figures}
     n_inputs = sum(len(schedule.rows[s]) for s in (q.left, q.right))
     late = _at_least(rows_a, delays)
@@ -356,6 +370,20 @@ def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
         peak, final = per_batch.figures()
         out.update({f: v for f, v in zip(BYTES, (peak, final), strict=True) if f in figures})
     return {f: v for f, v in out.items() if len(v) == len(delays)}
+
+
+def _first_index(delays: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """Per threshold ``a``: the index of the least of ``delays`` (ascending) above it (the
+    least delay under which ``d > a``; ``len(delays)``: none). Most rows are accepted under
+    every delay: only those at or above the least are searched.
+
+    >>> _first_index(np.array([0, 10, 20]), np.array([-5, 0, 15, 20, -1, 99])).tolist()
+    [0, 1, 2, 3, 0, 3]
+    """
+    out = np.zeros(len(a), dtype=np.int64)
+    some = np.flatnonzero(a >= delays[0]) if len(delays) else np.zeros(0, dtype=np.int64)
+    out[some] = np.searchsorted(delays, a[some], side="right")
+    return out
 
 
 def _stored_to(right: Side, rj: np.ndarray, tau: np.ndarray, outer: bool) -> np.ndarray:
@@ -409,17 +437,29 @@ class _Ranks:
 
 
 def _ranks(values: np.ndarray, m: np.ndarray) -> np.ndarray:
-    """Per ``m``: how many of ``values`` (sorted, distinct) are below it, as int32. When the
-    values span no more integers than there are ``m``, by a table of every integer between
-    the least and the greatest (a running count of the values: a gather per ``m``, not a
-    binary search); else searched."""
-    if not len(values) or len(m) < int(values[-1]) - int(values[0]) + 1:
+    """Per ``m``: how many of ``values`` (sorted, distinct) are below it, as int32. The values
+    from the least ``values[i]`` within ``2 len(m)`` integers of the greatest by a table of
+    every integer between them (a running count of the values: a gather per ``m``, not a
+    binary search, which misses the cache at every step: about ten times slower at 10 M
+    rows); the ``m`` at or below ``values[i]`` (below it, few values: a watermark clamped to
+    0, say) searched among ``values[:i + 1]``."""
+    if not len(values):
+        return np.zeros(len(m), dtype=np.int32)
+    hi = int(values[-1])
+    i = int(np.searchsorted(values, hi - 2 * len(m) + 1, side="left"))
+    if i == len(values):  # (no m: no table)
         return np.searchsorted(values, m, side="left").astype(np.int32)
-    lo = int(values[0])
-    table = np.zeros(int(values[-1]) - lo + 2, dtype=np.int32)
-    table[values - lo + 1] = 1
-    np.cumsum(table, out=table)  # (table[i]: the values below lo + i)
-    return table[np.clip(m, lo, lo + len(table) - 1) - lo]
+    lo = int(values[i])
+    table = np.zeros(hi - lo + 2, dtype=np.int32)
+    table[values[i:] - lo + 1] = 1
+    table[0] = i  # (the values below lo)
+    np.cumsum(table, out=table)  # (table[k]: the values below lo + k)
+    at = np.clip(m, lo, hi + 1)
+    at -= lo
+    out = table[at]
+    low = np.flatnonzero(m < lo)
+    out[low] = np.searchsorted(values[:i + 1], m[low], side="left")
+    return out
 
 
 @dataclass(frozen=True)
@@ -488,25 +528,30 @@ class _Held:
         """Every row's ``a``, ``m``, point, key code and :func:`_stored_to` in the sides'
         order, the left side's ``n_left`` rows first; ``hi``: the greatest delay (rows of
         ``a >= hi`` are never accepted)."""
-        keep = np.flatnonzero(a_in < hi)
+        some = a_in < hi
+        every = bool(some.all())  # (mostly: no gathers through the kept rows)
+        keep = np.arange(len(a_in)) if every else np.flatnonzero(some)
         span = int(code_in.max(initial=0)) + 1
-        # one sort key (side, code, point): the rows of one key and point in any order
-        key = code_in[keep].astype(np.int64)
-        k_left = int(np.searchsorted(keep, n_left))
+        # one sort key (side, code, point), the point in the low bits (read back by a shift
+        # and a mask, no division): the rows of one key and point in any order
+        bits = max(n - 1, 1).bit_length()
+        key = code_in.astype(np.int64) if every else code_in[keep].astype(np.int64)
+        k_left = n_left if every else int(np.searchsorted(keep, n_left))
         key[k_left:] += span
-        key *= n + 1
-        key += point_in[keep]
-        by = np.argsort(key)
-        key = key[by]
-        group = key // (n + 1)
-        point = key - group * (n + 1)  # (read back from the key: no gather)
-        first = np.r_[True, group[1:] != group[:-1]] if len(key) else np.zeros(0, dtype=bool)
-        order = keep[by]
+        key <<= bits
+        key |= point_in if every else point_in[keep]
+        by, key = sort_order(key)
+        point = key & ((1 << bits) - 1)
+        key >>= bits  # (the group's side and code)
+        first = np.empty(len(key), dtype=bool)
+        first[:1] = True
+        np.not_equal(key[1:], key[:-1], out=first[1:])
+        order = by if every else keep[by]
         return cls(point, a_in[order], np.cumsum(first, dtype=np.int64) - 1, k_left, counted,
                    n, m_in, order, stored_in)
 
     def by_point(self, pts: Points, delays: np.ndarray, right_outer: bool, ranks: _Ranks,
-                 gone: np.ndarray) -> _ByPoint | None:
+                 gone: np.ndarray, first: np.ndarray) -> _ByPoint | None:
         """The same counts for every delay at once (:class:`_ByPoint`; the keys by
         ``sweep_join_keys.held_keys_ranked``); None when its (points × delays) counts would
         pass ``tuning.SWEEP_POINT_DELAY_CELLS``, the rows accepted under some delays only pair
@@ -514,7 +559,8 @@ class _Held:
         row's stored delays have a gap (a pair emitted on arrival, yet its own batch evicting
         it under some of them: not one threshold). ``ranks``: every row's ``m`` and every
         ``W`` ranked (:class:`_Ranks`); ``gone``: the counted sides' evictions
-        (:meth:`_Ranks.gone`)."""
+        (:meth:`_Ranks.gone`); ``first``: every row's :func:`_first_index` of its ``a``, in
+        the sides' order."""
         n = self.n
         if n * len(delays) > SWEEP_POINT_DELAY_CELLS:
             return None
@@ -523,24 +569,28 @@ class _Held:
         at = self.order[r]
         p_r, a_r = self.point[r], self.a[r]
         g = behind(pts.a[p_r], pts.b[p_r], self.m_in[at], pts.policy)
-        own = self.a
+        # (each row's first delay index accepting it: gathered, not searched; a right row's
+        # raised to the first keeping it past its own batch)
+        j_own = first[self.order]
+        j_a = j_own[r]  # (a right row's own, for the rows not stored)
         if right_outer:
             if (np.maximum(a_r, self.stored_in[at]) < g).any():
-                return None  # (own: stored whenever accepted)
+                return None  # (stored whenever accepted)
         else:
-            own = self.a.copy()
-            own[r] = np.maximum(a_r, g)
+            j_a = j_a.copy()
+            # (the search is monotone: the index of a maximum is the maximum of the indices)
+            np.maximum(j_own[r], _first_index(delays, g), out=j_own[r])
         # V: the watermark of the point before each point, none (below every W: one value
         # more, ranked 0) before the first
         rv = np.zeros(ranks.rw.shape, dtype=np.int64)
         rv[1:] = ranks.rw[:-1] + 1
-        keys = held_keys_ranked(self.group, self.point,
-                                np.searchsorted(delays, own, side="right"),
+        keys = held_keys_ranked(self.group, self.point, j_own,
                                 ranks.rm + (self.m_in > np.iinfo(np.int64).min), self.order,
                                 rv, ranks.top + 1, SWEEP_HELD_PAIRS_PER_ROW)
         if keys is None:
             return None
-        lost = np.zeros_like(keys) if right_outer else _between(p_r, a_r, own[r], delays, n)
+        lost = np.zeros_like(keys) if right_outer else _between(p_r, j_a, j_own[r], len(delays),
+                                                                 n)
         return _ByPoint(keys, lost, np.diff(gone, axis=0, prepend=0),
                         self.counted[1] and len(p_r) > 0)
 
@@ -568,16 +618,21 @@ class _Held:
                 np.bincount(self.point[lost], minlength=n))
 
 
-def _between(point: np.ndarray, lo: np.ndarray, hi: np.ndarray, delays: np.ndarray,
+def _between(point: np.ndarray, j_lo: np.ndarray, j_hi: np.ndarray, n_d: int,
              n: int) -> np.ndarray:
-    """Per point (of ``n``) and delay ``d``: how many of the point's rows have
-    ``lo < d <= hi`` (``lo <= hi``): a difference table over the delays' indices."""
-    n_d = len(delays)
-    at = np.r_[point * (n_d + 1) + np.searchsorted(delays, lo, side="right"),
-               point * (n_d + 1) + np.searchsorted(delays, hi, side="right")]
-    diff = np.bincount(at, np.r_[np.ones(len(lo)), -np.ones(len(hi))],
-                       minlength=n * (n_d + 1))
-    return np.rint(diff).astype(np.int64).reshape(n, n_d + 1).cumsum(1)[:, :n_d]
+    """Per point (of ``n``) and delay index ``j`` (of ``n_d``): how many of the point's rows
+    have ``j_lo <= j < j_hi`` (the :func:`_first_index` of ``lo`` and ``hi``: ``lo < d <=
+    hi``): a difference table over the delays' indices, of the rows with such a ``j`` only.
+
+    >>> _between(np.array([0, 1, 1]), np.array([0, 1, 2]), np.array([2, 3, 2]), 3, 2).tolist()
+    [[1, 1, 0], [0, 1, 1]]
+    """
+    on = np.flatnonzero(j_lo < j_hi)  # (most rows: none, their pairs emitted or stored)
+    base = point[on] * (n_d + 1)
+    cells = n * (n_d + 1)
+    diff = np.bincount(base + j_lo[on], minlength=cells) - \
+        np.bincount(base + j_hi[on], minlength=cells)
+    return diff.reshape(n, n_d + 1).cumsum(1)[:, :n_d]
 
 
 @dataclass(frozen=True)
@@ -659,7 +714,7 @@ def _null_rows(side: Side, idx: np.ndarray, tau: np.ndarray, pts: Points) -> Nul
     some = np.flatnonzero(side.a < np.minimum(unmatched_to, gone_by_end))
     # (rows of one event time in any order: every range of them is cut at a change of m or
     # of the reference, both functions of it, so no figure depends on their order)
-    order = some[np.argsort(side.et[some])]
+    order = some[sort_order(side.et[some])[0]]
     m = side.m[order]
     assert not len(m) or (np.diff(m) >= 0).all()
     # (d <= gone_by_end iff m <= the last W: NullRows' cut, so u need not say it)
@@ -681,7 +736,7 @@ class _Emitted:
         if nulls:
             return cls(None, Latencies(pair_ms, tau, nulls, int(delays[0]), int(delays[-1])))
         return cls(quantiles.Nested(pair_ms / 1000.0, tau, delays,
-                                    order=np.argsort(pair_ms, kind="stable")), None)
+                                    order=sort_order(pair_ms)[0]), None)
 
     def at(self, i: int, d: int, w: np.ndarray, clock: np.ndarray
            ) -> tuple[int, quantiles.Percentiles]:

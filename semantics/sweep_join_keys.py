@@ -60,8 +60,12 @@ def held_keys_ranked(group: np.ndarray, q: np.ndarray, first: np.ndarray, xm: np
     indices as int32: the items are many, their bytes the cost.)"""
     n_d = rv.shape[1]
     keep = first < n_d
-    x = xm[order[keep]].astype(np.int32)
-    group, q, first = group[keep], q[keep].astype(np.int32), first[keep].astype(np.int32)
+    if keep.all():  # (mostly: no selections of every row)
+        x = xm[order].astype(np.int32, copy=False)
+        q, first = q.astype(np.int32), first.astype(np.int32)
+    else:
+        x = xm[order[keep]].astype(np.int32, copy=False)
+        group, q, first = group[keep], q[keep].astype(np.int32), first[keep].astype(np.int32)
     floor = _floor(group, np.where(first == 0, x, _NONE), top + 2)
     raised = _raises(group, first, x, floor, pairs_per_row * max(len(x), 1))
     if raised is None:
@@ -170,12 +174,16 @@ def _count(s: np.ndarray, jl: np.ndarray, x: np.ndarray, w: np.ndarray, rv: np.n
     np.maximum(star, s, out=star)
     # the rectangles [s, star) x [jl, n_d) in a 2-D difference table (star == s: none;
     # cells as int32: the table is within tuning.SWEEP_POINT_DELAY_CELLS)
-    cells = (n + 1) * (n_d + 1)
     wf = w.astype(np.float64)
-    rect = np.bincount(s * (n_d + 1) + jl, wf, minlength=cells) - \
-        np.bincount(star * (n_d + 1) + jl, wf, minlength=cells)
-    keys = np.rint(rect).astype(np.int64).reshape(n + 1, n_d + 1).cumsum(0).cumsum(1)
-    keys = keys[:n, :n_d]
+    if zero.all():  # (every rectangle spans all delays: one column, the same for every j)
+        rows = np.bincount(s, wf, minlength=n + 1) - np.bincount(star, wf, minlength=n + 1)
+        keys = np.repeat(np.rint(rows).astype(np.int64).cumsum()[:n, None], n_d, axis=1)
+    else:
+        cells = (n + 1) * (n_d + 1)
+        rect = np.bincount(s * (n_d + 1) + jl, wf, minlength=cells) - \
+            np.bincount(star * (n_d + 1) + jl, wf, minlength=cells)
+        keys = np.rint(rect).astype(np.int64).reshape(n + 1, n_d + 1).cumsum(0).cumsum(1)
+        keys = keys[:n, :n_d]
     keys += _above(star, x, w, rv, span)  # (from star on; star == n: never)
     return keys
 
@@ -220,12 +228,9 @@ def _above(start: np.ndarray, rx: np.ndarray, w: np.ndarray, rv: np.ndarray,
     n_blocks = -(-span // block)
     by_rank = np.zeros(n_blocks * block, dtype=np.int64)
     by_block = np.zeros(n_blocks + 1, dtype=np.int64)
-    # the items in the order of their start (a radix sort when the starts fit 16 bits),
-    # gathered once: a point's new items are then a slice
-    order = np.argsort(start.astype(np.int16) if n < 1 << 15 else start, kind="stable")
+    # the items in the order of their start, once: a point's new items are then a slice
+    rx, w = _by_start(start, rx, w, n, span)
     cuts = np.r_[0, np.cumsum(np.bincount(start, minlength=n)[:n])]  # (the last: start < n)
-    rx = rx[order]
-    w = w[order].astype(np.int64)  # (add.at's fast path: the table's own type)
     rb = rx // block + 1
     totals = np.r_[0, np.cumsum(w)][cuts]  # (the weights added by each point)
     out = np.zeros((n, n_d), dtype=np.int64)
@@ -249,3 +254,36 @@ def _above(start: np.ndarray, rx: np.ndarray, w: np.ndarray, rv: np.ndarray,
         part = np.where(lanes[None, :] <= (k - b * block)[:, None], part, 0).sum(1)
         out[p] = total - whole - part
     return out
+
+
+def _by_start(start: np.ndarray, rx: np.ndarray, w: np.ndarray, n: int, span: int
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """``rx`` and ``w`` (int64) in the order of ``start`` (``<= n``; ``rx < span``), in any
+    order within one start: when start, rank and weight fit 62 bits together, each item
+    packed into one int64 and the values sorted (several times faster than ordering the
+    positions and gathering both through them), else a stable sort of the starts.
+
+    >>> [v.tolist() for v in _by_start(np.array([2, 0, 1, 0]), np.array([5, 7, 1, 3]),
+    ...                                np.array([1, -1, 1, 1], dtype=np.int8), 2, 8)]
+    [[3, 7, 1, 5], [1, -1, 1, 1]]
+    >>> [v.tolist() for v in _by_start(np.array([1, 0]), np.array([0, 2**61]),
+    ...                                np.ones(2, dtype=np.int8), 1, 2**62)]  # (unpacked)
+    [[2305843009213693952, 0], [1, 1]]
+    """
+    w_lo = int(w.min(initial=0))
+    w_bits = (int(w.max(initial=0)) - w_lo).bit_length()
+    rx_bits = max(span - 1, 1).bit_length()
+    if n.bit_length() + rx_bits + w_bits > 62:
+        order = np.argsort(start.astype(np.int16) if n < 1 << 15 else start, kind="stable")
+        return rx[order], w[order].astype(np.int64)
+    packed = start.astype(np.int64)
+    packed <<= rx_bits
+    packed |= rx
+    packed <<= w_bits
+    packed |= w.astype(np.int64) - w_lo
+    packed.sort()
+    w_out = packed & ((1 << w_bits) - 1)
+    w_out += w_lo
+    packed >>= w_bits
+    packed &= (1 << rx_bits) - 1
+    return packed, w_out

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from semantics import quantiles
-from semantics.tuning import SWEEP_LATENCY_GATHER
+from semantics.sweep_join_sort import sort_order
+from semantics.tuning import SWEEP_LATENCY_GATHER, SWEEP_SEARCH_TABLE_SPAN
 
 _WIDE = 1 << 61  # a bracket past every latency (ms); (twice it, no overflow)
 
@@ -39,6 +40,41 @@ class NullRows:
     u: np.ndarray
     m: np.ndarray
     ref_ms: np.ndarray
+
+
+class _Index:
+    """Searches of sorted integers ``values`` (``np.searchsorted(values, v, side="left")``):
+    when they span at most ``tuning.SWEEP_SEARCH_TABLE_SPAN`` integers a value (of 128
+    values at least), a table of every integer from the least to the greatest read by a
+    gather, else a binary search. The
+    delays search the null rows' references and the pairs' latencies thousands of times, a
+    cache miss at each step of a search of millions of rows."""
+
+    def __init__(self, values: np.ndarray) -> None:
+        self.values = values
+        self.table: np.ndarray | None = None
+        if not len(values):
+            return
+        self.lo, self.hi = int(values[0]), int(values[-1])
+        if self.hi - self.lo > SWEEP_SEARCH_TABLE_SPAN * max(len(values), 128) or \
+                len(values) >= 1 << 31:
+            return
+        table = np.zeros(self.hi - self.lo + 2, dtype=np.int32)
+        table[1:] = np.bincount(values - self.lo, minlength=self.hi - self.lo + 1)
+        self.table = np.cumsum(table, out=table)  # (table[k]: the values below lo + k)
+
+    def left(self, v: np.ndarray) -> np.ndarray:
+        """How many values are below each of ``v``."""
+        if self.table is None:
+            return np.searchsorted(self.values, v, side="left")
+        at = np.clip(v, self.lo, self.hi + 1)
+        at -= self.lo
+        return self.table[at]
+
+    def right(self, v: np.ndarray) -> np.ndarray:
+        """How many values are at or below each of ``v`` (``v`` below ``2**62``)."""
+        return self.left(v + 1) if self.table is not None else \
+            np.searchsorted(self.values, v, side="right")
 
 
 class _Members:
@@ -69,6 +105,7 @@ class _Side:
 
     def __init__(self, rows: NullRows, lo: int, hi: int) -> None:
         self.rows = rows
+        self.ref = _Index(rows.ref_ms)
         self.members = _Members(rows.a, rows.u, lo, hi)
         self.cuts = np.zeros(0, dtype=np.int64)
 
@@ -84,15 +121,15 @@ class _Side:
         """Per value of ``v``: the null rows of latency ``<= v``."""
         c = self.cuts
         start = np.concatenate(([0], c[:-1]))
-        first = np.searchsorted(self.rows.ref_ms, clock[None, :] - v[:, None], side="left")
+        first = self.ref.left(clock[None, :] - v[:, None])
         return self.members.count(np.maximum(start[None, :], first), c[None, :]).sum(1)
 
     def between(self, lo: int, hi: int, d: int, clock: np.ndarray) -> np.ndarray:
         """The latencies in ``(lo, hi]`` of the null rows."""
         r, c = self.rows, self.cuts
         start = np.maximum(np.concatenate(([0], c[:-1])),
-                           np.searchsorted(r.ref_ms, clock - hi, side="left"))
-        end = np.minimum(c, np.searchsorted(r.ref_ms, clock - lo, side="left"))
+                           self.ref.left(clock - hi))
+        end = np.minimum(c, self.ref.left(clock - lo))
         size = np.maximum(end - start, 0)
         point = np.repeat(np.arange(len(c)), size)
         pos = np.arange(int(size.sum()), dtype=np.int64) - np.repeat(np.cumsum(size) - size, size) \
@@ -110,8 +147,9 @@ class Latencies:
                  lo: int, hi: int, gather: int | None = None) -> None:
         """``lo``, ``hi``: the sweep's least and greatest delays; ``gather``: rows an order
         statistic partitions at most (default ``tuning.SWEEP_LATENCY_GATHER``)."""
-        order = np.argsort(pair_ms)  # (ties in any order: ranges are cut between values)
-        self.pair_ms, self.tau = pair_ms[order], tau[order]
+        order, self.pair_ms = sort_order(pair_ms)
+        self.tau = tau[order]
+        self.index = _Index(self.pair_ms)
         self.pairs = _Members(self.tau, np.full(len(order), hi, dtype=np.int64), lo, hi)
         self.sides = [_Side(n, lo, hi) for n in nulls]
         self.gather = gather or SWEEP_LATENCY_GATHER
@@ -127,7 +165,7 @@ class Latencies:
         size += sum(s.move(d, w) for s in self.sides)
 
         def at_most(v: np.ndarray) -> np.ndarray:
-            below = np.searchsorted(self.pair_ms, v, side="right")
+            below = self.index.right(v)
             return self.pairs.count(np.zeros_like(below), below) + sum(
                 (s.at_most(v, clock) for s in self.sides), np.zeros(len(v), dtype=np.int64))
 
@@ -171,12 +209,21 @@ class Latencies:
             hi[wide[up]], c_hi[wide[up]] = mid[up], c[up]
             lo[wide[~up]], c_lo[wide[~up]] = mid[~up], c[~up]
         out = np.empty(len(k), dtype=np.int64)
-        for i in range(len(k)):
-            a, b = np.searchsorted(self.pair_ms, [lo[i], hi[i]], side="right")
+        # (overlapping or touching brackets, the two ranks a percentile interpolates between
+        # mostly, as their union: its rows gathered once, ranked from its least bound's count)
+        union: list[tuple[int, int, int, list[int]]] = []  # (lo, hi, count at lo, ranks)
+        for i in sorted(range(len(k)), key=lambda i: (int(lo[i]), int(hi[i]))):
+            if union and int(lo[i]) <= union[-1][1]:
+                a_ms, b_ms, c, at = union[-1]
+                union[-1] = (a_ms, max(b_ms, int(hi[i])), c, [*at, i])
+            else:
+                union.append((int(lo[i]), int(hi[i]), int(c_lo[i]), [i]))
+        for a_ms, b_ms, c, at in union:
+            a, b = self.index.right(np.array([a_ms, b_ms]))
             vals = np.concatenate([self.pair_ms[a:b][self.tau[a:b] < d], *(
-                s.between(int(lo[i]), int(hi[i]), d, clock) for s in self.sides)])
-            r = int(k[i] - c_lo[i])
-            out[i] = np.partition(vals, r)[r]
+                s.between(a_ms, b_ms, d, clock) for s in self.sides)])
+            r = k[at] - c
+            out[at] = np.partition(vals, r)[r]
         self.guess = out
         self.width = np.maximum((hi - lo) // 2, 1)
         return out

@@ -22,18 +22,20 @@ included, with no state stepped). Invariants:
   delay, only its eviction point does (the first point of ``x >= c + d``, ``c`` its end in
   ms rounded up). Its pieces are counted once into a (delay, point) table;
 * the settled groups' evictions, emitted rows' latencies and, for the *clusters* of a key's
-  groups (:func:`clusters`: a key's stored-key count is the sum of its clusters') whose
-  groups are all settled (*closed*), stored keys are carried from delay to delay, updated
-  for the groups whose eviction point moves (``semantics.sweep_session_settled.Tracker``);
-* each delay passes over the rows of the groups not settled yet (``How.row_share`` says what
-  share of rows × delays that is) and over the settled groups of the clusters not closed
-  (their stored keys, with the open groups' blocks in (cluster, time) order), the counts
+  groups (:func:`clusters`: a key's stored keys and updated sessions are sums over its
+  clusters') whose groups are all settled (*closed*), stored keys are carried from delay to
+  delay, updated for the groups whose eviction point moves
+  (``semantics.sweep_session_settled.Tracker``);
+* each delay cuts the accepted rows of the clusters not closed once (with a bytes model;
+  without, the rows of the groups not settled): its open groups' blocks, the clusters'
+  stored keys and updated sessions (``sweep_session_blocks.blocks_and_updated``), the counts
   added up (every count is a sum over blocks, stored keys a sum over clusters);
+  ``How.row_share`` says what share of rows × delays the open groups' rows are;
 * from the first delay at which every group is settled no group is visited: every figure is
   a sorted search per point (``semantics.sweep_session_closed``);
 * the state bytes: ``state_bytes.session_tables`` of each delay's points, which reads their
-  updated sessions (:class:`_Updated`): the keys with a group not settled passed over per
-  delay, the others from their groups' fixed counts and evictions, carried between delays;
+  updated sessions: the open clusters' from the cut above, the closed ones' from a (delay,
+  point) table built once per run of delays (``semantics.sweep_session_updated``);
 * a delay whose rows walk too far out of order (``whole_run/session.MAX_WINDOW``) is
   predicted on its own (``semantics.sweep_fallback``), every figure of it.
 
@@ -56,15 +58,10 @@ from semantics.parallel import map_parts, threads
 from semantics.schedule import TICK, Schedule
 from semantics.spec import BacktestSpec, SessionQuery
 from semantics.sweep_fallback import Figure, predicted
-from semantics.sweep_session_blocks import (
-    Blocks,
-    blocks,
-    stored_keys,
-    updated,
-    updated_until_complete,
-)
+from semantics.sweep_session_blocks import blocks_and_updated, stored_keys
 from semantics.sweep_session_closed import Closed
-from semantics.sweep_session_settled import Groups, Tracker, concat_ranges, groups, kth
+from semantics.sweep_session_settled import Groups, Tracker, groups
+from semantics.sweep_session_updated import closed_table
 from semantics.whole_run.session import MAX_WINDOW, components, first_arrival_before
 
 
@@ -139,14 +136,6 @@ class Settled:
         return groups(clusters(g.kid, g.first, ev), g.first, g.end_us, g.settle)
 
 
-def open_clusters(cg: Groups, j: int, among: np.ndarray | None = None) -> np.ndarray:
-    """The groups (ascending) of the clusters of ``cg`` not closed at delay index ``j``;
-    ``among``: those of an earlier index (a set that only shrinks)."""
-    if among is None:
-        return np.flatnonzero(cg.closes > j)
-    return among[cg.closes[among] > j]
-
-
 def bytes_model(spec: BacktestSpec, candidate: str, schedule: Schedule
                 ) -> tuple[int, int, int, int] | None:
     """The sizes ``state_bytes.session_tables`` reads besides each delay's counts
@@ -192,8 +181,7 @@ def sweep(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str,
     cut_at = len(ds) if closed is None else min(st.all_settled, len(ds))
     runs = [r for r in _balanced(st.groups.settle, cut_at, n)
             + np.array_split(np.arange(cut_at, len(ds)), n) if len(r)]
-    counts = None if model is None else _Updated(st, tl, gap, len(ds))
-    parts = map_parts(lambda part: _run(st, tl, gap, part.tolist(), ds, model, closed, counts),
+    parts = map_parts(lambda part: _run(st, tl, gap, part.tolist(), delays, model, closed),
                       runs)
     flat = [got for part in parts for got in part]  # (the runs in order: every delay once)
     alone = cut = passed = 0
@@ -282,24 +270,28 @@ def settled(rows: SortedRows, tl: Timeline, gap: int, delays: np.ndarray) -> Set
 def clusters(kid: np.ndarray, first: np.ndarray, ev_hi: np.ndarray) -> np.ndarray:
     """Per group (in (key, time) order: key id, first arrival point, eviction point under a
     delay ``D``), its *cluster*: a run of its key's groups, cut before group ``i`` where every
-    group before it is evicted under ``D`` by the least first arrival of ``i`` and the groups
-    after it (``ev_hi[i - 1] <= lead[i]``; ``ev`` grows along a key's groups).
+    group before it is evicted under ``D`` before the least first arrival of ``i`` and the
+    groups after it (``ev_hi[i - 1] < lead[i]``; ``ev`` grows along a key's groups).
 
-    Why: under any delay up to ``D`` a block of a group is stored within ``[first, ev_hi)`` of
+    Why: under any delay up to ``D`` a block of a group is held within ``[first, ev_hi]`` of
     its group (fewer rows arrive no earlier and end no later, a smaller delay evicts no
-    later), so two clusters of a key never hold a session at one point: a key's stored-key
-    count is the sum of its clusters', and a cluster whose groups are all settled is closed
+    later; its rows arrive by its eviction), so two clusters of a key never hold a session,
+    nor a row, at one point: a key's stored-key count and its updated sessions (a session
+    evicted at a point counts there when the key has a row there) are sums over its
+    clusters, and a cluster whose groups are all settled is closed
     (``semantics.sweep_session_settled``) however many groups of its key are not. (The
     smaller ``D``, the smaller the clusters: ``D`` is the largest delay at which some group is
     not settled, the one-pass's later delays needing no clusters.)
 
     Key 1's second group arrives (point 3) once the first one is evicted (point 2): a cut;
     its third arrives (point 4) before the second's eviction (point 5): none. Key 2's third
-    group arrived (point 1) before its first one's eviction: one cluster.
+    group arrived (point 1) before its first one's eviction: one cluster. Key 3's second group
+    arrives at its first one's eviction point (2): one cluster (Spark counts the evicted
+    session there among the key's updated ones).
 
-    >>> clusters(np.array([1, 1, 1, 2, 2, 2]), np.array([0, 3, 4, 0, 3, 1]),
-    ...          np.array([2, 5, 6, 2, 5, 6])).tolist()
-    [0, 1, 1, 2, 2, 2]
+    >>> clusters(np.array([1, 1, 1, 2, 2, 2, 3, 3]), np.array([0, 3, 4, 0, 3, 1, 0, 2]),
+    ...          np.array([2, 5, 6, 2, 5, 6, 2, 4])).tolist()
+    [0, 1, 1, 2, 2, 2, 3, 3]
     """
     n = len(kid)
     new = np.ones(n, dtype=bool)
@@ -311,31 +303,44 @@ def clusters(kid: np.ndarray, first: np.ndarray, ev_hi: np.ndarray) -> np.ndarra
     w = key.astype(np.int64) * span + first  # (a minimum from the right per key)
     lead = np.minimum.accumulate(w[::-1])[::-1] - key * span
     cut = new.copy()
-    cut[1:] |= ev_hi[:-1] <= lead[1:]
+    cut[1:] |= ev_hi[:-1] < lead[1:]
     return np.cumsum(cut, dtype=np.int64) - 1
 
 
-def _run(st: Settled, tl: Timeline, gap: int, js: list[int], ds: list[int],
-         model: tuple[int, int, int, int] | None, closed: Closed | None,
-         counts: _Updated | None) -> list[tuple[dict[str, Figure], int, int] | None]:
+def _run(st: Settled, tl: Timeline, gap: int, js: list[int], delays: np.ndarray,
+         model: tuple[int, int, int, int] | None, closed: Closed | None
+         ) -> list[tuple[dict[str, Figure], int, int] | None]:
     """:func:`_one_delay` of the delays of indices ``js`` (ascending, consecutive), the
     settled groups carried from one to the next; from the first delay at which every group is
-    settled, :func:`_closed_delay` (``closed``: None, never). ``counts``: the updated sessions
-    the bytes read (None without a bytes model)."""
+    settled, :func:`_closed_delay` (``closed``: None, never). The closed clusters' updated
+    sessions (the bytes model's; none without one) come from a table built once for the run
+    (``semantics.sweep_session_updated``)."""
+    ds = delays.tolist()
+    if closed is not None and js[0] >= st.all_settled:
+        cg = st.groups  # (every group settled: any cluster is closed)
+    else:  # (clusters for this run's largest delay: the smaller, the finer)
+        top = js[-1] if closed is None else min(js[-1], st.all_settled - 1)
+        cg = st.in_clusters(tl, ds[top])
+    table = None if model is None else closed_table(
+        cg, st.row_group, st.row_t, st.row_point, tl.x, gap, delays, js[0], js[-1] + 1,
+        MAX_WINDOW)
+    if model is not None and table is None:
+        return [None] * len(js)
     tracker = None
-    rows = cand = None  # (the open rows and clusters' groups of the delay before)
-    run = None if counts is None else counts.run()
+    rows = None  # (the rows passed over at the delay before: a set that only shrinks)
+    row_closes = cg.closes[st.row_group] if model is not None else st.row_settle
     out: list[tuple[dict[str, Figure], int, int] | None] = []
-    for j in js:
+    for i, j in enumerate(js):
+        upd = None if table is None else table[i]
         if closed is not None and j >= st.all_settled:
-            out.append(_closed_delay(st, tl, closed, j, ds[j], model, run))
+            out.append(_closed_delay(st, tl, closed, j, ds[j], model, upd))
             continue
-        if tracker is None:  # (clusters for this run's largest delay: the smaller, the finer)
-            top = js[-1] if closed is None else min(js[-1], st.all_settled - 1)
-            tracker = Tracker(st.in_clusters(tl, ds[top]), tl.x, tl.clock)
+        if tracker is None:
+            tracker = Tracker(cg, tl.x, tl.clock)
         tracker.advance(j, ds[j])
-        rows, cand = st.open_rows(j, rows), open_clusters(tracker.g, j, cand)
-        out.append(_one_delay(st, tl, gap, j, ds[j], model, tracker, rows, cand, run))
+        rows = np.flatnonzero(row_closes > j) if rows is None else \
+            rows[row_closes[rows] > j]
+        out.append(_one_delay(st, tl, gap, j, ds[j], model, tracker, rows, upd))
     return out
 
 
@@ -361,200 +366,65 @@ def _balanced(settle: np.ndarray, n_j: int, n: int) -> list[np.ndarray]:
 
 def _one_delay(st: Settled, tl: Timeline, gap: int, j: int, d: int,
                model: tuple[int, int, int, int] | None, tracker: Tracker, rows: np.ndarray,
-               cand: np.ndarray, counts: _UpdatedRun | None
+               closed_upd: np.ndarray | None
                ) -> tuple[dict[str, Figure], int, int] | None:
     """The state, emitted rows and latency figures of delay ``d`` (index ``j``; ``tracker``
-    advanced to it; ``rows``, ``cand``: ``st.open_rows(j)``, ``st.open_clusters(j)``), the
-    eviction cuts of its open groups and how many rows it passed over; None when
-    ``sweep_session_blocks.blocks`` or the stored keys would not compute it."""
+    advanced to it), the eviction cuts of its open groups and how many of their rows it
+    passed over; None when ``sweep_session_blocks.blocks_and_updated`` would not compute it.
+
+    ``rows``: with a bytes model, the rows of the clusters not closed (their open groups'
+    blocks, their settled groups, which are blocks of their own, for the stored keys and the
+    updated sessions: a sum over clusters), ``closed_upd`` the closed ones' updated sessions;
+    without, the rows of the groups not settled."""
     n_b = len(tl.x)
     runs = ~tl.idle | (tl.x > d)
     rows = rows[st.row_thr[rows] < d]
-    got = blocks(tracker.g.kid[st.row_group[rows]], st.row_t[rows], st.row_point[rows],
-                 st.row_group[rows],
-                 gap, tl.x, d, n_b, MAX_WINDOW)
+    grp = st.row_group[rows]
+    g = tracker.g
+    counted = g.settle[grp] > j  # (the settled groups are the tracker's)
+    got = blocks_and_updated(g.kid[grp], st.row_t[rows], st.row_point[rows], grp, counted,
+                             tracker.ev, gap, tl.x, d, n_b, MAX_WINDOW,
+                             closed_upd is not None)
     if got is None:
         return None
-    ev = tracker.eviction(ceil_ms(got.end_us), d)
+    b = got.blocks
+    mine = g.settle[b.group] > j
+    ev, end_us = got.ev[mine], b.end_us[mine]
     gone = np.bincount(ev, minlength=n_b + 1)[:n_b] + tracker.gone[:n_b]
-    net = st.net[j] + got.net - gone
-    removed = st.merged[j] + got.merged + gone
+    net = st.net[j] + b.net - gone
+    removed = st.merged[j] + b.merged + gone
     keys = upd = None
-    if model is not None and counts is not None:
-        keys = _open_keys(got, ev, tracker, cand[tracker.g.settle[cand] <= j])
+    if model is not None and closed_upd is not None and got.updated is not None:
+        keys = stored_keys(b.kid, b.first, got.ev, n_b)
         if keys is None:
             return None
         keys += tracker.keys()
-        upd = counts.at(j, d)
-        if upd is None:
-            return None
+        upd = got.updated + closed_upd
     out = ev < n_b
-    lat = np.sort(tracker.latency_ms(ev[out], got.end_us[out]))
+    lat = np.sort(tracker.latency_ms(ev[out], end_us[out]))
     lat_t = tracker.lat
 
     def ranked(ranks: np.ndarray) -> np.ndarray:
-        return np.array([kth(lat_t, lat, int(r)) for r in ranks], dtype=np.float64) / 1000.0
+        return lat_t.ranked(lat, ranks) / 1000.0
 
     return _figures(np.cumsum(net), removed, keys, upd, runs, model, len(lat_t) + len(lat),
-                    ranked), got.evicted_early, len(rows)
+                    ranked), b.evicted_early, int(np.count_nonzero(counted))
 
 
 def _closed_delay(st: Settled, tl: Timeline, closed: Closed, j: int, d: int,
-                  model: tuple[int, int, int, int] | None, counts: _UpdatedRun | None
+                  model: tuple[int, int, int, int] | None, closed_upd: np.ndarray | None
                   ) -> tuple[dict[str, Figure], int, int] | None:
     """What :func:`_one_delay` gives once every group is settled (``closed``: no group
-    visited; ``counts``: the updated sessions, by a search per closed key's row point)."""
+    visited; ``closed_upd``: the updated sessions, every key closed)."""
     runs = ~tl.idle | (tl.x > d)
     by = closed.evicted_by(d)
     gone = np.diff(by, prepend=0)
     keys = upd = None
-    if model is not None and counts is not None:
-        keys, upd = closed.keys(d, by), counts.at(j, d)
-        if upd is None:
-            return None
+    if model is not None and closed_upd is not None:
+        keys, upd = closed.keys(d, by), closed_upd
     n_out = int(by[-1]) if len(by) else 0
     return _figures(np.cumsum(st.net[j] - gone), st.merged[j] + gone, keys, upd, runs, model,
                     n_out, closed.ranked(by)), 0, 0
-
-
-class _Updated:
-    """Per delay and point, the updated sessions (``sweep_session_blocks.updated``) of every
-    row the delay accepts, a sum over keys. A key all of whose groups are settled at delay
-    index ``j`` (``closes <= j``) has blocks that are its groups: its count at a point ``p``
-    where it has a row is its groups' sessions up to their last row's point (``fixed``, per
-    delay index from the key's ``closes`` on: no delay changes it) plus, one each, its groups
-    complete before ``p`` and not evicted before ``p``: the groups with ``last < p`` (counted
-    once) less those with ``ev < p`` (``ev`` non-decreasing along a key's groups: a search).
-    The other keys' rows are passed over per delay."""
-
-    def __init__(self, st: Settled, tl: Timeline, gap: int, n_d: int) -> None:
-        g = st.groups
-        n_b = len(tl.x)
-        self.st, self.tl, self.gap, self.n_b = st, tl, gap, n_b
-        new = np.ones(len(g.kid), dtype=bool)
-        new[1:] = g.kid[1:] != g.kid[:-1]
-        self.key = np.cumsum(new, dtype=np.int64) - 1  # per group
-        self.key_start = np.flatnonzero(new)
-        self.bits = int(n_b).bit_length()
-        self.row_closes = g.closes[st.row_group]
-        row_key = self.key[st.row_group]
-        # per (key, point) with a row of a key that closes: the groups of the key whose last
-        # row arrived before the point
-        done = np.flatnonzero(self.row_closes < n_d)
-        rp = np.unique((row_key[done] << self.bits) | st.row_point[done])
-        self.rp_key, self.rp_point = rp >> self.bits, rp & ((1 << self.bits) - 1)
-        self.rp_closes = g.closes[self.key_start[self.rp_key]]
-        last = np.zeros(len(g.kid), dtype=np.int64)
-        np.maximum.at(last, st.row_group, st.row_point)
-        lw = np.sort((self.key << self.bits) | last)
-        self.before = np.searchsorted(lw, rp, side="left") - self.key_start[self.rp_key]
-        # (per delay index at which some key closes, the sum over the keys closed by then)
-        self.closing = np.unique(self.row_closes[done])
-        self.fixed: np.ndarray | None = np.zeros((len(self.closing), n_b), dtype=np.int64)
-        for i, c in enumerate(self.closing.tolist()):
-            at = np.flatnonzero(self.row_closes == c)
-            got = updated_until_complete(g.kid[st.row_group[at]], st.row_t[at],
-                                         st.row_point[at], gap, n_b, MAX_WINDOW)
-            if got is None:
-                self.fixed = None
-                return
-            self.fixed[i] = got
-        np.cumsum(self.fixed, axis=0, out=self.fixed)
-
-    def run(self) -> _UpdatedRun:
-        """A thread's own state for a run of ascending delays."""
-        return _UpdatedRun(self)
-
-    def complete(self, shut: np.ndarray, d: int) -> np.ndarray:
-        """Per point, the closed keys' complete groups not evicted before it, at those of
-        their row points ``shut`` (indices into the (key, point) entries), under ``d``."""
-        ev = np.searchsorted(self.tl.x, self.st.groups.c + d, side="left")
-        ew = (self.key << self.bits) | ev  # (sorted within each key)
-        rp = (self.rp_key[shut] << self.bits) | self.rp_point[shut]
-        gone = np.searchsorted(ew, rp, side="left") - self.key_start[self.rp_key[shut]]
-        return np.bincount(self.rp_point[shut], self.before[shut] - gone,
-                           minlength=self.n_b).astype(np.int64)
-
-
-class _UpdatedRun:
-    """:class:`_Updated` over a run of ascending delays: the closed keys' complete groups not
-    yet evicted (``done``, per point) are carried from one delay to the next, moved by the
-    groups whose eviction point moves (ranges of the groups sorted by their end, as
-    ``sweep_session_settled.Tracker`` finds them), each adding one at its key's row points
-    in ``(old, new]``; a key that closes is counted afresh."""
-
-    def __init__(self, u: _Updated) -> None:
-        self.u = u
-        g = u.st.groups
-        self.by_c = np.argsort(g.c, kind="stable")
-        self.c_sorted = g.c[self.by_c]
-        self.xs = np.unique(u.tl.x)
-        self.rp_words = (u.rp_key << u.bits) | u.rp_point
-        self.by_close = np.argsort(u.rp_closes, kind="stable")
-        self.close_sorted = u.rp_closes[self.by_close]
-        self.done = np.zeros(u.n_b, dtype=np.int64)
-        self.open: np.ndarray | None = None
-        self.j = -1
-        self.d = 0
-
-    def at(self, j: int, d: int) -> np.ndarray | None:
-        """Per point, the updated sessions under delay ``d`` (index ``j``, above the last
-        one); None when the rows' pass would not compute them."""
-        u = self.u
-        st, tl = u.st, u.tl
-        if u.fixed is None:
-            return None
-        # (the open keys' rows: a set that only shrinks, as ``Settled.open_rows``)
-        self.open = np.flatnonzero(u.row_closes > j) if self.open is None else \
-            self.open[u.row_closes[self.open] > j]
-        rows = self.open[st.row_thr[self.open] < d]
-        got = updated(st.groups.kid[st.row_group[rows]], st.row_t[rows], st.row_point[rows],
-                      u.gap, tl.x, d, u.n_b, MAX_WINDOW)
-        if got is None:
-            return None
-        if self.j >= 0:  # (the keys closed by the last delay: their groups' moves)
-            lo = np.searchsorted(self.c_sorted, self.xs - d, side="right")
-            hi = np.searchsorted(self.c_sorted, self.xs - self.d, side="right")
-            moved = self.by_c[concat_ranges(np.maximum(lo, np.r_[0, hi[:-1]]), hi)]
-            moved = moved[st.groups.closes[moved] <= self.j]
-            if len(moved):
-                c = st.groups.c[moved]
-                old = np.searchsorted(tl.x, c + self.d, side="left")
-                new = np.searchsorted(tl.x, c + d, side="left")
-                w = u.key[moved] << u.bits
-                at = concat_ranges(np.searchsorted(self.rp_words, w | old, side="right"),
-                             np.searchsorted(self.rp_words, w | new, side="right"))
-                self.done += np.bincount(u.rp_point[at], minlength=u.n_b)
-        a = int(np.searchsorted(self.close_sorted, self.j, side="right"))
-        b = int(np.searchsorted(self.close_sorted, j, side="right"))
-        if b > a:  # (the keys closing now, afresh)
-            self.done += u.complete(self.by_close[a:b], d)
-        self.j, self.d = j, d
-        i = int(np.searchsorted(u.closing, j, side="right")) - 1
-        return got + self.done + (u.fixed[i] if i >= 0 else 0)
-
-
-def _open_keys(got: Blocks, ev: np.ndarray, tracker: Tracker, done: np.ndarray
-               ) -> np.ndarray | None:
-    """Per point, the clusters not closed yet (module docstring of
-    ``semantics.sweep_session_settled``) with a session stored after it: from their settled
-    groups ``done`` (ascending; ``tracker``'s) and the open groups' blocks ``got`` (evicted at
-    ``ev``), in (cluster, time) order (groups are; a group's blocks are)."""
-    g = tracker.g
-    if not len(got.kid):
-        return stored_keys(g.kid[done], g.first[done], tracker.ev[done], tracker.n_b)
-    # (both ascending by group, disjoint: the open blocks' places in the merge, no sort)
-    at = np.searchsorted(done, got.group) + np.arange(len(got.group))
-    rest = np.ones(len(done) + len(at), dtype=bool)
-    rest[at] = False
-    merged = []
-    for settled_part, open_part in ((g.kid[done], got.kid), (g.first[done], got.first),
-                                    (tracker.ev[done], ev)):
-        both = np.empty(len(rest), dtype=np.int64)
-        both[rest] = settled_part
-        both[at] = open_part
-        merged.append(both)
-    return stored_keys(*merged, tracker.n_b)
 
 
 def row_share(spec: BacktestSpec, schedule: Schedule, source: str, delays: np.ndarray,
@@ -563,10 +433,10 @@ def row_share(spec: BacktestSpec, schedule: Schedule, source: str, delays: np.nd
     the bench's table)."""
     tl, gap, rows = _prepared(spec, schedule, source, key_ids)
     st = settled(rows, tl, gap, delays)
-    n, open_rows = 0, None
-    for j, d in enumerate(delays.tolist()):
-        open_rows = st.open_rows(j, open_rows)
-        n += int(np.count_nonzero(st.row_thr[open_rows] < d))
+    # (a row is passed over at the delay indices from the first above its threshold to its
+    # group's first settled one)
+    first = np.searchsorted(delays, st.row_thr, side="right")
+    n = int(np.maximum(st.row_settle - first, 0).sum())
     return n / (len(rows.kid) * len(delays)) if len(rows.kid) and len(delays) else 0.0
 
 

@@ -82,7 +82,7 @@ def blocks(k: np.ndarray, ts: np.ndarray, bb: np.ndarray, group: np.ndarray, gap
     got = _pieces(k, ts, bb, gap, x, d, n_b, max_window)
     if got is None:
         return None
-    cut, heads, last, a, n_early = got
+    cut, heads, last, a, n_early, _comp = got
     starts = np.flatnonzero(bb < a)  # (a block's first row: a = n_b, it starts one)
     s_from, s_to = bb[starts].astype(np.int64), a[starts]
     merged = np.bincount(s_to, minlength=n_b + 1)[:n_b]
@@ -91,15 +91,72 @@ def blocks(k: np.ndarray, ts: np.ndarray, bb: np.ndarray, group: np.ndarray, gap
                   ts[last] + gap, group[heads], n_early)
 
 
+@dataclass(frozen=True)
+class Passed:
+    """:func:`blocks_and_updated`'s answer: the blocks (their ``net`` and ``merged`` from the
+    counted rows only), each block's eviction point (``n_b``: never) and per point the updated
+    sessions (None when not asked)."""
+
+    blocks: Blocks
+    ev: np.ndarray
+    updated: np.ndarray | None
+
+
+def blocks_and_updated(k: np.ndarray, ts: np.ndarray, bb: np.ndarray, group: np.ndarray,
+                       counted: np.ndarray, group_ev: np.ndarray, gap: int, x: np.ndarray,
+                       d: int, n_b: int, max_window: int, with_updated: bool
+                       ) -> Passed | None:
+    """:func:`blocks` and :func:`updated` of the same rows from one cut (``k``: any id whose
+    rows' sessions never meet another id's at a point, a key or a cluster of its groups).
+    The rows not ``counted`` are whole settled groups, blocks of their own that no eviction
+    cuts, evicted at ``group_ev`` of their group, whose pieces ``net`` and ``merged`` leave
+    out (counted elsewhere). None as :func:`blocks` or :func:`updated`.
+
+    :func:`blocks`' example, the first row a settled group of its own (key 4):
+
+    >>> p = blocks_and_updated(np.array([4, 5]), np.array([0, 9_000_000]), np.array([0, 2]),
+    ...                        np.array([0, 1]), np.array([False, True]), np.array([1, 0]),
+    ...                        10_000_000, np.array([0, 10_000, 10_000]), 0, 3, 64, True)
+    >>> p.blocks.net.tolist(), p.ev.tolist(), p.updated.tolist()
+    ([0, 0, 1], [1, 3], [1, 0, 1])
+    """
+    if not len(k):
+        zero = np.zeros(n_b, dtype=np.int64)
+        empty = np.zeros(0, dtype=np.int64)
+        return Passed(Blocks(zero, zero, empty, empty, empty, empty, 0), empty,
+                      zero if with_updated else None)
+    got = _pieces(k, ts, bb, gap, x, d, n_b, max_window, counted)
+    if got is None:
+        return None
+    cut, heads, last, a, n_early, comp = got
+    end = ts[last] + gap
+    mine = counted[heads]
+    ev = group_ev[group[heads]]
+    ev[mine] = np.searchsorted(x, ceil_ms(end[mine]) + d, side="left")
+    starts = np.flatnonzero(bb < a)
+    starts = starts[counted[starts]]
+    merged = np.bincount(a[starts], minlength=n_b + 1)[:n_b]
+    net = np.bincount(bb[starts].astype(np.int64), minlength=n_b + 1)[:n_b] - merged
+    upd = None
+    if with_updated:
+        upd = _updated(k, bb, cut, a, lambda rows: ev[comp[rows]], n_b)
+        if upd is None:
+            return None
+    return Passed(Blocks(net, merged, k[heads], np.minimum.reduceat(bb, heads).astype(np.int64),
+                         end, group[heads], n_early), ev, upd)
+
+
 def _pieces(k: np.ndarray, ts: np.ndarray, bb: np.ndarray, gap: int, x: np.ndarray, d: int,
-            n_b: int, max_window: int
-            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int] | None:
-    """``(cut, heads, last, a, eviction cuts)`` of :func:`blocks`' rows (at least one): the
-    rows that start a block, each block's first and last row, each row's ``a`` (the first
-    arrival of a row before it within the gap in its block; ``n_b``: none), or None."""
+            n_b: int, max_window: int, may_cut: np.ndarray | None = None
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, np.ndarray] | None:
+    """``(cut, heads, last, a, eviction cuts, comp)`` of :func:`blocks`' rows (at least one):
+    the rows that start a block, each block's first and last row, each row's ``a`` (the first
+    arrival of a row before it within the gap in its block; ``n_b``: none), each row's block;
+    or None. ``may_cut``: the rows an eviction may cut after (None: every row; the others'
+    pieces outlive the next row's arrival, as a settled group's)."""
     cut = np.ones(len(k), dtype=bool)
     cut[1:] = (k[1:] != k[:-1]) | (ts[1:] > ts[:-1] + gap)
-    early = _eviction_cuts(k, ts, bb, cut, gap, x, d, max_window)
+    early = _eviction_cuts(k, ts, bb, cut, gap, x, d, max_window, may_cut)
     if early is None:
         return None
     cut[early + 1] = True
@@ -107,7 +164,7 @@ def _pieces(k: np.ndarray, ts: np.ndarray, bb: np.ndarray, gap: int, x: np.ndarr
     a = first_arrival_before(cut, comp, ts, bb, gap, n_b, max_window)
     if a is None:
         return None
-    return cut, heads, last, a, len(early)
+    return cut, heads, last, a, len(early), comp
 
 
 def updated(k: np.ndarray, ts: np.ndarray, bb: np.ndarray, gap: int, x: np.ndarray, d: int,
@@ -132,9 +189,9 @@ def updated(k: np.ndarray, ts: np.ndarray, bb: np.ndarray, gap: int, x: np.ndarr
     got = _pieces(k, ts, bb, gap, x, d, n_b, max_window)
     if got is None:
         return None
-    cut, heads, last, a, _ = got
+    cut, heads, last, a, _, comp = got
     ev = np.searchsorted(x, ceil_ms(ts[last] + gap) + d, side="left")
-    return _updated(k, bb, cut, a, lambda rows: ev[np.searchsorted(heads, rows)], n_b)
+    return _updated(k, bb, cut, a, lambda rows: ev[comp[rows]], n_b)
 
 
 def _updated(k: np.ndarray, bb: np.ndarray, cut: np.ndarray, a: np.ndarray,
@@ -156,11 +213,15 @@ def _updated(k: np.ndarray, bb: np.ndarray, cut: np.ndarray, a: np.ndarray,
 
 
 def _eviction_cuts(k: np.ndarray, ts: np.ndarray, bb: np.ndarray, cut: np.ndarray, gap: int,
-                   x: np.ndarray, d: int, max_window: int) -> np.ndarray | None:
-    """The rows ``i`` (ascending) whose next row is within the gap but whose piece is evicted
-    first: ``p*(i) < m_i`` (module docstring). Walks forward from ``i`` over the rows within
-    the gap while each arrived after ``p*(i)``; None past ``max_window`` rows."""
+                   x: np.ndarray, d: int, max_window: int, may_cut: np.ndarray | None = None
+                   ) -> np.ndarray | None:
+    """The rows ``i`` (ascending; among ``may_cut``, None: all) whose next row is within the
+    gap but whose piece is evicted first: ``p*(i) < m_i`` (module docstring). Walks forward
+    from ``i`` over the rows within the gap while each arrived after ``p*(i)``; None past
+    ``max_window`` rows."""
     cand = np.flatnonzero(~cut[1:])  # the next row is within the gap
+    if may_cut is not None:
+        cand = cand[may_cut[cand]]
     pstar = np.searchsorted(x, ceil_ms(ts[cand] + gap) + d, side="left")
     go = pstar < bb[cand + 1]
     act, ps = cand[go], pstar[go]
@@ -242,4 +303,5 @@ def updated_until_complete(k: np.ndarray, ts: np.ndarray, bb: np.ndarray, gap: i
     return _updated(k, bb, cut, a, lambda rows: b_last[comp[rows]], n_b)
 
 
-__all__ = ["Blocks", "blocks", "stored_keys", "updated", "updated_until_complete"]
+__all__ = ["Blocks", "Passed", "blocks", "blocks_and_updated", "stored_keys", "updated",
+           "updated_until_complete"]

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from semantics.operators.grouping import stable_argsort
+from semantics.tuning import SESSION_LATENCY_MERGE_AT
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,7 @@ class Tracker:
         self.ev = np.full(n, self.n_b, dtype=np.int64)
         self.gone = np.zeros(self.n_b + 1, dtype=np.int64)
         self.keys_diff = np.zeros(self.n_b + 1, dtype=np.int64)
-        self.lat = np.zeros(0, dtype=np.int64)
+        self.lat = Latencies()
         self.j = -1
         self.d: int | None = None
 
@@ -132,7 +133,7 @@ class Tracker:
             self.member[new] = True
             self.gone += np.bincount(ev, minlength=self.n_b + 1)
             out = ev < self.n_b
-            self.lat = _inserted(self.lat, self.latency_ms(ev[out], g.end_us[new][out]))
+            self.lat.insert(self.latency_ms(ev[out], g.end_us[new][out]))
         a = int(np.searchsorted(self.close_sorted, self.j, side="right"))
         b = int(np.searchsorted(self.close_sorted, j, side="right"))
         shut = self.by_close[a:b]
@@ -152,8 +153,8 @@ class Tracker:
             np.bincount(old, minlength=self.n_b + 1)
         out_old, out_new = old < self.n_b, new < self.n_b
         end = g.end_us[moved]
-        self.lat = _inserted(_removed(self.lat, self.latency_ms(old[out_old], end[out_old])),
-                             self.latency_ms(new[out_new], end[out_new]))
+        self.lat.remove(self.latency_ms(old[out_old], end[out_old]))
+        self.lat.insert(self.latency_ms(new[out_new], end[out_new]))
         shut = moved[self.closed[moved]]
         if len(shut):  # (its piece and the next one of its key)
             shut = np.sort(shut)
@@ -183,6 +184,68 @@ class Tracker:
     def keys(self) -> np.ndarray:
         """Per point, the closed keys with a session stored after it."""
         return np.cumsum(self.keys_diff)[:self.n_b]
+
+
+class Latencies:
+    """A multiset of whole-ms latencies changed a little per delay: a sorted ``base`` and the
+    values inserted and removed since (each sorted; the removed ones held by ``base`` and the
+    inserted ones), merged into ``base`` only once they are a quarter of it
+    (``tuning.SESSION_LATENCY_MERGE_AT`` at least), so a delay moves
+    its changed values and not the whole set (``np.insert`` of a few values into millions
+    rewrites them all). Invariant: the multiset is ``base + added - removed``.
+
+    >>> m = Latencies()
+    >>> m.insert(np.array([5, 1, 9]))
+    >>> m.remove(np.array([5]))
+    >>> m.insert(np.array([3]))
+    >>> len(m), m.ranked(np.array([2]), np.array([0, 1, 2, 3])).tolist()
+    (3, [1, 2, 3, 9])
+    """
+
+    def __init__(self) -> None:
+        self.base = np.zeros(0, dtype=np.int64)
+        self.added = self.base
+        self.gone = self.base
+
+    def __len__(self) -> int:
+        return len(self.base) + len(self.added) - len(self.gone)
+
+    def insert(self, values: np.ndarray) -> None:
+        """Add ``values``."""
+        self.added = _inserted(self.added, values)
+        self._settle()
+
+    def remove(self, values: np.ndarray) -> None:
+        """Take out one occurrence of each of ``values`` (all held)."""
+        self.gone = _inserted(self.gone, values)
+        self._settle()
+
+    def _settle(self) -> None:
+        if len(self.added) + len(self.gone) > max(SESSION_LATENCY_MERGE_AT,
+                                                   len(self.base) // 4):
+            self.base = _removed(_inserted(self.base, self.added), self.gone)
+            self.added = self.gone = np.zeros(0, dtype=np.int64)
+
+    def ranked(self, other: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+        """The values of the given ranks (0-based, each below ``len(self) + len(other)``) of
+        the multiset with ``other`` (sorted) added: the least value with more values at or
+        below it than its rank, by halving a range of values (counts are sorted searches)."""
+        ranks = np.asarray(ranks, dtype=np.int64)
+        parts = [a for a in (self.base, self.added, other) if len(a)]
+        if not len(ranks) or not parts:
+            return np.zeros(len(ranks), dtype=np.int64)
+        low = np.full(len(ranks), min(int(a[0]) for a in parts) - 1, dtype=np.int64)
+        high = np.full(len(ranks), max(int(a[-1]) for a in parts), dtype=np.int64)
+        while (high - low > 1).any():  # (below low: at most rank values; high: more)
+            mid = low + (high - low) // 2
+            count = (np.searchsorted(self.base, mid, side="right")
+                     + np.searchsorted(self.added, mid, side="right")
+                     - np.searchsorted(self.gone, mid, side="right")
+                     + np.searchsorted(other, mid, side="right"))
+            enough = count > ranks
+            high = np.where(enough, mid, high)
+            low = np.where(enough, low, mid)
+        return high
 
 
 def concat_ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -223,24 +286,4 @@ def _removed(sorted_values: np.ndarray, values: np.ndarray) -> np.ndarray:
     return np.delete(sorted_values, np.searchsorted(sorted_values, v, side="left") + offset)
 
 
-def kth(a: np.ndarray, b: np.ndarray, k: int) -> int:
-    """The ``k``-th smallest (0-based) of sorted ``a`` and ``b`` together.
-
-    >>> [kth(np.array([1, 4, 9]), np.array([2, 3]), k) for k in range(5)]
-    [1, 2, 3, 4, 9]
-    """
-    lo, hi = max(0, k + 1 - len(b)), min(k + 1, len(a))
-    while lo < hi:  # (i values from a, k + 1 - i from b)
-        i = (lo + hi) // 2
-        if a[i] < b[k - i]:
-            lo = i + 1
-        else:
-            hi = i
-    i, m = lo, k + 1 - lo
-    best = [int(a[i - 1])] if i else []
-    if m:
-        best.append(int(b[m - 1]))
-    return max(best)
-
-
-__all__ = ["Groups", "Tracker", "groups", "kth"]
+__all__ = ["Groups", "Latencies", "Tracker", "groups"]

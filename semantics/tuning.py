@@ -126,6 +126,9 @@ SWEEP_LATENCY_GATHER = 1 << 12
 # cells (delays × points × partitions) of a dedup sweep's exact state bytes computed at once
 # (memory: about twenty int64 tables; semantics/sweep_exact_bytes.py): chosen, not tuned
 SWEEP_EXACT_CELLS = 1 << 20
+# integers per value a join sweep's table of sorted values may span, past which it searches
+# them (int32: 4 bytes an integer; semantics/sweep_join_latency.py): chosen, not tuned
+SWEEP_SEARCH_TABLE_SPAN = 8
 # input rows checkpoint_bytes encodes as its sample of state records (bench/state_bytes.py)
 CHECKPOINT_SAMPLE_ROWS = 2048
 # sample sizes of rows whose groups' buffers the checkpoint-bytes sample accumulates (same)
@@ -167,3 +170,8 @@ BOUNDED_MIN_RANGE_ROWS = 1 << 17
 # key rows laid out and hashed at a time: each part's arrays stay in cache through the hashes'
 # passes (2^16: 0.5-0.9 s of CPU for 10 M keys where one part of all read 1.2-2.2, under load)
 KEY_PART = 1 << 16
+
+# --- the session sweep's settled groups (semantics/sweep_session_settled.py) ---
+# latency changes kept pending before a merge into the sorted set, at least (issue 46's pass,
+# docs/benchmarks.md "Session windows in the sweep": chosen, not tuned; a quarter of the set)
+SESSION_LATENCY_MERGE_AT = 256

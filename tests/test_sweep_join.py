@@ -160,6 +160,27 @@ def test_one_pass_join_sweep_equals_a_prediction_per_delay(jtype: str, monkeypat
     assert seen["by_point"] >= 3 and seen["by_row"] >= 2, seen
 
 
+@pytest.mark.parametrize(("jtype", "seed"), [("inner", 55), ("inner", 141), ("left_outer", 15),
+                                             ("left_outer", 45)])
+def test_right_rows_their_own_batch_evicts_count_in_no_held_key(jtype: str, seed: int) -> None:
+    # streams (found by seeking) where right rows accepted under some delays are evicted by
+    # their own batch under some of those: such a row is stored under neither (not kept), so
+    # the keys' tables read its first delay as the later of being accepted and kept
+    spec, sched, source = random_case(seed, jtype)
+    ways: list[bool] = []
+    by_point = sweep_join._Held.by_point
+
+    def spied(held: sweep_join._Held, *args: Any) -> sweep_join._ByPoint | None:
+        got = by_point(held, *args)
+        ways.append(got is not None)
+        return got
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sweep_join._Held, "by_point", spied)
+        assert_one_pass_is_per_delay(spec, sched, source, delays(np.random.default_rng(seed)))
+    assert ways == [True]  # (by the tables, not per delay)
+
+
 def test_the_sweep_says_every_figure_is_one_pass() -> None:
     # the state bytes (distinct keys per batch) too, and --json says so; with RocksDB there is
     # no estimate: None either way
@@ -235,10 +256,12 @@ def test_held_keys_for_every_point_and_delay_equal_their_definition() -> None:
     assert refused >= 10, refused
 
 
-def test_outer_latencies_per_delay_equal_a_partition_of_every_emitted_row() -> None:
+def test_outer_latencies_per_delay_equal_a_partition_of_every_emitted_row(monkeypatch) -> None:
     # pairs of fixed latency emitted above their threshold, null rows between two thresholds
-    # leaving at the point whose W reaches them; brackets of at most 1, 2 or 4 096 rows
+    # leaving at the point whose W reaches them; brackets of at most 1, 2 or 4 096 rows; the
+    # sorted latencies and references searched by tables, or (every other seed) binary
     for seed in range(30):
+        monkeypatch.setattr(sweep_join_latency, "SWEEP_SEARCH_TABLE_SPAN", 8 * (seed % 2))
         r = np.random.default_rng(seed)
         n, n_pairs = int(r.integers(0, 7)), int(r.integers(0, 40))  # (0: no batch at all)
         ds = np.unique(r.integers(0, 50, int(r.integers(1, 12))))
@@ -286,12 +309,16 @@ def test_the_least_watermark_reaching_a_value_is_the_least() -> None:
 
 def test_ranks_by_a_table_equal_a_search() -> None:
     # values spanning fewer integers than the m (the table) or more (the search), m below,
-    # among, between and past them, at the extremes of int64 too
+    # among, between and past them, at the extremes of int64 too; every third with a few
+    # values far below the rest (a watermark clamped to 0: the table from the rest on, the
+    # m at or below its least searched)
     r = np.random.default_rng(1)
-    for seed in range(40):
+    for seed in range(60):
         values = np.unique(r.integers(-50, 50 if seed % 2 else 5_000, int(r.integers(0, 30))))
+        if seed % 3 == 0:
+            values = np.unique(np.r_[values, -(10**12), r.integers(-10**9, -10**8, seed % 4)])
         m = np.r_[r.integers(-80, 80, int(r.integers(0, 400))), sweep_join._TOP,
-                  np.iinfo(np.int64).min]
+                  np.iinfo(np.int64).min, values[:3], values[:3] + 1, -(10**12) - 1]
         want = np.searchsorted(values, m, side="left")
         assert sweep_join._ranks(values, m).tolist() == want.tolist(), seed
     assert sweep_join._ranks(np.arange(10), np.arange(-5, 400)).dtype == np.int32

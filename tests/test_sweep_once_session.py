@@ -237,3 +237,43 @@ def test_runs_hold_about_as_many_open_groups() -> None:
     runs = sweep_session._balanced(settle, 9, 2)
     assert np.concatenate(runs).tolist() == list(range(9))
     assert [r.tolist() for r in runs] == [[0, 1, 2, 3], [4, 5, 6, 7, 8]]  # (24, 25 open)
+
+
+def test_a_session_evicted_where_its_keys_next_cluster_arrives() -> None:
+    """Key 0's session [0 s, 10 s) is evicted in batch 1 (watermark 50 s), where the key's
+    row at 60 s arrives: Spark's numUpdatedStateRows counts both of the key's sessions there.
+    So a key's clusters must not meet at a point (the eviction point of one below the
+    arrival of the next, ``sweep_session.clusters``): the bytes still agree while key 1's
+    late row at 35 s keeps the small delays unsettled."""
+    spec = spec_of(QUERIES["one_key"], pace="backlog")
+    sched = schedule_of([[{"ts": 0.0, "k": 0, "x": 1, "big": 0},
+                          {"ts": 50.0, "k": 1, "x": 1, "big": 0}],
+                         [{"ts": 60.0, "k": 0, "x": 1, "big": 0}],
+                         [{"ts": 35.0, "k": 1, "x": 1, "big": 0}],
+                         [{"ts": 200.0, "k": 2, "x": 1, "big": 0}]], "backlog")
+    ds = [sw.Duration(d * 1000, f"{d} milliseconds") for d in (0, 1_000, 2_000, 100_000)]
+    one, _ = assert_same_sweep(spec, sched, ds)
+    assert [r["late_rows"] for r in one] == [1, 1, 1, 0], one
+
+
+def test_latencies_merged_at_every_change(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The tracker's latencies (``sweep_session_settled.Latencies``) merge their pending
+    changes into the sorted base past ``SESSION_LATENCY_MERGE_AT`` of them (the bench's
+    sizes); merged at every change or never, with the tracker carrying every delay
+    (``Closed`` declining: emitted groups whose eviction moves, their latencies removed and
+    inserted), the percentiles still equal the predictions'."""
+    from semantics import sweep_session_settled
+
+    def declined(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise OverflowError("a point's list does not fit a word")
+
+    monkeypatch.setattr(sweep_session, "Closed", declined)
+    rng = np.random.default_rng(23)
+    for merge_at in (0, 1 << 40):
+        monkeypatch.setattr(sweep_session_settled, "SESSION_LATENCY_MERGE_AT", merge_at)
+        for _ in range(ROUNDS):
+            pace = "live" if rng.random() < 0.5 else "backlog"
+            spec = spec_of(QUERIES["wide_gap"], pace=pace)
+            sched = long_schedule(rng, pace) if rng.random() < 0.5 else \
+                random_schedule(rng, pace)
+            assert_same_sweep(spec, sched, delays(rng))
