@@ -16,13 +16,9 @@ settled hold (``rows/delay``, counted, not timed). Joins (``join``: left outer;
 the user and system seconds of this process during the one pass (on a loaded machine its
 wall time counts the others' turns too).
 
-``--exact-bytes`` sweeps ``deduplication`` with Spark's exact memory figure
-(``semantics.sweep_exact_bytes``) while predictions still report the count model (its switch
-``IN_PREDICTIONS`` off; on, the flag changes nothing): its bytes are then not the per-delay
-path's and are compared instead with
-``size_estimator.exact`` on the entries of a prediction per delay (``--per-delay`` of them; up
-to ``EXACT_CHECKED`` events: that reference takes a pass over every key per batch, minutes at
-10 M, where tests/test_sweep_exact_bytes.py checks it).
+``deduplication``'s bytes are Spark's exact memory figure in both (``semantics.sweep_exact_bytes``
+in the one pass, ``size_estimator.exact`` per delay, as predictions report it), compared like
+every other figure.
 """
 
 from __future__ import annotations
@@ -39,10 +35,7 @@ from predict import KEYS, QUERIES, make  # noqa: E402
 
 from bench.smoke import tiny  # noqa: E402
 from jobs import sweep as sw  # noqa: E402
-from semantics import sweep_exact_bytes as sx  # noqa: E402
 from semantics.memory import reuse_freed_memory  # noqa: E402
-
-EXACT_CHECKED = 200_000  # events up to which --exact-bytes compares with size_estimator.exact
 
 # ``join`` as an inner join (its emitted rows' sets only grow with the delay: no null rows)
 QUERIES["join_inner"] = {**QUERIES["join"], "type": "inner"}
@@ -80,27 +73,6 @@ def _row_share(spec: object, sched: object, source: str, delays: list) -> float:
     return sweep_session.row_share(spec, sched, source, ms, kid)
 
 
-def _exact_checked(spec: object, sched: object, rows: list, some: list,
-                   args: argparse.Namespace) -> str:
-    """Compare the one pass's exact bytes of the delays predicted one by one with
-    ``size_estimator.exact`` on their predictions' entries (up to ``EXACT_CHECKED`` events);
-    what was checked, said."""
-    if args.events > EXACT_CHECKED:
-        return ": not compared past 200 000 events"
-    from state_bytes_exact import dedup_entries
-
-    from semantics import size_estimator as se
-    from semantics import state_bytes as sb
-    from semantics.sweep_fallback import swept
-
-    model = sb.retained_layout(spec, "c", sched)
-    for r, d in zip(rows, some, strict=True):
-        one, name = swept(spec, "c", {spec.query_sources[0]: d.ms})
-        want = se.exact(dedup_entries(one, sched, name), *model)
-        assert (r["peak_state_bytes"], r["final_state_bytes"]) == (want.max(), want[-1]), d
-    return " equal to size_estimator.exact"
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=200_000)
@@ -111,8 +83,6 @@ def main() -> None:
     ap.add_argument("--kinds", default="aggregation,sliding,deduplication,session,join,join_inner",
                     help="of bench/predict.py (join: its one pass timed alone, the state "
                          "bytes being predicted per delay)")
-    ap.add_argument("--exact-bytes", action="store_true",
-                    help="deduplication's bytes: Spark's exact figure (module docstring)")
     args = ap.parse_args()
     reuse_freed_memory()
     args.events, args.delays = tiny(args.events, 2000), tiny(args.delays, 3)  # bench/smoke.py
@@ -126,11 +96,7 @@ def main() -> None:
     for kind in args.kinds.split(","):
         spec, sched = make(kind, args.events, 20_000)
         source = spec.query_sources[0]
-        # (switched on here only while predictions report the count model)
-        exact = args.exact_bytes and kind == "deduplication" and not sx.IN_PREDICTIONS
-        sx.IN_PREDICTIONS, was = sx.IN_PREDICTIONS or exact, sx.IN_PREDICTIONS
         fast, rows, computed, cpu = timed(spec, sched, source, delays, one_pass=True)
-        sx.IN_PREDICTIONS = was
         share = f"{_row_share(spec, sched, source, delays):.1%}" \
             if kind.startswith("session") else "—"
         per = sorted(f for f, v in computed.items() if v == "per_delay")
@@ -141,12 +107,9 @@ def main() -> None:
                   f"{0:>5} {'—':>19} {'—':>8} {share:>10} {cpu:>14.2f}{how}")
             continue
         slow, each, _, _ = timed(spec, sched, source, some, one_pass=False)
-        skip = {"knee", "peak_state_bytes", "final_state_bytes"} if exact else {"knee"}
         for a, b in zip(rows[::step], each, strict=True):
-            assert {k: v for k, v in a.items() if k not in skip} == \
-                {k: v for k, v in b.items() if k not in skip and k in a}, (kind, b["delay"])
-        if exact:
-            how += f"  (exact bytes{_exact_checked(spec, sched, rows[::step], some, args)})"
+            assert {k: v for k, v in a.items() if k != "knee"} == \
+                {k: v for k, v in b.items() if k != "knee" and k in a}, (kind, b["delay"])
         everything = slow * len(delays) / len(some)
         print(f"{kind:<14} {args.events:>10} {len(delays):>6} {fast:>10.2f} {slow:>11.2f} "
               f"{len(some):>5} {everything:>19.1f} {everything / fast:>7.0f}× {share:>10} "

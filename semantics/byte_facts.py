@@ -34,7 +34,7 @@ from semantics.checkpoint_join import combined as combined_records
 from semantics.engine import Deferred
 from semantics.schedule import ROW_ID, Schedule
 from semantics.size_estimator import Entries, concatenated
-from semantics.spark_hash import key_rows
+from semantics.spark_hash import KeyRows, key_rows
 from semantics.spec import BacktestSpec, DeduplicationQuery, JoinQuery
 
 STATE_KEYS = "state_keys"  # (the engine's report column)
@@ -107,18 +107,7 @@ def dedup_entries(spec: BacktestSpec, candidate: str, schedule: Schedule,
         return None
     pos, enter, leave = got
     rows = schedule.rows[q.source]
-    keys = list(q.keys) or list(schedule.data_columns.get(q.source, ()))
-    et = spec.sources[q.source].event_time
-
-    def column(k: str) -> pd.Series:
-        """A key column at the entries' rows (the event time from its µs, read once)."""
-        if k == et:
-            return pd.Series(schedule.event_time_us(q.source)[pos].view("datetime64[us]"))
-        col = rows[k]
-        return pd.Series(col.to_numpy()[pos]) if isinstance(col.dtype, np.dtype) else \
-            col.take(pos)
-
-    laid = key_rows([column(k) for k in keys])  # (the key columns only)
+    laid = dedup_key_rows(spec, schedule, pos)
     if laid is None:
         return None
     # (the narrowest ints that hold them: a key range's entries wait for the others')
@@ -127,9 +116,36 @@ def dedup_entries(spec: BacktestSpec, candidate: str, schedule: Schedule,
                    enter.astype(_narrow(len(report) + 1)),
                    leave.astype(_narrow(len(report) + 1)), len(report),
                    hashes=laid.row_hash,
-                   # (one size for every key row but of strings: a 0-d array)
-                   key=sb.ROW_OBJECT_BYTES + sb.ARRAY_HEADER_BYTES + laid.row_bytes,
+                   key=key_heap_bytes(laid),
                    row_id=rows[ROW_ID].to_numpy()[pos])
+
+
+def dedup_key_rows(spec: BacktestSpec, schedule: Schedule, pos: np.ndarray) -> KeyRows | None:
+    """A deduplication's key rows (``spark_hash.key_rows``, the key columns only: every
+    data column without keys) of its source's rows at ``pos`` (positions), the event time
+    read from its µs; None for keys of a type not laid out. What predictions hash
+    (:func:`dedup_entries`), and so the one-pass sweep (``semantics.sweep_once``)."""
+    q = spec.query
+    assert isinstance(q, DeduplicationQuery)
+    rows = schedule.rows[q.source]
+    keys = list(q.keys) or list(schedule.data_columns.get(q.source, ()))
+    et = spec.sources[q.source].event_time
+
+    def column(k: str) -> pd.Series:
+        """A key column at the rows (the event time from its µs, read once)."""
+        if k == et:
+            return pd.Series(schedule.event_time_us(q.source)[pos].view("datetime64[us]"))
+        col = rows[k]
+        return pd.Series(col.to_numpy()[pos]) if isinstance(col.dtype, np.dtype) else \
+            col.take(pos)
+
+    return key_rows([column(k) for k in keys])
+
+
+def key_heap_bytes(laid: KeyRows) -> np.ndarray:
+    """The key rows' heap bytes (``state_bytes.row_object_bytes``: the row object and its
+    byte array), one per key, or one for all (a 0-d array) when no key column is a string."""
+    return sb.ROW_OBJECT_BYTES + sb.ARRAY_HEADER_BYTES + laid.row_bytes
 
 
 def _narrow(bound: int) -> type[np.signedinteger]:

@@ -8,7 +8,8 @@ Over a sweep's delays the entries are the same keys (``semantics.sweep_once``), 
 first point ``pt`` and bound ``e``: under delay ``d`` a key is in the state after point ``p``
 iff ``pt <= p`` and ``e > x_p - d`` (then it was created: its late threshold ``late_x - e``
 is below ``d``, ``late_x <= x_p``). What does not depend on the delay is computed once: each
-key's partition and slot (``semantics.spark_hash``) and, for each table length ``L`` the run
+key's partition and slot (:class:`KeyHashes` of ``spark_hash.key_rows``, as a prediction's
+entries have them) and, for each table length ``L`` the run
 reaches, which keys lie in its two samples (about 200 / L of them). Per delay, point and
 partition (a *cell*) the figure reads:
 
@@ -30,6 +31,10 @@ counted from the first delay above its threshold, a running count along the run)
 per cell is then ``size_estimator.exact``'s, term for term; the delays are taken in chunks of
 at most ``tuning.SWEEP_EXACT_CELLS`` cells.
 
+The key and value rows' bytes are one for all entries (``dedup_state``'s ``key``, ``value``):
+keys without a string column, whose rows ``key_rows`` lays out in one size (a string key's
+bytes vary per entry: ``sweep_once`` predicts them per delay).
+
 Invariant (``tests/test_sweep_exact_bytes.py``): for every delay, every batch's figure equals
 ``size_estimator.exact`` on the entries of a prediction with that delay.
 """
@@ -40,19 +45,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from semantics import size_estimator as se
 from semantics import state_bytes as sb
 from semantics.delay_timeline import Timeline
 from semantics.operators.grouping import stable_argsort
-from semantics.parallel import map_parts, row_parts
-from semantics.spark_hash import partition_of, row_hash, slot_hash
-from semantics.tuning import SWEEP_EXACT_CELLS, SWEEP_HASH_CHUNK
-
-# Whether predictions report size_estimator.exact for dropDuplicates (docs/semantics.md §9.2):
-# the one-pass sweep equals them with the exact figure when they do, the count model when not.
-IN_PREDICTIONS = False
+from semantics.spark_hash import KeyRows, slot_hash
+from semantics.tuning import SWEEP_EXACT_CELLS
 
 _LOW = 1 << 16  # slots whose sampled entries one look-up in the cache finds (_Cells._sample)
 _X, _Z, _B = 0, 1, 2  # member sets: a sample's keys; also in another length's; a point's keys
@@ -66,42 +65,12 @@ class KeyHashes:
     partition: np.ndarray
     slot: np.ndarray
 
-
-def hashable(frame: pd.DataFrame, keys: list[str]) -> bool:
-    """Whether the keys are long or timestamp columns without nulls (``spark_hash`` hashes
-    those; with no keys every column is one, other types among them)."""
-    return bool(keys) and all(
-        (pd.api.types.is_datetime64_any_dtype(frame[c].dtype) or frame[c].dtype == np.int64)
-        and not frame[c].isna().any() for c in keys)
-
-
-def key_words(frame: pd.DataFrame, keys: list[str], rows: np.ndarray) -> list[np.ndarray] | None:
-    """The key columns at ``rows`` as Spark's long words (timestamps in µs); None unless
-    :func:`hashable`."""
-    if not hashable(frame, keys):
-        return None
-    return [(frame[c].to_numpy(dtype="datetime64[us]").astype(np.int64)
-             if pd.api.types.is_datetime64_any_dtype(frame[c].dtype)
-             else frame[c].to_numpy())[rows] for c in keys]
-
-
-def key_hashes(words: list[np.ndarray], parts: int) -> KeyHashes:
-    """:class:`KeyHashes` of keys given as long words: ``spark_hash`` in cache-sized chunks
-    (``tuning.SWEEP_HASH_CHUNK``), on the cores."""
-    n = len(words[0])
-    part = np.empty(n, dtype=np.int64)
-    slot = np.empty(n, dtype=np.int64)
-    nulls = np.zeros(SWEEP_HASH_CHUNK, dtype=np.int64)  # (the row's null bits: no nulls)
-
-    def hash_rows(rows: slice) -> None:
-        for at in range(rows.start, rows.stop, SWEEP_HASH_CHUNK):
-            c = slice(at, min(at + SWEEP_HASH_CHUNK, rows.stop))
-            w = [col[c] for col in words]
-            part[c] = partition_of(w, parts)
-            slot[c] = slot_hash(row_hash([nulls[:c.stop - c.start], *w]))
-
-    map_parts(hash_rows, row_parts(n, SWEEP_HASH_CHUNK))
-    return KeyHashes(part, slot)
+    @classmethod
+    def of(cls, laid: KeyRows, parts: int) -> KeyHashes:
+        """The partitions and slots of key rows laid out by ``spark_hash.key_rows``: those
+        ``size_estimator.exact`` reads of a prediction's entries (``KeyRows.partitions``,
+        ``Entries.slots``: ``spread`` of the row hash), so the same figure."""
+        return cls(laid.partitions(parts).astype(np.int64), slot_hash(laid.row_hash))
 
 
 def dedup_state(tl: Timeline, point: np.ndarray, e: np.ndarray, a: np.ndarray,

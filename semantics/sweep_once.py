@@ -36,6 +36,7 @@ from semantics.operators.grouping import order_by_id_then_time, stable_argsort
 from semantics.operators.keys import KeyCoder, key_columns
 from semantics.operators.windows import assign_windows, last_starts
 from semantics.schedule import TICK, Schedule
+from semantics.spark_hash import KeyRows
 from semantics.spec import (
     AggregationQuery,
     BacktestSpec,
@@ -115,16 +116,17 @@ def one_pass(spec: BacktestSpec, candidate: str, schedule: Schedule, source: str
     tl = timeline(schedule, source)
     th = _aggregation(spec, schedule, tl) if isinstance(spec.query, AggregationQuery) else \
         _dedup(spec, candidate, schedule, tl)
+    laid = _key_rows(spec, candidate, schedule, th)
     out: dict[str, list[Figure]] = {
         "batches": (tl.data_batches + tl.no_data_batches(delays)).tolist(),
         "no_data_batches": tl.no_data_batches(delays).tolist(),
         "input_rows": [len(schedule.rows[source])] * len(delays),
         "late": _at_least(th.late, delays).tolist(),
         "late_rows": _at_least(th.late_rows, delays).tolist(),
-        **_state(spec, candidate, schedule, tl, th, delays),
+        **_state(spec, candidate, schedule, tl, th, delays, laid),
         **th.emitted(delays),
     }
-    if _bytes_per_delay(spec, candidate, schedule, th):
+    if laid is not None and laid.row_bytes.ndim:  # (a string key: bytes vary per entry)
         del out["peak_state_bytes"], out["final_state_bytes"]
     return {f: [v[i] for i in back.tolist()] for f, v in out.items()}
 
@@ -158,21 +160,26 @@ def _at_least(thresholds: np.ndarray, delays: np.ndarray) -> np.ndarray:
 
 
 def _state(spec: BacktestSpec, candidate: str, schedule: Schedule, tl: Timeline,
-           th: Thresholds, delays: np.ndarray) -> dict[str, list[Figure]]:
+           th: Thresholds, delays: np.ndarray, laid: KeyRows | None = None
+           ) -> dict[str, list[Figure]]:
     """Peak and final state rows and bytes of every delay (ascending): the module docstring's
     state after each point, the created entries growing with the delay (:class:`Growing`). An
     idle point a delay does not run holds the state of the point before, so it changes no
     peak; the bytes are ``state_bytes.retained`` over the points the delay runs (its batches:
-    rows, removes and writes), as a prediction's report gives them."""
+    rows, removes and writes), as a prediction's report gives them; a dedup's, with its
+    entries' key rows ``laid`` of one size, Spark's exact figure as predictions report it
+    (``sweep_exact_bytes``, docs/semantics.md §9.2)."""
+    from semantics.byte_facts import key_heap_bytes
     from semantics.state_bytes import retained, retained_layout
 
     entries = th.entries
     n_points = len(tl.x)
     model = retained_layout(spec, candidate, schedule)
-    keys = _exact_keys(spec, candidate, schedule, th)
-    if keys is not None and model is not None:  # (Spark's exact figure: docs/semantics.md §9.2)
-        return sweep_exact_bytes.dedup_state(tl, entries.point, entries.e, entries.a, keys,
-                                             delays, *model)[0]
+    if laid is not None and not laid.row_bytes.ndim and model is not None:
+        parts, _, value = model
+        return sweep_exact_bytes.dedup_state(
+            tl, entries.point, entries.e, entries.a, sweep_exact_bytes.KeyHashes.of(laid, parts),
+            delays, parts, int(key_heap_bytes(laid)), value)[0]  # (as a prediction's entries)
     made = Growing(entries.e, entries.a, int(delays[0]), int(delays[-1])) if len(delays) \
         else None
     created = np.zeros(n_points, dtype=np.int64)  # per first point
@@ -210,34 +217,19 @@ def _state(spec: BacktestSpec, candidate: str, schedule: Schedule, tl: Timeline,
     return out
 
 
-def _exact_keys(spec: BacktestSpec, candidate: str, schedule: Schedule, th: Thresholds
-                ) -> sweep_exact_bytes.KeyHashes | None:
-    """A dedup's key hashes when its bytes are Spark's exact figure: predictions report it
-    (``sweep_exact_bytes.IN_PREDICTIONS``) and its keys are long or timestamp columns."""
-    q = spec.query
-    if not (sweep_exact_bytes.IN_PREDICTIONS and isinstance(q, DeduplicationQuery)) or \
-            th.rows is None:
-        return None
-    words = sweep_exact_bytes.key_words(schedule.rows[q.source], list(q.keys), th.rows)
-    if words is None:
-        return None
-    from semantics.state_bytes import partitions
-
-    return sweep_exact_bytes.key_hashes(words, partitions(spec, candidate))
-
-
-def _bytes_per_delay(spec: BacktestSpec, candidate: str, schedule: Schedule, th: Thresholds
-                     ) -> bool:
-    """Whether the state bytes are predicted per delay: a dedup whose predictions report
-    Spark's exact figure (from its keys' hashes) on keys the one pass does not hash (other
-    types than long and timestamp, or nulls), on the HDFS-backed store."""
+def _key_rows(spec: BacktestSpec, candidate: str, schedule: Schedule, th: Thresholds
+              ) -> KeyRows | None:
+    """A dedup's entries' key rows when predictions report Spark's exact figure for it (the
+    HDFS-backed store, keys of a type ``spark_hash.key_rows`` lays out), laid out as they
+    lay them out (``byte_facts.dedup_key_rows``); else None (the count model, as theirs)."""
+    from semantics.byte_facts import dedup_key_rows
     from semantics.state_bytes import retained_layout
 
-    q = spec.query
-    return (sweep_exact_bytes.IN_PREDICTIONS and isinstance(q, DeduplicationQuery)
-            and retained_layout(spec, candidate, schedule) is not None
-            and not (th.rows is not None and sweep_exact_bytes.hashable(
-                schedule.rows[q.source], list(q.keys))))
+    if not isinstance(spec.query, DeduplicationQuery) or th.rows is None or \
+            retained_layout(spec, candidate, schedule) is None:
+        return None
+    pos = np.flatnonzero(th.rows) if th.rows.dtype == bool else th.rows
+    return dedup_key_rows(spec, schedule, pos)
 
 
 def _latency_figures(per_delay: list[quantiles.Percentiles]) -> dict[str, list[Figure]]:

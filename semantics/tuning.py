@@ -126,9 +126,6 @@ SWEEP_LATENCY_GATHER = 1 << 12
 # cells (delays × points × partitions) of a dedup sweep's exact state bytes computed at once
 # (memory: about twenty int64 tables; semantics/sweep_exact_bytes.py): chosen, not tuned
 SWEEP_EXACT_CELLS = 1 << 20
-# keys hashed at once by the exact state bytes (cache-sized: 10 M keys' row hash and
-# partition 0.8 s, about 5 s on whole arrays; archive: "the dedup sweep's exact memory figure")
-SWEEP_HASH_CHUNK = 1 << 16
 # integers per value a join sweep's table of sorted values may span, past which it searches
 # them (int32: 4 bytes an integer; semantics/sweep_join_latency.py): chosen, not tuned
 SWEEP_SEARCH_TABLE_SPAN = 8

@@ -2,24 +2,29 @@
 docs/semantics.md §2.6, §9.2) against ``size_estimator.exact`` on the entries of a prediction
 per delay (``bench/state_bytes_exact.dedup_entries``; that figure equals Spark's to the byte,
 tests/test_state_bytes_exact.py): every batch of every delay equal, on seeded random streams
-with states of thousands of keys (tables sampled), on 1, 2 and 4 partitions."""
+with states of thousands of keys (tables sampled), on 1, 2 and 4 partitions; and the sweep
+reports what predictions report on keys of other types (``spark_hash.key_rows``)."""
 
 from __future__ import annotations
 
+import datetime as dt
 from collections import Counter
 from dataclasses import replace
+from decimal import Decimal
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from bench.state_bytes_exact import dedup_entries
 from jobs import sweep as sw
 from semantics import size_estimator as se
-from semantics import spark_hash as sh
 from semantics import state_bytes as sb
 from semantics import sweep_exact_bytes as sx
+from semantics.byte_facts import dedup_key_rows
 from semantics.delay_timeline import timeline
 from semantics.durations import Duration
+from semantics.predict import predict
 from semantics.schedule import VERSION, Schedule, Tick
 from semantics.sweep_fallback import swept
 from semantics.sweep_once import _dedup
@@ -101,9 +106,9 @@ def test_every_batch_of_every_delay_is_the_exact_figure(seed: int, monkeypatch) 
         assert th.rows is not None
         model = sb.retained_layout(spec, "c", sched)
         assert model is not None
-        words = sx.key_words(sched.rows["events"], ["k", "ts"], th.rows)
-        assert words is not None
-        keys = sx.key_hashes(words, parts)
+        laid = dedup_key_rows(spec, sched, np.flatnonzero(th.rows))
+        assert laid is not None and laid.row_bytes.ndim == 0
+        keys = sx.KeyHashes.of(laid, parts)
         ms = sorted({0, 1, 999, 1000, 10**9, *rng.integers(0, 120_000, 10).tolist()})
         got, series = sx.dedup_state(tl, th.entries.point, th.entries.e, th.entries.a, keys,
                                      np.array(ms, dtype=np.int64), *model)
@@ -117,24 +122,10 @@ def test_every_batch_of_every_delay_is_the_exact_figure(seed: int, monkeypatch) 
     assert min(seen.values()) > 0 and len(seen) == 4, seen
 
 
-def test_keys_hashed_in_chunks_on_threads_as_spark_hash_hashes_them(monkeypatch) -> None:
-    rng = np.random.default_rng(5)
-    cols = [rng.integers(-2**63, 2**63 - 1, 1000, dtype=np.int64),
-            np.r_[0, -1, 2**62, rng.integers(-10, 10, 997)].astype(np.int64)]
-    monkeypatch.setattr(sx, "SWEEP_HASH_CHUNK", 7)
-    monkeypatch.setattr("semantics.sweep_exact_bytes.row_parts", lambda n, least: [
-        slice(0, 400), slice(400, n)])
-    got = sx.key_hashes(cols, 3)
-    assert got.partition.tolist() == sh.partition_of(cols, 3).tolist()
-    nulls = np.zeros(1000, dtype=np.int64)
-    assert got.slot.tolist() == sh.slot_hash(sh.row_hash([nulls, *cols])).tolist()
-
-
-def test_the_sweep_reports_the_exact_figure_when_predictions_do(monkeypatch) -> None:
-    # switched on (as when predictions report size_estimator.exact): the one pass's bytes
-    # are the exact figure's peak and last batch, its rows a prediction's; keys the one pass
-    # does not hash (a string) leave the bytes to the per-delay path, said in ``computed``
-    monkeypatch.setattr(sx, "IN_PREDICTIONS", True)
+def test_the_sweep_reports_the_exact_figure_as_predictions_do() -> None:
+    # the one pass's bytes are the exact figure's peak and last batch, its rows a
+    # prediction's; keys whose rows vary in size (a string) leave the bytes to the per-delay
+    # path, said in ``computed``
     rng = np.random.default_rng(11)
     spec = spec_of(DEDUP, pace="backlog")
     sched = big_stream(rng, "backlog")
@@ -150,8 +141,7 @@ def test_the_sweep_reports_the_exact_figure_when_predictions_do(monkeypatch) -> 
         one, name = swept(spec, "c", {"events": d.ms})
         want = se.exact(dedup_entries(one, sched, name), *model).astype(np.int64)
         assert (r["peak_state_bytes"], r["final_state_bytes"]) == (want.max(), want[-1])
-        assert {k: v for k, v in r.items() if "bytes" not in k} == \
-            {k: v for k, v in p.items() if "bytes" not in k}
+        assert r == p
     strings = sched.rows["events"].assign(k=sched.rows["events"]["k"].astype(str))
     sched_s = replace(sched, rows={"events": strings})
     rows_s, computed_s = sw.sweep_figures(spec, sched_s, "events", ds, "c", processes=False)
@@ -159,6 +149,70 @@ def test_the_sweep_reports_the_exact_figure_when_predictions_do(monkeypatch) -> 
     assert computed_s["peak_state_rows"] == "one_pass"
     assert rows_s == sw.sweep_figures(spec, sched_s, "events", ds, "c", processes=False,
                                       one_pass=False)[0]
+
+
+@pytest.mark.parametrize("keys", [["n32", "ts"], ["day", "ts"], ["s", "ts"],
+                                  ["s", "day", "ts"], ["dec", "ts"]])
+def test_the_sweep_equals_predictions_on_other_key_types(keys: list[str]) -> None:
+    # an int key with NULLs and a date key: the one pass's exact figure (key rows of one
+    # size, laid out by spark_hash.key_rows); a string key: per delay; a decimal key (not
+    # laid out): the count model in both
+    rng = np.random.default_rng(7)
+    spec = spec_of({"kind": "deduplication", "keys": keys}, pace="backlog",
+                   spark_conf={"spark.sql.shuffle.partitions": "3"})
+    sched = with_key_types(big_stream(rng, "backlog"))
+    sched = replace(sched, rows={"events": sched.rows["events"].assign(
+        dec=[Decimal(int(v % 1000)) / 10 for v in sched.rows["events"]["k"]])})
+    ds = [Duration(ms * 1000, f"{ms} milliseconds") for ms in (0, 15_000, 40_000, 10**9)]
+    rows, computed = sw.sweep_figures(spec, sched, "events", ds, "c", processes=False)
+    each, _ = sw.sweep_figures(spec, sched, "events", ds, "c", processes=False,
+                               one_pass=False)
+    assert rows == each
+    by_delay = "s" in keys
+    assert (computed["peak_state_bytes"] == "per_delay") == by_delay, computed
+    assert set(computed.values()) == ({"one_pass", "per_delay"} if by_delay else {"one_pass"})
+    one, name = swept(spec, "c", {"events": 40_000})
+    got = predict(sched, one, name, explain=False, checkpoint=False)
+    exact = got.byte_facts is not None and got.byte_facts.dedup is not None
+    assert exact == (keys[0] != "dec")  # (so the cases are those they say)
+    assert max(r["peak_state_bytes"] for r in rows) > 200_000
+
+
+def test_the_sweep_hashes_its_keys_as_a_prediction_does() -> None:
+    # the one pass's partitions and slots are those of the prediction's entries (matched by
+    # the row that stored them), so its figure is size_estimator.exact's on the same draw
+    rng = np.random.default_rng(5)
+    for parts, key in ((3, "k"), (2, "n32"), (4, "day")):
+        spec = spec_of({"kind": "deduplication", "keys": [key, "ts"]},
+                       spark_conf={"spark.sql.shuffle.partitions": str(parts)})
+        sched = with_key_types(big_stream(rng, "backlog"))
+        th = _dedup(spec, "c", sched, timeline(sched, "events"))
+        assert th.rows is not None
+        at = np.flatnonzero(th.rows)
+        laid = dedup_key_rows(spec, sched, at)
+        assert laid is not None
+        got = sx.KeyHashes.of(laid, parts)
+        one, name = swept(spec, "c", {"events": 10**9})  # (no key late: all stored)
+        entries = dedup_entries(one, sched, name)
+        assert entries.row_id is not None
+        of = pd.Series(np.arange(len(at)), index=sched.rows["events"]["row_id"].to_numpy()[at])
+        mine = of.loc[entries.row_id].to_numpy()
+        assert len(mine) > 100
+        assert got.partition[mine].tolist() == entries.partition.astype(np.int64).tolist()
+        assert got.slot[mine].tolist() == entries.slots().astype(np.int64).tolist()
+
+
+def with_key_types(sched: Schedule) -> Schedule:
+    """``sched`` with more key columns from ``k``: ``n32`` an int (NULL for some keys: every
+    seventh), ``day`` a date, ``s`` a string."""
+    rows = sched.rows["events"]
+    k = rows["k"].to_numpy()
+    n32 = pd.array(k % 100_003, dtype="Int32")
+    n32[k % 7 == 0] = pd.NA
+    day = [dt.date(2020, 1, 1) + dt.timedelta(days=int(v % 5000)) for v in k]
+    return replace(sched, rows={"events": rows.assign(
+        n32=n32, day=pd.Series(day, index=rows.index, dtype=object),
+        s=rows["k"].map(lambda v: "key-" * int(v % 4) + str(v)))})
 
 
 def test_members_as_bits_count_as_growing_does() -> None:
