@@ -58,3 +58,11 @@ def test_what_runs_once_a_run_stays_in_one_group() -> None:
         assert len(set(groups.values())) == 1, f"{what} is used in two groups: {groups}"
     # port 15002: Connect's own server first, then infra/spark-local.sh's, in one lane
     assert group_of("tests/test_infra_connect.py") == "a"
+
+
+def test_group_b_starts_no_embedded_spark() -> None:
+    # (one JVM per process at most: b's Spark runs in the commands and servers it starts)
+    users = _users(r"def \w+\([^)]*\bspark\b[^)]*\)")
+    assert "tests/test_pipeline_spark.py" in users, "the search finds no user of `spark`"
+    in_b = sorted(f for f in users if group_of(f) == "b")
+    assert not in_b, f"files of group b using the `spark` fixture (list them in GROUP_A): {in_b}"
