@@ -1,5 +1,5 @@
 """``./dev test``'s two pytest processes (docs/testing.md): group a is the list ``GROUP_A`` in
-``dev``, after the Spark Connect file in a process of its own; group b every other file. What
+``dev``; group b every other file, after the Spark Connect file in a process of its own. What
 must hold for the two to run at once and lose nothing: every listed file exists, the Connect
 file is in neither list, and what one process must do alone stays in one group (the README
 demo, built once a session; the other Spark releases' environments, made one at a time; the
@@ -38,7 +38,7 @@ def test_the_listed_files_exist_once() -> None:
     assert len(set(listed)) == len(listed), sorted(f for f in listed if listed.count(f) > 1)
     missing = [f for f in listed if not (REPO / f).is_file()]
     assert not missing, f"dev's GROUP_A names files that do not exist: {missing}"
-    assert CONNECT not in listed, "the Connect file runs in its own process, before group a"
+    assert CONNECT not in listed, "the Connect file runs in its own process, before group b"
     assert re.search(rf"^CONNECT={re.escape(CONNECT)}$", (REPO / "dev").read_text(), re.M)
 
 
@@ -56,8 +56,8 @@ def test_what_runs_once_a_run_stays_in_one_group() -> None:
         assert len(files) > 1, f"{what}: found in {files} only (the search is broken)"
         groups = {f: group_of(f) for f in files}
         assert len(set(groups.values())) == 1, f"{what} is used in two groups: {groups}"
-    # port 15002: Connect's own server first, then infra/spark-local.sh's, in one lane
-    assert group_of("tests/test_infra_connect.py") == "a"
+    # port 15002: Connect's own server first, then infra/spark-local.sh's, in b's lane
+    assert group_of("tests/test_infra_connect.py") == "b"
 
 
 def test_group_b_starts_no_embedded_spark() -> None:
