@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import pickle
 import zipfile
 from collections.abc import Callable, Iterator
@@ -78,7 +79,7 @@ def ship_code(spark: SparkSession) -> None:
     if getattr(spark, "_wmbt_shipped", False):
         return
     target = Path(spark.conf.get("spark.local.dir", "/tmp") if not is_connect(spark)
-                  else "/tmp") / f"wmbt-{id(spark)}" / _SHIPPED
+                  else "/tmp") / f"wmbt-{os.getpid()}-{id(spark)}" / _SHIPPED
     target.parent.mkdir(parents=True, exist_ok=True)
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
