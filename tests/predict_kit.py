@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -12,7 +13,7 @@ from semantics.operators import make_operator
 from semantics.operators.columns import nullable_floats
 from semantics.predict import Prediction, predict
 from semantics.report import output_columns
-from semantics.schedule import ARRIVAL_MS, VERSION, Schedule, cut
+from semantics.schedule import ARRIVAL_MS, VERSION, Schedule, Tick, cut
 from semantics.spec import BacktestSpec, BatchBy, parse_spec
 
 
@@ -79,6 +80,29 @@ def schedule_of(batches: Sequence[Sequence[dict]], pace: str = "backlog",
     df["ts"] = (pd.Timestamp(0, tz="UTC") + pd.to_timedelta(df["ts"], unit="s")).astype(
         "datetime64[us, UTC]")
     return cut("t", {source: df}, {source: "ts"}, BatchBy(commits=1), pace)
+
+
+def reticked(base: Schedule, shape: Sequence[tuple[str, int | None]],
+             end: Callable[[int], int | None] = lambda at: at) -> Schedule:
+    """``base`` (a ``schedule_of``: one data tick per batch) on the ticks ``shape`` names:
+    ``("data", at)`` the next batch's tick arriving at ``at``, ``("empty", at)`` a data tick
+    without rows, ``("idle", None)`` an idle tick; then a final idle tick (as ``backlog``
+    has). ``end`` gives a data tick's last arrival time from its first (None: unknown)."""
+    ticks: list[Tick] = []
+    tick_of_commit: list[int] = []
+    for what, at in shape:
+        if what == "idle":
+            ticks.append(Tick(len(ticks), True))
+            continue
+        if what == "data":
+            tick_of_commit.append(len(ticks))
+        assert at is not None
+        ticks.append(Tick(len(ticks), False, at, end(at)))
+    ticks.append(Tick(len(ticks), True))
+    source = next(iter(base.rows))
+    rows = base.rows[source].copy()
+    rows["tick"] = np.asarray(tick_of_commit, dtype=np.int64)[rows[VERSION].to_numpy()]
+    return replace(base, ticks=tuple(ticks), rows={source: rows})
 
 
 def run(query: dict, batches: Sequence[Sequence[dict]], watermark: str | None = "10 seconds",

@@ -25,10 +25,10 @@ from semantics.byte_facts import dedup_key_rows
 from semantics.delay_timeline import timeline
 from semantics.durations import Duration
 from semantics.predict import predict
-from semantics.schedule import VERSION, Schedule, Tick
+from semantics.schedule import Schedule
 from semantics.sweep_fallback import swept
 from semantics.sweep_once import _dedup
-from tests.predict_kit import schedule_of, spec_of
+from tests.predict_kit import reticked, schedule_of, spec_of
 
 DEDUP = {"kind": "deduplication", "keys": ["k", "ts"]}
 
@@ -56,18 +56,7 @@ def big_stream(rng: np.random.Generator, pace: str) -> Schedule:
     base = schedule_of(batches, pace)
     if rng.random() < 0.3:
         return base  # the pace's own ticks
-    ticks, tick_of_commit = [], []
-    for what, at in shape:
-        if what == "idle":
-            ticks.append(Tick(len(ticks), True))
-            continue
-        if what == "data":
-            tick_of_commit.append(len(ticks))
-        ticks.append(Tick(len(ticks), False, at, at))
-    ticks.append(Tick(len(ticks), True))
-    rows = base.rows["events"].copy()
-    rows["tick"] = np.asarray(tick_of_commit, dtype=np.int64)[rows[VERSION].to_numpy()]
-    return replace(base, ticks=tuple(ticks), rows={"events": rows})
+    return reticked(base, shape)
 
 
 def cases_seen(monkeypatch: pytest.MonkeyPatch) -> Counter:

@@ -3,8 +3,6 @@ per delay: every figure of every delay equal, on seeded random streams."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -12,9 +10,9 @@ import pytest
 from jobs import sweep as sw
 from semantics import growing, quantiles
 from semantics.durations import Duration
-from semantics.schedule import VERSION, Schedule, Tick
+from semantics.schedule import Schedule
 from semantics.sweep_once import FIGURES, covered
-from tests.predict_kit import schedule_of, spec_of
+from tests.predict_kit import reticked, schedule_of, spec_of
 
 KINDS = {
     "tumbling_append": {"kind": "aggregation", "keys": ["k"], "output_mode": "append",
@@ -66,19 +64,7 @@ def random_schedule(rng: np.random.Generator, pace: str) -> Schedule:
     base_sched = schedule_of(batches, pace)
     if rng.random() < 0.3:
         return base_sched  # the pace's own ticks
-    ticks, tick_of_commit = [], []
-    for what, at in shape:
-        if what == "idle":
-            ticks.append(Tick(len(ticks), True))
-            continue
-        if what == "data":
-            tick_of_commit.append(len(ticks))
-        ticks.append(Tick(len(ticks), False, at, at if rng.random() < 0.9 else None))
-    ticks.append(Tick(len(ticks), True))  # (a final idle tick, as ``backlog`` has)
-    rows = base_sched.rows["events"].copy()
-    rows["tick"] = np.asarray(tick_of_commit, dtype=np.int64)[
-        rows[VERSION].to_numpy()]
-    return replace(base_sched, ticks=tuple(ticks), rows={"events": rows})
+    return reticked(base_sched, shape, lambda at: at if rng.random() < 0.9 else None)
 
 
 def delays(rng: np.random.Generator) -> list[Duration]:
