@@ -40,6 +40,7 @@ if TYPE_CHECKING:  # (great_expectations is imported by a validation only; jobs.
     from great_expectations.expectations import Expectation
 
     from jobs.backtest import CandidateResult
+    from semantics.report import RunResult
     from semantics.schedule import Schedule
     from semantics.spec import BacktestSpec
 
@@ -78,28 +79,21 @@ def _context(root: Path) -> AbstractDataContext:
     return ctx
 
 
-def state_bytes_tolerance(spec: BacktestSpec, candidate: str, schedule: Schedule) -> float:
+def state_bytes_tolerance(spec: BacktestSpec, candidate: str, schedule: Schedule,
+                         predicted: RunResult) -> float:
     """The state_bytes check's band (a share of the actual figure, plus
-    ``STATE_BYTES_SLACK``): ``STATE_BYTES_EXACT_TOLERANCE`` for a deduplication on Spark 4's
-    rules without restarts whose keys are laid out (its figure exact), else
-    ``STATE_BYTES_TOLERANCE``."""
+    ``STATE_BYTES_SLACK``): ``STATE_BYTES_EXACT_TOLERANCE`` where the prediction computed
+    Spark's exact figure (a deduplication whose entries it kept: ``byte_facts.dedup``) on
+    Spark 4's rules without restarts, else ``STATE_BYTES_TOLERANCE`` (count models, and a
+    prediction that does not say)."""
     from semantics.config import resolve
-    from semantics.spark_hash import key_rows
-    from semantics.spec import DeduplicationQuery
 
-    q = spec.query
-    if not (isinstance(q, DeduplicationQuery) and not schedule.restarts
-            and not resolve(spec, candidate).profile.checkpoint_layout_unmodelled):
+    facts = getattr(predicted, "byte_facts", None)
+    exact = facts is not None and facts.dedup is not None
+    if not exact or schedule.restarts or \
+            resolve(spec, candidate).profile.checkpoint_layout_unmodelled:
         return STATE_BYTES_TOLERANCE
-    rows = schedule.rows[q.source]
-    keys = list(q.keys) or list(schedule.data_columns.get(q.source, ()))
-    if any(k not in rows.columns for k in keys):
-        # (a key the job's own PySpark query computes: this is the table's schedule, not the
-        # projected one the prediction ran on; the wide band holds either figure)
-        return STATE_BYTES_TOLERANCE
-    # (keys of a type not laid out keep the count model: semantics.byte_facts.dedup_entries)
-    laid = key_rows([rows[k].head(100) for k in keys]) if len(rows) else None
-    return STATE_BYTES_EXACT_TOLERANCE if laid is not None else STATE_BYTES_TOLERANCE
+    return STATE_BYTES_EXACT_TOLERANCE
 
 
 def batches_frame(predicted: pd.DataFrame, actual: pd.DataFrame,
@@ -227,7 +221,7 @@ def validate(spec: BacktestSpec, cr: CandidateResult, root: Path, counts: pd.Dat
     assert cr.predicted is not None and cr.actual is not None
     ctx = _context(root)
     ds = ctx.data_sources.add_or_update_pandas("wmbt")
-    band = state_bytes_tolerance(spec, cr.name, cr.schedule)
+    band = state_bytes_tolerance(spec, cr.name, cr.schedule, cr.predicted)
     b = batches_frame(cr.predicted.batches, cr.actual.batches, band)
     o = counts if counts is not None else outputs_frame(cr.predicted.outputs, cr.actual.outputs)
     metrics = candidate_metrics(spec, cr.schedule, cr.actual)
