@@ -310,11 +310,7 @@ def exact(entries: Entries, parts: int, key: int | np.ndarray | None, value: int
         return got
 
     def table(n: np.ndarray) -> np.ndarray:
-        return np.where(n > 0, sb.ARRAY_HEADER_BYTES + sb.SLOT_BYTES * n, 0).astype(float)
-
-    def sampled(n: int, s1: np.ndarray, s2: np.ndarray) -> np.ndarray:
-        m = (n - sb.SAMPLE_SIZE) // sb.SAMPLE_SIZE
-        return np.maximum(s1, s2) + np.minimum(s1, s2) * m
+        return sb.table_bytes(n).astype(float)
 
     got = TREE_BYTES + VERSION_BYTES * np.where(np.arange(nb) == 0, 1, 2)[None, :] \
         + table(prev_len) * (np.arange(nb) > 0) + table(length)
@@ -326,8 +322,8 @@ def exact(entries: Entries, parts: int, key: int | np.ndarray | None, value: int
         at = prev_len == n
         if at.any():
             a, b = samples[(n, 1)], samples[(n, 2)]
-            got += np.where(at, sampled(n, node * _shifted(a.alive) + _shifted(a.rows),
-                                        node * _shifted(b.alive) + _shifted(b.rows)), 0.0)
+            got += np.where(at, sb.drawn(node * _shifted(a.alive) + _shifted(a.rows),
+                                         node * _shifted(b.alive) + _shifted(b.rows), n), 0.0)
     # the newer version
     small = (length > 0) & (length <= sb.SAMPLE_ABOVE)
     got += np.where(small, node * whole.alive + fresh_rows(whole, None, small), 0.0)
@@ -336,5 +332,5 @@ def exact(entries: Entries, parts: int, key: int | np.ndarray | None, value: int
         if at.any():
             s = [node * samples[(n, k)].alive
                  + fresh_rows(samples[(n, k)], which[n] == k, at) for k in (1, 2)]
-            got += np.where(at, sampled(n, s[0], s[1]), 0.0)
+            got += np.where(at, sb.drawn(s[0], s[1], n), 0.0)
     return got.sum(axis=0)

@@ -244,6 +244,18 @@ SESSION_SHARED_BYTES = 176
 SESSION_VERSION_BYTES = 352
 
 
+def table_bytes(length: np.ndarray) -> np.ndarray:
+    """A ``ConcurrentHashMap`` table array's bytes for each ``length`` in slots (0: no table)."""
+    return np.where(length > 0, ARRAY_HEADER_BYTES + SLOT_BYTES * length, 0)
+
+
+def drawn(s1: np.ndarray, s2: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """SizeEstimator's figure for the entries of a sampled table (over ``SAMPLE_ABOVE``
+    slots) from its two samples' sums: ``max + min · ⌊(L − 100) / 100⌋``."""
+    m = np.maximum(length - SAMPLE_SIZE, 0) // SAMPLE_SIZE
+    return np.maximum(s1, s2) + np.minimum(s1, s2) * m
+
+
 def row_object_bytes(row: int) -> int:
     """An UnsafeRow of ``row`` data bytes on the heap: the object and its own byte array.
 
@@ -380,8 +392,7 @@ def retained(rows: np.ndarray, removed: np.ndarray, updated: np.ndarray, parts: 
     length = table_lengths(prev, n + r)
     prev_length = np.concatenate([zero, length[:-1]])
     rewritten = np.maximum(0, u - (n - prev + r))  # (the rest of the updates are inserts)
-    tables = (np.where(length > 0, ARRAY_HEADER_BYTES + SLOT_BYTES * length, 0)
-              + np.where(prev_length > 0, ARRAY_HEADER_BYTES + SLOT_BYTES * prev_length, 0))
+    tables = table_bytes(length) + table_bytes(prev_length)
     whole = NODE_BYTES + key + value
     alone = _sampled((n * whole).astype(np.float64), n, length)  # a version counted whole
     first = np.concatenate([np.zeros(1), alone[:-1]])  # (the previous version's)
@@ -556,8 +567,7 @@ def session_tables(rows: np.ndarray, removed: np.ndarray, updated: np.ndarray,
         per_key = NODE_BYTES + SET_BYTES + _set_table(sessions / np.maximum(groups, 1))
         entries = (groups * per_key + sessions * SET_NODE_BYTES + key_rows * key_row
                    + group_rows * group)
-        return (np.where(slots > 0, ARRAY_HEADER_BYTES + SLOT_BYTES * slots, 0)
-                + _sampled(entries.astype(np.float64), groups, slots))
+        return table_bytes(slots) + _sampled(entries.astype(np.float64), groups, slots)
 
     older = index(prev_k, prev, prev_idx, prev * _unvisited(prev_length), prev_k)
     # the newer version's shared rows: reached already by the older version's visits unless

@@ -209,12 +209,12 @@ class _Cells:
         whole = node * n_new + rows_b * (n_new - reached)
         s1 = node * c1 + rows_b * (c1 - r1)
         s2 = node * c2 + rows_b * (c2 - r2)
-        newer = _table(length) + np.where(small, whole, _sampled(s1, s2, length))
+        newer = sb.table_bytes(length) + np.where(small, whole, sb.drawn(s1, s2, length))
         # the older table (its entries counted whole, first): the previous batch's samples
         w = sb.NODE_BYTES + rows_b
         o1, o2 = c1[rows, np.maximum(prev, 0)], c2[rows, np.maximum(prev, 0)]
-        older = _table(prev_len) + np.where(prev_len <= sb.SAMPLE_ABOVE, w * n_old,
-                                            _sampled(w * o1, w * o2, prev_len))
+        older = sb.table_bytes(prev_len) + np.where(
+            prev_len <= sb.SAMPLE_ABOVE, w * n_old, sb.drawn(w * o1, w * o2, prev_len))
         first = (np.arange(n_p) == 0)[None, :, None]
         fixed = se.TREE_BYTES + se.VERSION_BYTES * np.where(first, 1, 2)
         cell = fixed + np.where(first, 0, older) + newer
@@ -420,14 +420,3 @@ def _bits(length: np.ndarray | int) -> np.ndarray:
     """A table length's code: 0 for none, k + 1 for 2^k slots."""
     v = np.asarray(length, dtype=np.int64)
     return np.where(v > 0, np.frexp(np.maximum(v, 1).astype(np.float64))[1], 0).astype(np.int64)
-
-
-def _table(length: np.ndarray) -> np.ndarray:
-    """A table array's bytes (none: 0)."""
-    return np.where(length > 0, sb.ARRAY_HEADER_BYTES + sb.SLOT_BYTES * length, 0)
-
-
-def _sampled(s1: np.ndarray, s2: np.ndarray, length: np.ndarray) -> np.ndarray:
-    """SizeEstimator's figure from its two samples: ``max + min · ⌊(L − 100) / 100⌋``."""
-    m = np.maximum(length - sb.SAMPLE_SIZE, 0) // sb.SAMPLE_SIZE
-    return np.maximum(s1, s2) + np.minimum(s1, s2) * m
