@@ -61,12 +61,12 @@ from semantics.delay_timeline import ALWAYS, NO_DATA_MS, ceil_ms
 from semantics.engine import _tick_bounds, _tick_max_ms, _watermark_input
 from semantics.growing import Growing
 from semantics.memory import small_pages
+from semantics.operators.grouping import stable_argsort
 from semantics.schedule import TICK, Schedule
 from semantics.spec import BacktestSpec, JoinQuery
 from semantics.sweep_fallback import Figure, swept
 from semantics.sweep_join_keys import accepted_by, gone_by_ranked, held_keys_ranked
 from semantics.sweep_join_latency import Latencies, NullRows
-from semantics.sweep_join_sort import sort_order
 from semantics.tuning import SWEEP_BYTES_ROWS, SWEEP_HELD_PAIRS_PER_ROW, SWEEP_POINT_DELAY_CELLS
 
 if TYPE_CHECKING:
@@ -540,7 +540,8 @@ class _Held:
         key[k_left:] += span
         key <<= bits
         key |= point_in if every else point_in[keep]
-        by, key = sort_order(key)
+        by = stable_argsort(key)
+        key = key[by]
         point = key & ((1 << bits) - 1)
         key >>= bits  # (the group's side and code)
         first = np.empty(len(key), dtype=bool)
@@ -714,7 +715,7 @@ def _null_rows(side: Side, idx: np.ndarray, tau: np.ndarray, pts: Points) -> Nul
     some = np.flatnonzero(side.a < np.minimum(unmatched_to, gone_by_end))
     # (rows of one event time in any order: every range of them is cut at a change of m or
     # of the reference, both functions of it, so no figure depends on their order)
-    order = some[sort_order(side.et[some])[0]]
+    order = some[stable_argsort(side.et[some])]
     m = side.m[order]
     assert not len(m) or (np.diff(m) >= 0).all()
     # (d <= gone_by_end iff m <= the last W: NullRows' cut, so u need not say it)
@@ -736,7 +737,7 @@ class _Emitted:
         if nulls:
             return cls(None, Latencies(pair_ms, tau, nulls, int(delays[0]), int(delays[-1])))
         return cls(quantiles.Nested(pair_ms / 1000.0, tau, delays,
-                                    order=sort_order(pair_ms)[0]), None)
+                                    order=stable_argsort(pair_ms)), None)
 
     def at(self, i: int, d: int, w: np.ndarray, clock: np.ndarray
            ) -> tuple[int, quantiles.Percentiles]:

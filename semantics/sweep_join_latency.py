@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from semantics import quantiles
-from semantics.sweep_join_sort import sort_order
+from semantics.operators.grouping import stable_argsort
 from semantics.tuning import SWEEP_LATENCY_GATHER, SWEEP_SEARCH_TABLE_SPAN
 
 _WIDE = 1 << 61  # a bracket past every latency (ms); (twice it, no overflow)
@@ -147,7 +147,8 @@ class Latencies:
                  lo: int, hi: int, gather: int | None = None) -> None:
         """``lo``, ``hi``: the sweep's least and greatest delays; ``gather``: rows an order
         statistic partitions at most (default ``tuning.SWEEP_LATENCY_GATHER``)."""
-        order, self.pair_ms = sort_order(pair_ms)
+        order = stable_argsort(pair_ms)
+        self.pair_ms = pair_ms[order]
         self.tau = tau[order]
         self.index = _Index(self.pair_ms)
         self.pairs = _Members(self.tau, np.full(len(order), hi, dtype=np.int64), lo, hi)
