@@ -77,8 +77,7 @@ def row_hash(words: list[np.ndarray], seed: int = SEED) -> np.ndarray:
     ``hashUnsafeWords``, 4 bytes at a time, little-endian."""
     h = np.full(len(words[0]), seed, dtype=U32)
     for w in words:
-        lo, hi = _halves(w)
-        h = _mix(_mix(h, lo), hi)
+        h = _mix_word(h, w)
     return _fmix(h, 8 * len(words))
 
 
@@ -340,14 +339,3 @@ def _mix_word(h: np.ndarray, word: np.ndarray) -> np.ndarray:
     """``h`` after one 8-byte word (its low then its high half), as ``hashUnsafeWords``."""
     lo, hi = _halves(word)
     return _mix(_mix(h, lo), hi)
-
-
-def row_hash_of(words: np.ndarray, n_words: np.ndarray, seed: int = SEED) -> np.ndarray:
-    """``UnsafeRow.hashCode`` (uint32) of rows of ``n_words`` 8-byte words each (the first
-    ones of each row of the matrix ``words``): :func:`row_hash` for rows of several sizes."""
-    h = np.full(len(words), seed, dtype=U32)
-    for j in range(words.shape[1]):
-        lo, hi = _halves(words[:, j])
-        on = j < n_words
-        h = np.where(on, _mix(_mix(h, lo), hi), h)
-    return _fmix(h, 8 * np.asarray(n_words))
